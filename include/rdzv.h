@@ -1,0 +1,204 @@
+/* rdzv.h - client library of the launch rendezvous service (librdzv).
+ *
+ * A trainer links librdzv to talk to the launch server (standalone
+ * `launch server`, or the one embedded in node 0's agent): a key/value store
+ * per job with blocking waits, atomic add, compare-and-set and barriers.
+ *
+ * Threads: a client handle is used by one thread at a time. Open one
+ * connection per thread; the library keeps no global mutable state.
+ *
+ * Errors: every call returns 0 (or a documented non-negative value) on
+ * success and a negative code on failure: -errno for system errors
+ * (-ETIMEDOUT when a timeout expires, -ECONNREFUSED, ...), or one of the
+ * RDZV_E* codes below. rdzv_strerror() describes either kind;
+ * rdzv_last_error() gives the server's message for the last failed call.
+ *
+ * Timeouts: every call that talks to the server takes timeout_ms, the most
+ * it may block in total. RDZV_FOREVER (-1) blocks without limit; 0 means
+ * "do not wait for keys to appear" for get/wait/multi_get (the call still
+ * needs one round trip, bounded by the connection's io timeout).
+ *
+ * Keys are NUL-terminated strings of at most RDZV_MAX_KEY bytes. Values are
+ * byte strings. PyTorch's TCPStore clients prefix every key with "/": a key
+ * set by torch as store.set("x", ...) is "/x" here.
+ */
+#ifndef RDZV_H
+#define RDZV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define RDZV_EXTERN __attribute__((visibility("default")))
+#else
+#define RDZV_EXTERN
+#endif
+
+#define RDZV_VERSION_MAJOR 0
+#define RDZV_VERSION_MINOR 1
+#define RDZV_PROTOCOL_VERSION 1
+
+#define RDZV_FOREVER (-1)
+#define RDZV_MAX_KEY 8192
+#define RDZV_DEFAULT_PORT 29400
+
+/* Our error codes, from -1000 down. System errors are -errno. */
+#define RDZV_ERRNO_MAP(XX)                                                     \
+  XX(EPROTO, -1000, "malformed or unexpected message")                         \
+  XX(ENOKEY, -1001, "key not found")                                           \
+  XX(EAUTH, -1002, "authentication failed: check that every node uses the "    \
+                   "same token file")                                          \
+  XX(EVERSION, -1003, "protocol version not supported by the peer")            \
+  XX(ETOOBIG, -1004, "request over a server limit (key, value, frame or "      \
+                     "key count)")                                             \
+  XX(ENOTNUM, -1005, "value is not a decimal integer")                         \
+  XX(ECLOSED, -1006, "connection closed by the server")                        \
+  XX(ELIMIT, -1007, "too many pending waits or connections")                   \
+  XX(ECANCELED, -1008, "operation canceled")                                   \
+  XX(EADDR, -1009, "endpoint does not parse: use HOST:PORT, [IPV6]:PORT or "   \
+                   "unix:/PATH")                                               \
+  XX(ENOENV, -1010, "required environment variable is not set (was the "      \
+                    "process started by launch?)")                             \
+  XX(ESTALE, -1011, "stale: the job moved to a newer restart generation")      \
+  XX(EMISMATCH, -1012, "node configuration differs from node 0")               \
+  XX(ERDZVCLOSED, -1013, "rendezvous is closed for this job")                  \
+  XX(EINVAL, -1014, "invalid argument")                                        \
+  XX(ENOMEM, -1015, "out of memory")                                           \
+  XX(EEXIST, -1016, "already exists")                                          \
+  XX(ENOTSUP, -1017, "not supported by this build or peer")                    \
+  XX(ERESOLVE, -1018, "host name does not resolve")                            \
+  XX(EFULL, -1019, "rendezvous is full (max nodes joined)")
+
+typedef enum {
+#define RDZV_XX_ENUM(name, val, msg) RDZV_##name = (val),
+  RDZV_ERRNO_MAP(RDZV_XX_ENUM)
+#undef RDZV_XX_ENUM
+  RDZV_E_LAST_ = -1100
+} rdzv_errno_t;
+
+/* RET a static string for any code (ours or -errno). Thread-safe. */
+RDZV_EXTERN const char *rdzv_strerror(int err);
+/* RET the symbolic name: "RDZV_ENOKEY", "ETIMEDOUT", ... */
+RDZV_EXTERN const char *rdzv_err_name(int err);
+
+typedef struct rdzv_client_s rdzv_client_t;
+
+typedef struct rdzv_options_s {
+  size_t size;          /* sizeof(rdzv_options_t) */
+  unsigned version;     /* 1 */
+  const char *endpoint; /* "host:port", "[v6addr]:port", "unix:/path" */
+  const char *job;      /* job (run) id; NULL = "default" */
+  const void *token;    /* shared secret, or NULL for none */
+  size_t token_len;
+  const char *role;     /* "worker", "agent" or "admin"; NULL = "worker" */
+  int connect_timeout_ms; /* retry connecting until this passes; -1 forever */
+  int io_timeout_ms;      /* bound of one round trip for non-blocking ops */
+} rdzv_options_t;
+
+#define RDZV_OPTIONS_INIT                                                      \
+  { sizeof(rdzv_options_t), 1, NULL, NULL, NULL, 0, NULL, 30000, 30000 }
+
+/* Connect, authenticate and bind to a job.
+ * IN opt: copied, may be freed after the call.
+ * OUT *out: a client; close it with rdzv_close().
+ * RET 0, -ETIMEDOUT when the server did not answer within
+ * connect_timeout_ms (connection refused is retried until then),
+ * RDZV_EAUTH, RDZV_EVERSION, RDZV_EADDR, RDZV_ERESOLVE. */
+RDZV_EXTERN int rdzv_connect(const rdzv_options_t *opt, rdzv_client_t **out);
+
+/* Connect as the launcher tells a worker to:
+ *   LAUNCH_RDZV_ENDPOINT   endpoint (else MASTER_ADDR:MASTER_PORT)
+ *   LAUNCH_RDZV_ID         job id (else TORCHELASTIC_RUN_ID, else "default")
+ *   LAUNCH_RDZV_TOKEN_FILE file holding the shared token (optional)
+ * RET as rdzv_connect, or RDZV_ENOENV when no endpoint is set. */
+RDZV_EXTERN int rdzv_connect_from_env(rdzv_client_t **out);
+
+/* Close the connection and free the handle. NULL is a no-op. */
+RDZV_EXTERN void rdzv_close(rdzv_client_t *c);
+
+/* The server's message for the last failed call on c ("" if none). The
+ * string lives until the next call on c. */
+RDZV_EXTERN const char *rdzv_last_error(const rdzv_client_t *c);
+
+/* Free a value returned by rdzv_get/rdzv_compare_set/rdzv_multi_get. */
+RDZV_EXTERN void rdzv_free(void *p);
+
+RDZV_EXTERN int rdzv_set(rdzv_client_t *c, const char *key, const void *val,
+                         size_t len, int timeout_ms);
+
+/* Wait up to timeout_ms for key to exist, then return its value.
+ * OUT *val (malloc'd, NUL-terminated for convenience, free with rdzv_free),
+ * *len. RET 0, -ETIMEDOUT, or RDZV_ENOKEY when timeout_ms is 0 and the key
+ * is absent. */
+RDZV_EXTERN int rdzv_get(rdzv_client_t *c, const char *key, void **val,
+                         size_t *len, int timeout_ms);
+
+/* RET 1 when every key exists, 0 when one is missing, <0 on error. */
+RDZV_EXTERN int rdzv_check(rdzv_client_t *c, const char *const *keys,
+                           size_t n, int timeout_ms);
+
+/* Add delta to the decimal integer at key (absent = 0); the value is
+ * stored as ASCII decimal, as TCPStore does.
+ * OUT *result (may be NULL). RET 0 or RDZV_ENOTNUM. */
+RDZV_EXTERN int rdzv_add(rdzv_client_t *c, const char *key, int64_t delta,
+                         int64_t *result, int timeout_ms);
+
+/* Atomically: if the key's value equals expected (expected == NULL: the key
+ * is absent), set it to desired.
+ * OUT *current (malloc'd; NULL when the key is absent), *cur_len: the value
+ * after the operation; *swapped: 1 if desired was stored. Any OUT may be
+ * NULL. RET 0. */
+RDZV_EXTERN int rdzv_compare_set(rdzv_client_t *c, const char *key,
+                                 const void *expected, size_t exp_len,
+                                 const void *desired, size_t des_len,
+                                 void **current, size_t *cur_len,
+                                 int *swapped, int timeout_ms);
+
+/* Block until every key exists. RET 0 or -ETIMEDOUT. Woken by the server
+ * the moment the last key is written; never polls. */
+RDZV_EXTERN int rdzv_wait(rdzv_client_t *c, const char *const *keys, size_t n,
+                          int timeout_ms);
+
+/* RET 1 if the key existed and was deleted, 0 if it was absent. */
+RDZV_EXTERN int rdzv_delete(rdzv_client_t *c, const char *key, int timeout_ms);
+
+/* OUT *n: number of keys in the job's store. RET 0. */
+RDZV_EXTERN int rdzv_num_keys(rdzv_client_t *c, int64_t *n, int timeout_ms);
+
+/* Create the key or append to its value. */
+RDZV_EXTERN int rdzv_append(rdzv_client_t *c, const char *key, const void *val,
+                            size_t len, int timeout_ms);
+
+typedef struct rdzv_value_s {
+  void *data; /* malloc'd, free with rdzv_free */
+  size_t len;
+} rdzv_value_t;
+
+/* Wait up to timeout_ms for every key, then return all values at once.
+ * OUT vals[n]. RET 0, -ETIMEDOUT (vals untouched). */
+RDZV_EXTERN int rdzv_multi_get(rdzv_client_t *c, const char *const *keys,
+                               size_t n, rdzv_value_t *vals, int timeout_ms);
+
+RDZV_EXTERN int rdzv_multi_set(rdzv_client_t *c, const char *const *keys,
+                               const void *const *vals, const size_t *lens,
+                               size_t n, int timeout_ms);
+
+/* Block until `count` clients entered the barrier `name`. The barrier
+ * resets once it opens and can be used again. A client whose timeout
+ * expires leaves the barrier (it no longer counts). RET 0 or -ETIMEDOUT. */
+RDZV_EXTERN int rdzv_barrier(rdzv_client_t *c, const char *name,
+                             uint32_t count, int timeout_ms);
+
+/* Round trip with no effect. RET 0. */
+RDZV_EXTERN int rdzv_ping(rdzv_client_t *c, int timeout_ms);
+
+/* NCCL unique ids (issue #4) build on these calls; see rdzv_nccl.h. */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RDZV_H */

@@ -1,0 +1,822 @@
+/* client.c - librdzv: the blocking client of the native protocol. One
+ * handle per thread; no global state. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lu.h"
+#include "proto.h"
+#include "rdzv.h"
+
+#define CLIENT_MAGIC 0x434c4e54u /* "CLNT" */
+#define MAX_REPLY (64u << 20)
+
+struct rdzv_client_s {
+  unsigned magic;
+  int fd;
+  uint64_t next_id;
+  proto_enc_t enc;
+  uint8_t *in;
+  size_t in_len, in_cap;
+  proto_limits_t lim;
+  int io_timeout_ms;
+  char last_error[512];
+  char endpoint[300];
+};
+
+/* ---- time ----------------------------------------------------------------------- */
+
+static int64_t deadline_after(int timeout_ms) {
+  if (timeout_ms < 0)
+    return -1;
+  return (int64_t)lu_now_ms() + timeout_ms;
+}
+
+/* Remaining ms until deadline (-1 = forever), clamped to int. */
+static int remaining(int64_t deadline) {
+  int64_t r;
+  if (deadline < 0)
+    return -1;
+  r = deadline - (int64_t)lu_now_ms();
+  if (r < 0)
+    return 0;
+  return r > 1000000000 ? 1000000000 : (int)r;
+}
+
+static void set_error(rdzv_client_t *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
+  va_end(ap);
+}
+
+/* ---- socket I/O ------------------------------------------------------------------ */
+
+static int wait_fd(int fd, short ev, int64_t deadline) {
+  struct pollfd p = {fd, ev, 0};
+  for (;;) {
+    int r = poll(&p, 1, remaining(deadline));
+    if (r > 0)
+      return 0;
+    if (r == 0)
+      return -ETIMEDOUT;
+    if (errno != EINTR)
+      return -errno;
+  }
+}
+
+static int send_all(rdzv_client_t *c, const void *buf, size_t n,
+                    int64_t deadline) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      p += w;
+      n -= (size_t)w;
+      continue;
+    }
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      int r = wait_fd(c->fd, POLLOUT, deadline);
+      if (r)
+        return r;
+      continue;
+    }
+    return w < 0 ? -errno : RDZV_ECLOSED;
+  }
+  return 0;
+}
+
+/* Read until one whole frame is buffered. OUT *body, *len point into c->in;
+ * the frame stays there until frame_consume(). */
+static int read_frame(rdzv_client_t *c, int64_t deadline, const uint8_t **body,
+                      uint32_t *len) {
+  for (;;) {
+    if (c->in_len >= PROTO_HDR) {
+      uint32_t l = proto_get_len(c->in);
+      if (l > MAX_REPLY) {
+        set_error(c, "server sent a frame of %u bytes", l);
+        return RDZV_EPROTO;
+      }
+      if (c->in_len - PROTO_HDR >= l) {
+        *body = c->in + PROTO_HDR;
+        *len = l;
+        return 0;
+      }
+      if (c->in_cap < (size_t)l + PROTO_HDR) {
+        uint8_t *nb = realloc(c->in, (size_t)l + PROTO_HDR);
+        if (nb == NULL)
+          return RDZV_ENOMEM;
+        c->in = nb;
+        c->in_cap = (size_t)l + PROTO_HDR;
+      }
+    }
+    if (c->in_cap - c->in_len < 4096) {
+      size_t ncap = c->in_cap ? c->in_cap * 2 : 8192;
+      uint8_t *nb = realloc(c->in, ncap);
+      if (nb == NULL)
+        return RDZV_ENOMEM;
+      c->in = nb;
+      c->in_cap = ncap;
+    }
+    {
+      ssize_t r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len,
+                       MSG_DONTWAIT);
+      if (r > 0) {
+        c->in_len += (size_t)r;
+        continue;
+      }
+      if (r == 0) {
+        set_error(c, "the server at %s closed the connection", c->endpoint);
+        return RDZV_ECLOSED;
+      }
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        int w = wait_fd(c->fd, POLLIN, deadline);
+        if (w)
+          return w;
+        continue;
+      }
+      return -errno;
+    }
+  }
+}
+
+static void frame_consume(rdzv_client_t *c, uint32_t len) {
+  size_t n = PROTO_HDR + (size_t)len;
+  memmove(c->in, c->in + n, c->in_len - n);
+  c->in_len -= n;
+}
+
+/* ---- requests ---------------------------------------------------------------------- */
+
+static uint64_t req_begin(rdzv_client_t *c, int op, uint32_t nargs) {
+  uint64_t id = ++c->next_id;
+  proto_enc_reset(&c->enc);
+  proto_enc_begin(&c->enc, 3 + nargs);
+  msgpack_pack_uint8(&c->enc.pk, PROTO_REQUEST);
+  msgpack_pack_uint64(&c->enc.pk, id);
+  msgpack_pack_int64(&c->enc.pk, op);
+  return id;
+}
+
+/* Send the request built since req_begin and read its reply.
+ * OUT *reply (decoded; free with proto_msg_free + frame_consume through
+ * reply_done). RET the reply's status (0 or negative). */
+typedef struct reply_s {
+  proto_msg_t m;
+  uint32_t len;
+  int live;
+} reply_t;
+
+static void reply_done(rdzv_client_t *c, reply_t *r) {
+  if (r->live) {
+    proto_msg_free(&r->m);
+    frame_consume(c, r->len);
+    r->live = 0;
+  }
+}
+
+static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
+  int rc;
+  memset(r, 0, sizeof(*r));
+  c->last_error[0] = '\0';
+  if (c->fd < 0) {
+    set_error(c, "connection to %s is closed", c->endpoint);
+    return RDZV_ECLOSED;
+  }
+  if ((rc = proto_enc_end(&c->enc)) != 0)
+    return rc;
+  if ((rc = send_all(c, c->enc.data, c->enc.len, deadline)) != 0)
+    goto io_error;
+  for (;;) {
+    const uint8_t *body;
+    uint32_t len;
+    rc = read_frame(c, deadline, &body, &len);
+    if (rc != 0)
+      goto io_error;
+    rc = proto_decode(body, len, &c->lim, &r->m);
+    if (rc != 0) {
+      set_error(c, "malformed reply from %s", c->endpoint);
+      goto io_error;
+    }
+    if (r->m.kind == PROTO_REPLY && r->m.id == id) {
+      r->len = len;
+      r->live = 1;
+      if (r->m.op != 0) {
+        const char *msg;
+        size_t n;
+        if (proto_arg_bytes(&r->m, 0, &msg, &n) == 0)
+          set_error(c, "%.*s", (int)LU_MIN(n, sizeof(c->last_error) - 1), msg);
+        else
+          set_error(c, "%s", rdzv_strerror((int)r->m.op));
+        rc = (int)r->m.op;
+        reply_done(c, r);
+        return rc;
+      }
+      return 0;
+    }
+    /* A push, or the late reply of a request that timed out here. */
+    proto_msg_free(&r->m);
+    frame_consume(c, len);
+  }
+io_error:
+  if (rc == -ETIMEDOUT) {
+    if (c->last_error[0] == '\0')
+      set_error(c, "no reply from %s in time", c->endpoint);
+    return rc;
+  }
+  if (c->last_error[0] == '\0')
+    set_error(c, "connection to %s failed: %s", c->endpoint,
+              rdzv_strerror(rc));
+  /* The stream is out of step: drop the connection. */
+  close(c->fd);
+  c->fd = -1;
+  return rc;
+}
+
+/* A server-side wait of timeout_ms, with the client's own deadline a little
+ * later so that the server's answer (-ETIMEDOUT with a message) wins. */
+static int64_t wait_deadline(const rdzv_client_t *c, int timeout_ms) {
+  if (timeout_ms < 0)
+    return -1;
+  return deadline_after(timeout_ms + LU_MIN(c->io_timeout_ms, 5000));
+}
+
+/* ---- connect --------------------------------------------------------------------- */
+
+static int connect_once(const struct sockaddr *sa, socklen_t salen,
+                        int64_t deadline, int *out_fd) {
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                  0);
+  int err = 0;
+  socklen_t elen = sizeof(err);
+  if (fd < 0)
+    return -errno;
+  if (connect(fd, sa, salen) != 0) {
+    int r;
+    if (errno != EINPROGRESS) {
+      r = -errno;
+      close(fd);
+      return r;
+    }
+    r = wait_fd(fd, POLLOUT, deadline);
+    if (r != 0) {
+      close(fd);
+      return r;
+    }
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0 || err != 0) {
+      close(fd);
+      return err ? -err : -EIO;
+    }
+  }
+  if (sa->sa_family != AF_UNIX) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  *out_fd = fd;
+  return 0;
+}
+
+static int connect_endpoint(rdzv_client_t *c, const lu_endpoint_t *ep,
+                            int64_t deadline) {
+  int backoff = 20;
+  int rc;
+  for (;;) {
+    if (ep->is_unix) {
+      struct sockaddr_un un;
+      memset(&un, 0, sizeof(un));
+      un.sun_family = AF_UNIX;
+      lu_strlcpy(un.sun_path, ep->path, sizeof(un.sun_path));
+      rc = connect_once((struct sockaddr *)&un, sizeof(un), deadline, &c->fd);
+    } else {
+      struct addrinfo hints, *res = NULL, *ai;
+      char port[16];
+      int g;
+      memset(&hints, 0, sizeof(hints));
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      snprintf(port, sizeof(port), "%d", ep->port);
+      g = getaddrinfo(ep->host, port, &hints, &res);
+      if (g != 0) {
+        set_error(c, "cannot resolve '%s': %s", ep->host, gai_strerror(g));
+        rc = RDZV_ERESOLVE;
+        if (g != EAI_AGAIN)
+          return rc;
+      } else {
+        rc = -ECONNREFUSED;
+        for (ai = res; ai; ai = ai->ai_next) {
+          rc = connect_once(ai->ai_addr, ai->ai_addrlen, deadline, &c->fd);
+          if (rc == 0)
+            break;
+        }
+        freeaddrinfo(res);
+      }
+    }
+    if (rc == 0)
+      return 0;
+    /* The server may not be up yet (agents start in any order): retry
+     * refused and unreachable connections until the deadline. */
+    if (rc != -ECONNREFUSED && rc != -ENOENT && rc != -EHOSTUNREACH &&
+        rc != -ENETUNREACH && rc != RDZV_ERESOLVE && rc != -ECONNRESET &&
+        rc != -EAGAIN) {
+      set_error(c, "cannot connect to %s: %s", c->endpoint, rdzv_strerror(rc));
+      return rc;
+    }
+    if (deadline >= 0 && remaining(deadline) == 0) {
+      set_error(c, "cannot connect to %s: %s (gave up after the connect "
+                   "timeout; is the server running and the port open?)",
+                c->endpoint, rdzv_strerror(rc));
+      return -ETIMEDOUT;
+    }
+    {
+      int ms = backoff;
+      struct timespec ts;
+      if (deadline >= 0 && remaining(deadline) < ms)
+        ms = remaining(deadline);
+      ts.tv_sec = ms / 1000;
+      ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+      nanosleep(&ts, NULL);
+      backoff = backoff < 500 ? backoff * 2 : 1000;
+    }
+  }
+}
+
+static int handshake(rdzv_client_t *c, const rdzv_options_t *o, int64_t dl) {
+  const char *job = o->job ? o->job : "default";
+  const char *role = o->role ? o->role : "worker";
+  const uint8_t *body;
+  uint32_t len;
+  proto_msg_t m;
+  const char *nonce;
+  size_t nonce_n;
+  uint8_t mac[PROTO_MAC_LEN], cnonce[PROTO_NONCE_LEN];
+  int64_t auth_required = 0;
+  reply_t r;
+  uint64_t id;
+  int rc;
+
+  if ((rc = send_all(c, PROTO_MAGIC, PROTO_MAGIC_LEN, dl)) != 0)
+    return rc;
+  if ((rc = read_frame(c, dl, &body, &len)) != 0)
+    return rc;
+  if (proto_decode(body, len, &c->lim, &m) != 0) {
+    set_error(c, "%s did not answer like a launch server", c->endpoint);
+    return RDZV_EPROTO;
+  }
+  if (m.kind != PROTO_PUSH || m.op != PROTO_EV_CHALLENGE ||
+      proto_arg_bytes(&m, 0, &nonce, &nonce_n) != 0 ||
+      nonce_n != PROTO_NONCE_LEN) {
+    proto_msg_free(&m);
+    set_error(c, "%s sent no challenge", c->endpoint);
+    return RDZV_EPROTO;
+  }
+  if (m.nargs > 2 && m.args[2].type == MSGPACK_OBJECT_BOOLEAN)
+    auth_required = m.args[2].via.boolean;
+  if (auth_required && o->token == NULL) {
+    proto_msg_free(&m);
+    set_error(c, "the server at %s requires a token: pass the job's token "
+                 "file (--token-file, LAUNCH_RDZV_TOKEN_FILE)", c->endpoint);
+    return RDZV_EAUTH;
+  }
+  if (o->token &&
+      (rc = proto_mac(o->token, o->token_len, "rdzv-client",
+                      (const uint8_t *)nonce, nonce_n, job, role, mac)) != 0) {
+    proto_msg_free(&m);
+    return rc;
+  }
+  proto_msg_free(&m);
+  frame_consume(c, len);
+  if ((rc = lu_random(cnonce, sizeof(cnonce))) != 0)
+    return rc;
+
+  id = req_begin(c, PROTO_OP_HELLO, 5);
+  msgpack_pack_uint32(&c->enc.pk, RDZV_PROTOCOL_VERSION);
+  proto_pack_str(&c->enc.pk, role);
+  proto_pack_str(&c->enc.pk, job);
+  if (o->token)
+    proto_pack_bytes(&c->enc.pk, mac, sizeof(mac));
+  else
+    msgpack_pack_nil(&c->enc.pk);
+  proto_pack_bytes(&c->enc.pk, cnonce, sizeof(cnonce));
+  if ((rc = rpc(c, id, dl, &r)) != 0)
+    return rc;
+  if (o->token) {
+    /* The server proves it knows the token too. */
+    const char *sp;
+    size_t sn;
+    uint8_t want[PROTO_MAC_LEN];
+    if (proto_arg_bytes(&r.m, 0, &sp, &sn) != 0 || sn != PROTO_MAC_LEN ||
+        proto_mac(o->token, o->token_len, "rdzv-server", cnonce,
+                  sizeof(cnonce), job, role, want) != 0 ||
+        !proto_mac_equal(want, (const uint8_t *)sp, PROTO_MAC_LEN)) {
+      reply_done(c, &r);
+      set_error(c, "the server at %s could not prove it holds the token",
+                c->endpoint);
+      return RDZV_EAUTH;
+    }
+  }
+  reply_done(c, &r);
+  return 0;
+}
+
+int rdzv_connect(const rdzv_options_t *o, rdzv_client_t **out) {
+  rdzv_client_t *c;
+  lu_endpoint_t ep;
+  int64_t dl;
+  int rc;
+  proto_limits_t lim = PROTO_LIMITS_DEFAULT;
+
+  if (o == NULL || out == NULL || o->size < sizeof(rdzv_options_t) ||
+      o->endpoint == NULL)
+    return RDZV_EINVAL;
+  if ((rc = lu_endpoint_parse(o->endpoint, RDZV_DEFAULT_PORT, &ep)) != 0)
+    return rc;
+  if ((c = calloc(1, sizeof(*c))) == NULL)
+    return RDZV_ENOMEM;
+  c->magic = CLIENT_MAGIC;
+  c->fd = -1;
+  lim.max_frame = MAX_REPLY;
+  lim.max_items = 1u << 22;
+  c->lim = lim;
+  c->io_timeout_ms = o->io_timeout_ms > 0 ? o->io_timeout_ms : 30000;
+  lu_endpoint_format(&ep, c->endpoint, sizeof(c->endpoint));
+  proto_enc_init(&c->enc);
+  dl = deadline_after(o->connect_timeout_ms);
+  rc = connect_endpoint(c, &ep, dl);
+  if (rc == 0)
+    rc = handshake(c, o, dl);
+  if (rc != 0) {
+    rdzv_close(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+int rdzv_connect_from_env(rdzv_client_t **out) {
+  rdzv_options_t o = RDZV_OPTIONS_INIT;
+  char ep[512];
+  const char *e = getenv("LAUNCH_RDZV_ENDPOINT");
+  const char *tf = getenv("LAUNCH_RDZV_TOKEN_FILE");
+  char *token = NULL;
+  size_t tlen = 0;
+  int rc;
+
+  if (e == NULL || *e == '\0') {
+    const char *a = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT");
+    if (a == NULL || p == NULL)
+      return RDZV_ENOENV;
+    snprintf(ep, sizeof(ep), strchr(a, ':') ? "[%s]:%s" : "%s:%s", a, p);
+    e = ep;
+  }
+  o.endpoint = e;
+  o.job = getenv("LAUNCH_RDZV_ID");
+  if (o.job == NULL || *o.job == '\0')
+    o.job = getenv("TORCHELASTIC_RUN_ID");
+  if (o.job == NULL || *o.job == '\0')
+    o.job = "default";
+  if (tf && *tf) {
+    if ((rc = lu_read_file(tf, 4096, &token, &tlen)) != 0)
+      return rc;
+    tlen = lu_rtrim(token, tlen);
+    o.token = token;
+    o.token_len = tlen;
+  }
+  rc = rdzv_connect(&o, out);
+  if (token) {
+    memset(token, 0, tlen);
+    free(token);
+  }
+  return rc;
+}
+
+void rdzv_close(rdzv_client_t *c) {
+  if (c == NULL)
+    return;
+  if (c->fd >= 0)
+    close(c->fd);
+  proto_enc_destroy(&c->enc);
+  free(c->in);
+  c->magic = 0;
+  free(c);
+}
+
+const char *rdzv_last_error(const rdzv_client_t *c) {
+  return c ? c->last_error : "";
+}
+
+void rdzv_free(void *p) { free(p); }
+
+/* ---- operations ------------------------------------------------------------------- */
+
+static int key_ok(const char *key) {
+  return key != NULL && strlen(key) <= RDZV_MAX_KEY;
+}
+
+static void *dup_value(const char *p, size_t n) {
+  char *d = malloc(n + 1);
+  if (d) {
+    if (n)
+      memcpy(d, p, n);
+    d[n] = '\0';
+  }
+  return d;
+}
+
+int rdzv_set(rdzv_client_t *c, const char *key, const void *val, size_t len,
+             int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  int rc;
+  if (!key_ok(key) || (val == NULL && len))
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_SET, 2);
+  proto_pack_str(&c->enc.pk, key);
+  proto_pack_bytes(&c->enc.pk, val, len);
+  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  reply_done(c, &r);
+  return rc;
+}
+
+int rdzv_append(rdzv_client_t *c, const char *key, const void *val, size_t len,
+                int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  int rc;
+  if (!key_ok(key) || (val == NULL && len))
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_APPEND, 2);
+  proto_pack_str(&c->enc.pk, key);
+  proto_pack_bytes(&c->enc.pk, val, len);
+  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  reply_done(c, &r);
+  return rc;
+}
+
+int rdzv_get(rdzv_client_t *c, const char *key, void **val, size_t *len,
+             int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  const char *p;
+  size_t n;
+  int rc;
+  if (!key_ok(key) || val == NULL)
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_GET, 2);
+  proto_pack_str(&c->enc.pk, key);
+  msgpack_pack_int64(&c->enc.pk, timeout_ms);
+  rc = rpc(c, id, timeout_ms == 0 ? deadline_after(c->io_timeout_ms)
+                                  : wait_deadline(c, timeout_ms),
+           &r);
+  if (rc == 0) {
+    if (proto_arg_bytes(&r.m, 0, &p, &n) != 0)
+      rc = RDZV_EPROTO;
+    else if ((*val = dup_value(p, n)) == NULL)
+      rc = RDZV_ENOMEM;
+    else if (len)
+      *len = n;
+  }
+  reply_done(c, &r);
+  return rc;
+}
+
+static void pack_keys(rdzv_client_t *c, const char *const *keys, size_t n) {
+  msgpack_pack_array(&c->enc.pk, n);
+  for (size_t i = 0; i < n; i++)
+    proto_pack_str(&c->enc.pk, keys[i]);
+}
+
+static int keys_ok(const char *const *keys, size_t n) {
+  if (keys == NULL && n)
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!key_ok(keys[i]))
+      return 0;
+  return n <= UINT32_MAX;
+}
+
+int rdzv_check(rdzv_client_t *c, const char *const *keys, size_t n,
+               int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  int rc;
+  if (!keys_ok(keys, n))
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_CHECK, 1);
+  pack_keys(c, keys, n);
+  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  if (rc == 0) {
+    if (r.m.nargs < 1 || r.m.args[0].type != MSGPACK_OBJECT_BOOLEAN)
+      rc = RDZV_EPROTO;
+    else
+      rc = r.m.args[0].via.boolean ? 1 : 0;
+  }
+  reply_done(c, &r);
+  return rc;
+}
+
+int rdzv_wait(rdzv_client_t *c, const char *const *keys, size_t n,
+              int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  int rc;
+  if (!keys_ok(keys, n))
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_WAIT, 2);
+  pack_keys(c, keys, n);
+  msgpack_pack_int64(&c->enc.pk, timeout_ms);
+  rc = rpc(c, id, wait_deadline(c, timeout_ms), &r);
+  reply_done(c, &r);
+  return rc;
+}
+
+int rdzv_add(rdzv_client_t *c, const char *key, int64_t delta, int64_t *result,
+             int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  int rc;
+  int64_t v;
+  if (!key_ok(key))
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_ADD, 2);
+  proto_pack_str(&c->enc.pk, key);
+  msgpack_pack_int64(&c->enc.pk, delta);
+  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  if (rc == 0) {
+    if (proto_arg_i64(&r.m, 0, &v) != 0)
+      rc = RDZV_EPROTO;
+    else if (result)
+      *result = v;
+  }
+  reply_done(c, &r);
+  return rc;
+}
+
+int rdzv_compare_set(rdzv_client_t *c, const char *key, const void *expected,
+                     size_t exp_len, const void *desired, size_t des_len,
+                     void **current, size_t *cur_len, int *swapped,
+                     int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  int rc;
+  if (!key_ok(key) || (desired == NULL && des_len))
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_CAS, 3);
+  proto_pack_str(&c->enc.pk, key);
+  if (expected)
+    proto_pack_bytes(&c->enc.pk, expected, exp_len);
+  else
+    msgpack_pack_nil(&c->enc.pk);
+  proto_pack_bytes(&c->enc.pk, desired ? desired : "", des_len);
+  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  if (rc == 0) {
+    const char *p = NULL;
+    size_t n = 0;
+    int nil = 0;
+    if (proto_arg_bytes_or_nil(&r.m, 0, &p, &n, &nil) != 0 || r.m.nargs < 2 ||
+        r.m.args[1].type != MSGPACK_OBJECT_BOOLEAN) {
+      rc = RDZV_EPROTO;
+    } else {
+      if (swapped)
+        *swapped = r.m.args[1].via.boolean;
+      if (cur_len)
+        *cur_len = n;
+      if (current) {
+        *current = nil ? NULL : dup_value(p, n);
+        if (!nil && *current == NULL)
+          rc = RDZV_ENOMEM;
+      }
+    }
+  }
+  reply_done(c, &r);
+  return rc;
+}
+
+static int bool_reply(rdzv_client_t *c, uint64_t id, int timeout_ms) {
+  reply_t r;
+  int rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  if (rc == 0) {
+    if (r.m.nargs < 1 || r.m.args[0].type != MSGPACK_OBJECT_BOOLEAN)
+      rc = RDZV_EPROTO;
+    else
+      rc = r.m.args[0].via.boolean ? 1 : 0;
+  }
+  reply_done(c, &r);
+  return rc;
+}
+
+int rdzv_delete(rdzv_client_t *c, const char *key, int timeout_ms) {
+  uint64_t id;
+  if (!key_ok(key))
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_DELETE, 1);
+  proto_pack_str(&c->enc.pk, key);
+  return bool_reply(c, id, timeout_ms);
+}
+
+int rdzv_num_keys(rdzv_client_t *c, int64_t *n, int timeout_ms) {
+  reply_t r;
+  uint64_t id = req_begin(c, PROTO_OP_NUMKEYS, 0);
+  int rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  if (rc == 0 && (proto_arg_i64(&r.m, 0, n) != 0))
+    rc = RDZV_EPROTO;
+  reply_done(c, &r);
+  return rc;
+}
+
+int rdzv_multi_get(rdzv_client_t *c, const char *const *keys, size_t n,
+                   rdzv_value_t *vals, int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  int rc;
+  const msgpack_object *items;
+  uint32_t cnt;
+  if (!keys_ok(keys, n) || (vals == NULL && n))
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_MGET, 2);
+  pack_keys(c, keys, n);
+  msgpack_pack_int64(&c->enc.pk, timeout_ms);
+  rc = rpc(c, id, wait_deadline(c, timeout_ms), &r);
+  if (rc == 0) {
+    if (proto_arg_array(&r.m, 0, &items, &cnt) != 0 || cnt != n) {
+      rc = RDZV_EPROTO;
+    } else {
+      size_t i;
+      for (i = 0; i < n; i++) {
+        const char *p;
+        size_t len;
+        if (proto_obj_bytes(&items[i], &p, &len) != 0 ||
+            (vals[i].data = dup_value(p, len)) == NULL) {
+          rc = RDZV_ENOMEM;
+          break;
+        }
+        vals[i].len = len;
+      }
+      if (rc != 0)
+        while (i-- > 0) {
+          free(vals[i].data);
+          vals[i].data = NULL;
+        }
+    }
+  }
+  reply_done(c, &r);
+  return rc;
+}
+
+int rdzv_multi_set(rdzv_client_t *c, const char *const *keys,
+                   const void *const *vals, const size_t *lens, size_t n,
+                   int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  int rc;
+  if (!keys_ok(keys, n) || ((vals == NULL || lens == NULL) && n) ||
+      n > UINT32_MAX / 2)
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_MSET, 1);
+  msgpack_pack_array(&c->enc.pk, 2 * n);
+  for (size_t i = 0; i < n; i++) {
+    proto_pack_str(&c->enc.pk, keys[i]);
+    proto_pack_bytes(&c->enc.pk, vals[i] ? vals[i] : "", lens[i]);
+  }
+  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  reply_done(c, &r);
+  return rc;
+}
+
+int rdzv_barrier(rdzv_client_t *c, const char *name, uint32_t count,
+                 int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  int rc;
+  if (!key_ok(name) || count == 0)
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_BARRIER, 3);
+  proto_pack_str(&c->enc.pk, name);
+  msgpack_pack_uint32(&c->enc.pk, count);
+  msgpack_pack_int64(&c->enc.pk, timeout_ms);
+  rc = rpc(c, id, wait_deadline(c, timeout_ms), &r);
+  reply_done(c, &r);
+  return rc;
+}
+
+int rdzv_ping(rdzv_client_t *c, int timeout_ms) {
+  reply_t r;
+  uint64_t id = req_begin(c, PROTO_OP_PING, 0);
+  int rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  reply_done(c, &r);
+  return rc;
+}

@@ -1,0 +1,362 @@
+/* proto.c - framing, msgpack structure scan, decode/encode, HMAC. */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "proto.h"
+
+const char *proto_op_name(int op) {
+  switch (op) {
+#define XX(name, val, str)                                                     \
+  case val:                                                                    \
+    return str;
+    PROTO_OP_MAP(XX)
+#undef XX
+  default:
+    return "unknown";
+  }
+}
+
+const char *proto_ev_name(int ev) {
+  switch (ev) {
+#define XX(name, val, str)                                                     \
+  case val:                                                                    \
+    return str;
+    PROTO_EV_MAP(XX)
+#undef XX
+  default:
+    return "unknown";
+  }
+}
+
+uint32_t proto_get_len(const uint8_t *p) {
+  return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+         ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+void proto_put_len(uint8_t *p, uint32_t n) {
+  p[0] = (uint8_t)(n >> 24);
+  p[1] = (uint8_t)(n >> 16);
+  p[2] = (uint8_t)(n >> 8);
+  p[3] = (uint8_t)n;
+}
+
+static uint64_t be(const uint8_t *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++)
+    v = (v << 8) | p[i];
+  return v;
+}
+
+/* Walk the msgpack encoding without building anything. `pending` counts the
+ * objects still to read at each nesting level; a container's declared size
+ * can never exceed the bytes left (every object takes at least one byte),
+ * which rejects length bombs before any allocation. */
+int proto_scan(const uint8_t *buf, size_t n, const proto_limits_t *lim) {
+  uint64_t pending[16];
+  uint32_t depth = 0;
+  uint64_t items = 0;
+  size_t pos = 0;
+  uint32_t max_depth = lim->max_depth < 15 ? lim->max_depth : 15;
+
+  if (n > lim->max_frame)
+    return RDZV_ETOOBIG;
+  pending[0] = 1;
+  while (depth > 0 || pending[0] > 0) {
+    uint8_t b;
+    uint64_t skip = 0, children = 0;
+    int hdr = 1;
+
+    if (pending[depth] == 0) {
+      depth--;
+      continue;
+    }
+    if (pos >= n)
+      return RDZV_EPROTO;
+    pending[depth]--;
+    if (++items > lim->max_items)
+      return RDZV_ETOOBIG;
+    b = buf[pos];
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+      /* fixint, nil, bool */
+    } else if (b >= 0x80 && b <= 0x8f) {
+      children = 2u * (b & 0x0f);
+    } else if (b >= 0x90 && b <= 0x9f) {
+      children = b & 0x0f;
+    } else if (b >= 0xa0 && b <= 0xbf) {
+      skip = b & 0x1f;
+    } else {
+      static const uint8_t fixed[] = {
+          /* c4 */ 0, 0, 0, 0, 0, 0, /* ca */ 4, 8, /* cc */ 1, 2, 4, 8,
+          /* d0 */ 1, 2, 4, 8, /* d4 */ 2, 3, 5, 9, 17};
+      int lenbytes = 0;
+      switch (b) {
+      case 0xc1:
+        return RDZV_EPROTO;
+      case 0xc4: case 0xd9: lenbytes = 1; break;
+      case 0xc5: case 0xda: lenbytes = 2; break;
+      case 0xc6: case 0xdb: lenbytes = 4; break;
+      case 0xc7: lenbytes = 1; skip = 1; break; /* ext: +1 type byte */
+      case 0xc8: lenbytes = 2; skip = 1; break;
+      case 0xc9: lenbytes = 4; skip = 1; break;
+      case 0xdc: case 0xdd: case 0xde: case 0xdf: {
+        int w = (b == 0xdc || b == 0xde) ? 2 : 4;
+        if (n - pos - 1 < (size_t)w)
+          return RDZV_EPROTO;
+        children = be(buf + pos + 1, w);
+        if (b >= 0xde)
+          children *= 2;
+        hdr += w;
+        break;
+      }
+      default:
+        skip = fixed[b - 0xc4];
+        break;
+      }
+      if (lenbytes) {
+        if (n - pos - 1 < (size_t)lenbytes)
+          return RDZV_EPROTO;
+        skip += be(buf + pos + 1, lenbytes);
+        hdr += lenbytes;
+      }
+    }
+    if ((uint64_t)(n - pos) < (uint64_t)hdr + skip)
+      return RDZV_EPROTO;
+    pos += (size_t)hdr + (size_t)skip;
+    if (children > 0) {
+      if (children > n - pos)
+        return RDZV_EPROTO;
+      if (depth + 1 > max_depth)
+        return RDZV_ETOOBIG;
+      pending[++depth] = children;
+    }
+  }
+  return pos == n ? 0 : RDZV_EPROTO;
+}
+
+int proto_decode(const uint8_t *buf, size_t n, const proto_limits_t *lim,
+                 proto_msg_t *msg) {
+  msgpack_object obj;
+  size_t off = 0;
+  int rc;
+  const msgpack_object *a;
+
+  memset(msg, 0, sizeof(*msg));
+  rc = proto_scan(buf, n, lim);
+  if (rc != 0)
+    return rc;
+  if (!msgpack_zone_init(&msg->zone, 2048))
+    return RDZV_ENOMEM;
+  msg->zone_live = 1;
+  switch (msgpack_unpack((const char *)buf, n, &off, &msg->zone, &obj)) {
+  case MSGPACK_UNPACK_SUCCESS:
+    break;
+  case MSGPACK_UNPACK_NOMEM_ERROR:
+    proto_msg_free(msg);
+    return RDZV_ENOMEM;
+  default:
+    proto_msg_free(msg);
+    return RDZV_EPROTO;
+  }
+  if (obj.type != MSGPACK_OBJECT_ARRAY || obj.via.array.size < 3)
+    goto bad;
+  a = obj.via.array.ptr;
+  if (a[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER || a[0].via.u64 > 2 ||
+      a[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+    goto bad;
+  msg->kind = (int)a[0].via.u64;
+  msg->id = a[1].via.u64;
+  if (proto_obj_i64(&a[2], &msg->op) != 0)
+    goto bad;
+  msg->args = a + 3;
+  msg->nargs = obj.via.array.size - 3;
+  return 0;
+bad:
+  proto_msg_free(msg);
+  return RDZV_EPROTO;
+}
+
+void proto_msg_free(proto_msg_t *msg) {
+  if (msg->zone_live)
+    msgpack_zone_destroy(&msg->zone);
+  msg->zone_live = 0;
+}
+
+int proto_obj_bytes(const msgpack_object *o, const char **p, size_t *n) {
+  if (o->type == MSGPACK_OBJECT_BIN) {
+    *p = o->via.bin.ptr;
+    *n = o->via.bin.size;
+    return 0;
+  }
+  if (o->type == MSGPACK_OBJECT_STR) {
+    *p = o->via.str.ptr;
+    *n = o->via.str.size;
+    return 0;
+  }
+  return RDZV_EPROTO;
+}
+
+int proto_obj_i64(const msgpack_object *o, int64_t *v) {
+  if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+    if (o->via.u64 > (uint64_t)INT64_MAX)
+      return RDZV_EPROTO;
+    *v = (int64_t)o->via.u64;
+    return 0;
+  }
+  if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+    *v = o->via.i64;
+    return 0;
+  }
+  return RDZV_EPROTO;
+}
+
+int proto_arg_bytes(const proto_msg_t *m, uint32_t i, const char **p,
+                    size_t *n) {
+  if (i >= m->nargs)
+    return RDZV_EPROTO;
+  return proto_obj_bytes(&m->args[i], p, n);
+}
+
+int proto_arg_bytes_or_nil(const proto_msg_t *m, uint32_t i, const char **p,
+                           size_t *n, int *is_nil) {
+  if (i >= m->nargs)
+    return RDZV_EPROTO;
+  if (m->args[i].type == MSGPACK_OBJECT_NIL) {
+    *is_nil = 1;
+    *p = NULL;
+    *n = 0;
+    return 0;
+  }
+  *is_nil = 0;
+  return proto_obj_bytes(&m->args[i], p, n);
+}
+
+int proto_arg_i64(const proto_msg_t *m, uint32_t i, int64_t *v) {
+  if (i >= m->nargs)
+    return RDZV_EPROTO;
+  return proto_obj_i64(&m->args[i], v);
+}
+
+int proto_arg_array(const proto_msg_t *m, uint32_t i,
+                    const msgpack_object **items, uint32_t *n) {
+  if (i >= m->nargs || m->args[i].type != MSGPACK_OBJECT_ARRAY)
+    return RDZV_EPROTO;
+  *items = m->args[i].via.array.ptr;
+  *n = m->args[i].via.array.size;
+  return 0;
+}
+
+/* ---- encoding ------------------------------------------------------------- */
+
+static int enc_write(void *data, const char *buf, size_t len) {
+  proto_enc_t *e = data;
+  if (e->oom)
+    return -1;
+  if (e->len + len > e->cap) {
+    size_t ncap = e->cap ? e->cap : 256;
+    char *nd;
+    while (ncap < e->len + len)
+      ncap *= 2;
+    nd = realloc(e->data, ncap);
+    if (nd == NULL) {
+      e->oom = 1;
+      return -1;
+    }
+    e->data = nd;
+    e->cap = ncap;
+  }
+  memcpy(e->data + e->len, buf, len);
+  e->len += len;
+  return 0;
+}
+
+void proto_enc_init(proto_enc_t *e) {
+  memset(e, 0, sizeof(*e));
+  msgpack_packer_init(&e->pk, e, enc_write);
+}
+
+void proto_enc_destroy(proto_enc_t *e) {
+  free(e->data);
+  e->data = NULL;
+  e->len = e->cap = 0;
+}
+
+void proto_enc_reset(proto_enc_t *e) {
+  e->len = 0;
+  e->oom = 0;
+}
+
+int proto_enc_raw(proto_enc_t *e, const void *p, size_t n) {
+  return enc_write(e, p, n) == 0 ? 0 : RDZV_ENOMEM;
+}
+
+void proto_enc_begin(proto_enc_t *e, uint32_t count) {
+  static const char zero[PROTO_HDR] = {0};
+  e->frame_start = e->len;
+  enc_write(e, zero, PROTO_HDR);
+  msgpack_pack_array(&e->pk, count);
+}
+
+int proto_enc_end(proto_enc_t *e) {
+  size_t body;
+  if (e->oom) {
+    /* Drop the partial frame; earlier frames in the buffer stay whole. */
+    e->len = e->frame_start < e->len ? e->frame_start : e->len;
+    e->oom = 0;
+    return RDZV_ENOMEM;
+  }
+  body = e->len - e->frame_start - PROTO_HDR;
+  if (body > UINT32_MAX) {
+    e->len = e->frame_start;
+    return RDZV_ETOOBIG;
+  }
+  proto_put_len((uint8_t *)e->data + e->frame_start, (uint32_t)body);
+  return 0;
+}
+
+void proto_pack_bytes(msgpack_packer *pk, const void *p, size_t n) {
+  msgpack_pack_bin(pk, n);
+  msgpack_pack_bin_body(pk, p, n);
+}
+
+void proto_pack_str(msgpack_packer *pk, const char *s) {
+  size_t n = strlen(s);
+  msgpack_pack_str(pk, n);
+  msgpack_pack_str_body(pk, s, n);
+}
+
+/* ---- authentication ------------------------------------------------------ */
+
+int proto_mac(const void *token, size_t token_len, const char *label,
+              const uint8_t *nonce, size_t nonce_len, const char *job,
+              const char *role, uint8_t mac[PROTO_MAC_LEN]) {
+  /* Length-prefix each field so that no two inputs share an encoding. */
+  uint8_t msg[4 * 4 + 64 + PROTO_NONCE_LEN + 2 * 256];
+  size_t off = 0;
+  const char *fields[4] = {label, (const char *)nonce, job, role};
+  size_t lens[4] = {strlen(label), nonce_len, strlen(job), strlen(role)};
+  unsigned int outlen = 0;
+
+  for (int i = 0; i < 4; i++) {
+    if (lens[i] > 256 || off + 4 + lens[i] > sizeof(msg))
+      return RDZV_EINVAL;
+    proto_put_len(msg + off, (uint32_t)lens[i]);
+    memcpy(msg + off + 4, fields[i], lens[i]);
+    off += 4 + lens[i];
+  }
+  if (HMAC(EVP_sha256(), token, (int)token_len, msg, off, mac, &outlen) ==
+          NULL ||
+      outlen != PROTO_MAC_LEN)
+    return RDZV_ENOMEM;
+  return 0;
+}
+
+int proto_mac_equal(const uint8_t *a, const uint8_t *b, size_t n) {
+  uint8_t d = 0;
+  for (size_t i = 0; i < n; i++)
+    d |= (uint8_t)(a[i] ^ b[i]);
+  return d == 0;
+}

@@ -1,0 +1,168 @@
+/* proto.h - the native wire protocol: framing, msgpack codec, HELLO
+ * authentication. Shared by the server, librdzv and the agent.
+ *
+ * A native connection starts with the 4 bytes "RDZV" from the client. The
+ * server answers with a CHALLENGE push; the client's first request is HELLO.
+ * After that, frames in both directions:
+ *
+ *   u32 big-endian length | msgpack array [kind, id, op, args...]   (request)
+ *                         | msgpack array [kind, id, status, results...] (reply)
+ *                         | msgpack array [kind, 0, event, args...]  (push)
+ *
+ * docs/protocol.md is the full specification. */
+#ifndef PROTO_H
+#define PROTO_H
+
+#include <msgpack.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv.h"
+
+#define PROTO_MAGIC "RDZV"
+#define PROTO_MAGIC_LEN 4
+#define PROTO_HDR 4
+#define PROTO_NONCE_LEN 32
+#define PROTO_MAC_LEN 32
+
+enum { PROTO_REQUEST = 0, PROTO_REPLY = 1, PROTO_PUSH = 2 };
+
+/* Request ops. The numbers are part of the protocol: append only. */
+#define PROTO_OP_MAP(XX)                                                       \
+  XX(HELLO, 1, "hello")                                                        \
+  XX(PING, 2, "ping")                                                          \
+  XX(SET, 3, "set")                                                            \
+  XX(GET, 4, "get")                                                            \
+  XX(CHECK, 5, "check")                                                        \
+  XX(ADD, 6, "add")                                                            \
+  XX(CAS, 7, "compare_set")                                                    \
+  XX(WAIT, 8, "wait")                                                          \
+  XX(DELETE, 9, "delete")                                                      \
+  XX(NUMKEYS, 10, "num_keys")                                                  \
+  XX(APPEND, 11, "append")                                                     \
+  XX(MGET, 12, "multi_get")                                                    \
+  XX(MSET, 13, "multi_set")                                                    \
+  XX(BARRIER, 14, "barrier")                                                   \
+  XX(LIST, 15, "list_keys")                                                    \
+  XX(CANCEL, 16, "cancel")                                                     \
+  XX(JOIN, 32, "rdzv_join")                                                    \
+  XX(HEARTBEAT, 33, "rdzv_heartbeat")                                          \
+  XX(LEAVE, 34, "rdzv_leave")                                                  \
+  XX(REPORT, 35, "rdzv_report")                                                \
+  XX(STATUS, 36, "rdzv_status")                                                \
+  XX(SUBSCRIBE, 37, "rdzv_subscribe")
+
+typedef enum {
+#define PROTO_XX(name, val, str) PROTO_OP_##name = (val),
+  PROTO_OP_MAP(PROTO_XX)
+#undef PROTO_XX
+  PROTO_OP_MAX_ = 64
+} proto_op_t;
+
+/* Push events (server -> client). */
+#define PROTO_EV_MAP(XX)                                                       \
+  XX(CHALLENGE, 1, "challenge")                                                \
+  XX(ROUND, 2, "round")                                                        \
+  XX(RESTART, 3, "restart")                                                    \
+  XX(MEMBERS, 4, "members")                                                    \
+  XX(SHUTDOWN, 5, "shutdown")                                                  \
+  XX(WAITING, 6, "waiting")
+
+typedef enum {
+#define PROTO_XX(name, val, str) PROTO_EV_##name = (val),
+  PROTO_EV_MAP(PROTO_XX)
+#undef PROTO_XX
+  PROTO_EV_MAX_ = 64
+} proto_ev_t;
+
+const char *proto_op_name(int op);
+const char *proto_ev_name(int ev);
+
+/* Limits of one decoded frame. */
+typedef struct proto_limits_s {
+  uint32_t max_frame;   /* bytes of one frame body */
+  uint32_t max_items;   /* msgpack objects in one frame */
+  uint32_t max_depth;   /* nesting of arrays/maps */
+} proto_limits_t;
+
+#define PROTO_LIMITS_DEFAULT {16u << 20, 300000u, 4u}
+
+/* ---- decoding ------------------------------------------------------------ */
+
+/* Read the big-endian length at p (>= 4 bytes). */
+uint32_t proto_get_len(const uint8_t *p);
+void proto_put_len(uint8_t *p, uint32_t n);
+
+/* Check that buf[0..n) is exactly one well-formed msgpack object within the
+ * limits (objects, depth), before anything is allocated for it.
+ * RET 0, RDZV_EPROTO (malformed or trailing bytes), RDZV_ETOOBIG. */
+int proto_scan(const uint8_t *buf, size_t n, const proto_limits_t *lim);
+
+/* A decoded message. Strings and binaries point into the frame buffer, which
+ * must outlive the message; containers live in the zone. */
+typedef struct proto_msg_s {
+  int kind;
+  uint64_t id;
+  int64_t op;                 /* op (request), status (reply), event (push) */
+  const msgpack_object *args; /* the elements after op */
+  uint32_t nargs;
+  msgpack_zone zone;
+  int zone_live;
+} proto_msg_t;
+
+/* Decode one frame body (after the length). Runs proto_scan first.
+ * OUT *msg: free with proto_msg_free(). RET 0, RDZV_EPROTO, RDZV_ETOOBIG,
+ * RDZV_ENOMEM. */
+int proto_decode(const uint8_t *buf, size_t n, const proto_limits_t *lim,
+                 proto_msg_t *msg);
+void proto_msg_free(proto_msg_t *msg);
+
+/* Typed access to msg->args[i]; RET 0 or RDZV_EPROTO. */
+int proto_arg_bytes(const proto_msg_t *m, uint32_t i, const char **p,
+                    size_t *n);            /* str or bin */
+int proto_arg_bytes_or_nil(const proto_msg_t *m, uint32_t i, const char **p,
+                           size_t *n, int *is_nil);
+int proto_arg_i64(const proto_msg_t *m, uint32_t i, int64_t *v);
+int proto_arg_array(const proto_msg_t *m, uint32_t i,
+                    const msgpack_object **items, uint32_t *n);
+int proto_obj_bytes(const msgpack_object *o, const char **p, size_t *n);
+int proto_obj_i64(const msgpack_object *o, int64_t *v);
+
+/* ---- encoding ------------------------------------------------------------- */
+
+/* An encoder writes frames into a growable buffer: proto_enc_begin() reserves
+ * the length, the caller packs the array with pk, proto_enc_end() patches the
+ * length. Several frames may follow each other in one buffer. */
+typedef struct proto_enc_s {
+  char *data;
+  size_t len, cap;
+  int oom;            /* an allocation failed; the buffer is incomplete */
+  msgpack_packer pk;
+  size_t frame_start;
+} proto_enc_t;
+
+void proto_enc_init(proto_enc_t *e);
+void proto_enc_destroy(proto_enc_t *e);
+void proto_enc_reset(proto_enc_t *e); /* keep the memory, drop the bytes */
+/* Begin a frame holding an array of `count` elements. */
+void proto_enc_begin(proto_enc_t *e, uint32_t count);
+/* Patch the frame length. RET 0, RDZV_ENOMEM (the frame is dropped),
+ * RDZV_ETOOBIG (over 4 GiB). */
+int proto_enc_end(proto_enc_t *e);
+/* Append raw bytes (the magic). RET 0 or RDZV_ENOMEM. */
+int proto_enc_raw(proto_enc_t *e, const void *p, size_t n);
+void proto_pack_bytes(msgpack_packer *pk, const void *p, size_t n); /* bin */
+void proto_pack_str(msgpack_packer *pk, const char *s);
+
+/* ---- authentication ------------------------------------------------------ */
+
+/* HMAC-SHA256(token, label || nonce || job || role) into mac[32]. The label
+ * separates the client's proof ("rdzv-client") from the server's
+ * ("rdzv-server"). RET 0 or RDZV_ENOMEM. */
+int proto_mac(const void *token, size_t token_len, const char *label,
+              const uint8_t *nonce, size_t nonce_len, const char *job,
+              const char *role, uint8_t mac[PROTO_MAC_LEN]);
+/* Constant-time comparison. */
+int proto_mac_equal(const uint8_t *a, const uint8_t *b, size_t n);
+
+#endif /* PROTO_H */

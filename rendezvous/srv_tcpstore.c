@@ -1,0 +1,353 @@
+/* srv_tcpstore.c - run parsed TCPStore requests against a job's store and
+ * write the replies in TCPStore's encoding (little-endian integers). */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_int.h"
+#include "tcpstore.h"
+
+/* ---- replies ------------------------------------------------------------------ */
+
+static void out_raw(conn_t *c, const void *p, size_t n) {
+  if (c->state == CONN_CLOSING)
+    return;
+  /* Never close from here: this may run inside a store wake-up. The flush
+   * closes a connection whose output could not be queued. */
+  if (proto_enc_raw(&c->out, p, n) != 0)
+    c->broken = 1;
+  srv__mark_dirty(c);
+}
+
+static void out_u8(conn_t *c, uint8_t v) { out_raw(c, &v, 1); }
+
+static void out_u64(conn_t *c, uint64_t v) {
+  uint8_t b[8];
+  for (int i = 0; i < 8; i++)
+    b[i] = (uint8_t)(v >> (8 * i));
+  out_raw(c, b, 8);
+}
+
+static void out_u32(conn_t *c, uint32_t v) {
+  uint8_t b[4];
+  for (int i = 0; i < 4; i++)
+    b[i] = (uint8_t)(v >> (8 * i));
+  out_raw(c, b, 4);
+}
+
+static void out_bytes(conn_t *c, const void *p, uint64_t n) {
+  out_u64(c, n);
+  if (n)
+    out_raw(c, p, (size_t)n);
+}
+
+/* ---- waits --------------------------------------------------------------------- */
+
+enum { STOP_WAITING = 0, WAIT_CANCELED = 1 };
+enum { READY = 0, NOT_READY = 1 };
+enum { KEY_CALLBACK_REGISTERED = 3 };
+
+static void ts_forget_wait(conn_t *c, store_waiter_t *w) {
+  for (uint32_t i = 0; i < c->ts_nwaits; i++)
+    if (c->ts_waits[i] == w) {
+      c->ts_waits[i] = c->ts_waits[--c->ts_nwaits];
+      c->npend--;
+      c->srv->stats.waits_pending--;
+      return;
+    }
+}
+
+static void ts_wait_done(store_waiter_t *w, void *data) {
+  conn_t *c = data;
+  ts_forget_wait(c, w);
+  out_u8(c, STOP_WAITING);
+}
+
+/* Register a wait; RET 0 when registered or answered, -1 to close. */
+static int ts_start_wait(conn_t *c, const store_key_t *keys, uint32_t n,
+                         int kind, int64_t threshold) {
+  store_waiter_t *w;
+  int rc;
+  if (c->npend >= c->srv->cfg.max_waits) {
+    srv__bad_input(c, "more than %u pending waits on one connection",
+                   c->srv->cfg.max_waits);
+    return -1;
+  }
+  if (c->ts_nwaits == c->ts_capwaits) {
+    uint32_t ncap = c->ts_capwaits ? c->ts_capwaits * 2 : 4;
+    store_waiter_t **nw = realloc(c->ts_waits, ncap * sizeof(*nw));
+    if (nw == NULL)
+      return -1;
+    c->ts_waits = nw;
+    c->ts_capwaits = ncap;
+  }
+  rc = store_wait(c->job->store, keys, n, kind, threshold, ts_wait_done, c,
+                  &w);
+  if (rc < 0)
+    return -1;
+  if (rc == 1) {
+    out_u8(c, STOP_WAITING);
+    return 0;
+  }
+  c->ts_waits[c->ts_nwaits++] = w;
+  c->npend++;
+  c->srv->stats.waits_pending++;
+  return 0;
+}
+
+static void ts_cancel_waits(conn_t *c) {
+  while (c->ts_nwaits > 0) {
+    store_wait_cancel(c->ts_waits[c->ts_nwaits - 1]);
+    c->ts_nwaits--;
+    c->npend--;
+    c->srv->stats.waits_pending--;
+  }
+}
+
+static void ts_watch_cb(store_watch_t *w, int ev, const void *key, size_t klen,
+                        const uint8_t *old, size_t olen, const uint8_t *nval,
+                        size_t nlen, void *data) {
+  conn_t *c = data;
+  (void)w;
+  out_u8(c, (uint8_t)ev);
+  out_bytes(c, key, klen);
+  out_bytes(c, old, ev == STORE_EV_CREATED ? 0 : olen);
+  out_bytes(c, nval, ev == STORE_EV_DELETED ? 0 : nlen);
+}
+
+/* Collect the keys of a validated CHECK/WAIT/MULTI_GET list. */
+static store_key_t *list_keys(const ts_req_t *r) {
+  store_key_t *keys = malloc((r->count ? r->count : 1) * sizeof(*keys));
+  const uint8_t *p = r->list;
+  if (keys == NULL)
+    return NULL;
+  for (uint64_t i = 0; i < r->count; i++) {
+    uint64_t l;
+    keys[i].p = ts_next_str(&p, &l);
+    keys[i].n = (size_t)l;
+  }
+  return keys;
+}
+
+struct list_ctx {
+  conn_t *c;
+};
+
+static void list_one(const void *key, size_t klen, const uint8_t *val,
+                     size_t vlen, void *arg) {
+  struct list_ctx *x = arg;
+  (void)val;
+  (void)vlen;
+  out_bytes(x->c, key, klen);
+}
+
+/* Run one parsed request. RET 0, or -1 to close the connection. */
+static int ts_exec(conn_t *c, const ts_req_t *r) {
+  store_t *st = c->job->store;
+  const uint8_t *v;
+  size_t vlen;
+  int rc = 0;
+
+  switch (r->op) {
+  case TS_VALIDATE:
+    if (r->u32 != TS_VALIDATION_MAGIC) {
+      srv__bad_input(c, "TCPStore VALIDATE with wrong magic 0x%08x",
+                     (unsigned)r->u32);
+      return -1;
+    }
+    return 0;
+  case TS_PING:
+    out_u32(c, r->u32);
+    return 0;
+  case TS_SET:
+    rc = store_set(st, r->key, r->klen, r->v1, r->v1len);
+    break;
+  case TS_APPEND:
+    rc = store_append(st, r->key, r->klen, r->v1, r->v1len);
+    break;
+  case TS_COMPARE_SET: {
+    int swapped = 0;
+    v = store_get(st, r->key, r->klen, &vlen);
+    if (v == NULL && r->v1len != 0) {
+      /* TCPStore's documented quirk: an absent key with a non-empty
+       * expected value answers the expected value and stores nothing. */
+      out_bytes(c, r->v1, r->v1len);
+      return 0;
+    }
+    rc = store_cas(st, r->key, r->klen, r->v1, r->v1len, v == NULL, r->v2,
+                   r->v2len, &swapped);
+    if (rc != 0)
+      break;
+    v = store_get(st, r->key, r->klen, &vlen);
+    out_bytes(c, v, v ? vlen : 0);
+    return 0;
+  }
+  case TS_GET:
+    v = store_get(st, r->key, r->klen, &vlen);
+    out_bytes(c, v, v ? vlen : 0);
+    return 0;
+  case TS_ADD: {
+    int64_t res = 0;
+    rc = store_add(st, r->key, r->klen, r->i64, &res);
+    if (rc == RDZV_ENOTNUM) {
+      srv__bad_input(c, "TCPStore ADD on key '%.*s' whose value is not an "
+                        "integer", (int)LU_MIN(r->klen, 64), r->key);
+      return -1;
+    }
+    if (rc == 0)
+      out_u64(c, (uint64_t)res);
+    break;
+  }
+  case TS_CHECK:
+  case TS_WAIT:
+  case TS_MULTI_GET: {
+    store_key_t *keys = list_keys(r);
+    if (keys == NULL)
+      return -1;
+    if (r->op == TS_CHECK) {
+      int ready = 1;
+      for (uint64_t i = 0; i < r->count && ready; i++)
+        ready = store_exists(st, keys[i].p, keys[i].n);
+      out_u8(c, ready ? READY : NOT_READY);
+    } else if (r->op == TS_WAIT) {
+      rc = ts_start_wait(c, keys, (uint32_t)r->count, STORE_WAIT_EXISTS, 0);
+    } else {
+      for (uint64_t i = 0; i < r->count; i++) {
+        v = store_get(st, keys[i].p, keys[i].n, &vlen);
+        out_bytes(c, v, v ? vlen : 0);
+      }
+    }
+    free(keys);
+    return rc;
+  }
+  case TS_MULTI_SET: {
+    const uint8_t *p = r->list;
+    for (uint64_t i = 0; i < r->count && rc == 0; i++) {
+      uint64_t kl, vl;
+      const uint8_t *k = ts_next_str(&p, &kl);
+      const uint8_t *val = ts_next_str(&p, &vl);
+      rc = store_set(st, k, kl, val, vl);
+    }
+    break;
+  }
+  case TS_GETNUMKEYS:
+    out_u64(c, store_num_keys(st));
+    return 0;
+  case TS_DELETE_KEY:
+    out_u64(c, (uint64_t)store_delete(st, r->key, r->klen));
+    return 0;
+  case TS_CANCEL_WAIT:
+    ts_cancel_waits(c);
+    out_u8(c, WAIT_CANCELED);
+    return 0;
+  case TS_QUEUE_PUSH:
+    rc = store_queue_push(st, r->key, r->klen, r->v1, r->v1len);
+    break;
+  case TS_QUEUE_POP: {
+    int64_t len = store_queue_len(st, r->key, r->klen);
+    uint8_t *item = NULL;
+    size_t ilen = 0;
+    out_u64(c, (uint64_t)len);
+    if (len > 0) {
+      rc = store_queue_pop(st, r->key, r->klen, &item, &ilen);
+      if (rc < 0)
+        return -1;
+      out_bytes(c, item, ilen);
+      free(item);
+    }
+    return 0;
+  }
+  case TS_QUEUE_LEN:
+    out_u64(c, (uint64_t)store_queue_len(st, r->key, r->klen));
+    return 0;
+  case TS_LIST_KEYS: {
+    struct list_ctx x = {c};
+    out_u64(c, store_num_keys(st));
+    store_foreach(st, list_one, &x);
+    return 0;
+  }
+  case TS_BARRIER: {
+    int64_t count = 0;
+    store_key_t k = {r->key, (size_t)r->klen};
+    rc = store_add(st, r->key, r->klen, 1, &count);
+    if (rc == RDZV_ENOTNUM) {
+      srv__bad_input(c, "TCPStore BARRIER on a non-integer key");
+      return -1;
+    }
+    if (rc != 0)
+      break;
+    return ts_start_wait(c, &k, 1, STORE_WAIT_GE, r->i64);
+  }
+  case TS_WATCH_KEY: {
+    store_watch_t *w;
+    if (c->ts_nwatches >= c->srv->cfg.max_waits) {
+      srv__bad_input(c, "more than %u watched keys on one connection",
+                     c->srv->cfg.max_waits);
+      return -1;
+    }
+    if (c->ts_nwatches == c->ts_capwatches) {
+      uint32_t ncap = c->ts_capwatches ? c->ts_capwatches * 2 : 4;
+      store_watch_t **nw = realloc(c->ts_watches, ncap * sizeof(*nw));
+      if (nw == NULL)
+        return -1;
+      c->ts_watches = nw;
+      c->ts_capwatches = ncap;
+    }
+    if (store_watch(st, r->key, r->klen, ts_watch_cb, c, &w) != 0)
+      return -1;
+    c->ts_watches[c->ts_nwatches++] = w;
+    out_u8(c, KEY_CALLBACK_REGISTERED);
+    return 0;
+  }
+  default:
+    return -1;
+  }
+  if (rc == RDZV_ETOOBIG) {
+    srv__bad_input(c, "TCPStore %s refused: job '%s' store is full (%zu "
+                      "bytes); closing", ts_op_name(r->op), c->job->name,
+                   store_bytes(st));
+    return -1;
+  }
+  return rc == 0 ? 0 : -1;
+}
+
+ssize_t srv__ts_input(conn_t *c, const uint8_t *buf, size_t n) {
+  size_t done = 0;
+  while (done < n && c->state == CONN_TS) {
+    ts_req_t r;
+    ssize_t k = ts_parse(c->ts_dialect, buf + done, n - done, &c->srv->tlim,
+                         &r, NULL);
+    if (k == TS_NEED_MORE)
+      break;
+    if (k == TS_BAD_OP) {
+      srv__bad_input(c, "unknown TCPStore %s opcode %u",
+                     c->ts_dialect == TS_DIALECT_V1 ? "1.13" : "2.x",
+                     (unsigned)buf[done]);
+      return -1;
+    }
+    if (k == TS_TOO_BIG) {
+      srv__bad_input(c, "TCPStore %s request over a limit (key %u B, value "
+                        "%u B, %u keys, %u B in all)",
+                     ts_op_name(r.op), c->srv->cfg.max_key,
+                     c->srv->cfg.max_value, c->srv->cfg.max_keys,
+                     c->srv->cfg.max_frame);
+      return -1;
+    }
+    c->srv->stats.requests++;
+    if (ts_exec(c, &r) != 0)
+      return -1;
+    done += (size_t)k;
+  }
+  return (ssize_t)done;
+}
+
+void srv__ts_conn_closed(conn_t *c) {
+  ts_cancel_waits(c);
+  while (c->ts_nwatches > 0)
+    store_unwatch(c->ts_watches[--c->ts_nwatches]);
+  free(c->ts_waits);
+  free(c->ts_watches);
+  c->ts_waits = NULL;
+  c->ts_watches = NULL;
+  c->ts_capwaits = c->ts_capwatches = 0;
+}

@@ -1,0 +1,737 @@
+/* store.c - hash table of entries; each entry holds a value, a queue, the
+ * waiters on its key and its watches. */
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lu.h"
+#include "store.h"
+
+#define STORE_MAGIC 0x53544f52u /* "STOR" */
+#define ENTRY_OVERHEAD 64       /* bookkeeping counted against max_bytes */
+
+typedef struct entry_s entry_t;
+
+typedef struct wnode_s {
+  struct wnode_s *prev, *next; /* in the entry's waiter list */
+  store_waiter_t *w;
+  entry_t *e; /* NULL when detached */
+} wnode_t;
+
+typedef struct qitem_s {
+  struct qitem_s *next;
+  size_t len;
+  uint8_t data[];
+} qitem_t;
+
+struct store_watch_s {
+  store_watch_t *prev, *next;
+  store_t *s;
+  entry_t *e;
+  store_watch_cb cb;
+  void *data;
+};
+
+struct entry_s {
+  entry_t *chain;
+  uint64_t hash;
+  uint8_t *val;
+  size_t vlen;
+  int has_val;
+  qitem_t *qhead, *qtail;
+  int64_t qlen;
+  wnode_t waiters; /* sentinel of a circular list */
+  store_watch_t *watches;
+  size_t klen;
+  uint8_t key[];
+};
+
+struct store_waiter_s {
+  store_t *s;
+  store_wake_cb cb;
+  void *data;
+  int kind;
+  int64_t threshold;
+  uint32_t n, remaining;
+  wnode_t nodes[];
+};
+
+typedef struct barrier_s barrier_t;
+struct store_bwait_s {
+  store_bwait_t *prev, *next;
+  barrier_t *b;
+  store_barrier_cb cb;
+  void *data;
+};
+
+struct barrier_s {
+  barrier_t *next;
+  store_t *s;
+  uint32_t count, arrived;
+  store_bwait_t *head;
+  size_t nlen;
+  uint8_t name[];
+};
+
+struct store_s {
+  unsigned magic;
+  entry_t **buckets;
+  size_t nbuckets, nentries, nkeys;
+  size_t bytes, max_bytes;
+  uint64_t seed;
+  barrier_t *barriers;
+  size_t nwaiters, nwatches, nbwaits; /* outstanding, for store_free */
+};
+
+/* A keyed 64-bit hash (per-store random seed) so that clients cannot
+ * aim many keys at one bucket. */
+static uint64_t hash_bytes(uint64_t seed, const void *p, size_t n) {
+  const uint8_t *b = p;
+  uint64_t h = seed ^ (0x9e3779b97f4a7c15ull * (n + 1));
+  while (n >= 8) {
+    uint64_t k;
+    memcpy(&k, b, 8);
+    k *= 0xbf58476d1ce4e5b9ull;
+    k ^= k >> 31;
+    h = (h ^ k) * 0x94d049bb133111ebull;
+    h ^= h >> 29;
+    b += 8;
+    n -= 8;
+  }
+  if (n > 0) {
+    uint64_t k = 0;
+    memcpy(&k, b, n);
+    k *= 0xbf58476d1ce4e5b9ull;
+    k ^= k >> 31;
+    h = (h ^ k) * 0x94d049bb133111ebull;
+  }
+  h ^= h >> 32;
+  h *= 0xd6e8feb86659fd93ull;
+  h ^= h >> 32;
+  return h;
+}
+
+int store_new(size_t max_bytes, store_t **out) {
+  store_t *s = calloc(1, sizeof(*s));
+  if (s == NULL)
+    return RDZV_ENOMEM;
+  s->nbuckets = 64;
+  s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
+  if (s->buckets == NULL) {
+    free(s);
+    return RDZV_ENOMEM;
+  }
+  s->max_bytes = max_bytes ? max_bytes : (size_t)1 << 30;
+  if (lu_random(&s->seed, sizeof(s->seed)) != 0)
+    s->seed = (uint64_t)(uintptr_t)s ^ lu_now_ns();
+  s->magic = STORE_MAGIC;
+  *out = s;
+  return 0;
+}
+
+static void entry_free_contents(entry_t *e) {
+  qitem_t *q = e->qhead;
+  while (q) {
+    qitem_t *n = q->next;
+    free(q);
+    q = n;
+  }
+  free(e->val);
+}
+
+void store_free(store_t *s) {
+  if (s == NULL)
+    return;
+  assert(s->magic == STORE_MAGIC);
+  assert(s->nwaiters == 0 && s->nwatches == 0 && s->nbwaits == 0);
+  for (size_t i = 0; i < s->nbuckets; i++) {
+    entry_t *e = s->buckets[i];
+    while (e) {
+      entry_t *n = e->chain;
+      entry_free_contents(e);
+      free(e);
+      e = n;
+    }
+  }
+  while (s->barriers) {
+    barrier_t *b = s->barriers;
+    s->barriers = b->next;
+    free(b);
+  }
+  free(s->buckets);
+  s->magic = 0;
+  free(s);
+}
+
+static entry_t *lookup(store_t *s, const void *key, size_t klen, uint64_t h) {
+  entry_t *e = s->buckets[h & (s->nbuckets - 1)];
+  for (; e; e = e->chain)
+    if (e->hash == h && e->klen == klen && memcmp(e->key, key, klen) == 0)
+      return e;
+  return NULL;
+}
+
+static void grow(store_t *s) {
+  size_t nb = s->nbuckets * 2;
+  entry_t **b = calloc(nb, sizeof(*b));
+  if (b == NULL)
+    return; /* keep the longer chains; still correct */
+  for (size_t i = 0; i < s->nbuckets; i++) {
+    entry_t *e = s->buckets[i];
+    while (e) {
+      entry_t *n = e->chain;
+      e->chain = b[e->hash & (nb - 1)];
+      b[e->hash & (nb - 1)] = e;
+      e = n;
+    }
+  }
+  free(s->buckets);
+  s->buckets = b;
+  s->nbuckets = nb;
+}
+
+static entry_t *get_or_create(store_t *s, const void *key, size_t klen) {
+  uint64_t h = hash_bytes(s->seed, key, klen);
+  entry_t *e = lookup(s, key, klen, h);
+  if (e)
+    return e;
+  e = calloc(1, sizeof(*e) + klen);
+  if (e == NULL)
+    return NULL;
+  e->hash = h;
+  e->klen = klen;
+  memcpy(e->key, key, klen);
+  e->waiters.prev = e->waiters.next = &e->waiters;
+  e->chain = s->buckets[h & (s->nbuckets - 1)];
+  s->buckets[h & (s->nbuckets - 1)] = e;
+  if (++s->nentries > s->nbuckets)
+    grow(s);
+  return e;
+}
+
+/* Free the entry once nothing refers to it. */
+static void maybe_drop(store_t *s, entry_t *e) {
+  entry_t **pp;
+  if (e->has_val || e->qhead || e->waiters.next != &e->waiters || e->watches)
+    return;
+  pp = &s->buckets[e->hash & (s->nbuckets - 1)];
+  while (*pp != e)
+    pp = &(*pp)->chain;
+  *pp = e->chain;
+  s->nentries--;
+  entry_free_contents(e);
+  free(e);
+}
+
+static entry_t *find(store_t *s, const void *key, size_t klen) {
+  return lookup(s, key, klen, hash_bytes(s->seed, key, klen));
+}
+
+const uint8_t *store_get(store_t *s, const void *key, size_t klen,
+                         size_t *vlen) {
+  entry_t *e = find(s, key, klen);
+  if (e == NULL || !e->has_val)
+    return NULL;
+  *vlen = e->vlen;
+  /* A zero-length value still needs a non-NULL pointer. */
+  return e->val ? e->val : (const uint8_t *)"";
+}
+
+int store_exists(store_t *s, const void *key, size_t klen) {
+  entry_t *e = find(s, key, klen);
+  return e != NULL && (e->has_val || e->qhead != NULL);
+}
+
+size_t store_num_keys(const store_t *s) { return s->nkeys; }
+size_t store_bytes(const store_t *s) { return s->bytes; }
+
+/* ---- waking --------------------------------------------------------------- */
+
+static void node_detach(wnode_t *n) {
+  entry_t *e = n->e;
+  n->prev->next = n->next;
+  n->next->prev = n->prev;
+  n->prev = n->next = n;
+  n->e = NULL;
+  (void)e;
+}
+
+static void waiter_finish(store_waiter_t *w) {
+  store_t *s = w->s;
+  /* Every node is detached already (remaining == 0) for EXISTS waiters;
+   * a GE waiter's single node is detached by the caller. */
+  s->nwaiters--;
+  w->cb(w, w->data);
+  free(w);
+}
+
+static int value_ge(const entry_t *e, int64_t threshold) {
+  int64_t v;
+  if (!e->has_val || lu_parse_i64((const char *)e->val, e->vlen, &v) != 0)
+    return 0;
+  return v >= threshold;
+}
+
+/* Wake waiters after the entry changed. `one` wakes a single EXISTS waiter
+ * (queue push). */
+static void wake(store_t *s, entry_t *e, int one) {
+  wnode_t *n = e->waiters.next;
+  (void)s;
+  while (n != &e->waiters) {
+    wnode_t *next = n->next;
+    store_waiter_t *w = n->w;
+    if (w->kind == STORE_WAIT_GE) {
+      if (value_ge(e, w->threshold)) {
+        node_detach(n);
+        w->remaining = 0;
+        waiter_finish(w);
+      }
+    } else {
+      node_detach(n);
+      if (--w->remaining == 0)
+        waiter_finish(w);
+      if (one)
+        break;
+    }
+    n = next;
+  }
+}
+
+static void notify_watches(entry_t *e, int ev, const uint8_t *old,
+                           size_t olen) {
+  store_watch_t *w = e->watches;
+  while (w) {
+    store_watch_t *next = w->next;
+    w->cb(w, ev, e->key, e->klen, old, olen, e->val, e->has_val ? e->vlen : 0,
+          w->data);
+    w = next;
+  }
+}
+
+/* Replace the value; the old one is handed to watchers, then freed. */
+static int put_value(store_t *s, entry_t *e, uint8_t *nv, size_t nlen) {
+  uint8_t *old = e->val;
+  size_t olen = e->vlen;
+  int had = e->has_val;
+  e->val = nv;
+  e->vlen = nlen;
+  e->has_val = 1;
+  if (!had) {
+    s->nkeys++;
+    s->bytes += e->klen + ENTRY_OVERHEAD;
+  } else {
+    s->bytes -= olen;
+  }
+  s->bytes += nlen;
+  if (e->watches)
+    notify_watches(e, had ? STORE_EV_UPDATED : STORE_EV_CREATED, old, olen);
+  free(old);
+  wake(s, e, 0);
+  return 0;
+}
+
+static int room_for(store_t *s, const entry_t *e, size_t klen, size_t nlen) {
+  size_t add = nlen + ((e && e->has_val) ? 0 : klen + ENTRY_OVERHEAD);
+  size_t sub = (e && e->has_val) ? e->vlen : 0;
+  return s->bytes - sub + add <= s->max_bytes;
+}
+
+static uint8_t *dup_bytes(const void *p, size_t n) {
+  uint8_t *d = malloc(n ? n : 1);
+  if (d && n)
+    memcpy(d, p, n);
+  return d;
+}
+
+int store_set(store_t *s, const void *key, size_t klen, const void *val,
+              size_t vlen) {
+  entry_t *e = find(s, key, klen);
+  uint8_t *nv;
+  if (!room_for(s, e, klen, vlen))
+    return RDZV_ETOOBIG;
+  if ((nv = dup_bytes(val, vlen)) == NULL)
+    return RDZV_ENOMEM;
+  if (e == NULL && (e = get_or_create(s, key, klen)) == NULL) {
+    free(nv);
+    return RDZV_ENOMEM;
+  }
+  return put_value(s, e, nv, vlen);
+}
+
+int store_append(store_t *s, const void *key, size_t klen, const void *val,
+                 size_t vlen) {
+  entry_t *e = find(s, key, klen);
+  size_t cur = (e && e->has_val) ? e->vlen : 0;
+  uint8_t *nv;
+  if (cur + vlen < cur || !room_for(s, e, klen, cur + vlen))
+    return RDZV_ETOOBIG;
+  if ((nv = malloc(cur + vlen ? cur + vlen : 1)) == NULL)
+    return RDZV_ENOMEM;
+  if (cur)
+    memcpy(nv, e->val, cur);
+  if (vlen)
+    memcpy(nv + cur, val, vlen);
+  if (e == NULL && (e = get_or_create(s, key, klen)) == NULL) {
+    free(nv);
+    return RDZV_ENOMEM;
+  }
+  return put_value(s, e, nv, cur + vlen);
+}
+
+int store_add(store_t *s, const void *key, size_t klen, int64_t delta,
+              int64_t *result) {
+  entry_t *e = find(s, key, klen);
+  int64_t v = 0;
+  char buf[32];
+  int n;
+  uint8_t *nv;
+  if (e && e->has_val) {
+    if (lu_parse_i64((const char *)e->val, e->vlen, &v) != 0)
+      return RDZV_ENOTNUM;
+  }
+  /* Wrap like TCPStore's int64 arithmetic does, without UB. */
+  v = (int64_t)((uint64_t)v + (uint64_t)delta);
+  n = snprintf(buf, sizeof(buf), "%" PRId64, v);
+  if (!room_for(s, e, klen, (size_t)n))
+    return RDZV_ETOOBIG;
+  if ((nv = dup_bytes(buf, (size_t)n)) == NULL)
+    return RDZV_ENOMEM;
+  if (e == NULL && (e = get_or_create(s, key, klen)) == NULL) {
+    free(nv);
+    return RDZV_ENOMEM;
+  }
+  if (result)
+    *result = v;
+  return put_value(s, e, nv, (size_t)n);
+}
+
+int store_cas(store_t *s, const void *key, size_t klen, const void *expected,
+              size_t elen, int expect_absent, const void *desired,
+              size_t dlen, int *swapped) {
+  entry_t *e = find(s, key, klen);
+  int match;
+  uint8_t *nv;
+  *swapped = 0;
+  if (e == NULL || !e->has_val)
+    match = expect_absent;
+  else
+    match = !expect_absent && e->vlen == elen &&
+            (elen == 0 || memcmp(e->val, expected, elen) == 0);
+  if (!match)
+    return 0;
+  if (!room_for(s, e, klen, dlen))
+    return RDZV_ETOOBIG;
+  if ((nv = dup_bytes(desired, dlen)) == NULL)
+    return RDZV_ENOMEM;
+  if (e == NULL && (e = get_or_create(s, key, klen)) == NULL) {
+    free(nv);
+    return RDZV_ENOMEM;
+  }
+  *swapped = 1;
+  return put_value(s, e, nv, dlen);
+}
+
+int store_delete(store_t *s, const void *key, size_t klen) {
+  entry_t *e = find(s, key, klen);
+  uint8_t *old;
+  size_t olen;
+  if (e == NULL || !e->has_val)
+    return 0;
+  old = e->val;
+  olen = e->vlen;
+  e->val = NULL;
+  e->vlen = 0;
+  e->has_val = 0;
+  s->nkeys--;
+  s->bytes -= olen + e->klen + ENTRY_OVERHEAD;
+  if (e->watches)
+    notify_watches(e, STORE_EV_DELETED, old, olen);
+  free(old);
+  maybe_drop(s, e);
+  return 1;
+}
+
+void store_foreach(store_t *s,
+                   void (*fn)(const void *key, size_t klen, const uint8_t *val,
+                              size_t vlen, void *arg),
+                   void *arg) {
+  for (size_t i = 0; i < s->nbuckets; i++)
+    for (entry_t *e = s->buckets[i]; e; e = e->chain)
+      if (e->has_val)
+        fn(e->key, e->klen, e->val ? e->val : (const uint8_t *)"", e->vlen,
+           arg);
+}
+
+/* ---- queues ------------------------------------------------------------------ */
+
+int store_queue_push(store_t *s, const void *key, size_t klen, const void *val,
+                     size_t vlen) {
+  entry_t *e;
+  qitem_t *q;
+  size_t cost = vlen + sizeof(qitem_t) + ENTRY_OVERHEAD / 4;
+  if (s->bytes + cost > s->max_bytes)
+    return RDZV_ETOOBIG;
+  if ((q = malloc(sizeof(*q) + vlen)) == NULL)
+    return RDZV_ENOMEM;
+  if ((e = get_or_create(s, key, klen)) == NULL) {
+    free(q);
+    return RDZV_ENOMEM;
+  }
+  q->next = NULL;
+  q->len = vlen;
+  if (vlen)
+    memcpy(q->data, val, vlen);
+  if (e->qtail)
+    e->qtail->next = q;
+  else
+    e->qhead = q;
+  e->qtail = q;
+  e->qlen++;
+  s->bytes += cost;
+  wake(s, e, 1);
+  return 0;
+}
+
+int store_queue_pop(store_t *s, const void *key, size_t klen, uint8_t **val,
+                    size_t *vlen) {
+  entry_t *e = find(s, key, klen);
+  qitem_t *q;
+  uint8_t *d;
+  if (e == NULL || e->qhead == NULL)
+    return 0;
+  q = e->qhead;
+  if ((d = dup_bytes(q->data, q->len)) == NULL)
+    return RDZV_ENOMEM;
+  e->qhead = q->next;
+  if (e->qhead == NULL)
+    e->qtail = NULL;
+  e->qlen--;
+  s->bytes -= q->len + sizeof(qitem_t) + ENTRY_OVERHEAD / 4;
+  *val = d;
+  *vlen = q->len;
+  free(q);
+  maybe_drop(s, e);
+  return 1;
+}
+
+int64_t store_queue_len(store_t *s, const void *key, size_t klen) {
+  entry_t *e = find(s, key, klen);
+  return e ? e->qlen : 0;
+}
+
+/* ---- waiters --------------------------------------------------------------- */
+
+int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
+               int64_t threshold, store_wake_cb cb, void *data,
+               store_waiter_t **out) {
+  store_waiter_t *w;
+  uint32_t missing = 0;
+
+  if (kind == STORE_WAIT_GE) {
+    entry_t *e;
+    if (n != 1)
+      return RDZV_EINVAL;
+    e = find(s, keys[0].p, keys[0].n);
+    if (e && value_ge(e, threshold))
+      return 1;
+  } else {
+    for (uint32_t i = 0; i < n; i++)
+      if (!store_exists(s, keys[i].p, keys[i].n))
+        missing++;
+    if (missing == 0)
+      return 1;
+  }
+  w = calloc(1, sizeof(*w) + (size_t)n * sizeof(wnode_t));
+  if (w == NULL)
+    return RDZV_ENOMEM;
+  w->s = s;
+  w->cb = cb;
+  w->data = data;
+  w->kind = kind;
+  w->threshold = threshold;
+  w->n = n;
+  for (uint32_t i = 0; i < n; i++) {
+    wnode_t *node = &w->nodes[i];
+    entry_t *e;
+    node->w = w;
+    node->prev = node->next = node;
+    if (kind == STORE_WAIT_EXISTS && store_exists(s, keys[i].p, keys[i].n))
+      continue;
+    if ((e = get_or_create(s, keys[i].p, keys[i].n)) == NULL) {
+      w->remaining = 0;
+      for (uint32_t j = 0; j < i; j++) {
+        entry_t *je = w->nodes[j].e;
+        if (je) {
+          node_detach(&w->nodes[j]);
+          maybe_drop(s, je);
+        }
+      }
+      free(w);
+      return RDZV_ENOMEM;
+    }
+    node->e = e;
+    node->prev = e->waiters.prev;
+    node->next = &e->waiters;
+    e->waiters.prev->next = node;
+    e->waiters.prev = node;
+    w->remaining++;
+  }
+  s->nwaiters++;
+  *out = w;
+  return 0;
+}
+
+void store_wait_cancel(store_waiter_t *w) {
+  store_t *s;
+  if (w == NULL)
+    return;
+  s = w->s;
+  for (uint32_t i = 0; i < w->n; i++) {
+    entry_t *e = w->nodes[i].e;
+    if (e) {
+      node_detach(&w->nodes[i]);
+      maybe_drop(s, e);
+    }
+  }
+  s->nwaiters--;
+  free(w);
+}
+
+uint32_t store_wait_remaining(const store_waiter_t *w) { return w->remaining; }
+
+/* ---- watches ------------------------------------------------------------------ */
+
+int store_watch(store_t *s, const void *key, size_t klen, store_watch_cb cb,
+                void *data, store_watch_t **out) {
+  store_watch_t *w = calloc(1, sizeof(*w));
+  entry_t *e;
+  if (w == NULL)
+    return RDZV_ENOMEM;
+  if ((e = get_or_create(s, key, klen)) == NULL) {
+    free(w);
+    return RDZV_ENOMEM;
+  }
+  w->s = s;
+  w->e = e;
+  w->cb = cb;
+  w->data = data;
+  w->next = e->watches;
+  if (e->watches)
+    e->watches->prev = w;
+  e->watches = w;
+  s->nwatches++;
+  *out = w;
+  return 0;
+}
+
+void store_unwatch(store_watch_t *w) {
+  entry_t *e;
+  store_t *s;
+  if (w == NULL)
+    return;
+  e = w->e;
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    e->watches = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  s = w->s;
+  s->nwatches--;
+  free(w);
+  maybe_drop(s, e);
+}
+
+/* ---- barriers ----------------------------------------------------------------- */
+
+int store_barrier(store_t *s, const void *name, size_t nlen, uint32_t count,
+                  store_barrier_cb cb, void *data, store_bwait_t **out) {
+  barrier_t *b;
+  store_bwait_t *bw;
+  if (count == 0)
+    return RDZV_EINVAL;
+  for (b = s->barriers; b; b = b->next)
+    if (b->nlen == nlen && memcmp(b->name, name, nlen) == 0)
+      break;
+  if (b != NULL && b->count != count)
+    return RDZV_EINVAL;
+  if (count == 1 && b == NULL)
+    return 1;
+  if (b == NULL) {
+    b = calloc(1, sizeof(*b) + nlen);
+    if (b == NULL)
+      return RDZV_ENOMEM;
+    b->s = s;
+    b->count = count;
+    b->nlen = nlen;
+    memcpy(b->name, name, nlen);
+    b->next = s->barriers;
+    s->barriers = b;
+  }
+  if (b->arrived + 1 == count) {
+    /* This arrival opens the barrier: release everyone and forget it, so
+     * the next use of the same name starts afresh. */
+    barrier_t **pp = &s->barriers;
+    store_bwait_t *w = b->head;
+    while (*pp != b)
+      pp = &(*pp)->next;
+    *pp = b->next;
+    while (w) {
+      store_bwait_t *next = w->next;
+      s->nbwaits--;
+      w->cb(w, w->data);
+      free(w);
+      w = next;
+    }
+    free(b);
+    return 1;
+  }
+  if ((bw = calloc(1, sizeof(*bw))) == NULL) {
+    if (b->arrived == 0) {
+      barrier_t **pp = &s->barriers;
+      while (*pp != b)
+        pp = &(*pp)->next;
+      *pp = b->next;
+      free(b);
+    }
+    return RDZV_ENOMEM;
+  }
+  bw->b = b;
+  bw->cb = cb;
+  bw->data = data;
+  bw->next = b->head;
+  if (b->head)
+    b->head->prev = bw;
+  b->head = bw;
+  b->arrived++;
+  s->nbwaits++;
+  *out = bw;
+  return 0;
+}
+
+void store_barrier_cancel(store_bwait_t *bw) {
+  barrier_t *b;
+  store_t *s;
+  if (bw == NULL)
+    return;
+  b = bw->b;
+  s = b->s;
+  if (bw->prev)
+    bw->prev->next = bw->next;
+  else
+    b->head = bw->next;
+  if (bw->next)
+    bw->next->prev = bw->prev;
+  b->arrived--;
+  s->nbwaits--;
+  free(bw);
+  if (b->arrived == 0) {
+    barrier_t **pp = &s->barriers;
+    while (*pp != b)
+      pp = &(*pp)->next;
+    *pp = b->next;
+    free(b);
+  }
+}

@@ -1,0 +1,119 @@
+/* store.h - one job's key/value store: values, FIFO queues, waiters that are
+ * woken by writes (never by polling), key watchers (TCPStore 1.13
+ * WATCH_KEY) and reusable barriers. Single-threaded: the server's loop thread
+ * only. Callbacks run synchronously inside the mutating call and must not
+ * mutate the store. */
+#ifndef STORE_H
+#define STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv.h"
+
+typedef struct store_s store_t;
+typedef struct store_waiter_s store_waiter_t;
+typedef struct store_watch_s store_watch_t;
+typedef struct store_bwait_s store_bwait_t;
+
+typedef struct store_key_s {
+  const void *p;
+  size_t n;
+} store_key_t;
+
+/* IN max_bytes: bound of keys + values + queued items; 0 = 1 GiB.
+ * OUT *out. RET 0 or RDZV_ENOMEM. */
+int store_new(size_t max_bytes, store_t **out);
+/* Free everything. Outstanding waiters, watches and barrier waits must have
+ * been cancelled by their owners first (asserted). NULL is a no-op. */
+void store_free(store_t *s);
+
+/* RET the value or NULL when absent; valid until the next mutation. */
+const uint8_t *store_get(store_t *s, const void *key, size_t klen,
+                         size_t *vlen);
+/* RET 1 when the key has a value or a non-empty queue, else 0. */
+int store_exists(store_t *s, const void *key, size_t klen);
+
+/* Mutations wake waiters on the key. RET 0, RDZV_ETOOBIG (store full),
+ * RDZV_ENOMEM. */
+int store_set(store_t *s, const void *key, size_t klen, const void *val,
+              size_t vlen);
+int store_append(store_t *s, const void *key, size_t klen, const void *val,
+                 size_t vlen);
+/* The value is ASCII decimal; an absent key counts as 0.
+ * RET 0 or RDZV_ENOTNUM (value left unchanged). */
+int store_add(store_t *s, const void *key, size_t klen, int64_t delta,
+              int64_t *result);
+/* If the current value equals expected (expect_absent: the key is absent),
+ * store desired. OUT *swapped. RET 0 or an allocation error. */
+int store_cas(store_t *s, const void *key, size_t klen, const void *expected,
+              size_t elen, int expect_absent, const void *desired,
+              size_t dlen, int *swapped);
+/* RET 1 when deleted, 0 when absent. Does not wake waiters. */
+int store_delete(store_t *s, const void *key, size_t klen);
+size_t store_num_keys(const store_t *s);
+size_t store_bytes(const store_t *s);
+
+/* Call fn for every key with a value, in no particular order. */
+void store_foreach(store_t *s,
+                   void (*fn)(const void *key, size_t klen, const uint8_t *val,
+                              size_t vlen, void *arg),
+                   void *arg);
+
+/* Queues (TCPStore QUEUE_*): a push wakes the first waiter of the key. */
+int store_queue_push(store_t *s, const void *key, size_t klen, const void *val,
+                     size_t vlen);
+/* OUT *val malloc'd (caller frees), *vlen. RET 1 popped, 0 empty, <0 error. */
+int store_queue_pop(store_t *s, const void *key, size_t klen, uint8_t **val,
+                    size_t *vlen);
+int64_t store_queue_len(store_t *s, const void *key, size_t klen);
+
+/* ---- waiters --------------------------------------------------------------- */
+
+/* cb runs once, when the condition holds; the waiter is freed after cb
+ * returns. Never called for a cancelled waiter. */
+typedef void (*store_wake_cb)(store_waiter_t *w, void *data);
+
+enum {
+  STORE_WAIT_EXISTS = 0, /* every key has a value (or a non-empty queue) */
+  STORE_WAIT_GE = 1      /* the single key's integer value >= threshold */
+};
+
+/* RET 1 when the condition already holds (no waiter made, cb not called),
+ * 0 with *out registered, RDZV_ENOMEM. */
+int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
+               int64_t threshold, store_wake_cb cb, void *data,
+               store_waiter_t **out);
+/* Unregister and free without calling cb. NULL is a no-op. */
+void store_wait_cancel(store_waiter_t *w);
+/* Keys still missing for w (diagnostics). */
+uint32_t store_wait_remaining(const store_waiter_t *w);
+
+/* ---- watches (TCPStore 1.13 WATCH_KEY) ----------------------------------- */
+
+enum {
+  STORE_EV_UPDATED = 0,
+  STORE_EV_CREATED = 1,
+  STORE_EV_DELETED = 2
+};
+typedef void (*store_watch_cb)(store_watch_t *w, int ev, const void *key,
+                               size_t klen, const uint8_t *old, size_t olen,
+                               const uint8_t *nval, size_t nlen, void *data);
+int store_watch(store_t *s, const void *key, size_t klen, store_watch_cb cb,
+                void *data, store_watch_t **out);
+void store_unwatch(store_watch_t *w);
+
+/* ---- barriers --------------------------------------------------------------- */
+
+typedef void (*store_barrier_cb)(store_bwait_t *b, void *data);
+/* Enter barrier `name` expecting `count` members. RET 1 when this entry
+ * opened the barrier (every other member's cb has run; no handle made for
+ * this one), 0 with *out waiting, RDZV_EINVAL when count differs from the
+ * count the barrier's members gave, RDZV_ENOMEM. The barrier resets once
+ * it opens. */
+int store_barrier(store_t *s, const void *name, size_t nlen, uint32_t count,
+                  store_barrier_cb cb, void *data, store_bwait_t **out);
+/* Leave a barrier without it opening (timeout, disconnect). */
+void store_barrier_cancel(store_bwait_t *b);
+
+#endif /* STORE_H */

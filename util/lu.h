@@ -1,0 +1,106 @@
+/* lu.h - small utilities shared by every module: logging, time, endpoint
+ * parsing, integer parsing, random bytes. No libuv, no allocation beyond
+ * what each function documents. Prefix lu_ ("launch util"). */
+#ifndef LU_H
+#define LU_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rdzv.h"
+
+#define LU_HIDDEN __attribute__((visibility("hidden")))
+#define LU_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define LU_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define LU_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LU_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ---- logging ---------------------------------------------------------- */
+
+enum { LU_LOG_ERROR = 0, LU_LOG_WARN, LU_LOG_INFO, LU_LOG_DEBUG };
+
+/* Debug subsystems, enabled with LAUNCH_DEBUG=rdv,store,agent,... or all. */
+enum {
+  LU_DBG_RDV = 1u << 0,   /* rendezvous rounds */
+  LU_DBG_STORE = 1u << 1, /* store operations */
+  LU_DBG_PROTO = 1u << 2, /* frames on the wire */
+  LU_DBG_AGENT = 1u << 3, /* agent state machine */
+  LU_DBG_SPAWN = 1u << 4, /* process spawning and supervision */
+  LU_DBG_AFF = 1u << 5,   /* affinity */
+  LU_DBG_ENV = 1u << 6    /* environment and profiles */
+};
+
+/* A logger names who is speaking: component, job, host, rank. One per
+ * long-lived object; cheap to copy. */
+typedef struct lu_log_s {
+  int level;         /* messages above this level are dropped unformatted */
+  unsigned debug;    /* LU_DBG_* mask */
+  FILE *out;         /* NULL = stderr */
+  char who[96];      /* "launch server", "launch agent host3", ... */
+} lu_log_t;
+
+/* Initialise from LAUNCH_LOG_LEVEL (error|warn|info|debug) and LAUNCH_DEBUG. */
+void lu_log_init(lu_log_t *log, const char *who);
+void lu_log_set_who(lu_log_t *log, const char *fmt, ...) LU_PRINTF(2, 3);
+void lu_log_write(const lu_log_t *log, int level, const char *fmt, ...)
+    LU_PRINTF(3, 4);
+
+#define LU_LOG_AT(log, lvl, ...)                                              \
+  do {                                                                         \
+    if ((log)->level >= (lvl))                                                 \
+      lu_log_write((log), (lvl), __VA_ARGS__);                                 \
+  } while (0)
+#define LU_ERR(log, ...) LU_LOG_AT(log, LU_LOG_ERROR, __VA_ARGS__)
+#define LU_WARN(log, ...) LU_LOG_AT(log, LU_LOG_WARN, __VA_ARGS__)
+#define LU_INFO(log, ...) LU_LOG_AT(log, LU_LOG_INFO, __VA_ARGS__)
+#define LU_DBG(log, sub, ...)                                                  \
+  do {                                                                         \
+    if ((log)->debug & (sub))                                                  \
+      lu_log_write((log), LU_LOG_DEBUG, __VA_ARGS__);                          \
+  } while (0)
+
+/* ---- time --------------------------------------------------------------- */
+
+uint64_t lu_now_ns(void); /* CLOCK_MONOTONIC */
+uint64_t lu_now_ms(void);
+double lu_wall_s(void);   /* CLOCK_REALTIME, seconds */
+/* "2026-11-30T04:45:16.123Z" into buf (>= 32 bytes). */
+void lu_iso8601(double wall_s, char *buf, size_t n);
+
+/* ---- endpoints ------------------------------------------------------------ */
+
+typedef struct lu_endpoint_s {
+  int is_unix;
+  char host[256]; /* without brackets */
+  int port;       /* 0..65535; -1 when absent */
+  char path[108]; /* unix socket path */
+} lu_endpoint_t;
+
+/* Parse "host", "host:port", "[v6]:port", "v6addr" (no port), "unix:/path".
+ * default_port fills a missing port (-1 leaves it absent).
+ * RET 0 or RDZV_EADDR. */
+int lu_endpoint_parse(const char *s, int default_port, lu_endpoint_t *ep);
+/* Format back: "host:port" or "[v6]:port" or "unix:/path". */
+void lu_endpoint_format(const lu_endpoint_t *ep, char *buf, size_t n);
+
+/* ---- numbers and strings -------------------------------------------------- */
+
+/* Strict decimal parse of the whole string. RET 0 or RDZV_EINVAL. */
+int lu_parse_i64(const char *s, size_t n, int64_t *out);
+int lu_parse_int(const char *s, int min, int max, int *out);
+/* "30", "30s", "500ms", "2m", "1.5s" -> milliseconds. RET 0 or RDZV_EINVAL. */
+int lu_parse_duration_ms(const char *s, int64_t *out_ms);
+size_t lu_strlcpy(char *dst, const char *src, size_t n);
+/* Fill buf with n bytes from getrandom(). RET 0 or -errno. */
+int lu_random(void *buf, size_t n);
+/* Lower-case hex of n bytes into out (2n+1 bytes). */
+void lu_hex(const void *buf, size_t n, char *out);
+/* Read a whole small file (<= max bytes). OUT *data malloc'd, NUL-terminated.
+ * RET 0 or -errno, RDZV_ETOOBIG. */
+int lu_read_file(const char *path, size_t max, char **data, size_t *len);
+/* Trim trailing whitespace/newlines in place, return new length. */
+size_t lu_rtrim(char *s, size_t len);
+
+#endif /* LU_H */

@@ -1,0 +1,265 @@
+/* util.c - time, endpoint and number parsing, random bytes, files. */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lu.h"
+
+uint64_t lu_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t lu_now_ms(void) { return lu_now_ns() / 1000000ull; }
+
+double lu_wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void lu_iso8601(double wall_s, char *buf, size_t n) {
+  time_t t = (time_t)wall_s;
+  struct tm tm;
+  int ms = (int)((wall_s - (double)t) * 1000.0);
+  gmtime_r(&t, &tm);
+  snprintf(buf, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+           ms < 0 ? 0 : ms > 999 ? 999 : ms);
+}
+
+size_t lu_strlcpy(char *dst, const char *src, size_t n) {
+  size_t len = strlen(src);
+  if (n > 0) {
+    size_t c = len < n - 1 ? len : n - 1;
+    memcpy(dst, src, c);
+    dst[c] = '\0';
+  }
+  return len;
+}
+
+int lu_parse_i64(const char *s, size_t n, int64_t *out) {
+  int64_t v = 0;
+  size_t i = 0;
+  int neg = 0;
+  if (n == 0)
+    return RDZV_EINVAL;
+  if (s[0] == '-' || s[0] == '+') {
+    neg = s[0] == '-';
+    i = 1;
+    if (n == 1)
+      return RDZV_EINVAL;
+  }
+  for (; i < n; i++) {
+    int d;
+    if (s[i] < '0' || s[i] > '9')
+      return RDZV_EINVAL;
+    d = s[i] - '0';
+    /* Accumulate negatively so that INT64_MIN parses. */
+    if (v < (INT64_MIN + d) / 10)
+      return RDZV_EINVAL;
+    v = v * 10 - d;
+  }
+  if (!neg) {
+    if (v == INT64_MIN)
+      return RDZV_EINVAL;
+    v = -v;
+  }
+  *out = v;
+  return 0;
+}
+
+int lu_parse_int(const char *s, int min, int max, int *out) {
+  int64_t v;
+  if (s == NULL || lu_parse_i64(s, strlen(s), &v) != 0 || v < min || v > max)
+    return RDZV_EINVAL;
+  *out = (int)v;
+  return 0;
+}
+
+int lu_parse_duration_ms(const char *s, int64_t *out_ms) {
+  char *end;
+  double v;
+  double mult = 1000.0;
+  if (s == NULL || *s == '\0' || isspace((unsigned char)*s))
+    return RDZV_EINVAL;
+  errno = 0;
+  v = strtod(s, &end);
+  if (errno != 0 || end == s || v < 0)
+    return RDZV_EINVAL;
+  if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
+    mult = 1000.0;
+  else if (strcmp(end, "ms") == 0)
+    mult = 1.0;
+  else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+    mult = 60000.0;
+  else if (strcmp(end, "h") == 0)
+    mult = 3600000.0;
+  else
+    return RDZV_EINVAL;
+  v *= mult;
+  if (v > (double)INT64_MAX / 2)
+    return RDZV_EINVAL;
+  *out_ms = (int64_t)(v + 0.5);
+  return 0;
+}
+
+int lu_endpoint_parse(const char *s, int default_port, lu_endpoint_t *ep) {
+  const char *colon;
+  size_t hlen;
+  memset(ep, 0, sizeof(*ep));
+  ep->port = -1;
+  if (s == NULL || *s == '\0')
+    return RDZV_EADDR;
+  if (strncmp(s, "unix:", 5) == 0) {
+    if (s[5] == '\0' || strlen(s + 5) >= sizeof(ep->path))
+      return RDZV_EADDR;
+    ep->is_unix = 1;
+    lu_strlcpy(ep->path, s + 5, sizeof(ep->path));
+    return 0;
+  }
+  if (s[0] == '[') {
+    const char *rb = strchr(s, ']');
+    if (rb == NULL || rb == s + 1)
+      return RDZV_EADDR;
+    hlen = (size_t)(rb - s - 1);
+    if (hlen >= sizeof(ep->host))
+      return RDZV_EADDR;
+    memcpy(ep->host, s + 1, hlen);
+    ep->host[hlen] = '\0';
+    if (rb[1] == '\0')
+      colon = NULL;
+    else if (rb[1] == ':')
+      colon = rb + 1;
+    else
+      return RDZV_EADDR;
+  } else {
+    colon = strrchr(s, ':');
+    if (colon != NULL && strchr(s, ':') != colon) {
+      /* Several colons and no brackets: a bare IPv6 address, no port. */
+      colon = NULL;
+      hlen = strlen(s);
+    } else {
+      hlen = colon ? (size_t)(colon - s) : strlen(s);
+    }
+    if (hlen == 0 || hlen >= sizeof(ep->host))
+      return RDZV_EADDR;
+    memcpy(ep->host, s, hlen);
+    ep->host[hlen] = '\0';
+    for (size_t i = 0; i < hlen; i++) {
+      unsigned char c = (unsigned char)ep->host[i];
+      if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || c == ':' ||
+            c == '%'))
+        return RDZV_EADDR;
+    }
+  }
+  if (colon != NULL) {
+    if (lu_parse_int(colon + 1, 0, 65535, &ep->port) != 0)
+      return RDZV_EADDR;
+  } else {
+    ep->port = default_port;
+  }
+  return 0;
+}
+
+void lu_endpoint_format(const lu_endpoint_t *ep, char *buf, size_t n) {
+  if (ep->is_unix)
+    snprintf(buf, n, "unix:%s", ep->path);
+  else if (strchr(ep->host, ':') != NULL)
+    snprintf(buf, n, "[%s]:%d", ep->host, ep->port);
+  else
+    snprintf(buf, n, "%s:%d", ep->host, ep->port);
+}
+
+int lu_random(void *buf, size_t n) {
+  unsigned char *p = buf;
+  while (n > 0) {
+    ssize_t r = getrandom(p, n, 0);
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      return -errno;
+    }
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+void lu_hex(const void *buf, size_t n, char *out) {
+  static const char digits[] = "0123456789abcdef";
+  const unsigned char *p = buf;
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = digits[p[i] >> 4];
+    out[2 * i + 1] = digits[p[i] & 15];
+  }
+  out[2 * n] = '\0';
+}
+
+int lu_read_file(const char *path, size_t max, char **data, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  char *buf = NULL;
+  size_t cap = 0, used = 0;
+  int rc = 0;
+  if (fd < 0)
+    return -errno;
+  for (;;) {
+    ssize_t r;
+    if (used + 1 >= cap) {
+      size_t ncap = cap ? cap * 2 : 4096;
+      char *nb;
+      if (cap > max + 1) {
+        rc = RDZV_ETOOBIG;
+        break;
+      }
+      nb = realloc(buf, ncap);
+      if (nb == NULL) {
+        rc = RDZV_ENOMEM;
+        break;
+      }
+      buf = nb;
+      cap = ncap;
+    }
+    r = read(fd, buf + used, cap - used - 1);
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      rc = -errno;
+      break;
+    }
+    if (r == 0)
+      break;
+    used += (size_t)r;
+    if (used > max) {
+      rc = RDZV_ETOOBIG;
+      break;
+    }
+  }
+  close(fd);
+  if (rc != 0) {
+    free(buf);
+    return rc;
+  }
+  if (buf == NULL && (buf = malloc(1)) == NULL)
+    return RDZV_ENOMEM;
+  buf[used] = '\0';
+  *data = buf;
+  if (len)
+    *len = used;
+  return 0;
+}
+
+size_t lu_rtrim(char *s, size_t len) {
+  while (len > 0 && (s[len - 1] == '\n' || s[len - 1] == '\r' ||
+                     s[len - 1] == ' ' || s[len - 1] == '\t'))
+    s[--len] = '\0';
+  return len;
+}
