@@ -1,0 +1,317 @@
+/* test.c - the harness behind test.h. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "lu.h"
+#include "rdzv.h"
+#include "server.h"
+#include "test.h"
+
+int test_ms(int ms) {
+  const char *m = getenv("LAUNCH_TEST_TIMEOUT_MULT");
+  int mult = m ? atoi(m) : 1;
+  return ms * (mult > 0 ? mult : 1);
+}
+
+int test_fd_count(void) {
+  DIR *d = opendir("/proc/self/fd");
+  struct dirent *e;
+  int n = 0;
+  if (d == NULL)
+    return -1;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.')
+      n++;
+  closedir(d);
+  return n - 1; /* the DIR's own fd */
+}
+
+long test_rss_kib(pid_t pid) {
+  char path[64], line[256];
+  FILE *f;
+  long kib = -1;
+  if (pid == 0)
+    snprintf(path, sizeof(path), "/proc/self/status");
+  else
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+  if ((f = fopen(path, "r")) == NULL)
+    return -1;
+  while (fgets(line, sizeof(line), f))
+    if (strncmp(line, "VmRSS:", 6) == 0)
+      kib = strtol(line + 6, NULL, 10);
+  fclose(f);
+  return kib;
+}
+
+/* ---- in-process server ------------------------------------------------------------ */
+
+static struct {
+  uv_loop_t loop;
+  uv_async_t stop;
+  pthread_t thread;
+  srv_t *srv;
+  int port;
+  int running;
+  char endpoint[64];
+} ts;
+
+static void srv_closed(void *arg) {
+  (void)arg;
+  uv_close((uv_handle_t *)&ts.stop, NULL);
+}
+
+static void on_stop(uv_async_t *a) {
+  (void)a;
+  srv_close(ts.srv, srv_closed, NULL);
+}
+
+static void *server_thread(void *arg) {
+  (void)arg;
+  uv_run(&ts.loop, UV_RUN_DEFAULT);
+  return NULL;
+}
+
+int test_server_start(const struct srv_config_s *cfg_in) {
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  static lu_log_t log;
+  if (cfg_in)
+    cfg = *cfg_in;
+  if (cfg.host == NULL)
+    cfg.host = "127.0.0.1";
+  cfg.port = 0;
+  lu_log_init(&log, "test server");
+  if (cfg.log == NULL)
+    cfg.log = &log;
+  ASSERT_EQ(0, uv_loop_init(&ts.loop));
+  ASSERT_EQ(0, uv_async_init(&ts.loop, &ts.stop, on_stop));
+  ASSERT_EQ(0, srv_new(&ts.loop, &cfg, &ts.srv));
+  ASSERT_EQ(0, srv_listen(ts.srv));
+  ts.port = srv_port(ts.srv);
+  snprintf(ts.endpoint, sizeof(ts.endpoint), "127.0.0.1:%d", ts.port);
+  ASSERT_EQ(0, pthread_create(&ts.thread, NULL, server_thread, NULL));
+  ts.running = 1;
+  return ts.port;
+}
+
+void test_server_stop(void) {
+  if (!ts.running)
+    return;
+  ts.running = 0;
+  uv_async_send(&ts.stop);
+  pthread_join(ts.thread, NULL);
+  ASSERT_EQ(0, uv_loop_close(&ts.loop));
+}
+
+const char *test_server_endpoint(void) { return ts.endpoint; }
+
+/* ---- children ---------------------------------------------------------------------- */
+
+static pid_t children[256];
+static int nchildren;
+static char tmpdir[256];
+
+pid_t test_spawn(char *const argv[], const char *log) {
+  pid_t pid = fork();
+  if (pid < 0)
+    TEST_FAIL("fork: %s", strerror(errno));
+  if (pid == 0) {
+    if (log) {
+      int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+      }
+    }
+    execvp(argv[0], argv);
+    fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  if (nchildren < (int)LU_ARRAY_SIZE(children))
+    children[nchildren++] = pid;
+  return pid;
+}
+
+static void forget(pid_t pid) {
+  for (int i = 0; i < nchildren; i++)
+    if (children[i] == pid) {
+      children[i] = children[--nchildren];
+      return;
+    }
+}
+
+int test_wait(pid_t pid, int ms) {
+  uint64_t deadline = lu_now_ms() + (uint64_t)ms;
+  int status;
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      forget(pid);
+      return status;
+    }
+    if (r < 0) {
+      forget(pid);
+      return -1;
+    }
+    if (lu_now_ms() >= deadline)
+      return -1;
+    usleep(2000);
+  }
+}
+
+void test_kill(pid_t pid) {
+  int status;
+  if (pid <= 0)
+    return;
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  forget(pid);
+}
+
+static void rm_rf(const char *path) {
+  DIR *d = opendir(path);
+  struct dirent *e;
+  if (d == NULL) {
+    unlink(path);
+    return;
+  }
+  while ((e = readdir(d)) != NULL) {
+    char p[1024];
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+    rm_rf(p);
+  }
+  closedir(d);
+  rmdir(path);
+}
+
+void test_cleanup(void) {
+  while (nchildren > 0)
+    test_kill(children[nchildren - 1]);
+  if (tmpdir[0] && getenv("LAUNCH_TEST_KEEP") == NULL) {
+    rm_rf(tmpdir);
+    tmpdir[0] = '\0';
+  }
+}
+
+const char *test_tmpdir(void) {
+  if (tmpdir[0] == '\0') {
+    const char *t = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof(tmpdir), "%s/launch-test-XXXXXX", t ? t : "/tmp");
+    if (mkdtemp(tmpdir) == NULL)
+      TEST_FAIL("mkdtemp: %s", strerror(errno));
+    atexit(test_cleanup);
+  }
+  return tmpdir;
+}
+
+const char *test_launch_bin(void) {
+  const char *b = getenv("LAUNCH_BIN");
+  return b ? b : "build/bin/launch";
+}
+
+char *test_read_file(const char *path) {
+  char *data = NULL;
+  size_t len;
+  if (lu_read_file(path, 64u << 20, &data, &len) != 0)
+    return NULL;
+  return data;
+}
+
+int test_launch_server(pid_t *pid, const char *const *extra, const char *log) {
+  char portfile[512];
+  const char *argv[64];
+  int n = 0;
+  uint64_t deadline;
+  snprintf(portfile, sizeof(portfile), "%s/port.%d", test_tmpdir(),
+           nchildren);
+  unlink(portfile);
+  argv[n++] = test_launch_bin();
+  argv[n++] = "server";
+  argv[n++] = "--host";
+  argv[n++] = "127.0.0.1";
+  argv[n++] = "--port";
+  argv[n++] = "0";
+  argv[n++] = "--port-file";
+  argv[n++] = portfile;
+  for (int i = 0; extra && extra[i] && n < 62; i++)
+    argv[n++] = extra[i];
+  argv[n] = NULL;
+  *pid = test_spawn((char *const *)argv, log);
+  deadline = lu_now_ms() + (uint64_t)test_ms(10000);
+  while (lu_now_ms() < deadline) {
+    char *p = test_read_file(portfile);
+    if (p) {
+      int port = atoi(p);
+      free(p);
+      if (port > 0)
+        return port;
+    }
+    if (test_wait(*pid, 0) != -1)
+      TEST_FAIL("launch server exited early (log: %s)", log ? log : "-");
+    usleep(5000);
+  }
+  TEST_FAIL("launch server did not report its port");
+  return -1;
+}
+
+int test_connect(int port) {
+  struct sockaddr_in a;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(0x7f000001);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+    TEST_FAIL("connect to 127.0.0.1:%d: %s", port, strerror(errno));
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+int test_read_exact(int fd, void *buf, size_t n, int ms) {
+  uint64_t deadline = lu_now_ms() + (uint64_t)ms;
+  char *p = buf;
+  while (n > 0) {
+    struct pollfd pf = {fd, POLLIN, 0};
+    int left = (int)(deadline - lu_now_ms());
+    ssize_t r;
+    if (left <= 0 || poll(&pf, 1, left) <= 0)
+      return -1;
+    r = recv(fd, p, n, 0);
+    if (r <= 0)
+      return -1;
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+int test_peer_closed(int fd, int ms) {
+  uint64_t deadline = lu_now_ms() + (uint64_t)ms;
+  char buf[4096];
+  for (;;) {
+    struct pollfd pf = {fd, POLLIN, 0};
+    int left = (int)(deadline - lu_now_ms());
+    ssize_t r;
+    if (left <= 0 || poll(&pf, 1, left) <= 0)
+      return 0;
+    r = recv(fd, buf, sizeof(buf), 0);
+    if (r == 0 || (r < 0 && errno == ECONNRESET))
+      return 1;
+    if (r < 0)
+      return 0;
+  }
+}

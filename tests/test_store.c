@@ -1,0 +1,231 @@
+/* test_store.c - the store: values, add, compare-and-set, delete, queues,
+ * waiters woken by writes, integer thresholds, watches, barriers, limits. */
+#include "store.h"
+#include "test.h"
+
+static int woken;
+static void on_wake(store_waiter_t *w, void *data) {
+  (void)w;
+  woken++;
+  *(int *)data += 1;
+}
+
+static int bar_open;
+static void on_bar(store_bwait_t *b, void *data) {
+  (void)b;
+  (void)data;
+  bar_open++;
+}
+
+static int nevents, last_ev;
+static char last_old[32], last_new[32];
+static void on_watch(store_watch_t *w, int ev, const void *key, size_t klen,
+                     const uint8_t *old, size_t olen, const uint8_t *nv,
+                     size_t nlen, void *data) {
+  (void)w;
+  (void)key;
+  (void)klen;
+  (void)data;
+  nevents++;
+  last_ev = ev;
+  snprintf(last_old, sizeof(last_old), "%.*s", (int)olen, old ? (const char *)old : "");
+  snprintf(last_new, sizeof(last_new), "%.*s", (int)nlen, nv ? (const char *)nv : "");
+}
+
+#define K(s) s, strlen(s)
+
+static void test_values(void) {
+  store_t *s;
+  size_t n;
+  const uint8_t *v;
+  int64_t r;
+  int swapped;
+  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT(store_get(s, K("a"), &n) == NULL);
+  ASSERT_EQ(0, store_set(s, K("a"), "xyz", 3));
+  v = store_get(s, K("a"), &n);
+  ASSERT(v && n == 3 && memcmp(v, "xyz", 3) == 0);
+  /* an empty value is a value */
+  ASSERT_EQ(0, store_set(s, K("empty"), "", 0));
+  ASSERT(store_get(s, K("empty"), &n) != NULL && n == 0);
+  ASSERT_EQ(2, store_num_keys(s));
+  ASSERT_EQ(0, store_append(s, K("a"), "12", 2));
+  v = store_get(s, K("a"), &n);
+  ASSERT(n == 5 && memcmp(v, "xyz12", 5) == 0);
+  /* add: decimal text, absent = 0, non-numbers refused and unchanged */
+  ASSERT_EQ(0, store_add(s, K("c"), 5, &r));
+  ASSERT_EQ(5, r);
+  ASSERT_EQ(0, store_add(s, K("c"), -7, &r));
+  ASSERT_EQ(-2, r);
+  v = store_get(s, K("c"), &n);
+  ASSERT(n == 2 && memcmp(v, "-2", 2) == 0);
+  ASSERT_EQ(RDZV_ENOTNUM, store_add(s, K("a"), 1, &r));
+  v = store_get(s, K("a"), &n);
+  ASSERT(n == 5 && memcmp(v, "xyz12", 5) == 0);
+  /* compare-and-set */
+  ASSERT_EQ(0, store_cas(s, K("a"), "nope", 4, 0, "new", 3, &swapped));
+  ASSERT_EQ(0, swapped);
+  ASSERT_EQ(0, store_cas(s, K("a"), "xyz12", 5, 0, "new", 3, &swapped));
+  ASSERT_EQ(1, swapped);
+  ASSERT_EQ(0, store_cas(s, K("fresh"), NULL, 0, 1, "v", 1, &swapped));
+  ASSERT_EQ(1, swapped);
+  ASSERT_EQ(0, store_cas(s, K("fresh"), NULL, 0, 1, "w", 1, &swapped));
+  ASSERT_EQ(0, swapped); /* present, so "must be absent" fails */
+  /* delete */
+  ASSERT_EQ(1, store_delete(s, K("a")));
+  ASSERT_EQ(0, store_delete(s, K("a")));
+  ASSERT(store_get(s, K("a"), &n) == NULL);
+  store_free(s);
+}
+
+static void test_waiters(void) {
+  store_t *s;
+  store_waiter_t *w = NULL;
+  store_key_t keys[3] = {{"k1", 2}, {"k2", 2}, {"k1", 2}};
+  int hits = 0;
+  ASSERT_EQ(0, store_new(0, &s));
+  /* already satisfied: no waiter, no callback */
+  ASSERT_EQ(0, store_set(s, K("k2"), "v", 1));
+  ASSERT_EQ(1, store_wait(s, &keys[1], 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
+  ASSERT_EQ(0, hits);
+  ASSERT_EQ(0, store_delete(s, K("k2")) - 1);
+  /* waits for all three (k1 twice) */
+  ASSERT_EQ(0, store_wait(s, keys, 3, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
+  ASSERT_EQ(3, store_wait_remaining(w));
+  ASSERT_EQ(0, store_set(s, K("k2"), "v", 1));
+  ASSERT_EQ(0, hits);
+  /* deleting a waited key does not wake */
+  ASSERT_EQ(1, store_delete(s, K("k2")));
+  ASSERT_EQ(0, store_set(s, K("k1"), "v", 1));
+  ASSERT_EQ(1, hits);
+  /* cancel: callback never runs */
+  ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"zz", 2}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
+  store_wait_cancel(w);
+  ASSERT_EQ(0, store_set(s, K("zz"), "v", 1));
+  ASSERT_EQ(1, hits);
+  /* threshold waits (TCPStore BARRIER) */
+  ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"n", 1}}, 1, STORE_WAIT_GE, 3, on_wake, &hits, &w));
+  ASSERT_EQ(0, store_add(s, K("n"), 1, NULL));
+  ASSERT_EQ(0, store_add(s, K("n"), 1, NULL));
+  ASSERT_EQ(1, hits);
+  ASSERT_EQ(0, store_add(s, K("n"), 1, NULL));
+  ASSERT_EQ(2, hits);
+  /* many waiters on one key all wake */
+  for (int i = 0; i < 100; i++)
+    ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"many", 4}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
+  ASSERT_EQ(0, store_set(s, K("many"), "", 0));
+  ASSERT_EQ(102, hits);
+  store_free(s);
+}
+
+static void test_queues(void) {
+  store_t *s;
+  store_waiter_t *w;
+  int hits = 0;
+  uint8_t *v;
+  size_t n;
+  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT_EQ(0, store_queue_len(s, K("q")));
+  ASSERT_EQ(0, store_queue_pop(s, K("q"), &v, &n));
+  /* a push wakes one waiter only */
+  ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"q", 1}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
+  ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"q", 1}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
+  ASSERT_EQ(0, store_queue_push(s, K("q"), "a", 1));
+  ASSERT_EQ(1, hits);
+  ASSERT_EQ(0, store_queue_push(s, K("q"), "bc", 2));
+  ASSERT_EQ(2, hits);
+  ASSERT_EQ(1, store_exists(s, K("q")));
+  ASSERT_EQ(0, store_num_keys(s)); /* queues are not keys */
+  ASSERT_EQ(2, store_queue_len(s, K("q")));
+  ASSERT_EQ(1, store_queue_pop(s, K("q"), &v, &n));
+  ASSERT(n == 1 && v[0] == 'a');
+  free(v);
+  ASSERT_EQ(1, store_queue_pop(s, K("q"), &v, &n));
+  ASSERT(n == 2 && memcmp(v, "bc", 2) == 0);
+  free(v);
+  ASSERT_EQ(0, store_exists(s, K("q")));
+  store_free(s);
+}
+
+static void test_watch_and_barrier(void) {
+  store_t *s;
+  store_watch_t *w;
+  store_bwait_t *b[3];
+  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT_EQ(0, store_watch(s, K("w"), on_watch, NULL, &w));
+  ASSERT_EQ(0, store_set(s, K("w"), "one", 3));
+  ASSERT_EQ(STORE_EV_CREATED, last_ev);
+  ASSERT_STR_EQ("one", last_new);
+  ASSERT_EQ(0, store_set(s, K("w"), "two", 3));
+  ASSERT_EQ(STORE_EV_UPDATED, last_ev);
+  ASSERT_STR_EQ("one", last_old);
+  ASSERT_EQ(1, store_delete(s, K("w")));
+  ASSERT_EQ(STORE_EV_DELETED, last_ev);
+  ASSERT_STR_EQ("two", last_old);
+  ASSERT_EQ(3, nevents);
+  store_unwatch(w);
+  ASSERT_EQ(0, store_set(s, K("w"), "x", 1));
+  ASSERT_EQ(3, nevents);
+
+  ASSERT_EQ(0, store_barrier(s, K("b"), 3, on_bar, NULL, &b[0]));
+  ASSERT_EQ(RDZV_EINVAL, store_barrier(s, K("b"), 4, on_bar, NULL, &b[2]));
+  ASSERT_EQ(0, store_barrier(s, K("b"), 3, on_bar, NULL, &b[1]));
+  /* a member that leaves no longer counts */
+  store_barrier_cancel(b[1]);
+  ASSERT_EQ(0, store_barrier(s, K("b"), 3, on_bar, NULL, &b[1]));
+  ASSERT_EQ(0, bar_open);
+  ASSERT_EQ(1, store_barrier(s, K("b"), 3, on_bar, NULL, &b[2]));
+  ASSERT_EQ(2, bar_open);
+  /* reusable: a new round starts empty, and may use another count */
+  ASSERT_EQ(0, store_barrier(s, K("b"), 2, on_bar, NULL, &b[0]));
+  ASSERT_EQ(1, store_barrier(s, K("b"), 2, on_bar, NULL, &b[1]));
+  ASSERT_EQ(3, bar_open);
+  store_free(s);
+}
+
+static void test_limits(void) {
+  store_t *s;
+  char big[4096];
+  memset(big, 'x', sizeof(big));
+  ASSERT_EQ(0, store_new(10000, &s));
+  ASSERT_EQ(0, store_set(s, K("a"), big, sizeof(big)));
+  ASSERT_EQ(0, store_set(s, K("b"), big, sizeof(big)));
+  ASSERT_EQ(RDZV_ETOOBIG, store_set(s, K("c"), big, sizeof(big)));
+  ASSERT(store_get(s, K("c"), &(size_t){0}) == NULL);
+  /* overwriting counts the difference only */
+  ASSERT_EQ(0, store_set(s, K("a"), big, sizeof(big)));
+  ASSERT_EQ(1, store_delete(s, K("b")));
+  ASSERT_EQ(0, store_set(s, K("c"), big, sizeof(big)));
+  ASSERT_EQ(RDZV_ETOOBIG, store_append(s, K("c"), big, sizeof(big)));
+  store_free(s);
+}
+
+static void test_many_keys(void) {
+  store_t *s;
+  char k[32];
+  size_t n;
+  ASSERT_EQ(0, store_new(0, &s));
+  for (int i = 0; i < 50000; i++) {
+    snprintf(k, sizeof(k), "key/%d", i);
+    ASSERT_EQ(0, store_set(s, k, strlen(k), k, strlen(k)));
+  }
+  ASSERT_EQ(50000, store_num_keys(s));
+  for (int i = 0; i < 50000; i += 7) {
+    const uint8_t *v;
+    snprintf(k, sizeof(k), "key/%d", i);
+    v = store_get(s, k, strlen(k), &n);
+    ASSERT(v && n == strlen(k) && memcmp(v, k, n) == 0);
+  }
+  store_free(s);
+}
+
+int main(void) {
+  test_values();
+  test_waiters();
+  test_queues();
+  test_watch_and_barrier();
+  test_limits();
+  test_many_keys();
+  printf("test_store: ok\n");
+  return 0;
+}
