@@ -367,8 +367,14 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     uint8_t *nb;
     if (ncap > limit)
       ncap = limit;
-    nb = realloc(c->in, ncap);
-    if (nb != NULL) {
+    /* All connections together may buffer max_in_bytes of unfinished
+     * requests; past that, a connection cannot grow (and is closed), so
+     * that stalled half-sent requests cannot exhaust memory. */
+    if (c->srv->stats.in_bytes + (ncap - c->in_cap) > c->srv->cfg.max_in_bytes &&
+        c->in_cap >= IN_CHUNK) {
+      c->in_full = 1;
+    } else if ((nb = realloc(c->in, ncap)) != NULL) {
+      c->srv->stats.in_bytes += ncap - c->in_cap;
       c->in = nb;
       c->in_cap = ncap;
     }
@@ -385,8 +391,13 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   conn_t *c = st->data;
   (void)buf;
   if (nread == UV_ENOBUFS) {
-    srv__bad_input(c, "request larger than the %u-byte limit",
-                   c->srv->cfg.max_frame);
+    if (c->in_full)
+      srv__bad_input(c, "server input budget (%zu bytes buffered for "
+                        "unfinished requests) exhausted; closing",
+                     c->srv->cfg.max_in_bytes);
+    else
+      srv__bad_input(c, "request larger than the %u-byte limit",
+                     c->srv->cfg.max_frame);
     srv__conn_close(c);
     return;
   }
@@ -409,10 +420,27 @@ static void conn_start_read(conn_t *c) {
 void srv__bad_input(conn_t *c, const char *fmt, ...) {
   char msg[512];
   va_list ap;
-  c->srv->stats.bad_input++;
+  srv_t *s = c->srv;
+  uint64_t now = uv_now(s->loop);
+  s->stats.bad_input++;
   if (c->bad_logged)
     return;
   c->bad_logged = 1;
+  /* A port scan must not flood the log: at most 20 lines a second, then a
+   * count of what was left out. */
+  if (now - s->bad_window_ms >= 1000) {
+    if (s->bad_suppressed > 0)
+      LU_WARN(&s->log, "%llu more connections with bad input in the last "
+                       "second were not logged",
+              (unsigned long long)s->bad_suppressed);
+    s->bad_window_ms = now;
+    s->bad_in_window = 0;
+    s->bad_suppressed = 0;
+  }
+  if (++s->bad_in_window > 20) {
+    s->bad_suppressed++;
+    return;
+  }
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
@@ -441,7 +469,8 @@ static ssize_t sniff(conn_t *c) {
     return PROTO_MAGIC_LEN;
   }
   if (b[0] > 18) {
-    srv__bad_input(c, "unknown protocol (first byte 0x%02x)", b[0]);
+    srv__bad_input(c, "unknown protocol (first byte 0x%02x): neither a "
+                      "launch nor a TCPStore client; closing", b[0]);
     return -1;
   }
   if (b[0] == 0 && n < 5) {
@@ -530,6 +559,7 @@ static void conn_process(conn_t *c) {
     c->in_len -= off;
   }
   if (c->in_len == 0 && c->in_cap > IN_KEEP_MAX) {
+    s->stats.in_bytes -= c->in_cap;
     free(c->in);
     c->in = NULL;
     c->in_cap = 0;
@@ -540,6 +570,7 @@ static void conn_process(conn_t *c) {
 
 static void on_conn_closed(uv_handle_t *h) {
   conn_t *c = h->data;
+  c->srv->stats.in_bytes -= c->in_cap;
   free(c->in);
   proto_enc_destroy(&c->out);
   c->magic = 0;

@@ -83,6 +83,7 @@ struct conn_s {
   /* Input: bytes received and not yet parsed. */
   uint8_t *in;
   size_t in_len, in_cap;
+  int in_full;          /* the input budget stopped this buffer growing */
   /* Output: replies not yet handed to the kernel. */
   proto_enc_t out;
   size_t inflight;      /* bytes in uv_write requests */
@@ -140,6 +141,7 @@ struct srv_s {
   size_t heap_len, heap_cap;
   uint64_t next_conn_id;
   uint64_t refused_log_ms;
+  uint64_t bad_window_ms, bad_in_window, bad_suppressed;
   srv_stats_t stats;
   /* Rendezvous ops (PROTO_OP_JOIN and up), installed by the rendezvous
    * module; NULL answers RDZV_ENOTSUP. */
