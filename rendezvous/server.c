@@ -568,13 +568,20 @@ static void conn_process(conn_t *c) {
 
 /* ---- connections -------------------------------------------------------------------- */
 
+static void maybe_finish_close(srv_t *s);
+
 static void on_conn_closed(uv_handle_t *h) {
   conn_t *c = h->data;
-  c->srv->stats.in_bytes -= c->in_cap;
+  srv_t *s = c->srv;
+  s->stats.in_bytes -= c->in_cap;
   free(c->in);
   proto_enc_destroy(&c->out);
   c->magic = 0;
   free(c);
+  /* srv_close waits for connections closed before it, too. */
+  s->closing_conns--;
+  if (s->closing)
+    maybe_finish_close(s);
 }
 
 void srv__conn_close(conn_t *c) {
@@ -590,6 +597,7 @@ void srv__conn_close(conn_t *c) {
     list_remove(&c->dirty_link);
   list_remove(&c->link);
   s->stats.conns_open--;
+  s->closing_conns++;
   uv_close(&c->h.handle, on_conn_closed);
 }
 
@@ -865,7 +873,7 @@ static void free_all(srv_t *s) {
 }
 
 static void maybe_finish_close(srv_t *s) {
-  if (s->pending_closes == 0 && s->closing == 1) {
+  if (s->pending_closes == 0 && s->closing_conns == 0 && s->closing == 1) {
     void (*cb)(void *) = s->close_cb;
     void *arg = s->close_arg;
     s->closing = 2;
@@ -884,6 +892,7 @@ static void on_handle_closed(uv_handle_t *h) {
 static void on_conn_closed_final(uv_handle_t *h) {
   conn_t *c = h->data;
   srv_t *s = c->srv;
+  s->stats.in_bytes -= c->in_cap;
   free(c->in);
   proto_enc_destroy(&c->out);
   free(c);

@@ -150,6 +150,7 @@ struct srv_s {
   void *rdv_data;
   int closing;
   int pending_closes;
+  int closing_conns; /* connections between uv_close and its callback */
   void (*close_cb)(void *arg);
   void *close_arg;
 };
