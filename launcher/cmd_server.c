@@ -182,6 +182,12 @@ int launch_cmd_server(int argc, char **argv) {
   rc = srv_new(&m.loop, &cfg, &m.srv);
   if (rc == 0)
     rc = srv_listen(m.srv);
+  if (rc != 0 && m.srv == NULL) {
+    /* srv_new said what was wrong. */
+    uv_loop_close(&m.loop);
+    free(token);
+    return 2;
+  }
   if (rc != 0) {
     LU_ERR(&m.log, "cannot listen on %s port %d: %s%s",
            cfg.host ? cfg.host : "*", port,

@@ -759,8 +759,11 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
 }
 
 static int listen_tcp(srv_t *s, const struct sockaddr *sa, unsigned flags) {
-  uv_tcp_t *t = &s->tcp[s->ntcp];
+  uv_tcp_t *t;
   int r;
+  if (s->ntcp >= (int)LU_ARRAY_SIZE(s->tcp))
+    return UV_EMFILE;
+  t = &s->tcp[s->ntcp];
   uv_tcp_init(s->loop, t);
   t->data = s;
   s->ntcp++;
@@ -769,8 +772,8 @@ static int listen_tcp(srv_t *s, const struct sockaddr *sa, unsigned flags) {
     r = uv_listen((uv_stream_t *)t, SOMAXCONN > 4096 ? SOMAXCONN : 4096,
                   on_connection);
   if (r != 0) {
-    uv_close((uv_handle_t *)t, NULL);
-    s->ntcp--;
+    /* The slot stays taken (srv_close closes it): a handle's memory cannot
+     * be reused before its close callback has run. */
     return r;
   }
   if (s->port == 0) {
@@ -815,7 +818,7 @@ int srv_listen(srv_t *s) {
       return RDZV_ERESOLVE;
     }
     r = UV_EADDRNOTAVAIL;
-    for (ai = res; ai && s->ntcp < 4; ai = ai->ai_next) {
+    for (ai = res; ai && s->ntcp < (int)LU_ARRAY_SIZE(s->tcp); ai = ai->ai_next) {
       int rr;
       if (!first) {
         /* Every address of the host shares the first one's port. */

@@ -123,7 +123,7 @@ struct srv_s {
     int prefix;
   } allow[16];
   int nallow;
-  uv_tcp_t tcp[4];
+  uv_tcp_t tcp[8]; /* listeners, failed binds included (closed at the end) */
   int ntcp;
   uv_pipe_t unix_listener;
   int has_unix;
