@@ -589,10 +589,10 @@ void srv__conn_close(conn_t *c) {
   if (c->state == CONN_CLOSING)
     return;
   c->state = CONN_CLOSING;
-  srv__native_conn_closed(c);
-  srv__ts_conn_closed(c);
   if (c->job)
     c->job->nconns--;
+  srv__native_conn_closed(c);
+  srv__ts_conn_closed(c);
   if (!list_empty(&c->dirty_link))
     list_remove(&c->dirty_link);
   list_remove(&c->link);
@@ -754,6 +754,9 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   uv_timer_init(loop, &s->timer);
   s->timer.data = s;
   uv_unref((uv_handle_t *)&s->timer);
+  uv_timer_init(loop, &s->rdv_timer);
+  s->rdv_timer.data = s;
+  uv_unref((uv_handle_t *)&s->rdv_timer);
   *out = s;
   return 0;
 }
@@ -862,6 +865,8 @@ static void free_all(srv_t *s) {
   job_t *j = s->jobs;
   while (j) {
     job_t *n = j->next;
+    if (s->rdv_job_free)
+      s->rdv_job_free(j);
     store_free(j->store);
     free(j);
     j = n;
@@ -932,10 +937,11 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
     uv_close((uv_handle_t *)&s->unix_listener, on_handle_closed);
     unlink(s->unix_path);
   }
-  s->pending_closes += 3;
+  s->pending_closes += 4;
   uv_close((uv_handle_t *)&s->flush_check, on_handle_closed);
   uv_close((uv_handle_t *)&s->flush_idle, on_handle_closed);
   uv_close((uv_handle_t *)&s->timer, on_handle_closed);
+  uv_close((uv_handle_t *)&s->rdv_timer, on_handle_closed);
   s->pending_closes--;
   maybe_finish_close(s);
 }

@@ -147,6 +147,8 @@ struct srv_s {
    * module; NULL answers RDZV_ENOTSUP. */
   void (*rdv_op)(conn_t *c, const proto_msg_t *m);
   void (*rdv_conn_closed)(conn_t *c);
+  void (*rdv_job_free)(job_t *j);
+  uv_timer_t rdv_timer; /* rendezvous deadlines (armed by the module) */
   void *rdv_data;
   int closing;
   int pending_closes;
