@@ -611,9 +611,10 @@ static void sum_block(FILE *out, const sum_failure_t *f, int root) {
     fputs("  error file : ", out);
     sum_indented(out, f->error_message, 15);
   } else if (root) {
-    fputs("  error file : <none> (Python: decorate main with @record from "
-          "torch.distributed.elastic.multiprocessing.errors to get the "
-          "exception and traceback here; see "
+    fputs("  error file : <none> (Python: decorate main with @record from\n"
+          "               torch.distributed.elastic.multiprocessing.errors to "
+          "see the\n"
+          "               exception and traceback here; "
           "https://pytorch.org/docs/stable/elastic/errors.html)\n",
           out);
   } else {
