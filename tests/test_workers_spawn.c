@@ -3,6 +3,8 @@
  * a parent death signal, default signals, no leaked fds; exit codes and
  * signals reported at once; exec failures as 127 with a message;
  * pre_exec; spec checks. */
+#include <sys/resource.h>
+
 #include "wk_test.h"
 
 static uv_loop_t loop;
@@ -389,7 +391,10 @@ static void test_spec_checks(void) {
 
 int main(void) {
   int fds;
+  struct rlimit nocore = {0, 0};
   signal(SIGPIPE, SIG_IGN);
+  /* The SIGSEGV case must not leave core files behind. */
+  setrlimit(RLIMIT_CORE, &nocore);
   fds = test_fd_count();
   test_tmpdir();
   ASSERT_EQ(0, uv_loop_init(&loop));
