@@ -48,7 +48,7 @@ typedef struct envb_s {
 typedef struct agent_s {
   uv_loop_t *loop;
   cli_opts_t *o;
-  lu_log_t log;
+  lu_log_t log, srv_log;
   char host[256];
   char *token;
   size_t token_len;
@@ -127,14 +127,6 @@ static int envb_seti(envb_t *e, const char *k, long long v) {
   char b[32];
   snprintf(b, sizeof(b), "%lld", v);
   return envb_set(e, k, b);
-}
-
-static const char *envb_get(const envb_t *e, const char *k) {
-  size_t kl = strlen(k);
-  for (size_t i = 0; i < e->n; i++)
-    if (strncmp(e->v[i], k, kl) == 0 && e->v[i][kl] == '=')
-      return e->v[i] + kl + 1;
-  return NULL;
 }
 
 static void envb_free(envb_t *e) {
@@ -453,8 +445,12 @@ static int start_workers(agent_t *a) {
   wk_spec_t spec;
   char **envp[1024];
   int rc;
-  snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_%" PRId64,
-           a->run_dir, a->gen);
+  if ((size_t)snprintf(a->attempt_dir, sizeof(a->attempt_dir),
+                       "%s/attempt_%" PRId64, a->run_dir, a->gen) >=
+      sizeof(a->attempt_dir)) {
+    LU_ERR(&a->log, "log directory path too long: %s", a->run_dir);
+    return -ENAMETOOLONG;
+  }
   for (int i = 0; i < o->nproc; i++) {
     char d[PATH_MAX + 16];
     snprintf(d, sizeof(d), "%s/%d", a->attempt_dir, i);
@@ -1207,7 +1203,11 @@ static int maybe_host(agent_t *a) {
   cfg.token_len = a->token_len;
   cfg.tcpstore_job = o->run_id;
   cfg.tcpstore_allow = o->tcpstore_allow[0] ? o->tcpstore_allow : NULL;
-  cfg.log = &a->log;
+  /* The agent says what happens; the server it hosts only warns. */
+  a->srv_log = a->log;
+  if (a->srv_log.level > LU_LOG_WARN && !a->srv_log.debug)
+    a->srv_log.level = LU_LOG_WARN;
+  cfg.log = &a->srv_log;
   rc = srv_new(a->loop, &cfg, &a->srv);
   if (rc != 0)
     return rc;
@@ -1279,7 +1279,8 @@ int agent_run(cli_opts_t *o) {
     a->nsigs++;
   }
   if ((rc = read_token(a)) != 0 || (rc = build_argv(a)) != 0 ||
-      (rc = wk_group_new(&loop, &a->wg)) != 0 || (rc = maybe_host(a)) != 0) {
+      (rc = wk_group_new(&loop, &a->wg)) != 0 || (wk_set_log(a->wg, &a->log), 0) ||
+      (rc = maybe_host(a)) != 0) {
     a->exit_code = 1;
     goto out;
   }

@@ -134,7 +134,7 @@ static void print_table(const msgpack_object *m) {
          "ranks", "state", "heartbeat");
   for (uint32_t i = 0; i < mem->via.array.size; i++) {
     const msgpack_object *n = &mem->via.array.ptr[i];
-    char ranks[48], node[16];
+    char ranks[64], node[24];
     long long nr = gi(n, "node_rank"), base = gi(n, "base_rank"),
               np = gi(n, "nproc");
     if (nr >= 0) {

@@ -96,7 +96,8 @@ def test_exit_codes_and_restarts():
     rc, out = run(["--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
                    "--no-python", PY, WORKER, d, "fail", "7"])
     assert rc == 7, (rc, out)
-    assert len(records(d)) == 6, len(records(d))  # 3 generations x 2
+    # 3 generations (the others may be stopped before they record anything)
+    assert {r["env"]["TORCHELASTIC_RESTART_COUNT"] for r in records(d)} == {"0", "1", "2"}
     assert "Root cause" in out and "exit code" in out, out
     assert "failing on purpose with 7" in out, out  # the stderr tail
     # killed by a signal: 128 + signal, named
