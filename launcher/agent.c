@@ -881,7 +881,11 @@ static void send_join(agent_t *a) {
     finish(a);
     return;
   }
-  uv_timer_start(&a->status_timer, status_cb, 5000, 5000);
+  {
+    /* Every few seconds: 5, or a quarter of a short join timeout. */
+    uint64_t every = (uint64_t)LU_MAX(1000, LU_MIN(5000, o->join_timeout_ms / 4));
+    uv_timer_start(&a->status_timer, status_cb, every, every);
+  }
 }
 
 static void restart_stopped(wk_group_t *g, void *arg) {

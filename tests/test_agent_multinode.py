@@ -211,6 +211,63 @@ def test_mismatch():
             p.kill()
 
 
+def test_missed_heartbeats():
+    # a frozen agent (SIGSTOP) keeps its connection but stops its
+    # heartbeats: dropped after 3 intervals, the others carry on
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = agents(3, port, "2:3", 1, ["hold"], d)
+    try:
+        lt.wait_until(lambda: len(records(d, 0)) == 3, 60, "round 0")
+        t0 = time.time()
+        ags[2].signal(signal.SIGSTOP)
+        rcs = finish_all(ags[:2])
+        assert rcs == [0, 0], [a.output() for a in ags]
+        assert time.time() - t0 < 30
+        out = ags[0].output()
+        assert "missed 3 heartbeats" in out or "lost node node3" in out, out
+        assert all(r["env"]["WORLD_SIZE"] == "2" for r in records(d, 1))
+    finally:
+        for a in ags:
+            a.signal(signal.SIGKILL)
+            a.kill()
+
+
+def test_below_min_and_waiting():
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    # one node of --nnodes 2, with the expected hosts known: it prints who
+    # is missing while it waits, then gives up after the join timeout
+    env_extra = {"LAUNCH_EXPECTED_HOSTS": "node[1-2]"}
+    a = lt.launch(["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint",
+                   "127.0.0.1:%d" % port, "--rdzv-id", "lonely", "--local-addr",
+                   "127.0.0.1", "--rdzv-conf", "join_timeout=4", "--no-python", PY,
+                   WORKER, d, "ok"], env=dict(env_extra, LAUNCH_HOSTNAME="node1"))
+    try:
+        rc = a.wait(60)
+    finally:
+        a.kill()
+    out = a.output()
+    assert rc != 0, out
+    assert "1 joined of 2..2 (node1)" in out and "missing: node2" in out, out
+    assert "rendezvous timed out after 4 s" in out and "missing: node2" in out, out
+    # below MIN after a loss: the survivor waits, then fails clearly
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = agents(2, port, "2:3", 1, ["hold"], d,
+                 extra=["--rdzv-conf", "join_timeout=3,last_call_timeout=1"])
+    try:
+        lt.wait_until(lambda: len(records(d, 0)) == 2, 60, "round 0")
+        ags[1].signal(signal.SIGKILL)
+        rc = ags[0].wait(60)
+        out = ags[0].output()
+        assert rc != 0, out
+        assert "1 of 2..3 nodes joined" in out, out
+    finally:
+        for p in ags:
+            p.kill()
+
+
 def main():
     test_three_nodes()
     test_rendezvous_ranks()
@@ -219,6 +276,8 @@ def main():
     test_newcomer()
     test_static()
     test_mismatch()
+    test_missed_heartbeats()
+    test_below_min_and_waiting()
     print("test_agent_multinode: ok")
 
 
