@@ -1,0 +1,569 @@
+#!/usr/bin/python3
+"""The launcher benchmark (issue #3): launch and Debian's torchrun side by
+side, in one run, on this machine. Never part of the test pass.
+
+    /usr/bin/python3 bench/run_launch_bench.py [--build build] [--quick]
+
+Measures
+  1. launch-to-exit of 8 trivial workers (/bin/true), timed by bench_timeit
+     (fork to wait4 in C, so the driver's own cost is not in the figure);
+  2. failure-to-respawn latency: rank FAIL exits 1, time from its exit
+     (its own CLOCK_MONOTONIC stamp) to the start of the last worker of
+     the next generation (their stamps), on one node (8 workers) and
+     across 4 agents on 127.0.0.1-4 (2 workers each);
+  3. the agent's peak RSS: VmHWM of the agent process, read from
+     /proc/PID/status every 2 ms while 8 workers sleep 1.5 s, and wait4's
+     ru_maxrss (the agent or any child it reaped, whichever is larger);
+  4. rendezvous of N agents (default 256) on 127.0.0.1..127.0.1.x, one
+     worker each: from the return of the last agent's exec to every
+     worker started and to every agent exited; torchrun at a smaller N
+     (256 Python agents need about 60 GB here).
+
+Prints a table (ours, torchrun, ratio, goal, met?) and writes every raw
+figure as JSON (--json). Every process it starts is ended by pid: agents
+through their Popen object, workers that outlived their agent through the
+pid in their stamp file (after checking /proc/PID/cmdline)."""
+import argparse
+import glob
+import json
+import math
+import os
+import platform
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TORCHRUN = ["/usr/bin/python3", "-m", "torch.distributed.run"]
+# torch 1.13 on Python 3.11 needs an explicit redirect/tee spec.
+TORCH_FIX = ["--redirects", "0:1", "--tee", "0:1", "--monitor_interval", "0.1"]
+
+
+def now_ns():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def stats(xs):
+    """median and p90 (nearest rank) of a list, None when empty."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    med = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    p90 = s[max(0, math.ceil(0.9 * len(s)) - 1)]
+    return {"median": med, "p90": p90, "min": s[0], "max": s[-1], "n": len(s),
+            "all": xs}
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+class Procs:
+    """Every process the benchmark starts, ended by pid at the end."""
+
+    def __init__(self):
+        self.popen = []
+        self.stamp_dirs = []
+
+    def start(self, argv, env=None, out=None):
+        full = dict(os.environ)
+        if env:
+            full.update(env)
+        p = subprocess.Popen(argv, env=full, stdin=subprocess.DEVNULL,
+                             stdout=out or subprocess.DEVNULL,
+                             stderr=subprocess.STDOUT if out else subprocess.DEVNULL)
+        self.popen.append(p)
+        return p
+
+    def end(self, p, grace=5.0):
+        """SIGTERM (torchrun then stops its workers), then SIGKILL."""
+        if p.poll() is not None:
+            return
+        try:
+            os.kill(p.pid, signal.SIGTERM)
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+        except ProcessLookupError:
+            pass
+
+    def end_workers(self, d):
+        """Workers whose stamp files name them and that still run."""
+        for f in glob.glob(os.path.join(d, "start.*")):
+            try:
+                pid = int(open(f).read().split()[1])
+                with open("/proc/%d/cmdline" % pid, "rb") as c:
+                    if b"bench_worker" not in c.read():
+                        continue
+                os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError, IndexError):
+                pass
+
+    def cleanup(self):
+        for p in self.popen:
+            self.end(p, grace=3.0)
+        for d in self.stamp_dirs:
+            self.end_workers(d)
+        self.popen = []
+
+
+def wait_all(procs, ps, timeout):
+    """Reap every Popen in ps with wait4. RET (exit codes, ns when the last
+    one was reaped, ru_maxrss in KiB of each). A watchdog ends them all by
+    pid after timeout seconds."""
+    def watchdog():
+        for p in ps:
+            if p.returncode is None:
+                try:
+                    os.kill(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    timer = threading.Timer(timeout, watchdog)
+    timer.start()
+    rcs, rss = [], []
+    try:
+        for p in ps:
+            if p.returncode is not None:
+                rcs.append(p.returncode)
+                rss.append(0)
+                continue
+            _, status, ru = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            rcs.append(p.returncode)
+            rss.append(ru.ru_maxrss)
+    finally:
+        timer.cancel()
+    return rcs, now_ns(), rss
+
+
+def read_stamps(d, prefix):
+    out = {}
+    for f in glob.glob(os.path.join(d, prefix + "*")):
+        try:
+            out[os.path.basename(f)] = int(open(f).read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def listening(port):
+    """Is 127.0.0.1:port in LISTEN state (no connection made to find out)?"""
+    want = "0100007F:%04X" % port
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            cols = line.split()
+            if cols[1] == want and cols[3] == "0A":
+                return True
+    return False
+
+
+def agent_addr(i):
+    """Agent i of many: 127.0.0.1 .. 127.0.0.254, then 127.0.1.1 ..."""
+    return "127.0.%d.%d" % (i // 254, i % 254 + 1)
+
+
+# ---- 1. launch-to-exit ---------------------------------------------------------------
+
+def timeit(bin_dir, argv, runs, tmp, name):
+    out = os.path.join(tmp, name + ".log")
+    r = subprocess.run([os.path.join(bin_dir, "bench_timeit"), "-n", str(runs),
+                        "-w", "1", "-o", out, "--"] + argv,
+                       stdout=subprocess.PIPE, text=True, cwd=tmp)
+    ms, rss, bad = [], [], 0
+    for line in r.stdout.split("\n"):
+        if not line.strip():
+            continue
+        t, rc, kb = line.split()
+        ms.append(float(t))
+        rss.append(int(kb))
+        bad += rc != "0"
+    if bad:
+        log("%s: %d of %d runs failed; see %s" % (name, bad, runs, out))
+    return {"ms": stats(ms), "maxrss_kb": stats(rss), "failed": bad}
+
+
+# ---- 2. failure-to-respawn -------------------------------------------------------------
+
+def respawn_once(procs, bin_dir, tmp, kind, nagents, nproc, fail_rank, timeout):
+    d = tempfile.mkdtemp(prefix="respawn-", dir=tmp)
+    procs.stamp_dirs.append(d)
+    worker = [os.path.join(bin_dir, "bench_worker"), "respawn", d, str(fail_rank)]
+    launch = os.path.join(bin_dir, "launch")
+    logf = open(os.path.join(d, "agents.log"), "w")
+    port = free_port()
+    ps = []
+    for i in range(nagents):
+        if kind == "launch" and nagents == 1:
+            argv = [launch, "--standalone", "--nproc-per-node", str(nproc),
+                    "--max-restarts", "1", "--no-python"] + worker
+            env = None
+        elif kind == "launch":
+            argv = [launch, "--nnodes", str(nagents), "--nproc-per-node", str(nproc),
+                    "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "respawn",
+                    "--local-addr", agent_addr(i), "--max-restarts", "1",
+                    "--no-python"] + worker
+            env = {"LAUNCH_HOSTNAME": "node%d" % (i + 1)}
+        elif nagents == 1:
+            argv = TORCHRUN + ["--standalone", "--nproc_per_node", str(nproc),
+                               "--max_restarts", "1", "--no_python"] + TORCH_FIX + worker
+            env = None
+        else:
+            argv = TORCHRUN + ["--nnodes", str(nagents), "--nproc_per_node", str(nproc),
+                               "--rdzv_backend", "c10d",
+                               "--rdzv_endpoint", "127.0.0.1:%d" % port,
+                               "--rdzv_id", "respawn", "--max_restarts", "1",
+                               "--no_python"] + TORCH_FIX + worker
+            env = None
+        ps.append(procs.start(argv, env=env, out=logf))
+        if i == 0 and nagents > 1 and kind == "launch":
+            # The hosting agent listens before the others connect.
+            t_end = time.time() + 10
+            while not listening(port) and time.time() < t_end:
+                time.sleep(0.001)
+    rcs, _, _ = wait_all(procs, ps, timeout)
+    logf.close()
+    procs.end_workers(d)
+    world = nagents * nproc
+    fail = read_stamps(d, "fail.0").get("fail.0")
+    gen1 = read_stamps(d, "start.1.")
+    ok = all(rc == 0 for rc in rcs) and fail is not None and len(gen1) == world
+    if not ok:
+        log("%s respawn (%d agents): rcs %s, fail stamp %s, %d of %d restarted; "
+            "log %s" % (kind, nagents, rcs, fail is not None, len(gen1), world,
+                        logf.name))
+        return None
+    return {"last_ms": (max(gen1.values()) - fail) / 1e6,
+            "first_ms": (min(gen1.values()) - fail) / 1e6}
+
+
+def respawn(procs, bin_dir, tmp, kind, nagents, nproc, runs, timeout):
+    last, first = [], []
+    for _ in range(runs):
+        r = respawn_once(procs, bin_dir, tmp, kind, nagents, nproc,
+                         nagents * nproc - 1, timeout)
+        if r:
+            last.append(r["last_ms"])
+            first.append(r["first_ms"])
+    return {"last_ms": stats(last), "first_ms": stats(first),
+            "failed": runs - len(last)}
+
+
+# ---- 3. peak RSS -------------------------------------------------------------------------
+
+def vm_hwm_kb(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def peak_rss(procs, bin_dir, tmp, kind):
+    """VmHWM of the agent, sampled every 2 ms until it exits. (wait4's
+    ru_maxrss is no use here: exec keeps the high-water mark of the image
+    it replaces, the forked Python driver's; bench_timeit, a small C
+    parent, reports it for the trivial job instead.)"""
+    worker = [os.path.join(bin_dir, "bench_worker"), "sleep", "1500"]
+    if kind == "launch":
+        argv = [os.path.join(bin_dir, "launch"), "--standalone", "--nproc-per-node",
+                "8", "--no-python"] + worker
+    else:
+        argv = TORCHRUN + ["--standalone", "--nproc_per_node", "8",
+                           "--no_python"] + TORCH_FIX + worker
+    p = procs.start(argv)
+    hwm = 0
+    while True:
+        pid, status, _ = os.wait4(p.pid, os.WNOHANG)
+        if pid == p.pid:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            break
+        v = vm_hwm_kb(p.pid)
+        if v:
+            hwm = max(hwm, v)
+        time.sleep(0.002)
+    return {"vmhwm_kb": hwm, "rc": p.returncode}
+
+
+# ---- 4. many agents ----------------------------------------------------------------------
+
+def many_agents(procs, bin_dir, tmp, kind, n):
+    d = tempfile.mkdtemp(prefix="rdzv%d-" % n, dir=tmp)
+    procs.stamp_dirs.append(d)
+    worker = [os.path.join(bin_dir, "bench_worker"), "stamp", d]
+    logf = open(os.path.join(d, "agents.log"), "w")
+    port = free_port()
+    ps = []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t_first = now_ns()
+    for i in range(n):
+        if kind == "launch":
+            argv = [os.path.join(bin_dir, "launch"), "--nnodes", str(n),
+                    "--nproc-per-node", "1", "--rdzv-endpoint", "127.0.0.1:%d" % port,
+                    "--rdzv-id", "many", "--local-addr", agent_addr(i),
+                    "--rdzv-conf", "join_timeout=120", "--no-python"] + worker
+            env = {"LAUNCH_HOSTNAME": "node%03d" % i}
+        else:
+            argv = TORCHRUN + ["--nnodes", str(n), "--nproc_per_node", "1",
+                               "--rdzv_backend", "c10d",
+                               "--rdzv_endpoint", "127.0.0.1:%d" % port,
+                               "--rdzv_id", "many", "--no_python"] + TORCH_FIX + worker
+            env = None
+        ps.append(procs.start(argv, env=env, out=logf))
+        if i == 0 and kind == "launch":
+            t_end = time.time() + 10
+            while not listening(port) and time.time() < t_end:
+                time.sleep(0.001)
+    t_last = now_ns()
+    # VmHWM of the hosting agent and of the last one, every 20 ms (cheap
+    # enough not to disturb the figure); the last sample is the peak.
+    hwm = [0, 0]
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.02):
+            for k, p in enumerate((ps[0], ps[-1])):
+                v = vm_hwm_kb(p.pid) if p.returncode is None else None
+                if v:
+                    hwm[k] = max(hwm[k], v)
+    th = threading.Thread(target=sample)
+    th.start()
+    try:
+        rcs, t_exit, _ = wait_all(procs, ps, 600)
+    finally:
+        done.set()
+        th.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    logf.close()
+    procs.end_workers(d)
+    starts = read_stamps(d, "start.0.")
+    ok = all(rc == 0 for rc in rcs) and len(starts) == n
+    if not ok:
+        bad = [i for i, rc in enumerate(rcs) if rc != 0]
+        log("%s with %d agents: %d agents failed (first: %s), %d of %d workers "
+            "started; log %s" % (kind, n, len(bad), bad[:5], len(starts), n, logf.name))
+        return None
+    w = sorted(starts.values())
+    return {"spawn_ms": (t_last - t_first) / 1e6,
+            "last_start_to_workers_ms": (w[-1] - t_last) / 1e6,
+            "last_start_to_exit_ms": (t_exit - t_last) / 1e6,
+            "first_start_to_workers_ms": (w[-1] - t_first) / 1e6,
+            "worker_spread_ms": (w[-1] - w[0]) / 1e6,
+            "cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+            "host_vmhwm_kb": hwm[0], "agent_vmhwm_kb": hwm[1]}
+
+
+def many(procs, bin_dir, tmp, kind, n, runs):
+    res = [r for r in (many_agents(procs, bin_dir, tmp, kind, n) for _ in range(runs)) if r]
+    out = {"failed": runs - len(res), "n": n}
+    for k in ("spawn_ms", "last_start_to_workers_ms", "last_start_to_exit_ms",
+              "first_start_to_workers_ms", "worker_spread_ms", "cpu_s", "host_vmhwm_kb", "agent_vmhwm_kb"):
+        out[k] = stats([r[k] for r in res])
+    return out
+
+
+# ---- report --------------------------------------------------------------------------------
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def machine():
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    torch_v = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpu": cpu,
+            "cores": os.cpu_count(), "mem_gib": round(mem, 1),
+            "kernel": platform.release(), "python": platform.python_version(),
+            "torch": torch_v.stdout.strip() or None,
+            "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}
+
+
+def fmt(v, unit="ms"):
+    if v is None:
+        return "n/a"
+    if unit == "MB":
+        return "%.1f MB" % (v / 1024)
+    if unit == "s":
+        return "%.3f s" % (v / 1000)
+    return "%.1f ms" % v if v >= 10 else "%.2f ms" % v
+
+
+def table(R, args):
+    rows = []
+
+    def med(x, key="median"):
+        return x[key] if x else None
+
+    def ratio(a, b):
+        return "%.0fx" % (b / a) if a and b else "n/a"
+
+    t = R["trivial"]
+    ours, theirs = med(t["launch"]["ms"]), med(t["torchrun"]["ms"]) if t.get("torchrun") else None
+    goal_ok = ours is not None and ours < 20 and (theirs is None or theirs / ours >= 100)
+    rows.append(("launch-to-exit, 8 x /bin/true (median / p90)",
+                 "%s / %s" % (fmt(ours), fmt(med(t["launch"]["ms"], "p90"))),
+                 "%s / %s" % (fmt(theirs), fmt(med(t["torchrun"]["ms"], "p90") if t.get("torchrun") else None)),
+                 ratio(ours, theirs), ">=100x, <20 ms", "yes" if goal_ok else "NO"))
+    for key, label, goal in (("respawn1", "failure-to-respawn, 1 node x 8 (median / p90)", 20),
+                             ("respawn4", "failure-to-respawn, 4 agents x 2 (median / p90)", 100)):
+        r = R[key]
+        ours = med(r["launch"]["last_ms"])
+        theirs = med(r["torchrun"]["last_ms"]) if r.get("torchrun") else None
+        rows.append((label,
+                     "%s / %s" % (fmt(ours), fmt(med(r["launch"]["last_ms"], "p90"))),
+                     "%s / %s" % (fmt(theirs), fmt(med(r["torchrun"]["last_ms"], "p90") if r.get("torchrun") else None)),
+                     ratio(ours, theirs), "<%d ms" % goal,
+                     "yes" if ours is not None and ours < goal else "NO"))
+    r = R["rss"]
+    ours = r["launch"]["vmhwm_kb"]
+    theirs = r["torchrun"]["vmhwm_kb"] if r.get("torchrun") else None
+    rows.append(("agent peak RSS (VmHWM, 8 workers)", fmt(ours, "MB"), fmt(theirs, "MB"),
+                 ratio(ours, theirs), "<8 MB", "yes" if ours and ours < 8192 else "NO"))
+    m = R["many"]["launch"]
+    ours = med(m["last_start_to_workers_ms"])
+    rows.append(("%d agents: last agent started -> all workers started" % args.agents,
+                 fmt(ours, "s"), "n/a (see below)", "", "<1 s",
+                 "yes" if ours is not None and ours < 1000 else "NO"))
+    ours_x = med(m["last_start_to_exit_ms"])
+    rows.append(("%d agents: last agent started -> all agents exited" % args.agents,
+                 fmt(ours_x, "s"), "", "", "<1 s",
+                 "yes" if ours_x is not None and ours_x < 1000 else "NO"))
+    if R.get("many_small"):
+        a = R["many_small"]["launch"]
+        b = R["many_small"].get("torchrun")
+        for k, label in (("last_start_to_workers_ms", "all workers started"),
+                         ("last_start_to_exit_ms", "all agents exited")):
+            rows.append(("%d agents: last agent started -> %s" % (args.torch_agents, label),
+                         fmt(med(a[k]), "s"), fmt(med(b[k]) if b else None, "s"),
+                         ratio(med(a[k]), med(b[k]) if b else None), "(comparison)", ""))
+    head = ("benchmark", "launch", "torchrun 1.13", "ratio", "goal", "met?")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(6)]
+    lines = ["| " + " | ".join(str(c).ljust(widths[i]) for i, c in enumerate(head)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"),
+                    help="build directory (its bin/ has launch, bench_worker, bench_timeit)")
+    ap.add_argument("--runs", type=int, default=20, help="runs of each launch figure")
+    ap.add_argument("--torch-runs", type=int, default=5, help="runs of each torchrun figure")
+    ap.add_argument("--agents", type=int, default=256, help="agents of the big rendezvous")
+    ap.add_argument("--agent-runs", type=int, default=3, help="runs of the big rendezvous")
+    ap.add_argument("--torch-agents", type=int, default=8,
+                    help="agents of the rendezvous compared with torchrun")
+    ap.add_argument("--no-torch", action="store_true", help="launch only")
+    ap.add_argument("--quick", action="store_true", help="few runs (a smoke test)")
+    ap.add_argument("--json", help="write every raw figure here")
+    args = ap.parse_args()
+    if args.quick:
+        args.runs, args.torch_runs, args.agent_runs = 3, 1, 1
+    bin_dir = os.path.join(os.path.abspath(args.build), "bin")
+    for b in ("launch", "bench_worker", "bench_timeit"):
+        if not os.access(os.path.join(bin_dir, b), os.X_OK):
+            sys.exit("%s/%s is missing: build first (cmake --build %s)" % (bin_dir, b, args.build))
+    # Many agents: the hosting agent holds one socket per agent; each
+    # agent a few pipes per worker.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    if want < args.agents * 4 + 64:
+        log("warning: open-file limit %d is low for %d agents" % (want, args.agents))
+    torch_ok = not args.no_torch and subprocess.run(
+        ["/usr/bin/python3", "-c", "import torch.distributed.run"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    if not args.no_torch and not torch_ok:
+        log("torch.distributed.run is not importable by /usr/bin/python3: launch only")
+    R = {"machine": machine(), "args": vars(args), "load_start": loadavg()}
+    tmp = tempfile.mkdtemp(prefix="launch-bench-")
+    procs = Procs()
+    try:
+        log("1. launch-to-exit of 8 x /bin/true")
+        R["trivial"] = {"launch": timeit(bin_dir, [os.path.join(bin_dir, "launch"), "--standalone",
+                                                   "--nproc-per-node", "8", "--no-python", "/bin/true"],
+                                         args.runs, tmp, "trivial-launch")}
+        if torch_ok:
+            R["trivial"]["torchrun"] = timeit(bin_dir, TORCHRUN + [
+                "--standalone", "--nproc_per_node", "8", "--no_python"] + TORCH_FIX + ["/bin/true"],
+                args.torch_runs, tmp, "trivial-torchrun")
+        log("2. failure-to-respawn, one node")
+        R["respawn1"] = {"launch": respawn(procs, bin_dir, tmp, "launch", 1, 8, args.runs, 60)}
+        if torch_ok:
+            R["respawn1"]["torchrun"] = respawn(procs, bin_dir, tmp, "torchrun", 1, 8,
+                                                args.torch_runs, 120)
+        log("   failure-to-respawn, 4 agents")
+        R["respawn4"] = {"launch": respawn(procs, bin_dir, tmp, "launch", 4, 2, args.runs, 60)}
+        if torch_ok:
+            R["respawn4"]["torchrun"] = respawn(procs, bin_dir, tmp, "torchrun", 4, 2,
+                                                max(1, args.torch_runs // 2), 180)
+        log("3. peak RSS of the agent")
+        R["rss"] = {"launch": peak_rss(procs, bin_dir, tmp, "launch")}
+        if torch_ok:
+            R["rss"]["torchrun"] = peak_rss(procs, bin_dir, tmp, "torchrun")
+        log("4. rendezvous of %d agents" % args.agents)
+        R["many"] = {"launch": many(procs, bin_dir, tmp, "launch", args.agents, args.agent_runs)}
+        if args.torch_agents > 0:
+            log("   rendezvous of %d agents, side by side" % args.torch_agents)
+            R["many_small"] = {"launch": many(procs, bin_dir, tmp, "launch", args.torch_agents,
+                                              args.agent_runs)}
+            if torch_ok:
+                R["many_small"]["torchrun"] = many(procs, bin_dir, tmp, "torchrun",
+                                                   args.torch_agents, 1)
+    finally:
+        procs.cleanup()
+    shutil.rmtree(tmp, ignore_errors=True)
+    R["load_end"] = loadavg()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(R, f, indent=1)
+    m = R["machine"]
+    print("%s; %s, %d cores, %.0f GiB; Linux %s; torch %s" % (
+        m["date"], m["cpu"], m["cores"], m["mem_gib"], m["kernel"], m["torch"]))
+    print(table(R, args))
+    mm = R["many"]["launch"]
+    if mm.get("cpu_s"):
+        print("%d agents: spawning them took %s; CPU of all agents and workers %.2f s "
+              "(on %d cores); VmHWM of the hosting agent %s, of the last agent %s" % (
+                  args.agents, fmt(mm["spawn_ms"]["median"], "s"), mm["cpu_s"]["median"],
+                  m["cores"], fmt(mm["host_vmhwm_kb"]["median"], "MB"),
+                  fmt(mm["agent_vmhwm_kb"]["median"], "MB")))
+    t = R["trivial"]
+    print("ru_maxrss of the trivial job under bench_timeit (the agent or any child it "
+          "reaped): launch %s, torchrun %s" % (
+              fmt(t["launch"]["maxrss_kb"]["median"], "MB"),
+              fmt(t["torchrun"]["maxrss_kb"]["median"], "MB") if t.get("torchrun") else "n/a"))
+    print("load average at start / end: %s / %s" % (R["load_start"], R["load_end"]))
+
+
+if __name__ == "__main__":
+    main()
