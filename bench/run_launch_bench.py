@@ -117,8 +117,8 @@ class Procs:
 
 def wait_all(procs, ps, timeout):
     """Reap every Popen in ps with wait4. RET (exit codes, ns when the last
-    one was reaped, ru_maxrss in KiB of each). A watchdog ends them all by
-    pid after timeout seconds."""
+    one was reaped, CPU seconds of each with its reaped children). A
+    watchdog ends them all by pid after timeout seconds."""
     def watchdog():
         for p in ps:
             if p.returncode is None:
@@ -128,20 +128,20 @@ def wait_all(procs, ps, timeout):
                     pass
     timer = threading.Timer(timeout, watchdog)
     timer.start()
-    rcs, rss = [], []
+    rcs, cpu = [], []
     try:
         for p in ps:
             if p.returncode is not None:
                 rcs.append(p.returncode)
-                rss.append(0)
+                cpu.append(None)
                 continue
             _, status, ru = os.wait4(p.pid, 0)
             p.returncode = os.waitstatus_to_exitcode(status)
             rcs.append(p.returncode)
-            rss.append(ru.ru_maxrss)
+            cpu.append(ru.ru_utime + ru.ru_stime)
     finally:
         timer.cancel()
-    return rcs, now_ns(), rss
+    return rcs, now_ns(), cpu
 
 
 def read_stamps(d, prefix):
@@ -347,7 +347,7 @@ def many_agents(procs, bin_dir, tmp, kind, n):
     th = threading.Thread(target=sample)
     th.start()
     try:
-        rcs, t_exit, _ = wait_all(procs, ps, 600)
+        rcs, t_exit, cpu = wait_all(procs, ps, 600)
     finally:
         done.set()
         th.join()
@@ -368,6 +368,7 @@ def many_agents(procs, bin_dir, tmp, kind, n):
             "first_start_to_workers_ms": (w[-1] - t_first) / 1e6,
             "worker_spread_ms": (w[-1] - w[0]) / 1e6,
             "cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+            "host_cpu_s": cpu[0],
             "host_vmhwm_kb": hwm[0], "agent_vmhwm_kb": hwm[1]}
 
 
@@ -375,12 +376,37 @@ def many(procs, bin_dir, tmp, kind, n, runs):
     res = [r for r in (many_agents(procs, bin_dir, tmp, kind, n) for _ in range(runs)) if r]
     out = {"failed": runs - len(res), "n": n}
     for k in ("spawn_ms", "last_start_to_workers_ms", "last_start_to_exit_ms",
-              "first_start_to_workers_ms", "worker_spread_ms", "cpu_s", "host_vmhwm_kb", "agent_vmhwm_kb"):
+              "first_start_to_workers_ms", "worker_spread_ms", "cpu_s", "host_cpu_s", "host_vmhwm_kb",
+              "agent_vmhwm_kb"):
         out[k] = stats([r[k] for r in res])
     return out
 
 
 # ---- report --------------------------------------------------------------------------------
+
+def idle_fraction(seconds=0.5):
+    """Share of CPU time idle over the next `seconds` (all cores)."""
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[3] + v[4], sum(v)  # idle + iowait, total
+    i0, t0 = snap()
+    time.sleep(seconds)
+    i1, t1 = snap()
+    return (i1 - i0) / max(1, t1 - t0)
+
+
+def wait_quiet(R, name, max_wait):
+    """Other jobs on a shared machine skew every figure: wait (at most
+    max_wait seconds) until the CPUs are 90 % idle; record what was seen."""
+    deadline = time.time() + max_wait
+    idle = idle_fraction()
+    while idle < 0.9 and time.time() < deadline:
+        idle = idle_fraction(1.0)
+    R.setdefault("idle_before", {})[name] = round(idle, 3)
+    if idle < 0.9:
+        log("   (the machine is busy: %.0f %% idle; figures of %s are skewed)" % (100 * idle, name))
+
 
 def loadavg():
     with open("/proc/loadavg") as f:
@@ -414,54 +440,62 @@ def fmt(v, unit="ms"):
     return "%.1f ms" % v if v >= 10 else "%.2f ms" % v
 
 
+def med(x, key="median"):
+    return x[key] if x else None
+
+
+def ratio(a, b):
+    return "%.0fx" % (b / a) if a and b else "n/a"
+
+
 def table(R, args):
     rows = []
 
-    def med(x, key="median"):
-        return x[key] if x else None
+    def pair(section, kind, key):
+        x = R[section].get(kind)
+        x = x[key] if x else None
+        return "%s / %s" % (fmt(med(x)), fmt(med(x, "p90"))) if x else "n/a"
 
-    def ratio(a, b):
-        return "%.0fx" % (b / a) if a and b else "n/a"
-
-    t = R["trivial"]
-    ours, theirs = med(t["launch"]["ms"]), med(t["torchrun"]["ms"]) if t.get("torchrun") else None
-    goal_ok = ours is not None and ours < 20 and (theirs is None or theirs / ours >= 100)
-    rows.append(("launch-to-exit, 8 x /bin/true (median / p90)",
-                 "%s / %s" % (fmt(ours), fmt(med(t["launch"]["ms"], "p90"))),
-                 "%s / %s" % (fmt(theirs), fmt(med(t["torchrun"]["ms"], "p90") if t.get("torchrun") else None)),
-                 ratio(ours, theirs), ">=100x, <20 ms", "yes" if goal_ok else "NO"))
+    if "trivial" in R:
+        t = R["trivial"]
+        ours = med(t["launch"]["ms"])
+        theirs = med(t["torchrun"]["ms"]) if t.get("torchrun") else None
+        ok = ours is not None and ours < 20 and (theirs is None or theirs / ours >= 100)
+        rows.append(("launch-to-exit, 8 x /bin/true (median / p90)",
+                     pair("trivial", "launch", "ms"), pair("trivial", "torchrun", "ms"),
+                     ratio(ours, theirs), ">=100x and <20 ms", "yes" if ok else "NO"))
     for key, label, goal in (("respawn1", "failure-to-respawn, 1 node x 8 (median / p90)", 20),
                              ("respawn4", "failure-to-respawn, 4 agents x 2 (median / p90)", 100)):
+        if key not in R:
+            continue
         r = R[key]
         ours = med(r["launch"]["last_ms"])
         theirs = med(r["torchrun"]["last_ms"]) if r.get("torchrun") else None
-        rows.append((label,
-                     "%s / %s" % (fmt(ours), fmt(med(r["launch"]["last_ms"], "p90"))),
-                     "%s / %s" % (fmt(theirs), fmt(med(r["torchrun"]["last_ms"], "p90") if r.get("torchrun") else None)),
+        rows.append((label, pair(key, "launch", "last_ms"), pair(key, "torchrun", "last_ms"),
                      ratio(ours, theirs), "<%d ms" % goal,
                      "yes" if ours is not None and ours < goal else "NO"))
-    r = R["rss"]
-    ours = r["launch"]["vmhwm_kb"]
-    theirs = r["torchrun"]["vmhwm_kb"] if r.get("torchrun") else None
-    rows.append(("agent peak RSS (VmHWM, 8 workers)", fmt(ours, "MB"), fmt(theirs, "MB"),
-                 ratio(ours, theirs), "<8 MB", "yes" if ours and ours < 8192 else "NO"))
-    m = R["many"]["launch"]
-    ours = med(m["last_start_to_workers_ms"])
-    rows.append(("%d agents: last agent started -> all workers started" % args.agents,
-                 fmt(ours, "s"), "n/a (see below)", "", "<1 s",
-                 "yes" if ours is not None and ours < 1000 else "NO"))
-    ours_x = med(m["last_start_to_exit_ms"])
-    rows.append(("%d agents: last agent started -> all agents exited" % args.agents,
-                 fmt(ours_x, "s"), "", "", "<1 s",
-                 "yes" if ours_x is not None and ours_x < 1000 else "NO"))
-    if R.get("many_small"):
+    if "rss" in R:
+        r = R["rss"]
+        ours = r["launch"]["vmhwm_kb"]
+        theirs = r["torchrun"]["vmhwm_kb"] if r.get("torchrun") else None
+        rows.append(("agent peak RSS (VmHWM, 8 workers)", fmt(ours, "MB"), fmt(theirs, "MB"),
+                     ratio(ours, theirs), "<8 MB", "yes" if ours and ours < 8192 else "NO"))
+    if "many" in R:
+        m = R["many"]["launch"]
+        for k, label in (("last_start_to_workers_ms", "all workers started"),
+                         ("last_start_to_exit_ms", "all agents exited")):
+            ours = med(m[k])
+            rows.append(("%d agents: last agent started -> %s (median)" % (args.agents, label),
+                         fmt(ours, "s"), "n/a (too big here)", "", "<1 s",
+                         "yes" if ours is not None and ours < 1000 else "NO"))
+    if "many_small" in R:
         a = R["many_small"]["launch"]
         b = R["many_small"].get("torchrun")
         for k, label in (("last_start_to_workers_ms", "all workers started"),
                          ("last_start_to_exit_ms", "all agents exited")):
-            rows.append(("%d agents: last agent started -> %s" % (args.torch_agents, label),
+            rows.append(("%d agents: last agent started -> %s (median)" % (args.torch_agents, label),
                          fmt(med(a[k]), "s"), fmt(med(b[k]) if b else None, "s"),
-                         ratio(med(a[k]), med(b[k]) if b else None), "(comparison)", ""))
+                         ratio(med(a[k]), med(b[k]) if b else None), "(side by side)", ""))
     head = ("benchmark", "launch", "torchrun 1.13", "ratio", "goal", "met?")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(6)]
     lines = ["| " + " | ".join(str(c).ljust(widths[i]) for i, c in enumerate(head)) + " |",
@@ -469,6 +503,9 @@ def table(R, args):
     for r in rows:
         lines.append("| " + " | ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)) + " |")
     return "\n".join(lines)
+
+
+SECTIONS = ("trivial", "respawn1", "respawn4", "rss", "many", "many_small")
 
 
 def main():
@@ -480,13 +517,22 @@ def main():
     ap.add_argument("--agents", type=int, default=256, help="agents of the big rendezvous")
     ap.add_argument("--agent-runs", type=int, default=3, help="runs of the big rendezvous")
     ap.add_argument("--torch-agents", type=int, default=8,
-                    help="agents of the rendezvous compared with torchrun")
+                    help="agents of the rendezvous run side by side with torchrun (0: none)")
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help="comma-separated sections: " + ", ".join(SECTIONS))
+    ap.add_argument("--wait-quiet", type=float, default=0, metavar="S",
+                    help="before each section wait up to S seconds for 90%% idle CPUs")
     ap.add_argument("--no-torch", action="store_true", help="launch only")
     ap.add_argument("--quick", action="store_true", help="few runs (a smoke test)")
     ap.add_argument("--json", help="write every raw figure here")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.torch_runs, args.agent_runs = 3, 1, 1
+    only = set(args.only.split(","))
+    if not only <= set(SECTIONS):
+        sys.exit("--only: unknown section(s) %s" % ", ".join(sorted(only - set(SECTIONS))))
+    if args.torch_agents <= 0:
+        only.discard("many_small")
     bin_dir = os.path.join(os.path.abspath(args.build), "bin")
     for b in ("launch", "bench_worker", "bench_timeit"):
         if not os.access(os.path.join(bin_dir, b), os.X_OK):
@@ -506,33 +552,46 @@ def main():
         log("torch.distributed.run is not importable by /usr/bin/python3: launch only")
     R = {"machine": machine(), "args": vars(args), "load_start": loadavg()}
     tmp = tempfile.mkdtemp(prefix="launch-bench-")
+    launch = os.path.join(bin_dir, "launch")
     procs = Procs()
     try:
-        log("1. launch-to-exit of 8 x /bin/true")
-        R["trivial"] = {"launch": timeit(bin_dir, [os.path.join(bin_dir, "launch"), "--standalone",
-                                                   "--nproc-per-node", "8", "--no-python", "/bin/true"],
-                                         args.runs, tmp, "trivial-launch")}
-        if torch_ok:
-            R["trivial"]["torchrun"] = timeit(bin_dir, TORCHRUN + [
-                "--standalone", "--nproc_per_node", "8", "--no_python"] + TORCH_FIX + ["/bin/true"],
-                args.torch_runs, tmp, "trivial-torchrun")
-        log("2. failure-to-respawn, one node")
-        R["respawn1"] = {"launch": respawn(procs, bin_dir, tmp, "launch", 1, 8, args.runs, 60)}
-        if torch_ok:
-            R["respawn1"]["torchrun"] = respawn(procs, bin_dir, tmp, "torchrun", 1, 8,
-                                                args.torch_runs, 120)
-        log("   failure-to-respawn, 4 agents")
-        R["respawn4"] = {"launch": respawn(procs, bin_dir, tmp, "launch", 4, 2, args.runs, 60)}
-        if torch_ok:
-            R["respawn4"]["torchrun"] = respawn(procs, bin_dir, tmp, "torchrun", 4, 2,
-                                                max(1, args.torch_runs // 2), 180)
-        log("3. peak RSS of the agent")
-        R["rss"] = {"launch": peak_rss(procs, bin_dir, tmp, "launch")}
-        if torch_ok:
-            R["rss"]["torchrun"] = peak_rss(procs, bin_dir, tmp, "torchrun")
-        log("4. rendezvous of %d agents" % args.agents)
-        R["many"] = {"launch": many(procs, bin_dir, tmp, "launch", args.agents, args.agent_runs)}
-        if args.torch_agents > 0:
+        if "trivial" in only:
+            wait_quiet(R, "trivial", args.wait_quiet)
+            log("1. launch-to-exit of 8 x /bin/true")
+            R["trivial"] = {"launch": timeit(bin_dir, [launch, "--standalone", "--nproc-per-node",
+                                                       "8", "--no-python", "/bin/true"],
+                                             args.runs, tmp, "trivial-launch")}
+            if torch_ok:
+                R["trivial"]["torchrun"] = timeit(bin_dir, TORCHRUN + [
+                    "--standalone", "--nproc_per_node", "8", "--no_python"] + TORCH_FIX +
+                    ["/bin/true"], args.torch_runs, tmp, "trivial-torchrun")
+        if "respawn1" in only:
+            wait_quiet(R, "respawn1", args.wait_quiet)
+            log("2. failure-to-respawn, one node")
+            R["respawn1"] = {"launch": respawn(procs, bin_dir, tmp, "launch", 1, 8, args.runs, 60)}
+            if torch_ok:
+                R["respawn1"]["torchrun"] = respawn(procs, bin_dir, tmp, "torchrun", 1, 8,
+                                                    args.torch_runs, 120)
+        if "respawn4" in only:
+            wait_quiet(R, "respawn4", args.wait_quiet)
+            log("   failure-to-respawn, 4 agents")
+            R["respawn4"] = {"launch": respawn(procs, bin_dir, tmp, "launch", 4, 2, args.runs, 60)}
+            if torch_ok:
+                R["respawn4"]["torchrun"] = respawn(procs, bin_dir, tmp, "torchrun", 4, 2,
+                                                    max(1, args.torch_runs // 2), 180)
+        if "rss" in only:
+            wait_quiet(R, "rss", args.wait_quiet)
+            log("3. peak RSS of the agent")
+            R["rss"] = {"launch": peak_rss(procs, bin_dir, tmp, "launch")}
+            if torch_ok:
+                R["rss"]["torchrun"] = peak_rss(procs, bin_dir, tmp, "torchrun")
+        if "many" in only:
+            wait_quiet(R, "many", args.wait_quiet)
+            log("4. rendezvous of %d agents" % args.agents)
+            R["many"] = {"launch": many(procs, bin_dir, tmp, "launch", args.agents,
+                                        args.agent_runs)}
+        if "many_small" in only:
+            wait_quiet(R, "many_small", args.wait_quiet)
             log("   rendezvous of %d agents, side by side" % args.torch_agents)
             R["many_small"] = {"launch": many(procs, bin_dir, tmp, "launch", args.torch_agents,
                                               args.agent_runs)}
@@ -550,19 +609,30 @@ def main():
     print("%s; %s, %d cores, %.0f GiB; Linux %s; torch %s" % (
         m["date"], m["cpu"], m["cores"], m["mem_gib"], m["kernel"], m["torch"]))
     print(table(R, args))
-    mm = R["many"]["launch"]
-    if mm.get("cpu_s"):
-        print("%d agents: spawning them took %s; CPU of all agents and workers %.2f s "
-              "(on %d cores); VmHWM of the hosting agent %s, of the last agent %s" % (
-                  args.agents, fmt(mm["spawn_ms"]["median"], "s"), mm["cpu_s"]["median"],
-                  m["cores"], fmt(mm["host_vmhwm_kb"]["median"], "MB"),
-                  fmt(mm["agent_vmhwm_kb"]["median"], "MB")))
-    t = R["trivial"]
-    print("ru_maxrss of the trivial job under bench_timeit (the agent or any child it "
-          "reaped): launch %s, torchrun %s" % (
-              fmt(t["launch"]["maxrss_kb"]["median"], "MB"),
-              fmt(t["torchrun"]["maxrss_kb"]["median"], "MB") if t.get("torchrun") else "n/a"))
-    print("load average at start / end: %s / %s" % (R["load_start"], R["load_end"]))
+    if "many" in R and R["many"]["launch"].get("cpu_s"):
+        mm = R["many"]["launch"]
+        print("%d agents: starting them took %s; CPU of all agents and workers %.2f s "
+              "(on %d cores), of the hosting agent (server included) %.3f s; VmHWM of the "
+              "hosting agent %s, of the last agent %s" % (
+                  args.agents, fmt(med(mm["spawn_ms"]), "s"), med(mm["cpu_s"]),
+                  m["cores"], med(mm["host_cpu_s"]), fmt(med(mm["host_vmhwm_kb"]), "MB"),
+                  fmt(med(mm["agent_vmhwm_kb"]), "MB")))
+    if "trivial" in R:
+        t = R["trivial"]
+        print("ru_maxrss of the trivial job under bench_timeit (the agent or any child it "
+              "reaped): launch %s, torchrun %s" % (
+                  fmt(med(t["launch"]["maxrss_kb"]), "MB"),
+                  fmt(med(t["torchrun"]["maxrss_kb"]), "MB") if t.get("torchrun") else "n/a"))
+    for key in ("respawn1", "respawn4"):
+        if key in R:
+            r = R[key]
+            print("%s: first worker of the next generation started after %s (launch), %s "
+                  "(torchrun), medians" % (
+                      key, fmt(med(r["launch"]["first_ms"])),
+                      fmt(med(r["torchrun"]["first_ms"])) if r.get("torchrun") else "n/a"))
+    print("load average at start / end: %s / %s; idle CPU share before each section: %s" % (
+        R["load_start"], R["load_end"],
+        ", ".join("%s %.0f%%" % (k, 100 * v) for k, v in R.get("idle_before", {}).items())))
 
 
 if __name__ == "__main__":
