@@ -455,10 +455,44 @@ static void connect_cb(uv_connect_t *req, int status) {
     broken(a, RDZV_ECLOSED, "cannot send");
 }
 
+/* Connect to sa (from the resolver, or the host itself when it is an IP
+ * address). Errors retry or end through the callbacks, from the loop. */
+static void connect_to(ac_t *a, const struct sockaddr *sa) {
+  int r;
+  uv_tcp_init(a->loop, &a->tcp);
+  a->tcp.data = a;
+  a->tcp_open = 1;
+  if (a->local_addr[0]) {
+    struct sockaddr_storage la;
+    memset(&la, 0, sizeof(la));
+    if (uv_ip4_addr(a->local_addr, 0, (struct sockaddr_in *)&la) != 0 &&
+        uv_ip6_addr(a->local_addr, 0, (struct sockaddr_in6 *)&la) != 0) {
+      snprintf(a->last_error, sizeof(a->last_error), "--local-addr '%s' is "
+               "not an IP address of this node", a->local_addr);
+      a->state = AC_CLOSED;
+      close_tcp(a, 0);
+      if (a->on_connect) {
+        ac_connect_cb cb = a->on_connect;
+        a->on_connect = NULL;
+        cb(a, RDZV_EADDR, a->arg);
+      }
+      return;
+    }
+    if (la.ss_family == sa->sa_family)
+      uv_tcp_bind(&a->tcp, (struct sockaddr *)&la, 0);
+  }
+  a->creq.data = a;
+  a->state = AC_CONNECTING;
+  r = uv_tcp_connect(&a->creq, &a->tcp, sa, connect_cb);
+  if (r != 0) {
+    lu_strlcpy(a->last_error, uv_strerror(r), sizeof(a->last_error));
+    close_tcp(a, 1);
+  }
+}
+
 static void resolved_cb(uv_getaddrinfo_t *req, int status,
                         struct addrinfo *res) {
   ac_t *a = req->data;
-  int r;
   if (a->closing) {
     uv_freeaddrinfo(res);
     return;
@@ -471,43 +505,32 @@ static void resolved_cb(uv_getaddrinfo_t *req, int status,
     retry_or_fail(a, RDZV_ERESOLVE, what);
     return;
   }
-  uv_tcp_init(a->loop, &a->tcp);
-  a->tcp.data = a;
-  a->tcp_open = 1;
-  if (a->local_addr[0]) {
-    struct sockaddr_storage la;
-    memset(&la, 0, sizeof(la));
-    if (uv_ip4_addr(a->local_addr, 0, (struct sockaddr_in *)&la) != 0 &&
-        uv_ip6_addr(a->local_addr, 0, (struct sockaddr_in6 *)&la) != 0) {
-      uv_freeaddrinfo(res);
-      snprintf(a->last_error, sizeof(a->last_error), "--local-addr '%s' is "
-               "not an IP address of this node", a->local_addr);
-      a->state = AC_CLOSED;
-      close_tcp(a, 0);
-      if (a->on_connect) {
-        ac_connect_cb cb = a->on_connect;
-        a->on_connect = NULL;
-        cb(a, RDZV_EADDR, a->arg);
-      }
-      return;
-    }
-    if (la.ss_family == res->ai_family)
-      uv_tcp_bind(&a->tcp, (struct sockaddr *)&la, 0);
-  }
-  a->creq.data = a;
-  a->state = AC_CONNECTING;
-  r = uv_tcp_connect(&a->creq, &a->tcp, res->ai_addr, connect_cb);
+  connect_to(a, res->ai_addr);
   uv_freeaddrinfo(res);
-  if (r != 0) {
-    lu_strlcpy(a->last_error, uv_strerror(r), sizeof(a->last_error));
-    close_tcp(a, 1);
-  }
+}
+
+/* Is s an IPv4 or IPv6 address? Then *ss holds it with port. */
+static int ip_literal(const char *s, int port, struct sockaddr_storage *ss) {
+  memset(ss, 0, sizeof(*ss));
+  return uv_ip4_addr(s, port, (struct sockaddr_in *)ss) == 0 ||
+         uv_ip6_addr(s, port, (struct sockaddr_in6 *)ss) == 0;
 }
 
 static void start_connect(ac_t *a) {
   struct addrinfo hints;
+  struct sockaddr_storage ss, la;
   char port[16];
   int r;
+  /* An address needs no resolver: uv_getaddrinfo would start libuv's
+   * four threadpool threads in every agent (about 1 ms of a trivial
+   * job's start, more when hundreds of agents start at once). Only when
+   * --local-addr is empty or an address too, so that its error is still
+   * reported from the loop, as the resolver path does. */
+  if (ip_literal(a->host, a->port, &ss) &&
+      (a->local_addr[0] == '\0' || ip_literal(a->local_addr, 0, &la))) {
+    connect_to(a, (struct sockaddr *)&ss);
+    return;
+  }
   memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
