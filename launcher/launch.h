@@ -6,6 +6,7 @@
 
 /* Each subcommand: argv[0] is the subcommand name. RET the exit code. */
 int launch_cmd_server(int argc, char **argv);
+int launch_cmd_topo(int argc, char **argv);
 
 /* Print "launch: <msg>" to stderr; used for usage errors (exit 2). */
 void launch_usage_error(const char *fmt, ...) LU_PRINTF(1, 2);

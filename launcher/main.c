@@ -28,6 +28,7 @@ static void usage(FILE *out) {
         "\n"
         "subcommands:\n"
         "  server   run a standalone rendezvous server (store + TCPStore)\n"
+        "  topo     GPU/NIC/NUMA topology, binding plan per local rank\n"
         "\n"
         "`launch SUBCOMMAND --help` describes each.\n",
         out);
@@ -49,6 +50,8 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "server") == 0)
     return launch_cmd_server(argc - 1, argv + 1);
+  if (strcmp(argv[1], "topo") == 0)
+    return launch_cmd_topo(argc - 1, argv + 1);
   launch_usage_error("unknown subcommand '%s' (try launch --help)", argv[1]);
   return 2;
 }
