@@ -18,8 +18,9 @@
  *                           aff_self_restore(): the loop thread's affinity
  *                           and memory policy are inherited by the child.
  *   5. aff_binding_envv()   LAUNCH_CPUS, LAUNCH_NUMA_NODE, LAUNCH_GPU_BUSID,
- *                           LAUNCH_HCA, LAUNCH_HCA_PORT, LAUNCH_NETDEV for the
- *                           worker environment (and the NCCL templates).
+ *                           LAUNCH_HCA, LAUNCH_HCA_PORT, LAUNCH_NETDEV,
+ *                           LAUNCH_HCAS for the worker environment (and the
+ *                           NCCL profile templates).
  *
  * Threads: a topology and a plan are immutable after creation and may be
  * read from any thread. Errors: 0 or a negative RDZV_E* / -errno code;
@@ -228,7 +229,7 @@ int aff_policy_parse(const char *cpu_bind, const char *mem_bind,
 const char *aff_cpu_bind_name(aff_cpu_bind_t c);
 const char *aff_mem_bind_name(aff_mem_bind_t m);
 
-#define AFF_ENV_COUNT 6
+#define AFF_ENV_COUNT 7
 #define AFF_CPULIST_LEN 1024
 
 /* One local rank, everything precomputed so that applying it in a forked
@@ -275,8 +276,9 @@ const aff_policy_t *aff_plan_policy(const aff_plan_t *plan);
 
 /* NULL-terminated "KEY=VALUE" strings for the worker environment:
  * LAUNCH_CPUS (cpulist), LAUNCH_NUMA_NODE (node or -1), LAUNCH_GPU_BUSID,
- * LAUNCH_HCA, LAUNCH_HCA_PORT, LAUNCH_NETDEV (empty when none). They live
- * as long as the plan. */
+ * LAUNCH_HCA, LAUNCH_HCA_PORT, LAUNCH_NETDEV (empty when none),
+ * LAUNCH_HCAS (every GPU-attached HCA of the node, comma-separated; the
+ * rank's own HCA when no GPU has one). They live as long as the plan. */
 const char *const *aff_binding_envv(const aff_binding_t *b);
 
 /* The --report-bindings line for a rank:

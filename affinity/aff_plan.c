@@ -183,6 +183,8 @@ static void fill_strings(const aff_topo_t *t, aff_binding_t *b) {
   else
     snprintf(b->env_buf[4], sizeof(b->env_buf[4]), "LAUNCH_HCA_PORT=");
   snprintf(b->env_buf[5], sizeof(b->env_buf[5]), "LAUNCH_NETDEV=%s", b->netdev);
+  snprintf(b->env_buf[6], sizeof(b->env_buf[6]), "LAUNCH_HCAS=%s",
+           t->gpu_hcas[0] ? t->gpu_hcas : b->hca);
   for (int i = 0; i < AFF_ENV_COUNT; i++)
     b->envv[i] = b->env_buf[i];
   b->envv[AFF_ENV_COUNT] = NULL;
