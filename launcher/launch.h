@@ -8,6 +8,7 @@
 int launch_cmd_server(int argc, char **argv);
 int launch_cmd_topo(int argc, char **argv);
 int launch_cmd_env(int argc, char **argv);
+int launch_cmd_doctor(int argc, char **argv);
 
 struct env_s;
 struct env_fp_s;

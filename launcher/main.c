@@ -30,6 +30,7 @@ static void usage(FILE *out) {
         "  server   run a standalone rendezvous server (store + TCPStore)\n"
         "  topo     GPU/NIC/NUMA topology, binding plan per local rank\n"
         "  env      the environment a rank gets: NCCL profile, lock, lint\n"
+        "  doctor   check this node: GPUs, driver, IB, NUMA, NCCL env, ports\n"
         "\n"
         "`launch SUBCOMMAND --help` describes each.\n",
         out);
@@ -55,6 +56,8 @@ int main(int argc, char **argv) {
     return launch_cmd_topo(argc - 1, argv + 1);
   if (strcmp(argv[1], "env") == 0)
     return launch_cmd_env(argc - 1, argv + 1);
+  if (strcmp(argv[1], "doctor") == 0)
+    return launch_cmd_doctor(argc - 1, argv + 1);
   launch_usage_error("unknown subcommand '%s' (try launch --help)", argv[1]);
   return 2;
 }
