@@ -181,8 +181,14 @@ static void check_names(lint_t *l, int ver) {
       const char *best = NULL;
       int bd = 99;
       char fix[320];
+      size_t kl = strlen(v->key);
       for (size_t k = 0; k < LU_ARRAY_SIZE(nccl_vars); k++) {
-        int d = edit_distance(v->key, nccl_vars[k].name);
+        size_t nl = strlen(nccl_vars[k].name);
+        int d;
+        /* only near names are suggestions; skip the rest cheaply */
+        if (kl > nl + 3 || nl > kl + 3)
+          continue;
+        d = edit_distance(v->key, nccl_vars[k].name);
         if (d < bd) {
           bd = d;
           best = nccl_vars[k].name;
