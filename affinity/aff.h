@@ -337,6 +337,9 @@ typedef struct aff_sysinfo_s {
  * version under root (NULL = "/"). Never fails: what is absent stays 0/"".
  * Blocking (NVML init takes up to a second on big machines). */
 void aff_sysinfo_probe(aff_sysinfo_t *si, const char *root);
+/* Marketing name of an NVIDIA datacenter GPU by PCI device id
+ * ("Tesla V100-PCIE-32GB" for 0x1db6), NULL when not in launch's table. */
+const char *aff_gpu_model_name(unsigned device_id);
 /* "12.4", "2.28.9" from the integer codes (NCCL: both the old 2xyz and
  * the new 2xxyy encodings). */
 void aff_cuda_version_str(int v, char *buf, size_t n);

@@ -227,6 +227,29 @@ int aff__cudart_gpus(aff_gpu_probe_t *g, int max) {
   return n;
 }
 
+/* ---- names ---------------------------------------------------------------------- */
+
+/* For topologies without NVML's or pci.ids' names (an lstopo export from a
+ * machine whose hwloc has neither). */
+static const struct {
+  unsigned id;
+  const char *name;
+} gpu_names[] = {
+    {0x1db1, "Tesla V100-SXM2-16GB"}, {0x1db4, "Tesla V100-PCIE-16GB"},
+    {0x1db5, "Tesla V100-SXM2-32GB"}, {0x1db6, "Tesla V100-PCIE-32GB"},
+    {0x20b0, "NVIDIA A100-SXM4-40GB"}, {0x20b2, "NVIDIA A100-SXM4-80GB"},
+    {0x20b5, "NVIDIA A100 80GB PCIe"}, {0x20f1, "NVIDIA A100-PCIE-40GB"},
+    {0x2330, "NVIDIA H100 80GB HBM3"}, {0x2331, "NVIDIA H100 PCIe"},
+    {0x2335, "NVIDIA H200"},
+};
+
+const char *aff_gpu_model_name(unsigned device_id) {
+  for (size_t i = 0; i < LU_ARRAY_SIZE(gpu_names); i++)
+    if (gpu_names[i].id == device_id)
+      return gpu_names[i].name;
+  return NULL;
+}
+
 /* ---- versions ------------------------------------------------------------------------ */
 
 void aff_cuda_version_str(int v, char *buf, size_t n) {

@@ -191,6 +191,8 @@ static void gpu_from_obj(aff_topo_t *t, hwloc_obj_t o, aff_gpu_t *g) {
   }
   if (model == NULL)
     model = info(o, "PCIDevice");
+  if (model == NULL)
+    model = aff_gpu_model_name(g->device);
   if (model)
     lu_strlcpy(g->model, model, sizeof(g->model));
   else
@@ -215,7 +217,10 @@ static void gpu_from_sysfs(aff_topo_t *t, const char *busid, aff_gpu_t *g) {
   snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/device", busid);
   if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
     g->device = (uint16_t)strtoul(buf, NULL, 16);
-  snprintf(g->model, sizeof(g->model), "NVIDIA [10de:%04x]", g->device);
+  if (aff_gpu_model_name(g->device))
+    lu_strlcpy(g->model, aff_gpu_model_name(g->device), sizeof(g->model));
+  else
+    snprintf(g->model, sizeof(g->model), "NVIDIA [10de:%04x]", g->device);
   g->numa = -1;
   snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node", busid);
   if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)

@@ -294,18 +294,6 @@ typedef struct gpu_s {
   double gts, gts_max;
 } gpu_t;
 
-static const struct {
-  unsigned id;
-  const char *name;
-} gpu_names[] = {
-    {0x1db1, "Tesla V100-SXM2-16GB"}, {0x1db4, "Tesla V100-PCIE-16GB"},
-    {0x1db5, "Tesla V100-SXM2-32GB"}, {0x1db6, "Tesla V100-PCIE-32GB"},
-    {0x20b0, "A100-SXM4-40GB"},       {0x20b2, "A100-SXM4-80GB"},
-    {0x20b5, "A100 PCIe 80GB"},       {0x20f1, "A100-PCIE-40GB"},
-    {0x2330, "H100 SXM5 80GB"},       {0x2331, "H100 PCIe"},
-    {0x2335, "H200"},
-};
-
 static void pci_link(ctx_t *c, const char *devdir, int *w, int *wm, double *g,
                      double *gm) {
   char path[768], buf[64];
@@ -389,10 +377,10 @@ static void check_gpus(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *si,
   if (si->gpu_model[0])
     lu_strlcpy(model, si->gpu_model, sizeof(model));
   else {
-    snprintf(model, sizeof(model), "NVIDIA [10de:%04x]", g[0].device);
-    for (size_t k = 0; k < LU_ARRAY_SIZE(gpu_names); k++)
-      if (gpu_names[k].id == g[0].device)
-        lu_strlcpy(model, gpu_names[k].name, sizeof(model));
+    if (aff_gpu_model_name(g[0].device))
+      lu_strlcpy(model, aff_gpu_model_name(g[0].device), sizeof(model));
+    else
+      snprintf(model, sizeof(model), "NVIDIA [10de:%04x]", g[0].device);
   }
   if ((it = item(c, "gpu.model", "GPU model", DOC_INFO, 1))) {
     int mixed = 0;

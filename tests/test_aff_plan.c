@@ -278,6 +278,30 @@ static void test_degrade(void) {
   aff_topo_free(t);
 }
 
+/* The GPU machine itself (exported there): one H200 in a 16-core VM, no
+ * RDMA; NVML's name comes from launch's table when hwloc has none. */
+static void test_h200(void) {
+  aff_topo_t *t = load("h200-gpu-machine.xml", NULL);
+  aff_plan_t *p;
+  const aff_gpu_t *g;
+  ASSERT_EQ(1, aff_topo_ngpus(t));
+  g = aff_topo_gpu(t, 0);
+  ASSERT_STR_EQ(g->busid, "0000:00:06.0");
+  ASSERT_STR_EQ(g->model, "NVIDIA H200");
+  ASSERT_EQ(16, g->link.width);
+  ASSERT(g->link.gts > 31.9 && g->link.gbps > 60);
+  ASSERT_EQ(0, aff_topo_nwarnings(t));
+  p = plan(t, "cores", "local", 2);
+  ASSERT_STR_EQ(cpus_of(p, 0), "0-7");
+  ASSERT_STR_EQ(cpus_of(p, 1), "8-15");
+  ASSERT(has_warning(NULL, p, "2 local ranks for 1 visible GPU"));
+  /* no HCA: the socket profile's ${LAUNCH_NETDEV} */
+  ASSERT_STR_EQ(aff_plan_rank(p, 0)->netdev, "eth0");
+  ASSERT_STR_EQ(env_of(aff_plan_rank(p, 0), "LAUNCH_HCAS"), "");
+  aff_plan_free(p);
+  aff_topo_free(t);
+}
+
 /* Every committed topology loads and plans sensibly. */
 static void test_every_xml(void) {
   const char *src = getenv("LAUNCH_SOURCE_DIR");
@@ -375,6 +399,7 @@ int main(void) {
   test_dgx();
   test_visible_devices();
   test_degrade();
+  test_h200();
   test_every_xml();
   test_bad_files();
   test_live_export();
