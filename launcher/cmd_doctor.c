@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "doctor.h"
 #include "launch.h"
@@ -31,6 +32,11 @@ static const char doctor_help[] =
     "\n"
     "example:\n"
     "  launch doctor --rdzv-endpoint 10.10.10.11:29400 --expect-gpus 8\n";
+
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
 
 int launch_cmd_doctor(int argc, char **argv) {
   static const struct option opts[] = {
@@ -86,6 +92,12 @@ int launch_cmd_doctor(int argc, char **argv) {
   }
   if (json && compact) {
     launch_usage_error("doctor: --json and --compact exclude each other");
+    return 2;
+  }
+  if (o.root && !is_dir(o.root)) {
+    launch_usage_error("--root %s: not a directory (give the top of a tree "
+                       "holding sys/, proc/ and etc/)",
+                       o.root);
     return 2;
   }
   o.environ = environ;

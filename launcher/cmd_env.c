@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "aff.h"
 #include "env.h"
@@ -231,6 +232,13 @@ int launch_cmd_env(int argc, char **argv) {
   if (optind < argc) {
     launch_usage_error("env: unexpected argument '%s'", argv[optind]);
     return 2;
+  }
+  if (root) {
+    struct stat st;
+    if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      launch_usage_error("--root %s: not a directory", root);
+      return 2;
+    }
   }
   if ((rc = prof_load(profile, &prof, err, sizeof(err))) != 0) {
     launch_usage_error("%s", err);

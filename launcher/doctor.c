@@ -252,10 +252,22 @@ static void check_cpus(ctx_t *c) {
   free(cpus);
 }
 
+static int is_number(const char *s) {
+  int64_t v;
+  return lu_parse_i64(s, strlen(s), &v) == 0;
+}
+
 static void check_kernel_settings(ctx_t *c) {
-  char buf[64];
+  char buf[64] = "";
   doc_item_t *it;
-  if (rd(c, "/proc/sys/kernel/numa_balancing", buf, sizeof(buf)) > 0) {
+  if (rd(c, "/proc/sys/kernel/numa_balancing", buf, sizeof(buf)) > 0 &&
+      !is_number(buf)) {
+    if ((it = item(c, "numa-balancing", "NUMA balancing", DOC_WARN, 1))) {
+      VALUE(it, "kernel.numa_balancing=%s", buf);
+      REASON(it, "/proc/sys/kernel/numa_balancing holds '%s', not a number", buf);
+      FIX(it, "check the kernel and the --root tree");
+    }
+  } else if (buf[0]) {
     int on = atoi(buf) != 0;
     if ((it = item(c, "numa-balancing", "NUMA balancing", on ? DOC_WARN : DOC_PASS, 1))) {
       VALUE(it, "kernel.numa_balancing=%s", buf);
@@ -270,7 +282,14 @@ static void check_kernel_settings(ctx_t *c) {
   } else if ((it = item(c, "numa-balancing", "NUMA balancing", DOC_PASS, 1))) {
     VALUE(it, "not available in this kernel");
   }
-  if (rd(c, "/proc/sys/vm/nr_hugepages", buf, sizeof(buf)) > 0) {
+  buf[0] = '\0';
+  if (rd(c, "/proc/sys/vm/nr_hugepages", buf, sizeof(buf)) > 0 && !is_number(buf)) {
+    if ((it = item(c, "hugepages", "Huge pages", DOC_WARN, 1))) {
+      VALUE(it, "vm.nr_hugepages=%s", buf);
+      REASON(it, "/proc/sys/vm/nr_hugepages holds '%s', not a number", buf);
+      FIX(it, "check the kernel and the --root tree");
+    }
+  } else if (buf[0]) {
     long n = strtol(buf, NULL, 10);
     if ((it = item(c, "hugepages", "Huge pages", n > 0 ? DOC_PASS : DOC_WARN, 1))) {
       VALUE(it, "vm.nr_hugepages=%ld", n);

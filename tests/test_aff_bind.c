@@ -201,6 +201,7 @@ static void test_save_restore(const aff_topo_t *t, const aff_cpuset_t *mine) {
 }
 
 int main(void) {
+  int fds = test_fd_count();
   aff_topo_t *t = live();
   cpu_set_t cs;
   aff_cpuset_t mine;
@@ -225,5 +226,6 @@ int main(void) {
   test_list(t, &mine);
   test_save_restore(t, &mine);
   aff_topo_free(t);
+  ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
   return 0;
 }

@@ -101,10 +101,12 @@ static void test_policy_parse(void) {
 }
 
 int main(void) {
+  int fds = test_fd_count();
   test_parse_format();
   test_errors();
   test_truncated_format();
   test_per_rank_lists();
   test_policy_parse();
+  ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
   return 0;
 }

@@ -395,6 +395,7 @@ static void test_live_export(void) {
 }
 
 int main(void) {
+  int fds = test_fd_count();
   test_v100();
   test_dgx();
   test_visible_devices();
@@ -403,5 +404,6 @@ int main(void) {
   test_every_xml();
   test_bad_files();
   test_live_export();
+  ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
   return 0;
 }

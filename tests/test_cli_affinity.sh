@@ -151,6 +151,8 @@ json 'd["host"] == "gpu09" and d["worst"] == "fail" and d["counts"]["fail"] == 1
 run 1 "$L" doctor --root "$r" --no-probe --compact
 head -1 "$tmp/out" | grep -qx "launch-doctor 1" || fail "compact header"
 run 2 "$L" doctor --json --compact
+run 2 "$L" doctor --root /nonexistent-root
+has "--root /nonexistent-root: not a directory"
 mk /sys/class/infiniband/mlx5_0/ports/1/state "4: ACTIVE"
 mk /proc/sys/kernel/numa_balancing 0
 run 0 "$L" doctor --root "$r" --no-probe

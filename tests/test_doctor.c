@@ -204,6 +204,11 @@ static void test_numa_balancing_on(void) {
   ASSERT_CONTAINS(it->fix, "sysctl -w kernel.numa_balancing=0");
   ASSERT_EQ(DOC_WARN, doc_worst(r));
   doc_free(r);
+  /* a file that is not what the kernel writes is said, not guessed */
+  mkfile(root, "/proc/sys/kernel/numa_balancing", "abc\n");
+  r = run(root, NULL, NULL);
+  ASSERT_CONTAINS(must(r, "numa-balancing", DOC_WARN)->reason, "holds 'abc', not a number");
+  doc_free(r);
 }
 
 /* The rest of the runbooks' mistakes, one node. */
@@ -372,6 +377,7 @@ static void test_serialise_and_diff(void) {
 }
 
 int main(void) {
+  int fds = test_fd_count();
   test_healthy();
   test_ib_port_down();
   test_numa_balancing_on();
@@ -379,5 +385,6 @@ int main(void) {
   test_driver_missing_and_no_gpu();
   test_rdzv_port();
   test_serialise_and_diff();
+  ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
   return 0;
 }

@@ -184,10 +184,12 @@ static void test_missing_program(void) {
 }
 
 int main(void) {
+  int fds = test_fd_count();
   test_sha256();
   test_contents();
   test_roundtrip_and_parse();
   test_diff();
   test_missing_program();
+  ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
   return 0;
 }

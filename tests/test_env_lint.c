@@ -320,6 +320,7 @@ static void test_probe(void) {
 }
 
 int main(void) {
+  int fds = test_fd_count();
   test_seed000();
   test_pcie_ib_clean();
   test_double_eq();
@@ -327,5 +328,6 @@ int main(void) {
   test_names_and_values();
   test_probe();
   free(F);
+  ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
   return 0;
 }

@@ -236,11 +236,13 @@ static void test_env_basics(void) {
 }
 
 int main(void) {
+  int fds = test_fd_count();
   test_always_set();
   test_nothing_turns_it_on();
   test_nvls_algo();
   test_profile_vs_inherited();
   test_empty_template();
   test_env_basics();
+  ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
   return 0;
 }

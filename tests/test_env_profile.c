@@ -174,10 +174,12 @@ static void test_load(void) {
 }
 
 int main(void) {
+  int fds = test_fd_count();
   test_formats();
   test_errors();
   test_expand();
   test_builtins();
   test_load();
+  ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
   return 0;
 }
