@@ -173,7 +173,8 @@ typedef struct env_rank_opts_s {
 #define ENV_RANK_OPTS_INIT                                                     \
   { sizeof(env_rank_opts_t), 1, NULL, NULL, NULL, NULL, 0, NULL }
 
-/* base -> launch -> profile -> lock. OUT *out: free with env_free(). */
+/* base -> launch -> profile -> lock; LAUNCH_NCCL_PROFILE names the
+ * profile (DESIGN "Worker environment"). OUT *out: free with env_free(). */
 int env_build_rank(const env_rank_opts_t *o, env_t **out);
 
 /* ---- node facts the lint checks against ---------------------------------- */

@@ -399,7 +399,9 @@ int env_build_rank(const env_rank_opts_t *opts, env_t **out) {
       (rc = env_import(e, (char *const *)o.launch, ENV_SRC_LAUNCH)) == 0 &&
       (rc = env_import(e, (char *const *)o.launch2, ENV_SRC_LAUNCH)) == 0 &&
       (!o.profile ||
-       (rc = env_apply_profile(e, o.profile, o.allow_override, o.log)) >= 0))
+       (rc = env_apply_profile(e, o.profile, o.allow_override, o.log)) >= 0) &&
+      (!o.profile || (rc = env_set(e, "LAUNCH_NCCL_PROFILE", prof_name(o.profile),
+                                   ENV_SRC_LAUNCH, "launcher")) == 0))
     rc = env_lock(e, o.log);
   if (rc < 0) {
     env_free(e);

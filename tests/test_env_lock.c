@@ -174,6 +174,7 @@ static void test_profile_vs_inherited(void) {
   ASSERT_STR_EQ(env_find(e, "NCCL_IB_HCA")->tmpl, "=${LAUNCH_HCA}:${LAUNCH_HCA_PORT}");
   ASSERT_STR_EQ(env_find(e, "NCCL_IB_HCA")->origin, "profile site line 2");
   ASSERT_STR_EQ(env_get(e, "LOCAL_RANK"), "3"); /* the launcher's stays */
+  ASSERT_STR_EQ(env_get(e, "LAUNCH_NCCL_PROFILE"), "site");
   ASSERT_STR_EQ(env_get(e, "PATH"), "/bin");
   log = log_text();
   ASSERT_CONTAINS(log, "NCCL_DEBUG=WARN replaces the inherited value INFO");
