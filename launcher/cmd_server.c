@@ -40,6 +40,8 @@ static const char server_help[] =
     "  --max-value BYTES     largest value (default 8 MiB)\n"
     "  --max-waits N         pending waits per connection (default 1024)\n"
     "  --max-store-bytes B   keys + values per job (default 1 GiB)\n"
+    "  --max-input-bytes B   request bytes buffered over all connections\n"
+    "                        (default 512 MiB)\n"
     "\n"
     "example:\n"
     "  launch server --port 29400 --token-file /etc/launch/token \\\n"
@@ -93,6 +95,7 @@ int launch_cmd_server(int argc, char **argv) {
       {"max-value", required_argument, 0, 'V'},
       {"max-waits", required_argument, 0, 'W'},
       {"max-store-bytes", required_argument, 0, 'S'},
+      {"max-input-bytes", required_argument, 0, 'I'},
       {"help", no_argument, 0, 'H'},
       {0, 0, 0, 0}};
   srv_config_t cfg = SRV_CONFIG_INIT;
@@ -125,14 +128,20 @@ int launch_cmd_server(int argc, char **argv) {
     case 'F': if (parse_u32("--max-frame", optarg, &cfg.max_frame)) return 2; break;
     case 'V': if (parse_u32("--max-value", optarg, &cfg.max_value)) return 2; break;
     case 'W': if (parse_u32("--max-waits", optarg, &cfg.max_waits)) return 2; break;
-    case 'S': {
+    case 'S':
+    case 'I': {
       int64_t b;
       if (lu_parse_i64(optarg, strlen(optarg), &b) != 0 || b <= 0) {
-        launch_usage_error("--max-store-bytes: '%s' is not a positive number",
+        launch_usage_error("%s: '%s' is not a positive number",
+                           opt == 'S' ? "--max-store-bytes"
+                                      : "--max-input-bytes",
                            optarg);
         return 2;
       }
-      cfg.max_store_bytes = (size_t)b;
+      if (opt == 'S')
+        cfg.max_store_bytes = (size_t)b;
+      else
+        cfg.max_in_bytes = (size_t)b;
       break;
     }
     case 'H':
@@ -173,6 +182,12 @@ int launch_cmd_server(int argc, char **argv) {
   rc = srv_new(&m.loop, &cfg, &m.srv);
   if (rc == 0)
     rc = srv_listen(m.srv);
+  if (rc != 0 && m.srv == NULL) {
+    /* srv_new said what was wrong. */
+    uv_loop_close(&m.loop);
+    free(token);
+    return 2;
+  }
   if (rc != 0) {
     LU_ERR(&m.log, "cannot listen on %s port %d: %s%s",
            cfg.host ? cfg.host : "*", port,

@@ -6,6 +6,7 @@
 
 /* Each subcommand: argv[0] is the subcommand name. RET the exit code. */
 int launch_cmd_server(int argc, char **argv);
+int launch_cmd_status(int argc, char **argv);
 int launch_cmd_topo(int argc, char **argv);
 int launch_cmd_env(int argc, char **argv);
 int launch_cmd_doctor(int argc, char **argv);

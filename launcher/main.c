@@ -1,9 +1,12 @@
-/* main.c - `launch`: dispatch to subcommands. */
+/* main.c - `launch`: the agent (launch [options] PROGRAM ...) or a
+ * subcommand (launch server|status ...). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 
+#include "agent.h"
+#include "cli.h"
 #include "launch.h"
 
 void launch_usage_error(const char *fmt, ...) {
@@ -23,41 +26,36 @@ void launch_raise_nofile(void) {
   }
 }
 
-static void usage(FILE *out) {
-  fputs("usage: launch SUBCOMMAND [options]\n"
-        "\n"
-        "subcommands:\n"
-        "  server   run a standalone rendezvous server (store + TCPStore)\n"
-        "  topo     GPU/NIC/NUMA topology, binding plan per local rank\n"
-        "  env      the environment a rank gets: NCCL profile, lock, lint\n"
-        "  doctor   check this node: GPUs, driver, IB, NUMA, NCCL env, ports\n"
-        "\n"
-        "`launch SUBCOMMAND --help` describes each.\n",
-        out);
-}
+static const struct {
+  const char *name;
+  int (*fn)(int argc, char **argv);
+} subcommands[] = {
+    {"server", launch_cmd_server},
+    {"status", launch_cmd_status},
+    {"topo", launch_cmd_topo},
+    {"env", launch_cmd_env},
+    {"doctor", launch_cmd_doctor},
+};
 
 int main(int argc, char **argv) {
+  static cli_opts_t opts;
+  char err[1024];
+  int rc;
+  if (argc >= 2)
+    for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
+      if (strcmp(argv[1], subcommands[i].name) == 0)
+        return subcommands[i].fn(argc - 1, argv + 1);
   if (argc < 2) {
-    usage(stderr);
+    cli_help(stderr);
     return 2;
   }
-  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-    usage(stdout);
+  rc = cli_parse(argc, argv, &opts, err, sizeof(err));
+  if (rc > 0)
     return 0;
+  if (rc < 0) {
+    launch_usage_error("%s", err);
+    return 2;
   }
-  if (strcmp(argv[1], "--version") == 0) {
-    printf("launch %d.%d (protocol %d)\n", RDZV_VERSION_MAJOR,
-           RDZV_VERSION_MINOR, RDZV_PROTOCOL_VERSION);
-    return 0;
-  }
-  if (strcmp(argv[1], "server") == 0)
-    return launch_cmd_server(argc - 1, argv + 1);
-  if (strcmp(argv[1], "topo") == 0)
-    return launch_cmd_topo(argc - 1, argv + 1);
-  if (strcmp(argv[1], "env") == 0)
-    return launch_cmd_env(argc - 1, argv + 1);
-  if (strcmp(argv[1], "doctor") == 0)
-    return launch_cmd_doctor(argc - 1, argv + 1);
-  launch_usage_error("unknown subcommand '%s' (try launch --help)", argv[1]);
-  return 2;
+  launch_raise_nofile();
+  return agent_run(&opts);
 }

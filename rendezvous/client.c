@@ -17,6 +17,7 @@
 
 #include "lu.h"
 #include "proto.h"
+#include "client_int.h"
 #include "rdzv.h"
 
 #define CLIENT_MAGIC 0x434c4e54u /* "CLNT" */
@@ -54,7 +55,15 @@ static int remaining(int64_t deadline) {
   return r > 1000000000 ? 1000000000 : (int)r;
 }
 
+static void set_error(rdzv_client_t *c, const char *fmt, ...) LU_PRINTF(2, 3);
 static void set_error(rdzv_client_t *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
+  va_end(ap);
+}
+
+void rdzv__set_error(rdzv_client_t *c, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);

@@ -367,8 +367,14 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     uint8_t *nb;
     if (ncap > limit)
       ncap = limit;
-    nb = realloc(c->in, ncap);
-    if (nb != NULL) {
+    /* All connections together may buffer max_in_bytes of unfinished
+     * requests; past that, a connection cannot grow (and is closed), so
+     * that stalled half-sent requests cannot exhaust memory. */
+    if (c->srv->stats.in_bytes + (ncap - c->in_cap) > c->srv->cfg.max_in_bytes &&
+        c->in_cap >= IN_CHUNK) {
+      c->in_full = 1;
+    } else if ((nb = realloc(c->in, ncap)) != NULL) {
+      c->srv->stats.in_bytes += ncap - c->in_cap;
       c->in = nb;
       c->in_cap = ncap;
     }
@@ -385,8 +391,13 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   conn_t *c = st->data;
   (void)buf;
   if (nread == UV_ENOBUFS) {
-    srv__bad_input(c, "request larger than the %u-byte limit",
-                   c->srv->cfg.max_frame);
+    if (c->in_full)
+      srv__bad_input(c, "server input budget (%zu bytes buffered for "
+                        "unfinished requests) exhausted; closing",
+                     c->srv->cfg.max_in_bytes);
+    else
+      srv__bad_input(c, "request larger than the %u-byte limit",
+                     c->srv->cfg.max_frame);
     srv__conn_close(c);
     return;
   }
@@ -409,10 +420,27 @@ static void conn_start_read(conn_t *c) {
 void srv__bad_input(conn_t *c, const char *fmt, ...) {
   char msg[512];
   va_list ap;
-  c->srv->stats.bad_input++;
+  srv_t *s = c->srv;
+  uint64_t now = uv_now(s->loop);
+  s->stats.bad_input++;
   if (c->bad_logged)
     return;
   c->bad_logged = 1;
+  /* A port scan must not flood the log: at most 20 lines a second, then a
+   * count of what was left out. */
+  if (now - s->bad_window_ms >= 1000) {
+    if (s->bad_suppressed > 0)
+      LU_WARN(&s->log, "%llu more connections with bad input in the last "
+                       "second were not logged",
+              (unsigned long long)s->bad_suppressed);
+    s->bad_window_ms = now;
+    s->bad_in_window = 0;
+    s->bad_suppressed = 0;
+  }
+  if (++s->bad_in_window > 20) {
+    s->bad_suppressed++;
+    return;
+  }
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
@@ -441,7 +469,8 @@ static ssize_t sniff(conn_t *c) {
     return PROTO_MAGIC_LEN;
   }
   if (b[0] > 18) {
-    srv__bad_input(c, "unknown protocol (first byte 0x%02x)", b[0]);
+    srv__bad_input(c, "unknown protocol (first byte 0x%02x): neither a "
+                      "launch nor a TCPStore client; closing", b[0]);
     return -1;
   }
   if (b[0] == 0 && n < 5) {
@@ -530,6 +559,7 @@ static void conn_process(conn_t *c) {
     c->in_len -= off;
   }
   if (c->in_len == 0 && c->in_cap > IN_KEEP_MAX) {
+    s->stats.in_bytes -= c->in_cap;
     free(c->in);
     c->in = NULL;
     c->in_cap = 0;
@@ -538,12 +568,20 @@ static void conn_process(conn_t *c) {
 
 /* ---- connections -------------------------------------------------------------------- */
 
+static void maybe_finish_close(srv_t *s);
+
 static void on_conn_closed(uv_handle_t *h) {
   conn_t *c = h->data;
+  srv_t *s = c->srv;
+  s->stats.in_bytes -= c->in_cap;
   free(c->in);
   proto_enc_destroy(&c->out);
   c->magic = 0;
   free(c);
+  /* srv_close waits for connections closed before it, too. */
+  s->closing_conns--;
+  if (s->closing)
+    maybe_finish_close(s);
 }
 
 void srv__conn_close(conn_t *c) {
@@ -551,14 +589,15 @@ void srv__conn_close(conn_t *c) {
   if (c->state == CONN_CLOSING)
     return;
   c->state = CONN_CLOSING;
-  srv__native_conn_closed(c);
-  srv__ts_conn_closed(c);
   if (c->job)
     c->job->nconns--;
+  srv__native_conn_closed(c);
+  srv__ts_conn_closed(c);
   if (!list_empty(&c->dirty_link))
     list_remove(&c->dirty_link);
   list_remove(&c->link);
   s->stats.conns_open--;
+  s->closing_conns++;
   uv_close(&c->h.handle, on_conn_closed);
 }
 
@@ -715,13 +754,19 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   uv_timer_init(loop, &s->timer);
   s->timer.data = s;
   uv_unref((uv_handle_t *)&s->timer);
+  uv_timer_init(loop, &s->rdv_timer);
+  s->rdv_timer.data = s;
+  uv_unref((uv_handle_t *)&s->rdv_timer);
   *out = s;
   return 0;
 }
 
 static int listen_tcp(srv_t *s, const struct sockaddr *sa, unsigned flags) {
-  uv_tcp_t *t = &s->tcp[s->ntcp];
+  uv_tcp_t *t;
   int r;
+  if (s->ntcp >= (int)LU_ARRAY_SIZE(s->tcp))
+    return UV_EMFILE;
+  t = &s->tcp[s->ntcp];
   uv_tcp_init(s->loop, t);
   t->data = s;
   s->ntcp++;
@@ -730,8 +775,8 @@ static int listen_tcp(srv_t *s, const struct sockaddr *sa, unsigned flags) {
     r = uv_listen((uv_stream_t *)t, SOMAXCONN > 4096 ? SOMAXCONN : 4096,
                   on_connection);
   if (r != 0) {
-    uv_close((uv_handle_t *)t, NULL);
-    s->ntcp--;
+    /* The slot stays taken (srv_close closes it): a handle's memory cannot
+     * be reused before its close callback has run. */
     return r;
   }
   if (s->port == 0) {
@@ -776,7 +821,7 @@ int srv_listen(srv_t *s) {
       return RDZV_ERESOLVE;
     }
     r = UV_EADDRNOTAVAIL;
-    for (ai = res; ai && s->ntcp < 4; ai = ai->ai_next) {
+    for (ai = res; ai && s->ntcp < (int)LU_ARRAY_SIZE(s->tcp); ai = ai->ai_next) {
       int rr;
       if (!first) {
         /* Every address of the host shares the first one's port. */
@@ -820,6 +865,8 @@ static void free_all(srv_t *s) {
   job_t *j = s->jobs;
   while (j) {
     job_t *n = j->next;
+    if (s->rdv_job_free)
+      s->rdv_job_free(j);
     store_free(j->store);
     free(j);
     j = n;
@@ -834,7 +881,7 @@ static void free_all(srv_t *s) {
 }
 
 static void maybe_finish_close(srv_t *s) {
-  if (s->pending_closes == 0 && s->closing == 1) {
+  if (s->pending_closes == 0 && s->closing_conns == 0 && s->closing == 1) {
     void (*cb)(void *) = s->close_cb;
     void *arg = s->close_arg;
     s->closing = 2;
@@ -853,6 +900,7 @@ static void on_handle_closed(uv_handle_t *h) {
 static void on_conn_closed_final(uv_handle_t *h) {
   conn_t *c = h->data;
   srv_t *s = c->srv;
+  s->stats.in_bytes -= c->in_cap;
   free(c->in);
   proto_enc_destroy(&c->out);
   free(c);
@@ -889,10 +937,11 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
     uv_close((uv_handle_t *)&s->unix_listener, on_handle_closed);
     unlink(s->unix_path);
   }
-  s->pending_closes += 3;
+  s->pending_closes += 4;
   uv_close((uv_handle_t *)&s->flush_check, on_handle_closed);
   uv_close((uv_handle_t *)&s->flush_idle, on_handle_closed);
   uv_close((uv_handle_t *)&s->timer, on_handle_closed);
+  uv_close((uv_handle_t *)&s->rdv_timer, on_handle_closed);
   s->pending_closes--;
   maybe_finish_close(s);
 }

@@ -38,13 +38,14 @@ typedef struct srv_config_s {
   uint32_t max_jobs;
   size_t max_store_bytes;     /* per job */
   size_t max_out_bytes;       /* unsent reply bytes before reading pauses */
+  size_t max_in_bytes;        /* buffered request bytes, all connections */
   const lu_log_t *log;        /* NULL = a default logger */
 } srv_config_t;
 
 #define SRV_CONFIG_INIT                                                        \
   {sizeof(srv_config_t), 1, NULL, RDZV_DEFAULT_PORT, NULL, NULL, 0,            \
    "default", NULL, 16u << 20, 8192, 8u << 20, 128u * 1024, 1024, 65536,       \
-   65536, 4096, (size_t)1 << 30, 64u << 20, NULL}
+   65536, 4096, (size_t)1 << 30, 64u << 20, (size_t)512 << 20, NULL}
 
 /* IN loop, cfg (copied). OUT *out. RET 0, RDZV_EINVAL, RDZV_ENOMEM. */
 int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out);
@@ -63,6 +64,7 @@ typedef struct srv_stats_s {
   uint64_t conns_open, conns_total, conns_refused;
   uint64_t requests, bad_input;
   uint64_t waits_pending;
+  uint64_t in_bytes;          /* request bytes buffered now */
   uint64_t jobs;
 } srv_stats_t;
 void srv_get_stats(const srv_t *s, srv_stats_t *st);

@@ -83,6 +83,7 @@ struct conn_s {
   /* Input: bytes received and not yet parsed. */
   uint8_t *in;
   size_t in_len, in_cap;
+  int in_full;          /* the input budget stopped this buffer growing */
   /* Output: replies not yet handed to the kernel. */
   proto_enc_t out;
   size_t inflight;      /* bytes in uv_write requests */
@@ -122,7 +123,7 @@ struct srv_s {
     int prefix;
   } allow[16];
   int nallow;
-  uv_tcp_t tcp[4];
+  uv_tcp_t tcp[8]; /* listeners, failed binds included (closed at the end) */
   int ntcp;
   uv_pipe_t unix_listener;
   int has_unix;
@@ -140,14 +141,18 @@ struct srv_s {
   size_t heap_len, heap_cap;
   uint64_t next_conn_id;
   uint64_t refused_log_ms;
+  uint64_t bad_window_ms, bad_in_window, bad_suppressed;
   srv_stats_t stats;
   /* Rendezvous ops (PROTO_OP_JOIN and up), installed by the rendezvous
    * module; NULL answers RDZV_ENOTSUP. */
   void (*rdv_op)(conn_t *c, const proto_msg_t *m);
   void (*rdv_conn_closed)(conn_t *c);
+  void (*rdv_job_free)(job_t *j);
+  uv_timer_t rdv_timer; /* rendezvous deadlines (armed by the module) */
   void *rdv_data;
   int closing;
   int pending_closes;
+  int closing_conns; /* connections between uv_close and its callback */
   void (*close_cb)(void *arg);
   void *close_arg;
 };

@@ -126,6 +126,7 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
     k[j].p = p;
     k[j].n = len;
   }
+  *keys = k;
   return 0;
 }
 

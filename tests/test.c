@@ -25,9 +25,19 @@ int test_ms(int ms) {
 }
 
 int test_fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
+  static int warmed;
+  DIR *d;
   struct dirent *e;
   int n = 0;
+  if (!warmed) {
+    /* libuv opens a process-wide signal pipe with its first loop; make it
+     * exist before counting, so that it is not taken for a leak. */
+    uv_loop_t l;
+    warmed = 1;
+    if (uv_loop_init(&l) == 0)
+      uv_loop_close(&l);
+  }
+  d = opendir("/proc/self/fd");
   if (d == NULL)
     return -1;
   while ((e = readdir(d)) != NULL)

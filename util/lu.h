@@ -103,4 +103,14 @@ int lu_read_file(const char *path, size_t max, char **data, size_t *len);
 /* Trim trailing whitespace/newlines in place, return new length. */
 size_t lu_rtrim(char *s, size_t len);
 
+/* ---- host lists ------------------------------------------------------------------- */
+
+/* Expand a Slurm host list: "gpu[01-04,07],login1", "rack[0-1]_blade[0-2]"
+ * (several bracket groups form a cartesian product; leading zeros keep the
+ * width). OUT *hosts: a malloc'd array of malloc'd names (free with
+ * lu_hostlist_free), *n. At most max names. RET 0, RDZV_EINVAL (does not
+ * parse), RDZV_ETOOBIG (more than max), RDZV_ENOMEM. */
+int lu_hostlist_expand(const char *list, size_t max, char ***hosts, size_t *n);
+void lu_hostlist_free(char **hosts, size_t n);
+
 #endif /* LU_H */

@@ -27,9 +27,11 @@ double lu_wall_s(void) {
 }
 
 void lu_iso8601(double wall_s, char *buf, size_t n) {
-  time_t t = (time_t)wall_s;
+  /* Round to the millisecond first, so that .123 does not print as .122. */
+  int64_t total_ms = (int64_t)(wall_s * 1000.0 + 0.5);
+  time_t t = (time_t)(total_ms / 1000);
   struct tm tm;
-  int ms = (int)((wall_s - (double)t) * 1000.0);
+  int ms = (int)(total_ms % 1000);
   gmtime_r(&t, &tm);
   snprintf(buf, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
            tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,

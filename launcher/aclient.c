@@ -1,0 +1,576 @@
+/* aclient.c - asynchronous native-protocol client on a libuv loop. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aclient.h"
+#include "lu.h"
+
+enum { AC_IDLE, AC_RESOLVING, AC_CONNECTING, AC_CHALLENGE, AC_HELLO, AC_READY,
+       AC_CLOSED };
+
+typedef struct ac_pend_s {
+  struct ac_pend_s *next;
+  uint64_t id;
+  ac_reply_cb cb;
+  void *arg;
+} ac_pend_t;
+
+typedef struct ac_wreq_s {
+  uv_write_t req;
+  char *data;
+} ac_wreq_t;
+
+struct ac_s {
+  uv_loop_t *loop;
+  uv_tcp_t tcp;
+  int tcp_open;
+  uv_timer_t retry;
+  uv_getaddrinfo_t gai;
+  uv_connect_t creq;
+  int state;
+  char *host, *local_addr, *job, *role;
+  uint8_t *token;
+  size_t token_len;
+  int port;
+  int connect_timeout_ms;
+  uint64_t deadline;
+  int backoff_ms;
+  lu_log_t log;
+  ac_push_cb on_push;
+  ac_lost_cb on_lost;
+  ac_connect_cb on_connect;
+  void *arg;
+  uint64_t next_id, hello_id;
+  proto_enc_t enc;
+  uint8_t *in;
+  size_t in_len, in_cap;
+  proto_limits_t lim;
+  ac_pend_t *pend;
+  uint8_t cnonce[PROTO_NONCE_LEN];
+  char local_ip[INET6_ADDRSTRLEN];
+  char last_error[512];
+  int closing, pending_closes;
+  int retry_after_close;
+  void (*close_cb)(void *);
+  void *close_arg;
+};
+
+static void start_connect(ac_t *a);
+
+static char *sdup(const char *s) { return s ? strdup(s) : NULL; }
+
+int ac_new(uv_loop_t *loop, const ac_config_t *cfg, ac_push_cb on_push,
+           ac_lost_cb on_lost, void *arg, ac_t **out) {
+  ac_t *a = calloc(1, sizeof(*a));
+  proto_limits_t lim = PROTO_LIMITS_DEFAULT;
+  if (a == NULL)
+    return RDZV_ENOMEM;
+  a->loop = loop;
+  a->host = sdup(cfg->host);
+  a->local_addr = sdup(cfg->local_addr ? cfg->local_addr : "");
+  a->job = sdup(cfg->job ? cfg->job : "default");
+  a->role = sdup(cfg->role ? cfg->role : "agent");
+  a->port = cfg->port;
+  a->connect_timeout_ms = cfg->connect_timeout_ms;
+  if (cfg->token && cfg->token_len) {
+    a->token = malloc(cfg->token_len);
+    if (a->token)
+      memcpy(a->token, cfg->token, cfg->token_len);
+    a->token_len = cfg->token_len;
+  }
+  if (cfg->log)
+    a->log = *cfg->log;
+  else
+    lu_log_init(&a->log, "launch agent");
+  lim.max_frame = 64u << 20;
+  lim.max_items = 1u << 22;
+  a->lim = lim;
+  a->on_push = on_push;
+  a->on_lost = on_lost;
+  a->arg = arg;
+  proto_enc_init(&a->enc);
+  uv_timer_init(loop, &a->retry);
+  a->retry.data = a;
+  if (!a->host || !a->local_addr || !a->job || !a->role ||
+      (cfg->token && cfg->token_len && !a->token)) {
+    /* The timer is initialised: free through the normal close. */
+    a->state = AC_CLOSED;
+    ac_close(a, NULL, NULL);
+    return RDZV_ENOMEM;
+  }
+  *out = a;
+  return 0;
+}
+
+const char *ac_local_ip(const ac_t *a) { return a->local_ip; }
+const char *ac_last_error(const ac_t *a) { return a->last_error; }
+
+/* ---- output --------------------------------------------------------------------- */
+
+static void write_cb(uv_write_t *req, int status) {
+  ac_wreq_t *w = (ac_wreq_t *)req;
+  (void)status; /* a broken connection shows up on the read side */
+  free(w->data);
+  free(w);
+}
+
+static int flush(ac_t *a) {
+  ac_wreq_t *w;
+  uv_buf_t b;
+  int r;
+  if (a->enc.len == 0)
+    return 0;
+  if ((w = malloc(sizeof(*w))) == NULL)
+    return RDZV_ENOMEM;
+  w->data = a->enc.data; /* the write owns the buffer */
+  b = uv_buf_init(a->enc.data, (unsigned)a->enc.len);
+  a->enc.data = NULL;
+  a->enc.cap = a->enc.len = 0;
+  r = uv_write(&w->req, (uv_stream_t *)&a->tcp, &b, 1, write_cb);
+  if (r != 0) {
+    free(w->data);
+    free(w);
+    return r;
+  }
+  return 0;
+}
+
+msgpack_packer *ac_begin(ac_t *a, int op, uint32_t nargs) {
+  proto_enc_begin(&a->enc, 3 + nargs);
+  msgpack_pack_uint8(&a->enc.pk, PROTO_REQUEST);
+  msgpack_pack_uint64(&a->enc.pk, ++a->next_id);
+  msgpack_pack_int64(&a->enc.pk, op);
+  return &a->enc.pk;
+}
+
+int ac_send(ac_t *a, ac_reply_cb cb, void *arg) {
+  ac_pend_t *p;
+  int rc = proto_enc_end(&a->enc);
+  if (rc != 0)
+    return rc;
+  if (a->state != AC_READY && a->state != AC_HELLO) {
+    proto_enc_reset(&a->enc);
+    return RDZV_ECLOSED;
+  }
+  if ((p = calloc(1, sizeof(*p))) == NULL)
+    return RDZV_ENOMEM;
+  p->id = a->next_id;
+  p->cb = cb;
+  p->arg = arg;
+  if ((rc = flush(a)) != 0) {
+    free(p);
+    return rc;
+  }
+  p->next = a->pend;
+  a->pend = p;
+  return 0;
+}
+
+/* ---- teardown ---------------------------------------------------------------------- */
+
+static void fail_pending(ac_t *a, int status) {
+  while (a->pend) {
+    ac_pend_t *p = a->pend;
+    a->pend = p->next;
+    if (p->cb)
+      p->cb(a, status, NULL, p->arg);
+    free(p);
+  }
+}
+
+static void retry_or_fail(ac_t *a, int status, const char *what);
+static void finish_close(ac_t *a);
+
+/* Every close of the TCP handle ends here: free the client when it is
+ * being closed, or retry a failed connect with a fresh handle. */
+static void on_tcp_closed(uv_handle_t *h) {
+  ac_t *a = h->data;
+  a->tcp_open = 0;
+  if (a->closing) {
+    if (--a->pending_closes == 0)
+      finish_close(a);
+    return;
+  }
+  if (a->retry_after_close) {
+    a->retry_after_close = 0;
+    retry_or_fail(a, -ECONNREFUSED, a->last_error);
+  }
+}
+
+static void close_tcp(ac_t *a, int retry) {
+  a->retry_after_close = retry;
+  if (a->tcp_open && !uv_is_closing((uv_handle_t *)&a->tcp))
+    uv_close((uv_handle_t *)&a->tcp, on_tcp_closed);
+}
+
+/* The connection broke: fail requests, tell the owner. */
+static void broken(ac_t *a, int status, const char *why) {
+  int was_ready = a->state == AC_READY;
+  if (a->state == AC_CLOSED)
+    return;
+  snprintf(a->last_error, sizeof(a->last_error), "%s", why);
+  a->state = AC_CLOSED;
+  close_tcp(a, 0);
+  fail_pending(a, status);
+  if (was_ready) {
+    if (a->on_lost)
+      a->on_lost(a, status, a->arg);
+  } else if (a->on_connect) {
+    ac_connect_cb cb = a->on_connect;
+    a->on_connect = NULL;
+    cb(a, status, a->arg);
+  }
+}
+
+/* ---- input ----------------------------------------------------------------------------- */
+
+static void hello_reply(ac_t *a, int status, const proto_msg_t *m, void *arg) {
+  ac_connect_cb cb = a->on_connect;
+  (void)arg;
+  if (status == 0 && a->token) {
+    const char *sp;
+    size_t sn;
+    uint8_t want[PROTO_MAC_LEN];
+    if (proto_arg_bytes(m, 0, &sp, &sn) != 0 || sn != PROTO_MAC_LEN ||
+        proto_mac(a->token, a->token_len, "rdzv-server", a->cnonce,
+                  sizeof(a->cnonce), a->job, a->role, want) != 0 ||
+        !proto_mac_equal(want, (const uint8_t *)sp, PROTO_MAC_LEN)) {
+      broken(a, RDZV_EAUTH, "the server could not prove it holds the token");
+      return;
+    }
+  }
+  if (status != 0) {
+    const char *msg;
+    size_t n;
+    if (m && proto_arg_bytes(m, 0, &msg, &n) == 0)
+      snprintf(a->last_error, sizeof(a->last_error), "%.*s", (int)n, msg);
+    a->on_connect = NULL;
+    a->state = AC_CLOSED;
+    close_tcp(a, 0);
+    if (cb)
+      cb(a, status, a->arg);
+    return;
+  }
+  a->state = AC_READY;
+  a->on_connect = NULL;
+  if (cb)
+    cb(a, 0, a->arg);
+}
+
+static void on_challenge(ac_t *a, const proto_msg_t *m) {
+  const char *nonce;
+  size_t nn;
+  uint8_t mac[PROTO_MAC_LEN];
+  msgpack_packer *pk;
+  int auth_required = 0;
+  if (m->kind != PROTO_PUSH || m->op != PROTO_EV_CHALLENGE ||
+      proto_arg_bytes(m, 0, &nonce, &nn) != 0 || nn != PROTO_NONCE_LEN) {
+    broken(a, RDZV_EPROTO, "the server did not send a challenge: is it a "
+                           "launch server?");
+    return;
+  }
+  if (m->nargs > 2 && m->args[2].type == MSGPACK_OBJECT_BOOLEAN)
+    auth_required = m->args[2].via.boolean;
+  if (auth_required && a->token == NULL) {
+    broken(a, RDZV_EAUTH, "the server requires a token: give every node the "
+                          "job's --token-file");
+    return;
+  }
+  if (a->token && proto_mac(a->token, a->token_len, "rdzv-client",
+                            (const uint8_t *)nonce, nn, a->job, a->role,
+                            mac) != 0) {
+    broken(a, RDZV_ENOMEM, "cannot compute the proof");
+    return;
+  }
+  if (lu_random(a->cnonce, sizeof(a->cnonce)) != 0) {
+    broken(a, RDZV_ENOMEM, "no randomness");
+    return;
+  }
+  a->state = AC_HELLO;
+  pk = ac_begin(a, PROTO_OP_HELLO, 5);
+  msgpack_pack_uint32(pk, RDZV_PROTOCOL_VERSION);
+  proto_pack_str(pk, a->role);
+  proto_pack_str(pk, a->job);
+  if (a->token)
+    proto_pack_bytes(pk, mac, sizeof(mac));
+  else
+    msgpack_pack_nil(pk);
+  proto_pack_bytes(pk, a->cnonce, sizeof(a->cnonce));
+  if (ac_send(a, hello_reply, NULL) != 0)
+    broken(a, RDZV_ECLOSED, "cannot send HELLO");
+}
+
+static void dispatch(ac_t *a, const proto_msg_t *m) {
+  ac_pend_t **pp;
+  if (a->state == AC_CHALLENGE) {
+    on_challenge(a, m);
+    return;
+  }
+  if (m->kind == PROTO_PUSH) {
+    if (a->on_push)
+      a->on_push(a, m, a->arg);
+    return;
+  }
+  if (m->kind != PROTO_REPLY)
+    return;
+  for (pp = &a->pend; *pp; pp = &(*pp)->next)
+    if ((*pp)->id == m->id) {
+      ac_pend_t *p = *pp;
+      *pp = p->next;
+      if (m->op != 0) {
+        const char *msg;
+        size_t n;
+        if (proto_arg_bytes(m, 0, &msg, &n) == 0)
+          snprintf(a->last_error, sizeof(a->last_error), "%.*s", (int)n, msg);
+      }
+      if (p->cb)
+        p->cb(a, (int)m->op, m, p->arg);
+      free(p);
+      return;
+    }
+}
+
+static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+  ac_t *a = h->data;
+  (void)hint;
+  if (a->in_cap - a->in_len < 4096) {
+    size_t ncap = a->in_cap ? a->in_cap * 2 : 16384;
+    uint8_t *nb = realloc(a->in, ncap);
+    if (nb == NULL) {
+      *buf = uv_buf_init(NULL, 0);
+      return;
+    }
+    a->in = nb;
+    a->in_cap = ncap;
+  }
+  *buf = uv_buf_init((char *)a->in + a->in_len, (unsigned)(a->in_cap - a->in_len));
+}
+
+static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  ac_t *a = st->data;
+  size_t off = 0;
+  (void)buf;
+  if (nread < 0) {
+    char why[256];
+    snprintf(why, sizeof(why), "connection to the rendezvous server %s:%d "
+             "lost: %s", a->host, a->port,
+             nread == UV_EOF ? "closed by the server" : uv_strerror((int)nread));
+    broken(a, nread == UV_EOF ? RDZV_ECLOSED : (int)nread, why);
+    return;
+  }
+  a->in_len += (size_t)nread;
+  while (a->in_len - off >= PROTO_HDR && a->state != AC_CLOSED) {
+    uint32_t len = proto_get_len(a->in + off);
+    proto_msg_t m;
+    if (len > a->lim.max_frame) {
+      broken(a, RDZV_EPROTO, "oversized frame from the server");
+      return;
+    }
+    if (a->in_len - off - PROTO_HDR < len)
+      break;
+    if (proto_decode(a->in + off + PROTO_HDR, len, &a->lim, &m) != 0) {
+      broken(a, RDZV_EPROTO, "malformed frame from the server");
+      return;
+    }
+    dispatch(a, &m);
+    proto_msg_free(&m);
+    off += PROTO_HDR + len;
+  }
+  if (off > 0 && a->state != AC_CLOSED) {
+    memmove(a->in, a->in + off, a->in_len - off);
+    a->in_len -= off;
+  }
+}
+
+/* ---- connect ------------------------------------------------------------------------------ */
+
+static void retry_cb(uv_timer_t *t) {
+  start_connect(t->data);
+}
+
+static void retry_or_fail(ac_t *a, int status, const char *what) {
+  uint64_t now = uv_now(a->loop);
+  snprintf(a->last_error, sizeof(a->last_error), "cannot reach the "
+           "rendezvous server %s:%d: %s", a->host, a->port, what);
+  if (a->connect_timeout_ms >= 0 && now >= a->deadline) {
+    ac_connect_cb cb = a->on_connect;
+    size_t l = strlen(a->last_error);
+    snprintf(a->last_error + l, sizeof(a->last_error) - l,
+             " (gave up after %.0f s; is the server up, the address right and "
+             "the port open?)", a->connect_timeout_ms / 1000.0);
+    a->state = AC_CLOSED;
+    a->on_connect = NULL;
+    if (cb)
+      (void)status;
+    cb(a, -ETIMEDOUT, a->arg);
+    return;
+  }
+  a->state = AC_IDLE;
+  uv_timer_start(&a->retry, retry_cb,
+                 LU_MIN((uint64_t)a->backoff_ms,
+                        a->connect_timeout_ms < 0 ? (uint64_t)a->backoff_ms
+                                                  : a->deadline - now),
+                 0);
+  a->backoff_ms = a->backoff_ms < 500 ? a->backoff_ms * 2 : 1000;
+}
+
+
+static void connect_cb(uv_connect_t *req, int status) {
+  ac_t *a = req->data;
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  if (a->closing)
+    return;
+  if (status != 0) {
+    char what[128];
+    snprintf(what, sizeof(what), "%s", uv_strerror(status));
+    lu_strlcpy(a->last_error, what, sizeof(a->last_error));
+    /* Close this attempt's handle, then retry with a fresh one. */
+    close_tcp(a, 1);
+    return;
+  }
+  uv_tcp_nodelay(&a->tcp, 1);
+  if (uv_tcp_getsockname(&a->tcp, (struct sockaddr *)&ss, &len) == 0) {
+    if (ss.ss_family == AF_INET)
+      uv_ip4_name((struct sockaddr_in *)&ss, a->local_ip, sizeof(a->local_ip));
+    else {
+      struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+      if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr))
+        inet_ntop(AF_INET, s6->sin6_addr.s6_addr + 12, a->local_ip,
+                  sizeof(a->local_ip));
+      else
+        uv_ip6_name(s6, a->local_ip, sizeof(a->local_ip));
+    }
+  }
+  a->state = AC_CHALLENGE;
+  if (uv_read_start((uv_stream_t *)&a->tcp, alloc_cb, read_cb) != 0) {
+    broken(a, RDZV_ECLOSED, "cannot read");
+    return;
+  }
+  if (proto_enc_raw(&a->enc, PROTO_MAGIC, PROTO_MAGIC_LEN) != 0 ||
+      flush(a) != 0)
+    broken(a, RDZV_ECLOSED, "cannot send");
+}
+
+static void resolved_cb(uv_getaddrinfo_t *req, int status,
+                        struct addrinfo *res) {
+  ac_t *a = req->data;
+  int r;
+  if (a->closing) {
+    uv_freeaddrinfo(res);
+    return;
+  }
+  if (status != 0) {
+    char what[300];
+    snprintf(what, sizeof(what), "'%s' does not resolve: %s", a->host,
+             uv_strerror(status));
+    uv_freeaddrinfo(res);
+    retry_or_fail(a, RDZV_ERESOLVE, what);
+    return;
+  }
+  uv_tcp_init(a->loop, &a->tcp);
+  a->tcp.data = a;
+  a->tcp_open = 1;
+  if (a->local_addr[0]) {
+    struct sockaddr_storage la;
+    memset(&la, 0, sizeof(la));
+    if (uv_ip4_addr(a->local_addr, 0, (struct sockaddr_in *)&la) != 0 &&
+        uv_ip6_addr(a->local_addr, 0, (struct sockaddr_in6 *)&la) != 0) {
+      uv_freeaddrinfo(res);
+      snprintf(a->last_error, sizeof(a->last_error), "--local-addr '%s' is "
+               "not an IP address of this node", a->local_addr);
+      a->state = AC_CLOSED;
+      close_tcp(a, 0);
+      if (a->on_connect) {
+        ac_connect_cb cb = a->on_connect;
+        a->on_connect = NULL;
+        cb(a, RDZV_EADDR, a->arg);
+      }
+      return;
+    }
+    if (la.ss_family == res->ai_family)
+      uv_tcp_bind(&a->tcp, (struct sockaddr *)&la, 0);
+  }
+  a->creq.data = a;
+  a->state = AC_CONNECTING;
+  r = uv_tcp_connect(&a->creq, &a->tcp, res->ai_addr, connect_cb);
+  uv_freeaddrinfo(res);
+  if (r != 0) {
+    lu_strlcpy(a->last_error, uv_strerror(r), sizeof(a->last_error));
+    close_tcp(a, 1);
+  }
+}
+
+static void start_connect(ac_t *a) {
+  struct addrinfo hints;
+  char port[16];
+  int r;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  snprintf(port, sizeof(port), "%d", a->port);
+  a->gai.data = a;
+  a->state = AC_RESOLVING;
+  r = uv_getaddrinfo(a->loop, &a->gai, resolved_cb, a->host, port, &hints);
+  if (r != 0)
+    retry_or_fail(a, RDZV_ERESOLVE, uv_strerror(r));
+}
+
+int ac_connect(ac_t *a, ac_connect_cb cb) {
+  if (a->state != AC_IDLE)
+    return RDZV_EINVAL;
+  a->on_connect = cb;
+  a->backoff_ms = 20;
+  a->deadline = uv_now(a->loop) + (uint64_t)(a->connect_timeout_ms < 0 ? 0 : a->connect_timeout_ms);
+  start_connect(a);
+  return 0;
+}
+
+/* ---- close --------------------------------------------------------------------------------- */
+
+static void finish_close(ac_t *a) {
+  void (*cb)(void *) = a->close_cb;
+  void *arg = a->close_arg;
+  free(a->host);
+  free(a->local_addr);
+  free(a->job);
+  free(a->role);
+  if (a->token) {
+    memset(a->token, 0, a->token_len);
+    free(a->token);
+  }
+  free(a->in);
+  proto_enc_destroy(&a->enc);
+  free(a);
+  if (cb)
+    cb(arg);
+}
+
+static void on_timer_closed(uv_handle_t *h) {
+  ac_t *a = h->data;
+  if (--a->pending_closes == 0)
+    finish_close(a);
+}
+
+void ac_close(ac_t *a, void (*cb)(void *arg), void *arg) {
+  if (a->closing)
+    return;
+  a->closing = 1;
+  a->close_cb = cb;
+  a->close_arg = arg;
+  a->on_connect = NULL;
+  a->on_lost = NULL;
+  a->on_push = NULL;
+  a->state = AC_CLOSED;
+  fail_pending(a, RDZV_ECANCELED);
+  a->pending_closes = 1;
+  /* A TCP close already under way also ends in on_tcp_closed, which now
+   * sees `closing` and counts itself. */
+  if (a->tcp_open)
+    a->pending_closes++;
+  close_tcp(a, 0);
+  uv_close((uv_handle_t *)&a->retry, on_timer_closed);
+}

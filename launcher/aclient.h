@@ -1,0 +1,55 @@
+/* aclient.h - the agent's asynchronous client of the native protocol, on
+ * the agent's libuv loop: connect (retrying while the server is not up yet),
+ * authenticate, send requests whose replies arrive through callbacks, and
+ * receive pushes (RESTART, SHUTDOWN). Loop thread only. */
+#ifndef ACLIENT_H
+#define ACLIENT_H
+
+#include <uv.h>
+
+#include "lu.h"
+#include "proto.h"
+
+typedef struct ac_s ac_t;
+
+/* status 0 with the reply message, or a negative code with m == NULL when
+ * the request failed in transport (connection lost: RDZV_ECLOSED). */
+typedef void (*ac_reply_cb)(ac_t *a, int status, const proto_msg_t *m,
+                            void *arg);
+typedef void (*ac_push_cb)(ac_t *a, const proto_msg_t *m, void *arg);
+/* Connected and authenticated (0), or gave up (negative). */
+typedef void (*ac_connect_cb)(ac_t *a, int status, void *arg);
+/* The connection broke after it was established. */
+typedef void (*ac_lost_cb)(ac_t *a, int status, void *arg);
+
+typedef struct ac_config_s {
+  const char *host;       /* server host or address */
+  int port;
+  const char *local_addr; /* bind the connection to it ("" / NULL: any) */
+  const char *job;
+  const char *role;
+  const void *token;
+  size_t token_len;
+  int connect_timeout_ms; /* keep retrying refused connects this long */
+  const lu_log_t *log;
+} ac_config_t;
+
+/* OUT *out (cfg copied). RET 0 or RDZV_ENOMEM. */
+int ac_new(uv_loop_t *loop, const ac_config_t *cfg, ac_push_cb on_push,
+           ac_lost_cb on_lost, void *arg, ac_t **out);
+/* Start connecting; cb runs once. RET 0 or an error (cb not called). */
+int ac_connect(ac_t *a, ac_connect_cb cb);
+/* Build a request: returns the packer positioned after [0, id, op]; pack
+ * exactly nargs more objects, then ac_send. */
+msgpack_packer *ac_begin(ac_t *a, int op, uint32_t nargs);
+/* Send what ac_begin started. cb may be NULL (reply ignored).
+ * RET 0, or an error (cb not called). */
+int ac_send(ac_t *a, ac_reply_cb cb, void *arg);
+/* "a.b.c.d" / "v6" of this end of the connection (after connect). */
+const char *ac_local_ip(const ac_t *a);
+/* Message of the last error (connect or server). */
+const char *ac_last_error(const ac_t *a);
+/* Close; pending requests get RDZV_ECANCELED; cb runs when freed. */
+void ac_close(ac_t *a, void (*cb)(void *arg), void *arg);
+
+#endif /* ACLIENT_H */

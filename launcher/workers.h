@@ -1,0 +1,114 @@
+/* workers.h - one node's worker processes: spawn, supervise, stop, and
+ * carry their output to the console and log files. Used by the agent
+ * (agent.c); libuv loop thread only.
+ *
+ * Each worker is forked (not uv_spawn: we need code in the child before
+ * exec), becomes the leader of its own process group and session, gets
+ * PR_SET_PDEATHSIG(SIGKILL) so that it dies with the agent even when the
+ * agent is SIGKILLed, runs spec->pre_exec (CPU/memory binding), and execs
+ * argv with exactly envp[local_rank] (a bare argv[0] is looked up in the
+ * PATH of envp[local_rank], not the agent's). Exits are seen through
+ * SIGCHLD at once (no polling interval).
+ *
+ * A guardian process per group (forked, no exec, own session) SIGKILLs the
+ * workers' process groups when the agent dies, so that a worker's own
+ * children (a wrapper script's python, dataloader processes), which
+ * PR_SET_PDEATHSIG does not reach, die with the agent too. Fork happens in
+ * the loop thread, and PR_SET_PDEATHSIG fires when that thread exits. */
+#ifndef WORKERS_H
+#define WORKERS_H
+
+#include <sys/types.h>
+#include <uv.h>
+
+typedef struct wk_group_s wk_group_t;
+
+/* Bits of redirects/tee, as torchrun: 1 stdout, 2 stderr. */
+enum { WK_STDOUT = 1, WK_STDERR = 2 };
+
+typedef struct wk_spec_s {
+  size_t size;           /* sizeof(wk_spec_t) */
+  int nproc;             /* local workers */
+  char *const *argv;     /* program and arguments (interpreter included) */
+  char *const *const *envp; /* envp[local_rank]: complete environment */
+  /* Output. When pipe_output is 0 the workers inherit the agent's stdout
+   * and stderr (nothing below applies but log_dir files are not written).
+   * Otherwise each line goes, with prefix[local_rank] in front, to the
+   * console unless redirected or filtered, and to the files. */
+  int pipe_output;
+  char *const *prefix;   /* prefix[local_rank], e.g. "[node3:17]: " */
+  const unsigned *redirects; /* per local rank: streams to files only */
+  const unsigned *tee;       /* per local rank: streams to files and console */
+  const unsigned char *console; /* per local rank: 1 = may reach the console
+                                   (--local-ranks-filter) */
+  /* <attempt_dir>/<local_rank>/stdout.log and stderr.log are written for
+   * redirected or teed streams when set; NULL = no files. */
+  const char *attempt_dir;
+  int tail_lines;        /* last stderr lines kept per worker (summary) */
+  /* Runs in the child between fork and exec; async-signal-safe only. A
+   * non-zero return aborts the exec: the child exits 127 after writing
+   * the message it set in errbuf to stderr. */
+  int (*pre_exec)(int local_rank, void *arg, char *errbuf, size_t errlen);
+  void *pre_exec_arg;
+} wk_spec_t;
+
+typedef struct wk_exit_s {
+  int local_rank;
+  pid_t pid;
+  int exit_code;   /* when exited normally, else -1 */
+  int signal;      /* terminating signal, else 0 */
+  double wall_s;   /* when it was reaped (CLOCK_REALTIME) */
+} wk_exit_t;
+
+/* Called once per worker as soon as it is reaped. */
+typedef void (*wk_exit_cb)(wk_group_t *g, const wk_exit_t *ex, void *arg);
+/* Called once every worker of the group is reaped and its output drained. */
+typedef void (*wk_done_cb)(wk_group_t *g, void *arg);
+
+/* OUT *out. RET 0 or RDZV_ENOMEM. The group starts a uv_signal_t on
+ * SIGCHLD; it keeps the loop alive only while workers are live. */
+int wk_group_new(uv_loop_t *loop, wk_group_t **out);
+/* Log through a copy of log (default: lu_log_init(.., "launch agent")).
+ * Added to the contract: the agent's logger names host and job. */
+struct lu_log_s;
+void wk_set_log(wk_group_t *g, const struct lu_log_s *log);
+/* Start spec->nproc workers (spec and its arrays are copied).
+ * RET 0, or a negative error: -EBUSY while the previous attempt still has
+ * live workers, open output pipes or a stop in progress; RDZV_EINVAL for a
+ * bad spec; -errno when a pipe, log file, log directory or fork failed
+ * (then no worker is left running and on_exit is never called). A worker
+ * whose exec fails exits 127 after writing "launch: cannot execute 'X':
+ * <reason>" to its stderr and is reported through on_exit like any other.
+ * on_exit runs from the loop, never from inside this call; when it runs,
+ * what the worker wrote before exiting has been read (printed, in the
+ * files, in wk_tail). Log directories are created with mode 0755.
+ * Console lines go to the agent's fd 1 (worker stdout) and fd 2 (worker
+ * stderr) with one write(2) per line; lines longer than 64 KiB are cut
+ * into 64 KiB chunks. tail_lines is clamped to 0..1000 and each tail line
+ * to 1024 bytes. */
+int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
+             void *arg);
+/* Send sig to every live worker's process group (signal forwarding). */
+void wk_signal(wk_group_t *g, int sig);
+/* Stop: send sig to every live worker's group (and to the group of a
+ * reaped worker whose output pipes are still held open by its children);
+ * after grace_ms (<= 0: at once) send SIGKILL; done runs once all are
+ * reaped and their output drained (at once, from the loop, when none is
+ * running; never from inside this call). Pipes still held open 1 s after
+ * SIGKILL (by a process that left the worker's group) are closed then.
+ * Called again while waiting for the grace period, it escalates: SIGKILL
+ * now. A non-NULL done replaces the earlier done/arg (which then never
+ * runs); NULL keeps it. */
+void wk_stop(wk_group_t *g, int sig, int grace_ms, wk_done_cb done,
+             void *arg);
+int wk_live(const wk_group_t *g);       /* workers not yet reaped */
+pid_t wk_pid(const wk_group_t *g, int local_rank);
+/* Last spec->tail_lines stderr lines of a worker of the current or last
+ * attempt, joined by '\n' ("" if none). Valid until the next wk_start. */
+const char *wk_tail(const wk_group_t *g, int local_rank);
+/* Close every handle; cb runs when the group is freed. Workers must have
+ * been stopped; any still live are SIGKILLed and reaped here (logged), and
+ * a pending stop's done never runs. */
+void wk_group_close(wk_group_t *g, void (*cb)(void *arg), void *arg);
+
+#endif /* WORKERS_H */

@@ -1,0 +1,25 @@
+#!/bin/bash
+# Install what is missing, build under ASan+UBSan, run the tests, then a
+# short fuzz run when clang is present. This is what CI runs (.ci/run).
+#   scripts/test.sh [extra ctest args, e.g. -L quick]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/deps.sh --test
+
+BUILD=${BUILD_DIR:-build-test}
+WERROR=OFF
+if [ -n "${CI:-}" ]; then WERROR=ON; fi
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DLAUNCH_ASAN=ON -DLAUNCH_UBSAN=ON -DLAUNCH_WERROR=$WERROR >/dev/null
+cmake --build "$BUILD" -j "$(nproc)"
+
+# Sanitizer builds are slower: give every test more time.
+export LAUNCH_TEST_TIMEOUT_MULT=${LAUNCH_TEST_TIMEOUT_MULT:-2}
+status=0
+(cd "$BUILD" && ctest --output-on-failure --timeout 600 -j 2 "$@") || status=$?
+
+if [ $status -eq 0 ] && [ -x scripts/fuzz-short.sh ] && command -v clang >/dev/null; then
+  FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash scripts/fuzz-short.sh || status=$?
+fi
+exit $status

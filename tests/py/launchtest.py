@@ -1,0 +1,176 @@
+"""Helpers for Python tests: start `launch server` by pid, free ports,
+skip when a peer is missing (exit 77 = ctest skip)."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+
+
+def launch_bin():
+    return os.environ.get("LAUNCH_BIN", "build/bin/launch")
+
+
+def skip(why):
+    print("SKIP: " + why)
+    sys.exit(SKIP)
+
+
+def need_torch():
+    try:
+        import torch  # noqa: F401
+        import torch.distributed  # noqa: F401
+    except Exception as e:  # pragma: no cover - environment dependent
+        skip("PyTorch is not importable by %s: %s" % (sys.executable, e))
+
+
+class Server:
+    """`launch server` on 127.0.0.1 with an OS-chosen port, ended by pid."""
+
+    def __init__(self, *extra):
+        self.dir = tempfile.mkdtemp(prefix="launch-pytest-")
+        pf = os.path.join(self.dir, "port")
+        self.log = open(os.path.join(self.dir, "server.log"), "w+")
+        self.proc = subprocess.Popen(
+            [launch_bin(), "server", "--host", "127.0.0.1", "--port", "0",
+             "--port-file", pf] + list(extra),
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if os.path.exists(pf):
+                with open(pf) as f:
+                    txt = f.read().strip()
+                if txt:
+                    self.port = int(txt)
+                    return
+            if self.proc.poll() is not None:
+                raise RuntimeError("launch server exited: " + self.logtext())
+            time.sleep(0.01)
+        raise RuntimeError("launch server did not start")
+
+    def logtext(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError("launch server ignored SIGTERM")
+            if rc != 0:
+                raise RuntimeError("launch server exited %d: %s" % (rc, self.logtext()))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        try:
+            self.stop()
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Proc:
+    """A process started by a test (an agent, a worker helper), ended by pid."""
+
+    def __init__(self, argv, env=None, name="proc", cwd=None):
+        self.name = name
+        self.dir = tempfile.mkdtemp(prefix="launch-%s-" % name)
+        self.logpath = os.path.join(self.dir, "out.log")
+        self.log = open(self.logpath, "w+")
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=full_env, cwd=cwd)
+        self.pid = self.proc.pid
+
+    def output(self):
+        self.log.flush()
+        with open(self.logpath, errors="replace") as f:
+            return f.read()
+
+    def wait(self, timeout=60):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError("%s did not finish in %s s:\n%s" % (self.name, timeout, self.output()))
+
+    def signal(self, sig):
+        if self.proc.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def running(self):
+        return self.proc.poll() is None
+
+
+def launch(args, env=None, name="agent"):
+    """Start `launch ARGS...`."""
+    return Proc([launch_bin()] + list(args), env=env, name=name)
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie is as good as dead: it holds nothing
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_until(cond, timeout=10, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Cleanup:
+    """Kill every Proc registered, at the end of a test, by pid."""
+
+    def __init__(self):
+        self.procs = []
+
+    def add(self, p):
+        self.procs.append(p)
+        return p
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        for p in self.procs:
+            p.kill()

@@ -1,0 +1,93 @@
+"""`launch` command line: every invalid flag or combination fails at once
+with a message naming the flag and exit status 2; an unreachable or
+unresolvable endpoint fails after the join timeout naming the endpoint;
+--help names our additions with examples."""
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
+import launchtest  # noqa: E402
+
+L = launchtest.launch_bin()
+
+
+def run(args, env=None, timeout=30):
+    e = dict(os.environ)
+    for k in list(e):
+        if k.startswith("PET_"):
+            del e[k]
+    if env:
+        e.update(env)
+    p = subprocess.run([L] + args, capture_output=True, text=True, env=e, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+BAD = [
+    (["--nproc-per-node", "0", "/bin/true"], "--nproc-per-node"),
+    (["--nproc-per-node", "many", "/bin/true"], "--nproc-per-node"),
+    (["--nnodes", "4:2", "--rdzv-endpoint", "h:1", "/bin/true"], "MIN is larger than MAX"),
+    (["--nnodes", "0", "/bin/true"], "--nnodes"),
+    (["--nnodes", "a:b", "/bin/true"], "--nnodes"),
+    (["--master-port", "70000", "/bin/true"], "--master-port"),
+    (["--rdzv-endpoint", "host:99999", "/bin/true"], "--rdzv-endpoint"),
+    (["--rdzv-endpoint", "[::1", "/bin/true"], "--rdzv-endpoint"),
+    (["--rdzv-endpoint", "a b:1", "/bin/true"], "--rdzv-endpoint"),
+    (["--bogus-flag", "/bin/true"], "unknown option '--bogus-flag'"),
+    (["--module", "--no-python", "x"], "--module and --no-python"),
+    (["--nnodes", "2:3", "--rdzv-backend", "static", "/bin/true"], "static rendezvous needs a fixed"),
+    (["--nnodes", "2", "--node-rank", "2", "/bin/true"], "--node-rank 2 is not below --nnodes 2"),
+    (["--rdzv-backend", "etcd", "--rdzv-endpoint", "h:1", "/bin/true"], "etcd is not supported"),
+    (["--rdzv-backend", "c10d", "/bin/true"], "needs --rdzv-endpoint"),
+    (["--rdzv-conf", "join_timeout=abc", "/bin/true"], "join_timeout"),
+    (["--rdzv-conf", "colour=blue", "/bin/true"], "unknown key 'colour'"),
+    (["--rdzv-conf", "join_timeout", "/bin/true"], "needs a value"),
+    (["--max-restarts", "-1", "/bin/true"], "--max-restarts"),
+    (["--redirects", "7", "/bin/true"], "--redirects"),
+    (["--nproc-per-node", "2", "--tee", "5:1", "/bin/true"], "--tee"),
+    (["--nproc-per-node", "2", "--local-ranks-filter", "2", "/bin/true"], "--local-ranks-filter"),
+    (["--signals-to-handle", "SIGKILL", "/bin/true"], "--signals-to-handle"),
+    (["--standalone", "--nnodes", "2", "/bin/true"], "--standalone runs one node"),
+    (["--nproc-per-node"], "needs a value"),
+    (["--torch-store", "nowhere", "/bin/true"], "--torch-store"),
+    ([], "usage"),
+    (["--standalone"], "no program given"),
+]
+
+
+def main():
+    for args, frag in BAD:
+        rc, out = run(args)
+        assert rc == 2, (args, rc, out)
+        assert frag in out, (args, frag, out)
+    # the environment fallbacks are checked like flags, and name the variable
+    rc, out = run(["/bin/true"], env={"PET_NNODES": "3:1"})
+    assert rc == 2 and "PET_NNODES" in out, out
+    rc, out = run(["/bin/true"], env={"PET_NPROC_PER_NODE": "zero"})
+    assert rc == 2 and "PET_NPROC_PER_NODE" in out, out
+    # both spellings and --flag=value
+    rc, out = run(["--nproc_per_node=0", "/bin/true"])
+    assert rc == 2 and "--nproc-per-node" in out, out
+    # help names launch's own additions, with examples
+    rc, out = run(["--help"])
+    assert rc == 0
+    for frag in ["--torch-store", "--token-file", "--cpu-bind", "--nccl-profile",
+                 "examples:", "launch --standalone"]:
+        assert frag in out, frag
+    # an endpoint nothing listens on: fails after the join timeout, naming it
+    t0 = time.time()
+    rc, out = run(["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+                   "--rdzv-conf", "join_timeout=1,is_host=false", "/bin/true"])
+    dt = time.time() - t0
+    assert rc != 0 and "127.0.0.1:1" in out, out
+    assert 0.9 <= dt < 20, dt
+    # a name that does not resolve
+    rc, out = run(["--nnodes", "2", "--rdzv-endpoint", "no-such-host.invalid:29400",
+                   "--rdzv-conf", "join_timeout=1", "/bin/true"])
+    assert rc != 0 and "no-such-host.invalid" in out, out
+    print("test_agent_cli: ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+/* test_native_ops.c - every store operation through librdzv against a real
+ * server: values, add, compare-and-set, waits woken by another client's
+ * write, timeouts, a 64-client barrier, job isolation, authentication. */
+#include <pthread.h>
+#include <unistd.h>
+
+#include "lu.h"
+#include "rdzv.h"
+#include "server.h"
+#include "test.h"
+
+static rdzv_client_t *connect_job(const char *job, const char *token) {
+  rdzv_options_t o = RDZV_OPTIONS_INIT;
+  rdzv_client_t *c = NULL;
+  o.endpoint = test_server_endpoint();
+  o.job = job;
+  o.token = token;
+  o.token_len = token ? strlen(token) : 0;
+  o.connect_timeout_ms = test_ms(5000);
+  ASSERT_OK(rdzv_connect(&o, &c));
+  return c;
+}
+
+static void test_basic_ops(void) {
+  rdzv_client_t *c = connect_job("ops", NULL);
+  void *v = NULL, *cur = NULL;
+  size_t n = 0;
+  int64_t r, nk;
+  int swapped = -1;
+  const char *keys[] = {"a", "b"};
+  const void *vals[] = {"1", "22"};
+  size_t lens[] = {1, 2};
+  rdzv_value_t out[2];
+
+  ASSERT_OK(rdzv_ping(c, 1000));
+  ASSERT_EQ(RDZV_ENOKEY, rdzv_get(c, "a", &v, &n, 0));
+  ASSERT_OK(rdzv_set(c, "a", "hello", 5, 1000));
+  ASSERT_OK(rdzv_get(c, "a", &v, &n, 0));
+  ASSERT(n == 5 && memcmp(v, "hello", 5) == 0);
+  rdzv_free(v);
+  /* binary values with NUL bytes survive */
+  ASSERT_OK(rdzv_set(c, "bin", "\0\1\0", 3, 1000));
+  ASSERT_OK(rdzv_get(c, "bin", &v, &n, 1000));
+  ASSERT(n == 3 && memcmp(v, "\0\1\0", 3) == 0);
+  rdzv_free(v);
+  ASSERT_EQ(1, rdzv_check(c, (const char *[]){"a", "bin"}, 2, 1000));
+  ASSERT_EQ(0, rdzv_check(c, (const char *[]){"a", "nope"}, 2, 1000));
+  ASSERT_OK(rdzv_add(c, "ctr", 5, &r, 1000));
+  ASSERT_EQ(5, r);
+  ASSERT_OK(rdzv_add(c, "ctr", -2, &r, 1000));
+  ASSERT_EQ(3, r);
+  ASSERT_EQ(RDZV_ENOTNUM, rdzv_add(c, "a", 1, &r, 1000));
+  ASSERT_CONTAINS(rdzv_last_error(c), "integer");
+  /* compare-and-set */
+  ASSERT_OK(rdzv_compare_set(c, "a", "wrong", 5, "x", 1, &cur, &n, &swapped, 1000));
+  ASSERT_EQ(0, swapped);
+  ASSERT(n == 5 && memcmp(cur, "hello", 5) == 0);
+  rdzv_free(cur);
+  ASSERT_OK(rdzv_compare_set(c, "a", "hello", 5, "bye", 3, &cur, &n, &swapped, 1000));
+  ASSERT_EQ(1, swapped);
+  ASSERT(n == 3 && memcmp(cur, "bye", 3) == 0);
+  rdzv_free(cur);
+  ASSERT_OK(rdzv_compare_set(c, "absent", NULL, 0, "first", 5, &cur, &n, &swapped, 1000));
+  ASSERT_EQ(1, swapped);
+  rdzv_free(cur);
+  ASSERT_OK(rdzv_compare_set(c, "absent", NULL, 0, "second", 6, &cur, &n, &swapped, 1000));
+  ASSERT_EQ(0, swapped);
+  ASSERT(n == 5 && memcmp(cur, "first", 5) == 0);
+  rdzv_free(cur);
+  /* append, delete, num_keys */
+  ASSERT_OK(rdzv_append(c, "log", "ab", 2, 1000));
+  ASSERT_OK(rdzv_append(c, "log", "cd", 2, 1000));
+  ASSERT_OK(rdzv_get(c, "log", &v, &n, 0));
+  ASSERT(n == 4 && memcmp(v, "abcd", 4) == 0);
+  rdzv_free(v);
+  ASSERT_OK(rdzv_num_keys(c, &nk, 1000));
+  ASSERT_EQ(5, nk); /* a bin ctr absent log */
+  ASSERT_EQ(1, rdzv_delete(c, "log", 1000));
+  ASSERT_EQ(0, rdzv_delete(c, "log", 1000));
+  ASSERT_OK(rdzv_num_keys(c, &nk, 1000));
+  ASSERT_EQ(4, nk);
+  /* multi */
+  ASSERT_OK(rdzv_multi_set(c, keys, vals, lens, 2, 1000));
+  ASSERT_OK(rdzv_multi_get(c, keys, 2, out, 1000));
+  ASSERT(out[0].len == 1 && memcmp(out[0].data, "1", 1) == 0);
+  ASSERT(out[1].len == 2 && memcmp(out[1].data, "22", 2) == 0);
+  rdzv_free(out[0].data);
+  rdzv_free(out[1].data);
+  /* invalid arguments are refused before anything is sent */
+  ASSERT_EQ(RDZV_EINVAL, rdzv_set(c, NULL, "x", 1, 1000));
+  ASSERT_EQ(RDZV_EINVAL, rdzv_barrier(c, "b", 0, 1000));
+  rdzv_close(c);
+}
+
+typedef struct {
+  const char *key;
+  int delay_ms;
+} setter_t;
+
+static void *delayed_setter(void *arg) {
+  setter_t *s = arg;
+  rdzv_client_t *c = connect_job("wait", NULL);
+  usleep((useconds_t)s->delay_ms * 1000);
+  ASSERT_OK(rdzv_set(c, s->key, "go", 2, 5000));
+  rdzv_close(c);
+  return NULL;
+}
+
+static void test_waits(void) {
+  rdzv_client_t *c = connect_job("wait", NULL);
+  pthread_t t;
+  setter_t s = {"later", 200};
+  void *v;
+  size_t n;
+  uint64_t t0;
+  const char *two[] = {"later2", "also"};
+
+  /* A get that waits is answered once another client sets the key. */
+  t0 = lu_now_ms();
+  pthread_create(&t, NULL, delayed_setter, &s);
+  ASSERT_OK(rdzv_get(c, "later", &v, &n, test_ms(10000)));
+  ASSERT(n == 2 && memcmp(v, "go", 2) == 0);
+  ASSERT(lu_now_ms() - t0 >= 150);
+  rdzv_free(v);
+  pthread_join(t, NULL);
+
+  /* A wait on two keys needs both. */
+  s.key = "later2";
+  pthread_create(&t, NULL, delayed_setter, &s);
+  ASSERT_EQ(-ETIMEDOUT, rdzv_wait(c, two, 2, 600));
+  ASSERT_CONTAINS(rdzv_last_error(c), "missing");
+  pthread_join(t, NULL);
+  ASSERT_OK(rdzv_set(c, "also", "", 0, 1000));
+  ASSERT_OK(rdzv_wait(c, two, 2, 1000));
+
+  /* Timeouts are the server's: prompt, with a message. */
+  t0 = lu_now_ms();
+  ASSERT_EQ(-ETIMEDOUT, rdzv_get(c, "never", &v, &n, 300));
+  ASSERT(lu_now_ms() - t0 >= 290);
+  ASSERT(lu_now_ms() - t0 < (uint64_t)test_ms(3000));
+  /* The connection stays usable after a timeout. */
+  ASSERT_OK(rdzv_ping(c, 1000));
+  /* multi_get waits for every key */
+  ASSERT_EQ(-ETIMEDOUT,
+            rdzv_multi_get(c, (const char *[]){"later", "nope"}, 2,
+                           (rdzv_value_t[2]){{0}}, 200));
+  rdzv_close(c);
+}
+
+#define NBAR 64
+static int bar_ok;
+static pthread_mutex_t bar_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *barrier_member(void *arg) {
+  rdzv_client_t *c = connect_job("barrier", NULL);
+  int64_t after;
+  (void)arg;
+  ASSERT_OK(rdzv_add(c, "arrived", 1, NULL, 5000));
+  ASSERT_OK(rdzv_barrier(c, "b1", NBAR, test_ms(20000)));
+  /* Nobody passes before everyone arrived. */
+  ASSERT_OK(rdzv_add(c, "arrived", 0, &after, 5000));
+  ASSERT_EQ(NBAR, after);
+  /* The same barrier again: it reset. */
+  ASSERT_OK(rdzv_barrier(c, "b1", NBAR, test_ms(20000)));
+  pthread_mutex_lock(&bar_mu);
+  bar_ok++;
+  pthread_mutex_unlock(&bar_mu);
+  rdzv_close(c);
+  return NULL;
+}
+
+static void test_barrier64(void) {
+  pthread_t t[NBAR];
+  rdzv_client_t *c;
+  for (int i = 0; i < NBAR; i++)
+    ASSERT_EQ(0, pthread_create(&t[i], NULL, barrier_member, NULL));
+  for (int i = 0; i < NBAR; i++)
+    pthread_join(t[i], NULL);
+  ASSERT_EQ(NBAR, bar_ok);
+  /* A short barrier times out and leaves: a later full one still works. */
+  c = connect_job("barrier", NULL);
+  ASSERT_EQ(-ETIMEDOUT, rdzv_barrier(c, "b2", 2, 200));
+  ASSERT_EQ(-ETIMEDOUT, rdzv_barrier(c, "b2", 2, 200));
+  rdzv_close(c);
+}
+
+static void test_isolation(void) {
+  rdzv_client_t *a = connect_job("job-A", NULL), *b = connect_job("job-B", NULL);
+  void *v;
+  size_t n;
+  int64_t nk;
+  ASSERT_OK(rdzv_set(a, "secret", "a", 1, 1000));
+  ASSERT_EQ(RDZV_ENOKEY, rdzv_get(b, "secret", &v, &n, 0));
+  ASSERT_OK(rdzv_num_keys(b, &nk, 1000));
+  ASSERT_EQ(0, nk);
+  ASSERT_OK(rdzv_set(b, "secret", "b", 1, 1000));
+  ASSERT_OK(rdzv_get(a, "secret", &v, &n, 0));
+  ASSERT(n == 1 && *(char *)v == 'a');
+  rdzv_free(v);
+  rdzv_close(a);
+  rdzv_close(b);
+}
+
+static void test_auth(void) {
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  rdzv_options_t o = RDZV_OPTIONS_INIT;
+  rdzv_client_t *c = NULL;
+  cfg.token = "s3cret-token";
+  cfg.token_len = strlen(cfg.token);
+  test_server_start(&cfg);
+  o.endpoint = test_server_endpoint();
+  o.job = "auth";
+  o.connect_timeout_ms = test_ms(5000);
+  /* no token */
+  ASSERT_EQ(RDZV_EAUTH, rdzv_connect(&o, &c));
+  /* wrong token */
+  o.token = "wrong";
+  o.token_len = 5;
+  ASSERT_EQ(RDZV_EAUTH, rdzv_connect(&o, &c));
+  /* right token: works, and the store is usable */
+  c = connect_job("auth", "s3cret-token");
+  ASSERT_OK(rdzv_set(c, "k", "v", 1, 1000));
+  rdzv_close(c);
+  test_server_stop();
+}
+
+static void test_connect_errors(void) {
+  rdzv_options_t o = RDZV_OPTIONS_INIT;
+  rdzv_client_t *c = NULL;
+  uint64_t t0 = lu_now_ms();
+  /* A port nothing listens on: retried until the connect timeout. */
+  o.endpoint = "127.0.0.1:1";
+  o.connect_timeout_ms = 300;
+  ASSERT_EQ(-ETIMEDOUT, rdzv_connect(&o, &c));
+  ASSERT(lu_now_ms() - t0 >= 250);
+  o.endpoint = "not an endpoint";
+  ASSERT_EQ(RDZV_EADDR, rdzv_connect(&o, &c));
+  o.endpoint = "127.0.0.1:99999";
+  ASSERT_EQ(RDZV_EADDR, rdzv_connect(&o, &c));
+  /* From the environment, as a worker started by launch would. */
+  unsetenv("LAUNCH_RDZV_ENDPOINT");
+  unsetenv("MASTER_ADDR");
+  unsetenv("MASTER_PORT");
+  ASSERT_EQ(RDZV_ENOENV, rdzv_connect_from_env(&c));
+}
+
+static void test_from_env(void) {
+  rdzv_client_t *c = NULL, *d;
+  void *v;
+  size_t n;
+  char port[16];
+  snprintf(port, sizeof(port), "%s", strchr(test_server_endpoint(), ':') + 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", port, 1);
+  setenv("TORCHELASTIC_RUN_ID", "envjob", 1);
+  ASSERT_OK(rdzv_connect_from_env(&c));
+  ASSERT_OK(rdzv_set(c, "from-env", "1", 1, 1000));
+  d = connect_job("envjob", NULL);
+  ASSERT_OK(rdzv_get(d, "from-env", &v, &n, 0));
+  rdzv_free(v);
+  rdzv_close(c);
+  rdzv_close(d);
+}
+
+int main(void) {
+  int fds = test_fd_count();
+  test_connect_errors();
+  test_server_start(NULL);
+  test_basic_ops();
+  test_waits();
+  test_barrier64();
+  test_isolation();
+  test_from_env();
+  test_server_stop();
+  test_auth();
+  ASSERT_EQ(fds, test_fd_count());
+  printf("test_native_ops: ok\n");
+  return 0;
+}

@@ -1,0 +1,148 @@
+/* test_proto.c - native framing: encode/decode round trips, the structure
+ * scan that rejects malformed or oversized input before allocating, and the
+ * HELLO proof (HMAC-SHA256). */
+#include "proto.h"
+#include "test.h"
+
+static const proto_limits_t lim = PROTO_LIMITS_DEFAULT;
+
+static void test_roundtrip(void) {
+  proto_enc_t e;
+  proto_msg_t m;
+  const char *p;
+  size_t n;
+  int64_t v;
+  const msgpack_object *items;
+  uint32_t cnt;
+  proto_enc_init(&e);
+  proto_enc_begin(&e, 6);
+  msgpack_pack_uint8(&e.pk, PROTO_REQUEST);
+  msgpack_pack_uint64(&e.pk, 42);
+  msgpack_pack_int64(&e.pk, PROTO_OP_SET);
+  proto_pack_str(&e.pk, "key");
+  proto_pack_bytes(&e.pk, "\0\1\2", 3);
+  msgpack_pack_array(&e.pk, 2);
+  msgpack_pack_int64(&e.pk, -5);
+  proto_pack_str(&e.pk, "x");
+  ASSERT_EQ(0, proto_enc_end(&e));
+  ASSERT_EQ(e.len - PROTO_HDR, proto_get_len((const uint8_t *)e.data));
+  ASSERT_EQ(0, proto_decode((const uint8_t *)e.data + PROTO_HDR,
+                            e.len - PROTO_HDR, &lim, &m));
+  ASSERT_EQ(PROTO_REQUEST, m.kind);
+  ASSERT_EQ(42, m.id);
+  ASSERT_EQ(PROTO_OP_SET, m.op);
+  ASSERT_EQ(3, m.nargs);
+  ASSERT_EQ(0, proto_arg_bytes(&m, 0, &p, &n));
+  ASSERT(n == 3 && memcmp(p, "key", 3) == 0);
+  ASSERT_EQ(0, proto_arg_bytes(&m, 1, &p, &n));
+  ASSERT(n == 3 && memcmp(p, "\0\1\2", 3) == 0);
+  ASSERT_EQ(RDZV_EPROTO, proto_arg_i64(&m, 0, &v));
+  ASSERT_EQ(0, proto_arg_array(&m, 2, &items, &cnt));
+  ASSERT_EQ(2, cnt);
+  ASSERT_EQ(0, proto_obj_i64(&items[0], &v));
+  ASSERT_EQ(-5, v);
+  ASSERT_EQ(RDZV_EPROTO, proto_arg_bytes(&m, 3, &p, &n)); /* out of range */
+  proto_msg_free(&m);
+  proto_enc_destroy(&e);
+}
+
+/* The scan must refuse these without allocating. */
+static void test_scan_rejects(void) {
+  proto_limits_t small = {1024, 16, 3};
+  static const uint8_t truncated_str[] = {0x93, 0x00, 0x01, 0xa5, 'a', 'b'};
+  static const uint8_t trailing[] = {0x90, 0x00};
+  static const uint8_t never_used[] = {0x91, 0xc1};
+  /* array32 claiming 4 billion elements in 5 bytes */
+  static const uint8_t array_bomb[] = {0xdd, 0xff, 0xff, 0xff, 0xff};
+  /* bin32 claiming 4 GiB */
+  static const uint8_t bin_bomb[] = {0xc6, 0xff, 0xff, 0xff, 0xff, 0x00};
+  /* nesting deeper than max_depth */
+  static const uint8_t deep[] = {0x91, 0x91, 0x91, 0x91, 0x91, 0x00};
+  /* 20 objects > max_items 16 */
+  uint8_t many[21];
+  many[0] = 0xdc;
+  ASSERT_EQ(RDZV_EPROTO, proto_scan(truncated_str, sizeof(truncated_str), &lim));
+  ASSERT_EQ(RDZV_EPROTO, proto_scan(trailing, sizeof(trailing), &lim));
+  ASSERT_EQ(RDZV_EPROTO, proto_scan(never_used, sizeof(never_used), &lim));
+  ASSERT_EQ(RDZV_EPROTO, proto_scan(array_bomb, sizeof(array_bomb), &lim));
+  ASSERT_EQ(RDZV_EPROTO, proto_scan(bin_bomb, sizeof(bin_bomb), &lim));
+  ASSERT_EQ(RDZV_ETOOBIG, proto_scan(deep, sizeof(deep), &small));
+  ASSERT_EQ(0, proto_scan(deep + 2, sizeof(deep) - 2, &small));
+  ASSERT_EQ(RDZV_EPROTO, proto_scan(NULL, 0, &lim));
+  memset(many, 0, sizeof(many));
+  many[0] = 0xdc;
+  many[1] = 0;
+  many[2] = 18; /* array16 of 18 fixints */
+  ASSERT_EQ(RDZV_ETOOBIG, proto_scan(many, 3 + 18, &small));
+  {
+    uint8_t big[2048] = {0};
+    ASSERT_EQ(RDZV_ETOOBIG, proto_scan(big, sizeof(big), &small));
+  }
+}
+
+static void test_decode_shape(void) {
+  proto_msg_t m;
+  /* not an array */
+  static const uint8_t scalar[] = {0x05};
+  /* array of 2: too short for [kind, id, op] */
+  static const uint8_t two[] = {0x92, 0x00, 0x01};
+  /* kind 7 does not exist */
+  static const uint8_t badkind[] = {0x93, 0x07, 0x01, 0x02};
+  /* id negative */
+  static const uint8_t badid[] = {0x93, 0x00, 0xff, 0x02};
+  /* op as a string */
+  static const uint8_t badop[] = {0x93, 0x00, 0x01, 0xa1, 'x'};
+  static const uint8_t ok[] = {0x93, 0x00, 0x01, 0x02};
+  ASSERT_EQ(RDZV_EPROTO, proto_decode(scalar, sizeof(scalar), &lim, &m));
+  ASSERT_EQ(RDZV_EPROTO, proto_decode(two, sizeof(two), &lim, &m));
+  ASSERT_EQ(RDZV_EPROTO, proto_decode(badkind, sizeof(badkind), &lim, &m));
+  ASSERT_EQ(RDZV_EPROTO, proto_decode(badid, sizeof(badid), &lim, &m));
+  ASSERT_EQ(RDZV_EPROTO, proto_decode(badop, sizeof(badop), &lim, &m));
+  ASSERT_EQ(0, proto_decode(ok, sizeof(ok), &lim, &m));
+  ASSERT_EQ(0, m.nargs);
+  proto_msg_free(&m);
+}
+
+static void test_mac(void) {
+  uint8_t a[32], b[32], c[32], d[32];
+  uint8_t nonce[PROTO_NONCE_LEN];
+  memset(nonce, 7, sizeof(nonce));
+  ASSERT_EQ(0, proto_mac("secret", 6, "rdzv-client", nonce, sizeof(nonce),
+                         "job", "agent", a));
+  ASSERT_EQ(0, proto_mac("secret", 6, "rdzv-client", nonce, sizeof(nonce),
+                         "job", "agent", b));
+  ASSERT(proto_mac_equal(a, b, 32));
+  /* the token, the label, the job and the role each change the proof */
+  ASSERT_EQ(0, proto_mac("secreT", 6, "rdzv-client", nonce, sizeof(nonce),
+                         "job", "agent", c));
+  ASSERT(!proto_mac_equal(a, c, 32));
+  ASSERT_EQ(0, proto_mac("secret", 6, "rdzv-server", nonce, sizeof(nonce),
+                         "job", "agent", c));
+  ASSERT(!proto_mac_equal(a, c, 32));
+  ASSERT_EQ(0, proto_mac("secret", 6, "rdzv-client", nonce, sizeof(nonce),
+                         "jo", "bagent", d));
+  ASSERT(!proto_mac_equal(a, d, 32)); /* fields are length-prefixed */
+  nonce[0] ^= 1;
+  ASSERT_EQ(0, proto_mac("secret", 6, "rdzv-client", nonce, sizeof(nonce),
+                         "job", "agent", c));
+  ASSERT(!proto_mac_equal(a, c, 32));
+}
+
+static void test_names(void) {
+  ASSERT_STR_EQ("multi_get", proto_op_name(PROTO_OP_MGET));
+  ASSERT_STR_EQ("unknown", proto_op_name(999));
+  ASSERT_STR_EQ("RDZV_ENOKEY", rdzv_err_name(RDZV_ENOKEY));
+  ASSERT_STR_EQ("ETIMEDOUT", rdzv_err_name(-ETIMEDOUT));
+  ASSERT_CONTAINS(rdzv_strerror(RDZV_EAUTH), "token");
+  ASSERT_CONTAINS(rdzv_strerror(-ECONNREFUSED), "refused");
+}
+
+int main(void) {
+  test_roundtrip();
+  test_scan_rejects();
+  test_decode_shape();
+  test_mac();
+  test_names();
+  printf("test_proto: ok\n");
+  return 0;
+}
