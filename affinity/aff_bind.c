@@ -2,7 +2,9 @@
  * the calling thread around a spawn. Raw system calls only, so that the
  * child path allocates nothing and takes no lock (a libuv agent may fork
  * while another thread holds malloc's lock). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <numaif.h>
 #include <string.h>

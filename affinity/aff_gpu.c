@@ -3,7 +3,9 @@
  * for the visible device order and its version; NCCL for its version.
  * Nothing here is needed to build: the prototypes below are NVML's, CUDA's
  * and NCCL's documented C ABI. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>

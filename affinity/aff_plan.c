@@ -1,5 +1,7 @@
 /* aff_plan.c - binding policies and per-local-rank plans. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <numa.h>
 #include <numaif.h>
 #include <stdarg.h>

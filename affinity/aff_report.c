@@ -1,7 +1,9 @@
 /* aff_report.c - `launch topo`: the matrix in the spirit of nvidia-smi
  * topo -m, the device lists, the plan per local rank, the warnings; as
  * text or JSON. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <numaif.h>
 #include <stdio.h>
 #include <stdlib.h>

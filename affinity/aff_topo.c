@@ -1,7 +1,9 @@
 /* aff_topo.c - topology discovery: hwloc tree (live or XML), NVIDIA GPUs
  * by PCI bus id, NUMA locality, NICs and their ports, NVLink, paths, and
  * the topology warnings. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>

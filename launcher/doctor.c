@@ -2,7 +2,9 @@
  * seed 000's chapter 2 survey and §3 settings, the IB ports, the GPU <->
  * NIC NUMA placement, the rendezvous port (seed 001 §85), the NCCL
  * environment lint. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -2,7 +2,9 @@
  * child applies its plan and execs cat, whose /proc/self/status and
  * numa_maps show what the worker got; a refused binding is reported and
  * the worker still runs; save/apply/restore around a spawn. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <fcntl.h>
 #include <numaif.h>
 #include <sched.h>
