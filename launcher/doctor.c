@@ -241,8 +241,8 @@ static void check_cpus(ctx_t *c) {
       if (rd(c, path, buf, sizeof(buf)) < 0)
         continue;
       nodes++;
-      snprintf(v + strlen(v), sizeof(v) - strlen(v), "%s%s: %s", nodes > 1 ? "; " : "",
-               cpus[i], buf[0] ? buf : "no CPUs");
+      snprintf(v + strlen(v), sizeof(v) - strlen(v), "%s%.32s: %.200s",
+               nodes > 1 ? "; " : "", cpus[i], buf[0] ? buf : "no CPUs");
     }
     if ((it = item(c, "numa", "NUMA nodes", DOC_INFO, 1))) {
       if (nodes > 0)
@@ -567,7 +567,7 @@ static int check_ib(ctx_t *c, hca_t *hcas, int max) {
     for (int i = 0; i < n; i++) {
       char dir[256], path[640], buf[128];
       int np;
-      snprintf(dir, sizeof(dir), "/sys/class/infiniband/%s", names[i]);
+      snprintf(dir, sizeof(dir), "/sys/class/infiniband/%.64s", names[i]);
       snprintf(path, sizeof(path), "%s/ports", dir);
       np = list_dir(c, path, ports, 16);
       if (pass == 1 && nh < max) {
@@ -596,8 +596,8 @@ static int check_ib(ctx_t *c, hca_t *hcas, int max) {
         }
         if (nh < max && st == 4)
           hcas[nh].active = 1;
-        snprintf(id, sizeof(id), "ib.%s.%s", names[i], ports[p]);
-        snprintf(title, sizeof(title), "IB %s port %s", names[i], ports[p]);
+        snprintf(id, sizeof(id), "ib.%.64s.%.64s", names[i], ports[p]);
+        snprintf(title, sizeof(title), "IB %.64s port %.64s", names[i], ports[p]);
         if (!(it = item(c, id, title, st == 4 ? DOC_PASS : DOC_FAIL, 0)))
           return nh;
         VALUE(it, "%s, %s, %s", port_state_text(st), rate[0] ? rate : "rate unknown",
@@ -627,8 +627,8 @@ static int check_ib(ctx_t *c, hca_t *hcas, int max) {
           if (w > 0 && wm > 0 && w < wm) {
             char pid[128], pt[96];
             doc_item_t *pi;
-            snprintf(pid, sizeof(pid), "ib.%s.pcie", names[i]);
-            snprintf(pt, sizeof(pt), "IB %s PCIe", names[i]);
+            snprintf(pid, sizeof(pid), "ib.%.64s.pcie", names[i]);
+            snprintf(pt, sizeof(pt), "IB %.64s PCIe", names[i]);
             if ((pi = item(c, pid, pt, DOC_WARN, 0))) {
               VALUE(pi, "x%d of x%d", w, wm);
               REASON(pi, "the HCA runs at PCIe x%d but supports x%d: %d%% of the "
@@ -652,15 +652,15 @@ static void check_nics(ctx_t *c) {
   for (int i = 0; i < n; i++) {
     char path[256], oper[32] = "", speed[32] = "", id[128], title[96];
     long mbps;
-    snprintf(path, sizeof(path), "/sys/class/net/%s/device", names[i]);
+    snprintf(path, sizeof(path), "/sys/class/net/%.64s/device", names[i]);
     if (!exists(c, path))
       continue; /* lo, bridges, veths, bonds: not hardware */
-    snprintf(path, sizeof(path), "/sys/class/net/%s/operstate", names[i]);
+    snprintf(path, sizeof(path), "/sys/class/net/%.64s/operstate", names[i]);
     rd(c, path, oper, sizeof(oper));
-    snprintf(path, sizeof(path), "/sys/class/net/%s/speed", names[i]);
+    snprintf(path, sizeof(path), "/sys/class/net/%.64s/speed", names[i]);
     mbps = rd(c, path, speed, sizeof(speed)) > 0 ? strtol(speed, NULL, 10) : -1;
-    snprintf(id, sizeof(id), "nic.%s", names[i]);
-    snprintf(title, sizeof(title), "NIC %s", names[i]);
+    snprintf(id, sizeof(id), "nic.%.64s", names[i]);
+    snprintf(title, sizeof(title), "NIC %.64s", names[i]);
     if (!(it = item(c, id, title, strcmp(oper, "up") == 0 ? DOC_PASS : DOC_INFO, 0)))
       return;
     if (mbps > 0)
@@ -683,7 +683,7 @@ static void check_placement(ctx_t *c, const gpu_t *g, int ng, const hca_t *h,
     return;
   for (int k = 0; k < nh; k++) {
     any_active |= h[k].active;
-    snprintf(hl + strlen(hl), sizeof(hl) - strlen(hl), "%s%s NUMA %d",
+    snprintf(hl + strlen(hl), sizeof(hl) - strlen(hl), "%s%.64s NUMA %d",
              k ? ", " : "", h[k].name, h[k].numa);
   }
   for (int i = 0; i < ng; i++) {
@@ -842,7 +842,7 @@ static void check_nccl_env(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *s
   /* Templates see this node's HCAs. */
   for (int k = 0; k < nh; k++)
     if (h[k].active)
-      snprintf(hcas + strlen(hcas), sizeof(hcas) - strlen(hcas), "%s%s",
+      snprintf(hcas + strlen(hcas), sizeof(hcas) - strlen(hcas), "%s%.64s",
                hcas[0] ? "," : "", h[k].name);
   if (hcas[0]) {
     snprintf(buf1, sizeof(buf1), "LAUNCH_HCAS=%s", hcas);

@@ -358,7 +358,7 @@ static int form_round(rdv_job_t *rj) {
   int n = count_state(rj, M_JOINING, 0), k = 0, world = 0;
   rdv_member_t **all, **sel, *node0 = NULL;
   unsigned char *taken;
-  if ((all = calloc((size_t)n, sizeof(*all))) == NULL)
+  if (n <= 0 || (all = calloc((size_t)n, sizeof(*all))) == NULL)
     return 0;
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
     rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
@@ -368,6 +368,10 @@ static int form_round(rdv_job_t *rj) {
   qsort(all, (size_t)n, sizeof(*all), cmp_select);
   if (n > rj->max)
     n = rj->max;
+  if (n <= 0) {
+    free(all);
+    return 0;
+  }
   sel = all;
   /* Preferred ranks: each must be unique and below the node count. */
   if ((taken = calloc((size_t)n, 1)) == NULL) {
