@@ -21,7 +21,10 @@
 #include <uv.h>
 
 #include "aclient.h"
+#include "aff.h"
 #include "agent.h"
+#include "env.h"
+#include "launch.h"
 #include "lu.h"
 #include "rdv.h"
 #include "server.h"
@@ -67,10 +70,17 @@ typedef struct agent_s {
   char node0_addr[INET6_ADDRSTRLEN + 8];
   char tcpstore_job[256];
   uint64_t join_started_ms;
+  /* node: binding plan, NCCL profile, fingerprint */
+  aff_topo_t *topo;
+  aff_policy_t *pol;
+  aff_plan_t *plan;
+  prof_t *prof;
+  char *fp_text;
   /* workers */
   wk_group_t *wg;
   char **argv;
-  envb_t *envs;
+  envb_t *envs;     /* the contract + launch variables of each rank */
+  env_t **renv;     /* each rank's complete environment */
   char **prefixes;
   char run_dir[PATH_MAX];
   char attempt_dir[PATH_MAX];
@@ -134,24 +144,6 @@ static void envb_free(envb_t *e) {
     free(e->v[i]);
   free(e->v);
   memset(e, 0, sizeof(*e));
-}
-
-static int envb_from_environ(envb_t *e) {
-  memset(e, 0, sizeof(*e));
-  for (char **p = environ; *p; p++) {
-    char *eq = strchr(*p, '=');
-    char k[4096];
-    size_t kl;
-    if (eq == NULL || (kl = (size_t)(eq - *p)) >= sizeof(k))
-      continue;
-    memcpy(k, *p, kl);
-    k[kl] = '\0';
-    if (envb_set(e, k, eq + 1) != 0)
-      return RDZV_ENOMEM;
-  }
-  if (e->v == NULL && envb_set(e, "LAUNCH_EMPTY_ENV", "1") != 0)
-    return RDZV_ENOMEM;
-  return 0;
 }
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -313,6 +305,10 @@ static void free_round(agent_t *a) {
     envb_free(&a->envs[i]);
   free(a->envs);
   a->envs = NULL;
+  for (int i = 0; a->renv && i < a->o->nproc; i++)
+    env_free(a->renv[i]);
+  free(a->renv);
+  a->renv = NULL;
   for (int i = 0; a->prefixes && i < a->o->nproc; i++)
     free(a->prefixes[i]);
   free(a->prefixes);
@@ -357,7 +353,8 @@ static int build_argv(agent_t *a) {
 }
 
 /* Build every local rank's environment: the agent's own, then torchrun's
- * contract, then launch's variables. */
+ * contract and launch's variables (with the rank's binding), then the
+ * locked NCCL profile, then the infrastructure lock (env_build_rank). */
 static int build_envs(agent_t *a) {
   cli_opts_t *o = a->o;
   char master_addr[300], ep[320], buf[PATH_MAX + 64];
@@ -365,8 +362,9 @@ static int build_envs(agent_t *a) {
   int omp_unset = getenv("OMP_NUM_THREADS") == NULL;
   free_round(a);
   a->envs = calloc((size_t)o->nproc, sizeof(*a->envs));
+  a->renv = calloc((size_t)o->nproc, sizeof(*a->renv));
   a->prefixes = calloc((size_t)o->nproc, sizeof(char *));
-  if (a->envs == NULL || a->prefixes == NULL)
+  if (a->envs == NULL || a->renv == NULL || a->prefixes == NULL)
     return RDZV_ENOMEM;
   if (o->torch_store == CLI_STORE_RANK0) {
     lu_strlcpy(master_addr, a->node0_addr, sizeof(master_addr));
@@ -382,10 +380,9 @@ static int build_envs(agent_t *a) {
                      "overloading the node; tune it for your program");
   for (int i = 0; i < o->nproc; i++) {
     envb_t *e = &a->envs[i];
+    env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
     char pre[512];
-    int rc = envb_from_environ(e);
-    if (rc != 0)
-      return rc;
+    int rc = 0;
     /* torchrun's contract (reference/torchrun.md section 2) */
     rc |= envb_seti(e, "LOCAL_RANK", i);
     rc |= envb_seti(e, "RANK", a->base_rank + i);
@@ -424,17 +421,33 @@ static int build_envs(agent_t *a) {
     rc |= envb_seti(e, "LAUNCH_NNODES", a->nnodes);
     rc |= envb_set(e, "LAUNCH_HOSTNAME", a->host);
     rc |= envb_set(e, "LAUNCH_ATTEMPT_DIR", a->attempt_dir);
-    /* NVLink multicast stays off: it can take shared GPUs down, and no
-     * profile or inherited value may turn it on. */
-    rc |= envb_set(e, "NCCL_NVLS_ENABLE", "0");
-    rc |= envb_set(e, "TORCH_SYMM_MEM_DISABLE_MULTICAST", "1");
-    rc |= envb_set(e, "NVSHMEM_DISABLE_NVLS", "1");
     if (rc != 0)
       return RDZV_ENOMEM;
+    ro.base = environ;
+    ro.launch = (const char *const *)e->v;
+    ro.launch2 = a->plan ? aff_binding_envv(aff_plan_rank(a->plan, i)) : NULL;
+    ro.profile = a->prof;
+    ro.allow_override = o->allow_env_override;
+    /* Every change the profile makes is logged once: rank 0, round 0. */
+    ro.log = (i == 0 && a->gen == 0 && !o->quiet) ? &a->log : NULL;
+    if ((rc = env_build_rank(&ro, &a->renv[i])) != 0)
+      return rc;
     expand_prefix(a, i, pre, sizeof(pre));
     if ((a->prefixes[i] = strdup(pre)) == NULL)
       return RDZV_ENOMEM;
   }
+  return 0;
+}
+
+/* In the child between fork and exec: the rank's CPU and memory binding. */
+static int apply_binding(int local_rank, void *arg, char *errbuf,
+                         size_t errlen) {
+  const aff_plan_t *plan = arg;
+  (void)errbuf;
+  (void)errlen;
+  /* A binding the kernel refuses is reported on the worker's stderr; the
+   * worker still starts. */
+  aff_apply_child(aff_plan_rank(plan, local_rank), 2);
   return 0;
 }
 
@@ -467,7 +480,18 @@ static int start_workers(agent_t *a) {
   spec.nproc = o->nproc;
   spec.argv = a->argv;
   for (int i = 0; i < o->nproc; i++)
-    envp[i] = a->envs[i].v;
+    if ((envp[i] = env_envp(a->renv[i])) == NULL)
+      return RDZV_ENOMEM;
+  if (a->plan) {
+    spec.pre_exec = apply_binding;
+    spec.pre_exec_arg = a->plan;
+    if (o->report_bindings && a->gen == 0)
+      for (int i = 0; i < o->nproc; i++) {
+        char line[512];
+        aff_binding_format(a->plan, a->topo, i, line, sizeof(line));
+        LU_INFO(&a->log, "rank %d: %s", a->base_rank + i, line);
+      }
+  }
   spec.envp = (char *const *const *)envp;
   spec.pipe_output = 1;
   spec.prefix = a->prefixes;
@@ -843,7 +867,11 @@ static void send_join(agent_t *a) {
   a->state = A_JOIN;
   a->join_started_ms = uv_now(a->loop);
   pk = ac_begin(a->ac, PROTO_OP_JOIN, 1);
-  msgpack_pack_map(pk, 14);
+  msgpack_pack_map(pk, a->fp_text ? 15 : 14);
+  if (a->fp_text) {
+    proto_pack_str(pk, RDV_K_FINGERPRINT);
+    proto_pack_str(pk, a->fp_text);
+  }
   proto_pack_str(pk, RDV_K_HOST);
   proto_pack_str(pk, a->host);
   proto_pack_str(pk, RDV_K_ADDR);
@@ -1169,6 +1197,119 @@ static int read_token(agent_t *a) {
   return 0;
 }
 
+/* Is there an NVIDIA GPU on this node? (cheap: no library loaded) */
+static int have_gpus(void) {
+  const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+  if (cvd && (*cvd == '\0' || !strcmp(cvd, "-1")))
+    return 0;
+  return access("/proc/driver/nvidia/gpus", F_OK) == 0 ||
+         access("/dev/nvidia0", F_OK) == 0;
+}
+
+/* Before the first round: the binding plan, the NCCL profile and its lint,
+ * and (for several nodes) this node's fingerprint. Blocking, once. */
+static int prepare_node(agent_t *a) {
+  cli_opts_t *o = a->o;
+  const char *cpu = o->cpu_bind, *mem = o->mem_bind;
+  char err[1024];
+  int gpus = have_gpus(), rc;
+  env_t *e0 = NULL;
+  /* Default: bind each rank to its GPU's NUMA node (memory preferred
+   * there) when this node has GPUs; leave CPU-only jobs alone. */
+  if (cpu[0] == '\0')
+    cpu = gpus ? "numa" : "none";
+  if (mem[0] == '\0')
+    mem = gpus && strcmp(cpu, "none") ? "preferred" : "none";
+  if ((a->pol = calloc(1, sizeof(*a->pol))) == NULL)
+    return RDZV_ENOMEM;
+  if (aff_policy_parse(cpu, mem, a->pol, err, sizeof(err)) != 0) {
+    LU_ERR(&a->log, "%s", err);
+    return RDZV_EINVAL;
+  }
+  if (a->pol->cpu != AFF_CPU_NONE || a->pol->mem != AFF_MEM_NONE ||
+      o->report_bindings || o->topology_file[0] || (o->max_nodes > 1 && gpus)) {
+    aff_topo_opts_t to = AFF_TOPO_OPTS_INIT;
+    to.xml = o->topology_file[0] ? o->topology_file : NULL;
+    to.log = &a->log;
+    if ((rc = aff_topo_load(&to, &a->topo, err, sizeof(err))) != 0) {
+      LU_ERR(&a->log, "topology: %s", err);
+      return rc;
+    }
+    if (a->pol->cpu != AFF_CPU_NONE || a->pol->mem != AFF_MEM_NONE ||
+        o->report_bindings) {
+      rc = aff_plan_new(a->topo, a->pol, o->nproc, o->quiet ? NULL : &a->log,
+                        &a->plan, err, sizeof(err));
+      if (rc != 0) {
+        LU_ERR(&a->log, "binding: %s", err);
+        return rc;
+      }
+    }
+  }
+  if ((rc = prof_load(o->nccl_profile[0] ? o->nccl_profile : "auto", &a->prof,
+                      err, sizeof(err))) != 0) {
+    LU_ERR(&a->log, "--nccl-profile: %s", err);
+    return rc;
+  }
+  /* Lint what a rank would get, against this node. */
+  {
+    env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
+    env_node_t node;
+    env_finding_t *f = NULL;
+    int nf = 0, errors = 0;
+    ro.base = environ;
+    ro.profile = a->prof;
+    ro.allow_override = o->allow_env_override;
+    if ((rc = env_build_rank(&ro, &e0)) != 0)
+      return rc;
+    memset(&node, 0, sizeof(node));
+    env_node_probe(&node, NULL);
+    node.has_nvlink = a->topo ? aff_topo_has_nvlink(a->topo) : -1;
+    if (o->lint != CLI_LINT_OFF && env_lint(e0, &node, &f, &nf) == 0) {
+      for (int i = 0; i < nf; i++) {
+        int lvl = f[i].sev == ENV_SEV_ERROR ? LU_LOG_ERROR
+                  : f[i].sev == ENV_SEV_WARN ? LU_LOG_WARN : LU_LOG_INFO;
+        if (f[i].sev == ENV_SEV_ERROR)
+          errors++;
+        if (lvl == LU_LOG_INFO && o->quiet)
+          continue;
+        LU_LOG_AT(&a->log, lvl, "NCCL environment: %s=%s (%s): %s%s%s",
+                  f[i].var, f[i].value, f[i].where[0] ? f[i].where : "?",
+                  f[i].why, f[i].fix[0] ? " Fix: " : "", f[i].fix);
+      }
+      free(f);
+      if (errors && o->lint == CLI_LINT_ERROR) {
+        LU_ERR(&a->log, "%d error(s) in the NCCL environment: fix them, or run "
+                        "with --lint warn to start anyway", errors);
+        env_free(e0);
+        return RDZV_EINVAL;
+      }
+    }
+  }
+  if (o->max_nodes > 1) {
+    /* What every node must share: NCCL environment, versions, GPUs, the
+     * program. Compared with node 0's at the rendezvous. */
+    env_fp_t *fp = NULL;
+    const char *files[3] = {NULL, NULL, NULL};
+    size_t len;
+    int k = 0;
+    for (int i = 0; a->argv[i] && k < 2; i++)
+      if (access(a->argv[i], R_OK) == 0 && strchr(a->argv[i], '/'))
+        files[k++] = a->argv[i];
+    rc = launch_node_fingerprint(e0, prof_name(a->prof), a->topo, files, &fp,
+                                 err, sizeof(err));
+    if (rc == 0)
+      rc = env_fp_serialize(fp, &a->fp_text, &len);
+    env_fp_free(fp);
+    if (rc != 0) {
+      LU_ERR(&a->log, "node fingerprint: %s", err);
+      env_free(e0);
+      return rc;
+    }
+  }
+  env_free(e0);
+  return 0;
+}
+
 /* Host the server here? Then start it. RET 0 or an error. */
 static int maybe_host(agent_t *a) {
   cli_opts_t *o = a->o;
@@ -1283,8 +1424,8 @@ int agent_run(cli_opts_t *o) {
     a->nsigs++;
   }
   if ((rc = read_token(a)) != 0 || (rc = build_argv(a)) != 0 ||
-      (rc = wk_group_new(&loop, &a->wg)) != 0 || (wk_set_log(a->wg, &a->log), 0) ||
-      (rc = maybe_host(a)) != 0) {
+      (rc = prepare_node(a)) != 0 || (rc = wk_group_new(&loop, &a->wg)) != 0 ||
+      (wk_set_log(a->wg, &a->log), 0) || (rc = maybe_host(a)) != 0) {
     a->exit_code = 1;
     goto out;
   }
@@ -1349,6 +1490,11 @@ done:
       nftw(a->run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
     /* Nothing to look at after a success: the temporary logs go. */
     LU_WARN(&a->log, "could not remove %s", a->run_dir);
+  aff_plan_free(a->plan);
+  aff_topo_free(a->topo);
+  free(a->pol);
+  prof_free(a->prof);
+  free(a->fp_text);
   free(a->token);
   free(a);
   return rc;
