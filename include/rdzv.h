@@ -193,6 +193,13 @@ RDZV_EXTERN int rdzv_multi_set(rdzv_client_t *c, const char *const *keys,
 RDZV_EXTERN int rdzv_barrier(rdzv_client_t *c, const char *name,
                              uint32_t count, int timeout_ms);
 
+/* Keys of the job's store that start with prefix ("" = all).
+ * OUT *keys: malloc'd array of malloc'd NUL-terminated keys (free with
+ * rdzv_free_keys), *n. RET 0. */
+RDZV_EXTERN int rdzv_list(rdzv_client_t *c, const char *prefix, char ***keys,
+                          size_t *n, int timeout_ms);
+RDZV_EXTERN void rdzv_free_keys(char **keys, size_t n);
+
 /* Round trip with no effect. RET 0. */
 RDZV_EXTERN int rdzv_ping(rdzv_client_t *c, int timeout_ms);
 

@@ -163,52 +163,6 @@ static void say(agent_t *a, const char *fmt, ...) {
 static void finish(agent_t *a);
 static void send_join(agent_t *a);
 
-/* Is `ip` one of this node's addresses? */
-static int ip_is_local(const char *ip) {
-  struct ifaddrs *ifa, *it;
-  char buf[INET6_ADDRSTRLEN];
-  int found = 0;
-  if (getifaddrs(&ifa) != 0)
-    return 0;
-  for (it = ifa; it && !found; it = it->ifa_next) {
-    if (it->ifa_addr == NULL)
-      continue;
-    if (it->ifa_addr->sa_family == AF_INET)
-      inet_ntop(AF_INET, &((struct sockaddr_in *)it->ifa_addr)->sin_addr, buf,
-                sizeof(buf));
-    else if (it->ifa_addr->sa_family == AF_INET6)
-      inet_ntop(AF_INET6, &((struct sockaddr_in6 *)it->ifa_addr)->sin6_addr,
-                buf, sizeof(buf));
-    else
-      continue;
-    if (strcmp(buf, ip) == 0)
-      found = 1;
-  }
-  freeifaddrs(ifa);
-  /* The whole 127/8 is this host's, though only 127.0.0.1 is listed. */
-  if (!found && strncmp(ip, "127.", 4) == 0)
-    found = 1;
-  return found;
-}
-
-/* Resolve host to its first address as text. RET 0 or RDZV_ERESOLVE. */
-static int resolve_ip(const char *host, char *ip, size_t cap) {
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL)
-    return RDZV_ERESOLVE;
-  if (res->ai_family == AF_INET)
-    inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, ip,
-              (socklen_t)cap);
-  else
-    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr, ip,
-              (socklen_t)cap);
-  freeaddrinfo(res);
-  return 0;
-}
-
 /* A free TCP port on addr (bind 0, read it, close): for rank 0's own
  * TCPStore in --torch-store rank0 mode, as torchrun does. */
 static int free_port(const char *addr) {
@@ -1327,7 +1281,7 @@ static int maybe_host(agent_t *a) {
     want = 0;
   }
   if (!o->standalone) {
-    if (resolve_ip(o->endpoint_host, ip, sizeof(ip)) != 0) {
+    if (launch_resolve_ip(o->endpoint_host, ip, sizeof(ip)) != 0) {
       if (want) {
         LU_ERR(&a->log, "the rendezvous endpoint '%s' does not resolve",
                o->endpoint_host);
@@ -1336,7 +1290,7 @@ static int maybe_host(agent_t *a) {
       return 0; /* the client retries resolving until the join timeout */
     }
     if (o->is_host < 0 && o->backend != CLI_BACKEND_STATIC)
-      want = ip_is_local(ip) && (o->local_addr[0] == '\0' ||
+      want = launch_ip_is_local(ip) && (o->local_addr[0] == '\0' ||
                                  strcmp(o->local_addr, ip) == 0 ||
                                  strcmp(o->local_addr, o->endpoint_host) == 0);
   }

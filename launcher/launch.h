@@ -26,6 +26,11 @@ int launch_node_fingerprint(const struct env_s *e, const char *profile,
                             const char *const *files, struct env_fp_s **out,
                             char *err, size_t errlen);
 
+/* Is ip (text) one of this node's addresses (127/8 counts)? */
+int launch_ip_is_local(const char *ip);
+/* host's first address as text. RET 0 or RDZV_ERESOLVE. */
+int launch_resolve_ip(const char *host, char *ip, size_t cap);
+
 /* Print "launch: <msg>" to stderr; used for usage errors (exit 2). */
 void launch_usage_error(const char *fmt, ...) LU_PRINTF(1, 2);
 /* Raise RLIMIT_NOFILE's soft limit to the hard limit. */
