@@ -170,8 +170,12 @@ int aff__nvml_gpus(aff_gpu_probe_t *g, int max, int (*links)[AFF_MAX_GPUS]) {
         continue;
       g[i].nvlinks++;
       memset(&rp, 0, sizeof(rp));
-      if (n.nvl_remote(dev[i], l, &rp) != 0 || aff__busid_norm(rp.busId, rb) != 0)
+      if (n.nvl_remote(dev[i], l, &rp) != 0 || aff__busid_norm(rp.busId, rb) != 0) {
+        /* An active link whose far end this node cannot see: an NVSwitch
+         * (in a VM the switches are not passed through). */
+        to_switch[i]++;
         continue;
+      }
       for (int j = 0; j < cnt; j++)
         if (strcmp(g[j].busid, rb) == 0)
           peer = j;

@@ -281,6 +281,8 @@ int env_apply_profile(env_t *e, const prof_t *p, int allow_override,
       }
       continue; /* env_lock() sets it */
     }
+    if (cur && cur->src == ENV_SRC_LAUNCH && strcmp(cur->value, pe->value) == 0)
+      continue; /* the profile asks for what launch already set */
     if (cur && cur->src == ENV_SRC_LAUNCH) {
       snprintf(reason, sizeof(reason),
                "ignored: launch sets %s itself for every worker", pe->key);

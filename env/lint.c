@@ -171,6 +171,10 @@ static void check_names(lint_t *l, int ver) {
     int legacy = -1;
     if (strncmp(v->key, "NCCL_", 5) != 0)
       continue;
+    /* NVIDIA's container images export NCCL_VERSION as a label of the
+     * installed library; NCCL itself never reads it. */
+    if (strcmp(v->key, "NCCL_VERSION") == 0 && v->src == ENV_SRC_INHERITED)
+      continue;
     for (size_t k = 0; k < LU_ARRAY_SIZE(torch_legacy); k++)
       if (strcmp(v->key, torch_legacy[k][0]) == 0)
         legacy = (int)k;

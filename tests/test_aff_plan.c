@@ -302,6 +302,26 @@ static void test_h200(void) {
   aff_topo_free(t);
 }
 
+/* The 2-GPU kind of the GPU machine (exported there with launch topo
+ * --export): two H200 on one NUMA node of 32 cores. */
+static void test_h200_x2(void) {
+  aff_topo_t *t = load("h200-x2-gpu-machine.xml", NULL);
+  aff_plan_t *p;
+  ASSERT_EQ(2, aff_topo_ngpus(t));
+  ASSERT_STR_EQ(aff_topo_gpu(t, 0)->busid, "0000:00:06.0");
+  ASSERT_STR_EQ(aff_topo_gpu(t, 1)->busid, "0000:00:07.0");
+  ASSERT_EQ(16, aff_topo_gpu(t, 1)->link.width);
+  p = plan(t, "cores", "local", 2);
+  ASSERT_STR_EQ(cpus_of(p, 0), "0-15");
+  ASSERT_STR_EQ(cpus_of(p, 1), "16-31");
+  ASSERT_EQ(0, aff_plan_rank(p, 1)->numa);
+  aff_plan_free(p);
+  p = plan(t, "numa", "preferred", 2);
+  ASSERT_STR_EQ(cpus_of(p, 0), "0-31");
+  aff_plan_free(p);
+  aff_topo_free(t);
+}
+
 /* Every committed topology loads and plans sensibly. */
 static void test_every_xml(void) {
   const char *src = getenv("LAUNCH_SOURCE_DIR");
@@ -401,6 +421,7 @@ int main(void) {
   test_visible_devices();
   test_degrade();
   test_h200();
+  test_h200_x2();
   test_every_xml();
   test_bad_files();
   test_live_export();

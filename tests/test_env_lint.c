@@ -245,6 +245,22 @@ static void test_names_and_values(void) {
   lint_text("NCCL_IB_HCAS=mlx5_0\n", NULL, n);
   f = must("unknown-var", "NCCL_IB_HCAS", ENV_SEV_WARN);
   ASSERT_CONTAINS(f->fix, "did you mean NCCL_IB_HCA?");
+  {
+    /* NVIDIA's containers export NCCL_VERSION (a label, not read by NCCL):
+     * inherited, it is no finding; written in a profile it still is. */
+    env_rank_opts_t o = ENV_RANK_OPTS_INIT;
+    char *base[] = {"NCCL_VERSION=2.28.3-1", NULL};
+    env_t *e = NULL;
+    o.base = base;
+    ASSERT_EQ(0, env_build_rank(&o, &e));
+    free(F);
+    F = NULL;
+    ASSERT_EQ(0, env_lint(e, n, &F, &NF));
+    ASSERT(find("unknown-var", "NCCL_VERSION") == NULL);
+    env_free(e);
+    lint_text("NCCL_VERSION=2\n", NULL, n);
+    must("unknown-var", "NCCL_VERSION", ENV_SEV_WARN);
+  }
   lint_text("NCCL_IB_GDR_LEVEL=2\n", NULL, n);
   f = must("removed-var", "NCCL_IB_GDR_LEVEL", ENV_SEV_WARN);
   ASSERT_CONTAINS(f->why, "after 2.3.7");
