@@ -580,88 +580,56 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
 
 static void status_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   agent_t *a = arg;
-  const msgpack_object *members = NULL, *map;
+  const msgpack_object *members, *ex, *map;
   char joined[1024] = "", missing[1024] = "";
-  int n = 0, min = 0, max = 0;
-  size_t used = 0;
+  size_t used = 0, mu = 0;
+  int n = 0;
   (void)ac;
   if (status != 0 || a->state != A_JOIN || m->nargs < 1)
     return;
   map = &m->args[0];
-  if (map->type != MSGPACK_OBJECT_MAP)
-    return;
-  for (uint32_t i = 0; i < map->via.map.size; i++) {
-    const char *k;
-    size_t kl;
-    const msgpack_object *v = &map->via.map.ptr[i].val;
-    int64_t x;
-    if (proto_obj_bytes(&map->via.map.ptr[i].key, &k, &kl) != 0)
-      continue;
-    if (kl == 3 && !memcmp(k, "min", 3) && proto_obj_i64(v, &x) == 0)
-      min = (int)x;
-    else if (kl == 3 && !memcmp(k, "max", 3) && proto_obj_i64(v, &x) == 0)
-      max = (int)x;
-    else if (kl == 7 && !memcmp(k, "members", 7) && v->type == MSGPACK_OBJECT_ARRAY)
-      members = v;
-    else if (kl == 8 && !memcmp(k, "expected", 8) && v->type == MSGPACK_OBJECT_ARRAY) {
-      size_t mu = 0;
-      for (uint32_t j = 0; j < v->via.array.size; j++) {
-        const char *h;
-        size_t hl;
-        if (proto_obj_bytes(&v->via.array.ptr[j], &h, &hl) == 0 && mu < sizeof(missing)) {
-          int w = snprintf(missing + mu, sizeof(missing) - mu, "%s%.*s",
-                           mu ? "," : "", (int)hl, h);
-          if (w > 0)
-            mu += (size_t)w;
-        }
-      }
-    }
-  }
-  for (uint32_t i = 0; members && i < members->via.array.size; i++) {
+  members = proto_map_get(map, "members");
+  ex = proto_map_get(map, "expected");
+  for (uint32_t i = 0; members && members->type == MSGPACK_OBJECT_ARRAY &&
+                       i < members->via.array.size; i++) {
     const msgpack_object *mm = &members->via.array.ptr[i];
-    const char *h = NULL, *st = NULL;
-    size_t hl = 0, sl = 0;
-    if (mm->type != MSGPACK_OBJECT_MAP)
-      continue;
-    for (uint32_t j = 0; j < mm->via.map.size; j++) {
-      const char *k;
-      size_t kl;
-      if (proto_obj_bytes(&mm->via.map.ptr[j].key, &k, &kl) != 0)
-        continue;
-      if (kl == 4 && !memcmp(k, "host", 4))
-        proto_obj_bytes(&mm->via.map.ptr[j].val, &h, &hl);
-      else if (kl == 5 && !memcmp(k, "state", 5))
-        proto_obj_bytes(&mm->via.map.ptr[j].val, &st, &sl);
-    }
-    if (h == NULL || st == NULL || sl != 7 || memcmp(st, "joining", 7))
+    char h[256], st[32];
+    proto_map_str(mm, "host", h, sizeof(h));
+    proto_map_str(mm, "state", st, sizeof(st));
+    if (strcmp(st, "joining") != 0)
       continue;
     n++;
     if (used < sizeof(joined)) {
-      int w = snprintf(joined + used, sizeof(joined) - used, "%s%.*s",
-                       used ? ", " : "", (int)hl, h);
+      int w = snprintf(joined + used, sizeof(joined) - used, "%s%s",
+                       used ? ", " : "", h);
       if (w > 0)
         used += (size_t)w;
     }
-    /* strike this host from the expected list */
-    if (missing[0]) {
-      char *p = missing;
-      while (*p) {
-        size_t len = strcspn(p, ",");
-        if (len == hl && !memcmp(p, h, hl)) {
-          memmove(p, p + len + (p[len] == ','), strlen(p + len + (p[len] == ',')) + 1);
-          break;
-        }
-        p += len + (p[len] == ',');
-      }
+  }
+  /* The expected hosts that have not joined. */
+  for (uint32_t j = 0; ex && ex->type == MSGPACK_OBJECT_ARRAY &&
+                       j < ex->via.array.size; j++) {
+    const char *h;
+    size_t hl;
+    int found = 0;
+    if (proto_obj_bytes(&ex->via.array.ptr[j], &h, &hl) != 0)
+      continue;
+    for (uint32_t i = 0; members && members->type == MSGPACK_OBJECT_ARRAY &&
+                         i < members->via.array.size && !found; i++) {
+      char mh[256];
+      proto_map_str(&members->via.array.ptr[i], "host", mh, sizeof(mh));
+      found = strlen(mh) == hl && memcmp(mh, h, hl) == 0;
+    }
+    if (!found && mu < sizeof(missing)) {
+      int w = snprintf(missing + mu, sizeof(missing) - mu, "%s%.*s",
+                       mu ? ", " : "", (int)hl, h);
+      if (w > 0)
+        mu += (size_t)w;
     }
   }
-  {
-    size_t ml = strlen(missing);
-    if (ml && missing[ml - 1] == ',')
-      missing[ml - 1] = '\0';
-  }
   say(a, "waiting for nodes of job %s: %d joined of %d..%d (%s), %.0f s%s%s",
-      a->o->run_id, n, min, max, joined[0] ? joined : "none",
+      a->o->run_id, n, (int)proto_map_i64(map, "min", 0),
+      (int)proto_map_i64(map, "max", 0), joined[0] ? joined : "none",
       (uv_now(a->loop) - a->join_started_ms) / 1000.0,
       missing[0] ? "; missing: " : "", missing);
 }
@@ -680,51 +648,6 @@ static void hb_cb(uv_timer_t *t) {
     return;
   ac_begin(a->ac, PROTO_OP_HEARTBEAT, 0);
   ac_send(a->ac, NULL, NULL);
-}
-
-static int64_t obj_int(const msgpack_object *map, const char *key, int64_t d) {
-  size_t kl = strlen(key);
-  for (uint32_t i = 0; map->type == MSGPACK_OBJECT_MAP && i < map->via.map.size; i++) {
-    const char *k;
-    size_t n;
-    int64_t v;
-    if (proto_obj_bytes(&map->via.map.ptr[i].key, &k, &n) == 0 && n == kl &&
-        !memcmp(k, key, n)) {
-      if (map->via.map.ptr[i].val.type == MSGPACK_OBJECT_FLOAT64 ||
-          map->via.map.ptr[i].val.type == MSGPACK_OBJECT_FLOAT32)
-        return (int64_t)map->via.map.ptr[i].val.via.f64;
-      if (proto_obj_i64(&map->via.map.ptr[i].val, &v) == 0)
-        return v;
-    }
-  }
-  return d;
-}
-
-static const msgpack_object *obj_get(const msgpack_object *map,
-                                     const char *key) {
-  size_t kl = strlen(key);
-  for (uint32_t i = 0; map->type == MSGPACK_OBJECT_MAP && i < map->via.map.size; i++) {
-    const char *k;
-    size_t n;
-    if (proto_obj_bytes(&map->via.map.ptr[i].key, &k, &n) == 0 && n == kl &&
-        !memcmp(k, key, n))
-      return &map->via.map.ptr[i].val;
-  }
-  return NULL;
-}
-
-static char *obj_strdup(const msgpack_object *map, const char *key) {
-  const msgpack_object *v = obj_get(map, key);
-  const char *p;
-  size_t n;
-  char *d;
-  if (v == NULL || proto_obj_bytes(v, &p, &n) != 0)
-    return NULL;
-  if ((d = malloc(n + 1)) != NULL) {
-    memcpy(d, p, n);
-    d[n] = '\0';
-  }
-  return d;
 }
 
 static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
@@ -746,19 +669,19 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     return;
   }
   r = &m->args[0];
-  a->gen = obj_int(r, "round", 0);
-  a->node_rank = (int)obj_int(r, "node_rank", 0);
-  a->nnodes = (int)obj_int(r, "nnodes", 1);
-  a->world_size = (int)obj_int(r, "world_size", a->o->nproc);
-  a->base_rank = (int)obj_int(r, "base_rank", 0);
-  a->failures = (int)obj_int(r, "failures", 0);
-  a->master_port = (int)obj_int(r, "master_port", 0);
-  if ((s = obj_strdup(r, "tcpstore_job")) != NULL) {
+  a->gen = proto_map_i64(r, "round", 0);
+  a->node_rank = (int)proto_map_i64(r, "node_rank", 0);
+  a->nnodes = (int)proto_map_i64(r, "nnodes", 1);
+  a->world_size = (int)proto_map_i64(r, "world_size", a->o->nproc);
+  a->base_rank = (int)proto_map_i64(r, "base_rank", 0);
+  a->failures = (int)proto_map_i64(r, "failures", 0);
+  a->master_port = (int)proto_map_i64(r, "master_port", 0);
+  if ((s = proto_map_strdup(r, "tcpstore_job")) != NULL) {
     lu_strlcpy(a->tcpstore_job, s, sizeof(a->tcpstore_job));
     free(s);
   }
   {
-    const msgpack_object *mem = obj_get(r, "members");
+    const msgpack_object *mem = proto_map_get(r, "members");
     if (mem && mem->type == MSGPACK_OBJECT_ARRAY && mem->via.array.size > 0 &&
         mem->via.array.ptr[0].type == MSGPACK_OBJECT_ARRAY &&
         mem->via.array.ptr[0].via.array.size >= 2) {
@@ -882,24 +805,25 @@ static void restart_stopped(wk_group_t *g, void *arg) {
 static void parse_root(agent_t *a, const msgpack_object *r) {
   char *s;
   memset(&a->root, 0, sizeof(a->root));
-  a->root.wall_s = (double)obj_int(r, "time", 0);
   {
-    const msgpack_object *t = obj_get(r, "time");
-    if (t && (t->type == MSGPACK_OBJECT_FLOAT64 || t->type == MSGPACK_OBJECT_FLOAT32))
-      a->root.wall_s = t->via.f64;
+    const msgpack_object *t = proto_map_get(r, "time");
+    a->root.wall_s = t && (t->type == MSGPACK_OBJECT_FLOAT64 ||
+                           t->type == MSGPACK_OBJECT_FLOAT32)
+                         ? t->via.f64
+                         : (double)proto_map_i64(r, "time", 0);
   }
-  if ((s = obj_strdup(r, "host")) != NULL) {
+  if ((s = proto_map_strdup(r, "host")) != NULL) {
     lu_strlcpy(a->root.host, s, sizeof(a->root.host));
     free(s);
   }
-  a->root.rank = (int)obj_int(r, "rank", -1);
-  a->root.local_rank = (int)obj_int(r, "local_rank", -1);
-  a->root.node_rank = (int)obj_int(r, "node_rank", -1);
-  a->root.pid = (int)obj_int(r, "pid", 0);
-  a->root.exit_code = (int)obj_int(r, "exit_code", -1);
-  a->root.signal = (int)obj_int(r, "signal", 0);
-  a->root.stderr_tail = obj_strdup(r, "tail");
-  a->root.error_message = obj_strdup(r, "error");
+  a->root.rank = (int)proto_map_i64(r, "rank", -1);
+  a->root.local_rank = (int)proto_map_i64(r, "local_rank", -1);
+  a->root.node_rank = (int)proto_map_i64(r, "node_rank", -1);
+  a->root.pid = (int)proto_map_i64(r, "pid", 0);
+  a->root.exit_code = (int)proto_map_i64(r, "exit_code", -1);
+  a->root.signal = (int)proto_map_i64(r, "signal", 0);
+  a->root.stderr_tail = proto_map_strdup(r, "tail");
+  a->root.error_message = proto_map_strdup(r, "error");
   if (a->root.stderr_tail && !a->root.stderr_tail[0]) {
     free(a->root.stderr_tail);
     a->root.stderr_tail = NULL;
