@@ -193,10 +193,57 @@ RDZV_EXTERN int rdzv_multi_set(rdzv_client_t *c, const char *const *keys,
 RDZV_EXTERN int rdzv_barrier(rdzv_client_t *c, const char *name,
                              uint32_t count, int timeout_ms);
 
+/* Keys of the job's store that start with prefix ("" = all).
+ * OUT *keys: malloc'd array of malloc'd NUL-terminated keys (free with
+ * rdzv_free_keys), *n. RET 0. */
+RDZV_EXTERN int rdzv_list(rdzv_client_t *c, const char *prefix, char ***keys,
+                          size_t *n, int timeout_ms);
+RDZV_EXTERN void rdzv_free_keys(char **keys, size_t n);
+
 /* Round trip with no effect. RET 0. */
 RDZV_EXTERN int rdzv_ping(rdzv_client_t *c, int timeout_ms);
 
-/* NCCL unique ids (issue #4) build on these calls; see rdzv_nccl.h. */
+/* ---- NCCL bootstrap ------------------------------------------------------
+ *
+ * NCCL is loaded at run time (dlopen of libnccl.so.2, or the file named by
+ * LAUNCH_NCCL_LIBRARY): librdzv never needs it to build or load. */
+
+#define RDZV_NCCL_ID_BYTES 128 /* sizeof(ncclUniqueId) */
+
+typedef struct rdzv_nccl_id_s {
+  char internal[RDZV_NCCL_ID_BYTES];
+} rdzv_nccl_id_t;
+
+/* Distribute the unique ids of communicator `name` of nranks ranks:
+ * ceil(nranks / ranks_per_root) roots (ranks 0, ranks_per_root,
+ * 2 * ranks_per_root, ...) each call ncclGetUniqueId and publish it; every
+ * rank then fetches all ids in one request. Keys are scoped by the job (the
+ * connection's), the restart generation and the name, so a restarted job
+ * never reads an id of an earlier generation.
+ * IN generation: the job's restart generation; -1 reads LAUNCH_ROUND (or
+ * TORCHELASTIC_RESTART_COUNT) from the environment.
+ * OUT ids[*nids]: caller's array of at least ceil(nranks/ranks_per_root).
+ * RET 0, -ETIMEDOUT (a root did not publish in time), RDZV_ENOTSUP (NCCL
+ * cannot be loaded on a root), RDZV_EINVAL. */
+RDZV_EXTERN int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank,
+                              int nranks, int ranks_per_root,
+                              int64_t generation, rdzv_nccl_id_t *ids,
+                              int *nids, int timeout_ms);
+
+/* Create an NCCL communicator bootstrapped by rdzv_nccl_ids: with NCCL >=
+ * 2.23 through ncclCommInitRankScalable (several roots), else
+ * ncclCommInitRank (one root). The caller's CUDA device must be current.
+ * OUT *comm: an ncclComm_t. OUT *init_ms (may be NULL): time spent in
+ * NCCL's init call. RET 0, a negative code, or RDZV_ENOTSUP when NCCL is
+ * missing; NCCL's own message is in rdzv_last_error(c). */
+RDZV_EXTERN int rdzv_nccl_comm_init(rdzv_client_t *c, const char *name,
+                                    int rank, int nranks, int ranks_per_root,
+                                    void **comm, double *init_ms,
+                                    int timeout_ms);
+
+/* NCCL's version code (e.g. 22803 for 2.28.3), or a negative code when it
+ * cannot be loaded. */
+RDZV_EXTERN int rdzv_nccl_version(void);
 
 #ifdef __cplusplus
 }

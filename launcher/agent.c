@@ -21,7 +21,10 @@
 #include <uv.h>
 
 #include "aclient.h"
+#include "aff.h"
 #include "agent.h"
+#include "env.h"
+#include "launch.h"
 #include "lu.h"
 #include "rdv.h"
 #include "server.h"
@@ -67,10 +70,17 @@ typedef struct agent_s {
   char node0_addr[INET6_ADDRSTRLEN + 8];
   char tcpstore_job[256];
   uint64_t join_started_ms;
+  /* node: binding plan, NCCL profile, fingerprint */
+  aff_topo_t *topo;
+  aff_policy_t *pol;
+  aff_plan_t *plan;
+  prof_t *prof;
+  char *fp_text;
   /* workers */
   wk_group_t *wg;
   char **argv;
-  envb_t *envs;
+  envb_t *envs;     /* the contract + launch variables of each rank */
+  env_t **renv;     /* each rank's complete environment */
   char **prefixes;
   char run_dir[PATH_MAX];
   char attempt_dir[PATH_MAX];
@@ -136,24 +146,6 @@ static void envb_free(envb_t *e) {
   memset(e, 0, sizeof(*e));
 }
 
-static int envb_from_environ(envb_t *e) {
-  memset(e, 0, sizeof(*e));
-  for (char **p = environ; *p; p++) {
-    char *eq = strchr(*p, '=');
-    char k[4096];
-    size_t kl;
-    if (eq == NULL || (kl = (size_t)(eq - *p)) >= sizeof(k))
-      continue;
-    memcpy(k, *p, kl);
-    k[kl] = '\0';
-    if (envb_set(e, k, eq + 1) != 0)
-      return RDZV_ENOMEM;
-  }
-  if (e->v == NULL && envb_set(e, "LAUNCH_EMPTY_ENV", "1") != 0)
-    return RDZV_ENOMEM;
-  return 0;
-}
-
 /* ---- small helpers --------------------------------------------------------------------------- */
 
 static void say(agent_t *a, const char *fmt, ...) LU_PRINTF(2, 3);
@@ -170,52 +162,6 @@ static void say(agent_t *a, const char *fmt, ...) {
 
 static void finish(agent_t *a);
 static void send_join(agent_t *a);
-
-/* Is `ip` one of this node's addresses? */
-static int ip_is_local(const char *ip) {
-  struct ifaddrs *ifa, *it;
-  char buf[INET6_ADDRSTRLEN];
-  int found = 0;
-  if (getifaddrs(&ifa) != 0)
-    return 0;
-  for (it = ifa; it && !found; it = it->ifa_next) {
-    if (it->ifa_addr == NULL)
-      continue;
-    if (it->ifa_addr->sa_family == AF_INET)
-      inet_ntop(AF_INET, &((struct sockaddr_in *)it->ifa_addr)->sin_addr, buf,
-                sizeof(buf));
-    else if (it->ifa_addr->sa_family == AF_INET6)
-      inet_ntop(AF_INET6, &((struct sockaddr_in6 *)it->ifa_addr)->sin6_addr,
-                buf, sizeof(buf));
-    else
-      continue;
-    if (strcmp(buf, ip) == 0)
-      found = 1;
-  }
-  freeifaddrs(ifa);
-  /* The whole 127/8 is this host's, though only 127.0.0.1 is listed. */
-  if (!found && strncmp(ip, "127.", 4) == 0)
-    found = 1;
-  return found;
-}
-
-/* Resolve host to its first address as text. RET 0 or RDZV_ERESOLVE. */
-static int resolve_ip(const char *host, char *ip, size_t cap) {
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL)
-    return RDZV_ERESOLVE;
-  if (res->ai_family == AF_INET)
-    inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, ip,
-              (socklen_t)cap);
-  else
-    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr, ip,
-              (socklen_t)cap);
-  freeaddrinfo(res);
-  return 0;
-}
 
 /* A free TCP port on addr (bind 0, read it, close): for rank 0's own
  * TCPStore in --torch-store rank0 mode, as torchrun does. */
@@ -313,6 +259,10 @@ static void free_round(agent_t *a) {
     envb_free(&a->envs[i]);
   free(a->envs);
   a->envs = NULL;
+  for (int i = 0; a->renv && i < a->o->nproc; i++)
+    env_free(a->renv[i]);
+  free(a->renv);
+  a->renv = NULL;
   for (int i = 0; a->prefixes && i < a->o->nproc; i++)
     free(a->prefixes[i]);
   free(a->prefixes);
@@ -357,7 +307,8 @@ static int build_argv(agent_t *a) {
 }
 
 /* Build every local rank's environment: the agent's own, then torchrun's
- * contract, then launch's variables. */
+ * contract and launch's variables (with the rank's binding), then the
+ * locked NCCL profile, then the infrastructure lock (env_build_rank). */
 static int build_envs(agent_t *a) {
   cli_opts_t *o = a->o;
   char master_addr[300], ep[320], buf[PATH_MAX + 64];
@@ -365,8 +316,9 @@ static int build_envs(agent_t *a) {
   int omp_unset = getenv("OMP_NUM_THREADS") == NULL;
   free_round(a);
   a->envs = calloc((size_t)o->nproc, sizeof(*a->envs));
+  a->renv = calloc((size_t)o->nproc, sizeof(*a->renv));
   a->prefixes = calloc((size_t)o->nproc, sizeof(char *));
-  if (a->envs == NULL || a->prefixes == NULL)
+  if (a->envs == NULL || a->renv == NULL || a->prefixes == NULL)
     return RDZV_ENOMEM;
   if (o->torch_store == CLI_STORE_RANK0) {
     lu_strlcpy(master_addr, a->node0_addr, sizeof(master_addr));
@@ -382,10 +334,9 @@ static int build_envs(agent_t *a) {
                      "overloading the node; tune it for your program");
   for (int i = 0; i < o->nproc; i++) {
     envb_t *e = &a->envs[i];
+    env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
     char pre[512];
-    int rc = envb_from_environ(e);
-    if (rc != 0)
-      return rc;
+    int rc = 0;
     /* torchrun's contract (reference/torchrun.md section 2) */
     rc |= envb_seti(e, "LOCAL_RANK", i);
     rc |= envb_seti(e, "RANK", a->base_rank + i);
@@ -424,17 +375,33 @@ static int build_envs(agent_t *a) {
     rc |= envb_seti(e, "LAUNCH_NNODES", a->nnodes);
     rc |= envb_set(e, "LAUNCH_HOSTNAME", a->host);
     rc |= envb_set(e, "LAUNCH_ATTEMPT_DIR", a->attempt_dir);
-    /* NVLink multicast stays off: it can take shared GPUs down, and no
-     * profile or inherited value may turn it on. */
-    rc |= envb_set(e, "NCCL_NVLS_ENABLE", "0");
-    rc |= envb_set(e, "TORCH_SYMM_MEM_DISABLE_MULTICAST", "1");
-    rc |= envb_set(e, "NVSHMEM_DISABLE_NVLS", "1");
     if (rc != 0)
       return RDZV_ENOMEM;
+    ro.base = environ;
+    ro.launch = (const char *const *)e->v;
+    ro.launch2 = a->plan ? aff_binding_envv(aff_plan_rank(a->plan, i)) : NULL;
+    ro.profile = a->prof;
+    ro.allow_override = o->allow_env_override;
+    /* Every change the profile makes is logged once: rank 0, round 0. */
+    ro.log = (i == 0 && a->gen == 0 && !o->quiet) ? &a->log : NULL;
+    if ((rc = env_build_rank(&ro, &a->renv[i])) != 0)
+      return rc;
     expand_prefix(a, i, pre, sizeof(pre));
     if ((a->prefixes[i] = strdup(pre)) == NULL)
       return RDZV_ENOMEM;
   }
+  return 0;
+}
+
+/* In the child between fork and exec: the rank's CPU and memory binding. */
+static int apply_binding(int local_rank, void *arg, char *errbuf,
+                         size_t errlen) {
+  const aff_plan_t *plan = arg;
+  (void)errbuf;
+  (void)errlen;
+  /* A binding the kernel refuses is reported on the worker's stderr; the
+   * worker still starts. */
+  aff_apply_child(aff_plan_rank(plan, local_rank), 2);
   return 0;
 }
 
@@ -467,7 +434,18 @@ static int start_workers(agent_t *a) {
   spec.nproc = o->nproc;
   spec.argv = a->argv;
   for (int i = 0; i < o->nproc; i++)
-    envp[i] = a->envs[i].v;
+    if ((envp[i] = env_envp(a->renv[i])) == NULL)
+      return RDZV_ENOMEM;
+  if (a->plan) {
+    spec.pre_exec = apply_binding;
+    spec.pre_exec_arg = a->plan;
+    if (o->report_bindings && a->gen == 0)
+      for (int i = 0; i < o->nproc; i++) {
+        char line[512];
+        aff_binding_format(a->plan, a->topo, i, line, sizeof(line));
+        LU_INFO(&a->log, "rank %d: %s", a->base_rank + i, line);
+      }
+  }
   spec.envp = (char *const *const *)envp;
   spec.pipe_output = 1;
   spec.prefix = a->prefixes;
@@ -602,88 +580,56 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
 
 static void status_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   agent_t *a = arg;
-  const msgpack_object *members = NULL, *map;
+  const msgpack_object *members, *ex, *map;
   char joined[1024] = "", missing[1024] = "";
-  int n = 0, min = 0, max = 0;
-  size_t used = 0;
+  size_t used = 0, mu = 0;
+  int n = 0;
   (void)ac;
   if (status != 0 || a->state != A_JOIN || m->nargs < 1)
     return;
   map = &m->args[0];
-  if (map->type != MSGPACK_OBJECT_MAP)
-    return;
-  for (uint32_t i = 0; i < map->via.map.size; i++) {
-    const char *k;
-    size_t kl;
-    const msgpack_object *v = &map->via.map.ptr[i].val;
-    int64_t x;
-    if (proto_obj_bytes(&map->via.map.ptr[i].key, &k, &kl) != 0)
-      continue;
-    if (kl == 3 && !memcmp(k, "min", 3) && proto_obj_i64(v, &x) == 0)
-      min = (int)x;
-    else if (kl == 3 && !memcmp(k, "max", 3) && proto_obj_i64(v, &x) == 0)
-      max = (int)x;
-    else if (kl == 7 && !memcmp(k, "members", 7) && v->type == MSGPACK_OBJECT_ARRAY)
-      members = v;
-    else if (kl == 8 && !memcmp(k, "expected", 8) && v->type == MSGPACK_OBJECT_ARRAY) {
-      size_t mu = 0;
-      for (uint32_t j = 0; j < v->via.array.size; j++) {
-        const char *h;
-        size_t hl;
-        if (proto_obj_bytes(&v->via.array.ptr[j], &h, &hl) == 0 && mu < sizeof(missing)) {
-          int w = snprintf(missing + mu, sizeof(missing) - mu, "%s%.*s",
-                           mu ? "," : "", (int)hl, h);
-          if (w > 0)
-            mu += (size_t)w;
-        }
-      }
-    }
-  }
-  for (uint32_t i = 0; members && i < members->via.array.size; i++) {
+  members = proto_map_get(map, "members");
+  ex = proto_map_get(map, "expected");
+  for (uint32_t i = 0; members && members->type == MSGPACK_OBJECT_ARRAY &&
+                       i < members->via.array.size; i++) {
     const msgpack_object *mm = &members->via.array.ptr[i];
-    const char *h = NULL, *st = NULL;
-    size_t hl = 0, sl = 0;
-    if (mm->type != MSGPACK_OBJECT_MAP)
-      continue;
-    for (uint32_t j = 0; j < mm->via.map.size; j++) {
-      const char *k;
-      size_t kl;
-      if (proto_obj_bytes(&mm->via.map.ptr[j].key, &k, &kl) != 0)
-        continue;
-      if (kl == 4 && !memcmp(k, "host", 4))
-        proto_obj_bytes(&mm->via.map.ptr[j].val, &h, &hl);
-      else if (kl == 5 && !memcmp(k, "state", 5))
-        proto_obj_bytes(&mm->via.map.ptr[j].val, &st, &sl);
-    }
-    if (h == NULL || st == NULL || sl != 7 || memcmp(st, "joining", 7))
+    char h[256], st[32];
+    proto_map_str(mm, "host", h, sizeof(h));
+    proto_map_str(mm, "state", st, sizeof(st));
+    if (strcmp(st, "joining") != 0)
       continue;
     n++;
     if (used < sizeof(joined)) {
-      int w = snprintf(joined + used, sizeof(joined) - used, "%s%.*s",
-                       used ? ", " : "", (int)hl, h);
+      int w = snprintf(joined + used, sizeof(joined) - used, "%s%s",
+                       used ? ", " : "", h);
       if (w > 0)
         used += (size_t)w;
     }
-    /* strike this host from the expected list */
-    if (missing[0]) {
-      char *p = missing;
-      while (*p) {
-        size_t len = strcspn(p, ",");
-        if (len == hl && !memcmp(p, h, hl)) {
-          memmove(p, p + len + (p[len] == ','), strlen(p + len + (p[len] == ',')) + 1);
-          break;
-        }
-        p += len + (p[len] == ',');
-      }
+  }
+  /* The expected hosts that have not joined. */
+  for (uint32_t j = 0; ex && ex->type == MSGPACK_OBJECT_ARRAY &&
+                       j < ex->via.array.size; j++) {
+    const char *h;
+    size_t hl;
+    int found = 0;
+    if (proto_obj_bytes(&ex->via.array.ptr[j], &h, &hl) != 0)
+      continue;
+    for (uint32_t i = 0; members && members->type == MSGPACK_OBJECT_ARRAY &&
+                         i < members->via.array.size && !found; i++) {
+      char mh[256];
+      proto_map_str(&members->via.array.ptr[i], "host", mh, sizeof(mh));
+      found = strlen(mh) == hl && memcmp(mh, h, hl) == 0;
+    }
+    if (!found && mu < sizeof(missing)) {
+      int w = snprintf(missing + mu, sizeof(missing) - mu, "%s%.*s",
+                       mu ? ", " : "", (int)hl, h);
+      if (w > 0)
+        mu += (size_t)w;
     }
   }
-  {
-    size_t ml = strlen(missing);
-    if (ml && missing[ml - 1] == ',')
-      missing[ml - 1] = '\0';
-  }
   say(a, "waiting for nodes of job %s: %d joined of %d..%d (%s), %.0f s%s%s",
-      a->o->run_id, n, min, max, joined[0] ? joined : "none",
+      a->o->run_id, n, (int)proto_map_i64(map, "min", 0),
+      (int)proto_map_i64(map, "max", 0), joined[0] ? joined : "none",
       (uv_now(a->loop) - a->join_started_ms) / 1000.0,
       missing[0] ? "; missing: " : "", missing);
 }
@@ -702,51 +648,6 @@ static void hb_cb(uv_timer_t *t) {
     return;
   ac_begin(a->ac, PROTO_OP_HEARTBEAT, 0);
   ac_send(a->ac, NULL, NULL);
-}
-
-static int64_t obj_int(const msgpack_object *map, const char *key, int64_t d) {
-  size_t kl = strlen(key);
-  for (uint32_t i = 0; map->type == MSGPACK_OBJECT_MAP && i < map->via.map.size; i++) {
-    const char *k;
-    size_t n;
-    int64_t v;
-    if (proto_obj_bytes(&map->via.map.ptr[i].key, &k, &n) == 0 && n == kl &&
-        !memcmp(k, key, n)) {
-      if (map->via.map.ptr[i].val.type == MSGPACK_OBJECT_FLOAT64 ||
-          map->via.map.ptr[i].val.type == MSGPACK_OBJECT_FLOAT32)
-        return (int64_t)map->via.map.ptr[i].val.via.f64;
-      if (proto_obj_i64(&map->via.map.ptr[i].val, &v) == 0)
-        return v;
-    }
-  }
-  return d;
-}
-
-static const msgpack_object *obj_get(const msgpack_object *map,
-                                     const char *key) {
-  size_t kl = strlen(key);
-  for (uint32_t i = 0; map->type == MSGPACK_OBJECT_MAP && i < map->via.map.size; i++) {
-    const char *k;
-    size_t n;
-    if (proto_obj_bytes(&map->via.map.ptr[i].key, &k, &n) == 0 && n == kl &&
-        !memcmp(k, key, n))
-      return &map->via.map.ptr[i].val;
-  }
-  return NULL;
-}
-
-static char *obj_strdup(const msgpack_object *map, const char *key) {
-  const msgpack_object *v = obj_get(map, key);
-  const char *p;
-  size_t n;
-  char *d;
-  if (v == NULL || proto_obj_bytes(v, &p, &n) != 0)
-    return NULL;
-  if ((d = malloc(n + 1)) != NULL) {
-    memcpy(d, p, n);
-    d[n] = '\0';
-  }
-  return d;
 }
 
 static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
@@ -768,19 +669,19 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     return;
   }
   r = &m->args[0];
-  a->gen = obj_int(r, "round", 0);
-  a->node_rank = (int)obj_int(r, "node_rank", 0);
-  a->nnodes = (int)obj_int(r, "nnodes", 1);
-  a->world_size = (int)obj_int(r, "world_size", a->o->nproc);
-  a->base_rank = (int)obj_int(r, "base_rank", 0);
-  a->failures = (int)obj_int(r, "failures", 0);
-  a->master_port = (int)obj_int(r, "master_port", 0);
-  if ((s = obj_strdup(r, "tcpstore_job")) != NULL) {
+  a->gen = proto_map_i64(r, "round", 0);
+  a->node_rank = (int)proto_map_i64(r, "node_rank", 0);
+  a->nnodes = (int)proto_map_i64(r, "nnodes", 1);
+  a->world_size = (int)proto_map_i64(r, "world_size", a->o->nproc);
+  a->base_rank = (int)proto_map_i64(r, "base_rank", 0);
+  a->failures = (int)proto_map_i64(r, "failures", 0);
+  a->master_port = (int)proto_map_i64(r, "master_port", 0);
+  if ((s = proto_map_strdup(r, "tcpstore_job")) != NULL) {
     lu_strlcpy(a->tcpstore_job, s, sizeof(a->tcpstore_job));
     free(s);
   }
   {
-    const msgpack_object *mem = obj_get(r, "members");
+    const msgpack_object *mem = proto_map_get(r, "members");
     if (mem && mem->type == MSGPACK_OBJECT_ARRAY && mem->via.array.size > 0 &&
         mem->via.array.ptr[0].type == MSGPACK_OBJECT_ARRAY &&
         mem->via.array.ptr[0].via.array.size >= 2) {
@@ -843,7 +744,11 @@ static void send_join(agent_t *a) {
   a->state = A_JOIN;
   a->join_started_ms = uv_now(a->loop);
   pk = ac_begin(a->ac, PROTO_OP_JOIN, 1);
-  msgpack_pack_map(pk, 14);
+  msgpack_pack_map(pk, a->fp_text ? 15 : 14);
+  if (a->fp_text) {
+    proto_pack_str(pk, RDV_K_FINGERPRINT);
+    proto_pack_str(pk, a->fp_text);
+  }
   proto_pack_str(pk, RDV_K_HOST);
   proto_pack_str(pk, a->host);
   proto_pack_str(pk, RDV_K_ADDR);
@@ -900,24 +805,25 @@ static void restart_stopped(wk_group_t *g, void *arg) {
 static void parse_root(agent_t *a, const msgpack_object *r) {
   char *s;
   memset(&a->root, 0, sizeof(a->root));
-  a->root.wall_s = (double)obj_int(r, "time", 0);
   {
-    const msgpack_object *t = obj_get(r, "time");
-    if (t && (t->type == MSGPACK_OBJECT_FLOAT64 || t->type == MSGPACK_OBJECT_FLOAT32))
-      a->root.wall_s = t->via.f64;
+    const msgpack_object *t = proto_map_get(r, "time");
+    a->root.wall_s = t && (t->type == MSGPACK_OBJECT_FLOAT64 ||
+                           t->type == MSGPACK_OBJECT_FLOAT32)
+                         ? t->via.f64
+                         : (double)proto_map_i64(r, "time", 0);
   }
-  if ((s = obj_strdup(r, "host")) != NULL) {
+  if ((s = proto_map_strdup(r, "host")) != NULL) {
     lu_strlcpy(a->root.host, s, sizeof(a->root.host));
     free(s);
   }
-  a->root.rank = (int)obj_int(r, "rank", -1);
-  a->root.local_rank = (int)obj_int(r, "local_rank", -1);
-  a->root.node_rank = (int)obj_int(r, "node_rank", -1);
-  a->root.pid = (int)obj_int(r, "pid", 0);
-  a->root.exit_code = (int)obj_int(r, "exit_code", -1);
-  a->root.signal = (int)obj_int(r, "signal", 0);
-  a->root.stderr_tail = obj_strdup(r, "tail");
-  a->root.error_message = obj_strdup(r, "error");
+  a->root.rank = (int)proto_map_i64(r, "rank", -1);
+  a->root.local_rank = (int)proto_map_i64(r, "local_rank", -1);
+  a->root.node_rank = (int)proto_map_i64(r, "node_rank", -1);
+  a->root.pid = (int)proto_map_i64(r, "pid", 0);
+  a->root.exit_code = (int)proto_map_i64(r, "exit_code", -1);
+  a->root.signal = (int)proto_map_i64(r, "signal", 0);
+  a->root.stderr_tail = proto_map_strdup(r, "tail");
+  a->root.error_message = proto_map_strdup(r, "error");
   if (a->root.stderr_tail && !a->root.stderr_tail[0]) {
     free(a->root.stderr_tail);
     a->root.stderr_tail = NULL;
@@ -1169,6 +1075,119 @@ static int read_token(agent_t *a) {
   return 0;
 }
 
+/* Is there an NVIDIA GPU on this node? (cheap: no library loaded) */
+static int have_gpus(void) {
+  const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+  if (cvd && (*cvd == '\0' || !strcmp(cvd, "-1")))
+    return 0;
+  return access("/proc/driver/nvidia/gpus", F_OK) == 0 ||
+         access("/dev/nvidia0", F_OK) == 0;
+}
+
+/* Before the first round: the binding plan, the NCCL profile and its lint,
+ * and (for several nodes) this node's fingerprint. Blocking, once. */
+static int prepare_node(agent_t *a) {
+  cli_opts_t *o = a->o;
+  const char *cpu = o->cpu_bind, *mem = o->mem_bind;
+  char err[1024];
+  int gpus = have_gpus(), rc;
+  env_t *e0 = NULL;
+  /* Default: bind each rank to its GPU's NUMA node (memory preferred
+   * there) when this node has GPUs; leave CPU-only jobs alone. */
+  if (cpu[0] == '\0')
+    cpu = gpus ? "numa" : "none";
+  if (mem[0] == '\0')
+    mem = gpus && strcmp(cpu, "none") ? "preferred" : "none";
+  if ((a->pol = calloc(1, sizeof(*a->pol))) == NULL)
+    return RDZV_ENOMEM;
+  if (aff_policy_parse(cpu, mem, a->pol, err, sizeof(err)) != 0) {
+    LU_ERR(&a->log, "%s", err);
+    return RDZV_EINVAL;
+  }
+  if (a->pol->cpu != AFF_CPU_NONE || a->pol->mem != AFF_MEM_NONE ||
+      o->report_bindings || o->topology_file[0] || (o->max_nodes > 1 && gpus)) {
+    aff_topo_opts_t to = AFF_TOPO_OPTS_INIT;
+    to.xml = o->topology_file[0] ? o->topology_file : NULL;
+    to.log = &a->log;
+    if ((rc = aff_topo_load(&to, &a->topo, err, sizeof(err))) != 0) {
+      LU_ERR(&a->log, "topology: %s", err);
+      return rc;
+    }
+    if (a->pol->cpu != AFF_CPU_NONE || a->pol->mem != AFF_MEM_NONE ||
+        o->report_bindings) {
+      rc = aff_plan_new(a->topo, a->pol, o->nproc, o->quiet ? NULL : &a->log,
+                        &a->plan, err, sizeof(err));
+      if (rc != 0) {
+        LU_ERR(&a->log, "binding: %s", err);
+        return rc;
+      }
+    }
+  }
+  if ((rc = prof_load(o->nccl_profile[0] ? o->nccl_profile : "auto", &a->prof,
+                      err, sizeof(err))) != 0) {
+    LU_ERR(&a->log, "--nccl-profile: %s", err);
+    return rc;
+  }
+  /* Lint what a rank would get, against this node. */
+  {
+    env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
+    env_node_t node;
+    env_finding_t *f = NULL;
+    int nf = 0, errors = 0;
+    ro.base = environ;
+    ro.profile = a->prof;
+    ro.allow_override = o->allow_env_override;
+    if ((rc = env_build_rank(&ro, &e0)) != 0)
+      return rc;
+    memset(&node, 0, sizeof(node));
+    env_node_probe(&node, NULL);
+    node.has_nvlink = a->topo ? aff_topo_has_nvlink(a->topo) : -1;
+    if (o->lint != CLI_LINT_OFF && env_lint(e0, &node, &f, &nf) == 0) {
+      for (int i = 0; i < nf; i++) {
+        int lvl = f[i].sev == ENV_SEV_ERROR ? LU_LOG_ERROR
+                  : f[i].sev == ENV_SEV_WARN ? LU_LOG_WARN : LU_LOG_INFO;
+        if (f[i].sev == ENV_SEV_ERROR)
+          errors++;
+        if (lvl == LU_LOG_INFO && o->quiet)
+          continue;
+        LU_LOG_AT(&a->log, lvl, "NCCL environment: %s=%s (%s): %s%s%s",
+                  f[i].var, f[i].value, f[i].where[0] ? f[i].where : "?",
+                  f[i].why, f[i].fix[0] ? " Fix: " : "", f[i].fix);
+      }
+      free(f);
+      if (errors && o->lint == CLI_LINT_ERROR) {
+        LU_ERR(&a->log, "%d error(s) in the NCCL environment: fix them, or run "
+                        "with --lint warn to start anyway", errors);
+        env_free(e0);
+        return RDZV_EINVAL;
+      }
+    }
+  }
+  if (o->max_nodes > 1) {
+    /* What every node must share: NCCL environment, versions, GPUs, the
+     * program. Compared with node 0's at the rendezvous. */
+    env_fp_t *fp = NULL;
+    const char *files[3] = {NULL, NULL, NULL};
+    size_t len;
+    int k = 0;
+    for (int i = 0; a->argv[i] && k < 2; i++)
+      if (access(a->argv[i], R_OK) == 0 && strchr(a->argv[i], '/'))
+        files[k++] = a->argv[i];
+    rc = launch_node_fingerprint(e0, prof_name(a->prof), a->topo, files, &fp,
+                                 err, sizeof(err));
+    if (rc == 0)
+      rc = env_fp_serialize(fp, &a->fp_text, &len);
+    env_fp_free(fp);
+    if (rc != 0) {
+      LU_ERR(&a->log, "node fingerprint: %s", err);
+      env_free(e0);
+      return rc;
+    }
+  }
+  env_free(e0);
+  return 0;
+}
+
 /* Host the server here? Then start it. RET 0 or an error. */
 static int maybe_host(agent_t *a) {
   cli_opts_t *o = a->o;
@@ -1186,7 +1205,7 @@ static int maybe_host(agent_t *a) {
     want = 0;
   }
   if (!o->standalone) {
-    if (resolve_ip(o->endpoint_host, ip, sizeof(ip)) != 0) {
+    if (launch_resolve_ip(o->endpoint_host, ip, sizeof(ip)) != 0) {
       if (want) {
         LU_ERR(&a->log, "the rendezvous endpoint '%s' does not resolve",
                o->endpoint_host);
@@ -1195,7 +1214,7 @@ static int maybe_host(agent_t *a) {
       return 0; /* the client retries resolving until the join timeout */
     }
     if (o->is_host < 0 && o->backend != CLI_BACKEND_STATIC)
-      want = ip_is_local(ip) && (o->local_addr[0] == '\0' ||
+      want = launch_ip_is_local(ip) && (o->local_addr[0] == '\0' ||
                                  strcmp(o->local_addr, ip) == 0 ||
                                  strcmp(o->local_addr, o->endpoint_host) == 0);
   }
@@ -1283,8 +1302,8 @@ int agent_run(cli_opts_t *o) {
     a->nsigs++;
   }
   if ((rc = read_token(a)) != 0 || (rc = build_argv(a)) != 0 ||
-      (rc = wk_group_new(&loop, &a->wg)) != 0 || (wk_set_log(a->wg, &a->log), 0) ||
-      (rc = maybe_host(a)) != 0) {
+      (rc = prepare_node(a)) != 0 || (rc = wk_group_new(&loop, &a->wg)) != 0 ||
+      (wk_set_log(a->wg, &a->log), 0) || (rc = maybe_host(a)) != 0) {
     a->exit_code = 1;
     goto out;
   }
@@ -1349,6 +1368,11 @@ done:
       nftw(a->run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
     /* Nothing to look at after a success: the temporary logs go. */
     LU_WARN(&a->log, "could not remove %s", a->run_dir);
+  aff_plan_free(a->plan);
+  aff_topo_free(a->topo);
+  free(a->pol);
+  prof_free(a->prof);
+  free(a->fp_text);
   free(a->token);
   free(a);
   return rc;

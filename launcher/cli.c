@@ -22,7 +22,7 @@ typedef enum {
   /* ours */
   F_TORCH_STORE, F_TOKEN_FILE, F_TCPSTORE_ALLOW, F_CPU_BIND, F_MEM_BIND,
   F_REPORT_BINDINGS, F_NCCL_PROFILE, F_ALLOW_ENV_OVERRIDE, F_ALLOW_MISMATCH,
-  F_TOPOLOGY, F_STOP_TIMEOUT, F_EXIT_BARRIER, F_LINE_PREFIX, F_QUIET,
+  F_TOPOLOGY, F_STOP_TIMEOUT, F_EXIT_BARRIER, F_LINE_PREFIX, F_QUIET, F_LINT,
   F_HELP, F_VERSION, F_COUNT
 } flag_id_t;
 
@@ -76,6 +76,7 @@ static const flag_t flags[] = {
     {F_LINE_PREFIX, "--log-line-prefix", NULL, 0,
      "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
     {F_QUIET, "--quiet", "-q", 1, NULL},
+    {F_LINT, "--lint", NULL, 0, "LAUNCH_LINT"},
     {F_HELP, "--help", "-h", 1, NULL},
     {F_VERSION, "--version", NULL, 1, NULL},
 };
@@ -523,8 +524,9 @@ static int apply(const flag_t *f, const char *v, cli_opts_t *o, char *err,
     lu_strlcpy(o->cpu_bind, v, sizeof(o->cpu_bind));
     return 0;
   case F_MEM_BIND:
-    if (strcmp(v, "none") && strcmp(v, "local"))
-      return fail(err, n, "--mem-bind: '%s' is not none or local", v);
+    if (strcmp(v, "none") && strcmp(v, "local") && strcmp(v, "preferred"))
+      return fail(err, n, "--mem-bind: '%s' is not none, local or preferred",
+                  v);
     lu_strlcpy(o->mem_bind, v, sizeof(o->mem_bind));
     return 0;
   case F_REPORT_BINDINGS:
@@ -552,6 +554,16 @@ static int apply(const flag_t *f, const char *v, cli_opts_t *o, char *err,
     return 0;
   case F_QUIET:
     o->quiet = 1;
+    return 0;
+  case F_LINT:
+    if (!strcmp(v, "error"))
+      o->lint = CLI_LINT_ERROR;
+    else if (!strcmp(v, "warn"))
+      o->lint = CLI_LINT_WARN;
+    else if (!strcmp(v, "off"))
+      o->lint = CLI_LINT_OFF;
+    else
+      return fail(err, n, "--lint: '%s' is not error, warn or off", v);
     return 0;
   default:
     return 0;
@@ -783,9 +795,22 @@ void cli_help(FILE *out) {
       "  --token-file F              shared secret of the job (HMAC challenge)\n"
       "  --tcpstore-allow LIST       with a token: addresses allowed to use\n"
       "                              TCPStore, e.g. 10.0.0.0/8\n"
-      "  --cpu-bind none|numa|cores|LIST, --mem-bind none|local,\n"
-      "  --report-bindings           CPU and memory binding of each worker\n"
-      "  --nccl-profile NAME|FILE, --allow-env-override, --allow-mismatch\n"
+      "  --cpu-bind none|numa|cores|LIST  CPUs of each worker: its GPU's NUMA\n"
+      "                              node, a share of its cores, or one\n"
+      "                              cpulist per local rank separated by ';'\n"
+      "                              (default: numa when the node has GPUs)\n"
+      "  --mem-bind none|local|preferred  memory of each worker on its NUMA\n"
+      "                              node (default: preferred with GPUs)\n"
+      "  --report-bindings           print each worker's binding\n"
+      "  --topology FILE.xml         plan for an hwloc XML topology\n"
+      "  --nccl-profile NAME|FILE    locked NCCL environment: auto (default),\n"
+      "                              pcie-ib, nvlink-ib, roce, socket or a file\n"
+      "  --allow-env-override        inherited NCCL_* values beat the profile\n"
+      "  --lint error|warn|off       NCCL environment mistakes stop the job\n"
+      "                              (error, default), are only reported, or\n"
+      "                              are not checked\n"
+      "  --allow-mismatch            run even when nodes differ from node 0\n"
+      "                              (NCCL env, versions, GPUs, program)\n"
       "  -q, --quiet                 fewer agent messages\n"
       "\n"
       "examples:\n"

@@ -66,7 +66,10 @@ typedef struct cli_opts_s {
   int allow_mismatch;
   char topology_file[1024];
   int quiet;
+  int lint;                  /* CLI_LINT_*: --lint error|warn|off */
 } cli_opts_t;
+
+enum { CLI_LINT_ERROR = 0, CLI_LINT_WARN, CLI_LINT_OFF };
 
 /* Parse argv (argv[0] is the program name). Writes the reason of a
  * failure to err (one line naming the flag). RET 0 on success, 1 when

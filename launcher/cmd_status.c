@@ -84,40 +84,19 @@ static void json_obj(const msgpack_object *o) {
   }
 }
 
-static const msgpack_object *get(const msgpack_object *m, const char *k) {
-  size_t kl = strlen(k);
-  for (uint32_t i = 0; m->type == MSGPACK_OBJECT_MAP && i < m->via.map.size; i++) {
-    const char *p;
-    size_t n;
-    if (proto_obj_bytes(&m->via.map.ptr[i].key, &p, &n) == 0 && n == kl &&
-        !memcmp(p, k, n))
-      return &m->via.map.ptr[i].val;
-  }
-  return NULL;
-}
-
 static long long gi(const msgpack_object *m, const char *k) {
-  const msgpack_object *v = get(m, k);
-  int64_t x = 0;
-  if (v)
-    proto_obj_i64(v, &x);
-  return x;
+  return (long long)proto_map_i64(m, k, 0);
 }
 
 static const char *gs(const msgpack_object *m, const char *k, char *buf,
                       size_t cap) {
-  const msgpack_object *v = get(m, k);
-  const char *p;
-  size_t n;
-  buf[0] = '\0';
-  if (v && proto_obj_bytes(v, &p, &n) == 0)
-    snprintf(buf, cap, "%.*s", (int)n, p);
+  proto_map_str(m, k, buf, cap);
   return buf;
 }
 
 static void print_table(const msgpack_object *m) {
   char state[64], reason[1024], b1[256], b2[128], b3[32];
-  const msgpack_object *mem = get(m, "members");
+  const msgpack_object *mem = proto_map_get(m, "members");
   gs(m, "state", state, sizeof(state));
   printf("job %s: %s, round %lld, restarts %lld of %lld (nnodes %lld:%lld)\n",
          gs(m, "job", b1, sizeof(b1)), state, gi(m, "round"),

@@ -32,6 +32,9 @@ static const struct {
 } subcommands[] = {
     {"server", launch_cmd_server},
     {"status", launch_cmd_status},
+    {"topo", launch_cmd_topo},
+    {"env", launch_cmd_env},
+    {"doctor", launch_cmd_doctor},
 };
 
 int main(int argc, char **argv) {

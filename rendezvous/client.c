@@ -17,6 +17,7 @@
 
 #include "lu.h"
 #include "proto.h"
+#include "client_int.h"
 #include "rdzv.h"
 
 #define CLIENT_MAGIC 0x434c4e54u /* "CLNT" */
@@ -54,7 +55,15 @@ static int remaining(int64_t deadline) {
   return r > 1000000000 ? 1000000000 : (int)r;
 }
 
+static void set_error(rdzv_client_t *c, const char *fmt, ...) LU_PRINTF(2, 3);
 static void set_error(rdzv_client_t *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
+  va_end(ap);
+}
+
+void rdzv__set_error(rdzv_client_t *c, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
@@ -819,4 +828,48 @@ int rdzv_ping(rdzv_client_t *c, int timeout_ms) {
   int rc = rpc(c, id, deadline_after(timeout_ms), &r);
   reply_done(c, &r);
   return rc;
+}
+
+int rdzv_list(rdzv_client_t *c, const char *prefix, char ***keys, size_t *n,
+              int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  int rc;
+  const msgpack_object *items;
+  uint32_t cnt;
+  if (prefix == NULL || !key_ok(prefix) || keys == NULL || n == NULL)
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_LIST, 1);
+  proto_pack_str(&c->enc.pk, prefix);
+  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  if (rc == 0) {
+    if (proto_arg_array(&r.m, 0, &items, &cnt) != 0) {
+      rc = RDZV_EPROTO;
+    } else if ((*keys = calloc(cnt ? cnt : 1, sizeof(char *))) == NULL) {
+      rc = RDZV_ENOMEM;
+    } else {
+      for (uint32_t i = 0; i < cnt && rc == 0; i++) {
+        const char *p;
+        size_t len;
+        if (proto_obj_bytes(&items[i], &p, &len) != 0)
+          rc = RDZV_EPROTO;
+        else if (((*keys)[i] = dup_value(p, len)) == NULL)
+          rc = RDZV_ENOMEM;
+      }
+      if (rc != 0) {
+        rdzv_free_keys(*keys, cnt);
+        *keys = NULL;
+      } else {
+        *n = cnt;
+      }
+    }
+  }
+  reply_done(c, &r);
+  return rc;
+}
+
+void rdzv_free_keys(char **keys, size_t n) {
+  for (size_t i = 0; keys && i < n; i++)
+    free(keys[i]);
+  free(keys);
 }

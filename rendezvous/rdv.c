@@ -66,58 +66,6 @@ typedef struct rdv_job_s {
 
 /* ---- helpers -------------------------------------------------------------------------- */
 
-static const msgpack_object *map_get(const msgpack_object *m, const char *k) {
-  size_t kl = strlen(k);
-  if (m == NULL || m->type != MSGPACK_OBJECT_MAP)
-    return NULL;
-  for (uint32_t i = 0; i < m->via.map.size; i++) {
-    const msgpack_object *key = &m->via.map.ptr[i].key;
-    const char *p;
-    size_t n;
-    if (proto_obj_bytes(key, &p, &n) == 0 && n == kl && memcmp(p, k, n) == 0)
-      return &m->via.map.ptr[i].val;
-  }
-  return NULL;
-}
-
-static int64_t map_int(const msgpack_object *m, const char *k, int64_t dflt) {
-  const msgpack_object *v = map_get(m, k);
-  int64_t x;
-  if (v && v->type == MSGPACK_OBJECT_BOOLEAN)
-    return v->via.boolean;
-  if (v == NULL || proto_obj_i64(v, &x) != 0)
-    return dflt;
-  return x;
-}
-
-static void map_str(const msgpack_object *m, const char *k, char *out,
-                    size_t cap) {
-  const msgpack_object *v = map_get(m, k);
-  const char *p;
-  size_t n;
-  out[0] = '\0';
-  if (v && proto_obj_bytes(v, &p, &n) == 0) {
-    if (n >= cap)
-      n = cap - 1;
-    memcpy(out, p, n);
-    out[n] = '\0';
-  }
-}
-
-static char *map_strdup(const msgpack_object *m, const char *k) {
-  const msgpack_object *v = map_get(m, k);
-  const char *p;
-  size_t n;
-  char *d;
-  if (v == NULL || proto_obj_bytes(v, &p, &n) != 0)
-    return NULL;
-  if ((d = malloc(n + 1)) != NULL) {
-    memcpy(d, p, n);
-    d[n] = '\0';
-  }
-  return d;
-}
-
 static void pack_kv_str(msgpack_packer *pk, const char *k, const char *v) {
   proto_pack_str(pk, k);
   proto_pack_str(pk, v);
@@ -358,7 +306,7 @@ static int form_round(rdv_job_t *rj) {
   int n = count_state(rj, M_JOINING, 0), k = 0, world = 0;
   rdv_member_t **all, **sel, *node0 = NULL;
   unsigned char *taken;
-  if ((all = calloc((size_t)n, sizeof(*all))) == NULL)
+  if (n <= 0 || (all = calloc((size_t)n, sizeof(*all))) == NULL)
     return 0;
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
     rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
@@ -368,6 +316,10 @@ static int form_round(rdv_job_t *rj) {
   qsort(all, (size_t)n, sizeof(*all), cmp_select);
   if (n > rj->max)
     n = rj->max;
+  if (n <= 0) {
+    free(all);
+    return 0;
+  }
   sel = all;
   /* Preferred ranks: each must be unique and below the node count. */
   if ((taken = calloc((size_t)n, 1)) == NULL) {
@@ -613,9 +565,9 @@ static void member_lost(rdv_member_t *m, const char *why) {
 
 static int configure(rdv_job_t *rj, const msgpack_object *info, char *err,
                      size_t cap) {
-  int min = (int)map_int(info, RDV_K_MIN, 1), max = (int)map_int(info, RDV_K_MAX, 1);
-  int st = (int)map_int(info, RDV_K_STATIC, 0);
-  int mr = (int)map_int(info, RDV_K_MAX_RESTARTS, 0);
+  int min = (int)proto_map_i64(info, RDV_K_MIN, 1), max = (int)proto_map_i64(info, RDV_K_MAX, 1);
+  int st = (int)proto_map_i64(info, RDV_K_STATIC, 0);
+  int mr = (int)proto_map_i64(info, RDV_K_MAX_RESTARTS, 0);
   if (min < 1 || max < min) {
     snprintf(err, cap, "nnodes %d:%d is not MIN:MAX with 0 < MIN <= MAX", min,
              max);
@@ -637,10 +589,10 @@ static int configure(rdv_job_t *rj, const msgpack_object *info, char *err,
   rj->max = max;
   rj->static_mode = st;
   rj->max_restarts = mr;
-  rj->allow_mismatch = (int)map_int(info, RDV_K_ALLOW_MISMATCH, 0);
-  rj->last_call_ms = map_int(info, RDV_K_LAST_CALL, 30000);
-  rj->join_timeout_ms = map_int(info, RDV_K_JOIN_TIMEOUT, 600000);
-  rj->hb_ms = map_int(info, RDV_K_HEARTBEAT, 5000);
+  rj->allow_mismatch = (int)proto_map_i64(info, RDV_K_ALLOW_MISMATCH, 0);
+  rj->last_call_ms = proto_map_i64(info, RDV_K_LAST_CALL, 30000);
+  rj->join_timeout_ms = proto_map_i64(info, RDV_K_JOIN_TIMEOUT, 600000);
+  rj->hb_ms = proto_map_i64(info, RDV_K_HEARTBEAT, 5000);
   if (rj->hb_ms < 10)
     rj->hb_ms = 10;
   for (int i = 0; i < rj->nexpected; i++)
@@ -649,7 +601,7 @@ static int configure(rdv_job_t *rj, const msgpack_object *info, char *err,
   rj->expected = NULL;
   rj->nexpected = 0;
   {
-    const msgpack_object *ex = map_get(info, RDV_K_EXPECTED);
+    const msgpack_object *ex = proto_map_get(info, RDV_K_EXPECTED);
     if (ex && ex->type == MSGPACK_OBJECT_ARRAY && ex->via.array.size > 0 &&
         ex->via.array.size <= 65536) {
       rj->expected = calloc(ex->via.array.size, sizeof(char *));
@@ -707,8 +659,8 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
     srv__reply_err(c, msg->id, RDZV_EPROTO, "rdzv_join sent twice");
     return;
   }
-  map_str(info, RDV_K_HOST, m->host, sizeof(m->host));
-  map_str(info, RDV_K_ADDR, m->addr, sizeof(m->addr));
+  proto_map_str(info, RDV_K_HOST, m->host, sizeof(m->host));
+  proto_map_str(info, RDV_K_ADDR, m->addr, sizeof(m->addr));
   if (m->addr[0] == '\0') {
     /* The address this node reached us from. */
     const char *p = c->peer;
@@ -724,11 +676,11 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
   }
   if (m->host[0] == '\0')
     lu_strlcpy(m->host, m->addr, sizeof(m->host));
-  m->nproc = (int)map_int(info, RDV_K_NPROC, 1);
-  m->pref_rank = (int)map_int(info, RDV_K_RANK, -1);
-  m->master_port = (int)map_int(info, RDV_K_MASTER_PORT, 0);
+  m->nproc = (int)proto_map_i64(info, RDV_K_NPROC, 1);
+  m->pref_rank = (int)proto_map_i64(info, RDV_K_RANK, -1);
+  m->master_port = (int)proto_map_i64(info, RDV_K_MASTER_PORT, 0);
   free(m->fp);
-  m->fp = map_strdup(info, RDV_K_FINGERPRINT);
+  m->fp = proto_map_strdup(info, RDV_K_FINGERPRINT);
   if (m->nproc < 1) {
     srv__reply_err(c, msg->id, RDZV_EINVAL, "nproc must be at least 1");
     member_free(m);
@@ -781,11 +733,11 @@ static void op_report(conn_t *c, const proto_msg_t *msg) {
   srv__reply_ok(c, msg->id);
   if (rj == NULL || info == NULL || info->type != MSGPACK_OBJECT_MAP)
     return;
-  gen = map_int(info, "gen", -2);
+  gen = proto_map_i64(info, "gen", -2);
   if (gen != rj->gen || rj->state != R_RUNNING || !m->in_round)
     return; /* about an earlier generation: already handled */
   m->last_hb = uv_now(c->srv->loop);
-  if (map_int(info, "ok", 0)) {
+  if (proto_map_i64(info, "ok", 0)) {
     m->state = M_DONE;
     if (count_state(rj, M_DONE, 1) == count_state(rj, -1, 1)) {
       snprintf(rj->reason, sizeof(rj->reason), "every worker of %d nodes "
@@ -798,7 +750,7 @@ static void op_report(conn_t *c, const proto_msg_t *msg) {
     /* The first failure of this generation: the root cause. */
     proto_enc_t e;
     char what[64];
-    int64_t code = map_int(info, "exit_code", -1), sig = map_int(info, "signal", 0);
+    int64_t code = proto_map_i64(info, "exit_code", -1), sig = proto_map_i64(info, "signal", 0);
     proto_enc_init(&e);
     msgpack_pack_object(&e.pk, *info);
     free(rj->root);
@@ -818,12 +770,12 @@ static void op_report(conn_t *c, const proto_msg_t *msg) {
       snprintf(what, sizeof(what), "exit code %d", (int)code);
     if (rj->failures > rj->max_restarts) {
       snprintf(rj->reason, sizeof(rj->reason), "rank %d on %s failed (%s); "
-               "%d of %d restarts used", (int)map_int(info, "rank", -1),
+               "%d of %d restarts used", (int)proto_map_i64(info, "rank", -1),
                m->host, what, rj->failures - 1, rj->max_restarts);
       finish(rj, 0);
     } else {
       restart(rj, "rank %d on %s failed (%s); restart %d of %d",
-              (int)map_int(info, "rank", -1), m->host, what, rj->failures,
+              (int)proto_map_i64(info, "rank", -1), m->host, what, rj->failures,
               rj->max_restarts);
     }
   }

@@ -19,6 +19,17 @@ export LAUNCH_TEST_TIMEOUT_MULT=${LAUNCH_TEST_TIMEOUT_MULT:-2}
 status=0
 (cd "$BUILD" && ctest --output-on-failure --timeout 600 -j 2 "$@") || status=$?
 
+# ThreadSanitizer (librdzv is used from many threads; the test server runs
+# on a thread of its own): the C tests again, in a Release build.
+if [ $status -eq 0 ] && [ -z "${SKIP_TSAN:-}" ]; then
+  cmake -S . -B "$BUILD-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DLAUNCH_TSAN=ON -DLAUNCH_WERROR=$WERROR >/dev/null
+  cmake --build "$BUILD-tsan" -j "$(nproc)"
+  (cd "$BUILD-tsan" && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure \
+     --timeout 600 -j 2 -L 'quick|integration' -E 'test_agent|test_cli|test_doctor') \
+    || status=$?
+fi
+
 if [ $status -eq 0 ] && [ -x scripts/fuzz-short.sh ] && command -v clang >/dev/null; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash scripts/fuzz-short.sh || status=$?
 fi

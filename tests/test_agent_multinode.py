@@ -198,14 +198,30 @@ def test_static():
         assert env["MASTER_ADDR"] == "127.0.0.2" and env["MASTER_PORT"] == str(port)
 
 
+def status_json(port, job):
+    p = subprocess.run([lt.launch_bin(), "status", "--json", "--rdzv-endpoint",
+                        "127.0.0.1:%d" % port, "--rdzv-id", job, "--timeout", "2"],
+                       capture_output=True, text=True, timeout=30)
+    try:
+        return json.loads(p.stdout)
+    except ValueError:
+        return None
+
+
 def test_mismatch():
     d = tempfile.mkdtemp()
     port = lt.free_port()
     a = agents(1, port, "2", 1, ["ok"], d)
-    b = agents(1, port, "3", 1, ["ok"], d, first=2)
+    b = []
     try:
+        # the first node sets the job's flags; a node asking for others is
+        # refused with a message naming them
+        lt.wait_until(lambda: (status_json(port, "mn") or {}).get("members"), 30,
+                      "the first node to join")
+        b = agents(1, port, "3", 1, ["ok"], d, first=2)
         rc = b[0].wait(60)
-        assert rc != 0 and "--nnodes" in b[0].output(), b[0].output()
+        out = b[0].output()
+        assert rc != 0 and "--nnodes 3:3" in out and "--nnodes 2:2" in out, out
     finally:
         for p in a + b:
             p.kill()

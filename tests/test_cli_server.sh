@@ -32,7 +32,7 @@ expect_fail "missing token file" "--token-file $T/nope" "$LAUNCH" server --port 
 : > "$T/empty"
 expect_fail "empty token file" "is empty" "$LAUNCH" server --port 0 --token-file "$T/empty"
 expect_fail "bad allow list" "does not parse" "$LAUNCH" server --port 0 --tcpstore-allow 300.1.1.1/8
-expect_fail "unknown subcommand" "unknown subcommand" "$LAUNCH" frobnicate
+expect_fail "no program" "no program given" "$LAUNCH" --standalone
 "$LAUNCH" server --help | grep -q "TCPStore has no authentication" || fail "--help lacks the TCPStore warning"
 
 start_server() { # start_server NAME args... -> sets PORT, SPID

@@ -70,7 +70,7 @@ def clean_env():
 
 def torchrun_env(nproc):
     d = tempfile.mkdtemp()
-    # Debian's 1.13 torchrun needs these to run on Python 3.11
+    # Debian's 1.13 torchrun needs --redirects/--tee to run on Python 3.11
     p = subprocess.run([PY, "-m", "torch.distributed.run", "--standalone",
                         "--nproc_per_node", str(nproc), "--monitor_interval", "0.1",
                         "--redirects", "0:1", "--tee", "0:1", script(DUMP), d],
@@ -97,9 +97,19 @@ def load(d):
     return out
 
 
+def torch_version():
+    import torch
+    v = torch.__version__.split("+")[0].split(".")
+    return int(v[0]), int(v[1])
+
+
 def check_contract():
     t = load(torchrun_env(2))
     base = dict(os.environ)
+    tv = torch_version()
+    # torchrun >= 2.4 serves the workers' store from its agent, as launch
+    # does by default; 1.13 lets rank 0 host it.
+    torchrun_agent_store = tv >= (2, 4)
     for store in ("rank0", "agent"):
         ours = load(launch_env(2, store))
         assert sorted(t) == sorted(ours) == [0, 1]
@@ -107,7 +117,8 @@ def check_contract():
             te, oe = t[rank], ours[rank]
             # every variable torchrun adds, launch adds too
             added = [k for k in te if k not in base or base[k] != te[k]]
-            missing = [k for k in added if k not in oe and k != "NCCL_ASYNC_ERROR_HANDLING"]
+            missing = [k for k in added if k not in oe and k != "NCCL_ASYNC_ERROR_HANDLING"
+                       and not k.startswith("TORCH_NCCL_")]
             assert not missing, (store, missing)
             for k in CONTRACT:
                 assert k in te and k in oe, (k, store)
@@ -121,14 +132,15 @@ def check_contract():
                     assert te[k].endswith(suffix) and oe[k].endswith(suffix), (te[k], oe[k])
                     continue
                 if k == "TORCHELASTIC_USE_AGENT_STORE":
-                    # 1.13's torchrun lets rank 0 host the store (rank0 mode);
-                    # launch's default serves it from the agent.
-                    assert te[k] == "False"
+                    assert te[k] == ("True" if torchrun_agent_store else "False")
                     assert oe[k] == ("False" if store == "rank0" else "True")
                     continue
                 assert te[k] == oe[k], (k, te[k], oe[k], store)
             # PyTorch < 2.2 reads NCCL_ASYNC_ERROR_HANDLING; 2.x the TORCH_ name
-            assert te.get("NCCL_ASYNC_ERROR_HANDLING") == "1"
+            if tv < (2, 2):
+                assert te.get("NCCL_ASYNC_ERROR_HANDLING") == "1"
+            else:
+                assert te.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1"
             assert oe.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1"
             if store == "rank0":
                 assert oe.get("NCCL_ASYNC_ERROR_HANDLING") == "1"

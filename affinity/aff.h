@@ -1,0 +1,348 @@
+/* aff.h - topology and binding (module affinity/, prefix aff_).
+ *
+ * What the agent does with it, in order:
+ *
+ *   1. aff_topo_load()      once at start (blocking: hwloc walks /sys, NVML
+ *                           is asked; run it in uv_queue_work or before the
+ *                           loop starts). GPUs by PCI bus id, honouring
+ *                           CUDA_VISIBLE_DEVICES; each GPU's NUMA node, local
+ *                           cores, PCIe link, closest NIC.
+ *   2. aff_policy_parse()   from --cpu-bind / --mem-bind.
+ *   3. aff_plan_new()       before forking: one aff_binding_t per local rank,
+ *                           fully precomputed (CPU mask, node mask, the
+ *                           LAUNCH_* strings), warnings logged once.
+ *   4. in the child:        aff_apply_child(aff_plan_rank(plan, i), 2)
+ *                           between fork() and exec(): no allocation, no
+ *                           locks, only sched_setaffinity + set_mempolicy.
+ *      or with uv_spawn:    aff_self_save(); aff_apply(b); uv_spawn(...);
+ *                           aff_self_restore(): the loop thread's affinity
+ *                           and memory policy are inherited by the child.
+ *   5. aff_binding_envv()   LAUNCH_CPUS, LAUNCH_NUMA_NODE, LAUNCH_GPU_BUSID,
+ *                           LAUNCH_HCA, LAUNCH_HCA_PORT, LAUNCH_NETDEV,
+ *                           LAUNCH_HCAS for the worker environment (and the
+ *                           NCCL profile templates).
+ *
+ * Threads: a topology and a plan are immutable after creation and may be
+ * read from any thread. Errors: 0 or a negative RDZV_E* / -errno code;
+ * functions that parse user input also fill an err buffer with a sentence
+ * that says what to change.
+ */
+#ifndef AFF_H
+#define AFF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lu.h"
+
+/* ---- CPU sets ------------------------------------------------------------------
+ * Same layout as glibc's cpu_set_t (an array of unsigned long, bit i = CPU
+ * i), so it goes to sched_setaffinity as is. */
+#define AFF_MAX_CPUS 4096
+#define AFF_LONG_BITS (8 * sizeof(unsigned long))
+typedef struct aff_cpuset_s {
+  unsigned long bits[AFF_MAX_CPUS / AFF_LONG_BITS];
+} aff_cpuset_t;
+
+void aff_cpuset_zero(aff_cpuset_t *s);
+void aff_cpuset_set(aff_cpuset_t *s, int cpu);
+int aff_cpuset_isset(const aff_cpuset_t *s, int cpu);
+int aff_cpuset_count(const aff_cpuset_t *s);
+int aff_cpuset_first(const aff_cpuset_t *s); /* -1 when empty */
+/* Next set CPU after `cpu`, -1 at the end. */
+int aff_cpuset_next(const aff_cpuset_t *s, int cpu);
+void aff_cpuset_and(aff_cpuset_t *d, const aff_cpuset_t *a);
+void aff_cpuset_or(aff_cpuset_t *d, const aff_cpuset_t *a);
+int aff_cpuset_equal(const aff_cpuset_t *a, const aff_cpuset_t *b);
+int aff_cpuset_intersects(const aff_cpuset_t *a, const aff_cpuset_t *b);
+
+/* Parse a Linux cpulist: "0-9,20-29", "3", "" (empty set). Spaces around
+ * items are allowed. Rejects ranges that run backwards, CPUs >=
+ * AFF_MAX_CPUS, stray characters.
+ * OUT *s. RET 0 or RDZV_EINVAL with err explaining (err may be NULL). */
+int aff_cpulist_parse(const char *str, aff_cpuset_t *s, char *err,
+                      size_t errlen);
+/* Format as a cpulist ("0-9,20-29"; "" for the empty set) into buf.
+ * RET the length it needed (like snprintf); truncated output ends with
+ * '\0' at n-1. */
+size_t aff_cpulist_format(const aff_cpuset_t *s, char *buf, size_t n);
+
+/* Per-local-rank CPU lists, the LIST form of --cpu-bind: lists separated by
+ * ':' ("0-3:4-7:8-11:12-15"). ':' needs no shell quoting and never appears
+ * inside a cpulist. RET the number of lists (>= 1) or RDZV_EINVAL with err
+ * naming the list that is wrong. OUT sets[0..max-1]. */
+int aff_cpulists_parse(const char *str, aff_cpuset_t *sets, int max,
+                       char *err, size_t errlen);
+
+/* ---- topology --------------------------------------------------------------- */
+
+typedef struct aff_topo_s aff_topo_t;
+
+/* How two devices are connected, best first, as nvidia-smi topo -m. */
+typedef enum {
+  AFF_PATH_SELF = 0, /* X: the same device */
+  AFF_PATH_NVLINK,   /* NV#: NVLink (hwloc NVLinkBandwidth or NVML) */
+  AFF_PATH_PIX,      /* at most one PCIe switch between them */
+  AFF_PATH_PXB,      /* several PCIe switches, no host bridge */
+  AFF_PATH_PHB,      /* through a PCIe host bridge */
+  AFF_PATH_NODE,     /* across host bridges inside one NUMA node */
+  AFF_PATH_SYS,      /* across NUMA nodes (the socket interconnect) */
+  AFF_PATH_UNKNOWN
+} aff_path_t;
+
+const char *aff_path_name(aff_path_t p); /* "X", "NV", "PIX", ... */
+
+/* A PCIe link as negotiated and as the device could do. 0 = unknown. */
+typedef struct aff_pcie_s {
+  double gbps;       /* hwloc's pci_link_speed: GB/s of the current link */
+  int width;         /* current lanes */
+  int width_max;     /* lanes the device supports */
+  double gts;        /* current GT/s per lane */
+  double gts_max;    /* GT/s the device supports */
+} aff_pcie_t;
+
+typedef struct aff_gpu_s {
+  int index;          /* CUDA device index (position among visible GPUs) */
+  int phys;           /* position among all NVIDIA GPUs in PCI bus order
+                         (the nvidia-smi / NVML index) */
+  char busid[16];     /* "0000:07:00.0" */
+  char model[64];     /* "NVIDIA A100-SXM4-40GB", or the PCI id */
+  char uuid[48];      /* "GPU-..." when known */
+  uint64_t mem_bytes; /* 0 = unknown */
+  uint16_t vendor, device;
+  int numa;           /* NUMA node (OS index), -1 unknown */
+  aff_cpuset_t cpus;  /* CPUs local to the GPU (its NUMA node's) */
+  aff_pcie_t link;
+  int nic;            /* closest NIC (index into the NIC list), -1 none */
+  aff_path_t nic_path;
+} aff_gpu_t;
+
+typedef struct aff_nic_s {
+  char name[32];       /* HCA name ("mlx5_0"), else the netdev */
+  char hca[32];        /* RDMA device, "" when none */
+  char netdev[32];     /* network interface, "" when none */
+  char busid[16];
+  uint16_t vendor, device;
+  int numa;            /* -1 unknown */
+  int port;            /* the port used: first ACTIVE port, else 1 */
+  int nports;
+  int port_state;      /* IB port state: 4 ACTIVE, 1 DOWN, 2 INIT, 3 ARMED;
+                          -1 unknown */
+  char rate[48];       /* "200 Gb/sec (4X HDR)", "" unknown */
+  int rate_gbps;       /* 0 unknown */
+  char link_layer[16]; /* "InfiniBand", "Ethernet" (RoCE), "" unknown */
+  aff_pcie_t link;
+} aff_nic_t;
+
+typedef enum {
+  AFF_GPUSRC_AUTO = 0, /* NVML, else the CUDA runtime, else PCI (sysfs) */
+  AFF_GPUSRC_PCI       /* only the PCI tree: NVIDIA display/3D devices */
+} aff_gpusrc_t;
+
+typedef struct aff_topo_opts_s {
+  size_t size;       /* sizeof(aff_topo_opts_t) */
+  unsigned version;  /* 1 */
+  const char *xml;   /* hwloc XML file to plan for; NULL = this machine */
+  const char *root;  /* prefix for /sys and /proc reads (NULL = "/"); tests */
+  const char *cuda_visible_devices; /* NULL = the CUDA_VISIBLE_DEVICES env */
+  aff_gpusrc_t gpu_source;          /* XML topologies always use PCI */
+  lu_log_t *log;     /* warnings while loading; NULL = quiet */
+} aff_topo_opts_t;
+
+#define AFF_TOPO_OPTS_INIT                                                     \
+  { sizeof(aff_topo_opts_t), 1, NULL, NULL, NULL, AFF_GPUSRC_AUTO, NULL }
+
+/* Discover (or load from XML) the topology. Blocking; any thread.
+ * OUT *out: free with aff_topo_free(). RET 0, -errno (XML file missing),
+ * RDZV_EINVAL (hwloc refused the XML; err says why). */
+int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
+                  size_t errlen);
+void aff_topo_free(aff_topo_t *t); /* NULL is a no-op */
+
+/* Where it came from: "hwloc XML tests/topo/dgx-a100.xml" or "this machine
+ * (hwloc 2.9.0, GPUs from NVML)". */
+const char *aff_topo_source(const aff_topo_t *t);
+const char *aff_topo_hostname(const aff_topo_t *t);
+int aff_topo_ngpus(const aff_topo_t *t);          /* visible GPUs */
+const aff_gpu_t *aff_topo_gpu(const aff_topo_t *t, int i);
+int aff_topo_nnics(const aff_topo_t *t);
+const aff_nic_t *aff_topo_nic(const aff_topo_t *t, int i);
+int aff_topo_ncpus(const aff_topo_t *t);          /* PUs */
+int aff_topo_ncores(const aff_topo_t *t);
+/* NUMA nodes: RET the count; aff_topo_numa() gives the i-th node's OS
+ * index and CPUs (the CPUs may be empty: memory-only nodes). */
+int aff_topo_nnuma(const aff_topo_t *t);
+int aff_topo_numa(const aff_topo_t *t, int i, aff_cpuset_t *cpus);
+/* Path between GPU a and GPU b (indexes of aff_topo_gpu). */
+aff_path_t aff_topo_gpu_path(const aff_topo_t *t, int a, int b);
+aff_path_t aff_topo_gpu_nic_path(const aff_topo_t *t, int gpu, int nic);
+/* NVLink bandwidth between two GPUs in MB/s (0 = none or unknown). */
+uint64_t aff_topo_nvlink_mbps(const aff_topo_t *t, int a, int b);
+/* 1 when any GPU pair has NVLink, 0 when none, -1 unknown (no GPUs). */
+int aff_topo_has_nvlink(const aff_topo_t *t);
+/* Comma list of the HCAs that are the closest NIC of some GPU ("mlx5_0,
+ * mlx5_1,..."): the compute rails; "" when none. */
+const char *aff_topo_gpu_hcas(const aff_topo_t *t);
+
+/* Topology warnings (a NIC on another NUMA node than its GPUs, a PCIe link
+ * narrower or slower than the device supports, NUMA balancing on, an IB
+ * port down): RET the count; aff_topo_warning() the i-th sentence. */
+int aff_topo_nwarnings(const aff_topo_t *t);
+const char *aff_topo_warning(const aff_topo_t *t, int i);
+
+/* Export the topology as hwloc XML with launch's extra info attributes
+ * (PCIe current/max width and speed, IB port rate and link layer) so that
+ * another machine can plan for this one. RET 0 or RDZV_EINVAL. */
+int aff_topo_export_xml(const aff_topo_t *t, const char *path, char *err,
+                        size_t errlen);
+
+/* ---- policies and plans ----------------------------------------------------- */
+
+typedef enum {
+  AFF_CPU_NONE = 0, /* inherit the agent's CPUs */
+  AFF_CPU_NUMA,     /* every CPU of the GPU's NUMA node */
+  AFF_CPU_CORES,    /* the node's cores split without overlap among the
+                       GPUs that share the node */
+  AFF_CPU_LIST      /* explicit per-rank lists */
+} aff_cpu_bind_t;
+
+typedef enum {
+  AFF_MEM_NONE = 0,  /* default policy */
+  AFF_MEM_LOCAL,     /* MPOL_BIND to the rank's NUMA node */
+  AFF_MEM_PREFERRED  /* MPOL_PREFERRED: the node first, others when full */
+} aff_mem_bind_t;
+
+#define AFF_MAX_RANKS 256
+
+typedef struct aff_policy_s {
+  aff_cpu_bind_t cpu;
+  aff_mem_bind_t mem;
+  int nlists;                      /* AFF_CPU_LIST: lists given */
+  aff_cpuset_t lists[AFF_MAX_RANKS];
+} aff_policy_t;
+
+/* Parse --cpu-bind (none|numa|cores|LIST; NULL = none) and --mem-bind
+ * (none|local|preferred; NULL = none). OUT *p. RET 0 or RDZV_EINVAL, err
+ * says which value is wrong and what is accepted. */
+int aff_policy_parse(const char *cpu_bind, const char *mem_bind,
+                     aff_policy_t *p, char *err, size_t errlen);
+const char *aff_cpu_bind_name(aff_cpu_bind_t c);
+const char *aff_mem_bind_name(aff_mem_bind_t m);
+
+#define AFF_ENV_COUNT 7
+#define AFF_CPULIST_LEN 1024
+
+/* One local rank, everything precomputed so that applying it in a forked
+ * child needs no allocation and no lookups. Read-only for the caller. */
+typedef struct aff_binding_s {
+  int local_rank;
+  int gpu;                 /* index of aff_topo_gpu, -1: no GPU */
+  int numa;                /* the rank's NUMA node, -1 unknown */
+  int bind_cpus;           /* apply `cpus` */
+  aff_cpuset_t cpus;       /* the CPU set the worker gets */
+  int mem_policy;          /* 0 none, else MPOL_BIND / MPOL_PREFERRED */
+  unsigned long nodemask[AFF_MAX_CPUS / AFF_LONG_BITS];
+  char cpulist[AFF_CPULIST_LEN]; /* `cpus` as a cpulist */
+  char hca[32];            /* closest HCA, "" none */
+  int hca_port;
+  char netdev[32];         /* closest netdev, "" none */
+  /* "LAUNCH_CPUS=..." ...: see aff_binding_envv(). */
+  char env_buf[AFF_ENV_COUNT][AFF_CPULIST_LEN + 32];
+  const char *envv[AFF_ENV_COUNT + 1];
+  /* Written to errfd by aff_apply_child() when applying fails. */
+  char fail_msg[192];
+} aff_binding_t;
+
+typedef struct aff_plan_s aff_plan_t;
+
+/* Plan nproc local ranks on topology t with policy p. Never fails on a
+ * machine that cannot honour the policy: it degrades (fewer cores than
+ * ranks: ranks share the node's CPUs; no NUMA information: no memory
+ * binding; a CPU list naming absent CPUs: that rank is not bound) and
+ * records a warning for each (aff_plan_warning), logged once when log is
+ * set. For this machine (t loaded without xml) CPUs outside the agent's
+ * own affinity mask (a cgroup/cpuset, srun's binding) are never used.
+ * OUT *out: free with aff_plan_free(). RET 0, RDZV_EINVAL (nproc out of
+ * 1..AFF_MAX_RANKS, or a LIST policy whose list count is not nproc: err
+ * says so), RDZV_ENOMEM. */
+int aff_plan_new(const aff_topo_t *t, const aff_policy_t *p, int nproc,
+                 lu_log_t *log, aff_plan_t **out, char *err, size_t errlen);
+void aff_plan_free(aff_plan_t *plan); /* NULL is a no-op */
+int aff_plan_nranks(const aff_plan_t *plan);
+const aff_binding_t *aff_plan_rank(const aff_plan_t *plan, int local_rank);
+int aff_plan_nwarnings(const aff_plan_t *plan);
+const char *aff_plan_warning(const aff_plan_t *plan, int i);
+const aff_policy_t *aff_plan_policy(const aff_plan_t *plan);
+
+/* NULL-terminated "KEY=VALUE" strings for the worker environment:
+ * LAUNCH_CPUS (cpulist), LAUNCH_NUMA_NODE (node or -1), LAUNCH_GPU_BUSID,
+ * LAUNCH_HCA, LAUNCH_HCA_PORT, LAUNCH_NETDEV (empty when none),
+ * LAUNCH_HCAS (every GPU-attached HCA of the node, comma-separated; the
+ * rank's own HCA when no GPU has one). They live as long as the plan. */
+const char *const *aff_binding_envv(const aff_binding_t *b);
+
+/* The --report-bindings line for a rank:
+ * "local rank 1: GPU1 0000:0f:00.0 NUMA 3 cpus 56-63,184-191 (cores)
+ *  mem bind 3 NIC mlx5_1:1 ibp18s0". RET as snprintf. */
+int aff_binding_format(const aff_plan_t *plan, const aff_topo_t *t, int rank,
+                       char *buf, size_t n);
+
+/* Apply b to the calling process. Async-signal-safe: only
+ * sched_setaffinity(2) and set_mempolicy(2); safe between fork and exec.
+ * RET 0, or -errno of the first call that failed (the other is still
+ * tried). */
+int aff_apply(const aff_binding_t *b);
+/* aff_apply, and when it fails write b->fail_msg plus the error to errfd
+ * (write(2) only) and go on: a job is never stopped by a binding the
+ * kernel refused, but it is never silent either. RET as aff_apply. */
+int aff_apply_child(const aff_binding_t *b, int errfd);
+
+/* Save / restore the calling thread's CPU affinity and memory policy,
+ * around aff_apply() + uv_spawn() when the child cannot run code before
+ * exec. RET 0 or -errno. */
+typedef struct aff_saved_s {
+  aff_cpuset_t cpus;
+  int mode;
+  unsigned long nodemask[AFF_MAX_CPUS / AFF_LONG_BITS];
+} aff_saved_t;
+int aff_self_save(aff_saved_t *s);
+int aff_self_restore(const aff_saved_t *s);
+
+/* ---- reports ------------------------------------------------------------------ */
+
+/* `launch topo`: the GPU/NIC/NUMA matrix, the binding plan per local rank
+ * (plan may be NULL), the warnings. OUT *out malloc'd text. RET 0 or
+ * RDZV_ENOMEM. */
+int aff_report_text(const aff_topo_t *t, const aff_plan_t *plan, char **out);
+int aff_report_json(const aff_topo_t *t, const aff_plan_t *plan, char **out);
+
+/* ---- GPU software stack (dlopen at run time; nothing at build time) ---------- */
+
+typedef struct aff_sysinfo_s {
+  char driver[32];       /* "550.54.15" (NVML, else /proc/driver/nvidia) */
+  int cuda_driver;       /* CUDA version the driver supports, 12040; 0 */
+  int cuda_runtime;      /* libcudart version, 12040; 0 = not found */
+  int nccl;              /* ncclGetVersion, 22809; 0 = not found */
+  char nccl_path[256];   /* the library that answered */
+  char cudart_path[256];
+  int nvml;              /* 1 when NVML answered */
+  int ngpus;             /* NVML's count; -1 when NVML is absent */
+  char gpu_model[64];    /* first GPU's name ("" none) */
+  uint64_t gpu_mem_bytes;
+  int persistence;       /* GPUs with persistence mode on; -1 unknown */
+} aff_sysinfo_t;
+
+/* Ask NVML, libcudart and libnccl (each dlopen'ed from the default search
+ * path, $CUDA_HOME/lib64 and /usr/local/cuda/lib64) and read the driver
+ * version under root (NULL = "/"). Never fails: what is absent stays 0/"".
+ * Blocking (NVML init takes up to a second on big machines). */
+void aff_sysinfo_probe(aff_sysinfo_t *si, const char *root);
+/* Marketing name of an NVIDIA datacenter GPU by PCI device id
+ * ("Tesla V100-PCIE-32GB" for 0x1db6), NULL when not in launch's table. */
+const char *aff_gpu_model_name(unsigned device_id);
+/* "12.4", "2.28.9" from the integer codes (NCCL: both the old 2xyz and
+ * the new 2xxyy encodings). */
+void aff_cuda_version_str(int v, char *buf, size_t n);
+void aff_nccl_version_str(int v, char *buf, size_t n);
+
+#endif /* AFF_H */

@@ -1,0 +1,95 @@
+/* aff_bind.c - applying a binding: in a forked child before exec, or to
+ * the calling thread around a spawn. Raw system calls only, so that the
+ * child path allocates nothing and takes no lock (a libuv agent may fork
+ * while another thread holds malloc's lock). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <numaif.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "aff.h"
+
+/* set_mempolicy(2) reads maxnode - 1 bits. */
+#define MAXNODE (AFF_MAX_CPUS)
+
+int aff_apply(const aff_binding_t *b) {
+  int rc = 0;
+  if (b->bind_cpus &&
+      syscall(SYS_sched_setaffinity, 0, sizeof(b->cpus.bits), b->cpus.bits) != 0)
+    rc = -errno;
+  if (b->mem_policy != 0 &&
+      syscall(SYS_set_mempolicy, b->mem_policy, b->nodemask,
+              (unsigned long)MAXNODE) != 0 &&
+      rc == 0)
+    rc = -errno;
+  return rc;
+}
+
+/* strerror() may format into a buffer and is not async-signal-safe. */
+static const char *errname(int e) {
+  switch (e) {
+  case EINVAL: return "EINVAL (CPUs or node not allowed to this process)";
+  case EPERM: return "EPERM (not permitted)";
+  case EFAULT: return "EFAULT";
+  case ESRCH: return "ESRCH";
+  case ENOSYS: return "ENOSYS (no NUMA support in this kernel)";
+  case ENOMEM: return "ENOMEM";
+  default: return "error";
+  }
+}
+
+static void put(int fd, const char *s) {
+  size_t n = strlen(s);
+  while (n > 0) {
+    ssize_t w = write(fd, s, n);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return;
+    }
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+int aff_apply_child(const aff_binding_t *b, int errfd) {
+  int saved = errno;
+  int rc = aff_apply(b);
+  if (rc != 0 && errfd >= 0) {
+    put(errfd, b->fail_msg);
+    put(errfd, errname(-rc));
+    put(errfd, "\n");
+  }
+  errno = saved;
+  return rc;
+}
+
+int aff_self_save(aff_saved_t *s) {
+  memset(s, 0, sizeof(*s));
+  if (syscall(SYS_sched_getaffinity, 0, sizeof(s->cpus.bits), s->cpus.bits) < 0)
+    return -errno;
+  if (syscall(SYS_get_mempolicy, &s->mode, s->nodemask,
+              (unsigned long)MAXNODE, NULL, 0ul) != 0) {
+    /* no NUMA support: nothing to restore */
+    s->mode = -1;
+  }
+  return 0;
+}
+
+int aff_self_restore(const aff_saved_t *s) {
+  int rc = 0;
+  if (syscall(SYS_sched_setaffinity, 0, sizeof(s->cpus.bits), s->cpus.bits) != 0)
+    rc = -errno;
+  if (s->mode >= 0) {
+    const unsigned long *mask = s->mode == MPOL_DEFAULT ? NULL : s->nodemask;
+    if (syscall(SYS_set_mempolicy, s->mode, mask,
+                mask ? (unsigned long)MAXNODE : 0ul) != 0 &&
+        rc == 0)
+      rc = -errno;
+  }
+  return rc;
+}

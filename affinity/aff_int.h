@@ -1,0 +1,79 @@
+/* aff_int.h - affinity internals shared by the aff_*.c files. */
+#ifndef AFF_INT_H
+#define AFF_INT_H
+
+#include <hwloc.h>
+
+#include "aff.h"
+
+#define AFF_MAX_GPUS 64
+#define AFF_MAX_NICS 64
+#define AFF_MAX_NUMA 64
+#define AFF_MAX_WARN 64
+
+/* aff_gpu.c: GPU enumeration through NVML / the CUDA runtime. */
+typedef struct aff_gpu_probe_s {
+  char busid[16];
+  char model[64];
+  char uuid[48];
+  uint64_t mem_bytes;
+  int nvlinks; /* active NVLink links, -1 unknown */
+} aff_gpu_probe_t;
+
+struct aff_topo_s {
+  hwloc_topology_t hw;
+  int from_xml;
+  char source[320];
+  char hostname[128];
+  char root[256];              /* "" = "/" */
+  /* every NVIDIA GPU in PCI order, then the visible ones by CUDA index */
+  int nall;
+  aff_gpu_t all[AFF_MAX_GPUS];
+  hwloc_obj_t all_obj[AFF_MAX_GPUS]; /* PCI object, NULL when hwloc lacks it */
+  int ngpus;
+  aff_gpu_t gpus[AFF_MAX_GPUS];
+  hwloc_obj_t gpu_obj[AFF_MAX_GPUS];
+  int nnics;
+  aff_nic_t nics[AFF_MAX_NICS];
+  hwloc_obj_t nic_obj[AFF_MAX_NICS];
+  int nnuma;
+  int numa_os[AFF_MAX_NUMA];
+  aff_cpuset_t numa_cpus[AFF_MAX_NUMA];
+  int ncpus, ncores;
+  aff_cpuset_t allowed;        /* CPUs the plan may use */
+  uint64_t nvlink[AFF_MAX_GPUS][AFF_MAX_GPUS]; /* MB/s, by visible index */
+  int nvlink_known;
+  /* what NVML said, by NVML index */
+  int nnvml;
+  aff_gpu_probe_t nvml[AFF_MAX_GPUS];
+  int nvml_links[AFF_MAX_GPUS][AFF_MAX_GPUS];
+  char gpu_hcas[512];
+  int nwarn;
+  char warn[AFF_MAX_WARN][256];
+};
+
+/* aff_topo.c */
+void aff__topo_warn(aff_topo_t *t, const char *fmt, ...) LU_PRINTF(2, 3);
+aff_path_t aff__obj_path(const aff_topo_t *t, hwloc_obj_t a, hwloc_obj_t b,
+                         int numa_a, int numa_b);
+aff_path_t aff__nic_path(const aff_topo_t *t, int a, int b);
+/* hwloc bitmap -> our set */
+void aff__from_hwloc(aff_cpuset_t *d, hwloc_const_bitmap_t b);
+
+/* NVML: every GPU in NVML (= PCI) order, and the NVLink links between
+ * them: links[i][j] = active links from i that reach j, directly or
+ * through an NVSwitch (links may be NULL; -1 entries: unknown).
+ * RET count, or -1 when NVML is unavailable. */
+int aff__nvml_gpus(aff_gpu_probe_t *g, int max, int (*links)[AFF_MAX_GPUS]);
+/* CUDA runtime: the visible devices in CUDA order (bus ids only). RET
+ * count, or -1 when the runtime is absent or finds no device. */
+int aff__cudart_gpus(aff_gpu_probe_t *g, int max);
+
+/* Normalise a bus id ("00000000:07:00.0", "0000:07:00.0", "07:00.0") to
+ * "dddd:bb:dd.f" lower case. RET 0 or -1. */
+int aff__busid_norm(const char *in, char out[16]);
+
+/* Read a small sysfs/proc file under root: RET length, -1 on error. */
+int aff__read_line(const char *root, const char *path, char *buf, size_t n);
+
+#endif /* AFF_INT_H */

@@ -1,0 +1,1073 @@
+/* aff_topo.c - topology discovery: hwloc tree (live or XML), NVIDIA GPUs
+ * by PCI bus id, NUMA locality, NICs and their ports, NVLink, paths, and
+ * the topology warnings. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <ctype.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "aff_int.h"
+
+/* ---- small helpers -------------------------------------------------------------- */
+
+int aff__read_line(const char *root, const char *path, char *buf, size_t n) {
+  char full[768];
+  int fd;
+  ssize_t r;
+  if (n == 0)
+    return -1;
+  snprintf(full, sizeof(full), "%s%s", root && *root ? root : "", path);
+  fd = open(full, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  r = read(fd, buf, n - 1);
+  close(fd);
+  if (r < 0)
+    return -1;
+  buf[r] = '\0';
+  return (int)lu_rtrim(buf, (size_t)r);
+}
+
+int aff__busid_norm(const char *in, char out[16]) {
+  unsigned dom = 0, bus, dev, fn;
+  char tail;
+  if (in == NULL)
+    return -1;
+  if (sscanf(in, "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) == 4) {
+    /* "00000000:07:00.0" (NVML) or "0000:07:00.0" */
+  } else if (sscanf(in, "%x:%x.%x%c", &bus, &dev, &fn, &tail) == 3) {
+    dom = 0;
+  } else {
+    return -1;
+  }
+  if (dom > 0xffff || bus > 0xff || dev > 0x1f || fn > 7)
+    return -1;
+  snprintf(out, 16, "%04x:%02x:%02x.%x", dom, bus, dev, fn);
+  return 0;
+}
+
+void aff__from_hwloc(aff_cpuset_t *d, hwloc_const_bitmap_t b) {
+  int i;
+  aff_cpuset_zero(d);
+  if (b == NULL)
+    return;
+  hwloc_bitmap_foreach_begin(i, b) {
+    if (i >= AFF_MAX_CPUS)
+      break;
+    aff_cpuset_set(d, i);
+  }
+  hwloc_bitmap_foreach_end();
+}
+
+void aff__topo_warn(aff_topo_t *t, const char *fmt, ...) {
+  va_list ap;
+  if (t->nwarn >= AFF_MAX_WARN)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(t->warn[t->nwarn], sizeof(t->warn[0]), fmt, ap);
+  va_end(ap);
+  /* the same sentence once */
+  for (int i = 0; i < t->nwarn; i++)
+    if (strcmp(t->warn[i], t->warn[t->nwarn]) == 0)
+      return;
+  t->nwarn++;
+}
+
+static void seterr(char *err, size_t n, const char *fmt, ...) LU_PRINTF(3, 4);
+static void seterr(char *err, size_t n, const char *fmt, ...) {
+  va_list ap;
+  if (err == NULL || n == 0)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
+}
+
+const char *aff_path_name(aff_path_t p) {
+  static const char *const names[] = {"X",   "NV",   "PIX", "PXB",
+                                      "PHB", "NODE", "SYS", "?"};
+  return (unsigned)p < LU_ARRAY_SIZE(names) ? names[p] : "?";
+}
+
+static void busid_of(hwloc_obj_t o, char out[16]) {
+  snprintf(out, 16, "%04x:%02x:%02x.%x", (unsigned)o->attr->pcidev.domain,
+           o->attr->pcidev.bus, o->attr->pcidev.dev, o->attr->pcidev.func);
+}
+
+static const char *info(hwloc_obj_t o, const char *name) {
+  return o ? hwloc_obj_get_info_by_name(o, name) : NULL;
+}
+
+/* Leading number of "16.0 GT/s PCIe" / "8" / "Unknown" (0). */
+static double lead_num(const char *s) {
+  char *end;
+  double v;
+  if (s == NULL)
+    return 0;
+  v = strtod(s, &end);
+  return end == s || v < 0 ? 0 : v;
+}
+
+/* The NUMA node and local CPUs of an I/O object: its first non-I/O
+ * ancestor's. A PCI bus attached above several nodes (a whole package in
+ * NPS1/SNC-off mode seen from a split-node OS) has no single node: -1. */
+static int locality(const aff_topo_t *t, hwloc_obj_t o, aff_cpuset_t *cpus) {
+  hwloc_obj_t a = hwloc_get_non_io_ancestor_obj(t->hw, o);
+  int node = -1;
+  if (cpus)
+    aff_cpuset_zero(cpus);
+  if (a == NULL)
+    return -1;
+  if (cpus)
+    aff__from_hwloc(cpus, a->cpuset);
+  if (a->nodeset && hwloc_bitmap_weight(a->nodeset) == 1)
+    node = hwloc_bitmap_first(a->nodeset);
+  return node;
+}
+
+/* PCIe link: hwloc's GB/s, launch's info attributes (an export made by
+ * `launch topo --export` or tests/topo/gen_topo.py), and on this machine
+ * sysfs, which wins. */
+static void pcie_of(const aff_topo_t *t, hwloc_obj_t o, const char *busid,
+                    aff_pcie_t *l) {
+  char path[256], buf[64];
+  memset(l, 0, sizeof(*l));
+  if (o) {
+    l->gbps = o->attr->pcidev.linkspeed;
+    l->width = (int)lead_num(info(o, "PCIeLinkWidth"));
+    l->width_max = (int)lead_num(info(o, "PCIeLinkWidthMax"));
+    l->gts = lead_num(info(o, "PCIeLinkSpeedGTs"));
+    l->gts_max = lead_num(info(o, "PCIeLinkSpeedMaxGTs"));
+  }
+  if (t->from_xml || busid == NULL || busid[0] == '\0')
+    return;
+  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/current_link_width",
+           busid);
+  if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
+    l->width = (int)lead_num(buf);
+  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/max_link_width", busid);
+  if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
+    l->width_max = (int)lead_num(buf);
+  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/current_link_speed",
+           busid);
+  if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
+    l->gts = lead_num(buf);
+  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/max_link_speed", busid);
+  if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
+    l->gts_max = lead_num(buf);
+}
+
+/* ---- GPUs -------------------------------------------------------------------------- */
+
+static int is_nvidia_gpu(hwloc_obj_t o) {
+  unsigned cls = o->attr->pcidev.class_id;
+  /* 0x0300 VGA, 0x0302 3D controller (every datacenter GPU) */
+  return o->attr->pcidev.vendor_id == 0x10de && (cls == 0x0300 || cls == 0x0302);
+}
+
+static void gpu_from_obj(aff_topo_t *t, hwloc_obj_t o, aff_gpu_t *g) {
+  const char *model = NULL, *uuid = NULL, *mem = NULL;
+  memset(g, 0, sizeof(*g));
+  busid_of(o, g->busid);
+  g->vendor = o->attr->pcidev.vendor_id;
+  g->device = o->attr->pcidev.device_id;
+  for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) {
+    if (c->type != HWLOC_OBJ_OS_DEVICE)
+      continue;
+    if (model == NULL)
+      model = info(c, "GPUModel");
+    if (uuid == NULL)
+      uuid = info(c, "NVIDIAUUID");
+    if (mem == NULL)
+      mem = info(c, "CUDAGlobalMemorySize"); /* KiB */
+  }
+  if (model == NULL)
+    model = info(o, "PCIDevice");
+  if (model == NULL)
+    model = aff_gpu_model_name(g->device);
+  if (model)
+    lu_strlcpy(g->model, model, sizeof(g->model));
+  else
+    snprintf(g->model, sizeof(g->model), "NVIDIA [%04x:%04x]", g->vendor,
+             g->device);
+  if (uuid)
+    lu_strlcpy(g->uuid, uuid, sizeof(g->uuid));
+  if (mem)
+    g->mem_bytes = (uint64_t)strtoull(mem, NULL, 10) * 1024u;
+  g->numa = locality(t, o, &g->cpus);
+  pcie_of(t, o, g->busid, &g->link);
+  g->nic = -1;
+  g->nic_path = AFF_PATH_UNKNOWN;
+}
+
+/* A GPU hwloc did not report (no PCI discovery): locality from sysfs. */
+static void gpu_from_sysfs(aff_topo_t *t, const char *busid, aff_gpu_t *g) {
+  char path[256], buf[64], list[AFF_CPULIST_LEN];
+  memset(g, 0, sizeof(*g));
+  lu_strlcpy(g->busid, busid, sizeof(g->busid));
+  g->vendor = 0x10de;
+  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/device", busid);
+  if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
+    g->device = (uint16_t)strtoul(buf, NULL, 16);
+  if (aff_gpu_model_name(g->device))
+    lu_strlcpy(g->model, aff_gpu_model_name(g->device), sizeof(g->model));
+  else
+    snprintf(g->model, sizeof(g->model), "NVIDIA [10de:%04x]", g->device);
+  g->numa = -1;
+  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node", busid);
+  if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
+    g->numa = atoi(buf) < 0 ? -1 : atoi(buf);
+  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/local_cpulist", busid);
+  if (aff__read_line(t->root, path, list, sizeof(list)) > 0)
+    aff_cpulist_parse(list, &g->cpus, NULL, 0);
+  pcie_of(t, NULL, busid, &g->link);
+  g->nic = -1;
+  g->nic_path = AFF_PATH_UNKNOWN;
+}
+
+/* Every NVIDIA GPU of the PCI tree, by bus id; sysfs when hwloc saw none. */
+static void scan_gpus(aff_topo_t *t) {
+  hwloc_obj_t o = NULL;
+  while ((o = hwloc_get_next_pcidev(t->hw, o)) != NULL) {
+    if (!is_nvidia_gpu(o) || t->nall >= AFF_MAX_GPUS)
+      continue;
+    gpu_from_obj(t, o, &t->all[t->nall]);
+    t->all_obj[t->nall] = o;
+    t->nall++;
+  }
+  /* hwloc walks the tree depth first; CUDA_DEVICE_ORDER=PCI_BUS_ID and
+   * nvidia-smi count by bus id. */
+  for (int i = 1; i < t->nall; i++)
+    for (int j = i; j > 0 && strcmp(t->all[j - 1].busid, t->all[j].busid) > 0;
+         j--) {
+      aff_gpu_t tmp = t->all[j];
+      hwloc_obj_t to = t->all_obj[j];
+      t->all[j] = t->all[j - 1];
+      t->all_obj[j] = t->all_obj[j - 1];
+      t->all[j - 1] = tmp;
+      t->all_obj[j - 1] = to;
+    }
+}
+
+/* The PCI tree from sysfs, for an hwloc built without PCI support or a
+ * container that hides it from hwloc. */
+static void scan_gpus_sysfs(aff_topo_t *t) {
+  char dir[512];
+  DIR *d;
+  struct dirent *e;
+  snprintf(dir, sizeof(dir), "%s/sys/bus/pci/devices", t->root);
+  if ((d = opendir(dir)) == NULL)
+    return;
+  while ((e = readdir(d)) != NULL && t->nall < AFF_MAX_GPUS) {
+    char path[512], buf[32], bid[16];
+    unsigned long cls;
+    if (e->d_name[0] == '.' || aff__busid_norm(e->d_name, bid) != 0)
+      continue;
+    snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/vendor", e->d_name);
+    if (aff__read_line(t->root, path, buf, sizeof(buf)) <= 0 ||
+        strtoul(buf, NULL, 16) != 0x10de)
+      continue;
+    snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/class", e->d_name);
+    if (aff__read_line(t->root, path, buf, sizeof(buf)) <= 0)
+      continue;
+    cls = strtoul(buf, NULL, 16) >> 8;
+    if (cls != 0x0300 && cls != 0x0302)
+      continue;
+    gpu_from_sysfs(t, bid, &t->all[t->nall]);
+    t->all_obj[t->nall] = NULL;
+    t->nall++;
+  }
+  closedir(d);
+  for (int i = 1; i < t->nall; i++)
+    for (int j = i; j > 0 && strcmp(t->all[j - 1].busid, t->all[j].busid) > 0;
+         j--) {
+      aff_gpu_t tmp = t->all[j];
+      t->all[j] = t->all[j - 1];
+      t->all[j - 1] = tmp;
+    }
+}
+
+static int find_all(const aff_topo_t *t, const char *busid) {
+  for (int i = 0; i < t->nall; i++)
+    if (strcmp(t->all[i].busid, busid) == 0)
+      return i;
+  return -1;
+}
+
+/* Merge what NVML knows (names, UUIDs, memory; GPUs hwloc missed). */
+static void merge_probe(aff_topo_t *t, const aff_gpu_probe_t *p, int n) {
+  for (int i = 0; i < n; i++) {
+    int k = find_all(t, p[i].busid);
+    if (k < 0) {
+      if (t->nall >= AFF_MAX_GPUS)
+        continue;
+      k = t->nall++;
+      gpu_from_sysfs(t, p[i].busid, &t->all[k]);
+      t->all_obj[k] = NULL;
+    }
+    if (p[i].model[0])
+      lu_strlcpy(t->all[k].model, p[i].model, sizeof(t->all[k].model));
+    if (p[i].uuid[0])
+      lu_strlcpy(t->all[k].uuid, p[i].uuid, sizeof(t->all[k].uuid));
+    if (p[i].mem_bytes)
+      t->all[k].mem_bytes = p[i].mem_bytes;
+  }
+}
+
+/* CUDA_VISIBLE_DEVICES, as the CUDA runtime reads it: indexes (in PCI
+ * order here; the runtime's own order is used when it can be asked), UUIDs
+ * or unique UUID prefixes ("GPU-8f3a"), MIG instances (their parent GPU).
+ * Like CUDA, the list stops at the first entry that names no device. */
+static void apply_visible(aff_topo_t *t, const char *cvd, lu_log_t *log) {
+  char buf[1024];
+  char *save = NULL, *tok;
+  int used[AFF_MAX_GPUS] = {0};
+  t->ngpus = 0;
+  if (cvd == NULL) {
+    for (int i = 0; i < t->nall; i++) {
+      t->gpus[t->ngpus] = t->all[i];
+      t->gpu_obj[t->ngpus] = t->all_obj[i];
+      t->gpus[t->ngpus].phys = i;
+      t->gpus[t->ngpus].index = t->ngpus;
+      t->ngpus++;
+    }
+    return;
+  }
+  lu_strlcpy(buf, cvd, sizeof(buf));
+  for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    int k = -1, v;
+    while (isspace((unsigned char)*tok))
+      tok++;
+    lu_rtrim(tok, strlen(tok));
+    if (lu_parse_int(tok, 0, 1 << 20, &v) == 0) {
+      k = v < t->nall ? v : -1;
+    } else if (strncmp(tok, "GPU-", 4) == 0 || strncmp(tok, "MIG-", 4) == 0) {
+      size_t n = strlen(tok);
+      int hits = 0;
+      if (strncmp(tok, "MIG-", 4) == 0) {
+        /* MIG-GPU-<uuid>/gi/ci (old form) names its parent; the new
+         * MIG-<uuid> form needs NVML's MIG API: bind to no GPU. */
+        const char *g = strstr(tok, "GPU-");
+        char *slash;
+        if (g == NULL) {
+          if (log)
+            LU_WARN(log,
+                    "CUDA_VISIBLE_DEVICES entry '%s' is a MIG instance whose "
+                    "parent GPU cannot be told without NVML; it gets no "
+                    "GPU-local binding",
+                    tok);
+          break;
+        }
+        tok = (char *)g;
+        if ((slash = strchr(tok, '/')) != NULL)
+          *slash = '\0';
+        n = strlen(tok);
+      }
+      for (int i = 0; i < t->nall; i++)
+        if (t->all[i].uuid[0] && strncmp(t->all[i].uuid, tok, n) == 0) {
+          k = i;
+          hits++;
+        }
+      if (hits > 1)
+        k = -1;
+      if (hits == 0 && log && t->nall > 0 && t->all[0].uuid[0] == '\0')
+        LU_WARN(log,
+                "CUDA_VISIBLE_DEVICES names GPU UUIDs but the GPUs' UUIDs are "
+                "unknown (no NVML); GPUs are planned in PCI order");
+    }
+    if (k < 0 || used[k]) {
+      /* CUDA ignores this entry and all that follow. */
+      if (log)
+        LU_WARN(log,
+                "CUDA_VISIBLE_DEVICES='%s': entry '%s' names no GPU of this "
+                "machine (%d found); CUDA ignores it and every entry after it",
+                cvd, tok, t->nall);
+      break;
+    }
+    used[k] = 1;
+    t->gpus[t->ngpus] = t->all[k];
+    t->gpu_obj[t->ngpus] = t->all_obj[k];
+    t->gpus[t->ngpus].phys = k;
+    t->gpus[t->ngpus].index = t->ngpus;
+    t->ngpus++;
+  }
+}
+
+/* ---- NICs ------------------------------------------------------------------------------ */
+
+static const char *const port_states[] = {"NOP",   "DOWN",   "INIT",
+                                          "ARMED", "ACTIVE", "ACTIVE_DEFER"};
+
+static void nic_ports(aff_topo_t *t, hwloc_obj_t hca, aff_nic_t *n) {
+  char key[32], path[256], buf[128];
+  int first_active = 0;
+  n->nports = 0;
+  n->port_state = -1;
+  for (int p = 1; p <= 8; p++) {
+    const char *st, *rate, *ll;
+    int state = -1;
+    char srate[48] = "", sll[16] = "";
+    snprintf(key, sizeof(key), "Port%dState", p);
+    st = info(hca, key);
+    snprintf(key, sizeof(key), "Port%dRate", p);
+    rate = info(hca, key);
+    snprintf(key, sizeof(key), "Port%dLinkLayer", p);
+    ll = info(hca, key);
+    if (st)
+      state = atoi(st);
+    if (rate)
+      lu_strlcpy(srate, rate, sizeof(srate));
+    if (ll)
+      lu_strlcpy(sll, ll, sizeof(sll));
+    if (!t->from_xml) {
+      snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/state",
+               n->hca, p);
+      if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
+        state = atoi(buf); /* "4: ACTIVE" */
+      snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/rate",
+               n->hca, p);
+      if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
+        lu_strlcpy(srate, buf, sizeof(srate));
+      snprintf(path, sizeof(path),
+               "/sys/class/infiniband/%s/ports/%d/link_layer", n->hca, p);
+      if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
+        lu_strlcpy(sll, buf, sizeof(sll));
+    }
+    if (state < 0 && srate[0] == '\0')
+      break;
+    n->nports = p;
+    if (first_active == 0 && state == 4)
+      first_active = p;
+    if (p == 1 || p == first_active) {
+      n->port_state = state;
+      lu_strlcpy(n->rate, srate, sizeof(n->rate));
+      lu_strlcpy(n->link_layer, sll, sizeof(n->link_layer));
+    }
+  }
+  n->port = first_active ? first_active : 1;
+  n->rate_gbps = (int)lead_num(n->rate);
+}
+
+static void scan_nics(aff_topo_t *t) {
+  hwloc_obj_t o = NULL;
+  while ((o = hwloc_get_next_pcidev(t->hw, o)) != NULL) {
+    hwloc_obj_t hca = NULL, net = NULL;
+    aff_nic_t *n;
+    for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) {
+      if (c->type != HWLOC_OBJ_OS_DEVICE || c->name == NULL)
+        continue;
+      if (c->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS && hca == NULL)
+        hca = c;
+      else if (c->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK && net == NULL)
+        net = c;
+    }
+    if ((hca == NULL && net == NULL) || t->nnics >= AFF_MAX_NICS)
+      continue;
+    n = &t->nics[t->nnics];
+    memset(n, 0, sizeof(*n));
+    busid_of(o, n->busid);
+    n->vendor = o->attr->pcidev.vendor_id;
+    n->device = o->attr->pcidev.device_id;
+    if (hca)
+      lu_strlcpy(n->hca, hca->name, sizeof(n->hca));
+    if (net)
+      lu_strlcpy(n->netdev, net->name, sizeof(n->netdev));
+    lu_strlcpy(n->name, hca ? hca->name : net->name, sizeof(n->name));
+    n->numa = locality(t, o, NULL);
+    pcie_of(t, o, n->busid, &n->link);
+    n->port = 0;
+    n->port_state = -1;
+    if (hca) {
+      nic_ports(t, hca, n);
+      /* An IPoIB netdev means the port runs InfiniBand. */
+      if (n->link_layer[0] == '\0' && strncmp(n->netdev, "ib", 2) == 0)
+        lu_strlcpy(n->link_layer, "InfiniBand", sizeof(n->link_layer));
+    }
+    t->nic_obj[t->nnics] = o;
+    t->nnics++;
+  }
+  /* PCI order, so that mlx5_0 comes before mlx5_1 as in nvidia-smi. */
+  for (int i = 1; i < t->nnics; i++)
+    for (int j = i; j > 0 && strcmp(t->nics[j - 1].busid, t->nics[j].busid) > 0;
+         j--) {
+      aff_nic_t tmp = t->nics[j];
+      hwloc_obj_t to = t->nic_obj[j];
+      t->nics[j] = t->nics[j - 1];
+      t->nic_obj[j] = t->nic_obj[j - 1];
+      t->nics[j - 1] = tmp;
+      t->nic_obj[j - 1] = to;
+    }
+}
+
+/* ---- paths --------------------------------------------------------------------------- */
+
+aff_path_t aff__obj_path(const aff_topo_t *t, hwloc_obj_t a, hwloc_obj_t b,
+                         int numa_a, int numa_b) {
+  hwloc_obj_t chain[64], anc = NULL;
+  int n = 0, da = 0, db = 0;
+  if (a != NULL && a == b)
+    return AFF_PATH_SELF;
+  if (a == NULL || b == NULL) {
+    if (numa_a < 0 || numa_b < 0)
+      return AFF_PATH_UNKNOWN;
+    return numa_a == numa_b ? AFF_PATH_NODE : AFF_PATH_SYS;
+  }
+  for (hwloc_obj_t x = a; x && n < 64; x = x->parent)
+    chain[n++] = x;
+  for (hwloc_obj_t y = b; y && anc == NULL; y = y->parent, db++)
+    for (int i = 0; i < n; i++)
+      if (chain[i] == y) {
+        anc = y;
+        da = i;
+        break;
+      }
+  db--; /* the loop counted the step onto anc */
+  if (anc == NULL)
+    return AFF_PATH_UNKNOWN;
+  if (anc->type == HWLOC_OBJ_BRIDGE) {
+    if (anc->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST)
+      return AFF_PATH_PHB;
+    /* Under one switch: device -> downstream port -> upstream port. */
+    return da <= 2 && db <= 2 ? AFF_PATH_PIX : AFF_PATH_PXB;
+  }
+  (void)t;
+  if (numa_a >= 0 && numa_a == numa_b)
+    return AFF_PATH_NODE;
+  if (numa_a < 0 || numa_b < 0) {
+    /* No single node each: same package counts as one node. */
+    return anc->type == HWLOC_OBJ_MACHINE ? AFF_PATH_SYS : AFF_PATH_NODE;
+  }
+  return AFF_PATH_SYS;
+}
+
+aff_path_t aff_topo_gpu_path(const aff_topo_t *t, int a, int b) {
+  if (a < 0 || b < 0 || a >= t->ngpus || b >= t->ngpus)
+    return AFF_PATH_UNKNOWN;
+  if (a == b)
+    return AFF_PATH_SELF;
+  if (t->nvlink[a][b] > 0)
+    return AFF_PATH_NVLINK;
+  return aff__obj_path(t, t->gpu_obj[a], t->gpu_obj[b], t->gpus[a].numa,
+                  t->gpus[b].numa);
+}
+
+aff_path_t aff__nic_path(const aff_topo_t *t, int a, int b) {
+  if (a < 0 || b < 0 || a >= t->nnics || b >= t->nnics)
+    return AFF_PATH_UNKNOWN;
+  return aff__obj_path(t, t->nic_obj[a], t->nic_obj[b], t->nics[a].numa,
+                       t->nics[b].numa);
+}
+
+aff_path_t aff_topo_gpu_nic_path(const aff_topo_t *t, int gpu, int nic) {
+  if (gpu < 0 || nic < 0 || gpu >= t->ngpus || nic >= t->nnics)
+    return AFF_PATH_UNKNOWN;
+  return aff__obj_path(t, t->gpu_obj[gpu], t->nic_obj[nic], t->gpus[gpu].numa,
+                  t->nics[nic].numa);
+}
+
+/* ---- NVLink ------------------------------------------------------------------------- */
+
+static int visible_by_busid(const aff_topo_t *t, const char *busid) {
+  for (int i = 0; i < t->ngpus; i++)
+    if (strcmp(t->gpus[i].busid, busid) == 0)
+      return i;
+  return -1;
+}
+
+static void scan_nvlink(aff_topo_t *t) {
+  struct hwloc_distances_s *d[4];
+  unsigned nr = 4;
+  if (hwloc_distances_get_by_name(t->hw, "NVLinkBandwidth", &nr, d, 0) == 0) {
+    for (unsigned k = 0; k < nr && k < 4; k++) {
+      int map[256];
+      unsigned nb = d[k]->nbobjs;
+      for (unsigned i = 0; i < nb && i < 256; i++) {
+        hwloc_obj_t o = d[k]->objs[i];
+        char bid[16];
+        map[i] = -1;
+        while (o && o->type == HWLOC_OBJ_OS_DEVICE)
+          o = o->parent;
+        if (o && o->type == HWLOC_OBJ_PCI_DEVICE) {
+          busid_of(o, bid);
+          map[i] = visible_by_busid(t, bid);
+        }
+      }
+      for (unsigned i = 0; i < nb && i < 256; i++)
+        for (unsigned j = 0; j < nb && j < 256; j++)
+          if (i != j && map[i] >= 0 && map[j] >= 0) {
+            t->nvlink[map[i]][map[j]] = d[k]->values[i * nb + j];
+            t->nvlink_known = 1;
+          }
+      hwloc_distances_release(t->hw, d[k]);
+    }
+    if (t->nvlink_known)
+      return;
+  }
+  if (t->from_xml || t->nnvml <= 0)
+    return;
+  /* This machine without hwloc's NVML plugin: NVML's link counts. */
+  for (int a = 0; a < t->nnvml; a++)
+    for (int b = 0; b < t->nnvml; b++) {
+      int i = visible_by_busid(t, t->nvml[a].busid);
+      int j = visible_by_busid(t, t->nvml[b].busid);
+      if (i < 0 || j < 0 || i == j || t->nvml_links[a][b] < 0)
+        continue;
+      t->nvlink_known = 1;
+      /* NVML counts links; 25 GB/s per link and direction (V100 to H100). */
+      t->nvlink[i][j] = (uint64_t)t->nvml_links[a][b] * 25000u;
+    }
+}
+
+/* ---- closest NICs --------------------------------------------------------------------- */
+
+static int nic_usable(const aff_nic_t *n) {
+  return n->port_state < 0 || n->port_state == 4;
+}
+
+static void pick_nics(aff_topo_t *t) {
+  int has_hca = 0;
+  int best[AFF_MAX_GPUS];
+  unsigned long long candmask[AFF_MAX_GPUS];
+  for (int k = 0; k < t->nnics; k++)
+    if (t->nics[k].hca[0] && nic_usable(&t->nics[k]))
+      has_hca = 1;
+  for (int g = 0; g < t->ngpus; g++) {
+    best[g] = AFF_PATH_UNKNOWN;
+    candmask[g] = 0;
+    for (int k = 0; k < t->nnics && k < 64; k++) {
+      const aff_nic_t *n = &t->nics[k];
+      int p;
+      /* RDMA when there is any; a down port only when nothing else. */
+      if (has_hca && (n->hca[0] == '\0' || !nic_usable(n)))
+        continue;
+      p = (int)aff_topo_gpu_nic_path(t, g, k);
+      if (p < best[g]) {
+        best[g] = p;
+        candmask[g] = 0;
+      }
+      if (p == best[g])
+        candmask[g] |= 1ull << k;
+    }
+  }
+  /* GPUs with the same nearest NICs share them round robin: on a DGX two
+   * GPUs and two HCAs sit under each switch, one HCA each. */
+  for (int g = 0; g < t->ngpus; g++) {
+    int pos = 0, ncand = 0, pick;
+    if (candmask[g] == 0)
+      continue;
+    for (int h = 0; h < g; h++)
+      if (candmask[h] == candmask[g])
+        pos++;
+    ncand = __builtin_popcountll(candmask[g]);
+    pick = pos % ncand;
+    for (int k = 0; k < 64; k++)
+      if (candmask[g] & (1ull << k)) {
+        if (pick-- == 0) {
+          t->gpus[g].nic = k;
+          t->gpus[g].nic_path = (aff_path_t)best[g];
+          break;
+        }
+      }
+  }
+  /* the compute rails: HCAs some GPU uses */
+  t->gpu_hcas[0] = '\0';
+  for (int k = 0; k < t->nnics; k++) {
+    int used = 0;
+    if (t->nics[k].hca[0] == '\0')
+      continue;
+    for (int g = 0; g < t->ngpus; g++)
+      used |= t->gpus[g].nic == k;
+    if (used) {
+      size_t l = strlen(t->gpu_hcas);
+      snprintf(t->gpu_hcas + l, sizeof(t->gpu_hcas) - l, "%s%s", l ? "," : "",
+               t->nics[k].hca);
+    }
+  }
+}
+
+/* ---- warnings --------------------------------------------------------------------------- */
+
+static void link_warn(aff_topo_t *t, const char *what, const aff_pcie_t *l,
+                      int is_gpu, const aff_pcie_t *peer_best) {
+  if (l->width > 0 && l->width_max > 0 && l->width < l->width_max) {
+    aff__topo_warn(t,
+                   "%s runs at PCIe x%d but supports x%d: %d%% of the bandwidth "
+                   "(seed 000 §1.1: x8 halves it); reseat it in an x%d slot",
+                   what, l->width, l->width_max,
+                   100 * l->width / l->width_max,
+                   l->width_max);
+    return;
+  }
+  /* GPUs drop the link speed when idle to save power; only the width of
+   * an idle GPU says something. */
+  if (!is_gpu && l->gts > 0 && l->gts_max > 0 && l->gts + 0.01 < l->gts_max) {
+    aff__topo_warn(t,
+                   "%s runs at %.1f GT/s but supports %.1f GT/s: check the slot "
+                   "generation and BIOS PCIe settings",
+                   what, l->gts, l->gts_max);
+    return;
+  }
+  /* Without lane counts, compare with identical devices; not for GPUs,
+   * whose idle links run slower. */
+  if (!is_gpu && l->width == 0 && peer_best && l->gbps > 0 &&
+      l->gbps + 0.05 < peer_best->gbps) {
+    aff__topo_warn(t,
+                   "%s has a %.1f GB/s PCIe link while identical devices have "
+                   "%.1f GB/s: narrower or slower slot",
+                   what, l->gbps, peer_best->gbps);
+  }
+}
+
+static void compute_warnings(aff_topo_t *t) {
+  char what[128], buf[16];
+  /* PCIe links */
+  for (int i = 0; i < t->ngpus; i++) {
+    aff_pcie_t best = {0};
+    for (int j = 0; j < t->nall; j++)
+      if (t->all[j].device == t->gpus[i].device && t->all[j].link.gbps > best.gbps)
+        best = t->all[j].link;
+    snprintf(what, sizeof(what), "GPU%d (%s)", i, t->gpus[i].busid);
+    link_warn(t, what, &t->gpus[i].link, 1, &best);
+  }
+  for (int k = 0; k < t->nnics; k++) {
+    aff_pcie_t best = {0};
+    for (int j = 0; j < t->nnics; j++)
+      if (t->nics[j].device == t->nics[k].device &&
+          t->nics[j].vendor == t->nics[k].vendor &&
+          t->nics[j].link.gbps > best.gbps)
+        best = t->nics[j].link;
+    /* Only NICs that carry training traffic matter. */
+    if (t->nics[k].hca[0] == '\0' && t->nics[k].rate_gbps == 0 && t->ngpus == 0)
+      continue;
+    snprintf(what, sizeof(what), "NIC %s (%s)", t->nics[k].name,
+             t->nics[k].busid);
+    link_warn(t, what, &t->nics[k].link, 0, &best);
+  }
+  /* IB ports down */
+  for (int k = 0; k < t->nnics; k++) {
+    const aff_nic_t *n = &t->nics[k];
+    if (n->hca[0] && n->port_state >= 0 && n->port_state != 4)
+      aff__topo_warn(t,
+                     "%s port %d is %s: NCCL cannot use it (check the cable, "
+                     "the switch port and the subnet manager: ibstat, sminfo)",
+                     n->hca, n->port,
+                     n->port_state < (int)LU_ARRAY_SIZE(port_states)
+                         ? port_states[n->port_state]
+                         : "not ACTIVE");
+  }
+  /* NIC on another NUMA node than its GPUs */
+  for (int k = 0; k < t->nnics; k++) {
+    char gl[128] = "";
+    int gnuma = -1, n = 0;
+    for (int g = 0; g < t->ngpus; g++) {
+      if (t->gpus[g].nic != k || t->gpus[g].numa < 0 || t->nics[k].numa < 0 ||
+          t->gpus[g].numa == t->nics[k].numa)
+        continue;
+      snprintf(gl + strlen(gl), sizeof(gl) - strlen(gl), "%s%d", n ? "," : "",
+               g);
+      gnuma = t->gpus[g].numa;
+      n++;
+    }
+    if (n > 0)
+      aff__topo_warn(t,
+                     "%s is on NUMA node %d but is the closest NIC of GPU %s on "
+                     "NUMA node %d: their traffic crosses the socket link "
+                     "(seed 000 §1.1: put an HCA on the GPUs' side)",
+                     t->nics[k].name, t->nics[k].numa, gl, gnuma);
+  }
+  /* NUMA balancing migrates pages away from the bound node. */
+  if (!t->from_xml && t->nnuma > 1 &&
+      aff__read_line(t->root, "/proc/sys/kernel/numa_balancing", buf,
+                     sizeof(buf)) > 0 &&
+      atoi(buf) != 0)
+    aff__topo_warn(t,
+                   "kernel.numa_balancing=%s: the kernel migrates workers' "
+                   "memory across NUMA nodes, undoing the binding (seed 000 "
+                   "§3.1: sysctl -w kernel.numa_balancing=0)",
+                   buf);
+}
+
+/* ---- load ----------------------------------------------------------------------------- */
+
+static const char *const skip_components[] = {"opencl", "gl",   "cuda",
+                                              "nvml",   "rsmi", "levelzero"};
+
+int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
+                  size_t errlen) {
+  aff_topo_opts_t o = AFF_TOPO_OPTS_INIT;
+  aff_topo_t *t;
+  const char *cvd, *hn;
+  aff_gpu_probe_t probe[AFF_MAX_GPUS];
+  int nprobe = -1, from_cudart = 0;
+  int rc;
+  char gpusrc[64] = "PCI";
+
+  if (opts)
+    memcpy(&o, opts, LU_MIN(sizeof(o), opts->size ? opts->size : sizeof(o)));
+  *out = NULL;
+  if ((t = calloc(1, sizeof(*t))) == NULL)
+    return RDZV_ENOMEM;
+  if (o.root && strcmp(o.root, "/") != 0)
+    lu_strlcpy(t->root, o.root, sizeof(t->root));
+  t->from_xml = o.xml != NULL;
+  if (o.xml && access(o.xml, R_OK) != 0) {
+    rc = -errno;
+    seterr(err, errlen, "topology file %s: %s", o.xml, strerror(errno));
+    free(t);
+    return rc;
+  }
+  if (hwloc_topology_init(&t->hw) != 0) {
+    free(t);
+    return RDZV_ENOMEM;
+  }
+  /* Keep the PCI devices and OS devices (hwloc drops them by default). */
+  hwloc_topology_set_io_types_filter(t->hw, o.xml ? HWLOC_TYPE_FILTER_KEEP_ALL
+                                                  : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  /* hwloc unloads its PCI plugin and with it libpciaccess, which keeps
+   * about 1 KiB it never frees: pinned, that memory stays attributed to
+   * libpciaccess (tests/lsan.supp) and a second discovery maps nothing. */
+  if (!o.xml)
+    (void)dlopen("libpciaccess.so.0", RTLD_NOW | RTLD_NODELETE | RTLD_GLOBAL);
+  /* hwloc's GPU plugins would initialise CUDA, OpenCL or GL inside the
+   * agent (and the OpenCL loader leaks); NVML is asked directly below. */
+  if (!o.xml)
+    for (size_t i = 0; i < LU_ARRAY_SIZE(skip_components); i++)
+      hwloc_topology_set_components(t->hw,
+                                    HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+                                    skip_components[i]);
+  if (o.xml && hwloc_topology_set_xml(t->hw, o.xml) != 0) {
+    seterr(err, errlen,
+           "hwloc cannot read %s as an XML topology (%s); make one with "
+           "`lstopo --of xml FILE` or `launch topo --export FILE` on the "
+           "machine, check it with `lstopo -i FILE`",
+           o.xml, strerror(errno));
+    hwloc_topology_destroy(t->hw);
+    free(t);
+    return RDZV_EINVAL;
+  }
+  if (hwloc_topology_load(t->hw) != 0) {
+    seterr(err, errlen,
+           "hwloc could not load %s (%s)%s", o.xml ? o.xml : "this machine's topology",
+           strerror(errno),
+           o.xml ? ": is it an hwloc 2.x XML file? check it with `lstopo -i "
+                   "FILE`"
+                 : "");
+    hwloc_topology_destroy(t->hw);
+    free(t);
+    return RDZV_EINVAL;
+  }
+  hn = info(hwloc_get_root_obj(t->hw), "HostName");
+  if (hn)
+    lu_strlcpy(t->hostname, hn, sizeof(t->hostname));
+  else if (!o.xml && gethostname(t->hostname, sizeof(t->hostname) - 1) != 0)
+    t->hostname[0] = '\0';
+
+  /* CPUs and NUMA nodes */
+  t->ncpus = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_PU);
+  t->ncores = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_CORE);
+  if (t->ncores <= 0)
+    t->ncores = t->ncpus;
+  for (int i = 0;; i++) {
+    hwloc_obj_t n = hwloc_get_obj_by_type(t->hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
+    if (n == NULL || t->nnuma >= AFF_MAX_NUMA)
+      break;
+    t->numa_os[t->nnuma] = (int)n->os_index;
+    aff__from_hwloc(&t->numa_cpus[t->nnuma], n->cpuset);
+    t->nnuma++;
+  }
+  aff__from_hwloc(&t->allowed, hwloc_topology_get_allowed_cpuset(t->hw));
+  if (!o.xml) {
+    /* The agent's own mask (cgroup cpuset, srun --cpu-bind, taskset) is
+     * the most the workers may get. */
+    cpu_set_t mine;
+    if (sched_getaffinity(0, sizeof(mine), &mine) == 0) {
+      aff_cpuset_t m;
+      aff_cpuset_zero(&m);
+      for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &mine))
+          aff_cpuset_set(&m, c);
+      aff_cpuset_and(&t->allowed, &m);
+    }
+  }
+
+  /* GPUs: PCI tree, then what NVML or the CUDA runtime says. */
+  scan_gpus(t);
+  cvd = o.cuda_visible_devices ? o.cuda_visible_devices
+                               : (o.xml ? NULL : getenv("CUDA_VISIBLE_DEVICES"));
+  if (!o.xml && o.gpu_source == AFF_GPUSRC_AUTO) {
+    nprobe = aff__nvml_gpus(t->nvml, AFF_MAX_GPUS, t->nvml_links);
+    if (nprobe >= 0) {
+      t->nnvml = nprobe;
+      merge_probe(t, t->nvml, nprobe);
+      snprintf(gpusrc, sizeof(gpusrc), "NVML");
+    } else if (access("/proc/driver/nvidia/version", R_OK) == 0 &&
+               (nprobe = aff__cudart_gpus(probe, AFF_MAX_GPUS)) >= 0) {
+      /* No NVML but a driver: ask the runtime (this initialises CUDA in
+       * the agent, which NVML avoids). */
+      /* The runtime applied CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER
+       * itself: its list is the visible list. */
+      merge_probe(t, probe, nprobe);
+      from_cudart = 1;
+      snprintf(gpusrc, sizeof(gpusrc), "the CUDA runtime");
+    }
+  }
+  if (t->nall == 0 && !o.xml)
+    scan_gpus_sysfs(t); /* hwloc without PCI discovery */
+  if (from_cudart) {
+    t->ngpus = 0;
+    for (int i = 0; i < nprobe && t->ngpus < AFF_MAX_GPUS; i++) {
+      int k = find_all(t, probe[i].busid);
+      if (k < 0)
+        continue;
+      t->gpus[t->ngpus] = t->all[k];
+      t->gpu_obj[t->ngpus] = t->all_obj[k];
+      t->gpus[t->ngpus].phys = k;
+      t->gpus[t->ngpus].index = t->ngpus;
+      t->ngpus++;
+    }
+  } else {
+    apply_visible(t, cvd, o.log);
+  }
+  scan_nics(t);
+  scan_nvlink(t);
+  pick_nics(t);
+  compute_warnings(t);
+
+  if (o.xml)
+    snprintf(t->source, sizeof(t->source), "hwloc XML %s", o.xml);
+  else
+    snprintf(t->source, sizeof(t->source), "this machine (hwloc %s, GPUs from %s)",
+             HWLOC_VERSION, gpusrc);
+  *out = t;
+  return 0;
+}
+
+void aff_topo_free(aff_topo_t *t) {
+  if (t == NULL)
+    return;
+  hwloc_topology_destroy(t->hw);
+  free(t);
+}
+
+const char *aff_topo_source(const aff_topo_t *t) { return t->source; }
+const char *aff_topo_hostname(const aff_topo_t *t) { return t->hostname; }
+int aff_topo_ngpus(const aff_topo_t *t) { return t->ngpus; }
+
+const aff_gpu_t *aff_topo_gpu(const aff_topo_t *t, int i) {
+  return i >= 0 && i < t->ngpus ? &t->gpus[i] : NULL;
+}
+
+int aff_topo_nnics(const aff_topo_t *t) { return t->nnics; }
+
+const aff_nic_t *aff_topo_nic(const aff_topo_t *t, int i) {
+  return i >= 0 && i < t->nnics ? &t->nics[i] : NULL;
+}
+
+int aff_topo_ncpus(const aff_topo_t *t) { return t->ncpus; }
+int aff_topo_ncores(const aff_topo_t *t) { return t->ncores; }
+int aff_topo_nnuma(const aff_topo_t *t) { return t->nnuma; }
+
+int aff_topo_numa(const aff_topo_t *t, int i, aff_cpuset_t *cpus) {
+  if (i < 0 || i >= t->nnuma)
+    return -1;
+  if (cpus)
+    *cpus = t->numa_cpus[i];
+  return t->numa_os[i];
+}
+
+uint64_t aff_topo_nvlink_mbps(const aff_topo_t *t, int a, int b) {
+  if (a < 0 || b < 0 || a >= t->ngpus || b >= t->ngpus)
+    return 0;
+  return t->nvlink[a][b];
+}
+
+int aff_topo_has_nvlink(const aff_topo_t *t) {
+  if (t->ngpus < 2)
+    return -1;
+  for (int i = 0; i < t->ngpus; i++)
+    for (int j = 0; j < t->ngpus; j++)
+      if (t->nvlink[i][j] > 0)
+        return 1;
+  return t->nvlink_known ? 0 : (t->from_xml ? 0 : -1);
+}
+
+const char *aff_topo_gpu_hcas(const aff_topo_t *t) { return t->gpu_hcas; }
+int aff_topo_nwarnings(const aff_topo_t *t) { return t->nwarn; }
+
+const char *aff_topo_warning(const aff_topo_t *t, int i) {
+  return i >= 0 && i < t->nwarn ? t->warn[i] : NULL;
+}
+
+/* ---- export ---------------------------------------------------------------------------- */
+
+static void add_info_once(hwloc_obj_t o, const char *name, const char *value) {
+  if (value && value[0] && hwloc_obj_get_info_by_name(o, name) == NULL)
+    hwloc_obj_add_info(o, name, value);
+}
+
+static void add_link_infos(hwloc_obj_t o, const aff_pcie_t *l) {
+  char v[32];
+  if (o == NULL)
+    return;
+  if (l->width > 0) {
+    snprintf(v, sizeof(v), "%d", l->width);
+    add_info_once(o, "PCIeLinkWidth", v);
+  }
+  if (l->width_max > 0) {
+    snprintf(v, sizeof(v), "%d", l->width_max);
+    add_info_once(o, "PCIeLinkWidthMax", v);
+  }
+  if (l->gts > 0) {
+    snprintf(v, sizeof(v), "%.1f", l->gts);
+    add_info_once(o, "PCIeLinkSpeedGTs", v);
+  }
+  if (l->gts_max > 0) {
+    snprintf(v, sizeof(v), "%.1f", l->gts_max);
+    add_info_once(o, "PCIeLinkSpeedMaxGTs", v);
+  }
+}
+
+int aff_topo_export_xml(const aff_topo_t *tc, const char *path, char *err,
+                        size_t errlen) {
+  aff_topo_t *t = (aff_topo_t *)tc; /* infos are added to the tree */
+  for (int i = 0; i < t->nall; i++)
+    add_link_infos(t->all_obj[i], &t->all[i].link);
+  for (int k = 0; k < t->nnics; k++) {
+    const aff_nic_t *n = &t->nics[k];
+    hwloc_obj_t o = t->nic_obj[k];
+    add_link_infos(o, &n->link);
+    for (hwloc_obj_t c = o ? o->io_first_child : NULL; c; c = c->next_sibling) {
+      char key[32], p[256], buf[64];
+      if (c->type != HWLOC_OBJ_OS_DEVICE ||
+          c->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS || c->name == NULL)
+        continue;
+      for (int port = 1; port <= n->nports; port++) {
+        snprintf(p, sizeof(p), "/sys/class/infiniband/%s/ports/%d/rate", c->name,
+                 port);
+        snprintf(key, sizeof(key), "Port%dRate", port);
+        if (aff__read_line(t->root, p, buf, sizeof(buf)) > 0)
+          add_info_once(c, key, buf);
+        snprintf(p, sizeof(p), "/sys/class/infiniband/%s/ports/%d/link_layer",
+                 c->name, port);
+        snprintf(key, sizeof(key), "Port%dLinkLayer", port);
+        if (aff__read_line(t->root, p, buf, sizeof(buf)) > 0)
+          add_info_once(c, key, buf);
+      }
+    }
+  }
+  if (hwloc_topology_export_xml(t->hw, path, 0) != 0) {
+    seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    return RDZV_EINVAL;
+  }
+  return 0;
+}

@@ -1,0 +1,18 @@
+# ============ 通信后端 ============
+export NCCL_IB_DISABLE=0
+export NCCL_SOCKET_IFNAME=ib0
+export NCCL_IB_HCA=mlx5_0
+export NCCL_IB_GID_INDEX=3
+export NCCL_P2P_DISABLE=1
+export NCCL_P2P_LEVEL=PIX
+export NCCL_ALGO=Tree
+export NCCL_PROTO=Simple
+export NCCL_BUFFSIZE=16777216
+export NCCL_MIN_NCHANNELS=16
+export NCCL_MAX_NCHANNELS=32
+export NCCL_NET_GDR_LEVEL=2      # SYS 级即可，不要强设 3/5 防回退
+export NCCL_SOCKET_TIMEOUT=6000
+export NCCL_ASYNC_ERROR_HANDLING=1
+export NCCL_DEBUG=INFO
+export NCCL_DEBUG_SUBSYS=INIT,NET
+export NCCL_NVLS_ENABLE=1

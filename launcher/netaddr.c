@@ -1,0 +1,55 @@
+/* netaddr.c - which addresses are this node's; name resolution. */
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "launch.h"
+
+/* Is `ip` one of this node's addresses? */
+int launch_ip_is_local(const char *ip) {
+  struct ifaddrs *ifa, *it;
+  char buf[INET6_ADDRSTRLEN];
+  int found = 0;
+  if (getifaddrs(&ifa) != 0)
+    return 0;
+  for (it = ifa; it && !found; it = it->ifa_next) {
+    if (it->ifa_addr == NULL)
+      continue;
+    if (it->ifa_addr->sa_family == AF_INET)
+      inet_ntop(AF_INET, &((struct sockaddr_in *)it->ifa_addr)->sin_addr, buf,
+                sizeof(buf));
+    else if (it->ifa_addr->sa_family == AF_INET6)
+      inet_ntop(AF_INET6, &((struct sockaddr_in6 *)it->ifa_addr)->sin6_addr,
+                buf, sizeof(buf));
+    else
+      continue;
+    if (strcmp(buf, ip) == 0)
+      found = 1;
+  }
+  freeifaddrs(ifa);
+  /* The whole 127/8 is this host's, though only 127.0.0.1 is listed. */
+  if (!found && strncmp(ip, "127.", 4) == 0)
+    found = 1;
+  return found;
+}
+
+/* Resolve host to its first address as text. RET 0 or RDZV_ERESOLVE. */
+int launch_resolve_ip(const char *host, char *ip, size_t cap) {
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL)
+    return RDZV_ERESOLVE;
+  if (res->ai_family == AF_INET)
+    inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, ip,
+              (socklen_t)cap);
+  else
+    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr, ip,
+              (socklen_t)cap);
+  freeaddrinfo(res);
+  return 0;
+}
+
