@@ -312,6 +312,10 @@ static int enc_write(void *data, const char *buf, size_t len) {
   proto_enc_t *e = data;
   if (e->oom)
     return -1;
+  /* msgpack-c hands over empty bodies as (NULL, 0): memcpy must not see
+   * NULL, even for 0 bytes. */
+  if (len == 0)
+    return 0;
   if (e->len + len > e->cap) {
     size_t ncap = e->cap ? e->cap : 256;
     char *nd;
