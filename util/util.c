@@ -95,7 +95,9 @@ int lu_parse_duration_ms(const char *s, int64_t *out_ms) {
     return RDZV_EINVAL;
   errno = 0;
   v = strtod(s, &end);
-  if (errno != 0 || end == s || v < 0)
+  /* !(v >= 0) also refuses "nan", which every comparison lets through and
+   * whose conversion to an integer is undefined. */
+  if (errno != 0 || end == s || !(v >= 0))
     return RDZV_EINVAL;
   if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
     mult = 1000.0;
