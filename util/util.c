@@ -116,6 +116,17 @@ int lu_parse_duration_ms(const char *s, int64_t *out_ms) {
   return 0;
 }
 
+/* Host names and IP addresses (with an IPv6 zone after '%'). */
+static int host_ok(const char *h) {
+  for (; *h; h++) {
+    unsigned char c = (unsigned char)*h;
+    if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || c == ':' ||
+          c == '%'))
+      return 0;
+  }
+  return 1;
+}
+
 int lu_endpoint_parse(const char *s, int default_port, lu_endpoint_t *ep) {
   const char *colon;
   size_t hlen;
@@ -139,6 +150,8 @@ int lu_endpoint_parse(const char *s, int default_port, lu_endpoint_t *ep) {
       return RDZV_EADDR;
     memcpy(ep->host, s + 1, hlen);
     ep->host[hlen] = '\0';
+    if (!host_ok(ep->host))
+      return RDZV_EADDR;
     if (rb[1] == '\0')
       colon = NULL;
     else if (rb[1] == ':')
@@ -158,12 +171,8 @@ int lu_endpoint_parse(const char *s, int default_port, lu_endpoint_t *ep) {
       return RDZV_EADDR;
     memcpy(ep->host, s, hlen);
     ep->host[hlen] = '\0';
-    for (size_t i = 0; i < hlen; i++) {
-      unsigned char c = (unsigned char)ep->host[i];
-      if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || c == ':' ||
-            c == '%'))
-        return RDZV_EADDR;
-    }
+    if (!host_ok(ep->host))
+      return RDZV_EADDR;
   }
   if (colon != NULL) {
     if (lu_parse_int(colon + 1, 0, 65535, &ep->port) != 0)
