@@ -37,13 +37,14 @@ static inline uint8_t *fuzz_dup(const uint8_t *data, size_t n) {
   return p;
 }
 
-/* Is [p, p+n) inside [base, base+len)? */
+/* Is [p, p+n) inside [base, base+len)? An empty range is inside anything
+ * (it is never read), whatever p is. */
 static inline int fuzz_within(const void *p, uint64_t n, const void *base,
                               size_t len) {
   uintptr_t q = (uintptr_t)p, b = (uintptr_t)base;
-  if (p == NULL)
-    return n == 0;
-  return q >= b && q - b <= len && n <= (uint64_t)(len - (q - b));
+  if (n == 0)
+    return 1;
+  return p != NULL && q >= b && q - b <= len && n <= (uint64_t)(len - (q - b));
 }
 
 /* Read every byte of [p, p+n), so that an out-of-bounds range faults under

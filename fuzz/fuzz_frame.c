@@ -11,7 +11,8 @@
  * - a body proto_scan() refuses is refused by proto_decode() the same way;
  * - raising the depth limit never turns an accepted body into a refused one;
  * - every string, binary and ext of a decoded message lies inside its frame;
- * - each accessor succeeds exactly for the msgpack types it documents;
+ * - each accessor succeeds exactly for the msgpack types it documents, and
+ *   never gives a NULL pointer for bytes (not even empty ones);
  * - packing a decoded object and decoding the result gives the same bytes
  *   again (the server's encoder and decoder agree). */
 #include "fuzz.h"
@@ -77,7 +78,7 @@ static void check_obj_access(const msgpack_object *o, const uint8_t *body,
   int rc = proto_obj_bytes(o, &p, &len);
   FUZZ_CHECK((rc == 0) == is_bytes(o));
   if (rc == 0)
-    FUZZ_CHECK(fuzz_within(p, len, body, n));
+    FUZZ_CHECK(p != NULL && fuzz_within(p, len, body, n));
   rc = proto_obj_i64(o, &v);
   FUZZ_CHECK((rc == 0) == is_i64(o));
   if (rc == 0 && o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
@@ -100,7 +101,7 @@ static void check_args(const proto_msg_t *m, const uint8_t *body, size_t n) {
     rc = proto_arg_bytes(m, i, &p, &len);
     FUZZ_CHECK((rc == 0) == (o && is_bytes(o)));
     if (rc == 0) {
-      FUZZ_CHECK(fuzz_within(p, len, body, n));
+      FUZZ_CHECK(p != NULL && fuzz_within(p, len, body, n));
       fuzz_touch(p, len);
     }
     rc = proto_arg_bytes_or_nil(m, i, &p, &len, &nil);
@@ -109,7 +110,7 @@ static void check_args(const proto_msg_t *m, const uint8_t *body, size_t n) {
     if (rc == 0 && nil)
       FUZZ_CHECK(p == NULL && len == 0);
     if (rc == 0 && !nil)
-      FUZZ_CHECK(fuzz_within(p, len, body, n));
+      FUZZ_CHECK(p != NULL && fuzz_within(p, len, body, n));
     rc = proto_arg_i64(m, i, &v);
     FUZZ_CHECK((rc == 0) == (o && is_i64(o)));
     rc = proto_arg_array(m, i, &items, &cnt);

@@ -315,6 +315,17 @@ def main():
     write(os.path.join(out, "frame"), native_seeds())
     write(os.path.join(out, "tcpstore_v1"), tcpstore_seeds(V1, False))
     write(os.path.join(out, "tcpstore_v2"), tcpstore_seeds(V2, True))
+    # The whole server sniffs the protocol from the first byte.
+    server = {}
+    for name, data in native_seeds().items():
+        server["native_" + name] = b"RDZV" + data
+    for prefix, num, v2 in (("v1_", V1, False), ("v2_", V2, True)):
+        for name, data in tcpstore_seeds(num, v2).items():
+            server[prefix + name] = data
+    server["bad_first_byte"] = b"GET / HTTP/1.0\r\n\r\n"
+    server["bad_magic"] = b"RDZX"
+    server["native_no_hello"] = b"RDZV" + req(2, "PING")
+    write(os.path.join(out, "server"), server)
     ep = {}
     for i, text in enumerate(ENDPOINT):
         safe = "".join(c if c.isalnum() else "_" for c in text)
