@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# run_store_bench.sh - store throughput and latency, side by side in one run:
+# `launch server` against PyTorch 1.13's own TCPStore server (python3-torch),
+# with the same client (build/bin/store_bench) and the same load.
+#
+#   bench/run_store_bench.sh
+# environment:
+#   BENCH_SECONDS   measured seconds per run (default 5; plus 1 s warmup)
+#   BENCH_CLIENTS   client counts (default "1 8 64")
+#   BENCH_BUILD_DIR an existing build to use (default: build-bench/, an
+#                   optimised build without sanitizers, configured and built
+#                   here when missing)
+#   PYTHON          the python that imports torch (default /usr/bin/python3)
+#
+# For each client count it runs: the tcpstore-v1 client against torch's
+# server, the same against ours, then the native client (librdzv) and the
+# tcpstore-v2 client against ours. It prints each run, then a markdown
+# table (ops/s, p50, p99, and ours/torch). Every process it starts is
+# killed by pid on exit. Only 127.0.0.1 is used.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+seconds=${BENCH_SECONDS:-5}
+clients=${BENCH_CLIENTS:-"1 8 64"}
+python=${PYTHON:-/usr/bin/python3}
+build=${BENCH_BUILD_DIR:-$root/build-bench}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/store-bench.XXXXXX")
+ours_pid=
+torch_pid=
+
+cleanup() {
+  # Close torch's stdin (it exits on EOF), then make sure, by pid.
+  exec 3>&-
+  for pid in $ours_pid $torch_pid; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in $ours_pid $torch_pid; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_file() { # FILE SECONDS
+  local i
+  for ((i = 0; i < $2 * 20; i++)); do
+    [ -s "$1" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+if [ -z "${BENCH_BUILD_DIR:-}" ]; then
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    generator=()
+    command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+    cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DLAUNCH_BUILD_TESTS=OFF >"$tmp/configure.log" 2>&1 || {
+      cat "$tmp/configure.log" >&2
+      exit 2
+    }
+  fi
+  cmake --build "$build" --target launch store_bench >/dev/null
+fi
+launch=$build/bin/launch
+bench=$build/bin/store_bench
+if ! grep -q 'CMAKE_BUILD_TYPE:STRING=Release' "$build/CMakeCache.txt" ||
+   grep -q 'LAUNCH_ASAN:BOOL=ON' "$build/CMakeCache.txt"; then
+  echo "run_store_bench: warning: $build is not a Release build without" \
+       "sanitizers; the figures will not be comparable" >&2
+fi
+
+# Our server.
+"$launch" server --host 127.0.0.1 --port 0 --port-file "$tmp/ours.port" \
+  >"$tmp/ours.log" 2>&1 &
+ours_pid=$!
+wait_file "$tmp/ours.port" 10 || { cat "$tmp/ours.log" >&2; exit 1; }
+ours_port=$(cat "$tmp/ours.port")
+
+# PyTorch 1.13's TCPStore server (the legacy poll() daemon thread of the
+# master store), alive until its stdin closes.
+mkfifo "$tmp/torch.in"
+"$python" -c '
+import datetime, os, sys
+import torch
+import torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                      timeout=datetime.timedelta(seconds=600))
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write("%d %s\n" % (store.port, torch.__version__))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+sys.stdin.read()
+' "$tmp/torch.port" <"$tmp/torch.in" >"$tmp/torch.log" 2>&1 &
+torch_pid=$!
+exec 3>"$tmp/torch.in"
+wait_file "$tmp/torch.port" 60 || { cat "$tmp/torch.log" >&2; exit 1; }
+read -r torch_port torch_version <"$tmp/torch.port"
+
+echo "run_store_bench: ours (launch server) on 127.0.0.1:$ours_port," \
+     "torch $torch_version TCPStore on 127.0.0.1:$torch_port;" \
+     "$seconds s per run, 64-byte values, $(nproc) cores shared by clients" \
+     "and servers"
+
+declare -A res
+run() { # NAME DIALECT PORT CLIENTS
+  local out
+  out=$("$bench" --endpoint "127.0.0.1:$3" --dialect "$2" --clients "$4" \
+          --seconds "$seconds" --warmup 1 --value-size 64)
+  echo "$out" | sed -n '1,3p' | sed "s/^/[$1] /"
+  res[$1.$4]=$(echo "$out" | sed -n 's/^RESULT //p')
+}
+field() { # RESULT KEY
+  echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"
+}
+
+for n in $clients; do
+  run torch tcpstore-v1 "$torch_port" "$n"
+  run ours tcpstore-v1 "$ours_port" "$n"
+  run native native "$ours_port" "$n"
+  run ours_v2 tcpstore-v2 "$ours_port" "$n"
+done
+
+echo
+echo "| clients | torch 1.13 ops/s | p50 us | p99 us | ours ops/s | p50 us |" \
+     "p99 us | ours/torch ops/s | ours p99 <= torch p99 | ours v2 ops/s |" \
+     "native ops/s | native p50 us | native p99 us |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|---:|"
+for n in $clients; do
+  t=${res[torch.$n]} o=${res[ours.$n]} v=${res[ours_v2.$n]} m=${res[native.$n]}
+  to=$(field "$t" ops_per_s) oo=$(field "$o" ops_per_s)
+  tp=$(field "$t" p99_us) op=$(field "$o" p99_us)
+  ratio=$(awk -v a="$oo" -v b="$to" \
+            'BEGIN { printf "%.2fx", (b > 0 ? a / b : 0) }')
+  p99ok=$(awk -v a="$op" -v b="$tp" \
+            'BEGIN { print ((a <= b) ? "yes" : "no") }')
+  echo "| $n | $to | $(field "$t" p50_us) | $tp | $oo | $(field "$o" p50_us)" \
+       "| $op | $ratio | $p99ok | $(field "$v" ops_per_s) |" \
+       "$(field "$m" ops_per_s) | $(field "$m" p50_us) | $(field "$m" p99_us) |"
+done
