@@ -11,6 +11,9 @@
 #                   optimised build without sanitizers, configured and built
 #                   here when missing)
 #   PYTHON          the python that imports torch (default /usr/bin/python3)
+#   BENCH_PIN       1: pin both servers to CPU 0 and the clients to CPU 1
+#                   (taskset), so that the server never competes with its
+#                   clients for a core; default: the scheduler decides
 #
 # For each client count it runs: the tcpstore-v1 client against torch's
 # server, the same against ours, then the native client (librdzv) and the
@@ -63,6 +66,12 @@ if [ -z "${BENCH_BUILD_DIR:-}" ]; then
   fi
   cmake --build "$build" --target launch store_bench >/dev/null
 fi
+pin_srv=()
+pin_cli=()
+if [ "${BENCH_PIN:-0}" = 1 ]; then
+  pin_srv=(taskset -c 0)
+  pin_cli=(taskset -c 1)
+fi
 launch=$build/bin/launch
 bench=$build/bin/store_bench
 if ! grep -q 'CMAKE_BUILD_TYPE:STRING=Release' "$build/CMakeCache.txt" ||
@@ -72,8 +81,8 @@ if ! grep -q 'CMAKE_BUILD_TYPE:STRING=Release' "$build/CMakeCache.txt" ||
 fi
 
 # Our server.
-"$launch" server --host 127.0.0.1 --port 0 --port-file "$tmp/ours.port" \
-  >"$tmp/ours.log" 2>&1 &
+"${pin_srv[@]}" "$launch" server --host 127.0.0.1 --port 0 \
+  --port-file "$tmp/ours.port" >"$tmp/ours.log" 2>&1 &
 ours_pid=$!
 wait_file "$tmp/ours.port" 10 || { cat "$tmp/ours.log" >&2; exit 1; }
 ours_port=$(cat "$tmp/ours.port")
@@ -81,7 +90,7 @@ ours_port=$(cat "$tmp/ours.port")
 # PyTorch 1.13's TCPStore server (the legacy poll() daemon thread of the
 # master store), alive until its stdin closes.
 mkfifo "$tmp/torch.in"
-"$python" -c '
+"${pin_srv[@]}" "$python" -c '
 import datetime, os, sys
 import torch
 import torch.distributed as dist
@@ -99,15 +108,17 @@ read -r torch_port torch_version <"$tmp/torch.port"
 
 echo "run_store_bench: ours (launch server) on 127.0.0.1:$ours_port," \
      "torch $torch_version TCPStore on 127.0.0.1:$torch_port;" \
-     "$seconds s per run, 64-byte values, $(nproc) cores shared by clients" \
-     "and servers"
+     "$seconds s per run, 64-byte values, $(nproc) cores" \
+     "$([ ${#pin_srv[@]} -gt 0 ] && echo "(servers pinned to CPU 0," \
+          "clients to CPU 1)" || echo "shared by clients and servers")"
 
 declare -A res
-run() { # NAME DIALECT PORT CLIENTS
+run() { # NAME DIALECT PORT CLIENTS SERVER_PID
   local out
-  out=$("$bench" --endpoint "127.0.0.1:$3" --dialect "$2" --clients "$4" \
-          --seconds "$seconds" --warmup 1 --value-size 64)
-  echo "$out" | sed -n '1,3p' | sed "s/^/[$1] /"
+  out=$("${pin_cli[@]}" "$bench" --endpoint "127.0.0.1:$3" --dialect "$2" \
+          --clients "$4" --seconds "$seconds" --warmup 1 --value-size 64 \
+          --server-pid "$5")
+  echo "$out" | sed -n '1,4p' | sed "s/^/[$1] /"
   res[$1.$4]=$(echo "$out" | sed -n 's/^RESULT //p')
 }
 field() { # RESULT KEY
@@ -115,10 +126,10 @@ field() { # RESULT KEY
 }
 
 for n in $clients; do
-  run torch tcpstore-v1 "$torch_port" "$n"
-  run ours tcpstore-v1 "$ours_port" "$n"
-  run native native "$ours_port" "$n"
-  run ours_v2 tcpstore-v2 "$ours_port" "$n"
+  run torch tcpstore-v1 "$torch_port" "$n" "$torch_pid"
+  run ours tcpstore-v1 "$ours_port" "$n" "$ours_pid"
+  run native native "$ours_port" "$n" "$ours_pid"
+  run ours_v2 tcpstore-v2 "$ours_port" "$n" "$ours_pid"
 done
 
 echo
@@ -137,4 +148,17 @@ for n in $clients; do
   echo "| $n | $to | $(field "$t" p50_us) | $tp | $oo | $(field "$o" p50_us)" \
        "| $op | $ratio | $p99ok | $(field "$v" ops_per_s) |" \
        "$(field "$m" ops_per_s) | $(field "$m" p50_us) | $(field "$m" p99_us) |"
+done
+
+echo
+echo "CPU per pair (us; server = the server process, clients = store_bench):"
+echo
+echo "| clients | torch server | ours server | native: ours server |" \
+     "clients vs torch | clients vs ours |"
+echo "|---:|---:|---:|---:|---:|---:|"
+for n in $clients; do
+  t=${res[torch.$n]} o=${res[ours.$n]} m=${res[native.$n]}
+  echo "| $n | $(field "$t" server_cpu_us) | $(field "$o" server_cpu_us) |" \
+       "$(field "$m" server_cpu_us) | $(field "$t" client_cpu_us) |" \
+       "$(field "$o" client_cpu_us) |"
 done

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/uio.h>
@@ -59,6 +60,7 @@ typedef struct opts_s {
   size_t value_size;
   int keys;      /* keys per client, used in turn */
   int torch_get; /* WAIT before GET */
+  int server_pid; /* >0: report this process's CPU time per pair */
 } opts_t;
 
 typedef struct bench_s bench_t;
@@ -89,6 +91,35 @@ static uint64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* CPU seconds (user + system) of this process, all threads. */
+static double self_cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* CPU seconds of another process, from /proc/PID/stat; -1 if unreadable. */
+static double pid_cpu_s(int pid) {
+  char path[64], buf[1024], *p;
+  unsigned long long ut, st;
+  FILE *f;
+  size_t n;
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  if ((f = fopen(path, "r")) == NULL)
+    return -1;
+  n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  /* Fields after the command name (which may hold spaces): state is 3rd,
+   * utime the 14th, stime the 15th. */
+  if ((p = strrchr(buf, ')')) == NULL ||
+      sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+             &ut, &st) != 2)
+    return -1;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static void sleep_s(double s) {
@@ -225,7 +256,7 @@ static int ts_pair(client_t *c, const char *key, const uint8_t *val,
   return memcmp(reply, val, o->value_size) == 0 ? 0 : RDZV_EPROTO;
 }
 
-/* ---- native client ---------------------------------------------------------- */
+/* ---- native client ------------------------------------------------------- */
 
 static int native_pair(client_t *c, const char *key, const uint8_t *val) {
   void *got = NULL;
@@ -242,7 +273,7 @@ static int native_pair(client_t *c, const char *key, const uint8_t *val) {
   return rc;
 }
 
-/* ---- client thread ------------------------------------------------------------ */
+/* ---- client thread ------------------------------------------------------- */
 
 static int record(client_t *c, uint64_t ns) {
   if (c->nlat == c->caplat) {
@@ -323,7 +354,7 @@ out:
   return NULL;
 }
 
-/* ---- main ------------------------------------------------------------------------ */
+/* ---- main ---------------------------------------------------------------- */
 
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -355,7 +386,9 @@ static const char usage[] =
     "  --warmup S            unmeasured seconds first (default 1)\n"
     "  --value-size B        bytes per value (default 64)\n"
     "  --keys K              keys per client, used in turn (default 16)\n"
-    "  --torch-get           TCPStore: WAIT before GET, as torch's get()\n";
+    "  --torch-get           TCPStore: WAIT before GET, as torch's get()\n"
+    "  --server-pid PID      also report PID's CPU time per pair (read from\n"
+    "                        /proc while measuring)\n";
 
 static int parse_opts(int argc, char **argv, opts_t *o) {
   static const struct option lo[] = {
@@ -368,6 +401,7 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       {"value-size", required_argument, 0, 'v'},
       {"keys", required_argument, 0, 'k'},
       {"torch-get", no_argument, 0, 't'},
+      {"server-pid", required_argument, 0, 'p'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int opt, v;
@@ -433,6 +467,13 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       }
       break;
     case 't': o->torch_get = 1; break;
+    case 'p':
+      if (lu_parse_int(optarg, 1, 1 << 30, &o->server_pid) != 0) {
+        fprintf(stderr, "store_bench: --server-pid '%s' is not a pid\n",
+                optarg);
+        return -1;
+      }
+      break;
     case 'h': fputs(usage, stdout); exit(0);
     default: fputs(usage, stderr); return -1;
     }
@@ -449,6 +490,7 @@ int main(int argc, char **argv) {
   bench_t b;
   opts_t *o = &b.o;
   uint64_t t_start, t_end, total = 0, warm = 0;
+  double cpu0, cpu1, srv0 = -1, srv1 = -1, cli_us, srv_us;
   uint64_t *all;
   size_t nall = 0;
   int failed = 0;
@@ -500,6 +542,9 @@ int main(int argc, char **argv) {
   while (atomic_load(&b.connected) + atomic_load(&b.done) < o->clients)
     sleep_s(0.005);
   sleep_s(o->warmup);
+  cpu0 = self_cpu_s();
+  if (o->server_pid > 0)
+    srv0 = pid_cpu_s(o->server_pid);
   t_start = now_ns();
   atomic_store_explicit(&b.phase, PH_MEASURE, memory_order_release);
   if (o->ops > 0) {
@@ -509,9 +554,12 @@ int main(int argc, char **argv) {
     sleep_s(o->seconds);
     atomic_store_explicit(&b.phase, PH_STOP, memory_order_release);
   }
+  t_end = now_ns();
+  cpu1 = self_cpu_s();
+  if (o->server_pid > 0)
+    srv1 = pid_cpu_s(o->server_pid);
   for (int i = 0; i < o->clients; i++)
     pthread_join(b.cl[i].thread, NULL);
-  t_end = now_ns();
   secs = (double)(t_end - t_start) / 1e9;
 
   for (int i = 0; i < o->clients; i++) {
@@ -549,13 +597,22 @@ int main(int argc, char **argv) {
   printf("  latency of a pair: p50 %.1f us, p99 %.1f us, max %.1f us\n",
          pct_us(all, nall, 0.50), pct_us(all, nall, 0.99),
          nall ? (double)all[nall - 1] / 1000.0 : 0);
+  cli_us = nall ? (cpu1 - cpu0) * 1e6 / (double)nall : 0;
+  srv_us = nall && srv0 >= 0 && srv1 >= 0 ? (srv1 - srv0) * 1e6 / (double)nall
+                                          : -1;
+  printf("  CPU per pair: clients %.1f us", cli_us);
+  if (srv_us >= 0)
+    printf(", server (pid %d) %.1f us", o->server_pid, srv_us);
+  printf(" (%.0f%% and %.0f%% of a core)\n",
+         secs > 0 ? 100 * (cpu1 - cpu0) / secs : 0,
+         secs > 0 && srv_us >= 0 ? 100 * (srv1 - srv0) / secs : 0);
   printf("RESULT dialect=%s clients=%d value_size=%zu torch_get=%d "
          "seconds=%.3f pairs=%zu ops_per_s=%.0f p50_us=%.1f p99_us=%.1f "
-         "max_us=%.1f errors=%d\n",
+         "max_us=%.1f client_cpu_us=%.1f server_cpu_us=%.1f errors=%d\n",
          names[o->dialect], o->clients, o->value_size, o->torch_get, secs,
          nall, secs > 0 ? 2.0 * (double)nall / secs : 0,
          pct_us(all, nall, 0.50), pct_us(all, nall, 0.99),
-         nall ? (double)all[nall - 1] / 1000.0 : 0, failed);
+         nall ? (double)all[nall - 1] / 1000.0 : 0, cli_us, srv_us, failed);
   free(all);
   free(b.cl);
   if (b.ai)
