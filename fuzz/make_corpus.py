@@ -293,7 +293,8 @@ def tcpstore_seeds(num, v2):
 
 ENDPOINT = [
     "127.0.0.1:29400", "localhost", "node-01.cluster_a:1", "[::1]:29500",
-    "[::1]", "::1", "fe80::1%eth0", "[fe80::1%eth0]:80", "unix:/tmp/launch.sock",
+    "[::1]", "::1", "fe80::1%eth0", "[fe80::1%eth0]:80",
+    "unix:/tmp/launch.sock",
     "unix:", "host:", ":80", "host:65535", "host:65536", "host:-1", "host:+80",
     "[::1]x", "[]:1", "[::1", "a b:1", "host:80:90",
     "30", "30s", "500ms", "2m", "5min", "1.5s", "1h", "0", "nan", "inf",

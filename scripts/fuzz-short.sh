@@ -99,7 +99,8 @@ for t in "${targets[@]}"; do
   done
   if [ "$rc" -ne 0 ] || [ "$found" -ne 0 ]; then
     failed=1
-    grep -E 'ERROR|runtime error|invariant failed|SUMMARY' "$log" | head -20 || true
+    grep -E 'ERROR|runtime error|invariant failed|SUMMARY' "$log" |
+      head -20 || true
     echo "fuzz-short: $t failed; full log: $log"
     echo "fuzz-short: fix the bug, then commit the input in fuzz/crashers/$t/" \
          "with the fix (ctest's replay_$t replays it forever)"
