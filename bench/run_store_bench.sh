@@ -15,11 +15,13 @@
 #                   (taskset), so that the server never competes with its
 #                   clients for a core; default: the scheduler decides
 #
-# For each client count it runs: the tcpstore-v1 client against torch's
-# server, the same against ours, then the native client (librdzv) and the
-# tcpstore-v2 client against ours. It prints each run, then a markdown
-# table (ops/s, p50, p99, and ours/torch). Every process it starts is
-# killed by pid on exit. Only 127.0.0.1 is used.
+# For each client count it runs: the TCPStore client in torch's numbering
+# (tcpstore-v1 for PyTorch 1.13, the Debian package here; tcpstore-v2 for a
+# PyTorch 2.x) against torch's server, the same against ours, then the
+# native client (librdzv) and the TCPStore client in the other numbering
+# against ours. It prints each run, then markdown tables (ops/s, p50, p99,
+# ours/torch; CPU per pair). Every process it starts is killed by pid on
+# exit. Only 127.0.0.1 is used.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -87,8 +89,8 @@ ours_pid=$!
 wait_file "$tmp/ours.port" 10 || { cat "$tmp/ours.log" >&2; exit 1; }
 ours_port=$(cat "$tmp/ours.port")
 
-# PyTorch 1.13's TCPStore server (the legacy poll() daemon thread of the
-# master store), alive until its stdin closes.
+# PyTorch's TCPStore server (1.13: the legacy poll() daemon thread of the
+# master store; 2.4+: the libuv server), alive until its stdin closes.
 mkfifo "$tmp/torch.in"
 "${pin_srv[@]}" "$python" -c '
 import datetime, os, sys
@@ -105,6 +107,11 @@ torch_pid=$!
 exec 3>"$tmp/torch.in"
 wait_file "$tmp/torch.port" 60 || { cat "$tmp/torch.log" >&2; exit 1; }
 read -r torch_port torch_version <"$tmp/torch.port"
+if [ "${torch_version%%.*}" -ge 2 ]; then
+  ts=tcpstore-v2 alt=tcpstore-v1
+else
+  ts=tcpstore-v1 alt=tcpstore-v2
+fi
 
 echo "run_store_bench: ours (launch server) on 127.0.0.1:$ours_port," \
      "torch $torch_version TCPStore on 127.0.0.1:$torch_port;" \
@@ -126,19 +133,22 @@ field() { # RESULT KEY
 }
 
 for n in $clients; do
-  run torch tcpstore-v1 "$torch_port" "$n" "$torch_pid"
-  run ours tcpstore-v1 "$ours_port" "$n" "$ours_pid"
+  run torch "$ts" "$torch_port" "$n" "$torch_pid"
+  run ours "$ts" "$ours_port" "$n" "$ours_pid"
   run native native "$ours_port" "$n" "$ours_pid"
-  run ours_v2 tcpstore-v2 "$ours_port" "$n" "$ours_pid"
+  run ours_alt "$alt" "$ours_port" "$n" "$ours_pid"
 done
 
 echo
-echo "| clients | torch 1.13 ops/s | p50 us | p99 us | ours ops/s | p50 us |" \
-     "p99 us | ours/torch ops/s | ours p99 <= torch p99 | ours v2 ops/s |" \
-     "native ops/s | native p50 us | native p99 us |"
+echo "Client: $ts for torch and ours; ours also with $alt and native."
+echo
+echo "| clients | torch $torch_version ops/s | p50 us | p99 us | ours ops/s |" \
+     "p50 us | p99 us | ours/torch ops/s | ours p99 <= torch p99 |" \
+     "ours $alt ops/s | native ops/s | native p50 us | native p99 us |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|---:|"
 for n in $clients; do
-  t=${res[torch.$n]} o=${res[ours.$n]} v=${res[ours_v2.$n]} m=${res[native.$n]}
+  t=${res[torch.$n]} o=${res[ours.$n]} v=${res[ours_alt.$n]}
+  m=${res[native.$n]}
   to=$(field "$t" ops_per_s) oo=$(field "$o" ops_per_s)
   tp=$(field "$t" p99_us) op=$(field "$o" p99_us)
   ratio=$(awk -v a="$oo" -v b="$to" \
