@@ -303,6 +303,14 @@ ENDPOINT = [
 ]
 
 
+HOSTLIST = [
+    "gpu[01-04,07],login1", "rack[0-1]_blade[0-2]", "node1", "a,b,c",
+    "n[9-11]", "n[007-010]", "x[1]y[2]z[3]", "h[0-3],h[5]", "[1-2]",
+    "n[]", "n[1-]", "n[-1]", "n[2-1]", "n[1,,2]", "n[[1]]", "n]1[", "n[1",
+    ",", "a,,b", "n[9223372036854775807]", "n[0-999999]", "",
+]
+
+
 def write(dirname, seeds):
     os.makedirs(dirname, exist_ok=True)
     for name, data in seeds.items():
@@ -332,6 +340,11 @@ def main():
         safe = "".join(c if c.isalnum() else "_" for c in text)
         ep["s%02d_%s" % (i, safe)] = text.encode()
     write(os.path.join(out, "endpoint"), ep)
+    hl = {}
+    for i, text in enumerate(HOSTLIST):
+        safe = "".join(c if c.isalnum() else "_" for c in text)
+        hl["h%02d_%s" % (i, safe)] = text.encode()
+    write(os.path.join(out, "hostlist"), hl)
 
 
 if __name__ == "__main__":
