@@ -6,7 +6,7 @@
  * - the result is 0, RDZV_EINVAL, RDZV_ETOOBIG or RDZV_ENOMEM;
  * - on success there are 1..max names, each non-empty and free of '[', ']'
  *   and ',', and a list without brackets expands to its comma-separated
- *   items, in order;
+ *   items, in order (a trailing comma is tolerated);
  * - a host list of names that expanded joins back (with commas) to a list
  *   that expands to the same names. */
 #include "fuzz.h"
@@ -22,7 +22,9 @@ static void check_plain(const char *s, char **hosts, size_t n) {
     FUZZ_CHECK(i < n && strlen(hosts[i]) == len &&
                memcmp(hosts[i], p, len) == 0);
     i++;
-    if (p[len] == '\0')
+    /* One trailing comma is tolerated ("a,b,"), an empty item elsewhere
+     * is refused. */
+    if (p[len] == '\0' || p[len + 1] == '\0')
       break;
     p += len + 1;
   }
