@@ -11,6 +11,8 @@
 #                   optimised build without sanitizers, configured and built
 #                   here when missing)
 #   PYTHON          the python that imports torch (default /usr/bin/python3)
+#   BENCH_ARGS      more store_bench options for the TCPStore runs, e.g.
+#                   --torch-get (WAIT and its answer before each GET)
 #   BENCH_PIN       1: pin both servers to CPU 0 and the clients to CPU 1
 #                   (taskset), so that the server never competes with its
 #                   clients for a core; default: the scheduler decides
@@ -120,11 +122,13 @@ echo "run_store_bench: ours (launch server) on 127.0.0.1:$ours_port," \
           "clients to CPU 1)" || echo "shared by clients and servers")"
 
 declare -A res
+read -r -a bench_args <<<"${BENCH_ARGS:-}"
 run() { # NAME DIALECT PORT CLIENTS SERVER_PID
-  local out
+  local out extra=()
+  [ "$2" != native ] && extra=("${bench_args[@]}")
   out=$("${pin_cli[@]}" "$bench" --endpoint "127.0.0.1:$3" --dialect "$2" \
           --clients "$4" --seconds "$seconds" --warmup 1 --value-size 64 \
-          --server-pid "$5")
+          --server-pid "$5" "${extra[@]}")
   echo "$out" | sed -n '1,4p' | sed "s/^/[$1] /"
   res[$1.$4]=$(echo "$out" | sed -n 's/^RESULT //p')
 }
@@ -140,7 +144,8 @@ for n in $clients; do
 done
 
 echo
-echo "Client: $ts for torch and ours; ours also with $alt and native."
+echo "Client: $ts ${BENCH_ARGS:+$BENCH_ARGS }for torch and ours;" \
+     "ours also with $alt and native."
 echo
 echo "| clients | torch $torch_version ops/s | p50 us | p99 us | ours ops/s |" \
      "p50 us | p99 us | ours/torch ops/s | ours p99 <= torch p99 |" \

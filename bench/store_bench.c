@@ -10,8 +10,8 @@
  * TCPStore clients are a small raw-socket client here; keys carry the "/"
  * prefix that torch's client adds. SET has no reply in TCPStore, so a pair
  * is SET and GET written together and one reply read: one round trip. With
- * --torch-get the client sends WAIT before GET, as torch's get() does (two
- * round trips).
+ * --torch-get the client first sends WAIT and reads its answer before the
+ * GET, as torch's get() does: two round trips.
  *
  * A warmup runs first (not measured). Then each pair is one latency sample,
  * from the moment its first request is written to the moment the GET value
@@ -222,12 +222,15 @@ static uint8_t *put_str(uint8_t *p, const void *s, size_t n) {
   return p + 8 + n;
 }
 
-/* One pair over TCPStore: SET, [WAIT,] GET in one write; then the replies. */
+/* One pair over TCPStore. SET has no reply, so SET and GET go out in one
+ * write and one reply comes back. With --torch-get the client does what
+ * torch's get() does: WAIT, read its answer, then GET (SET travels with
+ * the WAIT): two round trips. */
 static int ts_pair(client_t *c, const char *key, const uint8_t *val,
                    uint8_t *req, uint8_t *reply) {
   const opts_t *o = &c->b->o;
   size_t kl = strlen(key);
-  uint8_t *p = req, hdr[8], w;
+  uint8_t *p = req;
   int rc;
   *p++ = ts_set[o->dialect];
   p = put_str(p, key, kl);
@@ -236,24 +239,24 @@ static int ts_pair(client_t *c, const char *key, const uint8_t *val,
     *p++ = ts_wait[o->dialect];
     put_u64(p, 1);
     p = put_str(p + 8, key, kl);
+    if ((rc = send_all(c->fd, req, (size_t)(p - req))) != 0 ||
+        (rc = recv_all(c->fd, reply, 1)) != 0)
+      return rc;
+    if (reply[0] != 0) /* STOP_WAITING */
+      return RDZV_EPROTO;
+    p = req;
   }
   *p++ = ts_get[o->dialect];
   p = put_str(p, key, kl);
   if ((rc = send_all(c->fd, req, (size_t)(p - req))) != 0)
     return rc;
-  if (o->torch_get) {
-    if ((rc = recv_all(c->fd, &w, 1)) != 0)
-      return rc;
-    if (w != 0)
-      return RDZV_EPROTO;
-  }
-  if ((rc = recv_all(c->fd, hdr, 8)) != 0)
+  /* The u64 length and the value: their size is known, so read them
+   * together (one recv in the common case). */
+  if ((rc = recv_all(c->fd, reply, 8 + o->value_size)) != 0)
     return rc;
-  if (get_u64(hdr) != o->value_size)
+  if (get_u64(reply) != o->value_size)
     return RDZV_EPROTO;
-  if ((rc = recv_all(c->fd, reply, o->value_size)) != 0)
-    return rc;
-  return memcmp(reply, val, o->value_size) == 0 ? 0 : RDZV_EPROTO;
+  return memcmp(reply + 8, val, o->value_size) == 0 ? 0 : RDZV_EPROTO;
 }
 
 /* ---- native client ------------------------------------------------------- */
@@ -293,7 +296,7 @@ static void *client_main(void *arg) {
   bench_t *b = c->b;
   const opts_t *o = &b->o;
   uint8_t *val = malloc(o->value_size + 1);
-  uint8_t *reply = malloc(o->value_size + 1);
+  uint8_t *reply = malloc(o->value_size + 9);
   uint8_t *req = malloc(3 * (o->value_size + 64) + 64);
   char key[64];
   uint64_t i = 0;
@@ -386,7 +389,8 @@ static const char usage[] =
     "  --warmup S            unmeasured seconds first (default 1)\n"
     "  --value-size B        bytes per value (default 64)\n"
     "  --keys K              keys per client, used in turn (default 16)\n"
-    "  --torch-get           TCPStore: WAIT before GET, as torch's get()\n"
+    "  --torch-get           TCPStore: WAIT (and its answer) before GET, as\n"
+    "                        torch's get() does\n"
     "  --server-pid PID      also report PID's CPU time per pair (read from\n"
     "                        /proc while measuring)\n";
 
@@ -589,7 +593,8 @@ int main(int argc, char **argv) {
          names[o->dialect], o->endpoint, o->clients, o->value_size,
          o->dialect == D_NATIVE ? "set and get: 2 round trips per pair"
                                 : "set+get written together: 1 round trip",
-         o->torch_get ? " (+WAIT before GET)" : "");
+         o->torch_get ? " (+WAIT and its answer before GET: 2 round trips)"
+                      : "");
   printf("  warmup %.1f s (%llu pairs), measured %.2f s: %zu pairs, %.0f "
          "ops/s (set and get count one op each)\n",
          o->warmup, (unsigned long long)warm, secs, nall,
