@@ -13,6 +13,8 @@
  * - every string, binary and ext of a decoded message lies inside its frame;
  * - each accessor succeeds exactly for the msgpack types it documents, and
  *   never gives a NULL pointer for bytes (not even empty ones);
+ * - the map accessors (proto_map_*) find each string key of a map, find
+ *   nothing for an absent one, and keep their copies NUL-terminated;
  * - packing a decoded object and decoding the result gives the same bytes
  *   again (the server's encoder and decoder agree). */
 #include "fuzz.h"
@@ -122,6 +124,57 @@ static void check_args(const proto_msg_t *m, const uint8_t *body, size_t n) {
   }
 }
 
+/* The map accessors on every map of the message (JOIN, REPORT and STATUS
+ * carry one): each string key of the map finds the value of its first
+ * occurrence, an absent key finds nothing, and the typed getters stay in
+ * their buffers. */
+static void check_map(const msgpack_object *m) {
+  char small[8], key[64];
+  if (m->type == MSGPACK_OBJECT_ARRAY) {
+    for (uint32_t i = 0; i < m->via.array.size; i++)
+      check_map(&m->via.array.ptr[i]);
+    return;
+  }
+  if (m->type != MSGPACK_OBJECT_MAP) {
+    FUZZ_CHECK(proto_map_get(m, "x") == NULL);
+    FUZZ_CHECK(proto_map_i64(m, "x", -7) == -7);
+    return;
+  }
+  FUZZ_CHECK(proto_map_get(NULL, "x") == NULL);
+  for (uint32_t i = 0; i < m->via.map.size; i++) {
+    const msgpack_object *k = &m->via.map.ptr[i].key, *v;
+    const char *p;
+    size_t n;
+    char *d;
+    check_map(&m->via.map.ptr[i].val);
+    if (proto_obj_bytes(k, &p, &n) != 0 || n >= sizeof(key) ||
+        memchr(p, '\0', n) != NULL)
+      continue;
+    memcpy(key, p, n);
+    key[n] = '\0';
+    v = proto_map_get(m, key);
+    FUZZ_CHECK(v != NULL);
+    FUZZ_CHECK(v >= &m->via.map.ptr[0].val && v <= &m->via.map.ptr[i].val);
+    proto_map_i64(m, key, 0);
+    proto_map_str(m, key, small, sizeof(small));
+    FUZZ_CHECK(strlen(small) < sizeof(small));
+    d = proto_map_strdup(m, key);
+    FUZZ_CHECK((d != NULL) == (proto_obj_bytes(v, &p, &n) == 0));
+    if (d != NULL)
+      FUZZ_CHECK(strlen(d) <= n);
+    free(d);
+  }
+  /* A key the map most likely lacks gives the defaults. */
+  memset(key, 'k', sizeof(key) - 1);
+  key[sizeof(key) - 1] = '\0';
+  if (proto_map_get(m, key) == NULL) {
+    FUZZ_CHECK(proto_map_i64(m, key, 42) == 42);
+    proto_map_str(m, key, small, sizeof(small));
+    FUZZ_CHECK(small[0] == '\0');
+    FUZZ_CHECK(proto_map_strdup(m, key) == NULL);
+  }
+}
+
 /* pack(obj) must decode to an object that packs to the same bytes. */
 static void check_repack(const msgpack_object *obj) {
   proto_enc_t a, b;
@@ -184,6 +237,8 @@ static void one_frame(const uint8_t *body, size_t n) {
   proto_op_name((int)m.op);
   proto_ev_name((int)m.op);
   check_args(&m, body, n);
+  for (uint32_t i = 0; i < m.nargs; i++)
+    check_map(&m.args[i]);
   proto_msg_free(&m);
   proto_msg_free(&m); /* a second free is a no-op */
 }

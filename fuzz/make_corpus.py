@@ -130,6 +130,14 @@ def native_seeds():
         "cancel": req(16, "CANCEL", 8),
         "join": req(17, "JOIN", {"host": "node0", "nproc": 8, "rank": -1}),
         "heartbeat": req(18, "HEARTBEAT", 3),
+        "join_types": req(19, "JOIN", {"host": "n1", "f": 1.5, "big": 1e30,
+                                       "b": True, "nil": None, "l": [1, 2],
+                                       "m": {"x": 1}, "": "empty",
+                                       "bin": Bin(b"\x00\x01")}),
+        # A map with a repeated key and a non-string key.
+        "report_dup_keys": frame(
+            b"\x94" + mp(REQ) + mp(20) + mp(OP["REPORT"]) + b"\x83" +
+            mp("k") + mp(1) + mp("k") + mp(2) + mp(7) + mp("int key")),
     }
     s.update(ops)
     s["session"] = hello + b"".join(ops.values())
@@ -334,6 +342,57 @@ def main():
     server["bad_first_byte"] = b"GET / HTTP/1.0\r\n\r\n"
     server["bad_magic"] = b"RDZX"
     server["native_no_hello"] = b"RDZV" + req(2, "PING")
+    # A node's life in a rendezvous: join, heartbeat, status, a failure
+    # report (a restart), a success report, leave.
+    hello = req(1, "HELLO", 1, "agent", "job-7", None, NONCE)
+    join = {"host": "node0", "addr": "10.0.0.1", "nproc": 8, "rank": 0,
+            "min": 1, "max": 1, "last_call_ms": 0, "join_timeout_ms": 1000,
+            "heartbeat_ms": 100, "max_restarts": 2, "static": False,
+            "fingerprint": "fp-1", "expected": ["node0"],
+            "master_port": 29500}
+    server["native_rdzv_session"] = b"RDZV" + hello + b"".join([
+        req(2, "JOIN", join), req(3, "HEARTBEAT"), req(4, "STATUS"),
+        req(5, "REPORT", {"gen": 0, "ok": False, "exit_code": 1, "rank": 3}),
+        req(6, "JOIN", join), req(7, "REPORT", {"gen": 1, "ok": True}),
+        req(8, "LEAVE", "done")])
+    server["native_rdzv_waiting"] = b"RDZV" + hello + req(
+        2, "JOIN", dict(join, min=2, max=4, rank=-1, static=True))
+    # Several clients in one input (fuzz_server.c: SEP between streams).
+    SEP = b"\xfe\xed<next connection>\xfe\xed"
+    v = ts_ops(V2)["validate"]
+
+    def node(name, rank, *more):
+        return b"RDZV" + hello + b"".join(
+            [req(2, "JOIN", dict(join, host=name, rank=rank, min=2, max=2,
+                                 expected=["a", "b"]))] + list(more))
+    server["multi_rdzv_two_nodes"] = SEP.join([
+        node("a", 0, req(3, "HEARTBEAT"),
+             req(4, "REPORT", {"gen": 0, "ok": True})),
+        node("b", 1, req(3, "STATUS"),
+             req(4, "REPORT", {"gen": 0, "ok": True}))])
+    server["multi_rdzv_fail_restart"] = SEP.join([
+        node("a", 0, req(3, "REPORT", {"gen": 0, "ok": False,
+                                        "exit_code": 3, "rank": 0}),
+             req(4, "JOIN", dict(join, host="a", min=2, max=2))),
+        node("b", 1), node("c", -1)])
+    server["multi_ts_wait_set"] = SEP.join([
+        v + bytes([V2["WAIT"]]) + u64(1) + tstr("/k") +
+        bytes([V2["GET"]]) + tstr("/k"),
+        v + bytes([V2["SET"]]) + tstr("/k") + tstr(b"value")])
+    server["multi_native_barrier"] = SEP.join(
+        [b"RDZV" + req(1, "HELLO", 1, "worker", "j", None, NONCE) +
+         req(2, "BARRIER", "b", 3, -1) + req(3, "WAIT", ["/x"], -1)] * 2 +
+        [b"RDZV" + req(1, "HELLO", 1, "worker", "j", None, NONCE) +
+         req(2, "SET", "/x", VAL) + req(3, "BARRIER", "b", 3, 5000)])
+    server["multi_mixed"] = SEP.join([
+        b"RDZV" + req(1, "HELLO", 1, "worker", "default", None, NONCE) +
+        req(2, "SET", "/shared", VAL),
+        bytes([V1["WAIT"]]) + u64(1) + tstr("/shared") +
+        bytes([V1["GET"]]) + tstr("/shared"),
+        v + bytes([V2["ADD"]]) + tstr("/shared") + u64(1),
+        v + bytes([V2["MULTI_GET"]]) + u64(1) + tstr("/shared")])
+    server["native_rdzv_bad_join"] = b"RDZV" + hello + req(
+        2, "JOIN", dict(join, min=0, nproc=-1)) + req(3, "JOIN", "not a map")
     write(os.path.join(out, "server"), server)
     ep = {}
     for i, text in enumerate(ENDPOINT):
