@@ -141,8 +141,13 @@ static int read_frame(rdzv_client_t *c, int64_t deadline, const uint8_t **body,
       c->in_cap = ncap;
     }
     {
-      ssize_t r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len,
-                       MSG_DONTWAIT);
+      ssize_t r;
+      /* A reply is rarely there the moment the request left: wait first,
+       * which saves a recv that would fail with EAGAIN. */
+      int w = wait_fd(c->fd, POLLIN, deadline);
+      if (w)
+        return w;
+      r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
       if (r > 0) {
         c->in_len += (size_t)r;
         continue;
@@ -153,12 +158,8 @@ static int read_frame(rdzv_client_t *c, int64_t deadline, const uint8_t **body,
       }
       if (errno == EINTR)
         continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        int w = wait_fd(c->fd, POLLIN, deadline);
-        if (w)
-          return w;
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
         continue;
-      }
       return -errno;
     }
   }

@@ -186,13 +186,15 @@ void proto_msg_free(proto_msg_t *msg) {
 }
 
 int proto_obj_bytes(const msgpack_object *o, const char **p, size_t *n) {
+  /* msgpack-c leaves ptr NULL for an empty str or bin; hand out "" so that
+   * no handler passes NULL to memcpy/memcmp, even for 0 bytes. */
   if (o->type == MSGPACK_OBJECT_BIN) {
-    *p = o->via.bin.ptr;
+    *p = o->via.bin.ptr ? o->via.bin.ptr : "";
     *n = o->via.bin.size;
     return 0;
   }
   if (o->type == MSGPACK_OBJECT_STR) {
-    *p = o->via.str.ptr;
+    *p = o->via.str.ptr ? o->via.str.ptr : "";
     *n = o->via.str.size;
     return 0;
   }
@@ -312,6 +314,10 @@ static int enc_write(void *data, const char *buf, size_t len) {
   proto_enc_t *e = data;
   if (e->oom)
     return -1;
+  /* msgpack-c hands over empty bodies as (NULL, 0): memcpy must not see
+   * NULL, even for 0 bytes. */
+  if (len == 0)
+    return 0;
   if (e->len + len > e->cap) {
     size_t ncap = e->cap ? e->cap : 256;
     char *nd;

@@ -117,7 +117,9 @@ int proto_decode(const uint8_t *buf, size_t n, const proto_limits_t *lim,
                  proto_msg_t *msg);
 void proto_msg_free(proto_msg_t *msg);
 
-/* Typed access to msg->args[i]; RET 0 or RDZV_EPROTO. */
+/* Typed access to msg->args[i]; RET 0 or RDZV_EPROTO. The bytes accessors
+ * never give a NULL *p (an empty string or bin points at ""), except for
+ * nil in proto_arg_bytes_or_nil. */
 int proto_arg_bytes(const proto_msg_t *m, uint32_t i, const char **p,
                     size_t *n);            /* str or bin */
 int proto_arg_bytes_or_nil(const proto_msg_t *m, uint32_t i, const char **p,

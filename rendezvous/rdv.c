@@ -386,7 +386,7 @@ static int form_round(rdv_job_t *rj) {
   if (node0 && node0->fp) {
     int refused = 0;
     for (int i = 0; i < n; i++) {
-      char diff[2048], msg[2400];
+      char diff[2048], msg[2048 + 2 * 256 + 128];
       if (sel[i] == node0 || sel[i]->fp == NULL)
         continue;
       if (fp_diff(node0->fp, sel[i]->fp, sel[i]->host, node0->host, diff,

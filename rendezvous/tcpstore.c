@@ -179,6 +179,11 @@ ssize_t ts_parse(int dialect, const uint8_t *buf, size_t n,
   }
   if (c.err)
     return TS_TOO_BIG;
+  /* Each string was checked alone; bound the whole request too, as the
+   * NEED_MORE path above does, so that a request gets the same answer
+   * whether it arrives whole or split across reads. */
+  if (c.pos > lim->max_request)
+    return TS_TOO_BIG;
   out->size = c.pos;
   return (ssize_t)c.pos;
 }

@@ -79,7 +79,8 @@ static int expand(hl_t *h, const char *pre, size_t plen, const char *s,
       }
       if ((uint64_t)(hi - lo) >= h->max)
         return RDZV_ETOOBIG;
-      for (int64_t v = lo; v <= hi; v++) {
+      /* Stop at hi before incrementing: v++ past INT64_MAX is undefined. */
+      for (int64_t v = lo;; v++) {
         int rc, k = snprintf(buf + plen + head, 24, "%0*lld", width,
                              (long long)v);
         if (k < 0)
@@ -88,6 +89,8 @@ static int expand(hl_t *h, const char *pre, size_t plen, const char *s,
                     len - (size_t)(rb + 1 - s), depth + 1);
         if (rc != 0)
           return rc;
+        if (v == hi)
+          break;
       }
       r = comma ? comma + 1 : rb;
     }

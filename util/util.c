@@ -95,7 +95,9 @@ int lu_parse_duration_ms(const char *s, int64_t *out_ms) {
     return RDZV_EINVAL;
   errno = 0;
   v = strtod(s, &end);
-  if (errno != 0 || end == s || v < 0)
+  /* !(v >= 0) also refuses "nan", which every comparison lets through and
+   * whose conversion to an integer is undefined. */
+  if (errno != 0 || end == s || !(v >= 0))
     return RDZV_EINVAL;
   if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
     mult = 1000.0;
@@ -112,6 +114,17 @@ int lu_parse_duration_ms(const char *s, int64_t *out_ms) {
     return RDZV_EINVAL;
   *out_ms = (int64_t)(v + 0.5);
   return 0;
+}
+
+/* Host names and IP addresses (with an IPv6 zone after '%'). */
+static int host_ok(const char *h) {
+  for (; *h; h++) {
+    unsigned char c = (unsigned char)*h;
+    if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || c == ':' ||
+          c == '%'))
+      return 0;
+  }
+  return 1;
 }
 
 int lu_endpoint_parse(const char *s, int default_port, lu_endpoint_t *ep) {
@@ -137,6 +150,8 @@ int lu_endpoint_parse(const char *s, int default_port, lu_endpoint_t *ep) {
       return RDZV_EADDR;
     memcpy(ep->host, s + 1, hlen);
     ep->host[hlen] = '\0';
+    if (!host_ok(ep->host))
+      return RDZV_EADDR;
     if (rb[1] == '\0')
       colon = NULL;
     else if (rb[1] == ':')
@@ -156,12 +171,8 @@ int lu_endpoint_parse(const char *s, int default_port, lu_endpoint_t *ep) {
       return RDZV_EADDR;
     memcpy(ep->host, s, hlen);
     ep->host[hlen] = '\0';
-    for (size_t i = 0; i < hlen; i++) {
-      unsigned char c = (unsigned char)ep->host[i];
-      if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || c == ':' ||
-            c == '%'))
-        return RDZV_EADDR;
-    }
+    if (!host_ok(ep->host))
+      return RDZV_EADDR;
   }
   if (colon != NULL) {
     if (lu_parse_int(colon + 1, 0, 65535, &ep->port) != 0)

@@ -1,0 +1,264 @@
+/* fuzz_frame.c - the native protocol's frame decoder, fed as the server feeds
+ * it. The input is the byte stream a client sends after the "RDZV" magic: it
+ * is cut into frames (4-byte big-endian length + body) with the server's
+ * frame limit, each body is decoded with proto_decode(), and every argument
+ * goes through the typed accessors the handlers use.
+ *
+ * Invariants checked:
+ * - a body proto_scan() accepts is one whole msgpack object for msgpack-c
+ *   (unpack succeeds and consumes exactly the body) within the object and
+ *   depth limits, so proto_decode() never fails on it for size reasons;
+ * - a body proto_scan() refuses is refused by proto_decode() the same way;
+ * - raising the depth limit never turns an accepted body into a refused one;
+ * - every string, binary and ext of a decoded message lies inside its frame;
+ * - each accessor succeeds exactly for the msgpack types it documents, and
+ *   never gives a NULL pointer for bytes (not even empty ones);
+ * - the map accessors (proto_map_*) find each string key of a map, find
+ *   nothing for an absent one, and keep their copies NUL-terminated;
+ * - packing a decoded object and decoding the result gives the same bytes
+ *   again (the server's encoder and decoder agree). */
+#include "fuzz.h"
+#include "proto.h"
+
+/* The limits srv_new() derives from SRV_CONFIG_INIT. */
+static const proto_limits_t srv_lim = {16u << 20, 128u * 1024 * 2 + 64, 4};
+
+typedef struct walk_s {
+  const uint8_t *body;
+  size_t n;
+  uint64_t items;
+  uint32_t max_depth;
+} walk_t;
+
+static void walk(walk_t *w, const msgpack_object *o, uint32_t depth) {
+  w->items++;
+  FUZZ_CHECK(depth <= w->max_depth);
+  switch (o->type) {
+  case MSGPACK_OBJECT_STR:
+    FUZZ_CHECK(fuzz_within(o->via.str.ptr, o->via.str.size, w->body, w->n));
+    fuzz_touch(o->via.str.ptr, o->via.str.size);
+    break;
+  case MSGPACK_OBJECT_BIN:
+    FUZZ_CHECK(fuzz_within(o->via.bin.ptr, o->via.bin.size, w->body, w->n));
+    fuzz_touch(o->via.bin.ptr, o->via.bin.size);
+    break;
+  case MSGPACK_OBJECT_EXT:
+    FUZZ_CHECK(fuzz_within(o->via.ext.ptr, o->via.ext.size, w->body, w->n));
+    fuzz_touch(o->via.ext.ptr, o->via.ext.size);
+    break;
+  case MSGPACK_OBJECT_ARRAY:
+    for (uint32_t i = 0; i < o->via.array.size; i++)
+      walk(w, &o->via.array.ptr[i], depth + 1);
+    break;
+  case MSGPACK_OBJECT_MAP:
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+      walk(w, &o->via.map.ptr[i].key, depth + 1);
+      walk(w, &o->via.map.ptr[i].val, depth + 1);
+    }
+    break;
+  default:
+    break;
+  }
+}
+
+static int is_bytes(const msgpack_object *o) {
+  return o->type == MSGPACK_OBJECT_STR || o->type == MSGPACK_OBJECT_BIN;
+}
+
+static int is_i64(const msgpack_object *o) {
+  return (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+          o->via.u64 <= (uint64_t)INT64_MAX) ||
+         o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
+}
+
+/* The object accessors on one element (of the args or of a list arg). */
+static void check_obj_access(const msgpack_object *o, const uint8_t *body,
+                             size_t n) {
+  const char *p = NULL;
+  size_t len = 0;
+  int64_t v = 0;
+  int rc = proto_obj_bytes(o, &p, &len);
+  FUZZ_CHECK((rc == 0) == is_bytes(o));
+  if (rc == 0)
+    FUZZ_CHECK(p != NULL && fuzz_within(p, len, body, n));
+  rc = proto_obj_i64(o, &v);
+  FUZZ_CHECK((rc == 0) == is_i64(o));
+  if (rc == 0 && o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+    FUZZ_CHECK(v < 0);
+  if (rc == 0 && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+    FUZZ_CHECK(v >= 0);
+}
+
+static void check_args(const proto_msg_t *m, const uint8_t *body, size_t n) {
+  /* One index past the end too: the accessors must refuse it. */
+  for (uint32_t i = 0; i <= m->nargs; i++) {
+    const msgpack_object *o = i < m->nargs ? &m->args[i] : NULL;
+    const msgpack_object *items = NULL;
+    const char *p = NULL;
+    size_t len = 0;
+    uint32_t cnt = 0;
+    int64_t v = 0;
+    int nil = -1, rc;
+
+    rc = proto_arg_bytes(m, i, &p, &len);
+    FUZZ_CHECK((rc == 0) == (o && is_bytes(o)));
+    if (rc == 0) {
+      FUZZ_CHECK(p != NULL && fuzz_within(p, len, body, n));
+      fuzz_touch(p, len);
+    }
+    rc = proto_arg_bytes_or_nil(m, i, &p, &len, &nil);
+    FUZZ_CHECK((rc == 0) ==
+               (o && (is_bytes(o) || o->type == MSGPACK_OBJECT_NIL)));
+    if (rc == 0 && nil)
+      FUZZ_CHECK(p == NULL && len == 0);
+    if (rc == 0 && !nil)
+      FUZZ_CHECK(p != NULL && fuzz_within(p, len, body, n));
+    rc = proto_arg_i64(m, i, &v);
+    FUZZ_CHECK((rc == 0) == (o && is_i64(o)));
+    rc = proto_arg_array(m, i, &items, &cnt);
+    FUZZ_CHECK((rc == 0) == (o && o->type == MSGPACK_OBJECT_ARRAY));
+    if (o)
+      check_obj_access(o, body, n);
+    for (uint32_t j = 0; rc == 0 && j < cnt; j++)
+      check_obj_access(&items[j], body, n);
+  }
+}
+
+/* The map accessors on every map of the message (JOIN, REPORT and STATUS
+ * carry one): each string key of the map finds the value of its first
+ * occurrence, an absent key finds nothing, and the typed getters stay in
+ * their buffers. */
+static void check_map(const msgpack_object *m) {
+  char small[8], key[64];
+  if (m->type == MSGPACK_OBJECT_ARRAY) {
+    for (uint32_t i = 0; i < m->via.array.size; i++)
+      check_map(&m->via.array.ptr[i]);
+    return;
+  }
+  if (m->type != MSGPACK_OBJECT_MAP) {
+    FUZZ_CHECK(proto_map_get(m, "x") == NULL);
+    FUZZ_CHECK(proto_map_i64(m, "x", -7) == -7);
+    return;
+  }
+  FUZZ_CHECK(proto_map_get(NULL, "x") == NULL);
+  for (uint32_t i = 0; i < m->via.map.size; i++) {
+    const msgpack_object *k = &m->via.map.ptr[i].key, *v;
+    const char *p;
+    size_t n;
+    char *d;
+    check_map(&m->via.map.ptr[i].val);
+    if (proto_obj_bytes(k, &p, &n) != 0 || n >= sizeof(key) ||
+        memchr(p, '\0', n) != NULL)
+      continue;
+    memcpy(key, p, n);
+    key[n] = '\0';
+    v = proto_map_get(m, key);
+    FUZZ_CHECK(v != NULL);
+    FUZZ_CHECK(v >= &m->via.map.ptr[0].val && v <= &m->via.map.ptr[i].val);
+    proto_map_i64(m, key, 0);
+    proto_map_str(m, key, small, sizeof(small));
+    FUZZ_CHECK(strlen(small) < sizeof(small));
+    d = proto_map_strdup(m, key);
+    FUZZ_CHECK((d != NULL) == (proto_obj_bytes(v, &p, &n) == 0));
+    if (d != NULL)
+      FUZZ_CHECK(strlen(d) <= n);
+    free(d);
+  }
+  /* A key the map most likely lacks gives the defaults. */
+  memset(key, 'k', sizeof(key) - 1);
+  key[sizeof(key) - 1] = '\0';
+  if (proto_map_get(m, key) == NULL) {
+    FUZZ_CHECK(proto_map_i64(m, key, 42) == 42);
+    proto_map_str(m, key, small, sizeof(small));
+    FUZZ_CHECK(small[0] == '\0');
+    FUZZ_CHECK(proto_map_strdup(m, key) == NULL);
+  }
+}
+
+/* pack(obj) must decode to an object that packs to the same bytes. */
+static void check_repack(const msgpack_object *obj) {
+  proto_enc_t a, b;
+  msgpack_zone z;
+  msgpack_object o2;
+  size_t off = 0;
+  proto_enc_init(&a);
+  proto_enc_init(&b);
+  FUZZ_CHECK(msgpack_pack_object(&a.pk, *obj) == 0 && !a.oom);
+  FUZZ_CHECK(msgpack_zone_init(&z, 2048));
+  FUZZ_CHECK(msgpack_unpack(a.data, a.len, &off, &z, &o2) ==
+             MSGPACK_UNPACK_SUCCESS);
+  FUZZ_CHECK(off == a.len);
+  FUZZ_CHECK(msgpack_pack_object(&b.pk, o2) == 0 && !b.oom);
+  FUZZ_CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
+  msgpack_zone_destroy(&z);
+  proto_enc_destroy(&a);
+  proto_enc_destroy(&b);
+}
+
+static void one_frame(const uint8_t *body, size_t n) {
+  proto_msg_t m;
+  int scan = proto_scan(body, n, &srv_lim);
+  int rc;
+
+  for (uint32_t d = 0; d < srv_lim.max_depth; d++) {
+    proto_limits_t l = srv_lim;
+    l.max_depth = d;
+    if (proto_scan(body, n, &l) == 0)
+      FUZZ_CHECK(scan == 0);
+  }
+  if (scan == 0) {
+    /* msgpack-c must agree that this is exactly one object. */
+    msgpack_zone z;
+    msgpack_object obj;
+    size_t off = 0;
+    walk_t w = {body, n, 0, srv_lim.max_depth};
+    FUZZ_CHECK(msgpack_zone_init(&z, 2048));
+    FUZZ_CHECK(msgpack_unpack((const char *)body, n, &off, &z, &obj) ==
+               MSGPACK_UNPACK_SUCCESS);
+    FUZZ_CHECK(off == n);
+    walk(&w, &obj, 0);
+    FUZZ_CHECK(w.items <= srv_lim.max_items);
+    check_repack(&obj);
+    msgpack_zone_destroy(&z);
+  }
+  rc = proto_decode(body, n, &srv_lim, &m);
+  if (scan != 0) {
+    FUZZ_CHECK(rc == scan);
+    FUZZ_CHECK(!m.zone_live);
+    return;
+  }
+  FUZZ_CHECK(rc == 0 || rc == RDZV_EPROTO);
+  if (rc != 0) {
+    FUZZ_CHECK(!m.zone_live);
+    return;
+  }
+  FUZZ_CHECK(m.kind >= PROTO_REQUEST && m.kind <= PROTO_PUSH);
+  FUZZ_CHECK(m.nargs == 0 || m.args != NULL);
+  proto_op_name((int)m.op);
+  proto_ev_name((int)m.op);
+  check_args(&m, body, n);
+  for (uint32_t i = 0; i < m.nargs; i++)
+    check_map(&m.args[i]);
+  proto_msg_free(&m);
+  proto_msg_free(&m); /* a second free is a no-op */
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  size_t off = 0;
+  while (size - off >= PROTO_HDR) {
+    uint32_t len = proto_get_len(data + off);
+    uint8_t hdr[PROTO_HDR];
+    uint8_t *body;
+    proto_put_len(hdr, len);
+    FUZZ_CHECK(memcmp(hdr, data + off, PROTO_HDR) == 0);
+    /* The server closes the connection on an oversized length and waits
+     * for the rest of a partial frame. */
+    if (len > srv_lim.max_frame || size - off - PROTO_HDR < len)
+      break;
+    body = fuzz_dup(data + off + PROTO_HDR, len);
+    one_frame(body, len);
+    free(body);
+    off += PROTO_HDR + (size_t)len;
+  }
+  return 0;
+}
