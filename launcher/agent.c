@@ -1170,9 +1170,15 @@ static int prepare_node(agent_t *a) {
     const char *files[3] = {NULL, NULL, NULL};
     size_t len;
     int k = 0;
-    for (int i = 0; a->argv[i] && k < 2; i++)
-      if (access(a->argv[i], R_OK) == 0 && strchr(a->argv[i], '/'))
+    for (int i = 0; a->argv[i] && k < 2; i++) {
+      struct stat sb;
+      /* Regular files only: an argument naming a directory (an output or
+       * data directory) is no program, and a FIFO or device would block
+       * the hash. */
+      if (strchr(a->argv[i], '/') && stat(a->argv[i], &sb) == 0 &&
+          S_ISREG(sb.st_mode) && access(a->argv[i], R_OK) == 0)
         files[k++] = a->argv[i];
+    }
     rc = launch_node_fingerprint(e0, prof_name(a->prof), a->topo, files, &fp,
                                  err, sizeof(err));
     if (rc == 0)

@@ -284,7 +284,27 @@ def test_below_min_and_waiting():
             p.kill()
 
 
+def test_directory_argument():
+    # The fingerprint hashes the program; a directory among its arguments
+    # (an output or data directory) is not hashed and fails nothing.
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = []
+    try:
+        for i in (1, 2):
+            ags.append(lt.launch(
+                ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:%d" % port,
+                 "--rdzv-id", "dirarg", "--local-addr", "127.0.0.%d" % i,
+                 "--rdzv-conf", "join_timeout=60", "--no-python", "/bin/true", d],
+                env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i))
+        assert finish_all(ags) == [0, 0], [a.output() for a in ags]
+    finally:
+        for a in ags:
+            a.kill()
+
+
 def main():
+    test_directory_argument()
     test_three_nodes()
     test_rendezvous_ranks()
     test_restart_counted_once()
