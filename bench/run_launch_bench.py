@@ -300,7 +300,7 @@ def peak_rss(procs, bin_dir, tmp, kind):
         if v:
             hwm = max(hwm, v)
         time.sleep(0.002)
-    return {"vmhwm_kb": hwm, "rc": p.returncode}
+    return {"vmhwm_kb": hwm, "rc": p.returncode, "failed": int(p.returncode != 0)}
 
 
 # ---- 4. many agents ----------------------------------------------------------------------
@@ -600,7 +600,12 @@ def main():
                                                    args.torch_agents, 1)
     finally:
         procs.cleanup()
-    shutil.rmtree(tmp, ignore_errors=True)
+    failed = any(isinstance(v, dict) and (v.get("failed") or 0) > 0
+                 for sec in SECTIONS for v in R.get(sec, {}).values())
+    if failed:
+        log("some runs failed: their logs are kept in %s" % tmp)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     R["load_end"] = loadavg()
     if args.json:
         with open(args.json, "w") as f:
