@@ -488,6 +488,17 @@ def table(R, args):
             rows.append(("%d agents: last agent started -> %s (median)" % (args.agents, label),
                          fmt(ours, "s"), "n/a (too big here)", "", "<1 s",
                          "yes" if ours is not None and ours < 1000 else "NO"))
+    if "many" in R:
+        m = R["many"]["launch"]
+        total = med(m["first_start_to_workers_ms"])
+        rows.append(("%d agents: first agent started -> all workers started (median)" % args.agents,
+                     fmt(total, "s"), "", "", "(whole start)", ""))
+        for k, label in (("agent_vmhwm_kb", "a non-hosting agent"),
+                         ("host_vmhwm_kb", "the hosting agent (server inside)")):
+            v = med(m[k])
+            rows.append(("%d agents: peak RSS (VmHWM) of %s" % (args.agents, label),
+                         fmt(v, "MB"), "", "", "<8 MB",
+                         "yes" if v and v < 8192 else "NO"))
     if "many_small" in R:
         a = R["many_small"]["launch"]
         b = R["many_small"].get("torchrun")
