@@ -54,6 +54,7 @@ struct ac_s {
   char last_error[512];
   int closing, pending_closes;
   int retry_after_close;
+  int resolving; /* a uv_getaddrinfo is in flight */
   void (*close_cb)(void *);
   void *close_arg;
 };
@@ -493,8 +494,12 @@ static void connect_to(ac_t *a, const struct sockaddr *sa) {
 static void resolved_cb(uv_getaddrinfo_t *req, int status,
                         struct addrinfo *res) {
   ac_t *a = req->data;
+  a->resolving = 0;
   if (a->closing) {
+    /* ac_close counted this lookup: the client is freed only now. */
     uv_freeaddrinfo(res);
+    if (--a->pending_closes == 0)
+      finish_close(a);
     return;
   }
   if (status != 0) {
@@ -540,6 +545,8 @@ static void start_connect(ac_t *a) {
   r = uv_getaddrinfo(a->loop, &a->gai, resolved_cb, a->host, port, &hints);
   if (r != 0)
     retry_or_fail(a, RDZV_ERESOLVE, uv_strerror(r));
+  else
+    a->resolving = 1;
 }
 
 int ac_connect(ac_t *a, ac_connect_cb cb) {
@@ -590,6 +597,12 @@ void ac_close(ac_t *a, void (*cb)(void *arg), void *arg) {
   a->state = AC_CLOSED;
   fail_pending(a, RDZV_ECANCELED);
   a->pending_closes = 1;
+  /* A lookup in flight holds a pointer to us: its callback counts down
+   * (uv_cancel makes it come sooner when it has not started). */
+  if (a->resolving) {
+    a->pending_closes++;
+    uv_cancel((uv_req_t *)&a->gai);
+  }
   /* A TCP close already under way also ends in on_tcp_closed, which now
    * sees `closing` and counts itself. */
   if (a->tcp_open)

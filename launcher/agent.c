@@ -680,17 +680,7 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     lu_strlcpy(a->tcpstore_job, s, sizeof(a->tcpstore_job));
     free(s);
   }
-  {
-    const msgpack_object *mem = proto_map_get(r, "members");
-    if (mem && mem->type == MSGPACK_OBJECT_ARRAY && mem->via.array.size > 0 &&
-        mem->via.array.ptr[0].type == MSGPACK_OBJECT_ARRAY &&
-        mem->via.array.ptr[0].via.array.size >= 2) {
-      const char *p;
-      size_t n;
-      if (proto_obj_bytes(&mem->via.array.ptr[0].via.array.ptr[1], &p, &n) == 0)
-        snprintf(a->node0_addr, sizeof(a->node0_addr), "%.*s", (int)n, p);
-    }
-  }
+  proto_map_str(r, "node0_addr", a->node0_addr, sizeof(a->node0_addr));
   if (a->gen == 0 || a->o->torch_store == CLI_STORE_AGENT) {
     if (a->o->torch_store == CLI_STORE_AGENT && a->tcpstore_job[0] &&
         strcmp(a->tcpstore_job, a->o->run_id) != 0 && a->gen == 0)

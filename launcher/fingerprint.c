@@ -1,6 +1,7 @@
 /* fingerprint.c - this node's fingerprint (what must be the same on every
  * node of a job), for the rendezvous and `launch env --fingerprint`. */
 #include <string.h>
+#include <unistd.h>
 
 #include "aff.h"
 #include "env.h"
@@ -14,7 +15,13 @@ int launch_node_fingerprint(const env_t *e, const char *profile,
   env_fp_input_t in = ENV_FP_INPUT_INIT;
   char model[64] = "";
   int ngpus = t ? aff_topo_ngpus(t) : 0;
-  aff_sysinfo_probe(&si, NULL);
+  memset(&si, 0, sizeof(si));
+  si.ngpus = -1;
+  /* Loading NVML, libcudart and libnccl costs milliseconds and megabytes:
+   * only where there is a GPU to describe. */
+  if (ngpus > 0 || access("/dev/nvidia0", F_OK) == 0 ||
+      access("/proc/driver/nvidia/gpus", F_OK) == 0)
+    aff_sysinfo_probe(&si, NULL);
   if (ngpus > 0)
     lu_strlcpy(model, aff_topo_gpu(t, 0)->model, sizeof(model));
   else if (si.gpu_model[0])

@@ -267,35 +267,24 @@ static int fp_diff(const char *ref, const char *fp, const char *host,
   return nd;
 }
 
-static void reply_round(rdv_job_t *rj, rdv_member_t *m, rdv_member_t **sel,
-                        int n, int world) {
+static void reply_round(rdv_job_t *rj, rdv_member_t *m,
+                        const rdv_member_t *node0, int n, int world) {
   msgpack_packer *pk = &m->c->out.pk;
-  int master_port = 0;
-  for (int i = 0; i < n; i++)
-    if (sel[i]->node_rank == 0)
-      master_port = sel[i]->master_port;
+  /* Each reply carries this node's place and node 0's address only (rank
+   * 0's store in --torch-store rank0 mode): O(1) per node, not O(nodes);
+   * STATUS lists everyone. */
   srv__reply_begin(m->c, m->join_id, 0, 1);
-  msgpack_pack_map(pk, 9);
+  msgpack_pack_map(pk, 10);
   pack_kv_int(pk, "round", rj->gen);
   pack_kv_int(pk, "node_rank", m->node_rank);
   pack_kv_int(pk, "nnodes", n);
   pack_kv_int(pk, "world_size", world);
   pack_kv_int(pk, "base_rank", m->base_rank);
   pack_kv_int(pk, "failures", rj->failures);
-  pack_kv_int(pk, "master_port", master_port);
+  pack_kv_int(pk, "master_port", node0 ? node0->master_port : 0);
   pack_kv_str(pk, "addr", m->addr);
-  proto_pack_str(pk, "members");
-  msgpack_pack_array(pk, (uint32_t)n);
-  for (int r = 0; r < n; r++)
-    for (int i = 0; i < n; i++)
-      if (sel[i]->node_rank == r) {
-        msgpack_pack_array(pk, 5);
-        proto_pack_str(pk, sel[i]->host);
-        proto_pack_str(pk, sel[i]->addr);
-        msgpack_pack_int64(pk, sel[i]->nproc);
-        msgpack_pack_int64(pk, sel[i]->node_rank);
-        msgpack_pack_int64(pk, sel[i]->base_rank);
-      }
+  pack_kv_str(pk, "node0_addr", node0 ? node0->addr : "");
+  pack_kv_str(pk, "node0_host", node0 ? node0->host : "");
   srv__reply_end(m->c);
   m->join_id = 0;
 }
@@ -426,7 +415,7 @@ static int form_round(rdv_job_t *rj) {
     sel[i]->in_round = 1;
     sel[i]->state = M_RUNNING;
     sel[i]->last_hb = uv_now(s->loop);
-    reply_round(rj, sel[i], sel, n, world);
+    reply_round(rj, sel[i], node0, n, world);
   }
   LU_INFO(&s->log, "job %s: round %" PRId64 " formed: %d nodes, world size "
           "%d", rj->job->name, rj->gen, n, world);

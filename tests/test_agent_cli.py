@@ -9,6 +9,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
 import launchtest  # noqa: E402
+import launchtest as lt  # noqa: E402
 
 L = launchtest.launch_bin()
 
@@ -86,6 +87,20 @@ def main():
     rc, out = run(["--nnodes", "2", "--rdzv-endpoint", "no-such-host.invalid:29400",
                    "--rdzv-conf", "join_timeout=1", "/bin/true"])
     assert rc != 0 and "no-such-host.invalid" in out, out
+    # stopped while it resolves the endpoint's name: a clean exit (under
+    # ASan, no use of the client after it is freed)
+    import random
+    import signal as sig
+    for i in range(10):
+        p = lt.launch(["--nnodes", "2", "--rdzv-endpoint", "no-such-host.invalid:29400",
+                       "--rdzv-conf", "join_timeout=30", "/bin/true"])
+        time.sleep(random.uniform(0.01, 0.06))
+        p.signal(sig.SIGTERM)
+        rc = p.wait(30)
+        out = p.output()
+        # (-15: it was still starting, before its handlers were installed)
+        assert rc in (128 + sig.SIGTERM, -sig.SIGTERM), (rc, out)
+        assert "AddressSanitizer" not in out and "runtime error" not in out, out
     print("test_agent_cli: ok")
 
 
