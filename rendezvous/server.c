@@ -11,7 +11,7 @@
 
 #include "srv_int.h"
 
-#define IN_CHUNK 4096
+#define IN_CHUNK 1024 /* first read buffer; doubles as frames need */
 #define IN_KEEP_MAX (256u << 10) /* free a larger idle input buffer */
 
 static void conn_process(conn_t *c);
