@@ -48,13 +48,28 @@ bash scripts/export-topology.sh "$OUT/h200.xml" >>"$OUT/node.txt" 2>&1
       --rdzv-endpoint 127.0.0.2:$P --rdzv-id two --local-addr 127.0.0.$i -q $B/allreduce_check &
   done
   wait
+  echo "== the same two agents, rank 1 failing once: restart, new NCCL ids, done"
+  cat > /tmp/flaky.sh <<'SH'
+#!/bin/bash
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then echo "rank 1 fails once" >&2; exit 3; fi
+exec "$ARC"
+SH
+  chmod +x /tmp/flaky.sh
+  P=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  for i in 2 3; do
+    ARC=$PWD/$B/allreduce_check CUDA_VISIBLE_DEVICES=$((i - 2)) LAUNCH_HOSTNAME=gpu$i $L --nnodes 2 \
+      --nproc-per-node 1 --max-restarts 1 --rdzv-endpoint 127.0.0.2:$P --rdzv-id flaky \
+      --local-addr 127.0.0.$i /tmp/flaky.sh &
+  done
+  wait
 } >"$OUT/allreduce.txt" 2>&1
 {
   for t in tests/test_gpu_allreduce.sh; do echo "== $t"; bash $t; echo "rc=$?"; done
-  for t in test_aff_bind test_nccl_ids test_native_ops test_tcpstore_wire; do
+  for t in test_aff_bind test_aff_plan test_nccl_ids test_native_ops test_tcpstore_wire; do
     echo "== $t"; .gpu-build/tests/$t; echo "rc=$?"
   done
-  for t in test_torch_tcpstore.py test_torch_launch.py test_agent_single.py test_agent_node.py; do
+  for t in test_torch_tcpstore.py test_torch_launch.py test_agent_single.py test_agent_node.py \
+           test_agent_multinode.py test_agent_cli.py; do
     echo "== $t"; timeout 300 $PY tests/$t; echo "rc=$?"
   done
 } >"$OUT/tests.txt" 2>&1

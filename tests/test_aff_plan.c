@@ -424,7 +424,13 @@ int main(void) {
   test_h200_x2();
   test_every_xml();
   test_bad_files();
-  test_live_export();
   ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
+  /* Discovering this machine may load NVML and the CUDA runtime, which keep
+   * the driver's device files open once loaded; a second discovery must not
+   * open more. */
+  test_live_export();
+  fds = test_fd_count();
+  test_live_export();
+  ASSERT_EQ(fds, test_fd_count());
   return 0;
 }
