@@ -64,16 +64,6 @@ int aff_cpuset_intersects(const aff_cpuset_t *a, const aff_cpuset_t *b) {
   return 0;
 }
 
-static void seterr(char *err, size_t n, const char *fmt, ...) LU_PRINTF(3, 4);
-static void seterr(char *err, size_t n, const char *fmt, ...) {
-  va_list ap;
-  if (err == NULL || n == 0)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(err, n, fmt, ap);
-  va_end(ap);
-}
-
 /* Parse a CPU number at *p. RET the number, -1 if none, -2 if too big. */
 static long parse_num(const char **p) {
   long v = 0;
@@ -106,12 +96,12 @@ static int parse_range(const char *s, const char *end, aff_cpuset_t *set,
       p++;
     lo = p < end ? parse_num(&p) : -1;
     if (lo == -2) {
-      seterr(err, errlen, "CPU number in '%.*s' is too large (the limit is %d)",
+      lu_errf(err, errlen, "CPU number in '%.*s' is too large (the limit is %d)",
              (int)(end - s), s, AFF_MAX_CPUS - 1);
       return RDZV_EINVAL;
     }
     if (lo < 0) {
-      seterr(err, errlen,
+      lu_errf(err, errlen,
              "'%.*s' is not a CPU list: expected a number at '%.*s' (a CPU "
              "list looks like 0-9,20-29)",
              (int)(end - s), s, (int)(end - item), item);
@@ -122,19 +112,19 @@ static int parse_range(const char *s, const char *end, aff_cpuset_t *set,
       p++;
       hi = p < end ? parse_num(&p) : -1;
       if (hi == -2) {
-        seterr(err, errlen,
+        lu_errf(err, errlen,
                "CPU number in '%.*s' is too large (the limit is %d)",
                (int)(end - s), s, AFF_MAX_CPUS - 1);
         return RDZV_EINVAL;
       }
       if (hi < 0) {
-        seterr(err, errlen,
+        lu_errf(err, errlen,
                "'%.*s' is not a CPU list: the range at '%.*s' has no end",
                (int)(end - s), s, (int)(end - item), item);
         return RDZV_EINVAL;
       }
       if (hi < lo) {
-        seterr(err, errlen,
+        lu_errf(err, errlen,
                "'%.*s': the range %ld-%ld runs backwards; write %ld-%ld",
                (int)(end - s), s, lo, hi, hi, lo);
         return RDZV_EINVAL;
@@ -147,7 +137,7 @@ static int parse_range(const char *s, const char *end, aff_cpuset_t *set,
     if (p == end)
       return 0;
     if (*p != ',') {
-      seterr(err, errlen,
+      lu_errf(err, errlen,
              "'%.*s' is not a CPU list: unexpected '%c' (use ',' between "
              "items and '-' for ranges, e.g. 0-9,20-29)",
              (int)(end - s), s, isprint((unsigned char)*p) ? *p : '?');
@@ -160,7 +150,7 @@ static int parse_range(const char *s, const char *end, aff_cpuset_t *set,
 int aff_cpulist_parse(const char *str, aff_cpuset_t *s, char *err,
                       size_t errlen) {
   if (str == NULL) {
-    seterr(err, errlen, "no CPU list given");
+    lu_errf(err, errlen, "no CPU list given");
     return RDZV_EINVAL;
   }
   return parse_range(str, str + strlen(str), s, err, errlen);
@@ -200,13 +190,13 @@ int aff_cpulists_parse(const char *str, aff_cpuset_t *sets, int max,
   const char *p = str;
   int n = 0;
   if (str == NULL || *str == '\0') {
-    seterr(err, errlen,
+    lu_errf(err, errlen,
            "empty CPU list: give one list per local rank separated by ':', "
            "e.g. 0-3:4-7");
     return RDZV_EINVAL;
   }
   if (strchr(str, ';') != NULL) {
-    seterr(err, errlen,
+    lu_errf(err, errlen,
            "'%s': separate the per-rank CPU lists with ':' (not ';'), e.g. "
            "0-3:4-7",
            str);
@@ -219,11 +209,11 @@ int aff_cpulists_parse(const char *str, aff_cpuset_t *sets, int max,
     if (end == NULL)
       end = p + strlen(p);
     if (n >= max) {
-      seterr(err, errlen, "more than %d CPU lists in '%s'", max, str);
+      lu_errf(err, errlen, "more than %d CPU lists in '%s'", max, str);
       return RDZV_EINVAL;
     }
     if (end == p) {
-      seterr(err, errlen,
+      lu_errf(err, errlen,
              "CPU list %d of '%s' is empty: every local rank needs CPUs "
              "(use --cpu-bind none to leave ranks unbound)",
              n, str);
@@ -231,11 +221,11 @@ int aff_cpulists_parse(const char *str, aff_cpuset_t *sets, int max,
     }
     rc = parse_range(p, end, &sets[n], sub, sizeof(sub));
     if (rc != 0) {
-      seterr(err, errlen, "CPU list %d (local rank %d): %s", n, n, sub);
+      lu_errf(err, errlen, "CPU list %d (local rank %d): %s", n, n, sub);
       return rc;
     }
     if (aff_cpuset_count(&sets[n]) == 0) {
-      seterr(err, errlen,
+      lu_errf(err, errlen,
              "CPU list %d of '%s' is empty: every local rank needs CPUs", n,
              str);
       return RDZV_EINVAL;

@@ -22,16 +22,6 @@ struct aff_plan_s {
   char warn[PLAN_MAX_WARN][256];
 };
 
-static void seterr(char *err, size_t n, const char *fmt, ...) LU_PRINTF(3, 4);
-static void seterr(char *err, size_t n, const char *fmt, ...) {
-  va_list ap;
-  if (err == NULL || n == 0)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(err, n, fmt, ap);
-  va_end(ap);
-}
-
 static void pwarn(aff_plan_t *p, const char *fmt, ...) LU_PRINTF(2, 3);
 static void pwarn(aff_plan_t *p, const char *fmt, ...) {
   va_list ap;
@@ -79,13 +69,13 @@ int aff_policy_parse(const char *cpu_bind, const char *mem_bind,
     int n = aff_cpulists_parse(cpu_bind, p->lists, AFF_MAX_RANKS, sub,
                                sizeof(sub));
     if (n < 0) {
-      seterr(err, errlen, "--cpu-bind: %s", sub);
+      lu_errf(err, errlen, "--cpu-bind: %s", sub);
       return n;
     }
     p->cpu = AFF_CPU_LIST;
     p->nlists = n;
   } else {
-    seterr(err, errlen,
+    lu_errf(err, errlen,
            "--cpu-bind: '%s' is not a policy: use none, numa (the GPU's NUMA "
            "node), cores (the node's cores split among its GPUs) or one CPU "
            "list per local rank separated by ':' (e.g. 0-15:16-31)",
@@ -99,7 +89,7 @@ int aff_policy_parse(const char *cpu_bind, const char *mem_bind,
   } else if (strcmp(mem_bind, "preferred") == 0) {
     p->mem = AFF_MEM_PREFERRED;
   } else {
-    seterr(err, errlen,
+    lu_errf(err, errlen,
            "--mem-bind: '%s' is not a policy: use none, local (memory only "
            "from the rank's NUMA node) or preferred (that node first)",
            mem_bind);
@@ -205,12 +195,12 @@ int aff_plan_new(const aff_topo_t *t, const aff_policy_t *pol, int nproc,
 
   *out = NULL;
   if (nproc < 1 || nproc > AFF_MAX_RANKS) {
-    seterr(err, errlen, "--nproc-per-node %d: must be 1..%d", nproc,
+    lu_errf(err, errlen, "--nproc-per-node %d: must be 1..%d", nproc,
            AFF_MAX_RANKS);
     return RDZV_EINVAL;
   }
   if (pol->cpu == AFF_CPU_LIST && pol->nlists != nproc) {
-    seterr(err, errlen,
+    lu_errf(err, errlen,
            "--cpu-bind gives %d CPU list%s for %d local ranks: give exactly "
            "one per local rank, separated by ':'",
            pol->nlists, pol->nlists == 1 ? "" : "s", nproc);

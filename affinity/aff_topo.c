@@ -83,16 +83,6 @@ void aff__topo_warn(aff_topo_t *t, const char *fmt, ...) {
   t->nwarn++;
 }
 
-static void seterr(char *err, size_t n, const char *fmt, ...) LU_PRINTF(3, 4);
-static void seterr(char *err, size_t n, const char *fmt, ...) {
-  va_list ap;
-  if (err == NULL || n == 0)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(err, n, fmt, ap);
-  va_end(ap);
-}
-
 const char *aff_path_name(aff_path_t p) {
   static const char *const names[] = {"X",   "NV",   "PIX", "PXB",
                                       "PHB", "NODE", "SYS", "?"};
@@ -822,7 +812,7 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
   t->from_xml = o.xml != NULL;
   if (o.xml && access(o.xml, R_OK) != 0) {
     rc = -errno;
-    seterr(err, errlen, "topology file %s: %s", o.xml, strerror(errno));
+    lu_errf(err, errlen, "topology file %s: %s", o.xml, strerror(errno));
     free(t);
     return rc;
   }
@@ -846,7 +836,7 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
                                     HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
                                     skip_components[i]);
   if (o.xml && hwloc_topology_set_xml(t->hw, o.xml) != 0) {
-    seterr(err, errlen,
+    lu_errf(err, errlen,
            "hwloc cannot read %s as an XML topology (%s); make one with "
            "`lstopo --of xml FILE` or `launch topo --export FILE` on the "
            "machine, check it with `lstopo -i FILE`",
@@ -856,7 +846,7 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
     return RDZV_EINVAL;
   }
   if (hwloc_topology_load(t->hw) != 0) {
-    seterr(err, errlen,
+    lu_errf(err, errlen,
            "hwloc could not load %s (%s)%s", o.xml ? o.xml : "this machine's topology",
            strerror(errno),
            o.xml ? ": is it an hwloc 2.x XML file? check it with `lstopo -i "
@@ -1066,7 +1056,7 @@ int aff_topo_export_xml(const aff_topo_t *tc, const char *path, char *err,
     }
   }
   if (hwloc_topology_export_xml(t->hw, path, 0) != 0) {
-    seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    lu_errf(err, errlen, "cannot write %s: %s", path, strerror(errno));
     return RDZV_EINVAL;
   }
   return 0;

@@ -234,32 +234,19 @@ int env_fp_collect(const env_fp_input_t *in, env_fp_t **out, char *err,
   return 0;
 }
 
-static void put_escaped(lu_buf_t *b, const char *s) {
-  for (; *s; s++) {
-    if (*s == '\\')
-      lu_buf_put(b, "\\\\", 2);
-    else if (*s == '\n')
-      lu_buf_put(b, "\\n", 2);
-    else if (*s == '\r')
-      lu_buf_put(b, "\\r", 2);
-    else
-      lu_buf_put(b, s, 1);
-  }
-}
-
 int env_fp_serialize(const env_fp_t *fp, char **out, size_t *len) {
   lu_buf_t b = LU_BUF_INIT;
   lu_buf_puts(&b, FP_MAGIC "\n");
   for (int i = 0; i < fp->n; i++) {
-    put_escaped(&b, fp->it[i].key);
+    lu_buf_put_escaped(&b, fp->it[i].key, 0);
     lu_buf_put(&b, "=", 1);
-    put_escaped(&b, fp->it[i].value);
+    lu_buf_put_escaped(&b, fp->it[i].value, 0);
     lu_buf_put(&b, "\n", 1);
   }
   return lu_buf_finish(&b, out, len);
 }
 
-/* Undo put_escaped on [s, e) into a new string. */
+/* Undo lu_buf_put_escaped on [s, e) into a new string. */
 static char *unescape(const char *s, const char *e, int *bad) {
   char *o = malloc((size_t)(e - s) + 1), *w = o;
   if (o == NULL)

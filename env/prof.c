@@ -18,16 +18,6 @@ struct prof_s {
   prof_entry_t e[PROF_MAX_ENTRIES];
 };
 
-static void seterr(char *err, size_t n, const char *fmt, ...) LU_PRINTF(3, 4);
-static void seterr(char *err, size_t n, const char *fmt, ...) {
-  va_list ap;
-  if (err == NULL || n == 0)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(err, n, fmt, ap);
-  va_end(ap);
-}
-
 int env__valid_key(const char *k, size_t n) {
   if (n == 0 || !(isalpha((unsigned char)k[0]) || k[0] == '_'))
     return 0;
@@ -48,7 +38,7 @@ static int check_templates(const char *v, const char *where, char *err,
     if (*p != '$')
       continue;
     if (p[1] != '{') {
-      seterr(err, errlen,
+      lu_errf(err, errlen,
              "%s: '$' must start a ${NAME} template (write ${%.*s} for a "
              "variable, or single-quote the value for a literal '$')",
              where, (int)strspn(p + 1,
@@ -58,25 +48,25 @@ static int check_templates(const char *v, const char *where, char *err,
     }
     close = strchr(p + 2, '}');
     if (close == NULL) {
-      seterr(err, errlen, "%s: '${' without a closing '}'", where);
+      lu_errf(err, errlen, "%s: '${' without a closing '}'", where);
       return -1;
     }
     name = p + 2;
     nl = strcspn(name, ":}");
     if (!env__valid_key(name, nl)) {
-      seterr(err, errlen,
+      lu_errf(err, errlen,
              "%s: '${%.*s}' does not name a variable (letters, digits, '_')",
              where, (int)(close - name), name);
       return -1;
     }
     if (name[nl] == ':' && name[nl + 1] != '-') {
-      seterr(err, errlen,
+      lu_errf(err, errlen,
              "%s: in '${%.*s}' only ':-' (a default) may follow the name",
              where, (int)(close - name), name);
       return -1;
     }
     if (name[nl] == ':' && memchr(name + nl + 2, '$', (size_t)(close - name - (ptrdiff_t)nl - 2))) {
-      seterr(err, errlen, "%s: a default may not hold another template",
+      lu_errf(err, errlen, "%s: a default may not hold another template",
              where);
       return -1;
     }
@@ -129,7 +119,7 @@ static int parse_line(prof_t *p, const char *s, const char *end, int line,
   key = s;
   eq = memchr(s, '=', (size_t)(end - s));
   if (eq == NULL) {
-    seterr(err, errlen,
+    lu_errf(err, errlen,
            "%s: '%.*s' is not KEY=VALUE: a profile holds only KEY=VALUE lines "
            "and # comments",
            where, (int)LU_MIN(end - s, 60), s);
@@ -137,13 +127,13 @@ static int parse_line(prof_t *p, const char *s, const char *end, int line,
   }
   kl = (size_t)(eq - key);
   if (kl > 0 && (key[kl - 1] == ' ' || key[kl - 1] == '\t')) {
-    seterr(err, errlen,
+    lu_errf(err, errlen,
            "%s: no spaces around '=' (write %.*s=VALUE, as a shell needs)",
            where, (int)strcspn(key, " \t="), key);
     return RDZV_EINVAL;
   }
   if (!env__valid_key(key, kl)) {
-    seterr(err, errlen,
+    lu_errf(err, errlen,
            "%s: '%.*s' is not a variable name (letters, digits and '_', not "
            "starting with a digit)",
            where, (int)LU_MIN(kl, 60), key);
@@ -159,20 +149,20 @@ static int parse_line(prof_t *p, const char *s, const char *end, int line,
         if (v[1] == '$') {
           /* \$ inside double quotes: a literal '$' is not supported
            * because templates use '$'; single quotes are the way. */
-          seterr(err, errlen,
+          lu_errf(err, errlen,
                  "%s: write a literal '$' with single quotes ('...')", where);
           return RDZV_EINVAL;
         }
         v++;
       }
       if (vl + 1 >= sizeof(val)) {
-        seterr(err, errlen, "%s: line longer than %d bytes", where, PROF_MAX_LINE);
+        lu_errf(err, errlen, "%s: line longer than %d bytes", where, PROF_MAX_LINE);
         return RDZV_ETOOBIG;
       }
       val[vl++] = *v++;
     }
     if (v >= end) {
-      seterr(err, errlen, "%s: the value's %c quote is not closed on this line",
+      lu_errf(err, errlen, "%s: the value's %c quote is not closed on this line",
              where, q);
       return RDZV_EINVAL;
     }
@@ -181,14 +171,14 @@ static int parse_line(prof_t *p, const char *s, const char *end, int line,
     while (v < end && *v != ' ' && *v != '\t') {
       if (*v == '"' || *v == '\'' || *v == '`' || *v == ';' || *v == '|' ||
           *v == '&' || *v == '\\') {
-        seterr(err, errlen,
+        lu_errf(err, errlen,
                "%s: '%c' inside an unquoted value: quote the whole value "
                "(KEY=\"...\")",
                where, *v);
         return RDZV_EINVAL;
       }
       if (vl + 1 >= sizeof(val)) {
-        seterr(err, errlen, "%s: line longer than %d bytes", where, PROF_MAX_LINE);
+        lu_errf(err, errlen, "%s: line longer than %d bytes", where, PROF_MAX_LINE);
         return RDZV_ETOOBIG;
       }
       val[vl++] = *v++;
@@ -199,7 +189,7 @@ static int parse_line(prof_t *p, const char *s, const char *end, int line,
   while (v < end && (*v == ' ' || *v == '\t'))
     v++;
   if (v < end && *v != '#') {
-    seterr(err, errlen,
+    lu_errf(err, errlen,
            "%s: unexpected '%.*s' after the value of %.*s: quote a value with "
            "spaces, start a comment with '#'",
            where, (int)LU_MIN(end - v, 40), v, (int)kl, key);
@@ -213,14 +203,14 @@ static int parse_line(prof_t *p, const char *s, const char *end, int line,
   }
   for (int i = 0; i < p->n; i++)
     if (strlen(p->e[i].key) == kl && strncmp(p->e[i].key, key, kl) == 0) {
-      seterr(err, errlen,
+      lu_errf(err, errlen,
              "%s: %.*s is already set on line %d: keep one (a locked profile "
              "says each value once)",
              where, (int)kl, key, p->e[i].line);
       return RDZV_EINVAL;
     }
   if (p->n >= PROF_MAX_ENTRIES) {
-    seterr(err, errlen, "%s: more than %d variables", where, PROF_MAX_ENTRIES);
+    lu_errf(err, errlen, "%s: more than %d variables", where, PROF_MAX_ENTRIES);
     return RDZV_ETOOBIG;
   }
   return add_entry(p, key, kl, val, vl, line, t);
@@ -235,12 +225,12 @@ int prof_parse(const char *text, size_t len, const char *name, prof_t **out,
   if (name == NULL)
     name = "profile";
   if (len > PROF_MAX_BYTES) {
-    seterr(err, errlen, "%s: larger than %u bytes: not a profile", name,
+    lu_errf(err, errlen, "%s: larger than %u bytes: not a profile", name,
            PROF_MAX_BYTES);
     return RDZV_ETOOBIG;
   }
   if (len > 0 && memchr(text, '\0', len) != NULL) {
-    seterr(err, errlen, "%s: holds NUL bytes: not a text file", name);
+    lu_errf(err, errlen, "%s: holds NUL bytes: not a text file", name);
     return RDZV_EINVAL;
   }
   if ((p = calloc(1, sizeof(*p))) == NULL)
@@ -254,7 +244,7 @@ int prof_parse(const char *text, size_t len, const char *name, prof_t **out,
     const char *le = nl ? nl : end;
     line++;
     if ((size_t)(le - s) >= PROF_MAX_LINE) {
-      seterr(err, errlen, "%s:%d: line longer than %d bytes", name, line,
+      lu_errf(err, errlen, "%s:%d: line longer than %d bytes", name, line,
              PROF_MAX_LINE);
       rc = RDZV_ETOOBIG;
       break;
@@ -341,7 +331,7 @@ int prof_load(const char *what, prof_t **out, char *err, size_t errlen) {
   const char *text;
   *out = NULL;
   if (what == NULL || *what == '\0') {
-    seterr(err, errlen, "no profile named");
+    lu_errf(err, errlen, "no profile named");
     return RDZV_EINVAL;
   }
   if ((text = prof_builtin_text(what)) != NULL && !looks_like_path(what))
@@ -351,7 +341,7 @@ int prof_load(const char *what, prof_t **out, char *err, size_t errlen) {
     size_t len = 0;
     int rc = lu_read_file(what, PROF_MAX_BYTES, &data, &len);
     if (rc != 0) {
-      seterr(err, errlen, "profile file %s: %s", what,
+      lu_errf(err, errlen, "profile file %s: %s", what,
              rc == RDZV_ETOOBIG ? "larger than 1 MiB, not a profile"
                                 : rdzv_strerror(rc));
       return rc;
@@ -365,7 +355,7 @@ int prof_load(const char *what, prof_t **out, char *err, size_t errlen) {
     for (int i = 0; env__builtin_names[i]; i++)
       snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
                i ? ", " : "", env__builtin_names[i]);
-    seterr(err, errlen,
+    lu_errf(err, errlen,
            "no profile '%s': use a built-in one (%s) or a file path",
            what, names);
   }

@@ -1030,37 +1030,22 @@ int doc_to_json(const doc_report_t *r, char **out) {
   return lu_buf_finish(&b, out, NULL);
 }
 
-static void put_field(lu_buf_t *b, const char *s) {
-  for (; *s; s++) {
-    if (*s == '\\')
-      lu_buf_put(b, "\\\\", 2);
-    else if (*s == '\t')
-      lu_buf_put(b, "\\t", 2);
-    else if (*s == '\n')
-      lu_buf_put(b, "\\n", 2);
-    else if (*s == '\r')
-      lu_buf_put(b, "\\r", 2);
-    else
-      lu_buf_put(b, s, 1);
-  }
-}
-
 int doc_to_compact(const doc_report_t *r, char **out, size_t *len) {
   lu_buf_t b = LU_BUF_INIT;
   lu_buf_puts(&b, DOC_MAGIC "\nhost\t");
-  put_field(&b, r->host);
+  lu_buf_put_escaped(&b, r->host, 1);
   lu_buf_puts(&b, "\n");
   for (int i = 0; i < r->n; i++) {
     const doc_item_t *it = &r->items[i];
-    put_field(&b, it->id);
+    lu_buf_put_escaped(&b, it->id, 1);
     lu_buf_printf(&b, "\t%s\t%d\t", doc_status_name(it->status), it->same);
-    put_field(&b, it->title);
+    lu_buf_put_escaped(&b, it->title, 1);
     lu_buf_puts(&b, "\t");
-    put_field(&b, it->value);
+    lu_buf_put_escaped(&b, it->value, 1);
     lu_buf_puts(&b, "\t");
-    put_field(&b, it->reason);
+    lu_buf_put_escaped(&b, it->reason, 1);
     lu_buf_puts(&b, "\t");
-    put_field(&b, it->fix);
+    lu_buf_put_escaped(&b, it->fix, 1);
     lu_buf_puts(&b, "\n");
   }
   return lu_buf_finish(&b, out, len);

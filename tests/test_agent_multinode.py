@@ -20,14 +20,7 @@ WORKER = os.path.join(HERE, "py", "worker.py")
 PY = sys.executable
 
 
-def records(d, gen=None):
-    out = []
-    for p in sorted(glob.glob(os.path.join(d, "w.*.json"))):
-        with open(p) as f:
-            r = json.load(f)
-        if gen is None or r["env"]["TORCHELASTIC_RESTART_COUNT"] == str(gen):
-            out.append(r)
-    return out
+records = lt.records
 
 
 def agents(n, port, nnodes, nproc, mode, d, extra=(), first=1, run_id="mn"):

@@ -19,12 +19,7 @@ WORKER = os.path.join(HERE, "py", "worker.py")
 PY = sys.executable
 
 
-def records(d):
-    out = []
-    for p in sorted(glob.glob(os.path.join(d, "w.*.json"))):
-        with open(p) as f:
-            out.append(json.load(f))
-    return out
+records = lt.records
 
 
 def run(args, env=None, timeout=120):

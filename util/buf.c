@@ -194,3 +194,18 @@ void lu_json_null(lu_json_t *j, const char *key) {
   pre(j, key);
   lu_buf_puts(j->b, "null");
 }
+
+void lu_buf_put_escaped(lu_buf_t *b, const char *s, int tab) {
+  for (; *s; s++) {
+    if (*s == '\\')
+      lu_buf_put(b, "\\\\", 2);
+    else if (*s == '\n')
+      lu_buf_put(b, "\\n", 2);
+    else if (*s == '\r')
+      lu_buf_put(b, "\\r", 2);
+    else if (*s == '\t' && tab)
+      lu_buf_put(b, "\\t", 2);
+    else
+      lu_buf_put(b, s, 1);
+  }
+}

@@ -93,6 +93,8 @@ int lu_parse_int(const char *s, int min, int max, int *out);
 /* "30", "30s", "500ms", "2m", "1.5s" -> milliseconds. RET 0 or RDZV_EINVAL. */
 int lu_parse_duration_ms(const char *s, int64_t *out_ms);
 size_t lu_strlcpy(char *dst, const char *src, size_t n);
+/* Write a message into a caller's error buffer (NULL or n == 0: nothing). */
+void lu_errf(char *err, size_t n, const char *fmt, ...) LU_PRINTF(3, 4);
 /* Fill buf with n bytes from getrandom(). RET 0 or -errno. */
 int lu_random(void *buf, size_t n);
 /* Lower-case hex of n bytes into out (2n+1 bytes). */

@@ -27,6 +27,9 @@ void lu_buf_puts(lu_buf_t *b, const char *s);
 void lu_buf_printf(lu_buf_t *b, const char *fmt, ...) LU_PRINTF(2, 3);
 /* s as a JSON string literal, quotes included. NULL writes null. */
 void lu_buf_json_str(lu_buf_t *b, const char *s);
+/* s with backslash, newline and carriage return (and tab when tab is set)
+ * written as \\ \n \r \t: one line of a line-based wire format. */
+void lu_buf_put_escaped(lu_buf_t *b, const char *s, int tab);
 /* OUT *out: the text (malloc'd, caller frees), *len (may be NULL).
  * RET 0 or RDZV_ENOMEM; the buffer is empty afterwards either way. */
 int lu_buf_finish(lu_buf_t *b, char **out, size_t *len);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -36,6 +37,15 @@ void lu_iso8601(double wall_s, char *buf, size_t n) {
   snprintf(buf, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
            tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
            ms < 0 ? 0 : ms > 999 ? 999 : ms);
+}
+
+void lu_errf(char *err, size_t n, const char *fmt, ...) {
+  va_list ap;
+  if (err == NULL || n == 0)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
 }
 
 size_t lu_strlcpy(char *dst, const char *src, size_t n) {

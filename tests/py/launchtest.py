@@ -174,3 +174,17 @@ class Cleanup:
     def __exit__(self, *a):
         for p in self.procs:
             p.kill()
+
+
+def records(d, gen=None):
+    """What tests/py/worker.py recorded in d: one dict per worker (its env,
+    argv, pid), optionally only those of restart generation gen."""
+    import glob
+    import json
+    out = []
+    for p in sorted(glob.glob(os.path.join(d, "w.*.json"))):
+        with open(p) as f:
+            r = json.load(f)
+        if gen is None or r["env"]["TORCHELASTIC_RESTART_COUNT"] == str(gen):
+            out.append(r)
+    return out
