@@ -75,7 +75,8 @@ void gpt_segment(const gpt_config_t *c, int i, size_t *off, size_t *count);
 /* GPT-2's initialisation (normal 0.02, residual projections scaled by
  * 1/sqrt(2L), biases 0, LayerNorm weights 1), reproducible from seed. */
 void gpt_init_params(const gpt_config_t *c, uint64_t seed, float *params);
-/* Forward flops per token as llm.c counts them: 6·N + 6·L·C·T. */
+/* Training flops (forward + backward) per token as llm.c counts them:
+ * 6·N + 6·L·C·T, N including the padded vocabulary. */
 double gpt_flops_per_token(const gpt_config_t *c, int T);
 
 typedef struct gpt_backend_s gpt_backend_t;
