@@ -31,8 +31,6 @@
 #include "summary.h"
 #include "workers.h"
 
-extern char **environ;
-
 enum {
   A_CONNECT = 0, /* connecting to the rendezvous server */
   A_JOIN,        /* JOIN sent, waiting for the round */
@@ -50,9 +48,8 @@ typedef struct envb_s {
 
 typedef struct agent_s {
   uv_loop_t *loop;
-  cli_opts_t *o;
+  cfg_t *o;
   lu_log_t log, srv_log;
-  char host[256];
   char *token;
   size_t token_len;
   /* rendezvous */
@@ -64,12 +61,13 @@ typedef struct agent_s {
   ac_t *ac;
   int state;
   int64_t gen;
-  int node_rank, nnodes, world_size, base_rank, failures;
+  int node_rank, nnodes, world_size, base_rank;
   int master_port;     /* rank0 store mode: node 0's port */
   int my_master_port;  /* the port this node offers if it becomes node 0 */
   char node0_addr[INET6_ADDRSTRLEN + 8];
   char tcpstore_job[256];
   uint64_t join_started_ms;
+  uint64_t hb_sent_ms; /* the HEARTBEAT waiting for its reply since; 0 */
   /* node: binding plan, NCCL profile, fingerprint */
   aff_topo_t *topo;
   aff_policy_t *pol;
@@ -230,7 +228,7 @@ static void expand_prefix(const agent_t *a, int local_rank, char *out,
     }
     val[0] = '\0';
     if (name && nl == 4 && !strncmp(name, "host", 4))
-      lu_strlcpy(val, a->host, sizeof(val));
+      lu_strlcpy(val, a->o->host, sizeof(val));
     else if (name && nl == 4 && !strncmp(name, "rank", 4))
       snprintf(val, sizeof(val), "%d", a->base_rank + local_rank);
     else if (name && nl == 10 && !strncmp(name, "local_rank", 10))
@@ -279,15 +277,13 @@ static void clear_failures(agent_t *a) {
 
 /* The worker command: python for .py (PYTHON_EXEC wins), else direct. */
 static int build_argv(agent_t *a) {
-  cli_opts_t *o = a->o;
-  const char *py = getenv("PYTHON_EXEC");
+  cfg_t *o = a->o;
+  const char *py = o->python;
   int python, k = 0;
   size_t len;
-  if (py == NULL || *py == '\0')
-    py = "python3";
   len = strlen(o->prog_argv[0]);
-  python = o->prog_mode == CLI_PROG_MODULE || o->prog_mode == CLI_PROG_RUN_PATH ||
-           (o->prog_mode == CLI_PROG_AUTO && len > 3 &&
+  python = o->prog_mode == CFG_PROG_MODULE || o->prog_mode == CFG_PROG_RUN_PATH ||
+           (o->prog_mode == CFG_PROG_AUTO && len > 3 &&
             strcmp(o->prog_argv[0] + len - 3, ".py") == 0);
   a->argv = calloc((size_t)o->prog_argc + 4, sizeof(char *));
   if (a->argv == NULL)
@@ -295,7 +291,7 @@ static int build_argv(agent_t *a) {
   if (python) {
     a->argv[k++] = strdup(py);
     a->argv[k++] = strdup("-u");
-    if (o->prog_mode == CLI_PROG_MODULE)
+    if (o->prog_mode == CFG_PROG_MODULE)
       a->argv[k++] = strdup("-m");
   }
   for (int i = 0; i < o->prog_argc; i++)
@@ -310,17 +306,17 @@ static int build_argv(agent_t *a) {
  * contract and launch's variables (with the rank's binding), then the
  * locked NCCL profile, then the infrastructure lock (env_build_rank). */
 static int build_envs(agent_t *a) {
-  cli_opts_t *o = a->o;
+  cfg_t *o = a->o;
   char master_addr[300], ep[320], buf[PATH_MAX + 64];
   int master_port;
-  int omp_unset = getenv("OMP_NUM_THREADS") == NULL;
+  int omp_unset = sched_getenv(o->environ, "OMP_NUM_THREADS") == NULL;
   free_round(a);
   a->envs = calloc((size_t)o->nproc, sizeof(*a->envs));
   a->renv = calloc((size_t)o->nproc, sizeof(*a->renv));
   a->prefixes = calloc((size_t)o->nproc, sizeof(char *));
   if (a->envs == NULL || a->renv == NULL || a->prefixes == NULL)
     return RDZV_ENOMEM;
-  if (o->torch_store == CLI_STORE_RANK0) {
+  if (o->torch_store == CFG_STORE_RANK0) {
     lu_strlcpy(master_addr, a->node0_addr, sizeof(master_addr));
     master_port = a->master_port;
   } else {
@@ -353,13 +349,13 @@ static int build_envs(agent_t *a) {
     rc |= envb_seti(e, "TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
     rc |= envb_set(e, "TORCHELASTIC_RUN_ID", o->run_id);
     rc |= envb_set(e, "TORCHELASTIC_USE_AGENT_STORE",
-                   o->torch_store == CLI_STORE_AGENT ? "True" : "False");
+                   o->torch_store == CFG_STORE_AGENT ? "True" : "False");
     snprintf(buf, sizeof(buf), "%s/%d/error.json", a->attempt_dir, i);
     rc |= envb_set(e, "TORCHELASTIC_ERROR_FILE", buf);
-    if (getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL)
+    if (sched_getenv(o->environ, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL)
       rc |= envb_set(e, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-    if (o->torch_store == CLI_STORE_RANK0 &&
-        getenv("NCCL_ASYNC_ERROR_HANDLING") == NULL)
+    if (o->torch_store == CFG_STORE_RANK0 &&
+        sched_getenv(o->environ, "NCCL_ASYNC_ERROR_HANDLING") == NULL)
       /* PyTorch < 2.2 reads the old name; rank0 mode is for those. */
       rc |= envb_set(e, "NCCL_ASYNC_ERROR_HANDLING", "1");
     if (omp_unset && o->nproc > 1)
@@ -373,11 +369,11 @@ static int build_envs(agent_t *a) {
     rc |= envb_seti(e, "LAUNCH_ROUND", a->gen);
     rc |= envb_seti(e, "LAUNCH_NODE_RANK", a->node_rank);
     rc |= envb_seti(e, "LAUNCH_NNODES", a->nnodes);
-    rc |= envb_set(e, "LAUNCH_HOSTNAME", a->host);
+    rc |= envb_set(e, "LAUNCH_HOSTNAME", a->o->host);
     rc |= envb_set(e, "LAUNCH_ATTEMPT_DIR", a->attempt_dir);
     if (rc != 0)
       return RDZV_ENOMEM;
-    ro.base = environ;
+    ro.base = o->environ;
     ro.launch = (const char *const *)e->v;
     ro.launch2 = a->plan ? aff_binding_envv(aff_plan_rank(a->plan, i)) : NULL;
     ro.profile = a->prof;
@@ -408,7 +404,7 @@ static int apply_binding(int local_rank, void *arg, char *errbuf,
 static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg);
 
 static int start_workers(agent_t *a) {
-  cli_opts_t *o = a->o;
+  cfg_t *o = a->o;
   wk_spec_t spec;
   char **envp[1024];
   int rc;
@@ -534,7 +530,7 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
     char path[PATH_MAX + 32];
     memset(&f, 0, sizeof(f));
     f.wall_s = ex->wall_s;
-    lu_strlcpy(f.host, a->host, sizeof(f.host));
+    lu_strlcpy(f.host, a->o->host, sizeof(f.host));
     f.rank = a->base_rank + ex->local_rank;
     f.local_rank = ex->local_rank;
     f.node_rank = a->node_rank;
@@ -642,12 +638,35 @@ static void status_cb(uv_timer_t *t) {
   ac_send(a->ac, status_reply, a);
 }
 
+static void hb_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
+  agent_t *a = arg;
+  (void)ac;
+  (void)status;
+  (void)m;
+  a->hb_sent_ms = 0;
+}
+
+/* A heartbeat every --rdzv-conf heartbeat; a server that leaves one
+ * unanswered for read_timeout is lost (its host hangs, or a firewall
+ * swallows the packets of an open connection). */
 static void hb_cb(uv_timer_t *t) {
   agent_t *a = t->data;
   if (a->ac == NULL || a->state == A_FINISH || a->state == A_CLOSED)
     return;
+  if (a->hb_sent_ms) {
+    if (uv_now(a->loop) - a->hb_sent_ms < (uint64_t)a->o->read_timeout_ms)
+      return;
+    LU_ERR(&a->log, "the rendezvous server at %s:%d has not answered for "
+                    "%.0f s (--rdzv-conf read_timeout): stopping the workers",
+           a->ep_host, a->ep_port, a->o->read_timeout_ms / 1000.0);
+    a->exit_code = 1;
+    a->finish_ok = 0;
+    finish(a);
+    return;
+  }
   ac_begin(a->ac, PROTO_OP_HEARTBEAT, 0);
-  ac_send(a->ac, NULL, NULL);
+  if (ac_send(a->ac, hb_reply, a) == 0)
+    a->hb_sent_ms = uv_now(a->loop);
 }
 
 static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
@@ -674,15 +693,14 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   a->nnodes = (int)proto_map_i64(r, "nnodes", 1);
   a->world_size = (int)proto_map_i64(r, "world_size", a->o->nproc);
   a->base_rank = (int)proto_map_i64(r, "base_rank", 0);
-  a->failures = (int)proto_map_i64(r, "failures", 0);
   a->master_port = (int)proto_map_i64(r, "master_port", 0);
   if ((s = proto_map_strdup(r, "tcpstore_job")) != NULL) {
     lu_strlcpy(a->tcpstore_job, s, sizeof(a->tcpstore_job));
     free(s);
   }
   proto_map_str(r, "node0_addr", a->node0_addr, sizeof(a->node0_addr));
-  if (a->gen == 0 || a->o->torch_store == CLI_STORE_AGENT) {
-    if (a->o->torch_store == CLI_STORE_AGENT && a->tcpstore_job[0] &&
+  if (a->gen == 0 || a->o->torch_store == CFG_STORE_AGENT) {
+    if (a->o->torch_store == CFG_STORE_AGENT && a->tcpstore_job[0] &&
         strcmp(a->tcpstore_job, a->o->run_id) != 0 && a->gen == 0)
       LU_WARN(&a->log, "the server at %s:%d serves TCPStore clients the keys "
                        "of job '%s', not '%s': PyTorch workers of different "
@@ -698,7 +716,7 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     sum_failure_t f;
     memset(&f, 0, sizeof(f));
     f.wall_s = lu_wall_s();
-    lu_strlcpy(f.host, a->host, sizeof(f.host));
+    lu_strlcpy(f.host, a->o->host, sizeof(f.host));
     f.rank = a->base_rank;
     f.node_rank = a->node_rank;
     f.exit_code = 1;
@@ -712,25 +730,8 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
 }
 
 static void send_join(agent_t *a) {
-  cli_opts_t *o = a->o;
+  cfg_t *o = a->o;
   msgpack_packer *pk;
-  const char *expected = getenv("LAUNCH_EXPECTED_HOSTS");
-  const char *slurm = getenv("SLURM_JOB_NODELIST");
-  char **hosts = NULL;
-  size_t nhosts = 0;
-  int pref = o->node_rank;
-  if (o->backend != CLI_BACKEND_STATIC && pref < 0) {
-    /* A scheduler's node index orders the nodes (Slurm, Volcano). */
-    const char *v = getenv("SLURM_NODEID");
-    if (v == NULL)
-      v = getenv("VC_TASK_INDEX");
-    if (v && lu_parse_int(v, 0, 1 << 20, &pref) != 0)
-      pref = -1;
-  }
-  if (expected && *expected)
-    lu_hostlist_expand(expected, 65536, &hosts, &nhosts);
-  else if (slurm && *slurm)
-    lu_hostlist_expand(slurm, 65536, &hosts, &nhosts);
   a->state = A_JOIN;
   a->join_started_ms = uv_now(a->loop);
   pk = ac_begin(a->ac, PROTO_OP_JOIN, 1);
@@ -740,13 +741,13 @@ static void send_join(agent_t *a) {
     proto_pack_str(pk, a->fp_text);
   }
   proto_pack_str(pk, RDV_K_HOST);
-  proto_pack_str(pk, a->host);
+  proto_pack_str(pk, a->o->host);
   proto_pack_str(pk, RDV_K_ADDR);
   proto_pack_str(pk, o->local_addr[0] ? o->local_addr : ac_local_ip(a->ac));
   proto_pack_str(pk, RDV_K_NPROC);
   msgpack_pack_int64(pk, o->nproc);
   proto_pack_str(pk, RDV_K_RANK);
-  msgpack_pack_int64(pk, pref);
+  msgpack_pack_int64(pk, o->pref_node_rank);
   proto_pack_str(pk, RDV_K_MIN);
   msgpack_pack_int64(pk, o->min_nodes);
   proto_pack_str(pk, RDV_K_MAX);
@@ -760,16 +761,15 @@ static void send_join(agent_t *a) {
   proto_pack_str(pk, RDV_K_MAX_RESTARTS);
   msgpack_pack_int64(pk, o->max_restarts);
   proto_pack_str(pk, RDV_K_STATIC);
-  msgpack_pack_int64(pk, o->backend == CLI_BACKEND_STATIC);
+  msgpack_pack_int64(pk, o->backend == CFG_BACKEND_STATIC);
   proto_pack_str(pk, RDV_K_ALLOW_MISMATCH);
   msgpack_pack_int64(pk, o->allow_mismatch);
   proto_pack_str(pk, RDV_K_MASTER_PORT);
   msgpack_pack_int64(pk, a->my_master_port);
   proto_pack_str(pk, RDV_K_EXPECTED);
-  msgpack_pack_array(pk, (uint32_t)nhosts);
-  for (size_t i = 0; i < nhosts; i++)
-    proto_pack_str(pk, hosts[i]);
-  lu_hostlist_free(hosts, nhosts);
+  msgpack_pack_array(pk, (uint32_t)o->nexpected);
+  for (size_t i = 0; i < o->nexpected; i++)
+    proto_pack_str(pk, o->expected_hosts[i]);
   if (ac_send(a->ac, join_reply, a) != 0) {
     LU_ERR(&a->log, "cannot send JOIN: %s", ac_last_error(a->ac));
     a->exit_code = 1;
@@ -887,8 +887,10 @@ static void on_connected(ac_t *ac, int status, void *arg) {
     finish(a);
     return;
   }
-  uv_timer_start(&a->hb_timer, hb_cb, (uint64_t)a->o->heartbeat_ms,
-                 (uint64_t)a->o->heartbeat_ms);
+  {
+    uint64_t every = (uint64_t)LU_MIN(a->o->heartbeat_ms, a->o->read_timeout_ms);
+    uv_timer_start(&a->hb_timer, hb_cb, every, every);
+  }
   send_join(a);
 }
 
@@ -940,7 +942,7 @@ static void linger_cb(uv_timer_t *t) {
   /* The hosting agent keeps the server up until the other nodes have
    * their SHUTDOWN (they disconnect), or a few seconds passed. */
   if (a->srv && rdv_connected_members(a->srv, a->o->run_id) > 1 &&
-      uv_now(a->loop) - a->join_started_ms < 10000)
+      uv_now(a->loop) - a->join_started_ms < (uint64_t)a->o->close_timeout_ms)
     return;
   close_all(a);
 }
@@ -1065,32 +1067,16 @@ static int read_token(agent_t *a) {
   return 0;
 }
 
-/* Is there an NVIDIA GPU on this node? (cheap: no library loaded) */
-static int have_gpus(void) {
-  const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-  if (cvd && (*cvd == '\0' || !strcmp(cvd, "-1")))
-    return 0;
-  return access("/proc/driver/nvidia/gpus", F_OK) == 0 ||
-         access("/dev/nvidia0", F_OK) == 0;
-}
-
 /* Before the first round: the binding plan, the NCCL profile and its lint,
  * and (for several nodes) this node's fingerprint. Blocking, once. */
 static int prepare_node(agent_t *a) {
-  cli_opts_t *o = a->o;
-  const char *cpu = o->cpu_bind, *mem = o->mem_bind;
+  cfg_t *o = a->o;
   char err[1024];
-  int gpus = have_gpus(), rc;
+  int gpus = o->ngpus > 0, rc;
   env_t *e0 = NULL;
-  /* Default: bind each rank to its GPU's NUMA node (memory preferred
-   * there) when this node has GPUs; leave CPU-only jobs alone. */
-  if (cpu[0] == '\0')
-    cpu = gpus ? "numa" : "none";
-  if (mem[0] == '\0')
-    mem = gpus && strcmp(cpu, "none") ? "preferred" : "none";
   if ((a->pol = calloc(1, sizeof(*a->pol))) == NULL)
     return RDZV_ENOMEM;
-  if (aff_policy_parse(cpu, mem, a->pol, err, sizeof(err)) != 0) {
+  if (aff_policy_parse(o->cpu_bind, o->mem_bind, a->pol, err, sizeof(err)) != 0) {
     LU_ERR(&a->log, "%s", err);
     return RDZV_EINVAL;
   }
@@ -1098,6 +1084,7 @@ static int prepare_node(agent_t *a) {
       o->report_bindings || o->topology_file[0] || (o->max_nodes > 1 && gpus)) {
     aff_topo_opts_t to = AFF_TOPO_OPTS_INIT;
     to.xml = o->topology_file[0] ? o->topology_file : NULL;
+    to.cuda_visible_devices = o->cuda_visible_devices;
     to.log = &a->log;
     if ((rc = aff_topo_load(&to, &a->topo, err, sizeof(err))) != 0) {
       LU_ERR(&a->log, "topology: %s", err);
@@ -1113,7 +1100,7 @@ static int prepare_node(agent_t *a) {
       }
     }
   }
-  if ((rc = prof_load(o->nccl_profile[0] ? o->nccl_profile : "auto", &a->prof,
+  if ((rc = prof_load(o->nccl_profile, &a->prof,
                       err, sizeof(err))) != 0) {
     LU_ERR(&a->log, "--nccl-profile: %s", err);
     return rc;
@@ -1124,7 +1111,7 @@ static int prepare_node(agent_t *a) {
     env_node_t node;
     env_finding_t *f = NULL;
     int nf = 0, errors = 0;
-    ro.base = environ;
+    ro.base = o->environ;
     ro.profile = a->prof;
     ro.allow_override = o->allow_env_override;
     if ((rc = env_build_rank(&ro, &e0)) != 0)
@@ -1132,7 +1119,7 @@ static int prepare_node(agent_t *a) {
     memset(&node, 0, sizeof(node));
     env_node_probe(&node, NULL);
     node.has_nvlink = a->topo ? aff_topo_has_nvlink(a->topo) : -1;
-    if (o->lint != CLI_LINT_OFF && env_lint(e0, &node, &f, &nf) == 0) {
+    if (o->lint != CFG_LINT_OFF && env_lint(e0, &node, &f, &nf) == 0) {
       for (int i = 0; i < nf; i++) {
         int lvl = f[i].sev == ENV_SEV_ERROR ? LU_LOG_ERROR
                   : f[i].sev == ENV_SEV_WARN ? LU_LOG_WARN : LU_LOG_INFO;
@@ -1145,7 +1132,7 @@ static int prepare_node(agent_t *a) {
                   f[i].why, f[i].fix[0] ? " Fix: " : "", f[i].fix);
       }
       free(f);
-      if (errors && o->lint == CLI_LINT_ERROR) {
+      if (errors && o->lint == CFG_LINT_ERROR) {
         LU_ERR(&a->log, "%d error(s) in the NCCL environment: fix them, or run "
                         "with --lint warn to start anyway", errors);
         env_free(e0);
@@ -1186,7 +1173,7 @@ static int prepare_node(agent_t *a) {
 
 /* Host the server here? Then start it. RET 0 or an error. */
 static int maybe_host(agent_t *a) {
-  cli_opts_t *o = a->o;
+  cfg_t *o = a->o;
   char ip[INET6_ADDRSTRLEN] = "";
   srv_config_t cfg = SRV_CONFIG_INIT;
   int want, rc;
@@ -1195,7 +1182,7 @@ static int maybe_host(agent_t *a) {
     lu_strlcpy(ip, "127.0.0.1", sizeof(ip));
   } else if (o->is_host >= 0) {
     want = o->is_host;
-  } else if (o->backend == CLI_BACKEND_STATIC) {
+  } else if (o->backend == CFG_BACKEND_STATIC) {
     want = o->node_rank == 0;
   } else {
     want = 0;
@@ -1209,7 +1196,7 @@ static int maybe_host(agent_t *a) {
       }
       return 0; /* the client retries resolving until the join timeout */
     }
-    if (o->is_host < 0 && o->backend != CLI_BACKEND_STATIC)
+    if (o->is_host < 0 && o->backend != CFG_BACKEND_STATIC)
       want = launch_ip_is_local(ip) && (o->local_addr[0] == '\0' ||
                                  strcmp(o->local_addr, ip) == 0 ||
                                  strcmp(o->local_addr, o->endpoint_host) == 0);
@@ -1256,7 +1243,7 @@ static int maybe_host(agent_t *a) {
   return 0;
 }
 
-int agent_run(cli_opts_t *o) {
+int agent_run(cfg_t *o) {
   agent_t *a = calloc(1, sizeof(*a));
   uv_loop_t loop;
   ac_config_t acfg;
@@ -1271,15 +1258,8 @@ int agent_run(cli_opts_t *o) {
   a->exit_code = 1;
   uv_loop_init(&loop);
   signal(SIGPIPE, SIG_IGN);
-  {
-    const char *h = getenv("LAUNCH_HOSTNAME");
-    if (h && *h)
-      lu_strlcpy(a->host, h, sizeof(a->host));
-    else if (gethostname(a->host, sizeof(a->host)) != 0)
-      lu_strlcpy(a->host, "localhost", sizeof(a->host));
-  }
   lu_log_init(&a->log, "launch");
-  lu_log_set_who(&a->log, "launch %s", a->host);
+  lu_log_set_who(&a->log, "launch %s", a->o->host);
   lu_strlcpy(a->ep_host, o->endpoint_host, sizeof(a->ep_host));
   lu_strlcpy(a->store_host, o->endpoint_host, sizeof(a->store_host));
   a->ep_port = o->endpoint_port;
@@ -1307,24 +1287,21 @@ int agent_run(cli_opts_t *o) {
   {
     uint8_t r[3];
     char hex[7];
+    int w;
     lu_random(r, sizeof(r));
     lu_hex(r, sizeof(r), hex);
-    if (o->log_dir[0]) {
-      snprintf(a->run_dir, sizeof(a->run_dir), "%s/%s_%s", o->log_dir,
-               o->run_id, hex);
-    } else {
-      const char *t = getenv("TMPDIR");
-      snprintf(a->run_dir, sizeof(a->run_dir), "%s/launch_%s_%s",
-               t && *t ? t : "/tmp", o->run_id, hex);
-      a->run_dir_is_temp = 1;
-    }
-    if ((rc = mkdirs(a->run_dir)) != 0) {
+    a->run_dir_is_temp = o->log_dir[0] == '\0';
+    w = snprintf(a->run_dir, sizeof(a->run_dir), "%s/%s%s_%s",
+                 o->log_dir[0] ? o->log_dir : o->tmpdir,
+                 o->log_dir[0] ? "" : "launch_", o->run_id, hex);
+    rc = w < 0 || (size_t)w >= sizeof(a->run_dir) ? -ENAMETOOLONG : 0;
+    if (rc != 0 || (rc = mkdirs(a->run_dir)) != 0) {
       LU_ERR(&a->log, "cannot create %s: %s", a->run_dir, rdzv_strerror(rc));
       a->exit_code = 1;
       goto out;
     }
   }
-  if (o->torch_store == CLI_STORE_RANK0)
+  if (o->torch_store == CFG_STORE_RANK0)
     a->my_master_port = free_port(o->local_addr);
   memset(&acfg, 0, sizeof(acfg));
   acfg.host = a->ep_host;

@@ -5,12 +5,12 @@
 #ifndef AGENT_H
 #define AGENT_H
 
-#include "cli.h"
+#include "config.h"
 
 /* Run the agent to the end of the job. RET the process exit status: 0 when
  * every worker of every node exited 0, else the root cause's exit code
  * (128 + signal when it was killed), 1 for rendezvous errors, 128 + signal
  * when the agent itself was stopped by a signal. */
-int agent_run(cli_opts_t *o);
+int agent_run(cfg_t *o);
 
 #endif /* AGENT_H */

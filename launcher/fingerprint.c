@@ -1,7 +1,6 @@
 /* fingerprint.c - this node's fingerprint (what must be the same on every
  * node of a job), for the rendezvous and `launch env --fingerprint`. */
 #include <string.h>
-#include <unistd.h>
 
 #include "aff.h"
 #include "env.h"
@@ -19,8 +18,7 @@ int launch_node_fingerprint(const env_t *e, const char *profile,
   si.ngpus = -1;
   /* Loading NVML, libcudart and libnccl costs milliseconds and megabytes:
    * only where there is a GPU to describe. */
-  if (ngpus > 0 || access("/dev/nvidia0", F_OK) == 0 ||
-      access("/proc/driver/nvidia/gpus", F_OK) == 0)
+  if (ngpus > 0 || lu_gpu_count(NULL) > 0)
     aff_sysinfo_probe(&si, NULL);
   if (ngpus > 0)
     lu_strlcpy(model, aff_topo_gpu(t, 0)->model, sizeof(model));

@@ -2,11 +2,12 @@
  * subcommand (launch server|status ...). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
 #include "agent.h"
-#include "cli.h"
+#include "config.h"
 #include "launch.h"
 
 void launch_usage_error(const char *fmt, ...) {
@@ -37,8 +38,10 @@ static const struct {
     {"doctor", launch_cmd_doctor},
 };
 
+extern char **environ;
+
 int main(int argc, char **argv) {
-  static cli_opts_t opts;
+  static cfg_t cfg;
   char err[1024];
   int rc;
   if (argc >= 2)
@@ -46,16 +49,19 @@ int main(int argc, char **argv) {
       if (strcmp(argv[1], subcommands[i].name) == 0)
         return subcommands[i].fn(argc - 1, argv + 1);
   if (argc < 2) {
-    cli_help(stderr);
+    cfg_help(stderr);
     return 2;
   }
-  rc = cli_parse(argc, argv, &opts, err, sizeof(err));
-  if (rc > 0)
-    return 0;
-  if (rc < 0) {
+  rc = cfg_parse(argc, argv, environ, CFG_NEED_PROGRAM, &cfg, err, sizeof(err));
+  if (rc == 0) {
+    launch_raise_nofile();
+    rc = agent_run(&cfg);
+  } else if (rc < 0) {
     launch_usage_error("%s", err);
-    return 2;
+    rc = 2;
+  } else {
+    rc = 0;
   }
-  launch_raise_nofile();
-  return agent_run(&opts);
+  cfg_free(&cfg);
+  return rc;
 }

@@ -57,6 +57,38 @@ BAD = [
 ]
 
 
+def test_read_timeout():
+    """--rdzv-conf read_timeout: a server that stops answering (here the
+    agent hosting it is stopped: the connection stays open) is lost after
+    it."""
+    import signal as sig
+    import tempfile
+    py = sys.executable
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "py", "worker.py")
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    common = ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "rt",
+              "--rdzv-conf", "read_timeout=1,heartbeat=100ms"]
+    with lt.Cleanup() as c:
+        host = c.add(lt.launch(common + ["--local-addr", "127.0.0.1", "--no-python", py,
+                                         worker, d, "forever"], name="host"))
+        other = c.add(lt.launch(common + ["--local-addr", "127.0.0.2", "--no-python", py,
+                                          worker, d, "forever"], name="other"))
+        try:
+            lt.wait_until(lambda: len(lt.records(d)) == 2, 60, "the workers")
+            host.signal(sig.SIGSTOP)
+            t0 = time.time()
+            rc = other.wait(30)
+            dt = time.time() - t0
+        finally:
+            host.signal(sig.SIGCONT)
+        host.signal(sig.SIGTERM)
+        host.wait(30)
+        out = other.output()
+        assert rc == 1 and "has not answered for 1 s (--rdzv-conf read_timeout)" in out, out
+        assert dt < 15, dt
+
+
 def main():
     for args, frag in BAD:
         rc, out = run(args)
@@ -74,8 +106,16 @@ def main():
     rc, out = run(["--help"])
     assert rc == 0
     for frag in ["--torch-store", "--token-file", "--cpu-bind", "--nccl-profile",
+                 "--start-method", "--monitor-interval", "separated by ':'",
                  "examples:", "launch --standalone"]:
         assert frag in out, frag
+    # torchrun accepts "--nproc 2"; we refuse, naming the option to write
+    rc, out = run(["--nproc", "2", "/bin/true"])
+    assert rc == 2 and "write --nproc-per-node" in out, out
+    # an empty endpoint is refused (it used to serve 127.0.0.1:29500)
+    rc, out = run(["--rdzv-endpoint", "", "/bin/true"])
+    assert rc == 2 and "--rdzv-endpoint is empty" in out, out
+    test_read_timeout()
     # an endpoint nothing listens on: fails after the join timeout, naming it
     t0 = time.time()
     rc, out = run(["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",

@@ -105,6 +105,15 @@ int lu_read_file(const char *path, size_t max, char **data, size_t *len);
 /* Trim trailing whitespace/newlines in place, return new length. */
 size_t lu_rtrim(char *s, size_t len);
 
+/* ---- this node -------------------------------------------------------------------- */
+
+/* NVIDIA GPUs of this node, cheaply (no library loaded): the entries of
+ * /proc/driver/nvidia/gpus, else the /dev/nvidiaN devices. With
+ * cuda_visible_devices (the variable's value; NULL = unset) the visible
+ * ones: none when the node has none, or the list is "" or starts with -1,
+ * else the length of the list. */
+int lu_gpu_count(const char *cuda_visible_devices);
+
 /* ---- host lists ------------------------------------------------------------------- */
 
 /* Expand a Slurm host list: "gpu[01-04,07],login1", "rack[0-1]_blade[0-2]"

@@ -1,5 +1,6 @@
 /* util.c - time, endpoint and number parsing, random bytes, files. */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -285,4 +286,29 @@ size_t lu_rtrim(char *s, size_t len) {
                      s[len - 1] == ' ' || s[len - 1] == '\t'))
     s[--len] = '\0';
   return len;
+}
+
+int lu_gpu_count(const char *cvd) {
+  DIR *d;
+  struct dirent *e;
+  int n = 0;
+  if ((d = opendir("/proc/driver/nvidia/gpus")) != NULL) {
+    while ((e = readdir(d)) != NULL)
+      n += e->d_name[0] != '.';
+    closedir(d);
+  } else if ((d = opendir("/dev")) != NULL) {
+    while ((e = readdir(d)) != NULL)
+      n += strncmp(e->d_name, "nvidia", 6) == 0 &&
+           isdigit((unsigned char)e->d_name[6]);
+    closedir(d);
+  }
+  if (cvd == NULL || n == 0)
+    return n;
+  /* CUDA stops at the first -1: "" and "-1" hide every GPU. */
+  for (n = 0; *cvd && strncmp(cvd, "-1", 2) != 0; n++) {
+    cvd += strcspn(cvd, ",");
+    if (*cvd == ',')
+      cvd++;
+  }
+  return n;
 }

@@ -1,0 +1,961 @@
+/* config.c - the job's configuration: one table of settings (flag, handler,
+ * help), the command line and the environment read into it in one pass,
+ * and what follows from them. */
+#include <ctype.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "lu.h"
+
+typedef enum { T_BOOL, T_STR, T_INT, T_MS, T_CHOICE, T_FN } type_t;
+
+enum { SEC_NODES, SEC_RDZV, SEC_SUPERVISION, SEC_PROGRAM, SEC_LOGS, SEC_OWN,
+       SEC_ENV };
+
+static const char *const section_names[] = {
+    "nodes and processes", "rendezvous", "supervision", "program", "logs",
+    "launch's own"};
+
+typedef int (*set_fn)(cfg_t *c, int id, const char *v, char *err, size_t n);
+
+/* One setting. A row without a flag is set from the environment only
+ * (sched.c); a row without help is accepted and not listed. */
+typedef struct setting_s {
+  const char *flag;    /* "--nnodes" */
+  const char *alt;     /* "-m" */
+  const char *arg;     /* the value in --help; NULL: a flag without value */
+  type_t type;
+  size_t off, size;    /* the field (size 0: validated, not kept) */
+  int min, max;        /* T_INT range; T_STR: min 1 refuses "" */
+  const char *choices; /* T_CHOICE: "agent|rank0", the index is kept */
+  set_fn fn;           /* T_FN */
+  int section;
+  const char *help;
+} setting_t;
+
+#define FIELD(f) offsetof(cfg_t, f), sizeof(((cfg_t *)0)->f)
+#define NOFIELD 0, 0
+
+static int set_nnodes(cfg_t *c, int id, const char *v, char *err, size_t n);
+static int set_nproc(cfg_t *c, int id, const char *v, char *err, size_t n);
+static int set_backend(cfg_t *c, int id, const char *v, char *err, size_t n);
+static int set_endpoint(cfg_t *c, int id, const char *v, char *err, size_t n);
+static int set_conf(cfg_t *c, int id, const char *v, char *err, size_t n);
+static int set_master_addr(cfg_t *c, int id, const char *v, char *err, size_t n);
+static int set_signals(cfg_t *c, int id, const char *v, char *err, size_t n);
+static int set_prog_mode(cfg_t *c, int id, const char *v, char *err, size_t n);
+static int set_numa_binding(cfg_t *c, int id, const char *v, char *err, size_t n);
+static int set_logs_specs(cfg_t *c, int id, const char *v, char *err, size_t n);
+static int set_mem_bind(cfg_t *c, int id, const char *v, char *err, size_t n);
+static int set_expected(cfg_t *c, int id, const char *v, char *err, size_t n);
+static int set_cvd(cfg_t *c, int id, const char *v, char *err, size_t n);
+
+static const setting_t settings[CFG_S_COUNT] = {
+    [CFG_S_NNODES] = {"--nnodes", NULL, "N|MIN:MAX", T_FN, NOFIELD, 0, 0, NULL,
+                      set_nnodes, SEC_NODES, "nodes of the job (default 1)"},
+    [CFG_S_NPROC] = {"--nproc-per-node", NULL, "N|gpu|cpu|auto", T_FN, NOFIELD,
+                     0, 0, NULL, set_nproc, SEC_NODES,
+                     "workers on this node (default 1); gpu: one per visible "
+                     "GPU, cpu: one per CPU, auto: gpu, else cpu"},
+    [CFG_S_STANDALONE] = {"--standalone", NULL, NULL, T_BOOL, FIELD(standalone),
+                          0, 0, NULL, NULL, SEC_NODES,
+                          "one node, a private server on a free port"},
+    [CFG_S_ENDPOINT] = {"--rdzv-endpoint", NULL, "HOST[:PORT]", T_FN, NOFIELD,
+                        0, 0, NULL, set_endpoint, SEC_RDZV,
+                        "the launch server (default port 29400); the agent "
+                        "on HOST hosts it unless one runs there"},
+    [CFG_S_BACKEND] = {"--rdzv-backend", NULL, "c10d|static", T_FN, NOFIELD, 0,
+                       0, NULL, set_backend, SEC_RDZV,
+                       "c10d when an endpoint is given, else static"},
+    [CFG_S_ID] = {"--rdzv-id", NULL, "ID", T_STR, FIELD(run_id), 1, 0, NULL,
+                  NULL, SEC_RDZV, "job id shared by every node"},
+    [CFG_S_CONF] = {"--rdzv-conf", NULL, "K=V,...", T_FN, NOFIELD, 0, 0, NULL,
+                    set_conf, SEC_RDZV,
+                    "join_timeout (600 s): how long the nodes may take to "
+                    "join; last_call_timeout (30 s): how long a round waits "
+                    "for more than the minimum; heartbeat (5 s); "
+                    "read_timeout (60 s): a server that answers nothing "
+                    "this long is lost; close_timeout (10 s): how long the "
+                    "hosting node keeps the server for the others to learn "
+                    "the end; is_host (true|false)"},
+    [CFG_S_NODE_RANK] = {"--node-rank", NULL, "N", T_INT, FIELD(node_rank), 0,
+                         1 << 20, NULL, NULL, SEC_RDZV,
+                         "rank of this node (static backend; a preference "
+                         "with c10d)"},
+    [CFG_S_MASTER_ADDR] = {"--master-addr", NULL, "A", T_FN, NOFIELD, 0, 0,
+                           NULL, set_master_addr, SEC_RDZV,
+                           "static rendezvous: node 0's address (default "
+                           "127.0.0.1)"},
+    [CFG_S_MASTER_PORT] = {"--master-port", NULL, "P", T_INT,
+                           FIELD(master_port), 1, 65535, NULL, NULL, SEC_RDZV,
+                           "static rendezvous: its port (default 29500)"},
+    [CFG_S_LOCAL_ADDR] = {"--local-addr", NULL, "A", T_STR, FIELD(local_addr),
+                          0, 0, NULL, NULL, SEC_RDZV,
+                          "address this node advertises"},
+    [CFG_S_MAX_RESTARTS] = {"--max-restarts", NULL, "N", T_INT,
+                            FIELD(max_restarts), 0, 1 << 30, NULL, NULL,
+                            SEC_SUPERVISION,
+                            "job restarts after failures (default 0), "
+                            "counted once for the whole job"},
+    [CFG_S_SIGNALS] = {"--signals-to-handle", NULL, "LIST", T_FN, NOFIELD, 0,
+                       0, NULL, set_signals, SEC_SUPERVISION,
+                       "signals forwarded to the workers (default SIGTERM,"
+                       "SIGINT,SIGHUP,SIGQUIT; add SIGUSR1,SIGUSR2 for "
+                       "Slurm)"},
+    [CFG_S_STOP_TIMEOUT] = {"--stop-timeout", NULL, "SECONDS", T_MS,
+                            FIELD(stop_grace_ms), 0, 0, NULL, NULL,
+                            SEC_SUPERVISION,
+                            "SIGTERM to SIGKILL grace (default 30)"},
+    [CFG_S_EXIT_BARRIER] = {"--exit-barrier-timeout", NULL, "SECONDS", T_MS,
+                            FIELD(exit_barrier_ms), 0, 0, NULL, NULL,
+                            SEC_SUPERVISION,
+                            "how long a finished node waits for the others "
+                            "(default 300)"},
+    [CFG_S_MONITOR] = {"--monitor-interval", NULL, "SECONDS", T_MS, NOFIELD, 1,
+                       0, NULL, NULL, SEC_SUPERVISION,
+                       "accepted, no effect: worker exits are seen at once "
+                       "(SIGCHLD), nothing is polled"},
+    [CFG_S_START_METHOD] = {"--start-method", NULL, "spawn|fork|forkserver",
+                            T_CHOICE, NOFIELD, 0, 0, "spawn|fork|forkserver",
+                            NULL, SEC_SUPERVISION,
+                            "accepted, no effect: every worker is a fresh "
+                            "process (fork and exec)"},
+    [CFG_S_ROLE] = {"--role", NULL, "NAME", T_STR, FIELD(role), 1, 0, NULL,
+                    NULL, SEC_SUPERVISION,
+                    "ROLE_NAME of the workers (default default)"},
+    [CFG_S_MODULE] = {"--module", "-m", NULL, T_FN, NOFIELD, 0, 0, NULL,
+                      set_prog_mode, SEC_PROGRAM,
+                      "run PROGRAM as python -m PROGRAM"},
+    [CFG_S_NO_PYTHON] = {"--no-python", NULL, NULL, T_FN, NOFIELD, 0, 0, NULL,
+                         set_prog_mode, SEC_PROGRAM,
+                         "execute PROGRAM directly, even a .py"},
+    [CFG_S_RUN_PATH] = {"--run-path", NULL, NULL, T_FN, NOFIELD, 0, 0, NULL,
+                        set_prog_mode, SEC_PROGRAM,
+                        "run the script through python"},
+    [CFG_S_LOG_DIR] = {"--log-dir", NULL, "DIR", T_STR, FIELD(log_dir), 0, 0,
+                       NULL, NULL, SEC_LOGS,
+                       "DIR/<run id>_<random>/attempt_<n>/<local rank>/"
+                       "{stdout,stderr}.log and error.json"},
+    [CFG_S_REDIRECTS] = {"--redirects", "-r", "SPEC", T_STR,
+                         FIELD(redirects_spec), 0, 0, NULL, NULL, SEC_LOGS,
+                         "streams to files only: 0 none, 1 stdout, 2 stderr, "
+                         "3 both, or per rank 0:1,1:2"},
+    [CFG_S_TEE] = {"--tee", "-t", "SPEC", T_STR, FIELD(tee_spec), 0, 0, NULL,
+                   NULL, SEC_LOGS, "streams to files and the console"},
+    [CFG_S_RANKS_FILTER] = {"--local-ranks-filter", NULL, "LIST", T_STR,
+                            FIELD(ranks_filter_spec), 0, 0, NULL, NULL,
+                            SEC_LOGS,
+                            "local ranks whose output reaches the console"},
+    [CFG_S_LINE_PREFIX] = {"--log-line-prefix", NULL, "TEMPLATE", T_STR,
+                           FIELD(line_prefix), 0, 0, NULL, NULL, SEC_LOGS,
+                           "prefix of each line (default '[${host}:${rank}]: "
+                           "'; also ${local_rank}, ${role_name}, "
+                           "${node_rank}; 'none')"},
+    [CFG_S_QUIET] = {"--quiet", "-q", NULL, T_BOOL, FIELD(quiet), 0, 0, NULL,
+                     NULL, SEC_LOGS, "fewer agent messages"},
+    [CFG_S_EVENT_LOG] = {"--event-log-handler", NULL, "null", T_CHOICE,
+                         NOFIELD, 0, 0, "null", NULL, SEC_LOGS,
+                         "torchrun's event log: only null (none) is "
+                         "supported"},
+    [CFG_S_LOGS_SPECS] = {"--logs-specs", NULL, "NAME", T_FN, NOFIELD, 0, 0,
+                          NULL, set_logs_specs, SEC_LOGS, NULL},
+    [CFG_S_TORCH_STORE] = {"--torch-store", NULL, "agent|rank0", T_CHOICE,
+                           FIELD(torch_store), 0, 0, "agent|rank0", NULL,
+                           SEC_OWN,
+                           "agent (default): workers use the launch server "
+                           "as their TCPStore (TORCHELASTIC_USE_AGENT_STORE="
+                           "True); rank0: rank 0 hosts its own store on a "
+                           "free port of node 0"},
+    [CFG_S_TOKEN_FILE] = {"--token-file", NULL, "F", T_STR, FIELD(token_file),
+                          0, 0, NULL, NULL, SEC_OWN,
+                          "shared secret of the job (HMAC challenge)"},
+    [CFG_S_TCPSTORE_ALLOW] = {"--tcpstore-allow", NULL, "LIST", T_STR,
+                              FIELD(tcpstore_allow), 0, 0, NULL, NULL,
+                              SEC_OWN,
+                              "with a token: addresses allowed to use "
+                              "TCPStore, e.g. 10.0.0.0/8"},
+    [CFG_S_CPU_BIND] = {"--cpu-bind", NULL, "none|numa|cores|LIST", T_STR,
+                        FIELD(cpu_bind), 0, 0, NULL, NULL, SEC_OWN,
+                        "CPUs of each worker: its GPU's NUMA node, a share of "
+                        "its cores, or one cpulist per local rank separated "
+                        "by ':' (0-7:8-15); default numa when the node has "
+                        "GPUs, else none"},
+    [CFG_S_NUMA_BINDING] = {"--numa-binding", NULL,
+                            "node|socket|exclusive|core-complex", T_FN,
+                            NOFIELD, 0, 0, NULL, set_numa_binding, SEC_OWN,
+                            "torchrun's spelling: node and socket are "
+                            "--cpu-bind numa, the others --cpu-bind cores"},
+    [CFG_S_MEM_BIND] = {"--mem-bind", NULL, "none|local|preferred", T_FN,
+                        NOFIELD, 0, 0, NULL, set_mem_bind, SEC_OWN,
+                        "memory of each worker on its NUMA node (default "
+                        "preferred when CPUs are bound on a node with GPUs)"},
+    [CFG_S_REPORT_BINDINGS] = {"--report-bindings", NULL, NULL, T_BOOL,
+                               FIELD(report_bindings), 0, 0, NULL, NULL,
+                               SEC_OWN, "print each worker's binding"},
+    [CFG_S_TOPOLOGY] = {"--topology", NULL, "FILE.xml", T_STR,
+                        FIELD(topology_file), 0, 0, NULL, NULL, SEC_OWN,
+                        "plan for an hwloc XML topology"},
+    [CFG_S_NCCL_PROFILE] = {"--nccl-profile", NULL, "NAME|FILE", T_STR,
+                            FIELD(nccl_profile), 1, 0, NULL, NULL, SEC_OWN,
+                            "locked NCCL environment: auto (default), "
+                            "pcie-ib, nvlink-ib, roce, socket or a file"},
+    [CFG_S_ALLOW_ENV_OVERRIDE] = {"--allow-env-override", NULL, NULL, T_BOOL,
+                                  FIELD(allow_env_override), 0, 0, NULL, NULL,
+                                  SEC_OWN,
+                                  "inherited NCCL_* values beat the profile"},
+    [CFG_S_LINT] = {"--lint", NULL, "error|warn|off", T_CHOICE, FIELD(lint), 0,
+                    0, "error|warn|off", NULL, SEC_OWN,
+                    "NCCL environment mistakes stop the job (error, "
+                    "default), are only reported, or are not checked"},
+    [CFG_S_ALLOW_MISMATCH] = {"--allow-mismatch", NULL, NULL, T_BOOL,
+                              FIELD(allow_mismatch), 0, 0, NULL, NULL, SEC_OWN,
+                              "run even when nodes differ from node 0 (NCCL "
+                              "env, versions, GPUs, program)"},
+    [CFG_S_HELP] = {"--help", "-h", NULL, T_BOOL, NOFIELD, 0, 0, NULL, NULL,
+                    SEC_OWN, "this text"},
+    [CFG_S_VERSION] = {"--version", NULL, NULL, T_BOOL, NOFIELD, 0, 0, NULL,
+                       NULL, SEC_OWN, "launch's version and protocol"},
+    [CFG_S_HOSTNAME] = {NULL, NULL, NULL, T_STR, FIELD(host), 1, 0, NULL, NULL,
+                        SEC_ENV, NULL},
+    [CFG_S_EXPECTED_HOSTS] = {NULL, NULL, NULL, T_FN, NOFIELD, 0, 0, NULL,
+                              set_expected, SEC_ENV, NULL},
+    [CFG_S_NODE_INDEX] = {NULL, NULL, NULL, T_INT, FIELD(sched_node_index), 0,
+                          1 << 20, NULL, NULL, SEC_ENV, NULL},
+    [CFG_S_PYTHON] = {NULL, NULL, NULL, T_STR, FIELD(python), 0, 0, NULL, NULL,
+                      SEC_ENV, NULL},
+    [CFG_S_TMPDIR] = {NULL, NULL, NULL, T_STR, FIELD(tmpdir), 0, 0, NULL, NULL,
+                      SEC_ENV, NULL},
+    [CFG_S_CUDA_VISIBLE] = {NULL, NULL, NULL, T_FN, NOFIELD, 0, 0, NULL,
+                            set_cvd, SEC_ENV, NULL},
+};
+
+static int fail(char *err, size_t n, const char *fmt, ...) LU_PRINTF(3, 4);
+static int fail(char *err, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* ---- value parsers -------------------------------------------------------------- */
+
+int cfg_parse_nnodes(const char *s, int *min, int *max) {
+  const char *colon = strchr(s, ':');
+  char a[32];
+  if (colon == NULL)
+    return lu_parse_int(s, 1, 1 << 20, min) == 0 ? (*max = *min, 0) : -1;
+  if ((size_t)(colon - s) >= sizeof(a))
+    return -1;
+  memcpy(a, s, (size_t)(colon - s));
+  a[colon - s] = '\0';
+  if (lu_parse_int(a, 1, 1 << 20, min) != 0 ||
+      lu_parse_int(colon + 1, 1, 1 << 20, max) != 0)
+    return -1;
+  return 0;
+}
+
+/* The items of a comma-separated list, one at a time, into item[cap].
+ * RET 1 (an item), 0 (the end), -1 (empty or too long). */
+static int next_item(const char **s, char *item, size_t cap) {
+  size_t k;
+  if (**s == '\0')
+    return 0;
+  k = strcspn(*s, ",");
+  if (k == 0 || k >= cap)
+    return -1;
+  memcpy(item, *s, k);
+  item[k] = '\0';
+  *s += k + ((*s)[k] == ',');
+  return 1;
+}
+
+int cfg_parse_std_spec(const char *s, int nproc, unsigned *out) {
+  char item[32], *colon;
+  int v, r, got;
+  if (strchr(s, ':') == NULL) {
+    if (lu_parse_int(s, 0, 3, &v) != 0)
+      return -1;
+    for (int i = 0; i < nproc; i++)
+      out[i] = (unsigned)v;
+    return 0;
+  }
+  for (int i = 0; i < nproc; i++)
+    out[i] = 0;
+  while ((got = next_item(&s, item, sizeof(item))) > 0) {
+    if ((colon = strchr(item, ':')) == NULL)
+      return -1;
+    *colon = '\0';
+    if (lu_parse_int(item, 0, nproc - 1, &r) != 0 ||
+        lu_parse_int(colon + 1, 0, 3, &v) != 0)
+      return -1;
+    out[r] = (unsigned)v;
+  }
+  return got;
+}
+
+static int parse_bool(const char *s, int *out) {
+  if (!strcasecmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes"))
+    *out = 1;
+  else if (!strcasecmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no"))
+    *out = 0;
+  else
+    return -1;
+  return 0;
+}
+
+/* "agent|rank0" -> "agent or rank0"; "a|b|c" -> "a, b or c". */
+static void choice_list(const char *choices, char *out, size_t cap) {
+  size_t used = 0;
+  int n = 1, i = 0;
+  for (const char *p = choices; *p; p++)
+    n += *p == '|';
+  out[0] = '\0';
+  for (const char *p = choices; *p && used < cap; i++) {
+    size_t k = strcspn(p, "|");
+    int w = snprintf(out + used, cap - used, "%s%.*s",
+                     i == 0 ? "" : i == n - 1 ? " or " : ", ", (int)k, p);
+    used += w > 0 ? (size_t)w : 0;
+    p += k + (p[k] == '|');
+  }
+}
+
+static int choice_index(const char *choices, const char *v) {
+  size_t vl = strlen(v);
+  int i = 0;
+  for (const char *p = choices; *p; i++) {
+    size_t k = strcspn(p, "|");
+    if (k == vl && strncmp(p, v, k) == 0)
+      return i;
+    p += k + (p[k] == '|');
+  }
+  return -1;
+}
+
+/* The name a setting goes by in messages. */
+static const char *setting_name(int id) {
+  return settings[id].flag ? settings[id].flag : "the value";
+}
+
+/* Apply value v to setting id. */
+static int apply(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  const setting_t *s = &settings[id];
+  const char *name = setting_name(id);
+  char *field = (char *)c + s->off;
+  int64_t ms;
+  int iv;
+  char list[128];
+  switch (s->type) {
+  case T_BOOL:
+    if (parse_bool(v, &iv) != 0)
+      return fail(err, n, "%s: '%s' is not 0 or 1", name, v);
+    if (s->size)
+      memcpy(field, &iv, sizeof(int));
+    return 0;
+  case T_STR:
+    if (s->min > 0 && *v == '\0')
+      return fail(err, n, "%s: give a non-empty value", name);
+    if (strlen(v) >= s->size)
+      return fail(err, n, "%s: '%.40s...' is too long (at most %zu "
+                          "characters)", name, v, s->size - 1);
+    lu_strlcpy(field, v, s->size);
+    return 0;
+  case T_INT:
+    if (lu_parse_int(v, s->min, s->max, &iv) != 0)
+      return fail(err, n, "%s: '%s' is not a number from %d to %d", name, v,
+                  s->min, s->max);
+    memcpy(field, &iv, sizeof(int));
+    return 0;
+  case T_MS:
+    if (lu_parse_duration_ms(v, &ms) != 0)
+      return fail(err, n, "%s: '%s' is not a duration (seconds, or with a "
+                          "unit: 500ms, 30s, 2m)", name, v);
+    if (s->min > 0 && ms <= 0)
+      return fail(err, n, "%s: must be positive", name);
+    if (s->size)
+      memcpy(field, &ms, sizeof(ms));
+    return 0;
+  case T_CHOICE:
+    if ((iv = choice_index(s->choices, v)) < 0) {
+      choice_list(s->choices, list, sizeof(list));
+      return fail(err, n, "%s: '%s' is not %s", name, v, list);
+    }
+    if (s->size)
+      memcpy(field, &iv, sizeof(int));
+    return 0;
+  case T_FN:
+    return s->fn(c, id, v, err, n);
+  }
+  return 0;
+}
+
+/* ---- handlers ------------------------------------------------------------------- */
+
+static int set_nnodes(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  if (cfg_parse_nnodes(v, &c->min_nodes, &c->max_nodes) != 0)
+    return fail(err, n, "--nnodes: '%s' is not N or MIN:MAX with "
+                        "0 < MIN <= MAX", v);
+  if (c->min_nodes > c->max_nodes)
+    return fail(err, n, "--nnodes %s: MIN is larger than MAX", v);
+  return 0;
+}
+
+/* The number is decided once the GPUs are known (finish). */
+static int set_nproc(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  int k;
+  if (strcmp(v, "gpu") && strcmp(v, "cpu") && strcmp(v, "auto") &&
+      lu_parse_int(v, 1, CFG_MAX_NPROC, &k) != 0)
+    return fail(err, n, "--nproc-per-node: '%s' is not a number of "
+                        "processes (1-%d), 'gpu', 'cpu' or 'auto'", v,
+                CFG_MAX_NPROC);
+  lu_strlcpy(c->nproc_spec, v, sizeof(c->nproc_spec));
+  return 0;
+}
+
+static int set_backend(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  if (!strcmp(v, "c10d") || !strcmp(v, "launch"))
+    c->backend = CFG_BACKEND_C10D;
+  else if (!strcmp(v, "static"))
+    c->backend = CFG_BACKEND_STATIC;
+  else if (!strncmp(v, "etcd", 4))
+    return fail(err, n, "--rdzv-backend %s: etcd is not supported; use "
+                        "--rdzv-backend c10d with --rdzv-endpoint HOST:PORT "
+                        "(the launch server replaces etcd)", v);
+  else
+    return fail(err, n, "--rdzv-backend: '%s' is not c10d or static", v);
+  return 0;
+}
+
+static int set_endpoint(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  lu_endpoint_t ep;
+  if (*v == '\0')
+    return fail(err, n, "--rdzv-endpoint is empty: give HOST[:PORT] of the "
+                        "launch server, or --standalone for one node");
+  if (lu_endpoint_parse(v, RDZV_DEFAULT_PORT, &ep) != 0 || ep.is_unix)
+    return fail(err, n, "--rdzv-endpoint: '%s' does not parse: use HOST, "
+                        "HOST:PORT or [IPV6]:PORT (port 0-65535)", v);
+  lu_strlcpy(c->endpoint_host, ep.host, sizeof(c->endpoint_host));
+  c->endpoint_port = ep.port;
+  c->endpoint_given = 1;
+  return 0;
+}
+
+/* torchrun's --rdzv-conf keys. Durations land in the fields below. */
+static const struct {
+  const char *key;
+  size_t off;   /* an int64_t of cfg_t; 0: see set_conf */
+  int64_t min;  /* smallest value, ms */
+} conf_keys[] = {
+    {"join_timeout", offsetof(cfg_t, join_timeout_ms), 1},
+    {"last_call_timeout", offsetof(cfg_t, last_call_timeout_ms), 0},
+    {"close_timeout", offsetof(cfg_t, close_timeout_ms), 0},
+    {"heartbeat", offsetof(cfg_t, heartbeat_ms), 10},
+    {"keep_alive_interval", offsetof(cfg_t, heartbeat_ms), 10},
+    {"read_timeout", offsetof(cfg_t, read_timeout_ms), 1},
+    {"is_host", 0, 0},
+    {"store_type", 0, 0},
+};
+
+static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
+  char item[512], *eq;
+  int got;
+  while ((got = next_item(&s, item, sizeof(item))) != 0) {
+    size_t k;
+    if (got < 0) {
+      if (*s == ',') { /* an empty entry */
+        s++;
+        continue;
+      }
+      return fail(err, n, "--rdzv-conf: entry too long");
+    }
+    if ((eq = strchr(item, '=')) == NULL || eq[1] == '\0')
+      return fail(err, n, "--rdzv-conf: '%s' needs a value (key=value)", item);
+    *eq++ = '\0';
+    for (k = 0; k < LU_ARRAY_SIZE(conf_keys); k++)
+      if (!strcmp(item, conf_keys[k].key))
+        break;
+    if (k == LU_ARRAY_SIZE(conf_keys)) {
+      if (!strcmp(item, "timeout") || !strcmp(item, "heartbeat_timeout") ||
+          !strcmp(item, "keep_alive_max_attempt") || !strcmp(item, "rank"))
+        return fail(err, n, "--rdzv-conf %s: torchrun's etcd key, which has "
+                            "no meaning here: use join_timeout, heartbeat "
+                            "or --node-rank", item);
+      return fail(err, n, "--rdzv-conf: unknown key '%s' (known: "
+                          "join_timeout, last_call_timeout, close_timeout, "
+                          "heartbeat, read_timeout, is_host)", item);
+    }
+    if (!strcmp(item, "is_host")) {
+      if (parse_bool(eq, &c->is_host) != 0)
+        return fail(err, n, "--rdzv-conf is_host: '%s' is not true/false", eq);
+    } else if (!strcmp(item, "store_type")) {
+      if (strcmp(eq, "tcp") != 0)
+        return fail(err, n, "--rdzv-conf store_type=%s: only tcp is "
+                            "supported", eq);
+    } else {
+      int64_t ms;
+      if (lu_parse_duration_ms(eq, &ms) != 0)
+        return fail(err, n, "--rdzv-conf %s: '%s' is not a duration "
+                            "(seconds, or with a unit: 500ms, 30s, 2m)",
+                    item, eq);
+      if (ms < conf_keys[k].min)
+        return fail(err, n, "--rdzv-conf %s: at least %lld ms", item,
+                    (long long)conf_keys[k].min);
+      memcpy((char *)c + conf_keys[k].off, &ms, sizeof(ms));
+    }
+  }
+  return 0;
+}
+
+static int set_master_addr(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  size_t l = strlen(v);
+  if (l == 0 || l >= sizeof(c->master_addr))
+    return fail(err, n, "--master-addr: give a host name or address");
+  /* [v6] as torchrun writes it */
+  if (v[0] == '[') {
+    if (v[l - 1] != ']' || l < 3)
+      return fail(err, n, "--master-addr: '%s' does not parse", v);
+    snprintf(c->master_addr, sizeof(c->master_addr), "%.*s", (int)(l - 2),
+             v + 1);
+  } else {
+    lu_strlcpy(c->master_addr, v, sizeof(c->master_addr));
+  }
+  return 0;
+}
+
+static int set_signals(cfg_t *c, int id, const char *s, char *err, size_t n) {
+  static const struct { const char *n; int s; } sigs[] = {
+      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
+      {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}};
+  char item[32];
+  int got;
+  c->signals_mask = 0;
+  lu_strlcpy(c->signals_spec, s, sizeof(c->signals_spec));
+  while ((got = next_item(&s, item, sizeof(item))) > 0) {
+    size_t i;
+    for (char *p = item; *p; p++)
+      *p = (char)toupper((unsigned char)*p);
+    for (i = 0; i < LU_ARRAY_SIZE(sigs); i++)
+      if (!strcmp(item, sigs[i].n) || !strcmp(item, sigs[i].n + 3))
+        break;
+    if (i == LU_ARRAY_SIZE(sigs))
+      return fail(err, n, "--signals-to-handle: '%s' is not one of SIGTERM, "
+                          "SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2", item);
+    c->signals_mask |= 1u << sigs[i].s;
+  }
+  if (got < 0)
+    return fail(err, n, "--signals-to-handle: empty or long entry");
+  return 0;
+}
+
+static int set_prog_mode(cfg_t *c, int id, const char *v, char *err,
+                         size_t n) {
+  int b, mode = id == CFG_S_MODULE      ? CFG_PROG_MODULE
+                : id == CFG_S_NO_PYTHON ? CFG_PROG_NO_PYTHON
+                                        : CFG_PROG_RUN_PATH;
+  if (parse_bool(v, &b) != 0)
+    return fail(err, n, "%s: '%s' is not 0 or 1", settings[id].flag, v);
+  if (!b)
+    return 0;
+  if (c->prog_mode != CFG_PROG_AUTO && c->prog_mode != mode &&
+      c->prog_mode != CFG_PROG_RUN_PATH && mode != CFG_PROG_RUN_PATH)
+    return fail(err, n, "--module and --no-python cannot be used together");
+  /* --run-path takes precedence over --no-python, as in torchrun */
+  if (c->prog_mode != CFG_PROG_RUN_PATH)
+    c->prog_mode = mode;
+  return 0;
+}
+
+static int set_numa_binding(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  if (!strcmp(v, "node") || !strcmp(v, "socket"))
+    lu_strlcpy(c->cpu_bind, "numa", sizeof(c->cpu_bind));
+  else if (!strcmp(v, "exclusive") || !strcmp(v, "core-complex"))
+    lu_strlcpy(c->cpu_bind, "cores", sizeof(c->cpu_bind));
+  else
+    return fail(err, n, "--numa-binding: '%s' is not node, socket, "
+                        "exclusive or core-complex", v);
+  return 0;
+}
+
+static int set_logs_specs(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  (void)c;
+  (void)v;
+  return fail(err, n, "--logs-specs: Python entry points are not "
+                      "supported; use --log-dir, --tee and --redirects");
+}
+
+static int set_mem_bind(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  if (strcmp(v, "none") && strcmp(v, "local") && strcmp(v, "preferred"))
+    return fail(err, n, "--mem-bind: '%s' is not none, local or preferred", v);
+  lu_strlcpy(c->mem_bind, v, sizeof(c->mem_bind));
+  return 0;
+}
+
+static int set_expected(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  lu_hostlist_free(c->expected_hosts, c->nexpected);
+  c->expected_hosts = NULL;
+  c->nexpected = 0;
+  if (lu_hostlist_expand(v, 65536, &c->expected_hosts, &c->nexpected) != 0)
+    return fail(err, n, "'%s' is not a host list like node[01-04],login1 "
+                        "(at most 65536 hosts)", v);
+  return 0;
+}
+
+/* The value stays in the environment, which outlives the configuration. */
+static int set_cvd(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  c->cuda_visible_devices = v;
+  return 0;
+}
+
+/* ---- the command line ------------------------------------------------------------ */
+
+/* "--nproc_per_node" and "--nproc-per-node" are the same flag: compare the
+ * first len bytes of arg with name, '_' as '-' after the leading dashes. */
+static int name_prefix(const char *name, const char *arg, size_t len) {
+  for (size_t i = 0; i < len; i++) {
+    char x = name[i], y = arg[i];
+    if (x == '\0')
+      return 0;
+    if (i >= 2 && y == '_')
+      y = '-';
+    if (x != y)
+      return 0;
+  }
+  return 1;
+}
+
+/* The setting arg[0..len) names, or -1 with err saying why: unknown, or a
+ * prefix (argparse accepts "--nproc"; we name the full flag instead). */
+static int find_flag(const char *arg, size_t len, char *err, size_t n) {
+  int match = -1, nprefix = 0;
+  char cands[256] = "";
+  for (int i = 0; i < CFG_S_COUNT; i++) {
+    const setting_t *s = &settings[i];
+    if (s->flag == NULL)
+      continue;
+    if ((strlen(s->flag) == len && name_prefix(s->flag, arg, len)) ||
+        (s->alt && strlen(s->alt) == len && !memcmp(s->alt, arg, len)))
+      return i;
+    if (len > 2 && arg[1] == '-' && name_prefix(s->flag, arg, len)) {
+      size_t u = strlen(cands);
+      snprintf(cands + u, sizeof(cands) - u, "%s%s", nprefix ? ", " : "",
+               s->flag);
+      nprefix++;
+      match = i;
+    }
+  }
+  if (nprefix == 1)
+    fail(err, n, "unknown option '%.*s': options are not abbreviated, "
+                 "write %s", (int)len, arg, settings[match].flag);
+  else if (nprefix > 1)
+    fail(err, n, "unknown option '%.*s': options are not abbreviated, "
+                 "write one of %s", (int)len, arg, cands);
+  else
+    fail(err, n, "unknown option '%.*s' (see launch --help)", (int)len, arg);
+  return -1;
+}
+
+int cfg_option_arity(const char *arg) {
+  const char *eq = strchr(arg, '=');
+  size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+  char err[8];
+  int id;
+  if (arg[0] != '-' || (id = find_flag(arg, len, err, sizeof(err))) < 0)
+    return -1;
+  return settings[id].arg != NULL && eq == NULL;
+}
+
+static void defaults(cfg_t *c, char *const *envp) {
+  memset(c, 0, sizeof(*c));
+  c->min_nodes = c->max_nodes = 1;
+  lu_strlcpy(c->nproc_spec, "1", sizeof(c->nproc_spec));
+  c->backend = -1;
+  c->endpoint_port = -1;
+  lu_strlcpy(c->run_id, "none", sizeof(c->run_id));
+  c->node_rank = -1;
+  c->pref_node_rank = -1;
+  c->sched_node_index = -1;
+  lu_strlcpy(c->master_addr, "127.0.0.1", sizeof(c->master_addr));
+  c->master_port = 29500;
+  c->join_timeout_ms = 600000;
+  c->last_call_timeout_ms = 30000;
+  c->close_timeout_ms = 10000;
+  c->heartbeat_ms = 5000;
+  c->read_timeout_ms = 60000;
+  c->is_host = -1;
+  c->stop_grace_ms = 30000;
+  c->exit_barrier_ms = 300000;
+  c->signals_mask = (1u << SIGTERM) | (1u << SIGINT) | (1u << SIGHUP) |
+                    (1u << SIGQUIT);
+  lu_strlcpy(c->signals_spec, "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+             sizeof(c->signals_spec));
+  lu_strlcpy(c->role, "default", sizeof(c->role));
+  lu_strlcpy(c->line_prefix, "[${host}:${rank}]: ", sizeof(c->line_prefix));
+  lu_strlcpy(c->nccl_profile, "auto", sizeof(c->nccl_profile));
+  lu_strlcpy(c->python, "python3", sizeof(c->python));
+  lu_strlcpy(c->tmpdir, "/tmp", sizeof(c->tmpdir));
+  c->log_time = 1;
+  c->environ = envp;
+}
+
+/* sched_read's callback: a variable's value for a setting. */
+static int apply_env(void *ctx, int id, const char *var, const char *v,
+                     char *err, size_t n) {
+  if (apply(ctx, id, v, err, n) == 0)
+    return 0;
+  if (settings[id].flag) {
+    size_t l = strlen(err);
+    snprintf(err + l, n - l, " (from %s)", var);
+  } else {
+    char why[512];
+    lu_strlcpy(why, err, sizeof(why));
+    fail(err, n, "%s=%s: %s", var, v, why);
+  }
+  return -1;
+}
+
+/* Per-rank output settings, once nproc is known. */
+static int finish_output(cfg_t *c, char *err, size_t n) {
+  const char *p = c->ranks_filter_spec;
+  char item[16];
+  int got, r;
+  if (c->redirects_spec[0] &&
+      cfg_parse_std_spec(c->redirects_spec, c->nproc, c->redirects) != 0)
+    return fail(err, n, "--redirects: '%s' is not 0-3 or a list like 0:1,1:2 "
+                        "with local ranks below %d", c->redirects_spec,
+                c->nproc);
+  if (c->tee_spec[0] && cfg_parse_std_spec(c->tee_spec, c->nproc, c->tee) != 0)
+    return fail(err, n, "--tee: '%s' is not 0-3 or a list like 0:1,1:2 with "
+                        "local ranks below %d", c->tee_spec, c->nproc);
+  /* --log-dir alone keeps a file per rank for both streams */
+  if (c->log_dir[0] && !c->redirects_spec[0] && !c->tee_spec[0])
+    for (int i = 0; i < c->nproc; i++)
+      c->tee[i] = 3;
+  for (int i = 0; i < c->nproc; i++)
+    c->console[i] = p[0] == '\0';
+  while ((got = next_item(&p, item, sizeof(item))) > 0) {
+    if (lu_parse_int(item, 0, c->nproc - 1, &r) != 0)
+      return fail(err, n, "--local-ranks-filter: '%s' is not a local rank "
+                          "below %d", item, c->nproc);
+    c->console[r] = 1;
+  }
+  if (got < 0)
+    return fail(err, n, "--local-ranks-filter: '%s' is not a list of local "
+                        "ranks like 0,3", c->ranks_filter_spec);
+  if (!strcmp(c->line_prefix, "none"))
+    c->line_prefix[0] = '\0';
+  return 0;
+}
+
+/* The rendezvous: standalone, static or c10d, and where the server is. */
+static int finish_rdzv(cfg_t *c, char *err, size_t n) {
+  if (c->standalone) {
+    uint8_t r[16];
+    char hex[33];
+    if (c->min_nodes != 1 || c->max_nodes != 1)
+      return fail(err, n, "--standalone runs one node: drop --nnodes or use "
+                          "--rdzv-endpoint for several");
+    c->backend = CFG_BACKEND_C10D;
+    lu_strlcpy(c->endpoint_host, "127.0.0.1", sizeof(c->endpoint_host));
+    c->endpoint_port = 0;
+    c->endpoint_given = 1;
+    /* A fresh run id, as torchrun's uuid4. */
+    if (lu_random(r, sizeof(r)) != 0)
+      memset(r, 0, sizeof(r));
+    lu_hex(r, sizeof(r), hex);
+    snprintf(c->run_id, sizeof(c->run_id), "%.8s-%.4s-%.4s-%.4s-%.12s", hex,
+             hex + 8, hex + 12, hex + 16, hex + 20);
+  }
+  if (c->backend < 0)
+    c->backend = c->endpoint_given ? CFG_BACKEND_C10D : CFG_BACKEND_STATIC;
+  if (c->backend == CFG_BACKEND_STATIC) {
+    if (c->min_nodes != c->max_nodes)
+      return fail(err, n, "--nnodes %d:%d: static rendezvous needs a fixed "
+                          "number of nodes (use --rdzv-backend c10d for "
+                          "elastic jobs)", c->min_nodes, c->max_nodes);
+    if (c->node_rank < 0)
+      c->node_rank = 0;
+    if (c->node_rank >= c->max_nodes)
+      return fail(err, n, "--node-rank %d is not below --nnodes %d",
+                  c->node_rank, c->max_nodes);
+    if (!c->endpoint_given) {
+      lu_strlcpy(c->endpoint_host, c->master_addr, sizeof(c->endpoint_host));
+      c->endpoint_port = c->master_port;
+      c->endpoint_given = 1;
+    }
+    c->pref_node_rank = c->node_rank;
+  } else if (!c->endpoint_given) {
+    return fail(err, n, "--rdzv-backend c10d needs --rdzv-endpoint HOST:PORT "
+                        "(or --standalone for one node)");
+  } else {
+    /* A scheduler's node index orders the nodes (Slurm, Volcano). */
+    c->pref_node_rank = c->node_rank >= 0 ? c->node_rank : c->sched_node_index;
+  }
+  if (c->endpoint_port < 0)
+    c->endpoint_port = RDZV_DEFAULT_PORT;
+  return 0;
+}
+
+static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
+  const char *s = c->nproc_spec;
+  int rc;
+  if ((flags & CFG_NEED_PROGRAM) && c->prog_argc == 0)
+    return fail(err, n, "no program given: launch [options] PROGRAM [ARGS...] "
+                        "(see launch --help)");
+  if (c->prog_argc > 0 && c->prog_mode == CFG_PROG_MODULE &&
+      c->prog_argv[0][0] == '-')
+    return fail(err, n, "--module: '%s' is not a module name",
+                c->prog_argv[0]);
+  if (c->host[0] == '\0' && gethostname(c->host, sizeof(c->host)) != 0)
+    lu_strlcpy(c->host, "localhost", sizeof(c->host));
+  c->ngpus = lu_gpu_count(c->cuda_visible_devices);
+  if (!strcmp(s, "gpu") && c->ngpus == 0)
+    return fail(err, n, "--nproc-per-node gpu: no GPU found (no "
+                        "/proc/driver/nvidia/gpus, or CUDA_VISIBLE_DEVICES "
+                        "hides them); give a number, or 'cpu'");
+  if (!strcmp(s, "gpu") || (!strcmp(s, "auto") && c->ngpus > 0)) {
+    c->nproc = LU_MIN(c->ngpus, CFG_MAX_NPROC);
+  } else if (!strcmp(s, "cpu") || !strcmp(s, "auto")) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    c->nproc = (int)LU_MAX(1, LU_MIN(ncpu, CFG_MAX_NPROC));
+  } else {
+    lu_parse_int(s, 1, CFG_MAX_NPROC, &c->nproc);
+  }
+  if ((rc = finish_rdzv(c, err, n)) != 0 || (rc = finish_output(c, err, n)))
+    return rc;
+  /* Binding: each rank on its GPU's NUMA node, memory preferred there, when
+   * this node has GPUs; CPU-only jobs are left alone. */
+  if (c->cpu_bind[0] == '\0')
+    lu_strlcpy(c->cpu_bind, c->ngpus > 0 ? "numa" : "none", sizeof(c->cpu_bind));
+  if (c->mem_bind[0] == '\0')
+    lu_strlcpy(c->mem_bind,
+               c->ngpus > 0 && strcmp(c->cpu_bind, "none") ? "preferred" : "none",
+               sizeof(c->mem_bind));
+  return 0;
+}
+
+int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
+              cfg_t *c, char *err, size_t errlen) {
+  unsigned char seen[CFG_S_COUNT];
+  int i;
+  defaults(c, envp);
+  memset(seen, 0, sizeof(seen));
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i], *eq, *val;
+    size_t len;
+    int id;
+    if (a[0] != '-' || a[1] == '\0')
+      break; /* the program */
+    if (!strcmp(a, "--")) {
+      i++;
+      break;
+    }
+    eq = strchr(a, '=');
+    len = eq ? (size_t)(eq - a) : strlen(a);
+    if ((id = find_flag(a, len, err, errlen)) < 0)
+      return -1;
+    if (id == CFG_S_HELP) {
+      cfg_help(stdout);
+      return 1;
+    }
+    if (id == CFG_S_VERSION) {
+      printf("launch %d.%d (protocol %d)\n", RDZV_VERSION_MAJOR,
+             RDZV_VERSION_MINOR, RDZV_PROTOCOL_VERSION);
+      return 1;
+    }
+    if (eq)
+      val = eq + 1;
+    else if (settings[id].arg == NULL)
+      val = "1";
+    else if (i + 1 < argc)
+      val = argv[++i];
+    else
+      return fail(err, errlen, "option '%s' needs a value", settings[id].flag);
+    if (apply(c, id, val, err, errlen) != 0)
+      return -1;
+    seen[id] = 1;
+  }
+  c->prog_argv = argv + i;
+  c->prog_argc = argc - i;
+  if (sched_read(envp, seen, apply_env, c, err, errlen) != 0)
+    return -1;
+  return finish(c, flags, err, errlen);
+}
+
+void cfg_free(cfg_t *c) {
+  lu_hostlist_free(c->expected_hosts, c->nexpected);
+  c->expected_hosts = NULL;
+  c->nexpected = 0;
+}
+
+/* ---- --help ----------------------------------------------------------------------- */
+
+/* text wrapped at 79 columns, continuation lines indented by indent. */
+static void wrap(FILE *out, const char *text, int indent) {
+  int col = indent, first = 1;
+  while (*text) {
+    int w;
+    text += strspn(text, " ");
+    if ((w = (int)strcspn(text, " ")) == 0)
+      break;
+    if (!first && col + 1 + w > 79) {
+      fprintf(out, "\n%*s", indent, "");
+      col = indent;
+    } else if (!first) {
+      fputc(' ', out);
+      col++;
+    }
+    fwrite(text, 1, (size_t)w, out);
+    col += w;
+    text += w;
+    first = 0;
+  }
+  fputc('\n', out);
+}
+
+void cfg_help(FILE *out) {
+  enum { COL = 30 };
+  fputs("usage: launch [options] PROGRAM [ARGS...]\n"
+        "       launch server|status|topo|env|doctor [options]\n"
+        "\n"
+        "Starts PROGRAM once per local rank on this node, joined with the "
+        "other\nnodes of the job through the rendezvous server, and keeps the "
+        "job alive:\na failure on any node restarts every node's workers (up "
+        "to\n--max-restarts). A PROGRAM ending in .py runs under python3 (or\n"
+        "$PYTHON_EXEC); anything else is executed directly. torchrun's flags "
+        "are\naccepted in both spellings (--nproc-per-node, --nproc_per_node) "
+        "and from\ntheir PET_* environment variables; docs/launcher.md has "
+        "the details.\n\n",
+        out);
+  for (int sec = SEC_NODES; sec < SEC_ENV; sec++) {
+    fprintf(out, "%s:\n", section_names[sec]);
+    for (int i = 0; i < CFG_S_COUNT; i++) {
+      const setting_t *s = &settings[i];
+      char left[96];
+      int w;
+      if (s->section != sec || s->help == NULL)
+        continue;
+      w = snprintf(left, sizeof(left), "  %s%s%s%s%s", s->alt ? s->alt : "",
+                   s->alt ? ", " : "", s->flag, s->arg ? " " : "",
+                   s->arg ? s->arg : "");
+      fputs(left, out);
+      if (w > COL - 2) {
+        fprintf(out, "\n%*s", COL, "");
+      } else {
+        fprintf(out, "%*s", COL - w, "");
+      }
+      wrap(out, s->help, COL);
+    }
+  }
+  fputs("\nexamples:\n"
+        "  launch --standalone --nproc-per-node 8 train.py --lr 3e-4\n"
+        "  launch --nnodes 4 --nproc-per-node 8 --rdzv-id job42 \\\n"
+        "         --rdzv-endpoint node0:29400 train.py\n"
+        "  launch --nnodes 2:4 --max-restarts 3 --rdzv-endpoint node0 train.py\n"
+        "  launch status --rdzv-endpoint node0:29400 --rdzv-id job42\n",
+        out);
+}

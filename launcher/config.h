@@ -1,0 +1,165 @@
+/* config.h - the job's configuration (prefix cfg_): everything the agent and
+ * `launch env` need to know, read once, in one pass, from
+ *
+ *   1. the command line: torchrun's flags in both spellings
+ *      (--nproc-per-node / --nproc_per_node) and launch's own;
+ *   2. the environment, through the tables of sched.c: launch's own
+ *      LAUNCH_* variables, torchrun's PET_* (Kubeflow's PyTorchJob sets
+ *      them), then the schedulers' (Slurm, Volcano);
+ *   3. defaults, and what follows from the rest (the binding policy, the
+ *      endpoint of a static rendezvous, a fresh run id for --standalone).
+ *
+ * The command line beats the environment, which beats the defaults. Each
+ * setting is one row of the table in config.c, with its handler and its
+ * help text, so `launch --help` is generated from what the parser accepts.
+ * Nothing else in the launcher reads an environment variable: the workers'
+ * inherited environment is cfg.environ. docs/launcher.md lists it all. */
+#ifndef CONFIG_H
+#define CONFIG_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum { CFG_BACKEND_C10D = 0, CFG_BACKEND_STATIC = 1 };
+enum { CFG_STORE_AGENT = 0, CFG_STORE_RANK0 = 1 };
+enum { CFG_PROG_AUTO = 0, CFG_PROG_MODULE, CFG_PROG_NO_PYTHON, CFG_PROG_RUN_PATH };
+enum { CFG_LINT_ERROR = 0, CFG_LINT_WARN, CFG_LINT_OFF };
+
+#define CFG_MAX_NPROC 1024
+
+typedef struct cfg_s {
+  /* nodes and processes */
+  int min_nodes, max_nodes;  /* --nnodes N or MIN:MAX */
+  int nproc;                 /* --nproc-per-node (resolved: gpu/cpu/auto) */
+  char nproc_spec[32];       /* as given, for messages */
+  /* rendezvous */
+  int standalone;
+  int backend;               /* CFG_BACKEND_* (static unless an endpoint) */
+  char endpoint_host[256];   /* --rdzv-endpoint host */
+  int endpoint_port;
+  int endpoint_given;
+  char run_id[256];          /* --rdzv-id */
+  int node_rank;             /* --node-rank; -1 = not given */
+  int pref_node_rank;        /* the node rank asked for at the join: static
+                                --node-rank, else the scheduler's node index
+                                (c10d), else -1 */
+  char master_addr[256];     /* --master-addr */
+  int master_port;           /* --master-port */
+  char local_addr[256];      /* --local-addr ("" = detect) */
+  int64_t join_timeout_ms;   /* --rdzv-conf join_timeout */
+  int64_t last_call_timeout_ms;
+  int64_t close_timeout_ms;  /* how long the hosting agent keeps the server
+                                for the others to learn the end */
+  int64_t heartbeat_ms;
+  int64_t read_timeout_ms;   /* a server that answers no request this long
+                                is lost */
+  int is_host;               /* -1 auto, 0, 1 */
+  /* supervision */
+  int max_restarts;
+  int64_t stop_grace_ms;     /* --stop-timeout: SIGTERM -> SIGKILL */
+  int64_t exit_barrier_ms;   /* --exit-barrier-timeout */
+  unsigned signals_mask;     /* --signals-to-handle, bit per signal */
+  char signals_spec[128];
+  char role[64];
+  /* logs */
+  char log_dir[PATH_MAX];
+  unsigned redirects[CFG_MAX_NPROC], tee[CFG_MAX_NPROC]; /* per local rank */
+  char redirects_spec[256], tee_spec[256];
+  char ranks_filter_spec[256];
+  unsigned char console[CFG_MAX_NPROC]; /* --local-ranks-filter */
+  char line_prefix[256];     /* --log-line-prefix template */
+  int quiet;
+  int log_time;              /* timestamps on the agent's log lines */
+  /* program */
+  int prog_mode;             /* CFG_PROG_* */
+  char **prog_argv;          /* PROGRAM ARGS... (points into argv) */
+  int prog_argc;
+  char python[PATH_MAX];     /* PYTHON_EXEC, else python3 */
+  /* launch's own */
+  int torch_store;           /* CFG_STORE_* */
+  char token_file[PATH_MAX];
+  char tcpstore_allow[256];
+  char cpu_bind[4096];       /* none|numa|cores|LIST, defaults resolved */
+  char mem_bind[32];         /* none|local|preferred, defaults resolved */
+  int report_bindings;
+  char nccl_profile[PATH_MAX]; /* name or file (default auto) */
+  int allow_env_override;
+  int allow_mismatch;
+  char topology_file[PATH_MAX];
+  int lint;                  /* CFG_LINT_* */
+  /* this node, from the environment */
+  char host[256];            /* LAUNCH_HOSTNAME, else gethostname() */
+  char **expected_hosts;     /* LAUNCH_EXPECTED_HOSTS, SLURM_JOB_NODELIST */
+  size_t nexpected;
+  int sched_node_index;      /* SLURM_NODEID, VC_TASK_INDEX; -1 */
+  char tmpdir[PATH_MAX];     /* TMPDIR, else /tmp */
+  const char *cuda_visible_devices; /* NULL when unset (points into environ) */
+  int ngpus;                 /* GPUs this node shows the job */
+  char *const *environ;      /* what the workers inherit */
+} cfg_t;
+
+/* How cfg_parse is called. */
+enum {
+  CFG_NEED_PROGRAM = 1 << 0, /* the agent: PROGRAM is required */
+};
+
+/* Fill c from argv (argv[0] is the program name) and envp (NULL-terminated
+ * "KEY=VALUE", kept as c->environ: it must outlive c). Writes the reason of
+ * a failure to err (one line naming the flag or variable). RET 0, 1 when
+ * --help or --version was printed (exit 0), -1 on a usage error (exit 2).
+ * Free with cfg_free() whatever it returned. */
+int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
+              cfg_t *c, char *err, size_t errlen);
+void cfg_free(cfg_t *c);
+void cfg_help(FILE *out);
+/* Does the option arg ("--role", "--role=x", "-m") name a setting, and does
+ * it take its value from the next argument? RET 1 (takes the next), 0 (a
+ * bool flag, or the value is after '='), -1 (not an option of ours). */
+int cfg_option_arity(const char *arg);
+
+/* Parsers shared with the tests. RET 0 or -1. */
+int cfg_parse_nnodes(const char *s, int *min, int *max);
+/* A torchrun std spec "3" or "0:1,1:2" for nproc ranks into out[]. */
+int cfg_parse_std_spec(const char *s, int nproc, unsigned *out);
+
+/* The settings: one row each in config.c's table. Those without a flag are
+ * set from the environment only. */
+typedef enum {
+  CFG_S_NNODES, CFG_S_NPROC, CFG_S_BACKEND, CFG_S_ENDPOINT, CFG_S_ID,
+  CFG_S_CONF, CFG_S_STANDALONE, CFG_S_NODE_RANK, CFG_S_MASTER_ADDR,
+  CFG_S_MASTER_PORT, CFG_S_LOCAL_ADDR, CFG_S_MAX_RESTARTS, CFG_S_SIGNALS,
+  CFG_S_STOP_TIMEOUT, CFG_S_EXIT_BARRIER, CFG_S_MONITOR, CFG_S_START_METHOD,
+  CFG_S_ROLE, CFG_S_MODULE, CFG_S_NO_PYTHON, CFG_S_RUN_PATH, CFG_S_LOG_DIR,
+  CFG_S_REDIRECTS, CFG_S_TEE, CFG_S_RANKS_FILTER, CFG_S_LINE_PREFIX,
+  CFG_S_EVENT_LOG, CFG_S_LOGS_SPECS, CFG_S_TORCH_STORE, CFG_S_TOKEN_FILE,
+  CFG_S_TCPSTORE_ALLOW, CFG_S_CPU_BIND, CFG_S_NUMA_BINDING, CFG_S_MEM_BIND,
+  CFG_S_REPORT_BINDINGS, CFG_S_TOPOLOGY, CFG_S_NCCL_PROFILE,
+  CFG_S_ALLOW_ENV_OVERRIDE, CFG_S_LINT, CFG_S_ALLOW_MISMATCH, CFG_S_QUIET,
+  CFG_S_HELP, CFG_S_VERSION,
+  /* from the environment only */
+  CFG_S_HOSTNAME, CFG_S_EXPECTED_HOSTS, CFG_S_NODE_INDEX, CFG_S_PYTHON,
+  CFG_S_TMPDIR, CFG_S_CUDA_VISIBLE,
+  CFG_S_COUNT
+} cfg_setting_t;
+
+/* ---- sched.c: the environment --------------------------------------------
+ * One table per source: launch's own variables, torchrun's PET_* (Kubeflow),
+ * Slurm, Volcano. Each row names a variable and the setting of config.c it
+ * feeds; a source that is earlier in the list wins over a later one, and
+ * the command line over all. */
+
+/* The value of name in envp, NULL when unset. */
+const char *sched_getenv(char *const *envp, const char *name);
+
+typedef int (*sched_apply_fn)(void *ctx, int setting, const char *var,
+                              const char *value, char *err, size_t errlen);
+/* Call apply(ctx, setting, var, value) for every variable of every table
+ * that is set and non-empty in envp, unless seen[setting] (the command line
+ * or an earlier source gave it); marks seen. RET 0 or the first non-zero
+ * apply result. */
+int sched_read(char *const *envp, unsigned char *seen, sched_apply_fn apply,
+               void *ctx, char *err, size_t errlen);
+
+#endif /* CONFIG_H */
