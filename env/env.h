@@ -1,20 +1,18 @@
 /* env.h - the worker environment: NCCL profiles (prof_), the locked
  * environment builder, lint and node fingerprint (env_). Module env/.
  *
- * What the agent does with it:
+ * What the agent (launcher/node.c) does with it:
  *
  *   at start     prof_load(--nccl-profile)                 once
- *                env_node_probe(NULL, &node); node.has_nvlink =
- *                  aff_topo_has_nvlink(topo); node.nccl_version = ...
- *                env_build_rank(rank 0 opts, &e); env_lint(e, &node, ...)
- *                  -> log the findings, refuse to start on ENV_SEV_ERROR
- *                  if the user asked for --strict-env (the lead's call)
+ *                env_build_rank(rank 0's opts, &e); env_node_probe() and
+ *                  env_lint(e, &node, ...) -> log the findings, refuse to
+ *                  start on ENV_SEV_ERROR unless --lint warn|off
  *                env_fp_collect(e, versions, program) -> env_fp_serialize()
- *                  -> sent with the rendezvous join; the server (or node 0)
+ *                  -> sent with the rendezvous join; the server
  *                  env_fp_parse()s every node's and env_fp_diff()s them
- *   per rank     env_build_rank(opts with the rank's launcher variables and
- *                  aff_binding_envv()) -> env_envp(e) for execve/uv_spawn,
- *                  before fork (nothing here is async-signal-safe)
+ *   per rank     env_build_rank(the rank's contract and aff_binding_envv())
+ *                  -> env_envp(e) for execve, before fork (nothing here is
+ *                  async-signal-safe)
  *
  * Locking (infrastructure rule, not negotiable): every environment built
  * here ends with NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
@@ -156,25 +154,58 @@ int env_locked_count(void);
 const char *env_locked_key(int i);
 const char *env_locked_value(int i);
 
+/* ---- a rank's whole environment (worker.c) -------------------------------
+ * The one builder of what a worker gets; the agent, `launch env` and
+ * `launch doctor` all call env_build_rank. In order, later wins:
+ *
+ *   base      the agent's environment, inherited
+ *   launch    extra "KEY=VALUE" of the caller
+ *   contract  torchrun's variables and launch's own (env_contract_t)
+ *   binding   aff_binding_envv(): LAUNCH_CPUS, LAUNCH_HCA, ...
+ *   profile   the NCCL profile (its templates see everything above)
+ *   lock      NVLink multicast off
+ *
+ * docs/launcher.md "The worker environment" lists the variables. */
+
+typedef struct env_contract_s {
+  int local_rank, nproc;     /* LOCAL_RANK, LOCAL_WORLD_SIZE */
+  int base_rank;             /* RANK = ROLE_RANK = base_rank + local_rank */
+  int node_rank, nnodes;     /* GROUP_RANK, GROUP_WORLD_SIZE */
+  int world_size;            /* WORLD_SIZE, ROLE_WORLD_SIZE */
+  int64_t round;             /* TORCHELASTIC_RESTART_COUNT, LAUNCH_ROUND */
+  int max_restarts;          /* TORCHELASTIC_MAX_RESTARTS */
+  const char *run_id;        /* TORCHELASTIC_RUN_ID, LAUNCH_RDZV_ID */
+  const char *role;          /* ROLE_NAME */
+  const char *master_addr;   /* MASTER_ADDR, MASTER_PORT: the store */
+  int master_port;
+  int agent_store;           /* TORCHELASTIC_USE_AGENT_STORE True/False; with
+                                False, also NCCL_ASYNC_ERROR_HANDLING */
+  const char *signals;       /* TORCHELASTIC_SIGNALS_TO_HANDLE */
+  const char *attempt_dir;   /* LAUNCH_ATTEMPT_DIR; TORCHELASTIC_ERROR_FILE is
+                                <attempt_dir>/<local rank>/error.json */
+  const char *rdzv_endpoint; /* LAUNCH_RDZV_ENDPOINT */
+  const char *token_file;    /* LAUNCH_RDZV_TOKEN_FILE; NULL or "": unset */
+  const char *hostname;      /* LAUNCH_HOSTNAME */
+} env_contract_t;
+
 typedef struct env_rank_opts_s {
   size_t size;              /* sizeof(env_rank_opts_t) */
   unsigned version;         /* 1 */
   char *const *base;        /* inherited environment (NULL = none) */
-  const char *const *launch;  /* "KEY=VALUE" from the launcher: the
-                                 torchrun contract, aff_binding_envv();
-                                 set before the profile so that its
-                                 templates see them */
-  const char *const *launch2; /* a second such list (may be NULL) */
+  const char *const *launch;  /* more "KEY=VALUE" set by the caller */
+  const char *const *binding; /* aff_binding_envv() of the rank (or NULL) */
   const prof_t *profile;    /* NULL = none */
   int allow_override;       /* --allow-env-override */
-  lu_log_t *log;            /* NULL = quiet (log rank 0 only) */
+  lu_log_t *log;            /* changes and warnings; NULL = quiet (the agent
+                               logs rank 0 of the first round only) */
+  const env_contract_t *contract; /* NULL = none */
 } env_rank_opts_t;
 
 #define ENV_RANK_OPTS_INIT                                                     \
-  { sizeof(env_rank_opts_t), 1, NULL, NULL, NULL, NULL, 0, NULL }
+  { sizeof(env_rank_opts_t), 1, NULL, NULL, NULL, NULL, 0, NULL, NULL }
 
-/* base -> launch -> profile -> lock; LAUNCH_NCCL_PROFILE names the
- * profile (DESIGN "Worker environment"). OUT *out: free with env_free(). */
+/* OUT *out: free with env_free(). RET 0, RDZV_EINVAL (a bad name in
+ * launch), RDZV_ENOMEM. */
 int env_build_rank(const env_rank_opts_t *o, env_t **out);
 
 /* ---- node facts the lint checks against ---------------------------------- */

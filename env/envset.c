@@ -387,28 +387,3 @@ int env_lock(env_t *e, lu_log_t *log) {
   }
   return overridden;
 }
-
-int env_build_rank(const env_rank_opts_t *opts, env_t **out) {
-  env_rank_opts_t o = ENV_RANK_OPTS_INIT;
-  env_t *e;
-  int rc;
-  if (opts)
-    memcpy(&o, opts, LU_MIN(sizeof(o), opts->size ? opts->size : sizeof(o)));
-  *out = NULL;
-  if ((rc = env_new(&e)) != 0)
-    return rc;
-  if ((rc = env_import(e, o.base, ENV_SRC_INHERITED)) == 0 &&
-      (rc = env_import(e, (char *const *)o.launch, ENV_SRC_LAUNCH)) == 0 &&
-      (rc = env_import(e, (char *const *)o.launch2, ENV_SRC_LAUNCH)) == 0 &&
-      (!o.profile ||
-       (rc = env_apply_profile(e, o.profile, o.allow_override, o.log)) >= 0) &&
-      (!o.profile || (rc = env_set(e, "LAUNCH_NCCL_PROFILE", prof_name(o.profile),
-                                   ENV_SRC_LAUNCH, "launcher")) == 0))
-    rc = env_lock(e, o.log);
-  if (rc < 0) {
-    env_free(e);
-    return rc;
-  }
-  *out = e;
-  return 0;
-}

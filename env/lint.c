@@ -235,12 +235,14 @@ static void check_names(lint_t *l, int ver) {
 
 static void check_torch_legacy(lint_t *l) {
   for (size_t k = 0; k < LU_ARRAY_SIZE(torch_legacy); k++) {
-    const char *old = env_get(l->e, torch_legacy[k][0]);
-    const char *neu = env_get(l->e, torch_legacy[k][1]);
+    const env_var_t *ov = env_find(l->e, torch_legacy[k][0]);
+    const env_var_t *nv = env_find(l->e, torch_legacy[k][1]);
+    const char *old = ov ? ov->value : NULL, *neu = nv ? nv->value : NULL;
     char fix[256];
-    if (old == NULL)
+    /* The launcher sets the old name itself only beside the new one. */
+    if (old == NULL || ov->src == ENV_SRC_LAUNCH)
       continue;
-    if (neu == NULL) {
+    if (neu == NULL || (nv->src == ENV_SRC_LAUNCH && !strcmp(old, neu))) {
       snprintf(fix, sizeof(fix),
                "set %s=%s (keep the old name as well only for PyTorch < 2.2)",
                torch_legacy[k][1], old);

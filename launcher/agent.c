@@ -41,11 +41,6 @@ enum {
   A_CLOSED
 };
 
-typedef struct envb_s {
-  char **v;
-  size_t n, cap;
-} envb_t;
-
 typedef struct agent_s {
   uv_loop_t *loop;
   cfg_t *o;
@@ -69,15 +64,11 @@ typedef struct agent_s {
   uint64_t join_started_ms;
   uint64_t hb_sent_ms; /* the HEARTBEAT waiting for its reply since; 0 */
   /* node: binding plan, NCCL profile, fingerprint */
-  aff_topo_t *topo;
-  aff_policy_t *pol;
-  aff_plan_t *plan;
-  prof_t *prof;
+  launch_node_t node;
   char *fp_text;
   /* workers */
   wk_group_t *wg;
   char **argv;
-  envb_t *envs;     /* the contract + launch variables of each rank */
   env_t **renv;     /* each rank's complete environment */
   char **prefixes;
   char run_dir[PATH_MAX];
@@ -101,48 +92,6 @@ typedef struct agent_s {
   int sigint_count;
   int closing_handles;
 } agent_t;
-
-/* ---- environment building -------------------------------------------------------------- */
-
-static int envb_set(envb_t *e, const char *k, const char *v) {
-  size_t kl = strlen(k);
-  char *kv = malloc(kl + strlen(v) + 2);
-  if (kv == NULL)
-    return RDZV_ENOMEM;
-  sprintf(kv, "%s=%s", k, v);
-  for (size_t i = 0; i < e->n; i++)
-    if (strncmp(e->v[i], k, kl) == 0 && e->v[i][kl] == '=') {
-      free(e->v[i]);
-      e->v[i] = kv;
-      return 0;
-    }
-  if (e->n + 2 > e->cap) {
-    size_t nc = e->cap ? e->cap * 2 : 64;
-    char **nv = realloc(e->v, nc * sizeof(*nv));
-    if (nv == NULL) {
-      free(kv);
-      return RDZV_ENOMEM;
-    }
-    e->v = nv;
-    e->cap = nc;
-  }
-  e->v[e->n++] = kv;
-  e->v[e->n] = NULL;
-  return 0;
-}
-
-static int envb_seti(envb_t *e, const char *k, long long v) {
-  char b[32];
-  snprintf(b, sizeof(b), "%lld", v);
-  return envb_set(e, k, b);
-}
-
-static void envb_free(envb_t *e) {
-  for (size_t i = 0; i < e->n; i++)
-    free(e->v[i]);
-  free(e->v);
-  memset(e, 0, sizeof(*e));
-}
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
@@ -253,10 +202,6 @@ static void expand_prefix(const agent_t *a, int local_rank, char *out,
 /* ---- workers ------------------------------------------------------------------------------------- */
 
 static void free_round(agent_t *a) {
-  for (int i = 0; a->envs && i < a->o->nproc; i++)
-    envb_free(&a->envs[i]);
-  free(a->envs);
-  a->envs = NULL;
   for (int i = 0; a->renv && i < a->o->nproc; i++)
     env_free(a->renv[i]);
   free(a->renv);
@@ -275,112 +220,41 @@ static void clear_failures(agent_t *a) {
   a->nfails = 0;
 }
 
-/* The worker command: python for .py (PYTHON_EXEC wins), else direct. */
-static int build_argv(agent_t *a) {
-  cfg_t *o = a->o;
-  const char *py = o->python;
-  int python, k = 0;
-  size_t len;
-  len = strlen(o->prog_argv[0]);
-  python = o->prog_mode == CFG_PROG_MODULE || o->prog_mode == CFG_PROG_RUN_PATH ||
-           (o->prog_mode == CFG_PROG_AUTO && len > 3 &&
-            strcmp(o->prog_argv[0] + len - 3, ".py") == 0);
-  a->argv = calloc((size_t)o->prog_argc + 4, sizeof(char *));
-  if (a->argv == NULL)
-    return RDZV_ENOMEM;
-  if (python) {
-    a->argv[k++] = strdup(py);
-    a->argv[k++] = strdup("-u");
-    if (o->prog_mode == CFG_PROG_MODULE)
-      a->argv[k++] = strdup("-m");
-  }
-  for (int i = 0; i < o->prog_argc; i++)
-    a->argv[k++] = strdup(o->prog_argv[i]);
-  for (int i = 0; i < k; i++)
-    if (a->argv[i] == NULL)
-      return RDZV_ENOMEM;
-  return 0;
-}
-
-/* Build every local rank's environment: the agent's own, then torchrun's
- * contract and launch's variables (with the rank's binding), then the
- * locked NCCL profile, then the infrastructure lock (env_build_rank). */
+/* Every local rank's environment for this round (launch_rank_env), and
+ * its output prefix. */
 static int build_envs(agent_t *a) {
   cfg_t *o = a->o;
-  char master_addr[300], ep[320], buf[PATH_MAX + 64];
-  int master_port;
-  int omp_unset = sched_getenv(o->environ, "OMP_NUM_THREADS") == NULL;
+  launch_round_t r;
   free_round(a);
-  a->envs = calloc((size_t)o->nproc, sizeof(*a->envs));
   a->renv = calloc((size_t)o->nproc, sizeof(*a->renv));
   a->prefixes = calloc((size_t)o->nproc, sizeof(char *));
-  if (a->envs == NULL || a->renv == NULL || a->prefixes == NULL)
+  if (a->renv == NULL || a->prefixes == NULL)
     return RDZV_ENOMEM;
+  memset(&r, 0, sizeof(r));
+  r.round = a->gen;
+  r.node_rank = a->node_rank;
+  r.nnodes = a->nnodes;
+  r.world_size = a->world_size;
+  r.base_rank = a->base_rank;
   if (o->torch_store == CFG_STORE_RANK0) {
-    lu_strlcpy(master_addr, a->node0_addr, sizeof(master_addr));
-    master_port = a->master_port;
+    lu_strlcpy(r.master_addr, a->node0_addr, sizeof(r.master_addr));
+    r.master_port = a->master_port;
   } else {
-    lu_strlcpy(master_addr, a->store_host, sizeof(master_addr));
-    master_port = a->ep_port;
+    lu_strlcpy(r.master_addr, a->store_host, sizeof(r.master_addr));
+    r.master_port = a->ep_port;
   }
-  snprintf(ep, sizeof(ep), strchr(a->store_host, ':') ? "[%s]:%d" : "%s:%d",
-           a->store_host, a->ep_port);
-  if (omp_unset && o->nproc > 1 && a->gen == 0)
-    LU_WARN(&a->log, "setting OMP_NUM_THREADS=1 for each worker, to avoid "
-                     "overloading the node; tune it for your program");
+  snprintf(r.endpoint, sizeof(r.endpoint),
+           strchr(a->store_host, ':') ? "[%s]:%d" : "%s:%d", a->store_host,
+           a->ep_port);
+  lu_strlcpy(r.attempt_dir, a->attempt_dir, sizeof(r.attempt_dir));
   for (int i = 0; i < o->nproc; i++) {
-    envb_t *e = &a->envs[i];
-    env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
     char pre[512];
-    int rc = 0;
-    /* torchrun's contract (reference/torchrun.md section 2) */
-    rc |= envb_seti(e, "LOCAL_RANK", i);
-    rc |= envb_seti(e, "RANK", a->base_rank + i);
-    rc |= envb_seti(e, "GROUP_RANK", a->node_rank);
-    rc |= envb_seti(e, "ROLE_RANK", a->base_rank + i);
-    rc |= envb_set(e, "ROLE_NAME", o->role);
-    rc |= envb_seti(e, "LOCAL_WORLD_SIZE", o->nproc);
-    rc |= envb_seti(e, "WORLD_SIZE", a->world_size);
-    rc |= envb_seti(e, "GROUP_WORLD_SIZE", a->nnodes);
-    rc |= envb_seti(e, "ROLE_WORLD_SIZE", a->world_size);
-    rc |= envb_set(e, "MASTER_ADDR", master_addr);
-    rc |= envb_seti(e, "MASTER_PORT", master_port);
-    rc |= envb_seti(e, "TORCHELASTIC_RESTART_COUNT", a->gen);
-    rc |= envb_seti(e, "TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
-    rc |= envb_set(e, "TORCHELASTIC_RUN_ID", o->run_id);
-    rc |= envb_set(e, "TORCHELASTIC_USE_AGENT_STORE",
-                   o->torch_store == CFG_STORE_AGENT ? "True" : "False");
-    snprintf(buf, sizeof(buf), "%s/%d/error.json", a->attempt_dir, i);
-    rc |= envb_set(e, "TORCHELASTIC_ERROR_FILE", buf);
-    if (sched_getenv(o->environ, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL)
-      rc |= envb_set(e, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-    if (o->torch_store == CFG_STORE_RANK0 &&
-        sched_getenv(o->environ, "NCCL_ASYNC_ERROR_HANDLING") == NULL)
-      /* PyTorch < 2.2 reads the old name; rank0 mode is for those. */
-      rc |= envb_set(e, "NCCL_ASYNC_ERROR_HANDLING", "1");
-    if (omp_unset && o->nproc > 1)
-      rc |= envb_set(e, "OMP_NUM_THREADS", "1");
-    rc |= envb_set(e, "TORCHELASTIC_SIGNALS_TO_HANDLE", o->signals_spec);
-    /* launch's own */
-    rc |= envb_set(e, "LAUNCH_RDZV_ENDPOINT", ep);
-    rc |= envb_set(e, "LAUNCH_RDZV_ID", o->run_id);
-    if (o->token_file[0])
-      rc |= envb_set(e, "LAUNCH_RDZV_TOKEN_FILE", o->token_file);
-    rc |= envb_seti(e, "LAUNCH_ROUND", a->gen);
-    rc |= envb_seti(e, "LAUNCH_NODE_RANK", a->node_rank);
-    rc |= envb_seti(e, "LAUNCH_NNODES", a->nnodes);
-    rc |= envb_set(e, "LAUNCH_HOSTNAME", a->o->host);
-    rc |= envb_set(e, "LAUNCH_ATTEMPT_DIR", a->attempt_dir);
-    if (rc != 0)
-      return RDZV_ENOMEM;
-    ro.base = o->environ;
-    ro.launch = (const char *const *)e->v;
-    ro.launch2 = a->plan ? aff_binding_envv(aff_plan_rank(a->plan, i)) : NULL;
-    ro.profile = a->prof;
-    ro.allow_override = o->allow_env_override;
     /* Every change the profile makes is logged once: rank 0, round 0. */
-    ro.log = (i == 0 && a->gen == 0 && !o->quiet) ? &a->log : NULL;
-    if ((rc = env_build_rank(&ro, &a->renv[i])) != 0)
+    int rc = launch_rank_env(o, &a->node, &r, i,
+                             (i == 0 && a->gen == 0 && !o->quiet) ? &a->log
+                                                                   : NULL,
+                             &a->renv[i]);
+    if (rc != 0)
       return rc;
     expand_prefix(a, i, pre, sizeof(pre));
     if ((a->prefixes[i] = strdup(pre)) == NULL)
@@ -432,13 +306,13 @@ static int start_workers(agent_t *a) {
   for (int i = 0; i < o->nproc; i++)
     if ((envp[i] = env_envp(a->renv[i])) == NULL)
       return RDZV_ENOMEM;
-  if (a->plan) {
+  if (a->node.plan) {
     spec.pre_exec = apply_binding;
-    spec.pre_exec_arg = a->plan;
+    spec.pre_exec_arg = a->node.plan;
     if (o->report_bindings && a->gen == 0)
       for (int i = 0; i < o->nproc; i++) {
         char line[512];
-        aff_binding_format(a->plan, a->topo, i, line, sizeof(line));
+        aff_binding_format(a->node.plan, a->node.topo, i, line, sizeof(line));
         LU_INFO(&a->log, "rank %d: %s", a->base_rank + i, line);
       }
   }
@@ -1072,103 +946,54 @@ static int read_token(agent_t *a) {
 static int prepare_node(agent_t *a) {
   cfg_t *o = a->o;
   char err[1024];
-  int gpus = o->ngpus > 0, rc;
+  launch_round_t r;
+  env_finding_t *f = NULL;
   env_t *e0 = NULL;
-  if ((a->pol = calloc(1, sizeof(*a->pol))) == NULL)
-    return RDZV_ENOMEM;
-  if (aff_policy_parse(o->cpu_bind, o->mem_bind, a->pol, err, sizeof(err)) != 0) {
+  int nf = 0, errors = 0, rc;
+  rc = launch_node_open(o, o->max_nodes > 1 && o->ngpus > 0, NULL, &a->log,
+                        &a->node, err, sizeof(err));
+  if (rc != 0) {
     LU_ERR(&a->log, "%s", err);
-    return RDZV_EINVAL;
-  }
-  if (a->pol->cpu != AFF_CPU_NONE || a->pol->mem != AFF_MEM_NONE ||
-      o->report_bindings || o->topology_file[0] || (o->max_nodes > 1 && gpus)) {
-    aff_topo_opts_t to = AFF_TOPO_OPTS_INIT;
-    to.xml = o->topology_file[0] ? o->topology_file : NULL;
-    to.cuda_visible_devices = o->cuda_visible_devices;
-    to.log = &a->log;
-    if ((rc = aff_topo_load(&to, &a->topo, err, sizeof(err))) != 0) {
-      LU_ERR(&a->log, "topology: %s", err);
-      return rc;
-    }
-    if (a->pol->cpu != AFF_CPU_NONE || a->pol->mem != AFF_MEM_NONE ||
-        o->report_bindings) {
-      rc = aff_plan_new(a->topo, a->pol, o->nproc, o->quiet ? NULL : &a->log,
-                        &a->plan, err, sizeof(err));
-      if (rc != 0) {
-        LU_ERR(&a->log, "binding: %s", err);
-        return rc;
-      }
-    }
-  }
-  if ((rc = prof_load(o->nccl_profile, &a->prof,
-                      err, sizeof(err))) != 0) {
-    LU_ERR(&a->log, "--nccl-profile: %s", err);
     return rc;
   }
-  /* Lint what a rank would get, against this node. */
-  {
-    env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
-    env_node_t node;
-    env_finding_t *f = NULL;
-    int nf = 0, errors = 0;
-    ro.base = o->environ;
-    ro.profile = a->prof;
-    ro.allow_override = o->allow_env_override;
-    if ((rc = env_build_rank(&ro, &e0)) != 0)
-      return rc;
-    memset(&node, 0, sizeof(node));
-    env_node_probe(&node, NULL);
-    node.has_nvlink = a->topo ? aff_topo_has_nvlink(a->topo) : -1;
-    if (o->lint != CFG_LINT_OFF && env_lint(e0, &node, &f, &nf) == 0) {
-      for (int i = 0; i < nf; i++) {
-        int lvl = f[i].sev == ENV_SEV_ERROR ? LU_LOG_ERROR
-                  : f[i].sev == ENV_SEV_WARN ? LU_LOG_WARN : LU_LOG_INFO;
-        if (f[i].sev == ENV_SEV_ERROR)
-          errors++;
-        if (lvl == LU_LOG_INFO && o->quiet)
-          continue;
-        LU_LOG_AT(&a->log, lvl, "NCCL environment: %s=%s (%s): %s%s%s",
-                  f[i].var, f[i].value, f[i].where[0] ? f[i].where : "?",
-                  f[i].why, f[i].fix[0] ? " Fix: " : "", f[i].fix);
-      }
-      free(f);
-      if (errors && o->lint == CFG_LINT_ERROR) {
-        LU_ERR(&a->log, "%d error(s) in the NCCL environment: fix them, or run "
-                        "with --lint warn to start anyway", errors);
-        env_free(e0);
-        return RDZV_EINVAL;
-      }
+  /* Lint what rank 0 would get, against this node. */
+  launch_round_guess(o, "", &r);
+  if ((rc = launch_rank_env(o, &a->node, &r, 0, NULL, &e0)) != 0)
+    return rc;
+  if (o->lint != CFG_LINT_OFF && launch_lint(&a->node, e0, &f, &nf) == 0) {
+    for (int i = 0; i < nf; i++) {
+      int lvl = f[i].sev == ENV_SEV_ERROR ? LU_LOG_ERROR
+                : f[i].sev == ENV_SEV_WARN ? LU_LOG_WARN : LU_LOG_INFO;
+      errors += f[i].sev == ENV_SEV_ERROR;
+      if (lvl == LU_LOG_INFO && o->quiet)
+        continue;
+      LU_LOG_AT(&a->log, lvl, "NCCL environment: %s=%s (%s): %s%s%s",
+                f[i].var, f[i].value, f[i].where[0] ? f[i].where : "?",
+                f[i].why, f[i].fix[0] ? " Fix: " : "", f[i].fix);
+    }
+    free(f);
+    if (errors && o->lint == CFG_LINT_ERROR) {
+      LU_ERR(&a->log, "%d error(s) in the NCCL environment: fix them, or run "
+                      "with --lint warn to start anyway", errors);
+      env_free(e0);
+      return RDZV_EINVAL;
     }
   }
   if (o->max_nodes > 1) {
     /* What every node must share: NCCL environment, versions, GPUs, the
      * program. Compared with node 0's at the rendezvous. */
     env_fp_t *fp = NULL;
-    const char *files[3] = {NULL, NULL, NULL};
     size_t len;
-    int k = 0;
-    for (int i = 0; a->argv[i] && k < 2; i++) {
-      struct stat sb;
-      /* Regular files only: an argument naming a directory (an output or
-       * data directory) is no program, and a FIFO or device would block
-       * the hash. */
-      if (strchr(a->argv[i], '/') && stat(a->argv[i], &sb) == 0 &&
-          S_ISREG(sb.st_mode) && access(a->argv[i], R_OK) == 0)
-        files[k++] = a->argv[i];
-    }
-    rc = launch_node_fingerprint(e0, prof_name(a->prof), a->topo, files, &fp,
-                                 err, sizeof(err));
+    rc = launch_node_fingerprint(&a->node, e0, a->argv, NULL, &fp, err,
+                                 sizeof(err));
     if (rc == 0)
       rc = env_fp_serialize(fp, &a->fp_text, &len);
     env_fp_free(fp);
-    if (rc != 0) {
+    if (rc != 0)
       LU_ERR(&a->log, "node fingerprint: %s", err);
-      env_free(e0);
-      return rc;
-    }
   }
   env_free(e0);
-  return 0;
+  return rc;
 }
 
 /* Host the server here? Then start it. RET 0 or an error. */
@@ -1277,7 +1102,7 @@ int agent_run(cfg_t *o) {
     uv_signal_start(&a->sigs[a->nsigs], on_signal, all_sigs[i]);
     a->nsigs++;
   }
-  if ((rc = read_token(a)) != 0 || (rc = build_argv(a)) != 0 ||
+  if ((rc = read_token(a)) != 0 || (rc = launch_worker_argv(o, &a->argv)) != 0 ||
       (rc = prepare_node(a)) != 0 || (rc = wk_group_new(&loop, &a->wg)) != 0 ||
       (wk_set_log(a->wg, &a->log), 0) || (rc = maybe_host(a)) != 0) {
     a->exit_code = 1;
@@ -1332,19 +1157,12 @@ done:
   clear_failures(a);
   if (a->have_root)
     sum_failure_free(&a->root);
-  if (a->argv) {
-    for (int i = 0; a->argv[i]; i++)
-      free(a->argv[i]);
-    free(a->argv);
-  }
+  launch_argv_free(a->argv);
   if (a->run_dir_is_temp && rc == 0 && a->run_dir[0] &&
       nftw(a->run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
     /* Nothing to look at after a success: the temporary logs go. */
     LU_WARN(&a->log, "could not remove %s", a->run_dir);
-  aff_plan_free(a->plan);
-  aff_topo_free(a->topo);
-  free(a->pol);
-  prof_free(a->prof);
+  launch_node_close(&a->node);
   free(a->fp_text);
   free(a->token);
   free(a);

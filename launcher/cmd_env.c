@@ -1,37 +1,33 @@
 /* cmd_env.c - `launch env`: the environment a local rank would get (the
  * inherited one, the launcher's LAUNCH_* variables, the NCCL profile, the
  * lock), its lint, the node fingerprint, the built-in profiles. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "aff.h"
-#include "env.h"
 #include "launch.h"
 #include "lu_buf.h"
 
 extern char **environ;
 
 static const char env_help[] =
-    "usage: launch env [options]\n"
+    "usage: launch env [options] [launch's options] [PROGRAM [ARGS...]]\n"
     "\n"
-    "Prints the environment a local rank would get: what launch sets\n"
-    "(LAUNCH_CPUS, LAUNCH_HCA, ...), the NCCL profile on top of the inherited\n"
-    "environment, and the lock (NCCL_NVLS_ENABLE=0,\n"
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1), each with\n"
-    "where it came from.\n"
+    "Prints the environment local rank N would get from `launch` with the\n"
+    "same options: the inherited environment, torchrun's variables and\n"
+    "launch's (LAUNCH_CPUS, LAUNCH_HCA, ...), the NCCL profile on top, and\n"
+    "the lock (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,\n"
+    "NVSHMEM_DISABLE_NVLS=1), each with where it came from. Every option of\n"
+    "launch is accepted (launch --help). What only the rendezvous decides is\n"
+    "shown as the flags promise it: round 0, the node rank asked for (else\n"
+    "0), --nnodes MAX nodes, the store at the endpoint; the attempt\n"
+    "directory ends in a random part (XXXXXX here), and --standalone gets a\n"
+    "fresh run id and port when it starts.\n"
     "\n"
     "options:\n"
-    "  --profile NAME|FILE     NCCL profile: auto, pcie-ib, nvlink-ib, roce,\n"
-    "                          socket, or a KEY=VALUE file (default auto);\n"
-    "                          --nccl-profile is the same\n"
     "  --local-rank N          the rank to show (default 0)\n"
-    "  --nproc-per-node N      local ranks planned (default: visible GPUs)\n"
-    "  --topology FILE.xml     plan for another machine's hwloc XML\n"
-    "  --cpu-bind P, --mem-bind P   binding policy (as launch topo)\n"
-    "  --allow-env-override    inherited values win over the profile\n"
+    "  --profile NAME|FILE     the same as --nccl-profile\n"
     "  --all                   print the inherited variables too\n"
     "  --lint                  check the environment (exit 1 on errors)\n"
     "  --root DIR              read /sys and /proc under DIR for --lint\n"
@@ -42,7 +38,7 @@ static const char env_help[] =
     "  --json                  machine-readable output\n"
     "\n"
     "examples:\n"
-    "  launch env --profile pcie-ib --local-rank 3\n"
+    "  launch env --nccl-profile pcie-ib --nproc-per-node 8 --local-rank 3\n"
     "  launch env --profile /etc/profile.d/nccl.sh --lint\n"
     "  launch env --show-profile pcie-ib > my.env\n";
 
@@ -102,280 +98,281 @@ static void json_findings(lu_json_t *j, const env_finding_t *f, int n) {
   lu_json_end_arr(j);
 }
 
-int launch_cmd_env(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"profile", required_argument, 0, 'p'},
-      {"nccl-profile", required_argument, 0, 'p'},
-      {"local-rank", required_argument, 0, 'r'},
-      {"nproc-per-node", required_argument, 0, 'n'},
-      {"topology", required_argument, 0, 't'},
-      {"cpu-bind", required_argument, 0, 'c'},
-      {"mem-bind", required_argument, 0, 'm'},
-      {"allow-env-override", no_argument, 0, 'o'},
-      {"all", no_argument, 0, 'a'},
-      {"lint", no_argument, 0, 'l'},
-      {"root", required_argument, 0, 'R'},
-      {"fingerprint", no_argument, 0, 'f'},
-      {"program", required_argument, 0, 'P'},
-      {"list-profiles", no_argument, 0, 'L'},
-      {"show-profile", required_argument, 0, 'S'},
-      {"json", no_argument, 0, 'j'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  const char *profile = "auto", *cpu_bind = "cores", *mem_bind = "local";
-  const char *root = NULL, *programs[9] = {0};
-  int nprog = 0, local_rank = 0, nproc = 0, allow = 0, all = 0, lint = 0;
-  int fingerprint = 0, json = 0, opt, rc, ret = 1;
-  aff_topo_opts_t to = AFF_TOPO_OPTS_INIT;
-  aff_topo_t *t = NULL;
-  aff_policy_t *pol = NULL;
-  aff_plan_t *plan = NULL;
-  prof_t *prof = NULL;
-  env_t *e = NULL;
-  env_finding_t *f = NULL;
-  int nf = 0, errors = 0;
-  char err[1024], lr[32], lws[32];
-  const char *contract[3];
-  lu_log_t log;
+/* launch env's own options; the others are launch's (cfg_parse). */
+enum { O_LOCAL_RANK, O_PROFILE, O_ALL, O_LINT, O_ROOT, O_FINGERPRINT, O_PROGRAM,
+       O_LIST, O_SHOW, O_JSON, O_HELP };
+static const struct {
+  const char *name;
+  int has_arg;
+} own[] = {
+    [O_LOCAL_RANK] = {"--local-rank", 1}, [O_PROFILE] = {"--profile", 1},
+    [O_ALL] = {"--all", 0},               [O_LINT] = {"--lint", 0},
+    [O_ROOT] = {"--root", 1},             [O_FINGERPRINT] = {"--fingerprint", 0},
+    [O_PROGRAM] = {"--program", 1},       [O_LIST] = {"--list-profiles", 0},
+    [O_SHOW] = {"--show-profile", 1},     [O_JSON] = {"--json", 0},
+    [O_HELP] = {"--help", 0},
+};
 
-  lu_log_init(&log, "launch env");
-  if (getenv("LAUNCH_LOG_LEVEL") == NULL)
-    log.level = LU_LOG_WARN;
-  optind = 1;
-  opterr = 0;
-  while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    switch (opt) {
-    case 'p': profile = optarg; break;
-    case 'r':
-      if (lu_parse_int(optarg, 0, AFF_MAX_RANKS - 1, &local_rank) != 0) {
+typedef struct env_args_s {
+  int local_rank, all, lint, fingerprint, json, nprog;
+  const char *root, *programs[9];
+  char profile[PATH_MAX + 16];
+} env_args_t;
+
+/* Take env's own options out of argv into a; the rest goes to rest[] for
+ * cfg_parse. RET 0, 1 (printed what was asked: exit 0), 2 (usage error). */
+static int split_args(int argc, char **argv, env_args_t *a, char **rest,
+                      int *nrest) {
+  char err[1024];
+  *nrest = 0;
+  rest[(*nrest)++] = (char *)"launch env";
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i], *eq = strchr(arg, '='), *v = NULL;
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    size_t k;
+    for (k = 0; k < LU_ARRAY_SIZE(own); k++)
+      if (strlen(own[k].name) == len && !strncmp(arg, own[k].name, len))
+        break;
+    if (k == LU_ARRAY_SIZE(own)) {
+      int arity = arg[0] == '-' && strcmp(arg, "--") ? cfg_option_arity(arg) : -2;
+      rest[(*nrest)++] = argv[i];
+      if (arity == -2) /* the program: everything after is its */
+        while (++i < argc)
+          rest[(*nrest)++] = argv[i];
+      else if (arity == 1 && i + 1 < argc)
+        rest[(*nrest)++] = argv[++i];
+      continue;
+    }
+    if (own[k].has_arg) {
+      if (!eq && i + 1 >= argc) {
+        launch_usage_error("env: option '%s' needs a value", own[k].name);
+        return 2;
+      }
+      v = eq ? eq + 1 : argv[++i];
+    }
+    switch (k) {
+    case O_LOCAL_RANK:
+      if (lu_parse_int(v, 0, CFG_MAX_NPROC - 1, &a->local_rank) != 0) {
         launch_usage_error("--local-rank: '%s' is not a number from 0 to %d",
-                           optarg, AFF_MAX_RANKS - 1);
+                           v, CFG_MAX_NPROC - 1);
         return 2;
       }
       break;
-    case 'n':
-      if (lu_parse_int(optarg, 1, AFF_MAX_RANKS, &nproc) != 0) {
-        launch_usage_error("--nproc-per-node: '%s' is not a number from 1 to %d",
-                           optarg, AFF_MAX_RANKS);
-        return 2;
-      }
+    case O_PROFILE:
+      snprintf(a->profile, sizeof(a->profile), "--nccl-profile=%s", v);
+      rest[(*nrest)++] = a->profile;
       break;
-    case 't': to.xml = optarg; break;
-    case 'c': cpu_bind = optarg; break;
-    case 'm': mem_bind = optarg; break;
-    case 'o': allow = 1; break;
-    case 'a': all = 1; break;
-    case 'l': lint = 1; break;
-    case 'R': root = optarg; break;
-    case 'f': fingerprint = 1; break;
-    case 'P':
-      if (nprog >= 8) {
+    case O_ALL: a->all = 1; break;
+    case O_LINT: a->lint = 1; break;
+    case O_ROOT: a->root = v; break;
+    case O_FINGERPRINT: a->fingerprint = 1; break;
+    case O_PROGRAM:
+      if (a->nprog >= 8) {
         launch_usage_error("--program: at most 8 files");
         return 2;
       }
-      programs[nprog++] = optarg;
+      a->programs[a->nprog++] = v;
       break;
-    case 'L':
+    case O_LIST:
       for (const char *const *n = prof_builtin_names(); *n; n++) {
         prof_t *p = NULL;
         if (prof_load(*n, &p, err, sizeof(err)) == 0)
           printf("%-10s %s\n", *n, prof_summary(p));
         prof_free(p);
       }
-      return 0;
-    case 'S': {
-      const char *text = prof_builtin_text(optarg);
-      if (text == NULL) {
+      return 1;
+    case O_SHOW:
+      if (prof_builtin_text(v) == NULL) {
         launch_usage_error("--show-profile: no built-in profile '%s' (see "
-                           "launch env --list-profiles)",
-                           optarg);
+                           "launch env --list-profiles)", v);
         return 2;
       }
-      fputs(text, stdout);
-      return 0;
-    }
-    case 'j': json = 1; break;
-    case 'h': fputs(env_help, stdout); return 0;
-    default:
-      launch_usage_error("env: unknown or incomplete option '%s' (see launch "
-                         "env --help)",
-                         argv[optind - 1]);
-      return 2;
+      fputs(prof_builtin_text(v), stdout);
+      return 1;
+    case O_JSON: a->json = 1; break;
+    case O_HELP: fputs(env_help, stdout); return 1;
     }
   }
-  if (optind < argc) {
-    launch_usage_error("env: unexpected argument '%s'", argv[optind]);
-    return 2;
+  rest[*nrest] = NULL;
+  return 0;
+}
+
+static void print_fingerprint(const env_fp_t *fp, int json) {
+  char *text = NULL;
+  if (json) {
+    lu_buf_t b = LU_BUF_INIT;
+    lu_json_t j;
+    lu_json_init(&j, &b, 1);
+    lu_json_obj(&j, NULL);
+    for (int i = 0; i < env_fp_count(fp); i++)
+      lu_json_str(&j, env_fp_key(fp, i), env_fp_value(fp, i));
+    lu_json_end_obj(&j);
+    lu_buf_finish(&b, &text, NULL);
+  } else {
+    env_fp_serialize(fp, &text, NULL);
   }
-  if (root) {
+  if (text)
+    fputs(text, stdout);
+  free(text);
+}
+
+static void print_env_json(const env_t *e, const char *profile, int local_rank,
+                           int all, const env_finding_t *f, int nf, int lint) {
+  lu_buf_t b = LU_BUF_INIT;
+  lu_json_t j;
+  char *text = NULL;
+  lu_json_init(&j, &b, 1);
+  lu_json_obj(&j, NULL);
+  lu_json_str(&j, "profile", profile);
+  lu_json_int(&j, "local_rank", local_rank);
+  lu_json_arr(&j, "vars");
+  for (int i = 0; i < env_count(e); i++) {
+    const env_var_t *v = env_at(e, i);
+    if (!all && !interesting(v))
+      continue;
+    lu_json_obj(&j, NULL);
+    lu_json_str(&j, "key", v->key);
+    lu_json_str(&j, "value", v->value);
+    lu_json_str(&j, "source", src_name(v->src));
+    lu_json_str(&j, "origin", v->origin);
+    if (v->tmpl)
+      lu_json_str(&j, "template", v->tmpl);
+    lu_json_end_obj(&j);
+  }
+  lu_json_end_arr(&j);
+  lu_json_arr(&j, "notes");
+  for (int i = 0; i < env_nnotes(e); i++) {
+    const env_note_t *n = env_note(e, i);
+    lu_json_obj(&j, NULL);
+    lu_json_str(&j, "key", n->key);
+    lu_json_str(&j, "value", n->value);
+    lu_json_str(&j, "origin", n->origin);
+    lu_json_str(&j, "reason", n->reason);
+    lu_json_end_obj(&j);
+  }
+  lu_json_end_arr(&j);
+  if (lint)
+    json_findings(&j, f, nf);
+  lu_json_end_obj(&j);
+  if (lu_buf_finish(&b, &text, NULL) == 0)
+    fputs(text, stdout);
+  free(text);
+}
+
+static void print_env_text(const env_t *e, const cfg_t *c,
+                           const launch_node_t *n, int local_rank, int all) {
+  printf("# launch env: local rank %d of %d, profile %s (%s)\n", local_rank,
+         c->nproc, prof_name(n->prof),
+         n->topo ? aff_topo_source(n->topo) : "no topology needed");
+  for (int i = 0; i < env_count(e); i++) {
+    const env_var_t *v = env_at(e, i);
+    if (!all && !interesting(v))
+      continue;
+    printf("%s=%s", v->key, v->value);
+    if (v->src != ENV_SRC_INHERITED || all)
+      printf("    # %s%s%s", v->origin ? v->origin : src_name(v->src),
+             v->tmpl ? ": " : "", v->tmpl ? v->tmpl : "");
+    printf("\n");
+  }
+  for (int i = 0; i < env_nnotes(e); i++) {
+    const env_note_t *no = env_note(e, i);
+    printf("# %s=%s from %s: %s\n", no->key, no->value, no->origin, no->reason);
+  }
+}
+
+int launch_cmd_env(int argc, char **argv) {
+  env_args_t a;
+  char **rest = calloc((size_t)argc + 2, sizeof(char *));
+  char err[1024], run_dir[PATH_MAX];
+  cfg_t c;
+  launch_node_t n;
+  launch_round_t r;
+  env_t *e = NULL;
+  env_finding_t *f = NULL;
+  char **wargv = NULL;
+  int nrest, nf = 0, errors = 0, rc, ret = 2;
+  lu_log_t log;
+
+  memset(&a, 0, sizeof(a));
+  memset(&c, 0, sizeof(c));
+  memset(&n, 0, sizeof(n));
+  if (rest == NULL)
+    return 1;
+  lu_log_init(&log, "launch env");
+  if (sched_getenv(environ, "LAUNCH_LOG_LEVEL") == NULL)
+    log.level = LU_LOG_WARN;
+  if ((rc = split_args(argc, argv, &a, rest, &nrest)) != 0) {
+    free(rest);
+    return rc == 1 ? 0 : 2;
+  }
+  if ((rc = cfg_parse(nrest, rest, environ, 0, &c, err, sizeof(err))) != 0) {
+    if (rc < 0)
+      launch_usage_error("%s", err);
+    goto out_rc;
+  }
+  if (a.root) {
     struct stat st;
-    if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode)) {
-      launch_usage_error("--root %s: not a directory", root);
-      return 2;
+    if (stat(a.root, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      launch_usage_error("--root %s: not a directory", a.root);
+      goto out;
     }
   }
-  if ((rc = prof_load(profile, &prof, err, sizeof(err))) != 0) {
-    launch_usage_error("%s", err);
-    return rc == RDZV_ENOMEM ? 1 : 2;
-  }
-  if ((pol = malloc(sizeof(*pol))) == NULL)
-    goto out;
-  if (aff_policy_parse(cpu_bind, mem_bind, pol, err, sizeof(err)) != 0) {
-    launch_usage_error("%s", err);
-    ret = 2;
-    goto out;
-  }
-  if ((rc = aff_topo_load(&to, &t, err, sizeof(err))) != 0) {
-    launch_usage_error("%s", err);
-    ret = 2;
-    goto out;
-  }
-  if (nproc == 0)
-    nproc = aff_topo_ngpus(t) > 0 ? aff_topo_ngpus(t) : 1;
-  if (local_rank >= nproc) {
+  if (a.local_rank >= c.nproc) {
     launch_usage_error("--local-rank %d: only %d local rank%s planned (set "
                        "--nproc-per-node)",
-                       local_rank, nproc, nproc == 1 ? "" : "s");
-    ret = 2;
+                       a.local_rank, c.nproc, c.nproc == 1 ? "" : "s");
     goto out;
   }
-  if ((rc = aff_plan_new(t, pol, nproc, NULL, &plan, err, sizeof(err))) != 0) {
+  if ((rc = launch_node_open(&c, (a.fingerprint || c.max_nodes > 1) && c.ngpus > 0, a.root,
+                             &log, &n, err, sizeof(err))) != 0) {
     launch_usage_error("%s", err);
-    ret = 2;
+    ret = rc == RDZV_ENOMEM ? 1 : 2;
     goto out;
   }
-  {
-    env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
-    snprintf(lr, sizeof(lr), "LOCAL_RANK=%d", local_rank);
-    snprintf(lws, sizeof(lws), "LOCAL_WORLD_SIZE=%d", nproc);
-    contract[0] = lr;
-    contract[1] = lws;
-    contract[2] = NULL;
-    ro.base = environ;
-    ro.launch = contract;
-    ro.launch2 = aff_binding_envv(aff_plan_rank(plan, local_rank));
-    ro.profile = prof;
-    ro.allow_override = allow;
-    ro.log = &log;
-    if (env_build_rank(&ro, &e) != 0)
-      goto out;
-  }
-  if (fingerprint) {
+  snprintf(run_dir, sizeof(run_dir), "%.2000s/%s%.255s_XXXXXX",
+           c.log_dir[0] ? c.log_dir : c.tmpdir, c.log_dir[0] ? "" : "launch_",
+           c.run_id);
+  launch_round_guess(&c, run_dir, &r);
+  ret = 1;
+  if (launch_rank_env(&c, &n, &r, a.local_rank, &log, &e) != 0)
+    goto out;
+  if (a.fingerprint) {
     env_fp_t *fp = NULL;
-    char *text = NULL;
-    if ((rc = launch_node_fingerprint(e, prof_name(prof), t, programs, &fp, err,
+    if (c.prog_argc > 0 && launch_worker_argv(&c, &wargv) != 0)
+      goto out;
+    if ((rc = launch_node_fingerprint(&n, e, wargv, a.programs, &fp, err,
                                       sizeof(err))) != 0) {
       launch_usage_error("%s", err);
       ret = 2;
       goto out;
     }
-    if (json) {
-      lu_buf_t b = LU_BUF_INIT;
-      lu_json_t j;
-      lu_json_init(&j, &b, 1);
-      lu_json_obj(&j, NULL);
-      for (int i = 0; i < env_fp_count(fp); i++)
-        lu_json_str(&j, env_fp_key(fp, i), env_fp_value(fp, i));
-      lu_json_end_obj(&j);
-      rc = lu_buf_finish(&b, &text, NULL);
-    } else {
-      rc = env_fp_serialize(fp, &text, NULL);
-    }
+    print_fingerprint(fp, a.json);
     env_fp_free(fp);
-    if (rc == 0)
-      fputs(text, stdout);
-    free(text);
-    ret = rc == 0 ? 0 : 1;
+    ret = 0;
     goto out;
   }
-  if (lint) {
-    env_node_t *node = malloc(sizeof(*node));
-    aff_sysinfo_t si;
-    if (node == NULL)
-      goto out;
-    env_node_probe(node, root);
-    node->has_nvlink = aff_topo_has_nvlink(t);
-    aff_sysinfo_probe(&si, root);
-    node->nccl_version = si.nccl;
-    if (to.xml) {
-      /* Another machine: its interfaces are not ours to check. */
-      node->probed = 0;
-    }
-    rc = env_lint(e, node, &f, &nf);
-    free(node);
-    if (rc != 0)
+  if (a.lint) {
+    if (launch_lint(&n, e, &f, &nf) != 0)
       goto out;
     for (int i = 0; i < nf; i++)
       errors += f[i].sev == ENV_SEV_ERROR;
   }
-  if (json) {
-    lu_buf_t b = LU_BUF_INIT;
-    lu_json_t j;
-    char *text = NULL;
-    lu_json_init(&j, &b, 1);
-    lu_json_obj(&j, NULL);
-    lu_json_str(&j, "profile", prof_name(prof));
-    lu_json_int(&j, "local_rank", local_rank);
-    lu_json_arr(&j, "vars");
-    for (int i = 0; i < env_count(e); i++) {
-      const env_var_t *v = env_at(e, i);
-      if (!all && !interesting(v))
-        continue;
-      lu_json_obj(&j, NULL);
-      lu_json_str(&j, "key", v->key);
-      lu_json_str(&j, "value", v->value);
-      lu_json_str(&j, "source", src_name(v->src));
-      lu_json_str(&j, "origin", v->origin);
-      if (v->tmpl)
-        lu_json_str(&j, "template", v->tmpl);
-      lu_json_end_obj(&j);
-    }
-    lu_json_end_arr(&j);
-    lu_json_arr(&j, "notes");
-    for (int i = 0; i < env_nnotes(e); i++) {
-      const env_note_t *n = env_note(e, i);
-      lu_json_obj(&j, NULL);
-      lu_json_str(&j, "key", n->key);
-      lu_json_str(&j, "value", n->value);
-      lu_json_str(&j, "origin", n->origin);
-      lu_json_str(&j, "reason", n->reason);
-      lu_json_end_obj(&j);
-    }
-    lu_json_end_arr(&j);
-    if (lint)
-      json_findings(&j, f, nf);
-    lu_json_end_obj(&j);
-    if (lu_buf_finish(&b, &text, NULL) != 0)
-      goto out;
-    fputs(text, stdout);
-    free(text);
-  } else if (lint) {
+  if (a.json)
+    print_env_json(e, prof_name(n.prof), a.local_rank, a.all, f, nf, a.lint);
+  else if (a.lint)
     print_findings_text(f, nf);
-  } else {
-    printf("# launch env: local rank %d of %d, profile %s (%s)\n", local_rank,
-           nproc, prof_name(prof), aff_topo_source(t));
-    for (int i = 0; i < env_count(e); i++) {
-      const env_var_t *v = env_at(e, i);
-      if (!all && !interesting(v))
-        continue;
-      printf("%s=%s", v->key, v->value);
-      if (v->src != ENV_SRC_INHERITED || all)
-        printf("    # %s%s%s", v->origin ? v->origin : src_name(v->src),
-               v->tmpl ? ": " : "", v->tmpl ? v->tmpl : "");
-      printf("\n");
-    }
-    for (int i = 0; i < env_nnotes(e); i++) {
-      const env_note_t *n = env_note(e, i);
-      printf("# %s=%s from %s: %s\n", n->key, n->value, n->origin, n->reason);
-    }
-  }
+  else
+    print_env_text(e, &c, &n, a.local_rank, a.all);
   ret = errors > 0 ? 1 : 0;
 out:
   free(f);
   env_free(e);
-  aff_plan_free(plan);
-  aff_topo_free(t);
-  free(pol);
-  prof_free(prof);
+  launch_argv_free(wargv);
+  launch_node_close(&n);
+out_rc:
+  if (ret == 2 && rc > 0)
+    ret = 0; /* --help or --version of launch's options */
+  cfg_free(&c);
+  free(rest);
   return ret;
 }

@@ -1,7 +1,14 @@
-/* launch.h - the launch command: subcommands share this interface. */
+/* launch.h - the launch command: its subcommands, and this node as the
+ * agent and `launch env` see it (node.c), so that `launch env` prints what
+ * the agent gives a worker under the same flags. */
 #ifndef LAUNCH_H
 #define LAUNCH_H
 
+#include <limits.h>
+
+#include "aff.h"
+#include "config.h"
+#include "env.h"
 #include "lu.h"
 
 /* Each subcommand: argv[0] is the subcommand name. RET the exit code. */
@@ -11,20 +18,72 @@ int launch_cmd_topo(int argc, char **argv);
 int launch_cmd_env(int argc, char **argv);
 int launch_cmd_doctor(int argc, char **argv);
 
-struct env_s;
-struct env_fp_s;
-struct aff_topo_s;
-/* The node fingerprint the agent sends with its rendezvous join: e is a
- * rank's environment (env_build_rank), profile the profile's name, t the
- * topology (GPU model and count; NULL: NVML's), files the program to hash
- * (the executable, and the script for interpreters). Probes NVML, libcudart
- * and libnccl by dlopen: blocking, call it once at start. OUT *out: free
- * with env_fp_free(). RET 0 or -errno (a file to hash is unreadable: err
- * says which). */
-int launch_node_fingerprint(const struct env_s *e, const char *profile,
-                            const struct aff_topo_s *t,
-                            const char *const *files, struct env_fp_s **out,
-                            char *err, size_t errlen);
+/* ---- node.c ----------------------------------------------------------------- */
+
+/* This node: the NCCL profile, the topology and the binding plan, the GPU
+ * libraries' versions. */
+typedef struct launch_node_s {
+  prof_t *prof;
+  aff_policy_t *pol;
+  aff_topo_t *topo;   /* NULL when nothing needed it */
+  aff_plan_t *plan;   /* NULL: the workers are not bound */
+  aff_sysinfo_t si;   /* probed where there are GPUs (or under root) */
+  const char *root;   /* /sys and /proc prefix of the lint (NULL = /) */
+  int foreign;        /* the topology is another machine's (--topology) */
+} launch_node_t;
+
+/* Load the profile, the topology (when binding, --report-bindings,
+ * --topology or want_topo ask for it) and the plan. Blocking (hwloc, and
+ * NVML where there are GPUs); once at start. Messages go to log (NULL:
+ * quiet). RET 0, or an error with err naming the flag to fix. Close n
+ * whatever it returned. */
+int launch_node_open(const cfg_t *c, int want_topo, const char *root,
+                     lu_log_t *log, launch_node_t *n, char *err, size_t errlen);
+void launch_node_close(launch_node_t *n);
+
+/* What a round decided, as the worker environment needs it. */
+typedef struct launch_round_s {
+  int64_t round;
+  int node_rank, nnodes, world_size, base_rank;
+  char master_addr[300];  /* the store the workers use */
+  int master_port;
+  char endpoint[320];     /* the server, host:port */
+  char attempt_dir[PATH_MAX];
+} launch_round_t;
+
+/* The round the flags promise before the rendezvous: round 0, the node
+ * rank asked for (else 0), MAX nodes of nproc workers each, the store at
+ * the endpoint, the attempt directory under run_dir. */
+void launch_round_guess(const cfg_t *c, const char *run_dir, launch_round_t *r);
+
+/* Local rank local_rank's whole environment (env_build_rank with the
+ * contract of c and r, the binding of n's plan, n's profile). log: the
+ * profile's changes and warnings (NULL: quiet). OUT *out: env_free().
+ * RET 0 or an error. */
+int launch_rank_env(const cfg_t *c, const launch_node_t *n,
+                    const launch_round_t *r, int local_rank, lu_log_t *log,
+                    env_t **out);
+
+/* Lint e against this node (its interfaces and RDMA devices under n->root,
+ * NVLink from the topology, the installed NCCL's version). OUT *f
+ * (free()), *nf. RET 0 or RDZV_ENOMEM. */
+int launch_lint(const launch_node_t *n, const env_t *e, env_finding_t **f,
+                int *nf);
+
+/* The worker command line: python3 -u (-m) for Python programs
+ * (PYTHON_EXEC), else the program itself. OUT *argv NULL-terminated,
+ * free with launch_argv_free. RET 0 or RDZV_ENOMEM. */
+int launch_worker_argv(const cfg_t *c, char ***argv);
+void launch_argv_free(char **argv);
+
+/* The node fingerprint sent with the join: e a rank's environment; the
+ * program files of argv (regular files named with a '/': the executable,
+ * the script of an interpreter) plus extra (NULL-terminated, may be NULL)
+ * are hashed. OUT *out: env_fp_free(). RET 0 or -errno (a file to hash is
+ * unreadable: err says which). */
+int launch_node_fingerprint(const launch_node_t *n, const env_t *e,
+                            char *const *argv, const char *const *extra,
+                            env_fp_t **out, char *err, size_t errlen);
 
 /* Is ip (text) one of this node's addresses (127/8 counts)? */
 int launch_ip_is_local(const char *ip);

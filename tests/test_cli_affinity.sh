@@ -72,7 +72,7 @@ run 0 "$L" topo --cpu-bind none --mem-bind none
 has "this process may use"
 
 # ---- launch env ---------------------------------------------------------------
-run 0 "$L" env --profile pcie-ib --topology "$S/tests/topo/v100-pcie-2s.xml" --local-rank 5
+run 0 "$L" env --profile pcie-ib --topology "$S/tests/topo/v100-pcie-2s.xml" --nproc-per-node 8 --cpu-bind cores --local-rank 5
 has "NCCL_IB_HCA==mlx5_0:1    # profile pcie-ib line"
 has "NCCL_SOCKET_IFNAME=ib0"
 has "LAUNCH_CPUS=25-29,65-69"

@@ -1,0 +1,194 @@
+/* node.c - this node as the job sees it (profile, topology, binding plan,
+ * GPU libraries), each rank's environment and its lint, the fingerprint:
+ * one code path for the agent and `launch env`. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "launch.h"
+
+int launch_node_open(const cfg_t *c, int want_topo, const char *root,
+                     lu_log_t *log, launch_node_t *n, char *err,
+                     size_t errlen) {
+  char why[1024];
+  int bind, rc;
+  memset(n, 0, sizeof(*n));
+  n->root = root;
+  n->foreign = c->topology_file[0] != '\0';
+  if ((rc = prof_load(c->nccl_profile, &n->prof, why, sizeof(why))) != 0) {
+    lu_errf(err, errlen, "--nccl-profile: %s", why);
+    return rc;
+  }
+  if ((n->pol = calloc(1, sizeof(*n->pol))) == NULL)
+    return RDZV_ENOMEM;
+  if (aff_policy_parse(c->cpu_bind, c->mem_bind, n->pol, err, errlen) != 0)
+    return RDZV_EINVAL;
+  bind = n->pol->cpu != AFF_CPU_NONE || n->pol->mem != AFF_MEM_NONE ||
+         c->report_bindings;
+  if (bind || want_topo || n->foreign) {
+    aff_topo_opts_t to = AFF_TOPO_OPTS_INIT;
+    to.xml = n->foreign ? c->topology_file : NULL;
+    to.cuda_visible_devices = c->cuda_visible_devices;
+    to.log = log;
+    if ((rc = aff_topo_load(&to, &n->topo, why, sizeof(why))) != 0) {
+      lu_errf(err, errlen, "topology: %s", why);
+      return rc;
+    }
+  }
+  if (bind &&
+      (rc = aff_plan_new(n->topo, n->pol, c->nproc, c->quiet ? NULL : log,
+                         &n->plan, why, sizeof(why))) != 0) {
+    lu_errf(err, errlen, "binding: %s", why);
+    return rc;
+  }
+  /* Loading NVML, libcudart and libnccl costs milliseconds and megabytes:
+   * only where there is a GPU to describe. */
+  memset(&n->si, 0, sizeof(n->si));
+  n->si.ngpus = -1;
+  if (root || lu_gpu_count(NULL) > 0)
+    aff_sysinfo_probe(&n->si, root);
+  return 0;
+}
+
+void launch_node_close(launch_node_t *n) {
+  aff_plan_free(n->plan);
+  aff_topo_free(n->topo);
+  free(n->pol);
+  prof_free(n->prof);
+  memset(n, 0, sizeof(*n));
+}
+
+void launch_round_guess(const cfg_t *c, const char *run_dir,
+                        launch_round_t *r) {
+  memset(r, 0, sizeof(*r));
+  r->node_rank = c->pref_node_rank >= 0 ? c->pref_node_rank : 0;
+  r->nnodes = c->max_nodes;
+  r->world_size = c->max_nodes * c->nproc;
+  r->base_rank = r->node_rank * c->nproc;
+  lu_strlcpy(r->master_addr, c->endpoint_host, sizeof(r->master_addr));
+  r->master_port = c->endpoint_port;
+  snprintf(r->endpoint, sizeof(r->endpoint),
+           strchr(c->endpoint_host, ':') ? "[%s]:%d" : "%s:%d",
+           c->endpoint_host, c->endpoint_port);
+  snprintf(r->attempt_dir, sizeof(r->attempt_dir), "%.4000s/attempt_0",
+           run_dir);
+}
+
+int launch_rank_env(const cfg_t *c, const launch_node_t *n,
+                    const launch_round_t *r, int local_rank, lu_log_t *log,
+                    env_t **out) {
+  env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
+  env_contract_t k;
+  memset(&k, 0, sizeof(k));
+  k.local_rank = local_rank;
+  k.nproc = c->nproc;
+  k.base_rank = r->base_rank;
+  k.node_rank = r->node_rank;
+  k.nnodes = r->nnodes;
+  k.world_size = r->world_size;
+  k.round = r->round;
+  k.max_restarts = c->max_restarts;
+  k.run_id = c->run_id;
+  k.role = c->role;
+  k.master_addr = r->master_addr;
+  k.master_port = r->master_port;
+  k.agent_store = c->torch_store == CFG_STORE_AGENT;
+  k.signals = c->signals_spec;
+  k.attempt_dir = r->attempt_dir;
+  k.rdzv_endpoint = r->endpoint;
+  k.token_file = c->token_file;
+  k.hostname = c->host;
+  ro.base = c->environ;
+  ro.contract = &k;
+  ro.binding = n->plan ? aff_binding_envv(aff_plan_rank(n->plan, local_rank))
+                       : NULL;
+  ro.profile = n->prof;
+  ro.allow_override = c->allow_env_override;
+  ro.log = log;
+  return env_build_rank(&ro, out);
+}
+
+int launch_lint(const launch_node_t *n, const env_t *e, env_finding_t **f,
+                int *nf) {
+  env_node_t *node = malloc(sizeof(*node));
+  int rc;
+  if (node == NULL)
+    return RDZV_ENOMEM;
+  env_node_probe(node, n->root);
+  /* Another machine's topology: this node's interfaces are not its. */
+  if (n->foreign)
+    node->probed = 0;
+  node->has_nvlink = n->topo ? aff_topo_has_nvlink(n->topo) : -1;
+  node->nccl_version = n->si.nccl;
+  rc = env_lint(e, node, f, nf);
+  free(node);
+  return rc;
+}
+
+int launch_worker_argv(const cfg_t *c, char ***out) {
+  size_t len = strlen(c->prog_argv[0]);
+  int python, k = 0;
+  char **argv = calloc((size_t)c->prog_argc + 4, sizeof(char *));
+  python = c->prog_mode == CFG_PROG_MODULE || c->prog_mode == CFG_PROG_RUN_PATH ||
+           (c->prog_mode == CFG_PROG_AUTO && len > 3 &&
+            strcmp(c->prog_argv[0] + len - 3, ".py") == 0);
+  *out = argv;
+  if (argv == NULL)
+    return RDZV_ENOMEM;
+  if (python) {
+    argv[k++] = strdup(c->python);
+    argv[k++] = strdup("-u");
+    if (c->prog_mode == CFG_PROG_MODULE)
+      argv[k++] = strdup("-m");
+  }
+  for (int i = 0; i < c->prog_argc; i++)
+    argv[k++] = strdup(c->prog_argv[i]);
+  for (int i = 0; i < k; i++)
+    if (argv[i] == NULL)
+      return RDZV_ENOMEM;
+  return 0;
+}
+
+void launch_argv_free(char **argv) {
+  for (int i = 0; argv && argv[i]; i++)
+    free(argv[i]);
+  free(argv);
+}
+
+int launch_node_fingerprint(const launch_node_t *n, const env_t *e,
+                            char *const *argv, const char *const *extra,
+                            env_fp_t **out, char *err, size_t errlen) {
+  env_fp_input_t in = ENV_FP_INPUT_INIT;
+  const char *files[12];
+  char model[64] = "";
+  int ngpus = n->topo ? aff_topo_ngpus(n->topo) : 0, k = 0;
+  for (int i = 0; argv && argv[i] && k < 2; i++) {
+    struct stat sb;
+    /* Regular files only: an argument naming a directory (an output or
+     * data directory) is no program, and a FIFO or device would block
+     * the hash. */
+    if (strchr(argv[i], '/') && stat(argv[i], &sb) == 0 &&
+        S_ISREG(sb.st_mode) && access(argv[i], R_OK) == 0)
+      files[k++] = argv[i];
+  }
+  for (int i = 0; extra && extra[i] && k < 11; i++)
+    files[k++] = extra[i];
+  files[k] = NULL;
+  if (ngpus > 0)
+    lu_strlcpy(model, aff_topo_gpu(n->topo, 0)->model, sizeof(model));
+  else if (n->si.gpu_model[0])
+    lu_strlcpy(model, n->si.gpu_model, sizeof(model));
+  if (ngpus == 0 && n->si.ngpus > 0)
+    ngpus = n->si.ngpus;
+  in.env = e;
+  in.profile = prof_name(n->prof);
+  in.driver = n->si.driver;
+  in.cuda_driver = n->si.cuda_driver;
+  in.cuda_runtime = n->si.cuda_runtime;
+  in.nccl = n->si.nccl;
+  in.gpu_model = model;
+  in.gpu_count = ngpus;
+  in.files = files;
+  return env_fp_collect(&in, out, err, errlen);
+}
