@@ -319,6 +319,64 @@ HOSTLIST = [
 ]
 
 
+# ---- the rendezvous messages (rendezvous/msg.h) --------------------------------
+
+FINGERPRINT = "launch-fingerprint 1\nenv.NCCL_DEBUG=WARN\nprofile=auto\n"
+FAILURE = {"host": "node3", "rank": 3, "local_rank": 1, "node_rank": 1,
+           "pid": 4242, "exit_code": 1, "signal": 0, "time": 1764477916.25,
+           "tail": "Traceback ...\nValueError: x\n", "error": "ValueError: x",
+           "attempt_dir": "/tmp/launch_j_abc123/attempt_0"}
+MEMBER = {"host": "node0", "addr": "10.0.0.1", "node_rank": 0, "nproc": 8,
+          "base_rank": 0, "state": "running", "heartbeat_age_ms": 120,
+          "in_round": True}
+# The first byte picks the message (fuzz_msg.c's order).
+MSGS = ["join", "round", "report", "leave", "restart", "shutdown", "status",
+        "failure", "member"]
+
+
+def msg_seeds():
+    good = {
+        "join": {"host": "node0", "addr": "10.0.0.1", "nproc": 8, "rank": -1,
+                 "min": 2, "max": 4, "last_call_ms": 30000,
+                 "join_timeout_ms": 600000, "heartbeat_ms": 5000,
+                 "max_restarts": 3, "static": False, "allow_mismatch": True,
+                 "master_port": 29500, "expected": ["node0", "node1"],
+                 "fingerprint": FINGERPRINT},
+        "round": {"round": 2, "node_rank": 1, "nnodes": 4, "world_size": 32,
+                  "base_rank": 8, "master_port": 0, "addr": "10.0.0.2",
+                  "node0_addr": "10.0.0.1", "node0_host": "node0"},
+        "report": {"round": 0, "ok": False, "failure": FAILURE},
+        "leave": {"reason": "agent received SIGTERM"},
+        "restart": {"round": 1, "reason": "rank 3 on node3 failed"},
+        "shutdown": {"ok": False, "reason": "rank 3 on node3 failed",
+                     "root": FAILURE, "restarts": 3, "max_restarts": 3},
+        "status": {"job": "j", "state": "running", "round": 1, "restarts": 1,
+                   "max_restarts": 3, "min": 2, "max": 4, "waited_ms": 0,
+                   "reason": "", "expected": ["node0"],
+                   "members": [MEMBER, dict(MEMBER, host="node1",
+                                            in_round=False, node_rank=-1)]},
+        "failure": FAILURE,
+        "member": MEMBER,
+    }
+    s = {}
+    for i, name in enumerate(MSGS):
+        s[name] = bytes([i]) + mp(good[name])
+        s[name + "_empty"] = bytes([i]) + mp({})
+        s[name + "_not_map"] = bytes([i]) + mp([1, 2])
+    s["join_wrong_types"] = bytes([0]) + mp({"nproc": "8", "static": 2,
+                                             "expected": "node0"})
+    s["join_long_host"] = bytes([0]) + mp({"host": "h" * 300})
+    s["join_nul_in_host"] = bytes([0]) + mp({"host": "a\x00b"})
+    s["join_nil_fields"] = bytes([0]) + mp({"host": None, "fingerprint": None})
+    s["round_float_for_int"] = bytes([1]) + mp({"round": 1.5})
+    s["report_ok_as_int"] = bytes([2]) + mp({"round": 0, "ok": 1})
+    s["status_bad_member"] = bytes([6]) + mp({"members": [MEMBER, 3]})
+    s["status_unknown_keys"] = bytes([6]) + mp({"x": [1, {"y": None}],
+                                                 "members": []})
+    s["failure_negative_time"] = bytes([7]) + mp(dict(FAILURE, time=-1))
+    return s
+
+
 def write(dirname, seeds):
     os.makedirs(dirname, exist_ok=True)
     for name, data in seeds.items():
@@ -330,6 +388,7 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus")
     write(os.path.join(out, "frame"), native_seeds())
+    write(os.path.join(out, "msg"), msg_seeds())
     write(os.path.join(out, "tcpstore_v1"), tcpstore_seeds(V1, False))
     write(os.path.join(out, "tcpstore_v2"), tcpstore_seeds(V2, True))
     # The whole server sniffs the protocol from the first byte.
@@ -348,13 +407,13 @@ def main():
     join = {"host": "node0", "addr": "10.0.0.1", "nproc": 8, "rank": 0,
             "min": 1, "max": 1, "last_call_ms": 0, "join_timeout_ms": 1000,
             "heartbeat_ms": 100, "max_restarts": 2, "static": False,
-            "fingerprint": "fp-1", "expected": ["node0"],
+            "fingerprint": FINGERPRINT, "expected": ["node0"],
             "master_port": 29500}
     server["native_rdzv_session"] = b"RDZV" + hello + b"".join([
         req(2, "JOIN", join), req(3, "HEARTBEAT"), req(4, "STATUS"),
-        req(5, "REPORT", {"gen": 0, "ok": False, "exit_code": 1, "rank": 3}),
-        req(6, "JOIN", join), req(7, "REPORT", {"gen": 1, "ok": True}),
-        req(8, "LEAVE", "done")])
+        req(5, "REPORT", {"round": 0, "ok": False, "failure": FAILURE}),
+        req(6, "JOIN", join), req(7, "REPORT", {"round": 1, "ok": True}),
+        req(8, "LEAVE", {"reason": "done"})])
     server["native_rdzv_waiting"] = b"RDZV" + hello + req(
         2, "JOIN", dict(join, min=2, max=4, rank=-1, static=True))
     # Several clients in one input (fuzz_server.c: SEP between streams).
@@ -367,12 +426,12 @@ def main():
                                  expected=["a", "b"]))] + list(more))
     server["multi_rdzv_two_nodes"] = SEP.join([
         node("a", 0, req(3, "HEARTBEAT"),
-             req(4, "REPORT", {"gen": 0, "ok": True})),
+             req(4, "REPORT", {"round": 0, "ok": True})),
         node("b", 1, req(3, "STATUS"),
-             req(4, "REPORT", {"gen": 0, "ok": True}))])
+             req(4, "REPORT", {"round": 0, "ok": True}))])
     server["multi_rdzv_fail_restart"] = SEP.join([
-        node("a", 0, req(3, "REPORT", {"gen": 0, "ok": False,
-                                        "exit_code": 3, "rank": 0}),
+        node("a", 0, req(3, "REPORT", {"round": 0, "ok": False, "failure":
+                                        dict(FAILURE, exit_code=3, rank=0)}),
              req(4, "JOIN", dict(join, host="a", min=2, max=2))),
         node("b", 1), node("c", -1)])
     server["multi_ts_wait_set"] = SEP.join([

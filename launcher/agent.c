@@ -26,6 +26,7 @@
 #include "env.h"
 #include "launch.h"
 #include "lu.h"
+#include "msg.h"
 #include "rdv.h"
 #include "server.h"
 #include "summary.h"
@@ -60,7 +61,6 @@ typedef struct agent_s {
   int master_port;     /* rank0 store mode: node 0's port */
   int my_master_port;  /* the port this node offers if it becomes node 0 */
   char node0_addr[INET6_ADDRSTRLEN + 8];
-  char tcpstore_job[256];
   uint64_t join_started_ms;
   uint64_t hb_sent_ms; /* the HEARTBEAT waiting for its reply since; 0 */
   /* node: binding plan, NCCL profile, fingerprint */
@@ -334,48 +334,28 @@ static int start_workers(agent_t *a) {
 
 /* ---- reports to the server ------------------------------------------------------------------------ */
 
-static void pack_failure(msgpack_packer *pk, const agent_t *a,
-                         const sum_failure_t *f) {
-  msgpack_pack_map(pk, 13);
-  proto_pack_str(pk, "gen");
-  msgpack_pack_int64(pk, a->gen);
-  proto_pack_str(pk, "ok");
-  msgpack_pack_false(pk);
-  proto_pack_str(pk, "host");
-  proto_pack_str(pk, f->host);
-  proto_pack_str(pk, "rank");
-  msgpack_pack_int64(pk, f->rank);
-  proto_pack_str(pk, "local_rank");
-  msgpack_pack_int64(pk, f->local_rank);
-  proto_pack_str(pk, "node_rank");
-  msgpack_pack_int64(pk, f->node_rank);
-  proto_pack_str(pk, "pid");
-  msgpack_pack_int64(pk, f->pid);
-  proto_pack_str(pk, "exit_code");
-  msgpack_pack_int64(pk, f->exit_code);
-  proto_pack_str(pk, "signal");
-  msgpack_pack_int64(pk, f->signal);
-  proto_pack_str(pk, "time");
-  msgpack_pack_double(pk, f->wall_s);
-  proto_pack_str(pk, "tail");
-  proto_pack_str(pk, f->stderr_tail ? f->stderr_tail : "");
-  proto_pack_str(pk, "error");
-  proto_pack_str(pk, f->error_message ? f->error_message : "");
-  proto_pack_str(pk, "attempt_dir");
-  proto_pack_str(pk, a->attempt_dir);
-}
-
+/* REPORT this node's result: ok, or its first failure f. */
 static void report(agent_t *a, const sum_failure_t *f) {
-  msgpack_packer *pk = ac_begin(a->ac, PROTO_OP_REPORT, 1);
+  msg_report_t r;
+  msg_report_init(&r);
+  r.round = a->gen;
+  r.ok = f == NULL;
   if (f) {
-    pack_failure(pk, a, f);
-  } else {
-    msgpack_pack_map(pk, 2);
-    proto_pack_str(pk, "gen");
-    msgpack_pack_int64(pk, a->gen);
-    proto_pack_str(pk, "ok");
-    msgpack_pack_true(pk);
+    msg_failure_t *m = &r.failure;
+    r.has_failure = 1;
+    lu_strlcpy(m->host, f->host, sizeof(m->host));
+    m->rank = f->rank;
+    m->local_rank = f->local_rank;
+    m->node_rank = f->node_rank;
+    m->pid = f->pid;
+    m->exit_code = f->exit_code;
+    m->signal = f->signal;
+    m->time = f->wall_s;
+    m->tail = f->stderr_tail;
+    m->error = f->error_message;
+    m->attempt_dir = a->attempt_dir;
   }
+  msg_report_pack(ac_begin(a->ac, PROTO_OP_REPORT, 1), &r);
   if (ac_send(a->ac, NULL, NULL) != 0)
     LU_WARN(&a->log, "cannot report to the rendezvous server: %s",
             ac_last_error(a->ac));
@@ -450,58 +430,31 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
 
 static void status_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   agent_t *a = arg;
-  const msgpack_object *members, *ex, *map;
+  msg_status_t st;
   char joined[1024] = "", missing[1024] = "";
-  size_t used = 0, mu = 0;
   int n = 0;
   (void)ac;
-  if (status != 0 || a->state != A_JOIN || m->nargs < 1)
+  if (status != 0 || a->state != A_JOIN || m->nargs < 1 ||
+      msg_status_unpack(&m->args[0], &st, NULL, 0) != 0)
     return;
-  map = &m->args[0];
-  members = proto_map_get(map, "members");
-  ex = proto_map_get(map, "expected");
-  for (uint32_t i = 0; members && members->type == MSGPACK_OBJECT_ARRAY &&
-                       i < members->via.array.size; i++) {
-    const msgpack_object *mm = &members->via.array.ptr[i];
-    char h[256], st[32];
-    proto_map_str(mm, "host", h, sizeof(h));
-    proto_map_str(mm, "state", st, sizeof(st));
-    if (strcmp(st, "joining") != 0)
-      continue;
-    n++;
-    if (used < sizeof(joined)) {
-      int w = snprintf(joined + used, sizeof(joined) - used, "%s%s",
-                       used ? ", " : "", h);
-      if (w > 0)
-        used += (size_t)w;
+  for (size_t i = 0; i < st.nmembers; i++)
+    if (!strcmp(st.members[i].state, "joining")) {
+      n++;
+      lu_list_add(joined, sizeof(joined), st.members[i].host);
     }
-  }
   /* The expected hosts that have not joined. */
-  for (uint32_t j = 0; ex && ex->type == MSGPACK_OBJECT_ARRAY &&
-                       j < ex->via.array.size; j++) {
-    const char *h;
-    size_t hl;
-    int found = 0;
-    if (proto_obj_bytes(&ex->via.array.ptr[j], &h, &hl) != 0)
-      continue;
-    for (uint32_t i = 0; members && members->type == MSGPACK_OBJECT_ARRAY &&
-                         i < members->via.array.size && !found; i++) {
-      char mh[256];
-      proto_map_str(&members->via.array.ptr[i], "host", mh, sizeof(mh));
-      found = strlen(mh) == hl && memcmp(mh, h, hl) == 0;
-    }
-    if (!found && mu < sizeof(missing)) {
-      int w = snprintf(missing + mu, sizeof(missing) - mu, "%s%.*s",
-                       mu ? ", " : "", (int)hl, h);
-      if (w > 0)
-        mu += (size_t)w;
-    }
+  for (size_t j = 0; j < st.nexpected; j++) {
+    size_t i = 0;
+    while (i < st.nmembers && strcmp(st.members[i].host, st.expected[j]))
+      i++;
+    if (i == st.nmembers)
+      lu_list_add(missing, sizeof(missing), st.expected[j]);
   }
   say(a, "waiting for nodes of job %s: %d joined of %d..%d (%s), %.0f s%s%s",
-      a->o->run_id, n, (int)proto_map_i64(map, "min", 0),
-      (int)proto_map_i64(map, "max", 0), joined[0] ? joined : "none",
+      a->o->run_id, n, (int)st.min, (int)st.max, joined[0] ? joined : "none",
       (uv_now(a->loop) - a->join_started_ms) / 1000.0,
       missing[0] ? "; missing: " : "", missing);
+  msg_status_free(&st);
 }
 
 static void status_cb(uv_timer_t *t) {
@@ -545,14 +498,19 @@ static void hb_cb(uv_timer_t *t) {
 
 static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   agent_t *a = arg;
-  const msgpack_object *r;
-  char *s;
+  msg_round_t r;
+  char err[256];
   (void)ac;
   uv_timer_stop(&a->status_timer);
   if (a->state != A_JOIN)
     return;
+  if (status == 0 && (m->nargs < 1 ||
+                      msg_round_unpack(&m->args[0], &r, err, sizeof(err)) != 0))
+    status = RDZV_EPROTO;
   if (status != 0) {
-    if (status != RDZV_ECANCELED && status != RDZV_ECLOSED)
+    if (status == RDZV_EPROTO)
+      LU_ERR(&a->log, "the rendezvous server's round does not parse: %s", err);
+    else if (status != RDZV_ECANCELED && status != RDZV_ECLOSED)
       LU_ERR(&a->log, "cannot join job %s: %s", a->o->run_id,
              ac_last_error(a->ac));
     a->exit_code = 1;
@@ -561,27 +519,13 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     finish(a);
     return;
   }
-  r = &m->args[0];
-  a->gen = proto_map_i64(r, "round", 0);
-  a->node_rank = (int)proto_map_i64(r, "node_rank", 0);
-  a->nnodes = (int)proto_map_i64(r, "nnodes", 1);
-  a->world_size = (int)proto_map_i64(r, "world_size", a->o->nproc);
-  a->base_rank = (int)proto_map_i64(r, "base_rank", 0);
-  a->master_port = (int)proto_map_i64(r, "master_port", 0);
-  if ((s = proto_map_strdup(r, "tcpstore_job")) != NULL) {
-    lu_strlcpy(a->tcpstore_job, s, sizeof(a->tcpstore_job));
-    free(s);
-  }
-  proto_map_str(r, "node0_addr", a->node0_addr, sizeof(a->node0_addr));
-  if (a->gen == 0 || a->o->torch_store == CFG_STORE_AGENT) {
-    if (a->o->torch_store == CFG_STORE_AGENT && a->tcpstore_job[0] &&
-        strcmp(a->tcpstore_job, a->o->run_id) != 0 && a->gen == 0)
-      LU_WARN(&a->log, "the server at %s:%d serves TCPStore clients the keys "
-                       "of job '%s', not '%s': PyTorch workers of different "
-                       "jobs would share keys. Start it with --tcpstore-job "
-                       "%s, or use --torch-store rank0", a->ep_host, a->ep_port,
-              a->tcpstore_job, a->o->run_id, a->o->run_id);
-  }
+  a->gen = r.round;
+  a->node_rank = (int)r.node_rank;
+  a->nnodes = (int)r.nnodes;
+  a->world_size = (int)r.world_size;
+  a->base_rank = (int)r.base_rank;
+  a->master_port = (int)r.master_port;
+  lu_strlcpy(a->node0_addr, r.node0_addr, sizeof(a->node0_addr));
   say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d", a->gen,
       a->o->run_id, a->node_rank, a->nnodes, a->base_rank,
       a->base_rank + a->o->nproc - 1, a->world_size);
@@ -605,45 +549,28 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
 
 static void send_join(agent_t *a) {
   cfg_t *o = a->o;
-  msgpack_packer *pk;
+  msg_join_t j;
   a->state = A_JOIN;
   a->join_started_ms = uv_now(a->loop);
-  pk = ac_begin(a->ac, PROTO_OP_JOIN, 1);
-  msgpack_pack_map(pk, a->fp_text ? 15 : 14);
-  if (a->fp_text) {
-    proto_pack_str(pk, RDV_K_FINGERPRINT);
-    proto_pack_str(pk, a->fp_text);
-  }
-  proto_pack_str(pk, RDV_K_HOST);
-  proto_pack_str(pk, a->o->host);
-  proto_pack_str(pk, RDV_K_ADDR);
-  proto_pack_str(pk, o->local_addr[0] ? o->local_addr : ac_local_ip(a->ac));
-  proto_pack_str(pk, RDV_K_NPROC);
-  msgpack_pack_int64(pk, o->nproc);
-  proto_pack_str(pk, RDV_K_RANK);
-  msgpack_pack_int64(pk, o->pref_node_rank);
-  proto_pack_str(pk, RDV_K_MIN);
-  msgpack_pack_int64(pk, o->min_nodes);
-  proto_pack_str(pk, RDV_K_MAX);
-  msgpack_pack_int64(pk, o->max_nodes);
-  proto_pack_str(pk, RDV_K_LAST_CALL);
-  msgpack_pack_int64(pk, o->last_call_timeout_ms);
-  proto_pack_str(pk, RDV_K_JOIN_TIMEOUT);
-  msgpack_pack_int64(pk, o->join_timeout_ms);
-  proto_pack_str(pk, RDV_K_HEARTBEAT);
-  msgpack_pack_int64(pk, o->heartbeat_ms);
-  proto_pack_str(pk, RDV_K_MAX_RESTARTS);
-  msgpack_pack_int64(pk, o->max_restarts);
-  proto_pack_str(pk, RDV_K_STATIC);
-  msgpack_pack_int64(pk, o->backend == CFG_BACKEND_STATIC);
-  proto_pack_str(pk, RDV_K_ALLOW_MISMATCH);
-  msgpack_pack_int64(pk, o->allow_mismatch);
-  proto_pack_str(pk, RDV_K_MASTER_PORT);
-  msgpack_pack_int64(pk, a->my_master_port);
-  proto_pack_str(pk, RDV_K_EXPECTED);
-  msgpack_pack_array(pk, (uint32_t)o->nexpected);
-  for (size_t i = 0; i < o->nexpected; i++)
-    proto_pack_str(pk, o->expected_hosts[i]);
+  msg_join_init(&j);
+  lu_strlcpy(j.host, o->host, sizeof(j.host));
+  lu_strlcpy(j.addr, o->local_addr[0] ? o->local_addr : ac_local_ip(a->ac),
+             sizeof(j.addr));
+  j.nproc = o->nproc;
+  j.rank = o->pref_node_rank;
+  j.min = o->min_nodes;
+  j.max = o->max_nodes;
+  j.last_call_ms = o->last_call_timeout_ms;
+  j.join_timeout_ms = o->join_timeout_ms;
+  j.heartbeat_ms = o->heartbeat_ms;
+  j.max_restarts = o->max_restarts;
+  j.is_static = o->backend == CFG_BACKEND_STATIC;
+  j.allow_mismatch = o->allow_mismatch;
+  j.master_port = a->my_master_port;
+  j.expected = o->expected_hosts;
+  j.nexpected = o->nexpected;
+  j.fingerprint = a->fp_text;
+  msg_join_pack(ac_begin(a->ac, PROTO_OP_JOIN, 1), &j);
   if (ac_send(a->ac, join_reply, a) != 0) {
     LU_ERR(&a->log, "cannot send JOIN: %s", ac_last_error(a->ac));
     a->exit_code = 1;
@@ -666,70 +593,58 @@ static void restart_stopped(wk_group_t *g, void *arg) {
   send_join(a);
 }
 
-static void parse_root(agent_t *a, const msgpack_object *r) {
-  char *s;
-  memset(&a->root, 0, sizeof(a->root));
-  {
-    const msgpack_object *t = proto_map_get(r, "time");
-    a->root.wall_s = t && (t->type == MSGPACK_OBJECT_FLOAT64 ||
-                           t->type == MSGPACK_OBJECT_FLOAT32)
-                         ? t->via.f64
-                         : (double)proto_map_i64(r, "time", 0);
-  }
-  if ((s = proto_map_strdup(r, "host")) != NULL) {
-    lu_strlcpy(a->root.host, s, sizeof(a->root.host));
-    free(s);
-  }
-  a->root.rank = (int)proto_map_i64(r, "rank", -1);
-  a->root.local_rank = (int)proto_map_i64(r, "local_rank", -1);
-  a->root.node_rank = (int)proto_map_i64(r, "node_rank", -1);
-  a->root.pid = (int)proto_map_i64(r, "pid", 0);
-  a->root.exit_code = (int)proto_map_i64(r, "exit_code", -1);
-  a->root.signal = (int)proto_map_i64(r, "signal", 0);
-  a->root.stderr_tail = proto_map_strdup(r, "tail");
-  a->root.error_message = proto_map_strdup(r, "error");
-  if (a->root.stderr_tail && !a->root.stderr_tail[0]) {
-    free(a->root.stderr_tail);
-    a->root.stderr_tail = NULL;
-  }
-  if (a->root.error_message && !a->root.error_message[0]) {
-    free(a->root.error_message);
-    a->root.error_message = NULL;
-  }
+/* The root cause the server sent, as the summary prints it. */
+static void take_root(agent_t *a, msg_failure_t *r) {
+  sum_failure_t *f = &a->root;
+  memset(f, 0, sizeof(*f));
+  f->wall_s = r->time;
+  lu_strlcpy(f->host, r->host, sizeof(f->host));
+  f->rank = (int)r->rank;
+  f->local_rank = (int)r->local_rank;
+  f->node_rank = (int)r->node_rank;
+  f->pid = (int)r->pid;
+  f->exit_code = (int)r->exit_code;
+  f->signal = (int)r->signal;
+  if (r->tail && r->tail[0])
+    f->stderr_tail = r->tail, r->tail = NULL;
+  if (r->error && r->error[0])
+    f->error_message = r->error, r->error = NULL;
   a->have_root = 1;
 }
 
 static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
   agent_t *a = arg;
+  const msgpack_object *body = m->nargs > 0 ? &m->args[0] : NULL;
   (void)ac;
   if (m->op == PROTO_EV_RESTART) {
-    int64_t gen = -1;
-    const char *why = "";
-    size_t wl = 0;
-    proto_arg_i64(m, 0, &gen);
-    proto_arg_bytes(m, 1, &why, &wl);
-    if (a->state != A_RUN && a->state != A_REPORTED)
+    msg_restart_t r;
+    if ((a->state != A_RUN && a->state != A_REPORTED) ||
+        msg_restart_unpack(body, &r, NULL, 0) != 0)
       return;
-    say(a, "restarting the workers (round %" PRId64 "): %.*s", gen, (int)wl, why);
+    say(a, "restarting the workers (round %" PRId64 "): %s", r.round,
+        r.reason ? r.reason : "");
+    msg_restart_free(&r);
     uv_timer_stop(&a->barrier_timer);
     a->state = A_STOP;
     wk_stop(a->wg, SIGTERM, (int)a->o->stop_grace_ms, restart_stopped, a);
     return;
   }
   if (m->op == PROTO_EV_SHUTDOWN) {
-    const char *why = "";
-    size_t wl = 0;
-    int64_t used = 0;
+    msg_shutdown_t sd;
+    char err[256];
     if (a->state == A_FINISH || a->state == A_CLOSED)
       return;
-    a->finish_ok = m->nargs > 0 && m->args[0].type == MSGPACK_OBJECT_BOOLEAN &&
-                   m->args[0].via.boolean;
-    proto_arg_bytes(m, 1, &why, &wl);
-    snprintf(a->end_reason, sizeof(a->end_reason), "%.*s", (int)wl, why);
-    if (m->nargs > 2 && m->args[2].type == MSGPACK_OBJECT_MAP)
-      parse_root(a, &m->args[2]);
-    proto_arg_i64(m, 3, &used);
-    a->restarts_used = (int)used;
+    if (msg_shutdown_unpack(body, &sd, err, sizeof(err)) != 0) {
+      LU_ERR(&a->log, "the rendezvous server's end of the job does not "
+                      "parse (%s): stopping", err);
+      msg_shutdown_init(&sd);
+    }
+    a->finish_ok = sd.ok;
+    lu_strlcpy(a->end_reason, sd.reason ? sd.reason : "", sizeof(a->end_reason));
+    if (sd.has_root)
+      take_root(a, &sd.root);
+    a->restarts_used = (int)sd.restarts;
+    msg_shutdown_free(&sd);
     if (a->finish_ok)
       a->exit_code = 0;
     else if (a->have_root)
@@ -908,10 +823,10 @@ static void on_signal(uv_signal_t *h, int sig) {
   LU_WARN(&a->log, "received %s: forwarding it to the workers and stopping",
           sum_signal_name(sig));
   if (a->ac && a->state != A_FINISH) {
-    msgpack_packer *pk = ac_begin(a->ac, PROTO_OP_LEAVE, 1);
-    char why[64];
-    snprintf(why, sizeof(why), "agent received %s", sum_signal_name(sig));
-    proto_pack_str(pk, why);
+    msg_leave_t l;
+    snprintf(l.reason, sizeof(l.reason), "agent received %s",
+             sum_signal_name(sig));
+    msg_leave_pack(ac_begin(a->ac, PROTO_OP_LEAVE, 1), &l);
     ac_send(a->ac, NULL, NULL);
   }
   finish(a);

@@ -8,6 +8,8 @@
 
 #include "aclient.h"
 #include "launch.h"
+#include "lu_buf.h"
+#include "msg.h"
 
 static const char status_help[] =
     "usage: launch status --rdzv-endpoint HOST[:PORT] --rdzv-id ID [options]\n"
@@ -29,103 +31,73 @@ typedef struct st_s {
   const char *job;
 } st_t;
 
-static void json_str(const char *p, size_t n) {
-  putchar('"');
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)p[i];
-    if (c == '"' || c == '\\')
-      printf("\\%c", c);
-    else if (c < 0x20)
-      printf("\\u%04x", c);
-    else
-      putchar(c);
+static void print_json(const msg_status_t *st) {
+  lu_buf_t b = LU_BUF_INIT;
+  lu_json_t j;
+  char *text = NULL;
+  lu_json_init(&j, &b, 0);
+  lu_json_obj(&j, NULL);
+  lu_json_str(&j, "job", st->job);
+  lu_json_str(&j, "state", st->state);
+  lu_json_int(&j, "round", st->round);
+  lu_json_int(&j, "restarts", st->restarts);
+  lu_json_int(&j, "max_restarts", st->max_restarts);
+  lu_json_int(&j, "min", st->min);
+  lu_json_int(&j, "max", st->max);
+  lu_json_int(&j, "waited_ms", st->waited_ms);
+  lu_json_str(&j, "reason", st->reason ? st->reason : "");
+  lu_json_arr(&j, "expected");
+  for (size_t i = 0; i < st->nexpected; i++)
+    lu_json_str(&j, NULL, st->expected[i]);
+  lu_json_end_arr(&j);
+  lu_json_arr(&j, "members");
+  for (size_t i = 0; i < st->nmembers; i++) {
+    const msg_member_t *m = &st->members[i];
+    lu_json_obj(&j, NULL);
+    lu_json_str(&j, "host", m->host);
+    lu_json_str(&j, "addr", m->addr);
+    lu_json_int(&j, "node_rank", m->node_rank);
+    lu_json_int(&j, "nproc", m->nproc);
+    lu_json_int(&j, "base_rank", m->base_rank);
+    lu_json_str(&j, "state", m->state);
+    lu_json_int(&j, "heartbeat_age_ms", m->heartbeat_age_ms);
+    lu_json_bool(&j, "in_round", m->in_round);
+    lu_json_end_obj(&j);
   }
-  putchar('"');
+  lu_json_end_arr(&j);
+  lu_json_end_obj(&j);
+  if (lu_buf_finish(&b, &text, NULL) == 0)
+    printf("%s\n", text);
+  free(text);
 }
 
-static void json_obj(const msgpack_object *o) {
-  const char *p;
-  size_t n;
-  int64_t v;
-  switch (o->type) {
-  case MSGPACK_OBJECT_MAP:
-    putchar('{');
-    for (uint32_t i = 0; i < o->via.map.size; i++) {
-      if (i)
-        putchar(',');
-      json_obj(&o->via.map.ptr[i].key);
-      putchar(':');
-      json_obj(&o->via.map.ptr[i].val);
-    }
-    putchar('}');
-    break;
-  case MSGPACK_OBJECT_ARRAY:
-    putchar('[');
-    for (uint32_t i = 0; i < o->via.array.size; i++) {
-      if (i)
-        putchar(',');
-      json_obj(&o->via.array.ptr[i]);
-    }
-    putchar(']');
-    break;
-  case MSGPACK_OBJECT_BOOLEAN:
-    fputs(o->via.boolean ? "true" : "false", stdout);
-    break;
-  case MSGPACK_OBJECT_NIL:
-    fputs("null", stdout);
-    break;
-  default:
-    if (proto_obj_bytes(o, &p, &n) == 0)
-      json_str(p, n);
-    else if (proto_obj_i64(o, &v) == 0)
-      printf("%lld", (long long)v);
-    else
-      fputs("null", stdout);
-  }
-}
-
-static long long gi(const msgpack_object *m, const char *k) {
-  return (long long)proto_map_i64(m, k, 0);
-}
-
-static const char *gs(const msgpack_object *m, const char *k, char *buf,
-                      size_t cap) {
-  proto_map_str(m, k, buf, cap);
-  return buf;
-}
-
-static void print_table(const msgpack_object *m) {
-  char state[64], reason[1024], b1[256], b2[128], b3[32];
-  const msgpack_object *mem = proto_map_get(m, "members");
-  gs(m, "state", state, sizeof(state));
+static void print_table(const msg_status_t *st) {
   printf("job %s: %s, round %lld, restarts %lld of %lld (nnodes %lld:%lld)\n",
-         gs(m, "job", b1, sizeof(b1)), state, gi(m, "round"),
-         gi(m, "failures"), gi(m, "max_restarts"), gi(m, "min"), gi(m, "max"));
-  if (gs(m, "reason", reason, sizeof(reason))[0])
-    printf("last event: %s\n", reason);
-  if (!strcmp(state, "forming"))
-    printf("forming for %.1f s\n", gi(m, "waited_ms") / 1000.0);
-  if (mem == NULL || mem->type != MSGPACK_OBJECT_ARRAY || mem->via.array.size == 0) {
+         st->job, st->state, (long long)st->round, (long long)st->restarts,
+         (long long)st->max_restarts, (long long)st->min, (long long)st->max);
+  if (st->reason && st->reason[0])
+    printf("last event: %s\n", st->reason);
+  if (!strcmp(st->state, "forming"))
+    printf("forming for %.1f s\n", st->waited_ms / 1000.0);
+  if (st->nmembers == 0) {
     printf("no node has joined\n");
     return;
   }
   printf("%-5s %-24s %-16s %-12s %-11s %s\n", "node", "host", "address",
          "ranks", "state", "heartbeat");
-  for (uint32_t i = 0; i < mem->via.array.size; i++) {
-    const msgpack_object *n = &mem->via.array.ptr[i];
+  for (size_t i = 0; i < st->nmembers; i++) {
+    const msg_member_t *n = &st->members[i];
     char ranks[64], node[24];
-    long long nr = gi(n, "node_rank"), base = gi(n, "base_rank"),
-              np = gi(n, "nproc");
-    if (nr >= 0) {
-      snprintf(node, sizeof(node), "%lld", nr);
-      snprintf(ranks, sizeof(ranks), "%lld-%lld", base, base + np - 1);
+    if (n->node_rank >= 0) {
+      snprintf(node, sizeof(node), "%lld", (long long)n->node_rank);
+      snprintf(ranks, sizeof(ranks), "%lld-%lld", (long long)n->base_rank,
+               (long long)(n->base_rank + n->nproc - 1));
     } else {
       snprintf(node, sizeof(node), "-");
-      snprintf(ranks, sizeof(ranks), "(%lld procs)", np);
+      snprintf(ranks, sizeof(ranks), "(%lld procs)", (long long)n->nproc);
     }
-    printf("%-5s %-24s %-16s %-12s %-11s %.1f s ago\n", node,
-           gs(n, "host", b1, sizeof(b1)), gs(n, "addr", b2, sizeof(b2)), ranks,
-           gs(n, "state", b3, sizeof(b3)), gi(n, "heartbeat_age_ms") / 1000.0);
+    printf("%-5s %-24s %-16s %-12s %-11s %.1f s ago\n", node, n->host, n->addr,
+           ranks, n->state, n->heartbeat_age_ms / 1000.0);
   }
 }
 
@@ -136,14 +108,22 @@ static void on_status(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   if (status != 0) {
     fprintf(stderr, "launch status: %s\n", ac_last_error(ac));
     st->rc = 1;
-  } else if (m->nargs > 0) {
-    if (st->json) {
-      json_obj(&m->args[0]);
-      putchar('\n');
+  } else {
+    msg_status_t s;
+    char err[256];
+    if (msg_status_unpack(m->nargs > 0 ? &m->args[0] : NULL, &s, err,
+                          sizeof(err)) != 0) {
+      fprintf(stderr, "launch status: the server's answer does not parse: "
+                      "%s\n", err);
+      st->rc = 1;
     } else {
-      print_table(&m->args[0]);
+      if (st->json)
+        print_json(&s);
+      else
+        print_table(&s);
+      msg_status_free(&s);
+      st->rc = 0;
     }
-    st->rc = 0;
   }
   ac_close(ac, closed, NULL);
 }

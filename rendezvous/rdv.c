@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
+#include "msg.h"
 #include "rdv.h"
 #include "srv_int.h"
 
@@ -41,7 +43,7 @@ typedef struct rdv_member_s {
   uint64_t join_id; /* pending JOIN request (M_JOINING) */
   uint64_t order;   /* join order */
   uint64_t last_hb;
-  char *fp;         /* fingerprint: KEY=VALUE lines */
+  env_fp_t *fp;     /* fingerprint, NULL none */
   int master_port;
 } rdv_member_t;
 
@@ -51,7 +53,7 @@ typedef struct rdv_job_s {
   int min, max, max_restarts, static_mode, allow_mismatch;
   int64_t last_call_ms, join_timeout_ms, hb_ms;
   char **expected;
-  int nexpected;
+  size_t nexpected;
   int state;
   int64_t gen; /* number of the current round; -1 before the first */
   int failures;
@@ -59,22 +61,12 @@ typedef struct rdv_job_s {
   uint64_t forming_since, min_since;
   list_t members;
   uint64_t next_order;
-  uint8_t *root;     /* msgpack map of the root cause of failed_gen */
-  size_t root_len;
+  int has_root;
+  msg_failure_t root; /* the root cause of failed_gen */
   char reason[1024]; /* why the last restart or the end happened */
 } rdv_job_t;
 
 /* ---- helpers -------------------------------------------------------------------------- */
-
-static void pack_kv_str(msgpack_packer *pk, const char *k, const char *v) {
-  proto_pack_str(pk, k);
-  proto_pack_str(pk, v);
-}
-
-static void pack_kv_int(msgpack_packer *pk, const char *k, int64_t v) {
-  proto_pack_str(pk, k);
-  msgpack_pack_int64(pk, v);
-}
 
 static rdv_job_t *rdv_job(job_t *j) {
   rdv_job_t *rj = j->rdv;
@@ -104,7 +96,7 @@ static void member_free(rdv_member_t *m) {
   list_remove(&m->link);
   if (m->c && m->c->rdv == m)
     m->c->rdv = NULL;
-  free(m->fp);
+  env_fp_free(m->fp);
   free(m);
 }
 
@@ -119,34 +111,30 @@ static void reply_join_error(rdv_member_t *m, int status, const char *msg) {
 }
 
 static void push_restart(rdv_member_t *m, int64_t gen, const char *reason) {
+  msg_restart_t r;
   if (m->c == NULL)
     return;
-  srv__push_begin(m->c, PROTO_EV_RESTART, 2);
-  msgpack_pack_int64(&m->c->out.pk, gen);
-  proto_pack_str(&m->c->out.pk, reason);
+  r.round = gen;
+  r.reason = (char *)reason;
+  srv__push_begin(m->c, PROTO_EV_RESTART, 1);
+  msg_restart_pack(&m->c->out.pk, &r);
   srv__reply_end(m->c);
 }
 
 static void push_shutdown(rdv_job_t *rj, rdv_member_t *m, int ok) {
-  msgpack_packer *pk;
+  msg_shutdown_t sd;
   if (m->c == NULL)
     return;
-  pk = &m->c->out.pk;
-  srv__push_begin(m->c, PROTO_EV_SHUTDOWN, 5);
-  if (ok)
-    msgpack_pack_true(pk);
-  else
-    msgpack_pack_false(pk);
-  proto_pack_str(pk, rj->reason);
-  if (!ok && rj->root) {
-    /* The root cause map as the failing agent sent it. */
-    if (proto_enc_raw(&m->c->out, rj->root, rj->root_len) != 0)
-      m->c->broken = 1;
-  } else {
-    msgpack_pack_nil(pk);
-  }
-  msgpack_pack_int64(pk, rj->failures > 0 ? rj->failures - !ok : 0);
-  msgpack_pack_int64(pk, rj->max_restarts);
+  msg_shutdown_init(&sd);
+  sd.ok = ok;
+  sd.reason = rj->reason;
+  sd.has_root = !ok && rj->has_root;
+  if (sd.has_root)
+    sd.root = rj->root; /* a shallow copy: packed, not freed */
+  sd.restarts = rj->failures > 0 ? rj->failures - !ok : 0;
+  sd.max_restarts = rj->max_restarts;
+  srv__push_begin(m->c, PROTO_EV_SHUTDOWN, 1);
+  msg_shutdown_pack(&m->c->out.pk, &sd);
   srv__reply_end(m->c);
 }
 
@@ -211,82 +199,57 @@ static int cmp_select(const void *a, const void *b) {
   return x->order < y->order ? -1 : x->order > y->order;
 }
 
-/* Compare a node's fingerprint with node 0's. Only the lines that differ
- * are written to out. RET the number of differing items. */
-static int fp_diff(const char *ref, const char *fp, const char *host,
-                   const char *host0, char *out, size_t cap) {
-  int nd = 0;
-  size_t used = 0;
-  const char *sets[2] = {ref ? ref : "", fp ? fp : ""};
-  out[0] = '\0';
-  for (int pass = 0; pass < 2; pass++) {
-    const char *p = sets[pass], *other = sets[1 - pass];
-    while (*p) {
-      size_t len = strcspn(p, "\n");
-      const char *eq = memchr(p, '=', len);
-      size_t klen = eq ? (size_t)(eq - p) : len;
-      const char *q = other, *found = NULL;
-      size_t flen = 0;
-      while (*q) {
-        size_t l2 = strcspn(q, "\n");
-        if (l2 > klen && q[klen] == '=' && memcmp(q, p, klen) == 0) {
-          found = q;
-          flen = l2;
-          break;
-        }
-        if (l2 == klen && memcmp(q, p, klen) == 0) {
-          found = q;
-          flen = l2;
-          break;
-        }
-        q += l2 + (q[l2] == '\n');
-      }
-      if (found == NULL || (pass == 0 && (flen != len || memcmp(found, p, len)))) {
-        const char *v0 = pass == 0 ? (eq ? eq + 1 : "") : "(unset)";
-        int v0len = pass == 0 ? (int)(len - klen - (eq ? 1 : 0)) : 7;
-        const char *v1 = found ? found + klen + 1 : "(unset)";
-        int v1len = found ? (int)(flen - klen - 1) : 7;
-        if (pass == 1) {
-          v0 = "(unset)";
-          v0len = 7;
-          v1 = eq ? eq + 1 : "";
-          v1len = (int)(len - klen - (eq ? 1 : 0));
-        }
-        if (used < cap) {
-          int w = snprintf(out + used, cap - used, "%s  %.*s: %s=%.*s %s=%.*s",
-                           nd ? "\n" : "", (int)klen, p, host0, v0len, v0,
-                           host, v1len, v1);
-          if (w > 0)
-            used += (size_t)w;
-        }
-        nd++;
-      }
-      p += len + (p[len] == '\n');
-    }
-  }
-  return nd;
-}
-
 static void reply_round(rdv_job_t *rj, rdv_member_t *m,
                         const rdv_member_t *node0, int n, int world) {
-  msgpack_packer *pk = &m->c->out.pk;
+  msg_round_t r;
   /* Each reply carries this node's place and node 0's address only (rank
    * 0's store in --torch-store rank0 mode): O(1) per node, not O(nodes);
    * STATUS lists everyone. */
+  msg_round_init(&r);
+  r.round = rj->gen;
+  r.node_rank = m->node_rank;
+  r.nnodes = n;
+  r.world_size = world;
+  r.base_rank = m->base_rank;
+  r.master_port = node0 ? node0->master_port : 0;
+  lu_strlcpy(r.addr, m->addr, sizeof(r.addr));
+  if (node0) {
+    lu_strlcpy(r.node0_addr, node0->addr, sizeof(r.node0_addr));
+    lu_strlcpy(r.node0_host, node0->host, sizeof(r.node0_host));
+  }
   srv__reply_begin(m->c, m->join_id, 0, 1);
-  msgpack_pack_map(pk, 10);
-  pack_kv_int(pk, "round", rj->gen);
-  pack_kv_int(pk, "node_rank", m->node_rank);
-  pack_kv_int(pk, "nnodes", n);
-  pack_kv_int(pk, "world_size", world);
-  pack_kv_int(pk, "base_rank", m->base_rank);
-  pack_kv_int(pk, "failures", rj->failures);
-  pack_kv_int(pk, "master_port", node0 ? node0->master_port : 0);
-  pack_kv_str(pk, "addr", m->addr);
-  pack_kv_str(pk, "node0_addr", node0 ? node0->addr : "");
-  pack_kv_str(pk, "node0_host", node0 ? node0->host : "");
+  msg_round_pack(&m->c->out.pk, &r);
   srv__reply_end(m->c);
   m->join_id = 0;
+}
+
+/* Does sel differ from node 0? Then refuse it (or only warn, with
+ * --allow-mismatch). RET 1 when refused. */
+static int refuse_mismatch(rdv_job_t *rj, rdv_member_t *node0,
+                           rdv_member_t *sel) {
+  srv_t *s = rj->job->srv;
+  const env_fp_t *fps[2] = {node0->fp, sel->fp};
+  const char *names[2] = {node0->host, sel->host};
+  char *diff = NULL, msg[4096];
+  int nd = env_fp_diff(fps, names, 2, &diff);
+  if (nd <= 0) {
+    free(diff);
+    return 0;
+  }
+  snprintf(msg, sizeof(msg), "node %s differs from node 0 (%s):\n%s%s",
+           sel->host, node0->host, diff,
+           rj->allow_mismatch ? "" : "fix the node, or run with "
+                                     "--allow-mismatch");
+  free(diff);
+  if (rj->allow_mismatch) {
+    LU_WARN(&s->log, "job %s: %s", rj->job->name, msg);
+    return 0;
+  }
+  LU_WARN(&s->log, "job %s: refused %s", rj->job->name, msg);
+  reply_join_error(sel, RDZV_EMISMATCH, msg);
+  sel->state = M_RESTARTING;
+  sel->in_round = 0;
+  return 1;
 }
 
 /* Form a round from the joining members. RET 1 if formed. */
@@ -370,31 +333,13 @@ static int form_round(rdv_job_t *rj) {
   for (int i = 0; i < n; i++)
     if (sel[i]->node_rank == 0)
       node0 = sel[i];
-  /* Every node must match node 0 (seed 001 92: only host name, address
-   * and node rank may differ). */
+  /* Every node must match node 0: only host name, address and node rank
+   * may differ (docs/rendezvous.md). */
   if (node0 && node0->fp) {
     int refused = 0;
-    for (int i = 0; i < n; i++) {
-      char diff[2048], msg[2048 + 2 * 256 + 128];
-      if (sel[i] == node0 || sel[i]->fp == NULL)
-        continue;
-      if (fp_diff(node0->fp, sel[i]->fp, sel[i]->host, node0->host, diff,
-                  sizeof(diff)) == 0)
-        continue;
-      snprintf(msg, sizeof(msg), "node %s differs from node 0 (%s):\n%s%s",
-               sel[i]->host, node0->host, diff,
-               rj->allow_mismatch ? "" : "\nfix the node, or run with "
-                                         "--allow-mismatch");
-      if (rj->allow_mismatch) {
-        LU_WARN(&s->log, "job %s: %s", rj->job->name, msg);
-        continue;
-      }
-      LU_WARN(&s->log, "job %s: refused %s", rj->job->name, msg);
-      reply_join_error(sel[i], RDZV_EMISMATCH, msg);
-      sel[i]->state = M_RESTARTING;
-      sel[i]->in_round = 0;
-      refused++;
-    }
+    for (int i = 0; i < n; i++)
+      if (sel[i] != node0 && sel[i]->fp)
+        refused += refuse_mismatch(rj, node0, sel[i]);
     if (refused) {
       free(all);
       return 0; /* re-evaluated without the refused nodes */
@@ -423,37 +368,27 @@ static int form_round(rdv_job_t *rj) {
   return 1;
 }
 
+/* The expected hosts that have not joined, and those that have. */
 static void missing_hosts(rdv_job_t *rj, char *out, size_t cap) {
-  size_t used = 0;
   out[0] = '\0';
-  for (int i = 0; i < rj->nexpected; i++) {
+  for (size_t i = 0; i < rj->nexpected; i++) {
     int found = 0;
     for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
       rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
-      if (m->state == M_JOINING &&
-          (!strcmp(m->host, rj->expected[i]) || !strcmp(m->addr, rj->expected[i])))
-        found = 1;
+      found |= m->state == M_JOINING && (!strcmp(m->host, rj->expected[i]) ||
+                                         !strcmp(m->addr, rj->expected[i]));
     }
-    if (!found && used < cap) {
-      int w = snprintf(out + used, cap - used, "%s%s", used ? ", " : "",
-                       rj->expected[i]);
-      if (w > 0)
-        used += (size_t)w;
-    }
+    if (!found)
+      lu_list_add(out, cap, rj->expected[i]);
   }
 }
 
 static void joined_hosts(rdv_job_t *rj, char *out, size_t cap) {
-  size_t used = 0;
   out[0] = '\0';
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
     rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
-    if (m->state == M_JOINING && used < cap) {
-      int w = snprintf(out + used, cap - used, "%s%s", used ? ", " : "",
-                       m->host);
-      if (w > 0)
-        used += (size_t)w;
-    }
+    if (m->state == M_JOINING)
+      lu_list_add(out, cap, m->host);
   }
 }
 
@@ -543,156 +478,139 @@ static void member_lost(rdv_member_t *m, const char *why) {
     rj->failures = 0;
     rj->failed_gen = -1;
     rj->configured = 0;
-    free(rj->root);
-    rj->root = NULL;
-    rj->root_len = 0;
+    msg_failure_free(&rj->root);
+    rj->has_root = 0;
   }
   schedule(rj->job->srv);
 }
 
 /* ---- ops --------------------------------------------------------------------------------------- */
 
-static int configure(rdv_job_t *rj, const msgpack_object *info, char *err,
-                     size_t cap) {
-  int min = (int)proto_map_i64(info, RDV_K_MIN, 1), max = (int)proto_map_i64(info, RDV_K_MAX, 1);
-  int st = (int)proto_map_i64(info, RDV_K_STATIC, 0);
-  int mr = (int)proto_map_i64(info, RDV_K_MAX_RESTARTS, 0);
-  if (min < 1 || max < min) {
-    snprintf(err, cap, "nnodes %d:%d is not MIN:MAX with 0 < MIN <= MAX", min,
-             max);
+static void free_expected(rdv_job_t *rj) {
+  for (size_t i = 0; i < rj->nexpected; i++)
+    free(rj->expected[i]);
+  free(rj->expected);
+  rj->expected = NULL;
+  rj->nexpected = 0;
+}
+
+/* The first JOIN sets the job's flags; later ones must agree. Takes the
+ * expected hosts from j. */
+static int configure(rdv_job_t *rj, msg_join_t *j, char *err, size_t cap) {
+  if (j->min < 1 || j->max < j->min || j->max > (1 << 20)) {
+    snprintf(err, cap, "nnodes %lld:%lld is not MIN:MAX with 0 < MIN <= MAX",
+             (long long)j->min, (long long)j->max);
     return -1;
   }
   if (rj->configured) {
-    if (min != rj->min || max != rj->max || st != rj->static_mode ||
-        mr != rj->max_restarts) {
-      snprintf(err, cap, "this node asks for --nnodes %d:%d%s --max-restarts "
-               "%d but job %s runs with --nnodes %d:%d%s --max-restarts %d: "
-               "give every node the same flags", min, max,
-               st ? " (static)" : "", mr, rj->job->name, rj->min, rj->max,
+    if (j->min != rj->min || j->max != rj->max ||
+        j->is_static != rj->static_mode || j->max_restarts != rj->max_restarts) {
+      snprintf(err, cap, "this node asks for --nnodes %lld:%lld%s "
+               "--max-restarts %lld but job %s runs with --nnodes %d:%d%s "
+               "--max-restarts %d: give every node the same flags",
+               (long long)j->min, (long long)j->max,
+               j->is_static ? " (static)" : "", (long long)j->max_restarts,
+               rj->job->name, rj->min, rj->max,
                rj->static_mode ? " (static)" : "", rj->max_restarts);
       return -1;
     }
     return 0;
   }
-  rj->min = min;
-  rj->max = max;
-  rj->static_mode = st;
-  rj->max_restarts = mr;
-  rj->allow_mismatch = (int)proto_map_i64(info, RDV_K_ALLOW_MISMATCH, 0);
-  rj->last_call_ms = proto_map_i64(info, RDV_K_LAST_CALL, 30000);
-  rj->join_timeout_ms = proto_map_i64(info, RDV_K_JOIN_TIMEOUT, 600000);
-  rj->hb_ms = proto_map_i64(info, RDV_K_HEARTBEAT, 5000);
-  if (rj->hb_ms < 10)
-    rj->hb_ms = 10;
-  for (int i = 0; i < rj->nexpected; i++)
-    free(rj->expected[i]);
-  free(rj->expected);
-  rj->expected = NULL;
-  rj->nexpected = 0;
-  {
-    const msgpack_object *ex = proto_map_get(info, RDV_K_EXPECTED);
-    if (ex && ex->type == MSGPACK_OBJECT_ARRAY && ex->via.array.size > 0 &&
-        ex->via.array.size <= 65536) {
-      rj->expected = calloc(ex->via.array.size, sizeof(char *));
-      for (uint32_t i = 0; rj->expected && i < ex->via.array.size; i++) {
-        const char *p;
-        size_t n;
-        if (proto_obj_bytes(&ex->via.array.ptr[i], &p, &n) == 0 &&
-            (rj->expected[rj->nexpected] = malloc(n + 1)) != NULL) {
-          memcpy(rj->expected[rj->nexpected], p, n);
-          rj->expected[rj->nexpected][n] = '\0';
-          rj->nexpected++;
-        }
-      }
-    }
-  }
+  rj->min = (int)j->min;
+  rj->max = (int)j->max;
+  rj->static_mode = j->is_static;
+  rj->max_restarts = (int)LU_MAX(0, LU_MIN(j->max_restarts, 1 << 30));
+  rj->allow_mismatch = j->allow_mismatch;
+  rj->last_call_ms = LU_MAX(0, j->last_call_ms);
+  rj->join_timeout_ms = LU_MAX(0, j->join_timeout_ms);
+  rj->hb_ms = LU_MAX(10, j->heartbeat_ms);
+  free_expected(rj);
+  rj->expected = j->expected;
+  rj->nexpected = j->nexpected;
+  j->expected = NULL;
+  j->nexpected = 0;
   rj->configured = 1;
   return 0;
+}
+
+/* The address this node reached us from, without the port. */
+static void peer_host(const conn_t *c, char *out, size_t cap) {
+  const char *p = c->peer, *colon = strrchr(p, ':');
+  size_t n = colon ? (size_t)(colon - p) : strlen(p);
+  if (p[0] == '[' && n >= 2) {
+    p++;
+    n -= 2;
+  }
+  snprintf(out, cap, "%.*s", (int)n, p);
 }
 
 static void op_join(conn_t *c, const proto_msg_t *msg) {
   srv_t *s = c->srv;
   rdv_job_t *rj = rdv_job(c->job);
   rdv_member_t *m = c->rdv;
-  const msgpack_object *info = msg->nargs > 0 ? &msg->args[0] : NULL;
+  msg_join_t j;
+  env_fp_t *fp = NULL;
   char err[600];
   if (rj == NULL) {
     srv__reply_err(c, msg->id, RDZV_ENOMEM, "out of memory");
     return;
   }
-  if (info == NULL || info->type != MSGPACK_OBJECT_MAP) {
-    srv__reply_err(c, msg->id, RDZV_EPROTO, "rdzv_join: expected a map");
+  if (msg_join_unpack(msg->nargs > 0 ? &msg->args[0] : NULL, &j, err,
+                      sizeof(err)) != 0) {
+    srv__reply_err(c, msg->id, RDZV_EPROTO, "rdzv_join: %s", err);
     return;
   }
   if (rj->state == R_DONE) {
     srv__reply_err(c, msg->id, RDZV_ERDZVCLOSED, "job %s already finished: "
                    "%s (start a new run with another --rdzv-id)",
                    c->job->name, rj->reason);
-    return;
-  }
-  if (configure(rj, info, err, sizeof(err)) != 0) {
+  } else if (j.fingerprint &&
+             env_fp_parse(j.fingerprint, strlen(j.fingerprint), &fp) != 0) {
+    srv__reply_err(c, msg->id, RDZV_EPROTO, "rdzv_join: the node "
+                   "fingerprint does not parse");
+  } else if (configure(rj, &j, err, sizeof(err)) != 0) {
     srv__reply_err(c, msg->id, RDZV_EMISMATCH, "%s", err);
-    return;
-  }
-  if (m == NULL) {
-    if ((m = calloc(1, sizeof(*m))) == NULL) {
-      srv__reply_err(c, msg->id, RDZV_ENOMEM, "out of memory");
-      return;
-    }
-    m->rj = rj;
-    m->c = c;
-    m->order = ++rj->next_order;
-    list_insert_tail(&rj->members, &m->link);
-    c->rdv = m;
-  } else if (m->state == M_JOINING && m->join_id) {
-    srv__reply_err(c, msg->id, RDZV_EPROTO, "rdzv_join sent twice");
-    return;
-  }
-  proto_map_str(info, RDV_K_HOST, m->host, sizeof(m->host));
-  proto_map_str(info, RDV_K_ADDR, m->addr, sizeof(m->addr));
-  if (m->addr[0] == '\0') {
-    /* The address this node reached us from. */
-    const char *p = c->peer;
-    size_t n = strlen(p);
-    const char *colon = strrchr(p, ':');
-    if (colon)
-      n = (size_t)(colon - p);
-    if (p[0] == '[' && n >= 2) {
-      p++;
-      n -= 2;
-    }
-    snprintf(m->addr, sizeof(m->addr), "%.*s", (int)n, p);
-  }
-  if (m->host[0] == '\0')
-    lu_strlcpy(m->host, m->addr, sizeof(m->host));
-  m->nproc = (int)proto_map_i64(info, RDV_K_NPROC, 1);
-  m->pref_rank = (int)proto_map_i64(info, RDV_K_RANK, -1);
-  m->master_port = (int)proto_map_i64(info, RDV_K_MASTER_PORT, 0);
-  free(m->fp);
-  m->fp = proto_map_strdup(info, RDV_K_FINGERPRINT);
-  if (m->nproc < 1) {
+  } else if (j.nproc < 1 || j.nproc > (1 << 20)) {
     srv__reply_err(c, msg->id, RDZV_EINVAL, "nproc must be at least 1");
-    member_free(m);
-    return;
-  }
-  if (rj->static_mode && m->pref_rank < 0) {
+  } else if (rj->static_mode && j.rank < 0) {
     srv__reply_err(c, msg->id, RDZV_EINVAL, "static rendezvous: this node "
                    "gave no --node-rank");
-    member_free(m);
-    return;
-  }
-  m->state = M_JOINING;
-  m->join_id = msg->id;
-  m->last_hb = uv_now(s->loop);
-  LU_DBG(&s->log, LU_DBG_RDV, "job %s: %s (%s) joins, %d joining",
-         c->job->name, m->host, m->addr, count_state(rj, M_JOINING, 0));
-  if (rj->state == R_RUNNING) {
+  } else if (m && m->state == M_JOINING && m->join_id) {
+    srv__reply_err(c, msg->id, RDZV_EPROTO, "rdzv_join sent twice");
+  } else if (m == NULL && (m = calloc(1, sizeof(*m))) == NULL) {
+    srv__reply_err(c, msg->id, RDZV_ENOMEM, "out of memory");
+  } else {
+    if (m->rj == NULL) {
+      m->rj = rj;
+      m->c = c;
+      m->order = ++rj->next_order;
+      list_insert_tail(&rj->members, &m->link);
+      c->rdv = m;
+    }
+    lu_strlcpy(m->addr, j.addr, sizeof(m->addr));
+    if (m->addr[0] == '\0')
+      peer_host(c, m->addr, sizeof(m->addr));
+    lu_strlcpy(m->host, j.host[0] ? j.host : m->addr, sizeof(m->host));
+    m->nproc = (int)j.nproc;
+    m->pref_rank = (int)LU_MAX(-1, LU_MIN(j.rank, 1 << 20));
+    m->master_port = (int)j.master_port;
+    env_fp_free(m->fp);
+    m->fp = fp;
+    fp = NULL;
+    m->state = M_JOINING;
+    m->join_id = msg->id;
+    m->last_hb = uv_now(s->loop);
+    LU_DBG(&s->log, LU_DBG_RDV, "job %s: %s (%s) joins, %d joining",
+           c->job->name, m->host, m->addr, count_state(rj, M_JOINING, 0));
     /* A newcomer while the job runs: take it in when there is room. */
-    if (!m->in_round && count_state(rj, -1, 1) < rj->max)
+    if (rj->state == R_RUNNING && !m->in_round &&
+        count_state(rj, -1, 1) < rj->max)
       restart(rj, "node %s joined", m->host);
+    evaluate(rj);
+    schedule(s);
   }
-  evaluate(rj);
-  schedule(s);
+  env_fp_free(fp);
+  msg_join_free(&j);
 }
 
 static void op_heartbeat(conn_t *c, const proto_msg_t *msg) {
@@ -704,113 +622,102 @@ static void op_heartbeat(conn_t *c, const proto_msg_t *msg) {
 
 static void op_leave(conn_t *c, const proto_msg_t *msg) {
   rdv_member_t *m = c->rdv;
-  char why[256] = "left";
-  const char *p;
-  size_t n;
-  if (proto_arg_bytes(msg, 0, &p, &n) == 0)
-    snprintf(why, sizeof(why), "%.*s", (int)LU_MIN(n, 200), p);
+  msg_leave_t l;
+  if (msg_leave_unpack(msg->nargs > 0 ? &msg->args[0] : NULL, &l, NULL, 0) ||
+      l.reason[0] == '\0')
+    lu_strlcpy(l.reason, "left", sizeof(l.reason));
   srv__reply_ok(c, msg->id);
   if (m)
-    member_lost(m, why);
+    member_lost(m, l.reason);
+}
+
+/* The first failure of round r: the root cause, one restart spent. */
+static void round_failed(rdv_job_t *rj, rdv_member_t *m, msg_report_t *r) {
+  const msg_failure_t *f = &r->failure;
+  char what[64];
+  msg_failure_free(&rj->root);
+  rj->has_root = r->has_failure && msg_failure_copy(&rj->root, f) == 0;
+  rj->failed_gen = r->round;
+  rj->failures++;
+  if (f->signal)
+    snprintf(what, sizeof(what), "signal %d", (int)f->signal);
+  else
+    snprintf(what, sizeof(what), "exit code %d", (int)f->exit_code);
+  if (rj->failures > rj->max_restarts) {
+    snprintf(rj->reason, sizeof(rj->reason), "rank %d on %s failed (%s); "
+             "%d of %d restarts used", (int)f->rank, m->host, what,
+             rj->failures - 1, rj->max_restarts);
+    finish(rj, 0);
+  } else {
+    restart(rj, "rank %d on %s failed (%s); restart %d of %d", (int)f->rank,
+            m->host, what, rj->failures, rj->max_restarts);
+  }
 }
 
 static void op_report(conn_t *c, const proto_msg_t *msg) {
   rdv_member_t *m = c->rdv;
   rdv_job_t *rj = m ? m->rj : NULL;
-  const msgpack_object *info = msg->nargs > 0 ? &msg->args[0] : NULL;
-  int64_t gen;
+  msg_report_t r;
   srv__reply_ok(c, msg->id);
-  if (rj == NULL || info == NULL || info->type != MSGPACK_OBJECT_MAP)
+  if (rj == NULL ||
+      msg_report_unpack(msg->nargs > 0 ? &msg->args[0] : NULL, &r, NULL, 0))
     return;
-  gen = proto_map_i64(info, "gen", -2);
-  if (gen != rj->gen || rj->state != R_RUNNING || !m->in_round)
-    return; /* about an earlier generation: already handled */
-  m->last_hb = uv_now(c->srv->loop);
-  if (proto_map_i64(info, "ok", 0)) {
-    m->state = M_DONE;
-    if (count_state(rj, M_DONE, 1) == count_state(rj, -1, 1)) {
-      snprintf(rj->reason, sizeof(rj->reason), "every worker of %d nodes "
-               "exited 0 in round %" PRId64, count_state(rj, -1, 1), rj->gen);
-      finish(rj, 1);
+  /* A report about an earlier round was already handled. */
+  if (r.round == rj->gen && rj->state == R_RUNNING && m->in_round) {
+    m->last_hb = uv_now(c->srv->loop);
+    if (r.ok) {
+      m->state = M_DONE;
+      if (count_state(rj, M_DONE, 1) == count_state(rj, -1, 1)) {
+        snprintf(rj->reason, sizeof(rj->reason), "every worker of %d nodes "
+                 "exited 0 in round %" PRId64, count_state(rj, -1, 1), rj->gen);
+        finish(rj, 1);
+      }
+    } else if (rj->failed_gen != r.round) {
+      round_failed(rj, m, &r);
     }
-    return;
+    schedule(c->srv);
   }
-  if (rj->failed_gen != gen) {
-    /* The first failure of this generation: the root cause. */
-    proto_enc_t e;
-    char what[64];
-    int64_t code = proto_map_i64(info, "exit_code", -1), sig = proto_map_i64(info, "signal", 0);
-    proto_enc_init(&e);
-    msgpack_pack_object(&e.pk, *info);
-    free(rj->root);
-    rj->root = NULL;
-    rj->root_len = 0;
-    if (!e.oom) {
-      rj->root = (uint8_t *)e.data;
-      rj->root_len = e.len;
-    } else {
-      proto_enc_destroy(&e);
-    }
-    rj->failed_gen = gen;
-    rj->failures++;
-    if (sig)
-      snprintf(what, sizeof(what), "signal %d", (int)sig);
-    else
-      snprintf(what, sizeof(what), "exit code %d", (int)code);
-    if (rj->failures > rj->max_restarts) {
-      snprintf(rj->reason, sizeof(rj->reason), "rank %d on %s failed (%s); "
-               "%d of %d restarts used", (int)proto_map_i64(info, "rank", -1),
-               m->host, what, rj->failures - 1, rj->max_restarts);
-      finish(rj, 0);
-    } else {
-      restart(rj, "rank %d on %s failed (%s); restart %d of %d",
-              (int)proto_map_i64(info, "rank", -1), m->host, what, rj->failures,
-              rj->max_restarts);
-    }
-  }
-  schedule(c->srv);
-}
-
-static void pack_status(conn_t *c, rdv_job_t *rj) {
-  msgpack_packer *pk = &c->out.pk;
-  uint64_t now = uv_now(c->srv->loop);
-  int n = rj ? count_state(rj, -1, 0) : 0;
-  msgpack_pack_map(pk, 11);
-  pack_kv_str(pk, "job", c->job->name);
-  pack_kv_str(pk, "state", rj ? rstate_names[rj->state] : "idle");
-  pack_kv_int(pk, "round", rj ? rj->gen : -1);
-  pack_kv_int(pk, "failures", rj ? rj->failures : 0);
-  pack_kv_int(pk, "max_restarts", rj ? rj->max_restarts : 0);
-  pack_kv_int(pk, "min", rj ? rj->min : 0);
-  pack_kv_int(pk, "max", rj ? rj->max : 0);
-  pack_kv_int(pk, "waited_ms",
-              rj && rj->state == R_FORMING ? (int64_t)(now - rj->forming_since) : 0);
-  pack_kv_str(pk, "reason", rj ? rj->reason : "");
-  proto_pack_str(pk, "expected");
-  msgpack_pack_array(pk, rj ? (uint32_t)rj->nexpected : 0);
-  for (int i = 0; rj && i < rj->nexpected; i++)
-    proto_pack_str(pk, rj->expected[i]);
-  proto_pack_str(pk, "members");
-  msgpack_pack_array(pk, (uint32_t)n);
-  for (list_t *it = rj ? rj->members.next : NULL; rj && it != &rj->members;
-       it = it->next) {
-    rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
-    msgpack_pack_map(pk, 8);
-    pack_kv_str(pk, "host", m->host);
-    pack_kv_str(pk, "addr", m->addr);
-    pack_kv_int(pk, "node_rank", m->in_round ? m->node_rank : -1);
-    pack_kv_int(pk, "nproc", m->nproc);
-    pack_kv_int(pk, "base_rank", m->in_round ? m->base_rank : -1);
-    pack_kv_str(pk, "state", mstate_names[m->state]);
-    pack_kv_int(pk, "heartbeat_age_ms", (int64_t)(now - m->last_hb));
-    pack_kv_int(pk, "in_round", m->in_round);
-  }
+  msg_report_free(&r);
 }
 
 static void op_status(conn_t *c, const proto_msg_t *msg) {
+  rdv_job_t *rj = c->job->rdv;
+  uint64_t now = uv_now(c->srv->loop);
+  msg_status_t st;
+  size_t k = 0;
+  msg_status_init(&st);
+  lu_strlcpy(st.job, c->job->name, sizeof(st.job));
+  lu_strlcpy(st.state, rj ? rstate_names[rj->state] : "idle", sizeof(st.state));
+  if (rj) {
+    st.round = rj->gen;
+    st.restarts = rj->failures;
+    st.max_restarts = rj->max_restarts;
+    st.min = rj->min;
+    st.max = rj->max;
+    st.waited_ms = rj->state == R_FORMING ? (int64_t)(now - rj->forming_since) : 0;
+    st.reason = rj->reason;
+    st.expected = rj->expected;
+    st.nexpected = rj->nexpected;
+    st.members = calloc((size_t)count_state(rj, -1, 0) + 1, sizeof(*st.members));
+    for (list_t *it = rj->members.next; st.members && it != &rj->members;
+         it = it->next) {
+      rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
+      msg_member_t *o = &st.members[k++];
+      lu_strlcpy(o->host, m->host, sizeof(o->host));
+      lu_strlcpy(o->addr, m->addr, sizeof(o->addr));
+      o->node_rank = m->in_round ? m->node_rank : -1;
+      o->nproc = m->nproc;
+      o->base_rank = m->in_round ? m->base_rank : -1;
+      lu_strlcpy(o->state, mstate_names[m->state], sizeof(o->state));
+      o->heartbeat_age_ms = (int64_t)(now - m->last_hb);
+      o->in_round = m->in_round;
+    }
+    st.nmembers = k;
+  }
   srv__reply_begin(c, msg->id, 0, 1);
-  pack_status(c, c->job->rdv);
+  msg_status_pack(&c->out.pk, &st);
   srv__reply_end(c);
+  free(st.members); /* the rest is the job's */
 }
 
 static void rdv_op(conn_t *c, const proto_msg_t *m) {
@@ -902,10 +809,8 @@ static void rdv_job_free(job_t *j) {
     return;
   while (!list_empty(&rj->members))
     member_free(LIST_ENTRY(rj->members.next, rdv_member_t, link));
-  for (int i = 0; i < rj->nexpected; i++)
-    free(rj->expected[i]);
-  free(rj->expected);
-  free(rj->root);
+  free_expected(rj);
+  msg_failure_free(&rj->root);
   free(rj);
   j->rdv = NULL;
 }

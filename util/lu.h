@@ -102,6 +102,8 @@ void lu_hex(const void *buf, size_t n, char *out);
 /* Read a whole small file (<= max bytes). OUT *data malloc'd, NUL-terminated.
  * RET 0 or -errno, RDZV_ETOOBIG. */
 int lu_read_file(const char *path, size_t max, char **data, size_t *len);
+/* Append s to the ", "-separated list in out[cap] (cut to fit). */
+void lu_list_add(char *out, size_t cap, const char *s);
 /* Trim trailing whitespace/newlines in place, return new length. */
 size_t lu_rtrim(char *s, size_t len);
 

@@ -281,6 +281,12 @@ int lu_read_file(const char *path, size_t max, char **data, size_t *len) {
   return 0;
 }
 
+void lu_list_add(char *out, size_t cap, const char *s) {
+  size_t used = strlen(out);
+  if (used + 1 < cap)
+    snprintf(out + used, cap - used, "%s%s", used ? ", " : "", s);
+}
+
 size_t lu_rtrim(char *s, size_t len) {
   while (len > 0 && (s[len - 1] == '\n' || s[len - 1] == '\r' ||
                      s[len - 1] == ' ' || s[len - 1] == '\t'))
