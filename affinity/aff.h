@@ -14,9 +14,6 @@
  *   4. in the child:        aff_apply_child(aff_plan_rank(plan, i), 2)
  *                           between fork() and exec(): no allocation, no
  *                           locks, only sched_setaffinity + set_mempolicy.
- *      or with uv_spawn:    aff_self_save(); aff_apply(b); uv_spawn(...);
- *                           aff_self_restore(): the loop thread's affinity
- *                           and memory policy are inherited by the child.
  *   5. aff_binding_envv()   LAUNCH_CPUS, LAUNCH_NUMA_NODE, LAUNCH_GPU_BUSID,
  *                           LAUNCH_HCA, LAUNCH_HCA_PORT, LAUNCH_NETDEV,
  *                           LAUNCH_HCAS for the worker environment (and the
@@ -296,17 +293,6 @@ int aff_apply(const aff_binding_t *b);
  * (write(2) only) and go on: a job is never stopped by a binding the
  * kernel refused, but it is never silent either. RET as aff_apply. */
 int aff_apply_child(const aff_binding_t *b, int errfd);
-
-/* Save / restore the calling thread's CPU affinity and memory policy,
- * around aff_apply() + uv_spawn() when the child cannot run code before
- * exec. RET 0 or -errno. */
-typedef struct aff_saved_s {
-  aff_cpuset_t cpus;
-  int mode;
-  unsigned long nodemask[AFF_MAX_CPUS / AFF_LONG_BITS];
-} aff_saved_t;
-int aff_self_save(aff_saved_t *s);
-int aff_self_restore(const aff_saved_t *s);
 
 /* ---- reports ------------------------------------------------------------------ */
 

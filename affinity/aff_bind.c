@@ -67,29 +67,3 @@ int aff_apply_child(const aff_binding_t *b, int errfd) {
   errno = saved;
   return rc;
 }
-
-int aff_self_save(aff_saved_t *s) {
-  memset(s, 0, sizeof(*s));
-  if (syscall(SYS_sched_getaffinity, 0, sizeof(s->cpus.bits), s->cpus.bits) < 0)
-    return -errno;
-  if (syscall(SYS_get_mempolicy, &s->mode, s->nodemask,
-              (unsigned long)MAXNODE, NULL, 0ul) != 0) {
-    /* no NUMA support: nothing to restore */
-    s->mode = -1;
-  }
-  return 0;
-}
-
-int aff_self_restore(const aff_saved_t *s) {
-  int rc = 0;
-  if (syscall(SYS_sched_setaffinity, 0, sizeof(s->cpus.bits), s->cpus.bits) != 0)
-    rc = -errno;
-  if (s->mode >= 0) {
-    const unsigned long *mask = s->mode == MPOL_DEFAULT ? NULL : s->nodemask;
-    if (syscall(SYS_set_mempolicy, s->mode, mask,
-                mask ? (unsigned long)MAXNODE : 0ul) != 0 &&
-        rc == 0)
-      rc = -errno;
-  }
-  return rc;
-}

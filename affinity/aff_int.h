@@ -74,6 +74,6 @@ int aff__cudart_gpus(aff_gpu_probe_t *g, int max);
 int aff__busid_norm(const char *in, char out[16]);
 
 /* Read a small sysfs/proc file under root: RET length, -1 on error. */
-int aff__read_line(const char *root, const char *path, char *buf, size_t n);
+#define aff__read_line lu_read_line /* util/lu.h */
 
 #endif /* AFF_INT_H */

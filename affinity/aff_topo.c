@@ -20,24 +20,6 @@
 
 /* ---- small helpers -------------------------------------------------------------- */
 
-int aff__read_line(const char *root, const char *path, char *buf, size_t n) {
-  char full[768];
-  int fd;
-  ssize_t r;
-  if (n == 0)
-    return -1;
-  snprintf(full, sizeof(full), "%s%s", root && *root ? root : "", path);
-  fd = open(full, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return -1;
-  r = read(fd, buf, n - 1);
-  close(fd);
-  if (r < 0)
-    return -1;
-  buf[r] = '\0';
-  return (int)lu_rtrim(buf, (size_t)r);
-}
-
 int aff__busid_norm(const char *in, char out[16]) {
   unsigned dom = 0, bus, dev, fn;
   char tail;

@@ -86,20 +86,7 @@ static void setf(char *dst, size_t n, const char *fmt, ...) {
 #define FIX(it, ...) setf((it)->fix, sizeof((it)->fix), __VA_ARGS__)
 
 /* Read root+path: RET length or -1. */
-static int rd(const ctx_t *c, const char *path, char *buf, size_t n) {
-  char full[1024];
-  int fd;
-  ssize_t r;
-  snprintf(full, sizeof(full), "%s%s", c->root, path);
-  if ((fd = open(full, O_RDONLY | O_CLOEXEC)) < 0)
-    return -1;
-  r = read(fd, buf, n - 1);
-  close(fd);
-  if (r < 0)
-    return -1;
-  buf[r] = '\0';
-  return (int)lu_rtrim(buf, (size_t)r);
-}
+#define rd(c, path, buf, n) lu_read_line((c)->root, path, buf, n)
 
 static int exists(const ctx_t *c, const char *path) {
   char full[1024];

@@ -1,26 +1,11 @@
 /* node.c - what the lint checks names against: this node's network
  * interfaces and RDMA devices, read from sysfs under a root prefix. */
 #include <dirent.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "env.h"
-
-static int read_line(const char *path, char *buf, size_t n) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  ssize_t r;
-  if (fd < 0)
-    return -1;
-  r = read(fd, buf, n - 1);
-  close(fd);
-  if (r < 0)
-    return -1;
-  buf[r] = '\0';
-  return (int)lu_rtrim(buf, (size_t)r);
-}
 
 static int cmp_name(const void *a, const void *b) {
   return strcmp((const char *)a, (const char *)b);
@@ -55,13 +40,13 @@ int env_node_probe(env_node_t *n, const char *root) {
       for (int p = 1; p <= 8; p++) {
         char path[1024], buf[64];
         snprintf(path, sizeof(path), "%s/%s/ports/%d/state", dir, e->d_name, p);
-        if (read_line(path, buf, sizeof(buf)) < 0)
+        if (lu_read_line(NULL, path, buf, sizeof(buf)) < 0)
           break;
         h->nports = p;
         h->state[p - 1] = atoi(buf);
         snprintf(path, sizeof(path), "%s/%s/ports/%d/link_layer", dir, e->d_name,
                  p);
-        if (read_line(path, buf, sizeof(buf)) > 0)
+        if (lu_read_line(NULL, path, buf, sizeof(buf)) > 0)
           lu_strlcpy(h->link_layer[p - 1], buf, sizeof(h->link_layer[0]));
       }
     }

@@ -134,23 +134,6 @@ static int free_port(const char *addr) {
   return port;
 }
 
-static int mkdirs(const char *path) {
-  char tmp[PATH_MAX];
-  size_t n = lu_strlcpy(tmp, path, sizeof(tmp));
-  if (n >= sizeof(tmp))
-    return -ENAMETOOLONG;
-  for (char *p = tmp + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return -errno;
-      *p = '/';
-    }
-  if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-    return -errno;
-  return 0;
-}
-
 static int rm_entry(const char *path, const struct stat *st, int flag,
                     struct FTW *ftw) {
   (void)st;
@@ -291,7 +274,7 @@ static int start_workers(agent_t *a) {
   for (int i = 0; i < o->nproc; i++) {
     char d[PATH_MAX + 16];
     snprintf(d, sizeof(d), "%s/%d", a->attempt_dir, i);
-    if ((rc = mkdirs(d)) != 0) {
+    if ((rc = lu_mkdir_p(d)) != 0) {
       LU_ERR(&a->log, "cannot create %s: %s (check --log-dir)", d,
              rdzv_strerror(rc));
       return rc;
@@ -697,10 +680,6 @@ static void close_handle(agent_t *a, uv_handle_t *h) {
   }
 }
 
-static void srv_closed(void *arg) { (void)arg; }
-static void ac_closed(void *arg) { (void)arg; }
-static void wg_closed(void *arg) { (void)arg; }
-
 /* Close every handle; the loop then ends. */
 static void close_all(agent_t *a) {
   if (a->state == A_CLOSED)
@@ -713,15 +692,15 @@ static void close_all(agent_t *a) {
   for (int i = 0; i < a->nsigs; i++)
     close_handle(a, (uv_handle_t *)&a->sigs[i]);
   if (a->ac) {
-    ac_close(a->ac, ac_closed, NULL);
+    ac_close(a->ac, NULL, NULL);
     a->ac = NULL;
   }
   if (a->srv) {
-    srv_close(a->srv, srv_closed, NULL);
+    srv_close(a->srv, NULL, NULL);
     a->srv = NULL;
   }
   if (a->wg) {
-    wk_group_close(a->wg, wg_closed, NULL);
+    wk_group_close(a->wg, NULL, NULL);
     a->wg = NULL;
   }
 }
@@ -835,25 +814,15 @@ static void on_signal(uv_signal_t *h, int sig) {
 /* ---- start --------------------------------------------------------------------------------------------- */
 
 static int read_token(agent_t *a) {
-  char *t = NULL;
-  size_t n = 0;
+  char err[1024];
   int rc;
   if (a->o->token_file[0] == '\0')
     return 0;
-  rc = lu_read_file(a->o->token_file, 4096, &t, &n);
-  if (rc != 0) {
-    LU_ERR(&a->log, "--token-file %s: %s", a->o->token_file, rdzv_strerror(rc));
-    return rc;
-  }
-  n = lu_rtrim(t, n);
-  if (n == 0) {
-    LU_ERR(&a->log, "--token-file %s is empty", a->o->token_file);
-    free(t);
-    return RDZV_EINVAL;
-  }
-  a->token = t;
-  a->token_len = n;
-  return 0;
+  rc = lu_read_token(a->o->token_file, &a->token, &a->token_len, err,
+                     sizeof(err));
+  if (rc != 0)
+    LU_ERR(&a->log, "%s", err);
+  return rc;
 }
 
 /* Before the first round: the binding plan, the NCCL profile and its lint,
@@ -1000,6 +969,8 @@ int agent_run(cfg_t *o) {
   signal(SIGPIPE, SIG_IGN);
   lu_log_init(&a->log, "launch");
   lu_log_set_who(&a->log, "launch %s", a->o->host);
+  if (o->no_log_time)
+    a->log.time = 0;
   lu_strlcpy(a->ep_host, o->endpoint_host, sizeof(a->ep_host));
   lu_strlcpy(a->store_host, o->endpoint_host, sizeof(a->store_host));
   a->ep_port = o->endpoint_port;
@@ -1035,7 +1006,7 @@ int agent_run(cfg_t *o) {
                  o->log_dir[0] ? o->log_dir : o->tmpdir,
                  o->log_dir[0] ? "" : "launch_", o->run_id, hex);
     rc = w < 0 || (size_t)w >= sizeof(a->run_dir) ? -ENAMETOOLONG : 0;
-    if (rc != 0 || (rc = mkdirs(a->run_dir)) != 0) {
+    if (rc != 0 || (rc = lu_mkdir_p(a->run_dir)) != 0) {
       LU_ERR(&a->log, "cannot create %s: %s", a->run_dir, rdzv_strerror(rc));
       a->exit_code = 1;
       goto out;

@@ -81,13 +81,11 @@ static int gather(doc_opts_t *dopts, const char *endpoint, int nnodes,
     lu_strlcpy(host, h, sizeof(host));
   else if (gethostname(host, sizeof(host)) != 0)
     lu_strlcpy(host, "localhost", sizeof(host));
-  if (token_file &&
-      (rc = lu_read_file(token_file, 4096, &token, &tlen)) != 0) {
-    launch_usage_error("--token-file %s: %s", token_file, rdzv_strerror(rc));
+  if (token_file && lu_read_token(token_file, &token, &tlen, key,
+                                  sizeof(key)) != 0) {
+    launch_usage_error("%s", key);
     return 2;
   }
-  if (token)
-    tlen = lu_rtrim(token, tlen);
   /* Host the server when the endpoint is this node (as the agent does). */
   if (launch_resolve_ip(ep.host, ip, sizeof(ip)) == 0 && launch_ip_is_local(ip) &&
       (local_addr == NULL || !strcmp(local_addr, ip))) {

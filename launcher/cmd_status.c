@@ -101,8 +101,6 @@ static void print_table(const msg_status_t *st) {
   }
 }
 
-static void closed(void *arg) { (void)arg; }
-
 static void on_status(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   st_t *st = arg;
   if (status != 0) {
@@ -125,7 +123,7 @@ static void on_status(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
       st->rc = 0;
     }
   }
-  ac_close(ac, closed, NULL);
+  ac_close(ac, NULL, NULL);
 }
 
 static void on_connected(ac_t *ac, int status, void *arg) {
@@ -133,13 +131,13 @@ static void on_connected(ac_t *ac, int status, void *arg) {
   if (status != 0) {
     fprintf(stderr, "launch status: %s\n", ac_last_error(ac));
     st->rc = 1;
-    ac_close(ac, closed, NULL);
+    ac_close(ac, NULL, NULL);
     return;
   }
   ac_begin(ac, PROTO_OP_STATUS, 0);
   if (ac_send(ac, on_status, st) != 0) {
     st->rc = 1;
-    ac_close(ac, closed, NULL);
+    ac_close(ac, NULL, NULL);
   }
 }
 
@@ -196,12 +194,11 @@ int launch_cmd_status(int argc, char **argv) {
     return 2;
   }
   if (token_file) {
-    int rc = lu_read_file(token_file, 4096, &token, &token_len);
-    if (rc != 0) {
-      launch_usage_error("--token-file %s: %s", token_file, rdzv_strerror(rc));
+    char err[1024];
+    if (lu_read_token(token_file, &token, &token_len, err, sizeof(err)) != 0) {
+      launch_usage_error("%s", err);
       return 2;
     }
-    token_len = lu_rtrim(token, token_len);
   }
   lu_log_init(&log, "launch status");
   uv_loop_init(&loop);

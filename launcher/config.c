@@ -158,6 +158,10 @@ static const setting_t settings[CFG_S_COUNT] = {
                            "${node_rank}; 'none')"},
     [CFG_S_QUIET] = {"--quiet", "-q", NULL, T_BOOL, FIELD(quiet), 0, 0, NULL,
                      NULL, SEC_LOGS, "fewer agent messages"},
+    [CFG_S_NO_LOG_TIME] = {"--no-log-time", NULL, NULL, T_BOOL,
+                           FIELD(no_log_time), 0, 0, NULL, NULL, SEC_LOGS,
+                           "the agent's lines without their time (UTC); "
+                           "LAUNCH_LOG_TIME=0 does it for every command"},
     [CFG_S_EVENT_LOG] = {"--event-log-handler", NULL, "null", T_CHOICE,
                          NOFIELD, 0, 0, "null", NULL, SEC_LOGS,
                          "torchrun's event log: only null (none) is "
@@ -698,7 +702,6 @@ static void defaults(cfg_t *c, char *const *envp) {
   lu_strlcpy(c->nccl_profile, "auto", sizeof(c->nccl_profile));
   lu_strlcpy(c->python, "python3", sizeof(c->python));
   lu_strlcpy(c->tmpdir, "/tmp", sizeof(c->tmpdir));
-  c->log_time = 1;
   c->environ = envp;
 }
 

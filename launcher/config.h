@@ -71,7 +71,7 @@ typedef struct cfg_s {
   unsigned char console[CFG_MAX_NPROC]; /* --local-ranks-filter */
   char line_prefix[256];     /* --log-line-prefix template */
   int quiet;
-  int log_time;              /* timestamps on the agent's log lines */
+  int no_log_time;           /* no timestamps on the agent's lines */
   /* program */
   int prog_mode;             /* CFG_PROG_* */
   char **prog_argv;          /* PROGRAM ARGS... (points into argv) */
@@ -137,6 +137,7 @@ typedef enum {
   CFG_S_TCPSTORE_ALLOW, CFG_S_CPU_BIND, CFG_S_NUMA_BINDING, CFG_S_MEM_BIND,
   CFG_S_REPORT_BINDINGS, CFG_S_TOPOLOGY, CFG_S_NCCL_PROFILE,
   CFG_S_ALLOW_ENV_OVERRIDE, CFG_S_LINT, CFG_S_ALLOW_MISMATCH, CFG_S_QUIET,
+  CFG_S_NO_LOG_TIME,
   CFG_S_HELP, CFG_S_VERSION,
   /* from the environment only */
   CFG_S_HOSTNAME, CFG_S_EXPECTED_HOSTS, CFG_S_NODE_INDEX, CFG_S_PYTHON,

@@ -500,9 +500,8 @@ int rdzv_connect_from_env(rdzv_client_t **out) {
   if (o.job == NULL || *o.job == '\0')
     o.job = "default";
   if (tf && *tf) {
-    if ((rc = lu_read_file(tf, 4096, &token, &tlen)) != 0)
+    if ((rc = lu_read_token(tf, &token, &tlen, NULL, 0)) != 0)
       return rc;
-    tlen = lu_rtrim(token, tlen);
     o.token = token;
     o.token_len = tlen;
   }

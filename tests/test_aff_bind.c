@@ -167,41 +167,6 @@ static void test_refused(const aff_topo_t *t) {
 
 /* With uv_spawn there is no hook in the child: bind the spawning thread,
  * spawn, restore. */
-static void test_save_restore(const aff_topo_t *t, const aff_cpuset_t *mine) {
-  aff_plan_t *p = mkplan(t, "cores", "local", 2);
-  const aff_binding_t *b = aff_plan_rank(p, 1);
-  aff_saved_t *s = malloc(sizeof(*s));
-  cpu_set_t now;
-  char out[512], got[64];
-  char *argv[] = {"cat", "/proc/self/status", NULL};
-  posix_spawn_file_actions_t fa;
-  pid_t pid;
-  int status;
-  char *text;
-  ASSERT(s != NULL);
-  ASSERT_EQ(0, aff_self_save(s));
-  ASSERT_EQ(0, aff_apply(b));
-  ASSERT_EQ(0, sched_getaffinity(0, sizeof(now), &now));
-  ASSERT_EQ(aff_cpuset_count(&b->cpus), CPU_COUNT(&now));
-  ASSERT(CPU_ISSET(aff_cpuset_first(&b->cpus), &now));
-  snprintf(out, sizeof(out), "%s/spawned", test_tmpdir());
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  ASSERT_EQ(0, posix_spawnp(&pid, "cat", &fa, NULL, argv, environ));
-  posix_spawn_file_actions_destroy(&fa);
-  ASSERT_EQ(0, aff_self_restore(s));
-  ASSERT_EQ(pid, waitpid(pid, &status, 0));
-  text = test_read_file(out);
-  status_field(text, "Cpus_allowed_list:", got, sizeof(got));
-  ASSERT_STR_EQ(got, b->cpulist);
-  ASSERT_EQ(0, sched_getaffinity(0, sizeof(now), &now));
-  ASSERT_EQ(aff_cpuset_count(mine), CPU_COUNT(&now));
-  free(text);
-  free(s);
-  aff_plan_free(p);
-}
-
 int main(void) {
   int fds = test_fd_count();
   aff_topo_t *t = live();
@@ -226,7 +191,6 @@ int main(void) {
   }
   test_cores_and_membind(t, &mine);
   test_list(t, &mine);
-  test_save_restore(t, &mine);
   aff_topo_free(t);
   ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
   return 0;

@@ -115,6 +115,14 @@ def main():
     # an empty endpoint is refused (it used to serve 127.0.0.1:29500)
     rc, out = run(["--rdzv-endpoint", "", "/bin/true"])
     assert rc == 2 and "--rdzv-endpoint is empty" in out, out
+    # log lines start with their time (UTC), unless asked not to
+    import re
+    rc, out = run(["--standalone", "/bin/true"])
+    assert rc == 0 and re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3} \[launch ", out,
+                                 re.M), out
+    for args, env in ((["--no-log-time"], None), ([], {"LAUNCH_LOG_TIME": "0"})):
+        rc, out = run(["--standalone"] + args + ["/bin/true"], env=env)
+        assert rc == 0 and out.startswith("[launch "), out
     test_read_timeout()
     # an endpoint nothing listens on: fails after the join timeout, naming it
     t0 = time.time()

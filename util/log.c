@@ -43,6 +43,8 @@ void lu_log_init(lu_log_t *log, const char *who) {
       log->level = LU_LOG_DEBUG;
   }
   log->debug = parse_debug(getenv("LAUNCH_DEBUG"));
+  log->time = getenv("LAUNCH_LOG_TIME") == NULL ||
+              strcmp(getenv("LAUNCH_LOG_TIME"), "0") != 0;
   if (log->debug)
     log->level = LU_LOG_DEBUG;
   lu_strlcpy(log->who, who ? who : "launch", sizeof(log->who));
@@ -62,7 +64,12 @@ void lu_log_write(const lu_log_t *log, int level, const char *fmt, ...) {
   va_list ap;
   FILE *out = log->out ? log->out : stderr;
 
-  n = snprintf(line, sizeof(line), "[%s] %s: ", log->who,
+  char when[32] = "";
+  if (log->time) {
+    lu_iso8601(lu_wall_s(), when, sizeof(when));
+    when[23] = ' '; /* "2026-11-30T04:45:16.123 ": the Z goes */
+  }
+  n = snprintf(line, sizeof(line), "%s[%s] %s: ", when, log->who,
                tags[level < 0 ? 0 : level > 3 ? 3 : level]);
   if (n < 0 || (size_t)n >= sizeof(line))
     n = 0;

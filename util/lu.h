@@ -38,10 +38,13 @@ typedef struct lu_log_s {
   int level;         /* messages above this level are dropped unformatted */
   unsigned debug;    /* LU_DBG_* mask */
   FILE *out;         /* NULL = stderr */
+  int time;          /* lines start with the UTC time (LAUNCH_LOG_TIME=0:
+                        not) */
   char who[96];      /* "launch server", "launch agent host3", ... */
 } lu_log_t;
 
-/* Initialise from LAUNCH_LOG_LEVEL (error|warn|info|debug) and LAUNCH_DEBUG. */
+/* Initialise from LAUNCH_LOG_LEVEL (error|warn|info|debug), LAUNCH_DEBUG
+ * and LAUNCH_LOG_TIME. */
 void lu_log_init(lu_log_t *log, const char *who);
 void lu_log_set_who(lu_log_t *log, const char *fmt, ...) LU_PRINTF(2, 3);
 void lu_log_write(const lu_log_t *log, int level, const char *fmt, ...)
@@ -106,6 +109,17 @@ int lu_read_file(const char *path, size_t max, char **data, size_t *len);
 void lu_list_add(char *out, size_t cap, const char *s);
 /* Trim trailing whitespace/newlines in place, return new length. */
 size_t lu_rtrim(char *s, size_t len);
+/* The first line (up to n - 1 bytes) of root+path, trailing whitespace cut:
+ * /sys and /proc values under a root prefix (NULL = "/") that tests fake.
+ * RET its length, or -1. */
+int lu_read_line(const char *root, const char *path, char *buf, size_t n);
+/* A secret file (--token-file): at most 4 KiB, trailing newlines cut, not
+ * empty. OUT *tok (malloc'd), *len. RET 0, or an error with err saying
+ * what to do. */
+int lu_read_token(const char *path, char **tok, size_t *len, char *err,
+                  size_t errlen);
+/* mkdir -p, mode 0755. RET 0 or -errno (-ENOTDIR: a file is in the way). */
+int lu_mkdir_p(const char *path);
 
 /* ---- this node -------------------------------------------------------------------- */
 
@@ -115,6 +129,20 @@ size_t lu_rtrim(char *s, size_t len);
  * ones: none when the node has none, or the list is "" or starts with -1,
  * else the length of the list. */
 int lu_gpu_count(const char *cuda_visible_devices);
+
+/* ---- JSON (json.c) ---------------------------------------------------------------- */
+
+/* Read a JSON document (RFC 8259, strict, at most max_depth nested objects
+ * and arrays; a leading UTF-8 byte order mark is skipped) and keep the
+ * values at paths[0..npaths): dotted object keys, "message.extraInfo".
+ * out[i] gets the value at paths[i] when it is a string (decoded to UTF-8;
+ * \u0000 and lone surrogates become U+FFFD), or a number's text when bit i
+ * of numbers is set, else NULL. A later duplicate key wins. OUT out[i]
+ * malloc'd (the caller frees). RET 0, RDZV_EPROTO (nothing is kept),
+ * RDZV_ENOMEM. */
+int lu_json_read(const char *buf, size_t len, int max_depth,
+                 const char *const *paths, size_t npaths, unsigned numbers,
+                 char **out);
 
 /* ---- host lists ------------------------------------------------------------------- */
 

@@ -318,3 +318,63 @@ int lu_gpu_count(const char *cvd) {
   }
   return n;
 }
+
+int lu_read_line(const char *root, const char *path, char *buf, size_t n) {
+  char full[1024];
+  int fd;
+  ssize_t r;
+  if (n == 0)
+    return -1;
+  snprintf(full, sizeof(full), "%s%s", root ? root : "", path);
+  if ((fd = open(full, O_RDONLY | O_CLOEXEC)) < 0)
+    return -1;
+  r = read(fd, buf, n - 1);
+  close(fd);
+  if (r < 0)
+    return -1;
+  buf[r] = '\0';
+  return (int)lu_rtrim(buf, (size_t)r);
+}
+
+int lu_read_token(const char *path, char **tok, size_t *len, char *err,
+                  size_t errlen) {
+  int rc = lu_read_file(path, 4096, tok, len);
+  if (rc != 0) {
+    lu_errf(err, errlen, "--token-file %s: %s", path, rdzv_strerror(rc));
+    return rc;
+  }
+  if ((*len = lu_rtrim(*tok, *len)) == 0) {
+    lu_errf(err, errlen, "--token-file %s is empty: put a secret in it, e.g. "
+            "head -c 32 /dev/urandom | base64 > %s", path, path);
+    free(*tok);
+    *tok = NULL;
+    return RDZV_EINVAL;
+  }
+  return 0;
+}
+
+static int mkdir_one(const char *path) {
+  struct stat sb;
+  if (mkdir(path, 0755) == 0)
+    return 0;
+  if (errno != EEXIST)
+    return -errno;
+  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? 0 : -ENOTDIR;
+}
+
+int lu_mkdir_p(const char *path) {
+  char buf[PATH_MAX];
+  size_t n = strlen(path);
+  int rc;
+  if (n == 0 || n >= sizeof(buf))
+    return -ENAMETOOLONG;
+  memcpy(buf, path, n + 1);
+  for (size_t i = 1; i < n; i++)
+    if (buf[i] == '/') {
+      buf[i] = '\0';
+      if ((rc = mkdir_one(buf)) != 0)
+        return rc;
+      buf[i] = '/';
+    }
+  return mkdir_one(buf);
+}

@@ -174,36 +174,6 @@ static int wk_write_all(int fd, const char *buf, size_t n) {
   return 0;
 }
 
-static int wk_mkdir(const char *path) {
-  if (mkdir(path, 0755) == 0)
-    return 0;
-  if (errno == EEXIST) {
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-      return 0;
-    return -ENOTDIR;
-  }
-  return -errno;
-}
-
-/* mkdir -p with mode 0755. */
-static int wk_mkdir_p(const char *path) {
-  char buf[PATH_MAX];
-  size_t n = strlen(path);
-  int rc;
-  if (n == 0 || n >= sizeof(buf))
-    return -ENAMETOOLONG;
-  memcpy(buf, path, n + 1);
-  for (size_t i = 1; i < n; i++)
-    if (buf[i] == '/') {
-      buf[i] = '\0';
-      if ((rc = wk_mkdir(buf)) != 0)
-        return rc;
-      buf[i] = '/';
-    }
-  return wk_mkdir(buf);
-}
-
 /* Move fd to a number >= 3 with close-on-exec set, so that dup2 onto 0/1/2
  * in the child always makes a fresh descriptor (an agent started with fd 1
  * closed would otherwise get a pipe end there). RET new fd or -errno. */
@@ -1029,7 +999,7 @@ static int wk_prepare_outputs(wk_group_t *g) {
       if (g->pipe_output && in_file && g->attempt_dir) {
         char dir[PATH_MAX];
         snprintf(dir, sizeof(dir), "%s/%d", g->attempt_dir, i);
-        if ((rc = wk_mkdir_p(dir)) != 0) {
+        if ((rc = lu_mkdir_p(dir)) != 0) {
           LU_ERR(&g->log, "mkdir(%s) failed: %s", dir, strerror(-rc));
           return rc;
         }
