@@ -1141,50 +1141,22 @@ bad:
 
 int doc_diff(const doc_report_t *const *r, const char *const *names, int n,
              char **report) {
-  lu_buf_t b = LU_BUF_INIT;
-  int ndiff = 0, rc;
-  if (n <= 0)
-    return lu_buf_finish(&b, report, NULL) == 0 ? 0 : RDZV_ENOMEM;
-  /* Items of node 0 that must match, then those only other nodes have. */
-  for (int src = 0; src < n; src++)
-    for (int i = 0; i < r[src]->n; i++) {
-      const doc_item_t *it = &r[src]->items[i];
-      int differ = 0, earlier = 0;
-      if (!it->same)
-        continue;
-      for (int k = 0; k < src && !earlier; k++)
-        earlier = doc_find(r[k], it->id) != NULL;
-      if (earlier)
-        continue;
-      for (int k = 0; k < n; k++) {
-        const doc_item_t *o = doc_find(r[k], it->id);
-        if (o == NULL || strcmp(o->value, it->value) != 0)
-          differ = 1;
-      }
-      if (!differ)
-        continue;
-      ndiff++;
-      lu_buf_printf(&b, "%s:", it->id);
-      for (int k = 0; k < n; k++) {
-        const doc_item_t *o = doc_find(r[k], it->id);
-        int seen = 0, more = 0;
-        for (int j = 0; j < k && !seen; j++) {
-          const doc_item_t *x = doc_find(r[j], it->id);
-          seen = (x == NULL && o == NULL) || (x && o && strcmp(x->value, o->value) == 0);
-        }
-        if (seen)
-          continue;
-        for (int j = k + 1; j < n; j++) {
-          const doc_item_t *x = doc_find(r[j], it->id);
-          more += (x == NULL && o == NULL) || (x && o && strcmp(x->value, o->value) == 0);
-        }
-        lu_buf_printf(&b, " %s=%s", names && names[k] ? names[k] : r[k]->host,
-                      o ? o->value : "(absent)");
-        if (more)
-          lu_buf_printf(&b, " (+%d node%s)", more, more == 1 ? "" : "s");
-      }
-      lu_buf_puts(&b, "\n");
-    }
-  rc = lu_buf_finish(&b, report, NULL);
-  return rc != 0 ? rc : ndiff;
+  /* The items that must match, compared as fingerprints are. */
+  env_fp_t **fps = calloc((size_t)n + 1, sizeof(*fps));
+  const char **nm = calloc((size_t)n + 1, sizeof(*nm));
+  int rc = fps && nm ? 0 : RDZV_ENOMEM;
+  for (int k = 0; rc == 0 && k < n; k++) {
+    nm[k] = names && names[k] ? names[k] : r[k]->host;
+    rc = env_fp_new(&fps[k]);
+    for (int i = 0; rc == 0 && i < r[k]->n; i++)
+      if (r[k]->items[i].same)
+        rc = env_fp_set(fps[k], r[k]->items[i].id, r[k]->items[i].value);
+  }
+  if (rc == 0)
+    rc = env_fp_diff((const env_fp_t *const *)fps, nm, n, report);
+  for (int k = 0; fps && k < n; k++)
+    env_fp_free(fps[k]);
+  free(fps);
+  free(nm);
+  return rc;
 }

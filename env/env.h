@@ -293,6 +293,11 @@ typedef struct env_fp_input_s {
 int env_fp_collect(const env_fp_input_t *in, env_fp_t **out, char *err,
                    size_t errlen);
 void env_fp_free(env_fp_t *fp); /* NULL is a no-op */
+/* An empty fingerprint, and setting one item (for other key=value sets
+ * compared across nodes, such as doctor reports). RET 0, RDZV_ETOOBIG
+ * (over 1024 items), RDZV_ENOMEM. */
+int env_fp_new(env_fp_t **out);
+int env_fp_set(env_fp_t *fp, const char *key, const char *value);
 int env_fp_count(const env_fp_t *fp);
 const char *env_fp_key(const env_fp_t *fp, int i);
 const char *env_fp_value(const env_fp_t *fp, int i);

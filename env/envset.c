@@ -1,6 +1,7 @@
 /* envset.c - the worker environment: an ordered KEY=VALUE set that knows
  * where each value came from, the profile applied on top, and the lock. */
 #include <ctype.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,9 +185,25 @@ const env_note_t *env_note(const env_t *e, int i) {
   return i >= 0 && i < e->nnotes ? &e->notes[i] : NULL;
 }
 
-static int add_note(env_t *e, const char *key, const char *value,
-                    const char *origin, const char *reason) {
+/* Keep a note of what was refused or overridden, and say it (log). */
+static int add_note(env_t *e, lu_log_t *log, const char *key,
+                    const char *value, const char *origin, const char *fmt,
+                    ...) LU_PRINTF(6, 7);
+static int add_note(env_t *e, lu_log_t *log, const char *key,
+                    const char *value, const char *origin, const char *fmt,
+                    ...) {
   env_note_t *n;
+  char reason[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof(reason), fmt, ap);
+  va_end(ap);
+  origin = origin ? origin : "inherited";
+  /* "profile x line 3: K=V refused ...", "K=V (inherited) overridden ..." */
+  if (log && strncmp(origin, "profile ", 8) == 0)
+    LU_WARN(log, "%s: %s=%s %s", origin, key, value, reason);
+  else if (log)
+    LU_WARN(log, "%s=%s (%s) %s", key, value, origin, reason);
   if (e->nnotes == e->capnotes) {
     int ncap = e->capnotes ? e->capnotes * 2 : 8;
     env_note_t *nn = realloc(e->notes, sizeof(*nn) * (size_t)ncap);
@@ -197,8 +214,8 @@ static int add_note(env_t *e, const char *key, const char *value,
   }
   n = &e->notes[e->nnotes];
   n->key = strdup(key);
-  n->value = strdup(value ? value : "");
-  n->origin = strdup(origin ? origin : "");
+  n->value = strdup(value);
+  n->origin = strdup(origin);
   n->reason = strdup(reason);
   if (!n->key || !n->value || !n->origin || !n->reason) {
     free((char *)n->key);
@@ -260,129 +277,95 @@ static const char *lookup_env(void *ctx, const char *name) {
 
 int env_apply_profile(env_t *e, const prof_t *p, int allow_override,
                       lu_log_t *log) {
+  static const char nvls[] = "NCCL_NVLS_ENABLE=0 is locked, an NVLS "
+                             "algorithm cannot run; NCCL picks among the others";
   int set = 0;
   for (int i = 0; i < prof_count(p); i++) {
     const prof_entry_t *pe = prof_entry(p, i);
     const env_var_t *cur = env_find(e, pe->key);
-    char origin[320], value[PROF_MAX_LINE], missing[128], reason[512];
-    int li = locked_index(pe->key), rc;
+    char origin[320], value[PROF_MAX_LINE], missing[128];
+    int li = locked_index(pe->key), rc = 0;
     snprintf(origin, sizeof(origin), "profile %s line %d", prof_name(p),
              pe->line);
     if (li >= 0) {
-      if (strcmp(pe->value, locked[li][1]) != 0) {
-        snprintf(reason, sizeof(reason),
-                 "refused: NVLink multicast stays off on this infrastructure "
-                 "(it can take shared GPUs down); %s is always %s",
-                 pe->key, locked[li][1]);
-        if (add_note(e, pe->key, pe->value, origin, reason) != 0)
-          return RDZV_ENOMEM;
-        if (log)
-          LU_WARN(log, "%s: %s=%s %s", origin, pe->key, pe->value, reason);
-      }
+      if (strcmp(pe->value, locked[li][1]) != 0)
+        rc = add_note(e, log, pe->key, pe->value, origin,
+                      "refused: NVLink multicast stays off on this "
+                      "infrastructure (it can take shared GPUs down); %s is "
+                      "always %s", pe->key, locked[li][1]);
+      if (rc != 0)
+        return rc;
       continue; /* env_lock() sets it */
     }
     if (cur && cur->src == ENV_SRC_LAUNCH && strcmp(cur->value, pe->value) == 0)
       continue; /* the profile asks for what launch already set */
     if (cur && cur->src == ENV_SRC_LAUNCH) {
-      snprintf(reason, sizeof(reason),
-               "ignored: launch sets %s itself for every worker", pe->key);
-      if (add_note(e, pe->key, pe->value, origin, reason) != 0)
-        return RDZV_ENOMEM;
-      if (log)
-        LU_WARN(log, "%s: %s %s", origin, pe->key, reason);
+      if ((rc = add_note(e, log, pe->key, pe->value, origin, "ignored: launch "
+                         "sets %s itself for every worker", pe->key)) != 0)
+        return rc;
       continue;
     }
-    if (pe->templated) {
-      rc = prof_expand(pe->value, lookup_env, e, value, sizeof(value), missing,
-                       sizeof(missing));
-      if (rc != 0) {
-        if (rc == RDZV_ENOKEY)
-          snprintf(reason, sizeof(reason),
-                   "skipped: ${%s} is empty for this rank (nothing of that "
-                   "kind found near its GPU)%s",
-                   missing, cur ? "; the inherited value stays" : "");
-        else
-          snprintf(reason, sizeof(reason), "skipped: the template does not "
-                                           "expand (%s)", rdzv_strerror(rc));
-        if (add_note(e, pe->key, pe->value, origin, reason) != 0)
-          return RDZV_ENOMEM;
-        if (log)
-          LU_WARN(log, "%s: %s=%s %s", origin, pe->key, pe->value, reason);
-        continue;
-      }
+    rc = pe->templated ? prof_expand(pe->value, lookup_env, e, value,
+                                     sizeof(value), missing, sizeof(missing))
+                       : (lu_strlcpy(value, pe->value, sizeof(value)), 0);
+    if (rc == RDZV_ENOKEY)
+      rc = add_note(e, log, pe->key, pe->value, origin, "skipped: ${%s} is "
+                    "empty for this rank (nothing of that kind found near its "
+                    "GPU)%s", missing,
+                    cur ? "; the inherited value stays" : "");
+    else if (rc != 0)
+      rc = add_note(e, log, pe->key, pe->value, origin, "skipped: the "
+                    "template does not expand (%s)", rdzv_strerror(rc));
+    else if (strcmp(pe->key, "NCCL_ALGO") == 0 && env__algo_wants_nvls(value))
+      rc = add_note(e, log, pe->key, value, origin, "refused: %s", nvls);
+    else if (cur && cur->src == ENV_SRC_INHERITED && allow_override &&
+             strcmp(cur->value, value) != 0) {
+      if (log)
+        LU_INFO(log, "%s: kept the inherited %s=%s over the profile's %s "
+                     "(--allow-env-override)", prof_name(p), pe->key,
+                cur->value, value);
     } else {
-      lu_strlcpy(value, pe->value, sizeof(value));
-    }
-    if (strcmp(pe->key, "NCCL_ALGO") == 0 && env__algo_wants_nvls(value)) {
-      snprintf(reason, sizeof(reason),
-               "refused: NCCL_NVLS_ENABLE=0 is locked, an NVLS algorithm "
-               "cannot run; NCCL picks among the others");
-      if (add_note(e, pe->key, value, origin, reason) != 0)
-        return RDZV_ENOMEM;
-      if (log)
-        LU_WARN(log, "%s: NCCL_ALGO=%s %s", origin, value, reason);
-      continue;
-    }
-    if (cur && cur->src == ENV_SRC_INHERITED) {
-      if (strcmp(cur->value, value) != 0 && allow_override) {
-        if (log)
-          LU_INFO(log,
-                  "%s: kept the inherited %s=%s over the profile's %s "
-                  "(--allow-env-override)",
-                  prof_name(p), pe->key, cur->value, value);
-        continue;
-      }
-      if (log && strcmp(cur->value, value) != 0)
+      if (log && cur && cur->src == ENV_SRC_INHERITED)
         LU_INFO(log, "%s: %s=%s replaces the inherited value %s", origin,
                 pe->key, value, cur->value);
-    } else if (log) {
-      LU_INFO(log, "%s: %s=%s", origin, pe->key, value);
+      else if (log && !cur)
+        LU_INFO(log, "%s: %s=%s", origin, pe->key, value);
+      if ((rc = set_full(e, pe->key, value, ENV_SRC_PROFILE, origin,
+                         pe->templated ? pe->value : NULL)) != 0)
+        return rc;
+      set++;
+      continue;
     }
-    rc = set_full(e, pe->key, value, ENV_SRC_PROFILE, origin,
-                  pe->templated ? pe->value : NULL);
     if (rc != 0)
       return rc;
-    set++;
   }
   return set;
 }
 
 int env_lock(env_t *e, lu_log_t *log) {
-  int overridden = 0;
+  int overridden = 0, rc;
   const env_var_t *algo = env_find(e, "NCCL_ALGO");
   if (algo && env__algo_wants_nvls(algo->value)) {
-    char reason[256];
-    snprintf(reason, sizeof(reason),
-             "dropped: NCCL_NVLS_ENABLE=0 is locked, an NVLS algorithm cannot "
-             "run; NCCL picks among the others");
-    if (add_note(e, "NCCL_ALGO", algo->value,
-                 algo->origin ? algo->origin : "inherited", reason) != 0)
-      return RDZV_ENOMEM;
-    if (log)
-      LU_WARN(log, "NCCL_ALGO=%s %s", algo->value, reason);
+    if ((rc = add_note(e, log, "NCCL_ALGO", algo->value, algo->origin,
+                       "dropped: NCCL_NVLS_ENABLE=0 is locked, an NVLS "
+                       "algorithm cannot run; NCCL picks among the "
+                       "others")) != 0)
+      return rc;
     env_unset(e, "NCCL_ALGO");
     overridden++;
   }
   for (int i = 0; i < env_locked_count(); i++) {
     const env_var_t *cur = env_find(e, locked[i][0]);
-    int rc;
     if (cur && strcmp(cur->value, locked[i][1]) != 0) {
-      char reason[256];
-      snprintf(reason, sizeof(reason),
-               "overridden to %s: NVLink multicast stays off on this "
-               "infrastructure (it can take shared GPUs down)",
-               locked[i][1]);
-      if (add_note(e, locked[i][0], cur->value,
-                   cur->origin ? cur->origin : "inherited", reason) != 0)
-        return RDZV_ENOMEM;
-      if (log)
-        LU_WARN(log, "%s=%s (%s) %s", locked[i][0], cur->value,
-                cur->origin ? cur->origin : "inherited", reason);
+      if ((rc = add_note(e, log, locked[i][0], cur->value, cur->origin,
+                         "overridden to %s: NVLink multicast stays off on "
+                         "this infrastructure (it can take shared GPUs down)",
+                         locked[i][1])) != 0)
+        return rc;
       overridden++;
     }
-    rc = env_set(e, locked[i][0], locked[i][1], ENV_SRC_LOCK,
-                 "infrastructure lock");
-    if (rc != 0)
+    if ((rc = env_set(e, locked[i][0], locked[i][1], ENV_SRC_LOCK,
+                      "infrastructure lock")) != 0)
       return rc;
   }
   return overridden;

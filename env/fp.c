@@ -32,7 +32,7 @@ static const char *const fp_prefixes[] = {"NCCL_", "TORCH_NCCL_", "NVSHMEM_",
 static const char *const fp_exact[] = {"CUDA_DEVICE_MAX_CONNECTIONS",
                                        "CUDA_DEVICE_ORDER", "CUDA_MODULE_LOADING"};
 
-static int fp_new(env_fp_t **out) {
+int env_fp_new(env_fp_t **out) {
   *out = calloc(1, sizeof(env_fp_t));
   return *out ? 0 : RDZV_ENOMEM;
 }
@@ -65,7 +65,7 @@ static int fp_find(const env_fp_t *fp, const char *key, int *pos) {
   return 0;
 }
 
-static int fp_put(env_fp_t *fp, const char *key, const char *value) {
+int env_fp_set(env_fp_t *fp, const char *key, const char *value) {
   int pos;
   char *k, *v;
   if (fp_find(fp, key, &pos)) {
@@ -171,7 +171,7 @@ static void version_item(env_fp_t *fp, const char *key, int v, int nccl,
              v >= 10000 ? (v % 10000) / 100 : (v % 1000) / 100, v % 100);
   else
     snprintf(s, sizeof(s), "%d.%d", v / 1000, (v % 1000) / 10);
-  *rc = fp_put(fp, key, s);
+  *rc = env_fp_set(fp, key, s);
 }
 
 int env_fp_collect(const env_fp_input_t *in, env_fp_t **out, char *err,
@@ -183,7 +183,7 @@ int env_fp_collect(const env_fp_input_t *in, env_fp_t **out, char *err,
   if (in)
     memcpy(&o, in, LU_MIN(sizeof(o), in->size ? in->size : sizeof(o)));
   *out = NULL;
-  if ((rc = fp_new(&fp)) != 0)
+  if ((rc = env_fp_new(&fp)) != 0)
     return rc;
   /* The effective environment; a templated value counts as its template,
    * so that each rank's own HCA name is not a difference. */
@@ -192,20 +192,20 @@ int env_fp_collect(const env_fp_input_t *in, env_fp_t **out, char *err,
     if (!wanted(v->key))
       continue;
     snprintf(key, sizeof(key), "env.%s", v->key);
-    rc = fp_put(fp, key, v->tmpl ? v->tmpl : v->value);
+    rc = env_fp_set(fp, key, v->tmpl ? v->tmpl : v->value);
   }
   if (rc == 0)
-    rc = fp_put(fp, "profile", o.profile ? o.profile : "none");
+    rc = env_fp_set(fp, "profile", o.profile ? o.profile : "none");
   if (rc == 0)
-    rc = fp_put(fp, "driver", o.driver && *o.driver ? o.driver : "none");
+    rc = env_fp_set(fp, "driver", o.driver && *o.driver ? o.driver : "none");
   version_item(fp, "cuda.driver", o.cuda_driver, 0, &rc);
   version_item(fp, "cuda.runtime", o.cuda_runtime, 0, &rc);
   version_item(fp, "nccl", o.nccl, 1, &rc);
   if (rc == 0)
-    rc = fp_put(fp, "gpu.model", o.gpu_model && *o.gpu_model ? o.gpu_model : "none");
+    rc = env_fp_set(fp, "gpu.model", o.gpu_model && *o.gpu_model ? o.gpu_model : "none");
   snprintf(num, sizeof(num), "%d", o.gpu_count < 0 ? 0 : o.gpu_count);
   if (rc == 0)
-    rc = fp_put(fp, "gpu.count", num);
+    rc = env_fp_set(fp, "gpu.count", num);
   for (int i = 0; o.files && rc == 0 && o.files[i]; i++) {
     char hex[65];
     const char *base = strrchr(o.files[i], '/');
@@ -217,14 +217,14 @@ int env_fp_collect(const env_fp_input_t *in, env_fp_t **out, char *err,
       break;
     }
     snprintf(key, sizeof(key), "sha256.%s", base ? base + 1 : o.files[i]);
-    rc = fp_put(fp, key, hex);
+    rc = env_fp_set(fp, key, hex);
   }
   for (int i = 0; o.extra && rc == 0 && o.extra[i]; i++) {
     const char *eq = strchr(o.extra[i], '=');
     if (eq == NULL || eq == o.extra[i] || (size_t)(eq - o.extra[i]) >= sizeof(key))
       continue;
     snprintf(key, sizeof(key), "%.*s", (int)(eq - o.extra[i]), o.extra[i]);
-    rc = fp_put(fp, key, eq + 1);
+    rc = env_fp_set(fp, key, eq + 1);
   }
   if (rc != 0) {
     env_fp_free(fp);
@@ -280,7 +280,7 @@ int env_fp_parse(const char *text, size_t len, env_fp_t **out) {
     return RDZV_ETOOBIG;
   if (len < ml + 1 || memcmp(text, FP_MAGIC, ml) != 0 || text[ml] != '\n')
     return RDZV_EPROTO;
-  if ((rc = fp_new(&fp)) != 0)
+  if ((rc = env_fp_new(&fp)) != 0)
     return rc;
   p += ml + 1;
   while (p < end && rc == 0) {
@@ -304,7 +304,7 @@ int env_fp_parse(const char *text, size_t len, env_fp_t **out) {
     else if (bad || fp_find(fp, k, &pos))
       rc = RDZV_EPROTO; /* a key twice is not ours */
     else
-      rc = fp_put(fp, k, v);
+      rc = env_fp_set(fp, k, v);
     free(k);
     free(v);
     p = nl + 1;

@@ -141,45 +141,33 @@ static int rm_entry(const char *path, const struct stat *st, int flag,
   return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 ? 0 : -1;
 }
 
-/* Expand ${host} ${rank} ${local_rank} ${role_name} ${node_rank}. */
+/* The names of --log-line-prefix: ${host} ${rank} ${local_rank}
+ * ${role_name} ${node_rank}. */
+typedef struct prefix_s {
+  const agent_t *a;
+  char num[3][16];
+} prefix_t;
+
+static const char *prefix_var(void *ctx, const char *name) {
+  prefix_t *p = ctx;
+  static const char *const nums[] = {"rank", "local_rank", "node_rank"};
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(name, nums[i]))
+      return p->num[i];
+  return !strcmp(name, "host")        ? p->a->o->host
+         : !strcmp(name, "role_name") ? p->a->o->role
+                                      : NULL;
+}
+
+/* A template that does not expand is printed as it is. */
 static void expand_prefix(const agent_t *a, int local_rank, char *out,
                           size_t cap) {
-  const char *t = a->o->line_prefix;
-  size_t used = 0;
-  out[0] = '\0';
-  while (*t && used + 1 < cap) {
-    char val[300];
-    const char *name = NULL;
-    size_t nl = 0;
-    if (t[0] == '$' && t[1] == '{') {
-      const char *end = strchr(t, '}');
-      if (end) {
-        name = t + 2;
-        nl = (size_t)(end - name);
-      }
-    }
-    val[0] = '\0';
-    if (name && nl == 4 && !strncmp(name, "host", 4))
-      lu_strlcpy(val, a->o->host, sizeof(val));
-    else if (name && nl == 4 && !strncmp(name, "rank", 4))
-      snprintf(val, sizeof(val), "%d", a->base_rank + local_rank);
-    else if (name && nl == 10 && !strncmp(name, "local_rank", 10))
-      snprintf(val, sizeof(val), "%d", local_rank);
-    else if (name && nl == 9 && !strncmp(name, "role_name", 9))
-      lu_strlcpy(val, a->o->role, sizeof(val));
-    else if (name && nl == 9 && !strncmp(name, "node_rank", 9))
-      snprintf(val, sizeof(val), "%d", a->node_rank);
-    else
-      name = NULL;
-    if (name) {
-      int w = snprintf(out + used, cap - used, "%s", val);
-      used += w > 0 ? LU_MIN((size_t)w, cap - used - 1) : 0;
-      t = name + nl + 1;
-    } else {
-      out[used++] = *t++;
-      out[used] = '\0';
-    }
-  }
+  prefix_t p = {a, {""}};
+  snprintf(p.num[0], sizeof(p.num[0]), "%d", a->base_rank + local_rank);
+  snprintf(p.num[1], sizeof(p.num[1]), "%d", local_rank);
+  snprintf(p.num[2], sizeof(p.num[2]), "%d", a->node_rank);
+  if (prof_expand(a->o->line_prefix, prefix_var, &p, out, cap, NULL, 0) != 0)
+    lu_strlcpy(out, a->o->line_prefix, cap);
 }
 
 /* ---- workers ------------------------------------------------------------------------------------- */

@@ -3,7 +3,6 @@
  * and what follows from them. */
 #include <ctype.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,10 +11,10 @@
 #include "config.h"
 #include "lu.h"
 
-typedef enum { T_BOOL, T_STR, T_INT, T_MS, T_CHOICE, T_FN } type_t;
+typedef enum { T_BOOL, T_STR, T_INT, T_MS, T_CHOICE, T_WORD, T_FN } type_t;
 
 enum { SEC_NODES, SEC_RDZV, SEC_SUPERVISION, SEC_PROGRAM, SEC_LOGS, SEC_OWN,
-       SEC_ENV };
+       SEC_CMD_ENV, SEC_ENV };
 
 static const char *const section_names[] = {
     "nodes and processes", "rendezvous", "supervision", "program", "logs",
@@ -32,220 +31,199 @@ typedef struct setting_s {
   type_t type;
   size_t off, size;    /* the field (size 0: validated, not kept) */
   int min, max;        /* T_INT range; T_STR: min 1 refuses "" */
-  const char *choices; /* T_CHOICE: "agent|rank0", the index is kept */
+  const char *choices; /* T_CHOICE: "agent|rank0", the index is kept;
+                          T_WORD: the same, the word is kept */
   set_fn fn;           /* T_FN */
   int section;
   const char *help;
 } setting_t;
 
-#define FIELD(f) offsetof(cfg_t, f), sizeof(((cfg_t *)0)->f)
-#define NOFIELD 0, 0
+/* Rows: the setting, its flag (NULL: the environment only), its short form,
+ * its value in --help (NULL: a flag without value), how it is set, the
+ * section of --help and the help (NULL: accepted, not listed). */
+#define ROW(id, flag, alt, arg, type, off, size, min, max, choices, fn, sec,  \
+            help)                                                              \
+  [CFG_S_##id] = {flag, alt,  arg, type,     off,       size,                  \
+                  min,  max,  choices, fn, SEC_##sec, help}
+#define OFF(f) offsetof(cfg_t, f)
+#define SZ(f) sizeof(((cfg_t *)0)->f)
+#define FN(id, flag, alt, arg, fn, sec, help)                                  \
+  ROW(id, flag, alt, arg, T_FN, 0, 0, 0, 0, NULL, fn, sec, help)
+#define STR(id, flag, alt, arg, f, min, sec, help)                             \
+  ROW(id, flag, alt, arg, T_STR, OFF(f), SZ(f), min, 0, NULL, NULL, sec, help)
+#define INT(id, flag, arg, f, min, max, sec, help)                             \
+  ROW(id, flag, NULL, arg, T_INT, OFF(f), SZ(f), min, max, NULL, NULL, sec,   \
+      help)
+#define MS(id, flag, f, sec, help)                                             \
+  ROW(id, flag, NULL, "SECONDS", T_MS, OFF(f), SZ(f), 0, 0, NULL, NULL, sec,  \
+      help)
+#define BOOL(id, flag, alt, f, sec, help)                                      \
+  ROW(id, flag, alt, NULL, T_BOOL, OFF(f), SZ(f), 0, 0, NULL, NULL, sec, help)
+#define CHOICE(id, flag, type, f, choices, sec, help)                          \
+  ROW(id, flag, NULL, choices, type, OFF(f), SZ(f), 0, 0, choices, NULL, sec, \
+      help)
+/* Checked, and nothing kept. */
+#define CHECK(id, flag, type, min, choices, sec, help)                         \
+  ROW(id, flag, NULL, choices, type, 0, 0, min, 0, choices, NULL, sec, help)
+#define DECLARE(fn) static int fn(cfg_t *c, int id, const char *v, char *err, size_t n)
 
-static int set_nnodes(cfg_t *c, int id, const char *v, char *err, size_t n);
-static int set_nproc(cfg_t *c, int id, const char *v, char *err, size_t n);
-static int set_backend(cfg_t *c, int id, const char *v, char *err, size_t n);
-static int set_endpoint(cfg_t *c, int id, const char *v, char *err, size_t n);
-static int set_conf(cfg_t *c, int id, const char *v, char *err, size_t n);
-static int set_master_addr(cfg_t *c, int id, const char *v, char *err, size_t n);
-static int set_signals(cfg_t *c, int id, const char *v, char *err, size_t n);
-static int set_prog_mode(cfg_t *c, int id, const char *v, char *err, size_t n);
-static int set_numa_binding(cfg_t *c, int id, const char *v, char *err, size_t n);
-static int set_logs_specs(cfg_t *c, int id, const char *v, char *err, size_t n);
-static int set_mem_bind(cfg_t *c, int id, const char *v, char *err, size_t n);
-static int set_expected(cfg_t *c, int id, const char *v, char *err, size_t n);
-static int set_cvd(cfg_t *c, int id, const char *v, char *err, size_t n);
+DECLARE(set_nnodes);
+DECLARE(set_nproc);
+DECLARE(set_backend);
+DECLARE(set_endpoint);
+DECLARE(set_conf);
+DECLARE(set_master_addr);
+DECLARE(set_signals);
+DECLARE(set_prog_mode);
+DECLARE(set_numa_binding);
+DECLARE(set_logs_specs);
+DECLARE(set_expected);
+DECLARE(set_cvd);
+DECLARE(set_program);
 
 static const setting_t settings[CFG_S_COUNT] = {
-    [CFG_S_NNODES] = {"--nnodes", NULL, "N|MIN:MAX", T_FN, NOFIELD, 0, 0, NULL,
-                      set_nnodes, SEC_NODES, "nodes of the job (default 1)"},
-    [CFG_S_NPROC] = {"--nproc-per-node", NULL, "N|gpu|cpu|auto", T_FN, NOFIELD,
-                     0, 0, NULL, set_nproc, SEC_NODES,
-                     "workers on this node (default 1); gpu: one per visible "
-                     "GPU, cpu: one per CPU, auto: gpu, else cpu"},
-    [CFG_S_STANDALONE] = {"--standalone", NULL, NULL, T_BOOL, FIELD(standalone),
-                          0, 0, NULL, NULL, SEC_NODES,
-                          "one node, a private server on a free port"},
-    [CFG_S_ENDPOINT] = {"--rdzv-endpoint", NULL, "HOST[:PORT]", T_FN, NOFIELD,
-                        0, 0, NULL, set_endpoint, SEC_RDZV,
-                        "the launch server (default port 29400); the agent "
-                        "on HOST hosts it unless one runs there"},
-    [CFG_S_BACKEND] = {"--rdzv-backend", NULL, "c10d|static", T_FN, NOFIELD, 0,
-                       0, NULL, set_backend, SEC_RDZV,
-                       "c10d when an endpoint is given, else static"},
-    [CFG_S_ID] = {"--rdzv-id", NULL, "ID", T_STR, FIELD(run_id), 1, 0, NULL,
-                  NULL, SEC_RDZV, "job id shared by every node"},
-    [CFG_S_CONF] = {"--rdzv-conf", NULL, "K=V,...", T_FN, NOFIELD, 0, 0, NULL,
-                    set_conf, SEC_RDZV,
-                    "join_timeout (600 s): how long the nodes may take to "
-                    "join; last_call_timeout (30 s): how long a round waits "
-                    "for more than the minimum; heartbeat (5 s); "
-                    "read_timeout (60 s): a server that answers nothing "
-                    "this long is lost; close_timeout (10 s): how long the "
-                    "hosting node keeps the server for the others to learn "
-                    "the end; is_host (true|false)"},
-    [CFG_S_NODE_RANK] = {"--node-rank", NULL, "N", T_INT, FIELD(node_rank), 0,
-                         1 << 20, NULL, NULL, SEC_RDZV,
-                         "rank of this node (static backend; a preference "
-                         "with c10d)"},
-    [CFG_S_MASTER_ADDR] = {"--master-addr", NULL, "A", T_FN, NOFIELD, 0, 0,
-                           NULL, set_master_addr, SEC_RDZV,
-                           "static rendezvous: node 0's address (default "
-                           "127.0.0.1)"},
-    [CFG_S_MASTER_PORT] = {"--master-port", NULL, "P", T_INT,
-                           FIELD(master_port), 1, 65535, NULL, NULL, SEC_RDZV,
-                           "static rendezvous: its port (default 29500)"},
-    [CFG_S_LOCAL_ADDR] = {"--local-addr", NULL, "A", T_STR, FIELD(local_addr),
-                          0, 0, NULL, NULL, SEC_RDZV,
-                          "address this node advertises"},
-    [CFG_S_MAX_RESTARTS] = {"--max-restarts", NULL, "N", T_INT,
-                            FIELD(max_restarts), 0, 1 << 30, NULL, NULL,
-                            SEC_SUPERVISION,
-                            "job restarts after failures (default 0), "
-                            "counted once for the whole job"},
-    [CFG_S_SIGNALS] = {"--signals-to-handle", NULL, "LIST", T_FN, NOFIELD, 0,
-                       0, NULL, set_signals, SEC_SUPERVISION,
-                       "signals forwarded to the workers (default SIGTERM,"
-                       "SIGINT,SIGHUP,SIGQUIT; add SIGUSR1,SIGUSR2 for "
-                       "Slurm)"},
-    [CFG_S_STOP_TIMEOUT] = {"--stop-timeout", NULL, "SECONDS", T_MS,
-                            FIELD(stop_grace_ms), 0, 0, NULL, NULL,
-                            SEC_SUPERVISION,
-                            "SIGTERM to SIGKILL grace (default 30)"},
-    [CFG_S_EXIT_BARRIER] = {"--exit-barrier-timeout", NULL, "SECONDS", T_MS,
-                            FIELD(exit_barrier_ms), 0, 0, NULL, NULL,
-                            SEC_SUPERVISION,
-                            "how long a finished node waits for the others "
-                            "(default 300)"},
-    [CFG_S_MONITOR] = {"--monitor-interval", NULL, "SECONDS", T_MS, NOFIELD, 1,
-                       0, NULL, NULL, SEC_SUPERVISION,
-                       "accepted, no effect: worker exits are seen at once "
-                       "(SIGCHLD), nothing is polled"},
-    [CFG_S_START_METHOD] = {"--start-method", NULL, "spawn|fork|forkserver",
-                            T_CHOICE, NOFIELD, 0, 0, "spawn|fork|forkserver",
-                            NULL, SEC_SUPERVISION,
-                            "accepted, no effect: every worker is a fresh "
-                            "process (fork and exec)"},
-    [CFG_S_ROLE] = {"--role", NULL, "NAME", T_STR, FIELD(role), 1, 0, NULL,
-                    NULL, SEC_SUPERVISION,
-                    "ROLE_NAME of the workers (default default)"},
-    [CFG_S_MODULE] = {"--module", "-m", NULL, T_FN, NOFIELD, 0, 0, NULL,
-                      set_prog_mode, SEC_PROGRAM,
-                      "run PROGRAM as python -m PROGRAM"},
-    [CFG_S_NO_PYTHON] = {"--no-python", NULL, NULL, T_FN, NOFIELD, 0, 0, NULL,
-                         set_prog_mode, SEC_PROGRAM,
-                         "execute PROGRAM directly, even a .py"},
-    [CFG_S_RUN_PATH] = {"--run-path", NULL, NULL, T_FN, NOFIELD, 0, 0, NULL,
-                        set_prog_mode, SEC_PROGRAM,
-                        "run the script through python"},
-    [CFG_S_LOG_DIR] = {"--log-dir", NULL, "DIR", T_STR, FIELD(log_dir), 0, 0,
-                       NULL, NULL, SEC_LOGS,
-                       "DIR/<run id>_<random>/attempt_<n>/<local rank>/"
-                       "{stdout,stderr}.log and error.json"},
-    [CFG_S_REDIRECTS] = {"--redirects", "-r", "SPEC", T_STR,
-                         FIELD(redirects_spec), 0, 0, NULL, NULL, SEC_LOGS,
-                         "streams to files only: 0 none, 1 stdout, 2 stderr, "
-                         "3 both, or per rank 0:1,1:2"},
-    [CFG_S_TEE] = {"--tee", "-t", "SPEC", T_STR, FIELD(tee_spec), 0, 0, NULL,
-                   NULL, SEC_LOGS, "streams to files and the console"},
-    [CFG_S_RANKS_FILTER] = {"--local-ranks-filter", NULL, "LIST", T_STR,
-                            FIELD(ranks_filter_spec), 0, 0, NULL, NULL,
-                            SEC_LOGS,
-                            "local ranks whose output reaches the console"},
-    [CFG_S_LINE_PREFIX] = {"--log-line-prefix", NULL, "TEMPLATE", T_STR,
-                           FIELD(line_prefix), 0, 0, NULL, NULL, SEC_LOGS,
-                           "prefix of each line (default '[${host}:${rank}]: "
-                           "'; also ${local_rank}, ${role_name}, "
-                           "${node_rank}; 'none')"},
-    [CFG_S_QUIET] = {"--quiet", "-q", NULL, T_BOOL, FIELD(quiet), 0, 0, NULL,
-                     NULL, SEC_LOGS, "fewer agent messages"},
-    [CFG_S_NO_LOG_TIME] = {"--no-log-time", NULL, NULL, T_BOOL,
-                           FIELD(no_log_time), 0, 0, NULL, NULL, SEC_LOGS,
-                           "the agent's lines without their time (UTC); "
-                           "LAUNCH_LOG_TIME=0 does it for every command"},
-    [CFG_S_EVENT_LOG] = {"--event-log-handler", NULL, "null", T_CHOICE,
-                         NOFIELD, 0, 0, "null", NULL, SEC_LOGS,
-                         "torchrun's event log: only null (none) is "
-                         "supported"},
-    [CFG_S_LOGS_SPECS] = {"--logs-specs", NULL, "NAME", T_FN, NOFIELD, 0, 0,
-                          NULL, set_logs_specs, SEC_LOGS, NULL},
-    [CFG_S_TORCH_STORE] = {"--torch-store", NULL, "agent|rank0", T_CHOICE,
-                           FIELD(torch_store), 0, 0, "agent|rank0", NULL,
-                           SEC_OWN,
-                           "agent (default): workers use the launch server "
-                           "as their TCPStore (TORCHELASTIC_USE_AGENT_STORE="
-                           "True); rank0: rank 0 hosts its own store on a "
-                           "free port of node 0"},
-    [CFG_S_TOKEN_FILE] = {"--token-file", NULL, "F", T_STR, FIELD(token_file),
-                          0, 0, NULL, NULL, SEC_OWN,
-                          "shared secret of the job (HMAC challenge)"},
-    [CFG_S_TCPSTORE_ALLOW] = {"--tcpstore-allow", NULL, "LIST", T_STR,
-                              FIELD(tcpstore_allow), 0, 0, NULL, NULL,
-                              SEC_OWN,
-                              "with a token: addresses allowed to use "
-                              "TCPStore, e.g. 10.0.0.0/8"},
-    [CFG_S_CPU_BIND] = {"--cpu-bind", NULL, "none|numa|cores|LIST", T_STR,
-                        FIELD(cpu_bind), 0, 0, NULL, NULL, SEC_OWN,
-                        "CPUs of each worker: its GPU's NUMA node, a share of "
-                        "its cores, or one cpulist per local rank separated "
-                        "by ':' (0-7:8-15); default numa when the node has "
-                        "GPUs, else none"},
-    [CFG_S_NUMA_BINDING] = {"--numa-binding", NULL,
-                            "node|socket|exclusive|core-complex", T_FN,
-                            NOFIELD, 0, 0, NULL, set_numa_binding, SEC_OWN,
-                            "torchrun's spelling: node and socket are "
-                            "--cpu-bind numa, the others --cpu-bind cores"},
-    [CFG_S_MEM_BIND] = {"--mem-bind", NULL, "none|local|preferred", T_FN,
-                        NOFIELD, 0, 0, NULL, set_mem_bind, SEC_OWN,
-                        "memory of each worker on its NUMA node (default "
-                        "preferred when CPUs are bound on a node with GPUs)"},
-    [CFG_S_REPORT_BINDINGS] = {"--report-bindings", NULL, NULL, T_BOOL,
-                               FIELD(report_bindings), 0, 0, NULL, NULL,
-                               SEC_OWN, "print each worker's binding"},
-    [CFG_S_TOPOLOGY] = {"--topology", NULL, "FILE.xml", T_STR,
-                        FIELD(topology_file), 0, 0, NULL, NULL, SEC_OWN,
-                        "plan for an hwloc XML topology"},
-    [CFG_S_NCCL_PROFILE] = {"--nccl-profile", NULL, "NAME|FILE", T_STR,
-                            FIELD(nccl_profile), 1, 0, NULL, NULL, SEC_OWN,
-                            "locked NCCL environment: auto (default), "
-                            "pcie-ib, nvlink-ib, roce, socket or a file"},
-    [CFG_S_ALLOW_ENV_OVERRIDE] = {"--allow-env-override", NULL, NULL, T_BOOL,
-                                  FIELD(allow_env_override), 0, 0, NULL, NULL,
-                                  SEC_OWN,
-                                  "inherited NCCL_* values beat the profile"},
-    [CFG_S_LINT] = {"--lint", NULL, "error|warn|off", T_CHOICE, FIELD(lint), 0,
-                    0, "error|warn|off", NULL, SEC_OWN,
-                    "NCCL environment mistakes stop the job (error, "
-                    "default), are only reported, or are not checked"},
-    [CFG_S_ALLOW_MISMATCH] = {"--allow-mismatch", NULL, NULL, T_BOOL,
-                              FIELD(allow_mismatch), 0, 0, NULL, NULL, SEC_OWN,
-                              "run even when nodes differ from node 0 (NCCL "
-                              "env, versions, GPUs, program)"},
-    [CFG_S_HELP] = {"--help", "-h", NULL, T_BOOL, NOFIELD, 0, 0, NULL, NULL,
-                    SEC_OWN, "this text"},
-    [CFG_S_VERSION] = {"--version", NULL, NULL, T_BOOL, NOFIELD, 0, 0, NULL,
-                       NULL, SEC_OWN, "launch's version and protocol"},
-    [CFG_S_HOSTNAME] = {NULL, NULL, NULL, T_STR, FIELD(host), 1, 0, NULL, NULL,
-                        SEC_ENV, NULL},
-    [CFG_S_EXPECTED_HOSTS] = {NULL, NULL, NULL, T_FN, NOFIELD, 0, 0, NULL,
-                              set_expected, SEC_ENV, NULL},
-    [CFG_S_NODE_INDEX] = {NULL, NULL, NULL, T_INT, FIELD(sched_node_index), 0,
-                          1 << 20, NULL, NULL, SEC_ENV, NULL},
-    [CFG_S_PYTHON] = {NULL, NULL, NULL, T_STR, FIELD(python), 0, 0, NULL, NULL,
-                      SEC_ENV, NULL},
-    [CFG_S_TMPDIR] = {NULL, NULL, NULL, T_STR, FIELD(tmpdir), 0, 0, NULL, NULL,
-                      SEC_ENV, NULL},
-    [CFG_S_CUDA_VISIBLE] = {NULL, NULL, NULL, T_FN, NOFIELD, 0, 0, NULL,
-                            set_cvd, SEC_ENV, NULL},
+    FN(NNODES, "--nnodes", NULL, "N|MIN:MAX", set_nnodes, NODES,
+       "nodes of the job (default 1)"),
+    FN(NPROC, "--nproc-per-node", NULL, "N|gpu|cpu|auto", set_nproc, NODES,
+       "workers on this node (default 1); gpu: one per visible GPU, cpu: one "
+       "per CPU, auto: gpu, else cpu"),
+    BOOL(STANDALONE, "--standalone", NULL, standalone, NODES,
+         "one node, a private server on a free port"),
+    FN(ENDPOINT, "--rdzv-endpoint", NULL, "HOST[:PORT]", set_endpoint, RDZV,
+       "the launch server (default port 29400); the agent on HOST hosts it "
+       "unless one runs there"),
+    FN(BACKEND, "--rdzv-backend", NULL, "c10d|static", set_backend, RDZV,
+       "c10d when an endpoint is given, else static"),
+    STR(ID, "--rdzv-id", NULL, "ID", run_id, 1, RDZV,
+        "job id shared by every node"),
+    FN(CONF, "--rdzv-conf", NULL, "K=V,...", set_conf, RDZV,
+       "join_timeout (600 s): how long the nodes may take to join; "
+       "last_call_timeout (30 s): how long a round waits for more than the "
+       "minimum; heartbeat (5 s); read_timeout (60 s): a server that answers "
+       "nothing this long is lost; close_timeout (10 s): how long the hosting "
+       "node keeps the server for the others to learn the end; is_host "
+       "(true|false)"),
+    INT(NODE_RANK, "--node-rank", "N", node_rank, 0, 1 << 20, RDZV,
+        "rank of this node (static backend; a preference with c10d)"),
+    FN(MASTER_ADDR, "--master-addr", NULL, "A", set_master_addr, RDZV,
+       "static rendezvous: node 0's address (default 127.0.0.1)"),
+    INT(MASTER_PORT, "--master-port", "P", master_port, 1, 65535, RDZV,
+        "static rendezvous: its port (default 29500)"),
+    STR(LOCAL_ADDR, "--local-addr", NULL, "A", local_addr, 0, RDZV,
+        "address this node advertises"),
+    INT(MAX_RESTARTS, "--max-restarts", "N", max_restarts, 0, 1 << 30,
+        SUPERVISION, "job restarts after failures (default 0), counted once "
+        "for the whole job"),
+    FN(SIGNALS, "--signals-to-handle", NULL, "LIST", set_signals, SUPERVISION,
+       "signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,"
+       "SIGQUIT; add SIGUSR1,SIGUSR2 for Slurm)"),
+    MS(STOP_TIMEOUT, "--stop-timeout", stop_grace_ms, SUPERVISION,
+       "SIGTERM to SIGKILL grace (default 30)"),
+    MS(EXIT_BARRIER, "--exit-barrier-timeout", exit_barrier_ms, SUPERVISION,
+       "how long a finished node waits for the others (default 300)"),
+    ROW(MONITOR, "--monitor-interval", NULL, "SECONDS", T_MS, 0, 0, 1, 0,
+        NULL, NULL, SUPERVISION, "accepted, no effect: worker exits are seen "
+        "at once (SIGCHLD), nothing is polled"),
+    CHECK(START_METHOD, "--start-method", T_CHOICE, 0, "spawn|fork|forkserver",
+          SUPERVISION, "accepted, no effect: every worker is a fresh process "
+          "(fork and exec)"),
+    STR(ROLE, "--role", NULL, "NAME", role, 1, SUPERVISION,
+        "ROLE_NAME of the workers (default default)"),
+    FN(MODULE, "--module", "-m", NULL, set_prog_mode, PROGRAM,
+       "run PROGRAM as python -m PROGRAM"),
+    FN(NO_PYTHON, "--no-python", NULL, NULL, set_prog_mode, PROGRAM,
+       "execute PROGRAM directly, even a .py"),
+    FN(RUN_PATH, "--run-path", NULL, NULL, set_prog_mode, PROGRAM,
+       "run the script through python"),
+    STR(LOG_DIR, "--log-dir", NULL, "DIR", log_dir, 0, LOGS,
+        "DIR/<run id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log "
+        "and error.json"),
+    STR(REDIRECTS, "--redirects", "-r", "SPEC", redirects_spec, 0, LOGS,
+        "streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per "
+        "rank 0:1,1:2"),
+    STR(TEE, "--tee", "-t", "SPEC", tee_spec, 0, LOGS,
+        "streams to files and the console"),
+    STR(RANKS_FILTER, "--local-ranks-filter", NULL, "LIST", ranks_filter_spec,
+        0, LOGS, "local ranks whose output reaches the console"),
+    STR(LINE_PREFIX, "--log-line-prefix", NULL, "TEMPLATE", line_prefix, 0,
+        LOGS, "prefix of each line (default '[${host}:${rank}]: '; also "
+        "${local_rank}, ${role_name}, ${node_rank}; 'none')"),
+    CHECK(EVENT_LOG, "--event-log-handler", T_CHOICE, 0, "null", LOGS,
+          "torchrun's event log: only null (none) is supported"),
+    FN(LOGS_SPECS, "--logs-specs", NULL, "NAME", set_logs_specs, LOGS, NULL),
+    BOOL(QUIET, "--quiet", "-q", quiet, LOGS, "fewer agent messages"),
+    BOOL(NO_LOG_TIME, "--no-log-time", NULL, no_log_time, LOGS,
+         "the agent's lines without their time (UTC); LAUNCH_LOG_TIME=0 does "
+         "it for every command"),
+    CHOICE(TORCH_STORE, "--torch-store", T_CHOICE, torch_store,
+           "agent|rank0", OWN,
+           "agent (default): workers use the launch server as their TCPStore "
+           "(TORCHELASTIC_USE_AGENT_STORE=True); rank0: rank 0 hosts its own "
+           "store on a free port of node 0"),
+    STR(TOKEN_FILE, "--token-file", NULL, "F", token_file, 0, OWN,
+        "shared secret of the job (HMAC challenge)"),
+    STR(TCPSTORE_ALLOW, "--tcpstore-allow", NULL, "LIST", tcpstore_allow, 0,
+        OWN, "with a token: addresses allowed to use TCPStore, e.g. "
+        "10.0.0.0/8"),
+    STR(CPU_BIND, "--cpu-bind", NULL, "none|numa|cores|LIST", cpu_bind, 0, OWN,
+        "CPUs of each worker: its GPU's NUMA node, a share of its cores, or "
+        "one cpulist per local rank separated by ':' (0-7:8-15); default numa "
+        "when the node has GPUs, else none"),
+    FN(NUMA_BINDING, "--numa-binding", NULL,
+       "node|socket|exclusive|core-complex", set_numa_binding, OWN,
+       "torchrun's spelling: node and socket are --cpu-bind numa, the others "
+       "--cpu-bind cores"),
+    CHOICE(MEM_BIND, "--mem-bind", T_WORD, mem_bind,
+           "none|local|preferred", OWN,
+           "memory of each worker on its NUMA node (default preferred when "
+           "CPUs are bound on a node with GPUs)"),
+    BOOL(REPORT_BINDINGS, "--report-bindings", NULL, report_bindings, OWN,
+         "print each worker's binding"),
+    STR(TOPOLOGY, "--topology", NULL, "FILE.xml", topology_file, 0, OWN,
+        "plan for an hwloc XML topology"),
+    STR(NCCL_PROFILE, "--nccl-profile", NULL, "NAME|FILE", nccl_profile, 1, OWN,
+        "locked NCCL environment: auto (default), pcie-ib, nvlink-ib, roce, "
+        "socket or a file"),
+    BOOL(ALLOW_ENV_OVERRIDE, "--allow-env-override", NULL, allow_env_override,
+         OWN, "inherited NCCL_* values beat the profile"),
+    CHOICE(LINT, "--lint", T_CHOICE, lint, "error|warn|off", OWN,
+           "NCCL environment mistakes stop the job (error, default), are only "
+           "reported, or are not checked"),
+    BOOL(ALLOW_MISMATCH, "--allow-mismatch", NULL, allow_mismatch, OWN,
+         "run even when nodes differ from node 0 (NCCL env, versions, GPUs, "
+         "program)"),
+    ROW(HELP, "--help", "-h", NULL, T_BOOL, 0, 0, 0, 0, NULL, NULL, OWN,
+        "this text"),
+    ROW(VERSION, "--version", NULL, NULL, T_BOOL, 0, 0, 0, 0, NULL, NULL, OWN,
+        "launch's version and protocol"),
+    INT(ENV_LOCAL_RANK, "--local-rank", "N", env_local_rank, 0,
+        CFG_MAX_NPROC - 1, CMD_ENV, "the rank to show (default 0)"),
+    STR(ENV_PROFILE, "--profile", NULL, "NAME|FILE", nccl_profile, 1, CMD_ENV,
+        "the same as --nccl-profile"),
+    BOOL(ENV_ALL, "--all", NULL, env_all, CMD_ENV,
+         "print the inherited variables too"),
+    BOOL(ENV_LINT, "--lint", NULL, env_lint, CMD_ENV,
+         "check the environment (exit 1 on errors)"),
+    STR(ENV_ROOT, "--root", NULL, "DIR", env_root, 1, CMD_ENV,
+        "read /sys and /proc under DIR for --lint"),
+    BOOL(ENV_FINGERPRINT, "--fingerprint", NULL, env_fingerprint, CMD_ENV,
+         "print the node fingerprint instead"),
+    FN(ENV_PROGRAM, "--program", NULL, "FILE", set_program, CMD_ENV,
+       "a file the fingerprint hashes (at most 8)"),
+    BOOL(ENV_LIST, "--list-profiles", NULL, env_list, CMD_ENV,
+         "list the built-in profiles"),
+    STR(ENV_SHOW, "--show-profile", NULL, "NAME", env_show, 1, CMD_ENV,
+        "print a built-in profile (to copy and edit)"),
+    BOOL(ENV_JSON, "--json", NULL, env_json, CMD_ENV, "machine-readable output"),
+    STR(HOSTNAME, NULL, NULL, NULL, host, 1, ENV, NULL),
+    FN(EXPECTED_HOSTS, NULL, NULL, NULL, set_expected, ENV, NULL),
+    INT(NODE_INDEX, NULL, NULL, sched_node_index, 0, 1 << 20, ENV, NULL),
+    STR(PYTHON, NULL, NULL, NULL, python, 0, ENV, NULL),
+    STR(TMPDIR, NULL, NULL, NULL, tmpdir, 0, ENV, NULL),
+    FN(CUDA_VISIBLE, NULL, NULL, NULL, set_cvd, ENV, NULL),
 };
 
-static int fail(char *err, size_t n, const char *fmt, ...) LU_PRINTF(3, 4);
-static int fail(char *err, size_t n, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, n, fmt, ap);
-  va_end(ap);
-  return -1;
-}
+#define fail(err, n, ...) (lu_errf(err, n, __VA_ARGS__), -1)
 
 /* ---- value parsers -------------------------------------------------------------- */
 
@@ -385,11 +363,14 @@ static int apply(cfg_t *c, int id, const char *v, char *err, size_t n) {
       memcpy(field, &ms, sizeof(ms));
     return 0;
   case T_CHOICE:
+  case T_WORD:
     if ((iv = choice_index(s->choices, v)) < 0) {
       choice_list(s->choices, list, sizeof(list));
       return fail(err, n, "%s: '%s' is not %s", name, v, list);
     }
-    if (s->size)
+    if (s->type == T_WORD)
+      lu_strlcpy(field, v, s->size);
+    else if (s->size)
       memcpy(field, &iv, sizeof(int));
     return 0;
   case T_FN:
@@ -592,13 +573,6 @@ static int set_logs_specs(cfg_t *c, int id, const char *v, char *err, size_t n) 
                       "supported; use --log-dir, --tee and --redirects");
 }
 
-static int set_mem_bind(cfg_t *c, int id, const char *v, char *err, size_t n) {
-  if (strcmp(v, "none") && strcmp(v, "local") && strcmp(v, "preferred"))
-    return fail(err, n, "--mem-bind: '%s' is not none, local or preferred", v);
-  lu_strlcpy(c->mem_bind, v, sizeof(c->mem_bind));
-  return 0;
-}
-
 static int set_expected(cfg_t *c, int id, const char *v, char *err, size_t n) {
   lu_hostlist_free(c->expected_hosts, c->nexpected);
   c->expected_hosts = NULL;
@@ -634,12 +608,16 @@ static int name_prefix(const char *name, const char *arg, size_t len) {
 
 /* The setting arg[0..len) names, or -1 with err saying why: unknown, or a
  * prefix (argparse accepts "--nproc"; we name the full flag instead). */
-static int find_flag(const char *arg, size_t len, char *err, size_t n) {
+static int find_flag(const char *arg, size_t len, unsigned flags, char *err,
+                     size_t n) {
   int match = -1, nprefix = 0;
   char cands[256] = "";
-  for (int i = 0; i < CFG_S_COUNT; i++) {
+  /* `launch env`'s options come first there (its --lint is not the
+   * agent's), and are not the agent's. */
+  for (int k = 0; k < CFG_S_COUNT; k++) {
+    int i = (flags & CFG_ENV_CMD) ? (k + CFG_S_ENV_LOCAL_RANK) % CFG_S_COUNT : k;
     const setting_t *s = &settings[i];
-    if (s->flag == NULL)
+    if (s->flag == NULL || (s->section == SEC_CMD_ENV && !(flags & CFG_ENV_CMD)))
       continue;
     if ((strlen(s->flag) == len && name_prefix(s->flag, arg, len)) ||
         (s->alt && strlen(s->alt) == len && !memcmp(s->alt, arg, len)))
@@ -653,24 +631,14 @@ static int find_flag(const char *arg, size_t len, char *err, size_t n) {
     }
   }
   if (nprefix == 1)
-    fail(err, n, "unknown option '%.*s': options are not abbreviated, "
+    lu_errf(err, n, "unknown option '%.*s': options are not abbreviated, "
                  "write %s", (int)len, arg, settings[match].flag);
   else if (nprefix > 1)
-    fail(err, n, "unknown option '%.*s': options are not abbreviated, "
+    lu_errf(err, n, "unknown option '%.*s': options are not abbreviated, "
                  "write one of %s", (int)len, arg, cands);
   else
-    fail(err, n, "unknown option '%.*s' (see launch --help)", (int)len, arg);
+    lu_errf(err, n, "unknown option '%.*s' (see launch --help)", (int)len, arg);
   return -1;
-}
-
-int cfg_option_arity(const char *arg) {
-  const char *eq = strchr(arg, '=');
-  size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-  char err[8];
-  int id;
-  if (arg[0] != '-' || (id = find_flag(arg, len, err, sizeof(err))) < 0)
-    return -1;
-  return settings[id].arg != NULL && eq == NULL;
 }
 
 static void defaults(cfg_t *c, char *const *envp) {
@@ -716,7 +684,7 @@ static int apply_env(void *ctx, int id, const char *var, const char *v,
   } else {
     char why[512];
     lu_strlcpy(why, err, sizeof(why));
-    fail(err, n, "%s=%s: %s", var, v, why);
+    lu_errf(err, n, "%s=%s: %s", var, v, why);
   }
   return -1;
 }
@@ -859,10 +827,10 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
     }
     eq = strchr(a, '=');
     len = eq ? (size_t)(eq - a) : strlen(a);
-    if ((id = find_flag(a, len, err, errlen)) < 0)
+    if ((id = find_flag(a, len, flags, err, errlen)) < 0)
       return -1;
     if (id == CFG_S_HELP) {
-      cfg_help(stdout);
+      cfg_help(stdout, flags);
       return 1;
     }
     if (id == CFG_S_VERSION) {
@@ -920,22 +888,48 @@ static void wrap(FILE *out, const char *text, int indent) {
   fputc('\n', out);
 }
 
-void cfg_help(FILE *out) {
+static const char agent_intro[] =
+    "usage: launch [options] PROGRAM [ARGS...]\n"
+    "       launch server|status|topo|env|doctor [options]\n\n"
+    "Starts PROGRAM once per local rank on this node, joined with the other\n"
+    "nodes of the job through the rendezvous server, and keeps the job alive:\n"
+    "a failure on any node restarts every node's workers (up to\n"
+    "--max-restarts). A PROGRAM ending in .py runs under python3 (or\n"
+    "$PYTHON_EXEC); anything else is executed directly. torchrun's flags are\n"
+    "accepted in both spellings (--nproc-per-node, --nproc_per_node) and from\n"
+    "their PET_* environment variables; docs/launcher.md has the details.\n\n";
+static const char agent_examples[] =
+    "\nexamples:\n"
+    "  launch --standalone --nproc-per-node 8 train.py --lr 3e-4\n"
+    "  launch --nnodes 4 --nproc-per-node 8 --rdzv-id job42 \\\n"
+    "         --rdzv-endpoint node0:29400 train.py\n"
+    "  launch --nnodes 2:4 --max-restarts 3 --rdzv-endpoint node0 train.py\n"
+    "  launch status --rdzv-endpoint node0:29400 --rdzv-id job42\n";
+static const char env_intro[] =
+    "usage: launch env [options] [launch's options] [PROGRAM [ARGS...]]\n\n"
+    "Prints the environment local rank N would get from `launch` with the\n"
+    "same options (launch --help): the inherited environment, torchrun's\n"
+    "variables and launch's (LAUNCH_CPUS, LAUNCH_HCA, ...), the NCCL profile\n"
+    "on top, and the lock (NCCL_NVLS_ENABLE=0,\n"
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1), each with\n"
+    "where it came from. What only the rendezvous decides is shown as the\n"
+    "flags promise it: round 0, the node rank asked for (else 0), --nnodes\n"
+    "MAX nodes, the store at the endpoint; the attempt directory ends in a\n"
+    "random part (XXXXXX here), and --standalone gets a fresh run id and\n"
+    "port when it starts.\n\n";
+static const char env_examples[] =
+    "\nexamples:\n"
+    "  launch env --nccl-profile pcie-ib --nproc-per-node 8 --local-rank 3\n"
+    "  launch env --profile /etc/profile.d/nccl.sh --lint\n"
+    "  launch env --show-profile pcie-ib > my.env\n";
+
+void cfg_help(FILE *out, unsigned flags) {
   enum { COL = 30 };
-  fputs("usage: launch [options] PROGRAM [ARGS...]\n"
-        "       launch server|status|topo|env|doctor [options]\n"
-        "\n"
-        "Starts PROGRAM once per local rank on this node, joined with the "
-        "other\nnodes of the job through the rendezvous server, and keeps the "
-        "job alive:\na failure on any node restarts every node's workers (up "
-        "to\n--max-restarts). A PROGRAM ending in .py runs under python3 (or\n"
-        "$PYTHON_EXEC); anything else is executed directly. torchrun's flags "
-        "are\naccepted in both spellings (--nproc-per-node, --nproc_per_node) "
-        "and from\ntheir PET_* environment variables; docs/launcher.md has "
-        "the details.\n\n",
-        out);
-  for (int sec = SEC_NODES; sec < SEC_ENV; sec++) {
-    fprintf(out, "%s:\n", section_names[sec]);
+  int env = (flags & CFG_ENV_CMD) != 0;
+  fputs(env ? env_intro : agent_intro, out);
+  for (int sec = env ? SEC_CMD_ENV : SEC_NODES; sec < (env ? SEC_ENV : SEC_CMD_ENV);
+       sec++) {
+    fprintf(out, "%s:\n", env ? "options" : section_names[sec]);
     for (int i = 0; i < CFG_S_COUNT; i++) {
       const setting_t *s = &settings[i];
       char left[96];
@@ -945,20 +939,19 @@ void cfg_help(FILE *out) {
       w = snprintf(left, sizeof(left), "  %s%s%s%s%s", s->alt ? s->alt : "",
                    s->alt ? ", " : "", s->flag, s->arg ? " " : "",
                    s->arg ? s->arg : "");
-      fputs(left, out);
-      if (w > COL - 2) {
-        fprintf(out, "\n%*s", COL, "");
-      } else {
-        fprintf(out, "%*s", COL - w, "");
-      }
+      if (w > COL - 2)
+        fprintf(out, "%s\n%*s", left, COL, "");
+      else
+        fprintf(out, "%s%*s", left, COL - w, "");
       wrap(out, s->help, COL);
     }
   }
-  fputs("\nexamples:\n"
-        "  launch --standalone --nproc-per-node 8 train.py --lr 3e-4\n"
-        "  launch --nnodes 4 --nproc-per-node 8 --rdzv-id job42 \\\n"
-        "         --rdzv-endpoint node0:29400 train.py\n"
-        "  launch --nnodes 2:4 --max-restarts 3 --rdzv-endpoint node0 train.py\n"
-        "  launch status --rdzv-endpoint node0:29400 --rdzv-id job42\n",
-        out);
+  fputs(env ? env_examples : agent_examples, out);
+}
+
+static int set_program(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  if (c->env_nprograms >= 8)
+    return fail(err, n, "--program: at most 8 files");
+  c->env_programs[c->env_nprograms++] = v;
+  return 0;
 }

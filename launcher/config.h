@@ -98,11 +98,18 @@ typedef struct cfg_s {
   const char *cuda_visible_devices; /* NULL when unset (points into environ) */
   int ngpus;                 /* GPUs this node shows the job */
   char *const *environ;      /* what the workers inherit */
+  /* `launch env`'s own options (CFG_ENV_CMD) */
+  int env_local_rank, env_all, env_lint, env_fingerprint, env_json, env_list;
+  char env_root[PATH_MAX];
+  char env_show[64];
+  const char *env_programs[9]; /* NULL-terminated */
+  int env_nprograms;
 } cfg_t;
 
 /* How cfg_parse is called. */
 enum {
   CFG_NEED_PROGRAM = 1 << 0, /* the agent: PROGRAM is required */
+  CFG_ENV_CMD = 1 << 1,      /* `launch env`: its own options first */
 };
 
 /* Fill c from argv (argv[0] is the program name) and envp (NULL-terminated
@@ -113,11 +120,8 @@ enum {
 int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
               cfg_t *c, char *err, size_t errlen);
 void cfg_free(cfg_t *c);
-void cfg_help(FILE *out);
-/* Does the option arg ("--role", "--role=x", "-m") name a setting, and does
- * it take its value from the next argument? RET 1 (takes the next), 0 (a
- * bool flag, or the value is after '='), -1 (not an option of ours). */
-int cfg_option_arity(const char *arg);
+/* --help of the agent, or (flags CFG_ENV_CMD) of `launch env`. */
+void cfg_help(FILE *out, unsigned flags);
 
 /* Parsers shared with the tests. RET 0 or -1. */
 int cfg_parse_nnodes(const char *s, int *min, int *max);
@@ -138,6 +142,10 @@ typedef enum {
   CFG_S_REPORT_BINDINGS, CFG_S_TOPOLOGY, CFG_S_NCCL_PROFILE,
   CFG_S_ALLOW_ENV_OVERRIDE, CFG_S_LINT, CFG_S_ALLOW_MISMATCH, CFG_S_QUIET,
   CFG_S_NO_LOG_TIME,
+  /* `launch env`'s */
+  CFG_S_ENV_LOCAL_RANK, CFG_S_ENV_PROFILE, CFG_S_ENV_ALL, CFG_S_ENV_LINT,
+  CFG_S_ENV_ROOT, CFG_S_ENV_FINGERPRINT, CFG_S_ENV_PROGRAM, CFG_S_ENV_LIST,
+  CFG_S_ENV_SHOW, CFG_S_ENV_JSON,
   CFG_S_HELP, CFG_S_VERSION,
   /* from the environment only */
   CFG_S_HOSTNAME, CFG_S_EXPECTED_HOSTS, CFG_S_NODE_INDEX, CFG_S_PYTHON,

@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
       if (strcmp(argv[1], subcommands[i].name) == 0)
         return subcommands[i].fn(argc - 1, argv + 1);
   if (argc < 2) {
-    cfg_help(stderr);
+    cfg_help(stderr, 0);
     return 2;
   }
   rc = cfg_parse(argc, argv, environ, CFG_NEED_PROGRAM, &cfg, err, sizeof(err));
