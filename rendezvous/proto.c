@@ -229,49 +229,6 @@ const msgpack_object *proto_map_get(const msgpack_object *m, const char *key) {
   return NULL;
 }
 
-int64_t proto_map_i64(const msgpack_object *m, const char *key, int64_t dflt) {
-  const msgpack_object *v = proto_map_get(m, key);
-  int64_t x;
-  if (v == NULL)
-    return dflt;
-  if (v->type == MSGPACK_OBJECT_BOOLEAN)
-    return v->via.boolean;
-  if (v->type == MSGPACK_OBJECT_FLOAT64 || v->type == MSGPACK_OBJECT_FLOAT32)
-    return v->via.f64 > -9.2e18 && v->via.f64 < 9.2e18 ? (int64_t)v->via.f64
-                                                      : dflt;
-  return proto_obj_i64(v, &x) == 0 ? x : dflt;
-}
-
-void proto_map_str(const msgpack_object *m, const char *key, char *out,
-                   size_t cap) {
-  const msgpack_object *v = proto_map_get(m, key);
-  const char *p;
-  size_t n;
-  if (cap == 0)
-    return;
-  out[0] = '\0';
-  if (v && proto_obj_bytes(v, &p, &n) == 0) {
-    if (n >= cap)
-      n = cap - 1;
-    memcpy(out, p, n);
-    out[n] = '\0';
-  }
-}
-
-char *proto_map_strdup(const msgpack_object *m, const char *key) {
-  const msgpack_object *v = proto_map_get(m, key);
-  const char *p;
-  size_t n;
-  char *d;
-  if (v == NULL || proto_obj_bytes(v, &p, &n) != 0)
-    return NULL;
-  if ((d = malloc(n + 1)) != NULL) {
-    memcpy(d, p, n);
-    d[n] = '\0';
-  }
-  return d;
-}
-
 int proto_arg_bytes(const proto_msg_t *m, uint32_t i, const char **p,
                     size_t *n) {
   if (i >= m->nargs)

@@ -130,16 +130,9 @@ int proto_arg_array(const proto_msg_t *m, uint32_t i,
 int proto_obj_bytes(const msgpack_object *o, const char **p, size_t *n);
 int proto_obj_i64(const msgpack_object *o, int64_t *v);
 
-/* Maps with string keys (JOIN, REPORT, STATUS). NULL when m is not a map
- * or has no such key. */
+/* The value of the first string key `key` of map m (the rendezvous
+ * messages, msg.h). NULL when m is not a map or has no such key. */
 const msgpack_object *proto_map_get(const msgpack_object *m, const char *key);
-/* The integer (or boolean, or float truncated) at key, else dflt. */
-int64_t proto_map_i64(const msgpack_object *m, const char *key, int64_t dflt);
-/* The string at key into out[cap] ("" when absent; cut to fit). */
-void proto_map_str(const msgpack_object *m, const char *key, char *out,
-                   size_t cap);
-/* The string at key, malloc'd; NULL when absent or out of memory. */
-char *proto_map_strdup(const msgpack_object *m, const char *key);
 
 /* ---- encoding ------------------------------------------------------------- */
 
