@@ -1,7 +1,6 @@
-/* doctor.c - one node's checks (doctor.h): seed 001 §90's check_env.sh,
- * seed 000's chapter 2 survey and §3 settings, the IB ports, the GPU <->
- * NIC NUMA placement, the rendezvous port (seed 001 §85), the NCCL
- * environment lint. */
+/* doctor.c - one node's checks (doctor.h): host, OS, kernel settings, GPUs
+ * and driver, CUDA and NCCL, the IB ports, the GPU <-> NIC NUMA placement,
+ * the rendezvous port, the NCCL environment lint (docs/launcher.md). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -134,7 +133,7 @@ static void check_host(ctx_t *c) {
   if ((it = item(c, "host", "Host", DOC_INFO, 0)))
     VALUE(it, "%s", buf);
 
-  /* OS: os-release's PRETTY_NAME, else redhat-release (seed 001 §90). */
+  /* OS: os-release's PRETTY_NAME, else redhat-release. */
   buf[0] = '\0';
   snprintf(path, sizeof(path), "%s/etc/os-release", c->root);
   if ((f = fopen(path, "r")) != NULL) {
@@ -167,7 +166,7 @@ static void check_host(ctx_t *c) {
     VALUE(it, "%s", buf);
     if (sscanf(buf, "%u.%u", &maj, &min) == 2 && (maj < 4 || (maj == 4 && min < 15))) {
       it->status = DOC_WARN;
-      REASON(it, "GPUDirect RDMA needs kernel 4.15 or later (seed 000 §3.1)");
+      REASON(it, "GPUDirect RDMA needs kernel 4.15 or later");
       FIX(it, "upgrade the kernel (Ubuntu 20.04+/Rocky 8+)");
     }
   }
@@ -262,8 +261,7 @@ static void check_kernel_settings(ctx_t *c) {
       VALUE(it, "kernel.numa_balancing=%s", buf);
       if (on) {
         REASON(it, "the kernel migrates training processes and their memory "
-                   "across NUMA nodes, undoing the CPU/memory binding "
-                   "(seed 000 §3.1)");
+                   "across NUMA nodes, undoing the CPU/memory binding");
         FIX(it, "sysctl -w kernel.numa_balancing=0 && echo "
                 "kernel.numa_balancing=0 >> /etc/sysctl.conf");
       }
@@ -284,8 +282,7 @@ static void check_kernel_settings(ctx_t *c) {
       VALUE(it, "vm.nr_hugepages=%ld", n);
       if (n <= 0) {
         REASON(it, "no huge pages reserved; ZeRO/FSDP CPU offload moves "
-                   "optimizer state through host memory faster with them "
-                   "(seed 000 §3.1)");
+                   "optimizer state through host memory faster with them");
         FIX(it, "echo vm.nr_hugepages=1024 >> /etc/sysctl.conf && sysctl -p");
       }
     }
@@ -369,7 +366,7 @@ static void check_gpus(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *si,
     if (ng == 0) {
       it->status = DOC_WARN;
       REASON(it, "no GPU found: no NVIDIA display/3D controller on the PCI bus "
-                 "(seed 001 §12: lspci | grep -i nvidia)");
+                 "(lspci | grep -i nvidia shows none)");
       FIX(it, "check that the GPUs are seated and powered, and visible to this "
               "container or VM; a CPU-only node can still run CPU workers");
     } else if (o->expect_gpus >= 0 && ng != o->expect_gpus) {
@@ -414,11 +411,11 @@ static void check_gpus(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *si,
       VALUE(it, "not loaded");
       REASON(it, "GPUs are present but no NVIDIA driver answers "
                  "(/proc/driver/nvidia/version is missing)");
-      FIX(it, "install the driver (seed 001 §15), blacklist nouveau, reboot; "
+      FIX(it, "install the driver, blacklist nouveau, reboot; "
               "check with nvidia-smi");
     }
   }
-  /* Persistence mode (seed 001 §17): NVML when asked, else the daemon. */
+  /* Persistence mode: NVML when asked, else the daemon. */
   if ((it = item(c, "persistence", "Persistence mode", DOC_PASS, 1))) {
     int daemon = 0;
     char (*procs)[64] = calloc(4096, sizeof(*procs));
@@ -446,10 +443,10 @@ static void check_gpus(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *si,
     if (it->status == DOC_WARN) {
       REASON(it, "without persistence the driver tears GPU state down between "
                  "jobs: slow starts, and NCCL init timing out on big nodes");
-      FIX(it, "systemctl enable --now nvidia-persistenced (seed 001 §17)");
+      FIX(it, "systemctl enable --now nvidia-persistenced");
     }
   }
-  /* PCIe links: x8 halves the bandwidth (seed 000 §1.1). */
+  /* PCIe links: x8 halves the bandwidth of x16. */
   for (int i = 0; i < ng; i++) {
     char id[128], title[96];
     snprintf(id, sizeof(id), "gpu.pcie.%s", g[i].busid);
@@ -475,14 +472,14 @@ static void check_gpus(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *si,
   }
 }
 
-/* nouveau must not hold the GPUs (seed 001 §14). */
+/* nouveau must not hold the GPUs. */
 static void check_nouveau(ctx_t *c) {
   doc_item_t *it;
   int loaded = exists(c, "/sys/module/nouveau");
   if ((it = item(c, "nouveau", "nouveau driver", loaded ? DOC_FAIL : DOC_PASS, 1))) {
     VALUE(it, loaded ? "loaded" : "not loaded");
     if (loaded) {
-      REASON(it, "nouveau conflicts with the NVIDIA driver (seed 001 §14)");
+      REASON(it, "nouveau conflicts with the NVIDIA driver");
       FIX(it, "printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' > "
               "/etc/modprobe.d/blacklist-nouveau.conf; dracut --force (or "
               "update-initramfs -u); reboot");
@@ -506,15 +503,14 @@ static void check_versions(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *s
       it->status = ngpus > 0 ? DOC_WARN : DOC_INFO;
       REASON(it, "no libcudart found on the library path, $CUDA_HOME/lib64 or "
                  "/usr/local/cuda/lib64 (PyTorch wheels bring their own)");
-      FIX(it, "install the CUDA toolkit chosen for the cluster (seed 001 §18) "
+      FIX(it, "install the CUDA toolkit chosen for the cluster "
               "and add /usr/local/cuda/lib64 to the library path");
     } else if (si->cuda_driver > 0 && si->cuda_runtime > si->cuda_driver) {
       it->status = DOC_FAIL;
       REASON(it, "CUDA %s needs a newer driver than this one (it supports %s): "
                  "every CUDA call fails with 'driver version is insufficient'",
              rt, drv);
-      FIX(it, "upgrade the driver, or use a CUDA build the driver supports "
-              "(seed 001 §19)");
+      FIX(it, "upgrade the driver, or use a CUDA build the driver supports");
     }
   }
   aff_nccl_version_str(si->nccl, nv, sizeof(nv));
@@ -590,8 +586,7 @@ static int check_ib(ctx_t *c, hca_t *hcas, int max) {
         VALUE(it, "%s, %s, %s", port_state_text(st), rate[0] ? rate : "rate unknown",
               ll[0] ? ll : "link layer unknown");
         if (st != 4) {
-          REASON(it, "the port is %s: NCCL cannot use it (seed 000 ch. 2: State "
-                     "must be Active)",
+          REASON(it, "the port is %s: NCCL uses Active ports only",
                  port_state_text(st));
           FIX(it, "check the cable and the switch port LED, that a subnet "
                   "manager runs (sminfo; opensm or the switch's SM), then "
@@ -600,7 +595,7 @@ static int check_ib(ctx_t *c, hca_t *hcas, int max) {
         } else if (best_rate > 0 && r > 0 && r < best_rate) {
           it->status = DOC_WARN;
           REASON(it, "%d Gb/s while other ports run %d Gb/s: a half-speed "
-                     "cable or module (seed 000 ch. 9)",
+                     "cable or module",
                  r, best_rate);
           FIX(it, "replace the cable/transceiver; ibstat should show the same "
                   "Rate on every port");
@@ -619,7 +614,7 @@ static int check_ib(ctx_t *c, hca_t *hcas, int max) {
             if ((pi = item(c, pid, pt, DOC_WARN, 0))) {
               VALUE(pi, "x%d of x%d", w, wm);
               REASON(pi, "the HCA runs at PCIe x%d but supports x%d: %d%% of the "
-                         "bandwidth (seed 000 §1.1: x8 halves it)",
+                         "bandwidth",
                      w, wm, 100 * w / wm);
               FIX(pi, "move the card to an x16 slot on the GPUs' NUMA side");
             }
@@ -656,11 +651,11 @@ static void check_nics(ctx_t *c) {
       VALUE(it, "%s, speed unknown", oper[0] ? oper : "unknown");
     if (strcmp(oper, "up") != 0)
       REASON(it, "link is not up: fine for an unused port, not for the "
-                 "training network (seed 001 §37: ip -br link, ethtool)");
+                 "training network (see ip -br link, ethtool)");
   }
 }
 
-/* GPUs and the HCAs on their NUMA node (seed 000 ch. 2, numa_affinity_check.sh). */
+/* GPUs and the HCAs on their NUMA node. */
 static void check_placement(ctx_t *c, const gpu_t *g, int ng, const hca_t *h,
                             int nh) {
   doc_item_t *it;
@@ -689,8 +684,8 @@ static void check_placement(ctx_t *c, const gpu_t *g, int ng, const hca_t *h,
   VALUE(it, "%s", hl);
   if (bad[0] && any_active) {
     REASON(it, "GPUs without an active HCA on their NUMA node: %s; their "
-               "network traffic crosses the socket link (seed 000 §1.1: V100 "
-               "cross-NUMA traffic runs at half speed)",
+               "network traffic crosses the socket link (on V100 nodes at "
+               "half the speed)",
            bad);
     FIX(it, "put an HCA in an x16 slot on each socket that holds GPUs; until "
             "then launch binds those ranks to their GPU's node anyway");
@@ -707,13 +702,13 @@ static void check_peermem(ctx_t *c, int ngpus, int nhcas) {
     VALUE(it, loaded ? "loaded" : "not loaded");
     if (!loaded) {
       REASON(it, "without nvidia-peermem NCCL cannot use GPUDirect RDMA: "
-                 "traffic bounces through host memory (seed 000 §3.4)");
+                 "traffic bounces through host memory");
       FIX(it, "modprobe nvidia-peermem, and add it to /etc/modules-load.d/");
     }
   }
 }
 
-/* ---- rendezvous port (seed 001 §85: nc -zv host port) ------------------------------ */
+/* ---- rendezvous port (as nc -zv host port) ---------------------------------------- */
 
 static void check_rdzv(ctx_t *c, const doc_opts_t *o) {
   lu_endpoint_t ep;
@@ -739,8 +734,7 @@ static void check_rdzv(ctx_t *c, const doc_opts_t *o) {
   snprintf(port, sizeof(port), "%d", ep.port);
   if ((rc = getaddrinfo(ep.host, port, &hints, &ai)) != 0) {
     REASON(it, "%s does not resolve: %s", ep.host, gai_strerror(rc));
-    FIX(it, "use an address, or add the host to /etc/hosts on every node "
-            "(seed 001 §8)");
+    FIX(it, "use an address, or add the host to /etc/hosts on every node");
     return;
   }
   t0 = lu_now_ms();
@@ -786,7 +780,7 @@ static void check_rdzv(ctx_t *c, const doc_opts_t *o) {
            ep.host, ep.port);
     FIX(it, "start the server (launch server --port %d) or the node-0 agent "
             "first; open the port: firewall-cmd --add-port=%d/tcp --permanent "
-            "&& firewall-cmd --reload (seed 001 §85: nc -zv %s %d)",
+            "&& firewall-cmd --reload (check: nc -zv %s %d)",
         ep.port, ep.port, ep.host, ep.port);
   } else if (err == ETIMEDOUT) {
     REASON(it, "no answer from %s:%d within %d ms: a firewall drops the "
@@ -794,7 +788,7 @@ static void check_rdzv(ctx_t *c, const doc_opts_t *o) {
            ep.host, ep.port, timeout);
     FIX(it, "firewall-cmd --list-all on %s; open only this port "
             "(firewall-cmd --add-port=%d/tcp --permanent), do not stop "
-            "firewalld (seed 001 §85)",
+            "firewalld",
         ep.host, ep.port);
   } else {
     REASON(it, "%s:%d unreachable: %s", ep.host, ep.port, strerror(err));

@@ -1,10 +1,9 @@
-/* doctor.h - `launch doctor`: one node's health, as seed 001 §90's
- * check_env.sh and seed 000's topology survey check it by hand (prefix
- * doc_). Every line is pass / info / warn / fail with the reason and the
+/* doctor.h - `launch doctor`: one node's health, as a cluster's runbook
+ * checks it by hand (prefix doc_). Every line is pass / info / warn / fail with the reason and the
  * fix. The report is a value: it serialises to JSON (for people and
  * tools) and to a compact line format that parses back, so that the agent
  * can send it over the rendezvous and node 0 can diff the nodes
- * (doc_diff: what seed 001 §91 says must be identical).
+ * (doc_diff: what must be identical on every node).
  *
  * Everything is read from /sys, /proc and /etc under a root prefix, so
  * tests use fake trees; NVML, libcudart and libnccl are dlopen'ed when
@@ -23,7 +22,7 @@ typedef struct doc_item_s {
   char id[128];      /* stable across nodes: "kernel", "ib.mlx5_0.1" */
   char title[96];    /* "Kernel", "IB mlx5_0 port 1" */
   doc_status_t status;
-  int same;          /* must be identical on every node (seed 001 §91) */
+  int same;          /* must be identical on every node */
   char value[256];   /* what was found */
   char reason[400];  /* why this status */
   char fix[400];     /* what to do; "" when nothing */
@@ -35,7 +34,7 @@ typedef struct doc_opts_s {
   size_t size;               /* sizeof(doc_opts_t) */
   unsigned version;          /* 1 */
   const char *root;          /* prefix for /sys, /proc, /etc; NULL = "/" */
-  const char *rdzv_endpoint; /* "host:port" to reach (seed 001 §85); NULL */
+  const char *rdzv_endpoint; /* "host:port" to reach; NULL */
   int connect_timeout_ms;    /* 0 = 3000 */
   int probe_libs;            /* ask NVML / libcudart / libnccl */
   int expect_gpus;           /* fail when the count differs; -1 = any */

@@ -261,11 +261,11 @@ int env_nccl_var_info(const char *name, int *first, int *last, int *is_int);
 int env_nccl_ref_version(void);
 
 /* ---- node fingerprint ------------------------------------------------------
- * What must be identical on every node of a job (seed 001 §91), as sorted
+ * What must be identical on every node of a job, as sorted
  * KEY=VALUE items: env.* (the effective NCCL environment, templated values
  * as their template, so the rank's HCA name does not count), profile,
  * driver, cuda.driver, cuda.runtime, nccl, gpu.model, gpu.count,
- * sha256.<file>. Host name, address and node rank (seed 001 §92) are not
+ * sha256.<file>. Host name, address and node rank are not
  * part of it. */
 
 typedef struct env_fp_s env_fp_t;

@@ -1,5 +1,5 @@
 /* fp.c - the node fingerprint: what must be identical on every node of a
- * job (seed 001 §91), serialised as sorted key=value lines, parsed back
+ * job, serialised as sorted key=value lines, parsed back
  * from the wire, compared across nodes. */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
-/* lint.c - the NCCL environment lint: the seeds' mistakes (GID index on
- * pure InfiniBand, NCCL_SOCKET_IFNAME==x, NCCL_DEBUG=INFO left on, the
+/* lint.c - the NCCL environment lint: mistakes cluster runbooks make (GID
+ * index on pure InfiniBand, NCCL_SOCKET_IFNAME==x, NCCL_DEBUG=INFO left on, the
  * 1.13-era NCCL_ASYNC_ERROR_HANDLING), names NCCL does not read, values it
  * ignores, interfaces and HCAs this node lacks, P2P off where NVLink is. */
 #include <ctype.h>
@@ -307,9 +307,9 @@ static void check_ifname(lint_t *l) {
              "you mean exactly that interface",
              v + 1);
     add(l, ENV_SEV_WARN, "ifname-double-eq", "NCCL_SOCKET_IFNAME", fix,
-        "the value starts with '=' (from NCCL_SOCKET_IFNAME==%s, seed 001 "
-        "§84): NCCL reads a leading '=' as 'exactly this name', which is "
-        "rarely what a double '=' meant",
+        "the value starts with '=' (from NCCL_SOCKET_IFNAME==%s): NCCL reads "
+        "a leading '=' as 'exactly this name', which is rarely what a double "
+        "'=' meant",
         v + 1);
   }
   if (l->node == NULL || !l->node->probed)
@@ -441,7 +441,7 @@ static void check_gid(lint_t *l) {
     add(l, ENV_SEV_WARN, "gid-on-ib", "NCCL_IB_GID_INDEX",
         "remove NCCL_IB_GID_INDEX (set it only for RoCE)",
         "NCCL_IB_GID_INDEX selects a RoCE GID; these HCAs run InfiniBand, where "
-        "some NCCL versions fail to resolve the GID (seed 000 §4.2 correction)");
+        "some NCCL versions fail to resolve the GID");
 }
 
 static void check_p2p(lint_t *l) {
@@ -457,7 +457,7 @@ static void check_p2p(lint_t *l) {
     return;
   if (disabled)
     add(l, ENV_SEV_WARN, "p2p-nvlink", "NCCL_P2P_DISABLE",
-        "remove NCCL_P2P_DISABLE (it is for PCIe-only boxes, seed 000)",
+        "remove NCCL_P2P_DISABLE (it is for PCIe-only boxes)",
         "the GPUs here are connected by NVLink; P2P off sends intra-node "
         "traffic through host memory at a fraction of the bandwidth");
   else if (lvl && (ieq(lvl, "LOC") || strcmp(lvl, "0") == 0))
@@ -490,8 +490,7 @@ static void check_debug(lint_t *l) {
   int verbose = d && (ieq(d, "INFO") || ieq(d, "TRACE"));
   if (verbose)
     add(l, ENV_SEV_WARN, "debug-info", "NCCL_DEBUG",
-        "set NCCL_DEBUG=WARN once the network works (seed 000 §4.2: 调通后改 "
-        "WARN)",
+        "set NCCL_DEBUG=WARN once the network works",
         "NCCL_DEBUG=%s prints every rank's init and network details: slower "
         "start, logs that bury real errors",
         d);

@@ -63,7 +63,7 @@ extern "C" {
                    "unix:/PATH")                                               \
   XX(ENOENV, -1010, "required environment variable is not set (was the "      \
                     "process started by launch?)")                             \
-  XX(ESTALE, -1011, "stale: the job moved to a newer restart generation")      \
+  XX(ESTALE, -1011, "stale: the job moved on to a newer round")      \
   XX(EMISMATCH, -1012, "node configuration differs from node 0")               \
   XX(ERDZVCLOSED, -1013, "rendezvous is closed for this job")                  \
   XX(EINVAL, -1014, "invalid argument")                                        \
@@ -218,16 +218,16 @@ typedef struct rdzv_nccl_id_s {
  * ceil(nranks / ranks_per_root) roots (ranks 0, ranks_per_root,
  * 2 * ranks_per_root, ...) each call ncclGetUniqueId and publish it; every
  * rank then fetches all ids in one request. Keys are scoped by the job (the
- * connection's), the restart generation and the name, so a restarted job
- * never reads an id of an earlier generation.
- * IN generation: the job's restart generation; -1 reads LAUNCH_ROUND (or
+ * connection's), the round (the restart generation) and the name, so a
+ * restarted job never reads an id of an earlier round.
+ * IN round: the job's round (LAUNCH_ROUND); -1 reads LAUNCH_ROUND (or
  * TORCHELASTIC_RESTART_COUNT) from the environment.
  * OUT ids[*nids]: caller's array of at least ceil(nranks/ranks_per_root).
  * RET 0, -ETIMEDOUT (a root did not publish in time), RDZV_ENOTSUP (NCCL
  * cannot be loaded on a root), RDZV_EINVAL. */
 RDZV_EXTERN int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank,
                               int nranks, int ranks_per_root,
-                              int64_t generation, rdzv_nccl_id_t *ids,
+                              int64_t round, rdzv_nccl_id_t *ids,
                               int *nids, int timeout_ms);
 
 /* Create an NCCL communicator bootstrapped by rdzv_nccl_ids: with NCCL >=

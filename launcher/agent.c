@@ -56,7 +56,7 @@ typedef struct agent_s {
   char store_host[256]; /* what workers get as MASTER_ADDR */
   ac_t *ac;
   int state;
-  int64_t gen;
+  int64_t round;     /* the restart generation: see docs/glossary.md */
   int node_rank, nnodes, world_size, base_rank;
   int master_port;     /* rank0 store mode: node 0's port */
   int my_master_port;  /* the port this node offers if it becomes node 0 */
@@ -74,9 +74,9 @@ typedef struct agent_s {
   char run_dir[PATH_MAX];
   char attempt_dir[PATH_MAX];
   int run_dir_is_temp;
-  sum_failure_t *fails; /* failures of this node in this generation */
+  sum_failure_t *fails; /* failures of this node in this round */
   size_t nfails;
-  int exited; /* workers of this generation that exited */
+  int exited; /* workers of this round that exited */
   /* the end */
   int exit_code;
   int finish_ok;
@@ -202,7 +202,7 @@ static int build_envs(agent_t *a) {
   if (a->renv == NULL || a->prefixes == NULL)
     return RDZV_ENOMEM;
   memset(&r, 0, sizeof(r));
-  r.round = a->gen;
+  r.round = a->round;
   r.node_rank = a->node_rank;
   r.nnodes = a->nnodes;
   r.world_size = a->world_size;
@@ -222,7 +222,7 @@ static int build_envs(agent_t *a) {
     char pre[512];
     /* Every change the profile makes is logged once: rank 0, round 0. */
     int rc = launch_rank_env(o, &a->node, &r, i,
-                             (i == 0 && a->gen == 0 && !o->quiet) ? &a->log
+                             (i == 0 && a->round == 0 && !o->quiet) ? &a->log
                                                                    : NULL,
                              &a->renv[i]);
     if (rc != 0)
@@ -254,7 +254,7 @@ static int start_workers(agent_t *a) {
   char **envp[1024];
   int rc;
   if ((size_t)snprintf(a->attempt_dir, sizeof(a->attempt_dir),
-                       "%s/attempt_%" PRId64, a->run_dir, a->gen) >=
+                       "%s/attempt_%" PRId64, a->run_dir, a->round) >=
       sizeof(a->attempt_dir)) {
     LU_ERR(&a->log, "log directory path too long: %s", a->run_dir);
     return -ENAMETOOLONG;
@@ -280,7 +280,7 @@ static int start_workers(agent_t *a) {
   if (a->node.plan) {
     spec.pre_exec = apply_binding;
     spec.pre_exec_arg = a->node.plan;
-    if (o->report_bindings && a->gen == 0)
+    if (o->report_bindings && a->round == 0)
       for (int i = 0; i < o->nproc; i++) {
         char line[512];
         aff_binding_format(a->node.plan, a->node.topo, i, line, sizeof(line));
@@ -309,7 +309,7 @@ static int start_workers(agent_t *a) {
 static void report(agent_t *a, const sum_failure_t *f) {
   msg_report_t r;
   msg_report_init(&r);
-  r.round = a->gen;
+  r.round = a->round;
   r.ok = f == NULL;
   if (f) {
     msg_failure_t *m = &r.failure;
@@ -490,14 +490,14 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     finish(a);
     return;
   }
-  a->gen = r.round;
+  a->round = r.round;
   a->node_rank = (int)r.node_rank;
   a->nnodes = (int)r.nnodes;
   a->world_size = (int)r.world_size;
   a->base_rank = (int)r.base_rank;
   a->master_port = (int)r.master_port;
   lu_strlcpy(a->node0_addr, r.node0_addr, sizeof(a->node0_addr));
-  say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d", a->gen,
+  say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d", a->round,
       a->o->run_id, a->node_rank, a->nnodes, a->base_rank,
       a->base_rank + a->o->nproc - 1, a->world_size);
   if (start_workers(a) != 0) {
@@ -951,7 +951,7 @@ int agent_run(cfg_t *o) {
     return 1;
   a->o = o;
   a->loop = &loop;
-  a->gen = -1;
+  a->round = -1;
   a->exit_code = 1;
   uv_loop_init(&loop);
   signal(SIGPIPE, SIG_IGN);

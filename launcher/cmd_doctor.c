@@ -33,7 +33,7 @@ static const char doctor_help[] =
     "  --timeout MS            connect timeout for --rdzv-endpoint (3000)\n"
     "  --nnodes N              gather the reports of N nodes through the\n"
     "                          rendezvous at --rdzv-endpoint and print what\n"
-    "                          differs (seed 001 91-92: only host name,\n"
+    "                          differs (only host name,\n"
     "                          address and node rank may); the node whose\n"
     "                          address is the endpoint hosts the server\n"
     "  --rdzv-id ID            job id of the gathering (default doctor)\n"
@@ -173,8 +173,7 @@ static int gather(doc_opts_t *dopts, const char *endpoint, int nnodes,
   if (ndiff < 0)
     goto out;
   if (ndiff == 0)
-    printf("%zu nodes agree on everything that must be identical (seed 001 "
-           "91)\n", nkeys);
+    printf("%zu nodes agree on everything that must be identical\n", nkeys);
   else
     printf("%d items differ between the %zu nodes (only host name, address "
            "and node rank may):\n%s", ndiff, nkeys, report);

@@ -14,7 +14,7 @@
 static const char status_help[] =
     "usage: launch status --rdzv-endpoint HOST[:PORT] --rdzv-id ID [options]\n"
     "\n"
-    "Shows a job's rendezvous: its state, round (restart generation),\n"
+    "Shows a job's rendezvous: its state, round (0, one more at each restart),\n"
     "restarts used, and each node with its ranks, state and last heartbeat.\n"
     "\n"
     "options:\n"

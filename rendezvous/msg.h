@@ -64,7 +64,7 @@ typedef struct msg_join_s {
 
 /* The reply to JOIN: the round this node is part of. */
 typedef struct msg_round_s {
-  int64_t round;            /* the restart generation, 0 first */
+  int64_t round;            /* 0 first, one more at each restart */
   int64_t node_rank, nnodes, world_size, base_rank;
   int64_t master_port;      /* node 0's (--torch-store rank0) */
   char addr[MSG_ADDR_MAX];  /* this node's address as the server knows it */

@@ -72,7 +72,7 @@ int rdzv_nccl_version(void) {
   return n ? n->version : RDZV_ENOTSUP;
 }
 
-static int64_t env_generation(void) {
+static int64_t env_round(void) {
   const char *v = getenv("LAUNCH_ROUND");
   int64_t g;
   if (v == NULL)
@@ -83,7 +83,7 @@ static int64_t env_generation(void) {
 }
 
 int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
-                  int ranks_per_root, int64_t generation, rdzv_nccl_id_t *ids,
+                  int ranks_per_root, int64_t round, rdzv_nccl_id_t *ids,
                   int *nids, int timeout_ms) {
   char key[256];
   char (*keys)[256] = NULL;
@@ -94,8 +94,8 @@ int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
       nranks < 1 || rank < 0 || rank >= nranks || ranks_per_root < 1 ||
       strlen(name) > 128)
     return RDZV_EINVAL;
-  if (generation < 0)
-    generation = env_generation();
+  if (round < 0)
+    round = env_round();
   n = (nranks + ranks_per_root - 1) / ranks_per_root;
   if (rank % ranks_per_root == 0) {
     /* A root: make this root's id and publish it. */
@@ -111,7 +111,7 @@ int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
                       api_->error_string ? api_->error_string(nrc) : "?");
       return RDZV_ENOTSUP;
     }
-    snprintf(key, sizeof(key), "launch/nccl/%" PRId64 "/%s/%d", generation,
+    snprintf(key, sizeof(key), "launch/nccl/%" PRId64 "/%s/%d", round,
              name, rank / ranks_per_root);
     if ((rc = rdzv_set(c, key, &uid, sizeof(uid), timeout_ms)) != 0)
       return rc;
@@ -125,7 +125,7 @@ int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
   }
   for (int i = 0; i < n; i++) {
     snprintf(keys[i], sizeof(keys[i]), "launch/nccl/%" PRId64 "/%s/%d",
-             generation, name, i);
+             round, name, i);
     kp[i] = keys[i];
   }
   /* One request for every root's id, answered once all are published. */

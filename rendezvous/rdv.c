@@ -1,4 +1,4 @@
-/* rdv.c - rendezvous: rounds, membership, restart generations, the exit
+/* rdv.c - rendezvous: rounds, membership, restarts, the exit
  * barrier and the root cause of a failed job, pushed to every agent.
  *
  * A job forms a round when MAX nodes joined, or MIN joined and the last
@@ -7,9 +7,9 @@
  * --node-rank, SLURM_NODEID, VC_TASK_INDEX) first, the rest by host name,
  * then address. While a round runs, a failed worker (REPORT), a lost agent
  * (closed connection, or three missed heartbeats) or a newcomer while
- * there is room starts the next generation: RESTART is pushed to every
+ * there is room starts the next round: RESTART is pushed to every
  * member, which stops its workers and joins again. Failures count against
- * --max-restarts once per generation for the whole job; membership changes
+ * --max-restarts once per round for the whole job; membership changes
  * do not. The job ends when every member reported success (SHUTDOWN ok) or
  * restarts ran out (SHUTDOWN with the root cause). */
 #include <errno.h>
@@ -55,14 +55,14 @@ typedef struct rdv_job_s {
   char **expected;
   size_t nexpected;
   int state;
-  int64_t gen; /* number of the current round; -1 before the first */
+  int64_t round; /* the current round; -1 before the first */
   int failures;
-  int64_t failed_gen; /* generation whose failure was counted */
+  int64_t failed_round; /* the round whose failure was counted */
   uint64_t forming_since, min_since;
   list_t members;
   uint64_t next_order;
   int has_root;
-  msg_failure_t root; /* the root cause of failed_gen */
+  msg_failure_t root; /* the root cause of failed_round */
   char reason[1024]; /* why the last restart or the end happened */
 } rdv_job_t;
 
@@ -75,8 +75,8 @@ static rdv_job_t *rdv_job(job_t *j) {
   if ((rj = calloc(1, sizeof(*rj))) == NULL)
     return NULL;
   rj->job = j;
-  rj->gen = -1;
-  rj->failed_gen = -1;
+  rj->round = -1;
+  rj->failed_round = -1;
   list_init(&rj->members);
   j->rdv = rj;
   return rj;
@@ -110,11 +110,11 @@ static void reply_join_error(rdv_member_t *m, int status, const char *msg) {
   m->join_id = 0;
 }
 
-static void push_restart(rdv_member_t *m, int64_t gen, const char *reason) {
+static void push_restart(rdv_member_t *m, int64_t round, const char *reason) {
   msg_restart_t r;
   if (m->c == NULL)
     return;
-  r.round = gen;
+  r.round = round;
   r.reason = (char *)reason;
   srv__push_begin(m->c, PROTO_EV_RESTART, 1);
   msg_restart_pack(&m->c->out.pk, &r);
@@ -155,7 +155,7 @@ static void finish(rdv_job_t *rj, int ok) {
   }
 }
 
-/* Start the next generation: every member of the round stops its workers
+/* Start the next round: every member of the round stops its workers
  * and joins again. */
 static void restart(rdv_job_t *rj, const char *fmt, ...) LU_PRINTF(2, 3);
 static void restart(rdv_job_t *rj, const char *fmt, ...) {
@@ -168,12 +168,12 @@ static void restart(rdv_job_t *rj, const char *fmt, ...) {
   rj->forming_since = uv_now(s->loop);
   rj->min_since = 0;
   LU_INFO(&s->log, "job %s: restarting into round %" PRId64 ": %s",
-          rj->job->name, rj->gen + 1, rj->reason);
+          rj->job->name, rj->round + 1, rj->reason);
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
     rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
     if (m->in_round && (m->state == M_RUNNING || m->state == M_DONE)) {
       m->state = M_RESTARTING;
-      push_restart(m, rj->gen + 1, rj->reason);
+      push_restart(m, rj->round + 1, rj->reason);
     }
   }
 }
@@ -206,7 +206,7 @@ static void reply_round(rdv_job_t *rj, rdv_member_t *m,
    * 0's store in --torch-store rank0 mode): O(1) per node, not O(nodes);
    * STATUS lists everyone. */
   msg_round_init(&r);
-  r.round = rj->gen;
+  r.round = rj->round;
   r.node_rank = m->node_rank;
   r.nnodes = n;
   r.world_size = world;
@@ -354,7 +354,7 @@ static int form_round(rdv_job_t *rj) {
       }
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next)
     LIST_ENTRY(it, rdv_member_t, link)->in_round = 0;
-  rj->gen++;
+  rj->round++;
   rj->state = R_RUNNING;
   for (int i = 0; i < n; i++) {
     sel[i]->in_round = 1;
@@ -363,7 +363,7 @@ static int form_round(rdv_job_t *rj) {
     reply_round(rj, sel[i], node0, n, world);
   }
   LU_INFO(&s->log, "job %s: round %" PRId64 " formed: %d nodes, world size "
-          "%d", rj->job->name, rj->gen, n, world);
+          "%d", rj->job->name, rj->round, n, world);
   free(all);
   return 1;
 }
@@ -413,7 +413,7 @@ static void evaluate(rdv_job_t *rj) {
       rj->min_since = now;
     if (n < rj->min)
       rj->min_since = 0;
-    if (n >= rj->max || (rj->gen >= 0 && rejoined && n >= rj->min) ||
+    if (n >= rj->max || (rj->round >= 0 && rejoined && n >= rj->min) ||
         (n >= rj->min && rj->min_since &&
          now >= rj->min_since + (uint64_t)rj->last_call_ms)) {
       if (form_round(rj))
@@ -434,7 +434,7 @@ static void evaluate(rdv_job_t *rj) {
              rj->min, rj->max, joined[0] ? joined : "none",
              missing[0] ? "; missing: " : "", missing);
     lu_strlcpy(rj->reason, msg, sizeof(rj->reason));
-    if (rj->gen >= 0) {
+    if (rj->round >= 0) {
       finish(rj, 0);
     } else {
       LU_WARN(&s->log, "job %s: %s", rj->job->name, msg);
@@ -474,9 +474,9 @@ static void member_lost(rdv_member_t *m, const char *why) {
       j->store = fresh;
     }
     rj->state = R_IDLE;
-    rj->gen = -1;
+    rj->round = -1;
     rj->failures = 0;
-    rj->failed_gen = -1;
+    rj->failed_round = -1;
     rj->configured = 0;
     msg_failure_free(&rj->root);
     rj->has_root = 0;
@@ -637,7 +637,7 @@ static void round_failed(rdv_job_t *rj, rdv_member_t *m, msg_report_t *r) {
   char what[64];
   msg_failure_free(&rj->root);
   rj->has_root = r->has_failure && msg_failure_copy(&rj->root, f) == 0;
-  rj->failed_gen = r->round;
+  rj->failed_round = r->round;
   rj->failures++;
   if (f->signal)
     snprintf(what, sizeof(what), "signal %d", (int)f->signal);
@@ -663,16 +663,16 @@ static void op_report(conn_t *c, const proto_msg_t *msg) {
       msg_report_unpack(msg->nargs > 0 ? &msg->args[0] : NULL, &r, NULL, 0))
     return;
   /* A report about an earlier round was already handled. */
-  if (r.round == rj->gen && rj->state == R_RUNNING && m->in_round) {
+  if (r.round == rj->round && rj->state == R_RUNNING && m->in_round) {
     m->last_hb = uv_now(c->srv->loop);
     if (r.ok) {
       m->state = M_DONE;
       if (count_state(rj, M_DONE, 1) == count_state(rj, -1, 1)) {
         snprintf(rj->reason, sizeof(rj->reason), "every worker of %d nodes "
-                 "exited 0 in round %" PRId64, count_state(rj, -1, 1), rj->gen);
+                 "exited 0 in round %" PRId64, count_state(rj, -1, 1), rj->round);
         finish(rj, 1);
       }
-    } else if (rj->failed_gen != r.round) {
+    } else if (rj->failed_round != r.round) {
       round_failed(rj, m, &r);
     }
     schedule(c->srv);
@@ -689,7 +689,7 @@ static void op_status(conn_t *c, const proto_msg_t *msg) {
   lu_strlcpy(st.job, c->job->name, sizeof(st.job));
   lu_strlcpy(st.state, rj ? rstate_names[rj->state] : "idle", sizeof(st.state));
   if (rj) {
-    st.round = rj->gen;
+    st.round = rj->round;
     st.restarts = rj->failures;
     st.max_restarts = rj->max_restarts;
     st.min = rj->min;

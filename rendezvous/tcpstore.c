@@ -1,6 +1,6 @@
 /* tcpstore.c - PyTorch TCPStore protocol: the request parser (pure; the
  * handlers are in srv_tcpstore.c). Wire facts:
- * ../shared/reference/torchrun.md section 4 and docs/protocol.md. */
+ * docs/protocol.md. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
