@@ -227,7 +227,8 @@ static const setting_t settings[CFG_S_COUNT] = {
 
 /* ---- value parsers -------------------------------------------------------------- */
 
-int cfg_parse_nnodes(const char *s, int *min, int *max) {
+/* "N" or "MIN:MAX". RET 0 or -1. */
+static int parse_nnodes(const char *s, int *min, int *max) {
   const char *colon = strchr(s, ':');
   char a[32];
   if (colon == NULL)
@@ -257,7 +258,9 @@ static int next_item(const char **s, char *item, size_t cap) {
   return 1;
 }
 
-int cfg_parse_std_spec(const char *s, int nproc, unsigned *out) {
+/* A torchrun std spec "3" or "0:1,1:2" for nproc ranks into out[]. RET 0
+ * or -1. */
+static int parse_std_spec(const char *s, int nproc, unsigned *out) {
   char item[32], *colon;
   int v, r, got;
   if (strchr(s, ':') == NULL) {
@@ -382,7 +385,7 @@ static int apply(cfg_t *c, int id, const char *v, char *err, size_t n) {
 /* ---- handlers ------------------------------------------------------------------- */
 
 static int set_nnodes(cfg_t *c, int id, const char *v, char *err, size_t n) {
-  if (cfg_parse_nnodes(v, &c->min_nodes, &c->max_nodes) != 0)
+  if (parse_nnodes(v, &c->min_nodes, &c->max_nodes) != 0)
     return fail(err, n, "--nnodes: '%s' is not N or MIN:MAX with "
                         "0 < MIN <= MAX", v);
   if (c->min_nodes > c->max_nodes)
@@ -695,11 +698,11 @@ static int finish_output(cfg_t *c, char *err, size_t n) {
   char item[16];
   int got, r;
   if (c->redirects_spec[0] &&
-      cfg_parse_std_spec(c->redirects_spec, c->nproc, c->redirects) != 0)
+      parse_std_spec(c->redirects_spec, c->nproc, c->redirects) != 0)
     return fail(err, n, "--redirects: '%s' is not 0-3 or a list like 0:1,1:2 "
                         "with local ranks below %d", c->redirects_spec,
                 c->nproc);
-  if (c->tee_spec[0] && cfg_parse_std_spec(c->tee_spec, c->nproc, c->tee) != 0)
+  if (c->tee_spec[0] && parse_std_spec(c->tee_spec, c->nproc, c->tee) != 0)
     return fail(err, n, "--tee: '%s' is not 0-3 or a list like 0:1,1:2 with "
                         "local ranks below %d", c->tee_spec, c->nproc);
   /* --log-dir alone keeps a file per rank for both streams */

@@ -123,11 +123,6 @@ void cfg_free(cfg_t *c);
 /* --help of the agent, or (flags CFG_ENV_CMD) of `launch env`. */
 void cfg_help(FILE *out, unsigned flags);
 
-/* Parsers shared with the tests. RET 0 or -1. */
-int cfg_parse_nnodes(const char *s, int *min, int *max);
-/* A torchrun std spec "3" or "0:1,1:2" for nproc ranks into out[]. */
-int cfg_parse_std_spec(const char *s, int nproc, unsigned *out);
-
 /* The settings: one row each in config.c's table. Those without a flag are
  * set from the environment only. */
 typedef enum {

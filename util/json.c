@@ -261,70 +261,47 @@ static int js_wanted(const js_t *j) {
   return 0;
 }
 
-static int js_object(js_t *j) {
+/* An object or an array at j->p: members separated by commas. Array
+ * elements are never captured ("#" in the path). */
+static int js_container(js_t *j) {
   size_t base = strlen(j->path);
-  int rc, wanted = js_wanted(j);
-  j->p++; /* '{' */
+  char close = *j->p == '{' ? '}' : ']';
+  int rc, wanted = close == '}' && js_wanted(j);
+  j->p++;
   js_ws(j);
-  if (j->p < j->end && *j->p == '}') {
+  if (j->p < j->end && *j->p == close) {
     j->p++;
     return 0;
   }
   for (;;) {
     char *key = NULL;
     js_ws(j);
-    /* Keys are decoded only where they can lead to a value we keep. */
-    if ((rc = js_string(j, wanted ? &key : NULL)) != 0)
-      return rc;
+    if (close == '}') {
+      /* Keys are decoded only where they can lead to a value we keep. */
+      if ((rc = js_string(j, wanted ? &key : NULL)) != 0)
+        return rc;
+      js_ws(j);
+      if (j->p >= j->end || *j->p != ':') {
+        free(key);
+        return RDZV_EPROTO;
+      }
+      j->p++;
+      js_ws(j);
+    }
     if (key && strlen(key) + base + 2 < sizeof(j->path) && !strchr(key, '.'))
       snprintf(j->path + base, sizeof(j->path) - base, "%s%s",
                base ? "." : "", key);
     else
       snprintf(j->path + base, sizeof(j->path) - base, "%s#", base ? "." : "");
     free(key);
-    js_ws(j);
-    if (j->p >= j->end || *j->p != ':')
-      return RDZV_EPROTO;
-    j->p++;
-    js_ws(j);
     if ((rc = js_value(j)) != 0)
       return rc;
     j->path[base] = '\0';
     js_ws(j);
     if (j->p >= j->end)
       return RDZV_EPROTO;
-    if (*j->p == '}') {
+    if (*j->p == close) {
       j->p++;
-      return 0;
-    }
-    if (*j->p != ',')
-      return RDZV_EPROTO;
-    j->p++;
-  }
-}
-
-static int js_array(js_t *j) {
-  size_t base = strlen(j->path);
-  int rc;
-  j->p++; /* '[' */
-  /* Array elements are never captured. */
-  snprintf(j->path + base, sizeof(j->path) - base, "%s#", base ? "." : "");
-  js_ws(j);
-  if (j->p < j->end && *j->p == ']') {
-    j->p++;
-    j->path[base] = '\0';
-    return 0;
-  }
-  for (;;) {
-    js_ws(j);
-    if ((rc = js_value(j)) != 0)
-      return rc;
-    js_ws(j);
-    if (j->p >= j->end)
-      return RDZV_EPROTO;
-    if (*j->p == ']') {
-      j->p++;
-      j->path[base] = '\0';
       return 0;
     }
     if (*j->p != ',')
@@ -344,7 +321,7 @@ static int js_value(js_t *j) {
   case '[':
     if (++j->depth > j->max_depth)
       return RDZV_EPROTO;
-    rc = *j->p == '{' ? js_object(j) : js_array(j);
+    rc = js_container(j);
     j->depth--;
     return rc;
   case '"':
