@@ -470,7 +470,7 @@ static void hb_cb(uv_timer_t *t) {
 static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   agent_t *a = arg;
   msg_round_t r;
-  char err[256];
+  char err[256] = "";
   (void)ac;
   uv_timer_stop(&a->status_timer);
   if (a->state != A_JOIN)
@@ -479,7 +479,7 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
                       msg_round_unpack(&m->args[0], &r, err, sizeof(err)) != 0))
     status = RDZV_EPROTO;
   if (status != 0) {
-    if (status == RDZV_EPROTO)
+    if (err[0])
       LU_ERR(&a->log, "the rendezvous server's round does not parse: %s", err);
     else if (status != RDZV_ECANCELED && status != RDZV_ECLOSED)
       LU_ERR(&a->log, "cannot join job %s: %s", a->o->run_id,

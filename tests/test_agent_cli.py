@@ -68,14 +68,17 @@ def test_read_timeout():
     d = tempfile.mkdtemp()
     port = lt.free_port()
     common = ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "rt",
-              "--rdzv-conf", "read_timeout=1,heartbeat=100ms"]
+              "--rdzv-conf", "read_timeout=3,heartbeat=200ms"]
     with lt.Cleanup() as c:
         host = c.add(lt.launch(common + ["--local-addr", "127.0.0.1", "--no-python", py,
                                          worker, d, "forever"], name="host"))
         other = c.add(lt.launch(common + ["--local-addr", "127.0.0.2", "--no-python", py,
                                           worker, d, "forever"], name="other"))
         try:
-            lt.wait_until(lambda: len(lt.records(d)) == 2, 60, "the workers")
+            try:
+                lt.wait_until(lambda: len(lt.records(d)) == 2, 60, "the workers")
+            except AssertionError:
+                raise AssertionError(host.output() + other.output())
             host.signal(sig.SIGSTOP)
             t0 = time.time()
             rc = other.wait(30)
@@ -85,7 +88,7 @@ def test_read_timeout():
         host.signal(sig.SIGTERM)
         host.wait(30)
         out = other.output()
-        assert rc == 1 and "has not answered for 1 s (--rdzv-conf read_timeout)" in out, out
+        assert rc == 1 and "has not answered for 3 s (--rdzv-conf read_timeout)" in out, out
         assert dt < 15, dt
 
 
