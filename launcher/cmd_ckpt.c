@@ -157,7 +157,6 @@ static void print_json(const char *dir, const ckpt_scan_t *s, int sha) {
     lu_json_null(&j, "resume");
   }
   lu_json_end_obj(&j);
-  lu_buf_puts(&b, "\n");
   if (lu_buf_finish(&b, &text, NULL) == 0) {
     fputs(text, stdout);
     free(text);
@@ -186,7 +185,7 @@ static void print_text(const char *dir, const ckpt_scan_t *s, int sha) {
     printf("%s\n", st->is_latest ? "  <- latest" : "");
   }
   if (s->latest_problem[0])
-    printf("latest: %s\n", s->latest_problem);
+    printf("%s\n", s->latest_problem);
   if (s->resume >= 0)
     printf("resume: %s\n", s->steps[s->resume].name);
   else
