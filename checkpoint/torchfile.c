@@ -317,6 +317,12 @@ static int legacy_check(const ck_src_t *s, unsigned char **pkl, size_t *len,
     rc = pk_walk(buf + at, want - at, &used, NULL, NULL);
     if (rc != 0) {
       free(buf);
+      if (pkl && *pkl) {
+        /* Not whole after all: hand nothing back. */
+        free(*pkl);
+        *pkl = NULL;
+        *len = 0;
+      }
       if (rc == RDZV_ENOMEM)
         return rc;
       if (want < s->size) {

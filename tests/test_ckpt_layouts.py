@@ -110,8 +110,9 @@ class Metadata:
     storage_data: object = None
 
 
-def dcp(d, files=None):
-    """A DCP checkpoint in d: files maps '__R_0.distcp' -> item lengths."""
+def dcp(d, files=None, protocol=None):
+    """A DCP checkpoint in d: files maps '__R_0.distcp' -> item lengths;
+    .metadata pickled with `protocol` (Python's default: DCP's)."""
     files = files or {"__0_0.distcp": [100, 60], "__1_0.distcp": [80]}
     storage = {}
     for name, lengths in files.items():
@@ -121,7 +122,7 @@ def dcp(d, files=None):
             off += n
         write(os.path.join(d, name), b"\3" * off)
     md = Metadata({"model.w": {"size": [10]}}, None, storage)
-    write(os.path.join(d, ".metadata"), pickle.dumps(md))
+    write(os.path.join(d, ".metadata"), pickle.dumps(md, protocol=protocol))
 
 
 # ---- running launch ckpt ------------------------------------------------------------
@@ -387,6 +388,14 @@ def test_dcp(tmp):
     check_step(rep, "step-300", "incomplete", ".metadata: missing")
     check_step(rep, "step-400", "incomplete", "__0_0.distcp: 0 bytes")
     check_resume(rep, "step-100")
+    # Every pickle protocol (Python 3.8-3.13 write 4, 3.14 writes 5).
+    for proto in range(pickle.HIGHEST_PROTOCOL + 1):
+        d = os.path.join(tmp, "dcp-proto", "p%d" % proto)
+        dcp(d, {"__0_0.distcp": [7, 9], "__1_0.distcp": [11]}, protocol=proto)
+        cut(os.path.join(d, "__0_0.distcp"), 15 / 16)
+        rep, _ = verify(d, 1)
+        check_step(rep, ".", "incomplete", "__0_0.distcp: 15 bytes, .metadata places data "
+                   "up to byte 16 (truncated)")
     # A single checkpoint: the directory itself.
     one = os.path.join(tmp, "dcp-one")
     dcp(one, {"__0_0.distcp": [10], "__1_0.distcp": [20], "__2_0.distcp": [30]})
