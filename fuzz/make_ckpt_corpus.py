@@ -10,14 +10,16 @@ usage: fuzz/make_ckpt_corpus.py [OUT_DIR]   (default: fuzz/corpus)
 """
 import argparse
 import collections
-import dataclasses
-import io
 import json
 import os
 import pickle
 import struct
 import sys
 import zipfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "py"))
+import ckptfix  # noqa: E402
 
 SHA = "ab" * 32
 
@@ -76,36 +78,9 @@ def views():
 
 # ---- pickles --------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class MetadataIndex:
-    fqn: str
-    offset: object = None
-    index: object = None
-
-
-@dataclasses.dataclass
-class _StorageInfo:
-    relative_path: str
-    offset: int
-    length: int
-
-
-@dataclasses.dataclass
-class Metadata:
-    state_dict_metadata: dict
-    planner_data: object = None
-    storage_data: object = None
-
-
 def dcp_metadata():
-    storage = {}
-    for r, sizes in enumerate(([100, 60], [80], [2 ** 33])):
-        off = 0
-        for k, n in enumerate(sizes):
-            storage[MetadataIndex("w%d.%d" % (r, k), None, k)] = \
-                _StorageInfo("__%d_0.distcp" % r, off, n)
-            off += n
-    return Metadata({"w": {"size": [10]}}, None, storage)
+    return ckptfix.dcp_metadata({"__0_0.distcp": [100, 60], "__1_0.distcp": [80],
+                                 "__2_0.distcp": [2 ** 33]})[0]
 
 
 def pickles():
@@ -134,47 +109,22 @@ def pickles():
 
 # ---- torch.save archives and safetensors -------------------------------------------
 
-def zentry(z, name, data, method=zipfile.ZIP_STORED):
-    """A zip entry with a fixed date: the corpus stays byte-identical."""
-    info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
-    info.compress_type = method
-    z.writestr(info, data)
-
-
-def torch_zip(obj, name="archive"):
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        zentry(z, name + "/data.pkl", pickle.dumps(obj, protocol=2))
-        zentry(z, name + "/byteorder", "little")
-        zentry(z, name + "/data/0", b"\1" * 64)
-        zentry(z, name + "/version", "3\n")
-    return buf.getvalue()
-
-
-def safetensors(n=2, cut=None):
-    hdr = {"__metadata__": {"format": "pt"}}
-    for i in range(n):
-        hdr["w%d" % i] = {"dtype": "F32", "shape": [4], "data_offsets": [16 * i, 16 * i + 16]}
-    h = json.dumps(hdr).encode()
-    data = struct.pack("<Q", len(h)) + h + b"\2" * (16 * n)
+def safetensors(cut=None):
+    data = ckptfix.safetensors_bytes()
     return data if cut is None else data[:cut]
 
 
 def torchfiles():
-    z = torch_zip({"dp_world_size": 4, "mp_world_size": 1})
+    z = ckptfix.torch_zip_bytes({"dp_world_size": 4, "mp_world_size": 1})
     yield "deepspeed_model_states.pt", z
-    yield "megatron_model_optim_rng.pt", torch_zip(
+    yield "megatron_model_optim_rng.pt", ckptfix.torch_zip_bytes(
         {"args": argparse.Namespace(tensor_model_parallel_size=2,
                                     pipeline_model_parallel_size=1),
          "iteration": 100}, name="model_optim_rng")
     yield "cut_half.pt", z[: len(z) // 2]
     yield "cut_end_record.pt", z[:-5]
     yield "comment.pt", z[:-2] + struct.pack("<H", 4) + b"abcd"
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zz:
-        zentry(zz, "archive/data.pkl", pickle.dumps({"a": 1}, protocol=2),
-               zipfile.ZIP_DEFLATED)
-    yield "deflated.pt", buf.getvalue()
+    yield "deflated.pt", ckptfix.torch_zip_bytes({"a": 1}, method=zipfile.ZIP_DEFLATED)
     yield "legacy.pt", b"".join(pickle.dumps(x, protocol=2) for x in
                                 (0x1950a86a20f9469cfc6c, 1001, {}, {"x": 1}, []))
     yield "model.safetensors", safetensors()

@@ -7,21 +7,18 @@ the step a restart would take and the exit status. Then bad input.
 
 The files are written with torch.save when PyTorch is importable (the real
 zip format), else with a stand-in of the same layout; DCP's .metadata and
-safetensors are written by this file (pickle, struct)."""
+safetensors are written by tests/py/ckptfix.py."""
 import argparse
-import dataclasses
-import io
 import json
 import os
 import pickle
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
-import zipfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "py"))
+import ckptfix  # noqa: E402
 import launchtest  # noqa: E402
 
 try:
@@ -53,26 +50,11 @@ def torch_save(obj, path):
         obj["tensor"] = torch.arange(64, dtype=torch.float32)
         torch.save(obj, path)
         return
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", pickle.dumps(obj, protocol=2))
-        z.writestr("archive/byteorder", "little")
-        z.writestr("archive/data/0", b"\1" * 256)
-        z.writestr("archive/version", "3\n")
-    with open(path, "wb") as f:
-        f.write(buf.getvalue())
+    write(path, ckptfix.torch_zip_bytes(obj))
 
 
 def safetensors(path, ntensors=2):
-    hdr = {"__metadata__": {"format": "pt"}}
-    off = 0
-    for i in range(ntensors):
-        hdr["w%d" % i] = {"dtype": "F32", "shape": [4], "data_offsets": [off, off + 16]}
-        off += 16
-    h = json.dumps(hdr).encode()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"\2" * off)
+    write(path, ckptfix.safetensors_bytes(ntensors))
 
 
 def write(path, data):
@@ -87,41 +69,13 @@ def cut(path, frac=0.5):
         f.truncate(int(size * frac))
 
 
-# DCP's metadata classes, as pickle sees them (module names do not matter
-# to launch's reader, which never imports anything).
-@dataclasses.dataclass(frozen=True)
-class MetadataIndex:
-    fqn: str
-    offset: object = None
-    index: object = None
-
-
-@dataclasses.dataclass
-class _StorageInfo:
-    relative_path: str
-    offset: int
-    length: int
-
-
-@dataclasses.dataclass
-class Metadata:
-    state_dict_metadata: dict
-    planner_data: object = None
-    storage_data: object = None
-
-
 def dcp(d, files=None, protocol=None):
     """A DCP checkpoint in d: files maps '__R_0.distcp' -> item lengths;
     .metadata pickled with `protocol` (Python's default: DCP's)."""
-    files = files or {"__0_0.distcp": [100, 60], "__1_0.distcp": [80]}
-    storage = {}
-    for name, lengths in files.items():
-        off = 0
-        for k, n in enumerate(lengths):
-            storage[MetadataIndex("%s.item%d" % (name, k), None, k)] = _StorageInfo(name, off, n)
-            off += n
-        write(os.path.join(d, name), b"\3" * off)
-    md = Metadata({"model.w": {"size": [10]}}, None, storage)
+    md, sizes = ckptfix.dcp_metadata(files or {"__0_0.distcp": [100, 60],
+                                               "__1_0.distcp": [80]})
+    for name, size in sizes.items():
+        write(os.path.join(d, name), b"\3" * size)
     write(os.path.join(d, ".metadata"), pickle.dumps(md, protocol=protocol))
 
 
