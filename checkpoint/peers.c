@@ -79,7 +79,7 @@ nomem:
 }
 
 static int has_name(char **names, size_t n, const char *name) {
-  return bsearch(&name, names, n, sizeof(*names), cmp_str) != NULL;
+  return n > 0 && bsearch(&name, names, n, sizeof(*names), cmp_str) != NULL;
 }
 
 static int is_dir(const char *dir, const char *name) {
