@@ -1,7 +1,7 @@
 /* test_ckpt_commit.c - launch's checkpoint layout end to end:
  *  - one rank: save, keep-K pruning, load back, background save;
  *  - a flipped byte and a truncated shard: detected, named, skipped;
- *  - four ranks committing through a real store (in-process server) on
+ *  - four ranks committing through a real store (`launch server`) on
  *    shared storage, then on node-local storage where the nodes end up
  *    with different newest steps: the agreed step is the newest every
  *    rank has, rollback makes it `latest`, saving again works;
@@ -15,7 +15,11 @@
 #include <unistd.h>
 
 #include "ck_int.h"
+#include "ckpt_test.h"
 #include "test.h"
+
+static pid_t store_pid;
+static char store_ep[64];
 
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char log_text[65536];
@@ -223,7 +227,7 @@ typedef struct rank_arg_s {
 static rdzv_client_t *conn(void) {
   rdzv_options_t o = RDZV_OPTIONS_INIT;
   rdzv_client_t *c = NULL;
-  o.endpoint = test_server_endpoint();
+  o.endpoint = store_ep;
   o.job = "ckpt";
   ASSERT_OK(rdzv_connect(&o, &c));
   return c;
@@ -566,14 +570,14 @@ static void test_bad_input(const char *root) {
 int main(void) {
   int fds = test_fd_count();
   const char *root = test_tmpdir();
-  test_server_start(NULL);
+  ckpt_test_store(&store_pid, store_ep, sizeof(store_ep));
   test_single(root);
   test_shared(root);
   test_node_local(root);
   test_elastic(root);
   test_agent(root);
   test_bad_input(root);
-  test_server_stop();
+  test_kill(store_pid);
   ASSERT_EQ(fds, test_fd_count());
   printf("ok\n");
   return 0;

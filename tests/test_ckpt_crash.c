@@ -7,7 +7,7 @@
  *  - the writer started again resumes from exactly that step and finds in
  *    every shard the bytes it saved (tests/ckpt_writer.c checks them).
  * The writer runs in turn as one rank the library finalises alone, three
- * ranks committing through a store (the in-process server), and three
+ * ranks committing through a store (`launch server`), and three
  * ranks leaving completion files for an agent thread, so that kills land
  * in shard writes, fsyncs, renames, store commits, manifests, `latest`
  * updates, pruning and the agent's commits. */
@@ -17,7 +17,11 @@
 #include <unistd.h>
 
 #include "ck_int.h"
+#include "ckpt_test.h"
 #include "test.h"
+
+static pid_t store_pid;
+static char store_ep[64];
 
 #define KILLS 50
 
@@ -76,7 +80,7 @@ static pid_t start_writer(const char *dir, const char *mode, int64_t gen,
   {
     char *argv[] = {exe, (char *)dir, "--mode", (char *)mode, "--world", "3",
                     "--size", "400000", "--gen", g, "--steps", n,
-                    "--endpoint", (char *)test_server_endpoint(), NULL};
+                    "--endpoint", (char *)store_ep, NULL};
     pid = test_spawn(argv, log);
   }
   if (expect >= 0)
@@ -107,7 +111,7 @@ int main(void) {
   const char *root = test_tmpdir();
   char dirs[3][512], log[1024];
   int partial = 0;
-  test_server_start(NULL);
+  ckpt_test_store(&store_pid, store_ep, sizeof(store_ep));
   for (int m = 0; m < 3; m++)
     snprintf(dirs[m], sizeof(dirs[m]), "%s/%s", root, modes[m]);
   for (int i = 0; i < KILLS; i++) {
@@ -153,7 +157,7 @@ int main(void) {
     }
     free(l);
   }
-  test_server_stop();
+  test_kill(store_pid);
   printf("ok\n");
   return 0;
 }
