@@ -298,8 +298,11 @@ int ck_write_shard(const char *dir, const char *name, const struct iovec *iov,
    * rather than after gigabytes. fallocate(2), not posix_fallocate(3):
    * where the file system lacks it, glibc would write the whole file
    * once more to emulate it. */
-  if (total > 0)
-    (void)fallocate(fd, 0, 0, (off_t)total);
+  if (total > 0 && fallocate(fd, 0, 0, (off_t)total) != 0 && errno == ENOSPC) {
+    close(fd);
+    unlink(tmp);
+    return -ENOSPC;
+  }
   if ((rc = ck_hasher_start(&h, iov, iovcnt, total, total)) != 0) {
     close(fd);
     unlink(tmp);
