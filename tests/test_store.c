@@ -40,7 +40,7 @@ static void test_values(void) {
   const uint8_t *v;
   int64_t r;
   int swapped;
-  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT_EQ(0, store_new(0, NULL, &s));
   ASSERT(store_get(s, K("a"), &n) == NULL);
   ASSERT_EQ(0, store_set(s, K("a"), "xyz", 3));
   v = store_get(s, K("a"), &n);
@@ -83,7 +83,7 @@ static void test_waiters(void) {
   store_waiter_t *w = NULL;
   store_key_t keys[3] = {{"k1", 2}, {"k2", 2}, {"k1", 2}};
   int hits = 0;
-  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT_EQ(0, store_new(0, NULL, &s));
   /* already satisfied: no waiter, no callback */
   ASSERT_EQ(0, store_set(s, K("k2"), "v", 1));
   ASSERT_EQ(1, store_wait(s, &keys[1], 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
@@ -124,7 +124,7 @@ static void test_queues(void) {
   int hits = 0;
   uint8_t *v;
   size_t n;
-  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT_EQ(0, store_new(0, NULL, &s));
   ASSERT_EQ(0, store_queue_len(s, K("q")));
   ASSERT_EQ(0, store_queue_pop(s, K("q"), &v, &n));
   /* a push wakes one waiter only */
@@ -151,7 +151,7 @@ static void test_watch_and_barrier(void) {
   store_t *s;
   store_watch_t *w;
   store_bwait_t *b[3];
-  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT_EQ(0, store_new(0, NULL, &s));
   ASSERT_EQ(0, store_watch(s, K("w"), on_watch, NULL, &w));
   ASSERT_EQ(0, store_set(s, K("w"), "one", 3));
   ASSERT_EQ(STORE_EV_CREATED, last_ev);
@@ -187,7 +187,7 @@ static void test_limits(void) {
   store_t *s;
   char big[4096];
   memset(big, 'x', sizeof(big));
-  ASSERT_EQ(0, store_new(10000, &s));
+  ASSERT_EQ(0, store_new(10000, NULL, &s));
   ASSERT_EQ(0, store_set(s, K("a"), big, sizeof(big)));
   ASSERT_EQ(0, store_set(s, K("b"), big, sizeof(big)));
   ASSERT_EQ(RDZV_ETOOBIG, store_set(s, K("c"), big, sizeof(big)));
@@ -204,7 +204,7 @@ static void test_many_keys(void) {
   store_t *s;
   char k[32];
   size_t n;
-  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT_EQ(0, store_new(0, NULL, &s));
   for (int i = 0; i < 50000; i++) {
     snprintf(k, sizeof(k), "key/%d", i);
     ASSERT_EQ(0, store_set(s, k, strlen(k), k, strlen(k)));
