@@ -28,6 +28,10 @@
 #define OUT_FLUSH_NOW (64u << 10) /* hand this much output to the kernel at once */
 #define TLS_RBUF (64u << 10)  /* ciphertext read at a time */
 #define TLS_IN_MAX (128u << 10) /* ciphertext not yet decrypted */
+/* A connection runs its requests for this long at most, then the others
+ * get their turn: a client that pipelines thousands of large requests
+ * must not hold up one that sends a small one. */
+#define TURN_NS (2u * 1000 * 1000)
 
 static void conn_process(conn_t *c);
 static int flush_conn(conn_t *c, int may_close);
@@ -41,9 +45,16 @@ static size_t mem_used(const srv_t *s) {
          s->mem.store.used;
 }
 
+/* What clients may hold: max_memory less a sixteenth (8 MiB at most) kept
+ * for the request being decoded (up to --max-frame bytes of msgpack
+ * objects and key lists), which lives only while it runs. */
+static size_t mem_limit(const srv_t *s) {
+  return s->cfg.max_memory - LU_MIN(s->cfg.max_memory / 16, (size_t)8 << 20);
+}
+
 static size_t mem_free(const srv_t *s) {
   size_t u = mem_used(s);
-  return u < s->cfg.max_memory ? s->cfg.max_memory - u : 0;
+  return u < mem_limit(s) ? mem_limit(s) - u : 0;
 }
 
 /* The stores together may use half of max_memory, and never what the
@@ -51,7 +62,7 @@ static size_t mem_free(const srv_t *s) {
  * buffers leave room for nothing more in the stores. */
 static void mem_update(srv_t *s) {
   size_t others = s->mem.conns + s->mem.jobs + s->mem.in + s->mem.out;
-  size_t left = others < s->cfg.max_memory ? s->cfg.max_memory - others : 0;
+  size_t left = others < mem_limit(s) ? mem_limit(s) - others : 0;
   s->mem.store.max = LU_MIN(s->cfg.max_memory / 2, left);
   s->stats.mem_used = mem_used(s);
   s->stats.in_bytes = s->mem.in;
@@ -540,6 +551,11 @@ static void conn_schedule_resume(conn_t *c) {
 int srv__conn_paused(conn_t *c) {
   if (!c->paused && conn_unsent(c) >= c->srv->cfg.max_out_bytes)
     conn_pause(c, 0);
+  if (!c->paused && uv_hrtime() > c->srv->turn_end) {
+    /* Its turn is over: go on after the others, in this loop's check. */
+    conn_pause(c, 0);
+    conn_schedule_resume(c);
+  }
   return c->paused;
 }
 
@@ -774,8 +790,9 @@ static void check_cb(uv_check_t *h) {
 
 /* Room left in the input buffer, grown (by doubling) when a request needs
  * more: up to a HELLO-sized frame before authentication, a whole request
- * after. Growth past the reserve counts against --max-input-bytes and
- * --max-memory; when neither can take it, in_full is set. */
+ * after. Growth past the reserve counts against --max-input-bytes (when
+ * that cannot take it, in_full is set: the connection is closed) and
+ * --max-memory (when that cannot, in_memwait: it waits for memory). */
 static size_t in_room(conn_t *c) {
   srv_t *s = c->srv;
   size_t limit = c->state == CONN_READY
@@ -793,9 +810,11 @@ static size_t in_room(conn_t *c) {
      * requests beyond their reserves; past that, a connection cannot grow
      * (and is closed), so that stalled half-sent requests cannot exhaust
      * memory. */
-    if (add > 0 &&
-        (s->mem.in + add > s->cfg.max_in_bytes || add > mem_free(s))) {
+    c->in_memwait = 0;
+    if (add > 0 && s->mem.in + add > s->cfg.max_in_bytes) {
       c->in_full = 1;
+    } else if (add > 0 && add > mem_free(s)) {
+      c->in_memwait = 1;
     } else if ((nb = realloc(c->in, ncap)) != NULL) {
       c->in = nb;
       c->in_cap = ncap;
@@ -859,6 +878,10 @@ static int tls_pump(conn_t *c) {
     if (room == 0) {
       if (got)
         break;
+      if (c->in_memwait) {
+        conn_pause(c, 1);
+        return 0;
+      }
       in_exhausted(c);
       return -1;
     }
@@ -903,7 +926,10 @@ static void conn_input(conn_t *c) {
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   conn_t *c = st->data;
   if (nread == UV_ENOBUFS) {
-    in_exhausted(c);
+    if (c->in_memwait)
+      conn_pause(c, 1); /* the request goes on once memory was freed */
+    else
+      in_exhausted(c);
     return;
   }
   if (nread < 0) {
@@ -1048,6 +1074,7 @@ static void conn_process(conn_t *c) {
   size_t off = 0;
   srv_t *s = c->srv;
   size_t store0 = s->mem.store.used;
+  s->turn_end = uv_hrtime() + TURN_NS;
   while (off < c->in_len && c->state != CONN_CLOSING &&
          !c->close_after_flush && !c->paused) {
     ssize_t k;

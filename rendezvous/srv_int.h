@@ -147,6 +147,7 @@ struct conn_s {
   size_t in_len, in_cap;
   size_t in_charged;    /* of in_cap, counted in srv->mem.in */
   int in_full;          /* the input budget stopped this buffer growing */
+  int in_memwait;       /* --max-memory stopped it: wait for memory */
   /* Output: replies not yet handed to the kernel. */
   proto_enc_t out;
   size_t inflight;      /* bytes in uv_write requests */
@@ -225,6 +226,7 @@ struct srv_s {
   pend_t **heap;
   size_t heap_len, heap_cap;
   uint64_t next_conn_id;
+  uint64_t turn_end;    /* uv_hrtime() when this connection's turn ends */
   uint64_t refused_log_ms;
   uint64_t bad_window_ms, bad_in_window, bad_suppressed;
   srv_stats_t stats;

@@ -279,9 +279,10 @@ const uint8_t *store_get(store_t *s, const void *key, size_t klen,
   return e->val ? e->val : (const uint8_t *)"";
 }
 
+static int entry_exists(const entry_t *e);
+
 int store_exists(store_t *s, const void *key, size_t klen) {
-  entry_t *e = find(s, key, klen);
-  return e != NULL && (e->has_val || e->qhead != NULL);
+  return entry_exists(find(s, key, klen));
 }
 
 size_t store_num_keys(const store_t *s) { return s->nkeys; }
@@ -570,6 +571,11 @@ int64_t store_queue_front_len(store_t *s, const void *key, size_t klen) {
 
 /* ---- waiters --------------------------------------------------------------- */
 
+/* Has the entry a value or a non-empty queue? */
+static int entry_exists(const entry_t *e) {
+  return e != NULL && (e->has_val || e->qhead != NULL);
+}
+
 int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
                int64_t threshold, store_wake_cb cb, void *data,
                store_waiter_t **out) {
@@ -577,33 +583,27 @@ int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
   uint32_t missing = 0;
   size_t cost = waiter_size(n);
 
-  if (kind == STORE_WAIT_GE) {
-    entry_t *e;
-    if (n != 1)
-      return RDZV_EINVAL;
-    e = find(s, keys[0].p, keys[0].n);
-    if (e && value_ge(e, threshold))
-      return 1;
-    if (e == NULL)
-      cost += entry_cost(keys[0].n);
-  } else {
-    for (uint32_t i = 0; i < n; i++) {
-      entry_t *e = find(s, keys[i].p, keys[i].n);
-      if (e == NULL || (!e->has_val && e->qhead == NULL))
-        missing++;
-      /* A waited key that has no entry yet gets one: it costs what a key
-       * costs (a repeated key is counted twice here, on the safe side). */
-      if (e == NULL)
-        cost += entry_cost(keys[i].n);
-    }
-    if (missing == 0)
-      return 1;
-  }
-  if (!room(s, cost, 0))
-    return RDZV_ETOOBIG;
-  w = calloc(1, waiter_size(n));
-  if (w == NULL)
+  if (kind == STORE_WAIT_GE && n != 1)
+    return RDZV_EINVAL;
+  /* One lookup per key: the nodes keep what it found until they are
+   * linked (a key's hash over 8 KiB is not free). */
+  if ((w = calloc(1, waiter_size(n))) == NULL)
     return RDZV_ENOMEM;
+  for (uint32_t i = 0; i < n; i++) {
+    entry_t *e = find(s, keys[i].p, keys[i].n);
+    w->nodes[i].e = e;
+    if (kind == STORE_WAIT_GE ? !(e && value_ge(e, threshold))
+                              : !entry_exists(e))
+      missing++;
+    /* A waited key that has no entry yet gets one: it costs what a key
+     * costs (a repeated key is counted twice here, on the safe side). */
+    if (e == NULL)
+      cost += entry_cost(keys[i].n);
+  }
+  if (missing == 0 || !room(s, cost, 0)) {
+    free(w);
+    return missing == 0 ? 1 : RDZV_ETOOBIG;
+  }
   account(s, waiter_size(n), 0);
   w->s = s;
   w->cb = cb;
@@ -613,12 +613,14 @@ int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
   w->n = n;
   for (uint32_t i = 0; i < n; i++) {
     wnode_t *node = &w->nodes[i];
-    entry_t *e;
+    entry_t *e = node->e;
     node->w = w;
     node->prev = node->next = node;
-    if (kind == STORE_WAIT_EXISTS && store_exists(s, keys[i].p, keys[i].n))
+    node->e = NULL;
+    if (kind == STORE_WAIT_EXISTS && entry_exists(e))
       continue;
-    if ((e = get_or_create(s, keys[i].p, keys[i].n)) == NULL) {
+    /* Created now, or by a repeat of the key earlier in the list. */
+    if (e == NULL && (e = get_or_create(s, keys[i].p, keys[i].n)) == NULL) {
       w->remaining = 0;
       for (uint32_t j = 0; j < i; j++) {
         entry_t *je = w->nodes[j].e;

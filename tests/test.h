@@ -103,9 +103,24 @@ const char *test_tmpdir(void);
 char *test_read_file(const char *path);
 /* Raw TCP connect to 127.0.0.1:port. RET fd. */
 int test_connect(int port);
+/* The same from a local address of the loopback net (127.0.0.x stands for
+ * another host). RET fd. */
+int test_connect_from(const char *src, int port);
 /* Read exactly n bytes within ms. RET 0, -1 on EOF/timeout. */
 int test_read_exact(int fd, void *buf, size_t n, int ms);
 /* RET 1 if the peer closed the connection within ms, else 0. */
 int test_peer_closed(int fd, int ms);
+
+/* ---- the native protocol by hand (hostile clients) ------------------------ */
+/* Connect from src (NULL: 127.0.0.1), send the magic and answer the
+ * challenge with a HELLO for job, proving token (NULL: none).
+ * OUT *status: the HELLO reply's status (0: in). RET the fd. */
+int test_native_hello(const char *src, int port, const char *job,
+                      const char *token, int64_t *status);
+/* Send all of buf (the peer may close: RET 0 sent, -1 not all). */
+int test_send_all(int fd, const void *buf, size_t n);
+/* Read one reply frame within ms. OUT *id (may be NULL). RET its status,
+ * or INT64_MIN when none came (closed, timeout). */
+int64_t test_read_reply(int fd, int ms, uint64_t *id);
 
 #endif
