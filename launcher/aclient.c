@@ -444,6 +444,9 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     else if (a->tls && a->state == AC_CHALLENGE)
       what = "closed after the TLS handshake: the server may require a "
              "client certificate (--tls-cert, --tls-key) signed by its CA";
+    else if (a->state == AC_CHALLENGE)
+      what = "closed before its challenge: the server may require TLS "
+             "(--tls-ca), or refuse this node's address";
     snprintf(why, sizeof(why), "connection to the rendezvous server %s:%d "
              "lost: %s", a->host, a->port, what);
     broken(a, nread == UV_EOF ? RDZV_ECLOSED : (int)nread, why);

@@ -172,6 +172,11 @@ static ssize_t io_recv(rdzv_client_t *c, uint8_t *buf, size_t cap,
         rdzv__set_error(c, "the server at %s closed the connection after the TLS "
                   "handshake: it may require a client certificate "
                   "(--tls-cert, --tls-key) signed by its CA", c->endpoint);
+      else if (!c->tls && c->next_id == 0)
+        rdzv__set_error(c, "the server at %s closed the connection before "
+                        "its challenge: it may require TLS (give the CA: "
+                        "tls_ca, LAUNCH_RDZV_TLS_CA), or refuse this client's "
+                        "address", c->endpoint);
       else
         rdzv__set_error(c, "the server at %s closed the connection", c->endpoint);
       return RDZV_ECLOSED;

@@ -867,6 +867,18 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
                      (unsigned)(c->in_cap - c->in_len));
 }
 
+/* Hand the peer the alert that says why its handshake failed (best
+ * effort: the connection closes right after). */
+static void tls_last_words(conn_t *c) {
+  char *ct;
+  size_t n;
+  if (tls_take(c->tls, &ct, &n) == 0 && n > 0) {
+    uv_buf_t b = uv_buf_init(ct, (unsigned)n);
+    uv_try_write(&c->h.stream, &b, 1);
+  }
+  free(ct);
+}
+
 /* Decrypt what TLS holds into the input buffer; runs after the buffered
  * requests ran, so a buffer with no room holds part of a request too large
  * for it. RET 0, or -1 when the connection was closed. */
@@ -897,6 +909,7 @@ static int tls_pump(conn_t *c) {
       break;
     if (r != RDZV_ECLOSED)
       srv__bad_input(c, "%s", tls_error(c->tls));
+    tls_last_words(c);
     srv__conn_close(c);
     return -1;
   }
