@@ -845,16 +845,16 @@ static void rdv_timer_cb(uv_timer_t *t) {
   uint64_t now = uv_now(s->loop);
   uint64_t late = now > s->rdv_due ? now - s->rdv_due : 0;
   if (late > RDV_STALL_MS) {
-    /* Nobody could be heard while the loop stood still: move every
-     * member's last heartbeat on by the stall, so that the heartbeats read
+    /* Nobody could be heard while the loop stood still: every member
+     * gets a full heartbeat bound from now, so that the heartbeats read
      * next decide, not the stall. */
     LU_WARN(&s->log, "the server's loop stalled for %.1f s (was this host "
-            "stopped?): members get that much more time", late / 1000.0);
+            "stopped?): every member gets 3 more heartbeats", late / 1000.0);
     for (job_t *j = s->jobs; j; j = j->next) {
       rdv_job_t *rj = j->rdv;
       for (list_t *it = rj ? rj->members.next : NULL; rj && it != &rj->members;
            it = it->next)
-        LIST_ENTRY(it, rdv_member_t, link)->last_hb += late;
+        LIST_ENTRY(it, rdv_member_t, link)->last_hb = now;
     }
   }
   for (job_t *j = s->jobs; j; j = j->next) {
