@@ -90,21 +90,27 @@ static void test_silent_sockets(void) {
   stop_server(pid);
 }
 
-static void test_throwaway_hellos(void) {
-  const char *extra[] = {"--job-grace", "1s", NULL};
-  int ok = 0, limited = 0, fd;
+/* A HELLO from src for job; RET its status. */
+static int64_t hello_status(const char *src, const char *job) {
   int64_t st;
+  int fd = test_native_hello(src, port, job, NULL, &st);
+  close(fd);
+  return st;
+}
+
+static void test_throwaway_hellos(void) {
+  const char *extra[] = {NULL};
+  const char *grace[] = {"--job-grace", "300ms", NULL};
+  int ok = 0, limited = 0;
   pid_t pid;
   char job[32];
   port = test_launch_server(&pid, extra, NULL);
   for (int i = 0; i < 4096; i++) {
+    int64_t st;
     snprintf(job, sizeof(job), "throwaway-%d", i);
-    fd = test_native_hello("127.0.0.2", port, job, NULL, &st);
-    close(fd);
-    if (st == 0)
-      ok++;
-    else if (st == RDZV_ELIMIT)
-      limited++;
+    st = hello_status("127.0.0.2", job);
+    ok += st == 0;
+    limited += st == RDZV_ELIMIT;
   }
   printf("4096 throw-away HELLOs: %d jobs created, %d refused\n", ok,
          limited);
@@ -112,11 +118,17 @@ static void test_throwaway_hellos(void) {
   ASSERT_EQ(4096 - 64, limited);
   /* Another address is not locked out. */
   ASSERT_OK(try_client("real-job", test_ms(5000)));
-  /* The throw-away jobs hold nothing: their slots come back. */
-  usleep(1500000);
-  fd = test_native_hello("127.0.0.2", port, "after-grace", NULL, &st);
-  close(fd);
-  ASSERT_EQ(0, st);
+  stop_server(pid);
+
+  /* Jobs that hold nothing give their slots back after the grace. */
+  port = test_launch_server(&pid, grace, NULL);
+  for (int i = 0; i < 64; i++) {
+    snprintf(job, sizeof(job), "throwaway-%d", i);
+    ASSERT_EQ(0, hello_status("127.0.0.2", job));
+  }
+  ASSERT_EQ(RDZV_ELIMIT, hello_status("127.0.0.2", "one-too-many"));
+  usleep(1000000);
+  ASSERT_EQ(0, hello_status("127.0.0.2", "after-grace"));
   stop_server(pid);
 }
 
