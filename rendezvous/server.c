@@ -514,7 +514,8 @@ static void out_account(conn_t *c) {
   size_t u = conn_unsent(c);
   size_t charge = u > SRV_OUT_RESERVE ? u - SRV_OUT_RESERVE : 0;
   size_t old = c->out_charged;
-  if (charge == old)
+  /* A closing connection gave its charge back when it was torn down. */
+  if (charge == old || c->state == CONN_CLOSING)
     return;
   s->mem.out = s->mem.out - old + charge;
   c->out_charged = charge;
@@ -1577,6 +1578,8 @@ static void free_all(srv_t *s) {
     s->jobs = j->next;
     job_free(s, j);
   }
+  /* Every byte counted was given back: the accounting does not drift. */
+  assert(mem_used(s) == 0);
   free(s->addrs);
   free(s->heap);
   free_config(s);
