@@ -279,6 +279,29 @@ int test_launch_server(pid_t *pid, const char *const *extra, const char *log) {
   return -1;
 }
 
+void test_stop_server(pid_t pid) {
+  int st;
+  kill(pid, SIGTERM);
+  st = test_wait(pid, test_ms(10000));
+  ASSERT(st != -1 && WIFEXITED(st));
+  ASSERT_EQ(0, WEXITSTATUS(st));
+}
+
+int test_rdzv_open(int port, const char *job, const char *token, char *err,
+                   size_t errlen, rdzv_client_t **c) {
+  rdzv_options_t o = RDZV_OPTIONS_INIT;
+  char ep[64];
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", port);
+  o.endpoint = ep;
+  o.job = job;
+  o.token = token;
+  o.token_len = token ? strlen(token) : 0;
+  o.connect_timeout_ms = test_ms(5000);
+  o.error = err;
+  o.error_len = errlen;
+  return rdzv_connect(&o, c);
+}
+
 int test_connect(int port) { return test_connect_from(NULL, port); }
 
 int test_connect_from(const char *src, int port) {

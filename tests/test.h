@@ -95,6 +95,14 @@ void test_cleanup(void);
 /* Start `launch server --port 0 --port-file F extra...` as a child; RET its
  * port, OUT *pid. */
 int test_launch_server(pid_t *pid, const char *const *extra, const char *log);
+/* SIGTERM a `launch server` child; it must exit 0 within 10 s (scaled):
+ * a clean stop, and under ASan no leak. */
+void test_stop_server(pid_t pid);
+/* librdzv to 127.0.0.1:port for job, with token (NULL: none).
+ * OUT *c, err (why it failed). RET rdzv_connect's status. */
+struct rdzv_client_s;
+int test_rdzv_open(int port, const char *job, const char *token, char *err,
+                   size_t errlen, struct rdzv_client_s **c);
 /* Path of build/bin/launch (LAUNCH_BIN env, set by ctest). */
 const char *test_launch_bin(void);
 /* A fresh temp dir under $TMPDIR (removed by test_cleanup). */

@@ -15,17 +15,7 @@ static int port;
 
 static int connect_job(const char *job, const char *token, char *err,
                        size_t errlen, rdzv_client_t **c) {
-  rdzv_options_t o = RDZV_OPTIONS_INIT;
-  char ep[64];
-  snprintf(ep, sizeof(ep), "127.0.0.1:%d", port);
-  o.endpoint = ep;
-  o.job = job;
-  o.token = token;
-  o.token_len = strlen(token);
-  o.connect_timeout_ms = test_ms(5000);
-  o.error = err;
-  o.error_len = errlen;
-  return rdzv_connect(&o, c);
+  return test_rdzv_open(port, job, token, err, errlen, c);
 }
 
 /* Run `launch server ARGS` and capture its first output line. RET its
@@ -52,7 +42,6 @@ int main(void) {
   size_t vlen = 0;
   pid_t pid;
   FILE *f;
-  int st;
 
   snprintf(secret_path, sizeof(secret_path), "%s/secret", test_tmpdir());
   f = fopen(secret_path, "w");
@@ -102,10 +91,7 @@ int main(void) {
                                  "000000000000000000000000",
                         err, sizeof(err), &c));
 
-  kill(pid, SIGTERM);
-  st = test_wait(pid, test_ms(10000));
-  ASSERT(st != -1 && WIFEXITED(st));
-  ASSERT_EQ(0, WEXITSTATUS(st));
+  test_stop_server(pid);
   printf("test_adv_jobkeys: ok\n");
   return 0;
 }

@@ -67,18 +67,9 @@ static atomic_long rss_max_kib;
 /* ---- helpers ------------------------------------------------------------------- */
 
 static rdzv_client_t *client(const char *job) {
-  rdzv_options_t o = RDZV_OPTIONS_INIT;
   rdzv_client_t *c = NULL;
-  char ep[64], err[256];
-  snprintf(ep, sizeof(ep), "127.0.0.1:%d", port);
-  o.endpoint = ep;
-  o.job = job;
-  o.token = token;
-  o.token_len = strlen(token);
-  o.connect_timeout_ms = test_ms(5000);
-  o.error = err;
-  o.error_len = sizeof(err);
-  if (rdzv_connect(&o, &c) != 0)
+  char err[256];
+  if (test_rdzv_open(port, job, token, err, sizeof(err), &c) != 0)
     TEST_FAIL("connect to job %s: %s", job, err);
   return c;
 }
@@ -484,12 +475,7 @@ int main(void) {
   close(a5_fd);
   for (int i = 0; i < 34; i++)
     close(a7_fd[i]);
-  kill(srv_pid, SIGTERM);
-  {
-    int st = test_wait(srv_pid, test_ms(20000));
-    ASSERT(st != -1 && WIFEXITED(st));
-    ASSERT_EQ(0, WEXITSTATUS(st));
-  }
+  test_stop_server(srv_pid);
   printf("test_adv_memory: ok\n");
   return 0;
 }

@@ -123,14 +123,6 @@ static int tcpstore_ping(int port) {
   return ok;
 }
 
-static void stop(pid_t pid) {
-  int st;
-  kill(pid, SIGTERM);
-  st = test_wait(pid, test_ms(10000));
-  ASSERT(st != -1 && WIFEXITED(st));
-  ASSERT_EQ(0, WEXITSTATUS(st));
-}
-
 int main(void) {
   char err[512], logpath[600];
   char *log;
@@ -161,14 +153,14 @@ int main(void) {
   ASSERT_CONTAINS(err, "does not name localhost");
   ASSERT(try_tls("127.0.0.1", port, NULL, NULL, err, sizeof(err)) != 0);
   ASSERT(!tcpstore_ping(port));
-  stop(pid);
+  test_stop_server(pid);
 
   printf("TLS server with an expired certificate:\n");
   port = tls_server(&pid, "expired.pem", NULL, NULL);
   ASSERT_EQ(RDZV_EAUTH,
             try_tls("127.0.0.1", port, "ca.pem", NULL, err, sizeof(err)));
   ASSERT_CONTAINS(err, "certificate expired");
-  stop(pid);
+  test_stop_server(pid);
 
   printf("mutual TLS:\n");
   snprintf(logpath, sizeof(logpath), "%s/mtls.log", dir);
@@ -180,7 +172,7 @@ int main(void) {
   ASSERT(try_tls("127.0.0.1", port, "ca.pem", "stranger.pem", err,
                  sizeof(err)) != 0);
   ASSERT(tcpstore_ping(port)); /* its address is allowed */
-  stop(pid);
+  test_stop_server(pid);
   log = test_read_file(logpath);
   ASSERT(log != NULL);
   ASSERT_CONTAINS(log, "the client sent no certificate");
