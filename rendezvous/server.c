@@ -45,33 +45,38 @@ static size_t mem_used(const srv_t *s) {
          s->mem.store.used;
 }
 
-/* What clients may hold: max_memory less a sixteenth (8 MiB at most) kept
- * for the request being decoded (up to --max-frame bytes of msgpack
- * objects and key lists), which lives only while it runs. */
-static size_t mem_limit(const srv_t *s) {
-  return s->cfg.max_memory - LU_MIN(s->cfg.max_memory / 16, (size_t)8 << 20);
+/* max_memory is shared out so that no kind of use can starve another:
+ * - a sixteenth (8 MiB at most) stays free for the request being decoded
+ *   (up to --max-frame bytes of msgpack objects and key lists), which
+ *   lives only while it runs;
+ * - a quarter is kept for connections and jobs, whether they use it or
+ *   not: unread replies filling memory never lock new agents out;
+ * - the rest holds the stores (half of max_memory at most, so that full
+ *   stores leave room for replies), unfinished requests (--max-input-bytes)
+ *   and unsent replies. */
+static size_t fixed_share(const srv_t *s) { return s->cfg.max_memory / 4; }
+
+static size_t dynamic_limit(const srv_t *s) {
+  return s->cfg.max_memory -
+         LU_MIN(s->cfg.max_memory / 16, (size_t)8 << 20) - fixed_share(s);
 }
 
+/* Room left for stores, input and output. */
 static size_t mem_free(const srv_t *s) {
-  size_t u = mem_used(s);
-  return u < mem_limit(s) ? mem_limit(s) - u : 0;
+  size_t u = s->mem.in + s->mem.out + s->mem.store.used;
+  return u < dynamic_limit(s) ? dynamic_limit(s) - u : 0;
 }
 
-/* The stores together may use half of max_memory, and never what the
- * connections use now: a full store leaves room for replies, and full
- * buffers leave room for nothing more in the stores. */
 static void mem_update(srv_t *s) {
-  size_t others = s->mem.conns + s->mem.jobs + s->mem.in + s->mem.out;
-  size_t left = others < mem_limit(s) ? mem_limit(s) - others : 0;
+  size_t others = s->mem.in + s->mem.out;
+  size_t left = others < dynamic_limit(s) ? dynamic_limit(s) - others : 0;
   s->mem.store.max = LU_MIN(s->cfg.max_memory / 2, left);
   s->stats.mem_used = mem_used(s);
   s->stats.in_bytes = s->mem.in;
 }
 
-/* Connections and jobs share a quarter of max_memory. */
 static int mem_fixed_room(const srv_t *s, size_t cost) {
-  return s->mem.conns + s->mem.jobs + cost <= s->cfg.max_memory / 4 &&
-         cost <= mem_free(s);
+  return s->mem.conns + s->mem.jobs + cost <= fixed_share(s);
 }
 
 static void wake_idle(srv_t *s);
@@ -173,8 +178,9 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
     return NULL;
   }
   if (!mem_fixed_room(s, SRV_JOB_COST)) {
-    lu_errf(err, errcap, "cannot create job '%.*s': the server's memory is "
-            "full (--max-memory %zu)", (int)len, name, s->cfg.max_memory);
+    lu_errf(err, errcap, "cannot create job '%.*s': connections and jobs "
+            "hold their quarter of --max-memory %zu", (int)len, name,
+            s->cfg.max_memory);
     return NULL;
   }
   if ((j = calloc(1, sizeof(*j) + len + 1)) == NULL ||
@@ -1281,8 +1287,9 @@ static void on_connection(uv_stream_t *server, int status) {
     return;
   }
   if (!mem_fixed_room(s, SRV_CONN_COST)) {
-    log_refused(s, "the server's memory is full (%zu of --max-memory %zu "
-                   "bytes used)", mem_used(s), s->cfg.max_memory);
+    log_refused(s, "connections and jobs hold their quarter of "
+                   "--max-memory %zu (16 KiB a connection): raise "
+                   "--max-memory", s->cfg.max_memory);
     refuse_accept(server);
     return;
   }
