@@ -310,6 +310,9 @@ int test_connect_from(const char *src, int port) {
   int one = 1;
   if (fd < 0)
     TEST_FAIL("socket: %s", strerror(errno));
+  /* Its TIME_WAIT after close must not keep another test (or a helper's
+   * agent) from listening on the same port of this address. */
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (src) {
     memset(&a, 0, sizeof(a));
     a.sin_family = AF_INET;

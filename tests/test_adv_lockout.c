@@ -43,7 +43,7 @@ static void test_silent_sockets(void) {
   /* 48 silent from one address, 16 from another (8 of them stop after
    * the magic, before HELLO): 64 in all, the limit. */
   for (int i = 0; i < 64; i++) {
-    fds[i] = test_connect_from(i < 48 ? "127.0.0.2" : "127.0.0.3", port);
+    fds[i] = test_connect_from(i < 48 ? "127.0.0.22" : "127.0.0.23", port);
     if (i >= 56)
       ASSERT_EQ(0, test_send_all(fds[i], "RDZV", 4));
   }
@@ -66,7 +66,7 @@ static void test_silent_sockets(void) {
   /* One address: only 48 of its 64 sockets are kept; another address's
    * client is served at once. */
   for (int i = 0; i < 64; i++)
-    more[i] = test_connect_from("127.0.0.2", port);
+    more[i] = test_connect_from("127.0.0.22", port);
   usleep(200000);
   ASSERT_OK(try_client("lockout"));
   for (int i = 0; i < 64; i++)
@@ -96,7 +96,7 @@ static void test_throwaway_hellos(void) {
   for (int i = 0; i < 4096; i++) {
     int64_t st;
     snprintf(job, sizeof(job), "throwaway-%d", i);
-    st = hello_status("127.0.0.2", job);
+    st = hello_status("127.0.0.22", job);
     ok += st == 0;
     limited += st == RDZV_ELIMIT;
   }
@@ -112,11 +112,11 @@ static void test_throwaway_hellos(void) {
   port = test_launch_server(&pid, grace, NULL);
   for (int i = 0; i < 64; i++) {
     snprintf(job, sizeof(job), "throwaway-%d", i);
-    ASSERT_EQ(0, hello_status("127.0.0.2", job));
+    ASSERT_EQ(0, hello_status("127.0.0.22", job));
   }
-  ASSERT_EQ(RDZV_ELIMIT, hello_status("127.0.0.2", "one-too-many"));
+  ASSERT_EQ(RDZV_ELIMIT, hello_status("127.0.0.22", "one-too-many"));
   usleep(1000000);
-  ASSERT_EQ(0, hello_status("127.0.0.2", "after-grace"));
+  ASSERT_EQ(0, hello_status("127.0.0.22", "after-grace"));
   test_stop_server(pid);
 }
 

@@ -8,7 +8,8 @@
  *   A5 40 WAITs of 1,000 distinct 8 KiB keys each (16 MiB store cap);
  *   A6 8 jobs each filling its 16 MiB store;
  *   A7 34 unauthenticated connections sending 16 MiB frames.
- * Meanwhile a well-behaved client (librdzv, its own job) sets and gets a
+ * The attackers come from 127.0.0.22-26 (addresses no agent of another
+ * test listens on). Meanwhile a well-behaved client (librdzv, its own job) sets and gets a
  * small key in a loop, and a new client connects once every attack was
  * sent. Asserted:
  * - the server's RSS stays under the cap + 16 MiB (sampled every 5 ms);
@@ -124,7 +125,7 @@ static void *a1_mget_same(void *arg) {
   enum { N = 131072 };
   proto_enc_t e;
   (void)arg;
-  a1_fd = hello("127.0.0.2", "a1");
+  a1_fd = hello("127.0.0.22", "a1");
   proto_enc_init(&e);
   req_begin(&e, 2, PROTO_OP_MGET, 1);
   msgpack_pack_array(&e.pk, N);
@@ -139,7 +140,7 @@ static void *a1_mget_same(void *arg) {
 static void *a2_pipelined_gets(void *arg) {
   proto_enc_t e;
   (void)arg;
-  a2_fd = hello("127.0.0.2", "a2");
+  a2_fd = hello("127.0.0.22", "a2");
   proto_enc_init(&e);
   for (int i = 0; i < 2000; i++) {
     req_begin(&e, 10 + (uint64_t)i, PROTO_OP_GET, 1);
@@ -164,14 +165,14 @@ static void *a3_tcpstore(void *arg) {
   }
   for (int i = 0; i < N; i++)
     off += ts_str(req + off, "/big", 4);
-  a3_mget_fd = ts_open("127.0.0.3", 1);
+  a3_mget_fd = ts_open("127.0.0.23", 1);
   ASSERT_EQ(0, test_send_all(a3_mget_fd, req, off));
   off = 0;
   for (int i = 0; i < 2000; i++) {
     req[off++] = TS_GET;
     off += ts_str(req + off, "/m", 2);
   }
-  a3_get_fd = ts_open("127.0.0.3", 1);
+  a3_get_fd = ts_open("127.0.0.23", 1);
   ASSERT_EQ(0, test_send_all(a3_get_fd, req, off));
   free(req);
   return NULL;
@@ -182,14 +183,14 @@ static void *a4_watchers(void *arg) {
   size_t off;
   (void)arg;
   for (int i = 0; i < 4; i++) {
-    a4_watch[i] = ts_open("127.0.0.4", 0);
+    a4_watch[i] = ts_open("127.0.0.24", 0);
     off = 0;
     req[off++] = 7; /* 1.13 WATCH_KEY */
     off += ts_str(req + off, "/w", 2);
     ASSERT_EQ(0, test_send_all(a4_watch[i], req, off));
   }
   usleep(100000); /* the watches are registered */
-  a4_set_fd = ts_open("127.0.0.4", 0);
+  a4_set_fd = ts_open("127.0.0.24", 0);
   off = 0;
   set[off++] = 0; /* 1.13 SET */
   off += ts_str(set + off, "/w", 2);
@@ -212,7 +213,7 @@ static void *a5_waits(void *arg) {
   char *key = malloc(KLEN);
   proto_enc_t e;
   (void)arg;
-  a5_fd = hello("127.0.0.5", "a5");
+  a5_fd = hello("127.0.0.25", "a5");
   memset(key, 'k', KLEN);
   proto_enc_init(&e);
   for (int w = 0; w < WAITS; w++) {
@@ -264,7 +265,7 @@ static void *a7_unauthenticated(void *arg) {
   char *junk = calloc(1, MiB);
   (void)arg;
   for (int i = 0; i < 34; i++) {
-    a7_fd[i] = test_connect_from("127.0.0.6", port);
+    a7_fd[i] = test_connect_from("127.0.0.26", port);
     test_send_all(a7_fd[i], "RDZV\x01\x00\x00\x00", 8); /* a 16 MiB frame */
     send(a7_fd[i], junk, MiB, MSG_NOSIGNAL | MSG_DONTWAIT);
   }
@@ -341,7 +342,7 @@ int main(void) {
   set_value("a2", "m", MiB);
   {
     /* The TCPStore job's keys, set over TCPStore itself. */
-    int fd = ts_open("127.0.0.3", 1);
+    int fd = ts_open("127.0.0.23", 1);
     uint8_t *req = calloc(1, 128 + 9 * MiB);
     size_t off = 0;
     req[off++] = TS_SET;
