@@ -370,6 +370,12 @@ static int build_envs(agent_t *a) {
     rc |= envb_set(e, "LAUNCH_RDZV_ID", o->run_id);
     if (o->token_file[0])
       rc |= envb_set(e, "LAUNCH_RDZV_TOKEN_FILE", o->token_file);
+    if (o->tls_ca[0])
+      rc |= envb_set(e, "LAUNCH_RDZV_TLS_CA", o->tls_ca);
+    if (o->tls_cert[0])
+      rc |= envb_set(e, "LAUNCH_RDZV_TLS_CERT", o->tls_cert);
+    if (o->tls_key[0])
+      rc |= envb_set(e, "LAUNCH_RDZV_TLS_KEY", o->tls_key);
     rc |= envb_seti(e, "LAUNCH_ROUND", a->gen);
     rc |= envb_seti(e, "LAUNCH_NODE_RANK", a->node_rank);
     rc |= envb_seti(e, "LAUNCH_NNODES", a->nnodes);
@@ -1222,6 +1228,17 @@ static int maybe_host(agent_t *a) {
   cfg.token_len = a->token_len;
   cfg.tcpstore_job = o->run_id;
   cfg.tcpstore_allow = o->tcpstore_allow[0] ? o->tcpstore_allow : NULL;
+  if (o->tls_ca[0] && !o->tls_cert[0]) {
+    LU_ERR(&a->log, "hosting the rendezvous server with TLS needs this "
+           "node's certificate: give --tls-cert and --tls-key "
+           "(docs/protocol.md#tls)");
+    return RDZV_EINVAL;
+  }
+  /* With a certificate of its own, the node requires one of every client
+   * (mutual TLS), signed by --tls-ca. */
+  cfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
+  cfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
+  cfg.tls_ca = o->tls_cert[0] && o->tls_ca[0] ? o->tls_ca : NULL;
   /* The agent says what happens; the server it hosts only warns. */
   a->srv_log = a->log;
   if (a->srv_log.level > LU_LOG_WARN && !a->srv_log.debug)
@@ -1336,6 +1353,13 @@ int agent_run(cli_opts_t *o) {
   acfg.token_len = a->token_len;
   acfg.connect_timeout_ms = (int)LU_MIN(o->join_timeout_ms, INT32_MAX);
   acfg.log = &a->log;
+  /* A silent server is noticed within the bound that drops a silent
+   * member: three heartbeats (or read_timeout when shorter). */
+  acfg.reply_timeout_ms =
+      (int)LU_MIN(o->read_timeout_ms, 3 * o->heartbeat_ms);
+  acfg.tls_ca = o->tls_ca[0] ? o->tls_ca : NULL;
+  acfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
+  acfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
   if ((rc = ac_new(&loop, &acfg, on_push, on_lost, a, &a->ac)) != 0 ||
       (rc = ac_connect(a->ac, on_connected)) != 0) {
     a->exit_code = 1;

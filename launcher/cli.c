@@ -23,7 +23,7 @@ typedef enum {
   F_TORCH_STORE, F_TOKEN_FILE, F_TCPSTORE_ALLOW, F_CPU_BIND, F_MEM_BIND,
   F_REPORT_BINDINGS, F_NCCL_PROFILE, F_ALLOW_ENV_OVERRIDE, F_ALLOW_MISMATCH,
   F_TOPOLOGY, F_STOP_TIMEOUT, F_EXIT_BARRIER, F_LINE_PREFIX, F_QUIET, F_LINT,
-  F_HELP, F_VERSION, F_COUNT
+  F_TLS_CA, F_TLS_CERT, F_TLS_KEY, F_HELP, F_VERSION, F_COUNT
 } flag_id_t;
 
 typedef struct flag_s {
@@ -77,6 +77,9 @@ static const flag_t flags[] = {
      "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
     {F_QUIET, "--quiet", "-q", 1, NULL},
     {F_LINT, "--lint", NULL, 0, "LAUNCH_LINT"},
+    {F_TLS_CA, "--tls-ca", NULL, 0, "LAUNCH_TLS_CA"},
+    {F_TLS_CERT, "--tls-cert", NULL, 0, "LAUNCH_TLS_CERT"},
+    {F_TLS_KEY, "--tls-key", NULL, 0, "LAUNCH_TLS_KEY"},
     {F_HELP, "--help", "-h", 1, NULL},
     {F_VERSION, "--version", NULL, 1, NULL},
 };
@@ -518,6 +521,15 @@ static int apply(const flag_t *f, const char *v, cli_opts_t *o, char *err,
   case F_TCPSTORE_ALLOW:
     lu_strlcpy(o->tcpstore_allow, v, sizeof(o->tcpstore_allow));
     return 0;
+  case F_TLS_CA:
+    lu_strlcpy(o->tls_ca, v, sizeof(o->tls_ca));
+    return 0;
+  case F_TLS_CERT:
+    lu_strlcpy(o->tls_cert, v, sizeof(o->tls_cert));
+    return 0;
+  case F_TLS_KEY:
+    lu_strlcpy(o->tls_key, v, sizeof(o->tls_key));
+    return 0;
   case F_CPU_BIND:
     if (strlen(v) >= sizeof(o->cpu_bind))
       return fail(err, n, "--cpu-bind: list too long");
@@ -792,7 +804,11 @@ void cli_help(FILE *out) {
       "                              (TORCHELASTIC_USE_AGENT_STORE=True); rank0:\n"
       "                              rank 0 hosts its own store on a free port\n"
       "                              (needed by PyTorch 1.13 workers)\n"
-      "  --token-file F              shared secret of the job (HMAC challenge)\n"
+      "  --token-file F              the job's key (launch server --issue-key)\n"
+      "                              or the server's secret (HMAC challenge)\n"
+      "  --tls-ca F                  TLS: verify the server with this CA\n"
+      "  --tls-cert F, --tls-key F   TLS: this node's certificate (mutual TLS;\n"
+      "                              needed to host the server with TLS)\n"
       "  --tcpstore-allow LIST       with a token: addresses allowed to use\n"
       "                              TCPStore, e.g. 10.0.0.0/8\n"
       "  --cpu-bind none|numa|cores|LIST  CPUs of each worker: its GPU's NUMA\n"

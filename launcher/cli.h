@@ -67,6 +67,10 @@ typedef struct cli_opts_s {
   char topology_file[1024];
   int quiet;
   int lint;                  /* CLI_LINT_*: --lint error|warn|off */
+  /* TLS to the rendezvous server (docs/protocol.md#tls) */
+  char tls_ca[1024];         /* --tls-ca: verify the server */
+  char tls_cert[1024];       /* --tls-cert: this agent's certificate */
+  char tls_key[1024];        /* --tls-key */
 } cli_opts_t;
 
 enum { CLI_LINT_ERROR = 0, CLI_LINT_WARN, CLI_LINT_OFF };
