@@ -159,7 +159,9 @@ typedef struct aff_nic_s {
  * from /proc), MIG-GPU-<uuid>/<gi>/<ci> (its parent GPU); a MIG-<uuid>
  * entry cannot be traced to its GPU without NVML: the visible list ends
  * there with a warning, as it does, like CUDA's, at the first entry that
- * names no GPU. NVLink and memory sizes stay unknown. */
+ * names no GPU. Memory sizes and NVLink are known only when an NVML load
+ * of this boot recorded them (aff_cache.c: a file of this user, refused
+ * when stale), unknown otherwise. */
 typedef enum {
   AFF_GPUSRC_AUTO = 0, /* sysfs + /proc/driver/nvidia; hwloc for CPUs only */
   AFF_GPUSRC_PCI,      /* hwloc's PCI tree: NVIDIA display/3D devices, no

@@ -116,4 +116,11 @@ void aff__sort_all(aff_topo_t *t);
  * tree only. GPU libraries are not loaded. */
 void aff__sysfs_scan(aff_topo_t *t, lu_log_t *log);
 
+/* aff_cache.c: what NVML said (t->nvml: memory, NVLink) for this boot,
+ * driver and set of GPUs, in a file of this user (docs in the file).
+ * store RET 0 or -1 (nothing written); apply RET 1 when it matched t->all
+ * and filled memory sizes and NVLink of t's GPUs, else 0. */
+int aff__cache_store(const aff_topo_t *t);
+int aff__cache_apply(aff_topo_t *t);
+
 #endif /* AFF_INT_H */

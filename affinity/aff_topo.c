@@ -1042,6 +1042,13 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
   } else {
     apply_visible(t, cvd, o.log);
   }
+  /* What only NVML knows: remembered for this boot by the NVML path,
+   * taken by the sysfs one. */
+  if (t->io_sysfs && aff__cache_apply(t))
+    lu_strlcpy(gpusrc, "sysfs, memory and NVLink from NVML this boot",
+               sizeof(gpusrc));
+  else if (!o.xml && t->nnvml > 0)
+    (void)aff__cache_store(t);
   scan_nvlink(t);
   pick_nics(t);
   compute_warnings(t);

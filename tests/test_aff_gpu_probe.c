@@ -3,7 +3,9 @@
  * same mapping as hwloc's PCI tree with NVML (AFF_GPUSRC_NVML, what launch
  * did before) and numbers the GPUs as the CUDA runtime does, for
  * CUDA_VISIBLE_DEVICES given by index, reversed and by UUID, with and
- * without CUDA_DEVICE_ORDER=PCI_BUS_ID. Exits 77 where there is no NVIDIA
+ * without CUDA_DEVICE_ORDER=PCI_BUS_ID; and memory sizes and NVLink, which
+ * the sysfs discovery takes from what the NVML load recorded for this boot.
+ * Exits 77 where there is no NVIDIA
  * GPU; the CUDA runtime part is skipped (said so) where libcudart is
  * missing. */
 #include <signal.h>
@@ -97,9 +99,22 @@ static void same_as_cuda(const char *cvd, const char *order) {
 
 static void same_as_nvml(const char *cvd) {
   char diff[8192];
-  aff_topo_t *a = load(AFF_GPUSRC_AUTO, cvd, "PCI_BUS_ID");
   aff_topo_t *b = load(AFF_GPUSRC_NVML, cvd, "PCI_BUS_ID");
+  /* After b (NVML), a finds memory sizes and NVLink in the boot's cache. */
+  aff_topo_t *a = load(AFF_GPUSRC_AUTO, cvd, "PCI_BUS_ID");
   int nd = aff_topo_compare(a, b, diff, sizeof(diff));
+  for (int i = 0; i < aff_topo_ngpus(a) && i < aff_topo_ngpus(b); i++) {
+    if (aff_topo_gpu(a, i)->mem_bytes != aff_topo_gpu(b, i)->mem_bytes)
+      TEST_FAIL("GPU%d memory: %llu from the cache, %llu from NVML", i,
+                (unsigned long long)aff_topo_gpu(a, i)->mem_bytes,
+                (unsigned long long)aff_topo_gpu(b, i)->mem_bytes);
+    for (int j = 0; j < aff_topo_ngpus(a) && j < aff_topo_ngpus(b); j++)
+      if (aff_topo_nvlink_mbps(a, i, j) != aff_topo_nvlink_mbps(b, i, j))
+        TEST_FAIL("NVLink GPU%d-GPU%d: %llu MB/s from the cache, %llu from NVML",
+                  i, j, (unsigned long long)aff_topo_nvlink_mbps(a, i, j),
+                  (unsigned long long)aff_topo_nvlink_mbps(b, i, j));
+  }
+  ASSERT_EQ(aff_topo_has_nvlink(b), aff_topo_has_nvlink(a));
   printf("sysfs: %s\nnvml:  %s\n", aff_topo_source(a), aff_topo_source(b));
   if (nd != 0)
     TEST_FAIL("CUDA_VISIBLE_DEVICES=%s: sysfs and NVML differ in %d ways:\n%s",
@@ -116,6 +131,9 @@ int main(void) {
   char cvd[256];
   int n;
   unsetenv("CUDA_VISIBLE_DEVICES");
+  /* The NVML loads record what they learn for the boot: here, not in the
+   * user's own $XDG_RUNTIME_DIR. */
+  setenv("XDG_RUNTIME_DIR", test_tmpdir(), 1);
   t = load(AFF_GPUSRC_AUTO, NULL, "PCI_BUS_ID");
   n = aff_topo_ngpus(t);
   if (n == 0) {

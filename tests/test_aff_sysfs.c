@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "aff.h"
+#include "aff_int.h"
 #include "lu.h"
 #include "test.h"
 
@@ -524,11 +525,99 @@ static void test_no_export(void) {
   aff_topo_free(base);
 }
 
+/* Memory sizes and NVLink, which only NVML knows, remembered for the boot
+ * by an NVML load and used by the sysfs one; refused when stale, when
+ * another user could have written it, through a link. */
+static void test_nvml_cache(void) {
+  char xml[1024], dir[1100], cache[1200], link[1200];
+  aff_topo_t *base, *t;
+  const char *root = fixture_tree("v100-pcie-2s.xml", xml, &base);
+  snprintf(dir, sizeof(dir), "%s/xdg", test_tmpdir());
+  ASSERT_EQ(0, mkdir(dir, 0700));
+  setenv("XDG_RUNTIME_DIR", dir, 1);
+  snprintf(cache, sizeof(cache), "%s/launch-topo-%u.cache", dir, (unsigned)geteuid());
+  put(root, "proc/sys/kernel/random/boot_id", "0b0f5e2c-0000-4000-8000-000000000001\n");
+  put(root, "proc/driver/nvidia/version",
+      "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar 5 "
+      "22:23:56 UTC 2024\n");
+  t = load_xml(xml, root, NULL, NULL, NULL);
+  ASSERT_EQ(-1, aff_topo_has_nvlink(t)); /* sysfs cannot tell */
+  ASSERT_EQ(0, (long long)aff_topo_gpu(t, 0)->mem_bytes);
+  /* What an NVML load of this machine records: GPUs 0-3 on one NVLink
+   * board (12 links each way), 32 GiB each. */
+  t->nnvml = aff_topo_ngpus(t);
+  for (int i = 0; i < t->nnvml; i++) {
+    const aff_gpu_t *g = aff_topo_gpu(t, i);
+    memset(&t->nvml[i], 0, sizeof(t->nvml[i]));
+    lu_strlcpy(t->nvml[i].busid, g->busid, sizeof(t->nvml[i].busid));
+    lu_strlcpy(t->nvml[i].uuid, g->uuid, sizeof(t->nvml[i].uuid));
+    t->nvml[i].mem_bytes = 32ull << 30;
+    for (int j = 0; j < t->nnvml; j++)
+      t->nvml_links[i][j] = i != j && i < 4 && j < 4 ? 12 : 0;
+  }
+  ASSERT_EQ(0, aff__cache_store(t));
+  aff_topo_free(t);
+  t = load_xml(xml, root, NULL, NULL, NULL);
+  ASSERT_EQ(1, aff_topo_has_nvlink(t));
+  ASSERT_EQ(AFF_PATH_NVLINK, aff_topo_gpu_path(t, 0, 3));
+  ASSERT_EQ(300000, aff_topo_nvlink_mbps(t, 1, 2));
+  ASSERT_EQ(AFF_PATH_SYS, aff_topo_gpu_path(t, 0, 4));
+  ASSERT_EQ(32ull << 30, aff_topo_gpu(t, 7)->mem_bytes);
+  aff_topo_free(t);
+  /* the visible GPUs by bus id, whatever their CUDA index */
+  t = load_xml(xml, root, "3,0", NULL, NULL);
+  ASSERT_EQ(AFF_PATH_NVLINK, aff_topo_gpu_path(t, 0, 1));
+  aff_topo_free(t);
+  /* another user could have written it: not trusted */
+  ASSERT_EQ(0, chmod(cache, 0666));
+  t = load_xml(xml, root, NULL, NULL, NULL);
+  ASSERT_EQ(-1, aff_topo_has_nvlink(t));
+  aff_topo_free(t);
+  ASSERT_EQ(0, chmod(cache, 0600));
+  /* nor through a symbolic link */
+  snprintf(link, sizeof(link), "%s/elsewhere", dir);
+  ASSERT_EQ(0, rename(cache, link));
+  ASSERT_EQ(0, symlink(link, cache));
+  t = load_xml(xml, root, NULL, NULL, NULL);
+  ASSERT_EQ(-1, aff_topo_has_nvlink(t));
+  aff_topo_free(t);
+  ASSERT_EQ(0, unlink(cache));
+  ASSERT_EQ(0, rename(link, cache));
+  t = load_xml(xml, root, NULL, NULL, NULL);
+  ASSERT_EQ(1, aff_topo_has_nvlink(t));
+  aff_topo_free(t);
+  /* another boot, another driver, another GPU: stale */
+  put(root, "proc/sys/kernel/random/boot_id", "0b0f5e2c-0000-4000-8000-000000000002\n");
+  t = load_xml(xml, root, NULL, NULL, NULL);
+  ASSERT_EQ(-1, aff_topo_has_nvlink(t));
+  aff_topo_free(t);
+  put(root, "proc/sys/kernel/random/boot_id", "0b0f5e2c-0000-4000-8000-000000000001\n");
+  put(root, "proc/driver/nvidia/version",
+      "NVRM version: NVIDIA UNIX x86_64 Kernel Module  555.42.02  Wed Jun 5 "
+      "22:23:56 UTC 2024\n");
+  t = load_xml(xml, root, NULL, NULL, NULL);
+  ASSERT_EQ(-1, aff_topo_has_nvlink(t));
+  aff_topo_free(t);
+  put(root, "proc/driver/nvidia/version",
+      "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar 5 "
+      "22:23:56 UTC 2024\n");
+  put(root, "proc/driver/nvidia/gpus/0000:05:00.0/information",
+      "Model: \t\t Tesla V100-PCIE-32GB\nGPU UUID: \t "
+      "GPU-5eed0099-0000-4000-8000-000000000099\nDevice Minor: \t 1\n");
+  t = load_xml(xml, root, NULL, NULL, NULL);
+  ASSERT_EQ(-1, aff_topo_has_nvlink(t));
+  ASSERT_EQ(0, (long long)aff_topo_gpu(t, 0)->mem_bytes);
+  aff_topo_free(t);
+  unsetenv("XDG_RUNTIME_DIR");
+  aff_topo_free(base);
+}
+
 int main(void) {
   test_every_fixture();
   test_cuda_rules();
   test_device_order();
   test_no_export();
+  test_nvml_cache();
   test_cleanup();
   printf("test_aff_sysfs: ok\n");
   return 0;
