@@ -183,13 +183,12 @@ static void write_ib_ports(const char *root, hwloc_obj_t c, const char *cdir) {
 
 /* The tree Linux and the NVIDIA driver show for the machine an XML
  * describes. t_xml (the XML loaded by launch) gives the GPUs' names and
- * UUIDs as the driver would report them. RET the root (malloc'd, kept). */
-static const char *write_tree(const char *xml, const aff_topo_t *t_xml) {
+ * UUIDs as the driver would report them. OUT root[1024]. RET root. */
+static const char *write_tree(const char *xml, const aff_topo_t *t_xml,
+                              char *root) {
   hwloc_topology_t hw;
   hwloc_obj_t o = NULL;
-  char *root = malloc(1024);
   int minor = 0;
-  ASSERT(root != NULL);
   snprintf(root, 1024, "%s/%s", test_tmpdir(), strrchr(xml, '/') + 1);
   mkdirs(root);
   ASSERT_EQ(0, hwloc_topology_init(&hw));
@@ -309,16 +308,16 @@ static void drop_lines(char *text, const char *needle) {
 }
 
 /* One fixture: hwloc's I/O tree vs the fake tree, field by field and in
- * the printed plan. RET the tree. */
-static const char *check_fixture(const char *name) {
-  char diff[4096];
-  const char *xml = topo_path(name), *root;
+ * the printed plan. */
+static void check_fixture(const char *name) {
+  char diff[4096], root[1024];
+  const char *xml = topo_path(name);
   char xml_copy[1024];
   aff_topo_t *a, *b;
   int nd;
   lu_strlcpy(xml_copy, xml, sizeof(xml_copy));
   b = load_xml(xml_copy, NULL, NULL, NULL, NULL);
-  root = write_tree(xml_copy, b);
+  write_tree(xml_copy, b, root);
   a = load_xml(xml_copy, root, NULL, NULL, NULL);
   nd = aff_topo_compare(a, b, diff, sizeof(diff));
   if (nd != 0)
@@ -345,7 +344,6 @@ static const char *check_fixture(const char *name) {
          aff_topo_ngpus(a), aff_topo_nnics(a));
   aff_topo_free(a);
   aff_topo_free(b);
-  return root;
 }
 
 static void test_every_fixture(void) {
@@ -381,11 +379,12 @@ static char *read_all(FILE *f) {
 }
 
 /* A fixture and its fake tree. OUT xml (1024 bytes), *base: the XML
- * loaded by hwloc. RET the tree. */
+ * loaded by hwloc. RET the tree (a static buffer: one tree at a time). */
 static const char *fixture_tree(const char *name, char *xml, aff_topo_t **base) {
+  static char root[1024];
   lu_strlcpy(xml, topo_path(name), 1024);
   *base = load_xml(xml, NULL, NULL, NULL, NULL);
-  return write_tree(xml, *base);
+  return write_tree(xml, *base, root);
 }
 
 static void test_cuda_rules(void) {

@@ -1219,6 +1219,23 @@ static void wk_escaped_signal(wk_group_t *g, int sig) {
       kill(g->esc[k].pid, sig);
 }
 
+/* Orphans of workers that came here (we are their subreaper) and died:
+ * reap them, by pid, without /proc. Only when we set the subreaper flag:
+ * then every child that is neither a worker nor the guardian is one. */
+static void wk_reap_orphans(wk_group_t *g) {
+  if (!g->own_subreaper)
+    return;
+  for (int n = 0; n < 4096; n++) {
+    siginfo_t si;
+    int status;
+    memset(&si, 0, sizeof(si));
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0 ||
+        si.si_pid == g->guard_pid || wk_is_worker(g, si.si_pid))
+      return;
+    (void)waitpid(si.si_pid, &status, WNOHANG);
+  }
+}
+
 /* What a worker left behind dies: at the end of a stop and at close. The
  * process groups of every worker of the attempt (live or reaped: the
  * group may outlive its leader), the cgroups, the escaped processes. */
@@ -1226,6 +1243,17 @@ static void wk_sweep(wk_group_t *g) {
   for (int i = 0; i < g->nproc && g->w; i++)
     if (g->w[i].pid > 0)
       kill(-g->w[i].pid, SIGKILL);
+  if (g->contain == WK_CONTAIN_SUBREAPER && g->nlive == 0 && g->guard_pid <= 0 &&
+      g->nesc == 0) {
+    /* Every worker reaped and no guardian: a process that outlived its
+     * worker would be a child here now (we are its subreaper), or the
+     * child of one. None left, nothing escaped: no scan of /proc. */
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    if (g->own_subreaper &&
+        waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD)
+      return;
+  }
   wk_escaped_signal(g, SIGKILL);
   if (g->contain == WK_CONTAIN_SUBREAPER && g->own_subreaper) {
     /* Reap what died of it (orphans came here). */
@@ -1400,9 +1428,8 @@ static void wk_reap(wk_group_t *g) {
       return; /* closed from on_exit: wk_group_close did the rest */
   }
   if (g->contain == WK_CONTAIN_SUBREAPER && attempt == g->attempt) {
-    /* A SIGCHLD may be an orphan's that came here: reap it; and look for
-     * processes that left their group while workers still run. */
-    wk_scan(g);
+    /* A SIGCHLD may be an orphan's that came here: reap it. */
+    wk_reap_orphans(g);
     if (g->nlive == 0)
       uv_timer_stop(&g->scan_timer);
   }
@@ -2185,12 +2212,13 @@ void wk_group_close(wk_group_t *g, void (*cb)(void *arg), void *arg) {
     w->reaped = 1;
     g->nlive--;
   }
-  /* Nothing the workers started outlives the group. */
+  /* Nothing the workers started outlives the group (the guardian goes
+   * first: then, with the subreaper, a child left here is an orphan). */
+  wk_guardian_stop(g);
   wk_sweep(g);
   for (int i = 0; i < g->nproc && g->w; i++)
     for (int k = 0; k < 2; k++)
       wk_stream_end(&g->w[i].st[k]);
-  wk_guardian_stop(g);
   wk_cg_teardown(g, 100);
   if (g->own_subreaper) {
     (void)prctl(PR_SET_CHILD_SUBREAPER, 0);
