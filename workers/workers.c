@@ -822,6 +822,7 @@ static void wk_stream_drain(wk_stream_t *st) {
 
 /* ---- containment: cgroups ------------------------------------------------------ */
 
+#ifdef WK_HAVE_CLONE3
 /* The directory of this process's cgroup in the cgroup v2 hierarchy:
  * "0::<path>" of /proc/self/cgroup under the mount point of the cgroup2
  * file system (a hybrid host has it at /sys/fs/cgroup/unified; a mount of
@@ -880,6 +881,8 @@ static int wk_cg_self_dir(char *out, size_t n, char *why, size_t wn) {
   return 0;
 }
 
+#endif
+
 /* rmdir dir's sub-cgroups (empty ones: no process) and dir. */
 static void wk_cg_rmdir_tree(const char *dir) {
   DIR *d = opendir(dir);
@@ -896,6 +899,7 @@ static void wk_cg_rmdir_tree(const char *dir) {
   (void)rmdir(dir);
 }
 
+#ifdef WK_HAVE_CLONE3
 /* launch.<pid>.<id> directories of agents that are gone (SIGKILLed while
  * the guardian could not clean up, say): remove the empty ones. */
 static void wk_cg_clean_stale(const char *dir) {
@@ -937,6 +941,8 @@ static int wk_cg_setup(wk_group_t *g, char *why, size_t wn) {
   }
   return 0;
 }
+
+#endif
 
 /* The cgroups of the previous attempt go (killed at its end, they are
  * empty or nearly), those of this one, w<rank>.<attempt> for ranks
@@ -1015,6 +1021,15 @@ static void wk_cg_signal(wk_group_t *g, int k, int sig) {
   fclose(f);
 }
 
+/* Orphans of workers come here, not to init: before the first fork, so
+ * that a worker that daemonizes at once cannot slip out. */
+static void wk_become_subreaper(wk_group_t *g) {
+  int was = 0;
+  if (!g->own_subreaper && prctl(PR_GET_CHILD_SUBREAPER, &was) == 0 && !was &&
+      prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
+    g->own_subreaper = 1;
+}
+
 /* Fork worker (or guardian) k into its cgroup when the group uses them.
  * The first clone3 is the test that this process may place processes
  * there: when it fails, the group falls back to the subreaper. */
@@ -1042,6 +1057,7 @@ static pid_t wk_fork_worker(wk_group_t *g, int k) {
              "clone3(CLONE_INTO_CGROUP) into %s failed: %s", g->cg_base,
              strerror(errno));
     g->contain = WK_CONTAIN_SUBREAPER;
+    wk_become_subreaper(g);
   }
 #endif
   (void)k;
@@ -1285,17 +1301,14 @@ static void wk_contain_setup(wk_group_t *g) {
     snprintf(why, sizeof(why), "asked for");
   g->contain = WK_CONTAIN_SUBREAPER;
   lu_strlcpy(g->contain_what, why, sizeof(g->contain_what));
+  wk_become_subreaper(g);
 }
 
 /* After the fork loop: the subreaper when in use, and the one line. */
 static void wk_contain_started(wk_group_t *g, int first) {
   if (g->contain == WK_CONTAIN_SUBREAPER) {
-    int was = 0;
     if (g->cg_base[0])
       wk_cg_teardown(g, 0);
-    if (!g->own_subreaper && prctl(PR_GET_CHILD_SUBREAPER, &was) == 0 && !was &&
-        prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
-      g->own_subreaper = 1;
     uv_timer_start(&g->scan_timer, wk_on_scan, WK_SCAN_MS, WK_SCAN_MS);
   }
   if (!first)
@@ -1995,6 +2008,7 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
     snprintf(g->contain_what, sizeof(g->contain_what),
              "cannot create cgroups in %s: %s", g->cg_base, strerror(-rc));
     g->contain = WK_CONTAIN_SUBREAPER;
+    wk_become_subreaper(g);
     rc = 0;
   }
   if (g->guard_pid == 0)
