@@ -1223,8 +1223,15 @@ static void wk_on_scan(uv_timer_t *t) { wk_scan(t->data); }
 /* sig to everything that left the workers' process groups. */
 static void wk_escaped_signal(wk_group_t *g, int sig) {
   if (g->contain == WK_CONTAIN_CGROUP) {
-    for (int k = 0; k < g->cg_nfd; k++)
+    for (int k = 0; k < g->cg_nfd; k++) {
+      char path[PATH_MAX + 48];
+      /* An empty cgroup goes at once (the usual end: every worker exited
+       * and left nothing); one that still holds processes refuses. */
+      wk_cg_path(path, sizeof(path), g->cg_base, k, g->cg_attempt);
+      if (sig == SIGKILL && (rmdir(path) == 0 || errno == ENOENT))
+        continue;
       wk_cg_signal(g, k, sig);
+    }
     return;
   }
   if (g->contain != WK_CONTAIN_SUBREAPER)
