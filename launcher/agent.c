@@ -465,6 +465,12 @@ static int start_workers(agent_t *a) {
   rc = wk_start(a->wg, &spec, on_worker_exit, a);
   if (rc != 0)
     LU_ERR(&a->log, "cannot start the workers: %s", rdzv_strerror(rc));
+  /* issue #11 (topo helper): say once how workers are kept together. */
+  if (rc == 0 && a->gen == 0 && !o->quiet) {
+    const char *what;
+    wk_containment(a->wg, &what);
+    LU_INFO(&a->log, "%s", what);
+  }
   return rc;
 }
 
@@ -535,6 +541,24 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
   a->exited++;
   if (a->state != A_RUN && a->state != A_REPORTED)
     return; /* stopping: exits are expected */
+  /* issue #11 (topo helper): exec failure -> stop, no restart. A program
+   * that cannot be executed fails the same way on every attempt: one line,
+   * leave the rendezvous, exit 127 (not found) or 126 (not executable). */
+  if (ex->exec_errno) {
+    int nf = ex->exec_errno == ENOENT || ex->exec_errno == ENOTDIR;
+    snprintf(a->end_reason, sizeof(a->end_reason),
+             "cannot execute '%s': %s; not restarting (check the program's "
+             "path and permissions)", a->argv[0], strerror(ex->exec_errno));
+    a->exit_code = nf ? 127 : 126;
+    a->finish_ok = 0;
+    if (a->ac) {
+      msgpack_packer *pk = ac_begin(a->ac, PROTO_OP_LEAVE, 1);
+      proto_pack_str(pk, a->end_reason);
+      ac_send(a->ac, NULL, NULL);
+    }
+    finish(a);
+    return;
+  }
   if (ex->exit_code != 0) {
     sum_failure_t f, *nf;
     char path[PATH_MAX + 32];
