@@ -2,10 +2,13 @@
  *
  * What the agent does with it, in order:
  *
- *   1. aff_topo_load()      once at start (blocking: hwloc walks /sys, NVML
- *                           is asked; run it in uv_queue_work or before the
- *                           loop starts). GPUs by PCI bus id, honouring
- *                           CUDA_VISIBLE_DEVICES; each GPU's NUMA node, local
+ *   1. aff_topo_load()      once at start (blocking: hwloc walks the CPUs,
+ *                           sysfs and /proc/driver/nvidia give the GPUs and
+ *                           NICs, no GPU library is loaded; about a
+ *                           millisecond, run it in uv_queue_work or before
+ *                           the loop starts). GPUs by PCI bus id in CUDA's
+ *                           order, honouring CUDA_VISIBLE_DEVICES and
+ *                           CUDA_DEVICE_ORDER; each GPU's NUMA node, local
  *                           cores, PCIe link, closest NIC.
  *   2. aff_policy_parse()   from --cpu-bind / --mem-bind.
  *   3. aff_plan_new()       before forking: one aff_binding_t per local rank,
@@ -112,6 +115,7 @@ typedef struct aff_gpu_s {
   aff_pcie_t link;
   int nic;            /* closest NIC (index into the NIC list), -1 none */
   aff_path_t nic_path;
+  int minor;          /* /dev/nvidia<minor> (/proc/driver/nvidia), -1 unknown */
 } aff_gpu_t;
 
 typedef struct aff_nic_s {
@@ -131,23 +135,60 @@ typedef struct aff_nic_s {
   aff_pcie_t link;
 } aff_nic_t;
 
+/* Where the GPUs, NICs and PCIe paths of this machine come from. The
+ * mapping (GPU -> NUMA node -> cores, closest NIC, PCIe links) is the same
+ * whichever is used (tests/test_aff_sysfs.c on every tests/topo fixture,
+ * tests/test_aff_gpu_probe.c on a GPU machine); what only NVML knows
+ * (memory size, NVLink) is known with AFF_GPUSRC_NVML alone.
+ *
+ * AFF_GPUSRC_AUTO, CUDA's view without CUDA: the NVIDIA display and 3D
+ * controllers of /sys/bus/pci/devices that the driver lists in
+ * /proc/driver/nvidia/gpus (all of them when it has no such directory),
+ * minus those it marks "GPU Excluded", minus, in a container that has some
+ * /dev/nvidia<minor> but not all, those whose device node is missing; in
+ * PCI bus order. That is CUDA_DEVICE_ORDER=PCI_BUS_ID, and also CUDA's
+ * default FASTEST_FIRST on a machine whose GPUs are all one model (PCI
+ * device id), where the tie is broken by bus id. GPUs of different models
+ * under FASTEST_FIRST are numbered by a heuristic of the CUDA runtime that
+ * launch does not reproduce: they are planned in PCI order with a warning
+ * to set CUDA_DEVICE_ORDER=PCI_BUS_ID (docs/affinity.md). CUDA_VISIBLE_DEVICES
+ * takes indexes, GPU-<uuid> (or a unique prefix; the UUID is the driver's,
+ * from /proc), MIG-GPU-<uuid>/<gi>/<ci> (its parent GPU); a MIG-<uuid>
+ * entry cannot be traced to its GPU without NVML: the visible list ends
+ * there with a warning, as it does, like CUDA's, at the first entry that
+ * names no GPU. Memory sizes and NVLink are known only when an NVML load
+ * of this boot recorded them (aff_cache.c: a file of this user, refused
+ * when stale), unknown otherwise. */
 typedef enum {
-  AFF_GPUSRC_AUTO = 0, /* NVML, else the CUDA runtime, else PCI (sysfs) */
-  AFF_GPUSRC_PCI       /* only the PCI tree: NVIDIA display/3D devices */
+  AFF_GPUSRC_AUTO = 0, /* sysfs + /proc/driver/nvidia; hwloc for CPUs only */
+  AFF_GPUSRC_PCI,      /* hwloc's PCI tree: NVIDIA display/3D devices, no
+                          GPU library */
+  AFF_GPUSRC_NVML      /* hwloc's PCI tree and NVML (else the CUDA runtime)
+                          loaded into this process: names, memory, NVLink;
+                          ~20 MB and ~30 ms on a GPU node. The check of
+                          AUTO (launch topo --gpu-probe nvml|check) */
 } aff_gpusrc_t;
 
 typedef struct aff_topo_opts_s {
   size_t size;       /* sizeof(aff_topo_opts_t) */
-  unsigned version;  /* 1 */
+  unsigned version;  /* 2 */
   const char *xml;   /* hwloc XML file to plan for; NULL = this machine */
-  const char *root;  /* prefix for /sys and /proc reads (NULL = "/"); tests */
+  const char *root;  /* prefix for /sys, /proc and /dev reads (NULL = "/");
+                        tests */
   const char *cuda_visible_devices; /* NULL = the CUDA_VISIBLE_DEVICES env */
   aff_gpusrc_t gpu_source;          /* XML topologies always use PCI */
   lu_log_t *log;     /* warnings while loading; NULL = quiet */
+  /* version 2 */
+  const char *cuda_device_order;    /* NULL = the CUDA_DEVICE_ORDER env */
+  /* With xml: the XML gives the CPUs and NUMA nodes only, the GPUs, NICs
+   * and PCIe paths come from the sysfs tree under root as on a live
+   * machine (how tests check the sysfs discovery against a fixture). */
+  int io_from_root;
 } aff_topo_opts_t;
 
 #define AFF_TOPO_OPTS_INIT                                                     \
-  { sizeof(aff_topo_opts_t), 1, NULL, NULL, NULL, AFF_GPUSRC_AUTO, NULL }
+  { sizeof(aff_topo_opts_t), 2, NULL, NULL, NULL, AFF_GPUSRC_AUTO, NULL,     \
+    NULL, 0 }
 
 /* Discover (or load from XML) the topology. Blocking; any thread.
  * OUT *out: free with aff_topo_free(). RET 0, -errno (XML file missing),
@@ -157,7 +198,7 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
 void aff_topo_free(aff_topo_t *t); /* NULL is a no-op */
 
 /* Where it came from: "hwloc XML tests/topo/dgx-a100.xml" or "this machine
- * (hwloc 2.9.0, GPUs from NVML)". */
+ * (hwloc 2.9.0, GPUs from sysfs)"; "from NVML" with AFF_GPUSRC_NVML. */
 const char *aff_topo_source(const aff_topo_t *t);
 const char *aff_topo_hostname(const aff_topo_t *t);
 int aff_topo_ngpus(const aff_topo_t *t);          /* visible GPUs */
@@ -187,9 +228,24 @@ const char *aff_topo_gpu_hcas(const aff_topo_t *t);
 int aff_topo_nwarnings(const aff_topo_t *t);
 const char *aff_topo_warning(const aff_topo_t *t, int i);
 
+/* Compare what two loads found (a: AFF_GPUSRC_AUTO, b: AFF_GPUSRC_NVML on
+ * this machine, or a fixture loaded both ways): every visible GPU (bus id,
+ * CUDA index, model, UUID, NUMA node, local CPUs, PCIe link), every NIC,
+ * each GPU's closest NIC, every GPU-GPU (unless an NVLink is known on
+ * either side), GPU-NIC and NIC-NIC path, the NUMA nodes and the CPUs a
+ * plan may use. Memory sizes and NVLink are not compared (only NVML knows
+ * them); a PCIe GB/s figure is compared only when both sides have one.
+ * OUT diff: one line per difference ("GPU1 numa: 0 vs 1"), truncated to n.
+ * RET the number of differences. */
+int aff_topo_compare(const aff_topo_t *a, const aff_topo_t *b, char *diff,
+                     size_t n);
+
 /* Export the topology as hwloc XML with launch's extra info attributes
  * (PCIe current/max width and speed, IB port rate and link layer) so that
- * another machine can plan for this one. RET 0 or RDZV_EINVAL. */
+ * another machine can plan for this one. This machine loaded from sysfs
+ * (AFF_GPUSRC_AUTO) is read again through hwloc's I/O discovery for it; a
+ * fixture checked against a sysfs tree (io_from_root) cannot be exported.
+ * RET 0 or RDZV_EINVAL. */
 int aff_topo_export_xml(const aff_topo_t *t, const char *path, char *err,
                         size_t errlen);
 

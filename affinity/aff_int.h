@@ -20,9 +20,27 @@ typedef struct aff_gpu_probe_s {
   int nvlinks; /* active NVLink links, -1 unknown */
 } aff_gpu_probe_t;
 
+/* Where a PCI device sits: the bus ids from the device itself up through
+ * its bridges to its host bridge ("hb:dddd:bb", the root bus), and the CPU
+ * object that host bridge hangs under. Paths between devices are computed
+ * from this alone (aff__io_path), whether it came from hwloc's I/O tree or
+ * from sysfs, so that both give the same answer. */
+#define AFF_PCI_DEPTH 16
+typedef struct aff_iopath_s {
+  int n;                        /* 0: unknown, paths fall back to NUMA */
+  char id[AFF_PCI_DEPTH][16];
+  hwloc_obj_t loc;              /* non-I/O locality, NULL unknown */
+  unsigned long loc_group;      /* non-zero: the I/O Group hwloc would insert
+                                   below loc for these local CPUs (a hash
+                                   of them) */
+} aff_iopath_t;
+
 struct aff_topo_s {
   hwloc_topology_t hw;
   int from_xml;
+  int io_sysfs;                /* GPUs, NICs and PCIe paths from sysfs (no
+                                  hwloc I/O objects: no export) */
+  int sysfs_reads;             /* link widths, IB ports read under root */
   char source[320];
   char hostname[128];
   char root[256];              /* "" = "/" */
@@ -30,12 +48,15 @@ struct aff_topo_s {
   int nall;
   aff_gpu_t all[AFF_MAX_GPUS];
   hwloc_obj_t all_obj[AFF_MAX_GPUS]; /* PCI object, NULL when hwloc lacks it */
+  aff_iopath_t all_io[AFF_MAX_GPUS];
   int ngpus;
   aff_gpu_t gpus[AFF_MAX_GPUS];
   hwloc_obj_t gpu_obj[AFF_MAX_GPUS];
+  aff_iopath_t gpu_io[AFF_MAX_GPUS];
   int nnics;
   aff_nic_t nics[AFF_MAX_NICS];
   hwloc_obj_t nic_obj[AFF_MAX_NICS];
+  aff_iopath_t nic_io[AFF_MAX_NICS];
   int nnuma;
   int numa_os[AFF_MAX_NUMA];
   aff_cpuset_t numa_cpus[AFF_MAX_NUMA];
@@ -54,8 +75,8 @@ struct aff_topo_s {
 
 /* aff_topo.c */
 void aff__topo_warn(aff_topo_t *t, const char *fmt, ...) LU_PRINTF(2, 3);
-aff_path_t aff__obj_path(const aff_topo_t *t, hwloc_obj_t a, hwloc_obj_t b,
-                         int numa_a, int numa_b);
+aff_path_t aff__io_path(const aff_iopath_t *a, const aff_iopath_t *b,
+                        int numa_a, int numa_b);
 aff_path_t aff__nic_path(const aff_topo_t *t, int a, int b);
 /* hwloc bitmap -> our set */
 void aff__from_hwloc(aff_cpuset_t *d, hwloc_const_bitmap_t b);
@@ -75,5 +96,31 @@ int aff__busid_norm(const char *in, char out[16]);
 
 /* Read a small sysfs/proc file under root: RET length, -1 on error. */
 #define aff__read_line lu_read_line /* util/lu.h */
+
+/* PCIe link of a device from sysfs under t->root (current and maximum
+ * width and speed) over what l already holds. */
+void aff__pcie_sysfs(const aff_topo_t *t, const char *busid, aff_pcie_t *l);
+/* hwloc's GB/s for a link of `width` lanes at `gts` GT/s per lane (its
+ * pci_link_speed, computed the same way, in float). */
+double aff__pcie_gbps(double gts, int width);
+/* IB ports of a NIC whose hca name is set (sysfs under t->root, else the
+ * hwloc object's infos; hca may be NULL). */
+void aff__nic_ports(aff_topo_t *t, hwloc_obj_t hca, aff_nic_t *n);
+
+/* t->all (with all_obj and all_io) in bus id order. */
+void aff__sort_all(aff_topo_t *t);
+
+/* aff_sysfs.c: every NVIDIA GPU CUDA can see (t->all, PCI order) and every
+ * NIC (t->nics, PCI order) with their PCIe paths, NUMA nodes and links,
+ * from sysfs and /proc/driver/nvidia under t->root; t->hw holds the CPU
+ * tree only. GPU libraries are not loaded. */
+void aff__sysfs_scan(aff_topo_t *t, lu_log_t *log);
+
+/* aff_cache.c: what NVML said (t->nvml: memory, NVLink) for this boot,
+ * driver and set of GPUs, in a file of this user (docs in the file).
+ * store RET 0 or -1 (nothing written); apply RET 1 when it matched t->all
+ * and filled memory sizes and NVLink of t's GPUs, else 0. */
+int aff__cache_store(const aff_topo_t *t);
+int aff__cache_apply(aff_topo_t *t);
 
 #endif /* AFF_INT_H */

@@ -124,7 +124,11 @@ int aff_report_text(const aff_topo_t *t, const aff_plan_t *plan, char **out) {
     lu_buf_puts(&b,
                 "\nLegend: X self, NV# NVLink (links), PIX at most one PCIe "
                 "switch, PXB several PCIe switches, PHB a PCIe host bridge, "
-                "NODE host bridges within a NUMA node, SYS across NUMA nodes\n\n");
+                "NODE host bridges within a NUMA node, SYS across NUMA nodes\n");
+    if (ng > 1 && !t->nvlink_known && t->io_sysfs)
+      lu_buf_puts(&b, "NVLink is not probed from sysfs: GPU pairs show their "
+                      "PCIe path (launch topo --gpu-probe nvml asks NVML)\n");
+    lu_buf_puts(&b, "\n");
   }
   if (ng == 0)
     lu_buf_puts(&b, "GPUs: none found (CPU-only plan)\n");

@@ -1,6 +1,7 @@
 /* aff_topo.c - topology discovery: hwloc tree (live or XML), NVIDIA GPUs
- * by PCI bus id, NUMA locality, NICs and their ports, NVLink, paths, and
- * the topology warnings. */
+ * by PCI bus id (from hwloc's I/O tree and NVML here, from sysfs in
+ * aff_sysfs.c), NUMA locality, NICs and their ports, NVLink, paths, the
+ * topology warnings, and the comparison of two discoveries. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -9,6 +10,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include "aff_int.h"
+#include "lu_buf.h"
 
 /* ---- small helpers -------------------------------------------------------------- */
 
@@ -107,21 +110,28 @@ static int locality(const aff_topo_t *t, hwloc_obj_t o, aff_cpuset_t *cpus) {
   return node;
 }
 
-/* PCIe link: hwloc's GB/s, launch's info attributes (an export made by
- * `launch topo --export` or tests/topo/gen_topo.py), and on this machine
- * sysfs, which wins. */
-static void pcie_of(const aff_topo_t *t, hwloc_obj_t o, const char *busid,
-                    aff_pcie_t *l) {
+double aff__pcie_gbps(double gts, int width) {
+  /* hwloc's hwloc_pcidisc_find_linkspeed(), from the generation the GT/s
+   * stand for, in float as there: 8b/10b up to gen 2, 128b/130b up to gen
+   * 5, 242/256 FLITs from gen 6. */
+  unsigned gen;
+  float lanespeed;
+  if (gts <= 0 || width <= 0)
+    return 0;
+  gen = gts < 3 ? 1 : gts < 6 ? 2 : gts < 12 ? 3 : gts < 24 ? 4 : gts < 48 ? 5
+      : gts < 96 ? 6 : 7;
+  if (gen <= 2)
+    lanespeed = 2.5f * (float)gen * 0.8f;
+  else if (gen <= 5)
+    lanespeed = 8.0f * (float)(1u << (gen - 3)) * 128 / 130;
+  else
+    lanespeed = 8.0f * (float)(1u << (gen - 3)) * 242 / 256;
+  return (double)(lanespeed * (float)width / 8);
+}
+
+void aff__pcie_sysfs(const aff_topo_t *t, const char *busid, aff_pcie_t *l) {
   char path[256], buf[64];
-  memset(l, 0, sizeof(*l));
-  if (o) {
-    l->gbps = o->attr->pcidev.linkspeed;
-    l->width = (int)lead_num(info(o, "PCIeLinkWidth"));
-    l->width_max = (int)lead_num(info(o, "PCIeLinkWidthMax"));
-    l->gts = lead_num(info(o, "PCIeLinkSpeedGTs"));
-    l->gts_max = lead_num(info(o, "PCIeLinkSpeedMaxGTs"));
-  }
-  if (t->from_xml || busid == NULL || busid[0] == '\0')
+  if (busid == NULL || busid[0] == '\0')
     return;
   snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/current_link_width",
            busid);
@@ -137,6 +147,48 @@ static void pcie_of(const aff_topo_t *t, hwloc_obj_t o, const char *busid,
   snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/max_link_speed", busid);
   if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
     l->gts_max = lead_num(buf);
+}
+
+/* PCIe link: hwloc's GB/s, launch's info attributes (an export made by
+ * `launch topo --export` or tests/topo/gen_topo.py), and on this machine
+ * sysfs, which wins. */
+static void pcie_of(const aff_topo_t *t, hwloc_obj_t o, const char *busid,
+                    aff_pcie_t *l) {
+  memset(l, 0, sizeof(*l));
+  if (o) {
+    l->gbps = o->attr->pcidev.linkspeed;
+    l->width = (int)lead_num(info(o, "PCIeLinkWidth"));
+    l->width_max = (int)lead_num(info(o, "PCIeLinkWidthMax"));
+    l->gts = lead_num(info(o, "PCIeLinkSpeedGTs"));
+    l->gts_max = lead_num(info(o, "PCIeLinkSpeedMaxGTs"));
+  }
+  if (t->sysfs_reads)
+    aff__pcie_sysfs(t, busid, l);
+}
+
+/* The chain of an hwloc PCI object up to its host bridge, and its
+ * locality (see aff_iopath_t). */
+static void io_from_obj(const aff_topo_t *t, hwloc_obj_t o, aff_iopath_t *io) {
+  memset(io, 0, sizeof(*io));
+  if (o == NULL)
+    return;
+  for (hwloc_obj_t x = o; x && io->n < AFF_PCI_DEPTH; x = x->parent) {
+    if (x->type == HWLOC_OBJ_PCI_DEVICE) {
+      busid_of(x, io->id[io->n++]);
+    } else if (x->type == HWLOC_OBJ_BRIDGE &&
+               x->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI) {
+      const struct hwloc_pcidev_attr_s *u = &x->attr->bridge.upstream.pci;
+      snprintf(io->id[io->n++], sizeof(io->id[0]), "%04x:%02x:%02x.%x",
+               (unsigned)u->domain, u->bus, u->dev, u->func);
+    } else if (x->type == HWLOC_OBJ_BRIDGE) {
+      snprintf(io->id[io->n++], sizeof(io->id[0]), "hb:%04x:%02x",
+               (unsigned)x->attr->bridge.downstream.pci.domain,
+               (unsigned)x->attr->bridge.downstream.pci.secondary_bus);
+    } else {
+      break;
+    }
+  }
+  io->loc = hwloc_get_non_io_ancestor_obj(t->hw, o);
 }
 
 /* ---- GPUs -------------------------------------------------------------------------- */
@@ -180,6 +232,7 @@ static void gpu_from_obj(aff_topo_t *t, hwloc_obj_t o, aff_gpu_t *g) {
   pcie_of(t, o, g->busid, &g->link);
   g->nic = -1;
   g->nic_path = AFF_PATH_UNKNOWN;
+  g->minor = -1;
 }
 
 /* A GPU hwloc did not report (no PCI discovery): locality from sysfs. */
@@ -205,6 +258,26 @@ static void gpu_from_sysfs(aff_topo_t *t, const char *busid, aff_gpu_t *g) {
   pcie_of(t, NULL, busid, &g->link);
   g->nic = -1;
   g->nic_path = AFF_PATH_UNKNOWN;
+  g->minor = -1;
+}
+
+/* t->all (with all_obj and all_io) in bus id order: hwloc walks its tree
+ * depth first, sysfs lists in readdir order; CUDA_DEVICE_ORDER=PCI_BUS_ID
+ * and nvidia-smi count by bus id. */
+void aff__sort_all(aff_topo_t *t) {
+  for (int i = 1; i < t->nall; i++)
+    for (int j = i; j > 0 && strcmp(t->all[j - 1].busid, t->all[j].busid) > 0;
+         j--) {
+      aff_gpu_t tmp = t->all[j];
+      hwloc_obj_t to = t->all_obj[j];
+      aff_iopath_t tio = t->all_io[j];
+      t->all[j] = t->all[j - 1];
+      t->all_obj[j] = t->all_obj[j - 1];
+      t->all_io[j] = t->all_io[j - 1];
+      t->all[j - 1] = tmp;
+      t->all_obj[j - 1] = to;
+      t->all_io[j - 1] = tio;
+    }
 }
 
 /* Every NVIDIA GPU of the PCI tree, by bus id; sysfs when hwloc saw none. */
@@ -215,20 +288,10 @@ static void scan_gpus(aff_topo_t *t) {
       continue;
     gpu_from_obj(t, o, &t->all[t->nall]);
     t->all_obj[t->nall] = o;
+    io_from_obj(t, o, &t->all_io[t->nall]);
     t->nall++;
   }
-  /* hwloc walks the tree depth first; CUDA_DEVICE_ORDER=PCI_BUS_ID and
-   * nvidia-smi count by bus id. */
-  for (int i = 1; i < t->nall; i++)
-    for (int j = i; j > 0 && strcmp(t->all[j - 1].busid, t->all[j].busid) > 0;
-         j--) {
-      aff_gpu_t tmp = t->all[j];
-      hwloc_obj_t to = t->all_obj[j];
-      t->all[j] = t->all[j - 1];
-      t->all_obj[j] = t->all_obj[j - 1];
-      t->all[j - 1] = tmp;
-      t->all_obj[j - 1] = to;
-    }
+  aff__sort_all(t);
 }
 
 /* The PCI tree from sysfs, for an hwloc built without PCI support or a
@@ -257,16 +320,11 @@ static void scan_gpus_sysfs(aff_topo_t *t) {
       continue;
     gpu_from_sysfs(t, bid, &t->all[t->nall]);
     t->all_obj[t->nall] = NULL;
+    memset(&t->all_io[t->nall], 0, sizeof(t->all_io[0]));
     t->nall++;
   }
   closedir(d);
-  for (int i = 1; i < t->nall; i++)
-    for (int j = i; j > 0 && strcmp(t->all[j - 1].busid, t->all[j].busid) > 0;
-         j--) {
-      aff_gpu_t tmp = t->all[j];
-      t->all[j] = t->all[j - 1];
-      t->all[j - 1] = tmp;
-    }
+  aff__sort_all(t);
 }
 
 static int find_all(const aff_topo_t *t, const char *busid) {
@@ -286,6 +344,7 @@ static void merge_probe(aff_topo_t *t, const aff_gpu_probe_t *p, int n) {
       k = t->nall++;
       gpu_from_sysfs(t, p[i].busid, &t->all[k]);
       t->all_obj[k] = NULL;
+      memset(&t->all_io[k], 0, sizeof(t->all_io[0]));
     }
     if (p[i].model[0])
       lu_strlcpy(t->all[k].model, p[i].model, sizeof(t->all[k].model));
@@ -296,10 +355,31 @@ static void merge_probe(aff_topo_t *t, const aff_gpu_probe_t *p, int n) {
   }
 }
 
+/* CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID
+ * (any other value is the default). Among GPUs of one model the tie goes
+ * to the lower bus id, which is PCI order; for mixed models the runtime's
+ * heuristic is not reproduced here: say so once. */
+static void check_order(aff_topo_t *t, const char *order, lu_log_t *log) {
+  int mixed = 0;
+  if (order && strcmp(order, "PCI_BUS_ID") == 0)
+    return;
+  for (int i = 1; i < t->nall; i++)
+    mixed |= t->all[i].device != t->all[0].device;
+  if (mixed && log)
+    LU_WARN(log,
+            "this machine has GPUs of different models and CUDA_DEVICE_ORDER "
+            "is %s: CUDA numbers them fastest first by its own rule, which "
+            "launch does not reproduce; GPUs are planned in PCI bus order. "
+            "Set CUDA_DEVICE_ORDER=PCI_BUS_ID so that both agree "
+            "(docs/affinity.md)",
+            order ? order : "unset (FASTEST_FIRST)");
+}
+
 /* CUDA_VISIBLE_DEVICES, as the CUDA runtime reads it: indexes (in PCI
- * order here; the runtime's own order is used when it can be asked), UUIDs
- * or unique UUID prefixes ("GPU-8f3a"), MIG instances (their parent GPU).
- * Like CUDA, the list stops at the first entry that names no device. */
+ * order here, see check_order; the runtime's own order is used when it
+ * was asked), UUIDs or unique UUID prefixes ("GPU-8f3a"), MIG instances
+ * (their parent GPU). Like CUDA, the list stops at the first entry that
+ * names no device. */
 static void apply_visible(aff_topo_t *t, const char *cvd, lu_log_t *log) {
   char buf[1024];
   char *save = NULL, *tok;
@@ -309,6 +389,7 @@ static void apply_visible(aff_topo_t *t, const char *cvd, lu_log_t *log) {
     for (int i = 0; i < t->nall; i++) {
       t->gpus[t->ngpus] = t->all[i];
       t->gpu_obj[t->ngpus] = t->all_obj[i];
+      t->gpu_io[t->ngpus] = t->all_io[i];
       t->gpus[t->ngpus].phys = i;
       t->gpus[t->ngpus].index = t->ngpus;
       t->ngpus++;
@@ -355,7 +436,7 @@ static void apply_visible(aff_topo_t *t, const char *cvd, lu_log_t *log) {
       if (hits == 0 && log && t->nall > 0 && t->all[0].uuid[0] == '\0')
         LU_WARN(log,
                 "CUDA_VISIBLE_DEVICES names GPU UUIDs but the GPUs' UUIDs are "
-                "unknown (no NVML); GPUs are planned in PCI order");
+                "unknown (no NVIDIA driver in /proc/driver/nvidia)");
     }
     if (k < 0 || used[k]) {
       /* CUDA ignores this entry and all that follow. */
@@ -369,6 +450,7 @@ static void apply_visible(aff_topo_t *t, const char *cvd, lu_log_t *log) {
     used[k] = 1;
     t->gpus[t->ngpus] = t->all[k];
     t->gpu_obj[t->ngpus] = t->all_obj[k];
+    t->gpu_io[t->ngpus] = t->all_io[k];
     t->gpus[t->ngpus].phys = k;
     t->gpus[t->ngpus].index = t->ngpus;
     t->ngpus++;
@@ -380,7 +462,7 @@ static void apply_visible(aff_topo_t *t, const char *cvd, lu_log_t *log) {
 static const char *const port_states[] = {"NOP",   "DOWN",   "INIT",
                                           "ARMED", "ACTIVE", "ACTIVE_DEFER"};
 
-static void nic_ports(aff_topo_t *t, hwloc_obj_t hca, aff_nic_t *n) {
+void aff__nic_ports(aff_topo_t *t, hwloc_obj_t hca, aff_nic_t *n) {
   char key[32], path[256], buf[128];
   int first_active = 0;
   n->nports = 0;
@@ -401,7 +483,7 @@ static void nic_ports(aff_topo_t *t, hwloc_obj_t hca, aff_nic_t *n) {
       lu_strlcpy(srate, rate, sizeof(srate));
     if (ll)
       lu_strlcpy(sll, ll, sizeof(sll));
-    if (!t->from_xml) {
+    if (t->sysfs_reads) {
       snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/state",
                n->hca, p);
       if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
@@ -459,65 +541,75 @@ static void scan_nics(aff_topo_t *t) {
     pcie_of(t, o, n->busid, &n->link);
     n->port = 0;
     n->port_state = -1;
-    if (hca) {
-      nic_ports(t, hca, n);
-      /* An IPoIB netdev means the port runs InfiniBand. */
-      if (n->link_layer[0] == '\0' && strncmp(n->netdev, "ib", 2) == 0)
-        lu_strlcpy(n->link_layer, "InfiniBand", sizeof(n->link_layer));
-    }
+    if (hca)
+      aff__nic_ports(t, hca, n);
     t->nic_obj[t->nnics] = o;
+    io_from_obj(t, o, &t->nic_io[t->nnics]);
     t->nnics++;
   }
-  /* PCI order, so that mlx5_0 comes before mlx5_1 as in nvidia-smi. */
+}
+
+/* PCI order, so that mlx5_0 comes before mlx5_1 as in nvidia-smi; an IPoIB
+ * netdev means the port runs InfiniBand. */
+static void finish_nics(aff_topo_t *t) {
+  for (int k = 0; k < t->nnics; k++) {
+    aff_nic_t *n = &t->nics[k];
+    if (n->hca[0] && n->link_layer[0] == '\0' && strncmp(n->netdev, "ib", 2) == 0)
+      lu_strlcpy(n->link_layer, "InfiniBand", sizeof(n->link_layer));
+  }
   for (int i = 1; i < t->nnics; i++)
     for (int j = i; j > 0 && strcmp(t->nics[j - 1].busid, t->nics[j].busid) > 0;
          j--) {
       aff_nic_t tmp = t->nics[j];
       hwloc_obj_t to = t->nic_obj[j];
+      aff_iopath_t tio = t->nic_io[j];
       t->nics[j] = t->nics[j - 1];
       t->nic_obj[j] = t->nic_obj[j - 1];
+      t->nic_io[j] = t->nic_io[j - 1];
       t->nics[j - 1] = tmp;
       t->nic_obj[j - 1] = to;
+      t->nic_io[j - 1] = tio;
     }
 }
 
 /* ---- paths --------------------------------------------------------------------------- */
 
-aff_path_t aff__obj_path(const aff_topo_t *t, hwloc_obj_t a, hwloc_obj_t b,
-                         int numa_a, int numa_b) {
-  hwloc_obj_t chain[64], anc = NULL;
-  int n = 0, da = 0, db = 0;
-  if (a != NULL && a == b)
-    return AFF_PATH_SELF;
-  if (a == NULL || b == NULL) {
+/* True when the CPU objects two host bridges hang under meet at the
+ * Machine: across packages. */
+static int loc_meet_at_machine(const aff_iopath_t *a, const aff_iopath_t *b) {
+  hwloc_obj_t anc;
+  if (a->loc_group && a->loc_group == b->loc_group && a->loc == b->loc)
+    return 0; /* the same I/O Group */
+  anc = hwloc_get_common_ancestor_obj(NULL, a->loc, b->loc);
+  return anc == NULL || anc->type == HWLOC_OBJ_MACHINE;
+}
+
+aff_path_t aff__io_path(const aff_iopath_t *a, const aff_iopath_t *b,
+                        int numa_a, int numa_b) {
+  if (a->n > 0 && b->n > 0) {
+    /* The lowest element the chains share: da steps up from a, db from b. */
+    for (int da = 0; da < a->n; da++)
+      for (int db = 0; db < b->n; db++) {
+        if (strcmp(a->id[da], b->id[db]) != 0)
+          continue;
+        if (da == 0 && db == 0)
+          return AFF_PATH_SELF;
+        if (strncmp(a->id[da], "hb:", 3) == 0)
+          return AFF_PATH_PHB;
+        /* Under one switch: device -> downstream port -> upstream port. */
+        return da <= 2 && db <= 2 ? AFF_PATH_PIX : AFF_PATH_PXB;
+      }
+  }
+  if (a->n == 0 || b->n == 0 || a->loc == NULL || b->loc == NULL) {
     if (numa_a < 0 || numa_b < 0)
       return AFF_PATH_UNKNOWN;
     return numa_a == numa_b ? AFF_PATH_NODE : AFF_PATH_SYS;
   }
-  for (hwloc_obj_t x = a; x && n < 64; x = x->parent)
-    chain[n++] = x;
-  for (hwloc_obj_t y = b; y && anc == NULL; y = y->parent, db++)
-    for (int i = 0; i < n; i++)
-      if (chain[i] == y) {
-        anc = y;
-        da = i;
-        break;
-      }
-  db--; /* the loop counted the step onto anc */
-  if (anc == NULL)
-    return AFF_PATH_UNKNOWN;
-  if (anc->type == HWLOC_OBJ_BRIDGE) {
-    if (anc->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST)
-      return AFF_PATH_PHB;
-    /* Under one switch: device -> downstream port -> upstream port. */
-    return da <= 2 && db <= 2 ? AFF_PATH_PIX : AFF_PATH_PXB;
-  }
-  (void)t;
   if (numa_a >= 0 && numa_a == numa_b)
     return AFF_PATH_NODE;
   if (numa_a < 0 || numa_b < 0) {
     /* No single node each: same package counts as one node. */
-    return anc->type == HWLOC_OBJ_MACHINE ? AFF_PATH_SYS : AFF_PATH_NODE;
+    return loc_meet_at_machine(a, b) ? AFF_PATH_SYS : AFF_PATH_NODE;
   }
   return AFF_PATH_SYS;
 }
@@ -529,22 +621,22 @@ aff_path_t aff_topo_gpu_path(const aff_topo_t *t, int a, int b) {
     return AFF_PATH_SELF;
   if (t->nvlink[a][b] > 0)
     return AFF_PATH_NVLINK;
-  return aff__obj_path(t, t->gpu_obj[a], t->gpu_obj[b], t->gpus[a].numa,
-                  t->gpus[b].numa);
+  return aff__io_path(&t->gpu_io[a], &t->gpu_io[b], t->gpus[a].numa,
+                      t->gpus[b].numa);
 }
 
 aff_path_t aff__nic_path(const aff_topo_t *t, int a, int b) {
   if (a < 0 || b < 0 || a >= t->nnics || b >= t->nnics)
     return AFF_PATH_UNKNOWN;
-  return aff__obj_path(t, t->nic_obj[a], t->nic_obj[b], t->nics[a].numa,
-                       t->nics[b].numa);
+  return aff__io_path(&t->nic_io[a], &t->nic_io[b], t->nics[a].numa,
+                      t->nics[b].numa);
 }
 
 aff_path_t aff_topo_gpu_nic_path(const aff_topo_t *t, int gpu, int nic) {
   if (gpu < 0 || nic < 0 || gpu >= t->ngpus || nic >= t->nnics)
     return AFF_PATH_UNKNOWN;
-  return aff__obj_path(t, t->gpu_obj[gpu], t->nic_obj[nic], t->gpus[gpu].numa,
-                  t->nics[nic].numa);
+  return aff__io_path(&t->gpu_io[gpu], &t->nic_io[nic], t->gpus[gpu].numa,
+                      t->nics[nic].numa);
 }
 
 /* ---- NVLink ------------------------------------------------------------------------- */
@@ -780,7 +872,7 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
   aff_topo_t *t;
   const char *cvd, *hn;
   aff_gpu_probe_t probe[AFF_MAX_GPUS];
-  int nprobe = -1, from_cudart = 0;
+  int nprobe = -1, from_cudart = 0, io_hwloc;
   int rc;
   char gpusrc[64] = "PCI";
 
@@ -792,6 +884,13 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
   if (o.root && strcmp(o.root, "/") != 0)
     lu_strlcpy(t->root, o.root, sizeof(t->root));
   t->from_xml = o.xml != NULL;
+  /* This machine by default, and a fixture checked against a fake tree:
+   * GPUs and NICs from sysfs, hwloc for the CPUs only. hwloc's I/O
+   * discovery reads every PCI device's config space (1.4 ms a device in a
+   * VM) and is what the other sources need. */
+  t->io_sysfs = o.xml ? o.io_from_root : o.gpu_source == AFF_GPUSRC_AUTO;
+  t->sysfs_reads = !o.xml || t->io_sysfs;
+  io_hwloc = !t->io_sysfs;
   if (o.xml && access(o.xml, R_OK) != 0) {
     rc = -errno;
     lu_errf(err, errlen, "topology file %s: %s", o.xml, strerror(errno));
@@ -803,12 +902,13 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
     return RDZV_ENOMEM;
   }
   /* Keep the PCI devices and OS devices (hwloc drops them by default). */
-  hwloc_topology_set_io_types_filter(t->hw, o.xml ? HWLOC_TYPE_FILTER_KEEP_ALL
-                                                  : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (io_hwloc)
+    hwloc_topology_set_io_types_filter(t->hw, o.xml ? HWLOC_TYPE_FILTER_KEEP_ALL
+                                                    : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   /* hwloc unloads its PCI plugin and with it libpciaccess, which keeps
    * about 1 KiB it never frees: pinned, that memory stays attributed to
    * libpciaccess (tests/lsan.supp) and a second discovery maps nothing. */
-  if (!o.xml)
+  if (!o.xml && io_hwloc)
     (void)dlopen("libpciaccess.so.0", RTLD_NOW | RTLD_NODELETE | RTLD_GLOBAL);
   /* hwloc's GPU plugins would initialise CUDA, OpenCL or GL inside the
    * agent (and the OpenCL loader leaks); NVML is asked directly below. */
@@ -872,29 +972,42 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
     }
   }
 
-  /* GPUs: PCI tree, then what NVML or the CUDA runtime says. */
-  scan_gpus(t);
   cvd = o.cuda_visible_devices ? o.cuda_visible_devices
                                : (o.xml ? NULL : getenv("CUDA_VISIBLE_DEVICES"));
-  if (!o.xml && o.gpu_source == AFF_GPUSRC_AUTO) {
-    nprobe = aff__nvml_gpus(t->nvml, AFF_MAX_GPUS, t->nvml_links);
-    if (nprobe >= 0) {
-      t->nnvml = nprobe;
-      merge_probe(t, t->nvml, nprobe);
-      snprintf(gpusrc, sizeof(gpusrc), "NVML");
-    } else if (access("/proc/driver/nvidia/version", R_OK) == 0 &&
-               (nprobe = aff__cudart_gpus(probe, AFF_MAX_GPUS)) >= 0) {
-      /* No NVML but a driver: ask the runtime (this initialises CUDA in
-       * the agent, which NVML avoids). */
-      /* The runtime applied CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER
-       * itself: its list is the visible list. */
-      merge_probe(t, probe, nprobe);
-      from_cudart = 1;
-      snprintf(gpusrc, sizeof(gpusrc), "the CUDA runtime");
+  if (t->io_sysfs) {
+    /* GPUs and NICs from sysfs and /proc/driver/nvidia (aff_sysfs.c). */
+    aff__sysfs_scan(t, o.log);
+    snprintf(gpusrc, sizeof(gpusrc), "sysfs");
+  } else {
+    /* GPUs: PCI tree, then what NVML or the CUDA runtime says. */
+    scan_gpus(t);
+    if (!o.xml && o.gpu_source == AFF_GPUSRC_NVML) {
+      nprobe = aff__nvml_gpus(t->nvml, AFF_MAX_GPUS, t->nvml_links);
+      if (nprobe >= 0) {
+        t->nnvml = nprobe;
+        merge_probe(t, t->nvml, nprobe);
+        snprintf(gpusrc, sizeof(gpusrc), "NVML");
+      } else if (access("/proc/driver/nvidia/version", R_OK) == 0 &&
+                 (nprobe = aff__cudart_gpus(probe, AFF_MAX_GPUS)) >= 0) {
+        /* No NVML but a driver: ask the runtime (this initialises CUDA in
+         * the agent, which NVML avoids). */
+        /* The runtime applied CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER
+         * itself: its list is the visible list. */
+        merge_probe(t, probe, nprobe);
+        from_cudart = 1;
+        snprintf(gpusrc, sizeof(gpusrc), "the CUDA runtime");
+      }
     }
+    if (t->nall == 0 && !o.xml)
+      scan_gpus_sysfs(t); /* hwloc without PCI discovery */
+    scan_nics(t);
   }
-  if (t->nall == 0 && !o.xml)
-    scan_gpus_sysfs(t); /* hwloc without PCI discovery */
+  finish_nics(t);
+  if ((!o.xml || t->io_sysfs) && !from_cudart)
+    check_order(t, o.cuda_device_order ? o.cuda_device_order
+                   : o.xml             ? NULL
+                                       : getenv("CUDA_DEVICE_ORDER"),
+                o.log);
   if (from_cudart) {
     t->ngpus = 0;
     for (int i = 0; i < nprobe && t->ngpus < AFF_MAX_GPUS; i++) {
@@ -903,6 +1016,7 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
         continue;
       t->gpus[t->ngpus] = t->all[k];
       t->gpu_obj[t->ngpus] = t->all_obj[k];
+      t->gpu_io[t->ngpus] = t->all_io[k];
       t->gpus[t->ngpus].phys = k;
       t->gpus[t->ngpus].index = t->ngpus;
       t->ngpus++;
@@ -910,12 +1024,21 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
   } else {
     apply_visible(t, cvd, o.log);
   }
-  scan_nics(t);
+  /* What only NVML knows: remembered for this boot by the NVML path,
+   * taken by the sysfs one. */
+  if (t->io_sysfs && aff__cache_apply(t))
+    lu_strlcpy(gpusrc, "sysfs, memory and NVLink from NVML this boot",
+               sizeof(gpusrc));
+  else if (!o.xml && t->nnvml > 0)
+    (void)aff__cache_store(t);
   scan_nvlink(t);
   pick_nics(t);
   compute_warnings(t);
 
-  if (o.xml)
+  if (o.xml && t->io_sysfs)
+    snprintf(t->source, sizeof(t->source), "hwloc XML %s, I/O from %s",
+             o.xml, t->root[0] ? t->root : "/");
+  else if (o.xml)
     snprintf(t->source, sizeof(t->source), "hwloc XML %s", o.xml);
   else
     snprintf(t->source, sizeof(t->source), "this machine (hwloc %s, GPUs from %s)",
@@ -970,7 +1093,8 @@ int aff_topo_has_nvlink(const aff_topo_t *t) {
     for (int j = 0; j < t->ngpus; j++)
       if (t->nvlink[i][j] > 0)
         return 1;
-  return t->nvlink_known ? 0 : (t->from_xml ? 0 : -1);
+  /* An XML file without NVLinkBandwidth has none; sysfs cannot tell. */
+  return t->nvlink_known ? 0 : (t->from_xml && !t->io_sysfs ? 0 : -1);
 }
 
 const char *aff_topo_gpu_hcas(const aff_topo_t *t) { return t->gpu_hcas; }
@@ -1012,6 +1136,26 @@ static void add_link_infos(hwloc_obj_t o, const aff_pcie_t *l) {
 int aff_topo_export_xml(const aff_topo_t *tc, const char *path, char *err,
                         size_t errlen) {
   aff_topo_t *t = (aff_topo_t *)tc; /* infos are added to the tree */
+  if (t->io_sysfs && !t->from_xml) {
+    /* An export is hwloc's tree with its I/O objects, which the sysfs
+     * discovery does without: read this machine again, through hwloc. */
+    aff_topo_opts_t o = AFF_TOPO_OPTS_INIT;
+    aff_topo_t *io = NULL;
+    int rc;
+    o.root = t->root[0] ? t->root : NULL;
+    o.gpu_source = AFF_GPUSRC_PCI;
+    if ((rc = aff_topo_load(&o, &io, err, errlen)) != 0)
+      return rc;
+    rc = aff_topo_export_xml(io, path, err, errlen);
+    aff_topo_free(io);
+    return rc;
+  }
+  if (t->io_sysfs) {
+    lu_errf(err, errlen,
+            "this topology's GPUs and NICs come from a sysfs tree, not from "
+            "hwloc's I/O objects, which an XML export needs");
+    return RDZV_EINVAL;
+  }
   for (int i = 0; i < t->nall; i++)
     add_link_infos(t->all_obj[i], &t->all[i].link);
   for (int k = 0; k < t->nnics; k++) {
@@ -1042,4 +1186,148 @@ int aff_topo_export_xml(const aff_topo_t *tc, const char *path, char *err,
     return RDZV_EINVAL;
   }
   return 0;
+}
+
+/* ---- comparing two loads ------------------------------------------------------------ */
+
+typedef struct cmp_s {
+  lu_buf_t *b;
+  size_t max;
+  int n;
+} cmp_t;
+
+static void LU_PRINTF(2, 3) cmp_diff(cmp_t *c, const char *fmt, ...) {
+  va_list ap;
+  char line[512];
+  c->n++;
+  if (c->b->len >= c->max)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  lu_buf_printf(c->b, "%s\n", line);
+}
+
+static void cmp_str(cmp_t *c, const char *what, const char *a, const char *b) {
+  if (strcmp(a, b) != 0)
+    cmp_diff(c, "%s: '%s' vs '%s'", what, a, b);
+}
+
+static void cmp_int(cmp_t *c, const char *what, long long a, long long b) {
+  if (a != b)
+    cmp_diff(c, "%s: %lld vs %lld", what, a, b);
+}
+
+static void cmp_cpus(cmp_t *c, const char *what, const aff_cpuset_t *a,
+                     const aff_cpuset_t *b) {
+  char la[256], lb[256];
+  if (aff_cpuset_equal(a, b))
+    return;
+  aff_cpulist_format(a, la, sizeof(la));
+  aff_cpulist_format(b, lb, sizeof(lb));
+  cmp_diff(c, "%s: %s vs %s", what, la, lb);
+}
+
+static void cmp_link(cmp_t *c, const char *who, const aff_pcie_t *a,
+                     const aff_pcie_t *b) {
+  char what[64];
+  snprintf(what, sizeof(what), "%s link width", who);
+  cmp_int(c, what, a->width, b->width);
+  snprintf(what, sizeof(what), "%s link max width", who);
+  cmp_int(c, what, a->width_max, b->width_max);
+  if (fabs(a->gts - b->gts) > 0.05 || fabs(a->gts_max - b->gts_max) > 0.05)
+    cmp_diff(c, "%s link speed: %.1f (max %.1f) vs %.1f (max %.1f) GT/s", who,
+             a->gts, a->gts_max, b->gts, b->gts_max);
+  /* hwloc computes GB/s from config space or, without the right to read
+   * it, from sysfs with another rounding for gen 6: 5 % apart at most. */
+  if (a->gbps > 0 && b->gbps > 0 &&
+      fabs(a->gbps - b->gbps) > 0.05 * LU_MAX(a->gbps, b->gbps))
+    cmp_diff(c, "%s link: %.2f vs %.2f GB/s", who, a->gbps, b->gbps);
+}
+
+/* One field of x and y, named "<who> <field>". */
+#define F(field, fn)                                                           \
+  do {                                                                         \
+    snprintf(w, sizeof(w), "%s " #field, who);                                 \
+    fn(&c, w, x->field, y->field);                                             \
+  } while (0)
+
+int aff_topo_compare(const aff_topo_t *a, const aff_topo_t *b, char *diff,
+                     size_t n) {
+  lu_buf_t buf = LU_BUF_INIT;
+  cmp_t c = {&buf, n > 0 ? n : 0, 0};
+  char w[64];
+  cmp_int(&c, "PUs", a->ncpus, b->ncpus);
+  cmp_int(&c, "cores", a->ncores, b->ncores);
+  cmp_int(&c, "NUMA nodes", a->nnuma, b->nnuma);
+  for (int i = 0; i < LU_MIN(a->nnuma, b->nnuma); i++) {
+    snprintf(w, sizeof(w), "NUMA node %d", i);
+    cmp_int(&c, w, a->numa_os[i], b->numa_os[i]);
+    cmp_cpus(&c, w, &a->numa_cpus[i], &b->numa_cpus[i]);
+  }
+  cmp_cpus(&c, "CPUs a plan may use", &a->allowed, &b->allowed);
+  cmp_int(&c, "visible GPUs", a->ngpus, b->ngpus);
+  for (int i = 0; i < LU_MIN(a->ngpus, b->ngpus); i++) {
+    const aff_gpu_t *x = &a->gpus[i], *y = &b->gpus[i];
+    char who[16];
+    snprintf(who, sizeof(who), "GPU%d", i);
+    F(busid, cmp_str);
+    F(phys, cmp_int);
+    F(model, cmp_str);
+    F(uuid, cmp_str);
+    F(device, cmp_int);
+    F(numa, cmp_int);
+    snprintf(w, sizeof(w), "%s cpus", who);
+    cmp_cpus(&c, w, &x->cpus, &y->cpus);
+    cmp_link(&c, who, &x->link, &y->link);
+    snprintf(w, sizeof(w), "%s closest NIC", who);
+    cmp_str(&c, w, x->nic >= 0 ? a->nics[x->nic].name : "none",
+            y->nic >= 0 ? b->nics[y->nic].name : "none");
+    F(nic_path, cmp_int);
+  }
+  cmp_int(&c, "NICs", a->nnics, b->nnics);
+  for (int k = 0; k < LU_MIN(a->nnics, b->nnics); k++) {
+    const aff_nic_t *x = &a->nics[k], *y = &b->nics[k];
+    char who[16];
+    snprintf(who, sizeof(who), "NIC%d", k);
+    F(name, cmp_str);
+    F(hca, cmp_str);
+    F(netdev, cmp_str);
+    F(busid, cmp_str);
+    F(numa, cmp_int);
+    F(port, cmp_int);
+    F(port_state, cmp_int);
+    F(rate_gbps, cmp_int);
+    F(link_layer, cmp_str);
+    cmp_link(&c, who, &x->link, &y->link);
+  }
+  if (a->ngpus == b->ngpus && a->nnics == b->nnics) {
+    for (int i = 0; i < a->ngpus; i++)
+      for (int j = 0; j < a->ngpus; j++) {
+        /* NVLink is NVML's to know (the other side falls back to PCIe). */
+        if (a->nvlink[i][j] || b->nvlink[i][j])
+          continue;
+        snprintf(w, sizeof(w), "path GPU%d-GPU%d", i, j);
+        cmp_str(&c, w, aff_path_name(aff_topo_gpu_path(a, i, j)),
+                aff_path_name(aff_topo_gpu_path(b, i, j)));
+      }
+    for (int i = 0; i < a->ngpus; i++)
+      for (int k = 0; k < a->nnics; k++) {
+        snprintf(w, sizeof(w), "path GPU%d-NIC%d", i, k);
+        cmp_str(&c, w, aff_path_name(aff_topo_gpu_nic_path(a, i, k)),
+                aff_path_name(aff_topo_gpu_nic_path(b, i, k)));
+      }
+    for (int i = 0; i < a->nnics; i++)
+      for (int k = 0; k < a->nnics; k++) {
+        snprintf(w, sizeof(w), "path NIC%d-NIC%d", i, k);
+        cmp_str(&c, w, aff_path_name(aff__nic_path(a, i, k)),
+                aff_path_name(aff__nic_path(b, i, k)));
+      }
+  }
+  cmp_str(&c, "GPU-attached HCAs", a->gpu_hcas, b->gpu_hcas);
+#undef F
+  if (diff && n > 0)
+    lu_strlcpy(diff, buf.data ? buf.data : "", n);
+  lu_buf_free(&buf);
+  return c.n;
 }

@@ -1,8 +1,13 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The launcher benchmark (issue #3): launch and Debian's torchrun side by
 side, in one run, on this machine. Never part of the test pass.
 
-    /usr/bin/python3 bench/run_launch_bench.py [--build build] [--quick]
+    python3 bench/run_launch_bench.py [--build build] [--quick]
+
+torchrun runs under PYTHON_EXEC when it is set, else under the first
+python3 that imports torch (python3 on PATH, then /usr/bin/python3), so
+that the script runs unchanged where torch lives in a virtual environment
+or a conda install (the GPU machine) and where it is Debian's.
 
 Measures
   1. launch-to-exit of 8 trivial workers (/bin/true), timed by bench_timeit
@@ -41,7 +46,26 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-TORCHRUN = ["/usr/bin/python3", "-m", "torch.distributed.run"]
+
+
+def torch_python():
+    """The Python that runs torchrun: PYTHON_EXEC, else the first python3
+    (on PATH, then /usr/bin/python3) that imports torch, else python3."""
+    if os.environ.get("PYTHON_EXEC"):
+        return os.environ["PYTHON_EXEC"]
+    seen = []
+    for cand in (shutil.which("python3"), "/usr/bin/python3", sys.executable):
+        if not cand or cand in seen or not os.access(cand, os.X_OK):
+            continue
+        seen.append(cand)
+        if subprocess.run([cand, "-c", "import torch"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0:
+            return cand
+    return seen[0] if seen else "python3"
+
+
+PYTHON = torch_python()
+TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]
 # torch 1.13 on Python 3.11 needs an explicit redirect/tee spec.
 TORCH_FIX = ["--redirects", "0:1", "--tee", "0:1", "--monitor_interval", "0.1"]
 
@@ -421,11 +445,12 @@ def machine():
                 cpu = line.split(":", 1)[1].strip()
                 break
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    torch_v = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+    torch_v = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpu": cpu,
             "cores": os.cpu_count(), "mem_gib": round(mem, 1),
             "kernel": platform.release(), "python": platform.python_version(),
+            "torch_python": PYTHON,
             "torch": torch_v.stdout.strip() or None,
             "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}
 
@@ -507,7 +532,8 @@ def table(R, args):
             rows.append(("%d agents: last agent started -> %s (median)" % (args.torch_agents, label),
                          fmt(med(a[k]), "s"), fmt(med(b[k]) if b else None, "s"),
                          ratio(med(a[k]), med(b[k]) if b else None), "(side by side)", ""))
-    head = ("benchmark", "launch", "torchrun 1.13", "ratio", "goal", "met?")
+    head = ("benchmark", "launch", "torchrun %s" % (R["machine"].get("torch") or ""),
+            "ratio", "goal", "met?")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(6)]
     lines = ["| " + " | ".join(str(c).ljust(widths[i]) for i, c in enumerate(head)) + " |",
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
@@ -557,10 +583,11 @@ def main():
     if want < args.agents * 4 + 64:
         log("warning: open-file limit %d is low for %d agents" % (want, args.agents))
     torch_ok = not args.no_torch and subprocess.run(
-        ["/usr/bin/python3", "-c", "import torch.distributed.run"],
+        [PYTHON, "-c", "import torch.distributed.run"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
     if not args.no_torch and not torch_ok:
-        log("torch.distributed.run is not importable by /usr/bin/python3: launch only")
+        log("torch.distributed.run is not importable by %s (set PYTHON_EXEC): launch "
+            "only" % PYTHON)
     R = {"machine": machine(), "args": vars(args), "load_start": loadavg()}
     tmp = tempfile.mkdtemp(prefix="launch-bench-")
     launch = os.path.join(bin_dir, "launch")

@@ -185,6 +185,7 @@ typedef struct env_contract_s {
                                 <attempt_dir>/<local rank>/error.json */
   const char *rdzv_endpoint; /* LAUNCH_RDZV_ENDPOINT */
   const char *token_file;    /* LAUNCH_RDZV_TOKEN_FILE; NULL or "": unset */
+  const char *tls[3];        /* LAUNCH_RDZV_TLS_CA, _CERT, _KEY; likewise */
   const char *hostname;      /* LAUNCH_HOSTNAME */
 } env_contract_t;
 

@@ -6,6 +6,9 @@
 
 #include "env.h"
 
+static const char *const tls_vars[3] = {
+    "LAUNCH_RDZV_TLS_CA", "LAUNCH_RDZV_TLS_CERT", "LAUNCH_RDZV_TLS_KEY"};
+
 static int seti(env_t *e, const char *key, long long v) {
   char b[32];
   snprintf(b, sizeof(b), "%lld", v);
@@ -56,6 +59,9 @@ static int set_contract(env_t *e, const env_contract_t *c, lu_log_t *log) {
   rc |= sets(e, "LAUNCH_RDZV_ID", c->run_id);
   if (c->token_file && c->token_file[0])
     rc |= sets(e, "LAUNCH_RDZV_TOKEN_FILE", c->token_file);
+  for (int i = 0; i < 3; i++)
+    if (c->tls[i] && c->tls[i][0])
+      rc |= sets(e, tls_vars[i], c->tls[i]);
   rc |= seti(e, "LAUNCH_ROUND", c->round);
   rc |= seti(e, "LAUNCH_NODE_RANK", c->node_rank);
   rc |= seti(e, "LAUNCH_NNODES", c->nnodes);

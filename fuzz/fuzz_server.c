@@ -13,7 +13,8 @@
  * Each input gets a fresh server on a fresh loop (FUZZ_SERVER_VERBOSE=1
  * prints what each client sent and got back). Invariants checked:
  * - the server closes every connection once its client has half-closed;
- * - then no connection and no wait is left counted in the stats;
+ * - then no connection, wait or paused connection is left counted in the
+ *   stats, and what is counted stays within --max-memory;
  * - every complete frame the server sent a native client decodes, and is a
  *   reply or a push;
  * - srv_close() releases every handle (uv_loop_close succeeds) and, under
@@ -197,6 +198,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   srv_get_stats(s, &st);
   FUZZ_CHECK(st.conns_open == 0);
   FUZZ_CHECK(st.waits_pending == 0);
+  FUZZ_CHECK(st.paused == 0);
+  FUZZ_CHECK(st.mem_used <= cfg.max_memory);
   if (getenv("FUZZ_SERVER_VERBOSE") != NULL)
     for (int i = 0; i < np; i++)
       fprintf(stderr, "fuzz_server: client %d sent %zu of %zu bytes, got %zu "

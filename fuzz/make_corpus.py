@@ -377,6 +377,30 @@ def msg_seeds():
     return s
 
 
+def hello_seeds():
+    """What a server sends a client: flags byte, CHALLENGE, HELLO's reply
+    (fuzz/fuzz_hello.c)."""
+    def challenge(auth):
+        return frame(mp([PUSH, 0, 1, NONCE, 1, auth]))
+
+    def reply(*res):
+        return frame(mp([REPLY, 1, 0] + list(res)))
+    s = {}
+    s["open_server"] = b"\x00" + challenge(False) + reply(None)
+    s["token_wrong_proof"] = b"\x01" + challenge(True) + reply(Bin(bytes(32)))
+    s["token_right_proof"] = b"\x03" + challenge(True) + reply(Bin(bytes(32)))
+    s["token_needed"] = b"\x00" + challenge(True)
+    s["token_no_proof"] = b"\x01" + challenge(True) + reply(None)
+    s["job_from_input"] = (b"\x07" + b"job-42/with spaces\x00" + challenge(True)
+                           + reply(Bin(bytes(32))))
+    s["error_reply"] = (b"\x01" + challenge(False)
+                        + frame(mp([REPLY, 1, -1002, "authentication failed"])))
+    s["not_a_challenge"] = b"\x01" + frame(mp([REPLY, 0, 0]))
+    s["short_nonce"] = b"\x00" + frame(mp([PUSH, 0, 1, Bin(b"x" * 31), 1]))
+    s["garbage"] = b"\x05" + b"\x00\x00\x00\x03\xc1\xc1\xc1"
+    return s
+
+
 def write(dirname, seeds):
     os.makedirs(dirname, exist_ok=True)
     for name, data in seeds.items():
@@ -389,6 +413,7 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus")
     write(os.path.join(out, "frame"), native_seeds())
     write(os.path.join(out, "msg"), msg_seeds())
+    write(os.path.join(out, "hello"), hello_seeds())
     write(os.path.join(out, "tcpstore_v1"), tcpstore_seeds(V1, False))
     write(os.path.join(out, "tcpstore_v2"), tcpstore_seeds(V2, True))
     # The whole server sniffs the protocol from the first byte.

@@ -97,23 +97,38 @@ typedef struct rdzv_options_s {
   const char *role;     /* "worker", "agent" or "admin"; NULL = "worker" */
   int connect_timeout_ms; /* retry connecting until this passes; -1 forever */
   int io_timeout_ms;      /* bound of one round trip for non-blocking ops */
+  /* TLS (docs/protocol.md#tls): set tls_ca to speak TLS; the server's
+   * certificate must be signed by it and name the endpoint's host. */
+  const char *tls_ca;     /* PEM CA certificates, or NULL: no TLS */
+  const char *tls_cert;   /* PEM certificate of this client (mutual TLS) */
+  const char *tls_key;    /* its private key (NULL: in tls_cert) */
+  /* OUT (optional): why rdzv_connect failed, one line, NUL-terminated
+   * (a refused certificate, a wrong token, an unreachable server). */
+  char *error;
+  size_t error_len;
 } rdzv_options_t;
 
 #define RDZV_OPTIONS_INIT                                                      \
-  { sizeof(rdzv_options_t), 1, NULL, NULL, NULL, 0, NULL, 30000, 30000 }
+  { sizeof(rdzv_options_t), 1, NULL, NULL, NULL, 0, NULL, 30000, 30000,       \
+    NULL, NULL, NULL, NULL, 0 }
 
-/* Connect, authenticate and bind to a job.
+/* Connect, authenticate and bind to a job. The token is the server's
+ * token or the key of this job (`launch server --issue-key JOB`).
  * IN opt: copied, may be freed after the call.
  * OUT *out: a client; close it with rdzv_close().
  * RET 0, -ETIMEDOUT when the server did not answer within
  * connect_timeout_ms (connection refused is retried until then),
- * RDZV_EAUTH, RDZV_EVERSION, RDZV_EADDR, RDZV_ERESOLVE. */
+ * RDZV_EAUTH (token, or a TLS certificate refused: rdzv_last_error says
+ * which), RDZV_EVERSION, RDZV_EADDR, RDZV_ERESOLVE, RDZV_EINVAL (a TLS file
+ * that does not load). */
 RDZV_EXTERN int rdzv_connect(const rdzv_options_t *opt, rdzv_client_t **out);
 
 /* Connect as the launcher tells a worker to:
  *   LAUNCH_RDZV_ENDPOINT   endpoint (else MASTER_ADDR:MASTER_PORT)
  *   LAUNCH_RDZV_ID         job id (else TORCHELASTIC_RUN_ID, else "default")
- *   LAUNCH_RDZV_TOKEN_FILE file holding the shared token (optional)
+ *   LAUNCH_RDZV_TOKEN_FILE file holding the job's key or the token (optional)
+ *   LAUNCH_RDZV_TLS_CA, LAUNCH_RDZV_TLS_CERT, LAUNCH_RDZV_TLS_KEY
+ *                          TLS, as tls_ca, tls_cert, tls_key (optional)
  * RET as rdzv_connect, or RDZV_ENOENV when no endpoint is set. */
 RDZV_EXTERN int rdzv_connect_from_env(rdzv_client_t **out);
 

@@ -1,4 +1,5 @@
-/* aclient.c - asynchronous native-protocol client on a libuv loop. */
+/* aclient.c - asynchronous native-protocol client on a libuv loop, with
+ * TLS over memory BIOs and a watchdog for a server that stops answering. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -7,13 +8,15 @@
 
 #include "aclient.h"
 #include "lu.h"
+#include "tls.h"
 
-enum { AC_IDLE, AC_RESOLVING, AC_CONNECTING, AC_CHALLENGE, AC_HELLO, AC_READY,
-       AC_CLOSED };
+enum { AC_IDLE, AC_RESOLVING, AC_CONNECTING, AC_TLS, AC_CHALLENGE, AC_HELLO,
+       AC_READY, AC_CLOSED };
 
 typedef struct ac_pend_s {
   struct ac_pend_s *next;
   uint64_t id;
+  uint64_t sent_ms;
   ac_reply_cb cb;
   void *arg;
 } ac_pend_t;
@@ -28,6 +31,14 @@ struct ac_s {
   uv_tcp_t tcp;
   int tcp_open;
   uv_timer_t retry;
+  uv_timer_t watch;      /* reply watchdog */
+  uint64_t watch_due;    /* when the watchdog should have run */
+  uint64_t last_rx_ms;   /* last bytes from the server */
+  uint64_t connected_ms; /* the handshake started */
+  int reply_timeout_ms;
+  tls_ctx_t *tls_ctx;
+  tls_t *tls;
+  char *cbuf; /* ciphertext read buffer */
   uv_getaddrinfo_t gai;
   uv_connect_t creq;
   int state;
@@ -49,7 +60,7 @@ struct ac_s {
   size_t in_len, in_cap;
   proto_limits_t lim;
   ac_pend_t *pend;
-  uint8_t cnonce[PROTO_NONCE_LEN];
+  proto_hello_t hello;
   char local_ip[INET6_ADDRSTRLEN];
   char last_error[512];
   int closing, pending_closes;
@@ -76,6 +87,7 @@ int ac_new(uv_loop_t *loop, const ac_config_t *cfg, ac_push_cb on_push,
   a->role = sdup(cfg->role ? cfg->role : "agent");
   a->port = cfg->port;
   a->connect_timeout_ms = cfg->connect_timeout_ms;
+  a->reply_timeout_ms = cfg->reply_timeout_ms;
   if (cfg->token && cfg->token_len) {
     a->token = malloc(cfg->token_len);
     if (a->token)
@@ -94,14 +106,30 @@ int ac_new(uv_loop_t *loop, const ac_config_t *cfg, ac_push_cb on_push,
   a->arg = arg;
   proto_enc_init(&a->enc);
   uv_timer_init(loop, &a->retry);
-  a->retry.data = a;
+  uv_timer_init(loop, &a->watch);
+  a->retry.data = a->watch.data = a;
   if (!a->host || !a->local_addr || !a->job || !a->role ||
       (cfg->token && cfg->token_len && !a->token)) {
-    /* The timer is initialised: free through the normal close. */
+    /* The timers are initialised: free through the normal close. */
     a->state = AC_CLOSED;
     ac_close(a, NULL, NULL);
     return RDZV_ENOMEM;
   }
+  if (cfg->tls_ca || cfg->tls_cert) {
+    tls_files_t f = {cfg->tls_cert, cfg->tls_key, cfg->tls_ca};
+    int rc = tls_ctx_new(0, &f, &a->tls_ctx, a->last_error,
+                         sizeof(a->last_error));
+    if (rc != 0) {
+      LU_ERR(&a->log, "%s", a->last_error);
+      a->state = AC_CLOSED;
+      ac_close(a, NULL, NULL);
+      return rc;
+    }
+  }
+  a->hello.job = a->job;
+  a->hello.role = a->role;
+  a->hello.token = a->token;
+  a->hello.token_len = a->token_len;
   *out = a;
   return 0;
 }
@@ -118,18 +146,17 @@ static void write_cb(uv_write_t *req, int status) {
   free(w);
 }
 
-static int flush(ac_t *a) {
+/* Write data (the write owns it) to the socket. */
+static int write_owned(ac_t *a, char *data, size_t len) {
   ac_wreq_t *w;
   uv_buf_t b;
   int r;
-  if (a->enc.len == 0)
-    return 0;
-  if ((w = malloc(sizeof(*w))) == NULL)
+  if ((w = malloc(sizeof(*w))) == NULL) {
+    free(data);
     return RDZV_ENOMEM;
-  w->data = a->enc.data; /* the write owns the buffer */
-  b = uv_buf_init(a->enc.data, (unsigned)a->enc.len);
-  a->enc.data = NULL;
-  a->enc.cap = a->enc.len = 0;
+  }
+  w->data = data;
+  b = uv_buf_init(data, (unsigned)len);
   r = uv_write(&w->req, (uv_stream_t *)&a->tcp, &b, 1, write_cb);
   if (r != 0) {
     free(w->data);
@@ -137,6 +164,30 @@ static int flush(ac_t *a) {
     return r;
   }
   return 0;
+}
+
+/* Send the ciphertext TLS has ready. */
+static int flush_tls(ac_t *a) {
+  char *ct;
+  size_t n;
+  if (tls_take(a->tls, &ct, &n) != 0)
+    return RDZV_ENOMEM;
+  return n ? write_owned(a, ct, n) : 0;
+}
+
+static int flush(ac_t *a) {
+  char *data = a->enc.data;
+  size_t len = a->enc.len;
+  if (len == 0)
+    return 0;
+  if (a->tls) {
+    int rc = tls_write(a->tls, data, len);
+    proto_enc_reset(&a->enc);
+    return rc != 0 ? rc : flush_tls(a);
+  }
+  a->enc.data = NULL; /* the write owns the buffer */
+  a->enc.cap = a->enc.len = 0;
+  return write_owned(a, data, len);
 }
 
 msgpack_packer *ac_begin(ac_t *a, int op, uint32_t nargs) {
@@ -159,6 +210,7 @@ int ac_send(ac_t *a, ac_reply_cb cb, void *arg) {
   if ((p = calloc(1, sizeof(*p))) == NULL)
     return RDZV_ENOMEM;
   p->id = a->next_id;
+  p->sent_ms = uv_now(a->loop);
   p->cb = cb;
   p->arg = arg;
   if ((rc = flush(a)) != 0) {
@@ -214,6 +266,7 @@ static void broken(ac_t *a, int status, const char *why) {
     return;
   snprintf(a->last_error, sizeof(a->last_error), "%s", why);
   a->state = AC_CLOSED;
+  uv_timer_stop(&a->watch);
   close_tcp(a, 0);
   fail_pending(a, status);
   if (was_ready) {
@@ -230,18 +283,12 @@ static void broken(ac_t *a, int status, const char *why) {
 
 static void hello_reply(ac_t *a, int status, const proto_msg_t *m, void *arg) {
   ac_connect_cb cb = a->on_connect;
+  char err[256], why[400];
   (void)arg;
-  if (status == 0 && a->token) {
-    const char *sp;
-    size_t sn;
-    uint8_t want[PROTO_MAC_LEN];
-    if (proto_arg_bytes(m, 0, &sp, &sn) != 0 || sn != PROTO_MAC_LEN ||
-        proto_mac(a->token, a->token_len, "rdzv-server", a->cnonce,
-                  sizeof(a->cnonce), a->job, a->role, want) != 0 ||
-        !proto_mac_equal(want, (const uint8_t *)sp, PROTO_MAC_LEN)) {
-      broken(a, RDZV_EAUTH, "the server could not prove it holds the token");
-      return;
-    }
+  if (status == 0 && proto_hello_reply(&a->hello, m, err, sizeof(err)) != 0) {
+    snprintf(why, sizeof(why), "the server %s", err);
+    broken(a, RDZV_EAUTH, why);
+    return;
   }
   if (status != 0) {
     const char *msg;
@@ -250,6 +297,7 @@ static void hello_reply(ac_t *a, int status, const proto_msg_t *m, void *arg) {
       snprintf(a->last_error, sizeof(a->last_error), "%.*s", (int)n, msg);
     a->on_connect = NULL;
     a->state = AC_CLOSED;
+    uv_timer_stop(&a->watch);
     close_tcp(a, 0);
     if (cb)
       cb(a, status, a->arg);
@@ -262,44 +310,16 @@ static void hello_reply(ac_t *a, int status, const proto_msg_t *m, void *arg) {
 }
 
 static void on_challenge(ac_t *a, const proto_msg_t *m) {
-  const char *nonce;
-  size_t nn;
-  uint8_t mac[PROTO_MAC_LEN];
-  msgpack_packer *pk;
-  int auth_required = 0;
-  if (m->kind != PROTO_PUSH || m->op != PROTO_EV_CHALLENGE ||
-      proto_arg_bytes(m, 0, &nonce, &nn) != 0 || nn != PROTO_NONCE_LEN) {
-    broken(a, RDZV_EPROTO, "the server did not send a challenge: is it a "
-                           "launch server?");
-    return;
-  }
-  if (m->nargs > 2 && m->args[2].type == MSGPACK_OBJECT_BOOLEAN)
-    auth_required = m->args[2].via.boolean;
-  if (auth_required && a->token == NULL) {
-    broken(a, RDZV_EAUTH, "the server requires a token: give every node the "
-                          "job's --token-file");
-    return;
-  }
-  if (a->token && proto_mac(a->token, a->token_len, "rdzv-client",
-                            (const uint8_t *)nonce, nn, a->job, a->role,
-                            mac) != 0) {
-    broken(a, RDZV_ENOMEM, "cannot compute the proof");
-    return;
-  }
-  if (lu_random(a->cnonce, sizeof(a->cnonce)) != 0) {
-    broken(a, RDZV_ENOMEM, "no randomness");
+  char err[256], why[400];
+  int rc = proto_hello_challenge(&a->hello, m, err, sizeof(err));
+  if (rc != 0) {
+    snprintf(why, sizeof(why), "the server at %s:%d %s", a->host, a->port,
+             err);
+    broken(a, rc, why);
     return;
   }
   a->state = AC_HELLO;
-  pk = ac_begin(a, PROTO_OP_HELLO, 5);
-  msgpack_pack_uint32(pk, RDZV_PROTOCOL_VERSION);
-  proto_pack_str(pk, a->role);
-  proto_pack_str(pk, a->job);
-  if (a->token)
-    proto_pack_bytes(pk, mac, sizeof(mac));
-  else
-    msgpack_pack_nil(pk);
-  proto_pack_bytes(pk, a->cnonce, sizeof(a->cnonce));
+  proto_hello_pack(&a->hello, ac_begin(a, PROTO_OP_HELLO, 5));
   if (ac_send(a, hello_reply, NULL) != 0)
     broken(a, RDZV_ECLOSED, "cannot send HELLO");
 }
@@ -334,9 +354,26 @@ static void dispatch(ac_t *a, const proto_msg_t *m) {
     }
 }
 
+/* Room for 4 KiB more in the input buffer. RET 0 or RDZV_ENOMEM. */
+static int in_grow(ac_t *a) {
+  if (a->in_cap - a->in_len < 4096) {
+    size_t ncap = a->in_cap ? a->in_cap * 2 : 16384;
+    uint8_t *nb = realloc(a->in, ncap);
+    if (nb == NULL)
+      return RDZV_ENOMEM;
+    a->in = nb;
+    a->in_cap = ncap;
+  }
+  return 0;
+}
+
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   ac_t *a = h->data;
   (void)hint;
+  if (a->tls) {
+    *buf = uv_buf_init(a->cbuf, a->cbuf ? 65536 : 0);
+    return;
+  }
   if (a->in_cap - a->in_len < 4096) {
     size_t ncap = a->in_cap ? a->in_cap * 2 : 16384;
     uint8_t *nb = realloc(a->in, ncap);
@@ -350,19 +387,80 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   *buf = uv_buf_init((char *)a->in + a->in_len, (unsigned)(a->in_cap - a->in_len));
 }
 
+static void send_magic(ac_t *a) {
+  a->state = AC_CHALLENGE;
+  if (proto_enc_raw(&a->enc, PROTO_MAGIC, PROTO_MAGIC_LEN) != 0 ||
+      flush(a) != 0)
+    broken(a, RDZV_ECLOSED, "cannot send");
+}
+
+/* Feed ciphertext, run the handshake, decrypt into a->in.
+ * RET 0, or -1 when the connection broke. */
+static int tls_input(ac_t *a, const char *p, size_t n) {
+  char why[700];
+  if (tls_feed(a->tls, p, n) != 0) {
+    broken(a, RDZV_ENOMEM, "out of memory");
+    return -1;
+  }
+  for (;;) {
+    ssize_t r;
+    if (in_grow(a) != 0) {
+      broken(a, RDZV_ENOMEM, "out of memory");
+      return -1;
+    }
+    r = tls_read(a->tls, a->in + a->in_len, a->in_cap - a->in_len);
+    if (tls_out_pending(a->tls) && flush_tls(a) != 0) {
+      broken(a, RDZV_ECLOSED, "cannot send");
+      return -1;
+    }
+    if (r < 0) {
+      snprintf(why, sizeof(why), "rendezvous server %s:%d: %s", a->host,
+               a->port, r == RDZV_ECLOSED ? "closed the TLS session"
+                                          : tls_error(a->tls));
+      broken(a, (int)r, why);
+      return -1;
+    }
+    if (a->state == AC_TLS && tls_established(a->tls)) {
+      send_magic(a);
+      if (a->state == AC_CLOSED)
+        return -1;
+    }
+    if (r == 0)
+      return 0;
+    a->in_len += (size_t)r;
+  }
+}
+
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   ac_t *a = st->data;
   size_t off = 0;
-  (void)buf;
   if (nread < 0) {
-    char why[256];
+    char why[400];
+    const char *what = nread == UV_EOF ? "closed by the server"
+                                       : uv_strerror((int)nread);
+    if (a->state == AC_TLS)
+      what = "closed during the TLS handshake: does the server speak TLS "
+             "(launch server --tls-cert)?";
+    else if (a->tls && a->state == AC_CHALLENGE)
+      what = "closed after the TLS handshake: the server may require a "
+             "client certificate (--tls-cert, --tls-key) signed by its CA";
+    else if (a->state == AC_CHALLENGE)
+      what = "closed before its challenge: the server may require TLS "
+             "(--tls-ca), or refuse this node's address";
     snprintf(why, sizeof(why), "connection to the rendezvous server %s:%d "
-             "lost: %s", a->host, a->port,
-             nread == UV_EOF ? "closed by the server" : uv_strerror((int)nread));
+             "lost: %s", a->host, a->port, what);
     broken(a, nread == UV_EOF ? RDZV_ECLOSED : (int)nread, why);
     return;
   }
-  a->in_len += (size_t)nread;
+  if (nread == 0)
+    return;
+  a->last_rx_ms = uv_now(a->loop);
+  if (a->tls) {
+    if (tls_input(a, buf->base, (size_t)nread) != 0)
+      return;
+  } else {
+    a->in_len += (size_t)nread;
+  }
   while (a->in_len - off >= PROTO_HDR && a->state != AC_CLOSED) {
     uint32_t len = proto_get_len(a->in + off);
     proto_msg_t m;
@@ -384,6 +482,55 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     memmove(a->in, a->in + off, a->in_len - off);
     a->in_len -= off;
   }
+}
+
+/* ---- watchdog ----------------------------------------------------------------------------- */
+
+static uint64_t watch_interval(const ac_t *a) {
+  return LU_MAX((uint64_t)a->reply_timeout_ms / 4, 20);
+}
+
+/* A request (or the handshake) waits and nothing at all came from the
+ * server for reply_timeout_ms: a stopped or cut-off server looks exactly
+ * like this, and TCP alone would wait for hours. */
+static void watch_cb(uv_timer_t *t) {
+  ac_t *a = t->data;
+  uint64_t now = uv_now(a->loop), iv = watch_interval(a), since;
+  uint64_t late = now > a->watch_due ? now - a->watch_due : 0;
+  char why[400];
+  a->watch_due = now + iv;
+  if (late > iv) {
+    /* This loop stood still (this host was stopped): what the server sent
+     * meanwhile is unread; hear it before judging. */
+    a->last_rx_ms = now;
+    return;
+  }
+  if (a->state == AC_READY) {
+    since = UINT64_MAX;
+    for (ac_pend_t *p = a->pend; p; p = p->next)
+      since = LU_MIN(since, p->sent_ms);
+    if (since == UINT64_MAX)
+      return;
+  } else if (a->state >= AC_TLS && a->state <= AC_HELLO) {
+    since = a->connected_ms;
+  } else {
+    return;
+  }
+  since = LU_MAX(since, a->last_rx_ms);
+  if (now - since < (uint64_t)a->reply_timeout_ms)
+    return;
+  snprintf(why, sizeof(why), "the rendezvous server %s:%d did not answer "
+           "for %.1f s: is its host stopped, or the network cut? (the bound "
+           "is 3 heartbeats, or --rdzv-conf read_timeout when shorter)",
+           a->host, a->port, (now - since) / 1000.0);
+  broken(a, -ETIMEDOUT, why);
+}
+
+static void watch_start(ac_t *a) {
+  if (a->reply_timeout_ms <= 0)
+    return;
+  a->watch_due = uv_now(a->loop) + watch_interval(a);
+  uv_timer_start(&a->watch, watch_cb, watch_interval(a), watch_interval(a));
 }
 
 /* ---- connect ------------------------------------------------------------------------------ */
@@ -446,14 +593,29 @@ static void connect_cb(uv_connect_t *req, int status) {
         uv_ip6_name(s6, a->local_ip, sizeof(a->local_ip));
     }
   }
-  a->state = AC_CHALLENGE;
+  a->connected_ms = a->last_rx_ms = uv_now(a->loop);
+  watch_start(a);
+  if (a->tls_ctx) {
+    /* TLS first: the server's certificate is checked before a byte of the
+     * protocol is sent; the magic follows once the handshake is done. */
+    tls_free(a->tls);
+    a->tls = NULL;
+    if ((a->cbuf == NULL && (a->cbuf = malloc(65536)) == NULL) ||
+        tls_new(a->tls_ctx, a->host, &a->tls) != 0) {
+      broken(a, RDZV_ENOMEM, "out of memory");
+      return;
+    }
+    a->state = AC_TLS;
+  }
   if (uv_read_start((uv_stream_t *)&a->tcp, alloc_cb, read_cb) != 0) {
     broken(a, RDZV_ECLOSED, "cannot read");
     return;
   }
-  if (proto_enc_raw(&a->enc, PROTO_MAGIC, PROTO_MAGIC_LEN) != 0 ||
-      flush(a) != 0)
-    broken(a, RDZV_ECLOSED, "cannot send");
+  if (a->tls) {
+    tls_input(a, "", 0); /* sends the ClientHello */
+    return;
+  }
+  send_magic(a);
 }
 
 /* Connect to sa (from the resolver, or the host itself when it is an IP
@@ -573,6 +735,9 @@ static void finish_close(ac_t *a) {
     free(a->token);
   }
   free(a->in);
+  free(a->cbuf);
+  tls_free(a->tls);
+  tls_ctx_free(a->tls_ctx);
   proto_enc_destroy(&a->enc);
   free(a);
   if (cb)
@@ -608,5 +773,7 @@ void ac_close(ac_t *a, void (*cb)(void *arg), void *arg) {
   if (a->tcp_open)
     a->pending_closes++;
   close_tcp(a, 0);
+  a->pending_closes++;
   uv_close((uv_handle_t *)&a->retry, on_timer_closed);
+  uv_close((uv_handle_t *)&a->watch, on_timer_closed);
 }

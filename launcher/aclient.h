@@ -32,9 +32,18 @@ typedef struct ac_config_s {
   size_t token_len;
   int connect_timeout_ms; /* keep retrying refused connects this long */
   const lu_log_t *log;
+  /* The server is taken for lost (on_lost, -ETIMEDOUT) when a request
+   * waits this long with nothing at all heard from the server; 0 = never.
+   * Time the agent's own loop stood still (the host was stopped) is
+   * forgiven. */
+  int reply_timeout_ms;
+  const char *tls_ca;     /* TLS when set: verify the server with it */
+  const char *tls_cert;   /* this agent's certificate (mutual TLS) */
+  const char *tls_key;
 } ac_config_t;
 
-/* OUT *out (cfg copied). RET 0 or RDZV_ENOMEM. */
+/* OUT *out (cfg copied). RET 0, RDZV_ENOMEM, or RDZV_EINVAL when a TLS
+ * file does not load (logged). */
 int ac_new(uv_loop_t *loop, const ac_config_t *cfg, ac_push_cb on_push,
            ac_lost_cb on_lost, void *arg, ac_t **out);
 /* Start connecting; cb runs once. RET 0 or an error (cb not called). */

@@ -62,7 +62,6 @@ typedef struct agent_s {
   int my_master_port;  /* the port this node offers if it becomes node 0 */
   char node0_addr[INET6_ADDRSTRLEN + 8];
   uint64_t join_started_ms;
-  uint64_t hb_sent_ms; /* the HEARTBEAT waiting for its reply since; 0 */
   /* node: binding plan, NCCL profile, fingerprint */
   launch_node_t node;
   char *fp_text;
@@ -300,6 +299,12 @@ static int start_workers(agent_t *a) {
   rc = wk_start(a->wg, &spec, on_worker_exit, a);
   if (rc != 0)
     LU_ERR(&a->log, "cannot start the workers: %s", rdzv_strerror(rc));
+  /* issue #11 (topo helper): say once how workers are kept together. */
+  if (rc == 0 && a->round == 0 && !o->quiet) {
+    const char *what;
+    wk_containment(a->wg, &what);
+    LU_INFO(&a->log, "%s", what);
+  }
   return rc;
 }
 
@@ -350,6 +355,25 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
   a->exited++;
   if (a->state != A_RUN && a->state != A_REPORTED)
     return; /* stopping: exits are expected */
+  /* issue #11 (topo helper): exec failure -> stop, no restart. A program
+   * that cannot be executed fails the same way on every attempt: one line,
+   * leave the rendezvous, exit 127 (not found) or 126 (not executable). */
+  if (ex->exec_errno) {
+    int nf = ex->exec_errno == ENOENT || ex->exec_errno == ENOTDIR;
+    snprintf(a->end_reason, sizeof(a->end_reason),
+             "cannot execute '%s': %s; not restarting (check the program's "
+             "path and permissions)", a->argv[0], strerror(ex->exec_errno));
+    a->exit_code = nf ? 127 : 126;
+    a->finish_ok = 0;
+    if (a->ac) {
+      msg_leave_t l;
+      lu_strlcpy(l.reason, a->end_reason, sizeof(l.reason));
+      msg_leave_pack(ac_begin(a->ac, PROTO_OP_LEAVE, 1), &l);
+      ac_send(a->ac, NULL, NULL);
+    }
+    finish(a);
+    return;
+  }
   if (ex->exit_code != 0) {
     sum_failure_t f, *nf;
     char path[PATH_MAX + 32];
@@ -436,35 +460,12 @@ static void status_cb(uv_timer_t *t) {
   ac_send(a->ac, status_reply, a);
 }
 
-static void hb_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
-  agent_t *a = arg;
-  (void)ac;
-  (void)status;
-  (void)m;
-  a->hb_sent_ms = 0;
-}
-
-/* A heartbeat every --rdzv-conf heartbeat; a server that leaves one
- * unanswered for read_timeout is lost (its host hangs, or a firewall
- * swallows the packets of an open connection). */
 static void hb_cb(uv_timer_t *t) {
   agent_t *a = t->data;
   if (a->ac == NULL || a->state == A_FINISH || a->state == A_CLOSED)
     return;
-  if (a->hb_sent_ms) {
-    if (uv_now(a->loop) - a->hb_sent_ms < (uint64_t)a->o->read_timeout_ms)
-      return;
-    LU_ERR(&a->log, "the rendezvous server at %s:%d has not answered for "
-                    "%.0f s (--rdzv-conf read_timeout): stopping the workers",
-           a->ep_host, a->ep_port, a->o->read_timeout_ms / 1000.0);
-    a->exit_code = 1;
-    a->finish_ok = 0;
-    finish(a);
-    return;
-  }
   ac_begin(a->ac, PROTO_OP_HEARTBEAT, 0);
-  if (ac_send(a->ac, hb_reply, a) == 0)
-    a->hb_sent_ms = uv_now(a->loop);
+  ac_send(a->ac, NULL, NULL);
 }
 
 static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
@@ -647,10 +648,8 @@ static void on_connected(ac_t *ac, int status, void *arg) {
     finish(a);
     return;
   }
-  {
-    uint64_t every = (uint64_t)LU_MIN(a->o->heartbeat_ms, a->o->read_timeout_ms);
-    uv_timer_start(&a->hb_timer, hb_cb, every, every);
-  }
+  uv_timer_start(&a->hb_timer, hb_cb, (uint64_t)a->o->heartbeat_ms,
+                 (uint64_t)a->o->heartbeat_ms);
   send_join(a);
 }
 
@@ -906,6 +905,17 @@ static int maybe_host(agent_t *a) {
   cfg.token_len = a->token_len;
   cfg.tcpstore_job = o->run_id;
   cfg.tcpstore_allow = o->tcpstore_allow[0] ? o->tcpstore_allow : NULL;
+  if (o->tls_ca[0] && !o->tls_cert[0]) {
+    LU_ERR(&a->log, "hosting the rendezvous server with TLS needs this "
+           "node's certificate: give --tls-cert and --tls-key "
+           "(docs/protocol.md#tls)");
+    return RDZV_EINVAL;
+  }
+  /* With a certificate of its own, the node requires one of every client
+   * (mutual TLS), signed by --tls-ca. */
+  cfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
+  cfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
+  cfg.tls_ca = o->tls_cert[0] && o->tls_ca[0] ? o->tls_ca : NULL;
   /* The agent says what happens; the server it hosts only warns. */
   a->srv_log = a->log;
   if (a->srv_log.level > LU_LOG_WARN && !a->srv_log.debug)
@@ -1012,6 +1022,13 @@ int agent_run(cfg_t *o) {
   acfg.token_len = a->token_len;
   acfg.connect_timeout_ms = (int)LU_MIN(o->join_timeout_ms, INT32_MAX);
   acfg.log = &a->log;
+  /* A silent server is noticed within the bound that drops a silent
+   * member: three heartbeats (or read_timeout when shorter). */
+  acfg.reply_timeout_ms =
+      (int)LU_MIN(o->read_timeout_ms, 3 * o->heartbeat_ms);
+  acfg.tls_ca = o->tls_ca[0] ? o->tls_ca : NULL;
+  acfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
+  acfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
   if ((rc = ac_new(&loop, &acfg, on_push, on_lost, a, &a->ac)) != 0 ||
       (rc = ac_connect(a->ac, on_connected)) != 0) {
     a->exit_code = 1;

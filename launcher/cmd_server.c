@@ -1,7 +1,10 @@
-/* cmd_server.c - `launch server`: a standalone rendezvous server. */
+/* cmd_server.c - `launch server`: a standalone rendezvous server (with the
+ * rendezvous module, so agents and `launch status` work against it), and
+ * `launch server --issue-key JOB`, which prints a job's key. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,14 +13,17 @@
 #include <uv.h>
 
 #include "launch.h"
+#include "proto.h"
 #include "server.h"
 
 static const char server_help[] =
     "usage: launch server [options]\n"
+    "       launch server --token-file F --issue-key JOB\n"
     "\n"
     "Runs the rendezvous server: a key/value store per job for launch agents,\n"
     "librdzv clients and PyTorch TCPStore clients (1.13 and >= 2.2), all on\n"
-    "one port. Stops cleanly on SIGINT or SIGTERM.\n"
+    "one port, with the rendezvous of launch agents (docs/rendezvous.md).\n"
+    "Stops cleanly on SIGINT or SIGTERM.\n"
     "\n"
     "options:\n"
     "  --host H              listen address (default: every address, IPv4\n"
@@ -26,26 +32,50 @@ static const char server_help[] =
     "                        prints it)\n"
     "  --unix PATH           also listen on a unix socket\n"
     "  --port-file F         write the bound port to F once listening\n"
-    "  --token-file F        require clients to prove they hold the token in\n"
-    "                        F (HMAC-SHA256 challenge; the token never crosses\n"
-    "                        the wire)\n"
+    "  --token-file F        the server's secret: a client proves it holds it,\n"
+    "                        or holds the key of its job (HMAC-SHA256\n"
+    "                        challenge; no secret crosses the wire)\n"
+    "  --issue-key JOB       print the key of JOB (derived from the secret of\n"
+    "                        --token-file) and exit: give it to that job's\n"
+    "                        agents as their --token-file; it opens that job\n"
+    "                        and no other\n"
+    "  --tls-cert F          PEM certificate: every TCP client must speak TLS\n"
+    "  --tls-key F           its private key (default: in --tls-cert)\n"
+    "  --tls-ca F            require client certificates signed by this CA\n"
+    "                        (mutual TLS)\n"
     "  --tcpstore-job JOB    job whose keys TCPStore clients see (default\n"
     "                        \"default\")\n"
     "  --tcpstore-allow LIST addresses or CIDR ranges allowed to speak TCPStore\n"
-    "                        while a token is set, e.g. 127.0.0.0/8,::1.\n"
-    "                        TCPStore has no authentication: with a token and\n"
-    "                        no allow list, every TCPStore client is refused.\n"
-    "  --max-conns N         connections in all (default 65536)\n"
-    "  --max-frame BYTES     largest request (default 16 MiB)\n"
-    "  --max-value BYTES     largest value (default 8 MiB)\n"
+    "                        while a token or TLS is set, e.g. 127.0.0.0/8,::1.\n"
+    "                        TCPStore has no authentication (nor TLS): with a\n"
+    "                        token or TLS and no allow list, TCPStore clients\n"
+    "                        are refused.\n"
+    "\n"
+    "limits (sizes take K, M, G suffixes; docs/protocol.md#limits):\n"
+    "  --max-memory B        all the server holds for its clients: stores,\n"
+    "                        buffers, connections, jobs (default 512M)\n"
+    "  --max-store-bytes B   keys + values + waits per job (default half of\n"
+    "                        --max-memory; all jobs together get that half)\n"
+    "  --max-input-bytes B   unfinished requests buffered over all\n"
+    "                        connections (default --max-memory / 8)\n"
+    "  --max-out-bytes B     unsent replies of one connection before it is\n"
+    "                        paused (default --max-memory / 8, at most 64M)\n"
+    "  --max-frame B         largest request (default 16M)\n"
+    "  --max-value B         largest value (default 8M)\n"
     "  --max-waits N         pending waits per connection (default 1024)\n"
-    "  --max-store-bytes B   keys + values per job (default 1 GiB)\n"
-    "  --max-input-bytes B   request bytes buffered over all connections\n"
-    "                        (default 512 MiB)\n"
+    "  --max-conns N         connections in all (default 65536)\n"
+    "  --max-conns-per-addr N connections of one client address (default 1024)\n"
+    "  --max-jobs N          jobs in all (default 4096)\n"
+    "  --max-jobs-per-addr N jobs one client address may create (default 64)\n"
+    "  --handshake-timeout T a connection silent or not authenticated after T\n"
+    "                        is closed (default 10s)\n"
+    "  --job-grace T         a job with no connection and no data is\n"
+    "                        forgotten after T (default 60s)\n"
     "\n"
     "example:\n"
     "  launch server --port 29400 --token-file /etc/launch/token \\\n"
-    "                --tcpstore-allow 10.0.0.0/8\n";
+    "                --tcpstore-allow 10.0.0.0/8\n"
+    "  launch server --token-file /etc/launch/token --issue-key job42 > k42\n";
 
 typedef struct server_main_s {
   uv_loop_t loop;
@@ -70,41 +100,157 @@ static void on_signal(uv_signal_t *h, int signum) {
   srv_close(m->srv, on_closed, m);
 }
 
-static int parse_u32(const char *opt, const char *v, uint32_t *out) {
-  int64_t x;
-  if (v == NULL || lu_parse_i64(v, strlen(v), &x) != 0 || x <= 0 ||
-      x > UINT32_MAX) {
-    launch_usage_error("%s: '%s' is not a positive number", opt, v ? v : "");
+/* "512M", "1G", "65536", "4KiB" -> bytes. RET 0 or -1. */
+static int parse_size(const char *v, uint64_t *out) {
+  char *end;
+  unsigned long long x;
+  int shift = 0;
+  errno = 0;
+  x = strtoull(v, &end, 10);
+  if (errno || end == v || *v == '-')
     return -1;
+  switch (*end) {
+  case 'K': case 'k': shift = 10; end++; break;
+  case 'M': case 'm': shift = 20; end++; break;
+  case 'G': case 'g': shift = 30; end++; break;
+  default: break;
   }
-  *out = (uint32_t)x;
+  if (shift && *end == 'i')
+    end++;
+  if (*end == 'B')
+    end++;
+  if (*end != '\0' || x == 0 || x > (UINT64_MAX >> shift))
+    return -1;
+  *out = (uint64_t)x << shift;
   return 0;
 }
 
+/* The numeric options: one row each. */
+enum { K_U32, K_SIZE, K_MS };
+typedef struct num_opt_s {
+  const char *name;
+  int kind;
+  size_t off;
+} num_opt_t;
+
+#define NUM(name, kind, field) {name, kind, offsetof(srv_config_t, field)}
+static const num_opt_t num_opts[] = {
+    NUM("max-memory", K_SIZE, max_memory),
+    NUM("max-store-bytes", K_SIZE, max_store_bytes),
+    NUM("max-input-bytes", K_SIZE, max_in_bytes),
+    NUM("max-out-bytes", K_SIZE, max_out_bytes),
+    NUM("max-frame", K_U32, max_frame),
+    NUM("max-value", K_U32, max_value),
+    NUM("max-waits", K_U32, max_waits),
+    NUM("max-conns", K_U32, max_conns),
+    NUM("max-conns-per-addr", K_U32, max_conns_per_addr),
+    NUM("max-jobs", K_U32, max_jobs),
+    NUM("max-jobs-per-addr", K_U32, max_jobs_per_addr),
+    NUM("handshake-timeout", K_MS, handshake_ms),
+    NUM("job-grace", K_MS, job_grace_ms),
+};
+
+/* RET 0, or -1 after saying what is wrong. */
+static int set_num(srv_config_t *cfg, const num_opt_t *o, const char *v) {
+  char *field = (char *)cfg + o->off;
+  uint64_t x;
+  int64_t ms;
+  if (o->kind == K_MS) {
+    if (lu_parse_duration_ms(v, &ms) != 0 || ms <= 0 || ms > UINT32_MAX) {
+      launch_usage_error("--%s: '%s' is not a duration (e.g. 10s, 500ms)",
+                         o->name, v);
+      return -1;
+    }
+    *(uint32_t *)field = (uint32_t)ms;
+    return 0;
+  }
+  if (parse_size(v, &x) != 0 || (o->kind == K_U32 && x > UINT32_MAX)) {
+    launch_usage_error("--%s: '%s' is not a positive %s", o->name, v,
+                       o->kind == K_SIZE ? "size (e.g. 512M)" : "number");
+    return -1;
+  }
+  if (o->kind == K_U32)
+    *(uint32_t *)field = (uint32_t)x;
+  else
+    *(size_t *)field = (size_t)x;
+  return 0;
+}
+
+/* Read the secret (or key) of a --token-file. RET 0 or 2 (said why). */
+static int read_secret(const char *file, char **out, size_t *len) {
+  int rc = lu_read_file(file, 4096, out, len);
+  if (rc != 0) {
+    launch_usage_error("--token-file %s: %s", file, rdzv_strerror(rc));
+    return 2;
+  }
+  *len = lu_rtrim(*out, *len);
+  if (*len == 0) {
+    launch_usage_error("--token-file %s is empty: put a secret in it, e.g. "
+                       "head -c 32 /dev/urandom | base64 > %s", file, file);
+    free(*out);
+    *out = NULL;
+    return 2;
+  }
+  return 0;
+}
+
+static int issue_key(const char *token, size_t token_len, const char *job) {
+  char key[PROTO_JOB_KEY_LEN + 1];
+  if (token == NULL) {
+    launch_usage_error("--issue-key needs the server's --token-file: a job's "
+                       "key is derived from its secret");
+    return 2;
+  }
+  if (job[0] == '\0' || proto_job_key(token, token_len, job, key) != 0) {
+    launch_usage_error("--issue-key: a job id has 1 to 255 bytes");
+    return 2;
+  }
+  printf("%s\n", key);
+  return 0;
+}
+
+static void write_port_file(server_main_t *m, const char *port_file) {
+  /* Write then rename, so that a reader never sees a partial file. */
+  char tmp[4096];
+  FILE *f;
+  snprintf(tmp, sizeof(tmp), "%s.tmp%d", port_file, (int)getpid());
+  if ((f = fopen(tmp, "w")) != NULL) {
+    fprintf(f, "%d\n", srv_port(m->srv));
+    if (fclose(f) == 0 && rename(tmp, port_file) == 0)
+      f = NULL;
+  }
+  if (f != NULL || access(port_file, F_OK) != 0)
+    LU_WARN(&m->log, "cannot write --port-file %s: %s", port_file,
+            strerror(errno));
+}
+
 int launch_cmd_server(int argc, char **argv) {
-  static const struct option opts[] = {
+  enum { O_NUM = 256 }; /* num_opts[i] is O_NUM + i */
+  struct option opts[64] = {
       {"host", required_argument, 0, 'h'},
       {"port", required_argument, 0, 'p'},
       {"unix", required_argument, 0, 'u'},
       {"port-file", required_argument, 0, 'f'},
       {"token-file", required_argument, 0, 't'},
+      {"issue-key", required_argument, 0, 'k'},
+      {"tls-cert", required_argument, 0, 'C'},
+      {"tls-key", required_argument, 0, 'K'},
+      {"tls-ca", required_argument, 0, 'A'},
       {"tcpstore-job", required_argument, 0, 'j'},
       {"tcpstore-allow", required_argument, 0, 'a'},
-      {"max-conns", required_argument, 0, 'c'},
-      {"max-frame", required_argument, 0, 'F'},
-      {"max-value", required_argument, 0, 'V'},
-      {"max-waits", required_argument, 0, 'W'},
-      {"max-store-bytes", required_argument, 0, 'S'},
-      {"max-input-bytes", required_argument, 0, 'I'},
-      {"help", no_argument, 0, 'H'},
-      {0, 0, 0, 0}};
+      {"help", no_argument, 0, 'H'}};
   srv_config_t cfg = SRV_CONFIG_INIT;
   server_main_t m;
-  const char *port_file = NULL, *token_file = NULL;
+  const char *port_file = NULL, *token_file = NULL, *issue = NULL;
   char *token = NULL;
-  size_t token_len = 0;
+  size_t token_len = 0, nfixed = 0;
   int opt, rc, port = RDZV_DEFAULT_PORT;
 
+  while (opts[nfixed].name)
+    nfixed++;
+  for (size_t i = 0; i < LU_ARRAY_SIZE(num_opts); i++)
+    opts[nfixed + i] = (struct option){num_opts[i].name, required_argument, 0,
+                                       O_NUM + (int)i};
   memset(&m, 0, sizeof(m));
   lu_log_init(&m.log, "launch server");
   optind = 1;
@@ -122,32 +268,21 @@ int launch_cmd_server(int argc, char **argv) {
     case 'u': cfg.unix_path = optarg; break;
     case 'f': port_file = optarg; break;
     case 't': token_file = optarg; break;
+    case 'k': issue = optarg; break;
+    case 'C': cfg.tls_cert = optarg; break;
+    case 'K': cfg.tls_key = optarg; break;
+    case 'A': cfg.tls_ca = optarg; break;
     case 'j': cfg.tcpstore_job = optarg; break;
     case 'a': cfg.tcpstore_allow = optarg; break;
-    case 'c': if (parse_u32("--max-conns", optarg, &cfg.max_conns)) return 2; break;
-    case 'F': if (parse_u32("--max-frame", optarg, &cfg.max_frame)) return 2; break;
-    case 'V': if (parse_u32("--max-value", optarg, &cfg.max_value)) return 2; break;
-    case 'W': if (parse_u32("--max-waits", optarg, &cfg.max_waits)) return 2; break;
-    case 'S':
-    case 'I': {
-      int64_t b;
-      if (lu_parse_i64(optarg, strlen(optarg), &b) != 0 || b <= 0) {
-        launch_usage_error("%s: '%s' is not a positive number",
-                           opt == 'S' ? "--max-store-bytes"
-                                      : "--max-input-bytes",
-                           optarg);
-        return 2;
-      }
-      if (opt == 'S')
-        cfg.max_store_bytes = (size_t)b;
-      else
-        cfg.max_in_bytes = (size_t)b;
-      break;
-    }
     case 'H':
       fputs(server_help, stdout);
       return 0;
     default:
+      if (opt >= O_NUM && opt < O_NUM + (int)LU_ARRAY_SIZE(num_opts)) {
+        if (set_num(&cfg, &num_opts[opt - O_NUM], optarg) != 0)
+          return 2;
+        break;
+      }
       launch_usage_error("server: unknown or incomplete option '%s' (see "
                          "launch server --help)", argv[optind - 1]);
       return 2;
@@ -158,26 +293,23 @@ int launch_cmd_server(int argc, char **argv) {
     return 2;
   }
   cfg.port = port;
-  if (token_file) {
-    rc = lu_read_file(token_file, 4096, &token, &token_len);
-    if (rc != 0) {
-      launch_usage_error("--token-file %s: %s", token_file, rdzv_strerror(rc));
-      return 2;
-    }
-    token_len = lu_rtrim(token, token_len);
-    if (token_len == 0) {
-      launch_usage_error("--token-file %s is empty: put a secret in it, e.g. "
-                         "head -c 32 /dev/urandom | base64 > %s",
-                         token_file, token_file);
-      free(token);
-      return 2;
-    }
-    cfg.token = token;
-    cfg.token_len = token_len;
+  if (token_file && (rc = read_secret(token_file, &token, &token_len)) != 0)
+    return rc;
+  if (issue) {
+    rc = issue_key(token, token_len, issue);
+    free(token);
+    return rc;
   }
+  cfg.token = token;
+  cfg.token_len = token_len;
   cfg.log = &m.log;
   launch_raise_nofile();
   signal(SIGPIPE, SIG_IGN);
+  /* Large blocks straight from mmap and back on free: the resident size
+   * then follows what the server holds (--max-memory), not the peak of
+   * what it once held. */
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  mallopt(M_TRIM_THRESHOLD, 1 << 20);
   uv_loop_init(&m.loop);
   rc = srv_new(&m.loop, &cfg, &m.srv);
   if (rc == 0)
@@ -195,32 +327,19 @@ int launch_cmd_server(int argc, char **argv) {
            rc == UV_EADDRINUSE ? " (another server holds the port: pick "
                                  "another with --port, or 0 for any)"
                                : "");
-    if (m.srv)
-      srv_close(m.srv, NULL, NULL);
+    srv_close(m.srv, NULL, NULL);
     uv_run(&m.loop, UV_RUN_DEFAULT);
     uv_loop_close(&m.loop);
     free(token);
     return 1;
   }
-  printf("launch server listening on %s port %d%s%s\n",
+  printf("launch server listening on %s port %d%s%s%s\n",
          cfg.host ? cfg.host : "*", srv_port(m.srv),
-         token ? " (token required)" : "",
+         token ? " (token required)" : "", cfg.tls_cert ? " (TLS)" : "",
          cfg.unix_path ? " and unix socket" : "");
   fflush(stdout);
-  if (port_file) {
-    /* Write then rename, so that a reader never sees a partial file. */
-    char tmp[4096];
-    FILE *f;
-    snprintf(tmp, sizeof(tmp), "%s.tmp%d", port_file, (int)getpid());
-    if ((f = fopen(tmp, "w")) != NULL) {
-      fprintf(f, "%d\n", srv_port(m.srv));
-      if (fclose(f) == 0 && rename(tmp, port_file) == 0)
-        f = NULL;
-    }
-    if (f != NULL || access(port_file, F_OK) != 0)
-      LU_WARN(&m.log, "cannot write --port-file %s: %s", port_file,
-              strerror(errno));
-  }
+  if (port_file)
+    write_port_file(&m, port_file);
   m.sigint.data = m.sigterm.data = &m;
   uv_signal_init(&m.loop, &m.sigint);
   uv_signal_init(&m.loop, &m.sigterm);

@@ -20,7 +20,10 @@ static const char status_help[] =
     "options:\n"
     "  --rdzv-endpoint H:P   the launch server (default port 29400)\n"
     "  --rdzv-id ID          the job\n"
-    "  --token-file F        the job's token, if the server requires one\n"
+    "  --token-file F        the job's key or the server's token, if the\n"
+    "                        server requires one\n"
+    "  --tls-ca F            TLS: verify the server with this CA\n"
+    "  --tls-cert F, --tls-key F  TLS: a client certificate (mutual TLS)\n"
     "  --json                print the status as JSON\n"
     "  --timeout SECONDS     give up connecting after this (default 10)\n";
 
@@ -148,6 +151,9 @@ int launch_cmd_status(int argc, char **argv) {
       {"rdzv-id", required_argument, 0, 'i'},
       {"rdzv_id", required_argument, 0, 'i'},
       {"token-file", required_argument, 0, 't'},
+      {"tls-ca", required_argument, 0, 'A'},
+      {"tls-cert", required_argument, 0, 'C'},
+      {"tls-key", required_argument, 0, 'K'},
       {"json", no_argument, 0, 'j'},
       {"timeout", required_argument, 0, 'T'},
       {"help", no_argument, 0, 'h'},
@@ -162,6 +168,7 @@ int launch_cmd_status(int argc, char **argv) {
   ac_config_t cfg;
   lu_log_t log;
   int opt;
+  memset(&cfg, 0, sizeof(cfg));
   optind = 1;
   opterr = 0;
   while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -169,6 +176,9 @@ int launch_cmd_status(int argc, char **argv) {
     case 'e': ep = optarg; break;
     case 'i': id = optarg; break;
     case 't': token_file = optarg; break;
+    case 'A': cfg.tls_ca = optarg; break;
+    case 'C': cfg.tls_cert = optarg; break;
+    case 'K': cfg.tls_key = optarg; break;
     case 'j': st.json = 1; break;
     case 'T':
       if (lu_parse_duration_ms(optarg, &timeout_ms) != 0) {
@@ -202,7 +212,6 @@ int launch_cmd_status(int argc, char **argv) {
   }
   lu_log_init(&log, "launch status");
   uv_loop_init(&loop);
-  memset(&cfg, 0, sizeof(cfg));
   cfg.host = e.host;
   cfg.port = e.port;
   cfg.job = id;
@@ -210,6 +219,7 @@ int launch_cmd_status(int argc, char **argv) {
   cfg.token = token;
   cfg.token_len = token_len;
   cfg.connect_timeout_ms = (int)timeout_ms;
+  cfg.reply_timeout_ms = (int)timeout_ms; /* a stopped server too */
   cfg.log = &log;
   st.job = id;
   if (ac_new(&loop, &cfg, NULL, NULL, &st, &st.ac) == 0)

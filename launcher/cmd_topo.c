@@ -29,6 +29,13 @@ static const char topo_help[] =
     "                          by ':', e.g. 0-15:16-31\n"
     "  --mem-bind POLICY       none | local | preferred (default local)\n"
     "  --cuda-visible-devices L  plan as if CUDA_VISIBLE_DEVICES=L\n"
+  "  --gpu-probe SOURCE      where this machine's GPUs come from: sysfs\n"
+  "                          (default: sysfs and /proc/driver/nvidia, no GPU\n"
+  "                          library, what the agent uses), nvml (hwloc's\n"
+  "                          PCI tree and NVML: memory sizes and NVLink\n"
+  "                          too), pci (hwloc's PCI tree only), or check\n"
+  "                          (load sysfs and nvml, print what differs, exit\n"
+  "                          1 if anything does)\n"
     "  --json                  machine-readable output\n"
     "  --export FILE.xml       write this machine's topology as hwloc XML,\n"
     "                          with the PCIe link widths/speeds and IB port\n"
@@ -39,6 +46,39 @@ static const char topo_help[] =
     "  launch topo --topology tests/topo/dgx-a100.xml --nproc-per-node 8\n"
     "  launch topo --cpu-bind 0-3:4-7 --mem-bind none --nproc-per-node 2\n";
 
+/* --gpu-probe check: this machine read from sysfs and through NVML. */
+static int launch_topo_check(const aff_topo_opts_t *base) {
+  aff_topo_opts_t to = *base;
+  aff_topo_t *a = NULL, *b = NULL;
+  char err[512], diff[8192];
+  int nd, ret = 1;
+  to.gpu_source = AFF_GPUSRC_AUTO;
+  if (aff_topo_load(&to, &a, err, sizeof(err)) != 0) {
+    launch_usage_error("%s", err);
+    return 1;
+  }
+  to.gpu_source = AFF_GPUSRC_NVML;
+  to.log = NULL; /* the same warnings once */
+  if (aff_topo_load(&to, &b, err, sizeof(err)) != 0) {
+    launch_usage_error("%s", err);
+    aff_topo_free(a);
+    return 1;
+  }
+  nd = aff_topo_compare(a, b, diff, sizeof(diff));
+  printf("sysfs: %s\nnvml:  %s\n", aff_topo_source(a), aff_topo_source(b));
+  if (nd == 0) {
+    printf("the same: %d GPU(s), %d NIC(s), NUMA nodes, local CPUs, closest "
+           "NICs, PCIe links and paths\n",
+           aff_topo_ngpus(a), aff_topo_nnics(a));
+    ret = 0;
+  } else {
+    printf("%d difference(s) (sysfs vs nvml):\n%s", nd, diff);
+  }
+  aff_topo_free(a);
+  aff_topo_free(b);
+  return ret;
+}
+
 int launch_cmd_topo(int argc, char **argv) {
   static const struct option opts[] = {
       {"topology", required_argument, 0, 't'},
@@ -48,6 +88,7 @@ int launch_cmd_topo(int argc, char **argv) {
       {"cuda-visible-devices", required_argument, 0, 'v'},
       {"json", no_argument, 0, 'j'},
       {"export", required_argument, 0, 'e'},
+      {"gpu-probe", required_argument, 0, 'g'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   aff_topo_opts_t to = AFF_TOPO_OPTS_INIT;
@@ -56,7 +97,7 @@ int launch_cmd_topo(int argc, char **argv) {
   aff_policy_t *pol = NULL;
   const char *cpu_bind = "cores", *mem_bind = "local", *export_path = NULL;
   char err[512], *text = NULL;
-  int opt, nproc = 0, json = 0, rc, ret = 1;
+  int opt, nproc = 0, json = 0, rc, ret = 1, check = 0;
   lu_log_t log;
 
   lu_log_init(&log, "launch topo");
@@ -77,6 +118,21 @@ int launch_cmd_topo(int argc, char **argv) {
     case 'v': to.cuda_visible_devices = optarg; break;
     case 'j': json = 1; break;
     case 'e': export_path = optarg; break;
+    case 'g':
+      if (strcmp(optarg, "sysfs") == 0)
+        to.gpu_source = AFF_GPUSRC_AUTO;
+      else if (strcmp(optarg, "nvml") == 0)
+        to.gpu_source = AFF_GPUSRC_NVML;
+      else if (strcmp(optarg, "pci") == 0)
+        to.gpu_source = AFF_GPUSRC_PCI;
+      else if (strcmp(optarg, "check") == 0)
+        check = 1;
+      else {
+        launch_usage_error("--gpu-probe: '%s' is not sysfs, nvml, pci or check",
+                           optarg);
+        return 2;
+      }
+      break;
     case 'h': fputs(topo_help, stdout); return 0;
     default:
       launch_usage_error("topo: unknown or incomplete option '%s' (see launch "
@@ -97,6 +153,16 @@ int launch_cmd_topo(int argc, char **argv) {
     return 2;
   }
   to.log = &log;
+  if (check && to.xml) {
+    launch_usage_error("--gpu-probe check compares two ways of reading this "
+                       "machine; it cannot be combined with --topology");
+    free(pol);
+    return 2;
+  }
+  if (check) {
+    free(pol);
+    return launch_topo_check(&to);
+  }
   if ((rc = aff_topo_load(&to, &t, err, sizeof(err))) != 0) {
     launch_usage_error("%s", err);
     free(pol);

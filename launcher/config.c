@@ -100,7 +100,7 @@ static const setting_t settings[CFG_S_COUNT] = {
        "join_timeout (600 s): how long the nodes may take to join; "
        "last_call_timeout (30 s): how long a round waits for more than the "
        "minimum; heartbeat (5 s); read_timeout (60 s): a server that answers "
-       "nothing this long is lost; close_timeout (10 s): how long the hosting "
+       "nothing this long (at most 3 heartbeats) is lost; close_timeout (10 s): how long the hosting "
        "node keeps the server for the others to learn the end; is_host "
        "(true|false)"),
     INT(NODE_RANK, "--node-rank", "N", node_rank, 0, 1 << 20, RDZV,
@@ -161,7 +161,15 @@ static const setting_t settings[CFG_S_COUNT] = {
            "(TORCHELASTIC_USE_AGENT_STORE=True); rank0: rank 0 hosts its own "
            "store on a free port of node 0"),
     STR(TOKEN_FILE, "--token-file", NULL, "F", token_file, 0, OWN,
-        "shared secret of the job (HMAC challenge)"),
+        "the job's key (launch server --issue-key) or the server's secret "
+        "(HMAC challenge)"),
+    STR(TLS_CA, "--tls-ca", NULL, "F", tls_ca, 0, OWN,
+        "TLS: verify the server with this CA"),
+    STR(TLS_CERT, "--tls-cert", NULL, "F", tls_cert, 0, OWN,
+        "TLS: this node's certificate (mutual TLS; needed to host the server "
+        "with TLS)"),
+    STR(TLS_KEY, "--tls-key", NULL, "F", tls_key, 0, OWN,
+        "TLS: the key of --tls-cert"),
     STR(TCPSTORE_ALLOW, "--tcpstore-allow", NULL, "LIST", tcpstore_allow, 0,
         OWN, "with a token: addresses allowed to use TCPStore, e.g. "
         "10.0.0.0/8"),

@@ -80,6 +80,9 @@ typedef struct cfg_s {
   /* launch's own */
   int torch_store;           /* CFG_STORE_* */
   char token_file[PATH_MAX];
+  char tls_ca[PATH_MAX];     /* TLS to the server (docs/protocol.md#tls) */
+  char tls_cert[PATH_MAX];
+  char tls_key[PATH_MAX];
   char tcpstore_allow[256];
   char cpu_bind[4096];       /* none|numa|cores|LIST, defaults resolved */
   char mem_bind[32];         /* none|local|preferred, defaults resolved */
@@ -133,7 +136,8 @@ typedef enum {
   CFG_S_ROLE, CFG_S_MODULE, CFG_S_NO_PYTHON, CFG_S_RUN_PATH, CFG_S_LOG_DIR,
   CFG_S_REDIRECTS, CFG_S_TEE, CFG_S_RANKS_FILTER, CFG_S_LINE_PREFIX,
   CFG_S_EVENT_LOG, CFG_S_LOGS_SPECS, CFG_S_TORCH_STORE, CFG_S_TOKEN_FILE,
-  CFG_S_TCPSTORE_ALLOW, CFG_S_CPU_BIND, CFG_S_NUMA_BINDING, CFG_S_MEM_BIND,
+  CFG_S_TLS_CA, CFG_S_TLS_CERT, CFG_S_TLS_KEY, CFG_S_TCPSTORE_ALLOW,
+  CFG_S_CPU_BIND, CFG_S_NUMA_BINDING, CFG_S_MEM_BIND,
   CFG_S_REPORT_BINDINGS, CFG_S_TOPOLOGY, CFG_S_NCCL_PROFILE,
   CFG_S_ALLOW_ENV_OVERRIDE, CFG_S_LINT, CFG_S_ALLOW_MISMATCH, CFG_S_QUIET,
   CFG_S_NO_LOG_TIME,

@@ -10,6 +10,8 @@
 #include "config.h"
 #include "launch.h"
 
+int launch_cmd_ckpt(int argc, char **argv); /* cmd_ckpt.c */
+
 void launch_usage_error(const char *fmt, ...) {
   va_list ap;
   fputs("launch: ", stderr);
@@ -36,6 +38,7 @@ static const struct {
     {"topo", launch_cmd_topo},
     {"env", launch_cmd_env},
     {"doctor", launch_cmd_doctor},
+    {"ckpt", launch_cmd_ckpt},
 };
 
 extern char **environ;

@@ -98,6 +98,9 @@ int launch_rank_env(const cfg_t *c, const launch_node_t *n,
   k.attempt_dir = r->attempt_dir;
   k.rdzv_endpoint = r->endpoint;
   k.token_file = c->token_file;
+  k.tls[0] = c->tls_ca;
+  k.tls[1] = c->tls_cert;
+  k.tls[2] = c->tls_key;
   k.hostname = c->host;
   ro.base = c->environ;
   ro.contract = &k;

@@ -2,7 +2,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "rdv.h"
 #include "srv_thread.h"
 
 struct srvt_s {
@@ -10,7 +9,6 @@ struct srvt_s {
   uv_async_t stop;
   pthread_t thread;
   srv_t *srv;
-  int port;
 };
 
 static void closed(void *arg) {
@@ -37,10 +35,8 @@ int srvt_start(const srv_config_t *cfg, srvt_t **out) {
   uv_loop_init(&t->loop);
   uv_async_init(&t->loop, &t->stop, on_stop);
   t->stop.data = t;
-  if ((rc = srv_new(&t->loop, cfg, &t->srv)) == 0) {
-    rdv_install(t->srv);
+  if ((rc = srv_new(&t->loop, cfg, &t->srv)) == 0)
     rc = srv_listen(t->srv);
-  }
   if (rc != 0) {
     if (t->srv)
       srv_close(t->srv, NULL, NULL);
@@ -50,7 +46,6 @@ int srvt_start(const srv_config_t *cfg, srvt_t **out) {
     free(t);
     return rc;
   }
-  t->port = srv_port(t->srv);
   if (pthread_create(&t->thread, NULL, run, t) != 0) {
     srv_close(t->srv, closed, t);
     uv_run(&t->loop, UV_RUN_DEFAULT);
@@ -61,8 +56,6 @@ int srvt_start(const srv_config_t *cfg, srvt_t **out) {
   *out = t;
   return 0;
 }
-
-int srvt_port(const srvt_t *t) { return t->port; }
 
 void srvt_stop(srvt_t *t) {
   if (t == NULL)

@@ -11,7 +11,6 @@ typedef struct srvt_s srvt_t;
 /* Bind and start serving (with the rendezvous module).
  * OUT *out. RET 0, or the srv_listen error (-EADDRINUSE: one runs there). */
 int srvt_start(const srv_config_t *cfg, srvt_t **out);
-int srvt_port(const srvt_t *t);
 /* Stop the server, join the thread, free. NULL is a no-op. */
 void srvt_stop(srvt_t *t);
 

@@ -19,6 +19,7 @@
 #include "proto.h"
 #include "client_int.h"
 #include "rdzv.h"
+#include "tls.h"
 
 #define CLIENT_MAGIC 0x434c4e54u /* "CLNT" */
 #define MAX_REPLY (64u << 20)
@@ -26,6 +27,8 @@
 struct rdzv_client_s {
   unsigned magic;
   int fd;
+  tls_ctx_t *tls_ctx; /* TLS when set */
+  tls_t *tls;
   uint64_t next_id;
   proto_enc_t enc;
   uint8_t *in;
@@ -55,20 +58,13 @@ static int remaining(int64_t deadline) {
   return r > 1000000000 ? 1000000000 : (int)r;
 }
 
-static void set_error(rdzv_client_t *c, const char *fmt, ...) LU_PRINTF(2, 3);
-static void set_error(rdzv_client_t *c, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
-  va_end(ap);
-}
-
 void rdzv__set_error(rdzv_client_t *c, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
   va_end(ap);
 }
+
 
 /* ---- socket I/O ------------------------------------------------------------------ */
 
@@ -85,7 +81,7 @@ static int wait_fd(int fd, short ev, int64_t deadline) {
   }
 }
 
-static int send_all(rdzv_client_t *c, const void *buf, size_t n,
+static int raw_send(rdzv_client_t *c, const void *buf, size_t n,
                     int64_t deadline) {
   const char *p = buf;
   while (n > 0) {
@@ -108,6 +104,89 @@ static int send_all(rdzv_client_t *c, const void *buf, size_t n,
   return 0;
 }
 
+/* Send the ciphertext TLS has ready (handshake messages, records). */
+static int tls_flush(rdzv_client_t *c, int64_t deadline) {
+  char *ct;
+  size_t n;
+  int rc;
+  if (tls_take(c->tls, &ct, &n) != 0)
+    return RDZV_ENOMEM;
+  rc = n ? raw_send(c, ct, n, deadline) : 0;
+  free(ct);
+  return rc;
+}
+
+static int send_all(rdzv_client_t *c, const void *buf, size_t n,
+                    int64_t deadline) {
+  int rc;
+  if (c->tls == NULL)
+    return raw_send(c, buf, n, deadline);
+  if ((rc = tls_write(c->tls, buf, n)) != 0) {
+    rdzv__set_error(c, "%s", tls_error(c->tls));
+    return rc;
+  }
+  return tls_flush(c, deadline);
+}
+
+/* Receive into buf (plaintext). RET bytes (> 0) or a negative code. */
+static ssize_t io_recv(rdzv_client_t *c, uint8_t *buf, size_t cap,
+                       int64_t deadline) {
+  uint8_t cbuf[16384];
+  for (;;) {
+    ssize_t r;
+    int w;
+    if (c->tls) {
+      r = tls_read(c->tls, buf, cap);
+      if (tls_out_pending(c->tls) && (w = tls_flush(c, deadline)) != 0)
+        return w;
+      if (r > 0)
+        return r;
+      if (r < 0 && r != RDZV_ECLOSED) {
+        rdzv__set_error(c, "%s: %s", c->endpoint, tls_error(c->tls));
+        return r;
+      }
+      if (r == RDZV_ECLOSED) {
+        rdzv__set_error(c, "the server at %s closed the connection", c->endpoint);
+        return RDZV_ECLOSED;
+      }
+    }
+    /* A reply is rarely there the moment the request left: wait first,
+     * which saves a recv that would fail with EAGAIN. */
+    if ((w = wait_fd(c->fd, POLLIN, deadline)) != 0)
+      return w;
+    r = recv(c->fd, c->tls ? cbuf : buf, c->tls ? sizeof(cbuf) : cap,
+             MSG_DONTWAIT);
+    if (r > 0 && c->tls) {
+      if (tls_feed(c->tls, cbuf, (size_t)r) != 0)
+        return RDZV_ENOMEM;
+      continue;
+    }
+    if (r > 0)
+      return r;
+    if (r == 0 || (c->tls && errno == ECONNRESET)) {
+      if (c->tls && !tls_established(c->tls))
+        rdzv__set_error(c, "the server at %s closed the connection during the TLS "
+                  "handshake: does it speak TLS (launch server --tls-cert)?",
+                  c->endpoint);
+      else if (c->tls && c->next_id <= 1)
+        rdzv__set_error(c, "the server at %s closed the connection after the TLS "
+                  "handshake: it may require a client certificate "
+                  "(--tls-cert, --tls-key) signed by its CA", c->endpoint);
+      else if (!c->tls && c->next_id == 0)
+        rdzv__set_error(c, "the server at %s closed the connection before "
+                        "its challenge: it may require TLS (give the CA: "
+                        "tls_ca, LAUNCH_RDZV_TLS_CA), or refuse this client's "
+                        "address", c->endpoint);
+      else
+        rdzv__set_error(c, "the server at %s closed the connection", c->endpoint);
+      return RDZV_ECLOSED;
+    }
+    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+      continue;
+    return -errno;
+  }
+}
+
 /* Read until one whole frame is buffered. OUT *body, *len point into c->in;
  * the frame stays there until frame_consume(). */
 static int read_frame(rdzv_client_t *c, int64_t deadline, const uint8_t **body,
@@ -116,7 +195,7 @@ static int read_frame(rdzv_client_t *c, int64_t deadline, const uint8_t **body,
     if (c->in_len >= PROTO_HDR) {
       uint32_t l = proto_get_len(c->in);
       if (l > MAX_REPLY) {
-        set_error(c, "server sent a frame of %u bytes", l);
+        rdzv__set_error(c, "server sent a frame of %u bytes", l);
         return RDZV_EPROTO;
       }
       if (c->in_len - PROTO_HDR >= l) {
@@ -141,26 +220,11 @@ static int read_frame(rdzv_client_t *c, int64_t deadline, const uint8_t **body,
       c->in_cap = ncap;
     }
     {
-      ssize_t r;
-      /* A reply is rarely there the moment the request left: wait first,
-       * which saves a recv that would fail with EAGAIN. */
-      int w = wait_fd(c->fd, POLLIN, deadline);
-      if (w)
-        return w;
-      r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
-      if (r > 0) {
-        c->in_len += (size_t)r;
-        continue;
-      }
-      if (r == 0) {
-        set_error(c, "the server at %s closed the connection", c->endpoint);
-        return RDZV_ECLOSED;
-      }
-      if (errno == EINTR)
-        continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK)
-        continue;
-      return -errno;
+      ssize_t r = io_recv(c, c->in + c->in_len, c->in_cap - c->in_len,
+                          deadline);
+      if (r < 0)
+        return (int)r;
+      c->in_len += (size_t)r;
     }
   }
 }
@@ -205,7 +269,7 @@ static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
   memset(r, 0, sizeof(*r));
   c->last_error[0] = '\0';
   if (c->fd < 0) {
-    set_error(c, "connection to %s is closed", c->endpoint);
+    rdzv__set_error(c, "connection to %s is closed", c->endpoint);
     return RDZV_ECLOSED;
   }
   if ((rc = proto_enc_end(&c->enc)) != 0)
@@ -220,7 +284,7 @@ static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
       goto io_error;
     rc = proto_decode(body, len, &c->lim, &r->m);
     if (rc != 0) {
-      set_error(c, "malformed reply from %s", c->endpoint);
+      rdzv__set_error(c, "malformed reply from %s", c->endpoint);
       goto io_error;
     }
     if (r->m.kind == PROTO_REPLY && r->m.id == id) {
@@ -230,9 +294,9 @@ static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
         const char *msg;
         size_t n;
         if (proto_arg_bytes(&r->m, 0, &msg, &n) == 0)
-          set_error(c, "%.*s", (int)LU_MIN(n, sizeof(c->last_error) - 1), msg);
+          rdzv__set_error(c, "%.*s", (int)LU_MIN(n, sizeof(c->last_error) - 1), msg);
         else
-          set_error(c, "%s", rdzv_strerror((int)r->m.op));
+          rdzv__set_error(c, "%s", rdzv_strerror((int)r->m.op));
         rc = (int)r->m.op;
         reply_done(c, r);
         return rc;
@@ -246,11 +310,11 @@ static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
 io_error:
   if (rc == -ETIMEDOUT) {
     if (c->last_error[0] == '\0')
-      set_error(c, "no reply from %s in time", c->endpoint);
+      rdzv__set_error(c, "no reply from %s in time", c->endpoint);
     return rc;
   }
   if (c->last_error[0] == '\0')
-    set_error(c, "connection to %s failed: %s", c->endpoint,
+    rdzv__set_error(c, "connection to %s failed: %s", c->endpoint,
               rdzv_strerror(rc));
   /* The stream is out of step: drop the connection. */
   close(c->fd);
@@ -322,7 +386,7 @@ static int connect_endpoint(rdzv_client_t *c, const lu_endpoint_t *ep,
       snprintf(port, sizeof(port), "%d", ep->port);
       g = getaddrinfo(ep->host, port, &hints, &res);
       if (g != 0) {
-        set_error(c, "cannot resolve '%s': %s", ep->host, gai_strerror(g));
+        rdzv__set_error(c, "cannot resolve '%s': %s", ep->host, gai_strerror(g));
         rc = RDZV_ERESOLVE;
         if (g != EAI_AGAIN)
           return rc;
@@ -343,11 +407,11 @@ static int connect_endpoint(rdzv_client_t *c, const lu_endpoint_t *ep,
     if (rc != -ECONNREFUSED && rc != -ENOENT && rc != -EHOSTUNREACH &&
         rc != -ENETUNREACH && rc != RDZV_ERESOLVE && rc != -ECONNRESET &&
         rc != -EAGAIN) {
-      set_error(c, "cannot connect to %s: %s", c->endpoint, rdzv_strerror(rc));
+      rdzv__set_error(c, "cannot connect to %s: %s", c->endpoint, rdzv_strerror(rc));
       return rc;
     }
     if (deadline >= 0 && remaining(deadline) == 0) {
-      set_error(c, "cannot connect to %s: %s (gave up after the connect "
+      rdzv__set_error(c, "cannot connect to %s: %s (gave up after the connect "
                    "timeout; is the server running and the port open?)",
                 c->endpoint, rdzv_strerror(rc));
       return -ETIMEDOUT;
@@ -365,82 +429,78 @@ static int connect_endpoint(rdzv_client_t *c, const lu_endpoint_t *ep,
   }
 }
 
+/* TLS first when asked: the server's certificate is checked before a
+ * byte of the protocol is sent. */
+static int tls_handshake(rdzv_client_t *c, const lu_endpoint_t *ep,
+                         int64_t dl) {
+  uint8_t cbuf[16384];
+  int rc;
+  if ((rc = tls_new(c->tls_ctx, ep->host, &c->tls)) != 0)
+    return rc;
+  for (;;) {
+    ssize_t r = tls_read(c->tls, NULL, 0), n;
+    if ((rc = tls_flush(c, dl)) != 0)
+      return rc;
+    if (r < 0) {
+      rdzv__set_error(c, "%s: %s", c->endpoint, tls_error(c->tls));
+      return (int)r;
+    }
+    if (tls_established(c->tls))
+      return 0;
+    if ((rc = wait_fd(c->fd, POLLIN, dl)) != 0)
+      return rc;
+    n = recv(c->fd, cbuf, sizeof(cbuf), MSG_DONTWAIT);
+    if (n > 0) {
+      if (tls_feed(c->tls, cbuf, (size_t)n) != 0)
+        return RDZV_ENOMEM;
+    } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+      rdzv__set_error(c, "the server at %s closed the connection during the TLS "
+                "handshake: does it speak TLS (launch server --tls-cert)?",
+                c->endpoint);
+      return RDZV_ECLOSED;
+    }
+  }
+}
+
 static int handshake(rdzv_client_t *c, const rdzv_options_t *o, int64_t dl) {
-  const char *job = o->job ? o->job : "default";
-  const char *role = o->role ? o->role : "worker";
+  proto_hello_t h;
   const uint8_t *body;
   uint32_t len;
   proto_msg_t m;
-  const char *nonce;
-  size_t nonce_n;
-  uint8_t mac[PROTO_MAC_LEN], cnonce[PROTO_NONCE_LEN];
-  int64_t auth_required = 0;
+  char err[256];
   reply_t r;
   uint64_t id;
   int rc;
 
+  memset(&h, 0, sizeof(h));
+  h.job = o->job ? o->job : "default";
+  h.role = o->role ? o->role : "worker";
+  h.token = o->token;
+  h.token_len = o->token_len;
   if ((rc = send_all(c, PROTO_MAGIC, PROTO_MAGIC_LEN, dl)) != 0)
     return rc;
   if ((rc = read_frame(c, dl, &body, &len)) != 0)
     return rc;
   if (proto_decode(body, len, &c->lim, &m) != 0) {
-    set_error(c, "%s did not answer like a launch server", c->endpoint);
+    rdzv__set_error(c, "%s did not answer like a launch server", c->endpoint);
     return RDZV_EPROTO;
   }
-  if (m.kind != PROTO_PUSH || m.op != PROTO_EV_CHALLENGE ||
-      proto_arg_bytes(&m, 0, &nonce, &nonce_n) != 0 ||
-      nonce_n != PROTO_NONCE_LEN) {
-    proto_msg_free(&m);
-    set_error(c, "%s sent no challenge", c->endpoint);
-    return RDZV_EPROTO;
-  }
-  if (m.nargs > 2 && m.args[2].type == MSGPACK_OBJECT_BOOLEAN)
-    auth_required = m.args[2].via.boolean;
-  if (auth_required && o->token == NULL) {
-    proto_msg_free(&m);
-    set_error(c, "the server at %s requires a token: pass the job's token "
-                 "file (--token-file, LAUNCH_RDZV_TOKEN_FILE)", c->endpoint);
-    return RDZV_EAUTH;
-  }
-  if (o->token &&
-      (rc = proto_mac(o->token, o->token_len, "rdzv-client",
-                      (const uint8_t *)nonce, nonce_n, job, role, mac)) != 0) {
-    proto_msg_free(&m);
-    return rc;
-  }
+  rc = proto_hello_challenge(&h, &m, err, sizeof(err));
   proto_msg_free(&m);
-  frame_consume(c, len);
-  if ((rc = lu_random(cnonce, sizeof(cnonce))) != 0)
+  if (rc != 0) {
+    rdzv__set_error(c, "the server at %s %s", c->endpoint, err);
     return rc;
-
+  }
+  frame_consume(c, len);
   id = req_begin(c, PROTO_OP_HELLO, 5);
-  msgpack_pack_uint32(&c->enc.pk, RDZV_PROTOCOL_VERSION);
-  proto_pack_str(&c->enc.pk, role);
-  proto_pack_str(&c->enc.pk, job);
-  if (o->token)
-    proto_pack_bytes(&c->enc.pk, mac, sizeof(mac));
-  else
-    msgpack_pack_nil(&c->enc.pk);
-  proto_pack_bytes(&c->enc.pk, cnonce, sizeof(cnonce));
+  proto_hello_pack(&h, &c->enc.pk);
   if ((rc = rpc(c, id, dl, &r)) != 0)
     return rc;
-  if (o->token) {
-    /* The server proves it knows the token too. */
-    const char *sp;
-    size_t sn;
-    uint8_t want[PROTO_MAC_LEN];
-    if (proto_arg_bytes(&r.m, 0, &sp, &sn) != 0 || sn != PROTO_MAC_LEN ||
-        proto_mac(o->token, o->token_len, "rdzv-server", cnonce,
-                  sizeof(cnonce), job, role, want) != 0 ||
-        !proto_mac_equal(want, (const uint8_t *)sp, PROTO_MAC_LEN)) {
-      reply_done(c, &r);
-      set_error(c, "the server at %s could not prove it holds the token",
-                c->endpoint);
-      return RDZV_EAUTH;
-    }
-  }
+  rc = proto_hello_reply(&h, &r.m, err, sizeof(err));
   reply_done(c, &r);
-  return 0;
+  if (rc != 0)
+    rdzv__set_error(c, "the server at %s %s", c->endpoint, err);
+  return rc;
 }
 
 int rdzv_connect(const rdzv_options_t *o, rdzv_client_t **out) {
@@ -466,10 +526,28 @@ int rdzv_connect(const rdzv_options_t *o, rdzv_client_t **out) {
   lu_endpoint_format(&ep, c->endpoint, sizeof(c->endpoint));
   proto_enc_init(&c->enc);
   dl = deadline_after(o->connect_timeout_ms);
-  rc = connect_endpoint(c, &ep, dl);
+  rc = 0;
+  if (o->tls_ca || o->tls_cert) {
+    tls_files_t f = {o->tls_cert, o->tls_key, o->tls_ca};
+    if (ep.is_unix) {
+      rdzv__set_error(c, "TLS is for TCP endpoints; %s is a unix socket",
+                c->endpoint);
+      rc = RDZV_EINVAL;
+    } else {
+      rc = tls_ctx_new(0, &f, &c->tls_ctx, c->last_error,
+                       sizeof(c->last_error));
+    }
+  }
+  if (rc == 0)
+    rc = connect_endpoint(c, &ep, dl);
+  if (rc == 0 && c->tls_ctx)
+    rc = tls_handshake(c, &ep, dl);
   if (rc == 0)
     rc = handshake(c, o, dl);
   if (rc != 0) {
+    if (o->error && o->error_len)
+      lu_strlcpy(o->error, c->last_error[0] ? c->last_error : rdzv_strerror(rc),
+                 o->error_len);
     rdzv_close(c);
     return rc;
   }
@@ -505,6 +583,15 @@ int rdzv_connect_from_env(rdzv_client_t **out) {
     o.token = token;
     o.token_len = tlen;
   }
+  o.tls_ca = getenv("LAUNCH_RDZV_TLS_CA");
+  o.tls_cert = getenv("LAUNCH_RDZV_TLS_CERT");
+  o.tls_key = getenv("LAUNCH_RDZV_TLS_KEY");
+  if (o.tls_ca && *o.tls_ca == '\0')
+    o.tls_ca = NULL;
+  if (o.tls_cert && *o.tls_cert == '\0')
+    o.tls_cert = NULL;
+  if (o.tls_key && *o.tls_key == '\0')
+    o.tls_key = NULL;
   rc = rdzv_connect(&o, out);
   if (token) {
     memset(token, 0, tlen);
@@ -518,6 +605,8 @@ void rdzv_close(rdzv_client_t *c) {
     return;
   if (c->fd >= 0)
     close(c->fd);
+  tls_free(c->tls);
+  tls_ctx_free(c->tls_ctx);
   proto_enc_destroy(&c->enc);
   free(c->in);
   c->magic = 0;

@@ -6,6 +6,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "lu.h"
 #include "proto.h"
 
 const char *proto_op_name(int op) {
@@ -379,4 +380,85 @@ int proto_mac_equal(const uint8_t *a, const uint8_t *b, size_t n) {
   for (size_t i = 0; i < n; i++)
     d |= (uint8_t)(a[i] ^ b[i]);
   return d == 0;
+}
+
+int proto_job_key(const void *secret, size_t secret_len, const char *job,
+                  char out[PROTO_JOB_KEY_LEN + 1]) {
+  static const char label[] = "launch-job-key-v1";
+  uint8_t msg[8 + sizeof(label) + 256], mac[PROTO_MAC_LEN];
+  size_t jl = strlen(job), ll = sizeof(label) - 1, off = 0;
+  unsigned int outlen = 0;
+  if (jl > 255)
+    return RDZV_EINVAL;
+  proto_put_len(msg, (uint32_t)ll);
+  memcpy(msg + 4, label, ll);
+  off = 4 + ll;
+  proto_put_len(msg + off, (uint32_t)jl);
+  memcpy(msg + off + 4, job, jl);
+  off += 4 + jl;
+  if (HMAC(EVP_sha256(), secret, (int)secret_len, msg, off, mac, &outlen) ==
+          NULL ||
+      outlen != PROTO_MAC_LEN)
+    return RDZV_ENOMEM;
+  lu_hex(mac, sizeof(mac), out);
+  return 0;
+}
+
+int proto_hello_challenge(proto_hello_t *h, const proto_msg_t *m, char *err,
+                          size_t errcap) {
+  const char *nonce;
+  size_t nn;
+  int auth_required = 0, rc;
+  if (m->kind != PROTO_PUSH || m->op != PROTO_EV_CHALLENGE ||
+      proto_arg_bytes(m, 0, &nonce, &nn) != 0 || nn != PROTO_NONCE_LEN) {
+    lu_errf(err, errcap, "sent no challenge: is it a launch server?");
+    return RDZV_EPROTO;
+  }
+  if (m->nargs > 2 && m->args[2].type == MSGPACK_OBJECT_BOOLEAN)
+    auth_required = m->args[2].via.boolean;
+  if (auth_required && h->token == NULL) {
+    lu_errf(err, errcap, "requires a token: give the job's key or the "
+            "server's token (--token-file, LAUNCH_RDZV_TOKEN_FILE)");
+    return RDZV_EAUTH;
+  }
+  if (lu_random(h->cnonce, sizeof(h->cnonce)) != 0) {
+    lu_errf(err, errcap, "no randomness for the handshake");
+    return RDZV_ENOMEM;
+  }
+  if (h->token &&
+      (rc = proto_mac(h->token, h->token_len, "rdzv-client",
+                      (const uint8_t *)nonce, nn, h->job, h->role,
+                      h->proof)) != 0) {
+    lu_errf(err, errcap, "cannot compute the proof: %s", rdzv_strerror(rc));
+    return rc;
+  }
+  return 0;
+}
+
+void proto_hello_pack(const proto_hello_t *h, msgpack_packer *pk) {
+  msgpack_pack_uint32(pk, RDZV_PROTOCOL_VERSION);
+  proto_pack_str(pk, h->role);
+  proto_pack_str(pk, h->job);
+  if (h->token)
+    proto_pack_bytes(pk, h->proof, sizeof(h->proof));
+  else
+    msgpack_pack_nil(pk);
+  proto_pack_bytes(pk, h->cnonce, sizeof(h->cnonce));
+}
+
+int proto_hello_reply(const proto_hello_t *h, const proto_msg_t *m, char *err,
+                      size_t errcap) {
+  const char *sp;
+  size_t sn;
+  uint8_t want[PROTO_MAC_LEN];
+  if (h->token == NULL)
+    return 0;
+  if (proto_arg_bytes(m, 0, &sp, &sn) != 0 || sn != PROTO_MAC_LEN ||
+      proto_mac(h->token, h->token_len, "rdzv-server", h->cnonce,
+                sizeof(h->cnonce), h->job, h->role, want) != 0 ||
+      !proto_mac_equal(want, (const uint8_t *)sp, PROTO_MAC_LEN)) {
+    lu_errf(err, errcap, "could not prove it holds the token");
+    return RDZV_EAUTH;
+  }
+  return 0;
 }

@@ -171,4 +171,34 @@ int proto_mac(const void *token, size_t token_len, const char *label,
 /* Constant-time comparison. */
 int proto_mac_equal(const uint8_t *a, const uint8_t *b, size_t n);
 
+/* The key of one job: hex(HMAC-SHA256(secret, L("launch-job-key-v1")
+ * L(job))), 64 characters. A client holding it (as its token) can enter
+ * that job and no other; the server derives it from its own secret, so
+ * nothing per job is stored. RET 0, RDZV_EINVAL (job over 255 bytes). */
+#define PROTO_JOB_KEY_LEN 64
+int proto_job_key(const void *secret, size_t secret_len, const char *job,
+                  char out[PROTO_JOB_KEY_LEN + 1]);
+
+/* ---- the client's side of the handshake (librdzv and the agent) -------- */
+
+typedef struct proto_hello_s {
+  const char *job, *role;      /* IN */
+  const void *token;           /* IN: the server's token or the job's key */
+  size_t token_len;
+  uint8_t cnonce[PROTO_NONCE_LEN];
+  uint8_t proof[PROTO_MAC_LEN];
+} proto_hello_t;
+
+/* Check the server's CHALLENGE push and compute the proof.
+ * RET 0; RDZV_EPROTO (not a challenge: not a launch server) or RDZV_EAUTH
+ * (the server requires a token and h has none), with a message in err. */
+int proto_hello_challenge(proto_hello_t *h, const proto_msg_t *m, char *err,
+                          size_t errcap);
+/* Pack HELLO's five arguments, after [0, id, HELLO]. */
+void proto_hello_pack(const proto_hello_t *h, msgpack_packer *pk);
+/* Check HELLO's reply (status 0): with a token, the server must prove it
+ * holds it too. RET 0 or RDZV_EAUTH with a message in err. */
+int proto_hello_reply(const proto_hello_t *h, const proto_msg_t *m, char *err,
+                      size_t errcap);
+
 #endif /* PROTO_H */

@@ -467,12 +467,8 @@ static void member_lost(rdv_member_t *m, const char *why) {
     /* Every node of a finished job is gone: forget it, so that a new run
      * with the same id starts clean (no stale keys of the old one). */
     job_t *j = rj->job;
-    store_t *fresh;
-    if (rj->state == R_DONE && j->nconns == 0 &&
-        store_new(j->srv->cfg.max_store_bytes, &fresh) == 0) {
-      store_free(j->store);
-      j->store = fresh;
-    }
+    if (rj->state == R_DONE && j->nconns == 0)
+      store_clear(j->store);
     rj->state = R_IDLE;
     rj->round = -1;
     rj->failures = 0;
@@ -747,9 +743,27 @@ static void rdv_conn_closed(conn_t *c) {
 
 /* ---- deadlines: last call, join timeout, heartbeats -------------------------------------------- */
 
+/* A timer this late means the loop did not run (the host was stopped, or
+ * starved): heartbeats may wait unread in the sockets. */
+#define RDV_STALL_MS 250
+
 static void rdv_timer_cb(uv_timer_t *t) {
   srv_t *s = t->data;
   uint64_t now = uv_now(s->loop);
+  uint64_t late = now > s->rdv_due ? now - s->rdv_due : 0;
+  if (late > RDV_STALL_MS) {
+    /* Nobody could be heard while the loop stood still: every member
+     * gets a full heartbeat bound from now, so that the heartbeats read
+     * next decide, not the stall. */
+    LU_WARN(&s->log, "the server's loop stalled for %.1f s (was this host "
+            "stopped?): every member gets 3 more heartbeats", late / 1000.0);
+    for (job_t *j = s->jobs; j; j = j->next) {
+      rdv_job_t *rj = j->rdv;
+      for (list_t *it = rj ? rj->members.next : NULL; rj && it != &rj->members;
+           it = it->next)
+        LIST_ENTRY(it, rdv_member_t, link)->last_hb = now;
+    }
+  }
   for (job_t *j = s->jobs; j; j = j->next) {
     rdv_job_t *rj = j->rdv;
     if (rj == NULL)
@@ -797,10 +811,12 @@ static void schedule(srv_t *s) {
           next = LU_MIN(next, m->last_hb + 3 * (uint64_t)rj->hb_ms + 1);
       }
   }
-  if (next == UINT64_MAX)
+  if (next == UINT64_MAX) {
     uv_timer_stop(&s->rdv_timer);
-  else
+  } else {
+    s->rdv_due = LU_MAX(next, now);
     uv_timer_start(&s->rdv_timer, rdv_timer_cb, next > now ? next - now : 0, 0);
+  }
 }
 
 static void rdv_job_free(job_t *j) {

@@ -1,6 +1,6 @@
 /* rdv.h - the rendezvous module of the server: jobs -> rounds -> members,
  * heartbeats, restarts, the exit barrier and the root cause.
- * Installed into a server with rdv_install(); speaks the native ops JOIN,
+ * Every server has it (srv_new calls rdv_install()); speaks the native ops JOIN,
  * HEARTBEAT, LEAVE, REPORT and STATUS (docs/rendezvous.md) and pushes
  * RESTART and SHUTDOWN, each message packed and unpacked by msg.h. Loop thread only. */
 #ifndef RDV_H

@@ -1,5 +1,17 @@
-/* server.c - listeners, connections, protocol sniffing, output batching,
- * wait deadlines and shutdown of the rendezvous server. */
+/* server.c - the connection core of the rendezvous server: listeners,
+ * protocol sniffing, TLS, input and output buffers and the memory they may
+ * use, replies and pushes, handshake and wait deadlines, jobs and their
+ * per-address limits, shutdown. The dialects (srv_native.c,
+ * srv_tcpstore.c) turn bytes into requests through srv_dialect_t.
+ *
+ * Memory: everything a client can make the server hold is counted against
+ * cfg.max_memory (docs/protocol.md#limits): a fixed cost per connection
+ * (which reserves a small input buffer and a small reply), per job, the
+ * stores of all jobs (half of it at most), unfinished requests beyond the
+ * reserve (--max-input-bytes) and unsent replies beyond the reserve. A
+ * reply is counted before it is built: when it does not fit, the request
+ * stays unread in the buffer and the connection is paused until its
+ * replies drained or memory was freed. */
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
@@ -9,42 +21,259 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "rdv.h"
 #include "srv_int.h"
 
-#define IN_CHUNK 1024 /* first read buffer; doubles as frames need */
-#define IN_KEEP_MAX (256u << 10) /* free a larger idle input buffer */
+#define IN_CHUNK 1024         /* first read buffer; doubles as frames need */
+#define OUT_FLUSH_NOW (64u << 10) /* hand this much output to the kernel at once */
+#define TLS_RBUF (64u << 10)  /* ciphertext read at a time */
+#define TLS_IN_MAX (128u << 10) /* ciphertext not yet decrypted */
+/* A connection runs its requests for this long at most, then the others
+ * get their turn: a client that pipelines thousands of large requests
+ * must not hold up one that sends a small one. */
+#define TURN_NS (2u * 1000 * 1000)
 
 static void conn_process(conn_t *c);
-static void flush_conn(conn_t *c);
+static int flush_conn(conn_t *c, int may_close);
+static void conn_start_read(conn_t *c);
+static void gc_schedule(srv_t *s, uint64_t due);
+
+/* ---- memory ------------------------------------------------------------------------ */
+
+static size_t mem_used(const srv_t *s) {
+  return s->mem.conns + s->mem.jobs + s->mem.in + s->mem.out +
+         s->mem.store.used;
+}
+
+/* max_memory is shared out so that no kind of use can starve another:
+ * - a sixteenth (8 MiB at most) stays free for the request being decoded
+ *   (up to --max-frame bytes of msgpack objects and key lists), which
+ *   lives only while it runs;
+ * - a quarter is kept for connections and jobs, whether they use it or
+ *   not: unread replies filling memory never lock new agents out;
+ * - the rest holds the stores (half of max_memory at most, so that full
+ *   stores leave room for replies), unfinished requests (--max-input-bytes)
+ *   and unsent replies. */
+static size_t fixed_share(const srv_t *s) { return s->cfg.max_memory / 4; }
+
+static size_t dynamic_limit(const srv_t *s) {
+  return s->cfg.max_memory -
+         LU_MIN(s->cfg.max_memory / 16, (size_t)8 << 20) - fixed_share(s);
+}
+
+/* Room left for stores, input and output. */
+static size_t mem_free(const srv_t *s) {
+  size_t u = s->mem.in + s->mem.out + s->mem.store.used;
+  return u < dynamic_limit(s) ? dynamic_limit(s) - u : 0;
+}
+
+static void mem_update(srv_t *s) {
+  size_t others = s->mem.in + s->mem.out;
+  size_t left = others < dynamic_limit(s) ? dynamic_limit(s) - others : 0;
+  s->mem.store.max = LU_MIN(s->cfg.max_memory / 2, left);
+  s->stats.mem_used = mem_used(s);
+  s->stats.in_bytes = s->mem.in;
+}
+
+static int mem_fixed_room(const srv_t *s, size_t cost) {
+  return s->mem.conns + s->mem.jobs + cost <= fixed_share(s);
+}
+
+static void wake_idle(srv_t *s);
+
+/* Memory was freed: connections waiting for it try again this turn. */
+static void mem_released(srv_t *s) {
+  mem_update(s);
+  while (!list_empty(&s->memwait)) {
+    conn_t *c = LIST_ENTRY(s->memwait.next, conn_t, memwait_link);
+    list_remove(&c->memwait_link);
+    list_unlink(&c->resume_link);
+    list_insert_tail(&s->resume, &c->resume_link);
+  }
+  if (!list_empty(&s->resume))
+    wake_idle(s);
+}
+
+/* ---- client addresses --------------------------------------------------------------- */
+
+/* The 16-byte key of an address (IPv4 as v4-mapped). RET 0 when it has
+ * one (TCP), -1 for unix-socket peers (no per-address limits). */
+static int addr_key(const struct sockaddr_storage *ss, uint8_t out[16]) {
+  if (ss->ss_family == AF_INET) {
+    memset(out, 0, 10);
+    out[10] = out[11] = 0xff;
+    memcpy(out + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+    return 0;
+  }
+  if (ss->ss_family == AF_INET6) {
+    memcpy(out, ((const struct sockaddr_in6 *)ss)->sin6_addr.s6_addr, 16);
+    return 0;
+  }
+  return -1;
+}
+
+static size_t addr_bucket(const srv_t *s, const uint8_t a[16]) {
+  uint64_t h = s->addr_seed ^ 0xcbf29ce484222325ull;
+  for (int i = 0; i < 16; i++)
+    h = (h ^ a[i]) * 0x100000001b3ull;
+  return (size_t)(h ^ (h >> 29)) & (s->naddr_buckets - 1);
+}
+
+static srv_addr_t *addr_get(srv_t *s, const struct sockaddr_storage *ss) {
+  uint8_t k[16];
+  srv_addr_t *a;
+  size_t b;
+  if (addr_key(ss, k) != 0)
+    return NULL;
+  if (s->addrs == NULL) {
+    s->naddr_buckets = 64;
+    if ((s->addrs = calloc(s->naddr_buckets, sizeof(*s->addrs))) == NULL)
+      return NULL;
+  }
+  b = addr_bucket(s, k);
+  for (a = s->addrs[b]; a; a = a->next)
+    if (memcmp(a->a, k, 16) == 0)
+      return a;
+  if ((a = calloc(1, sizeof(*a))) == NULL)
+    return NULL;
+  memcpy(a->a, k, 16);
+  a->next = s->addrs[b];
+  s->addrs[b] = a;
+  return a;
+}
+
+/* Forget an address with nothing counted. */
+static void addr_put(srv_t *s, srv_addr_t *a) {
+  srv_addr_t **pp;
+  if (a == NULL || a->nconns > 0 || a->njobs > 0)
+    return;
+  for (pp = &s->addrs[addr_bucket(s, a->a)]; *pp != a; pp = &(*pp)->next)
+    ;
+  *pp = a->next;
+  free(a);
+}
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
-job_t *srv__job(srv_t *s, const char *name, size_t len) {
+job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
+                size_t errcap) {
   job_t *j;
+  srv_addr_t *a = c ? c->addr : NULL;
   for (j = s->jobs; j; j = j->next)
     if (strlen(j->name) == len && memcmp(j->name, name, len) == 0)
       return j;
-  if (s->njobs >= s->cfg.max_jobs || len == 0 || len > 255)
+  if (len == 0 || len > 255) {
+    lu_errf(err, errcap, "a job id has 1 to 255 bytes");
     return NULL;
-  if ((j = calloc(1, sizeof(*j) + len + 1)) == NULL)
+  }
+  if (s->njobs >= s->cfg.max_jobs) {
+    lu_errf(err, errcap, "cannot create job '%.*s': %u jobs exist, the "
+            "server's limit (--max-jobs)", (int)len, name, s->cfg.max_jobs);
     return NULL;
-  if (store_new(s->cfg.max_store_bytes, &j->store) != 0) {
+  }
+  if (a && a->njobs >= s->cfg.max_jobs_per_addr) {
+    lu_errf(err, errcap, "cannot create job '%.*s': %u jobs created from "
+            "%s exist, the per-address limit (--max-jobs-per-addr)",
+            (int)len, name, a->njobs, c->peer);
+    return NULL;
+  }
+  if (!mem_fixed_room(s, SRV_JOB_COST)) {
+    lu_errf(err, errcap, "cannot create job '%.*s': connections and jobs "
+            "hold their quarter of --max-memory %zu", (int)len, name,
+            s->cfg.max_memory);
+    return NULL;
+  }
+  if ((j = calloc(1, sizeof(*j) + len + 1)) == NULL ||
+      store_new(s->cfg.max_store_bytes, &s->mem.store, &j->store) != 0) {
     free(j);
+    lu_errf(err, errcap, "out of memory");
     return NULL;
   }
   memcpy(j->name, name, len);
   j->name[len] = '\0';
   j->srv = s;
+  j->creator = a;
+  if (a)
+    a->njobs++;
+  j->idle_since = uv_now(s->loop);
   j->next = s->jobs;
   s->jobs = j;
   s->njobs++;
   s->stats.jobs = s->njobs;
+  s->mem.jobs += SRV_JOB_COST;
+  mem_update(s);
+  /* A job nobody attaches to (a refused HELLO) goes after the grace. */
+  gc_schedule(s, j->idle_since + s->cfg.job_grace_ms);
   return j;
 }
 
-store_t *srv_job_store(srv_t *s, const char *job) {
-  job_t *j = srv__job(s, job, strlen(job));
-  return j ? j->store : NULL;
+void srv__job_attach(conn_t *c, job_t *j) {
+  c->job = j;
+  j->nconns++;
+}
+
+static void job_detach(conn_t *c) {
+  job_t *j = c->job;
+  srv_t *s = c->srv;
+  if (j == NULL)
+    return;
+  c->job = NULL;
+  if (--j->nconns == 0) {
+    j->idle_since = uv_now(s->loop);
+    gc_schedule(s, j->idle_since + s->cfg.job_grace_ms);
+  }
+}
+
+static void job_free(srv_t *s, job_t *j) {
+  if (s->rdv_job_free)
+    s->rdv_job_free(j);
+  store_free(j->store);
+  if (j->creator) {
+    j->creator->njobs--;
+    addr_put(s, j->creator);
+  }
+  s->mem.jobs -= SRV_JOB_COST;
+  s->njobs--;
+  s->stats.jobs = s->njobs;
+  free(j);
+}
+
+static void gc_cb(uv_timer_t *t) {
+  srv_t *s = t->data;
+  uint64_t now = uv_now(s->loop), next = UINT64_MAX;
+  job_t **pp = &s->jobs;
+  int freed = 0;
+  /* A job with no connection and nothing stored is forgotten after the
+   * grace (throw-away HELLOs, a finished run whose agents left); one that
+   * holds data stays, as TCPStore's keys outlive their clients. */
+  while (*pp) {
+    job_t *j = *pp;
+    if (j->nconns == 0 && store_is_empty(j->store)) {
+      uint64_t due = j->idle_since + s->cfg.job_grace_ms;
+      if (due <= now) {
+        *pp = j->next;
+        job_free(s, j);
+        freed = 1;
+        continue;
+      }
+      next = LU_MIN(next, due);
+    }
+    pp = &j->next;
+  }
+  if (freed)
+    mem_released(s);
+  if (next != UINT64_MAX)
+    uv_timer_start(&s->gc_timer, gc_cb, next - now, 0);
+}
+
+static void gc_schedule(srv_t *s, uint64_t due) {
+  uint64_t now = uv_now(s->loop);
+  if (s->closing)
+    return;
+  if (uv_is_active((uv_handle_t *)&s->gc_timer) &&
+      now + uv_timer_get_due_in(&s->gc_timer) <= due)
+    return;
+  uv_timer_start(&s->gc_timer, gc_cb, due > now ? due - now : 0, 0);
 }
 
 /* ---- config --------------------------------------------------------------------- */
@@ -101,13 +330,15 @@ static int prefix_match(const uint8_t *a, const uint8_t *b, int bits) {
   return ((a[full] ^ b[full]) & (0xff << (8 - rem))) == 0;
 }
 
-/* Is this peer allowed to speak TCPStore (which has no authentication)? */
+/* Is this peer allowed to speak TCPStore, which has neither
+ * authentication nor TLS? Only in the allow list while the server has a
+ * token or TLS. */
 static int ts_allowed(const srv_t *s, const conn_t *c) {
   const struct sockaddr_storage *pa = &c->peer_addr;
   uint8_t v4[4];
   const uint8_t *v6 = NULL;
   int have4 = 0;
-  if (s->token == NULL)
+  if (s->token == NULL && s->tls == NULL)
     return 1;
   if (pa->ss_family == AF_UNIX)
     return 1; /* file permissions guard a unix socket */
@@ -173,7 +404,6 @@ static void heap_down(srv_t *s, size_t i) {
 
 static void timer_cb(uv_timer_t *t);
 static void idle_cb(uv_idle_t *h) { (void)h; }
-static void conn_start_read(conn_t *c);
 
 static void rearm(srv_t *s) {
   uint64_t now = uv_now(s->loop);
@@ -239,147 +469,404 @@ static void timer_cb(uv_timer_t *t) {
   rearm(s);
 }
 
+/* ---- handshake deadlines: connections in accept order -------------------------------- */
+
+static void hs_timer_cb(uv_timer_t *t) {
+  srv_t *s = t->data;
+  uint64_t now = uv_now(s->loop);
+  while (!list_empty(&s->preauth)) {
+    conn_t *c = LIST_ENTRY(s->preauth.next, conn_t, preauth_link);
+    uint64_t due = c->accepted_ms + s->cfg.handshake_ms;
+    if (due > now) {
+      uv_timer_start(&s->hs_timer, hs_timer_cb, due - now, 0);
+      return;
+    }
+    srv__bad_input(c, "no handshake within %.1f s (--handshake-timeout); "
+                      "closing", s->cfg.handshake_ms / 1000.0);
+    srv__conn_close(c);
+  }
+}
+
+void srv__conn_authenticated(conn_t *c) { list_unlink(&c->preauth_link); }
+
 /* ---- output -------------------------------------------------------------------------- */
 
 typedef struct wreq_s {
   uv_write_t req;
   conn_t *c;
-  char *data;
+  char *base; /* freed after the write */
   size_t len;
 } wreq_t;
 
-void srv__mark_dirty(conn_t *c) {
-  srv_t *s = c->srv;
+static void wake_idle(srv_t *s) {
+  /* An active idle handle keeps the loop from blocking in poll before the
+   * check handle runs. */
+  if (!s->closing && !uv_is_active((uv_handle_t *)&s->flush_idle))
+    uv_idle_start(&s->flush_idle, idle_cb);
+}
+
+static void mark_dirty(conn_t *c) {
   if (c->state == CONN_CLOSING || !list_empty(&c->dirty_link))
     return;
-  list_insert_tail(&s->dirty, &c->dirty_link);
-  /* An active idle handle keeps the loop from blocking in poll before the
-   * check handle flushes. */
-  if (!uv_is_active((uv_handle_t *)&s->flush_idle))
-    uv_idle_start(&s->flush_idle, idle_cb);
+  list_insert_tail(&c->srv->dirty, &c->dirty_link);
+  wake_idle(c->srv);
+}
+
+static size_t conn_unsent(const conn_t *c) { return c->out.len + c->inflight; }
+
+/* Count the connection's unsent bytes beyond its reserve. */
+static void out_account(conn_t *c) {
+  srv_t *s = c->srv;
+  size_t u = conn_unsent(c);
+  size_t charge = u > SRV_OUT_RESERVE ? u - SRV_OUT_RESERVE : 0;
+  size_t old = c->out_charged;
+  /* A closing connection gave its charge back when it was torn down. */
+  if (charge == old || c->state == CONN_CLOSING)
+    return;
+  s->mem.out = s->mem.out - old + charge;
+  c->out_charged = charge;
+  if (charge < old)
+    mem_released(s);
+  else
+    mem_update(s);
+}
+
+static void conn_pause(conn_t *c, int memwait) {
+  srv_t *s = c->srv;
+  if (!c->paused) {
+    c->paused = 1;
+    s->stats.paused++;
+  }
+  if (c->reading) {
+    uv_read_stop(&c->h.stream);
+    c->reading = 0;
+  }
+  if (memwait && list_empty(&c->memwait_link) &&
+      list_empty(&c->resume_link))
+    list_insert_tail(&s->memwait, &c->memwait_link);
+}
+
+static void conn_schedule_resume(conn_t *c) {
+  if (c->state == CONN_CLOSING)
+    return;
+  list_unlink(&c->memwait_link);
+  if (list_empty(&c->resume_link))
+    list_insert_tail(&c->srv->resume, &c->resume_link);
+  wake_idle(c->srv);
+}
+
+int srv__conn_paused(conn_t *c) {
+  if (!c->paused && conn_unsent(c) >= c->srv->cfg.max_out_bytes)
+    conn_pause(c, 0);
+  if (!c->paused && uv_hrtime() > c->srv->turn_end) {
+    /* Its turn is over: go on after the others, in this loop's check. */
+    conn_pause(c, 0);
+    conn_schedule_resume(c);
+  }
+  return c->paused;
+}
+
+int srv__out_room(conn_t *c, size_t n) {
+  srv_t *s = c->srv;
+  size_t u = conn_unsent(c);
+  size_t need;
+  if (n > s->cfg.max_out_bytes)
+    return SRV_ROOM_NEVER;
+  if (u + n <= SRV_OUT_RESERVE)
+    return SRV_ROOM_OK;
+  if (u + n > s->cfg.max_out_bytes) {
+    conn_pause(c, 0); /* resumes as its replies drain */
+    return SRV_ROOM_LATER;
+  }
+  need = u + n - SRV_OUT_RESERVE - c->out_charged;
+  if (need > mem_free(s)) {
+    /* Its own replies draining frees memory too. */
+    conn_pause(c, 1);
+    return SRV_ROOM_LATER;
+  }
+  return SRV_ROOM_OK;
+}
+
+int srv__push_room(conn_t *c, size_t n) {
+  srv_t *s = c->srv;
+  size_t u = conn_unsent(c);
+  if (c->broken || c->state == CONN_CLOSING)
+    return 0;
+  if (u + n <= SRV_OUT_RESERVE)
+    return 1;
+  if (u + n > s->cfg.max_out_bytes ||
+      u + n - SRV_OUT_RESERVE - c->out_charged > mem_free(s)) {
+    srv__bad_input(c, "does not read its events: %zu bytes unsent and %zu "
+                      "more to send, over %s; closing", u, n,
+                   u + n > s->cfg.max_out_bytes
+                       ? "what one connection may hold (--max-out-bytes)"
+                       : "the server's memory (--max-memory)");
+    c->broken = 1;
+    mark_dirty(c);
+    return 0;
+  }
+  return 1;
+}
+
+/* After output was queued: count it, and hand a large amount to the kernel
+ * at once so that a reader is never charged for what it reads anyway. */
+static void out_queued(conn_t *c) {
+  mark_dirty(c);
+  if (c->out.len >= OUT_FLUSH_NOW && c->inflight == 0)
+    flush_conn(c, 0);
+  else
+    out_account(c);
+}
+
+void srv__reply_begin(conn_t *c, uint64_t id, int status, uint32_t nres) {
+  proto_enc_begin(&c->out, 3 + nres);
+  msgpack_pack_uint8(&c->out.pk, PROTO_REPLY);
+  msgpack_pack_uint64(&c->out.pk, id);
+  msgpack_pack_int64(&c->out.pk, status);
+}
+
+void srv__push_begin(conn_t *c, int ev, uint32_t nargs) {
+  proto_enc_begin(&c->out, 3 + nargs);
+  msgpack_pack_uint8(&c->out.pk, PROTO_PUSH);
+  msgpack_pack_uint8(&c->out.pk, 0);
+  msgpack_pack_int64(&c->out.pk, ev);
+}
+
+void srv__reply_end(conn_t *c) {
+  if (proto_enc_end(&c->out) != 0)
+    c->broken = 1;
+  out_queued(c);
+}
+
+void srv__reply_ok(conn_t *c, uint64_t id) {
+  srv__reply_begin(c, id, 0, 0);
+  srv__reply_end(c);
+}
+
+void srv__reply_err(conn_t *c, uint64_t id, int status, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  srv__reply_begin(c, id, status, 1);
+  proto_pack_str(&c->out.pk, msg);
+  srv__reply_end(c);
+}
+
+void srv__out_raw(conn_t *c, const void *p, size_t n) {
+  if (c->state == CONN_CLOSING)
+    return;
+  if (proto_enc_raw(&c->out, p, n) != 0)
+    c->broken = 1;
+  out_queued(c);
 }
 
 static void write_cb(uv_write_t *req, int status) {
   wreq_t *w = (wreq_t *)req;
   conn_t *c = w->c;
   c->inflight -= w->len;
-  free(w->data);
+  free(w->base);
   free(w);
-  if (status < 0 || c->state == CONN_CLOSING)
-    return; /* the read side sees the error and closes */
-  if (c->close_after_flush && c->inflight == 0) {
-    srv__conn_close(c);
-    return;
-  }
-  if (!c->reading && c->inflight < c->srv->cfg.max_out_bytes / 2)
-    conn_start_read(c);
-}
-
-static void flush_conn(conn_t *c) {
-  proto_enc_t *o = &c->out;
-  size_t off = 0;
-  list_remove(&c->dirty_link);
-  if (c->broken) {
-    srv__bad_input(c, "could not queue a reply (out of memory); closing");
-    srv__conn_close(c);
-    return;
-  }
+  out_account(c);
   if (c->state == CONN_CLOSING)
     return;
-  if (o->len == 0) {
-    if (c->close_after_flush && c->inflight == 0)
-      srv__conn_close(c);
+  if (status < 0) {
+    srv__conn_close(c);
     return;
   }
+  if (c->close_after_flush && conn_unsent(c) == 0) {
+    srv__conn_close(c);
+    return;
+  }
+  if (c->paused && conn_unsent(c) <= c->srv->cfg.max_out_bytes / 2)
+    conn_schedule_resume(c);
+}
+
+/* Write base[off..len) (base is freed once written). RET 0 or -1. */
+static int write_out(conn_t *c, char *base, size_t off, size_t len) {
+  wreq_t *w;
+  uv_buf_t b;
   if (c->inflight == 0) {
-    uv_buf_t b = uv_buf_init(o->data, (unsigned)o->len);
-    int r = uv_try_write(&c->h.stream, &b, 1);
+    int r;
+    b = uv_buf_init(base + off, (unsigned)(len - off));
+    r = uv_try_write(&c->h.stream, &b, 1);
     if (r > 0)
-      off = (size_t)r;
+      off += (size_t)r;
     else if (r < 0 && r != UV_EAGAIN) {
-      srv__conn_close(c);
-      return;
+      free(base);
+      return -1;
     }
   }
-  if (off < o->len) {
-    wreq_t *w = malloc(sizeof(*w));
-    uv_buf_t b;
-    if (w == NULL) {
-      srv__conn_close(c);
-      return;
-    }
-    w->c = c;
-    if (off == 0) {
-      /* Hand the buffer itself to the write; start a fresh one. */
-      w->data = o->data;
-      w->len = o->len;
-      o->data = NULL;
-      o->cap = 0;
-    } else {
-      w->len = o->len - off;
-      w->data = malloc(w->len);
-      if (w->data == NULL) {
-        free(w);
-        srv__conn_close(c);
-        return;
-      }
-      memcpy(w->data, o->data + off, w->len);
-    }
-    b = uv_buf_init(w->data, (unsigned)w->len);
-    if (uv_write(&w->req, &c->h.stream, &b, 1, write_cb) != 0) {
-      free(w->data);
-      free(w);
-      srv__conn_close(c);
-      return;
-    }
-    c->inflight += w->len;
-    if (c->inflight > c->srv->cfg.max_out_bytes && c->reading) {
-      /* The peer does not read its replies: stop reading its requests
-       * until it catches up, so that it cannot grow our memory. */
-      uv_read_stop(&c->h.stream);
-      c->reading = 0;
-    }
+  if (off == len) {
+    free(base);
+    return 0;
   }
-  proto_enc_reset(o);
-  if (o->cap > IN_KEEP_MAX) {
+  if ((w = malloc(sizeof(*w))) == NULL) {
+    free(base);
+    return -1;
+  }
+  w->c = c;
+  w->base = base;
+  w->len = len - off;
+  b = uv_buf_init(base + off, (unsigned)(len - off));
+  if (uv_write(&w->req, &c->h.stream, &b, 1, write_cb) != 0) {
+    free(base);
+    free(w);
+    return -1;
+  }
+  c->inflight += w->len;
+  return 0;
+}
+
+/* Hand what is queued to the kernel (or a write request). may_close: 0
+ * inside handlers and store callbacks, where a failure only marks the
+ * connection for the next flush. RET 0, or -1 when it is closed/broken. */
+static int flush_conn(conn_t *c, int may_close) {
+  proto_enc_t *o = &c->out;
+  int rc = 0;
+  if (c->state == CONN_CLOSING)
+    return -1;
+  if (c->broken)
+    goto fail;
+  if (c->tls) {
+    char *ct;
+    size_t n;
+    if (o->len > 0 && tls_write(c->tls, o->data, o->len) != 0)
+      goto fail;
+    proto_enc_reset(o);
+    if (tls_take(c->tls, &ct, &n) != 0 || (n && write_out(c, ct, 0, n)))
+      goto fail;
+  } else if (o->len > 0) {
+    /* The write owns the buffer; the next replies start a fresh one. */
+    char *base = o->data;
+    size_t len = o->len;
+    o->data = NULL;
+    o->len = o->cap = 0;
+    if (write_out(c, base, 0, len) != 0)
+      goto fail;
+  }
+  if (o->cap > SRV_OUT_RESERVE) {
     proto_enc_destroy(o);
     proto_enc_init(o);
   }
-  if (c->close_after_flush && c->inflight == 0)
+  out_account(c);
+  if (c->close_after_flush && conn_unsent(c) == 0 && may_close)
     srv__conn_close(c);
+  return rc;
+fail:
+  if (may_close) {
+    if (c->broken)
+      srv__bad_input(c, "could not queue a reply; closing");
+    srv__conn_close(c);
+  } else {
+    c->broken = 1;
+    mark_dirty(c);
+  }
+  return -1;
 }
+
+static void conn_resume(conn_t *c);
 
 static void check_cb(uv_check_t *h) {
   srv_t *s = h->data;
-  while (!list_empty(&s->dirty))
-    flush_conn(LIST_ENTRY(s->dirty.next, conn_t, dirty_link));
-  uv_idle_stop(&s->flush_idle);
+  list_t run;
+  /* Connections resumed during this pass run on the next one. */
+  list_init(&run);
+  if (!list_empty(&s->resume)) {
+    run = s->resume;
+    run.next->prev = &run;
+    run.prev->next = &run;
+    list_init(&s->resume);
+  }
+  while (!list_empty(&run)) {
+    conn_t *c = LIST_ENTRY(run.next, conn_t, resume_link);
+    list_remove(&c->resume_link);
+    conn_resume(c);
+  }
+  while (!list_empty(&s->dirty)) {
+    conn_t *c = LIST_ENTRY(s->dirty.next, conn_t, dirty_link);
+    list_remove(&c->dirty_link);
+    flush_conn(c, 1);
+  }
+  if (list_empty(&s->resume))
+    uv_idle_stop(&s->flush_idle);
 }
 
 /* ---- input ------------------------------------------------------------------------- */
 
-static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
-  conn_t *c = h->data;
-  size_t limit = (size_t)c->srv->cfg.max_frame + 64;
-  (void)hint;
+/* Room left in the input buffer, grown (by doubling) when a request needs
+ * more: up to a HELLO-sized frame before authentication, a whole request
+ * after. Growth past the reserve counts against --max-input-bytes (when
+ * that cannot take it, in_full is set: the connection is closed) and
+ * --max-memory (when that cannot, in_memwait: it waits for memory). */
+static size_t in_room(conn_t *c) {
+  srv_t *s = c->srv;
+  size_t limit = c->state == CONN_READY
+                     ? (size_t)s->cfg.max_frame + 64
+                     : SRV_HELLO_MAX_FRAME + PROTO_HDR + PROTO_MAGIC_LEN;
   if (c->in_cap - c->in_len < IN_CHUNK && c->in_cap < limit) {
     size_t ncap = c->in_cap ? c->in_cap * 2 : IN_CHUNK;
+    size_t charge, add;
     uint8_t *nb;
     if (ncap > limit)
       ncap = limit;
+    charge = ncap > SRV_IN_RESERVE ? ncap - SRV_IN_RESERVE : 0;
+    add = charge - c->in_charged;
     /* All connections together may buffer max_in_bytes of unfinished
-     * requests; past that, a connection cannot grow (and is closed), so
-     * that stalled half-sent requests cannot exhaust memory. */
-    if (c->srv->stats.in_bytes + (ncap - c->in_cap) > c->srv->cfg.max_in_bytes &&
-        c->in_cap >= IN_CHUNK) {
+     * requests beyond their reserves; past that, a connection cannot grow
+     * (and is closed), so that stalled half-sent requests cannot exhaust
+     * memory. */
+    c->in_memwait = 0;
+    if (add > 0 && s->mem.in + add > s->cfg.max_in_bytes) {
       c->in_full = 1;
+    } else if (add > 0 && add > mem_free(s)) {
+      c->in_memwait = 1;
     } else if ((nb = realloc(c->in, ncap)) != NULL) {
-      c->srv->stats.in_bytes += ncap - c->in_cap;
       c->in = nb;
       c->in_cap = ncap;
+      s->mem.in += add;
+      c->in_charged = charge;
+      mem_update(s);
     }
   }
-  if (c->in_cap == c->in_len) {
+  return c->in_cap - c->in_len;
+}
+
+static void in_release(conn_t *c) {
+  srv_t *s = c->srv;
+  s->mem.in -= c->in_charged;
+  c->in_charged = 0;
+  free(c->in);
+  c->in = NULL;
+  c->in_cap = c->in_len = 0;
+}
+
+/* The input buffer cannot take the next request. */
+static void in_exhausted(conn_t *c) {
+  srv_t *s = c->srv;
+  if (c->in_full)
+    srv__bad_input(c, "server input budget (%zu bytes of unfinished "
+                      "requests, --max-input-bytes) exhausted; closing",
+                   s->cfg.max_in_bytes);
+  else if (c->state != CONN_READY)
+    srv__bad_input(c, "%zu bytes before authentication, over the %u-byte "
+                      "limit of a HELLO; closing",
+                   c->in_len, SRV_HELLO_MAX_FRAME);
+  else
+    srv__bad_input(c, "request larger than the %u-byte limit",
+                   s->cfg.max_frame);
+  srv__conn_close(c);
+}
+
+static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+  conn_t *c = h->data;
+  (void)hint;
+  if (c->tls) {
+    *buf = uv_buf_init((char *)c->srv->tls_rbuf, TLS_RBUF);
+    return;
+  }
+  if (in_room(c) == 0) {
     *buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
     return;
   }
@@ -387,18 +874,82 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
                      (unsigned)(c->in_cap - c->in_len));
 }
 
+/* Hand the peer the alert that says why its handshake failed (best
+ * effort: the connection closes right after). */
+static void tls_last_words(conn_t *c) {
+  char *ct;
+  size_t n;
+  if (tls_take(c->tls, &ct, &n) == 0 && n > 0) {
+    uv_buf_t b = uv_buf_init(ct, (unsigned)n);
+    uv_try_write(&c->h.stream, &b, 1);
+  }
+  free(ct);
+}
+
+/* Decrypt what TLS holds into the input buffer; runs after the buffered
+ * requests ran, so a buffer with no room holds part of a request too large
+ * for it. RET 0, or -1 when the connection was closed. */
+static int tls_pump(conn_t *c) {
+  int got = 0;
+  for (;;) {
+    size_t room = in_room(c);
+    ssize_t r;
+    if (room == 0) {
+      if (got)
+        break;
+      if (c->in_memwait) {
+        conn_pause(c, 1);
+        return 0;
+      }
+      in_exhausted(c);
+      return -1;
+    }
+    r = tls_read(c->tls, c->in + c->in_len, room);
+    if (tls_out_pending(c->tls) > 0)
+      mark_dirty(c); /* handshake messages */
+    if (r > 0) {
+      c->in_len += (size_t)r;
+      got = 1;
+      continue;
+    }
+    if (r == 0)
+      break;
+    if (r != RDZV_ECLOSED)
+      srv__bad_input(c, "%s", tls_error(c->tls));
+    tls_last_words(c);
+    srv__conn_close(c);
+    return -1;
+  }
+  if (tls_in_pending(c->tls) > TLS_IN_MAX && !got) {
+    srv__bad_input(c, "TLS records not consumed; closing");
+    srv__conn_close(c);
+    return -1;
+  }
+  return 0;
+}
+
+/* Run the buffered requests, then, over TLS, decrypt more and run those,
+ * until nothing more comes or the connection is paused. */
+static void conn_input(conn_t *c) {
+  for (;;) {
+    size_t before;
+    conn_process(c);
+    if (c->state == CONN_CLOSING || c->paused || c->close_after_flush ||
+        c->tls == NULL)
+      return;
+    before = c->in_len;
+    if (tls_pump(c) != 0 || c->in_len == before)
+      return;
+  }
+}
+
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   conn_t *c = st->data;
-  (void)buf;
   if (nread == UV_ENOBUFS) {
-    if (c->in_full)
-      srv__bad_input(c, "server input budget (%zu bytes buffered for "
-                        "unfinished requests) exhausted; closing",
-                     c->srv->cfg.max_in_bytes);
+    if (c->in_memwait)
+      conn_pause(c, 1); /* the request goes on once memory was freed */
     else
-      srv__bad_input(c, "request larger than the %u-byte limit",
-                     c->srv->cfg.max_frame);
-    srv__conn_close(c);
+      in_exhausted(c);
     return;
   }
   if (nread < 0) {
@@ -407,12 +958,29 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   }
   if (nread == 0)
     return;
-  c->in_len += (size_t)nread;
-  conn_process(c);
+  if (c->tls) {
+    if (tls_feed(c->tls, buf->base, (size_t)nread) != 0) {
+      srv__conn_close(c);
+      return;
+    }
+  } else {
+    c->in_len += (size_t)nread;
+    if (c->dialect == NULL && c->srv->tls &&
+        c->peer_addr.ss_family != AF_UNIX && c->in[0] == 0x16) {
+      /* A TLS ClientHello: what follows is decrypted into c->in. */
+      if (tls_new(c->srv->tls, NULL, &c->tls) != 0 ||
+          tls_feed(c->tls, c->in, c->in_len) != 0) {
+        srv__conn_close(c);
+        return;
+      }
+      c->in_len = 0;
+    }
+  }
+  conn_input(c);
 }
 
 static void conn_start_read(conn_t *c) {
-  if (!c->reading && c->state != CONN_CLOSING &&
+  if (!c->reading && !c->paused && c->state != CONN_CLOSING &&
       uv_read_start(&c->h.stream, alloc_cb, read_cb) == 0)
     c->reading = 1;
 }
@@ -448,13 +1016,16 @@ void srv__bad_input(conn_t *c, const char *fmt, ...) {
           (unsigned long long)c->id, c->peer, msg);
 }
 
-/* Decide the protocol from the first bytes. RET bytes consumed, 0 when
- * more are needed, -1 to close. */
+/* Decide the protocol from the first bytes (of the plaintext, inside TLS).
+ * RET bytes consumed, 0 when more are needed, -1 to close. */
 static ssize_t sniff(conn_t *c) {
   const uint8_t *b = c->in;
   size_t n = c->in_len;
   srv_t *s = c->srv;
   static const uint8_t ts_magic[4] = {0xCE, 0xF7, 0x85, 0x3C};
+  int plain_tcp = s->tls && !c->tls && c->peer_addr.ss_family != AF_UNIX;
+  char err[256];
+  job_t *j;
 
   if (b[0] == 'R') {
     if (n < PROTO_MAGIC_LEN)
@@ -464,9 +1035,20 @@ static ssize_t sniff(conn_t *c) {
                         "a TCPStore request)");
       return -1;
     }
+    if (plain_tcp) {
+      srv__bad_input(c, "a native client without TLS, and this server "
+                        "requires TLS: give the client --tls-ca (or "
+                        "LAUNCH_RDZV_TLS_CA)");
+      return -1;
+    }
+    c->dialect = &srv__dialect_native;
     c->state = CONN_HELLO;
     srv__native_hello_challenge(c);
     return PROTO_MAGIC_LEN;
+  }
+  if (c->tls) {
+    srv__bad_input(c, "inside TLS only the native protocol is served");
+    return -1;
   }
   if (b[0] > 18) {
     srv__bad_input(c, "unknown protocol (first byte 0x%02x): neither a "
@@ -480,77 +1062,61 @@ static ssize_t sniff(conn_t *c) {
     return 0;
   }
   if (!ts_allowed(s, c)) {
-    srv__bad_input(c, "TCPStore client refused: this server requires a token "
-                      "and TCPStore has no authentication (allow trusted "
-                      "addresses with --tcpstore-allow)");
+    srv__bad_input(c, "TCPStore client refused: this server requires %s "
+                      "and TCPStore has neither (allow trusted addresses "
+                      "with --tcpstore-allow)",
+                   s->tls ? "TLS" : "a token");
     return -1;
   }
-  c->job = srv__job(s, s->tcpstore_job, strlen(s->tcpstore_job));
-  if (c->job == NULL) {
-    srv__bad_input(c, "cannot create the TCPStore job (max jobs reached)");
-    return -1;
-  }
-  c->job->nconns++;
-  lu_strlcpy(c->role, "tcpstore", sizeof(c->role));
-  c->state = CONN_TS;
   if (b[0] == 0 && memcmp(b + 1, ts_magic, 4) == 0) {
-    c->ts_dialect = TS_DIALECT_V2;
-    return 5;
-  }
-  if (b[0] > 8) {
+    c->dialect = &srv__dialect_ts_v2;
+  } else if (b[0] > 8) {
     srv__bad_input(c, "TCPStore request without VALIDATE (opcode %u): a 2.x "
                       "client must validate first, and 1.13 has no such op",
                    b[0]);
     return -1;
+  } else {
+    c->dialect = &srv__dialect_ts_v1;
   }
-  c->ts_dialect = TS_DIALECT_V1;
-  return 0;
+  if ((j = srv__job(s, c, s->tcpstore_job, strlen(s->tcpstore_job), err,
+                    sizeof(err))) == NULL) {
+    srv__bad_input(c, "TCPStore client refused: %s", err);
+    return -1;
+  }
+  srv__job_attach(c, j);
+  lu_strlcpy(c->role, "tcpstore", sizeof(c->role));
+  c->state = CONN_READY;
+  srv__conn_authenticated(c);
+  return c->dialect == &srv__dialect_ts_v2 ? 5 : 0;
 }
 
 static void conn_process(conn_t *c) {
   size_t off = 0;
   srv_t *s = c->srv;
+  size_t store0 = s->mem.store.used;
+  s->turn_end = uv_hrtime() + TURN_NS;
   while (off < c->in_len && c->state != CONN_CLOSING &&
-         !c->close_after_flush) {
-    const uint8_t *b = c->in + off;
-    size_t n = c->in_len - off;
-    if (c->state == CONN_SNIFF) {
-      ssize_t k;
+         !c->close_after_flush && !c->paused) {
+    ssize_t k;
+    if (c->dialect == NULL) {
       /* sniff() reads c->in from its start; off is 0 in this state. */
       k = sniff(c);
       if (k < 0) {
         srv__conn_close(c);
         return;
       }
-      if (k == 0 && c->state == CONN_SNIFF)
+      if (k == 0 && c->dialect == NULL)
         break;
-      off += (size_t)k;
-    } else if (c->state == CONN_TS) {
-      ssize_t k = srv__ts_input(c, b, n);
+    } else {
+      k = c->dialect->input(c, c->in + off, c->in_len - off);
       if (k < 0) {
         srv__conn_close(c);
         return;
       }
       if (k == 0)
         break;
-      off += (size_t)k;
-    } else {
-      uint32_t len;
-      if (n < PROTO_HDR)
-        break;
-      len = proto_get_len(b);
-      if (len > s->cfg.max_frame) {
-        srv__bad_input(c, "frame of %u bytes exceeds the %u-byte limit", len,
-                       s->cfg.max_frame);
-        srv__conn_close(c);
-        return;
-      }
-      if (n - PROTO_HDR < len)
-        break;
-      s->stats.requests++;
-      srv__native_frame(c, b + PROTO_HDR, len);
-      off += PROTO_HDR + len;
     }
+    off += (size_t)k;
   }
   if (c->state == CONN_CLOSING)
     return;
@@ -558,45 +1124,91 @@ static void conn_process(conn_t *c) {
     memmove(c->in, c->in + off, c->in_len - off);
     c->in_len -= off;
   }
-  if (c->in_len == 0 && c->in_cap > IN_KEEP_MAX) {
-    s->stats.in_bytes -= c->in_cap;
-    free(c->in);
-    c->in = NULL;
-    c->in_cap = 0;
+  if (c->in_len == 0 && c->in_cap > SRV_IN_RESERVE) {
+    in_release(c);
+    mem_released(s);
   }
+  if (s->mem.store.used < store0)
+    mem_released(s);
+}
+
+/* A paused connection goes on: replies that waited for room first, then
+ * the requests it had sent, then reading. */
+static void conn_resume(conn_t *c) {
+  srv_t *s = c->srv;
+  if (c->state == CONN_CLOSING)
+    return;
+  if (c->paused) {
+    c->paused = 0;
+    s->stats.paused--;
+  }
+  if (c->dialect && c->dialect->resume)
+    c->dialect->resume(c);
+  if (!c->paused && c->state != CONN_CLOSING)
+    conn_input(c);
+  if (!c->paused && c->state != CONN_CLOSING)
+    conn_start_read(c);
 }
 
 /* ---- connections -------------------------------------------------------------------- */
 
 static void maybe_finish_close(srv_t *s);
 
+static void conn_free(conn_t *c) {
+  srv_t *s = c->srv;
+  in_release(c);
+  proto_enc_destroy(&c->out);
+  tls_free(c->tls);
+  c->magic = 0;
+  free(c);
+  mem_update(s);
+}
+
 static void on_conn_closed(uv_handle_t *h) {
   conn_t *c = h->data;
   srv_t *s = c->srv;
-  s->stats.in_bytes -= c->in_cap;
-  free(c->in);
-  proto_enc_destroy(&c->out);
-  c->magic = 0;
-  free(c);
+  conn_free(c);
   /* srv_close waits for connections closed before it, too. */
   s->closing_conns--;
   if (s->closing)
     maybe_finish_close(s);
+  else
+    mem_released(s);
+}
+
+/* Take the connection out of every list and release what it holds;
+ * RET 1 the first time. */
+static int conn_teardown(conn_t *c) {
+  srv_t *s = c->srv;
+  if (c->state == CONN_CLOSING)
+    return 0;
+  c->state = CONN_CLOSING;
+  if (c->dialect && c->dialect->closed)
+    c->dialect->closed(c);
+  job_detach(c);
+  list_unlink(&c->dirty_link);
+  list_unlink(&c->resume_link);
+  list_unlink(&c->memwait_link);
+  list_unlink(&c->preauth_link);
+  list_remove(&c->link);
+  if (c->paused)
+    s->stats.paused--;
+  if (c->addr) {
+    c->addr->nconns--;
+    addr_put(s, c->addr);
+    c->addr = NULL;
+  }
+  s->mem.conns -= SRV_CONN_COST;
+  s->mem.out -= c->out_charged;
+  c->out_charged = 0;
+  s->stats.conns_open--;
+  return 1;
 }
 
 void srv__conn_close(conn_t *c) {
   srv_t *s = c->srv;
-  if (c->state == CONN_CLOSING)
+  if (!conn_teardown(c))
     return;
-  c->state = CONN_CLOSING;
-  if (c->job)
-    c->job->nconns--;
-  srv__native_conn_closed(c);
-  srv__ts_conn_closed(c);
-  if (!list_empty(&c->dirty_link))
-    list_remove(&c->dirty_link);
-  list_remove(&c->link);
-  s->stats.conns_open--;
   s->closing_conns++;
   uv_close(&c->h.handle, on_conn_closed);
 }
@@ -629,41 +1241,70 @@ static void peer_name(conn_t *c) {
 
 static void on_refused_closed(uv_handle_t *h) { free(h); }
 
+/* Log a refused connection at most every 5 s. */
+static void log_refused(srv_t *s, const char *fmt, ...) LU_PRINTF(2, 3);
+static void log_refused(srv_t *s, const char *fmt, ...) {
+  uint64_t now = uv_now(s->loop);
+  char msg[256];
+  va_list ap;
+  s->stats.conns_refused++;
+  if (now - s->refused_log_ms <= 5000 && s->refused_log_ms != 0)
+    return;
+  s->refused_log_ms = now;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  LU_WARN(&s->log, "connection refused: %s", msg);
+}
+
+/* Accept and close at once, so that the backlog does not fill. */
+static void refuse_accept(uv_stream_t *server) {
+  srv_t *s = server->data;
+  uv_tcp_t *t = malloc(sizeof(*t));
+  if (t == NULL)
+    return;
+  if (server->type == UV_NAMED_PIPE)
+    uv_pipe_init(s->loop, (uv_pipe_t *)t, 0);
+  else
+    uv_tcp_init(s->loop, t);
+  uv_accept(server, (uv_stream_t *)t);
+  uv_close((uv_handle_t *)t, on_refused_closed);
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   srv_t *s = server->data;
   conn_t *c;
   int is_pipe = server->type == UV_NAMED_PIPE;
+  srv_addr_t *a = NULL;
   if (status < 0) {
     LU_WARN(&s->log, "accept failed: %s", uv_strerror(status));
     return;
   }
   if (s->stats.conns_open >= s->cfg.max_conns) {
-    /* Accept and close at once, so that the backlog does not fill. */
-    uv_tcp_t *t = malloc(sizeof(*t));
-    uint64_t now = uv_now(s->loop);
-    s->stats.conns_refused++;
-    if (now - s->refused_log_ms > 5000) {
-      s->refused_log_ms = now;
-      LU_WARN(&s->log, "connection refused: %u connections open, the limit "
-                       "(raise it with --max-conns)", s->cfg.max_conns);
-    }
-    if (t == NULL)
-      return;
-    if (is_pipe)
-      uv_pipe_init(s->loop, (uv_pipe_t *)t, 0);
-    else
-      uv_tcp_init(s->loop, t);
-    uv_accept(server, (uv_stream_t *)t);
-    uv_close((uv_handle_t *)t, on_refused_closed);
+    log_refused(s, "%u connections open, the limit (raise it with "
+                   "--max-conns)", s->cfg.max_conns);
+    refuse_accept(server);
     return;
   }
-  if ((c = calloc(1, sizeof(*c))) == NULL)
+  if (!mem_fixed_room(s, SRV_CONN_COST)) {
+    log_refused(s, "connections and jobs hold their quarter of "
+                   "--max-memory %zu (16 KiB a connection): raise "
+                   "--max-memory", s->cfg.max_memory);
+    refuse_accept(server);
     return;
+  }
+  if ((c = calloc(1, sizeof(*c))) == NULL) {
+    refuse_accept(server);
+    return;
+  }
   c->magic = CONN_MAGIC;
   c->srv = s;
   c->id = ++s->next_conn_id;
   list_init(&c->link);
   list_init(&c->dirty_link);
+  list_init(&c->resume_link);
+  list_init(&c->memwait_link);
+  list_init(&c->preauth_link);
   list_init(&c->pends);
   proto_enc_init(&c->out);
   if (is_pipe)
@@ -671,14 +1312,36 @@ static void on_connection(uv_stream_t *server, int status) {
   else
     uv_tcp_init(s->loop, &c->h.tcp);
   c->h.handle.data = c;
+  c->state = CONN_CLOSING; /* not counted yet */
   if (uv_accept(server, &c->h.stream) != 0) {
+    s->closing_conns++;
     uv_close(&c->h.handle, on_conn_closed);
     return;
   }
-  if (!is_pipe)
-    uv_tcp_nodelay(&c->h.tcp, 1);
   peer_name(c);
+  if (!is_pipe) {
+    uv_tcp_nodelay(&c->h.tcp, 1);
+    a = addr_get(s, &c->peer_addr);
+    if (a == NULL || a->nconns >= s->cfg.max_conns_per_addr) {
+      log_refused(s, "%s has %u connections open, the per-address limit "
+                     "(--max-conns-per-addr)", c->peer,
+                  a ? a->nconns : 0);
+      addr_put(s, a);
+      s->closing_conns++;
+      uv_close(&c->h.handle, on_conn_closed);
+      return;
+    }
+    a->nconns++;
+    c->addr = a;
+  }
+  c->state = CONN_SNIFF;
+  c->accepted_ms = uv_now(s->loop);
   list_insert_tail(&s->conns, &c->link);
+  list_insert_tail(&s->preauth, &c->preauth_link);
+  if (!uv_is_active((uv_handle_t *)&s->hs_timer))
+    uv_timer_start(&s->hs_timer, hs_timer_cb, s->cfg.handshake_ms, 0);
+  s->mem.conns += SRV_CONN_COST;
+  mem_update(s);
   s->stats.conns_open++;
   s->stats.conns_total++;
   conn_start_read(c);
@@ -688,9 +1351,47 @@ static void on_connection(uv_stream_t *server, int status) {
 
 static char *dup_or_null(const char *p) { return p ? strdup(p) : NULL; }
 
+static void free_config(srv_t *s) {
+  free(s->host);
+  free(s->unix_path);
+  free(s->tcpstore_job);
+  free(s->token);
+  free(s->tls_rbuf);
+  tls_ctx_free(s->tls);
+}
+
+/* Derive the limits left at 0 from max_memory and check that they fit
+ * together. RET 0 or RDZV_EINVAL (logged). */
+static int derive_limits(srv_t *s) {
+  srv_config_t *c = &s->cfg;
+  if (c->max_memory == 0)
+    c->max_memory = (size_t)512 << 20;
+  if (c->max_store_bytes == 0 || c->max_store_bytes > c->max_memory / 2)
+    c->max_store_bytes = c->max_memory / 2;
+  if (c->max_in_bytes == 0)
+    c->max_in_bytes = c->max_memory / 8;
+  if (c->max_out_bytes == 0)
+    c->max_out_bytes = LU_MIN(c->max_memory / 8, (size_t)64 << 20);
+  if (c->max_conns_per_addr == 0)
+    c->max_conns_per_addr = c->max_conns;
+  if (c->max_jobs_per_addr == 0)
+    c->max_jobs_per_addr = c->max_jobs;
+  if (c->handshake_ms == 0)
+    c->handshake_ms = 10000;
+  if ((size_t)c->max_value + (64u << 10) > c->max_out_bytes) {
+    LU_ERR(&s->log, "a value of --max-value %u bytes would not fit in the "
+                    "%zu bytes of replies one connection may hold (an "
+                    "eighth of --max-memory): raise --max-memory or lower "
+                    "--max-value", c->max_value, c->max_out_bytes);
+    return RDZV_EINVAL;
+  }
+  return 0;
+}
+
 int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   srv_t *s;
   proto_limits_t pl = PROTO_LIMITS_DEFAULT;
+  char err[512];
   if (cfg == NULL || cfg->size < sizeof(srv_config_t) || cfg->version != 1)
     return RDZV_EINVAL;
   if ((s = calloc(1, sizeof(*s))) == NULL)
@@ -715,13 +1416,11 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   s->cfg.tcpstore_job = s->tcpstore_job;
   s->cfg.token = s->token;
   s->cfg.tcpstore_allow = NULL;
+  s->cfg.tls_cert = s->cfg.tls_key = s->cfg.tls_ca = NULL;
   s->cfg.log = NULL;
   if (s->tcpstore_job == NULL || (cfg->token && cfg->token_len && !s->token) ||
       (cfg->host && !s->host) || (cfg->unix_path && !s->unix_path)) {
-    free(s->host);
-    free(s->unix_path);
-    free(s->tcpstore_job);
-    free(s->token);
+    free_config(s);
     free(s);
     return RDZV_ENOMEM;
   }
@@ -729,34 +1428,53 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
     LU_ERR(&s->log, "--tcpstore-allow '%s' does not parse: give addresses or "
                     "CIDR ranges separated by commas (127.0.0.0/8,::1)",
            cfg->tcpstore_allow);
-    free(s->host);
-    free(s->unix_path);
-    free(s->tcpstore_job);
-    free(s->token);
+    free_config(s);
     free(s);
     return RDZV_EINVAL;
   }
-  pl.max_frame = cfg->max_frame;
-  pl.max_items = cfg->max_keys * 2 + 64;
+  if (cfg->tls_cert || cfg->tls_key || cfg->tls_ca) {
+    tls_files_t f = {cfg->tls_cert, cfg->tls_key, cfg->tls_ca};
+    if (tls_ctx_new(1, &f, &s->tls, err, sizeof(err)) != 0 ||
+        (s->tls_rbuf = malloc(TLS_RBUF)) == NULL) {
+      LU_ERR(&s->log, "%s", err);
+      free_config(s);
+      free(s);
+      return RDZV_EINVAL;
+    }
+  }
+  if (derive_limits(s) != 0 || lu_random(&s->addr_seed, sizeof(s->addr_seed))) {
+    free_config(s);
+    free(s);
+    return RDZV_EINVAL;
+  }
+  pl.max_frame = s->cfg.max_frame;
+  pl.max_items = s->cfg.max_keys * 2 + 64;
   s->plim = pl;
-  s->tlim.max_key = cfg->max_key;
-  s->tlim.max_value = cfg->max_value;
-  s->tlim.max_keys = cfg->max_keys;
-  s->tlim.max_request = cfg->max_frame;
+  s->tlim.max_key = s->cfg.max_key;
+  s->tlim.max_value = s->cfg.max_value;
+  s->tlim.max_keys = s->cfg.max_keys;
+  s->tlim.max_request = s->cfg.max_frame;
+  mem_update(s);
   list_init(&s->conns);
   list_init(&s->dirty);
+  list_init(&s->resume);
+  list_init(&s->memwait);
+  list_init(&s->preauth);
   uv_check_init(loop, &s->flush_check);
   s->flush_check.data = s;
   uv_check_start(&s->flush_check, check_cb);
   uv_unref((uv_handle_t *)&s->flush_check);
   uv_idle_init(loop, &s->flush_idle);
   s->flush_idle.data = s;
-  uv_timer_init(loop, &s->timer);
-  s->timer.data = s;
-  uv_unref((uv_handle_t *)&s->timer);
-  uv_timer_init(loop, &s->rdv_timer);
-  s->rdv_timer.data = s;
-  uv_unref((uv_handle_t *)&s->rdv_timer);
+  uv_timer_t *timers[] = {&s->timer, &s->hs_timer, &s->gc_timer,
+                          &s->rdv_timer};
+  for (size_t i = 0; i < LU_ARRAY_SIZE(timers); i++) {
+    uv_timer_init(loop, timers[i]);
+    timers[i]->data = s;
+    uv_unref((uv_handle_t *)timers[i]);
+  }
+  /* Every server can host a job's rendezvous (docs/rendezvous.md). */
+  rdv_install(s);
   *out = s;
   return 0;
 }
@@ -862,20 +1580,16 @@ int srv_port(const srv_t *s) { return s->port; }
 void srv_get_stats(const srv_t *s, srv_stats_t *st) { *st = s->stats; }
 
 static void free_all(srv_t *s) {
-  job_t *j = s->jobs;
-  while (j) {
-    job_t *n = j->next;
-    if (s->rdv_job_free)
-      s->rdv_job_free(j);
-    store_free(j->store);
-    free(j);
-    j = n;
+  while (s->jobs) {
+    job_t *j = s->jobs;
+    s->jobs = j->next;
+    job_free(s, j);
   }
+  /* Every byte counted was given back: the accounting does not drift. */
+  assert(mem_used(s) == 0);
+  free(s->addrs);
   free(s->heap);
-  free(s->host);
-  free(s->unix_path);
-  free(s->tcpstore_job);
-  free(s->token);
+  free_config(s);
   s->magic = 0;
   free(s);
 }
@@ -900,10 +1614,7 @@ static void on_handle_closed(uv_handle_t *h) {
 static void on_conn_closed_final(uv_handle_t *h) {
   conn_t *c = h->data;
   srv_t *s = c->srv;
-  s->stats.in_bytes -= c->in_cap;
-  free(c->in);
-  proto_enc_destroy(&c->out);
-  free(c);
+  conn_free(c);
   s->pending_closes--;
   maybe_finish_close(s);
 }
@@ -919,12 +1630,7 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
   s->closing = 1;
   while (!list_empty(&s->conns)) {
     conn_t *c = LIST_ENTRY(s->conns.next, conn_t, link);
-    c->state = CONN_CLOSING;
-    srv__native_conn_closed(c);
-    srv__ts_conn_closed(c);
-    if (!list_empty(&c->dirty_link))
-      list_remove(&c->dirty_link);
-    list_remove(&c->link);
+    conn_teardown(c);
     s->pending_closes++;
     uv_close(&c->h.handle, on_conn_closed_final);
   }
@@ -937,11 +1643,14 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
     uv_close((uv_handle_t *)&s->unix_listener, on_handle_closed);
     unlink(s->unix_path);
   }
-  s->pending_closes += 4;
-  uv_close((uv_handle_t *)&s->flush_check, on_handle_closed);
-  uv_close((uv_handle_t *)&s->flush_idle, on_handle_closed);
-  uv_close((uv_handle_t *)&s->timer, on_handle_closed);
-  uv_close((uv_handle_t *)&s->rdv_timer, on_handle_closed);
+  uv_handle_t *hs[] = {(uv_handle_t *)&s->flush_check,
+                       (uv_handle_t *)&s->flush_idle, (uv_handle_t *)&s->timer,
+                       (uv_handle_t *)&s->hs_timer, (uv_handle_t *)&s->gc_timer,
+                       (uv_handle_t *)&s->rdv_timer};
+  for (size_t i = 0; i < LU_ARRAY_SIZE(hs); i++) {
+    s->pending_closes++;
+    uv_close(hs[i], on_handle_closed);
+  }
   s->pending_closes--;
   maybe_finish_close(s);
 }

@@ -23,11 +23,14 @@ typedef struct srv_config_s {
   const char *host;     /* NULL, "" or "::" = every address, dual-stack */
   int port;             /* 0 = the OS picks (srv_port() tells) */
   const char *unix_path;/* also listen here when set */
-  const void *token;    /* shared secret; NULL = no authentication */
+  const void *token;    /* server secret; NULL = no authentication. A client
+                           proves it holds the secret itself, or the key
+                           of its job (proto_job_key) */
   size_t token_len;
   const char *tcpstore_job;   /* job served to TCPStore clients */
   const char *tcpstore_allow; /* "127.0.0.0/8,10.1.0.0/16": TCPStore peers
-                                 allowed while a token is set; NULL = none */
+                                 allowed while a token or TLS is set;
+                                 NULL = none */
   uint32_t max_frame;         /* bytes of one request */
   uint32_t max_key;           /* bytes of one key */
   uint32_t max_value;         /* bytes of one value */
@@ -36,18 +39,48 @@ typedef struct srv_config_s {
   uint32_t max_conns;         /* connections in all */
   uint32_t max_conns_per_job;
   uint32_t max_jobs;
-  size_t max_store_bytes;     /* per job */
-  size_t max_out_bytes;       /* unsent reply bytes before reading pauses */
-  size_t max_in_bytes;        /* buffered request bytes, all connections */
+  size_t max_store_bytes;     /* per job; 0 = half of max_memory */
+  size_t max_out_bytes;       /* unsent replies of one connection before
+                                 it is paused; 0 = max_memory / 8, at
+                                 least max_value + 64 KiB */
+  size_t max_in_bytes;        /* unfinished request bytes buffered by all
+                                 connections; 0 = max_memory / 8 */
   const lu_log_t *log;        /* NULL = a default logger */
+  /* version 1 continued (fields are only ever added here) */
+  size_t max_memory;          /* what the server may hold for its clients:
+                                 stores, buffers, connections, jobs */
+  uint32_t max_conns_per_addr;/* connections of one client address */
+  uint32_t max_jobs_per_addr; /* jobs one client address may create */
+  uint32_t handshake_ms;      /* a connection not authenticated by then
+                                 (or silent until then) is closed */
+  uint32_t job_grace_ms;      /* a job without connection and data is
+                                 forgotten after this */
+  const char *tls_cert;       /* PEM: TLS on every TCP connection when set */
+  const char *tls_key;
+  const char *tls_ca;         /* require client certificates of this CA */
 } srv_config_t;
 
 #define SRV_CONFIG_INIT                                                        \
-  {sizeof(srv_config_t), 1, NULL, RDZV_DEFAULT_PORT, NULL, NULL, 0,            \
-   "default", NULL, 16u << 20, 8192, 8u << 20, 128u * 1024, 1024, 65536,       \
-   65536, 4096, (size_t)1 << 30, 64u << 20, (size_t)512 << 20, NULL}
+  {.size = sizeof(srv_config_t),                                               \
+   .version = 1,                                                               \
+   .port = RDZV_DEFAULT_PORT,                                                  \
+   .tcpstore_job = "default",                                                  \
+   .max_frame = 16u << 20,                                                     \
+   .max_key = 8192,                                                            \
+   .max_value = 8u << 20,                                                      \
+   .max_keys = 128u * 1024,                                                    \
+   .max_waits = 1024,                                                          \
+   .max_conns = 65536,                                                         \
+   .max_conns_per_job = 65536,                                                 \
+   .max_jobs = 4096,                                                           \
+   .max_memory = (size_t)512 << 20,                                            \
+   .max_conns_per_addr = 1024,                                                 \
+   .max_jobs_per_addr = 64,                                                    \
+   .handshake_ms = 10000,                                                      \
+   .job_grace_ms = 60000}
 
-/* IN loop, cfg (copied). OUT *out. RET 0, RDZV_EINVAL, RDZV_ENOMEM. */
+/* IN loop, cfg (copied). OUT *out. RET 0, RDZV_EINVAL (a bad option,
+ * logged), RDZV_ENOMEM. The rendezvous module is installed. */
 int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out);
 /* Bind and listen. RET 0 or -errno (-EADDRINUSE, -EADDRNOTAVAIL, ...). */
 int srv_listen(srv_t *s);
@@ -56,9 +89,6 @@ int srv_port(const srv_t *s);
 /* Close every connection and listener; cb runs once all handles are
  * closed, after which s is freed. */
 void srv_close(srv_t *s, void (*cb)(void *arg), void *arg);
-/* The store of a job, created if needed (for an embedding agent).
- * RET NULL when out of memory or over max_jobs. */
-store_t *srv_job_store(srv_t *s, const char *job);
 
 typedef struct srv_stats_s {
   uint64_t conns_open, conns_total, conns_refused;
@@ -66,6 +96,9 @@ typedef struct srv_stats_s {
   uint64_t waits_pending;
   uint64_t in_bytes;          /* request bytes buffered now */
   uint64_t jobs;
+  uint64_t mem_used;          /* counted against max_memory */
+  uint64_t paused;            /* connections waiting for their replies to
+                                 drain or for memory */
 } srv_stats_t;
 void srv_get_stats(const srv_t *s, srv_stats_t *st);
 

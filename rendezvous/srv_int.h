@@ -1,5 +1,11 @@
-/* srv_int.h - internals shared by server.c (connections), srv_native.c
- * (native ops), tcpstore.c (TCPStore dialects) and the rendezvous module. */
+/* srv_int.h - internals shared by server.c (the connection core),
+ * srv_native.c and srv_tcpstore.c (the dialects) and the rendezvous
+ * module (rdv.c).
+ *
+ * The core owns connections: sniffing, TLS, input and output buffers, the
+ * memory they may use, replies and pushes. A dialect (srv_dialect_t) turns
+ * the bytes of a connection into requests; the core never names a
+ * dialect's functions. */
 #ifndef SRV_INT_H
 #define SRV_INT_H
 
@@ -11,9 +17,23 @@
 #include "server.h"
 #include "store.h"
 #include "tcpstore.h"
+#include "tls.h"
 
 #define SRV_MAGIC 0x53525631u  /* "SRV1" */
 #define CONN_MAGIC 0x434f4e4eu /* "CONN" */
+
+/* What one connection always has, charged against --max-memory when it is
+ * accepted: its structures, an input buffer for requests of up to
+ * SRV_IN_RESERVE bytes and SRV_OUT_RESERVE bytes of unsent replies. Beyond
+ * them, input counts against --max-input-bytes and output against what is
+ * left of --max-memory. The reserves are what keeps a well-behaved client
+ * served while others hold the shared memory. */
+#define SRV_IN_RESERVE (8u << 10)
+#define SRV_OUT_RESERVE (4u << 10)
+#define SRV_CONN_COST (16u << 10)
+#define SRV_JOB_COST (2u << 10)
+/* Before authentication a connection may send one HELLO-sized frame. */
+#define SRV_HELLO_MAX_FRAME (4u << 10)
 
 typedef struct list_s {
   struct list_s *prev, *next;
@@ -32,29 +52,65 @@ static inline void list_remove(list_t *n) {
   n->next->prev = n->prev;
   n->prev = n->next = n;
 }
+/* Remove n if it is in a list (a removed node points at itself). */
+static inline void list_unlink(list_t *n) {
+  if (n->next != n)
+    list_remove(n);
+}
 #define LIST_ENTRY(ptr, type, field)                                           \
   ((type *)((char *)(ptr)-offsetof(type, field)))
 
 typedef struct job_s job_t;
 typedef struct conn_s conn_t;
 typedef struct pend_s pend_t;
+typedef struct srv_addr_s srv_addr_t;
 
 struct job_s {
   job_t *next;
   srv_t *srv;
   store_t *store;
   uint32_t nconns;
-  void *rdv; /* rendezvous state (rendezvous module) */
+  srv_addr_t *creator; /* the address whose HELLO created it (counted) */
+  uint64_t idle_since; /* when it last had no connection (ms) */
+  void *rdv;           /* rendezvous state (rendezvous module) */
   char name[];
 };
 
+/* Connections and jobs of one client address (per-address limits). */
+struct srv_addr_s {
+  srv_addr_t *next;
+  uint8_t a[16]; /* IPv4 as v4-mapped IPv6 */
+  uint32_t nconns, njobs;
+};
+
 enum {
-  CONN_SNIFF = 0,   /* no byte seen yet */
-  CONN_HELLO,       /* native magic seen, waiting for HELLO */
-  CONN_NATIVE,      /* authenticated native client */
-  CONN_TS,          /* TCPStore client (dialect in conn->ts_dialect) */
+  CONN_SNIFF = 0, /* no byte seen yet (or the TLS handshake runs) */
+  CONN_HELLO,     /* native magic seen, waiting for HELLO */
+  CONN_READY,     /* authenticated native client, or an allowed TCPStore */
   CONN_CLOSING
 };
+
+/* Returned by a dialect's request handler: the reply does not fit now;
+ * keep the request and run it again once the connection's replies drained
+ * (or memory was freed). */
+#define SRV_LATER 1
+
+/* A dialect: how the bytes of a connection become requests. */
+typedef struct srv_dialect_s {
+  const char *name;
+  /* Run the whole requests at buf[0..n), stopping early when
+   * srv__conn_paused() says so. RET bytes consumed, or <0 to close. */
+  ssize_t (*input)(conn_t *c, const uint8_t *buf, size_t n);
+  /* Retry what was deferred (replies woken while output was full); called
+   * before buffered input when a paused connection resumes. */
+  void (*resume)(conn_t *c);
+  /* Release the connection's waits and registrations. */
+  void (*closed)(conn_t *c);
+} srv_dialect_t;
+
+extern const srv_dialect_t srv__dialect_native;
+extern const srv_dialect_t srv__dialect_ts_v2;
+extern const srv_dialect_t srv__dialect_ts_v1;
 
 struct conn_s {
   union {
@@ -66,27 +122,37 @@ struct conn_s {
   unsigned magic;
   srv_t *srv;
   job_t *job;
+  const srv_dialect_t *dialect; /* NULL while sniffing */
+  srv_addr_t *addr;     /* NULL for unix-socket peers */
   int state;
-  int ts_dialect;       /* TS_DIALECT_* once state == CONN_TS */
   int reading;          /* uv_read_start active */
+  int paused;           /* requests wait until replies drained */
   int bad_logged;       /* bad input from this peer already logged */
-  int broken;           /* a reply could not be queued: close at flush */
+  int broken;           /* output could not be queued: close at flush */
   int close_after_flush;/* send what is queued (an error), then close */
   uint64_t id;
+  uint64_t accepted_ms;
   char peer[80];
   struct sockaddr_storage peer_addr;
   char role[16];
   list_t link;          /* in srv->conns */
-  list_t dirty_link;    /* in srv->dirty while out has bytes */
+  list_t dirty_link;    /* in srv->dirty while output waits to be written */
+  list_t resume_link;   /* in srv->resume: run deferred work this turn */
+  list_t memwait_link;  /* in srv->memwait: waits for shared memory */
+  list_t preauth_link;  /* in srv->preauth until authenticated */
   list_t pends;         /* native pending ops (pend_t) */
   uint32_t npend;       /* pending waits (native or TCPStore) */
-  /* Input: bytes received and not yet parsed. */
+  /* Input: plaintext bytes received and not yet parsed. */
   uint8_t *in;
   size_t in_len, in_cap;
+  size_t in_charged;    /* of in_cap, counted in srv->mem.in */
   int in_full;          /* the input budget stopped this buffer growing */
+  int in_memwait;       /* --max-memory stopped it: wait for memory */
   /* Output: replies not yet handed to the kernel. */
   proto_enc_t out;
   size_t inflight;      /* bytes in uv_write requests */
+  size_t out_charged;   /* counted in srv->mem.out */
+  tls_t *tls;           /* TLS session, or NULL */
   /* TCPStore state. */
   store_waiter_t **ts_waits; /* outstanding TCPStore waits */
   uint32_t ts_nwaits, ts_capwaits;
@@ -102,12 +168,14 @@ struct pend_s {
   conn_t *c;
   uint64_t reqid;
   int op;
+  int ready;            /* woken; the reply waits for room */
   uint64_t deadline_ms; /* 0 = none */
   size_t heap_idx;      /* index in srv->heap, or SIZE_MAX */
   store_waiter_t *w;
   store_bwait_t *bw;
   uint32_t nkeys;
   store_key_t *keys;    /* copies, for replying with values (GET, MGET) */
+  size_t charged;       /* bytes counted in the job's store */
 };
 
 struct srv_s {
@@ -117,6 +185,8 @@ struct srv_s {
   lu_log_t log;
   char *host, *unix_path, *tcpstore_job;
   uint8_t *token;
+  tls_ctx_t *tls;       /* TLS listener when set */
+  uint8_t *tls_rbuf;    /* ciphertext read buffer (one loop thread) */
   /* TCPStore allow list */
   struct {
     struct sockaddr_storage net;
@@ -130,25 +200,45 @@ struct srv_s {
   int port;
   proto_limits_t plim;
   ts_limits_t tlim;
+  /* Memory, all counted against cfg.max_memory. */
+  struct {
+    size_t conns; /* SRV_CONN_COST per connection */
+    size_t jobs;  /* SRV_JOB_COST per job */
+    size_t in;    /* input buffers beyond their reserve */
+    size_t out;   /* unsent output beyond its reserve */
+    store_budget_t store; /* every job's store; max follows what is left */
+  } mem;
   job_t *jobs;
   uint32_t njobs;
+  srv_addr_t **addrs; /* per-address counts, hashed */
+  size_t naddr_buckets;
+  uint64_t addr_seed;
   list_t conns;
   list_t dirty;
+  list_t resume;
+  list_t memwait;
+  list_t preauth;       /* oldest first: deadlines in accept order */
   uv_check_t flush_check;
   uv_idle_t flush_idle;
-  uv_timer_t timer;
+  uv_timer_t timer;     /* pending-op deadlines */
+  uv_timer_t hs_timer;  /* handshake deadlines */
+  uv_timer_t gc_timer;  /* idle jobs */
   pend_t **heap;
   size_t heap_len, heap_cap;
   uint64_t next_conn_id;
+  uint64_t turn_end;    /* uv_hrtime() when this connection's turn ends */
   uint64_t refused_log_ms;
   uint64_t bad_window_ms, bad_in_window, bad_suppressed;
   srv_stats_t stats;
   /* Rendezvous ops (PROTO_OP_JOIN and up), installed by the rendezvous
-   * module; NULL answers RDZV_ENOTSUP. */
+   * module (every server has it: srv_new installs it). */
   void (*rdv_op)(conn_t *c, const proto_msg_t *m);
   void (*rdv_conn_closed)(conn_t *c);
   void (*rdv_job_free)(job_t *j);
+  /* RET 1 when the module holds nothing for the job worth keeping. */
+  int (*rdv_job_idle)(const job_t *j);
   uv_timer_t rdv_timer; /* rendezvous deadlines (armed by the module) */
+  uint64_t rdv_due;     /* when rdv_timer was due (loop stalls show late) */
   void *rdv_data;
   int closing;
   int pending_closes;
@@ -157,17 +247,39 @@ struct srv_s {
   void *close_arg;
 };
 
-/* server.c */
-job_t *srv__job(srv_t *s, const char *name, size_t len);
+/* ---- server.c: the connection core ---------------------------------------- */
+
+/* The job of that name, created if needed by connection c (its address is
+ * the creator). RET NULL with a message in err when a limit refuses it. */
+job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
+                size_t errcap);
+void srv__job_attach(conn_t *c, job_t *j);
 void srv__conn_close(conn_t *c);
-void srv__mark_dirty(conn_t *c);
+/* The connection passed its handshake: it may send full-sized requests. */
+void srv__conn_authenticated(conn_t *c);
 /* Log bad input from this connection once, count it. */
 void srv__bad_input(conn_t *c, const char *fmt, ...) LU_PRINTF(2, 3);
 int srv__pend_arm(srv_t *s, pend_t *p, int64_t wait_ms);
 void srv__pend_disarm(srv_t *s, pend_t *p);
 
-/* srv_native.c: replies. reply_begin packs [REPLY, id, status] and leaves
- * room for nres more elements; reply_end finishes the frame. */
+/* Output. Before building a reply of about n bytes a handler asks for room:
+ * SRV_ROOM_OK: build it now; SRV_ROOM_LATER: the connection is paused
+ * (its own unsent replies, or the server's memory, are full) and the
+ * handler returns SRV_LATER; SRV_ROOM_NEVER: n is over what one connection
+ * may ever have unsent, refuse the request. Small replies (errors, counts)
+ * need no check: a paused connection runs no request. */
+enum { SRV_ROOM_OK = 0, SRV_ROOM_LATER = 1, SRV_ROOM_NEVER = 2 };
+int srv__out_room(conn_t *c, size_t n);
+/* For pushes and events the client did not ask for right now (TCPStore
+ * watch events): RET 1 when n bytes may be queued, else 0 and the
+ * connection is closed at the next flush, as a client that does not read
+ * its events must not hold the server's memory. */
+int srv__push_room(conn_t *c, size_t n);
+/* Is the connection paused (its unsent replies over its cap)? Dialects
+ * check it before each request. */
+int srv__conn_paused(conn_t *c);
+/* Replies: reply_begin packs [REPLY, id, status] and leaves room for nres
+ * more elements; reply_end finishes the frame. */
 void srv__reply_begin(conn_t *c, uint64_t id, int status, uint32_t nres);
 void srv__reply_end(conn_t *c);
 void srv__reply_ok(conn_t *c, uint64_t id);
@@ -175,16 +287,12 @@ void srv__reply_err(conn_t *c, uint64_t id, int status, const char *fmt, ...)
     LU_PRINTF(4, 5);
 /* Push [PUSH, 0, ev, ...nargs]: finish with srv__reply_end. */
 void srv__push_begin(conn_t *c, int ev, uint32_t nargs);
+/* Raw bytes (TCPStore replies). Never closes: it may run inside a store
+ * callback; a failure closes the connection at the next flush. */
+void srv__out_raw(conn_t *c, const void *p, size_t n);
 
-/* srv_native.c */
-void srv__native_frame(conn_t *c, const uint8_t *body, size_t n);
+/* ---- srv_native.c ---------------------------------------------------------- */
 void srv__native_hello_challenge(conn_t *c);
 void srv__native_pend_timeout(pend_t *p);
-void srv__native_conn_closed(conn_t *c);
-
-/* tcpstore.c: consume as many whole requests as the buffer holds.
- * RET bytes consumed, or <0 to close the connection. */
-ssize_t srv__ts_input(conn_t *c, const uint8_t *buf, size_t n);
-void srv__ts_conn_closed(conn_t *c);
 
 #endif /* SRV_INT_H */

@@ -1,49 +1,13 @@
-/* srv_native.c - the native protocol: HELLO/authentication and the store
- * operations, each a handler in one table. */
+/* srv_native.c - the native dialect: framing, HELLO/authentication and
+ * the store operations, each a handler in one table. A handler whose reply
+ * may be large asks the core for room first (srv__out_room) and returns
+ * SRV_LATER to run again once there is. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "srv_int.h"
-
-/* ---- replies ---------------------------------------------------------------------- */
-
-void srv__reply_begin(conn_t *c, uint64_t id, int status, uint32_t nres) {
-  proto_enc_begin(&c->out, 3 + nres);
-  msgpack_pack_uint8(&c->out.pk, PROTO_REPLY);
-  msgpack_pack_uint64(&c->out.pk, id);
-  msgpack_pack_int64(&c->out.pk, status);
-}
-
-void srv__push_begin(conn_t *c, int ev, uint32_t nargs) {
-  proto_enc_begin(&c->out, 3 + nargs);
-  msgpack_pack_uint8(&c->out.pk, PROTO_PUSH);
-  msgpack_pack_uint8(&c->out.pk, 0);
-  msgpack_pack_int64(&c->out.pk, ev);
-}
-
-void srv__reply_end(conn_t *c) {
-  if (proto_enc_end(&c->out) != 0)
-    c->broken = 1;
-  srv__mark_dirty(c);
-}
-
-void srv__reply_ok(conn_t *c, uint64_t id) {
-  srv__reply_begin(c, id, 0, 0);
-  srv__reply_end(c);
-}
-
-void srv__reply_err(conn_t *c, uint64_t id, int status, const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  srv__reply_begin(c, id, status, 1);
-  proto_pack_str(&c->out.pk, msg);
-  srv__reply_end(c);
-}
 
 /* ---- argument checks ------------------------------------------------------------- */
 
@@ -132,8 +96,9 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
 
 static void reply_store_err(conn_t *c, const proto_msg_t *m, int rc) {
   if (rc == RDZV_ETOOBIG)
-    srv__reply_err(c, m->id, rc, "store of job '%s' is full (%zu bytes); "
-                   "delete keys or raise --max-store-bytes", c->job->name,
+    srv__reply_err(c, m->id, rc, "store of job '%s' is full (%zu bytes, "
+                   "waits and barriers included); delete keys or raise "
+                   "--max-store-bytes / --max-memory", c->job->name,
                    store_bytes(c->job->store));
   else if (rc == RDZV_ENOTNUM)
     srv__reply_err(c, m->id, rc, "the key's value is not a decimal integer");
@@ -141,7 +106,31 @@ static void reply_store_err(conn_t *c, const proto_msg_t *m, int rc) {
     srv__reply_err(c, m->id, rc, "%s", rdzv_strerror(rc));
 }
 
+/* Ask the core for room for a reply of n bytes. RET 0: build it;
+ * SRV_LATER: return that; -1: refused (an error reply was sent). */
+static int room_for_reply(conn_t *c, uint64_t id, int op, size_t n) {
+  int r = srv__out_room(c, n);
+  if (r == SRV_ROOM_OK)
+    return 0;
+  if (r == SRV_ROOM_LATER)
+    return SRV_LATER;
+  srv__reply_err(c, id, RDZV_ETOOBIG, "%s: the reply would hold %zu bytes, "
+                 "over the %zu bytes of replies one connection may have "
+                 "unsent (--max-out-bytes): ask for fewer keys at a time",
+                 proto_op_name(op), n, c->srv->cfg.max_out_bytes);
+  return -1;
+}
+
 /* ---- pending ops -------------------------------------------------------------------- */
+
+static void pend_cancel_waits(pend_t *p) {
+  if (p->w)
+    store_wait_cancel(p->w);
+  if (p->bw)
+    store_barrier_cancel(p->bw);
+  p->w = NULL;
+  p->bw = NULL;
+}
 
 static void pend_free(pend_t *p) {
   conn_t *c = p->c;
@@ -154,10 +143,21 @@ static void pend_free(pend_t *p) {
       free((void *)p->keys[i].p);
     free(p->keys);
   }
+  store_uncharge(c->job->store, p->charged);
   free(p);
 }
 
-/* Reply with the values of p's keys (GET: one value; MGET: a list). */
+/* Bytes of the reply with the values of keys (GET: one value; MGET: a
+ * list), on the safe side. */
+static size_t values_size(store_t *st, const store_key_t *keys, uint32_t n) {
+  size_t sz = 32;
+  for (uint32_t i = 0; i < n; i++) {
+    size_t vlen = 0;
+    sz += store_get(st, keys[i].p, keys[i].n, &vlen) ? vlen + 5 : 1;
+  }
+  return sz;
+}
+
 static void reply_values(conn_t *c, uint64_t id, int op,
                          const store_key_t *keys, uint32_t n) {
   store_t *st = c->job->store;
@@ -175,14 +175,33 @@ static void reply_values(conn_t *c, uint64_t id, int op,
   srv__reply_end(c);
 }
 
+/* The keys of a woken GET/MGET exist: reply with their values when there
+ * is room, else keep the pend ready until the connection drained.
+ * RET 0 done (p freed), SRV_LATER kept. */
+static int pend_reply(pend_t *p) {
+  conn_t *c = p->c;
+  int r = room_for_reply(c, p->reqid, p->op,
+                         values_size(c->job->store, p->keys, p->nkeys));
+  if (r == SRV_LATER) {
+    p->ready = 1;
+    srv__pend_disarm(c->srv, p);
+    return SRV_LATER;
+  }
+  if (r == 0)
+    reply_values(c, p->reqid, p->op, p->keys, p->nkeys);
+  pend_free(p);
+  return 0;
+}
+
 static void pend_wake(store_waiter_t *w, void *data) {
   pend_t *p = data;
   (void)w;
   p->w = NULL; /* freed by the store after this callback */
-  if (p->op == PROTO_OP_GET || p->op == PROTO_OP_MGET)
-    reply_values(p->c, p->reqid, p->op, p->keys, p->nkeys);
-  else
-    srv__reply_ok(p->c, p->reqid);
+  if (p->op == PROTO_OP_GET || p->op == PROTO_OP_MGET) {
+    pend_reply(p);
+    return;
+  }
+  srv__reply_ok(p->c, p->reqid);
   pend_free(p);
 }
 
@@ -197,12 +216,7 @@ static void pend_barrier_open(store_bwait_t *b, void *data) {
 void srv__native_pend_timeout(pend_t *p) {
   conn_t *c = p->c;
   uint32_t missing = p->w ? store_wait_remaining(p->w) : 0;
-  if (p->w)
-    store_wait_cancel(p->w);
-  if (p->bw)
-    store_barrier_cancel(p->bw);
-  p->w = NULL;
-  p->bw = NULL;
+  pend_cancel_waits(p);
   if (p->op == PROTO_OP_BARRIER)
     srv__reply_err(c, p->reqid, -ETIMEDOUT, "barrier timed out");
   else
@@ -212,14 +226,26 @@ void srv__native_pend_timeout(pend_t *p) {
   pend_free(p);
 }
 
-static pend_t *pend_new(conn_t *c, const proto_msg_t *m) {
+/* A pending op whose registration (and copy of nkeys keys, when copy)
+ * counts against the job's store. */
+static pend_t *pend_new(conn_t *c, const proto_msg_t *m,
+                        const store_key_t *keys, uint32_t n, int copy) {
   pend_t *p;
+  size_t cost = sizeof(*p);
+  int rc;
   if (c->npend >= c->srv->cfg.max_waits) {
     srv__reply_err(c, m->id, RDZV_ELIMIT, "more than %u pending waits on one "
                    "connection", c->srv->cfg.max_waits);
     return NULL;
   }
+  for (uint32_t i = 0; copy && i < n; i++)
+    cost += sizeof(store_key_t) + keys[i].n;
+  if ((rc = store_charge(c->job->store, cost)) != 0) {
+    reply_store_err(c, m, rc);
+    return NULL;
+  }
   if ((p = calloc(1, sizeof(*p))) == NULL) {
+    store_uncharge(c->job->store, cost);
     srv__reply_err(c, m->id, RDZV_ENOMEM, "out of memory");
     return NULL;
   }
@@ -227,165 +253,187 @@ static pend_t *pend_new(conn_t *c, const proto_msg_t *m) {
   p->reqid = m->id;
   p->op = (int)m->op;
   p->heap_idx = SIZE_MAX;
+  p->charged = cost;
   list_insert_tail(&c->pends, &p->link);
   c->npend++;
   c->srv->stats.waits_pending++;
-  return p;
-}
-
-/* Copy keys that must outlive the frame (the reply needs them). */
-static int pend_copy_keys(pend_t *p, const store_key_t *keys, uint32_t n) {
-  p->keys = calloc(n ? n : 1, sizeof(*p->keys));
-  if (p->keys == NULL)
-    return -1;
-  p->nkeys = n;
-  for (uint32_t i = 0; i < n; i++) {
-    void *d = malloc(keys[i].n ? keys[i].n : 1);
-    if (d == NULL)
-      return -1;
-    memcpy(d, keys[i].p, keys[i].n);
-    p->keys[i].p = d;
-    p->keys[i].n = keys[i].n;
+  if (copy) {
+    /* Copies of the keys: the reply needs them after the frame is gone. */
+    p->keys = calloc(n ? n : 1, sizeof(*p->keys));
+    if (p->keys == NULL)
+      goto oom;
+    p->nkeys = n;
+    for (uint32_t i = 0; i < n; i++) {
+      void *d = malloc(keys[i].n ? keys[i].n : 1);
+      if (d == NULL)
+        goto oom;
+      memcpy(d, keys[i].p, keys[i].n);
+      p->keys[i].p = d;
+      p->keys[i].n = keys[i].n;
+    }
   }
-  return 0;
+  return p;
+oom:
+  pend_free(p);
+  srv__reply_err(c, m->id, RDZV_ENOMEM, "out of memory");
+  return NULL;
 }
 
 /* Wait for keys (GET, WAIT, MGET), replying now when they exist. */
-static void wait_keys(conn_t *c, const proto_msg_t *m, store_key_t *keys,
-                      uint32_t n, int64_t wait_ms) {
+static int wait_keys(conn_t *c, const proto_msg_t *m, store_key_t *keys,
+                     uint32_t n, int64_t wait_ms) {
   store_t *st = c->job->store;
-  int all = 1;
+  int all = 1, values = m->op != PROTO_OP_WAIT;
   pend_t *p;
   int rc;
   for (uint32_t i = 0; i < n && all; i++)
     all = store_exists(st, keys[i].p, keys[i].n);
   if (all) {
-    if (m->op == PROTO_OP_WAIT)
+    if (!values) {
       srv__reply_ok(c, m->id);
-    else
+      return 0;
+    }
+    rc = room_for_reply(c, m->id, (int)m->op, values_size(st, keys, n));
+    if (rc == 0)
       reply_values(c, m->id, (int)m->op, keys, n);
-    return;
+    return rc == SRV_LATER ? SRV_LATER : 0;
   }
   if (wait_ms == 0) {
     if (m->op == PROTO_OP_GET)
       srv__reply_err(c, m->id, RDZV_ENOKEY, "key not found");
     else
       srv__reply_err(c, m->id, -ETIMEDOUT, "keys missing");
-    return;
+    return 0;
   }
-  if ((p = pend_new(c, m)) == NULL)
-    return;
-  if ((m->op != PROTO_OP_WAIT && pend_copy_keys(p, keys, n) != 0) ||
-      srv__pend_arm(c->srv, p, wait_ms) != 0) {
+  if ((p = pend_new(c, m, keys, n, values)) == NULL)
+    return 0;
+  if (srv__pend_arm(c->srv, p, wait_ms) != 0) {
     pend_free(p);
     srv__reply_err(c, m->id, RDZV_ENOMEM, "out of memory");
-    return;
+    return 0;
   }
-  if (m->op == PROTO_OP_WAIT)
-    p->nkeys = 0;
   rc = store_wait(st, keys, n, STORE_WAIT_EXISTS, 0, pend_wake, p, &p->w);
   if (rc != 0) {
     /* rc == 1 cannot happen: the keys were just found missing. */
     pend_free(p);
-    srv__reply_err(c, m->id, RDZV_ENOMEM, "out of memory");
+    reply_store_err(c, m, rc);
   }
+  return 0;
 }
 
 /* ---- handlers ---------------------------------------------------------------------- */
 
-static void op_ping(conn_t *c, const proto_msg_t *m) { srv__reply_ok(c, m->id); }
+static int op_ping(conn_t *c, const proto_msg_t *m) {
+  srv__reply_ok(c, m->id);
+  return 0;
+}
 
-static void op_set(conn_t *c, const proto_msg_t *m) {
+static int op_set(conn_t *c, const proto_msg_t *m) {
   const char *k, *v;
   size_t kn, vn;
   int rc;
   if (arg_key(c, m, 0, &k, &kn) || arg_value(c, m, 1, &v, &vn))
-    return;
+    return 0;
   rc = m->op == PROTO_OP_APPEND ? store_append(c->job->store, k, kn, v, vn)
                                 : store_set(c->job->store, k, kn, v, vn);
   if (rc)
     reply_store_err(c, m, rc);
   else
     srv__reply_ok(c, m->id);
+  return 0;
 }
 
-static void op_get(conn_t *c, const proto_msg_t *m) {
+static int op_get(conn_t *c, const proto_msg_t *m) {
   store_key_t k;
   int64_t wait_ms = 0;
   const char *p;
   if (arg_key(c, m, 0, &p, &k.n))
-    return;
+    return 0;
   k.p = p;
   if (m->nargs > 1 && arg_int(c, m, 1, &wait_ms))
-    return;
-  wait_keys(c, m, &k, 1, wait_ms);
+    return 0;
+  return wait_keys(c, m, &k, 1, wait_ms);
 }
 
-static void op_wait_or_mget(conn_t *c, const proto_msg_t *m) {
+static int op_wait_or_mget(conn_t *c, const proto_msg_t *m) {
   store_key_t *keys;
   uint32_t n;
   int64_t wait_ms = -1;
+  int rc;
   if (arg_keys(c, m, 0, &keys, &n))
-    return;
+    return 0;
   if (m->nargs > 1 && arg_int(c, m, 1, &wait_ms)) {
     free(keys);
-    return;
+    return 0;
   }
-  wait_keys(c, m, keys, n, wait_ms);
+  rc = wait_keys(c, m, keys, n, wait_ms);
   free(keys);
+  return rc;
 }
 
-static void op_check(conn_t *c, const proto_msg_t *m) {
+static void pack_bool(conn_t *c, int v) {
+  if (v)
+    msgpack_pack_true(&c->out.pk);
+  else
+    msgpack_pack_false(&c->out.pk);
+}
+
+static int op_check(conn_t *c, const proto_msg_t *m) {
   store_key_t *keys;
   uint32_t n;
   int ready = 1;
   if (arg_keys(c, m, 0, &keys, &n))
-    return;
+    return 0;
   for (uint32_t i = 0; i < n && ready; i++)
     ready = store_exists(c->job->store, keys[i].p, keys[i].n);
   free(keys);
   srv__reply_begin(c, m->id, 0, 1);
-  if (ready)
-    msgpack_pack_true(&c->out.pk);
-  else
-    msgpack_pack_false(&c->out.pk);
+  pack_bool(c, ready);
   srv__reply_end(c);
+  return 0;
 }
 
-static void op_add(conn_t *c, const proto_msg_t *m) {
+static int op_add(conn_t *c, const proto_msg_t *m) {
   const char *k;
   size_t kn;
   int64_t delta, res = 0;
   int rc;
   if (arg_key(c, m, 0, &k, &kn) || arg_int(c, m, 1, &delta))
-    return;
+    return 0;
   if ((rc = store_add(c->job->store, k, kn, delta, &res)) != 0) {
     reply_store_err(c, m, rc);
-    return;
+    return 0;
   }
   srv__reply_begin(c, m->id, 0, 1);
   msgpack_pack_int64(&c->out.pk, res);
   srv__reply_end(c);
+  return 0;
 }
 
-static void op_cas(conn_t *c, const proto_msg_t *m) {
+static int op_cas(conn_t *c, const proto_msg_t *m) {
   const char *k, *e, *d;
   size_t kn, en, dn, vlen = 0;
   int absent, swapped, rc;
   const uint8_t *v;
   if (arg_key(c, m, 0, &k, &kn))
-    return;
+    return 0;
   if (proto_arg_bytes_or_nil(m, 1, &e, &en, &absent) != 0) {
     srv__reply_err(c, m->id, RDZV_EPROTO, "compare_set: expected value must "
                    "be bytes or nil");
-    return;
+    return 0;
   }
   if (check_value(c, m, en) || arg_value(c, m, 2, &d, &dn))
-    return;
+    return 0;
+  /* The reply carries the value after the swap: the current one or the
+   * desired one. */
+  v = store_get(c->job->store, k, kn, &vlen);
+  if ((rc = room_for_reply(c, m->id, (int)m->op,
+                           32 + LU_MAX(v ? vlen : 0, dn))) != 0)
+    return rc == SRV_LATER ? SRV_LATER : 0;
   rc = store_cas(c->job->store, k, kn, e, en, absent, d, dn, &swapped);
   if (rc) {
     reply_store_err(c, m, rc);
-    return;
+    return 0;
   }
   v = store_get(c->job->store, k, kn, &vlen);
   srv__reply_begin(c, m->id, 0, 2);
@@ -393,47 +441,44 @@ static void op_cas(conn_t *c, const proto_msg_t *m) {
     proto_pack_bytes(&c->out.pk, v, vlen);
   else
     msgpack_pack_nil(&c->out.pk);
-  if (swapped)
-    msgpack_pack_true(&c->out.pk);
-  else
-    msgpack_pack_false(&c->out.pk);
+  pack_bool(c, swapped);
   srv__reply_end(c);
+  return 0;
 }
 
-static void op_delete(conn_t *c, const proto_msg_t *m) {
+static int op_delete(conn_t *c, const proto_msg_t *m) {
   const char *k;
   size_t kn;
   int r;
   if (arg_key(c, m, 0, &k, &kn))
-    return;
+    return 0;
   r = store_delete(c->job->store, k, kn);
   srv__reply_begin(c, m->id, 0, 1);
-  if (r)
-    msgpack_pack_true(&c->out.pk);
-  else
-    msgpack_pack_false(&c->out.pk);
+  pack_bool(c, r);
   srv__reply_end(c);
+  return 0;
 }
 
-static void op_numkeys(conn_t *c, const proto_msg_t *m) {
+static int op_numkeys(conn_t *c, const proto_msg_t *m) {
   srv__reply_begin(c, m->id, 0, 1);
   msgpack_pack_uint64(&c->out.pk, store_num_keys(c->job->store));
   srv__reply_end(c);
+  return 0;
 }
 
-static void op_mset(conn_t *c, const proto_msg_t *m) {
+static int op_mset(conn_t *c, const proto_msg_t *m) {
   const msgpack_object *items;
   uint32_t n;
   int rc = 0;
   if (proto_arg_array(m, 0, &items, &n) != 0 || n % 2 != 0) {
     srv__reply_err(c, m->id, RDZV_EPROTO, "multi_set: argument must be a list "
                    "[key, value, key, value, ...]");
-    return;
+    return 0;
   }
   if (n / 2 > c->srv->cfg.max_keys) {
     srv__reply_err(c, m->id, RDZV_ETOOBIG, "multi_set: %u keys over the limit "
                    "of %u", n / 2, c->srv->cfg.max_keys);
-    return;
+    return 0;
   }
   /* Check everything first so that a bad pair stores nothing. */
   for (uint32_t i = 0; i < n; i += 2) {
@@ -443,12 +488,12 @@ static void op_mset(conn_t *c, const proto_msg_t *m) {
         proto_obj_bytes(&items[i + 1], &v, &vn) != 0) {
       srv__reply_err(c, m->id, RDZV_EPROTO, "multi_set: pair %u is not bytes",
                      i / 2 + 1);
-      return;
+      return 0;
     }
     if (kn > c->srv->cfg.max_key || vn > c->srv->cfg.max_value) {
       srv__reply_err(c, m->id, RDZV_ETOOBIG, "multi_set: pair %u over the key "
                      "or value limit", i / 2 + 1);
-      return;
+      return 0;
     }
   }
   for (uint32_t i = 0; i < n && rc == 0; i += 2) {
@@ -462,45 +507,47 @@ static void op_mset(conn_t *c, const proto_msg_t *m) {
     reply_store_err(c, m, rc);
   else
     srv__reply_ok(c, m->id);
+  return 0;
 }
 
-static void op_barrier(conn_t *c, const proto_msg_t *m) {
+static int op_barrier(conn_t *c, const proto_msg_t *m) {
   const char *name;
   size_t nn;
   int64_t count, wait_ms = -1;
   pend_t *p;
   int rc;
   if (arg_key(c, m, 0, &name, &nn) || arg_int(c, m, 1, &count))
-    return;
+    return 0;
   if (m->nargs > 2 && arg_int(c, m, 2, &wait_ms))
-    return;
+    return 0;
   if (count <= 0 || count > UINT32_MAX) {
     srv__reply_err(c, m->id, RDZV_EINVAL, "barrier: count must be positive");
-    return;
+    return 0;
   }
-  if ((p = pend_new(c, m)) == NULL)
-    return;
+  if ((p = pend_new(c, m, NULL, 0, 0)) == NULL)
+    return 0;
   rc = store_barrier(c->job->store, name, nn, (uint32_t)count,
                      pend_barrier_open, p, &p->bw);
   if (rc == 1) {
     pend_free(p);
     srv__reply_ok(c, m->id);
-    return;
+    return 0;
   }
   if (rc == RDZV_EINVAL) {
     pend_free(p);
     srv__reply_err(c, m->id, rc, "barrier '%.*s': count %lld differs from "
                    "the count other members gave", (int)LU_MIN(nn, 64), name,
                    (long long)count);
-    return;
+    return 0;
   }
-  if (rc != 0 || srv__pend_arm(c->srv, p, wait_ms) != 0) {
-    if (p->bw)
-      store_barrier_cancel(p->bw);
-    p->bw = NULL;
+  if (rc == 0 && srv__pend_arm(c->srv, p, wait_ms) != 0)
+    rc = RDZV_ENOMEM;
+  if (rc != 0) {
+    pend_cancel_waits(p);
     pend_free(p);
-    srv__reply_err(c, m->id, RDZV_ENOMEM, "out of memory");
+    reply_store_err(c, m, rc);
   }
+  return 0;
 }
 
 struct list_ctx {
@@ -508,6 +555,7 @@ struct list_ctx {
   const char *prefix;
   size_t plen;
   uint32_t n;
+  size_t bytes;
   int count_only;
 };
 
@@ -518,39 +566,40 @@ static void list_cb(const void *key, size_t klen, const uint8_t *val,
   (void)vlen;
   if (klen < x->plen || memcmp(key, x->prefix, x->plen) != 0)
     return;
-  if (x->count_only)
+  if (x->count_only) {
     x->n++;
-  else
+    x->bytes += klen + 5;
+  } else {
     proto_pack_bytes(&x->c->out.pk, key, klen);
+  }
 }
 
-static void op_list(conn_t *c, const proto_msg_t *m) {
-  struct list_ctx x = {c, "", 0, 0, 1};
+static int op_list(conn_t *c, const proto_msg_t *m) {
+  struct list_ctx x = {c, "", 0, 0, 32, 1};
+  int rc;
   if (m->nargs > 0 && arg_key(c, m, 0, &x.prefix, &x.plen))
-    return;
+    return 0;
   store_foreach(c->job->store, list_cb, &x);
+  if ((rc = room_for_reply(c, m->id, (int)m->op, x.bytes)) != 0)
+    return rc == SRV_LATER ? SRV_LATER : 0;
   srv__reply_begin(c, m->id, 0, 1);
   msgpack_pack_array(&c->out.pk, x.n);
   x.count_only = 0;
   store_foreach(c->job->store, list_cb, &x);
   srv__reply_end(c);
+  return 0;
 }
 
-static void op_cancel(conn_t *c, const proto_msg_t *m) {
+static int op_cancel(conn_t *c, const proto_msg_t *m) {
   int64_t target;
   list_t *it;
   int found = 0;
   if (arg_int(c, m, 0, &target))
-    return;
+    return 0;
   for (it = c->pends.next; it != &c->pends; it = it->next) {
     pend_t *p = LIST_ENTRY(it, pend_t, link);
     if (p->reqid == (uint64_t)target) {
-      if (p->w)
-        store_wait_cancel(p->w);
-      if (p->bw)
-        store_barrier_cancel(p->bw);
-      p->w = NULL;
-      p->bw = NULL;
+      pend_cancel_waits(p);
       srv__reply_err(c, p->reqid, RDZV_ECANCELED, "canceled by the client");
       pend_free(p);
       found = 1;
@@ -558,14 +607,12 @@ static void op_cancel(conn_t *c, const proto_msg_t *m) {
     }
   }
   srv__reply_begin(c, m->id, 0, 1);
-  if (found)
-    msgpack_pack_true(&c->out.pk);
-  else
-    msgpack_pack_false(&c->out.pk);
+  pack_bool(c, found);
   srv__reply_end(c);
+  return 0;
 }
 
-typedef void (*op_fn)(conn_t *c, const proto_msg_t *m);
+typedef int (*op_fn)(conn_t *c, const proto_msg_t *m);
 
 static op_fn op_table(int64_t op) {
   switch (op) {
@@ -594,7 +641,7 @@ void srv__native_hello_challenge(conn_t *c) {
   if (lu_random(c->nonce, sizeof(c->nonce)) != 0) {
     /* Without randomness authentication is meaningless; refuse. */
     c->broken = 1;
-    srv__mark_dirty(c);
+    srv__out_raw(c, "", 0);
     return;
   }
   srv__push_begin(c, PROTO_EV_CHALLENGE, 3);
@@ -615,31 +662,65 @@ static int copy_str(const char *p, size_t n, char *out, size_t cap) {
   return 0;
 }
 
+/* Refuse a HELLO: an error reply, then the connection closes. */
+static void hello_refuse(conn_t *c, uint64_t id, int status, const char *msg) {
+  srv__reply_err(c, id, status, "%s", msg);
+  c->close_after_flush = 1;
+}
+
+/* Which secret did the client prove it holds: the server's token (every
+ * job) or the key of this job only? OUT key: that secret. RET 0, or -1
+ * when neither matches. */
+static int hello_verify(srv_t *s, conn_t *c, const char *job,
+                        const char *role, const char *proof, size_t proof_n,
+                        char jkey[PROTO_JOB_KEY_LEN + 1], const void **key,
+                        size_t *key_len) {
+  uint8_t mac[PROTO_MAC_LEN];
+  if (proof == NULL || proof_n != PROTO_MAC_LEN)
+    return -1;
+  if (proto_mac(s->token, s->cfg.token_len, "rdzv-client", c->nonce,
+                sizeof(c->nonce), job, role, mac) == 0 &&
+      proto_mac_equal(mac, (const uint8_t *)proof, PROTO_MAC_LEN)) {
+    *key = s->token;
+    *key_len = s->cfg.token_len;
+    return 0;
+  }
+  if (proto_job_key(s->token, s->cfg.token_len, job, jkey) == 0 &&
+      proto_mac(jkey, PROTO_JOB_KEY_LEN, "rdzv-client", c->nonce,
+                sizeof(c->nonce), job, role, mac) == 0 &&
+      proto_mac_equal(mac, (const uint8_t *)proof, PROTO_MAC_LEN)) {
+    *key = jkey;
+    *key_len = PROTO_JOB_KEY_LEN;
+    return 0;
+  }
+  return -1;
+}
+
 static void op_hello(conn_t *c, const proto_msg_t *m) {
   srv_t *s = c->srv;
   int64_t version;
   const char *p;
   size_t n;
-  char role[16], job[256];
+  char role[16], job[256], err[512], jkey[PROTO_JOB_KEY_LEN + 1];
   const char *proof = NULL, *cnonce = NULL;
-  size_t proof_n = 0, cnonce_n = 0;
+  size_t proof_n = 0, cnonce_n = 0, key_len = 0;
+  const void *key = NULL;
   int nil;
   job_t *j;
   uint8_t mac[PROTO_MAC_LEN];
 
   if (proto_arg_i64(m, 0, &version) != 0) {
     srv__bad_input(c, "malformed HELLO");
-    srv__reply_err(c, m->id, RDZV_EPROTO, "malformed HELLO");
-    c->close_after_flush = 1;
+    hello_refuse(c, m->id, RDZV_EPROTO, "malformed HELLO");
     return;
   }
   if (version != RDZV_PROTOCOL_VERSION) {
     srv__bad_input(c, "HELLO with protocol version %lld (server speaks %d)",
                    (long long)version, RDZV_PROTOCOL_VERSION);
-    srv__reply_err(c, m->id, RDZV_EVERSION, "this server speaks protocol "
-                   "version %d, the client %lld: use the same launch release "
-                   "on every node", RDZV_PROTOCOL_VERSION, (long long)version);
-    c->close_after_flush = 1;
+    snprintf(err, sizeof(err), "this server speaks protocol version %d, the "
+             "client %lld: use the same launch release on every node",
+             RDZV_PROTOCOL_VERSION, (long long)version);
+    hello_refuse(c, m->id, RDZV_EVERSION, err);
     return;
   }
   if (proto_arg_bytes(m, 1, &p, &n) != 0 || copy_str(p, n, role, sizeof(role)) ||
@@ -648,56 +729,52 @@ static void op_hello(conn_t *c, const proto_msg_t *m) {
       proto_arg_bytes_or_nil(m, 4, &cnonce, &cnonce_n, &nil) != 0 ||
       cnonce_n > PROTO_NONCE_LEN) {
     srv__bad_input(c, "malformed HELLO");
-    srv__reply_err(c, m->id, RDZV_EPROTO, "malformed HELLO: expected "
-                   "[version, role, job, proof, nonce]");
-    c->close_after_flush = 1;
+    hello_refuse(c, m->id, RDZV_EPROTO, "malformed HELLO: expected "
+                 "[version, role, job, proof, nonce]");
     return;
   }
-  if (s->token) {
-    if (proto_mac(s->token, s->cfg.token_len, "rdzv-client", c->nonce,
-                  sizeof(c->nonce), job, role, mac) != 0 ||
-        proof == NULL || proof_n != PROTO_MAC_LEN ||
-        !proto_mac_equal(mac, (const uint8_t *)proof, PROTO_MAC_LEN)) {
-      srv__bad_input(c, "authentication failed for job '%s' (role %s)", job,
-                     role);
-      srv__reply_err(c, m->id, RDZV_EAUTH, "authentication failed: this "
-                     "server requires a token; give every node the same "
-                     "--token-file");
-      c->close_after_flush = 1;
-      return;
-    }
+  if (s->token && hello_verify(s, c, job, role, proof, proof_n, jkey, &key,
+                               &key_len) != 0) {
+    srv__bad_input(c, "authentication failed for job '%s' (role %s)", job,
+                   role);
+    hello_refuse(c, m->id, RDZV_EAUTH, "authentication failed: this server "
+                 "requires the server's token or the key of this job "
+                 "(launch server --issue-key JOB); a key of another job does "
+                 "not open this one");
+    return;
   }
-  if ((j = srv__job(s, job, strlen(job))) == NULL) {
-    srv__reply_err(c, m->id, RDZV_ELIMIT, "cannot create job '%s': %u jobs "
-                   "exist, the limit", job, s->cfg.max_jobs);
-    c->close_after_flush = 1;
+  if ((j = srv__job(s, c, job, strlen(job), err, sizeof(err))) == NULL) {
+    srv__bad_input(c, "HELLO refused: %s", err);
+    hello_refuse(c, m->id, RDZV_ELIMIT, err);
     return;
   }
   if (j->nconns >= s->cfg.max_conns_per_job) {
     srv__bad_input(c, "job '%s' has %u connections, the limit", job,
                    j->nconns);
-    srv__reply_err(c, m->id, RDZV_ELIMIT, "job '%s' has too many connections "
-                   "(%u)", job, j->nconns);
-    c->close_after_flush = 1;
+    snprintf(err, sizeof(err), "job '%s' has too many connections (%u)", job,
+             j->nconns);
+    hello_refuse(c, m->id, RDZV_ELIMIT, err);
     return;
   }
-  c->job = j;
-  j->nconns++;
+  srv__job_attach(c, j);
   lu_strlcpy(c->role, role, sizeof(c->role));
-  c->state = CONN_NATIVE;
+  c->state = CONN_READY;
+  srv__conn_authenticated(c);
   srv__reply_begin(c, m->id, 0, 1);
-  if (s->token && cnonce_n > 0 &&
-      proto_mac(s->token, s->cfg.token_len, "rdzv-server",
-                (const uint8_t *)cnonce, cnonce_n, job, role, mac) == 0)
+  /* The server's proof, with the secret the client holds. */
+  if (key && cnonce_n > 0 &&
+      proto_mac(key, key_len, "rdzv-server", (const uint8_t *)cnonce,
+                cnonce_n, job, role, mac) == 0)
     proto_pack_bytes(&c->out.pk, mac, sizeof(mac));
   else
     msgpack_pack_nil(&c->out.pk);
   srv__reply_end(c);
 }
 
-/* ---- dispatch ----------------------------------------------------------------------- */
+/* ---- the dialect ----------------------------------------------------------------- */
 
-void srv__native_frame(conn_t *c, const uint8_t *body, size_t n) {
+/* One frame. RET 0, or SRV_LATER to keep it for later. */
+static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
   proto_msg_t m;
   int rc = proto_decode(body, n, &c->srv->plim, &m);
   op_fn fn;
@@ -707,53 +784,92 @@ void srv__native_frame(conn_t *c, const uint8_t *body, size_t n) {
                                       : "malformed",
                    n);
     srv__conn_close(c);
-    return;
+    return 0;
   }
+  rc = 0;
   if (m.kind != PROTO_REQUEST) {
     srv__bad_input(c, "frame of kind %d where a request was expected; "
                       "closing", m.kind);
-    proto_msg_free(&m);
     srv__conn_close(c);
-    return;
-  }
-  if (c->state == CONN_HELLO) {
+  } else if (c->state == CONN_HELLO) {
     if (m.op != PROTO_OP_HELLO) {
       srv__bad_input(c, "%s before HELLO; closing", proto_op_name((int)m.op));
-      srv__reply_err(c, m.id, RDZV_EPROTO, "the first request must be HELLO");
-      c->close_after_flush = 1;
+      hello_refuse(c, m.id, RDZV_EPROTO, "the first request must be HELLO");
     } else {
       op_hello(c, &m);
     }
-    proto_msg_free(&m);
-    return;
-  }
-  if (m.op == PROTO_OP_HELLO) {
+  } else if (m.op == PROTO_OP_HELLO) {
     srv__reply_err(c, m.id, RDZV_EPROTO, "HELLO sent twice");
   } else if (m.op >= PROTO_OP_JOIN) {
-    if (c->srv->rdv_op)
-      c->srv->rdv_op(c, &m);
-    else
-      srv__reply_err(c, m.id, RDZV_ENOTSUP, "%s: this server has no "
-                     "rendezvous module", proto_op_name((int)m.op));
+    c->srv->rdv_op(c, &m);
   } else if ((fn = op_table(m.op)) != NULL) {
-    fn(c, &m);
+    rc = fn(c, &m);
   } else {
     srv__reply_err(c, m.id, RDZV_EPROTO, "unknown op %lld", (long long)m.op);
   }
   proto_msg_free(&m);
+  return rc;
 }
 
-void srv__native_conn_closed(conn_t *c) {
+static ssize_t native_input(conn_t *c, const uint8_t *b, size_t n) {
+  srv_t *s = c->srv;
+  size_t off = 0;
+  while (n - off >= PROTO_HDR && c->state != CONN_CLOSING &&
+         !c->close_after_flush && !srv__conn_paused(c)) {
+    uint32_t len = proto_get_len(b + off);
+    uint32_t limit =
+        c->state == CONN_READY ? s->cfg.max_frame : SRV_HELLO_MAX_FRAME;
+    if (len > limit) {
+      if (c->state == CONN_READY)
+        srv__bad_input(c, "frame of %u bytes exceeds the %u-byte limit", len,
+                       limit);
+      else
+        srv__bad_input(c, "frame of %u bytes before authentication "
+                          "exceeds the %u-byte limit of a HELLO", len, limit);
+      return -1;
+    }
+    if (n - off - PROTO_HDR < len)
+      break;
+    s->stats.requests++;
+    if (native_frame(c, b + off + PROTO_HDR, len) == SRV_LATER)
+      break;
+    off += PROTO_HDR + len;
+  }
+  return (ssize_t)off;
+}
+
+/* Replies woken while the connection was full go first, in order. */
+static void native_resume(conn_t *c) {
+  list_t *it = c->pends.next;
+  int rc;
+  while (it != &c->pends && !c->paused) {
+    pend_t *p = LIST_ENTRY(it, pend_t, link);
+    it = it->next;
+    if (!p->ready)
+      continue;
+    p->ready = 0;
+    rc = store_wait(c->job->store, p->keys, p->nkeys, STORE_WAIT_EXISTS, 0,
+                    pend_wake, p, &p->w);
+    if (rc == 0)
+      continue; /* a key was deleted meanwhile: wait for it again */
+    if (rc < 0) {
+      srv__reply_err(c, p->reqid, rc, "%s: %s", proto_op_name(p->op),
+                     rdzv_strerror(rc));
+      pend_free(p);
+    } else if (pend_reply(p) == SRV_LATER) {
+      break;
+    }
+  }
+}
+
+static void native_closed(conn_t *c) {
   while (!list_empty(&c->pends)) {
     pend_t *p = LIST_ENTRY(c->pends.next, pend_t, link);
-    if (p->w)
-      store_wait_cancel(p->w);
-    if (p->bw)
-      store_barrier_cancel(p->bw);
-    p->w = NULL;
-    p->bw = NULL;
+    pend_cancel_waits(p);
     pend_free(p);
   }
-  if (c->srv->rdv_conn_closed)
-    c->srv->rdv_conn_closed(c);
+  c->srv->rdv_conn_closed(c);
 }
+
+const srv_dialect_t srv__dialect_native = {"native", native_input,
+                                           native_resume, native_closed};

@@ -1,5 +1,8 @@
-/* srv_tcpstore.c - run parsed TCPStore requests against a job's store and
- * write the replies in TCPStore's encoding (little-endian integers). */
+/* srv_tcpstore.c - the TCPStore dialects (1.13 and >= 2.2): run parsed
+ * requests against a job's store and write the replies in TCPStore's
+ * encoding (little-endian integers). TCPStore has no error reply: a
+ * request the server refuses closes the connection, as PyTorch's own
+ * server does. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,13 +13,7 @@
 /* ---- replies ------------------------------------------------------------------ */
 
 static void out_raw(conn_t *c, const void *p, size_t n) {
-  if (c->state == CONN_CLOSING)
-    return;
-  /* Never close from here: this may run inside a store wake-up. The flush
-   * closes a connection whose output could not be queued. */
-  if (proto_enc_raw(&c->out, p, n) != 0)
-    c->broken = 1;
-  srv__mark_dirty(c);
+  srv__out_raw(c, p, n);
 }
 
 static void out_u8(conn_t *c, uint8_t v) { out_raw(c, &v, 1); }
@@ -83,6 +80,12 @@ static int ts_start_wait(conn_t *c, const store_key_t *keys, uint32_t n,
   }
   rc = store_wait(c->job->store, keys, n, kind, threshold, ts_wait_done, c,
                   &w);
+  if (rc == RDZV_ETOOBIG) {
+    srv__bad_input(c, "TCPStore wait refused: job '%s' store is full (%zu "
+                      "bytes, waits included); closing", c->job->name,
+                   store_bytes(c->job->store));
+    return -1;
+  }
   if (rc < 0)
     return -1;
   if (rc == 1) {
@@ -109,6 +112,11 @@ static void ts_watch_cb(store_watch_t *w, int ev, const void *key, size_t klen,
                         size_t nlen, void *data) {
   conn_t *c = data;
   (void)w;
+  /* An event the watcher cannot take closes it: a writer is never held
+   * back by a watcher that does not read. */
+  if (!srv__push_room(c, 25 + klen + (ev == STORE_EV_CREATED ? 0 : olen) +
+                             (ev == STORE_EV_DELETED ? 0 : nlen)))
+    return;
   out_u8(c, (uint8_t)ev);
   out_bytes(c, key, klen);
   out_bytes(c, old, ev == STORE_EV_CREATED ? 0 : olen);
@@ -131,6 +139,7 @@ static store_key_t *list_keys(const ts_req_t *r) {
 
 struct list_ctx {
   conn_t *c;
+  size_t bytes;
 };
 
 static void list_one(const void *key, size_t klen, const uint8_t *val,
@@ -138,15 +147,64 @@ static void list_one(const void *key, size_t klen, const uint8_t *val,
   struct list_ctx *x = arg;
   (void)val;
   (void)vlen;
-  out_bytes(x->c, key, klen);
+  if (x->c)
+    out_bytes(x->c, key, klen);
+  else
+    x->bytes += 8 + klen;
 }
 
-/* Run one parsed request. RET 0, or -1 to close the connection. */
+/* Bytes of the reply to r, counted before anything runs (0: small). */
+static size_t reply_size(conn_t *c, const ts_req_t *r) {
+  store_t *st = c->job->store;
+  size_t vlen = 0, sz = 0;
+  switch (r->op) {
+  case TS_GET:
+    return 8 + (store_get(st, r->key, r->klen, &vlen) ? vlen : 0);
+  case TS_COMPARE_SET:
+    store_get(st, r->key, r->klen, &vlen);
+    return 8 + LU_MAX(vlen, LU_MAX(r->v1len, r->v2len));
+  case TS_QUEUE_POP:
+    return 16 + (size_t)LU_MAX(store_queue_front_len(st, r->key, r->klen), 0);
+  case TS_MULTI_GET: {
+    const uint8_t *p = r->list;
+    for (uint64_t i = 0; i < r->count; i++) {
+      uint64_t kl;
+      const uint8_t *k = ts_next_str(&p, &kl);
+      vlen = 0;
+      sz += 8 + (store_get(st, k, kl, &vlen) ? vlen : 0);
+    }
+    return sz;
+  }
+  case TS_LIST_KEYS: {
+    struct list_ctx x = {NULL, 8};
+    store_foreach(st, list_one, &x);
+    return x.bytes;
+  }
+  default:
+    return 0;
+  }
+}
+
+/* Run one parsed request. RET 0, SRV_LATER (its reply does not fit now:
+ * run it again later), or -1 to close the connection. */
 static int ts_exec(conn_t *c, const ts_req_t *r) {
   store_t *st = c->job->store;
   const uint8_t *v;
-  size_t vlen;
+  size_t vlen, need = reply_size(c, r);
   int rc = 0;
+
+  if (need > 0) {
+    int room = srv__out_room(c, need);
+    if (room == SRV_ROOM_LATER)
+      return SRV_LATER;
+    if (room == SRV_ROOM_NEVER) {
+      srv__bad_input(c, "TCPStore %s refused: its reply of %zu bytes is over "
+                        "the %zu bytes of replies one connection may hold "
+                        "(--max-out-bytes); closing",
+                     ts_op_name(r->op), need, c->srv->cfg.max_out_bytes);
+      return -1;
+    }
+  }
 
   switch (r->op) {
   case TS_VALIDATE:
@@ -261,7 +319,7 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
     out_u64(c, (uint64_t)store_queue_len(st, r->key, r->klen));
     return 0;
   case TS_LIST_KEYS: {
-    struct list_ctx x = {c};
+    struct list_ctx x = {c, 0};
     out_u64(c, store_num_keys(st));
     store_foreach(st, list_one, &x);
     return 0;
@@ -293,8 +351,13 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
       c->ts_watches = nw;
       c->ts_capwatches = ncap;
     }
-    if (store_watch(st, r->key, r->klen, ts_watch_cb, c, &w) != 0)
+    if ((rc = store_watch(st, r->key, r->klen, ts_watch_cb, c, &w)) != 0) {
+      if (rc == RDZV_ETOOBIG)
+        srv__bad_input(c, "TCPStore WATCH_KEY refused: job '%s' store is "
+                          "full (%zu bytes, watches included); closing",
+                       c->job->name, store_bytes(st));
       return -1;
+    }
     c->ts_watches[c->ts_nwatches++] = w;
     out_u8(c, KEY_CALLBACK_REGISTERED);
     return 0;
@@ -311,17 +374,20 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
   return rc == 0 ? 0 : -1;
 }
 
-ssize_t srv__ts_input(conn_t *c, const uint8_t *buf, size_t n) {
+static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
+  int dialect = c->dialect == &srv__dialect_ts_v1 ? TS_DIALECT_V1
+                                                  : TS_DIALECT_V2;
   size_t done = 0;
-  while (done < n && c->state == CONN_TS) {
+  while (done < n && c->state == CONN_READY && !srv__conn_paused(c)) {
     ts_req_t r;
-    ssize_t k = ts_parse(c->ts_dialect, buf + done, n - done, &c->srv->tlim,
-                         &r, NULL);
+    int rc;
+    ssize_t k = ts_parse(dialect, buf + done, n - done, &c->srv->tlim, &r,
+                         NULL);
     if (k == TS_NEED_MORE)
       break;
     if (k == TS_BAD_OP) {
       srv__bad_input(c, "unknown TCPStore %s opcode %u",
-                     c->ts_dialect == TS_DIALECT_V1 ? "1.13" : "2.x",
+                     dialect == TS_DIALECT_V1 ? "1.13" : "2.x",
                      (unsigned)buf[done]);
       return -1;
     }
@@ -333,15 +399,17 @@ ssize_t srv__ts_input(conn_t *c, const uint8_t *buf, size_t n) {
                      c->srv->cfg.max_frame);
       return -1;
     }
-    c->srv->stats.requests++;
-    if (ts_exec(c, &r) != 0)
+    if ((rc = ts_exec(c, &r)) == SRV_LATER)
+      break;
+    if (rc != 0)
       return -1;
+    c->srv->stats.requests++;
     done += (size_t)k;
   }
   return (ssize_t)done;
 }
 
-void srv__ts_conn_closed(conn_t *c) {
+static void ts_closed(conn_t *c) {
   ts_cancel_waits(c);
   while (c->ts_nwatches > 0)
     store_unwatch(c->ts_watches[--c->ts_nwatches]);
@@ -351,3 +419,8 @@ void srv__ts_conn_closed(conn_t *c) {
   c->ts_watches = NULL;
   c->ts_capwaits = c->ts_capwatches = 0;
 }
+
+const srv_dialect_t srv__dialect_ts_v2 = {"TCPStore 2.x", ts_input, NULL,
+                                          ts_closed};
+const srv_dialect_t srv__dialect_ts_v1 = {"TCPStore 1.13", ts_input, NULL,
+                                          ts_closed};

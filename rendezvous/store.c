@@ -80,6 +80,7 @@ struct store_s {
   entry_t **buckets;
   size_t nbuckets, nentries, nkeys;
   size_t bytes, max_bytes;
+  store_budget_t *budget; /* shared with other stores, or NULL */
   uint64_t seed;
   barrier_t *barriers;
   size_t nwaiters, nwatches, nbwaits; /* outstanding, for store_free */
@@ -113,7 +114,41 @@ static uint64_t hash_bytes(uint64_t seed, const void *p, size_t n) {
   return h;
 }
 
-int store_new(size_t max_bytes, store_t **out) {
+/* ---- accounting: every byte is counted in the store and its budget -------- */
+
+static int room(const store_t *s, size_t add, size_t sub) {
+  size_t b = s->bytes - LU_MIN(sub, s->bytes);
+  if (add <= sub)
+    return 1;
+  if (b + add > s->max_bytes)
+    return 0;
+  if (s->budget) {
+    size_t u = s->budget->used - LU_MIN(sub, s->budget->used);
+    if (u + add > s->budget->max)
+      return 0;
+  }
+  return 1;
+}
+
+static void account(store_t *s, size_t add, size_t sub) {
+  s->bytes = s->bytes + add - sub;
+  if (s->budget)
+    s->budget->used = s->budget->used + add - sub;
+}
+
+int store_charge(store_t *s, size_t n) {
+  if (!room(s, n, 0))
+    return RDZV_ETOOBIG;
+  account(s, n, 0);
+  return 0;
+}
+
+void store_uncharge(store_t *s, size_t n) { account(s, 0, n); }
+
+/* What an entry costs while it exists (with or without a value). */
+static size_t entry_cost(size_t klen) { return klen + ENTRY_OVERHEAD; }
+
+int store_new(size_t max_bytes, store_budget_t *budget, store_t **out) {
   store_t *s = calloc(1, sizeof(*s));
   if (s == NULL)
     return RDZV_ENOMEM;
@@ -124,6 +159,7 @@ int store_new(size_t max_bytes, store_t **out) {
     return RDZV_ENOMEM;
   }
   s->max_bytes = max_bytes ? max_bytes : (size_t)1 << 30;
+  s->budget = budget;
   if (lu_random(&s->seed, sizeof(s->seed)) != 0)
     s->seed = (uint64_t)(uintptr_t)s ^ lu_now_ns();
   s->magic = STORE_MAGIC;
@@ -160,6 +196,7 @@ void store_free(store_t *s) {
     s->barriers = b->next;
     free(b);
   }
+  account(s, 0, s->bytes);
   free(s->buckets);
   s->magic = 0;
   free(s);
@@ -200,6 +237,8 @@ static entry_t *get_or_create(store_t *s, const void *key, size_t klen) {
   e = calloc(1, sizeof(*e) + klen);
   if (e == NULL)
     return NULL;
+  /* The caller checked the room (entry_cost included). */
+  account(s, entry_cost(klen), 0);
   e->hash = h;
   e->klen = klen;
   memcpy(e->key, key, klen);
@@ -221,6 +260,7 @@ static void maybe_drop(store_t *s, entry_t *e) {
     pp = &(*pp)->chain;
   *pp = e->chain;
   s->nentries--;
+  account(s, 0, entry_cost(e->klen));
   entry_free_contents(e);
   free(e);
 }
@@ -239,9 +279,10 @@ const uint8_t *store_get(store_t *s, const void *key, size_t klen,
   return e->val ? e->val : (const uint8_t *)"";
 }
 
+static int entry_exists(const entry_t *e);
+
 int store_exists(store_t *s, const void *key, size_t klen) {
-  entry_t *e = find(s, key, klen);
-  return e != NULL && (e->has_val || e->qhead != NULL);
+  return entry_exists(find(s, key, klen));
 }
 
 size_t store_num_keys(const store_t *s) { return s->nkeys; }
@@ -258,11 +299,16 @@ static void node_detach(wnode_t *n) {
   (void)e;
 }
 
+static size_t waiter_size(uint32_t n) {
+  return sizeof(store_waiter_t) + (size_t)n * sizeof(wnode_t);
+}
+
 static void waiter_finish(store_waiter_t *w) {
   store_t *s = w->s;
   /* Every node is detached already (remaining == 0) for EXISTS waiters;
    * a GE waiter's single node is detached by the caller. */
   s->nwaiters--;
+  account(s, 0, waiter_size(w->n));
   w->cb(w, w->data);
   free(w);
 }
@@ -318,13 +364,9 @@ static int put_value(store_t *s, entry_t *e, uint8_t *nv, size_t nlen) {
   e->val = nv;
   e->vlen = nlen;
   e->has_val = 1;
-  if (!had) {
+  if (!had)
     s->nkeys++;
-    s->bytes += e->klen + ENTRY_OVERHEAD;
-  } else {
-    s->bytes -= olen;
-  }
-  s->bytes += nlen;
+  account(s, nlen, had ? olen : 0);
   if (e->watches)
     notify_watches(e, had ? STORE_EV_UPDATED : STORE_EV_CREATED, old, olen);
   free(old);
@@ -332,10 +374,11 @@ static int put_value(store_t *s, entry_t *e, uint8_t *nv, size_t nlen) {
   return 0;
 }
 
+/* Is there room for a value of nlen at the key (entry e, NULL if none)? */
 static int room_for(store_t *s, const entry_t *e, size_t klen, size_t nlen) {
-  size_t add = nlen + ((e && e->has_val) ? 0 : klen + ENTRY_OVERHEAD);
+  size_t add = nlen + (e ? 0 : entry_cost(klen));
   size_t sub = (e && e->has_val) ? e->vlen : 0;
-  return s->bytes - sub + add <= s->max_bytes;
+  return room(s, add, sub);
 }
 
 static uint8_t *dup_bytes(const void *p, size_t n) {
@@ -445,7 +488,7 @@ int store_delete(store_t *s, const void *key, size_t klen) {
   e->vlen = 0;
   e->has_val = 0;
   s->nkeys--;
-  s->bytes -= olen + e->klen + ENTRY_OVERHEAD;
+  account(s, 0, olen);
   if (e->watches)
     notify_watches(e, STORE_EV_DELETED, old, olen);
   free(old);
@@ -468,10 +511,10 @@ void store_foreach(store_t *s,
 
 int store_queue_push(store_t *s, const void *key, size_t klen, const void *val,
                      size_t vlen) {
-  entry_t *e;
+  entry_t *e = find(s, key, klen);
   qitem_t *q;
-  size_t cost = vlen + sizeof(qitem_t) + ENTRY_OVERHEAD / 4;
-  if (s->bytes + cost > s->max_bytes)
+  size_t cost = vlen + sizeof(qitem_t);
+  if (!room(s, cost + (e ? 0 : entry_cost(klen)), 0))
     return RDZV_ETOOBIG;
   if ((q = malloc(sizeof(*q) + vlen)) == NULL)
     return RDZV_ENOMEM;
@@ -489,7 +532,7 @@ int store_queue_push(store_t *s, const void *key, size_t klen, const void *val,
     e->qhead = q;
   e->qtail = q;
   e->qlen++;
-  s->bytes += cost;
+  account(s, cost, 0);
   wake(s, e, 1);
   return 0;
 }
@@ -508,7 +551,7 @@ int store_queue_pop(store_t *s, const void *key, size_t klen, uint8_t **val,
   if (e->qhead == NULL)
     e->qtail = NULL;
   e->qlen--;
-  s->bytes -= q->len + sizeof(qitem_t) + ENTRY_OVERHEAD / 4;
+  account(s, 0, q->len + sizeof(qitem_t));
   *val = d;
   *vlen = q->len;
   free(q);
@@ -521,31 +564,47 @@ int64_t store_queue_len(store_t *s, const void *key, size_t klen) {
   return e ? e->qlen : 0;
 }
 
+int64_t store_queue_front_len(store_t *s, const void *key, size_t klen) {
+  entry_t *e = find(s, key, klen);
+  return e && e->qhead ? (int64_t)e->qhead->len : -1;
+}
+
 /* ---- waiters --------------------------------------------------------------- */
+
+/* Has the entry a value or a non-empty queue? */
+static int entry_exists(const entry_t *e) {
+  return e != NULL && (e->has_val || e->qhead != NULL);
+}
 
 int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
                int64_t threshold, store_wake_cb cb, void *data,
                store_waiter_t **out) {
   store_waiter_t *w;
   uint32_t missing = 0;
+  size_t cost = waiter_size(n);
 
-  if (kind == STORE_WAIT_GE) {
-    entry_t *e;
-    if (n != 1)
-      return RDZV_EINVAL;
-    e = find(s, keys[0].p, keys[0].n);
-    if (e && value_ge(e, threshold))
-      return 1;
-  } else {
-    for (uint32_t i = 0; i < n; i++)
-      if (!store_exists(s, keys[i].p, keys[i].n))
-        missing++;
-    if (missing == 0)
-      return 1;
-  }
-  w = calloc(1, sizeof(*w) + (size_t)n * sizeof(wnode_t));
-  if (w == NULL)
+  if (kind == STORE_WAIT_GE && n != 1)
+    return RDZV_EINVAL;
+  /* One lookup per key: the nodes keep what it found until they are
+   * linked (a key's hash over 8 KiB is not free). */
+  if ((w = calloc(1, waiter_size(n))) == NULL)
     return RDZV_ENOMEM;
+  for (uint32_t i = 0; i < n; i++) {
+    entry_t *e = find(s, keys[i].p, keys[i].n);
+    w->nodes[i].e = e;
+    if (kind == STORE_WAIT_GE ? !(e && value_ge(e, threshold))
+                              : !entry_exists(e))
+      missing++;
+    /* A waited key that has no entry yet gets one: it costs what a key
+     * costs (a repeated key is counted twice here, on the safe side). */
+    if (e == NULL)
+      cost += entry_cost(keys[i].n);
+  }
+  if (missing == 0 || !room(s, cost, 0)) {
+    free(w);
+    return missing == 0 ? 1 : RDZV_ETOOBIG;
+  }
+  account(s, waiter_size(n), 0);
   w->s = s;
   w->cb = cb;
   w->data = data;
@@ -554,12 +613,14 @@ int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
   w->n = n;
   for (uint32_t i = 0; i < n; i++) {
     wnode_t *node = &w->nodes[i];
-    entry_t *e;
+    entry_t *e = node->e;
     node->w = w;
     node->prev = node->next = node;
-    if (kind == STORE_WAIT_EXISTS && store_exists(s, keys[i].p, keys[i].n))
+    node->e = NULL;
+    if (kind == STORE_WAIT_EXISTS && entry_exists(e))
       continue;
-    if ((e = get_or_create(s, keys[i].p, keys[i].n)) == NULL) {
+    /* Created now, or by a repeat of the key earlier in the list. */
+    if (e == NULL && (e = get_or_create(s, keys[i].p, keys[i].n)) == NULL) {
       w->remaining = 0;
       for (uint32_t j = 0; j < i; j++) {
         entry_t *je = w->nodes[j].e;
@@ -568,6 +629,7 @@ int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
           maybe_drop(s, je);
         }
       }
+      account(s, 0, waiter_size(n));
       free(w);
       return RDZV_ENOMEM;
     }
@@ -596,6 +658,7 @@ void store_wait_cancel(store_waiter_t *w) {
     }
   }
   s->nwaiters--;
+  account(s, 0, waiter_size(w->n));
   free(w);
 }
 
@@ -605,14 +668,17 @@ uint32_t store_wait_remaining(const store_waiter_t *w) { return w->remaining; }
 
 int store_watch(store_t *s, const void *key, size_t klen, store_watch_cb cb,
                 void *data, store_watch_t **out) {
-  store_watch_t *w = calloc(1, sizeof(*w));
-  entry_t *e;
-  if (w == NULL)
+  store_watch_t *w;
+  entry_t *e = find(s, key, klen);
+  if (!room(s, sizeof(*w) + (e ? 0 : entry_cost(klen)), 0))
+    return RDZV_ETOOBIG;
+  if ((w = calloc(1, sizeof(*w))) == NULL)
     return RDZV_ENOMEM;
-  if ((e = get_or_create(s, key, klen)) == NULL) {
+  if (e == NULL && (e = get_or_create(s, key, klen)) == NULL) {
     free(w);
     return RDZV_ENOMEM;
   }
+  account(s, sizeof(*w), 0);
   w->s = s;
   w->e = e;
   w->cb = cb;
@@ -640,11 +706,22 @@ void store_unwatch(store_watch_t *w) {
     w->next->prev = w->prev;
   s = w->s;
   s->nwatches--;
+  account(s, 0, sizeof(*w));
   free(w);
   maybe_drop(s, e);
 }
 
 /* ---- barriers ----------------------------------------------------------------- */
+
+/* Unlink barrier b and free it. */
+static void barrier_drop(store_t *s, barrier_t *b) {
+  barrier_t **pp = &s->barriers;
+  while (*pp != b)
+    pp = &(*pp)->next;
+  *pp = b->next;
+  account(s, 0, sizeof(*b) + b->nlen);
+  free(b);
+}
 
 int store_barrier(store_t *s, const void *name, size_t nlen, uint32_t count,
                   store_barrier_cb cb, void *data, store_bwait_t **out) {
@@ -659,10 +736,17 @@ int store_barrier(store_t *s, const void *name, size_t nlen, uint32_t count,
     return RDZV_EINVAL;
   if (count == 1 && b == NULL)
     return 1;
+  if (b == NULL || b->arrived + 1 < count) {
+    /* This arrival waits: its registration (and a new barrier's) counts
+     * against the store's bounds. */
+    if (!room(s, sizeof(*bw) + (b ? 0 : sizeof(*b) + nlen), 0))
+      return RDZV_ETOOBIG;
+  }
   if (b == NULL) {
     b = calloc(1, sizeof(*b) + nlen);
     if (b == NULL)
       return RDZV_ENOMEM;
+    account(s, sizeof(*b) + nlen, 0);
     b->s = s;
     b->count = count;
     b->nlen = nlen;
@@ -673,31 +757,25 @@ int store_barrier(store_t *s, const void *name, size_t nlen, uint32_t count,
   if (b->arrived + 1 == count) {
     /* This arrival opens the barrier: release everyone and forget it, so
      * the next use of the same name starts afresh. */
-    barrier_t **pp = &s->barriers;
     store_bwait_t *w = b->head;
-    while (*pp != b)
-      pp = &(*pp)->next;
-    *pp = b->next;
+    b->head = NULL;
     while (w) {
       store_bwait_t *next = w->next;
       s->nbwaits--;
+      account(s, 0, sizeof(*w));
       w->cb(w, w->data);
       free(w);
       w = next;
     }
-    free(b);
+    barrier_drop(s, b);
     return 1;
   }
   if ((bw = calloc(1, sizeof(*bw))) == NULL) {
-    if (b->arrived == 0) {
-      barrier_t **pp = &s->barriers;
-      while (*pp != b)
-        pp = &(*pp)->next;
-      *pp = b->next;
-      free(b);
-    }
+    if (b->arrived == 0)
+      barrier_drop(s, b);
     return RDZV_ENOMEM;
   }
+  account(s, sizeof(*bw), 0);
   bw->b = b;
   bw->cb = cb;
   bw->data = data;
@@ -726,12 +804,49 @@ void store_barrier_cancel(store_bwait_t *bw) {
     bw->next->prev = bw->prev;
   b->arrived--;
   s->nbwaits--;
+  account(s, 0, sizeof(*bw));
   free(bw);
-  if (b->arrived == 0) {
-    barrier_t **pp = &s->barriers;
-    while (*pp != b)
-      pp = &(*pp)->next;
-    *pp = b->next;
-    free(b);
+  if (b->arrived == 0)
+    barrier_drop(s, b);
+}
+
+/* ---- the whole store ------------------------------------------------------------ */
+
+void store_clear(store_t *s) {
+  for (size_t i = 0; i < s->nbuckets; i++) {
+    entry_t *e = s->buckets[i];
+    while (e) {
+      entry_t *n = e->chain;
+      qitem_t *q = e->qhead;
+      while (q) {
+        qitem_t *qn = q->next;
+        account(s, 0, q->len + sizeof(qitem_t));
+        free(q);
+        q = qn;
+      }
+      e->qhead = e->qtail = NULL;
+      e->qlen = 0;
+      if (e->has_val) {
+        account(s, 0, e->vlen);
+        free(e->val);
+        e->val = NULL;
+        e->vlen = 0;
+        e->has_val = 0;
+        s->nkeys--;
+      }
+      maybe_drop(s, e);
+      e = n;
+    }
   }
+  /* Barriers with members waiting belong to live connections. */
+  for (barrier_t *b = s->barriers, *n; b; b = n) {
+    n = b->next;
+    if (b->arrived == 0)
+      barrier_drop(s, b);
+  }
+}
+
+int store_is_empty(const store_t *s) {
+  return s->nentries == 0 && s->barriers == NULL && s->nwaiters == 0 &&
+         s->nwatches == 0 && s->nbwaits == 0;
 }

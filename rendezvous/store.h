@@ -21,9 +21,29 @@ typedef struct store_key_s {
   size_t n;
 } store_key_t;
 
-/* IN max_bytes: bound of keys + values + queued items; 0 = 1 GiB.
- * OUT *out. RET 0 or RDZV_ENOMEM. */
-int store_new(size_t max_bytes, store_t **out);
+/* A bound shared by several stores (the server's stores of all jobs):
+ * every byte a store counts is counted in `used` too, and refused when
+ * `used` would pass `max`. The owner may change max at any time. */
+typedef struct store_budget_s {
+  size_t used, max;
+} store_budget_t;
+
+/* IN max_bytes: bound of what the store counts: keys, values, queued items
+ * and also the registrations of waiters, watches and barrier members, so
+ * that waiting on keys that never come costs the same as storing them;
+ * 0 = 1 GiB. IN budget: a shared bound too, or NULL; it must outlive the
+ * store. OUT *out. RET 0 or RDZV_ENOMEM. */
+int store_new(size_t max_bytes, store_budget_t *budget, store_t **out);
+/* Drop every value, queue and idle barrier (the job's run is over); waiters
+ * and watches stay registered. */
+void store_clear(store_t *s);
+/* Count n bytes the caller keeps for this store (a waiter's copy of its
+ * keys) against its bounds. RET 0 or RDZV_ETOOBIG. */
+int store_charge(store_t *s, size_t n);
+void store_uncharge(store_t *s, size_t n);
+/* RET 1 when the store holds nothing: no key, queue, waiter, watch or
+ * barrier. */
+int store_is_empty(const store_t *s);
 /* Free everything. Outstanding waiters, watches and barrier waits must have
  * been cancelled by their owners first (asserted). NULL is a no-op. */
 void store_free(store_t *s);
@@ -34,8 +54,8 @@ const uint8_t *store_get(store_t *s, const void *key, size_t klen,
 /* RET 1 when the key has a value or a non-empty queue, else 0. */
 int store_exists(store_t *s, const void *key, size_t klen);
 
-/* Mutations wake waiters on the key. RET 0, RDZV_ETOOBIG (store full),
- * RDZV_ENOMEM. */
+/* Mutations wake waiters on the key. RET 0, RDZV_ETOOBIG (store or shared
+ * budget full), RDZV_ENOMEM. */
 int store_set(store_t *s, const void *key, size_t klen, const void *val,
               size_t vlen);
 int store_append(store_t *s, const void *key, size_t klen, const void *val,
@@ -67,6 +87,8 @@ int store_queue_push(store_t *s, const void *key, size_t klen, const void *val,
 int store_queue_pop(store_t *s, const void *key, size_t klen, uint8_t **val,
                     size_t *vlen);
 int64_t store_queue_len(store_t *s, const void *key, size_t klen);
+/* Length of the item a pop would return, or -1 when the queue is empty. */
+int64_t store_queue_front_len(store_t *s, const void *key, size_t klen);
 
 /* ---- waiters --------------------------------------------------------------- */
 
@@ -80,7 +102,8 @@ enum {
 };
 
 /* RET 1 when the condition already holds (no waiter made, cb not called),
- * 0 with *out registered, RDZV_ENOMEM. */
+ * 0 with *out registered, RDZV_ETOOBIG (the registration does not fit the
+ * store's bounds), RDZV_ENOMEM. */
 int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
                int64_t threshold, store_wake_cb cb, void *data,
                store_waiter_t **out);
@@ -99,6 +122,7 @@ enum {
 typedef void (*store_watch_cb)(store_watch_t *w, int ev, const void *key,
                                size_t klen, const uint8_t *old, size_t olen,
                                const uint8_t *nval, size_t nlen, void *data);
+/* RET 0, RDZV_ETOOBIG (over the store's bounds), RDZV_ENOMEM. */
 int store_watch(store_t *s, const void *key, size_t klen, store_watch_cb cb,
                 void *data, store_watch_t **out);
 void store_unwatch(store_watch_t *w);
@@ -109,7 +133,7 @@ typedef void (*store_barrier_cb)(store_bwait_t *b, void *data);
 /* Enter barrier `name` expecting `count` members. RET 1 when this entry
  * opened the barrier (every other member's cb has run; no handle made for
  * this one), 0 with *out waiting, RDZV_EINVAL when count differs from the
- * count the barrier's members gave, RDZV_ENOMEM. The barrier resets once
+ * count the barrier's members gave, RDZV_ETOOBIG, RDZV_ENOMEM. The barrier resets once
  * it opens. */
 int store_barrier(store_t *s, const void *name, size_t nlen, uint32_t count,
                   store_barrier_cb cb, void *data, store_bwait_t **out);

@@ -1,4 +1,5 @@
 /* test.c - the harness behind test.h. */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -14,6 +15,7 @@
 #include <uv.h>
 
 #include "lu.h"
+#include "proto.h"
 #include "rdzv.h"
 #include "server.h"
 #include "test.h"
@@ -277,15 +279,52 @@ int test_launch_server(pid_t *pid, const char *const *extra, const char *log) {
   return -1;
 }
 
-int test_connect(int port) {
+void test_stop_server(pid_t pid) {
+  int st;
+  kill(pid, SIGTERM);
+  st = test_wait(pid, test_ms(10000));
+  ASSERT(st != -1 && WIFEXITED(st));
+  ASSERT_EQ(0, WEXITSTATUS(st));
+}
+
+int test_rdzv_open(int port, const char *job, const char *token, char *err,
+                   size_t errlen, rdzv_client_t **c) {
+  rdzv_options_t o = RDZV_OPTIONS_INIT;
+  char ep[64];
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", port);
+  o.endpoint = ep;
+  o.job = job;
+  o.token = token;
+  o.token_len = token ? strlen(token) : 0;
+  o.connect_timeout_ms = test_ms(5000);
+  o.error = err;
+  o.error_len = errlen;
+  return rdzv_connect(&o, c);
+}
+
+int test_connect(int port) { return test_connect_from(NULL, port); }
+
+int test_connect_from(const char *src, int port) {
   struct sockaddr_in a;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
+  if (fd < 0)
+    TEST_FAIL("socket: %s", strerror(errno));
+  /* Its TIME_WAIT after close must not keep another test (or a helper's
+   * agent) from listening on the same port of this address. */
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (src) {
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    if (inet_pton(AF_INET, src, &a.sin_addr) != 1 ||
+        bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+      TEST_FAIL("bind to %s: %s", src, strerror(errno));
+  }
   memset(&a, 0, sizeof(a));
   a.sin_family = AF_INET;
   a.sin_port = htons((uint16_t)port);
   a.sin_addr.s_addr = htonl(0x7f000001);
-  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+  if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
     TEST_FAIL("connect to 127.0.0.1:%d: %s", port, strerror(errno));
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
@@ -324,4 +363,105 @@ int test_peer_closed(int fd, int ms) {
     if (r < 0)
       return 0;
   }
+}
+
+/* ---- the native protocol by hand ------------------------------------------------ */
+
+int test_send_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w <= 0) {
+      if (w < 0 && errno == EINTR)
+        continue;
+      return -1;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Read one frame body (malloc'd) within ms. RET its length or -1. */
+static ssize_t read_frame_body(int fd, int ms, uint8_t **body) {
+  uint8_t hdr[4];
+  uint32_t len;
+  if (test_read_exact(fd, hdr, 4, ms) != 0)
+    return -1;
+  len = proto_get_len(hdr);
+  if (len > (64u << 20) || (*body = malloc(len ? len : 1)) == NULL)
+    return -1;
+  if (test_read_exact(fd, *body, len, ms) != 0) {
+    free(*body);
+    return -1;
+  }
+  return len;
+}
+
+int64_t test_read_reply(int fd, int ms, uint64_t *id) {
+  proto_limits_t lim = PROTO_LIMITS_DEFAULT;
+  proto_msg_t m;
+  uint8_t *body = NULL;
+  ssize_t n;
+  int64_t st = INT64_MIN;
+  lim.max_frame = 64u << 20;
+  lim.max_items = 1u << 22;
+  for (;;) {
+    if ((n = read_frame_body(fd, ms, &body)) < 0)
+      return INT64_MIN;
+    if (proto_decode(body, (size_t)n, &lim, &m) != 0) {
+      free(body);
+      return INT64_MIN;
+    }
+    if (m.kind == PROTO_REPLY) {
+      st = m.op;
+      if (id)
+        *id = m.id;
+      proto_msg_free(&m);
+      free(body);
+      return st;
+    }
+    proto_msg_free(&m); /* a push */
+    free(body);
+  }
+}
+
+int test_native_hello(const char *src, int port, const char *job,
+                      const char *token, int64_t *status) {
+  proto_limits_t lim = PROTO_LIMITS_DEFAULT;
+  proto_hello_t h;
+  proto_msg_t m;
+  proto_enc_t e;
+  uint8_t *body = NULL;
+  char err[256];
+  ssize_t n;
+  int fd = test_connect_from(src, port);
+  memset(&h, 0, sizeof(h));
+  h.job = job;
+  h.role = "worker";
+  h.token = token;
+  h.token_len = token ? strlen(token) : 0;
+  *status = INT64_MIN;
+  if (test_send_all(fd, PROTO_MAGIC, PROTO_MAGIC_LEN) != 0 ||
+      (n = read_frame_body(fd, test_ms(5000), &body)) < 0)
+    return fd;
+  if (proto_decode(body, (size_t)n, &lim, &m) != 0) {
+    free(body);
+    return fd;
+  }
+  if (proto_hello_challenge(&h, &m, err, sizeof(err)) != 0)
+    TEST_FAIL("challenge: %s", err);
+  proto_msg_free(&m);
+  free(body);
+  proto_enc_init(&e);
+  proto_enc_begin(&e, 8);
+  msgpack_pack_uint8(&e.pk, PROTO_REQUEST);
+  msgpack_pack_uint64(&e.pk, 1);
+  msgpack_pack_int64(&e.pk, PROTO_OP_HELLO);
+  proto_hello_pack(&h, &e.pk);
+  ASSERT_EQ(0, proto_enc_end(&e));
+  if (test_send_all(fd, e.data, e.len) == 0)
+    *status = test_read_reply(fd, test_ms(5000), NULL);
+  proto_enc_destroy(&e);
+  return fd;
 }

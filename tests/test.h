@@ -95,6 +95,14 @@ void test_cleanup(void);
 /* Start `launch server --port 0 --port-file F extra...` as a child; RET its
  * port, OUT *pid. */
 int test_launch_server(pid_t *pid, const char *const *extra, const char *log);
+/* SIGTERM a `launch server` child; it must exit 0 within 10 s (scaled):
+ * a clean stop, and under ASan no leak. */
+void test_stop_server(pid_t pid);
+/* librdzv to 127.0.0.1:port for job, with token (NULL: none).
+ * OUT *c, err (why it failed). RET rdzv_connect's status. */
+struct rdzv_client_s;
+int test_rdzv_open(int port, const char *job, const char *token, char *err,
+                   size_t errlen, struct rdzv_client_s **c);
 /* Path of build/bin/launch (LAUNCH_BIN env, set by ctest). */
 const char *test_launch_bin(void);
 /* A fresh temp dir under $TMPDIR (removed by test_cleanup). */
@@ -103,9 +111,24 @@ const char *test_tmpdir(void);
 char *test_read_file(const char *path);
 /* Raw TCP connect to 127.0.0.1:port. RET fd. */
 int test_connect(int port);
+/* The same from a local address of the loopback net (127.0.0.x stands for
+ * another host). RET fd. */
+int test_connect_from(const char *src, int port);
 /* Read exactly n bytes within ms. RET 0, -1 on EOF/timeout. */
 int test_read_exact(int fd, void *buf, size_t n, int ms);
 /* RET 1 if the peer closed the connection within ms, else 0. */
 int test_peer_closed(int fd, int ms);
+
+/* ---- the native protocol by hand (hostile clients) ------------------------ */
+/* Connect from src (NULL: 127.0.0.1), send the magic and answer the
+ * challenge with a HELLO for job, proving token (NULL: none).
+ * OUT *status: the HELLO reply's status (0: in). RET the fd. */
+int test_native_hello(const char *src, int port, const char *job,
+                      const char *token, int64_t *status);
+/* Send all of buf (the peer may close: RET 0 sent, -1 not all). */
+int test_send_all(int fd, const void *buf, size_t n);
+/* Read one reply frame within ms. OUT *id (may be NULL). RET its status,
+ * or INT64_MIN when none came (closed, timeout). */
+int64_t test_read_reply(int fd, int ms, uint64_t *id);
 
 #endif

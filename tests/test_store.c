@@ -1,5 +1,7 @@
 /* test_store.c - the store: values, add, compare-and-set, delete, queues,
- * waiters woken by writes, integer thresholds, watches, barriers, limits. */
+ * waiters woken by writes, integer thresholds, watches, barriers, limits,
+ * and what waiting costs: waits, watches and barrier members count against
+ * the store's bound and a budget shared by several stores (#11). */
 #include "store.h"
 #include "test.h"
 
@@ -40,7 +42,7 @@ static void test_values(void) {
   const uint8_t *v;
   int64_t r;
   int swapped;
-  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT_EQ(0, store_new(0, NULL, &s));
   ASSERT(store_get(s, K("a"), &n) == NULL);
   ASSERT_EQ(0, store_set(s, K("a"), "xyz", 3));
   v = store_get(s, K("a"), &n);
@@ -83,7 +85,7 @@ static void test_waiters(void) {
   store_waiter_t *w = NULL;
   store_key_t keys[3] = {{"k1", 2}, {"k2", 2}, {"k1", 2}};
   int hits = 0;
-  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT_EQ(0, store_new(0, NULL, &s));
   /* already satisfied: no waiter, no callback */
   ASSERT_EQ(0, store_set(s, K("k2"), "v", 1));
   ASSERT_EQ(1, store_wait(s, &keys[1], 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
@@ -124,7 +126,7 @@ static void test_queues(void) {
   int hits = 0;
   uint8_t *v;
   size_t n;
-  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT_EQ(0, store_new(0, NULL, &s));
   ASSERT_EQ(0, store_queue_len(s, K("q")));
   ASSERT_EQ(0, store_queue_pop(s, K("q"), &v, &n));
   /* a push wakes one waiter only */
@@ -151,7 +153,7 @@ static void test_watch_and_barrier(void) {
   store_t *s;
   store_watch_t *w;
   store_bwait_t *b[3];
-  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT_EQ(0, store_new(0, NULL, &s));
   ASSERT_EQ(0, store_watch(s, K("w"), on_watch, NULL, &w));
   ASSERT_EQ(0, store_set(s, K("w"), "one", 3));
   ASSERT_EQ(STORE_EV_CREATED, last_ev);
@@ -187,7 +189,7 @@ static void test_limits(void) {
   store_t *s;
   char big[4096];
   memset(big, 'x', sizeof(big));
-  ASSERT_EQ(0, store_new(10000, &s));
+  ASSERT_EQ(0, store_new(10000, NULL, &s));
   ASSERT_EQ(0, store_set(s, K("a"), big, sizeof(big)));
   ASSERT_EQ(0, store_set(s, K("b"), big, sizeof(big)));
   ASSERT_EQ(RDZV_ETOOBIG, store_set(s, K("c"), big, sizeof(big)));
@@ -200,11 +202,72 @@ static void test_limits(void) {
   store_free(s);
 }
 
+static void test_waits_count(void) {
+  store_t *s, *t;
+  store_budget_t b = {0, 30000};
+  store_waiter_t *w[8];
+  store_watch_t *wa;
+  store_bwait_t *bw;
+  static char big[12000];
+  char key[4096];
+  store_key_t k = {key, sizeof(key)};
+  int n = 0, data = 0;
+  ASSERT_EQ(0, store_new(20000, &b, &s));
+  ASSERT_EQ(0, store_new(20000, &b, &t));
+  memset(key, 'k', sizeof(key));
+  memset(big, 'b', sizeof(big));
+  /* Waits on keys that never come cost what those keys would: the fifth
+   * 4 KiB key is over the 20000-byte bound. */
+  for (n = 0; n < 8; n++) {
+    int rc;
+    key[0] = (char)('a' + n);
+    rc = store_wait(s, &k, 1, STORE_WAIT_EXISTS, 0, on_wake, &data, &w[n]);
+    if (rc != 0) {
+      ASSERT_EQ(RDZV_ETOOBIG, rc);
+      break;
+    }
+  }
+  ASSERT_EQ(4, n);
+  ASSERT(store_bytes(s) > 4 * sizeof(key) && store_bytes(s) <= 20000);
+  ASSERT_EQ(store_bytes(s), b.used);
+  /* A watch of a new 4 KiB key costs that key too. */
+  key[0] = 'z';
+  ASSERT_EQ(RDZV_ETOOBIG,
+            store_watch(s, key, sizeof(key), on_watch, NULL, &wa));
+  /* The shared budget binds the other store: s holds about 17000 of the
+   * 30000 bytes; t would have room of its own for 15000, the budget not. */
+  ASSERT_EQ(0, store_set(t, K("v"), big, 10000));
+  ASSERT_EQ(RDZV_ETOOBIG, store_set(t, K("w"), big, 5000));
+  b.max = 40000;
+  ASSERT_EQ(0, store_set(t, K("w"), big, 5000));
+  ASSERT_EQ(store_bytes(s) + store_bytes(t), b.used);
+  /* A barrier's name counts as well. */
+  ASSERT_EQ(RDZV_ETOOBIG,
+            store_barrier(t, big, 12000, 2, on_bar, NULL, &bw));
+  /* Cancelling gives everything back. */
+  for (int i = 0; i < n; i++)
+    store_wait_cancel(w[i]);
+  ASSERT_EQ(0, store_bytes(s));
+  ASSERT_EQ(0, store_watch(s, K("x"), on_watch, NULL, &wa));
+  ASSERT_EQ(0, store_barrier(t, K("bar"), 2, on_bar, NULL, &bw));
+  ASSERT(!store_is_empty(s) && !store_is_empty(t));
+  store_unwatch(wa);
+  store_barrier_cancel(bw);
+  ASSERT(store_is_empty(s));
+  /* store_clear drops the values; the budget follows. */
+  store_clear(t);
+  ASSERT(store_is_empty(t));
+  ASSERT_EQ(0, store_bytes(t));
+  ASSERT_EQ(0, b.used);
+  store_free(s);
+  store_free(t);
+}
+
 static void test_many_keys(void) {
   store_t *s;
   char k[32];
   size_t n;
-  ASSERT_EQ(0, store_new(0, &s));
+  ASSERT_EQ(0, store_new(0, NULL, &s));
   for (int i = 0; i < 50000; i++) {
     snprintf(k, sizeof(k), "key/%d", i);
     ASSERT_EQ(0, store_set(s, k, strlen(k), k, strlen(k)));
@@ -225,6 +288,7 @@ int main(void) {
   test_queues();
   test_watch_and_barrier();
   test_limits();
+  test_waits_count();
   test_many_keys();
   printf("test_store: ok\n");
   return 0;

@@ -7,17 +7,26 @@
  *                      on stderr, each line written in three write() calls
  *   long BYTES         one line of BYTES 'x' on stdout, then "after" with
  *                      no newline
- *   lines N            N lines "line K" on stderr, then exit 7 */
+ *   lines N            N lines "line K" on stderr, then exit 7
+ *   escape HOW FILE THEN
+ *                      start a sleeper outside the worker's process group
+ *                      and write its pid to FILE (atomically): HOW setsid
+ *                      (a child in a session of its own) or daemon (fork,
+ *                      setsid, fork, the middle one exits: the classic
+ *                      daemon, orphaned and in its own session); THEN
+ *                      wait (sleep until killed) or exit (exit 0) */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <dirent.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void put(int fd, const char *p, size_t n) {
@@ -92,6 +101,49 @@ static int long_line(long n) {
   return 0;
 }
 
+static void write_pid(const char *file, pid_t pid) {
+  char tmp[1024];
+  FILE *f;
+  snprintf(tmp, sizeof(tmp), "%s.tmp", file);
+  if ((f = fopen(tmp, "w")) == NULL)
+    _exit(91);
+  fprintf(f, "%d\n", (int)pid);
+  fclose(f);
+  if (rename(tmp, file) != 0)
+    _exit(92);
+}
+
+static int escape(const char *how, const char *file, const char *then) {
+  pid_t p = fork();
+  if (p < 0)
+    return 93;
+  if (p == 0) {
+    int null = open("/dev/null", O_RDWR);
+    /* Hold no pipe of the worker's: a daemon would not. */
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    setsid();
+    if (strcmp(how, "daemon") == 0) {
+      pid_t q = fork();
+      if (q != 0)
+        _exit(q < 0 ? 94 : 0);
+    }
+    write_pid(file, getpid());
+    for (;;)
+      pause();
+  }
+  if (strcmp(how, "daemon") == 0)
+    waitpid(p, NULL, 0); /* the middle process: gone at once */
+  /* The sleeper is up (its pid written) before the worker goes on. */
+  for (int i = 0; i < 10000 && access(file, F_OK) != 0; i++)
+    usleep(1000);
+  if (strcmp(then, "exit") == 0)
+    return 0;
+  for (;;)
+    pause();
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "args") == 0) {
     for (int i = 2; i < argc; i++)
@@ -112,6 +164,8 @@ int main(int argc, char **argv) {
     }
     return 7;
   }
+  if (argc >= 5 && strcmp(argv[1], "escape") == 0)
+    return escape(argv[2], argv[3], argv[4]);
   fprintf(stderr, "wk_child: unknown mode\n");
   return 64;
 }

@@ -190,6 +190,11 @@ void lu_json_bool(lu_json_t *j, const char *key, int val) {
   lu_buf_puts(j->b, val ? "true" : "false");
 }
 
+void lu_json_null(lu_json_t *j, const char *key) {
+  pre(j, key);
+  lu_buf_puts(j->b, "null");
+}
+
 void lu_buf_put_escaped(lu_buf_t *b, const char *s, int tab) {
   for (; *s; s++) {
     if (*s == '\\')

@@ -1,85 +1,91 @@
-/* json.c - a small strict JSON reader (RFC 8259) for untrusted input, such
- * as the error files workers write: it validates the whole document and
- * keeps only the values at the paths asked for, building no tree. */
+/* json.c - a small strict JSON reader (RFC 8259: no comments, no trailing
+ * commas, valid UTF-8, nesting capped) for what other programs write: the
+ * error files of workers, checkpoint manifests, trainer metadata. It builds
+ * a tree in one arena freed at once (lu_jv_*, util/lu.h). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lu.h"
 
-typedef struct js_s {
-  const char *p, *end;
-  int depth, max_depth;
-  const char *const *paths;
-  size_t npaths;
-  unsigned numbers;  /* bit i: paths[i] takes numbers too */
-  char **out;
-  char path[512];    /* where the reader is: "message.extraInfo" */
-} js_t;
+#define JV_DEPTH_MAX 64
+#define JV_BLOCK 65536
 
-static void js_ws(js_t *j) {
-  while (j->p < j->end &&
-         (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-    j->p++;
+typedef struct jv_block_s {
+  struct jv_block_s *next;
+  size_t used, cap;
+  max_align_t data[];
+} jv_block_t;
+
+struct lu_jdoc_s {
+  jv_block_t *blocks;
+  lu_jv_t root;
+};
+
+typedef struct jv_parser_s {
+  const char *p, *start, *end;
+  lu_jdoc_t *doc;
+  int depth;
+  char *err;
+  size_t errlen;
+  unsigned flags; /* LU_JV_LENIENT */
+} jv_parser_t;
+
+static void *jv_alloc(lu_jdoc_t *d, size_t n) {
+  jv_block_t *b = d->blocks;
+  n = (n + sizeof(max_align_t) - 1) & ~(sizeof(max_align_t) - 1);
+  if (b == NULL || b->cap - b->used < n) {
+    size_t cap = n > JV_BLOCK ? n : JV_BLOCK;
+    if ((b = malloc(sizeof(*b) + cap)) == NULL)
+      return NULL;
+    b->used = 0;
+    b->cap = cap;
+    b->next = d->blocks;
+    d->blocks = b;
+  }
+  b->used += n;
+  return (char *)b->data + b->used - n;
 }
 
-static int js_hex4(const char *p, unsigned *out) {
+static int jv_fail(jv_parser_t *ps, const char *what) {
+  lu_errf(ps->err, ps->errlen, "JSON: %s at byte %zu", what,
+          (size_t)(ps->p - ps->start));
+  return RDZV_EPROTO;
+}
+
+static void jv_ws(jv_parser_t *ps) {
+  while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' ||
+                             *ps->p == '\n' || *ps->p == '\r'))
+    ps->p++;
+}
+
+static int jv_hex4(const char *p, unsigned *out) {
   unsigned v = 0;
   for (int i = 0; i < 4; i++) {
-    char c = p[i];
-    v <<= 4;
+    int c = (unsigned char)p[i], d;
     if (c >= '0' && c <= '9')
-      v |= (unsigned)(c - '0');
-    else if (c >= 'a' && c <= 'f')
-      v |= (unsigned)(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F')
-      v |= (unsigned)(c - 'A' + 10);
+      d = c - '0';
+    else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+      d = (c | 0x20) - 'a' + 10;
     else
       return -1;
+    v = v << 4 | (unsigned)d;
   }
   *out = v;
   return 0;
 }
 
-static size_t js_utf8(unsigned cp, char *o) {
-  if (cp < 0x80) {
-    o[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    o[0] = (char)(0xC0 | (cp >> 6));
-    o[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    o[0] = (char)(0xE0 | (cp >> 12));
-    o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  o[0] = (char)(0xF0 | (cp >> 18));
-  o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  o[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
-}
-
-/* Length of one valid UTF-8 sequence at p (first byte >= 0x80), or 0:
- * overlong forms, surrogates and code points above U+10FFFF are refused. */
-static size_t js_utf8_valid(const unsigned char *p, const unsigned char *end) {
-  unsigned c = p[0], cp, min;
+/* Bytes of the UTF-8 sequence at p, or 0 when it is not valid (overlong,
+ * surrogate, beyond U+10FFFF, truncated). */
+static size_t jv_utf8_len(const unsigned char *p, const unsigned char *end) {
+  unsigned c = p[0], cp, lo;
   size_t n;
   if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-    cp = c & 0x1F;
-    min = 0x80;
+    n = 2, cp = c & 0x1F, lo = 0x80;
   } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    cp = c & 0x0F;
-    min = 0x800;
+    n = 3, cp = c & 0x0F, lo = 0x800;
   } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    cp = c & 0x07;
-    min = 0x10000;
+    n = 4, cp = c & 0x07, lo = 0x10000;
   } else {
     return 0;
   }
@@ -88,291 +94,319 @@ static size_t js_utf8_valid(const unsigned char *p, const unsigned char *end) {
   for (size_t i = 1; i < n; i++) {
     if ((p[i] & 0xC0) != 0x80)
       return 0;
-    cp = (cp << 6) | (p[i] & 0x3F);
+    cp = cp << 6 | (p[i] & 0x3F);
   }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+  if (cp < lo || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
     return 0;
   return n;
 }
 
-/* A string at j->p (on the opening quote). With out != NULL the decoded
- * text is returned malloc'd (never longer than the source, which bounds
- * the allocation). \u0000 and lone surrogates become U+FFFD, so that the
- * result is a C string of valid UTF-8. RET 0 or RDZV_EPROTO/ENOMEM. */
-static int js_string(js_t *j, char **out) {
-  const char *s;
-  char *buf = NULL;
-  size_t n = 0;
-  if (j->p >= j->end || *j->p != '"')
-    return RDZV_EPROTO;
-  s = ++j->p;
-  if (out) {
-    /* The decoded text is at most as long as the rest of the input, plus
-     * slack for U+FFFD (3 bytes) replacing a 6-byte escape: never longer. */
-    if ((buf = malloc((size_t)(j->end - s) + 1)) == NULL)
-      return RDZV_ENOMEM;
+static size_t jv_put_utf8(char *o, unsigned cp) {
+  if (cp < 0x80) {
+    o[0] = (char)cp;
+    return 1;
   }
-  while (j->p < j->end) {
-    unsigned char c = (unsigned char)*j->p;
-    if (c == '"') {
-      j->p++;
-      if (out) {
-        buf[n] = '\0';
-        *out = buf;
-      }
-      return 0;
-    }
-    if (c < 0x20)
-      break; /* raw control characters are not allowed in JSON strings */
-    if (c == '\\') {
-      char e;
-      if (j->end - j->p < 2)
+  if (cp < 0x800) {
+    o[0] = (char)(0xC0 | cp >> 6);
+    o[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    o[0] = (char)(0xE0 | cp >> 12);
+    o[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+    o[2] = (char)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  o[0] = (char)(0xF0 | cp >> 18);
+  o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+  o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+  o[3] = (char)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+/* A string at ps->p (its opening quote). The decoded text is never longer
+ * than the source, which bounds the allocation. \u0000 is refused: every
+ * string we read ends up as a C string (a file name, a key). */
+static int jv_string(jv_parser_t *ps, const char **out, size_t *outlen) {
+  const char *s = ++ps->p;
+  char *buf, *o;
+  const char *q = s;
+  /* Find the end first, to size the buffer. */
+  while (q < ps->end && *q != '"') {
+    if (*q == '\\') {
+      if (ps->end - q < 2)
         break;
-      e = j->p[1];
-      j->p += 2;
-      if (e == 'u') {
-        unsigned cp, lo;
-        char tmp[4];
-        if (j->end - j->p < 4 || js_hex4(j->p, &cp) != 0)
-          break;
-        j->p += 4;
-        if (cp >= 0xD800 && cp <= 0xDBFF && j->end - j->p >= 6 &&
-            j->p[0] == '\\' && j->p[1] == 'u' && js_hex4(j->p + 2, &lo) == 0 &&
-            lo >= 0xDC00 && lo <= 0xDFFF) {
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          j->p += 6;
-        } else if (cp >= 0xD800 && cp <= 0xDFFF) {
-          cp = 0xFFFD; /* lone surrogate (Python writes them) */
-        }
-        if (cp == 0)
-          cp = 0xFFFD; /* a C string cannot hold NUL */
-        if (out) {
-          size_t k = js_utf8(cp, tmp);
-          memcpy(buf + n, tmp, k);
-          n += k;
-        }
-        continue;
-      }
+      q++;
+    }
+    q++;
+  }
+  if (q >= ps->end || *q != '"')
+    return jv_fail(ps, "unterminated string");
+  if ((buf = jv_alloc(ps->doc, (size_t)(q - s) + 1)) == NULL)
+    return RDZV_ENOMEM;
+  o = buf;
+  while (ps->p < q) {
+    unsigned char c = (unsigned char)*ps->p;
+    if (c < 0x20)
+      return jv_fail(ps, "control character in a string");
+    if (c == '\\') {
+      char e = ps->p[1];
+      ps->p += 2;
       switch (e) {
-      case '"': c = '"'; break;
-      case '\\': c = '\\'; break;
-      case '/': c = '/'; break;
-      case 'b': c = '\b'; break;
-      case 'f': c = '\f'; break;
-      case 'n': c = '\n'; break;
-      case 'r': c = '\r'; break;
-      case 't': c = '\t'; break;
-      default:
-        goto bad;
+      case '"': *o++ = '"'; break;
+      case '\\': *o++ = '\\'; break;
+      case '/': *o++ = '/'; break;
+      case 'b': *o++ = '\b'; break;
+      case 'f': *o++ = '\f'; break;
+      case 'n': *o++ = '\n'; break;
+      case 'r': *o++ = '\r'; break;
+      case 't': *o++ = '\t'; break;
+      case 'u': {
+        unsigned cp, lo;
+        if (q - ps->p < 4 || jv_hex4(ps->p, &cp) != 0)
+          return jv_fail(ps, "bad \\u escape");
+        ps->p += 4;
+        if (cp >= 0xD800 && cp <= 0xDBFF && q - ps->p >= 6 &&
+            ps->p[0] == '\\' && ps->p[1] == 'u' &&
+            jv_hex4(ps->p + 2, &lo) == 0 && lo >= 0xDC00 && lo <= 0xDFFF) {
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          ps->p += 6;
+        } else if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == 0) {
+          /* A lone surrogate (Python writes them) or NUL, which a C string
+           * cannot hold: U+FFFD when lenient (no longer than the escape). */
+          if (!(ps->flags & LU_JV_LENIENT))
+            return jv_fail(ps, cp ? "lone surrogate in \\u escape"
+                                  : "\\u0000 in a string");
+          cp = 0xFFFD;
+        }
+        o += jv_put_utf8(o, cp);
+        break;
       }
-      if (out)
-        buf[n++] = (char)c;
+      default:
+        return jv_fail(ps, "bad escape");
+      }
       continue;
     }
     if (c >= 0x80) {
-      size_t k = js_utf8_valid((const unsigned char *)j->p,
-                               (const unsigned char *)j->end);
+      size_t k = jv_utf8_len((const unsigned char *)ps->p,
+                             (const unsigned char *)q);
       if (k == 0)
-        break;
-      if (out) {
-        memcpy(buf + n, j->p, k);
-        n += k;
-      }
-      j->p += k;
+        return jv_fail(ps, "invalid UTF-8");
+      memcpy(o, ps->p, k);
+      o += k;
+      ps->p += k;
       continue;
     }
-    if (out)
-      buf[n++] = (char)c;
-    j->p++;
+    *o++ = (char)c;
+    ps->p++;
   }
-bad:
-  free(buf);
-  return RDZV_EPROTO;
-}
-
-static int js_digits(js_t *j) {
-  const char *s = j->p;
-  while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-    j->p++;
-  return j->p > s ? 0 : RDZV_EPROTO;
+  *o = '\0';
+  ps->p = q + 1;
+  *out = buf;
+  *outlen = (size_t)(o - buf);
+  return 0;
 }
 
 /* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
-static int js_number(js_t *j) {
-  if (j->p < j->end && *j->p == '-')
-    j->p++;
-  if (j->p >= j->end)
-    return RDZV_EPROTO;
-  if (*j->p == '0')
-    j->p++;
-  else if (js_digits(j) != 0)
-    return RDZV_EPROTO;
-  if (j->p < j->end && *j->p == '.') {
-    j->p++;
-    if (js_digits(j) != 0)
-      return RDZV_EPROTO;
+static int jv_number(jv_parser_t *ps, lu_jv_t *v) {
+  const char *s = ps->p;
+  char tmp[64];
+  int integral = 1;
+  if (ps->p < ps->end && *ps->p == '-')
+    ps->p++;
+  if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9')
+    return jv_fail(ps, "bad number");
+  if (*ps->p == '0')
+    ps->p++;
+  else
+    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9')
+      ps->p++;
+  if (ps->p < ps->end && *ps->p == '.') {
+    integral = 0;
+    if (++ps->p >= ps->end || *ps->p < '0' || *ps->p > '9')
+      return jv_fail(ps, "bad number");
+    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9')
+      ps->p++;
   }
-  if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-    j->p++;
-    if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
-      j->p++;
-    if (js_digits(j) != 0)
-      return RDZV_EPROTO;
+  if (ps->p < ps->end && (*ps->p == 'e' || *ps->p == 'E')) {
+    integral = 0;
+    ps->p++;
+    if (ps->p < ps->end && (*ps->p == '+' || *ps->p == '-'))
+      ps->p++;
+    if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9')
+      return jv_fail(ps, "bad number");
+    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9')
+      ps->p++;
   }
-  return 0;
-}
-
-static int js_literal(js_t *j, const char *lit) {
-  size_t n = strlen(lit);
-  if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0)
-    return RDZV_EPROTO;
-  j->p += n;
-  return 0;
-}
-
-static int js_value(js_t *j);
-
-/* Forget what was read at path or below it: a later duplicate key wins. */
-static void js_forget(js_t *j) {
-  size_t n = strlen(j->path);
-  for (size_t i = 0; i < j->npaths; i++)
-    if (strncmp(j->paths[i], j->path, n) == 0 &&
-        (j->paths[i][n] == '\0' || j->paths[i][n] == '.' || n == 0)) {
-      free(j->out[i]);
-      j->out[i] = NULL;
+  v->type = LU_JV_NUM;
+  if ((size_t)(ps->p - s) >= sizeof(tmp)) {
+    /* Longer than any number we use: keep the type, not the value. */
+    v->d = 0;
+    return 0;
+  }
+  memcpy(tmp, s, (size_t)(ps->p - s));
+  tmp[ps->p - s] = '\0';
+  v->d = strtod(tmp, NULL);
+  if (integral) {
+    char *e;
+    long long ll;
+    errno = 0;
+    ll = strtoll(tmp, &e, 10);
+    if (errno == 0 && *e == '\0') {
+      v->is_int = 1;
+      v->i = ll;
     }
-}
-
-/* The capture slot of the current path, or -1. */
-static int js_slot(const js_t *j) {
-  for (size_t i = 0; i < j->npaths; i++)
-    if (strcmp(j->paths[i], j->path) == 0)
-      return (int)i;
-  return -1;
-}
-
-/* Does any capture path lie below the current one? Then keys count. */
-static int js_wanted(const js_t *j) {
-  size_t n = strlen(j->path);
-  for (size_t i = 0; i < j->npaths; i++)
-    if (strncmp(j->paths[i], j->path, n) == 0 &&
-        (n == 0 || j->paths[i][n] == '.'))
-      return 1;
+  }
   return 0;
 }
 
-/* An object or an array at j->p: members separated by commas. Array
- * elements are never captured ("#" in the path). */
-static int js_container(js_t *j) {
-  size_t base = strlen(j->path);
-  char close = *j->p == '{' ? '}' : ']';
-  int rc, wanted = close == '}' && js_wanted(j);
-  j->p++;
-  js_ws(j);
-  if (j->p < j->end && *j->p == close) {
-    j->p++;
+static int jv_lit(jv_parser_t *ps, const char *lit) {
+  size_t n = strlen(lit);
+  if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, lit, n) != 0)
+    return jv_fail(ps, "unexpected character");
+  ps->p += n;
+  return 0;
+}
+
+static int jv_value(jv_parser_t *ps, lu_jv_t *v);
+
+/* Arrays and objects: elements separated by commas up to `close`. */
+static int jv_container(jv_parser_t *ps, lu_jv_t *v, char close) {
+  lu_jv_t **tail = &v->first;
+  int rc;
+  if (++ps->depth > JV_DEPTH_MAX)
+    return jv_fail(ps, "nested too deeply");
+  ps->p++;
+  jv_ws(ps);
+  if (ps->p < ps->end && *ps->p == close) {
+    ps->p++;
+    ps->depth--;
     return 0;
   }
   for (;;) {
-    char *key = NULL;
-    js_ws(j);
+    lu_jv_t *c = jv_alloc(ps->doc, sizeof(*c));
+    if (c == NULL)
+      return RDZV_ENOMEM;
+    memset(c, 0, sizeof(*c));
+    jv_ws(ps);
     if (close == '}') {
-      /* Keys are decoded only where they can lead to a value we keep. */
-      if ((rc = js_string(j, wanted ? &key : NULL)) != 0)
+      size_t klen;
+      if (ps->p >= ps->end || *ps->p != '"')
+        return jv_fail(ps, "expected a member name");
+      if ((rc = jv_string(ps, &c->key, &klen)) != 0)
         return rc;
-      js_ws(j);
-      if (j->p >= j->end || *j->p != ':') {
-        free(key);
-        return RDZV_EPROTO;
-      }
-      j->p++;
-      js_ws(j);
+      jv_ws(ps);
+      if (ps->p >= ps->end || *ps->p != ':')
+        return jv_fail(ps, "expected ':'");
+      ps->p++;
+      jv_ws(ps);
     }
-    if (key && strlen(key) + base + 2 < sizeof(j->path) && !strchr(key, '.'))
-      snprintf(j->path + base, sizeof(j->path) - base, "%s%s",
-               base ? "." : "", key);
-    else
-      snprintf(j->path + base, sizeof(j->path) - base, "%s#", base ? "." : "");
-    free(key);
-    if ((rc = js_value(j)) != 0)
+    if ((rc = jv_value(ps, c)) != 0)
       return rc;
-    j->path[base] = '\0';
-    js_ws(j);
-    if (j->p >= j->end)
-      return RDZV_EPROTO;
-    if (*j->p == close) {
-      j->p++;
+    *tail = c;
+    tail = &c->next;
+    v->n++;
+    jv_ws(ps);
+    if (ps->p >= ps->end)
+      return jv_fail(ps, "unterminated array or object");
+    if (*ps->p == close) {
+      ps->p++;
+      ps->depth--;
       return 0;
     }
-    if (*j->p != ',')
-      return RDZV_EPROTO;
-    j->p++;
+    if (*ps->p != ',')
+      return jv_fail(ps, "expected ',' or the end of an array or object");
+    ps->p++;
   }
 }
 
-static int js_value(js_t *j) {
-  int rc, slot;
-  if (j->p >= j->end)
-    return RDZV_EPROTO;
-  js_forget(j);
-  slot = js_slot(j);
-  switch (*j->p) {
+static int jv_value(jv_parser_t *ps, lu_jv_t *v) {
+  if (ps->p >= ps->end)
+    return jv_fail(ps, "unexpected end");
+  switch (*ps->p) {
   case '{':
+    v->type = LU_JV_OBJ;
+    return jv_container(ps, v, '}');
   case '[':
-    if (++j->depth > j->max_depth)
-      return RDZV_EPROTO;
-    rc = js_container(j);
-    j->depth--;
-    return rc;
+    v->type = LU_JV_ARR;
+    return jv_container(ps, v, ']');
   case '"':
-    return js_string(j, slot >= 0 ? &j->out[slot] : NULL);
+    v->type = LU_JV_STR;
+    return jv_string(ps, &v->s, &v->slen);
   case 't':
-    return js_literal(j, "true");
+    v->type = LU_JV_BOOL;
+    v->b = 1;
+    return jv_lit(ps, "true");
   case 'f':
-    return js_literal(j, "false");
+    v->type = LU_JV_BOOL;
+    return jv_lit(ps, "false");
   case 'n':
-    return js_literal(j, "null");
+    v->type = LU_JV_NULL;
+    return jv_lit(ps, "null");
   default:
-    if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) {
-      const char *s = j->p;
-      if ((rc = js_number(j)) != 0)
-        return rc;
-      if (slot >= 0 && (j->numbers & (1u << slot)) &&
-          (j->out[slot] = strndup(s, (size_t)(j->p - s))) == NULL)
-        return RDZV_ENOMEM;
-      return 0;
-    }
-    return RDZV_EPROTO;
+    return jv_number(ps, v);
   }
 }
 
-int lu_json_read(const char *buf, size_t len, int max_depth,
-                 const char *const *paths, size_t npaths, unsigned numbers,
-                 char **out) {
-  js_t j;
+int lu_jv_parse(const char *buf, size_t len, unsigned flags, lu_jdoc_t **doc,
+                const lu_jv_t **root, char *err, size_t errlen) {
+  jv_parser_t ps;
   int rc;
-  memset(&j, 0, sizeof(j));
-  j.p = buf;
-  j.end = buf + len;
-  j.max_depth = max_depth;
-  j.paths = paths;
-  j.npaths = npaths;
-  j.numbers = numbers;
-  j.out = out;
-  for (size_t i = 0; i < npaths; i++)
-    out[i] = NULL;
+  lu_jdoc_t *d = calloc(1, sizeof(*d));
+  if (d == NULL)
+    return RDZV_ENOMEM;
+  memset(&ps, 0, sizeof(ps));
+  ps.p = ps.start = buf;
+  ps.end = buf + len;
+  ps.doc = d;
+  ps.err = err;
+  ps.errlen = errlen;
+  ps.flags = flags;
   /* A UTF-8 byte order mark is not JSON, but editors write one. */
   if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0)
-    j.p += 3;
-  js_ws(&j);
-  rc = js_value(&j);
-  js_ws(&j);
-  if (rc == 0 && j.p != j.end)
-    rc = RDZV_EPROTO; /* trailing bytes */
-  if (rc != 0)
-    for (size_t i = 0; i < npaths; i++) {
-      free(out[i]);
-      out[i] = NULL;
-    }
-  return rc;
+    ps.p += 3;
+  jv_ws(&ps);
+  if ((rc = jv_value(&ps, &d->root)) == 0) {
+    jv_ws(&ps);
+    if (ps.p != ps.end)
+      rc = jv_fail(&ps, "trailing characters after the value");
+  }
+  if (rc != 0) {
+    if (rc == RDZV_ENOMEM)
+      lu_errf(err, errlen, "out of memory");
+    lu_jv_free(d);
+    return rc;
+  }
+  *doc = d;
+  *root = &d->root;
+  return 0;
+}
+
+void lu_jv_free(lu_jdoc_t *doc) {
+  jv_block_t *b, *n;
+  if (doc == NULL)
+    return;
+  for (b = doc->blocks; b; b = n) {
+    n = b->next;
+    free(b);
+  }
+  free(doc);
+}
+
+const lu_jv_t *lu_jv_get(const lu_jv_t *obj, const char *key) {
+  const lu_jv_t *found = NULL;
+  if (obj == NULL || obj->type != LU_JV_OBJ)
+    return NULL;
+  for (const lu_jv_t *c = obj->first; c; c = c->next)
+    if (strcmp(c->key, key) == 0)
+      found = c;
+  return found;
+}
+
+int lu_jv_int(const lu_jv_t *v, int64_t min, int64_t max, int64_t *out) {
+  if (v == NULL || v->type != LU_JV_NUM || !v->is_int || v->i < min ||
+      v->i > max)
+    return -1;
+  *out = v->i;
+  return 0;
 }

@@ -132,17 +132,42 @@ int lu_gpu_count(const char *cuda_visible_devices);
 
 /* ---- JSON (json.c) ---------------------------------------------------------------- */
 
-/* Read a JSON document (RFC 8259, strict, at most max_depth nested objects
- * and arrays; a leading UTF-8 byte order mark is skipped) and keep the
- * values at paths[0..npaths): dotted object keys, "message.extraInfo".
- * out[i] gets the value at paths[i] when it is a string (decoded to UTF-8;
- * \u0000 and lone surrogates become U+FFFD), or a number's text when bit i
- * of numbers is set, else NULL. A later duplicate key wins. OUT out[i]
- * malloc'd (the caller frees). RET 0, RDZV_EPROTO (nothing is kept),
- * RDZV_ENOMEM. */
-int lu_json_read(const char *buf, size_t len, int max_depth,
-                 const char *const *paths, size_t npaths, unsigned numbers,
-                 char **out);
+typedef enum {
+  LU_JV_NULL, LU_JV_BOOL, LU_JV_NUM, LU_JV_STR, LU_JV_ARR, LU_JV_OBJ
+} lu_jv_type_t;
+
+typedef struct lu_jv_s lu_jv_t;
+struct lu_jv_s {
+  lu_jv_type_t type;
+  int b;            /* LU_JV_BOOL */
+  int is_int;       /* LU_JV_NUM: integral and within int64 */
+  int64_t i;
+  double d;
+  const char *s;    /* LU_JV_STR: decoded, NUL-terminated, no NUL inside */
+  size_t slen;
+  const char *key;  /* member name when inside an object */
+  lu_jv_t *first;   /* LU_JV_ARR / LU_JV_OBJ children */
+  lu_jv_t *next;
+  size_t n;         /* number of children */
+};
+
+typedef struct lu_jdoc_s lu_jdoc_t;
+
+/* flags of lu_jv_parse: a lone surrogate or \u0000 in a string becomes
+ * U+FFFD instead of an error (error files that Python wrote). */
+#define LU_JV_LENIENT 1u
+
+/* Parse a whole document (RFC 8259, UTF-8, nesting <= 64; a leading UTF-8
+ * byte order mark is skipped). The caller bounds len. OUT *doc: free with
+ * lu_jv_free(); *root inside it. err: position and reason. RET 0,
+ * RDZV_EPROTO, RDZV_ENOMEM. */
+int lu_jv_parse(const char *buf, size_t len, unsigned flags, lu_jdoc_t **doc,
+                const lu_jv_t **root, char *err, size_t errlen);
+void lu_jv_free(lu_jdoc_t *doc); /* NULL is a no-op */
+/* The member `key` of an object (the last one when repeated), or NULL. */
+const lu_jv_t *lu_jv_get(const lu_jv_t *obj, const char *key);
+/* RET 0 and *out when v is an integral number in [min, max], else -1. */
+int lu_jv_int(const lu_jv_t *v, int64_t min, int64_t max, int64_t *out);
 
 /* ---- host lists ------------------------------------------------------------------- */
 

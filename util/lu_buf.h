@@ -54,5 +54,6 @@ void lu_json_str(lu_json_t *j, const char *key, const char *val);
 void lu_json_int(lu_json_t *j, const char *key, long long val);
 void lu_json_num(lu_json_t *j, const char *key, double val);
 void lu_json_bool(lu_json_t *j, const char *key, int val);
+void lu_json_null(lu_json_t *j, const char *key);
 
 #endif /* LU_BUF_H */

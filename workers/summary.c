@@ -2,7 +2,7 @@
  *
  * The error file is JSON written by the worker (a user program), so it is
  * untrusted input: util/json.c's strict reader, with a size limit and a
- * nesting limit, extracts the strings we want and validates the rest. */
+ * nesting limit. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -16,48 +16,38 @@
 #include "summary.h"
 
 #define SUM_FILE_MAX (1024 * 1024) /* bytes of an error file */
-#define SUM_DEPTH_MAX 64           /* nesting of objects and arrays */
 #define SUM_OTHER_TAIL 5           /* stderr lines shown per other failure */
-
-/* Is the top-level value an object (after a byte order mark)? */
-static int top_is_object(const char *p, size_t n) {
-  size_t i = n >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
-  while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
-    i++;
-  return i < n && p[i] == '{';
-}
 
 int sum_parse_error_json(const char *buf, size_t len, char **message,
                          double *timestamp) {
   /* PyTorch's @record writes {"message": "..."} or {"message": {"message":
    * "...", "extraInfo": {"py_callstack": "...", "timestamp": "..."}}}. */
-  static const char *const paths[] = {"message", "message.message",
-                                      "message.extraInfo.py_callstack",
-                                      "message.extraInfo.timestamp"};
-  char *v[4], *out = NULL;
-  const char *msg;
+  lu_jdoc_t *doc = NULL;
+  const lu_jv_t *root, *m, *text, *extra, *cs, *ts;
+  char *out = NULL;
   int rc;
   *message = NULL;
   if (timestamp)
     *timestamp = 0;
   if (len > SUM_FILE_MAX)
     return RDZV_ETOOBIG;
-  /* The timestamp may be a number. */
-  if ((rc = lu_json_read(buf, len, SUM_DEPTH_MAX, paths, 4, 1u << 3, v)) != 0)
+  if ((rc = lu_jv_parse(buf, len, LU_JV_LENIENT, &doc, &root, NULL, 0)) != 0)
     return rc;
-  /* "message" is either the text (v[0]) or an object holding it (v[1]). */
-  msg = v[0] ? v[0] : v[1];
-  if (msg == NULL || !top_is_object(buf, len)) {
+  m = lu_jv_get(root, "message");
+  extra = m && m->type == LU_JV_OBJ ? lu_jv_get(m, "extraInfo") : NULL;
+  text = m && m->type == LU_JV_OBJ ? lu_jv_get(m, "message") : m;
+  cs = lu_jv_get(extra, "py_callstack");
+  ts = lu_jv_get(extra, "timestamp");
+  if (text == NULL || text->type != LU_JV_STR) {
     rc = RDZV_EPROTO;
-  } else if (v[1] && v[2] && v[2][0]) {
-    size_t a = strlen(msg), b = strlen(v[2]);
-    if ((out = malloc(a + 1 + b + 1)) != NULL) {
-      memcpy(out, msg, a);
-      out[a] = '\n';
-      memcpy(out + a + 1, v[2], b + 1);
+  } else if (cs && cs->type == LU_JV_STR && cs->slen > 0) {
+    if ((out = malloc(text->slen + 1 + cs->slen + 1)) != NULL) {
+      memcpy(out, text->s, text->slen);
+      out[text->slen] = '\n';
+      memcpy(out + text->slen + 1, cs->s, cs->slen + 1);
     }
   } else {
-    out = strdup(msg);
+    out = strdup(text->s);
   }
   if (rc == 0 && out == NULL)
     rc = RDZV_ENOMEM;
@@ -65,16 +55,18 @@ int sum_parse_error_json(const char *buf, size_t len, char **message,
     /* The message ends with the traceback's newline; the summary indents
      * every line itself. */
     lu_rtrim(out, strlen(out));
-    if (timestamp && v[1] && v[3]) {
-      char *end;
-      double t = strtod(v[3], &end);
-      if (end != v[3] && *end == '\0' && t > 0)
-        *timestamp = t;
-    }
     *message = out;
+    /* PyTorch writes the timestamp as a string; a number will do too. */
+    if (timestamp && ts && ts->type == LU_JV_STR) {
+      char *end;
+      double t = strtod(ts->s, &end);
+      if (end != ts->s && *end == '\0' && t > 0)
+        *timestamp = t;
+    } else if (timestamp && ts && ts->type == LU_JV_NUM && ts->d > 0) {
+      *timestamp = ts->d;
+    }
   }
-  for (int i = 0; i < 4; i++)
-    free(v[i]);
+  lu_jv_free(doc);
   return rc;
 }
 

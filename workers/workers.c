@@ -12,11 +12,13 @@
  * any reason, even SIGKILL, the guardian reads EOF and SIGKILLs every
  * worker process group still registered: PR_SET_PDEATHSIG reaches only the
  * workers themselves, the guardian also reaches their children (a shell
- * wrapper's python, dataloader processes). */
+ * wrapper's python, dataloader processes), the cgroups of the workers and
+ * the escaped processes the agent told it about (see workers.h). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -24,6 +26,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -32,6 +35,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lu.h"
@@ -47,8 +51,51 @@
 #define WK_DRAIN_MAX (1024 * 1024) /* bytes read synchronously at reap */
 #define WK_DRAIN_MS 1000          /* after SIGKILL, pipes get this to EOF */
 #define WK_DEFAULT_PATH "/bin:/usr/bin"
+#define WK_ESC_MAX 4096           /* escaped processes tracked (subreaper) */
+#define WK_SCAN_MS 1000           /* subreaper mode: scan while workers run */
+#define WK_EXEC_MAGIC 0x65786563  /* "exec": a status record follows */
 
-enum { WK_GUARD_ADD = 1, WK_GUARD_DEL = 2, WK_GUARD_DISARM = 3 };
+/* Workers go into their cgroups through a raw clone3 (CLONE_INTO_CGROUP):
+ * moving a process by writing cgroup.procs costs ~20 ms here (an RCU grace
+ * period for the first move), clone3 nothing. ThreadSanitizer cannot follow
+ * a child made behind its back: its builds use the subreaper. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WK_TSAN 1
+#endif
+#endif
+#if defined(SYS_clone3) && !defined(__SANITIZE_THREAD__) && !defined(WK_TSAN)
+#define WK_HAVE_CLONE3 1
+#endif
+
+enum {
+  WK_GUARD_ADD = 1,    /* a: a worker's process group */
+  WK_GUARD_DEL = 2,
+  WK_GUARD_DISARM = 3,
+  WK_GUARD_ADD_PID = 4, /* a: pid, b: its start time (clock ticks) */
+  WK_GUARD_DEL_PID = 5,
+  WK_GUARD_ADD_CG = 6   /* a: local rank whose cgroup w<rank> is in use */
+};
+
+/* One message to the guardian (a SOCK_SEQPACKET datagram). */
+typedef struct wk_guard_msg_s {
+  int32_t op;
+  int32_t a;
+  uint64_t b;
+} wk_guard_msg_t;
+
+/* What a child whose exec failed writes to its status pipe. */
+typedef struct wk_exec_status_s {
+  int32_t magic;
+  int32_t err;
+} wk_exec_status_t;
+
+/* A process outside the workers' process groups (subreaper mode). */
+typedef struct wk_esc_s {
+  pid_t pid;
+  unsigned long long start; /* /proc/<pid>/stat field 22: tells reuse apart */
+  int seen;                 /* in the last scan */
+} wk_esc_t;
 enum { WK_IDLE = 0, WK_GRACE, WK_KILLED };
 
 typedef struct wk_worker_s wk_worker_t;
@@ -60,6 +107,7 @@ typedef struct wk_stream_s {
   int active;     /* pipe open and read; cleared when uv_close is called */
   int console_fd; /* 1, 2, or -1 when the stream does not reach the console */
   int file_fd;    /* -1 when the stream is not written to a file */
+  int has_file;   /* it is (file_fd may be closed already: EOF came) */
   char *line;     /* partial line, WK_LINE_MAX bytes once allocated */
   size_t len;
 } wk_stream_t;
@@ -70,6 +118,8 @@ struct wk_worker_s {
   pid_t pid;     /* 0 before fork */
   int reaped;
   int guarded;   /* registered with the guardian */
+  int status_fd; /* read end of the exec status pipe, -1 when none */
+  int exec_errno;
   int nopen;     /* streams whose close callback has not run */
   int rfd[2];    /* read ends before they become uv pipes */
   wk_stream_t st[2];
@@ -120,6 +170,20 @@ struct wk_group_s {
 
   pid_t guard_pid; /* 0 when there is none */
   int guard_fd;    /* agent's end of the guardian socket, -1 when none */
+
+  /* Containment, decided at the first wk_start. */
+  int contain_req;          /* WK_CONTAIN_AUTO or _SUBREAPER */
+  int contain;              /* in use; WK_CONTAIN_AUTO before the decision */
+  char contain_what[PATH_MAX + 160];
+  char cg_base[PATH_MAX];   /* .../launch.<pid>.<id>, "" when none */
+  int *cg_fd;               /* per local rank: the w<rank> directory */
+  int cg_nfd;
+  unsigned cg_attempt;      /* the attempt cg_fd belongs to */
+  int cg_proven;            /* a clone3 into a cgroup worked */
+  int own_subreaper;        /* we set PR_SET_CHILD_SUBREAPER */
+  uv_timer_t scan_timer;    /* subreaper mode, while workers run */
+  wk_esc_t *esc;            /* escaped processes known */
+  int nesc;
 
   int closing;
   void (*close_cb)(void *);
@@ -186,13 +250,159 @@ static int wk_fd_high(int fd) {
   return nfd < 0 ? -errno : nfd;
 }
 
+static const char *wk_exec_strerror(int e);
+
+/* ---- small async-signal-safe helpers (guardian, child) ----------------- */
+
+/* Append to a fixed buffer. */
+static size_t wk_cat(char *buf, size_t at, size_t cap, const char *s) {
+  while (*s && at + 1 < cap)
+    buf[at++] = *s++;
+  buf[at] = '\0';
+  return at;
+}
+
+static size_t wk_cat_u(char *buf, size_t at, size_t cap, unsigned long long v) {
+  char num[24];
+  int i = (int)sizeof(num) - 1;
+  num[i] = '\0';
+  do
+    num[--i] = (char)('0' + v % 10);
+  while ((v /= 10) > 0 && i > 0);
+  return wk_cat(buf, at, cap, num + i);
+}
+
+static int wk_write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  ssize_t r;
+  size_t n = strlen(text);
+  if (fd < 0)
+    return -errno;
+  r = write(fd, text, n);
+  r = r < 0 ? -errno : 0;
+  close(fd);
+  return (int)r;
+}
+
+/* Field 22 of /proc/<pid>/stat (start time in clock ticks since boot),
+ * 0 when the process is gone. Tells a pid apart from a later reuse. */
+static unsigned long long wk_start_time(pid_t pid) {
+  char path[64], buf[1024], *p = NULL;
+  unsigned long long v = 0;
+  int fd, field = 2;
+  ssize_t r;
+  size_t at = wk_cat(path, 0, sizeof(path), "/proc/");
+  at = wk_cat_u(path, at, sizeof(path), (unsigned long long)pid);
+  wk_cat(path, at, sizeof(path), "/stat");
+  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+    return 0;
+  r = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (r <= 0)
+    return 0;
+  buf[r] = '\0';
+  /* "pid (comm) state ppid ...": comm may hold spaces and parentheses. */
+  for (ssize_t i = r - 1; i >= 0; i--)
+    if (buf[i] == ')') {
+      p = buf + i + 1;
+      break;
+    }
+  if (p == NULL)
+    return 0;
+  while (*p && field < 22) {
+    if (*p == ' ')
+      field++;
+    p++;
+  }
+  while (*p >= '0' && *p <= '9')
+    v = v * 10 + (unsigned long long)(*p++ - '0');
+  return v;
+}
+
+/* SIGKILL everything in a cgroup: cgroup.kill (Linux >= 5.14), else freeze
+ * it, kill what cgroup.procs lists, thaw, until it lists nothing. */
+static void wk_cg_kill_dir(const char *dir) {
+  char path[PATH_MAX + 32], buf[4096];
+  size_t at = wk_cat(path, 0, sizeof(path), dir);
+  wk_cat(path, at, sizeof(path), "/cgroup.kill");
+  if (wk_write_file(path, "1") == 0)
+    return;
+  wk_cat(path, at, sizeof(path), "/cgroup.freeze");
+  (void)wk_write_file(path, "1");
+  for (int round = 0; round < 100; round++) {
+    int fd, any = 0;
+    ssize_t r;
+    wk_cat(path, at, sizeof(path), "/cgroup.procs");
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+      break;
+    while ((r = read(fd, buf, sizeof(buf) - 1)) > 0) {
+      pid_t pid = 0;
+      for (ssize_t i = 0; i < r; i++) {
+        if (buf[i] >= '0' && buf[i] <= '9') {
+          pid = pid * 10 + (buf[i] - '0');
+        } else if (pid > 0) {
+          kill(pid, SIGKILL);
+          any = 1;
+          pid = 0;
+        }
+      }
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        any = 1;
+      }
+    }
+    close(fd);
+    if (!any)
+      break;
+  }
+  wk_cat(path, at, sizeof(path), "/cgroup.freeze");
+  (void)wk_write_file(path, "0");
+}
+
+/* "<base>/w<rank>.<attempt>" into buf: a cgroup per worker and attempt,
+ * as a cgroup that was killed kills what is later put in it. */
+static void wk_cg_path(char *buf, size_t cap, const char *base, int rank,
+                       unsigned attempt) {
+  size_t at = wk_cat(buf, 0, cap, base);
+  at = wk_cat(buf, at, cap, "/w");
+  at = wk_cat_u(buf, at, cap, (unsigned long long)rank);
+  at = wk_cat(buf, at, cap, ".");
+  wk_cat_u(buf, at, cap, (unsigned long long)attempt);
+}
+
+/* rmdir the worker cgroups att[k] (attempt + 1; 0: none) and the base; a
+ * cgroup whose last process is still exiting refuses for a moment: try
+ * for up to `ms`. */
+static void wk_cg_rmdir_all(const char *base, const uint32_t *att, int n,
+                            int ms) {
+  struct timespec ts = {0, 1000000};
+  for (int t = 0; t <= ms; t++) {
+    int left = 0;
+    for (int k = 0; k < n; k++) {
+      char path[PATH_MAX + 48];
+      if (att[k] == 0)
+        continue;
+      wk_cg_path(path, sizeof(path), base, k, att[k] - 1);
+      if (rmdir(path) != 0 && errno != ENOENT)
+        left = 1;
+    }
+    if (!left && (rmdir(base) == 0 || errno == ENOENT))
+      return;
+    if (t < ms)
+      nanosleep(&ts, NULL);
+  }
+}
+
 /* ---- the guardian -------------------------------------------------------------- */
 
 /* In the forked guardian: async-signal-safe calls only (the agent may have
- * threads). Keeps the list of live process groups, kills them on EOF. */
-static void wk_guardian_main(int fd, const sigset_t *empty) {
+ * threads). Keeps the list of live process groups, cgroups and escaped
+ * processes, kills them on EOF. */
+static void wk_guardian_main(int fd, const sigset_t *empty, const char *cg_base) {
   pid_t groups[WK_NPROC_MAX];
-  int n = 0;
+  uint32_t cgs[WK_NPROC_MAX]; /* attempt + 1 of rank k's cgroup, 0 none */
+  wk_esc_t pids[WK_ESC_MAX];
+  int n = 0, np = 0, any_cg = 0;
   struct sigaction dfl;
   memset(&dfl, 0, sizeof(dfl));
   dfl.sa_handler = SIG_DFL;
@@ -221,27 +431,66 @@ static void wk_guardian_main(int fd, const sigset_t *empty) {
     for (int i = 4; i < max; i++)
       close(i);
   }
+  memset(cgs, 0, sizeof(cgs));
   for (;;) {
-    int32_t m[2];
-    ssize_t r = recv(fd, m, sizeof(m), 0);
+    wk_guard_msg_t m;
+    ssize_t r = recv(fd, &m, sizeof(m), 0);
     if (r < 0 && errno == EINTR)
       continue;
     if (r != (ssize_t)sizeof(m))
       break; /* EOF: the agent is gone */
-    if (m[0] == WK_GUARD_DISARM)
+    switch (m.op) {
+    case WK_GUARD_DISARM:
       _exit(0);
-    if (m[0] == WK_GUARD_ADD && n < WK_NPROC_MAX) {
-      groups[n++] = m[1];
-    } else if (m[0] == WK_GUARD_DEL) {
+    case WK_GUARD_ADD:
+      if (n < WK_NPROC_MAX)
+        groups[n++] = m.a;
+      break;
+    case WK_GUARD_DEL:
       for (int i = 0; i < n; i++)
-        if (groups[i] == m[1]) {
+        if (groups[i] == m.a) {
           groups[i] = groups[--n];
           break;
         }
+      break;
+    case WK_GUARD_ADD_PID:
+      if (np < WK_ESC_MAX) {
+        pids[np].pid = m.a;
+        pids[np].start = m.b;
+        np++;
+      }
+      break;
+    case WK_GUARD_DEL_PID:
+      for (int i = 0; i < np; i++)
+        if (pids[i].pid == m.a) {
+          pids[i] = pids[--np];
+          break;
+        }
+      break;
+    case WK_GUARD_ADD_CG:
+      if (m.a >= 0 && m.a < WK_NPROC_MAX) {
+        cgs[m.a] = (uint32_t)m.b + 1;
+        any_cg = 1;
+      }
+      break;
+    default:
+      break;
     }
   }
   for (int i = 0; i < n; i++)
     kill(-groups[i], SIGKILL);
+  for (int k = 0; any_cg && k < WK_NPROC_MAX; k++)
+    if (cgs[k]) {
+      char path[PATH_MAX + 48];
+      wk_cg_path(path, sizeof(path), cg_base, k, cgs[k] - 1);
+      wk_cg_kill_dir(path);
+    }
+  /* An escaped process, unless its pid now names another process. */
+  for (int i = 0; i < np; i++)
+    if (wk_start_time(pids[i].pid) == pids[i].start)
+      kill(pids[i].pid, SIGKILL);
+  if (any_cg)
+    wk_cg_rmdir_all(cg_base, cgs, WK_NPROC_MAX, 1000);
   _exit(0);
 }
 
@@ -261,7 +510,7 @@ static void wk_guardian_start(wk_group_t *g) {
   pid = fork();
   if (pid == 0) {
     close(sv[0]);
-    wk_guardian_main(sv[1], &empty);
+    wk_guardian_main(sv[1], &empty, g->cg_base);
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   close(sv[1]);
@@ -276,14 +525,18 @@ static void wk_guardian_start(wk_group_t *g) {
   LU_DBG(&g->log, LU_DBG_SPAWN, "worker guardian pid %d", (int)pid);
 }
 
-static void wk_guardian_send(wk_group_t *g, int op, pid_t pgid) {
-  int32_t m[2] = {op, (int32_t)pgid};
+static void wk_guardian_send2(wk_group_t *g, int op, int32_t a, uint64_t b) {
+  wk_guard_msg_t m;
   ssize_t r;
+  memset(&m, 0, sizeof(m));
+  m.op = op;
+  m.a = a;
+  m.b = b;
   if (g->guard_fd < 0)
     return;
   for (;;) {
     struct pollfd pf = {g->guard_fd, POLLOUT, 0};
-    r = send(g->guard_fd, m, sizeof(m), MSG_DONTWAIT | MSG_NOSIGNAL);
+    r = send(g->guard_fd, &m, sizeof(m), MSG_DONTWAIT | MSG_NOSIGNAL);
     if (r >= 0)
       break;
     if (errno == EINTR)
@@ -301,6 +554,10 @@ static void wk_guardian_send(wk_group_t *g, int op, pid_t pgid) {
     close(g->guard_fd);
     g->guard_fd = -1;
   }
+}
+
+static void wk_guardian_send(wk_group_t *g, int op, pid_t pgid) {
+  wk_guardian_send2(g, op, (int32_t)pgid, 0);
 }
 
 /* Reap the guardian if it died (someone killed it); it is our child. */
@@ -533,6 +790,526 @@ static void wk_stream_drain(wk_stream_t *st) {
   }
 }
 
+/* ---- containment: cgroups ------------------------------------------------------ */
+
+#ifdef WK_HAVE_CLONE3
+/* The directory of this process's cgroup in the cgroup v2 hierarchy:
+ * "0::<path>" of /proc/self/cgroup under the mount point of the cgroup2
+ * file system (a hybrid host has it at /sys/fs/cgroup/unified; a mount of
+ * a subtree has its root in the fourth field of mountinfo). RET 0, or -1
+ * with why. */
+static int wk_cg_self_dir(char *out, size_t n, char *why, size_t wn) {
+  char line[4096], cg[PATH_MAX] = "", mnt[PATH_MAX] = "", root[PATH_MAX] = "";
+  FILE *f;
+  if ((f = fopen("/proc/self/cgroup", "re")) == NULL) {
+    snprintf(why, wn, "/proc/self/cgroup: %s", strerror(errno));
+    return -1;
+  }
+  while (fgets(line, sizeof(line), f))
+    if (strncmp(line, "0::", 3) == 0) {
+      lu_strlcpy(cg, line + 3, sizeof(cg));
+      cg[strcspn(cg, "\n")] = '\0';
+    }
+  fclose(f);
+  if (cg[0] != '/') {
+    snprintf(why, wn, "this process is in no cgroup v2 hierarchy");
+    return -1;
+  }
+  if ((f = fopen("/proc/self/mountinfo", "re")) == NULL) {
+    snprintf(why, wn, "/proc/self/mountinfo: %s", strerror(errno));
+    return -1;
+  }
+  while (fgets(line, sizeof(line), f)) {
+    /* id parent major:minor root mountpoint options... - fstype source */
+    char r[PATH_MAX], m[PATH_MAX];
+    const char *dash = strstr(line, " - ");
+    if (dash == NULL || strncmp(dash + 3, "cgroup2 ", 8) != 0 ||
+        sscanf(line, "%*s %*s %*s %4095s %4095s", r, m) != 2)
+      continue;
+    lu_strlcpy(root, r, sizeof(root));
+    lu_strlcpy(mnt, m, sizeof(mnt));
+    break;
+  }
+  fclose(f);
+  if (mnt[0] == '\0') {
+    snprintf(why, wn, "no cgroup2 file system is mounted");
+    return -1;
+  }
+  if (strcmp(root, "/") != 0) {
+    size_t rl = strlen(root);
+    if (strncmp(cg, root, rl) != 0 || (cg[rl] != '/' && cg[rl] != '\0')) {
+      snprintf(why, wn, "this process's cgroup %s is outside the mounted "
+               "cgroup2 tree %s", cg, root);
+      return -1;
+    }
+    memmove(cg, cg + rl, strlen(cg + rl) + 1);
+  }
+  if ((size_t)snprintf(out, n, "%s%s", mnt, strcmp(cg, "/") ? cg : "") >= n) {
+    snprintf(why, wn, "cgroup path too long");
+    return -1;
+  }
+  return 0;
+}
+
+#endif
+
+/* rmdir dir's sub-cgroups (empty ones: no process) and dir. */
+static void wk_cg_rmdir_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    char path[PATH_MAX + 256];
+    if (e->d_type != DT_DIR || e->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    (void)rmdir(path);
+  }
+  if (d)
+    closedir(d);
+  (void)rmdir(dir);
+}
+
+#ifdef WK_HAVE_CLONE3
+/* launch.<pid>.<id> directories of agents that are gone (SIGKILLed while
+ * the guardian could not clean up, say): remove the empty ones. */
+static void wk_cg_clean_stale(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  if (d == NULL)
+    return;
+  while ((e = readdir(d)) != NULL) {
+    char path[PATH_MAX + 256];
+    long pid;
+    char *end;
+    if (strncmp(e->d_name, "launch.", 7) != 0)
+      continue;
+    pid = strtol(e->d_name + 7, &end, 10);
+    if (pid <= 0 || *end != '.' || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+      continue;
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    wk_cg_rmdir_tree(path);
+  }
+  closedir(d);
+}
+
+/* Make the group's cgroup directory. RET 0 or -1 with why. */
+static int wk_cg_setup(wk_group_t *g, char *why, size_t wn) {
+  char self[PATH_MAX], hex[8];
+  uint8_t r[3];
+  if (wk_cg_self_dir(self, sizeof(self), why, wn) != 0)
+    return -1;
+  wk_cg_clean_stale(self);
+  lu_random(r, sizeof(r));
+  lu_hex(r, sizeof(r), hex);
+  if ((size_t)snprintf(g->cg_base, sizeof(g->cg_base), "%s/launch.%d.%s", self,
+                       (int)getpid(), hex) >= sizeof(g->cg_base) ||
+      mkdir(g->cg_base, 0755) != 0) {
+    snprintf(why, wn, "cannot create a cgroup in %s: %s", self,
+             strerror(errno));
+    g->cg_base[0] = '\0';
+    return -1;
+  }
+  return 0;
+}
+
+#endif
+
+/* The cgroups of the previous attempt go (killed at its end, they are
+ * empty or nearly), those of this one, w<rank>.<attempt> for ranks
+ * 0..n-1, are made and opened for clone3. RET 0 or -errno. */
+static int wk_cg_ranks(wk_group_t *g, int n) {
+  int *fds = realloc(g->cg_fd, sizeof(int) * (size_t)LU_MAX(n, g->cg_nfd));
+  if (fds == NULL)
+    return RDZV_ENOMEM;
+  g->cg_fd = fds;
+  for (int k = 0; k < g->cg_nfd; k++) {
+    char path[PATH_MAX + 48];
+    close(g->cg_fd[k]);
+    wk_cg_path(path, sizeof(path), g->cg_base, k, g->cg_attempt);
+    (void)rmdir(path);
+  }
+  g->cg_nfd = 0;
+  g->cg_attempt = g->attempt;
+  for (int k = 0; k < n; k++) {
+    char path[PATH_MAX + 48];
+    wk_cg_path(path, sizeof(path), g->cg_base, k, g->cg_attempt);
+    if (mkdir(path, 0755) != 0 ||
+        (g->cg_fd[k] = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+      return -errno;
+    g->cg_nfd = k + 1;
+  }
+  return 0;
+}
+
+/* Give up cgroups: close, remove (waiting up to ms for the last processes
+ * of a kill to exit). */
+static void wk_cg_teardown(wk_group_t *g, int ms) {
+  uint32_t *att;
+  if (g->cg_base[0] == '\0')
+    return;
+  att = calloc((size_t)LU_MAX(g->cg_nfd, 1), sizeof(*att));
+  for (int k = 0; k < g->cg_nfd; k++) {
+    close(g->cg_fd[k]);
+    if (att)
+      att[k] = g->cg_attempt + 1;
+  }
+  if (att)
+    wk_cg_rmdir_all(g->cg_base, att, g->cg_nfd, ms);
+  free(att);
+  /* Earlier attempts' cgroups that were still busy when they went. */
+  wk_cg_rmdir_tree(g->cg_base);
+  free(g->cg_fd);
+  g->cg_fd = NULL;
+  g->cg_nfd = 0;
+  g->cg_base[0] = '\0';
+}
+
+/* sig to every process of worker cgroup k (SIGKILL: all of it, at once). */
+static void wk_cg_signal(wk_group_t *g, int k, int sig) {
+  char path[PATH_MAX + 48], *text, *p;
+  FILE *f;
+  wk_cg_path(path, sizeof(path), g->cg_base, k, g->cg_attempt);
+  if (sig == SIGKILL) {
+    wk_cg_kill_dir(path);
+    return;
+  }
+  wk_cat(path, strlen(path), sizeof(path), "/cgroup.procs");
+  if ((f = fopen(path, "re")) == NULL)
+    return;
+  text = NULL;
+  {
+    size_t cap = 0;
+    ssize_t r;
+    while ((r = getline(&text, &cap, f)) > 0)
+      for (p = text; *p; p++)
+        if (*p >= '0' && *p <= '9') {
+          kill((pid_t)strtol(p, &p, 10), sig);
+          p--;
+        }
+  }
+  free(text);
+  fclose(f);
+}
+
+/* Orphans of workers come here, not to init: before the first fork, so
+ * that a worker that daemonizes at once cannot slip out. */
+static void wk_become_subreaper(wk_group_t *g) {
+  int was = 0;
+  if (!g->own_subreaper && prctl(PR_GET_CHILD_SUBREAPER, &was) == 0 && !was &&
+      prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
+    g->own_subreaper = 1;
+}
+
+/* Fork worker (or guardian) k into its cgroup when the group uses them.
+ * The first clone3 is the test that this process may place processes
+ * there: when it fails, the group falls back to the subreaper. */
+static pid_t wk_fork_worker(wk_group_t *g, int k) {
+#ifdef WK_HAVE_CLONE3
+  if (g->contain == WK_CONTAIN_CGROUP && k < g->cg_nfd) {
+    /* struct clone_args of linux/sched.h (Linux >= 5.7, CLONE_INTO_CGROUP) */
+    struct {
+      uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack,
+          stack_size, tls, set_tid, set_tid_size, cgroup;
+    } ca;
+    long pid;
+    memset(&ca, 0, sizeof(ca));
+    ca.flags = 0x200000000ULL; /* CLONE_INTO_CGROUP */
+    ca.exit_signal = SIGCHLD;
+    ca.cgroup = (uint64_t)g->cg_fd[k];
+    pid = syscall(SYS_clone3, &ca, sizeof(ca));
+    if (pid >= 0) {
+      g->cg_proven = 1;
+      return (pid_t)pid;
+    }
+    if (g->cg_proven)
+      return -1;
+    snprintf(g->contain_what, sizeof(g->contain_what),
+             "clone3(CLONE_INTO_CGROUP) into %s failed: %s", g->cg_base,
+             strerror(errno));
+    g->contain = WK_CONTAIN_SUBREAPER;
+    wk_become_subreaper(g);
+  }
+#endif
+  (void)k;
+  return fork();
+}
+
+/* ---- containment: subreaper and /proc scans ----------------------------------- */
+
+typedef struct wk_proc_s {
+  pid_t pid, ppid, pgid;
+  char state;
+  unsigned long long start;
+} wk_proc_t;
+
+/* Every process of /proc (this pid namespace). OUT *out (free it). RET
+ * the count, -1 when /proc cannot be read. */
+static int wk_proc_list(wk_proc_t **out) {
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  wk_proc_t *v = NULL;
+  int n = 0, cap = 0;
+  *out = NULL;
+  if (d == NULL)
+    return -1;
+  while ((e = readdir(d)) != NULL) {
+    char path[300], buf[1024], *p;
+    int fd, field = 3;
+    ssize_t r;
+    wk_proc_t x;
+    if (e->d_name[0] < '1' || e->d_name[0] > '9')
+      continue;
+    snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+      continue;
+    r = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (r <= 0)
+      continue;
+    buf[r] = '\0';
+    if ((p = strrchr(buf, ')')) == NULL || p[1] != ' ')
+      continue;
+    memset(&x, 0, sizeof(x));
+    x.pid = (pid_t)atoi(e->d_name);
+    x.state = p[2];
+    p += 3;
+    /* ") S ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+     * utime stime cutime cstime priority nice threads itrealvalue start" */
+    while (*p && field < 22) {
+      while (*p && *p != ' ')
+        p++;
+      if (*p)
+        p++;
+      field++;
+      if (field == 4)
+        x.ppid = (pid_t)atoi(p);
+      else if (field == 5)
+        x.pgid = (pid_t)atoi(p);
+    }
+    x.start = strtoull(p, NULL, 10);
+    if (n == cap) {
+      wk_proc_t *nv = realloc(v, sizeof(*v) * (size_t)(cap = cap ? cap * 2 : 256));
+      if (nv == NULL)
+        break;
+      v = nv;
+    }
+    v[n++] = x;
+  }
+  closedir(d);
+  *out = v;
+  return n;
+}
+
+static int wk_proc_cmp(const void *a, const void *b) {
+  pid_t x = ((const wk_proc_t *)a)->pid, y = ((const wk_proc_t *)b)->pid;
+  return x < y ? -1 : x > y;
+}
+
+static const wk_proc_t *wk_proc_find(const wk_proc_t *v, int n, pid_t pid) {
+  wk_proc_t key;
+  key.pid = pid;
+  return bsearch(&key, v, (size_t)n, sizeof(*v), wk_proc_cmp);
+}
+
+static int wk_is_worker(const wk_group_t *g, pid_t pid) {
+  for (int i = 0; i < g->nproc && g->w; i++)
+    if (g->w[i].pid == pid)
+      return 1;
+  return 0;
+}
+
+/* Scan /proc: descendants of this process (workers' children, and the
+ * orphans of workers that came here as we are their subreaper) outside
+ * the workers' process groups are recorded and told to the guardian;
+ * those gone are forgotten; adopted orphans that died are reaped. */
+static void wk_scan(wk_group_t *g) {
+  wk_proc_t *v;
+  pid_t self = getpid();
+  int n = wk_proc_list(&v);
+  if (n < 0)
+    return;
+  qsort(v, (size_t)n, sizeof(*v), wk_proc_cmp);
+  for (int i = 0; i < g->nesc; i++)
+    g->esc[i].seen = 0;
+  for (int i = 0; i < n; i++) {
+    wk_proc_t *p = &v[i];
+    pid_t up = p->ppid;
+    int mine = 0, in_group = 0, known = 0;
+    if (p->pid == self || p->pid == g->guard_pid || wk_is_worker(g, p->pid))
+      continue;
+    /* Up the parent chain to this process (bounded: a chain can change
+     * while /proc is read). */
+    for (int depth = 0; depth < 64 && up > 1; depth++) {
+      const wk_proc_t *q;
+      if (up == self) {
+        mine = 1;
+        break;
+      }
+      if ((q = wk_proc_find(v, n, up)) == NULL)
+        break;
+      up = q->ppid;
+    }
+    if (!mine)
+      continue;
+    if (p->ppid == self && p->state == 'Z' && g->own_subreaper) {
+      /* An orphan that came here and died. */
+      int status;
+      (void)waitpid(p->pid, &status, WNOHANG);
+      continue;
+    }
+    for (int k = 0; k < g->nproc && g->w; k++)
+      in_group |= g->w[k].pid > 0 && p->pgid == g->w[k].pid;
+    if (in_group)
+      continue; /* the group signals reach it */
+    for (int k = 0; k < g->nesc; k++)
+      if (g->esc[k].pid == p->pid && g->esc[k].start == p->start) {
+        g->esc[k].seen = known = 1;
+        break;
+      }
+    if (known || g->nesc >= WK_ESC_MAX)
+      continue;
+    if (g->esc == NULL && (g->esc = calloc(WK_ESC_MAX, sizeof(*g->esc))) == NULL)
+      continue;
+    g->esc[g->nesc].pid = p->pid;
+    g->esc[g->nesc].start = p->start;
+    g->esc[g->nesc].seen = 1;
+    g->nesc++;
+    wk_guardian_send2(g, WK_GUARD_ADD_PID, p->pid, p->start);
+    LU_DBG(&g->log, LU_DBG_SPAWN, "pid %d left its worker's process group; "
+           "tracked", (int)p->pid);
+  }
+  for (int k = 0; k < g->nesc;)
+    if (!g->esc[k].seen) {
+      wk_guardian_send2(g, WK_GUARD_DEL_PID, g->esc[k].pid, 0);
+      g->esc[k] = g->esc[--g->nesc];
+    } else {
+      k++;
+    }
+  free(v);
+}
+
+static void wk_on_scan(uv_timer_t *t) { wk_scan(t->data); }
+
+/* sig to everything that left the workers' process groups. */
+static void wk_escaped_signal(wk_group_t *g, int sig) {
+  if (g->contain == WK_CONTAIN_CGROUP) {
+    for (int k = 0; k < g->cg_nfd; k++) {
+      char path[PATH_MAX + 48];
+      /* An empty cgroup goes at once (the usual end: every worker exited
+       * and left nothing); one that still holds processes refuses. */
+      wk_cg_path(path, sizeof(path), g->cg_base, k, g->cg_attempt);
+      if (sig == SIGKILL && (rmdir(path) == 0 || errno == ENOENT))
+        continue;
+      wk_cg_signal(g, k, sig);
+    }
+    return;
+  }
+  if (g->contain != WK_CONTAIN_SUBREAPER)
+    return;
+  wk_scan(g);
+  for (int k = 0; k < g->nesc; k++)
+    if (wk_start_time(g->esc[k].pid) == g->esc[k].start)
+      kill(g->esc[k].pid, sig);
+}
+
+/* Orphans of workers that came here (we are their subreaper) and died:
+ * reap them, by pid, without /proc. Only when we set the subreaper flag:
+ * then every child that is neither a worker nor the guardian is one. */
+static void wk_reap_orphans(wk_group_t *g) {
+  if (!g->own_subreaper)
+    return;
+  for (int n = 0; n < 4096; n++) {
+    siginfo_t si;
+    int status;
+    memset(&si, 0, sizeof(si));
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0 ||
+        si.si_pid == g->guard_pid || wk_is_worker(g, si.si_pid))
+      return;
+    (void)waitpid(si.si_pid, &status, WNOHANG);
+  }
+}
+
+/* What a worker left behind dies: at the end of a stop and at close. The
+ * process groups of every worker of the attempt (live or reaped: the
+ * group may outlive its leader), the cgroups, the escaped processes. */
+static void wk_sweep(wk_group_t *g) {
+  for (int i = 0; i < g->nproc && g->w; i++)
+    if (g->w[i].pid > 0)
+      kill(-g->w[i].pid, SIGKILL);
+  if (g->contain == WK_CONTAIN_SUBREAPER && g->nlive == 0 && g->guard_pid <= 0 &&
+      g->nesc == 0) {
+    /* Every worker reaped and no guardian: a process that outlived its
+     * worker would be a child here now (we are its subreaper), or the
+     * child of one. None left, nothing escaped: no scan of /proc. */
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    if (g->own_subreaper &&
+        waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD)
+      return;
+  }
+  wk_escaped_signal(g, SIGKILL);
+  if (g->contain == WK_CONTAIN_SUBREAPER && g->own_subreaper) {
+    /* Reap what died of it (orphans came here). */
+    struct timespec ts = {0, 1000000};
+    for (int t = 0; t < 20; t++) {
+      wk_scan(g);
+      if (g->nesc == 0)
+        break;
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+/* The first wk_start decides; the fork loop may still fall back (see
+ * wk_fork_worker). */
+static void wk_contain_setup(wk_group_t *g) {
+  char why[PATH_MAX + 100] = "";
+  if (g->contain != WK_CONTAIN_AUTO)
+    return;
+#ifdef WK_HAVE_CLONE3
+  if (g->contain_req == WK_CONTAIN_AUTO && wk_cg_setup(g, why, sizeof(why)) == 0) {
+    g->contain = WK_CONTAIN_CGROUP;
+    return;
+  }
+#else
+  snprintf(why, sizeof(why), "built without clone3 (or with TSan)");
+#endif
+  if (g->contain_req == WK_CONTAIN_SUBREAPER)
+    snprintf(why, sizeof(why), "asked for");
+  g->contain = WK_CONTAIN_SUBREAPER;
+  lu_strlcpy(g->contain_what, why, sizeof(g->contain_what));
+  wk_become_subreaper(g);
+}
+
+/* After the fork loop: the subreaper when in use, and the one line. */
+static void wk_contain_started(wk_group_t *g, int first) {
+  if (g->contain == WK_CONTAIN_SUBREAPER) {
+    if (g->cg_base[0])
+      wk_cg_teardown(g, 0);
+    uv_timer_start(&g->scan_timer, wk_on_scan, WK_SCAN_MS, WK_SCAN_MS);
+  }
+  if (!first)
+    return;
+  if (g->contain == WK_CONTAIN_CGROUP) {
+    char why[sizeof(g->contain_what)];
+    snprintf(why, sizeof(why), "workers contained by cgroup v2 in %s: each "
+             "worker and whatever it starts is stopped and killed as a whole",
+             g->cg_base);
+    lu_strlcpy(g->contain_what, why, sizeof(g->contain_what));
+  } else {
+    char why[sizeof(g->contain_what)];
+    /* The reason is short (a path and an errno text): cut it if not. */
+    snprintf(why, sizeof(why), "workers contained by subreaper and a /proc "
+             "scan every %d ms (no cgroup v2: %.1000s); a process that escapes "
+             "its worker's group just before the agent is SIGKILLed can "
+             "outlive it",
+             WK_SCAN_MS, g->contain_what);
+    lu_strlcpy(g->contain_what, why, sizeof(g->contain_what));
+  }
+  /* The caller says it (the agent, once); here for debugging. */
+  LU_DBG(&g->log, LU_DBG_SPAWN, "%s", g->contain_what);
+}
+
 /* ---- supervision -------------------------------------------------------------------- */
 
 /* Signal a worker's process group; right after fork the child may not have
@@ -558,6 +1335,46 @@ static void wk_decode(wk_worker_t *w, int status, wk_exit_t *ex) {
     ex->exit_code = WEXITSTATUS(status);
   else if (status >= 0 && WIFSIGNALED(status))
     ex->signal = WTERMSIG(status);
+}
+
+/* What the exec status pipe says about a reaped worker: nothing (exec
+ * worked: close-on-exec closed it) or the errno of a failed exec, whose
+ * message then goes where the worker's stderr would (tail, file), once. */
+static void wk_exec_result(wk_worker_t *w, wk_exit_t *ex) {
+  wk_exec_status_t st;
+  ssize_t r;
+  if (w->status_fd < 0)
+    return;
+  do
+    r = read(w->status_fd, &st, sizeof(st));
+  while (r < 0 && errno == EINTR);
+  close(w->status_fd);
+  w->status_fd = -1;
+  if (r == (ssize_t)sizeof(st) && st.magic == WK_EXEC_MAGIC && st.err != 0 &&
+      ex->exit_code == 127) {
+    char msg[PATH_MAX + 128];
+    const char *text = wk_exec_strerror(st.err);
+    int n = snprintf(msg, sizeof(msg), "launch: cannot execute '%s': %s",
+                     w->g->argv[0], text ? text : strerror(st.err));
+    size_t len = (size_t)LU_MIN(LU_MAX(n, 0), (int)sizeof(msg) - 1);
+    w->exec_errno = st.err;
+    ex->exec_errno = st.err;
+    wk_tail_push(w, msg, len);
+    msg[len] = '\n';
+    if (w->st[1].file_fd >= 0) {
+      wk_file_write(&w->st[1], msg, len + 1);
+    } else if (w->st[1].has_file) {
+      /* The stream saw its EOF before the exit was reaped. */
+      char path[PATH_MAX];
+      int fd;
+      snprintf(path, sizeof(path), "%s/%d/stderr.log", w->g->attempt_dir,
+               w->local_rank);
+      if ((fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)) >= 0) {
+        (void)wk_write_all(fd, msg, len + 1);
+        close(fd);
+      }
+    }
+  }
 }
 
 /* waitpid(pid, WNOHANG) for every live worker: never waitpid(-1), the
@@ -586,6 +1403,7 @@ static void wk_reap(wk_group_t *g) {
       status = -1;
     }
     wk_decode(w, status, &ex);
+    wk_exec_result(w, &ex);
     w->reaped = 1;
     if (--g->nlive == 0)
       uv_unref((uv_handle_t *)&g->sigchld);
@@ -596,6 +1414,14 @@ static void wk_reap(wk_group_t *g) {
            i, (int)w->pid, ex.exit_code, ex.signal);
     if (g->on_exit)
       g->on_exit(g, &ex, g->exit_arg);
+    if (g->closing)
+      return; /* closed from on_exit: wk_group_close did the rest */
+  }
+  if (g->contain == WK_CONTAIN_SUBREAPER && attempt == g->attempt) {
+    /* A SIGCHLD may be an orphan's that came here: reap it. */
+    wk_reap_orphans(g);
+    if (g->nlive == 0)
+      uv_timer_stop(&g->scan_timer);
   }
   if (attempt == g->attempt)
     wk_maybe_done(g);
@@ -612,6 +1438,8 @@ static void wk_maybe_done(wk_group_t *g) {
   wk_done_cb done;
   if (g->stop_phase == WK_IDLE || g->nlive > 0 || g->nopen > 0 || g->closing)
     return;
+  /* Nothing of the attempt outlives the stop. */
+  wk_sweep(g);
   uv_timer_stop(&g->timer);
   g->stop_phase = WK_IDLE;
   done = g->done;
@@ -628,6 +1456,7 @@ static void wk_signal_groups(wk_group_t *g, int sig) {
     if (w->pid > 0 && (!w->reaped || w->nopen > 0))
       wk_kill_group(w, sig);
   }
+  wk_escaped_signal(g, sig);
 }
 
 static void wk_on_drain_timeout(uv_timer_t *t) {
@@ -691,8 +1520,11 @@ int wk_group_new(uv_loop_t *loop, wk_group_t **out) {
   uv_signal_init(loop, &g->sigchld);
   uv_timer_init(loop, &g->timer);
   uv_timer_init(loop, &g->defer);
-  g->sigchld.data = g->timer.data = g->defer.data = g;
-  g->handles_open = 3;
+  uv_timer_init(loop, &g->scan_timer);
+  g->sigchld.data = g->timer.data = g->defer.data = g->scan_timer.data = g;
+  g->handles_open = 4;
+  /* The scans watch workers; they never keep the loop alive. */
+  uv_unref((uv_handle_t *)&g->scan_timer);
   uv_signal_start(&g->sigchld, wk_on_sigchld, SIGCHLD);
   uv_unref((uv_handle_t *)&g->sigchld);
   *out = g;
@@ -704,9 +1536,27 @@ void wk_set_log(wk_group_t *g, const lu_log_t *log) {
   g->log = *log;
 }
 
+int wk_set_containment(wk_group_t *g, wk_contain_t how) {
+  assert(g->magic == WK_MAGIC);
+  if (how != WK_CONTAIN_AUTO && how != WK_CONTAIN_SUBREAPER)
+    return RDZV_EINVAL;
+  if (g->contain != WK_CONTAIN_AUTO)
+    return -EBUSY;
+  g->contain_req = how;
+  return 0;
+}
+
+wk_contain_t wk_containment(const wk_group_t *g, const char **what) {
+  if (what)
+    *what = g->contain_what;
+  return (wk_contain_t)g->contain;
+}
+
 static void wk_free_attempt(wk_group_t *g) {
   for (int i = 0; g->w && i < g->nproc; i++) {
     wk_worker_t *w = &g->w[i];
+    if (w->status_fd >= 0)
+      close(w->status_fd);
     free(w->st[0].line);
     free(w->st[1].line);
     free(w->tail);
@@ -754,6 +1604,7 @@ static int wk_copy_spec(wk_group_t *g, const wk_spec_t *s) {
     w->g = g;
     w->local_rank = i;
     w->rfd[0] = w->rfd[1] = -1;
+    w->status_fd = -1;
     for (int k = 0; k < 2; k++) {
       w->st[k].w = w;
       w->st[k].file_fd = -1;
@@ -826,14 +1677,6 @@ static const char *wk_exec_strerror(int e) {
   case EFAULT: return "Bad address";
   default: return NULL;
   }
-}
-
-/* Append to a fixed buffer in the child. */
-static size_t wk_cat(char *buf, size_t at, size_t cap, const char *s) {
-  while (*s && at + 1 < cap)
-    buf[at++] = *s++;
-  buf[at] = '\0';
-  return at;
 }
 
 static void wk_child_fail(const char *what, const char *name, int err) {
@@ -922,9 +1765,10 @@ static int wk_exec(const wk_exec_t *x, char *const argv[], char *const envp[]) {
   return seen_eacces ? EACCES : ENOENT;
 }
 
-/* The child, between fork and exec: async-signal-safe calls only. */
+/* The child, between fork and exec: async-signal-safe calls only.
+ * status_w: write end of the exec status pipe (close-on-exec), -1 none. */
 static void wk_child(wk_group_t *g, wk_worker_t *w, const wk_exec_t *x,
-                     int out_w, int err_w) {
+                     int out_w, int err_w, int status_w) {
   int err;
   /* Own session and process group, like torchrun's start_new_session: a
    * stop signals the whole group, and the terminal's Ctrl-C reaches the
@@ -945,9 +1789,17 @@ static void wk_child(wk_group_t *g, wk_worker_t *w, const wk_exec_t *x,
     if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
       _exit(127);
   }
-  /* Only 0, 1 and 2 cross into the worker. */
-  if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
-    for (int fd = 3; fd < x->maxfd; fd++)
+  /* The status pipe becomes fd 3 (close-on-exec: exec closes it, which
+   * tells the agent the exec worked). Only 0, 1 and 2 cross into the
+   * worker. */
+  if (status_w >= 0 && status_w != 3) {
+    if (dup3(status_w, 3, O_CLOEXEC) == 3)
+      status_w = 3;
+    else
+      status_w = -1;
+  }
+  if (syscall(SYS_close_range, status_w == 3 ? 4u : 3u, ~0u, 0u) != 0)
+    for (int fd = status_w == 3 ? 4 : 3; fd < x->maxfd; fd++)
       close(fd);
   if (g->pre_exec) {
     char errbuf[512];
@@ -966,6 +1818,13 @@ static void wk_child(wk_group_t *g, wk_worker_t *w, const wk_exec_t *x,
     }
   }
   err = wk_exec(x, g->argv, g->envp[w->local_rank]);
+  /* The agent writes the message once (wk_reap) when it can be told;
+   * without the pipe the worker's stderr says it. */
+  if (status_w == 3) {
+    wk_exec_status_t st = {WK_EXEC_MAGIC, err};
+    if (write(3, &st, sizeof(st)) == (ssize_t)sizeof(st))
+      _exit(127);
+  }
   wk_child_fail("cannot execute", g->argv[0], err);
   _exit(127);
 }
@@ -1007,6 +1866,7 @@ static int wk_prepare_outputs(wk_group_t *g) {
         if (rc < 0)
           return rc;
         st->file_fd = rc;
+        st->has_file = 1;
       }
     }
   }
@@ -1080,7 +1940,7 @@ static int wk_prepare_exec(wk_group_t *g, wk_exec_t *x) {
 int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
              void *arg) {
   wk_exec_t x;
-  int *wfd = NULL, rc, started = 0;
+  int *wfd = NULL, rc, started = 0, first;
   sigset_t all, old;
   assert(g->magic == WK_MAGIC);
   if (g->closing || g->nlive > 0 || g->nopen > 0 || g->stop_phase != WK_IDLE)
@@ -1112,6 +1972,22 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
   }
   if ((rc = wk_prepare_exec(g, &x)) != 0)
     goto fail;
+  first = g->contain == WK_CONTAIN_AUTO;
+  wk_contain_setup(g);
+  if (g->contain == WK_CONTAIN_CGROUP && (rc = wk_cg_ranks(g, g->nproc)) != 0) {
+    if (g->cg_proven) {
+      LU_ERR(&g->log, "cannot create the workers' cgroups in %s: %s",
+             g->cg_base, strerror(-rc));
+      free(x.sh_argv);
+      free(x.pathbuf);
+      goto fail;
+    }
+    snprintf(g->contain_what, sizeof(g->contain_what),
+             "cannot create cgroups in %s: %s", g->cg_base, strerror(-rc));
+    g->contain = WK_CONTAIN_SUBREAPER;
+    wk_become_subreaper(g);
+    rc = 0;
+  }
   if (g->guard_pid == 0)
     wk_guardian_start(g);
 
@@ -1120,14 +1996,25 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
   pthread_sigmask(SIG_SETMASK, &all, &old);
   for (int i = 0; i < g->nproc; i++) {
     wk_worker_t *w = &g->w[i];
-    pid_t pid = fork();
+    int sp[2] = {-1, -1};
+    pid_t pid;
+    /* The exec status pipe: without it the worker's stderr says why. */
+    if (pipe2(sp, O_CLOEXEC) != 0)
+      sp[0] = sp[1] = -1;
+    pid = wk_fork_worker(g, i);
     if (pid == 0)
-      wk_child(g, w, &x, wfd ? wfd[2 * i] : -1, wfd ? wfd[2 * i + 1] : -1);
+      wk_child(g, w, &x, wfd ? wfd[2 * i] : -1, wfd ? wfd[2 * i + 1] : -1,
+               sp[1]);
+    if (sp[1] >= 0)
+      close(sp[1]);
     if (pid < 0) {
       rc = -errno;
+      if (sp[0] >= 0)
+        close(sp[0]);
       break;
     }
     w->pid = pid;
+    w->status_fd = sp[0];
     started++;
     if (wfd) {
       close(wfd[2 * i]);
@@ -1155,6 +2042,9 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
   free(wfd);
   wfd = NULL;
 
+  wk_contain_started(g, first);
+  for (int i = 0; g->contain == WK_CONTAIN_CGROUP && i < g->nproc; i++)
+    wk_guardian_send2(g, WK_GUARD_ADD_CG, i, g->cg_attempt);
   g->on_exit = on_exit;
   g->exit_arg = arg;
   g->nlive = g->nproc;
@@ -1313,11 +2203,23 @@ void wk_group_close(wk_group_t *g, void (*cb)(void *arg), void *arg) {
     w->reaped = 1;
     g->nlive--;
   }
+  /* Nothing the workers started outlives the group (the guardian goes
+   * first: then, with the subreaper, a child left here is an orphan). */
+  wk_guardian_stop(g);
+  wk_sweep(g);
   for (int i = 0; i < g->nproc && g->w; i++)
     for (int k = 0; k < 2; k++)
       wk_stream_end(&g->w[i].st[k]);
-  wk_guardian_stop(g);
+  wk_cg_teardown(g, 100);
+  if (g->own_subreaper) {
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 0);
+    g->own_subreaper = 0;
+  }
+  free(g->esc);
+  g->esc = NULL;
+  g->nesc = 0;
   uv_close((uv_handle_t *)&g->sigchld, wk_on_handle_closed);
   uv_close((uv_handle_t *)&g->timer, wk_on_handle_closed);
   uv_close((uv_handle_t *)&g->defer, wk_on_handle_closed);
+  uv_close((uv_handle_t *)&g->scan_timer, wk_on_handle_closed);
 }

@@ -14,7 +14,23 @@
  * workers' process groups when the agent dies, so that a worker's own
  * children (a wrapper script's python, dataloader processes), which
  * PR_SET_PDEATHSIG does not reach, die with the agent too. Fork happens in
- * the loop thread, and PR_SET_PDEATHSIG fires when that thread exits. */
+ * the loop thread, and PR_SET_PDEATHSIG fires when that thread exits.
+ *
+ * Containment (issue #11): a process that leaves its worker's process
+ * group (setsid, a double fork) is not reached by group signals. Where the
+ * agent may create cgroups (a writable or delegated cgroup v2 hierarchy and
+ * clone3 with CLONE_INTO_CGROUP, Linux >= 5.7), each worker is started
+ * inside a cgroup of its own, <agent's cgroup>/launch.<pid>.<id>/w<rank>,
+ * and everything in it is signalled by a stop and killed at the end of a
+ * stop, at wk_group_close and by the guardian when the agent dies; the
+ * directories are removed at close (and stale ones of dead agents at the
+ * next start). Elsewhere the agent becomes a child subreaper
+ * (PR_SET_CHILD_SUBREAPER: orphans of workers come to it, not to init) and
+ * a scan of /proc, at every SIGCHLD and once a second while workers run,
+ * finds descendants outside the workers' process groups; they are handled
+ * like the cgroup members, and the guardian learns their pids (a process
+ * that escapes less than a second before the agent is SIGKILLed can
+ * outlive it in this mode). The first wk_start logs which one is used. */
 #ifndef WORKERS_H
 #define WORKERS_H
 
@@ -58,7 +74,18 @@ typedef struct wk_exit_s {
   int exit_code;   /* when exited normally, else -1 */
   int signal;      /* terminating signal, else 0 */
   double wall_s;   /* when it was reaped (CLOCK_REALTIME) */
+  /* The program never ran: execve failed with this errno (ENOENT,
+   * EACCES, ...) and exit_code is 127. A configuration error that a
+   * restart would only repeat. 0 otherwise. */
+  int exec_errno;
 } wk_exit_t;
+
+/* How workers and whatever they start are kept together (see the top). */
+typedef enum {
+  WK_CONTAIN_AUTO = 0,   /* cgroup v2 where possible, else subreaper */
+  WK_CONTAIN_CGROUP,     /* in use: a cgroup per worker */
+  WK_CONTAIN_SUBREAPER   /* asked or in use: subreaper and /proc scans */
+} wk_contain_t;
 
 /* Called once per worker as soon as it is reaped. */
 typedef void (*wk_exit_cb)(wk_group_t *g, const wk_exit_t *ex, void *arg);
@@ -72,13 +99,23 @@ int wk_group_new(uv_loop_t *loop, wk_group_t **out);
  * Added to the contract: the agent's logger names host and job. */
 struct lu_log_s;
 void wk_set_log(wk_group_t *g, const struct lu_log_s *log);
+/* Before the first wk_start: WK_CONTAIN_AUTO (default) or
+ * WK_CONTAIN_SUBREAPER (never cgroups). RET 0, -EBUSY after a start,
+ * RDZV_EINVAL for another value. */
+int wk_set_containment(wk_group_t *g, wk_contain_t how);
+/* After the first wk_start: WK_CONTAIN_CGROUP or WK_CONTAIN_SUBREAPER
+ * (WK_CONTAIN_AUTO before); OUT *what (may be NULL): the sentence the
+ * group logged, valid while the group lives. */
+wk_contain_t wk_containment(const wk_group_t *g, const char **what);
 /* Start spec->nproc workers (spec and its arrays are copied).
  * RET 0, or a negative error: -EBUSY while the previous attempt still has
  * live workers, open output pipes or a stop in progress; RDZV_EINVAL for a
  * bad spec; -errno when a pipe, log file, log directory or fork failed
  * (then no worker is left running and on_exit is never called). A worker
- * whose exec fails exits 127 after writing "launch: cannot execute 'X':
- * <reason>" to its stderr and is reported through on_exit like any other.
+ * whose exec fails exits 127 and is reported through on_exit like any
+ * other, with exec_errno set; "launch: cannot execute 'X': <reason>" is
+ * its last stderr line (in wk_tail and stderr.log, not on the console: the
+ * caller reports it once).
  * on_exit runs from the loop, never from inside this call; when it runs,
  * what the worker wrote before exiting has been read (printed, in the
  * files, in wk_tail). Log directories are created with mode 0755.
@@ -91,14 +128,16 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
 /* Send sig to every live worker's process group (signal forwarding). */
 void wk_signal(wk_group_t *g, int sig);
 /* Stop: send sig to every live worker's group (and to the group of a
- * reaped worker whose output pipes are still held open by its children);
+ * reaped worker whose output pipes are still held open by its children)
+ * and to every process of the workers' cgroups or escaped from them;
  * after grace_ms (<= 0: at once) send SIGKILL; done runs once all are
  * reaped and their output drained (at once, from the loop, when none is
  * running; never from inside this call). Pipes still held open 1 s after
  * SIGKILL (by a process that left the worker's group) are closed then.
  * Called again while waiting for the grace period, it escalates: SIGKILL
  * now. A non-NULL done replaces the earlier done/arg (which then never
- * runs); NULL keeps it. */
+ * runs); NULL keeps it. Before done runs, what is left of the workers
+ * (cgroups, escaped descendants) is SIGKILLed. */
 void wk_stop(wk_group_t *g, int sig, int grace_ms, wk_done_cb done,
              void *arg);
 int wk_live(const wk_group_t *g);       /* workers not yet reaped */
@@ -108,7 +147,8 @@ pid_t wk_pid(const wk_group_t *g, int local_rank);
 const char *wk_tail(const wk_group_t *g, int local_rank);
 /* Close every handle; cb runs when the group is freed. Workers must have
  * been stopped; any still live are SIGKILLed and reaped here (logged), and
- * a pending stop's done never runs. */
+ * a pending stop's done never runs. Whatever the workers left (their
+ * process groups, their cgroups, escaped descendants) is SIGKILLed. */
 void wk_group_close(wk_group_t *g, void (*cb)(void *arg), void *arg);
 
 #endif /* WORKERS_H */

@@ -1,0 +1,497 @@
+/* io.c - durable writes, hashing while writing or reading, tree removal.
+ *
+ * Every file launch writes into a checkpoint goes temp file -> fsync ->
+ * rename -> fsync of the directory: after a crash a name either holds the
+ * whole new content or does not exist (or holds the old content).
+ *
+ * The shard writer aims at the disk's own bandwidth: it writes large
+ * chunks straight from the caller's buffers (no copy), computes SHA-256
+ * on a second thread over the same buffers, starts write-back of each
+ * chunk at once (sync_file_range) and waits for the chunk written a few
+ * chunks earlier, then drops it from the page cache. The dirty data in
+ * flight stays bounded, so the final fsync has little left to do and a
+ * checkpoint does not evict the trainer's page cache. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ck_int.h"
+
+#define CK_CHUNK (8u << 20)  /* bytes per write and per write-back range */
+#define CK_LAG 8             /* chunks in flight before we wait for one */
+#define CK_HASH_STEP (1u << 20)
+#define CK_INLINE_HASH (4u << 20) /* below this, hash on the caller's thread */
+#define CK_RM_DEPTH 16
+
+void ck_problem(char *problem, size_t n, const char *fmt, ...) {
+  va_list ap;
+  if (problem == NULL || n == 0 || problem[0] != '\0')
+    return;
+  va_start(ap, fmt);
+  vsnprintf(problem, n, fmt, ap);
+  va_end(ap);
+}
+
+int ck_join(char *buf, size_t n, const char *a, const char *b) {
+  int k = snprintf(buf, n, "%s/%s", a, b);
+  return k < 0 || (size_t)k >= n ? -ENAMETOOLONG : 0;
+}
+
+int ck_threads(int want, int cap) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int n = want > 0 ? want : (int)(cpus > 0 ? cpus : 1);
+  return n < 1 ? 1 : n > cap ? cap : n;
+}
+
+int ck_fsync_dir(const char *path) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
+  if (fd < 0)
+    return -errno;
+  /* Some file systems (and FUSE mounts) refuse fsync on a directory: the
+   * rename is as durable as they make it. */
+  if (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP)
+    rc = -errno;
+  close(fd);
+  return rc;
+}
+
+static int ck_fsync_parent(const char *path) {
+  char buf[4096];
+  char *slash;
+  if (lu_strlcpy(buf, path, sizeof(buf)) >= sizeof(buf))
+    return -ENAMETOOLONG;
+  while ((slash = strrchr(buf, '/')) != NULL && slash[1] == '\0' &&
+         slash != buf)
+    *slash = '\0'; /* "a/b/" -> "a/b" */
+  slash = strrchr(buf, '/');
+  if (slash == NULL)
+    return ck_fsync_dir(".");
+  if (slash == buf)
+    return ck_fsync_dir("/");
+  *slash = '\0';
+  return ck_fsync_dir(buf);
+}
+
+int ck_mkdir_durable(const char *path) {
+  struct stat st;
+  if (mkdir(path, 0755) == 0)
+    return ck_fsync_parent(path);
+  if (errno != EEXIST)
+    return -errno;
+  if (stat(path, &st) != 0)
+    return -errno;
+  return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+void ck_rand_hex(char hex[9]) {
+  unsigned char r[4];
+  if (lu_random(r, sizeof(r)) != 0)
+    memset(r, 0, sizeof(r));
+  lu_hex(r, sizeof(r), hex);
+}
+
+/* dir/.name.tmp-PID-RANDOM: unique per writer, hidden, never a step. */
+static int ck_tmp_name(char *buf, size_t n, const char *dir, const char *name) {
+  char hex[9];
+  int k;
+  ck_rand_hex(hex);
+  k = snprintf(buf, n, "%s/.%s.tmp-%d-%s", dir, name, (int)getpid(), hex);
+  return k < 0 || (size_t)k >= n ? -ENAMETOOLONG : 0;
+}
+
+static int ck_write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return -errno;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* rename the temp file into place and make both durable. */
+static int ck_publish(int fd, const char *tmp, const char *dir,
+                      const char *name) {
+  char path[4096];
+  int rc = 0;
+  if (fdatasync(fd) != 0)
+    rc = -errno;
+  if (close(fd) != 0 && rc == 0)
+    rc = -errno;
+  if (rc == 0 && (rc = ck_join(path, sizeof(path), dir, name)) == 0 &&
+      rename(tmp, path) != 0)
+    rc = -errno;
+  if (rc == 0)
+    rc = ck_fsync_dir(dir);
+  if (rc != 0)
+    unlink(tmp);
+  return rc;
+}
+
+int ck_write_atomic(const char *dir, const char *name, const void *data,
+                    size_t len) {
+  char tmp[4096];
+  int fd, rc;
+  if ((rc = ck_tmp_name(tmp, sizeof(tmp), dir, name)) != 0)
+    return rc;
+  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return -errno;
+  if ((rc = ck_write_all(fd, data, len)) != 0) {
+    close(fd);
+    unlink(tmp);
+    return rc;
+  }
+  return ck_publish(fd, tmp, dir, name);
+}
+
+/* ---- SHA-256 on a second thread ---------------------------------------------- */
+
+/* The hasher follows a producer: it hashes bytes [0, avail) of the
+ * buffers as avail grows (reading), or all of them at once (writing). */
+typedef struct ck_hasher_s {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t th;
+  int threaded;
+  const struct iovec *iov;
+  int iovcnt;
+  uint64_t total, avail;
+  int abort;
+  EVP_MD_CTX *ctx;
+  int rc;
+} ck_hasher_t;
+
+/* Hash bytes [from, to) of the buffers. */
+static int ck_hash_range(ck_hasher_t *h, uint64_t from, uint64_t to) {
+  uint64_t base = 0;
+  for (int i = 0; i < h->iovcnt && from < to; i++) {
+    uint64_t len = h->iov[i].iov_len;
+    if (from < base + len) {
+      uint64_t a = from - base, b = LU_MIN(len, to - base);
+      while (a < b) {
+        size_t step = (size_t)LU_MIN(b - a, CK_HASH_STEP);
+        if (EVP_DigestUpdate(h->ctx, (const char *)h->iov[i].iov_base + a,
+                             step) != 1)
+          return RDZV_ENOMEM;
+        a += step;
+      }
+      from = base + b;
+    }
+    base += len;
+  }
+  return 0;
+}
+
+static void *ck_hasher_main(void *arg) {
+  ck_hasher_t *h = arg;
+  uint64_t done = 0;
+  while (done < h->total && h->rc == 0) {
+    uint64_t upto;
+    pthread_mutex_lock(&h->mu);
+    while (h->avail == done && !h->abort)
+      pthread_cond_wait(&h->cv, &h->mu);
+    upto = h->avail;
+    if (h->abort)
+      upto = done;
+    pthread_mutex_unlock(&h->mu);
+    if (upto == done)
+      break;
+    h->rc = ck_hash_range(h, done, upto);
+    done = upto;
+  }
+  return NULL;
+}
+
+static int ck_hasher_start(ck_hasher_t *h, const struct iovec *iov,
+                           int iovcnt, uint64_t total, uint64_t avail) {
+  memset(h, 0, sizeof(*h));
+  h->iov = iov;
+  h->iovcnt = iovcnt;
+  h->total = total;
+  h->avail = avail;
+  if ((h->ctx = EVP_MD_CTX_new()) == NULL)
+    return RDZV_ENOMEM;
+  if (EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL) != 1) {
+    EVP_MD_CTX_free(h->ctx);
+    return RDZV_ENOMEM;
+  }
+  if (total < CK_INLINE_HASH)
+    return 0;
+  pthread_mutex_init(&h->mu, NULL);
+  pthread_cond_init(&h->cv, NULL);
+  if (pthread_create(&h->th, NULL, ck_hasher_main, h) != 0) {
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    return 0; /* hash on the caller's thread at the end instead */
+  }
+  h->threaded = 1;
+  return 0;
+}
+
+static void ck_hasher_feed(ck_hasher_t *h, uint64_t avail) {
+  if (!h->threaded) {
+    h->avail = avail;
+    return;
+  }
+  pthread_mutex_lock(&h->mu);
+  h->avail = avail;
+  pthread_cond_signal(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* Finish: with ok, hash whatever is left and write the hex digest. */
+static int ck_hasher_end(ck_hasher_t *h, int ok, char *sha) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned mdlen = 0;
+  int rc = 0;
+  if (h->threaded) {
+    pthread_mutex_lock(&h->mu);
+    h->abort = !ok;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    pthread_join(h->th, NULL);
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    rc = h->rc;
+  } else if (ok) {
+    rc = ck_hash_range(h, 0, h->total);
+  }
+  if (ok && rc == 0) {
+    if (EVP_DigestFinal_ex(h->ctx, md, &mdlen) != 1 || mdlen != 32)
+      rc = RDZV_ENOMEM;
+    else
+      lu_hex(md, 32, sha);
+  }
+  EVP_MD_CTX_free(h->ctx);
+  return rc;
+}
+
+/* ---- the shard writer ------------------------------------------------------------ */
+
+int ck_write_shard(const char *dir, const char *name, const struct iovec *iov,
+                   int iovcnt, uint64_t *size, char *sha) {
+  char tmp[4096];
+  uint64_t total = 0, off = 0, chunk_start = 0;
+  unsigned chunk = 0;
+  ck_hasher_t h;
+  int fd, rc;
+  for (int i = 0; i < iovcnt; i++)
+    total += iov[i].iov_len;
+  if ((rc = ck_tmp_name(tmp, sizeof(tmp), dir, name)) != 0)
+    return rc;
+  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return -errno;
+  /* Reserve the extent up front: less fragmentation, and ENOSPC now
+   * rather than after gigabytes. fallocate(2), not posix_fallocate(3):
+   * where the file system lacks it, glibc would write the whole file
+   * once more to emulate it. */
+  if (total > 0 && fallocate(fd, 0, 0, (off_t)total) != 0 && errno == ENOSPC) {
+    close(fd);
+    unlink(tmp);
+    return -ENOSPC;
+  }
+  if ((rc = ck_hasher_start(&h, iov, iovcnt, total, total)) != 0) {
+    close(fd);
+    unlink(tmp);
+    return rc;
+  }
+  for (int i = 0; i < iovcnt && rc == 0; i++) {
+    const char *p = iov[i].iov_base;
+    size_t left = iov[i].iov_len;
+    while (left > 0 && rc == 0) {
+      size_t room = (size_t)(chunk_start + CK_CHUNK - off);
+      size_t n = left < room ? left : room;
+      if ((rc = ck_write_all(fd, p, n)) != 0)
+        break;
+      p += n;
+      left -= n;
+      off += n;
+      if (off - chunk_start == CK_CHUNK || off == total) {
+        /* Start write-back of this chunk; wait for the one CK_LAG chunks
+         * back and drop it from the cache. Failures only cost speed:
+         * fdatasync below is what makes the data durable. */
+        (void)sync_file_range(fd, (off_t)chunk_start,
+                              (off_t)(off - chunk_start),
+                              SYNC_FILE_RANGE_WRITE);
+        if (chunk >= CK_LAG) {
+          off_t old = (off_t)(chunk - CK_LAG) * CK_CHUNK;
+          (void)sync_file_range(fd, old, CK_CHUNK,
+                                SYNC_FILE_RANGE_WAIT_BEFORE |
+                                    SYNC_FILE_RANGE_WRITE |
+                                    SYNC_FILE_RANGE_WAIT_AFTER);
+          (void)posix_fadvise(fd, old, CK_CHUNK, POSIX_FADV_DONTNEED);
+        }
+        chunk++;
+        chunk_start = off;
+      }
+    }
+  }
+  {
+    int hrc = ck_hasher_end(&h, rc == 0, sha);
+    if (rc == 0)
+      rc = hrc;
+  }
+  if (rc == 0) {
+    *size = total;
+    return ck_publish(fd, tmp, dir, name);
+  }
+  close(fd);
+  unlink(tmp);
+  return rc;
+}
+
+/* ---- reading ------------------------------------------------------------------------ */
+
+static int ck_read_all(int fd, char *p, size_t n) {
+  while (n > 0) {
+    ssize_t r = read(fd, p, n);
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      return -errno;
+    }
+    if (r == 0)
+      return CKPT_ESIZE; /* shorter than it was a moment ago */
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+int ck_read_hashed(const char *path, const struct iovec *iov, int iovcnt,
+                   char *sha) {
+  uint64_t total = 0, done = 0;
+  struct stat st;
+  ck_hasher_t h;
+  int fd, rc = 0;
+  for (int i = 0; i < iovcnt; i++)
+    total += iov[i].iov_len;
+  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+    return -errno;
+  if (fstat(fd, &st) != 0) {
+    rc = -errno;
+    close(fd);
+    return rc;
+  }
+  if ((uint64_t)st.st_size != total) {
+    close(fd);
+    return CKPT_ESIZE;
+  }
+  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  if ((rc = ck_hasher_start(&h, iov, iovcnt, total, 0)) != 0) {
+    close(fd);
+    return rc;
+  }
+  for (int i = 0; i < iovcnt && rc == 0; i++) {
+    char *p = iov[i].iov_base;
+    size_t left = iov[i].iov_len;
+    while (left > 0) {
+      size_t n = left < CK_CHUNK ? left : CK_CHUNK;
+      if ((rc = ck_read_all(fd, p, n)) != 0)
+        break;
+      p += n;
+      left -= n;
+      done += n;
+      ck_hasher_feed(&h, done);
+    }
+  }
+  close(fd);
+  if (rc != 0) {
+    ck_hasher_end(&h, 0, NULL);
+    return rc;
+  }
+  return ck_hasher_end(&h, 1, sha);
+}
+
+int ck_hash_file(const char *path, uint64_t *size, char *sha) {
+  size_t cap = 4u << 20;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned mdlen = 0;
+  EVP_MD_CTX *ctx = NULL;
+  char *buf = NULL;
+  uint64_t total = 0;
+  int fd, rc = 0;
+  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+    return -errno;
+  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  if ((buf = malloc(cap)) == NULL || (ctx = EVP_MD_CTX_new()) == NULL ||
+      EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+    rc = RDZV_ENOMEM;
+    goto out;
+  }
+  for (;;) {
+    ssize_t r = read(fd, buf, cap);
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      rc = -errno;
+      goto out;
+    }
+    if (r == 0)
+      break;
+    if (EVP_DigestUpdate(ctx, buf, (size_t)r) != 1) {
+      rc = RDZV_ENOMEM;
+      goto out;
+    }
+    total += (uint64_t)r;
+  }
+  if (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != 32) {
+    rc = RDZV_ENOMEM;
+    goto out;
+  }
+  lu_hex(md, 32, sha);
+  *size = total;
+out:
+  EVP_MD_CTX_free(ctx);
+  free(buf);
+  close(fd);
+  return rc;
+}
+
+/* ---- removal --------------------------------------------------------------------- */
+
+static int ck_rm_at(int dfd, const char *name, int depth) {
+  int fd, rc = 0;
+  DIR *d;
+  struct dirent *e;
+  if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+    return 0;
+  if (errno != EISDIR && errno != EPERM)
+    return -errno;
+  if (depth >= CK_RM_DEPTH)
+    return -ELOOP;
+  fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? 0 : -errno;
+  if ((d = fdopendir(fd)) == NULL) {
+    rc = -errno;
+    close(fd);
+    return rc;
+  }
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    int r = ck_rm_at(dirfd(d), e->d_name, depth + 1);
+    if (r != 0 && rc == 0)
+      rc = r;
+  }
+  closedir(d);
+  if (rc == 0 && unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+    rc = -errno;
+  return rc;
+}
+
+int ck_rm_tree(const char *path) { return ck_rm_at(AT_FDCWD, path, 0); }

@@ -1,0 +1,279 @@
+/* cmd_ckpt.c - `launch ckpt ls|verify DIR`: the steps of a checkpoint
+ * directory (launch's layout or another trainer's), whether each is
+ * complete, and the step a restart would resume from. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "launch.h"
+#include "lu_buf.h"
+
+int launch_cmd_ckpt(int argc, char **argv);
+
+static const char ckpt_help[] =
+    "usage: launch ckpt ls|verify DIR [options]\n"
+    "\n"
+    "Lists the checkpoint steps in DIR, newest first, says whether each one\n"
+    "is complete, names the first missing or damaged file of each one that\n"
+    "is not, and prints the step a restart would resume from.\n"
+    "\n"
+    "  ls       sizes and structure only (fast)\n"
+    "  verify   also every shard's SHA-256 against the manifest (launch's\n"
+    "           layout); other layouts are checked as far as their metadata\n"
+    "           allows (docs/checkpoints.md)\n"
+    "\n"
+    "options:\n"
+    "  --layout L    auto | launch | megatron | deepspeed | hf | dcp\n"
+    "                (default auto: detected from DIR's contents)\n"
+    "  --ranks LIST  launch layout on node-local storage: the ranks this node\n"
+    "                must hold, e.g. 0-3 (default: all)\n"
+    "  --json        machine-readable output\n"
+    "\n"
+    "exit status: 0 the newest step is complete and is what a restart would\n"
+    "use; 1 it is not (the output names the step a restart would use, if\n"
+    "any) or there is no step; 2 usage error or DIR unreadable.\n";
+
+static const char *state_name(ckpt_state_t s) {
+  switch (s) {
+  case CKPT_STEP_COMPLETE: return "complete";
+  case CKPT_STEP_INCOMPLETE: return "incomplete";
+  case CKPT_STEP_CORRUPT: return "corrupt";
+  default: return "unchecked";
+  }
+}
+
+/* "0-3,8" into a malloc'd array. RET 0 or -1. */
+static int parse_ranks(const char *s, int **out, size_t *n) {
+  int *v = NULL;
+  size_t k = 0, cap = 0;
+  const char *p = s;
+  *out = NULL;
+  *n = 0;
+  while (*p) {
+    char *e;
+    long a = strtol(p, &e, 10), b;
+    if (e == p || a < 0 || a > 1 << 20)
+      goto bad;
+    b = a;
+    p = e;
+    if (*p == '-') {
+      b = strtol(p + 1, &e, 10);
+      if (e == p + 1 || b < a || b > 1 << 20)
+        goto bad;
+      p = e;
+    }
+    for (long r = a; r <= b; r++) {
+      if (k == cap) {
+        int *nv = realloc(v, (cap = cap ? cap * 2 : 16) * sizeof(*v));
+        if (nv == NULL)
+          goto bad;
+        v = nv;
+      }
+      v[k++] = (int)r;
+    }
+    if (*p == ',')
+      p++;
+    else if (*p)
+      goto bad;
+  }
+  if (k == 0)
+    goto bad;
+  *out = v;
+  *n = k;
+  return 0;
+bad:
+  free(v);
+  return -1;
+}
+
+static void human_bytes(uint64_t b, char *buf, size_t n) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int i = 0;
+  while (v >= 1024 && i < 4) {
+    v /= 1024;
+    i++;
+  }
+  snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+}
+
+static void print_json(const char *dir, const ckpt_scan_t *s, int sha) {
+  lu_buf_t b = LU_BUF_INIT;
+  lu_json_t j;
+  char *text;
+  lu_json_init(&j, &b, 1);
+  lu_json_obj(&j, NULL);
+  lu_json_str(&j, "dir", dir);
+  lu_json_str(&j, "layout", ckpt_layout_name(s->layout));
+  lu_json_str(&j, "checked", sha ? "sha256" : "size");
+  lu_json_arr(&j, "steps");
+  for (size_t i = 0; i < s->nsteps; i++) {
+    const ckpt_step_t *st = &s->steps[i];
+    lu_json_obj(&j, NULL);
+    lu_json_str(&j, "name", st->name);
+    if (st->step >= 0)
+      lu_json_int(&j, "step", (long long)st->step);
+    else
+      lu_json_null(&j, "step");
+    lu_json_str(&j, "state", state_name(st->state));
+    if (st->problem[0])
+      lu_json_str(&j, "problem", st->problem);
+    else
+      lu_json_null(&j, "problem");
+    lu_json_int(&j, "world_size", st->world_size);
+    if (s->layout == CKPT_LAYOUT_LAUNCH)
+      lu_json_bool(&j, "replicated", st->replicated);
+    lu_json_int(&j, "files", st->files);
+    lu_json_int(&j, "bytes", (long long)st->bytes);
+    lu_json_bool(&j, "latest", st->is_latest);
+    lu_json_end_obj(&j);
+  }
+  lu_json_end_arr(&j);
+  if (s->latest_name[0] || s->latest_problem[0]) {
+    lu_json_obj(&j, "latest");
+    if (s->latest_name[0])
+      lu_json_str(&j, "name", s->latest_name);
+    else
+      lu_json_null(&j, "name");
+    if (s->latest_problem[0])
+      lu_json_str(&j, "problem", s->latest_problem);
+    else
+      lu_json_null(&j, "problem");
+    lu_json_end_obj(&j);
+  } else {
+    lu_json_null(&j, "latest");
+  }
+  if (s->resume >= 0) {
+    lu_json_obj(&j, "resume");
+    lu_json_str(&j, "name", s->steps[s->resume].name);
+    if (s->steps[s->resume].step >= 0)
+      lu_json_int(&j, "step", (long long)s->steps[s->resume].step);
+    else
+      lu_json_null(&j, "step");
+    lu_json_end_obj(&j);
+  } else {
+    lu_json_null(&j, "resume");
+  }
+  lu_json_end_obj(&j);
+  if (lu_buf_finish(&b, &text, NULL) == 0) {
+    fputs(text, stdout);
+    free(text);
+  }
+}
+
+static void print_text(const char *dir, const ckpt_scan_t *s, int sha) {
+  size_t w = 4;
+  printf("%s: %s layout, %zu step%s (%s)\n", dir, ckpt_layout_name(s->layout),
+         s->nsteps, s->nsteps == 1 ? "" : "s",
+         sha ? "SHA-256 verified" : "sizes checked");
+  for (size_t i = 0; i < s->nsteps; i++)
+    if (strlen(s->steps[i].name) > w)
+      w = strlen(s->steps[i].name);
+  for (size_t i = 0; i < s->nsteps; i++) {
+    const ckpt_step_t *st = &s->steps[i];
+    char sz[32];
+    human_bytes(st->bytes, sz, sizeof(sz));
+    printf("  %-*s  %-10s  ", (int)w, st->name, state_name(st->state));
+    if (st->state == CKPT_STEP_UNCHECKED)
+      printf("-");
+    else if (st->problem[0])
+      printf("%s", st->problem);
+    else
+      printf("%u files, %s", st->files, sz);
+    printf("%s\n", st->is_latest ? "  <- latest" : "");
+  }
+  if (s->latest_problem[0])
+    printf("%s\n", s->latest_problem);
+  if (s->resume >= 0)
+    printf("resume: %s\n", s->steps[s->resume].name);
+  else
+    printf("resume: none (a restart starts fresh)\n");
+}
+
+int launch_cmd_ckpt(int argc, char **argv) {
+  static const struct option opts[] = {{"layout", required_argument, 0, 'l'},
+                                       {"ranks", required_argument, 0, 'r'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  ckpt_scan_options_t so = CKPT_SCAN_OPTIONS_INIT;
+  ckpt_scan_t *s = NULL;
+  const char *verb, *dir;
+  char err[1024];
+  int opt, json = 0, sha, rc, ret;
+  int *ranks = NULL;
+  size_t nranks = 0;
+
+  optind = 1;
+  opterr = 0;
+  while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (opt) {
+    case 'l':
+      if (ckpt_layout_parse(optarg, &so.layout) != 0) {
+        launch_usage_error("--layout: '%s' is not one of auto, launch, "
+                           "megatron, deepspeed, hf, dcp", optarg);
+        free(ranks);
+        return 2;
+      }
+      break;
+    case 'r':
+      free(ranks);
+      if (parse_ranks(optarg, &ranks, &nranks) != 0) {
+        launch_usage_error("--ranks: '%s' is not a rank list such as 0-3,8",
+                           optarg);
+        return 2;
+      }
+      break;
+    case 'j': json = 1; break;
+    case 'h':
+      fputs(ckpt_help, stdout);
+      free(ranks);
+      return 0;
+    default:
+      launch_usage_error("ckpt: unknown or incomplete option '%s' (see launch "
+                         "ckpt --help)", argv[optind - 1]);
+      free(ranks);
+      return 2;
+    }
+  }
+  if (argc - optind != 2) {
+    launch_usage_error("ckpt: expected ls|verify and a directory (see launch "
+                       "ckpt --help)");
+    free(ranks);
+    return 2;
+  }
+  verb = argv[optind];
+  dir = argv[optind + 1];
+  if (strcmp(verb, "ls") != 0 && strcmp(verb, "verify") != 0) {
+    launch_usage_error("ckpt: '%s' is not ls or verify", verb);
+    free(ranks);
+    return 2;
+  }
+  sha = strcmp(verb, "verify") == 0;
+  if (sha)
+    so.flags |= CKPT_SCAN_SHA;
+  so.ranks = ranks;
+  so.nranks = nranks;
+  rc = ckpt_scan(dir, &so, &s, err, sizeof(err));
+  free(ranks);
+  if (rc != 0) {
+    launch_usage_error("ckpt %s: %s", verb, err[0] ? err : ckpt_strerror(rc));
+    return rc == RDZV_ENOMEM ? 1 : 2;
+  }
+  /* A step newer than the one a restart takes is skipped: say why. */
+  for (int i = 0; i < (s->resume >= 0 ? s->resume : (int)s->nsteps); i++)
+    if (s->steps[i].state != CKPT_STEP_UNCHECKED)
+      fprintf(stderr, "launch ckpt: warning: %s skipped: %s\n",
+              s->steps[i].name, s->steps[i].problem);
+  if (json)
+    print_json(dir, s, sha);
+  else
+    print_text(dir, s, sha);
+  ret = s->resume == 0 && s->latest_problem[0] == '\0' ? 0 : 1;
+  if (s->nsteps == 0)
+    fprintf(stderr, "launch ckpt: no checkpoint step in %s\n", dir);
+  ckpt_scan_free(s);
+  return ret;
+}

@@ -1,0 +1,69 @@
+"""Pieces of other trainers' checkpoint files, written without their
+libraries: DCP's .metadata classes (as pickle sees them: launch's reader
+never imports anything, so the module names do not matter), safetensors
+files, torch.save-style zip archives. Shared by tests/test_ckpt_layouts.py
+and fuzz/make_ckpt_corpus.py."""
+import dataclasses
+import io
+import json
+import pickle
+import struct
+import zipfile
+
+
+@dataclasses.dataclass(frozen=True)
+class MetadataIndex:
+    fqn: str
+    offset: object = None
+    index: object = None
+
+
+@dataclasses.dataclass
+class _StorageInfo:
+    relative_path: str
+    offset: int
+    length: int
+
+
+@dataclasses.dataclass
+class Metadata:
+    state_dict_metadata: dict
+    planner_data: object = None
+    storage_data: object = None
+
+
+def dcp_metadata(files):
+    """A Metadata whose storage records place items of the given lengths
+    one after the other: files maps '__R_0.distcp' -> [length, ...]. RET
+    (metadata, {name: file size})."""
+    storage, sizes = {}, {}
+    for name, lengths in files.items():
+        off = 0
+        for k, n in enumerate(lengths):
+            storage[MetadataIndex("%s.item%d" % (name, k), None, k)] = _StorageInfo(name, off, n)
+            off += n
+        sizes[name] = off
+    return Metadata({"model.w": {"size": [10]}}, None, storage), sizes
+
+
+def safetensors_bytes(ntensors=2):
+    hdr = {"__metadata__": {"format": "pt"}}
+    for i in range(ntensors):
+        hdr["w%d" % i] = {"dtype": "F32", "shape": [4], "data_offsets": [16 * i, 16 * i + 16]}
+    h = json.dumps(hdr).encode()
+    return struct.pack("<Q", len(h)) + h + b"\2" * (16 * ntensors)
+
+
+def torch_zip_bytes(obj, name="archive", method=zipfile.ZIP_STORED):
+    """torch.save's zip layout (data.pkl, byteorder, data/0, version), with
+    fixed dates so that the bytes are the same on every run."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for entry, data in ((name + "/data.pkl", pickle.dumps(obj, protocol=2)),
+                            (name + "/byteorder", b"little"),
+                            (name + "/data/0", b"\1" * 64),
+                            (name + "/version", b"3\n")):
+            info = zipfile.ZipInfo(entry, date_time=(2020, 1, 1, 0, 0, 0))
+            info.compress_type = method
+            z.writestr(info, data)
+    return buf.getvalue()

@@ -1,0 +1,168 @@
+"""Agents against servers that are not what they hoped (#11), on loopback
+(127.0.0.x stand for hosts):
+- a standalone `launch server` hosts the rendezvous: two agents holding
+  their job's key (launch server --issue-key) run a job, `launch status`
+  shows it;
+- the same over mutual TLS, with certificates made here by the openssl
+  command line; an agent without a certificate is refused in one line;
+- a hosting agent stopped with SIGSTOP is noticed by the other agent within
+  the heartbeat bound;
+- a hosting agent resumed after a stop longer than the bound does not drop
+  itself: its job finishes with exit 0."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
+import launchtest as lt  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "py", "worker.py")
+PY = sys.executable
+records = lt.records
+
+
+def agent(port, i, job, d, mode, nnodes="2", extra=(), hb="0.5"):
+    args = ["--nnodes", nnodes, "--nproc-per-node", "1",
+            "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", job,
+            "--local-addr", "127.0.0.%d" % i,
+            "--rdzv-conf", "join_timeout=60,last_call_timeout=1,heartbeat=%s" % hb,
+            "--stop-timeout", "5"] + list(extra) + ["--no-python", PY, WORKER, d, mode]
+    return lt.launch(args, env={"LAUNCH_HOSTNAME": "node%d" % i},
+                     name="agent%d" % i)
+
+
+def status(port, job, extra=()):
+    p = subprocess.run([lt.launch_bin(), "status", "--json", "--rdzv-endpoint",
+                        "127.0.0.1:%d" % port, "--rdzv-id", job, "--timeout", "5"]
+                       + list(extra), capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def release(d):
+    open(os.path.join(d, "release"), "w").close()
+
+
+def run_two_agents(srv, d, job, agent_extra, status_extra):
+    ags = [agent(srv.port, i, job, d, "hold", extra=agent_extra) for i in (2, 3)]
+    try:
+        lt.wait_until(lambda: len(records(d, 0)) == 2, 60, "both workers")
+        st = status(srv.port, job, status_extra)
+        assert st["state"] == "running" and len(st["members"]) == 2, st
+        assert sorted(m["host"] for m in st["members"]) == ["node2", "node3"], st
+        release(d)
+        rcs = [a.wait(60) for a in ags]
+        assert rcs == [0, 0], [a.output() for a in ags]
+    finally:
+        for a in ags:
+            a.kill()
+
+
+def test_standalone_server_with_job_keys():
+    d = tempfile.mkdtemp()
+    secret = os.path.join(d, "secret")
+    key = os.path.join(d, "job.key")
+    with open(secret, "w") as f:
+        f.write("server-secret\n")
+    with open(key, "w") as f:
+        subprocess.run([lt.launch_bin(), "server", "--token-file", secret,
+                        "--issue-key", "standalone"], stdout=f, check=True)
+    with lt.Server("--token-file", secret) as srv:
+        run_two_agents(srv, d, "standalone", ["--token-file", key],
+                       ["--token-file", key])
+        assert "no rendezvous module" not in srv.logtext()
+
+
+def sh(d, cmd):
+    subprocess.run(cmd, shell=True, cwd=d, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
+def make_certs(d):
+    sh(d, "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem "
+          "-days 2 -subj /CN=ca")
+    for name, san in (("server", "IP:127.0.0.1"), ("node", "DNS:node")):
+        sh(d, "openssl req -newkey rsa:2048 -nodes -keyout %s.key -out %s.csr "
+              "-subj /CN=%s && printf 'subjectAltName=%s\\n' > %s.ext && "
+              "openssl x509 -req -in %s.csr -CA ca.pem -CAkey ca.key "
+              "-CAcreateserial -out %s.pem -days 2 -extfile %s.ext"
+           % (name, name, name, san, name, name, name, name))
+
+
+def test_mutual_tls():
+    d = tempfile.mkdtemp()
+    make_certs(d)
+    p = lambda n: os.path.join(d, n)  # noqa: E731
+    tls = ["--tls-ca", p("ca.pem"), "--tls-cert", p("node.pem"),
+           "--tls-key", p("node.key")]
+    with lt.Server("--tls-cert", p("server.pem"), "--tls-key", p("server.key"),
+                   "--tls-ca", p("ca.pem")) as srv:
+        run_two_agents(srv, d, "tls", tls, tls)
+        # an agent without a certificate of its own is refused, in one line
+        a = agent(srv.port, 4, "tls-nocert", d, "ok", nnodes="1",
+                  extra=["--tls-ca", p("ca.pem")])
+        try:
+            rc = a.wait(60)
+        finally:
+            a.kill()
+        assert rc != 0 and "client certificate" in a.output(), a.output()
+
+
+def test_stopped_host_is_noticed():
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    # node1 hosts the server (it has the endpoint's address)
+    ags = [agent(port, i, "stop", d, "hold") for i in (1, 2)]
+    try:
+        lt.wait_until(lambda: len(records(d, 0)) == 2, 60, "both workers")
+        ags[0].signal(signal.SIGSTOP)
+        t0 = time.time()
+        rc = ags[1].wait(60)
+        took = time.time() - t0
+        out = ags[1].output()
+        print("the other agent noticed the stopped host after %.1f s" % took)
+        assert rc != 0 and "did not answer" in out, out
+        # 3 heartbeats of 0.5 s, plus the watchdog's tick and slack
+        assert took < 6, took
+    finally:
+        release(d)
+        ags[0].signal(signal.SIGCONT)
+        for a in ags:
+            a.kill()
+
+
+def test_host_resumes_after_a_stop():
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    a = agent(port, 1, "resume", d, "hold", nnodes="1")
+    try:
+        lt.wait_until(lambda: len(records(d, 0)) == 1, 60, "the worker")
+        a.signal(signal.SIGSTOP)
+        time.sleep(3)  # twice the heartbeat bound of 1.5 s
+        a.signal(signal.SIGCONT)
+        time.sleep(1.5)
+        assert a.running(), a.output()
+        release(d)
+        rc = a.wait(60)
+        assert rc == 0, a.output()
+        assert "stalled" in a.output() or "missed" not in a.output(), a.output()
+    finally:
+        release(d)
+        a.kill()
+
+
+def main():
+    test_standalone_server_with_job_keys()
+    test_mutual_tls()
+    test_stopped_host_is_noticed()
+    test_host_resumes_after_a_stop()
+    print("test_adv_agents: ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+/* test_adv_lockout.c - nobody locks the server for the others (#11):
+ * - with --max-conns 64, 64 silent sockets (and ones that stop after the
+ *   magic) are closed at the handshake timeout, and a client gets in;
+ * - a client address gets at most --max-conns-per-addr connections: one
+ *   address's 64 silent sockets leave room for another address's client;
+ * - 4,096 throw-away HELLOs from one address create at most
+ *   --max-jobs-per-addr jobs (the others get RDZV_ELIMIT), another address
+ *   still creates a job at once, and the slots of jobs left with no
+ *   connection and no data come back after --job-grace. */
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lu.h"
+#include "proto.h"
+#include "rdzv.h"
+#include "test.h"
+
+static int port;
+
+/* librdzv from 127.0.0.1 (a refused connection fails at once); RET its
+ * status. */
+static int try_client(const char *job) {
+  rdzv_client_t *c = NULL;
+  char err[256];
+  int rc;
+  rc = test_rdzv_open(port, job, NULL, err, sizeof(err), &c);
+  if (rc == 0) {
+    ASSERT_OK(rdzv_set(c, "k", "v", 1, test_ms(5000)));
+    rdzv_close(c);
+  }
+  return rc;
+}
+
+static void test_silent_sockets(void) {
+  const char *extra[] = {"--max-conns", "64", "--max-conns-per-addr", "48",
+                         "--handshake-timeout", "1s", NULL};
+  int fds[64], more[64], refused = 0, rc = -1;
+  uint64_t t0, waited;
+  pid_t pid;
+  port = test_launch_server(&pid, extra, NULL);
+  /* 48 silent from one address, 16 from another (8 of them stop after
+   * the magic, before HELLO): 64 in all, the limit. */
+  for (int i = 0; i < 64; i++) {
+    fds[i] = test_connect_from(i < 48 ? "127.0.0.22" : "127.0.0.23", port);
+    if (i >= 56)
+      ASSERT_EQ(0, test_send_all(fds[i], "RDZV", 4));
+  }
+  usleep(200000);
+  t0 = lu_now_ms();
+  /* Refused while they hold every slot, let in once they are closed. */
+  while (lu_now_ms() - t0 < (uint64_t)test_ms(10000)) {
+    if ((rc = try_client("lockout")) == 0)
+      break;
+    usleep(50000);
+  }
+  waited = lu_now_ms() - t0;
+  printf("a client got in %llu ms after 64 silent sockets\n",
+         (unsigned long long)waited);
+  ASSERT_OK(rc);
+  for (int i = 0; i < 64; i++) {
+    ASSERT(test_peer_closed(fds[i], test_ms(3000)));
+    close(fds[i]);
+  }
+  /* One address: only 48 of its 64 sockets are kept; another address's
+   * client is served at once. */
+  for (int i = 0; i < 64; i++)
+    more[i] = test_connect_from("127.0.0.22", port);
+  usleep(200000);
+  ASSERT_OK(try_client("lockout"));
+  for (int i = 0; i < 64; i++)
+    refused += test_peer_closed(more[i], 1);
+  printf("%d of 64 sockets from one address refused at once\n", refused);
+  ASSERT_EQ(16, refused);
+  for (int i = 0; i < 64; i++)
+    close(more[i]);
+  test_stop_server(pid);
+}
+
+/* A HELLO from src for job; RET its status. */
+static int64_t hello_status(const char *src, const char *job) {
+  int64_t st;
+  int fd = test_native_hello(src, port, job, NULL, &st);
+  close(fd);
+  return st;
+}
+
+static void test_throwaway_hellos(void) {
+  const char *extra[] = {NULL};
+  const char *grace[] = {"--job-grace", "300ms", NULL};
+  int ok = 0, limited = 0;
+  pid_t pid;
+  char job[32];
+  port = test_launch_server(&pid, extra, NULL);
+  for (int i = 0; i < 4096; i++) {
+    int64_t st;
+    snprintf(job, sizeof(job), "throwaway-%d", i);
+    st = hello_status("127.0.0.22", job);
+    ok += st == 0;
+    limited += st == RDZV_ELIMIT;
+  }
+  printf("4096 throw-away HELLOs: %d jobs created, %d refused\n", ok,
+         limited);
+  ASSERT_EQ(64, ok);
+  ASSERT_EQ(4096 - 64, limited);
+  /* Another address is not locked out. */
+  ASSERT_OK(try_client("real-job"));
+  test_stop_server(pid);
+
+  /* Jobs that hold nothing give their slots back after the grace. */
+  port = test_launch_server(&pid, grace, NULL);
+  for (int i = 0; i < 64; i++) {
+    snprintf(job, sizeof(job), "throwaway-%d", i);
+    ASSERT_EQ(0, hello_status("127.0.0.22", job));
+  }
+  ASSERT_EQ(RDZV_ELIMIT, hello_status("127.0.0.22", "one-too-many"));
+  usleep(1000000);
+  ASSERT_EQ(0, hello_status("127.0.0.22", "after-grace"));
+  test_stop_server(pid);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  test_silent_sockets();
+  test_throwaway_hellos();
+  printf("test_adv_lockout: ok\n");
+  return 0;
+}
