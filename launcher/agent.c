@@ -94,17 +94,12 @@ typedef struct agent_s {
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
-static void say(agent_t *a, const char *fmt, ...) LU_PRINTF(2, 3);
-static void say(agent_t *a, const char *fmt, ...) {
-  char msg[2048];
-  va_list ap;
-  if (a->o->quiet)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  LU_INFO(&a->log, "%s", msg);
-}
+/* What the agent does, unless -q. */
+#define say(a, ...)                                                            \
+  do {                                                                         \
+    if (!(a)->o->quiet)                                                        \
+      LU_INFO(&(a)->log, __VA_ARGS__);                                         \
+  } while (0)
 
 static void finish(agent_t *a);
 static void send_join(agent_t *a);

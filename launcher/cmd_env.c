@@ -4,22 +4,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "launch.h"
 #include "lu_buf.h"
 
 extern char **environ;
 
-static const char *src_name(env_src_t s) {
-  switch (s) {
-  case ENV_SRC_INHERITED: return "inherited";
-  case ENV_SRC_LAUNCH: return "launch";
-  case ENV_SRC_PROFILE: return "profile";
-  case ENV_SRC_LOCK: return "lock";
-  }
-  return "?";
-}
+static const char *const src_names[] = {
+    [ENV_SRC_INHERITED] = "inherited", [ENV_SRC_LAUNCH] = "launch",
+    [ENV_SRC_PROFILE] = "profile", [ENV_SRC_LOCK] = "lock"};
 
 /* Variables worth showing without --all: ours, and inherited ones that
  * shape communication. */
@@ -103,7 +96,7 @@ static void print_env_json(const env_t *e, const char *profile, int local_rank,
     lu_json_obj(&j, NULL);
     lu_json_str(&j, "key", v->key);
     lu_json_str(&j, "value", v->value);
-    lu_json_str(&j, "source", src_name(v->src));
+    lu_json_str(&j, "source", src_names[v->src]);
     lu_json_str(&j, "origin", v->origin);
     if (v->tmpl)
       lu_json_str(&j, "template", v->tmpl);
@@ -140,7 +133,7 @@ static void print_env_text(const env_t *e, const cfg_t *c,
       continue;
     printf("%s=%s", v->key, v->value);
     if (v->src != ENV_SRC_INHERITED || all)
-      printf("    # %s%s%s", v->origin ? v->origin : src_name(v->src),
+      printf("    # %s%s%s", v->origin ? v->origin : src_names[v->src],
              v->tmpl ? ": " : "", v->tmpl ? v->tmpl : "");
     printf("\n");
   }
@@ -194,13 +187,6 @@ int launch_cmd_env(int argc, char **argv) {
     else
       fputs(prof_builtin_text(c.env_show), stdout), ret = 0;
     goto out;
-  }
-  if (c.env_root[0]) {
-    struct stat st;
-    if (stat(c.env_root, &st) != 0 || !S_ISDIR(st.st_mode)) {
-      launch_usage_error("--root %s: not a directory", c.env_root);
-      goto out;
-    }
   }
   if (c.env_local_rank >= c.nproc) {
     launch_usage_error("--local-rank %d: only %d local rank%s planned (set "

@@ -178,20 +178,11 @@ static int set_num(srv_config_t *cfg, const num_opt_t *o, const char *v) {
 
 /* Read the secret (or key) of a --token-file. RET 0 or 2 (said why). */
 static int read_secret(const char *file, char **out, size_t *len) {
-  int rc = lu_read_file(file, 4096, out, len);
-  if (rc != 0) {
-    launch_usage_error("--token-file %s: %s", file, rdzv_strerror(rc));
-    return 2;
-  }
-  *len = lu_rtrim(*out, *len);
-  if (*len == 0) {
-    launch_usage_error("--token-file %s is empty: put a secret in it, e.g. "
-                       "head -c 32 /dev/urandom | base64 > %s", file, file);
-    free(*out);
-    *out = NULL;
-    return 2;
-  }
-  return 0;
+  char err[1024];
+  if (lu_read_token(file, out, len, err, sizeof(err)) == 0)
+    return 0;
+  launch_usage_error("%s", err);
+  return 2;
 }
 
 static int issue_key(const char *token, size_t token_len, const char *job) {

@@ -1,6 +1,5 @@
 /* cmd_status.c - `launch status`: the round, nodes, ranks, restart count
  * and each node's last heartbeat of a running job. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,22 +9,6 @@
 #include "launch.h"
 #include "lu_buf.h"
 #include "msg.h"
-
-static const char status_help[] =
-    "usage: launch status --rdzv-endpoint HOST[:PORT] --rdzv-id ID [options]\n"
-    "\n"
-    "Shows a job's rendezvous: its state, round (0, one more at each restart),\n"
-    "restarts used, and each node with its ranks, state and last heartbeat.\n"
-    "\n"
-    "options:\n"
-    "  --rdzv-endpoint H:P   the launch server (default port 29400)\n"
-    "  --rdzv-id ID          the job\n"
-    "  --token-file F        the job's key or the server's token, if the\n"
-    "                        server requires one\n"
-    "  --tls-ca F            TLS: verify the server with this CA\n"
-    "  --tls-cert F, --tls-key F  TLS: a client certificate (mutual TLS)\n"
-    "  --json                print the status as JSON\n"
-    "  --timeout SECONDS     give up connecting after this (default 10)\n";
 
 typedef struct st_s {
   ac_t *ac;
@@ -145,87 +128,45 @@ static void on_connected(ac_t *ac, int status, void *arg) {
 }
 
 int launch_cmd_status(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"rdzv-endpoint", required_argument, 0, 'e'},
-      {"rdzv_endpoint", required_argument, 0, 'e'},
-      {"rdzv-id", required_argument, 0, 'i'},
-      {"rdzv_id", required_argument, 0, 'i'},
-      {"token-file", required_argument, 0, 't'},
-      {"tls-ca", required_argument, 0, 'A'},
-      {"tls-cert", required_argument, 0, 'C'},
-      {"tls-key", required_argument, 0, 'K'},
-      {"json", no_argument, 0, 'j'},
-      {"timeout", required_argument, 0, 'T'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  const char *ep = NULL, *id = NULL, *token_file = NULL;
-  char *token = NULL;
+  char *token = NULL, err[1024];
   size_t token_len = 0;
-  int64_t timeout_ms = 10000;
-  lu_endpoint_t e;
   st_t st = {NULL, 0, 1, NULL};
   uv_loop_t loop;
   ac_config_t cfg;
   lu_log_t log;
-  int opt;
-  memset(&cfg, 0, sizeof(cfg));
-  optind = 1;
-  opterr = 0;
-  while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    switch (opt) {
-    case 'e': ep = optarg; break;
-    case 'i': id = optarg; break;
-    case 't': token_file = optarg; break;
-    case 'A': cfg.tls_ca = optarg; break;
-    case 'C': cfg.tls_cert = optarg; break;
-    case 'K': cfg.tls_key = optarg; break;
-    case 'j': st.json = 1; break;
-    case 'T':
-      if (lu_parse_duration_ms(optarg, &timeout_ms) != 0) {
-        launch_usage_error("--timeout: '%s' is not a duration", optarg);
-        return 2;
-      }
-      break;
-    case 'h': fputs(status_help, stdout); return 0;
-    default:
-      launch_usage_error("status: unknown or incomplete option '%s' (see "
-                         "launch status --help)", argv[optind - 1]);
-      return 2;
-    }
-  }
-  if (ep == NULL || id == NULL) {
-    launch_usage_error("status needs --rdzv-endpoint HOST:PORT and --rdzv-id "
-                       "ID");
-    return 2;
-  }
-  if (lu_endpoint_parse(ep, RDZV_DEFAULT_PORT, &e) != 0 || e.is_unix) {
-    launch_usage_error("--rdzv-endpoint: '%s' does not parse: use HOST:PORT",
-                       ep);
-    return 2;
-  }
-  if (token_file) {
-    char err[1024];
-    if (lu_read_token(token_file, &token, &token_len, err, sizeof(err)) != 0) {
+  cfg_t c;
+  int rc = cfg_parse(argc, argv, environ, CFG_STATUS_CMD, &c, err, sizeof(err));
+  if (rc == 0 && c.token_file[0] &&
+      lu_read_token(c.token_file, &token, &token_len, err, sizeof(err)) != 0)
+    rc = -1;
+  if (rc != 0) {
+    if (rc < 0)
       launch_usage_error("%s", err);
-      return 2;
-    }
+    cfg_free(&c);
+    return rc < 0 ? 2 : 0;
   }
+  memset(&cfg, 0, sizeof(cfg));
   lu_log_init(&log, "launch status");
   uv_loop_init(&loop);
-  cfg.host = e.host;
-  cfg.port = e.port;
-  cfg.job = id;
+  cfg.host = c.endpoint_host;
+  cfg.port = c.endpoint_port;
+  cfg.job = c.run_id;
   cfg.role = "admin";
   cfg.token = token;
   cfg.token_len = token_len;
-  cfg.connect_timeout_ms = (int)timeout_ms;
-  cfg.reply_timeout_ms = (int)timeout_ms; /* a stopped server too */
+  cfg.tls_ca = c.tls_ca[0] ? c.tls_ca : NULL;
+  cfg.tls_cert = c.tls_cert[0] ? c.tls_cert : NULL;
+  cfg.tls_key = c.tls_key[0] ? c.tls_key : NULL;
+  cfg.connect_timeout_ms = (int)LU_MIN(c.status_timeout_ms, INT32_MAX);
+  cfg.reply_timeout_ms = cfg.connect_timeout_ms; /* a stopped server too */
   cfg.log = &log;
-  st.job = id;
+  st.json = c.env_json;
+  st.job = c.run_id;
   if (ac_new(&loop, &cfg, NULL, NULL, &st, &st.ac) == 0)
     ac_connect(st.ac, on_connected);
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
   free(token);
+  cfg_free(&c);
   return st.rc;
 }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -14,7 +15,7 @@
 typedef enum { T_BOOL, T_STR, T_INT, T_MS, T_CHOICE, T_WORD, T_FN } type_t;
 
 enum { SEC_NODES, SEC_RDZV, SEC_SUPERVISION, SEC_PROGRAM, SEC_LOGS, SEC_OWN,
-       SEC_CMD_ENV, SEC_ENV };
+       SEC_CMD_ENV, SEC_CMD_STATUS, SEC_CMD_DOCTOR, SEC_CMD_TOPO, SEC_ENV };
 
 static const char *const section_names[] = {
     "nodes and processes", "rendezvous", "supervision", "program", "logs",
@@ -65,171 +66,7 @@ typedef struct setting_s {
 /* Checked, and nothing kept. */
 #define CHECK(id, flag, type, min, choices, sec, help)                         \
   ROW(id, flag, NULL, choices, type, 0, 0, min, 0, choices, NULL, sec, help)
-#define DECLARE(fn) static int fn(cfg_t *c, int id, const char *v, char *err, size_t n)
-
-DECLARE(set_nnodes);
-DECLARE(set_nproc);
-DECLARE(set_backend);
-DECLARE(set_endpoint);
-DECLARE(set_conf);
-DECLARE(set_master_addr);
-DECLARE(set_signals);
-DECLARE(set_prog_mode);
-DECLARE(set_numa_binding);
-DECLARE(set_logs_specs);
-DECLARE(set_expected);
-DECLARE(set_cvd);
-DECLARE(set_program);
-
-static const setting_t settings[CFG_S_COUNT] = {
-    FN(NNODES, "--nnodes", NULL, "N|MIN:MAX", set_nnodes, NODES,
-       "nodes of the job (default 1)"),
-    FN(NPROC, "--nproc-per-node", NULL, "N|gpu|cpu|auto", set_nproc, NODES,
-       "workers on this node (default 1); gpu: one per visible GPU, cpu: one "
-       "per CPU, auto: gpu, else cpu"),
-    BOOL(STANDALONE, "--standalone", NULL, standalone, NODES,
-         "one node, a private server on a free port"),
-    FN(ENDPOINT, "--rdzv-endpoint", NULL, "HOST[:PORT]", set_endpoint, RDZV,
-       "the launch server (default port 29400); the agent on HOST hosts it "
-       "unless one runs there"),
-    FN(BACKEND, "--rdzv-backend", NULL, "c10d|static", set_backend, RDZV,
-       "c10d when an endpoint is given, else static"),
-    STR(ID, "--rdzv-id", NULL, "ID", run_id, 1, RDZV,
-        "job id shared by every node"),
-    FN(CONF, "--rdzv-conf", NULL, "K=V,...", set_conf, RDZV,
-       "join_timeout (600 s): how long the nodes may take to join; "
-       "last_call_timeout (30 s): how long a round waits for more than the "
-       "minimum; heartbeat (5 s); read_timeout (60 s): a server that answers "
-       "nothing this long (at most 3 heartbeats) is lost; close_timeout (10 s): how long the hosting "
-       "node keeps the server for the others to learn the end; is_host "
-       "(true|false)"),
-    INT(NODE_RANK, "--node-rank", "N", node_rank, 0, 1 << 20, RDZV,
-        "rank of this node (static backend; a preference with c10d)"),
-    FN(MASTER_ADDR, "--master-addr", NULL, "A", set_master_addr, RDZV,
-       "static rendezvous: node 0's address (default 127.0.0.1)"),
-    INT(MASTER_PORT, "--master-port", "P", master_port, 1, 65535, RDZV,
-        "static rendezvous: its port (default 29500)"),
-    STR(LOCAL_ADDR, "--local-addr", NULL, "A", local_addr, 0, RDZV,
-        "address this node advertises"),
-    INT(MAX_RESTARTS, "--max-restarts", "N", max_restarts, 0, 1 << 30,
-        SUPERVISION, "job restarts after failures (default 0), counted once "
-        "for the whole job"),
-    FN(SIGNALS, "--signals-to-handle", NULL, "LIST", set_signals, SUPERVISION,
-       "signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,"
-       "SIGQUIT; add SIGUSR1,SIGUSR2 for Slurm)"),
-    MS(STOP_TIMEOUT, "--stop-timeout", stop_grace_ms, SUPERVISION,
-       "SIGTERM to SIGKILL grace (default 30)"),
-    MS(EXIT_BARRIER, "--exit-barrier-timeout", exit_barrier_ms, SUPERVISION,
-       "how long a finished node waits for the others (default 300)"),
-    ROW(MONITOR, "--monitor-interval", NULL, "SECONDS", T_MS, 0, 0, 1, 0,
-        NULL, NULL, SUPERVISION, "accepted, no effect: worker exits are seen "
-        "at once (SIGCHLD), nothing is polled"),
-    CHECK(START_METHOD, "--start-method", T_CHOICE, 0, "spawn|fork|forkserver",
-          SUPERVISION, "accepted, no effect: every worker is a fresh process "
-          "(fork and exec)"),
-    STR(ROLE, "--role", NULL, "NAME", role, 1, SUPERVISION,
-        "ROLE_NAME of the workers (default default)"),
-    FN(MODULE, "--module", "-m", NULL, set_prog_mode, PROGRAM,
-       "run PROGRAM as python -m PROGRAM"),
-    FN(NO_PYTHON, "--no-python", NULL, NULL, set_prog_mode, PROGRAM,
-       "execute PROGRAM directly, even a .py"),
-    FN(RUN_PATH, "--run-path", NULL, NULL, set_prog_mode, PROGRAM,
-       "run the script through python"),
-    STR(LOG_DIR, "--log-dir", NULL, "DIR", log_dir, 0, LOGS,
-        "DIR/<run id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log "
-        "and error.json"),
-    STR(REDIRECTS, "--redirects", "-r", "SPEC", redirects_spec, 0, LOGS,
-        "streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per "
-        "rank 0:1,1:2"),
-    STR(TEE, "--tee", "-t", "SPEC", tee_spec, 0, LOGS,
-        "streams to files and the console"),
-    STR(RANKS_FILTER, "--local-ranks-filter", NULL, "LIST", ranks_filter_spec,
-        0, LOGS, "local ranks whose output reaches the console"),
-    STR(LINE_PREFIX, "--log-line-prefix", NULL, "TEMPLATE", line_prefix, 0,
-        LOGS, "prefix of each line (default '[${host}:${rank}]: '; also "
-        "${local_rank}, ${role_name}, ${node_rank}; 'none')"),
-    CHECK(EVENT_LOG, "--event-log-handler", T_CHOICE, 0, "null", LOGS,
-          "torchrun's event log: only null (none) is supported"),
-    FN(LOGS_SPECS, "--logs-specs", NULL, "NAME", set_logs_specs, LOGS, NULL),
-    BOOL(QUIET, "--quiet", "-q", quiet, LOGS, "fewer agent messages"),
-    BOOL(NO_LOG_TIME, "--no-log-time", NULL, no_log_time, LOGS,
-         "the agent's lines without their time (UTC); LAUNCH_LOG_TIME=0 does "
-         "it for every command"),
-    CHOICE(TORCH_STORE, "--torch-store", T_CHOICE, torch_store,
-           "agent|rank0", OWN,
-           "agent (default): workers use the launch server as their TCPStore "
-           "(TORCHELASTIC_USE_AGENT_STORE=True); rank0: rank 0 hosts its own "
-           "store on a free port of node 0"),
-    STR(TOKEN_FILE, "--token-file", NULL, "F", token_file, 0, OWN,
-        "the job's key (launch server --issue-key) or the server's secret "
-        "(HMAC challenge)"),
-    STR(TLS_CA, "--tls-ca", NULL, "F", tls_ca, 0, OWN,
-        "TLS: verify the server with this CA"),
-    STR(TLS_CERT, "--tls-cert", NULL, "F", tls_cert, 0, OWN,
-        "TLS: this node's certificate (mutual TLS; needed to host the server "
-        "with TLS)"),
-    STR(TLS_KEY, "--tls-key", NULL, "F", tls_key, 0, OWN,
-        "TLS: the key of --tls-cert"),
-    STR(TCPSTORE_ALLOW, "--tcpstore-allow", NULL, "LIST", tcpstore_allow, 0,
-        OWN, "with a token: addresses allowed to use TCPStore, e.g. "
-        "10.0.0.0/8"),
-    STR(CPU_BIND, "--cpu-bind", NULL, "none|numa|cores|LIST", cpu_bind, 0, OWN,
-        "CPUs of each worker: its GPU's NUMA node, a share of its cores, or "
-        "one cpulist per local rank separated by ':' (0-7:8-15); default numa "
-        "when the node has GPUs, else none"),
-    FN(NUMA_BINDING, "--numa-binding", NULL,
-       "node|socket|exclusive|core-complex", set_numa_binding, OWN,
-       "torchrun's spelling: node and socket are --cpu-bind numa, the others "
-       "--cpu-bind cores"),
-    CHOICE(MEM_BIND, "--mem-bind", T_WORD, mem_bind,
-           "none|local|preferred", OWN,
-           "memory of each worker on its NUMA node (default preferred when "
-           "CPUs are bound on a node with GPUs)"),
-    BOOL(REPORT_BINDINGS, "--report-bindings", NULL, report_bindings, OWN,
-         "print each worker's binding"),
-    STR(TOPOLOGY, "--topology", NULL, "FILE.xml", topology_file, 0, OWN,
-        "plan for an hwloc XML topology"),
-    STR(NCCL_PROFILE, "--nccl-profile", NULL, "NAME|FILE", nccl_profile, 1, OWN,
-        "locked NCCL environment: auto (default), pcie-ib, nvlink-ib, roce, "
-        "socket or a file"),
-    BOOL(ALLOW_ENV_OVERRIDE, "--allow-env-override", NULL, allow_env_override,
-         OWN, "inherited NCCL_* values beat the profile"),
-    CHOICE(LINT, "--lint", T_CHOICE, lint, "error|warn|off", OWN,
-           "NCCL environment mistakes stop the job (error, default), are only "
-           "reported, or are not checked"),
-    BOOL(ALLOW_MISMATCH, "--allow-mismatch", NULL, allow_mismatch, OWN,
-         "run even when nodes differ from node 0 (NCCL env, versions, GPUs, "
-         "program)"),
-    ROW(HELP, "--help", "-h", NULL, T_BOOL, 0, 0, 0, 0, NULL, NULL, OWN,
-        "this text"),
-    ROW(VERSION, "--version", NULL, NULL, T_BOOL, 0, 0, 0, 0, NULL, NULL, OWN,
-        "launch's version and protocol"),
-    INT(ENV_LOCAL_RANK, "--local-rank", "N", env_local_rank, 0,
-        CFG_MAX_NPROC - 1, CMD_ENV, "the rank to show (default 0)"),
-    STR(ENV_PROFILE, "--profile", NULL, "NAME|FILE", nccl_profile, 1, CMD_ENV,
-        "the same as --nccl-profile"),
-    BOOL(ENV_ALL, "--all", NULL, env_all, CMD_ENV,
-         "print the inherited variables too"),
-    BOOL(ENV_LINT, "--lint", NULL, env_lint, CMD_ENV,
-         "check the environment (exit 1 on errors)"),
-    STR(ENV_ROOT, "--root", NULL, "DIR", env_root, 1, CMD_ENV,
-        "read /sys and /proc under DIR for --lint"),
-    BOOL(ENV_FINGERPRINT, "--fingerprint", NULL, env_fingerprint, CMD_ENV,
-         "print the node fingerprint instead"),
-    FN(ENV_PROGRAM, "--program", NULL, "FILE", set_program, CMD_ENV,
-       "a file the fingerprint hashes (at most 8)"),
-    BOOL(ENV_LIST, "--list-profiles", NULL, env_list, CMD_ENV,
-         "list the built-in profiles"),
-    STR(ENV_SHOW, "--show-profile", NULL, "NAME", env_show, 1, CMD_ENV,
-        "print a built-in profile (to copy and edit)"),
-    BOOL(ENV_JSON, "--json", NULL, env_json, CMD_ENV, "machine-readable output"),
-    STR(HOSTNAME, NULL, NULL, NULL, host, 1, ENV, NULL),
-    FN(EXPECTED_HOSTS, NULL, NULL, NULL, set_expected, ENV, NULL),
-    INT(NODE_INDEX, NULL, NULL, sched_node_index, 0, 1 << 20, ENV, NULL),
-    STR(PYTHON, NULL, NULL, NULL, python, 0, ENV, NULL),
-    STR(TMPDIR, NULL, NULL, NULL, tmpdir, 0, ENV, NULL),
-    FN(CUDA_VISIBLE, NULL, NULL, NULL, set_cvd, ENV, NULL),
-};
+static const setting_t settings[CFG_S_COUNT];
 
 #define fail(err, n, ...) (lu_errf(err, n, __VA_ARGS__), -1)
 
@@ -328,66 +165,6 @@ static int choice_index(const char *choices, const char *v) {
     p += k + (p[k] == '|');
   }
   return -1;
-}
-
-/* The name a setting goes by in messages. */
-static const char *setting_name(int id) {
-  return settings[id].flag ? settings[id].flag : "the value";
-}
-
-/* Apply value v to setting id. */
-static int apply(cfg_t *c, int id, const char *v, char *err, size_t n) {
-  const setting_t *s = &settings[id];
-  const char *name = setting_name(id);
-  char *field = (char *)c + s->off;
-  int64_t ms;
-  int iv;
-  char list[128];
-  switch (s->type) {
-  case T_BOOL:
-    if (parse_bool(v, &iv) != 0)
-      return fail(err, n, "%s: '%s' is not 0 or 1", name, v);
-    if (s->size)
-      memcpy(field, &iv, sizeof(int));
-    return 0;
-  case T_STR:
-    if (s->min > 0 && *v == '\0')
-      return fail(err, n, "%s: give a non-empty value", name);
-    if (strlen(v) >= s->size)
-      return fail(err, n, "%s: '%.40s...' is too long (at most %zu "
-                          "characters)", name, v, s->size - 1);
-    lu_strlcpy(field, v, s->size);
-    return 0;
-  case T_INT:
-    if (lu_parse_int(v, s->min, s->max, &iv) != 0)
-      return fail(err, n, "%s: '%s' is not a number from %d to %d", name, v,
-                  s->min, s->max);
-    memcpy(field, &iv, sizeof(int));
-    return 0;
-  case T_MS:
-    if (lu_parse_duration_ms(v, &ms) != 0)
-      return fail(err, n, "%s: '%s' is not a duration (seconds, or with a "
-                          "unit: 500ms, 30s, 2m)", name, v);
-    if (s->min > 0 && ms <= 0)
-      return fail(err, n, "%s: must be positive", name);
-    if (s->size)
-      memcpy(field, &ms, sizeof(ms));
-    return 0;
-  case T_CHOICE:
-  case T_WORD:
-    if ((iv = choice_index(s->choices, v)) < 0) {
-      choice_list(s->choices, list, sizeof(list));
-      return fail(err, n, "%s: '%s' is not %s", name, v, list);
-    }
-    if (s->type == T_WORD)
-      lu_strlcpy(field, v, s->size);
-    else if (s->size)
-      memcpy(field, &iv, sizeof(int));
-    return 0;
-  case T_FN:
-    return s->fn(c, id, v, err, n);
-  }
-  return 0;
 }
 
 /* ---- handlers ------------------------------------------------------------------- */
@@ -600,6 +377,264 @@ static int set_cvd(cfg_t *c, int id, const char *v, char *err, size_t n) {
   return 0;
 }
 
+static int set_root(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  struct stat st;
+  if (stat(v, &st) != 0 || !S_ISDIR(st.st_mode) ||
+      strlen(v) >= sizeof(c->env_root))
+    return fail(err, n, "--root %s: not a directory (give the top of a tree "
+                        "holding sys/, proc/ and etc/)", v);
+  lu_strlcpy(c->env_root, v, sizeof(c->env_root));
+  return 0;
+}
+
+static int set_program(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  if (c->env_nprograms >= 8)
+    return fail(err, n, "--program: at most 8 files");
+  c->env_programs[c->env_nprograms++] = v;
+  return 0;
+}
+
+static const setting_t settings[CFG_S_COUNT] = {
+    FN(NNODES, "--nnodes", NULL, "N|MIN:MAX", set_nnodes, NODES,
+       "nodes of the job (default 1)"),
+    FN(NPROC, "--nproc-per-node", NULL, "N|gpu|cpu|auto", set_nproc, NODES,
+       "workers on this node (default 1); gpu: one per visible GPU, cpu: one "
+       "per CPU, auto: gpu, else cpu"),
+    BOOL(STANDALONE, "--standalone", NULL, standalone, NODES,
+         "one node, a private server on a free port"),
+    FN(ENDPOINT, "--rdzv-endpoint", NULL, "HOST[:PORT]", set_endpoint, RDZV,
+       "the launch server (default port 29400); the agent on HOST hosts it "
+       "unless one runs there"),
+    FN(BACKEND, "--rdzv-backend", NULL, "c10d|static", set_backend, RDZV,
+       "c10d when an endpoint is given, else static"),
+    STR(ID, "--rdzv-id", NULL, "ID", run_id, 1, RDZV,
+        "job id shared by every node"),
+    FN(CONF, "--rdzv-conf", NULL, "K=V,...", set_conf, RDZV,
+       "join_timeout (600 s): how long the nodes may take to join; "
+       "last_call_timeout (30 s): how long a round waits for more than the "
+       "minimum; heartbeat (5 s); read_timeout (60 s): a server that answers "
+       "nothing this long (at most 3 heartbeats) is lost; close_timeout (10 s): how long the hosting "
+       "node keeps the server for the others to learn the end; is_host "
+       "(true|false)"),
+    INT(NODE_RANK, "--node-rank", "N", node_rank, 0, 1 << 20, RDZV,
+        "rank of this node (static backend; a preference with c10d)"),
+    FN(MASTER_ADDR, "--master-addr", NULL, "A", set_master_addr, RDZV,
+       "static rendezvous: node 0's address (default 127.0.0.1)"),
+    INT(MASTER_PORT, "--master-port", "P", master_port, 1, 65535, RDZV,
+        "static rendezvous: its port (default 29500)"),
+    STR(LOCAL_ADDR, "--local-addr", NULL, "A", local_addr, 0, RDZV,
+        "address this node advertises"),
+    INT(MAX_RESTARTS, "--max-restarts", "N", max_restarts, 0, 1 << 30,
+        SUPERVISION, "job restarts after failures (default 0), counted once "
+        "for the whole job"),
+    FN(SIGNALS, "--signals-to-handle", NULL, "LIST", set_signals, SUPERVISION,
+       "signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,"
+       "SIGQUIT; add SIGUSR1,SIGUSR2 for Slurm)"),
+    MS(STOP_TIMEOUT, "--stop-timeout", stop_grace_ms, SUPERVISION,
+       "SIGTERM to SIGKILL grace (default 30)"),
+    MS(EXIT_BARRIER, "--exit-barrier-timeout", exit_barrier_ms, SUPERVISION,
+       "how long a finished node waits for the others (default 300)"),
+    ROW(MONITOR, "--monitor-interval", NULL, "SECONDS", T_MS, 0, 0, 1, 0,
+        NULL, NULL, SUPERVISION, "accepted, no effect: worker exits are seen "
+        "at once (SIGCHLD), nothing is polled"),
+    CHECK(START_METHOD, "--start-method", T_CHOICE, 0, "spawn|fork|forkserver",
+          SUPERVISION, "accepted, no effect: every worker is a fresh process "
+          "(fork and exec)"),
+    STR(ROLE, "--role", NULL, "NAME", role, 1, SUPERVISION,
+        "ROLE_NAME of the workers (default default)"),
+    FN(MODULE, "--module", "-m", NULL, set_prog_mode, PROGRAM,
+       "run PROGRAM as python -m PROGRAM"),
+    FN(NO_PYTHON, "--no-python", NULL, NULL, set_prog_mode, PROGRAM,
+       "execute PROGRAM directly, even a .py"),
+    FN(RUN_PATH, "--run-path", NULL, NULL, set_prog_mode, PROGRAM,
+       "run the script through python"),
+    STR(LOG_DIR, "--log-dir", NULL, "DIR", log_dir, 0, LOGS,
+        "DIR/<run id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log "
+        "and error.json"),
+    STR(REDIRECTS, "--redirects", "-r", "SPEC", redirects_spec, 0, LOGS,
+        "streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per "
+        "rank 0:1,1:2"),
+    STR(TEE, "--tee", "-t", "SPEC", tee_spec, 0, LOGS,
+        "streams to files and the console"),
+    STR(RANKS_FILTER, "--local-ranks-filter", NULL, "LIST", ranks_filter_spec,
+        0, LOGS, "local ranks whose output reaches the console"),
+    STR(LINE_PREFIX, "--log-line-prefix", NULL, "TEMPLATE", line_prefix, 0,
+        LOGS, "prefix of each line (default '[${host}:${rank}]: '; also "
+        "${local_rank}, ${role_name}, ${node_rank}; 'none')"),
+    CHECK(EVENT_LOG, "--event-log-handler", T_CHOICE, 0, "null", LOGS,
+          "torchrun's event log: only null (none) is supported"),
+    FN(LOGS_SPECS, "--logs-specs", NULL, "NAME", set_logs_specs, LOGS, NULL),
+    BOOL(QUIET, "--quiet", "-q", quiet, LOGS, "fewer agent messages"),
+    BOOL(NO_LOG_TIME, "--no-log-time", NULL, no_log_time, LOGS,
+         "the agent's lines without their time (UTC); LAUNCH_LOG_TIME=0 does "
+         "it for every command"),
+    CHOICE(TORCH_STORE, "--torch-store", T_CHOICE, torch_store,
+           "agent|rank0", OWN,
+           "agent (default): workers use the launch server as their TCPStore "
+           "(TORCHELASTIC_USE_AGENT_STORE=True); rank0: rank 0 hosts its own "
+           "store on a free port of node 0"),
+    STR(TOKEN_FILE, "--token-file", NULL, "F", token_file, 0, OWN,
+        "the job's key (launch server --issue-key) or the server's secret "
+        "(HMAC challenge)"),
+    STR(TLS_CA, "--tls-ca", NULL, "F", tls_ca, 0, OWN,
+        "TLS: verify the server with this CA"),
+    STR(TLS_CERT, "--tls-cert", NULL, "F", tls_cert, 0, OWN,
+        "TLS: this node's certificate (mutual TLS; needed to host the server "
+        "with TLS)"),
+    STR(TLS_KEY, "--tls-key", NULL, "F", tls_key, 0, OWN,
+        "TLS: the key of --tls-cert"),
+    STR(TCPSTORE_ALLOW, "--tcpstore-allow", NULL, "LIST", tcpstore_allow, 0,
+        OWN, "with a token: addresses allowed to use TCPStore, e.g. "
+        "10.0.0.0/8"),
+    STR(CPU_BIND, "--cpu-bind", NULL, "none|numa|cores|LIST", cpu_bind, 0, OWN,
+        "CPUs of each worker: its GPU's NUMA node, a share of its cores, or "
+        "one cpulist per local rank separated by ':' (0-7:8-15); default numa "
+        "when the node has GPUs, else none"),
+    FN(NUMA_BINDING, "--numa-binding", NULL,
+       "node|socket|exclusive|core-complex", set_numa_binding, OWN,
+       "torchrun's spelling: node and socket are --cpu-bind numa, the others "
+       "--cpu-bind cores"),
+    CHOICE(MEM_BIND, "--mem-bind", T_WORD, mem_bind,
+           "none|local|preferred", OWN,
+           "memory of each worker on its NUMA node (default preferred when "
+           "CPUs are bound on a node with GPUs)"),
+    BOOL(REPORT_BINDINGS, "--report-bindings", NULL, report_bindings, OWN,
+         "print each worker's binding"),
+    STR(TOPOLOGY, "--topology", NULL, "FILE.xml", topology_file, 0, OWN,
+        "plan for an hwloc XML topology"),
+    STR(NCCL_PROFILE, "--nccl-profile", NULL, "NAME|FILE", nccl_profile, 1, OWN,
+        "locked NCCL environment: auto (default), pcie-ib, nvlink-ib, roce, "
+        "socket or a file"),
+    BOOL(ALLOW_ENV_OVERRIDE, "--allow-env-override", NULL, allow_env_override,
+         OWN, "inherited NCCL_* values beat the profile"),
+    CHOICE(LINT, "--lint", T_CHOICE, lint, "error|warn|off", OWN,
+           "NCCL environment mistakes stop the job (error, default), are only "
+           "reported, or are not checked"),
+    BOOL(ALLOW_MISMATCH, "--allow-mismatch", NULL, allow_mismatch, OWN,
+         "run even when nodes differ from node 0 (NCCL env, versions, GPUs, "
+         "program)"),
+    ROW(HELP, "--help", "-h", NULL, T_BOOL, 0, 0, 0, 0, NULL, NULL, OWN,
+        "this text"),
+    ROW(VERSION, "--version", NULL, NULL, T_BOOL, 0, 0, 0, 0, NULL, NULL, OWN,
+        "launch's version and protocol"),
+    INT(ENV_LOCAL_RANK, "--local-rank", "N", env_local_rank, 0,
+        CFG_MAX_NPROC - 1, CMD_ENV, "the rank to show (default 0)"),
+    STR(ENV_PROFILE, "--profile", NULL, "NAME|FILE", nccl_profile, 1, CMD_ENV,
+        "the same as --nccl-profile"),
+    BOOL(ENV_ALL, "--all", NULL, env_all, CMD_ENV,
+         "print the inherited variables too"),
+    BOOL(ENV_LINT, "--lint", NULL, env_lint, CMD_ENV,
+         "check the environment (exit 1 on errors)"),
+    FN(ENV_ROOT, "--root", NULL, "DIR", set_root, CMD_ENV,
+        "read /sys, /proc and /etc under DIR instead of / (a copy of another "
+        "node's, or a test's)"),
+    BOOL(ENV_FINGERPRINT, "--fingerprint", NULL, env_fingerprint, CMD_ENV,
+         "print the node fingerprint instead"),
+    FN(ENV_PROGRAM, "--program", NULL, "FILE", set_program, CMD_ENV,
+       "a file the fingerprint hashes (at most 8)"),
+    BOOL(ENV_LIST, "--list-profiles", NULL, env_list, CMD_ENV,
+         "list the built-in profiles"),
+    STR(ENV_SHOW, "--show-profile", NULL, "NAME", env_show, 1, CMD_ENV,
+        "print a built-in profile (to copy and edit)"),
+    BOOL(ENV_JSON, "--json", NULL, env_json, CMD_ENV, "machine-readable output"),
+    MS(STATUS_TIMEOUT, "--timeout", status_timeout_ms, CMD_STATUS,
+       "give up connecting, or waiting for the answer, after this (default "
+       "10)"),
+    INT(DOC_NNODES, "--nnodes", "N", doc_nnodes, 1, 1 << 16, CMD_DOCTOR,
+        "gather the reports of N nodes through the rendezvous at "
+        "--rdzv-endpoint and print what differs (only host name, address and "
+        "node rank may); the node whose address is the endpoint hosts the "
+        "server"),
+    INT(DOC_EXPECT_GPUS, "--expect-gpus", "N", doc_expect_gpus, 0, 1024,
+        CMD_DOCTOR, "fail unless exactly N GPUs are present"),
+    BOOL(DOC_NO_PROBE, "--no-probe", NULL, doc_no_probe, CMD_DOCTOR,
+         "do not load NVML, libcudart, libnccl"),
+    INT(DOC_TIMEOUT, "--timeout", "MS", doc_timeout_ms, 1, 600000, CMD_DOCTOR,
+        "connect timeout for --rdzv-endpoint (3000)"),
+    MS(DOC_JOIN_TIMEOUT, "--join-timeout", doc_join_timeout_ms, CMD_DOCTOR,
+       "wait this long for every node (default 60)"),
+    BOOL(DOC_COMPACT, "--compact", NULL, doc_compact, CMD_DOCTOR,
+         "the line format agents send to node 0"),
+    STR(TOPO_CVD, "--cuda-visible-devices", NULL, "L", topo_cvd, 0, CMD_TOPO,
+        "plan as if CUDA_VISIBLE_DEVICES=L"),
+    CHOICE(TOPO_GPU_PROBE, "--gpu-probe", T_CHOICE, topo_gpu_probe,
+           "sysfs|nvml|pci|check", CMD_TOPO,
+           "where this machine's GPUs come from: sysfs (default: sysfs and "
+           "/proc/driver/nvidia, no GPU library, what the agent uses), nvml "
+           "(hwloc's PCI tree and NVML: memory sizes and NVLink too), pci "
+           "(hwloc's PCI tree only), or check (load sysfs and nvml, print what "
+           "differs, exit 1 if anything does)"),
+    STR(TOPO_EXPORT, "--export", NULL, "FILE.xml", topo_export, 1, CMD_TOPO,
+        "write this machine's topology as hwloc XML, with the PCIe link "
+        "widths/speeds and IB port rates launch reads from sysfs, and exit"),
+    STR(HOSTNAME, NULL, NULL, NULL, host, 1, ENV, NULL),
+    FN(EXPECTED_HOSTS, NULL, NULL, NULL, set_expected, ENV, NULL),
+    INT(NODE_INDEX, NULL, NULL, sched_node_index, 0, 1 << 20, ENV, NULL),
+    STR(PYTHON, NULL, NULL, NULL, python, 0, ENV, NULL),
+    STR(TMPDIR, NULL, NULL, NULL, tmpdir, 0, ENV, NULL),
+    FN(CUDA_VISIBLE, NULL, NULL, NULL, set_cvd, ENV, NULL),
+};
+
+/* The name a setting goes by in messages. */
+static const char *setting_name(int id) {
+  return settings[id].flag ? settings[id].flag : "the value";
+}
+
+/* Apply value v to setting id. */
+static int apply(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  const setting_t *s = &settings[id];
+  const char *name = setting_name(id);
+  char *field = (char *)c + s->off;
+  int64_t ms;
+  int iv;
+  char list[128];
+  switch (s->type) {
+  case T_BOOL:
+    if (parse_bool(v, &iv) != 0)
+      return fail(err, n, "%s: '%s' is not 0 or 1", name, v);
+    if (s->size)
+      memcpy(field, &iv, sizeof(int));
+    return 0;
+  case T_STR:
+    if (s->min > 0 && *v == '\0')
+      return fail(err, n, "%s: give a non-empty value", name);
+    if (strlen(v) >= s->size)
+      return fail(err, n, "%s: '%.40s...' is too long (at most %zu "
+                          "characters)", name, v, s->size - 1);
+    lu_strlcpy(field, v, s->size);
+    return 0;
+  case T_INT:
+    if (lu_parse_int(v, s->min, s->max, &iv) != 0)
+      return fail(err, n, "%s: '%s' is not a number from %d to %d", name, v,
+                  s->min, s->max);
+    memcpy(field, &iv, sizeof(int));
+    return 0;
+  case T_MS:
+    if (lu_parse_duration_ms(v, &ms) != 0)
+      return fail(err, n, "%s: '%s' is not a duration (seconds, or with a "
+                          "unit: 500ms, 30s, 2m)", name, v);
+    if (s->min > 0 && ms <= 0)
+      return fail(err, n, "%s: must be positive", name);
+    if (s->size)
+      memcpy(field, &ms, sizeof(ms));
+    return 0;
+  case T_CHOICE:
+  case T_WORD:
+    if ((iv = choice_index(s->choices, v)) < 0) {
+      choice_list(s->choices, list, sizeof(list));
+      return fail(err, n, "%s: '%s' is not %s", name, v, list);
+    }
+    if (s->type == T_WORD)
+      lu_strlcpy(field, v, s->size);
+    else if (s->size)
+      memcpy(field, &iv, sizeof(int));
+    return 0;
+  case T_FN:
+    return s->fn(c, id, v, err, n);
+  }
+  return 0;
+}
+
 /* ---- the command line ------------------------------------------------------------ */
 
 /* "--nproc_per_node" and "--nproc-per-node" are the same flag: compare the
@@ -617,6 +652,29 @@ static int name_prefix(const char *name, const char *arg, size_t len) {
   return 1;
 }
 
+/* Does the command (flags) take setting id? The agent takes its own; `launch
+ * env` those and its own; `launch status` its own and what reaches the
+ * server. */
+static int takes(int id, unsigned flags) {
+  int sec = settings[id].section;
+  if (flags & CFG_TOPO_CMD)
+    return sec == SEC_CMD_TOPO || id == CFG_S_TOPOLOGY || id == CFG_S_NPROC ||
+           id == CFG_S_CPU_BIND || id == CFG_S_MEM_BIND ||
+           id == CFG_S_ENV_JSON || id == CFG_S_HELP;
+  if (flags & CFG_DOCTOR_CMD)
+    return sec == SEC_CMD_DOCTOR || id == CFG_S_ENDPOINT || id == CFG_S_ID ||
+           id == CFG_S_TOKEN_FILE || id == CFG_S_LOCAL_ADDR ||
+           id == CFG_S_NCCL_PROFILE || id == CFG_S_ENV_ROOT ||
+           id == CFG_S_ENV_JSON || id == CFG_S_HELP || id == CFG_S_HOSTNAME;
+  if (flags & CFG_STATUS_CMD)
+    return sec == SEC_CMD_STATUS || id == CFG_S_ENDPOINT || id == CFG_S_ID ||
+           id == CFG_S_TOKEN_FILE || id == CFG_S_TLS_CA ||
+           id == CFG_S_TLS_CERT || id == CFG_S_TLS_KEY ||
+           id == CFG_S_ENV_JSON || id == CFG_S_HELP;
+  return sec < SEC_CMD_ENV || sec == SEC_ENV ||
+         (sec == SEC_CMD_ENV && (flags & CFG_ENV_CMD));
+}
+
 /* The setting arg[0..len) names, or -1 with err saying why: unknown, or a
  * prefix (argparse accepts "--nproc"; we name the full flag instead). */
 static int find_flag(const char *arg, size_t len, unsigned flags, char *err,
@@ -626,9 +684,11 @@ static int find_flag(const char *arg, size_t len, unsigned flags, char *err,
   /* `launch env`'s options come first there (its --lint is not the
    * agent's), and are not the agent's. */
   for (int k = 0; k < CFG_S_COUNT; k++) {
-    int i = (flags & CFG_ENV_CMD) ? (k + CFG_S_ENV_LOCAL_RANK) % CFG_S_COUNT : k;
+    int i = (flags & CFG_ENV_CMD)      ? (k + CFG_S_ENV_LOCAL_RANK) % CFG_S_COUNT
+            : (flags & CFG_DOCTOR_CMD) ? (k + CFG_S_DOC_NNODES) % CFG_S_COUNT
+                                       : k;
     const setting_t *s = &settings[i];
-    if (s->flag == NULL || (s->section == SEC_CMD_ENV && !(flags & CFG_ENV_CMD)))
+    if (s->flag == NULL || !takes(i, flags))
       continue;
     if ((strlen(s->flag) == len && name_prefix(s->flag, arg, len)) ||
         (s->alt && strlen(s->alt) == len && !memcmp(s->alt, arg, len)))
@@ -681,13 +741,24 @@ static void defaults(cfg_t *c, char *const *envp) {
   lu_strlcpy(c->nccl_profile, "auto", sizeof(c->nccl_profile));
   lu_strlcpy(c->python, "python3", sizeof(c->python));
   lu_strlcpy(c->tmpdir, "/tmp", sizeof(c->tmpdir));
+  c->status_timeout_ms = 10000;
+  c->doc_expect_gpus = -1;
+  c->doc_timeout_ms = 3000;
+  c->doc_join_timeout_ms = 60000;
   c->environ = envp;
 }
 
-/* sched_read's callback: a variable's value for a setting. */
+typedef struct env_ctx_s {
+  cfg_t *c;
+  unsigned flags;
+} env_ctx_t;
+
+/* sched_read's callback: a variable's value for a setting the command
+ * takes. */
 static int apply_env(void *ctx, int id, const char *var, const char *v,
                      char *err, size_t n) {
-  if (apply(ctx, id, v, err, n) == 0)
+  env_ctx_t *e = ctx;
+  if (!takes(id, e->flags) || apply(e->c, id, v, err, n) == 0)
     return 0;
   if (settings[id].flag) {
     size_t l = strlen(err);
@@ -792,8 +863,6 @@ static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
       c->prog_argv[0][0] == '-')
     return fail(err, n, "--module: '%s' is not a module name",
                 c->prog_argv[0]);
-  if (c->host[0] == '\0' && gethostname(c->host, sizeof(c->host)) != 0)
-    lu_strlcpy(c->host, "localhost", sizeof(c->host));
   c->ngpus = lu_gpu_count(c->cuda_visible_devices);
   if (!strcmp(s, "gpu") && c->ngpus == 0)
     return fail(err, n, "--nproc-per-node gpu: no GPU found (no "
@@ -863,9 +932,21 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
   }
   c->prog_argv = argv + i;
   c->prog_argc = argc - i;
-  if (sched_read(envp, seen, apply_env, c, err, errlen) != 0)
+  if (sched_read(envp, seen, apply_env, &(env_ctx_t){c, flags}, err, errlen))
     return -1;
-  return finish(c, flags, err, errlen);
+  memcpy(c->given, seen, sizeof(c->given));
+  if (c->host[0] == '\0' && gethostname(c->host, sizeof(c->host)) != 0)
+    lu_strlcpy(c->host, "localhost", sizeof(c->host));
+  if (flags & (CFG_DOCTOR_CMD | CFG_TOPO_CMD))
+    return c->prog_argc > 0 ? fail(err, errlen, "unexpected argument '%s'",
+                                   c->prog_argv[0])
+                            : 0;
+  if (!(flags & CFG_STATUS_CMD))
+    return finish(c, flags, err, errlen);
+  if (!c->endpoint_given || !seen[CFG_S_ID] || c->prog_argc > 0)
+    return fail(err, errlen, "status needs --rdzv-endpoint HOST:PORT and "
+                             "--rdzv-id ID, and nothing else");
+  return 0;
 }
 
 void cfg_free(cfg_t *c) {
@@ -934,19 +1015,64 @@ static const char env_examples[] =
     "  launch env --profile /etc/profile.d/nccl.sh --lint\n"
     "  launch env --show-profile pcie-ib > my.env\n";
 
+static const char status_intro[] =
+    "usage: launch status --rdzv-endpoint HOST[:PORT] --rdzv-id ID [options]\n\n"
+    "Shows a job's rendezvous: its state, round (0, one more at each restart),\n"
+    "restarts used, and each node with its ranks, state and last heartbeat.\n"
+    "PET_RDZV_ENDPOINT and PET_RDZV_ID stand for the flags, as for launch.\n\n";
+
+static const char doctor_intro[] =
+    "usage: launch doctor [options]\n\n"
+    "Checks this node the way the runbooks do by hand (host, OS, kernel,\n"
+    "CPUs/NUMA, GPUs and driver, CUDA and NCCL versions, persistence mode,\n"
+    "nouveau, NUMA balancing, huge pages, InfiniBand ports, NICs, GPU<->NIC\n"
+    "NUMA placement, GPUDirect RDMA, the NCCL environment, the rendezvous\n"
+    "port). Every line is PASS, INFO, WARN or FAIL with the reason and the\n"
+    "fix. Exit status 1 when any line fails. --rdzv-id names the gathering\n"
+    "of --nnodes (default doctor).\n\n";
+static const char doctor_examples[] =
+    "\nexamples:\n"
+    "  launch doctor --rdzv-endpoint 10.10.10.11:29400 --expect-gpus 8\n"
+    "  launch doctor --nnodes 4 --rdzv-endpoint 10.10.10.11:29400  # every node\n";
+
+static const char topo_intro[] =
+    "usage: launch topo [options]\n\n"
+    "Shows how the GPUs, NICs, NUMA nodes and CPUs of a machine connect (in\n"
+    "the spirit of nvidia-smi topo -m), the binding every local rank would\n"
+    "get, and what is wrong with the topology: a NIC on another NUMA node\n"
+    "than its GPUs, a PCIe link narrower or slower than the device supports,\n"
+    "an InfiniBand port down, NUMA balancing on. It plans one rank per\n"
+    "visible GPU (1 without GPUs) with --cpu-bind cores --mem-bind local\n"
+    "unless told otherwise; LIST is one cpulist per local rank separated by\n"
+    "':', e.g. 0-15:16-31.\n\n";
+static const char topo_examples[] =
+    "\nexamples:\n"
+    "  launch topo\n"
+    "  launch topo --topology tests/topo/dgx-a100.xml --nproc-per-node 8\n"
+    "  launch topo --cpu-bind 0-3:4-7 --mem-bind none --nproc-per-node 2\n";
+
 void cfg_help(FILE *out, unsigned flags) {
   enum { COL = 30 };
-  int env = (flags & CFG_ENV_CMD) != 0;
-  fputs(env ? env_intro : agent_intro, out);
-  for (int sec = env ? SEC_CMD_ENV : SEC_NODES; sec < (env ? SEC_ENV : SEC_CMD_ENV);
-       sec++) {
-    fprintf(out, "%s:\n", env ? "options" : section_names[sec]);
+  int agent = !(flags & (CFG_ENV_CMD | CFG_STATUS_CMD | CFG_DOCTOR_CMD |
+                          CFG_TOPO_CMD));
+  fputs(agent                       ? agent_intro
+        : (flags & CFG_ENV_CMD)    ? env_intro
+        : (flags & CFG_STATUS_CMD) ? status_intro
+        : (flags & CFG_TOPO_CMD)   ? topo_intro
+                                   : doctor_intro,
+        out);
+  for (int sec = SEC_NODES, any = 0; sec < SEC_ENV; sec++) {
+    int header = 0;
     for (int i = 0; i < CFG_S_COUNT; i++) {
       const setting_t *s = &settings[i];
       char left[96];
       int w;
-      if (s->section != sec || s->help == NULL)
+      /* `launch env` lists its own: launch --help has the others */
+      if (s->section != sec || s->help == NULL || !takes(i, flags) ||
+          ((flags & CFG_ENV_CMD) && sec != SEC_CMD_ENV))
         continue;
+      if (agent ? !header++ : !any++)
+        fprintf(out, "%s:\n", agent ? section_names[sec] : "options");
       w = snprintf(left, sizeof(left), "  %s%s%s%s%s", s->alt ? s->alt : "",
                    s->alt ? ", " : "", s->flag, s->arg ? " " : "",
                    s->arg ? s->arg : "");
@@ -957,12 +1083,10 @@ void cfg_help(FILE *out, unsigned flags) {
       wrap(out, s->help, COL);
     }
   }
-  fputs(env ? env_examples : agent_examples, out);
-}
-
-static int set_program(cfg_t *c, int id, const char *v, char *err, size_t n) {
-  if (c->env_nprograms >= 8)
-    return fail(err, n, "--program: at most 8 files");
-  c->env_programs[c->env_nprograms++] = v;
-  return 0;
+  fputs(agent                       ? agent_examples
+        : (flags & CFG_ENV_CMD)    ? env_examples
+        : (flags & CFG_DOCTOR_CMD) ? doctor_examples
+        : (flags & CFG_TOPO_CMD)   ? topo_examples
+                                   : "",
+        out);
 }

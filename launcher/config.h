@@ -29,6 +29,37 @@ enum { CFG_LINT_ERROR = 0, CFG_LINT_WARN, CFG_LINT_OFF };
 
 #define CFG_MAX_NPROC 1024
 
+/* The settings: one row each in config.c's table. Those without a flag are
+ * set from the environment only. */
+typedef enum {
+  CFG_S_NNODES, CFG_S_NPROC, CFG_S_BACKEND, CFG_S_ENDPOINT, CFG_S_ID,
+  CFG_S_CONF, CFG_S_STANDALONE, CFG_S_NODE_RANK, CFG_S_MASTER_ADDR,
+  CFG_S_MASTER_PORT, CFG_S_LOCAL_ADDR, CFG_S_MAX_RESTARTS, CFG_S_SIGNALS,
+  CFG_S_STOP_TIMEOUT, CFG_S_EXIT_BARRIER, CFG_S_MONITOR, CFG_S_START_METHOD,
+  CFG_S_ROLE, CFG_S_MODULE, CFG_S_NO_PYTHON, CFG_S_RUN_PATH, CFG_S_LOG_DIR,
+  CFG_S_REDIRECTS, CFG_S_TEE, CFG_S_RANKS_FILTER, CFG_S_LINE_PREFIX,
+  CFG_S_EVENT_LOG, CFG_S_LOGS_SPECS, CFG_S_TORCH_STORE, CFG_S_TOKEN_FILE,
+  CFG_S_TLS_CA, CFG_S_TLS_CERT, CFG_S_TLS_KEY, CFG_S_TCPSTORE_ALLOW,
+  CFG_S_CPU_BIND, CFG_S_NUMA_BINDING, CFG_S_MEM_BIND,
+  CFG_S_REPORT_BINDINGS, CFG_S_TOPOLOGY, CFG_S_NCCL_PROFILE,
+  CFG_S_ALLOW_ENV_OVERRIDE, CFG_S_LINT, CFG_S_ALLOW_MISMATCH, CFG_S_QUIET,
+  CFG_S_NO_LOG_TIME,
+  /* `launch env`'s */
+  CFG_S_ENV_LOCAL_RANK, CFG_S_ENV_PROFILE, CFG_S_ENV_ALL, CFG_S_ENV_LINT,
+  CFG_S_ENV_ROOT, CFG_S_ENV_FINGERPRINT, CFG_S_ENV_PROGRAM, CFG_S_ENV_LIST,
+  CFG_S_ENV_SHOW, CFG_S_ENV_JSON, CFG_S_STATUS_TIMEOUT,
+  /* `launch doctor`'s */
+  CFG_S_DOC_NNODES, CFG_S_DOC_EXPECT_GPUS, CFG_S_DOC_NO_PROBE,
+  CFG_S_DOC_TIMEOUT, CFG_S_DOC_JOIN_TIMEOUT, CFG_S_DOC_COMPACT,
+  /* `launch topo`'s */
+  CFG_S_TOPO_CVD, CFG_S_TOPO_GPU_PROBE, CFG_S_TOPO_EXPORT,
+  CFG_S_HELP, CFG_S_VERSION,
+  /* from the environment only */
+  CFG_S_HOSTNAME, CFG_S_EXPECTED_HOSTS, CFG_S_NODE_INDEX, CFG_S_PYTHON,
+  CFG_S_TMPDIR, CFG_S_CUDA_VISIBLE,
+  CFG_S_COUNT
+} cfg_setting_t;
+
 typedef struct cfg_s {
   /* nodes and processes */
   int min_nodes, max_nodes;  /* --nnodes N or MIN:MAX */
@@ -107,12 +138,27 @@ typedef struct cfg_s {
   char env_show[64];
   const char *env_programs[9]; /* NULL-terminated */
   int env_nprograms;
+  int64_t status_timeout_ms; /* `launch status --timeout` */
+  /* `launch doctor`'s (CFG_DOCTOR_CMD) */
+  int doc_nnodes, doc_expect_gpus, doc_no_probe, doc_timeout_ms, doc_compact;
+  int64_t doc_join_timeout_ms;
+  /* `launch topo`'s (CFG_TOPO_CMD) */
+  char topo_cvd[256];        /* --cuda-visible-devices */
+  int topo_gpu_probe;        /* sysfs, nvml, pci, check */
+  char topo_export[PATH_MAX];
+  unsigned char given[CFG_S_COUNT]; /* set on the command line or from the
+                                       environment */
 } cfg_t;
 
 /* How cfg_parse is called. */
 enum {
   CFG_NEED_PROGRAM = 1 << 0, /* the agent: PROGRAM is required */
   CFG_ENV_CMD = 1 << 1,      /* `launch env`: its own options first */
+  CFG_STATUS_CMD = 1 << 2,   /* `launch status`: its own and the server's
+                                address, id, token and TLS files */
+  CFG_DOCTOR_CMD = 1 << 3,   /* `launch doctor`: its own, the rendezvous'
+                                and the NCCL profile */
+  CFG_TOPO_CMD = 1 << 4,     /* `launch topo`: its own and the binding's */
 };
 
 /* Fill c from argv (argv[0] is the program name) and envp (NULL-terminated
@@ -123,34 +169,9 @@ enum {
 int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
               cfg_t *c, char *err, size_t errlen);
 void cfg_free(cfg_t *c);
-/* --help of the agent, or (flags CFG_ENV_CMD) of `launch env`. */
+/* --help of the agent, or (flags) of `launch env`, `status` or `doctor`. */
 void cfg_help(FILE *out, unsigned flags);
 
-/* The settings: one row each in config.c's table. Those without a flag are
- * set from the environment only. */
-typedef enum {
-  CFG_S_NNODES, CFG_S_NPROC, CFG_S_BACKEND, CFG_S_ENDPOINT, CFG_S_ID,
-  CFG_S_CONF, CFG_S_STANDALONE, CFG_S_NODE_RANK, CFG_S_MASTER_ADDR,
-  CFG_S_MASTER_PORT, CFG_S_LOCAL_ADDR, CFG_S_MAX_RESTARTS, CFG_S_SIGNALS,
-  CFG_S_STOP_TIMEOUT, CFG_S_EXIT_BARRIER, CFG_S_MONITOR, CFG_S_START_METHOD,
-  CFG_S_ROLE, CFG_S_MODULE, CFG_S_NO_PYTHON, CFG_S_RUN_PATH, CFG_S_LOG_DIR,
-  CFG_S_REDIRECTS, CFG_S_TEE, CFG_S_RANKS_FILTER, CFG_S_LINE_PREFIX,
-  CFG_S_EVENT_LOG, CFG_S_LOGS_SPECS, CFG_S_TORCH_STORE, CFG_S_TOKEN_FILE,
-  CFG_S_TLS_CA, CFG_S_TLS_CERT, CFG_S_TLS_KEY, CFG_S_TCPSTORE_ALLOW,
-  CFG_S_CPU_BIND, CFG_S_NUMA_BINDING, CFG_S_MEM_BIND,
-  CFG_S_REPORT_BINDINGS, CFG_S_TOPOLOGY, CFG_S_NCCL_PROFILE,
-  CFG_S_ALLOW_ENV_OVERRIDE, CFG_S_LINT, CFG_S_ALLOW_MISMATCH, CFG_S_QUIET,
-  CFG_S_NO_LOG_TIME,
-  /* `launch env`'s */
-  CFG_S_ENV_LOCAL_RANK, CFG_S_ENV_PROFILE, CFG_S_ENV_ALL, CFG_S_ENV_LINT,
-  CFG_S_ENV_ROOT, CFG_S_ENV_FINGERPRINT, CFG_S_ENV_PROGRAM, CFG_S_ENV_LIST,
-  CFG_S_ENV_SHOW, CFG_S_ENV_JSON,
-  CFG_S_HELP, CFG_S_VERSION,
-  /* from the environment only */
-  CFG_S_HOSTNAME, CFG_S_EXPECTED_HOSTS, CFG_S_NODE_INDEX, CFG_S_PYTHON,
-  CFG_S_TMPDIR, CFG_S_CUDA_VISIBLE,
-  CFG_S_COUNT
-} cfg_setting_t;
 
 /* ---- sched.c: the environment --------------------------------------------
  * One table per source: launch's own variables, torchrun's PET_* (Kubeflow),

@@ -54,21 +54,16 @@ static const mfield_t failure_f[] = {
 static const mdesc_t failure_d = DESC("failure", failure_f);
 
 static const mfield_t join_f[] = {
-    STR(msg_join_t, host),
-    STR(msg_join_t, addr),
-    I64(msg_join_t, nproc, 1),
-    I64(msg_join_t, rank, -1),
-    I64(msg_join_t, min, 1),
-    I64(msg_join_t, max, 1),
+    STR(msg_join_t, host),           STR(msg_join_t, addr),
+    I64(msg_join_t, nproc, 1),       I64(msg_join_t, rank, -1),
+    I64(msg_join_t, min, 1),         I64(msg_join_t, max, 1),
     I64(msg_join_t, last_call_ms, 30000),
     I64(msg_join_t, join_timeout_ms, 600000),
     I64(msg_join_t, heartbeat_ms, 5000),
     I64(msg_join_t, max_restarts, 0),
     {"static", F_BOOL, offsetof(msg_join_t, is_static), 0, 0, NULL, 0},
-    BOOL(msg_join_t, allow_mismatch),
-    I64(msg_join_t, master_port, 0),
-    STRV(msg_join_t, expected),
-    DSTR(msg_join_t, fingerprint),
+    BOOL(msg_join_t, allow_mismatch), I64(msg_join_t, master_port, 0),
+    STRV(msg_join_t, expected),      DSTR(msg_join_t, fingerprint),
 };
 static const mdesc_t join_d = DESC("JOIN", join_f);
 
@@ -82,8 +77,7 @@ static const mfield_t round_f[] = {
 static const mdesc_t round_d = DESC("round", round_f);
 
 static const mfield_t report_f[] = {
-    I64(msg_report_t, round, -1),
-    BOOL(msg_report_t, ok),
+    I64(msg_report_t, round, -1), BOOL(msg_report_t, ok),
     SUB(msg_report_t, failure, has_failure, failure_d),
 };
 static const mdesc_t report_d = DESC("REPORT", report_f);
@@ -91,18 +85,14 @@ static const mdesc_t report_d = DESC("REPORT", report_f);
 static const mfield_t leave_f[] = {STR(msg_leave_t, reason)};
 static const mdesc_t leave_d = DESC("LEAVE", leave_f);
 
-static const mfield_t restart_f[] = {
-    I64(msg_restart_t, round, 0),
-    DSTR(msg_restart_t, reason),
-};
+static const mfield_t restart_f[] = {I64(msg_restart_t, round, 0),
+                                     DSTR(msg_restart_t, reason)};
 static const mdesc_t restart_d = DESC("RESTART", restart_f);
 
 static const mfield_t shutdown_f[] = {
-    BOOL(msg_shutdown_t, ok),
-    DSTR(msg_shutdown_t, reason),
+    BOOL(msg_shutdown_t, ok), DSTR(msg_shutdown_t, reason),
     SUB(msg_shutdown_t, root, has_root, failure_d),
-    I64(msg_shutdown_t, restarts, 0),
-    I64(msg_shutdown_t, max_restarts, 0),
+    I64(msg_shutdown_t, restarts, 0), I64(msg_shutdown_t, max_restarts, 0),
 };
 static const mdesc_t shutdown_d = DESC("SHUTDOWN", shutdown_f);
 
@@ -115,16 +105,11 @@ static const mfield_t member_f[] = {
 static const mdesc_t member_d = DESC("member", member_f);
 
 static const mfield_t status_f[] = {
-    STR(msg_status_t, job),
-    STR(msg_status_t, state),
-    I64(msg_status_t, round, -1),
-    I64(msg_status_t, restarts, 0),
-    I64(msg_status_t, max_restarts, 0),
-    I64(msg_status_t, min, 0),
-    I64(msg_status_t, max, 0),
-    I64(msg_status_t, waited_ms, 0),
-    DSTR(msg_status_t, reason),
-    STRV(msg_status_t, expected),
+    STR(msg_status_t, job),           STR(msg_status_t, state),
+    I64(msg_status_t, round, -1),     I64(msg_status_t, restarts, 0),
+    I64(msg_status_t, max_restarts, 0), I64(msg_status_t, min, 0),
+    I64(msg_status_t, max, 0),        I64(msg_status_t, waited_ms, 0),
+    DSTR(msg_status_t, reason),       STRV(msg_status_t, expected),
     ARR(msg_status_t, members, msg_member_t, member_d),
 };
 static const mdesc_t status_d = DESC("STATUS", status_f);
