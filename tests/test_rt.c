@@ -251,8 +251,12 @@ int main(int argc, char **argv) {
   }
   /* the survivors name a rank that left (rank 1, or one that already
    * stopped because of it) */
-  ASSERT_CONTAINS(test_read_file(logs[0]), "closed its connection");
-  ASSERT_CONTAINS(test_read_file(logs[0]), "rt: rank 0 on hostx:");
+  {
+    char *log0 = test_read_file(logs[0]);
+    ASSERT_CONTAINS(log0, "closed its connection");
+    ASSERT_CONTAINS(log0, "rt: rank 0 on hostx:");
+    free(log0);
+  }
   printf("  a rank that dies: the others fail with its name\n");
   test_server_stop();
   printf("test_rt: ok\n");
