@@ -13,42 +13,37 @@ typedef void (*gemm_kern_fn)(int kc, const float *ap, const float *bp,
                              float *c, size_t ldc);
 
 /* The micro-kernel: an MR x NR tile of C (row stride ldc) plus the product
- * of kc columns of packed A (kc x MR) and kc rows of packed B (kc x NR).
- * Inlined into one function per instruction set below. */
+ * of kc columns of packed A (kc x MR) and kc rows of packed B (kc x NR):
+ * 12 accumulators, two B vectors and one broadcast fill AVX2's 16
+ * registers. Inlined into one function per instruction set below. */
+#define KERN_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 static inline __attribute__((always_inline)) void
 kern_body(int kc, const float *ap, const float *bp, float *c, size_t ldc) {
-  v8 c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b;
-  memcpy(&c0a, c + 0 * ldc, 32);
-  memcpy(&c0b, c + 0 * ldc + 8, 32);
-  memcpy(&c1a, c + 1 * ldc, 32);
-  memcpy(&c1b, c + 1 * ldc + 8, 32);
-  memcpy(&c2a, c + 2 * ldc, 32);
-  memcpy(&c2b, c + 2 * ldc + 8, 32);
-  memcpy(&c3a, c + 3 * ldc, 32);
-  memcpy(&c3b, c + 3 * ldc + 8, 32);
+#define DECL(r) v8 c##r##a, c##r##b;
+  KERN_ROWS(DECL)
+#undef DECL
+#define LOAD(r)                                                                \
+  memcpy(&c##r##a, c + r * ldc, 32);                                           \
+  memcpy(&c##r##b, c + r * ldc + 8, 32);
+  KERN_ROWS(LOAD)
+#undef LOAD
   for (int k = 0; k < kc; k++) {
     v8 b0, b1;
     memcpy(&b0, bp, 32);
     memcpy(&b1, bp + 8, 32);
-    c0a += ap[0] * b0;
-    c0b += ap[0] * b1;
-    c1a += ap[1] * b0;
-    c1b += ap[1] * b1;
-    c2a += ap[2] * b0;
-    c2b += ap[2] * b1;
-    c3a += ap[3] * b0;
-    c3b += ap[3] * b1;
+#define FMA(r)                                                                 \
+  c##r##a += ap[r] * b0;                                                       \
+  c##r##b += ap[r] * b1;
+    KERN_ROWS(FMA)
+#undef FMA
     ap += GEMM_MR;
     bp += GEMM_NR;
   }
-  memcpy(c + 0 * ldc, &c0a, 32);
-  memcpy(c + 0 * ldc + 8, &c0b, 32);
-  memcpy(c + 1 * ldc, &c1a, 32);
-  memcpy(c + 1 * ldc + 8, &c1b, 32);
-  memcpy(c + 2 * ldc, &c2a, 32);
-  memcpy(c + 2 * ldc + 8, &c2b, 32);
-  memcpy(c + 3 * ldc, &c3a, 32);
-  memcpy(c + 3 * ldc + 8, &c3b, 32);
+#define STORE(r)                                                               \
+  memcpy(c + r * ldc, &c##r##a, 32);                                           \
+  memcpy(c + r * ldc + 8, &c##r##b, 32);
+  KERN_ROWS(STORE)
+#undef STORE
 }
 
 static void kern_generic(int kc, const float *ap, const float *bp, float *c,
@@ -72,10 +67,11 @@ static gemm_kern_fn pick_kernel(void) {
 }
 
 typedef struct gemm_s {
-  int M, N, K, tiles_n;
+  int M, N, K, mc; /* mc: rows per task, a multiple of MR */
+  int j0, nc, k0, kc; /* the current block of B */
   const float *a, *b;
   size_t a_rs, a_cs, b_rs, b_cs, ldc;
-  float *c;
+  float *c, *bp;
   gemm_kern_fn kern;
   cpu_pool_t *pool;
 } gemm_t;
@@ -109,32 +105,26 @@ static void pack_a(const gemm_t *g, float *ap, int i0, int mc, int k0,
   }
 }
 
-/* Pack rows k0 .. k0+kc-1, columns j0 .. j0+nc-1 of B into NR-column
- * panels: bp[panel][k][NR], columns past N zero. */
-static void pack_b(const gemm_t *g, float *bp, int j0, int nc, int k0,
-                   int kc) {
-  for (int pj = 0; pj < nc; pj += GEMM_NR) {
-    float *dst = bp + (size_t)pj * kc;
-    int w = g->N - (j0 + pj);
-    if (w > GEMM_NR)
-      w = GEMM_NR;
+/* Pack NR-column panels [lo, hi) of the current block of B (rows k0 ..
+ * k0+kc-1, columns j0 .. j0+nc-1): bp[panel][k][NR], columns past N zero.
+ * The panels are shared by every thread. */
+static void pack_b_task(void *ctx, size_t lo, size_t hi, int tid) {
+  const gemm_t *g = ctx;
+  for (size_t panel = lo; panel < hi; panel++) {
+    int pj = (int)panel * GEMM_NR, j = g->j0 + pj, kc = g->kc;
+    float *dst = g->bp + (size_t)pj * kc;
+    int w = g->N - j < GEMM_NR ? g->N - j : GEMM_NR;
+    if (w < GEMM_NR)
+      memset(dst, 0, (size_t)kc * GEMM_NR * sizeof(float));
     if (g->b_cs == 1) {
       for (int k = 0; k < kc; k++) {
-        const float *src = g->b + (size_t)(k0 + k) * g->b_rs + (size_t)(j0 + pj);
-        int jj = 0;
-        for (; jj < w; jj++)
+        const float *src = g->b + (size_t)(g->k0 + k) * g->b_rs + (size_t)j;
+        for (int jj = 0; jj < w; jj++)
           dst[k * GEMM_NR + jj] = src[jj];
-        for (; jj < GEMM_NR; jj++)
-          dst[k * GEMM_NR + jj] = 0.0f;
       }
     } else {
-      for (int jj = 0; jj < GEMM_NR; jj++) {
-        if (jj >= w) {
-          for (int k = 0; k < kc; k++)
-            dst[k * GEMM_NR + jj] = 0.0f;
-          continue;
-        }
-        const float *src = g->b + (size_t)k0 * g->b_rs + (size_t)(j0 + pj + jj) * g->b_cs;
+      for (int jj = 0; jj < w; jj++) {
+        const float *src = g->b + (size_t)g->k0 * g->b_rs + (size_t)(j + jj) * g->b_cs;
         for (int k = 0; k < kc; k++)
           dst[k * GEMM_NR + jj] = src[(size_t)k * g->b_rs];
       }
@@ -142,25 +132,23 @@ static void pack_b(const gemm_t *g, float *bp, int j0, int nc, int k0,
   }
 }
 
-/* One macro-tile of C. */
-static void gemm_tile(const gemm_t *g, int tile, int tid) {
+/* Rows [lo, hi) of C (a multiple of mc apart) times the packed block of B:
+ * pack that slice of A, then every micro-tile. */
+static void rows_task(void *ctx, size_t lo, size_t hi, int tid) {
+  const gemm_t *g = ctx;
   float *ap = cpu__pool_scratch(g->pool, tid);
-  float *bp = ap + GEMM_MC * GEMM_KC;
-  int i0 = (tile / g->tiles_n) * GEMM_MC, j0 = (tile % g->tiles_n) * GEMM_NC;
-  int mc = g->M - i0 < GEMM_MC ? g->M - i0 : GEMM_MC;
-  int nc = g->N - j0 < GEMM_NC ? g->N - j0 : GEMM_NC;
-  int mcp = (mc + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
-  int ncp = (nc + GEMM_NR - 1) / GEMM_NR * GEMM_NR;
-  for (int k0 = 0; k0 < g->K; k0 += GEMM_KC) {
-    int kc = g->K - k0 < GEMM_KC ? g->K - k0 : GEMM_KC;
-    pack_a(g, ap, i0, mcp, k0, kc);
-    pack_b(g, bp, j0, ncp, k0, kc);
-    for (int pi = 0; pi < mcp; pi += GEMM_MR) {
-      for (int pj = 0; pj < ncp; pj += GEMM_NR) {
-        const float *a = ap + (size_t)pi * kc, *b = bp + (size_t)pj * kc;
-        float *c = g->c + (size_t)(i0 + pi) * g->ldc + (size_t)(j0 + pj);
+  int kc = g->kc, ncp = (g->nc + GEMM_NR - 1) / GEMM_NR * GEMM_NR;
+  for (int i0 = (int)lo; i0 < (int)hi; i0 += g->mc) {
+    int mc = (int)hi - i0 < g->mc ? (int)hi - i0 : g->mc;
+    int mcp = (mc + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+    pack_a(g, ap, i0, mcp, g->k0, kc);
+    for (int pj = 0; pj < ncp; pj += GEMM_NR) {
+      const float *b = g->bp + (size_t)pj * kc;
+      int w = g->nc - pj < GEMM_NR ? g->nc - pj : GEMM_NR;
+      for (int pi = 0; pi < mcp; pi += GEMM_MR) {
+        const float *a = ap + (size_t)pi * kc;
+        float *c = g->c + (size_t)(i0 + pi) * g->ldc + (size_t)(g->j0 + pj);
         int h = mc - pi < GEMM_MR ? mc - pi : GEMM_MR;
-        int w = nc - pj < GEMM_NR ? nc - pj : GEMM_NR;
         if (h == GEMM_MR && w == GEMM_NR) {
           g->kern(kc, a, b, c, g->ldc);
           continue;
@@ -177,19 +165,18 @@ static void gemm_tile(const gemm_t *g, int tile, int tid) {
   }
 }
 
-static void gemm_task(void *ctx, size_t lo, size_t hi, int tid) {
-  const gemm_t *g = ctx;
-  for (size_t t = lo; t < hi; t++)
-    gemm_tile(g, (int)t, tid);
-}
-
+/* GotoBLAS's loop order: blocks of NC columns and KC depths of B are packed
+ * once, shared; threads take slices of rows, each packing its slice of A.
+ * Blocking never changes an element's arithmetic, so the slice height may
+ * follow the thread count (enough slices for every thread). */
 void cpu_gemm(cpu_pool_t *p, int M, int N, int K, const float *a, size_t a_rs,
               size_t a_cs, const float *b, size_t b_rs, size_t b_cs, float *c,
               size_t ldc) {
   gemm_t g;
-  int tiles_m;
+  int per;
   if (M <= 0 || N <= 0 || K <= 0)
     return;
+  memset(&g, 0, sizeof(g));
   g.M = M;
   g.N = N;
   g.K = K;
@@ -203,7 +190,17 @@ void cpu_gemm(cpu_pool_t *p, int M, int N, int K, const float *a, size_t a_rs,
   g.ldc = ldc;
   g.kern = pick_kernel();
   g.pool = p;
-  tiles_m = (M + GEMM_MC - 1) / GEMM_MC;
-  g.tiles_n = (N + GEMM_NC - 1) / GEMM_NC;
-  cpu_parallel(p, (size_t)tiles_m * (size_t)g.tiles_n, 1, gemm_task, &g);
+  g.bp = cpu__pool_shared(p);
+  per = (M + 2 * cpu_pool_threads(p) - 1) / (2 * cpu_pool_threads(p));
+  g.mc = (per + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+  if (g.mc > GEMM_MC)
+    g.mc = GEMM_MC;
+  for (g.j0 = 0; g.j0 < N; g.j0 += GEMM_NC) {
+    g.nc = N - g.j0 < GEMM_NC ? N - g.j0 : GEMM_NC;
+    for (g.k0 = 0; g.k0 < K; g.k0 += GEMM_KC) {
+      g.kc = K - g.k0 < GEMM_KC ? K - g.k0 : GEMM_KC;
+      cpu_parallel(p, (size_t)(g.nc + GEMM_NR - 1) / GEMM_NR, 4, pack_b_task, &g);
+      cpu_parallel(p, (size_t)M, (size_t)g.mc, rows_task, &g);
+    }
+  }
 }

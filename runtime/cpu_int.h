@@ -5,19 +5,29 @@
 
 #include "gpt_cpu.h"
 
-/* Blocking of cpu_gemm: micro-tiles of GEMM_MR x GEMM_NR, macro-tiles of
- * GEMM_MC x GEMM_NC, depth blocks of GEMM_KC. */
+/* Blocking of cpu_gemm: micro-tiles of GEMM_MR x GEMM_NR, blocks of B of
+ * GEMM_KC x GEMM_NC, slices of A of at most GEMM_MC x GEMM_KC. */
 enum {
-  GEMM_MR = 4,
+  GEMM_MR = 6,
   GEMM_NR = 16,
-  GEMM_MC = 64,
-  GEMM_NC = 64,
+  GEMM_MC = 72, /* a multiple of GEMM_MR */
+  GEMM_NC = 1024, /* a multiple of GEMM_NR */
   GEMM_KC = 256,
-  /* floats of scratch per thread: a packed A block and a packed B block */
-  CPU_SCRATCH_FLOATS = GEMM_MC * GEMM_KC + GEMM_KC * GEMM_NC
+  /* floats of scratch per thread: a packed block of A */
+  CPU_SCRATCH_FLOATS = GEMM_MC * GEMM_KC,
+  /* floats shared by the threads: a packed block of B */
+  CPU_SHARED_FLOATS = GEMM_KC * GEMM_NC
 };
 
 /* Thread tid's scratch (CPU_SCRATCH_FLOATS floats, 64-byte aligned). */
 float *cpu__pool_scratch(cpu_pool_t *p, int tid);
+/* The scratch all threads share (CPU_SHARED_FLOATS floats). */
+float *cpu__pool_shared(cpu_pool_t *p);
+
+/* A second per-thread scratch whose size the layers choose: grow it to at
+ * least `floats` per thread (the calling thread, between loops). RET 0 or
+ * -ENOMEM. */
+int cpu__pool_reserve(cpu_pool_t *p, size_t floats);
+float *cpu__pool_extra(cpu_pool_t *p, int tid);
 
 #endif

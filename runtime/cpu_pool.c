@@ -31,6 +31,9 @@ struct cpu_pool_s {
   size_t items, grain, units;
   int parts;
   float **scratch;
+  float *shared;
+  float **extra; /* grown by cpu__pool_reserve */
+  size_t extra_floats;
 };
 
 int cpu_default_threads(void) {
@@ -91,10 +94,15 @@ void cpu_pool_destroy(cpu_pool_t *p) {
   pthread_mutex_unlock(&p->mu);
   for (int i = 0; i < p->started; i++)
     pthread_join(p->th[i], NULL);
-  if (p->scratch)
-    for (int i = 0; i < p->n; i++)
+  for (int i = 0; i < p->n; i++) {
+    if (p->scratch)
       free(p->scratch[i]);
+    if (p->extra)
+      free(p->extra[i]);
+  }
   free(p->scratch);
+  free(p->extra);
+  free(p->shared);
   free(p->th);
   free(p->w);
   pthread_cond_destroy(&p->go);
@@ -120,9 +128,18 @@ int cpu_pool_create(int threads, cpu_pool_t **out) {
   p->th = calloc((size_t)threads, sizeof(*p->th));
   p->w = calloc((size_t)threads, sizeof(*p->w));
   p->scratch = calloc((size_t)threads, sizeof(*p->scratch));
-  if (p->th == NULL || p->w == NULL || p->scratch == NULL) {
+  p->extra = calloc((size_t)threads, sizeof(*p->extra));
+  if (p->th == NULL || p->w == NULL || p->scratch == NULL || p->extra == NULL) {
     cpu_pool_destroy(p);
     return -ENOMEM;
+  }
+  {
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, CPU_SHARED_FLOATS * sizeof(float)) != 0) {
+      cpu_pool_destroy(p);
+      return -ENOMEM;
+    }
+    p->shared = mem;
   }
   for (int i = 0; i < threads; i++) {
     void *mem = NULL;
@@ -149,6 +166,24 @@ int cpu_pool_create(int threads, cpu_pool_t **out) {
 int cpu_pool_threads(const cpu_pool_t *p) { return p->n; }
 
 float *cpu__pool_scratch(cpu_pool_t *p, int tid) { return p->scratch[tid]; }
+
+float *cpu__pool_extra(cpu_pool_t *p, int tid) { return p->extra[tid]; }
+
+float *cpu__pool_shared(cpu_pool_t *p) { return p->shared; }
+
+int cpu__pool_reserve(cpu_pool_t *p, size_t floats) {
+  if (floats <= p->extra_floats)
+    return 0;
+  for (int i = 0; i < p->n; i++) {
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, floats * sizeof(float)) != 0)
+      return -ENOMEM; /* the smaller buffers stay usable */
+    free(p->extra[i]);
+    p->extra[i] = mem;
+  }
+  p->extra_floats = floats;
+  return 0;
+}
 
 void cpu_parallel(cpu_pool_t *p, size_t n, size_t grain, cpu_task_fn fn,
                   void *ctx) {

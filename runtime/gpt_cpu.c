@@ -62,8 +62,7 @@ static int valid_config(const gpt_config_t *c, int B, int T) {
   if (c->channels % c->num_heads != 0 || c->padded_vocab < c->vocab_size ||
       T > c->max_seq_len)
     return 0;
-  /* attention backward keeps one score row in the thread's scratch */
-  return T <= CPU_SCRATCH_FLOATS;
+  return 1;
 }
 
 static float *fp32_alloc(size_t n) {
@@ -88,7 +87,10 @@ static int cpu_create(const gpt_config_t *c, int B, int T, int dtype,
   m->B = B;
   m->T = T;
   m->n = gpt_num_params(c);
-  if ((rc = cpu_pool_create(threads, &m->pool)) != 0) {
+  /* the attention's scratch now, so that no step fails for it later */
+  if ((rc = cpu_pool_create(threads, &m->pool)) != 0 ||
+      (rc = cpu__pool_reserve(m->pool, ((size_t)(c->channels / c->num_heads) + 1) *
+                                           (size_t)T)) != 0) {
     backend_free(m);
     return rc;
   }
@@ -187,6 +189,7 @@ static int cpu_forward(gpt_backend_t *m, const int32_t *tokens,
   size_t BT = (size_t)B * (size_t)T;
   cpu_pool_t *p = m->pool;
   float *residual, *w = m->params;
+  int rc;
   for (size_t i = 0; i < BT; i++)
     if (tokens[i] < 0 || tokens[i] >= V ||
         (targets && (targets[i] < 0 || targets[i] >= V)))
@@ -205,7 +208,8 @@ static int cpu_forward(gpt_backend_t *m, const int32_t *tokens,
                           B, T, C);
     cpu_matmul_forward(p, a->qkv, a->ln1, tensor(m, w, GPT_QKVW, l),
                        tensor(m, w, GPT_QKVB, l), B, T, C, 3 * C);
-    cpu_attention_forward(p, a->atty, a->att, a->qkv, B, T, C, NH);
+    if ((rc = cpu_attention_forward(p, a->atty, a->att, a->qkv, B, T, C, NH)) != 0)
+      return rc;
     cpu_matmul_forward(p, a->attproj, a->atty, tensor(m, w, GPT_ATTPROJW, l),
                        tensor(m, w, GPT_ATTPROJB, l), B, T, C, C);
     cpu_residual_forward(p, a->res2, residual, a->attproj, BT * (size_t)C);
@@ -325,7 +329,9 @@ static int cpu_backward(gpt_backend_t *m, float loss_scale, int last,
                         tensor(m, g, GPT_ATTPROJB, l), m->dres, a->atty,
                         tensor(m, w, GPT_ATTPROJW, l), B, T, C, C);
     memset(m->dqkv, 0, BTC * 3 * sizeof(float));
-    cpu_attention_backward(p, m->dqkv, m->datty, a->qkv, a->att, B, T, C, NH);
+    if ((rc = cpu_attention_backward(p, m->dqkv, m->datty, a->qkv, a->att, B,
+                                     T, C, NH)) != 0)
+      return rc;
     memset(m->dln, 0, BTC * sizeof(float));
     cpu_matmul_backward(p, m->dln, tensor(m, g, GPT_QKVW, l),
                         tensor(m, g, GPT_QKVB, l), m->dqkv, a->ln1,

@@ -202,7 +202,7 @@ static void test_attention(cpu_pool_t *p) {
   float *qkv = frand(nq, 1.5f), *r = frand(no, 1), *out = zeros(no);
   float *att = zeros((size_t)B * NH * T * T), *dq = zeros(nq);
   att_case_t k = {B, T, C, NH, to_d(qkv, nq), malloc(no * sizeof(double)), r};
-  cpu_attention_forward(p, out, att, qkv, B, T, C, NH);
+  ASSERT_EQ(0, cpu_attention_forward(p, out, att, qkv, B, T, C, NH));
   att_loss(&k);
   check_close("attention_forward", out, k.out, no, 1e-5);
   /* causal: row t has no weight beyond t, and sums to 1 */
@@ -217,7 +217,7 @@ static void test_attention(cpu_pool_t *p) {
       }
       ASSERT(fabs(s - 1.0) < 1e-5);
     }
-  cpu_attention_backward(p, dq, r, qkv, att, B, T, C, NH);
+  ASSERT_EQ(0, cpu_attention_backward(p, dq, r, qkv, att, B, T, C, NH));
   check_grad("attention dqkv", k.qkv, dq, nq, att_loss, &k);
   free(qkv), free(r), free(out), free(att), free(dq), free(k.qkv), free(k.out);
 }
@@ -401,8 +401,8 @@ static size_t run_all(cpu_pool_t *p, float *out) {
   cpu_matmul_forward(p, mm, x, w, bias, B, T, C, 4 * C);
   cpu_matmul_backward(p, dmi, dmw, dmb, r, x, w, B, T, C, 4 * C);
   cpu_matmul_forward(p, lg, x, w, NULL, B, T, C, Vp);
-  cpu_attention_forward(p, ao, att, x, B, T, C, NH);
-  cpu_attention_backward(p, da, r, x, att, B, T, C, NH);
+  ASSERT_EQ(0, cpu_attention_forward(p, ao, att, x, B, T, C, NH));
+  ASSERT_EQ(0, cpu_attention_backward(p, da, r, x, att, B, T, C, NH));
   cpu_gelu_forward(p, ge, x, BT * C);
   cpu_gelu_backward(p, dge, x, r, BT * C);
   cpu_softmax_forward(p, pr, r, B, T, V, Vp);
