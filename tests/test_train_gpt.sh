@@ -1,32 +1,30 @@
 #!/bin/bash
 # train_gpt under launch on the CPU:
 #  - `tiny` on the default corpus learns: the validation loss falls below
-#    3.0 (from ln 256 = 5.55) within 200 steps;
+#    3.0 (from ln 256 = 5.55) within 150 steps;
 #  - data parallelism is exact: 4 ranks x micro-batch 2 and 1 rank x 4
 #    micro-steps (with 1 or 2 threads) end with bitwise the same parameters
-#    (and a different seed does not);
-#  - `launch --standalone --nproc-per-node 4` and 2 agents x 2 ranks on
-#    loopback (127.0.0.2, .3) finish with the same final loss.
+#    (and a different seed does not).
+# One node of 4 ranks against two of 2: tests/test_train_gpt_nodes.sh.
 set -u
 LAUNCH=${LAUNCH_BIN:-build/bin/launch}
 BIN=$(dirname "$LAUNCH")
 TG=$BIN/train_gpt
 T=$(mktemp -d)
-PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
+trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 unset RANK WORLD_SIZE LOCAL_RANK
 
 # -- tiny learns ------------------------------------------------------------
-OMP_NUM_THREADS=2 "$TG" --preset tiny --steps 200 --log-every 50 >"$T/tiny.log" 2>&1 \
+OMP_NUM_THREADS=2 "$TG" --preset tiny --steps 150 --log-every 50 >"$T/tiny.log" 2>&1 \
   || { cat "$T/tiny.log"; fail "tiny"; }
 cat "$T/tiny.log"
-grep -Eq '^step +1/200 \| loss 5\.[0-9]+ \| norm [0-9.]+ \| lr [0-9.e+-]+ \| [0-9.]+ ms \| [0-9]+ tok/s$' \
+grep -Eq '^step +1/150 \| loss 5\.[0-9]+ \| norm [0-9.]+ \| lr [0-9.e+-]+ \| [0-9.]+ ms \| [0-9]+ tok/s$' \
   "$T/tiny.log" || fail "the step line's format"
-val=$(sed -n 's/^train_gpt: final: step 200 loss [0-9.]* val \([0-9.]*\).*/\1/p' "$T/tiny.log")
+val=$(sed -n 's/^train_gpt: final: step 150 loss [0-9.]* val \([0-9.]*\).*/\1/p' "$T/tiny.log")
 [ -n "$val" ] || fail "no final line"
 /usr/bin/python3 -c "import sys; sys.exit(0 if float('$val') < 3.0 else 1)" \
-  || fail "validation loss $val after 200 steps, not below 3.0"
+  || fail "validation loss $val after 150 steps, not below 3.0"
 
 # -- data parallelism is exact --------------------------------------------------
 SMALL=(--preset tiny --steps 3 --batch 2 --val-every 0)
@@ -46,21 +44,4 @@ cmp "$T/w1t" "$T/w1" || fail "1 and 2 threads differ"
 cmp -s "$T/seed7" "$T/w1" && fail "another seed gives the same parameters"
 echo "data parallelism: 4 ranks and 1 rank x 4 micro-steps (1 and 2 threads) bitwise equal"
 
-# -- one node of 4 and two nodes of 2 -------------------------------------------------
-RUN=(--preset tiny --steps 20 --log-every 10)
-"$LAUNCH" --standalone --nproc-per-node 4 -q "$TG" "${RUN[@]}" >"$T/one.log" 2>&1 \
-  || { cat "$T/one.log"; fail "standalone"; }
-PORT=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-for i in 2 3; do
-  LAUNCH_HOSTNAME=h$i "$LAUNCH" --nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.2:$PORT \
-    --rdzv-id tg --local-addr 127.0.0.$i -q "$TG" "${RUN[@]}" >"$T/n$i.log" 2>&1 &
-  PIDS+=($!)
-done
-for p in "${PIDS[@]}"; do wait "$p" || { cat "$T"/n*.log; fail "two agents"; }; done
-PIDS=()
-one=$(grep -o 'final: step 20 loss [0-9.]*' "$T/one.log")
-two=$(cat "$T"/n*.log | grep -o 'final: step 20 loss [0-9.]*')
-[ -n "$one" ] || { cat "$T/one.log"; fail "no final line (one node)"; }
-[ "$one" = "$two" ] || { cat "$T/one.log" "$T"/n*.log; fail "final losses differ: '$one' / '$two'"; }
-echo "one node x 4 and two nodes x 2: $one"
 echo "test_train_gpt: ok"
