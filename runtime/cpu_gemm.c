@@ -165,6 +165,26 @@ static void rows_task(void *ctx, size_t lo, size_t hi, int tid) {
   }
 }
 
+static void gemm_setup(gemm_t *g, cpu_pool_t *p, int M, int N, int K,
+                       const float *a, size_t a_rs, size_t a_cs,
+                       const float *b, size_t b_rs, size_t b_cs, float *c,
+                       size_t ldc) {
+  memset(g, 0, sizeof(*g));
+  g->M = M;
+  g->N = N;
+  g->K = K;
+  g->a = a;
+  g->a_rs = a_rs;
+  g->a_cs = a_cs;
+  g->b = b;
+  g->b_rs = b_rs;
+  g->b_cs = b_cs;
+  g->c = c;
+  g->ldc = ldc;
+  g->kern = pick_kernel();
+  g->pool = p;
+}
+
 /* GotoBLAS's loop order: blocks of NC columns and KC depths of B are packed
  * once, shared; threads take slices of rows, each packing its slice of A.
  * Blocking never changes an element's arithmetic, so the slice height may
@@ -176,20 +196,7 @@ void cpu_gemm(cpu_pool_t *p, int M, int N, int K, const float *a, size_t a_rs,
   int per;
   if (M <= 0 || N <= 0 || K <= 0)
     return;
-  memset(&g, 0, sizeof(g));
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.a = a;
-  g.a_rs = a_rs;
-  g.a_cs = a_cs;
-  g.b = b;
-  g.b_rs = b_rs;
-  g.b_cs = b_cs;
-  g.c = c;
-  g.ldc = ldc;
-  g.kern = pick_kernel();
-  g.pool = p;
+  gemm_setup(&g, p, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc);
   g.bp = cpu__pool_shared(p);
   per = (M + 2 * cpu_pool_threads(p) - 1) / (2 * cpu_pool_threads(p));
   g.mc = (per + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
@@ -201,6 +208,26 @@ void cpu_gemm(cpu_pool_t *p, int M, int N, int K, const float *a, size_t a_rs,
       g.kc = K - g.k0 < GEMM_KC ? K - g.k0 : GEMM_KC;
       cpu_parallel(p, (size_t)(g.nc + GEMM_NR - 1) / GEMM_NR, 4, pack_b_task, &g);
       cpu_parallel(p, (size_t)M, (size_t)g.mc, rows_task, &g);
+    }
+  }
+}
+
+void cpu__gemm_serial(cpu_pool_t *p, int tid, float *bp, int nc_max, int M,
+                      int N, int K, const float *a, size_t a_rs, size_t a_cs,
+                      const float *b, size_t b_rs, size_t b_cs, float *c,
+                      size_t ldc) {
+  gemm_t g;
+  if (M <= 0 || N <= 0 || K <= 0)
+    return;
+  gemm_setup(&g, p, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc);
+  g.bp = bp;
+  g.mc = GEMM_MC;
+  for (g.j0 = 0; g.j0 < N; g.j0 += nc_max) {
+    g.nc = N - g.j0 < nc_max ? N - g.j0 : nc_max;
+    for (g.k0 = 0; g.k0 < K; g.k0 += GEMM_KC) {
+      g.kc = K - g.k0 < GEMM_KC ? K - g.k0 : GEMM_KC;
+      pack_b_task(&g, 0, (size_t)(g.nc + GEMM_NR - 1) / GEMM_NR, tid);
+      rows_task(&g, 0, (size_t)M, tid);
     }
   }
 }

@@ -24,10 +24,21 @@ float *cpu__pool_scratch(cpu_pool_t *p, int tid);
 /* The scratch all threads share (CPU_SHARED_FLOATS floats). */
 float *cpu__pool_shared(cpu_pool_t *p);
 
+/* cpu_gemm on the calling thread alone (inside a task of thread tid),
+ * blocks of B packed into bp (GEMM_KC x nc_max floats, nc_max a multiple
+ * of GEMM_NR). Same arithmetic per element as cpu_gemm. */
+void cpu__gemm_serial(cpu_pool_t *p, int tid, float *bp, int nc_max, int M,
+                      int N, int K, const float *a, size_t a_rs, size_t a_cs,
+                      const float *b, size_t b_rs, size_t b_cs, float *c,
+                      size_t ldc);
+
 /* A second per-thread scratch whose size the layers choose: grow it to at
  * least `floats` per thread (the calling thread, between loops). RET 0 or
  * -ENOMEM. */
 int cpu__pool_reserve(cpu_pool_t *p, size_t floats);
 float *cpu__pool_extra(cpu_pool_t *p, int tid);
+
+/* The extra scratch the attention layers need for T positions. */
+size_t cpu__attention_scratch(int T);
 
 #endif

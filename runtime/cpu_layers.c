@@ -215,65 +215,69 @@ typedef struct att_s {
   cpu_pool_t *pool;
 } att_t;
 
-/* Per thread: one head's K or V transposed ([hs][T], so that loops over
- * positions run over contiguous memory and vectorise) and one row. */
-static size_t att_scratch(int T, int hs) {
-  return (size_t)hs * (size_t)T + (size_t)T;
+/* Queries are taken in blocks of ATT_RB rows: each block's scores and
+ * gradients are matrix products (cpu__gemm_serial on the task's thread)
+ * over the positions up to the block's last one; entries above the
+ * diagonal are exact zeros, which leave every sum unchanged. */
+#define ATT_RB 64
+
+static int att_nc(int T) {
+  int n = (T + GEMM_NR - 1) / GEMM_NR * GEMM_NR;
+  return n < GEMM_NC ? n : GEMM_NC;
 }
 
-/* xt[i][t] = x[t][i] for one head (rows of stride 3C). */
-static void transpose_head(float *restrict xt, const float *x, int T, int hs,
-                           int C3) {
-  for (int t = 0; t < T; t++)
-    for (int i = 0; i < hs; i++)
-      xt[(size_t)i * T + t] = x[(size_t)t * C3 + i];
+/* Per thread: a block of score gradients (ATT_RB x T), then the packed
+ * blocks of B of the products. */
+size_t cpu__attention_scratch(int T) {
+  return (size_t)ATT_RB * (size_t)T + (size_t)GEMM_KC * (size_t)att_nc(T);
+}
+
+/* Softmax of row t of a block (scores at columns <= t, scaled), zeros
+ * after it. */
+static void att_softmax_row(float *row, int t, int T, float scale) {
+  float maxv = -INFINITY, sum = 0.0f;
+  for (int t2 = 0; t2 <= t; t2++) {
+    row[t2] *= scale;
+    if (row[t2] > maxv)
+      maxv = row[t2];
+  }
+  for (int t2 = 0; t2 <= t; t2++) {
+    float e = expf(row[t2] - maxv);
+    row[t2] = e;
+    sum += e;
+  }
+  for (int t2 = 0; t2 <= t; t2++)
+    row[t2] /= sum;
+  for (int t2 = t + 1; t2 < T; t2++)
+    row[t2] = 0.0f;
 }
 
 static void att_fwd_task(void *ctx, size_t lo, size_t hi, int tid) {
   const att_t *a = ctx;
-  int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+  int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C, nc = att_nc(T);
   float scale = 1.0f / sqrtf((float)hs);
-  float *restrict kt = cpu__pool_extra(a->pool, tid);
+  float *bp = cpu__pool_extra(a->pool, tid) + (size_t)ATT_RB * T;
   for (size_t bh = lo; bh < hi; bh++) {
     size_t b = bh / (size_t)NH, h = bh % (size_t)NH;
-    const float *base = a->inp + b * (size_t)T * C3 + h * (size_t)hs;
-    transpose_head(kt, base + C, T, hs, C3);
-    for (int t = 0; t < T; t++) {
-      const float *q = base + (size_t)t * C3;
-      float *restrict row = a->att + (bh * (size_t)T + (size_t)t) * (size_t)T;
-      float *restrict o = a->out + (b * (size_t)T + (size_t)t) * C + h * (size_t)hs;
-      float maxv = -INFINITY, sum = 0.0f;
-      /* scores q · k over the positions up to t, summed in channel order */
-      for (int t2 = 0; t2 <= t; t2++)
-        row[t2] = 0.0f;
-      for (int i = 0; i < hs; i++) {
-        const float *restrict ki = kt + (size_t)i * T;
-        float qi = q[i];
-        for (int t2 = 0; t2 <= t; t2++)
-          row[t2] += qi * ki[t2];
-      }
-      for (int t2 = 0; t2 <= t; t2++) {
-        row[t2] *= scale;
-        if (row[t2] > maxv)
-          maxv = row[t2];
-      }
-      for (int t2 = 0; t2 <= t; t2++) {
-        float e = expf(row[t2] - maxv);
-        row[t2] = e;
-        sum += e;
-      }
-      for (int t2 = 0; t2 <= t; t2++)
-        row[t2] /= sum;
-      for (int t2 = t + 1; t2 < T; t2++)
-        row[t2] = 0.0f;
-      for (int i = 0; i < hs; i++)
-        o[i] = 0.0f;
-      for (int t2 = 0; t2 <= t; t2++) {
-        const float *restrict v = base + (size_t)t2 * C3 + 2 * C;
-        float w = row[t2];
-        for (int i = 0; i < hs; i++)
-          o[i] += w * v[i];
-      }
+    const float *q = a->inp + b * (size_t)T * C3 + h * (size_t)hs;
+    const float *k = q + C, *v = q + 2 * C;
+    float *att = a->att + bh * (size_t)T * (size_t)T;
+    float *o = a->out + b * (size_t)T * C + h * (size_t)hs;
+    for (int t = 0; t < T; t++)
+      memset(o + (size_t)t * C, 0, (size_t)hs * sizeof(float));
+    for (int i0 = 0; i0 < T; i0 += ATT_RB) {
+      int rb = T - i0 < ATT_RB ? T - i0 : ATT_RB, i1 = i0 + rb;
+      float *s = att + (size_t)i0 * T;
+      for (int t = 0; t < rb; t++)
+        memset(s + (size_t)t * T, 0, (size_t)i1 * sizeof(float));
+      /* scores q · k, summed in channel order */
+      cpu__gemm_serial(a->pool, tid, bp, nc, rb, i1, hs, q + (size_t)i0 * C3,
+                       (size_t)C3, 1, k, 1, (size_t)C3, s, (size_t)T);
+      for (int t = 0; t < rb; t++)
+        att_softmax_row(s + (size_t)t * T, i0 + t, T, scale);
+      /* out = att · v, summed in position order */
+      cpu__gemm_serial(a->pool, tid, bp, nc, rb, hs, i1, s, (size_t)T, 1, v,
+                       (size_t)C3, 1, o + (size_t)i0 * C, (size_t)C);
     }
   }
 }
@@ -282,7 +286,7 @@ int cpu_attention_forward(cpu_pool_t *p, float *out, float *att,
                           const float *inp, int B, int T, int C, int NH) {
   att_t a = {.out = out, .att = att, .inp = inp, .T = T, .C = C, .NH = NH,
              .pool = p};
-  if (cpu__pool_reserve(p, att_scratch(T, C / NH)) != 0)
+  if (cpu__pool_reserve(p, cpu__attention_scratch(T)) != 0)
     return -ENOMEM;
   cpu_parallel(p, (size_t)B * (size_t)NH, 1, att_fwd_task, &a);
   return 0;
@@ -291,49 +295,43 @@ int cpu_attention_forward(cpu_pool_t *p, float *out, float *att,
 /* One (b, h) pair per unit: its q, k, v gradients are its own channels. */
 static void att_bwd_task(void *ctx, size_t lo, size_t hi, int tid) {
   const att_t *a = ctx;
-  int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+  int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C, nc = att_nc(T);
   float scale = 1.0f / sqrtf((float)hs);
-  float *restrict vt = cpu__pool_extra(a->pool, tid);
-  float *restrict datt = vt + (size_t)hs * T;
+  float *d = cpu__pool_extra(a->pool, tid), *bp = d + (size_t)ATT_RB * T;
   for (size_t bh = lo; bh < hi; bh++) {
     size_t b = bh / (size_t)NH, h = bh % (size_t)NH;
-    const float *base = a->inp + b * (size_t)T * C3 + h * (size_t)hs;
-    float *dbase = a->dinp + b * (size_t)T * C3 + h * (size_t)hs;
-    transpose_head(vt, base + 2 * C, T, hs, C3);
-    for (int t = 0; t < T; t++) {
-      const float *restrict row = a->catt + (bh * (size_t)T + (size_t)t) * (size_t)T;
-      const float *restrict d = a->dout + (b * (size_t)T + (size_t)t) * C + h * (size_t)hs;
-      const float *restrict q = base + (size_t)t * C3;
-      float *restrict dq = dbase + (size_t)t * C3;
-      float dot = 0.0f;
-      /* through out = att · v: datt = d · v, dv += att d */
-      for (int t2 = 0; t2 <= t; t2++)
-        datt[t2] = 0.0f;
-      for (int i = 0; i < hs; i++) {
-        const float *restrict vi = vt + (size_t)i * T;
-        float di = d[i];
-        for (int t2 = 0; t2 <= t; t2++)
-          datt[t2] += di * vi[t2];
+    const float *q = a->inp + b * (size_t)T * C3 + h * (size_t)hs;
+    const float *k = q + C, *v = q + 2 * C;
+    const float *att = a->catt + bh * (size_t)T * (size_t)T;
+    const float *dout = a->dout + b * (size_t)T * C + h * (size_t)hs;
+    float *dq = a->dinp + b * (size_t)T * C3 + h * (size_t)hs;
+    float *dk = dq + C, *dv = dq + 2 * C;
+    for (int i0 = 0; i0 < T; i0 += ATT_RB) {
+      int rb = T - i0 < ATT_RB ? T - i0 : ATT_RB, i1 = i0 + rb;
+      const float *arow = att + (size_t)i0 * T;
+      for (int t = 0; t < rb; t++)
+        memset(d + (size_t)t * T, 0, (size_t)i1 * sizeof(float));
+      /* through out = att · v: datt = dout · v, dv += attᵀ dout */
+      cpu__gemm_serial(a->pool, tid, bp, nc, rb, i1, hs, dout + (size_t)i0 * C,
+                       (size_t)C, 1, v, 1, (size_t)C3, d, (size_t)T);
+      cpu__gemm_serial(a->pool, tid, bp, nc, i1, hs, rb, arow, 1, (size_t)T,
+                       dout + (size_t)i0 * C, (size_t)C, 1, dv, (size_t)C3);
+      /* through the softmax and the scale */
+      for (int t = 0; t < rb; t++) {
+        const float *ar = arow + (size_t)t * T;
+        float *dr = d + (size_t)t * T, dot = 0.0f;
+        for (int t2 = 0; t2 <= i0 + t; t2++)
+          dot += ar[t2] * dr[t2];
+        for (int t2 = 0; t2 <= i0 + t; t2++)
+          dr[t2] = ar[t2] * (dr[t2] - dot) * scale;
+        for (int t2 = i0 + t + 1; t2 < i1; t2++)
+          dr[t2] = 0.0f;
       }
-      for (int t2 = 0; t2 <= t; t2++) {
-        float *restrict dv = dbase + (size_t)t2 * C3 + 2 * C;
-        float w = row[t2];
-        for (int i = 0; i < hs; i++)
-          dv[i] += w * d[i];
-        dot += w * datt[t2];
-      }
-      /* through the softmax, then the scaled scores q · k */
-      for (int t2 = 0; t2 <= t; t2++)
-        datt[t2] = row[t2] * (datt[t2] - dot) * scale;
-      for (int t2 = 0; t2 <= t; t2++) {
-        const float *restrict k = base + (size_t)t2 * C3 + C;
-        float *restrict dk = dbase + (size_t)t2 * C3 + C;
-        float g = datt[t2];
-        for (int i = 0; i < hs; i++) {
-          dq[i] += k[i] * g;
-          dk[i] += q[i] * g;
-        }
-      }
+      /* through the scores q · k: dq += d · k, dk += dᵀ q */
+      cpu__gemm_serial(a->pool, tid, bp, nc, rb, hs, i1, d, (size_t)T, 1, k,
+                       (size_t)C3, 1, dq + (size_t)i0 * C3, (size_t)C3);
+      cpu__gemm_serial(a->pool, tid, bp, nc, i1, hs, rb, d, 1, (size_t)T,
+                       q + (size_t)i0 * C3, (size_t)C3, 1, dk, (size_t)C3);
     }
   }
 }
@@ -343,7 +341,7 @@ int cpu_attention_backward(cpu_pool_t *p, float *dinp, const float *dout,
                            int C, int NH) {
   att_t a = {.dinp = dinp, .dout = dout, .inp = inp, .catt = att, .T = T,
              .C = C, .NH = NH, .pool = p};
-  if (cpu__pool_reserve(p, att_scratch(T, C / NH)) != 0)
+  if (cpu__pool_reserve(p, cpu__attention_scratch(T)) != 0)
     return -ENOMEM;
   cpu_parallel(p, (size_t)B * (size_t)NH, 1, att_bwd_task, &a);
   return 0;

@@ -89,8 +89,7 @@ static int cpu_create(const gpt_config_t *c, int B, int T, int dtype,
   m->n = gpt_num_params(c);
   /* the attention's scratch now, so that no step fails for it later */
   if ((rc = cpu_pool_create(threads, &m->pool)) != 0 ||
-      (rc = cpu__pool_reserve(m->pool, ((size_t)(c->channels / c->num_heads) + 1) *
-                                           (size_t)T)) != 0) {
+      (rc = cpu__pool_reserve(m->pool, cpu__attention_scratch(T))) != 0) {
     backend_free(m);
     return rc;
   }

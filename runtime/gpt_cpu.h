@@ -97,8 +97,8 @@ void cpu_matmul_backward(cpu_pool_t *p, float *dinp, float *dweight,
 /* Causal multi-head self-attention. inp: qkv [B][T][3C]; out [B][T][C];
  * att [B][NH][T][T]: the softmax probabilities (row t uses columns <= t,
  * the rest is set to 0). Scores are scaled by 1/sqrt(hs). Both grow the
- * pool's per-thread scratch to (hs + 1)·T floats once: RET 0 or -ENOMEM
- * (nothing computed). */
+ * pool's per-thread scratch to about 64·T floats (plus a packed block of
+ * a matrix product) once: RET 0 or -ENOMEM (nothing computed). */
 int cpu_attention_forward(cpu_pool_t *p, float *out, float *att,
                           const float *inp, int B, int T, int C, int NH);
 /* dinp: [B][T][3C] (+=), from dout [B][T][C] and the forward's inp, att. */

@@ -196,8 +196,7 @@ static double att_loss(void *ctx) {
   return dot_r(k->out, k->r, (size_t)k->B * k->T * k->C);
 }
 
-static void test_attention(cpu_pool_t *p) {
-  int B = 2, T = 5, C = 12, NH = 3;
+static void test_attention(cpu_pool_t *p, int B, int T, int C, int NH) {
   size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
   float *qkv = frand(nq, 1.5f), *r = frand(no, 1), *out = zeros(no);
   float *att = zeros((size_t)B * NH * T * T), *dq = zeros(nq);
@@ -218,7 +217,11 @@ static void test_attention(cpu_pool_t *p) {
       ASSERT(fabs(s - 1.0) < 1e-5);
     }
   ASSERT_EQ(0, cpu_attention_backward(p, dq, r, qkv, att, B, T, C, NH));
-  check_grad("attention dqkv", k.qkv, dq, nq, att_loss, &k);
+  {
+    char name[64];
+    snprintf(name, sizeof(name), "attention T=%d dqkv", T);
+    check_grad(name, k.qkv, dq, nq, att_loss, &k);
+  }
   free(qkv), free(r), free(out), free(att), free(dq), free(k.qkv), free(k.out);
 }
 
@@ -376,7 +379,7 @@ static void test_adamw(cpu_pool_t *p) {
 
 /* Every layer on pool p, results concatenated into out (n floats). */
 static size_t run_all(cpu_pool_t *p, float *out) {
-  enum { B = 3, T = 37, C = 48, NH = 4, V = 70, Vp = 128 };
+  enum { B = 3, T = 70, C = 48, NH = 4, V = 70, Vp = 128 };
   size_t BT = (size_t)B * T, at = 0;
   uint64_t keep = seed;
   float *x = frand(BT * 4 * C, 1), *w = frand((size_t)Vp * 4 * C, 0.2f);
@@ -441,7 +444,8 @@ int main(void) {
   test_matmul(p, 2, 3, 20, 37);
   test_matmul(p, 1, 70, 9, 67); /* two macro-tiles each way */
   test_layernorm(p);
-  test_attention(p);
+  test_attention(p, 2, 5, 12, 3);
+  test_attention(p, 1, 150, 8, 2); /* three blocks of query rows */
   test_gelu(p);
   test_residual(p);
   test_encoder(p);
