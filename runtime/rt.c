@@ -298,6 +298,9 @@ int rt_init(const rt_options_t *opt, rt_t **out) {
     }
     rt->thread_started = 1;
   }
+  /* step 0: the rank is up (a watcher sees it before the first step) */
+  if ((rc = rt_progress(rt, 0)) != 0)
+    goto fail;
   *out = rt;
   return 0;
 fail:

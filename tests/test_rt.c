@@ -3,7 +3,7 @@
  * in rank order (bitwise that of accumulating the ranks one after the
  * other), for sizes below, at and far above the rank count; broadcast,
  * barrier, the gradient buckets reported segment by segment or not at all,
- * host floats, the progress key; a rank that dies makes the others fail
+ * host floats, the progress key (step 0 from rt_init, then rate-limited); a rank that dies makes the others fail
  * with a message naming it instead of hanging; a malformed environment and
  * a job of one outside launch. */
 #include <math.h>
@@ -93,6 +93,20 @@ static void check_grads(rt_t *rt, int report) {
   free(g);
 }
 
+/* The step in this rank's progress key (round and time checked). */
+static long long progress_step(rt_t *rt) {
+  char key[64];
+  void *v = NULL;
+  size_t len = 0;
+  long long round = -1, step = -1, ms = -1;
+  snprintf(key, sizeof(key), "launch/progress/%d", rt_rank(rt));
+  ASSERT_EQ(0, rdzv_get(rt_store(rt), key, &v, &len, 5000));
+  ASSERT_EQ(3, sscanf(v, "%lld %lld %lld", &round, &step, &ms));
+  ASSERT(round == rt_round(rt) && ms > 1600000000000LL);
+  rdzv_free(v);
+  return step;
+}
+
 static int worker(const char *mode) {
   rt_options_t o = RT_OPTIONS_INIT;
   rt_t *rt = NULL;
@@ -100,10 +114,13 @@ static int worker(const char *mode) {
   o.device = RT_DEVICE_CPU;
   o.timeout_ms = test_ms(20000);
   o.progress_ms = 0;
-  if (strcmp(mode, "buckets") == 0)
+  if (strcmp(mode, "buckets") == 0) {
     o.bucket_bytes = 64 << 10;
+    o.progress_ms = 600000; /* no report after rt_init's */
+  }
   ASSERT_EQ(0, rt_init(&o, &rt));
   me = rt_rank(rt);
+  ASSERT_EQ(0, progress_step(rt)); /* rt_init reported step 0 */
   ASSERT_EQ(WORLD, rt_world_size(rt));
   ASSERT_EQ(me, rt_local_rank(rt));
   ASSERT_EQ(atoi(getenv("LAUNCH_ROUND")), rt_round(rt));
@@ -147,17 +164,7 @@ static int worker(const char *mode) {
   }
   ASSERT(rt_allreduce(rt, &(float){0}, 1, RT_BF16) < 0); /* CPU: fp32 only */
   ASSERT_EQ(0, rt_progress(rt, 42));
-  {
-    char key[64];
-    void *v = NULL;
-    size_t len = 0;
-    long long round = -1, step = -1, ms = -1;
-    snprintf(key, sizeof(key), "launch/progress/%d", me);
-    ASSERT_EQ(0, rdzv_get(rt_store(rt), key, &v, &len, 5000));
-    ASSERT_EQ(3, sscanf(v, "%lld %lld %lld", &round, &step, &ms));
-    ASSERT(round == rt_round(rt) && step == 42 && ms > 1600000000000LL);
-    rdzv_free(v);
-  }
+  ASSERT_EQ(o.progress_ms ? 0 : 42, progress_step(rt));
   ASSERT_EQ(0, rt_barrier(rt));
   rt_finalize(rt);
   return 0;
