@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "gpt.h"
+#include "gpt_cpu.h"
 #include "gpt_data.h"
 #include "lu.h"
 #include "rt.h"
@@ -446,8 +447,12 @@ static void print_setup(const run_t *r) {
          info->count, info->kind == GPT_DATA_TEXT ? "text, one per byte"
                                                   : "llm.c token file",
          r->train_windows, r->val_windows, o->seq_len);
-  printf("train_gpt: device: %s (%s backend), %s; %d ranks\n",
-         rt_device_name(r->rt), r->ops->name, dtypes[r->dtype], r->world);
+  if (rt_device(r->rt) < 0)
+    printf("train_gpt: device: cpu (%d threads per rank), fp32; %d ranks\n",
+           o->threads > 0 ? o->threads : cpu_default_threads(), r->world);
+  else
+    printf("train_gpt: device: %s (%s backend), %s; %d ranks\n",
+           rt_device_name(r->rt), r->ops->name, dtypes[r->dtype], r->world);
   printf("train_gpt: global batch: %d ranks x micro-batch %d x accum %d = "
          "%lld sequences x %d tokens = %lld tokens per step\n", r->world,
          o->batch, o->accum, seqs, o->seq_len, seqs * o->seq_len);
