@@ -145,8 +145,12 @@ static int default_corpus(gpt_data_t *d, char *err, size_t errcap) {
     FILE *f;
     size_t k;
     snprintf(path, sizeof(path), "%s/%s", GPT_DATA_DEFAULT_DIR, names[i]);
-    if ((f = fopen(path, "rb")) == NULL)
-      continue;
+    if ((f = fopen(path, "rb")) == NULL) {
+      rc = -errno;
+      lu_errf(err, errcap, "cannot read %s of the default corpus: %s: pass "
+              "--data FILE", path, strerror(errno));
+      goto done;
+    }
     k = fread(buf + d->len, 1, total - d->len, f);
     fclose(f);
     d->len += k;
