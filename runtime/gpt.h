@@ -102,7 +102,8 @@ typedef struct gpt_backend_ops_s {
                 int threads, gpt_backend_t **out);
   void (*destroy)(gpt_backend_t *m);
   /* fp32 master parameters and AdamW moments, host memory, num_params each
-   * (checkpoints and tests). */
+   * (checkpoints and tests). Any of the three may be NULL: that one is
+   * neither read nor written. */
   int (*set_state)(gpt_backend_t *m, const float *params, const float *adam_m,
                    const float *adam_v);
   int (*get_state)(gpt_backend_t *m, float *params, float *adam_m,

@@ -1,0 +1,730 @@
+/* train_gpt.c - GPT-2 training on the runtime: the "train.bin" launch runs.
+ *
+ *   launch --standalone --nproc-per-node 4 build/bin/train_gpt --preset tiny
+ *
+ * One process per rank (a GPU, or a share of the CPU). Each rank reads its
+ * own samples (micro-batch n of the data stream for global step s,
+ * micro-step k, rank r is n = (s·accum + k)·world + r), computes the
+ * gradient of each micro-batch, and the runtime all-reduces the gradient
+ * while backward runs (rt.h); then every rank applies the same AdamW step.
+ * On the CPU all sums have a fixed order, so K ranks give bitwise the
+ * parameters one rank gets with K micro-steps of accumulation.
+ *
+ * Flags, data formats, the log line, MFU and exit codes: docs/runtime.md,
+ * and --help.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpt.h"
+#include "gpt_cpu.h"
+#include "gpt_data.h"
+#include "lu.h"
+#include "rt.h"
+
+/* Exit codes (docs/runtime.md). */
+enum {
+  EXIT_OK = 0,
+  EXIT_FAIL = 1,     /* the runtime, a device, a file write */
+  EXIT_USAGE = 2,    /* bad flags or bad input data */
+  EXIT_DIVERGED = 3  /* NaN/inf loss or gradient, or a gradient norm over
+                        --stop-grad-norm */
+};
+
+typedef struct preset_s {
+  const char *name;
+  int layers, heads, channels, max_seq, seq, vocab, batch, steps, warmup;
+  float lr;
+} preset_t;
+
+/* vocab 0: from the data (256 for text, 50257 for token files) */
+static const preset_t presets[] = {
+    {"tiny", 2, 4, 64, 64, 64, 0, 8, 300, 20, 3e-3f},
+    {"gpt2-124m", 12, 12, 768, 1024, 1024, 0, 4, 1000, 100, 6e-4f},
+    {"gpt2-350m", 24, 16, 1024, 1024, 1024, 0, 4, 1000, 100, 3e-4f},
+};
+
+typedef struct opts_s {
+  const preset_t *preset;
+  int layers, heads, channels, seq_len, vocab;
+  int batch, accum, steps, warmup, val_every, val_batches, log_every, threads;
+  int loss_scale_window;
+  float lr, min_lr_frac, weight_decay, beta1, beta2, eps, clip, stop_norm;
+  float loss_scale, peak_tflops, val_fraction, bucket_mb;
+  uint64_t seed;
+  const char *data, *dump_params;
+  int device; /* RT_DEVICE_* */
+  int dtype;  /* GPT_*, or -1 = by device */
+} opts_t;
+
+/* The training state: what a checkpoint saves to resume exactly. */
+typedef struct train_state_s {
+  int64_t step;      /* steps done */
+  uint64_t sample;   /* micro-batches of the data stream consumed */
+  uint64_t seed;     /* the initialisation and the data order */
+  int64_t adam_step; /* AdamW updates applied (skipped steps excluded) */
+  float loss_scale;  /* fp16: the dynamic loss scale; 1 otherwise */
+  int good_steps;    /* fp16: steps since the scale last changed */
+} train_state_t;
+
+/* Everything a run holds, released by run_free(). */
+typedef struct run_s {
+  opts_t o;
+  gpt_config_t cfg;
+  gpt_data_t *data;
+  rt_t *rt;
+  const gpt_backend_ops_t *ops;
+  gpt_backend_t *model;
+  int rank, world, dtype;
+  float *params, *zeros;
+  int32_t *tok, *tgt;
+  size_t *seg_off, *seg_count;
+  uint64_t train_windows, val_windows;
+  train_state_t st;
+  double peak; /* dense TFLOPS of one device, 0 when unknown */
+} run_t;
+
+/* ---- messages --------------------------------------------------------------- */
+
+static void fail_line(const char *fmt, ...) LU_PRINTF(1, 2);
+static void fail_line(const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "train_gpt: error: ");
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n");
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+"usage: train_gpt [flags]     (under launch: one process per rank)\n"
+"Trains a GPT-2 decoder (docs/runtime.md).\n"
+"\n"
+"model\n"
+"  --preset NAME        tiny (default; seconds on a CPU), gpt2-124m, gpt2-350m\n"
+"  --layers N           transformer blocks\n"
+"  --heads N            attention heads (divides --channels)\n"
+"  --channels N         width\n"
+"  --seq-len T          tokens per sequence\n"
+"  --vocab V            vocabulary (default: 256 for text, 50257 for token files)\n"
+"data\n"
+"  --data FILE          text (one token per byte) or an llm.c token file;\n"
+"                       default: the texts of /usr/share/common-licenses\n"
+"  --val-fraction F     the share of the data kept for validation (0.1)\n"
+"  --val-every N        validation loss every N steps and at the end (100; 0 = end)\n"
+"  --val-batches N      micro-batches per validation, over all ranks (8)\n"
+"optimisation\n"
+"  --steps N            training steps (preset)\n"
+"  --batch B            micro-batch: sequences per rank and micro-step (preset)\n"
+"  --accum K            micro-steps per step (gradient accumulation, 1)\n"
+"  --lr X               peak learning rate (preset)\n"
+"  --warmup N           linear warmup steps, then cosine decay (preset)\n"
+"  --min-lr-frac F      the cosine ends at F x lr (0.1)\n"
+"  --weight-decay X     AdamW weight decay of the matrices (0.1)\n"
+"  --beta1 X --beta2 X --eps X   AdamW (0.9, 0.95, 1e-8)\n"
+"  --clip X             clip the global gradient norm to X (1.0; 0 = off)\n"
+"  --seed N             initialisation and data order (1337)\n"
+"safety\n"
+"  --stop-grad-norm X   stop when the gradient norm exceeds X (1000; 0 = off)\n"
+"  --loss-scale X       fp16: initial loss scale (65536)\n"
+"  --loss-scale-window N  fp16: double the scale after N good steps (2000)\n"
+"device\n"
+"  --device D           cpu, cuda or auto (default: a GPU when there is one)\n"
+"  --dtype T            fp32, bf16 or fp16 (default: bf16 on SM80+, fp16 on\n"
+"                       older GPUs, fp32 on the CPU, which computes in fp32 only)\n"
+"  --threads N          CPU threads per rank (OMP_NUM_THREADS, else the CPU set)\n"
+"  --bucket-mb X        gradient all-reduce buckets in MiB (0 = per layer)\n"
+"output\n"
+"  --log-every N        a log line every N steps (1)\n"
+"  --peak-tflops X      a device's dense peak for MFU (default: by GPU name)\n"
+"  --dump-params FILE   write the final parameters (raw little-endian fp32)\n"
+"  --help               this text\n"
+"exit codes: 0 done, 1 runtime failure, 2 bad flags or data, 3 training diverged\n");
+}
+
+/* ---- flags ------------------------------------------------------------------ */
+
+static int parse_int(const char *flag, const char *v, int min, int *out) {
+  if (lu_parse_int(v, min, 1 << 30, out) != 0) {
+    fail_line("%s %s: expected an integer >= %d (see --help)", flag, v, min);
+    return -1;
+  }
+  return 0;
+}
+
+static int parse_float(const char *flag, const char *v, double min, float *out) {
+  char *end;
+  double x;
+  errno = 0;
+  x = strtod(v, &end);
+  if (errno || end == v || *end != '\0' || !isfinite(x) || x < min) {
+    fail_line("%s %s: expected a number >= %g (see --help)", flag, v, min);
+    return -1;
+  }
+  *out = (float)x;
+  return 0;
+}
+
+static const preset_t *find_preset(const char *name) {
+  for (size_t i = 0; i < LU_ARRAY_SIZE(presets); i++)
+    if (strcmp(presets[i].name, name) == 0)
+      return &presets[i];
+  return NULL;
+}
+
+/* RET 0, 1 for --help, -1 on a bad flag (reported). */
+static int parse_flags(int argc, char **argv, opts_t *o) {
+  /* flags of the model that override the preset; -1 = unset */
+  int layers = -1, heads = -1, channels = -1, seq = -1, batch = -1;
+  int steps = -1, warmup = -1;
+  float lr = -1;
+  memset(o, 0, sizeof(*o));
+  o->preset = &presets[0];
+  o->accum = 1;
+  o->val_every = 100;
+  o->val_batches = 8;
+  o->log_every = 1;
+  o->loss_scale_window = 2000;
+  o->min_lr_frac = 0.1f;
+  o->weight_decay = 0.1f;
+  o->beta1 = 0.9f;
+  o->beta2 = 0.95f;
+  o->eps = 1e-8f;
+  o->clip = 1.0f;
+  o->stop_norm = 1000.0f;
+  o->loss_scale = 65536.0f;
+  o->val_fraction = 0.1f;
+  o->seed = 1337;
+  o->device = RT_DEVICE_AUTO;
+  o->dtype = -1;
+  for (int i = 1; i < argc; i++) {
+    const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int rc = 0;
+    if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0)
+      return 1;
+    if (strncmp(f, "--", 2) != 0) {
+      fail_line("unexpected argument %s (see --help)", f);
+      return -1;
+    }
+    if (v == NULL) {
+      fail_line("%s needs a value (see --help)", f);
+      return -1;
+    }
+    i++;
+    if (strcmp(f, "--preset") == 0) {
+      if ((o->preset = find_preset(v)) == NULL) {
+        fail_line("--preset %s: not a preset; use tiny, gpt2-124m or gpt2-350m", v);
+        return -1;
+      }
+    } else if (strcmp(f, "--layers") == 0) rc = parse_int(f, v, 1, &layers);
+    else if (strcmp(f, "--heads") == 0) rc = parse_int(f, v, 1, &heads);
+    else if (strcmp(f, "--channels") == 0) rc = parse_int(f, v, 1, &channels);
+    else if (strcmp(f, "--seq-len") == 0) rc = parse_int(f, v, 1, &seq);
+    else if (strcmp(f, "--vocab") == 0) rc = parse_int(f, v, 1, &o->vocab);
+    else if (strcmp(f, "--batch") == 0) rc = parse_int(f, v, 1, &batch);
+    else if (strcmp(f, "--accum") == 0) rc = parse_int(f, v, 1, &o->accum);
+    else if (strcmp(f, "--steps") == 0) rc = parse_int(f, v, 1, &steps);
+    else if (strcmp(f, "--warmup") == 0) rc = parse_int(f, v, 0, &warmup);
+    else if (strcmp(f, "--val-every") == 0) rc = parse_int(f, v, 0, &o->val_every);
+    else if (strcmp(f, "--val-batches") == 0) rc = parse_int(f, v, 1, &o->val_batches);
+    else if (strcmp(f, "--log-every") == 0) rc = parse_int(f, v, 1, &o->log_every);
+    else if (strcmp(f, "--threads") == 0) rc = parse_int(f, v, 1, &o->threads);
+    else if (strcmp(f, "--loss-scale-window") == 0)
+      rc = parse_int(f, v, 1, &o->loss_scale_window);
+    else if (strcmp(f, "--lr") == 0) rc = parse_float(f, v, 0, &lr);
+    else if (strcmp(f, "--min-lr-frac") == 0) rc = parse_float(f, v, 0, &o->min_lr_frac);
+    else if (strcmp(f, "--weight-decay") == 0) rc = parse_float(f, v, 0, &o->weight_decay);
+    else if (strcmp(f, "--beta1") == 0) rc = parse_float(f, v, 0, &o->beta1);
+    else if (strcmp(f, "--beta2") == 0) rc = parse_float(f, v, 0, &o->beta2);
+    else if (strcmp(f, "--eps") == 0) rc = parse_float(f, v, 0, &o->eps);
+    else if (strcmp(f, "--clip") == 0) rc = parse_float(f, v, 0, &o->clip);
+    else if (strcmp(f, "--stop-grad-norm") == 0) rc = parse_float(f, v, 0, &o->stop_norm);
+    else if (strcmp(f, "--loss-scale") == 0) rc = parse_float(f, v, 1, &o->loss_scale);
+    else if (strcmp(f, "--peak-tflops") == 0) rc = parse_float(f, v, 0, &o->peak_tflops);
+    else if (strcmp(f, "--val-fraction") == 0) rc = parse_float(f, v, 0, &o->val_fraction);
+    else if (strcmp(f, "--bucket-mb") == 0) rc = parse_float(f, v, 0, &o->bucket_mb);
+    else if (strcmp(f, "--data") == 0) o->data = v;
+    else if (strcmp(f, "--dump-params") == 0) o->dump_params = v;
+    else if (strcmp(f, "--seed") == 0) {
+      int64_t s;
+      if (lu_parse_i64(v, strlen(v), &s) != 0 || s < 0) {
+        fail_line("--seed %s: expected an integer >= 0", v);
+        return -1;
+      }
+      o->seed = (uint64_t)s;
+    } else if (strcmp(f, "--device") == 0) {
+      if (strcmp(v, "cpu") == 0) o->device = RT_DEVICE_CPU;
+      else if (strcmp(v, "cuda") == 0) o->device = RT_DEVICE_CUDA;
+      else if (strcmp(v, "auto") == 0) o->device = RT_DEVICE_AUTO;
+      else {
+        fail_line("--device %s: use cpu, cuda or auto", v);
+        return -1;
+      }
+    } else if (strcmp(f, "--dtype") == 0) {
+      if (strcmp(v, "fp32") == 0) o->dtype = GPT_FP32;
+      else if (strcmp(v, "bf16") == 0) o->dtype = GPT_BF16;
+      else if (strcmp(v, "fp16") == 0) o->dtype = GPT_FP16;
+      else {
+        fail_line("--dtype %s: use fp32, bf16 or fp16", v);
+        return -1;
+      }
+    } else {
+      fail_line("unknown flag %s (see --help)", f);
+      return -1;
+    }
+    if (rc != 0)
+      return -1;
+  }
+  o->layers = layers > 0 ? layers : o->preset->layers;
+  o->heads = heads > 0 ? heads : o->preset->heads;
+  o->channels = channels > 0 ? channels : o->preset->channels;
+  o->seq_len = seq > 0 ? seq : o->preset->seq;
+  o->batch = batch > 0 ? batch : o->preset->batch;
+  o->steps = steps > 0 ? steps : o->preset->steps;
+  o->warmup = warmup >= 0 ? warmup : o->preset->warmup;
+  o->lr = lr >= 0 ? lr : o->preset->lr;
+  if (o->channels % o->heads != 0) {
+    fail_line("--heads %d does not divide --channels %d: pick a head count "
+              "that does", o->heads, o->channels);
+    return -1;
+  }
+  if (o->val_fraction >= 0.9f) {
+    fail_line("--val-fraction %g leaves too little for training: use less "
+              "than 0.9", (double)o->val_fraction);
+    return -1;
+  }
+  if (o->beta1 >= 1.0f || o->beta2 >= 1.0f) {
+    fail_line("--beta1 and --beta2 must be below 1");
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- set-up ------------------------------------------------------------------ */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Dense bf16 tensor peaks (fp16 for GPUs without bf16), TFLOPS per GPU, by
+ * name; the first match wins. */
+static double peak_tflops(const char *name) {
+  static const struct { const char *key; double tflops; } table[] = {
+      {"H200", 989},     {"GH200", 989}, {"H100 PCIe", 756}, {"H100 NVL", 835},
+      {"H100", 989},     {"H800", 989},  {"A100", 312},      {"A800", 312},
+      {"L40S", 362},     {"L4", 121},    {"A10", 125},       {"V100", 125},
+      {"T4", 65},
+  };
+  for (size_t i = 0; i < LU_ARRAY_SIZE(table); i++)
+    if (strstr(name, table[i].key))
+      return table[i].tflops;
+  return 0;
+}
+
+/* Open the data and fix the vocabulary. RET an exit code. */
+static int setup_data(run_t *r) {
+  char err[1024];
+  const gpt_data_info_t *info;
+  uint32_t maxid;
+  int rc = gpt_data_open(r->o.data, &r->data, err, sizeof(err));
+  if (rc != 0) {
+    fail_line("%s", err);
+    return EXIT_USAGE;
+  }
+  info = gpt_data_info(r->data);
+  maxid = gpt_data_max_token(r->data);
+  if (r->o.vocab == 0)
+    r->o.vocab = info->kind == GPT_DATA_TEXT ? 256 : 50257;
+  if (maxid >= (uint32_t)r->o.vocab) {
+    fail_line("the data (%s) holds token id %u but the vocabulary has %d "
+              "entries: pass --vocab %u or more", gpt_data_name(r->data), maxid,
+              r->o.vocab, maxid + 1);
+    return EXIT_USAGE;
+  }
+  rc = gpt_data_split(r->data, r->o.seq_len, r->o.val_fraction,
+                      &r->train_windows, &r->val_windows, err, sizeof(err));
+  if (rc != 0) {
+    fail_line("%s", err);
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
+}
+
+static int setup_model(run_t *r) {
+  const opts_t *o = &r->o;
+  size_t n;
+  int rc, nseg;
+  r->cfg.num_layers = o->layers;
+  r->cfg.num_heads = o->heads;
+  r->cfg.channels = o->channels;
+  r->cfg.vocab_size = o->vocab;
+  r->cfg.padded_vocab = (o->vocab + 127) / 128 * 128;
+  r->cfg.max_seq_len = o->seq_len > o->preset->max_seq ? o->seq_len
+                                                       : o->preset->max_seq;
+  r->ops = &gpt_cpu_ops;
+  r->dtype = o->dtype < 0 ? GPT_FP32 : o->dtype;
+  if (rt_device(r->rt) >= 0) {
+#ifdef RT_HAVE_CUDA
+    int cc = rt_device_cc(r->rt);
+    r->ops = &gpt_cuda_ops;
+    r->dtype = o->dtype >= 0 ? o->dtype : cc >= 80 ? GPT_BF16 : GPT_FP16;
+    if (r->dtype == GPT_BF16 && cc < 80) {
+      fail_line("--dtype bf16 needs a GPU of SM80 or newer; %s is sm_%d: use "
+                "--dtype fp16", rt_device_name(r->rt), cc);
+      return EXIT_USAGE;
+    }
+#endif
+  } else if (r->dtype != GPT_FP32) {
+    fail_line("the CPU backend computes in fp32 only: use --dtype fp32, or "
+              "--device cuda on a machine with a GPU");
+    return EXIT_USAGE;
+  }
+  n = gpt_num_params(&r->cfg);
+  r->params = malloc(n * sizeof(float));
+  r->zeros = calloc(n, sizeof(float));
+  r->tok = malloc((size_t)o->batch * (size_t)o->seq_len * sizeof(int32_t));
+  r->tgt = malloc((size_t)o->batch * (size_t)o->seq_len * sizeof(int32_t));
+  nseg = gpt_num_segments(&r->cfg);
+  r->seg_off = malloc((size_t)nseg * sizeof(size_t));
+  r->seg_count = malloc((size_t)nseg * sizeof(size_t));
+  if (!r->params || !r->zeros || !r->tok || !r->tgt || !r->seg_off ||
+      !r->seg_count) {
+    fail_line("out of memory for %zu parameters", n);
+    return EXIT_FAIL;
+  }
+  rc = r->ops->create(&r->cfg, o->batch, o->seq_len, r->dtype,
+                      rt_device(r->rt), o->threads, &r->model);
+  if (rc != 0) {
+    fail_line("the %s backend cannot hold this model (%zu parameters, "
+              "micro-batch %d x %d tokens): %s", r->ops->name, n, o->batch,
+              o->seq_len, rt_strerror(rc));
+    return EXIT_FAIL;
+  }
+  gpt_init_params(&r->cfg, o->seed, r->params);
+  if ((rc = r->ops->set_state(r->model, r->params, r->zeros, r->zeros)) != 0) {
+    fail_line("loading the initial parameters: %s", rt_strerror(rc));
+    return EXIT_FAIL;
+  }
+  for (int i = 0; i < nseg; i++)
+    gpt_segment(&r->cfg, i, &r->seg_off[i], &r->seg_count[i]);
+  if (r->world > 1) {
+    int gdtype = GPT_FP32;
+    void *g = r->ops->grad_buffer(r->model, &gdtype);
+    rc = rt_grads_register(r->rt, g, gdtype, nseg, r->seg_off, r->seg_count);
+    if (rc != 0) {
+      fail_line("registering the gradients: %s", rt_strerror(rc));
+      return EXIT_FAIL;
+    }
+  }
+  r->st.seed = o->seed;
+  r->st.loss_scale = r->dtype == GPT_FP16 ? o->loss_scale : 1.0f;
+  r->peak = o->peak_tflops > 0 ? o->peak_tflops
+            : rt_device(r->rt) >= 0 ? peak_tflops(rt_device_name(r->rt))
+                                    : 0;
+  return EXIT_OK;
+}
+
+static void print_setup(const run_t *r) {
+  const opts_t *o = &r->o;
+  const gpt_data_info_t *info = gpt_data_info(r->data);
+  static const char *dtypes[] = {"fp32", "bf16", "fp16"};
+  long long seqs = (long long)o->batch * o->accum * r->world;
+  printf("train_gpt: model: %d layers, %d heads, %d channels, vocabulary %d "
+         "(padded %d), %d positions: %zu parameters\n", r->cfg.num_layers,
+         r->cfg.num_heads, r->cfg.channels, r->cfg.vocab_size,
+         r->cfg.padded_vocab, r->cfg.max_seq_len, gpt_num_params(&r->cfg));
+  printf("train_gpt: data: %s: %zu tokens (%s); %" PRIu64 " training and %"
+         PRIu64 " validation windows of %d\n", gpt_data_name(r->data),
+         info->count, info->kind == GPT_DATA_TEXT ? "text, one per byte"
+                                                  : "llm.c token file",
+         r->train_windows, r->val_windows, o->seq_len);
+  if (rt_device(r->rt) < 0)
+    printf("train_gpt: device: cpu (%d threads per rank), fp32; %d ranks\n",
+           o->threads > 0 ? o->threads : cpu_default_threads(), r->world);
+  else
+    printf("train_gpt: device: %s (%s backend), %s; %d ranks\n",
+           rt_device_name(r->rt), r->ops->name, dtypes[r->dtype], r->world);
+  printf("train_gpt: global batch: %d ranks x micro-batch %d x accum %d = "
+         "%lld sequences x %d tokens = %lld tokens per step\n", r->world,
+         o->batch, o->accum, seqs, o->seq_len, seqs * o->seq_len);
+  printf("train_gpt: %d steps, lr %.3g (warmup %d, cosine to %.3g), weight "
+         "decay %g, clip %g, seed %" PRIu64 "\n", o->steps, (double)o->lr,
+         o->warmup, (double)(o->lr * o->min_lr_frac), (double)o->weight_decay,
+         (double)o->clip, o->seed);
+  if (r->val_windows == 0)
+    printf("train_gpt: validation: off (the data leaves fewer than %d tokens "
+           "for it)\n", o->seq_len + 1);
+  fflush(stdout);
+}
+
+static void run_free(run_t *r) {
+  if (r->model)
+    r->ops->destroy(r->model);
+  rt_finalize(r->rt);
+  gpt_data_close(r->data);
+  free(r->params);
+  free(r->zeros);
+  free(r->tok);
+  free(r->tgt);
+  free(r->seg_off);
+  free(r->seg_count);
+}
+
+/* ---- training ---------------------------------------------------------------- */
+
+/* Linear warmup to lr, then a cosine down to min_lr_frac x lr at the end. */
+static float learning_rate(const opts_t *o, int64_t step) {
+  double lo = (double)o->lr * o->min_lr_frac, frac;
+  if (step <= o->warmup)
+    return o->lr * (float)step / (float)(o->warmup + 1);
+  if (o->steps <= o->warmup)
+    return o->lr;
+  frac = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
+  return (float)(lo + 0.5 * ((double)o->lr - lo) * (1.0 + cos(M_PI * frac)));
+}
+
+/* Micro-batch n of the training stream: windows n·B .. n·B + B-1. */
+static void train_batch(run_t *r, uint64_t n) {
+  size_t T = (size_t)r->o.seq_len;
+  for (int b = 0; b < r->o.batch; b++)
+    gpt_data_train_sample(r->data, n * (uint64_t)r->o.batch + (uint64_t)b,
+                          r->st.seed, r->tok + (size_t)b * T,
+                          r->tgt + (size_t)b * T);
+}
+
+/* The mean loss of val_batches micro-batches, spread over the ranks. */
+static int validate(run_t *r, float *out) {
+  float acc[2] = {0, 0};
+  size_t T = (size_t)r->o.seq_len;
+  int rc;
+  for (int i = r->rank; i < r->o.val_batches; i += r->world) {
+    float loss = 0;
+    for (int b = 0; b < r->o.batch; b++)
+      gpt_data_val_sample(r->data, (uint64_t)i * (uint64_t)r->o.batch + (uint64_t)b,
+                          r->tok + (size_t)b * T, r->tgt + (size_t)b * T);
+    if ((rc = r->ops->forward(r->model, r->tok, r->tgt, &loss)) != 0)
+      return rc;
+    acc[0] += loss;
+    acc[1] += 1.0f;
+  }
+  if ((rc = rt_allreduce_host(r->rt, acc, 2)) != 0)
+    return rc;
+  *out = acc[0] / acc[1];
+  return 0;
+}
+
+static int runtime_failed(const char *what, int rc) {
+  fail_line("%s failed: %s", what, rt_strerror(rc));
+  return EXIT_FAIL;
+}
+
+/* One step. OUT *loss, *norm, *skipped. RET an exit code. */
+static int train_step(run_t *r, float lr, float *loss, float *norm,
+                      int *skipped) {
+  const opts_t *o = &r->o;
+  float lsum = 0, denom = (float)o->accum * (float)r->world;
+  int rc;
+  gpt_adamw_t a;
+  *skipped = 0;
+  if ((rc = r->ops->zero_grad(r->model)) != 0)
+    return runtime_failed("zero_grad", rc);
+  for (int k = 0; k < o->accum; k++) {
+    float l = 0;
+    int last = k == o->accum - 1;
+    train_batch(r, r->st.sample + (uint64_t)k * (uint64_t)r->world +
+                       (uint64_t)r->rank);
+    if ((rc = r->ops->forward(r->model, r->tok, r->tgt, &l)) != 0)
+      return runtime_failed("forward", rc);
+    lsum += l;
+    rc = r->ops->backward(r->model, r->st.loss_scale, last,
+                          r->world > 1 ? rt_grads_ready : NULL, r->rt);
+    if (rc != 0)
+      return runtime_failed("backward", rc);
+  }
+  if (r->world > 1 && (rc = rt_grads_wait(r->rt)) != 0)
+    return runtime_failed("the gradient all-reduce", rc);
+  if ((rc = rt_allreduce_host(r->rt, &lsum, 1)) != 0)
+    return runtime_failed("the loss all-reduce", rc);
+  r->st.sample += (uint64_t)o->accum * (uint64_t)r->world;
+  *loss = lsum / denom;
+  rc = r->ops->grad_norm(r->model, 1.0f / (denom * r->st.loss_scale), norm);
+  if (rc != 0)
+    return runtime_failed("grad_norm", rc);
+  if (!isfinite(*loss)) {
+    fail_line("the loss is %g at step %" PRId64 ": training diverged; lower "
+              "--lr or check the data (docs/runtime.md)", (double)*loss,
+              r->st.step + 1);
+    return EXIT_DIVERGED;
+  }
+  if (!isfinite(*norm)) {
+    if (r->dtype != GPT_FP16) {
+      fail_line("the gradient norm is %g at step %" PRId64 ": training "
+                "diverged; lower --lr (docs/runtime.md)", (double)*norm,
+                r->st.step + 1);
+      return EXIT_DIVERGED;
+    }
+    /* fp16 overflow: skip the update, halve the scale */
+    *skipped = 1;
+    r->st.loss_scale /= 2;
+    r->st.good_steps = 0;
+    if (r->st.loss_scale < 1.0f) {
+      fail_line("fp16 gradients overflow even with a loss scale of 1 at step "
+                "%" PRId64 ": training diverged; use --dtype bf16 or a lower "
+                "--lr", r->st.step + 1);
+      return EXIT_DIVERGED;
+    }
+    return EXIT_OK;
+  }
+  if (o->stop_norm > 0 && *norm > o->stop_norm) {
+    fail_line("the gradient norm %g exceeds --stop-grad-norm %g at step %"
+              PRId64 ": training diverged; lower --lr or raise the limit",
+              (double)*norm, (double)o->stop_norm, r->st.step + 1);
+    return EXIT_DIVERGED;
+  }
+  memset(&a, 0, sizeof(a));
+  a.lr = lr;
+  a.beta1 = o->beta1;
+  a.beta2 = o->beta2;
+  a.eps = o->eps;
+  a.weight_decay = o->weight_decay;
+  a.grad_scale = 1.0f / (denom * r->st.loss_scale);
+  if (o->clip > 0 && *norm > o->clip)
+    a.grad_scale *= o->clip / *norm;
+  a.t = (int)++r->st.adam_step;
+  if ((rc = r->ops->adamw(r->model, &a)) != 0)
+    return runtime_failed("adamw", rc);
+  if (r->dtype == GPT_FP16 && ++r->st.good_steps >= o->loss_scale_window) {
+    r->st.loss_scale *= 2;
+    r->st.good_steps = 0;
+  }
+  return EXIT_OK;
+}
+
+static int dump_params(run_t *r) {
+  size_t n = gpt_num_params(&r->cfg);
+  FILE *f;
+  int rc = r->ops->get_state(r->model, r->params, NULL, NULL);
+  if (rc != 0)
+    return runtime_failed("get_state", rc);
+  if ((f = fopen(r->o.dump_params, "wb")) == NULL ||
+      fwrite(r->params, sizeof(float), n, f) != n || fclose(f) != 0) {
+    fail_line("writing --dump-params %s: %s", r->o.dump_params, strerror(errno));
+    return EXIT_FAIL;
+  }
+  return EXIT_OK;
+}
+
+static int train(run_t *r) {
+  const opts_t *o = &r->o;
+  double tokens = (double)o->batch * o->seq_len * o->accum * r->world;
+  double flops = gpt_flops_per_token(&r->cfg, o->seq_len), t_sum = 0;
+  float loss = NAN, val = NAN;
+  int rc, timed = 0;
+  while (r->st.step < o->steps) {
+    float lr = learning_rate(o, r->st.step + 1), norm = 0;
+    int skipped = 0;
+    double t0 = now_s(), dt;
+    if ((rc = train_step(r, lr, &loss, &norm, &skipped)) != EXIT_OK)
+      return rc;
+    if ((rc = r->ops->sync(r->model)) != 0)
+      return runtime_failed("sync", rc);
+    dt = now_s() - t0;
+    r->st.step++;
+    if (r->st.step > 1) { /* the first step warms caches and allocators */
+      t_sum += dt;
+      timed++;
+    }
+    if (r->rank == 0 && (r->st.step % o->log_every == 0 || r->st.step == 1 ||
+                         r->st.step == o->steps)) {
+      printf("step %5" PRId64 "/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms "
+             "| %.0f tok/s", r->st.step, o->steps, (double)loss, (double)norm,
+             (double)lr, dt * 1e3, tokens / dt);
+      if (rt_device(r->rt) >= 0) {
+        if (r->peak > 0)
+          printf(" | mfu %.1f%%", 100.0 * flops * tokens / dt /
+                                      (r->peak * 1e12 * r->world));
+        else
+          printf(" | mfu n/a");
+      }
+      if (skipped)
+        printf(" | skipped (fp16 overflow, loss scale now %g)",
+               (double)r->st.loss_scale);
+      printf("\n");
+      fflush(stdout);
+    }
+    if ((rc = rt_progress(r->rt, r->st.step)) != 0)
+      return runtime_failed("the progress report", rc);
+    if (r->val_windows > 0 &&
+        ((o->val_every > 0 && r->st.step % o->val_every == 0) ||
+         r->st.step == o->steps)) {
+      if ((rc = validate(r, &val)) != 0)
+        return runtime_failed("validation", rc);
+      if (r->rank == 0) {
+        printf("val   %5" PRId64 "/%d | loss %.6f\n", r->st.step, o->steps,
+               (double)val);
+        fflush(stdout);
+      }
+    }
+  }
+  if (r->rank == 0) {
+    printf("train_gpt: final: step %" PRId64 " loss %.6f val %.6f", r->st.step,
+           (double)loss, (double)val);
+    if (timed > 0)
+      printf(" | %.2f ms/step, %.0f tok/s (steps 2..%" PRId64 ")",
+             t_sum / timed * 1e3, tokens * timed / t_sum, r->st.step);
+    printf("\n");
+    fflush(stdout);
+    if (o->dump_params && (rc = dump_params(r)) != EXIT_OK)
+      return rc;
+  }
+  return EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+  run_t r;
+  rt_options_t ro = RT_OPTIONS_INIT;
+  int rc;
+  memset(&r, 0, sizeof(r));
+  if ((rc = parse_flags(argc, argv, &r.o)) != 0) {
+    if (rc > 0)
+      usage(stdout);
+    return rc > 0 ? EXIT_OK : EXIT_USAGE;
+  }
+#ifndef RT_HAVE_CUDA
+  if (r.o.device == RT_DEVICE_CUDA) {
+    fail_line("--device cuda: this train_gpt was built without CUDA "
+              "(docs/runtime.md says how to build with it)");
+    return EXIT_USAGE;
+  }
+  r.o.device = RT_DEVICE_CPU;
+#endif
+  if ((rc = setup_data(&r)) != EXIT_OK) {
+    run_free(&r);
+    return rc;
+  }
+  ro.device = r.o.device;
+  ro.bucket_bytes = (size_t)((double)r.o.bucket_mb * 1048576.0);
+  if ((rc = rt_init(&ro, &r.rt)) != 0) {
+    /* the runtime said why */
+    run_free(&r);
+    return EXIT_FAIL;
+  }
+  r.rank = rt_rank(r.rt);
+  r.world = rt_world_size(r.rt);
+  if ((rc = setup_model(&r)) == EXIT_OK) {
+    if (r.rank == 0)
+      print_setup(&r);
+    rc = train(&r);
+  }
+  run_free(&r);
+  return rc;
+}

@@ -1,0 +1,496 @@
+/* rt.c - the training runtime of rt.h: the worker environment, the store
+ * connection, the collectives (NCCL through rt_gpu.c, the TCP mesh of
+ * rt_mesh.c on a communication thread), gradient buckets, progress. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpt.h"
+#include "rt.h"
+#include "rt_int.h"
+
+#define RT_MAGIC 0x72747274u
+#define QUEUE_CAP 64
+
+enum { OP_ALLREDUCE, OP_BROADCAST };
+
+/* One collective for the communication thread. */
+typedef struct op_s {
+  int kind, root;
+  void *buf;
+  size_t n; /* floats (all-reduce) or bytes (broadcast) */
+} op_t;
+
+struct rt_s {
+  unsigned magic;
+  rt_options_t opt;
+  rt_who_t who;
+  int rank, world, local_rank, local_world;
+  int64_t round;
+  char host[256];
+  rdzv_client_t *store;
+  rt_gpu_t *gpu;
+  rt_mesh_t *mesh;
+  int64_t last_progress;
+  /* the communication thread (CPU collectives) and its queue */
+  pthread_t thread;
+  int thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t work, done;
+  op_t q[QUEUE_CAP];
+  uint64_t pushed, completed;
+  int err, stop;
+  /* registered gradients */
+  char *grads;
+  int gdtype, nseg, nreported;
+  size_t *goff, *gcount;
+  unsigned char *reported;
+  size_t pend_off, pend_count;
+  void *pend_event;
+};
+
+void rt__logf(const rt_who_t *who, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "rt: %s: %s\n", who->text, msg);
+}
+
+/* gpt.h's error report: called by the backends, which hold no rt_t, so the
+ * rank and host come from the environment launch set. */
+void rt_report_error(const char *lib, const char *call, const char *what,
+                     const char *file, int line) {
+  const char *rank = getenv("RANK"), *host = getenv("LAUNCH_HOSTNAME");
+  char name[256] = "?";
+  const char *base = file ? strrchr(file, '/') : NULL;
+  if (host == NULL || *host == '\0') {
+    if (gethostname(name, sizeof(name) - 1) == 0)
+      name[sizeof(name) - 1] = '\0';
+    host = name;
+  }
+  fprintf(stderr, "rt: rank %s on %s: %s call %s failed: %s (%s:%d)\n",
+          rank && *rank ? rank : "0", host, lib, call, what,
+          base ? base + 1 : file ? file : "?", line);
+}
+
+const char *rt_strerror(int err) { return rdzv_strerror(err); }
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the environment ---------------------------------------------------------- */
+
+/* RET 1 and *out when name holds an integer in [lo, hi], 0 when unset,
+ * -1 when malformed. */
+static int env_int(const char *name, long lo, long hi, int64_t *out) {
+  const char *v = getenv(name);
+  char *end;
+  long long x;
+  if (v == NULL || *v == '\0')
+    return 0;
+  errno = 0;
+  x = strtoll(v, &end, 10);
+  if (errno || *end != '\0' || x < lo || x > hi)
+    return -1;
+  *out = x;
+  return 1;
+}
+
+static const char *env_or(const char *name) {
+  const char *v = getenv(name);
+  return v ? v : "(unset)";
+}
+
+static int read_env(rt_t *rt) {
+  int64_t v = 0;
+  int has_rank;
+  const char *host = getenv("LAUNCH_HOSTNAME");
+  if (host && *host)
+    snprintf(rt->host, sizeof(rt->host), "%s", host);
+  else if (gethostname(rt->host, sizeof(rt->host) - 1) != 0)
+    snprintf(rt->host, sizeof(rt->host), "?");
+  rt->world = 1;
+  rt->local_world = 1;
+  if ((has_rank = env_int("RANK", 0, 1 << 24, &v)) < 0)
+    goto bad;
+  rt->rank = (int)v;
+  if (has_rank) {
+    if (env_int("WORLD_SIZE", 1, 1 << 24, &v) != 1)
+      goto bad;
+    rt->world = (int)v;
+    if (env_int("LOCAL_RANK", 0, 1 << 24, &v) < 0)
+      goto bad;
+    rt->local_rank = (int)v;
+    v = 1;
+    if (env_int("LOCAL_WORLD_SIZE", 1, 1 << 24, &v) < 0)
+      goto bad;
+    rt->local_world = (int)v;
+    v = 0;
+    if (env_int("LAUNCH_ROUND", 0, INT32_MAX, &v) == 0 &&
+        env_int("TORCHELASTIC_RESTART_COUNT", 0, INT32_MAX, &v) < 0)
+      goto bad;
+    rt->round = v;
+    if (rt->rank >= rt->world || rt->local_rank >= rt->local_world)
+      goto bad;
+  }
+  rt->who.rank = rt->rank;
+  snprintf(rt->who.text, sizeof(rt->who.text), "rank %d on %s", rt->rank,
+           rt->host);
+  return has_rank;
+bad:
+  fprintf(stderr, "rt: the worker environment is malformed (RANK=%s "
+          "WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s LAUNCH_ROUND=%s): "
+          "start the trainer with launch (docs/runtime.md)\n",
+          env_or("RANK"), env_or("WORLD_SIZE"), env_or("LOCAL_RANK"),
+          env_or("LOCAL_WORLD_SIZE"), env_or("LAUNCH_ROUND"));
+  return RDZV_EINVAL;
+}
+
+/* ---- the communication thread ---------------------------------------------------- */
+
+static int run_op(rt_t *rt, const op_t *op) {
+  if (op->kind == OP_ALLREDUCE)
+    return rt__mesh_allreduce(rt->mesh, op->buf, op->n);
+  return rt__mesh_broadcast(rt->mesh, op->buf, op->n, op->root);
+}
+
+static void *comm_main(void *arg) {
+  rt_t *rt = arg;
+  pthread_mutex_lock(&rt->mu);
+  for (;;) {
+    op_t op;
+    int rc, err;
+    while (rt->completed == rt->pushed && !rt->stop)
+      pthread_cond_wait(&rt->work, &rt->mu);
+    if (rt->completed == rt->pushed)
+      break; /* stopping, nothing left */
+    op = rt->q[rt->completed % QUEUE_CAP];
+    err = rt->err;
+    pthread_mutex_unlock(&rt->mu);
+    /* after a failure the peers are in an unknown state: fail the rest */
+    rc = err ? err : run_op(rt, &op);
+    pthread_mutex_lock(&rt->mu);
+    if (rc != 0 && rt->err == 0)
+      rt->err = rc;
+    rt->completed++;
+    pthread_cond_broadcast(&rt->done);
+  }
+  pthread_mutex_unlock(&rt->mu);
+  return NULL;
+}
+
+/* Queue op; RET the count of completed ops at which it is done. */
+static uint64_t push_op(rt_t *rt, const op_t *op) {
+  uint64_t seq;
+  pthread_mutex_lock(&rt->mu);
+  while (rt->pushed - rt->completed >= QUEUE_CAP)
+    pthread_cond_wait(&rt->done, &rt->mu);
+  rt->q[rt->pushed % QUEUE_CAP] = *op;
+  seq = ++rt->pushed;
+  pthread_cond_signal(&rt->work);
+  pthread_mutex_unlock(&rt->mu);
+  return seq;
+}
+
+static int wait_op(rt_t *rt, uint64_t seq) {
+  int err;
+  pthread_mutex_lock(&rt->mu);
+  while (rt->completed < seq)
+    pthread_cond_wait(&rt->done, &rt->mu);
+  err = rt->err;
+  pthread_mutex_unlock(&rt->mu);
+  return err;
+}
+
+/* ---- init / finalize ---------------------------------------------------------------- */
+
+void rt_finalize(rt_t *rt) {
+  if (rt == NULL)
+    return;
+  if (rt->thread_started) {
+    pthread_mutex_lock(&rt->mu);
+    rt->stop = 1;
+    pthread_cond_signal(&rt->work);
+    pthread_mutex_unlock(&rt->mu);
+    pthread_join(rt->thread, NULL);
+  }
+  rt__mesh_close(rt->mesh);
+  rt__gpu_close(rt->gpu);
+  rdzv_close(rt->store);
+  free(rt->goff);
+  free(rt->gcount);
+  free(rt->reported);
+  pthread_cond_destroy(&rt->work);
+  pthread_cond_destroy(&rt->done);
+  pthread_mutex_destroy(&rt->mu);
+  rt->magic = 0;
+  free(rt);
+}
+
+static int pick_device(rt_t *rt) {
+  const char *why = "";
+  int rc;
+  if (rt->opt.device == RT_DEVICE_CPU)
+    return 0;
+  rc = rt__gpu_open(&rt->who, rt->local_rank, &rt->gpu, &why);
+  if (rc == RDZV_ENOTSUP && rt->opt.device == RT_DEVICE_AUTO)
+    return 0; /* no GPU here: the CPU it is */
+  if (rc == RDZV_ENOTSUP)
+    rt__logf(&rt->who, "a GPU was asked for, but %s", why);
+  return rc;
+}
+
+int rt_init(const rt_options_t *opt, rt_t **out) {
+  rt_options_t defaults = RT_OPTIONS_INIT;
+  rt_t *rt;
+  int rc, under_launch;
+  *out = NULL;
+  if (opt && (opt->size < sizeof(rt_options_t) || opt->version != 1 ||
+              opt->device < RT_DEVICE_AUTO || opt->device > RT_DEVICE_CUDA ||
+              opt->timeout_ms < 1 || opt->progress_ms < 0))
+    return RDZV_EINVAL;
+  if ((rt = calloc(1, sizeof(*rt))) == NULL)
+    return RDZV_ENOMEM;
+  rt->magic = RT_MAGIC;
+  rt->opt = opt ? *opt : defaults;
+  pthread_mutex_init(&rt->mu, NULL);
+  pthread_cond_init(&rt->work, NULL);
+  pthread_cond_init(&rt->done, NULL);
+  if ((rc = under_launch = read_env(rt)) < 0)
+    goto fail;
+  if (under_launch && (rc = rdzv_connect_from_env(&rt->store)) != 0) {
+    const char *ep = getenv("LAUNCH_RDZV_ENDPOINT");
+    rt__logf(&rt->who, "cannot reach launch's store at %s: %s",
+             ep ? ep : getenv("MASTER_ADDR") ? getenv("MASTER_ADDR") : "(unset)",
+             rdzv_strerror(rc));
+    rt->store = NULL;
+    goto fail;
+  }
+  if ((rc = pick_device(rt)) != 0)
+    goto fail;
+  if (rt->world > 1 && rt->gpu) {
+    rc = rt__gpu_nccl_init(rt->gpu, rt->store, rt->rank, rt->world,
+                           rt->opt.timeout_ms);
+    if (rc != 0)
+      goto fail;
+  } else if (rt->world > 1) {
+    rc = rt__mesh_open(rt->store, &rt->who, rt->world, rt->round,
+                       rt->opt.timeout_ms, &rt->mesh);
+    if (rc != 0)
+      goto fail;
+    if ((rc = pthread_create(&rt->thread, NULL, comm_main, rt)) != 0) {
+      rt__logf(&rt->who, "pthread_create(communication thread): %s",
+               strerror(rc));
+      rc = -rc;
+      goto fail;
+    }
+    rt->thread_started = 1;
+  }
+  /* step 0: the rank is up (a watcher sees it before the first step) */
+  if ((rc = rt_progress(rt, 0)) != 0)
+    goto fail;
+  *out = rt;
+  return 0;
+fail:
+  rt_finalize(rt);
+  return rc;
+}
+
+/* ---- accessors --------------------------------------------------------------------------- */
+
+int rt_rank(const rt_t *rt) { return rt->rank; }
+int rt_world_size(const rt_t *rt) { return rt->world; }
+int rt_local_rank(const rt_t *rt) { return rt->local_rank; }
+int rt_local_world_size(const rt_t *rt) { return rt->local_world; }
+int64_t rt_round(const rt_t *rt) { return rt->round; }
+const char *rt_host(const rt_t *rt) { return rt->host; }
+int rt_device(const rt_t *rt) { return rt->gpu ? rt__gpu_device(rt->gpu) : -1; }
+const char *rt_device_name(const rt_t *rt) {
+  return rt->gpu ? rt__gpu_name(rt->gpu) : "cpu";
+}
+int rt_device_cc(const rt_t *rt) { return rt->gpu ? rt__gpu_cc(rt->gpu) : 0; }
+rdzv_client_t *rt_store(rt_t *rt) { return rt->store; }
+
+/* ---- collectives ----------------------------------------------------------------------------- */
+
+static int dtype_size(int dtype) {
+  return dtype == RT_FP32 ? 4 : dtype == RT_BF16 || dtype == RT_FP16 ? 2 : 0;
+}
+
+int rt_allreduce(rt_t *rt, void *buf, size_t count, int dtype) {
+  op_t op = {OP_ALLREDUCE, 0, buf, count};
+  int rc;
+  if (dtype_size(dtype) == 0 || (rt->gpu == NULL && dtype != RT_FP32))
+    return RDZV_EINVAL;
+  if (rt->world == 1 || count == 0)
+    return 0;
+  if (rt->gpu) {
+    if ((rc = rt__gpu_allreduce(rt->gpu, buf, count, dtype, NULL)) != 0)
+      return rc;
+    return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
+  }
+  return wait_op(rt, push_op(rt, &op));
+}
+
+int rt_allreduce_host(rt_t *rt, float *buf, size_t count) {
+  if (rt->gpu)
+    return rt->world == 1 ? 0 : rt__gpu_allreduce_host(rt->gpu, buf, count);
+  return rt_allreduce(rt, buf, count, RT_FP32);
+}
+
+int rt_broadcast(rt_t *rt, void *buf, size_t bytes, int root) {
+  op_t op = {OP_BROADCAST, root, buf, bytes};
+  int rc;
+  if (root < 0 || root >= rt->world)
+    return RDZV_EINVAL;
+  if (rt->world == 1 || bytes == 0)
+    return 0;
+  if (rt->gpu) {
+    if ((rc = rt__gpu_broadcast(rt->gpu, buf, bytes, root)) != 0)
+      return rc;
+    return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
+  }
+  return wait_op(rt, push_op(rt, &op));
+}
+
+int rt_barrier(rt_t *rt) {
+  char name[64];
+  int rc;
+  if (rt->world == 1)
+    return 0;
+  snprintf(name, sizeof(name), "rt/%" PRId64 "/barrier", rt->round);
+  rc = rdzv_barrier(rt->store, name, (uint32_t)rt->world, rt->opt.timeout_ms);
+  if (rc != 0)
+    rt__logf(&rt->who, "barrier: %s (%s)", rdzv_strerror(rc),
+             rc == -ETIMEDOUT ? "a rank did not arrive: see the other logs"
+                              : rdzv_last_error(rt->store));
+  return rc;
+}
+
+/* ---- gradients -------------------------------------------------------------------------------- */
+
+int rt_grads_register(rt_t *rt, void *grads, int dtype, int nseg,
+                      const size_t *off, const size_t *count) {
+  size_t *o, *c;
+  unsigned char *r;
+  if (grads == NULL || nseg < 1 || dtype_size(dtype) == 0 ||
+      (rt->gpu == NULL && dtype != RT_FP32))
+    return RDZV_EINVAL;
+  o = malloc((size_t)nseg * sizeof(size_t));
+  c = malloc((size_t)nseg * sizeof(size_t));
+  r = calloc((size_t)nseg, 1);
+  if (o == NULL || c == NULL || r == NULL) {
+    free(o), free(c), free(r);
+    return RDZV_ENOMEM;
+  }
+  memcpy(o, off, (size_t)nseg * sizeof(size_t));
+  memcpy(c, count, (size_t)nseg * sizeof(size_t));
+  free(rt->goff), free(rt->gcount), free(rt->reported);
+  rt->goff = o;
+  rt->gcount = c;
+  rt->reported = r;
+  rt->grads = grads;
+  rt->gdtype = dtype;
+  rt->nseg = nseg;
+  rt->nreported = 0;
+  rt->pend_count = 0;
+  return 0;
+}
+
+/* Start the all-reduce of the pending bucket. */
+static int flush(rt_t *rt) {
+  size_t es = (size_t)dtype_size(rt->gdtype);
+  void *p = rt->grads + rt->pend_off * es;
+  size_t n = rt->pend_count;
+  rt->pend_count = 0;
+  if (n == 0)
+    return 0;
+  if (rt->gpu)
+    return rt__gpu_allreduce(rt->gpu, p, n, rt->gdtype, rt->pend_event);
+  op_t op = {OP_ALLREDUCE, 0, p, n};
+  push_op(rt, &op);
+  return 0;
+}
+
+int rt_grads_ready(void *arg, int seg, void *stream_event) {
+  rt_t *rt = arg;
+  size_t off, n;
+  int rc = 0;
+  if (rt == NULL || rt->magic != RT_MAGIC || seg < 0 || seg >= rt->nseg ||
+      rt->reported[seg])
+    return RDZV_EINVAL;
+  rt->reported[seg] = 1;
+  rt->nreported++;
+  if (rt->world == 1)
+    return 0;
+  off = rt->goff[seg];
+  n = rt->gcount[seg];
+  /* consecutive segments lie one below the other: they join the bucket */
+  if (rt->pend_count > 0 && off + n == rt->pend_off) {
+    rt->pend_off = off;
+    rt->pend_count += n;
+  } else {
+    if ((rc = flush(rt)) != 0)
+      return rc;
+    rt->pend_off = off;
+    rt->pend_count = n;
+  }
+  rt->pend_event = stream_event;
+  if (rt->pend_count * (size_t)dtype_size(rt->gdtype) >= rt->opt.bucket_bytes ||
+      rt->nreported == rt->nseg)
+    rc = flush(rt);
+  return rc;
+}
+
+int rt_grads_wait(rt_t *rt) {
+  int rc = 0;
+  if (rt->nseg == 0)
+    return RDZV_EINVAL;
+  for (int s = 0; s < rt->nseg && rc == 0; s++)
+    if (!rt->reported[s])
+      rc = rt_grads_ready(rt, s, NULL);
+  if (rc == 0)
+    rc = flush(rt);
+  memset(rt->reported, 0, (size_t)rt->nseg);
+  rt->nreported = 0;
+  if (rt->world == 1 || rc != 0)
+    return rc;
+  if (rt->gpu)
+    return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
+  return wait_op(rt, rt->pushed);
+}
+
+/* ---- progress ------------------------------------------------------------------------------------ */
+
+int rt_progress(rt_t *rt, int64_t step) {
+  char key[64], val[96];
+  struct timeval tv;
+  int64_t now = mono_ms();
+  int rc;
+  if (rt->store == NULL)
+    return 0;
+  if (rt->last_progress != 0 && now - rt->last_progress < rt->opt.progress_ms)
+    return 0;
+  rt->last_progress = now;
+  gettimeofday(&tv, NULL);
+  snprintf(key, sizeof(key), "launch/progress/%d", rt->rank);
+  snprintf(val, sizeof(val), "%" PRId64 " %" PRId64 " %" PRId64, rt->round,
+           step, (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000);
+  rc = rdzv_set(rt->store, key, val, strlen(val), rt->opt.timeout_ms);
+  if (rc != 0)
+    rt__logf(&rt->who, "progress report to the store failed: %s",
+             rdzv_strerror(rc));
+  return rc;
+}

@@ -1,0 +1,63 @@
+/* rt_int.h - private to the runtime: the TCP mesh of the CPU collectives
+ * (rt_mesh.c) and the GPU side, CUDA driver and NCCL loaded at run time
+ * (rt_gpu.c). */
+#ifndef RT_INT_H
+#define RT_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv.h"
+
+/* Who is speaking, for messages: "rank 3 on node2". */
+typedef struct rt_who_s {
+  int rank;
+  char text[300];
+} rt_who_t;
+
+/* Print "<who>: <message>" to stderr, one line. */
+void rt__logf(const rt_who_t *who, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- TCP mesh (CPU collectives) ------------------------------------------- */
+
+typedef struct rt_mesh_s rt_mesh_t;
+
+/* Listen, publish this rank's address in the store (keys of this round),
+ * connect to every other rank. The store client is used only during this
+ * call. RET 0 or a negative code (reported). */
+int rt__mesh_open(rdzv_client_t *store, const rt_who_t *who, int world,
+                  int64_t round, int timeout_ms, rt_mesh_t **out);
+void rt__mesh_close(rt_mesh_t *m);
+/* Sum in rank order for every element; in place. One thread at a time. */
+int rt__mesh_allreduce(rt_mesh_t *m, float *buf, size_t count);
+int rt__mesh_broadcast(rt_mesh_t *m, void *buf, size_t bytes, int root);
+
+/* ---- GPU: CUDA driver API and NCCL, dlopen'ed --------------------------- */
+
+typedef struct rt_gpu_s rt_gpu_t;
+
+/* Load the driver, pick device local_rank % count, make its primary
+ * context current. RET 0, RDZV_ENOTSUP when there is no driver or GPU
+ * (*why says which), or a negative code (reported). */
+int rt__gpu_open(const rt_who_t *who, int local_rank, rt_gpu_t **out,
+                 const char **why);
+void rt__gpu_close(rt_gpu_t *g);
+int rt__gpu_device(const rt_gpu_t *g);
+const char *rt__gpu_name(const rt_gpu_t *g);
+int rt__gpu_cc(const rt_gpu_t *g);
+/* The NCCL communicator of the job (store bootstrap, this round). */
+int rt__gpu_nccl_init(rt_gpu_t *g, rdzv_client_t *store, int rank, int world,
+                      int timeout_ms);
+/* Enqueue a sum over ranks on the runtime's stream, after `event` when not
+ * NULL. */
+int rt__gpu_allreduce(rt_gpu_t *g, void *dptr, size_t count, int dtype,
+                      void *event);
+int rt__gpu_broadcast(rt_gpu_t *g, void *dptr, size_t bytes, int root);
+/* Host floats through a device staging buffer (blocks). */
+int rt__gpu_allreduce_host(rt_gpu_t *g, float *buf, size_t count);
+/* Wait for the runtime's stream, watching NCCL for asynchronous errors and
+ * the timeout. */
+int rt__gpu_wait(rt_gpu_t *g, int timeout_ms);
+
+#endif

@@ -1,0 +1,568 @@
+/* rt_mesh.c - the CPU collectives: one TCP connection between every pair
+ * of ranks, addresses and nonces exchanged through the store.
+ *
+ * All-reduce (sum) with a fixed order: the buffer is cut into one chunk per
+ * rank; every rank sends chunk r to rank r (a direct reduce-scatter), rank
+ * r adds the W contributions of its chunk in rank order, ((g0 + g1) + g2)
+ * + ..., then sends the sum to every rank (all-gather). Each rank sends and
+ * receives (W-1)/W of the buffer twice, as a ring does, and every element
+ * is summed in the same order whatever the chunking: the result is bitwise
+ * that of accumulating the ranks' contributions one after the other. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt_int.h"
+
+#define HELLO_MAGIC 0x52544d31u /* "RTM1" */
+#define SUM_BLOCK 1024
+
+struct rt_mesh_s {
+  const rt_who_t *who;
+  int rank, world, timeout_ms;
+  int *fd;       /* fd[r]: connection to rank r, -1 for self */
+  float *scratch; /* the contributions to this rank's chunk */
+  size_t scratch_cap;
+  struct pollfd *pfd;
+  int *pfd_rank;
+};
+
+/* The handshake a connecting rank sends: who it is, and the listener's
+ * nonce, read from the store (only job members can read it). */
+typedef struct hello_s {
+  uint32_t magic, rank;
+  uint64_t round, nonce;
+} hello_t;
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- addresses ---------------------------------------------------------------- */
+
+/* The host part of the store's endpoint: the address other nodes reach
+ * this one by is the one this node uses to reach the store. */
+static int store_host(char *host, size_t cap) {
+  const char *ep = getenv("LAUNCH_RDZV_ENDPOINT");
+  const char *colon;
+  if (ep == NULL || *ep == '\0') {
+    const char *a = getenv("MASTER_ADDR");
+    snprintf(host, cap, "%s", a && *a ? a : "127.0.0.1");
+    return 0;
+  }
+  if (strncmp(ep, "unix:", 5) == 0) {
+    snprintf(host, cap, "127.0.0.1");
+    return 0;
+  }
+  if (ep[0] == '[') {
+    const char *end = strchr(ep, ']');
+    if (end == NULL || (size_t)(end - ep - 1) >= cap)
+      return RDZV_EADDR;
+    memcpy(host, ep + 1, (size_t)(end - ep - 1));
+    host[end - ep - 1] = '\0';
+    return 0;
+  }
+  colon = strrchr(ep, ':');
+  if (colon == NULL || (size_t)(colon - ep) >= cap)
+    return RDZV_EADDR;
+  memcpy(host, ep, (size_t)(colon - ep));
+  host[colon - ep] = '\0';
+  return 0;
+}
+
+/* This rank's address for its listener: LAUNCH_RT_ADDR when set, else the
+ * source address of a route to the store's host. */
+static int local_addr(const rt_who_t *who, struct sockaddr_storage *ss,
+                      socklen_t *len) {
+  const char *want = getenv("LAUNCH_RT_ADDR");
+  char host[256];
+  struct addrinfo hints, *res = NULL;
+  int rc, fd;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_socktype = SOCK_DGRAM;
+  if (want && *want) {
+    hints.ai_flags = AI_NUMERICHOST;
+    if ((rc = getaddrinfo(want, NULL, &hints, &res)) != 0) {
+      rt__logf(who, "LAUNCH_RT_ADDR=%s is not a numeric address: %s", want,
+               gai_strerror(rc));
+      return RDZV_EADDR;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+  }
+  if ((rc = store_host(host, sizeof(host))) != 0) {
+    rt__logf(who, "LAUNCH_RDZV_ENDPOINT=%s does not parse: use HOST:PORT",
+             getenv("LAUNCH_RDZV_ENDPOINT"));
+    return rc;
+  }
+  if ((rc = getaddrinfo(host, "9", &hints, &res)) != 0) {
+    rt__logf(who, "getaddrinfo(%s) failed: %s", host, gai_strerror(rc));
+    return RDZV_ERESOLVE;
+  }
+  /* a UDP connect sends nothing: it only picks the route */
+  fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0 ||
+      getsockname(fd, (struct sockaddr *)ss, len) != 0) {
+    rc = -errno;
+    rt__logf(who, "no route to the store's host %s: %s (set LAUNCH_RT_ADDR "
+                  "to this node's address)", host, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    freeaddrinfo(res);
+    return rc;
+  }
+  close(fd);
+  freeaddrinfo(res);
+  return 0;
+}
+
+static void set_port(struct sockaddr_storage *ss, int port) {
+  if (ss->ss_family == AF_INET6)
+    ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+  else
+    ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+}
+
+/* ---- socket helpers --------------------------------------------------------------- */
+
+/* Write or read exactly n bytes on a blocking socket, within the deadline
+ * (poll, then one call). RET 0, -ETIMEDOUT, RDZV_ECLOSED, -errno. */
+static int io_all(int fd, void *buf, size_t n, int writing, int64_t deadline) {
+  char *p = buf;
+  while (n > 0) {
+    struct pollfd pf = {fd, writing ? POLLOUT : POLLIN, 0};
+    int64_t left = deadline - now_ms();
+    ssize_t k;
+    if (left <= 0)
+      return -ETIMEDOUT;
+    if (poll(&pf, 1, (int)(left > 1000 ? 1000 : left)) < 0 && errno != EINTR)
+      return -errno;
+    if (pf.revents == 0)
+      continue;
+    k = writing ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+    if (k == 0)
+      return RDZV_ECLOSED;
+    if (k < 0) {
+      if (errno == EINTR || errno == EAGAIN)
+        continue;
+      return -errno;
+    }
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+static int tune(int fd) {
+  int one = 1, fl = fcntl(fd, F_GETFL);
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0 ||
+      fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0)
+    return -errno;
+  return 0;
+}
+
+/* ---- open / close -------------------------------------------------------------------- */
+
+void rt__mesh_close(rt_mesh_t *m) {
+  if (m == NULL)
+    return;
+  for (int r = 0; m->fd && r < m->world; r++)
+    if (m->fd[r] >= 0)
+      close(m->fd[r]);
+  free(m->fd);
+  free(m->scratch);
+  free(m->pfd);
+  free(m->pfd_rank);
+  free(m);
+}
+
+/* "ADDR PORT NONCE" -> address and nonce */
+static int parse_peer(const char *v, struct sockaddr_storage *ss,
+                      socklen_t *len, uint64_t *nonce) {
+  char addr[INET6_ADDRSTRLEN + 1];
+  unsigned port;
+  struct addrinfo hints, *res = NULL;
+  if (sscanf(v, "%46s %u %" SCNu64, addr, &port, nonce) != 3 || port == 0 ||
+      port > 65535)
+    return RDZV_EPROTO;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_flags = AI_NUMERICHOST;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(addr, NULL, &hints, &res) != 0)
+    return RDZV_EPROTO;
+  memcpy(ss, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+  freeaddrinfo(res);
+  set_port(ss, (int)port);
+  return 0;
+}
+
+/* Accept the connections of the ranks above this one; a connection with a
+ * wrong handshake (not from this job and round) is dropped. */
+static int accept_peers(rt_mesh_t *m, int lfd, int64_t round, uint64_t nonce,
+                        int64_t deadline) {
+  int need = m->world - 1 - m->rank;
+  while (need > 0) {
+    struct pollfd pf = {lfd, POLLIN, 0};
+    hello_t h;
+    int64_t left = deadline - now_ms();
+    int fd, peer;
+    if (left <= 0) {
+      for (int r = m->rank + 1; r < m->world; r++)
+        if (m->fd[r] < 0) {
+          rt__logf(m->who, "rank %d did not connect within %d s: did it "
+                   "start? (see its log)", r, m->timeout_ms / 1000);
+          break;
+        }
+      return -ETIMEDOUT;
+    }
+    if (poll(&pf, 1, (int)(left > 1000 ? 1000 : left)) <= 0)
+      continue;
+    if ((fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
+      continue;
+    if (io_all(fd, &h, sizeof(h), 0, now_ms() + 10000) != 0 ||
+        h.magic != HELLO_MAGIC || h.nonce != nonce || (int64_t)h.round != round ||
+        h.rank <= (uint32_t)m->rank || h.rank >= (uint32_t)m->world ||
+        m->fd[h.rank] >= 0) {
+      close(fd);
+      continue;
+    }
+    /* the answer tells the connecting rank it reached this job's rank */
+    peer = (int)h.rank;
+    h.rank = (uint32_t)m->rank;
+    if (io_all(fd, &h, sizeof(h), 1, now_ms() + 10000) != 0) {
+      close(fd);
+      continue;
+    }
+    m->fd[peer] = fd;
+    need--;
+  }
+  return 0;
+}
+
+/* Connect to rank r: read its address from the store, connect, exchange
+ * the handshake. An address left by an earlier job with the same id and
+ * round (one that crashed while starting) refuses or does not answer: read
+ * the key again until the new owner has written it. */
+static int connect_peer(rt_mesh_t *m, rdzv_client_t *store, int r,
+                        int64_t round, int64_t deadline) {
+  char key[128], last[160] = "";
+  int rc = -ETIMEDOUT;
+  snprintf(key, sizeof(key), "rt/%" PRId64 "/addr/%d", round, r);
+  while (now_ms() < deadline) {
+    struct sockaddr_storage ps;
+    socklen_t plen = sizeof(ps);
+    hello_t h = {HELLO_MAGIC, (uint32_t)m->rank, (uint64_t)round, 0}, a;
+    void *v = NULL;
+    size_t len = 0;
+    int fd;
+    rc = rdzv_get(store, key, &v, &len, (int)(deadline - now_ms()));
+    if (rc != 0) {
+      rt__logf(m->who, "store: rank %d's address did not appear within %d s: "
+               "%s (did it start? see its log)", r, m->timeout_ms / 1000,
+               rdzv_strerror(rc));
+      return rc;
+    }
+    snprintf(last, sizeof(last), "%s", (char *)v);
+    rc = parse_peer(v, &ps, &plen, &h.nonce);
+    rdzv_free(v);
+    if (rc != 0) {
+      rt__logf(m->who, "store: rank %d's address \"%s\" does not parse", r,
+               last);
+      return rc;
+    }
+    fd = socket(ps.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      return -errno;
+    if (connect(fd, (struct sockaddr *)&ps, plen) == 0 &&
+        io_all(fd, &h, sizeof(h), 1, now_ms() + 5000) == 0 &&
+        io_all(fd, &a, sizeof(a), 0, now_ms() + 5000) == 0 &&
+        a.magic == HELLO_MAGIC && a.rank == (uint32_t)r && a.nonce == h.nonce) {
+      m->fd[r] = fd;
+      return 0;
+    }
+    rc = errno ? -errno : RDZV_EPROTO;
+    close(fd);
+    usleep(50000);
+  }
+  rt__logf(m->who, "connecting to rank %d at %s failed: %s", r,
+           last[0] ? last : "(no address)", rdzv_strerror(rc));
+  return -ETIMEDOUT;
+}
+
+int rt__mesh_open(rdzv_client_t *store, const rt_who_t *who, int world,
+                  int64_t round, int timeout_ms, rt_mesh_t **out) {
+  rt_mesh_t *m = calloc(1, sizeof(*m));
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  char key[128], val[128], host[INET6_ADDRSTRLEN];
+  uint64_t nonce = 0;
+  int64_t deadline = now_ms() + timeout_ms;
+  int lfd = -1, rc = 0, port;
+  *out = NULL;
+  if (m == NULL)
+    return RDZV_ENOMEM;
+  m->who = who;
+  m->rank = who->rank;
+  m->world = world;
+  m->timeout_ms = timeout_ms;
+  m->fd = malloc((size_t)world * sizeof(int));
+  m->pfd = calloc((size_t)world, sizeof(*m->pfd));
+  m->pfd_rank = calloc((size_t)world, sizeof(int));
+  if (!m->fd || !m->pfd || !m->pfd_rank) {
+    rc = RDZV_ENOMEM;
+    goto done;
+  }
+  for (int r = 0; r < world; r++)
+    m->fd[r] = -1;
+  if ((rc = local_addr(who, &ss, &len)) != 0)
+    goto done;
+  set_port(&ss, 0);
+  if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce)) {
+    rc = -errno;
+    rt__logf(who, "getrandom failed: %s", strerror(errno));
+    goto done;
+  }
+  lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (lfd < 0 || bind(lfd, (struct sockaddr *)&ss, len) != 0 ||
+      listen(lfd, world < 4096 ? world : 4096) != 0 ||
+      getsockname(lfd, (struct sockaddr *)&ss, &len) != 0) {
+    rc = -errno;
+    rt__logf(who, "cannot listen for the other ranks: %s", strerror(errno));
+    goto done;
+  }
+  if (ss.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof(host));
+    port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+  } else {
+    inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof(host));
+    port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  }
+  snprintf(key, sizeof(key), "rt/%" PRId64 "/addr/%d", round, m->rank);
+  snprintf(val, sizeof(val), "%s %d %" PRIu64, host, port, nonce);
+  if ((rc = rdzv_set(store, key, val, strlen(val), timeout_ms)) != 0) {
+    rt__logf(who, "store: setting %s failed: %s", key, rdzv_strerror(rc));
+    goto done;
+  }
+  /* connect to the ranks below, then take the connections of those above */
+  for (int r = 0; r < m->rank; r++)
+    if ((rc = connect_peer(m, store, r, round, deadline)) != 0)
+      goto done;
+  if ((rc = accept_peers(m, lfd, round, nonce, deadline)) != 0)
+    goto done;
+  /* every rank that needed the address has connected: a later job with
+   * the same id and round on the same server must not find it */
+  snprintf(key, sizeof(key), "rt/%" PRId64 "/addr/%d", round, m->rank);
+  if ((rc = rdzv_delete(store, key, timeout_ms)) < 0) {
+    rt__logf(who, "store: deleting %s failed: %s", key, rdzv_strerror(rc));
+    goto done;
+  }
+  rc = 0;
+  for (int r = 0; r < world; r++)
+    if (m->fd[r] >= 0 && (rc = tune(m->fd[r])) != 0) {
+      rt__logf(who, "socket options for rank %d: %s", r, strerror(-rc));
+      goto done;
+    }
+done:
+  if (lfd >= 0)
+    close(lfd);
+  if (rc != 0) {
+    rt__mesh_close(m);
+    return rc;
+  }
+  *out = m;
+  return 0;
+}
+
+/* ---- the exchange engine ---------------------------------------------------------------- */
+
+/* What one peer sends and receives in one exchange. */
+typedef struct xfer_s {
+  const char *sbuf;
+  size_t slen, sdone;
+  char *rbuf;
+  size_t rlen, rdone;
+} xfer_t;
+
+static int peer_failed(rt_mesh_t *m, int r, int rc) {
+  if (rc == RDZV_ECLOSED || rc == -ECONNRESET || rc == -EPIPE)
+    rt__logf(m->who, "rank %d closed its connection in a collective (%s): "
+             "it failed or exited (see its log)", r, rdzv_strerror(rc));
+  else
+    rt__logf(m->who, "connection to rank %d failed in a collective: %s", r,
+             rdzv_strerror(rc));
+  return rc;
+}
+
+/* Move every peer's bytes, all at once (poll), until done. Gives up when
+ * nothing moves for timeout_ms. */
+static int exchange(rt_mesh_t *m, xfer_t *x) {
+  int64_t last = now_ms();
+  for (;;) {
+    int n = 0, k;
+    for (int r = 0; r < m->world; r++) {
+      short ev = 0;
+      if (r == m->rank)
+        continue;
+      if (x[r].sdone < x[r].slen)
+        ev |= POLLOUT;
+      if (x[r].rdone < x[r].rlen)
+        ev |= POLLIN;
+      if (ev) {
+        m->pfd[n].fd = m->fd[r];
+        m->pfd[n].events = ev;
+        m->pfd[n].revents = 0;
+        m->pfd_rank[n++] = r;
+      }
+    }
+    if (n == 0)
+      return 0;
+    k = poll(m->pfd, (nfds_t)n, 1000);
+    if (k < 0 && errno != EINTR)
+      return -errno;
+    if (k <= 0) {
+      if (now_ms() - last > m->timeout_ms) {
+        int r = m->pfd_rank[0];
+        rt__logf(m->who, "no progress in a collective for %d s, waiting on "
+                 "rank %d (stopped or stuck? see its log)",
+                 m->timeout_ms / 1000, r);
+        return -ETIMEDOUT;
+      }
+      continue;
+    }
+    for (int i = 0; i < n; i++) {
+      int r = m->pfd_rank[i];
+      xfer_t *t = &x[r];
+      short re = m->pfd[i].revents;
+      if ((re & POLLOUT) && t->sdone < t->slen) {
+        ssize_t s = send(m->fd[r], t->sbuf + t->sdone, t->slen - t->sdone,
+                         MSG_NOSIGNAL);
+        if (s < 0 && errno != EAGAIN && errno != EINTR)
+          return peer_failed(m, r, -errno);
+        if (s > 0) {
+          t->sdone += (size_t)s;
+          last = now_ms();
+        }
+      }
+      if ((re & (POLLIN | POLLHUP | POLLERR)) && t->rdone < t->rlen) {
+        ssize_t s = recv(m->fd[r], t->rbuf + t->rdone, t->rlen - t->rdone, 0);
+        if (s == 0)
+          return peer_failed(m, r, RDZV_ECLOSED);
+        if (s < 0 && errno != EAGAIN && errno != EINTR)
+          return peer_failed(m, r, -errno);
+        if (s > 0) {
+          t->rdone += (size_t)s;
+          last = now_ms();
+        }
+      } else if ((re & (POLLHUP | POLLERR)) && !(re & POLLOUT)) {
+        return peer_failed(m, r, RDZV_ECLOSED);
+      }
+    }
+  }
+}
+
+static size_t chunk_lo(size_t count, int world, int r) {
+  return (size_t)((unsigned __int128)count * (unsigned)r / (unsigned)world);
+}
+
+int rt__mesh_allreduce(rt_mesh_t *m, float *buf, size_t count) {
+  int W = m->world, me = m->rank, rc;
+  size_t lo = chunk_lo(count, W, me), hi = chunk_lo(count, W, me + 1);
+  size_t mine = hi - lo, need = mine * (size_t)W;
+  xfer_t *x;
+  const float **src;
+  if (W == 1 || count == 0)
+    return 0;
+  if (need > m->scratch_cap) {
+    float *s = realloc(m->scratch, need * sizeof(float));
+    if (s == NULL)
+      return RDZV_ENOMEM;
+    m->scratch = s;
+    m->scratch_cap = need;
+  }
+  x = calloc((size_t)W, sizeof(*x));
+  src = calloc((size_t)W, sizeof(*src));
+  if (x == NULL || src == NULL) {
+    free(x);
+    free(src);
+    return RDZV_ENOMEM;
+  }
+  /* reduce-scatter: chunk r goes to rank r */
+  for (int r = 0; r < W; r++) {
+    size_t a = chunk_lo(count, W, r), b = chunk_lo(count, W, r + 1);
+    if (r == me)
+      continue;
+    x[r].sbuf = (const char *)(buf + a);
+    x[r].slen = (b - a) * sizeof(float);
+    x[r].rbuf = (char *)(m->scratch + (size_t)r * mine);
+    x[r].rlen = mine * sizeof(float);
+  }
+  if ((rc = exchange(m, x)) != 0)
+    goto done;
+  /* the sum of this rank's chunk, in rank order, block by block */
+  for (int r = 0; r < W; r++)
+    src[r] = r == me ? buf + lo : m->scratch + (size_t)r * mine;
+  for (size_t b0 = 0; b0 < mine; b0 += SUM_BLOCK) {
+    size_t n = mine - b0 < SUM_BLOCK ? mine - b0 : SUM_BLOCK;
+    float acc[SUM_BLOCK];
+    memcpy(acc, src[0] + b0, n * sizeof(float));
+    for (int r = 1; r < W; r++)
+      for (size_t i = 0; i < n; i++)
+        acc[i] += src[r][b0 + i];
+    memcpy(buf + lo + b0, acc, n * sizeof(float));
+  }
+  /* all-gather: this rank's sum to everyone */
+  memset(x, 0, (size_t)W * sizeof(*x));
+  for (int r = 0; r < W; r++) {
+    size_t a = chunk_lo(count, W, r), b = chunk_lo(count, W, r + 1);
+    if (r == me)
+      continue;
+    x[r].sbuf = (const char *)(buf + lo);
+    x[r].slen = mine * sizeof(float);
+    x[r].rbuf = (char *)(buf + a);
+    x[r].rlen = (b - a) * sizeof(float);
+  }
+  rc = exchange(m, x);
+done:
+  free(x);
+  free(src);
+  return rc;
+}
+
+int rt__mesh_broadcast(rt_mesh_t *m, void *buf, size_t bytes, int root) {
+  xfer_t *x;
+  int rc;
+  if (m->world == 1 || bytes == 0)
+    return 0;
+  if ((x = calloc((size_t)m->world, sizeof(*x))) == NULL)
+    return RDZV_ENOMEM;
+  if (m->rank == root) {
+    for (int r = 0; r < m->world; r++)
+      if (r != root) {
+        x[r].sbuf = buf;
+        x[r].slen = bytes;
+      }
+  } else {
+    x[root].rbuf = buf;
+    x[root].rlen = bytes;
+  }
+  rc = exchange(m, x);
+  free(x);
+  return rc;
+}

@@ -1,0 +1,81 @@
+#!/bin/bash
+# train_gpt refuses bad input with one clear line on stderr and exit code 2
+# (3 when training diverges), and reads both data formats: a missing or
+# empty file, a sequence longer than the data, token ids beyond the
+# vocabulary, a corrupt token file, nonsense sizes and flags, divergence.
+set -u
+BIN=$(dirname "${LAUNCH_BIN:-build/bin/launch}")
+TG=$BIN/train_gpt
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+unset RANK WORLD_SIZE LOCAL_RANK
+
+# expect CODE PATTERN ARGS...: exit CODE, exactly one stderr line matching
+expect() {
+  local code=$1 pat=$2 rc lines
+  shift 2
+  "$TG" "$@" >"$T/out" 2>"$T/err"
+  rc=$?
+  [ $rc -eq "$code" ] || { cat "$T/err"; fail "$* exited $rc, not $code"; }
+  lines=$(wc -l <"$T/err")
+  [ "$lines" -eq 1 ] || { cat "$T/err"; fail "$*: $lines stderr lines, not 1"; }
+  grep -q -- "$pat" "$T/err" || { cat "$T/err"; fail "$*: no '$pat'"; }
+}
+
+# the data
+expect 2 "cannot open the data file $T/none" --data "$T/none"
+: >"$T/empty"
+expect 2 "is empty" --data "$T/empty"
+printf 'short text\n' >"$T/short"
+expect 2 "fewer than --seq-len + 1 = 65" --data "$T/short"
+/usr/bin/python3 - "$T" <<'PY'
+import struct, sys
+d = sys.argv[1]
+hdr = lambda n, ver=1: struct.pack('<256i', 20240520, ver, n, *([0] * 253))
+ids = [(i * 7) % 300 for i in range(4000)]
+open(d + '/tok300', 'wb').write(hdr(len(ids)) + struct.pack('<%dH' % len(ids), *ids))
+open(d + '/truncated', 'wb').write(hdr(4000) + struct.pack('<10H', *range(10)))
+open(d + '/v9', 'wb').write(hdr(2, ver=9) + b'\0' * 4)
+PY
+expect 2 "holds token id 299 but the vocabulary has 256 entries: pass --vocab 300" \
+  --data "$T/tok300" --vocab 256
+expect 2 "truncated or corrupt" --data "$T/truncated"
+expect 2 "version 9" --data "$T/v9"
+# a token file with a vocabulary that holds its ids trains
+"$TG" --data "$T/tok300" --vocab 300 --steps 2 --seq-len 16 --batch 2 >"$T/out" 2>&1 \
+  || { cat "$T/out"; fail "token file"; }
+grep -q "llm.c token file" "$T/out" || { cat "$T/out"; fail "token file not read as one"; }
+grep -q "vocabulary 300 (padded 384)" "$T/out" || { cat "$T/out"; fail "padded vocabulary"; }
+
+# nonsense sizes and flags
+expect 2 "does not divide --channels 64" --heads 5
+expect 2 "--layers 0: expected an integer >= 1" --layers 0
+expect 2 "--batch -1: expected an integer >= 1" --batch -1
+expect 2 "--steps abc" --steps abc
+expect 2 "--lr -1: expected a number >= 0" --lr -1
+expect 2 "--seq-len 0" --seq-len 0
+expect 2 "unknown flag --bogus" --bogus 1
+expect 2 "needs a value" --steps
+expect 2 "not a preset" --preset huge
+expect 2 "use cpu, cuda or auto" --device gpu
+expect 2 "fp32 only" --dtype bf16 --device cpu
+"$TG" --device cuda --steps 1 >"$T/out" 2>"$T/err"
+rc=$?
+# without CUDA in the build: a usage error; with it but no GPU: the runtime says so
+if [ $rc -eq 2 ]; then grep -q "built without CUDA" "$T/err" || fail "cuda: $(cat "$T/err")"
+elif [ $rc -ne 0 ]; then grep -q "a GPU was asked for" "$T/err" || fail "cuda: $(cat "$T/err")"
+fi
+
+# divergence stops the job: exit 3 and a message
+expect 3 "the gradient norm .* exceeds --stop-grad-norm 0.5 at step 1" --stop-grad-norm 0.5
+expect 3 "the loss is -*\(nan\|inf\) at step [0-9]*: training diverged" --lr 1e30 --warmup 0 \
+  --stop-grad-norm 0 --steps 4
+
+# --help lists the flags and exits 0
+"$TG" --help >"$T/help" || fail "--help exit code"
+for f in --preset --layers --heads --channels --seq-len --vocab --data --steps --batch \
+         --accum --lr --seed --val-every --dtype --device --dump-params --stop-grad-norm; do
+  grep -q -- "$f" "$T/help" || fail "--help lacks $f"
+done
+echo "test_train_gpt_input: ok"
