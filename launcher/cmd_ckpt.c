@@ -10,8 +10,6 @@
 #include "launch.h"
 #include "lu_buf.h"
 
-int launch_cmd_ckpt(int argc, char **argv);
-
 static const char ckpt_help[] =
     "usage: launch ckpt ls|verify DIR [options]\n"
     "\n"

@@ -11,8 +11,6 @@
 #include "rdzv.h"
 #include "srv_thread.h"
 
-extern char **environ;
-
 
 
 /* Gather every node's report through the rendezvous store and print one

@@ -8,8 +8,6 @@
 #include "launch.h"
 #include "lu_buf.h"
 
-extern char **environ;
-
 static const char *const src_names[] = {
     [ENV_SRC_INHERITED] = "inherited", [ENV_SRC_LAUNCH] = "launch",
     [ENV_SRC_PROFILE] = "profile", [ENV_SRC_LOCK] = "lock"};

@@ -8,8 +8,6 @@
 #include "aff.h"
 #include "launch.h"
 
-extern char **environ;
-
 /* --gpu-probe check: this machine read from sysfs and through NVML. */
 static int launch_topo_check(const aff_topo_opts_t *base) {
   aff_topo_opts_t to = *base;

@@ -11,7 +11,10 @@
 #include "env.h"
 #include "lu.h"
 
+extern char **environ; /* what the subcommands read their configuration from */
+
 /* Each subcommand: argv[0] is the subcommand name. RET the exit code. */
+int launch_cmd_ckpt(int argc, char **argv);
 int launch_cmd_server(int argc, char **argv);
 int launch_cmd_status(int argc, char **argv);
 int launch_cmd_topo(int argc, char **argv);

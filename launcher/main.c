@@ -10,8 +10,6 @@
 #include "config.h"
 #include "launch.h"
 
-int launch_cmd_ckpt(int argc, char **argv); /* cmd_ckpt.c */
-
 void launch_usage_error(const char *fmt, ...) {
   va_list ap;
   fputs("launch: ", stderr);
@@ -40,8 +38,6 @@ static const struct {
     {"doctor", launch_cmd_doctor},
     {"ckpt", launch_cmd_ckpt},
 };
-
-extern char **environ;
 
 int main(int argc, char **argv) {
   static cfg_t cfg;
