@@ -766,7 +766,7 @@ static void link_warn(aff_topo_t *t, const char *what, const aff_pcie_t *l,
   if (l->width > 0 && l->width_max > 0 && l->width < l->width_max) {
     aff__topo_warn(t,
                    "%s runs at PCIe x%d but supports x%d: %d%% of the bandwidth "
-                   "(seed 000 §1.1: x8 halves it); reseat it in an x%d slot",
+                   "(x8 halves x16's); reseat it in an x%d slot",
                    what, l->width, l->width_max,
                    100 * l->width / l->width_max,
                    l->width_max);
@@ -846,7 +846,7 @@ static void compute_warnings(aff_topo_t *t) {
       aff__topo_warn(t,
                      "%s is on NUMA node %d but is the closest NIC of GPU %s on "
                      "NUMA node %d: their traffic crosses the socket link "
-                     "(seed 000 §1.1: put an HCA on the GPUs' side)",
+                     "(put an HCA on the GPUs' side)",
                      t->nics[k].name, t->nics[k].numa, gl, gnuma);
   }
   /* NUMA balancing migrates pages away from the bound node. */
@@ -856,8 +856,8 @@ static void compute_warnings(aff_topo_t *t) {
       atoi(buf) != 0)
     aff__topo_warn(t,
                    "kernel.numa_balancing=%s: the kernel migrates workers' "
-                   "memory across NUMA nodes, undoing the binding (seed 000 "
-                   "§3.1: sysctl -w kernel.numa_balancing=0)",
+                   "memory across NUMA nodes, undoing the binding (sysctl -w "
+                   "kernel.numa_balancing=0)",
                    buf);
 }
 
