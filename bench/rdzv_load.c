@@ -44,7 +44,7 @@
 #include <uv.h>
 
 #include "lu.h"
-#include "rdv.h"
+#include "rounds.h"
 #include "rdzv_load_msg.h"
 #include "server.h"
 
@@ -174,7 +174,7 @@ static void server_child(int fd, int n) {
   cfg.log = &log;
   if (srv_new(&loop, &cfg, &c.srv) != 0)
     _exit(3);
-  rdv_install(c.srv);
+  rounds_install(c.srv);
   if (srv_listen(c.srv) != 0)
     _exit(4);
   uv_signal_init(&loop, &c.term);

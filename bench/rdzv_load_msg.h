@@ -2,7 +2,7 @@
  * (rdzv_load.c) speaks, and only them, in one place: when the messages
  * move into the project's codec (rendezvous/msg.h), this file is the one
  * to change. The shapes are those of launcher/agent.c and aclient.c and of
- * rendezvous/rdv.c today (docs/protocol.md). Prefix lm_. */
+ * rendezvous/rounds.c today (docs/protocol.md). Prefix lm_. */
 #ifndef RDZV_LOAD_MSG_H
 #define RDZV_LOAD_MSG_H
 

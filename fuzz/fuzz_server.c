@@ -5,7 +5,7 @@
  * connect in order, then write their streams in turn, in chunks of varying
  * size so that requests split across reads, over unix sockets; once all
  * have sent everything, they half-close. This reaches every handler of
- * srv_native.c, srv_tcpstore.c and rdv.c (the rendezvous ops, rounds of
+ * srv_native.c, srv_tcpstore.c and rounds.c (the rendezvous ops, rounds of
  * several members), the store with its waits (woken by another connection
  * too), watches, queues and barriers, and teardown with requests still
  * pending.
@@ -27,7 +27,7 @@
 
 #include "fuzz.h"
 #include "proto.h"
-#include "rdv.h"
+#include "rounds.h"
 #include "server.h"
 
 #define OUT_MAX (1u << 20) /* reply bytes kept for checking */
@@ -133,7 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cfg.log = &log;
   FUZZ_CHECK(uv_loop_init(&loop) == 0);
   FUZZ_CHECK(srv_new(&loop, &cfg, &s) == 0);
-  rdv_install(s); /* rounds, as in an agent's or a standalone server */
+  rounds_install(s); /* rounds, as in an agent's or a standalone server */
   FUZZ_CHECK(srv_listen(s) == 0);
 
   memset(peers, 0, sizeof(peers));

@@ -27,7 +27,7 @@
 #include "launch.h"
 #include "lu.h"
 #include "msg.h"
-#include "rdv.h"
+#include "rounds.h"
 #include "server.h"
 #include "summary.h"
 #include "workers.h"
@@ -691,7 +691,7 @@ static void linger_cb(uv_timer_t *t) {
   agent_t *a = t->data;
   /* The hosting agent keeps the server up until the other nodes have
    * their SHUTDOWN (they disconnect), or a few seconds passed. */
-  if (a->srv && rdv_connected_members(a->srv, a->o->run_id) > 1 &&
+  if (a->srv && rounds_connected_members(a->srv, a->o->run_id) > 1 &&
       uv_now(a->loop) - a->join_started_ms < (uint64_t)a->o->close_timeout_ms)
     return;
   close_all(a);
@@ -919,7 +919,7 @@ static int maybe_host(agent_t *a) {
   rc = srv_new(a->loop, &cfg, &a->srv);
   if (rc != 0)
     return rc;
-  rdv_install(a->srv);
+  rounds_install(a->srv);
   rc = srv_listen(a->srv);
   if (rc == UV_EADDRINUSE && !o->standalone && o->is_host != 1) {
     /* Somebody listens there already (a standalone launch server, or the

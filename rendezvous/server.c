@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rdv.h"
+#include "rounds.h"
 #include "srv_int.h"
 
 #define IN_CHUNK 1024         /* first read buffer; doubles as frames need */
@@ -225,8 +225,8 @@ static void job_detach(conn_t *c) {
 }
 
 static void job_free(srv_t *s, job_t *j) {
-  if (s->rdv_job_free)
-    s->rdv_job_free(j);
+  if (s->rounds_job_free)
+    s->rounds_job_free(j);
   store_free(j->store);
   if (j->creator) {
     j->creator->njobs--;
@@ -1467,14 +1467,14 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   uv_idle_init(loop, &s->flush_idle);
   s->flush_idle.data = s;
   uv_timer_t *timers[] = {&s->timer, &s->hs_timer, &s->gc_timer,
-                          &s->rdv_timer};
+                          &s->rounds_timer};
   for (size_t i = 0; i < LU_ARRAY_SIZE(timers); i++) {
     uv_timer_init(loop, timers[i]);
     timers[i]->data = s;
     uv_unref((uv_handle_t *)timers[i]);
   }
   /* Every server can host a job's rendezvous (docs/rendezvous.md). */
-  rdv_install(s);
+  rounds_install(s);
   *out = s;
   return 0;
 }
@@ -1646,7 +1646,7 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
   uv_handle_t *hs[] = {(uv_handle_t *)&s->flush_check,
                        (uv_handle_t *)&s->flush_idle, (uv_handle_t *)&s->timer,
                        (uv_handle_t *)&s->hs_timer, (uv_handle_t *)&s->gc_timer,
-                       (uv_handle_t *)&s->rdv_timer};
+                       (uv_handle_t *)&s->rounds_timer};
   for (size_t i = 0; i < LU_ARRAY_SIZE(hs); i++) {
     s->pending_closes++;
     uv_close(hs[i], on_handle_closed);

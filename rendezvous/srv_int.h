@@ -1,6 +1,6 @@
 /* srv_int.h - internals shared by server.c (the connection core),
  * srv_native.c and srv_tcpstore.c (the dialects) and the rendezvous
- * module (rdv.c).
+ * module (rounds.c).
  *
  * The core owns connections: sniffing, TLS, input and output buffers, the
  * memory they may use, replies and pushes. A dialect (srv_dialect_t) turns
@@ -72,7 +72,7 @@ struct job_s {
   uint32_t nconns;
   srv_addr_t *creator; /* the address whose HELLO created it (counted) */
   uint64_t idle_since; /* when it last had no connection (ms) */
-  void *rdv;           /* rendezvous state (rendezvous module) */
+  void *rounds;           /* rendezvous state (rendezvous module) */
   char name[];
 };
 
@@ -159,7 +159,7 @@ struct conn_s {
   store_watch_t **ts_watches;
   uint32_t ts_nwatches, ts_capwatches;
   uint8_t nonce[PROTO_NONCE_LEN];
-  void *rdv; /* rendezvous membership of this connection */
+  void *rounds; /* rendezvous membership of this connection */
 };
 
 /* A native request that waits: GET/WAIT/MGET with a wait, BARRIER. */
@@ -232,14 +232,14 @@ struct srv_s {
   srv_stats_t stats;
   /* Rendezvous ops (PROTO_OP_JOIN and up), installed by the rendezvous
    * module (every server has it: srv_new installs it). */
-  void (*rdv_op)(conn_t *c, const proto_msg_t *m);
-  void (*rdv_conn_closed)(conn_t *c);
-  void (*rdv_job_free)(job_t *j);
+  void (*rounds_op)(conn_t *c, const proto_msg_t *m);
+  void (*rounds_conn_closed)(conn_t *c);
+  void (*rounds_job_free)(job_t *j);
   /* RET 1 when the module holds nothing for the job worth keeping. */
-  int (*rdv_job_idle)(const job_t *j);
-  uv_timer_t rdv_timer; /* rendezvous deadlines (armed by the module) */
-  uint64_t rdv_due;     /* when rdv_timer was due (loop stalls show late) */
-  void *rdv_data;
+  int (*rounds_job_idle)(const job_t *j);
+  uv_timer_t rounds_timer; /* rendezvous deadlines (armed by the module) */
+  uint64_t rounds_due;     /* when rounds_timer was due (loop stalls show late) */
+  void *rounds_data;
   int closing;
   int pending_closes;
   int closing_conns; /* connections between uv_close and its callback */

@@ -801,7 +801,7 @@ static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
   } else if (m.op == PROTO_OP_HELLO) {
     srv__reply_err(c, m.id, RDZV_EPROTO, "HELLO sent twice");
   } else if (m.op >= PROTO_OP_JOIN) {
-    c->srv->rdv_op(c, &m);
+    c->srv->rounds_op(c, &m);
   } else if ((fn = op_table(m.op)) != NULL) {
     rc = fn(c, &m);
   } else {
@@ -868,7 +868,7 @@ static void native_closed(conn_t *c) {
     pend_cancel_waits(p);
     pend_free(p);
   }
-  c->srv->rdv_conn_closed(c);
+  c->srv->rounds_conn_closed(c);
 }
 
 const srv_dialect_t srv__dialect_native = {"native", native_input,

@@ -9,7 +9,7 @@ static unsigned parse_debug(const char *s) {
   static const struct {
     const char *name;
     unsigned bit;
-  } names[] = {{"rdv", LU_DBG_RDV},     {"store", LU_DBG_STORE},
+  } names[] = {{"rounds", LU_DBG_ROUNDS}, {"rdv", LU_DBG_ROUNDS},     {"store", LU_DBG_STORE},
                {"proto", LU_DBG_PROTO}, {"agent", LU_DBG_AGENT},
                {"spawn", LU_DBG_SPAWN}, {"aff", LU_DBG_AFF},
                {"env", LU_DBG_ENV}};

@@ -21,9 +21,9 @@
 
 enum { LU_LOG_ERROR = 0, LU_LOG_WARN, LU_LOG_INFO, LU_LOG_DEBUG };
 
-/* Debug subsystems, enabled with LAUNCH_DEBUG=rdv,store,agent,... or all. */
+/* Debug subsystems, enabled with LAUNCH_DEBUG=rounds,store,agent,... or all. */
 enum {
-  LU_DBG_RDV = 1u << 0,   /* rendezvous rounds */
+  LU_DBG_ROUNDS = 1u << 0,   /* rendezvous rounds */
   LU_DBG_STORE = 1u << 1, /* store operations */
   LU_DBG_PROTO = 1u << 2, /* frames on the wire */
   LU_DBG_AGENT = 1u << 3, /* agent state machine */

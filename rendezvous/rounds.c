@@ -1,4 +1,4 @@
-/* rdv.c - rendezvous: rounds, membership, restarts, the exit
+/* rounds.c - rendezvous: rounds, membership, restarts, the exit
  * barrier and the root cause of a failed job, pushed to every agent.
  *
  * A job forms a round when MAX nodes joined, or MIN joined and the last
@@ -19,7 +19,7 @@
 
 #include "env.h"
 #include "msg.h"
-#include "rdv.h"
+#include "rounds.h"
 #include "srv_int.h"
 
 enum { M_JOINING = 0, M_RUNNING, M_DONE, M_RESTARTING };
@@ -30,9 +30,9 @@ static const char *const mstate_names[] = {"joining", "running", "done",
 static const char *const rstate_names[] = {"idle", "forming", "running",
                                            "finished"};
 
-typedef struct rdv_member_s {
+typedef struct rounds_member_s {
   list_t link;
-  struct rdv_job_s *rj;
+  struct rounds_job_s *rj;
   conn_t *c;
   char host[256];
   char addr[INET6_ADDRSTRLEN + 8];
@@ -45,9 +45,9 @@ typedef struct rdv_member_s {
   uint64_t last_hb;
   env_fp_t *fp;     /* fingerprint, NULL none */
   int master_port;
-} rdv_member_t;
+} rounds_member_t;
 
-typedef struct rdv_job_s {
+typedef struct rounds_job_s {
   job_t *job;
   int configured;
   int min, max, max_restarts, static_mode, allow_mismatch;
@@ -64,12 +64,12 @@ typedef struct rdv_job_s {
   int has_root;
   msg_failure_t root; /* the root cause of failed_round */
   char reason[1024]; /* why the last restart or the end happened */
-} rdv_job_t;
+} rounds_job_t;
 
 /* ---- helpers -------------------------------------------------------------------------- */
 
-static rdv_job_t *rdv_job(job_t *j) {
-  rdv_job_t *rj = j->rdv;
+static rounds_job_t *rounds_job(job_t *j) {
+  rounds_job_t *rj = j->rounds;
   if (rj)
     return rj;
   if ((rj = calloc(1, sizeof(*rj))) == NULL)
@@ -78,24 +78,24 @@ static rdv_job_t *rdv_job(job_t *j) {
   rj->round = -1;
   rj->failed_round = -1;
   list_init(&rj->members);
-  j->rdv = rj;
+  j->rounds = rj;
   return rj;
 }
 
-static int count_state(rdv_job_t *rj, int state, int in_round_only) {
+static int count_state(rounds_job_t *rj, int state, int in_round_only) {
   int n = 0;
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
-    rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
+    rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
     if ((state < 0 || m->state == state) && (!in_round_only || m->in_round))
       n++;
   }
   return n;
 }
 
-static void member_free(rdv_member_t *m) {
+static void member_free(rounds_member_t *m) {
   list_remove(&m->link);
-  if (m->c && m->c->rdv == m)
-    m->c->rdv = NULL;
+  if (m->c && m->c->rounds == m)
+    m->c->rounds = NULL;
   env_fp_free(m->fp);
   free(m);
 }
@@ -104,13 +104,13 @@ static void schedule(srv_t *s);
 
 /* ---- replies and pushes ------------------------------------------------------------------ */
 
-static void reply_join_error(rdv_member_t *m, int status, const char *msg) {
+static void reply_join_error(rounds_member_t *m, int status, const char *msg) {
   if (m->c && m->join_id)
     srv__reply_err(m->c, m->join_id, status, "%s", msg);
   m->join_id = 0;
 }
 
-static void push_restart(rdv_member_t *m, int64_t round, const char *reason) {
+static void push_restart(rounds_member_t *m, int64_t round, const char *reason) {
   msg_restart_t r;
   if (m->c == NULL)
     return;
@@ -121,7 +121,7 @@ static void push_restart(rdv_member_t *m, int64_t round, const char *reason) {
   srv__reply_end(m->c);
 }
 
-static void push_shutdown(rdv_job_t *rj, rdv_member_t *m, int ok) {
+static void push_shutdown(rounds_job_t *rj, rounds_member_t *m, int ok) {
   msg_shutdown_t sd;
   if (m->c == NULL)
     return;
@@ -140,13 +140,13 @@ static void push_shutdown(rdv_job_t *rj, rdv_member_t *m, int ok) {
 
 /* ---- the job's life -------------------------------------------------------------------------- */
 
-static void finish(rdv_job_t *rj, int ok) {
+static void finish(rounds_job_t *rj, int ok) {
   srv_t *s = rj->job->srv;
   rj->state = R_DONE;
   LU_INFO(&s->log, "job %s %s: %s", rj->job->name, ok ? "finished" : "failed",
           rj->reason);
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
-    rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
+    rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
     if (m->state == M_JOINING && !m->in_round)
       reply_join_error(m, RDZV_ERDZVCLOSED, ok ? "the job finished" : rj->reason);
     else if (m->state == M_JOINING)
@@ -157,8 +157,8 @@ static void finish(rdv_job_t *rj, int ok) {
 
 /* Start the next round: every member of the round stops its workers
  * and joins again. */
-static void restart(rdv_job_t *rj, const char *fmt, ...) LU_PRINTF(2, 3);
-static void restart(rdv_job_t *rj, const char *fmt, ...) {
+static void restart(rounds_job_t *rj, const char *fmt, ...) LU_PRINTF(2, 3);
+static void restart(rounds_job_t *rj, const char *fmt, ...) {
   srv_t *s = rj->job->srv;
   va_list ap;
   va_start(ap, fmt);
@@ -170,7 +170,7 @@ static void restart(rdv_job_t *rj, const char *fmt, ...) {
   LU_INFO(&s->log, "job %s: restarting into round %" PRId64 ": %s",
           rj->job->name, rj->round + 1, rj->reason);
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
-    rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
+    rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
     if (m->in_round && (m->state == M_RUNNING || m->state == M_DONE)) {
       m->state = M_RESTARTING;
       push_restart(m, rj->round + 1, rj->reason);
@@ -179,8 +179,8 @@ static void restart(rdv_job_t *rj, const char *fmt, ...) {
 }
 
 static int cmp_members(const void *a, const void *b) {
-  const rdv_member_t *x = *(rdv_member_t *const *)a,
-                     *y = *(rdv_member_t *const *)b;
+  const rounds_member_t *x = *(rounds_member_t *const *)a,
+                     *y = *(rounds_member_t *const *)b;
   int c = strcmp(x->host, y->host);
   if (c)
     return c;
@@ -191,16 +191,16 @@ static int cmp_members(const void *a, const void *b) {
 }
 
 static int cmp_select(const void *a, const void *b) {
-  const rdv_member_t *x = *(rdv_member_t *const *)a,
-                     *y = *(rdv_member_t *const *)b;
+  const rounds_member_t *x = *(rounds_member_t *const *)a,
+                     *y = *(rounds_member_t *const *)b;
   /* Nodes of the previous round first, then in join order. */
   if (x->in_round != y->in_round)
     return y->in_round - x->in_round;
   return x->order < y->order ? -1 : x->order > y->order;
 }
 
-static void reply_round(rdv_job_t *rj, rdv_member_t *m,
-                        const rdv_member_t *node0, int n, int world) {
+static void reply_round(rounds_job_t *rj, rounds_member_t *m,
+                        const rounds_member_t *node0, int n, int world) {
   msg_round_t r;
   /* Each reply carries this node's place and node 0's address only (rank
    * 0's store in --torch-store rank0 mode): O(1) per node, not O(nodes);
@@ -225,8 +225,8 @@ static void reply_round(rdv_job_t *rj, rdv_member_t *m,
 
 /* Does sel differ from node 0? Then refuse it (or only warn, with
  * --allow-mismatch). RET 1 when refused. */
-static int refuse_mismatch(rdv_job_t *rj, rdv_member_t *node0,
-                           rdv_member_t *sel) {
+static int refuse_mismatch(rounds_job_t *rj, rounds_member_t *node0,
+                           rounds_member_t *sel) {
   srv_t *s = rj->job->srv;
   const env_fp_t *fps[2] = {node0->fp, sel->fp};
   const char *names[2] = {node0->host, sel->host};
@@ -253,15 +253,15 @@ static int refuse_mismatch(rdv_job_t *rj, rdv_member_t *node0,
 }
 
 /* Form a round from the joining members. RET 1 if formed. */
-static int form_round(rdv_job_t *rj) {
+static int form_round(rounds_job_t *rj) {
   srv_t *s = rj->job->srv;
   int n = count_state(rj, M_JOINING, 0), k = 0, world = 0;
-  rdv_member_t **all, **sel, *node0 = NULL;
+  rounds_member_t **all, **sel, *node0 = NULL;
   unsigned char *taken;
   if (n <= 0 || (all = calloc((size_t)n, sizeof(*all))) == NULL)
     return 0;
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
-    rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
+    rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
     if (m->state == M_JOINING)
       all[k++] = m;
   }
@@ -285,7 +285,7 @@ static int form_round(rdv_job_t *rj) {
       continue;
     if (r >= n || taken[r]) {
       char msg[600];
-      rdv_member_t *m = sel[i];
+      rounds_member_t *m = sel[i];
       if (r >= n)
         snprintf(msg, sizeof(msg), "node rank %d of %s is not below the %d "
                  "nodes of the round: give each node a rank from 0 to %d", r,
@@ -310,7 +310,7 @@ static int form_round(rdv_job_t *rj) {
   }
   {
     /* The rest by host name, then address. */
-    rdv_member_t **rest = calloc((size_t)n, sizeof(*rest));
+    rounds_member_t **rest = calloc((size_t)n, sizeof(*rest));
     int nr = 0, slot = 0;
     if (rest == NULL) {
       free(taken);
@@ -353,7 +353,7 @@ static int form_round(rdv_job_t *rj) {
         world += sel[i]->nproc;
       }
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next)
-    LIST_ENTRY(it, rdv_member_t, link)->in_round = 0;
+    LIST_ENTRY(it, rounds_member_t, link)->in_round = 0;
   rj->round++;
   rj->state = R_RUNNING;
   for (int i = 0; i < n; i++) {
@@ -369,12 +369,12 @@ static int form_round(rdv_job_t *rj) {
 }
 
 /* The expected hosts that have not joined, and those that have. */
-static void missing_hosts(rdv_job_t *rj, char *out, size_t cap) {
+static void missing_hosts(rounds_job_t *rj, char *out, size_t cap) {
   out[0] = '\0';
   for (size_t i = 0; i < rj->nexpected; i++) {
     int found = 0;
     for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
-      rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
+      rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
       found |= m->state == M_JOINING && (!strcmp(m->host, rj->expected[i]) ||
                                          !strcmp(m->addr, rj->expected[i]));
     }
@@ -383,17 +383,17 @@ static void missing_hosts(rdv_job_t *rj, char *out, size_t cap) {
   }
 }
 
-static void joined_hosts(rdv_job_t *rj, char *out, size_t cap) {
+static void joined_hosts(rounds_job_t *rj, char *out, size_t cap) {
   out[0] = '\0';
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
-    rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
+    rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
     if (m->state == M_JOINING)
       lu_list_add(out, cap, m->host);
   }
 }
 
 /* Decide whether the forming round closes (or times out) now. */
-static void evaluate(rdv_job_t *rj) {
+static void evaluate(rounds_job_t *rj) {
   srv_t *s = rj->job->srv;
   uint64_t now = uv_now(s->loop);
   int n, rejoined = 1;
@@ -439,7 +439,7 @@ static void evaluate(rdv_job_t *rj) {
     } else {
       LU_WARN(&s->log, "job %s: %s", rj->job->name, msg);
       for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
-        rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
+        rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
         reply_join_error(m, -ETIMEDOUT, msg);
         m->state = M_RESTARTING;
       }
@@ -449,8 +449,8 @@ static void evaluate(rdv_job_t *rj) {
 }
 
 /* A member is gone (closed connection, missed heartbeats, LEAVE). */
-static void member_lost(rdv_member_t *m, const char *why) {
-  rdv_job_t *rj = m->rj;
+static void member_lost(rounds_member_t *m, const char *why) {
+  rounds_job_t *rj = m->rj;
   int was_in_round = m->in_round;
   int was_live = m->state == M_RUNNING || m->state == M_DONE ||
                  m->state == M_RESTARTING;
@@ -482,7 +482,7 @@ static void member_lost(rdv_member_t *m, const char *why) {
 
 /* ---- ops --------------------------------------------------------------------------------------- */
 
-static void free_expected(rdv_job_t *rj) {
+static void free_expected(rounds_job_t *rj) {
   for (size_t i = 0; i < rj->nexpected; i++)
     free(rj->expected[i]);
   free(rj->expected);
@@ -492,7 +492,7 @@ static void free_expected(rdv_job_t *rj) {
 
 /* The first JOIN sets the job's flags; later ones must agree. Takes the
  * expected hosts from j. */
-static int configure(rdv_job_t *rj, msg_join_t *j, char *err, size_t cap) {
+static int configure(rounds_job_t *rj, msg_join_t *j, char *err, size_t cap) {
   if (j->min < 1 || j->max < j->min || j->max > (1 << 20)) {
     snprintf(err, cap, "nnodes %lld:%lld is not MIN:MAX with 0 < MIN <= MAX",
              (long long)j->min, (long long)j->max);
@@ -542,8 +542,8 @@ static void peer_host(const conn_t *c, char *out, size_t cap) {
 
 static void op_join(conn_t *c, const proto_msg_t *msg) {
   srv_t *s = c->srv;
-  rdv_job_t *rj = rdv_job(c->job);
-  rdv_member_t *m = c->rdv;
+  rounds_job_t *rj = rounds_job(c->job);
+  rounds_member_t *m = c->rounds;
   msg_join_t j;
   env_fp_t *fp = NULL;
   char err[600];
@@ -581,7 +581,7 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
       m->c = c;
       m->order = ++rj->next_order;
       list_insert_tail(&rj->members, &m->link);
-      c->rdv = m;
+      c->rounds = m;
     }
     lu_strlcpy(m->addr, j.addr, sizeof(m->addr));
     if (m->addr[0] == '\0')
@@ -596,7 +596,7 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
     m->state = M_JOINING;
     m->join_id = msg->id;
     m->last_hb = uv_now(s->loop);
-    LU_DBG(&s->log, LU_DBG_RDV, "job %s: %s (%s) joins, %d joining",
+    LU_DBG(&s->log, LU_DBG_ROUNDS, "job %s: %s (%s) joins, %d joining",
            c->job->name, m->host, m->addr, count_state(rj, M_JOINING, 0));
     /* A newcomer while the job runs: take it in when there is room. */
     if (rj->state == R_RUNNING && !m->in_round &&
@@ -610,14 +610,14 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
 }
 
 static void op_heartbeat(conn_t *c, const proto_msg_t *msg) {
-  rdv_member_t *m = c->rdv;
+  rounds_member_t *m = c->rounds;
   if (m)
     m->last_hb = uv_now(c->srv->loop);
   srv__reply_ok(c, msg->id);
 }
 
 static void op_leave(conn_t *c, const proto_msg_t *msg) {
-  rdv_member_t *m = c->rdv;
+  rounds_member_t *m = c->rounds;
   msg_leave_t l;
   if (msg_leave_unpack(msg->nargs > 0 ? &msg->args[0] : NULL, &l, NULL, 0) ||
       l.reason[0] == '\0')
@@ -628,7 +628,7 @@ static void op_leave(conn_t *c, const proto_msg_t *msg) {
 }
 
 /* The first failure of round r: the root cause, one restart spent. */
-static void round_failed(rdv_job_t *rj, rdv_member_t *m, msg_report_t *r) {
+static void round_failed(rounds_job_t *rj, rounds_member_t *m, msg_report_t *r) {
   const msg_failure_t *f = &r->failure;
   char what[64];
   msg_failure_free(&rj->root);
@@ -651,8 +651,8 @@ static void round_failed(rdv_job_t *rj, rdv_member_t *m, msg_report_t *r) {
 }
 
 static void op_report(conn_t *c, const proto_msg_t *msg) {
-  rdv_member_t *m = c->rdv;
-  rdv_job_t *rj = m ? m->rj : NULL;
+  rounds_member_t *m = c->rounds;
+  rounds_job_t *rj = m ? m->rj : NULL;
   msg_report_t r;
   srv__reply_ok(c, msg->id);
   if (rj == NULL ||
@@ -677,7 +677,7 @@ static void op_report(conn_t *c, const proto_msg_t *msg) {
 }
 
 static void op_status(conn_t *c, const proto_msg_t *msg) {
-  rdv_job_t *rj = c->job->rdv;
+  rounds_job_t *rj = c->job->rounds;
   uint64_t now = uv_now(c->srv->loop);
   msg_status_t st;
   size_t k = 0;
@@ -697,7 +697,7 @@ static void op_status(conn_t *c, const proto_msg_t *msg) {
     st.members = calloc((size_t)count_state(rj, -1, 0) + 1, sizeof(*st.members));
     for (list_t *it = rj->members.next; st.members && it != &rj->members;
          it = it->next) {
-      rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
+      rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
       msg_member_t *o = &st.members[k++];
       lu_strlcpy(o->host, m->host, sizeof(o->host));
       lu_strlcpy(o->addr, m->addr, sizeof(o->addr));
@@ -716,7 +716,7 @@ static void op_status(conn_t *c, const proto_msg_t *msg) {
   free(st.members); /* the rest is the job's */
 }
 
-static void rdv_op(conn_t *c, const proto_msg_t *m) {
+static void rounds_op(conn_t *c, const proto_msg_t *m) {
   switch (m->op) {
   case PROTO_OP_JOIN: op_join(c, m); break;
   case PROTO_OP_HEARTBEAT: op_heartbeat(c, m); break;
@@ -729,12 +729,12 @@ static void rdv_op(conn_t *c, const proto_msg_t *m) {
   }
 }
 
-static void rdv_conn_closed(conn_t *c) {
-  rdv_member_t *m = c->rdv;
+static void rounds_conn_closed(conn_t *c) {
+  rounds_member_t *m = c->rounds;
   if (m == NULL)
     return;
   m->c = NULL;
-  c->rdv = NULL;
+  c->rounds = NULL;
   if (!c->srv->closing)
     member_lost(m, "connection closed");
   else
@@ -745,27 +745,27 @@ static void rdv_conn_closed(conn_t *c) {
 
 /* A timer this late means the loop did not run (the host was stopped, or
  * starved): heartbeats may wait unread in the sockets. */
-#define RDV_STALL_MS 250
+#define ROUNDS_STALL_MS 250
 
-static void rdv_timer_cb(uv_timer_t *t) {
+static void rounds_timer_cb(uv_timer_t *t) {
   srv_t *s = t->data;
   uint64_t now = uv_now(s->loop);
-  uint64_t late = now > s->rdv_due ? now - s->rdv_due : 0;
-  if (late > RDV_STALL_MS) {
+  uint64_t late = now > s->rounds_due ? now - s->rounds_due : 0;
+  if (late > ROUNDS_STALL_MS) {
     /* Nobody could be heard while the loop stood still: every member
      * gets a full heartbeat bound from now, so that the heartbeats read
      * next decide, not the stall. */
     LU_WARN(&s->log, "the server's loop stalled for %.1f s (was this host "
             "stopped?): every member gets 3 more heartbeats", late / 1000.0);
     for (job_t *j = s->jobs; j; j = j->next) {
-      rdv_job_t *rj = j->rdv;
+      rounds_job_t *rj = j->rounds;
       for (list_t *it = rj ? rj->members.next : NULL; rj && it != &rj->members;
            it = it->next)
-        LIST_ENTRY(it, rdv_member_t, link)->last_hb = now;
+        LIST_ENTRY(it, rounds_member_t, link)->last_hb = now;
     }
   }
   for (job_t *j = s->jobs; j; j = j->next) {
-    rdv_job_t *rj = j->rdv;
+    rounds_job_t *rj = j->rounds;
     if (rj == NULL)
       continue;
     if (rj->state == R_FORMING)
@@ -773,7 +773,7 @@ static void rdv_timer_cb(uv_timer_t *t) {
     if (rj->state == R_RUNNING || rj->state == R_FORMING) {
       list_t *it = rj->members.next;
       while (it != &rj->members) {
-        rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
+        rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
         it = it->next;
         if ((m->state == M_RUNNING || m->state == M_DONE) && m->c &&
             now > m->last_hb + 3 * (uint64_t)rj->hb_ms) {
@@ -795,7 +795,7 @@ static void schedule(srv_t *s) {
   if (s->closing)
     return;
   for (job_t *j = s->jobs; j; j = j->next) {
-    rdv_job_t *rj = j->rdv;
+    rounds_job_t *rj = j->rounds;
     if (rj == NULL)
       continue;
     if (rj->state == R_FORMING) {
@@ -806,45 +806,45 @@ static void schedule(srv_t *s) {
     }
     if (rj->state == R_RUNNING || rj->state == R_FORMING)
       for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
-        rdv_member_t *m = LIST_ENTRY(it, rdv_member_t, link);
+        rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
         if (m->state == M_RUNNING || m->state == M_DONE)
           next = LU_MIN(next, m->last_hb + 3 * (uint64_t)rj->hb_ms + 1);
       }
   }
   if (next == UINT64_MAX) {
-    uv_timer_stop(&s->rdv_timer);
+    uv_timer_stop(&s->rounds_timer);
   } else {
-    s->rdv_due = LU_MAX(next, now);
-    uv_timer_start(&s->rdv_timer, rdv_timer_cb, next > now ? next - now : 0, 0);
+    s->rounds_due = LU_MAX(next, now);
+    uv_timer_start(&s->rounds_timer, rounds_timer_cb, next > now ? next - now : 0, 0);
   }
 }
 
-static void rdv_job_free(job_t *j) {
-  rdv_job_t *rj = j->rdv;
+static void rounds_job_free(job_t *j) {
+  rounds_job_t *rj = j->rounds;
   if (rj == NULL)
     return;
   while (!list_empty(&rj->members))
-    member_free(LIST_ENTRY(rj->members.next, rdv_member_t, link));
+    member_free(LIST_ENTRY(rj->members.next, rounds_member_t, link));
   free_expected(rj);
   msg_failure_free(&rj->root);
   free(rj);
-  j->rdv = NULL;
+  j->rounds = NULL;
 }
 
-void rdv_install(srv_t *s) {
-  s->rdv_op = rdv_op;
-  s->rdv_conn_closed = rdv_conn_closed;
-  s->rdv_job_free = rdv_job_free;
+void rounds_install(srv_t *s) {
+  s->rounds_op = rounds_op;
+  s->rounds_conn_closed = rounds_conn_closed;
+  s->rounds_job_free = rounds_job_free;
 }
 
-int rdv_connected_members(srv_t *s, const char *job) {
+int rounds_connected_members(srv_t *s, const char *job) {
   int n = 0;
   for (job_t *j = s->jobs; j; j = j->next) {
-    rdv_job_t *rj = j->rdv;
+    rounds_job_t *rj = j->rounds;
     if (rj == NULL || strcmp(j->name, job) != 0)
       continue;
     for (list_t *it = rj->members.next; it != &rj->members; it = it->next)
-      if (LIST_ENTRY(it, rdv_member_t, link)->c)
+      if (LIST_ENTRY(it, rounds_member_t, link)->c)
         n++;
   }
   return n;
