@@ -8,7 +8,11 @@
  *   and ',', and a list without brackets expands to its comma-separated
  *   items, in order (a trailing comma is tolerated);
  * - a host list of names that expanded joins back (with commas) to a list
- *   that expands to the same names. */
+ *   that expands to the same names;
+ * - a refused list comes with a message saying why;
+ * - the same string read as Slurm's task counts per node ("2(x3),1"):
+ *   0 or RDZV_EINVAL (with a message); on success every node has at least
+ *   one task and the node asked for is among those counted. */
 #include "fuzz.h"
 #include "lu.h"
 
@@ -40,9 +44,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size)
     memcpy(s, data, size);
   s[size] = '\0';
-  rc = lu_hostlist_expand(s, MAX_HOSTS, &hosts, &n);
-  FUZZ_CHECK(rc == 0 || rc == RDZV_EINVAL || rc == RDZV_ETOOBIG ||
-             rc == RDZV_ENOMEM);
+  {
+    char err[256] = "";
+    int k = -2, nn = -2, node = (int)(size % 5);
+    rc = lu_tasks_per_node(s, node, &k, &nn, err, sizeof(err));
+    FUZZ_CHECK(rc == 0 || (rc == RDZV_EINVAL && err[0] != '\0'));
+    FUZZ_CHECK(rc != 0 || (k >= 1 && nn > node));
+    err[0] = '\0';
+    rc = lu_hostlist_expand_err(s, MAX_HOSTS, &hosts, &n, err, sizeof(err));
+    FUZZ_CHECK(rc == 0 || rc == RDZV_EINVAL || rc == RDZV_ETOOBIG ||
+               rc == RDZV_ENOMEM);
+    FUZZ_CHECK(rc == 0 || rc == RDZV_ENOMEM || err[0] != '\0');
+  }
   if (rc != 0) {
     free(s);
     return 0;

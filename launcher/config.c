@@ -362,12 +362,25 @@ static int set_logs_specs(cfg_t *c, int id, const char *v, char *err, size_t n) 
 }
 
 static int set_expected(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  char why[256];
   lu_hostlist_free(c->expected_hosts, c->nexpected);
   c->expected_hosts = NULL;
   c->nexpected = 0;
-  if (lu_hostlist_expand(v, 65536, &c->expected_hosts, &c->nexpected) != 0)
-    return fail(err, n, "'%s' is not a host list like node[01-04],login1 "
-                        "(at most 65536 hosts)", v);
+  if (lu_hostlist_expand_err(v, 65536, &c->expected_hosts, &c->nexpected,
+                             why, sizeof(why)) != 0)
+    return fail(err, n, "not a host list like node[01-04],login1: %s", why);
+  return 0;
+}
+
+/* The scheduler's endpoint, unless the command line or launch's variables
+ * named the rendezvous (sched.c skips the row then). */
+static int set_sched_endpoint(cfg_t *c, int id, const char *v, char *err,
+                              size_t n) {
+  if (c->backend == CFG_BACKEND_STATIC)
+    return 0; /* --rdzv-backend static: --master-addr says where */
+  if (set_endpoint(c, CFG_S_ENDPOINT, v, err, n) != 0)
+    return -1;
+  c->sched_endpoint = 1;
   return 0;
 }
 
@@ -517,6 +530,12 @@ static const setting_t settings[CFG_S_COUNT] = {
         "this text"),
     ROW(VERSION, "--version", NULL, NULL, T_BOOL, 0, 0, 0, 0, NULL, NULL, OWN,
         "launch's version and protocol"),
+    BOOL(FROM_TASKS, "--from-tasks", NULL, from_tasks, NODES,
+         "the scheduler starts every worker (srun --ntasks-per-node=GPUS "
+         "launch --from-tasks PROGRAM): no agent; this task gets its "
+         "worker environment, binding and NCCL profile from SLURM_PROCID, "
+         "SLURM_LOCALID, SLURM_NTASKS and becomes PROGRAM; task 0 hosts the "
+         "job's store (docs/schedulers.md)"),
     INT(ENV_LOCAL_RANK, "--local-rank", "N", env_local_rank, 0,
         CFG_MAX_NPROC - 1, CMD_ENV, "the rank to show (default 0)"),
     STR(ENV_PROFILE, "--profile", NULL, "NAME|FILE", nccl_profile, 1, CMD_ENV,
@@ -573,6 +592,15 @@ static const setting_t settings[CFG_S_COUNT] = {
     STR(PYTHON, NULL, NULL, NULL, python, 0, ENV, NULL),
     STR(TMPDIR, NULL, NULL, NULL, tmpdir, 0, ENV, NULL),
     FN(CUDA_VISIBLE, NULL, NULL, NULL, set_cvd, ENV, NULL),
+    FN(SCHED_ENDPOINT, NULL, NULL, NULL, set_sched_endpoint, ENV, NULL),
+    INT(SCHED_HOST, NULL, NULL, sched_host, 0, 1, ENV, NULL),
+    INT(TASK_RANK, NULL, NULL, task_rank, 0, 1 << 24, ENV, NULL),
+    INT(TASK_LOCAL_RANK, NULL, NULL, task_local_rank, 0, CFG_MAX_NPROC - 1,
+        ENV, NULL),
+    INT(TASK_WORLD, NULL, NULL, task_world, 1, 1 << 24, ENV, NULL),
+    INT(TASK_LOCAL_WORLD, NULL, NULL, task_local_world, 1, CFG_MAX_NPROC, ENV,
+        NULL),
+    INT(SCHED_BOUND, NULL, NULL, sched_bound, 0, 1, ENV, NULL),
 };
 
 /* The name a setting goes by in messages. */
@@ -722,6 +750,9 @@ static void defaults(cfg_t *c, char *const *envp) {
   c->node_rank = -1;
   c->pref_node_rank = -1;
   c->sched_node_index = -1;
+  c->sched_host = -1;
+  c->task_rank = c->task_local_rank = -1;
+  c->task_world = c->task_local_world = -1;
   lu_strlcpy(c->master_addr, "127.0.0.1", sizeof(c->master_addr));
   c->master_port = 29500;
   c->join_timeout_ms = 600000;
@@ -830,6 +861,15 @@ static int finish_rdzv(cfg_t *c, char *err, size_t n) {
       return fail(err, n, "--nnodes %d:%d: static rendezvous needs a fixed "
                           "number of nodes (use --rdzv-backend c10d for "
                           "elastic jobs)", c->min_nodes, c->max_nodes);
+    /* A scheduler's node index stands for --node-rank: without either,
+     * every node would be node 0. */
+    if (c->node_rank < 0 && c->sched_node_index >= 0) {
+      if (c->sched_node_index >= c->max_nodes)
+        return fail(err, n, "the scheduler's node index %d is not below "
+                            "--nnodes %d: give --node-rank",
+                    c->sched_node_index, c->max_nodes);
+      c->node_rank = c->sched_node_index;
+    }
     if (c->node_rank < 0)
       c->node_rank = 0;
     if (c->node_rank >= c->max_nodes)
@@ -850,6 +890,38 @@ static int finish_rdzv(cfg_t *c, char *err, size_t n) {
   }
   if (c->endpoint_port < 0)
     c->endpoint_port = RDZV_DEFAULT_PORT;
+  /* The scheduler's node 0 hosts its endpoint; an endpoint given, or
+   * is_host, leaves it to the address. */
+  if (!c->sched_endpoint || c->is_host >= 0)
+    c->sched_host = -1;
+  return 0;
+}
+
+/* --from-tasks: srun started this worker; its place comes from the
+ * scheduler, not from --nproc-per-node. */
+static int finish_tasks(cfg_t *c, char *err, size_t n) {
+  if (c->task_rank < 0 || c->task_local_rank < 0 || c->task_world < 0 ||
+      c->task_local_world < 0)
+    return fail(err, n, "--from-tasks: this process is no task of a Slurm "
+                        "job step (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS "
+                        "and SLURM_STEP_TASKS_PER_NODE are unset): run "
+                        "srun --ntasks-per-node=GPUS launch --from-tasks "
+                        "PROGRAM, or drop --from-tasks (docs/schedulers.md)");
+  if (c->given[CFG_S_NPROC])
+    return fail(err, n, "--from-tasks: --nproc-per-node has no meaning, "
+                        "srun's --ntasks-per-node decides (this node runs %d "
+                        "tasks)", c->task_local_world);
+  if (c->task_rank >= c->task_world || c->task_local_rank >= c->task_local_world)
+    return fail(err, n, "--from-tasks: task %d (local %d) does not fit %d "
+                        "tasks (%d on this node): the scheduler's variables "
+                        "disagree", c->task_rank, c->task_local_rank,
+                c->task_world, c->task_local_world);
+  c->nproc = c->task_local_world;
+  /* The scheduler bound this task already: keep its binding unless the
+   * command line asks for launch's. */
+  if (c->sched_bound == 1 && !c->given[CFG_S_CPU_BIND] &&
+      !c->given[CFG_S_NUMA_BINDING])
+    lu_strlcpy(c->cpu_bind, "none", sizeof(c->cpu_bind));
   return 0;
 }
 
@@ -876,7 +948,8 @@ static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
   } else {
     lu_parse_int(s, 1, CFG_MAX_NPROC, &c->nproc);
   }
-  if ((rc = finish_rdzv(c, err, n)) != 0 || (rc = finish_output(c, err, n)))
+  if ((c->from_tasks && (rc = finish_tasks(c, err, n)) != 0) ||
+      (rc = finish_rdzv(c, err, n)) != 0 || (rc = finish_output(c, err, n)))
     return rc;
   /* Binding: each rank on its GPU's NUMA node, memory preferred there, when
    * this node has GPUs; CPU-only jobs are left alone. */
@@ -891,10 +964,9 @@ static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
 
 int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
               cfg_t *c, char *err, size_t errlen) {
-  unsigned char seen[CFG_S_COUNT];
+  unsigned char *seen = c->given;
   int i;
   defaults(c, envp);
-  memset(seen, 0, sizeof(seen));
   for (i = 1; i < argc; i++) {
     const char *a = argv[i], *eq, *val;
     size_t len;
@@ -934,7 +1006,6 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
   c->prog_argc = argc - i;
   if (sched_read(envp, seen, apply_env, &(env_ctx_t){c, flags}, err, errlen))
     return -1;
-  memcpy(c->given, seen, sizeof(c->given));
   if (c->host[0] == '\0' && gethostname(c->host, sizeof(c->host)) != 0)
     lu_strlcpy(c->host, "localhost", sizeof(c->host));
   if (flags & (CFG_DOCTOR_CMD | CFG_TOPO_CMD))

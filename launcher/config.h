@@ -5,7 +5,7 @@
  *      (--nproc-per-node / --nproc_per_node) and launch's own;
  *   2. the environment, through the tables of sched.c: launch's own
  *      LAUNCH_* variables, torchrun's PET_* (Kubeflow's PyTorchJob sets
- *      them), then the schedulers' (Slurm, Volcano);
+ *      them), then the schedulers' (Kubeflow, Slurm, Volcano);
  *   3. defaults, and what follows from the rest (the binding policy, the
  *      endpoint of a static rendezvous, a fresh run id for --standalone).
  *
@@ -53,10 +53,16 @@ typedef enum {
   CFG_S_DOC_TIMEOUT, CFG_S_DOC_JOIN_TIMEOUT, CFG_S_DOC_COMPACT,
   /* `launch topo`'s */
   CFG_S_TOPO_CVD, CFG_S_TOPO_GPU_PROBE, CFG_S_TOPO_EXPORT,
-  CFG_S_HELP, CFG_S_VERSION,
+  CFG_S_HELP, CFG_S_VERSION, CFG_S_FROM_TASKS,
   /* from the environment only */
   CFG_S_HOSTNAME, CFG_S_EXPECTED_HOSTS, CFG_S_NODE_INDEX, CFG_S_PYTHON,
   CFG_S_TMPDIR, CFG_S_CUDA_VISIBLE,
+  /* what a scheduler says (sched.c): where the rendezvous is and whether
+   * this node hosts it, this task's place (--from-tasks), whether it bound
+   * the task's CPUs */
+  CFG_S_SCHED_ENDPOINT, CFG_S_SCHED_HOST, CFG_S_TASK_RANK,
+  CFG_S_TASK_LOCAL_RANK, CFG_S_TASK_WORLD, CFG_S_TASK_LOCAL_WORLD,
+  CFG_S_SCHED_BOUND,
   CFG_S_COUNT
 } cfg_setting_t;
 
@@ -87,6 +93,11 @@ typedef struct cfg_s {
   int64_t read_timeout_ms;   /* a server that answers no request this long
                                 is lost */
   int is_host;               /* -1 auto, 0, 1 */
+  int sched_endpoint;        /* the endpoint is the scheduler's (the first
+                                node of the job, a derived port) */
+  int sched_host;            /* -1, or whether the scheduler's endpoint is
+                                this node (node 0 of the job): decides who
+                                hosts, instead of the address */
   /* supervision */
   int max_restarts;
   int64_t stop_grace_ms;     /* --stop-timeout: SIGTERM -> SIGKILL */
@@ -128,6 +139,11 @@ typedef struct cfg_s {
   char **expected_hosts;     /* LAUNCH_EXPECTED_HOSTS, SLURM_JOB_NODELIST */
   size_t nexpected;
   int sched_node_index;      /* SLURM_NODEID, VC_TASK_INDEX; -1 */
+  /* --from-tasks: the scheduler started one task per worker */
+  int from_tasks;
+  int task_rank, task_local_rank;   /* SLURM_PROCID, SLURM_LOCALID; -1 */
+  int task_world, task_local_world; /* SLURM_NTASKS, this node's tasks; -1 */
+  int sched_bound;           /* the scheduler bound this task's CPUs */
   char tmpdir[PATH_MAX];     /* TMPDIR, else /tmp */
   const char *cuda_visible_devices; /* NULL when unset (points into environ) */
   int ngpus;                 /* GPUs this node shows the job */
@@ -174,10 +190,12 @@ void cfg_help(FILE *out, unsigned flags);
 
 
 /* ---- sched.c: the environment --------------------------------------------
- * One table per source: launch's own variables, torchrun's PET_* (Kubeflow),
+ * One table per source: launch's own variables, torchrun's PET_*, Kubeflow,
  * Slurm, Volcano. Each row names a variable and the setting of config.c it
- * feeds; a source that is earlier in the list wins over a later one, and
- * the command line over all. */
+ * feeds (its value as it is, or derived from it and the rest of the
+ * environment); a source applies when one of its variables says the process
+ * runs under it. A source that is earlier in the list wins over a later
+ * one, and the command line over all. docs/schedulers.md. */
 
 /* The value of name in envp, NULL when unset. */
 const char *sched_getenv(char *const *envp, const char *name);
@@ -186,9 +204,20 @@ typedef int (*sched_apply_fn)(void *ctx, int setting, const char *var,
                               const char *value, char *err, size_t errlen);
 /* Call apply(ctx, setting, var, value) for every variable of every table
  * that is set and non-empty in envp, unless seen[setting] (the command line
- * or an earlier source gave it); marks seen. RET 0 or the first non-zero
- * apply result. */
+ * or an earlier source gave it) or a setting that makes the row moot was
+ * seen; marks seen. RET 0, -1 with err naming the variables when a
+ * scheduler's facts do not add up, or the first non-zero apply result. */
 int sched_read(char *const *envp, unsigned char *seen, sched_apply_fn apply,
                void *ctx, char *err, size_t errlen);
+/* Slurm's default rendezvous port of a job step: 29400 + (8 x job id +
+ * step id) mod 1000, so that steps and jobs sharing a node differ. */
+int sched_slurm_port(long long job_id, long long step_id);
+
+/* ---- tasks.c: --from-tasks ------------------------------------------------
+ * The scheduler started each worker (srun --ntasks-per-node=G): give this
+ * task its worker environment (torchrun's contract, the NCCL profile, the
+ * lock), bind it, let task 0 host the job's store, exec PROGRAM. Returns
+ * only on failure: the exit code. */
+int launch_from_tasks(cfg_t *c);
 
 #endif /* CONFIG_H */

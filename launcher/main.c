@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
   rc = cfg_parse(argc, argv, environ, CFG_NEED_PROGRAM, &cfg, err, sizeof(err));
   if (rc == 0) {
     launch_raise_nofile();
-    rc = agent_run(&cfg);
+    rc = cfg.from_tasks ? launch_from_tasks(&cfg) : agent_run(&cfg);
   } else if (rc < 0) {
     launch_usage_error("%s", err);
     rc = 2;

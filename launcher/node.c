@@ -66,6 +66,10 @@ void launch_round_guess(const cfg_t *c, const char *run_dir,
   r->nnodes = c->max_nodes;
   r->world_size = c->max_nodes * c->nproc;
   r->base_rank = r->node_rank * c->nproc;
+  if (c->from_tasks) { /* the scheduler placed this task */
+    r->base_rank = c->task_rank - c->task_local_rank;
+    r->world_size = c->task_world;
+  }
   lu_strlcpy(r->master_addr, c->endpoint_host, sizeof(r->master_addr));
   r->master_port = c->endpoint_port;
   snprintf(r->endpoint, sizeof(r->endpoint),

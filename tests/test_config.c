@@ -1,14 +1,18 @@
 /* test_config.c - the job's configuration: the command line beats launch's
- * variables, which beat torchrun's PET_*, which beat the schedulers' (Slurm,
- * Volcano); scheduler facts land in the configuration (node index, expected
- * hosts), bad values name their variable, abbreviations are refused with
- * the full name, and --help lists every flag the parser accepts. */
+ * variables, which beat torchrun's PET_*, which beat the schedulers'
+ * (Kubeflow, Slurm, Volcano); each scheduler's facts land in the
+ * configuration (nodes, node index, run id, endpoint and who hosts it,
+ * expected hosts, the task's place for --from-tasks), bad values name
+ * their variable, abbreviations are refused with the full name, and --help
+ * lists every flag the parser accepts. docs/schedulers.md. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "launch.h"
 #include "lu.h"
 #include "test.h"
 
@@ -43,8 +47,9 @@ static void test_precedence(void) {
   /* PET_* stands for a missing flag; launch's own beats the schedulers' */
   ASSERT_EQ(0, parse(&c, ARGS("x"),
                      ENV("PET_NNODES=2:3", "PET_RDZV_ENDPOINT=h:7",
-                         "LAUNCH_EXPECTED_HOSTS=n[1-3]",
+                         "LAUNCH_EXPECTED_HOSTS=n[1-3]", "SLURM_STEP_ID=0",
                          "SLURM_JOB_NODELIST=s[1-4]", "SLURM_NODEID=2",
+                         "SLURMD_NODENAME=s3", "SLURM_NNODES=4",
                          "VC_TASK_INDEX=1", "LAUNCH_HOSTNAME=me",
                          "PYTHON_EXEC=/opt/py", "TMPDIR=/scratch"),
                      err, sizeof(err)));
@@ -61,20 +66,29 @@ static void test_precedence(void) {
   cfg_free(&c);
   /* Volcano alone; a node rank on the command line wins */
   ASSERT_EQ(0, parse(&c, ARGS("--rdzv-endpoint", "h", "x"),
-                     ENV("VC_TASK_INDEX=4", "SLURM_JOB_NODELIST=s[1-2]"), err,
-                     sizeof(err)));
+                     ENV("VC_TASK_INDEX=4", "LAUNCH_VOLCANO_ROOT=/nonexistent",
+                         "SLURM_JOB_NODELIST=s[1-2]"), err, sizeof(err)));
   ASSERT_EQ(4, c.pref_node_rank);
-  ASSERT_EQ(2, (int)c.nexpected);
+  ASSERT_EQ(0, (int)c.nexpected); /* no step: Slurm's list is not this job's */
   cfg_free(&c);
   ASSERT_EQ(0, parse(&c, ARGS("--rdzv-endpoint", "h", "--node-rank", "1", "x"),
-                     ENV("SLURM_NODEID=3"), err, sizeof(err)));
+                     ENV("SLURM_STEP_ID=0", "SLURM_NODEID=3"), err,
+                     sizeof(err)));
   ASSERT_EQ(1, c.pref_node_rank);
   cfg_free(&c);
-  /* static rendezvous: the scheduler's index is no --node-rank */
+  /* static rendezvous: the scheduler's index stands for --node-rank, else
+   * every node would be node 0 */
+  ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "4", "--master-addr", "m", "x"),
+                     ENV("SLURM_STEP_ID=0", "SLURM_NODEID=3"), err,
+                     sizeof(err)));
+  ASSERT_EQ(CFG_BACKEND_STATIC, c.backend);
+  ASSERT_EQ(3, c.node_rank);
+  ASSERT_EQ(3, c.pref_node_rank);
+  ASSERT_STR_EQ("m", c.endpoint_host);
+  cfg_free(&c);
   ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "4", "x"), ENV("SLURM_NODEID=3"),
                      err, sizeof(err)));
-  ASSERT_EQ(CFG_BACKEND_STATIC, c.backend);
-  ASSERT_EQ(0, c.pref_node_rank);
+  ASSERT_EQ(0, c.node_rank); /* outside a step SLURM_NODEID says nothing */
   cfg_free(&c);
   /* defaults */
   ASSERT_EQ(0, parse(&c, ARGS("--standalone", "x"), no_env, err, sizeof(err)));
@@ -140,7 +154,8 @@ static void test_errors(void) {
                "--rdzv-endpoint is empty");
   /* variables that do not parse name themselves */
   expect_error(ARGS("x"), ENV("PET_MAX_RESTARTS=many"), "PET_MAX_RESTARTS");
-  expect_error(ARGS("--rdzv-endpoint", "h", "x"), ENV("SLURM_NODEID=first"),
+  expect_error(ARGS("--rdzv-endpoint", "h", "x"),
+               ENV("SLURM_STEP_ID=0", "SLURM_NODEID=first"),
                "SLURM_NODEID=first");
   expect_error(ARGS("--rdzv-endpoint", "h", "x"),
                ENV("LAUNCH_EXPECTED_HOSTS=node[1-"), "LAUNCH_EXPECTED_HOSTS");
@@ -222,12 +237,343 @@ static void test_help(void) {
   free(text);
 }
 
+
+/* A Slurm job step of 4 nodes in an allocation of 8: srun's variables as
+ * Slurm 22.05 sets them (tests/test_slurm.py runs the real thing). */
+#define SLURM_STEP                                                             \
+  "SLURM_JOB_ID=1234", "SLURM_STEP_ID=0", "SLURM_JOB_NUM_NODES=8",             \
+      "SLURM_NNODES=4", "SLURM_STEP_NUM_NODES=4",                              \
+      "SLURM_JOB_NODELIST=gpu[01-08]", "SLURM_STEP_NODELIST=gpu[01-04]",       \
+      "SLURM_NODELIST=gpu[01-08]"
+
+static void test_slurm(void) {
+  cfg_t c;
+  char err[512];
+  /* srun --ntasks-per-node=1 launch PROGRAM: no flag needed */
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=2", "SLURMD_NODENAME=gpu03",
+                         "SLURM_GPUS_ON_NODE=8"),
+                     err, sizeof(err)));
+  ASSERT_EQ(4, c.min_nodes); /* the step's nodes, not the allocation's */
+  ASSERT_EQ(4, c.max_nodes);
+  ASSERT_STR_EQ("1234.0", c.run_id);
+  ASSERT_EQ(CFG_BACKEND_C10D, c.backend);
+  ASSERT_STR_EQ("gpu01", c.endpoint_host);
+  ASSERT_EQ(sched_slurm_port(1234, 0), c.endpoint_port);
+  ASSERT_EQ(29400 + (234 * 8) % 1000, c.endpoint_port);
+  ASSERT_EQ(1, c.sched_endpoint);
+  ASSERT_EQ(0, c.sched_host); /* node 2 does not host */
+  ASSERT_EQ(2, c.pref_node_rank);
+  ASSERT_STR_EQ("gpu03", c.host);
+  ASSERT_EQ(4, (int)c.nexpected);
+  ASSERT_STR_EQ("gpu04", c.expected_hosts[3]);
+  ASSERT_EQ(8, c.nproc);
+  ASSERT(c.signals_mask & (1u << SIGUSR1));
+  ASSERT(c.signals_mask & (1u << SIGUSR2));
+  ASSERT(c.signals_mask & (1u << SIGTERM));
+  cfg_free(&c);
+  /* node 0 hosts; steps and jobs get different ports */
+  ASSERT_EQ(0, parse(&c, ARGS("x"), ENV(SLURM_STEP, "SLURM_NODEID=0"), err,
+                     sizeof(err)));
+  ASSERT_EQ(1, c.sched_host);
+  ASSERT_EQ(1, c.nproc); /* no GPU from Slurm: torchrun's default */
+  cfg_free(&c);
+  ASSERT(sched_slurm_port(1234, 1) != sched_slurm_port(1234, 0));
+  ASSERT(sched_slurm_port(1235, 0) != sched_slurm_port(1234, 0));
+  for (long long j = 0; j < 5000; j += 7)
+    ASSERT(sched_slurm_port(j, j % 3) >= 29400 &&
+           sched_slurm_port(j, j % 3) < 30400);
+  /* the GPUs Slurm gave, from CUDA_VISIBLE_DEVICES */
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=1",
+                         "CUDA_VISIBLE_DEVICES=4,5,6,7"),
+                     err, sizeof(err)));
+  ASSERT_EQ(4, c.nproc);
+  cfg_free(&c);
+  /* flags on the command line win, and name the rendezvous */
+  ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "2", "--rdzv-endpoint", "h:5",
+                              "--rdzv-id", "mine", "--nproc-per-node", "3",
+                              "--signals-to-handle", "SIGTERM", "x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=0", "SLURM_GPUS_ON_NODE=8"),
+                     err, sizeof(err)));
+  ASSERT_EQ(2, c.max_nodes);
+  ASSERT_STR_EQ("h", c.endpoint_host);
+  ASSERT_EQ(5, c.endpoint_port);
+  ASSERT_STR_EQ("mine", c.run_id);
+  ASSERT_EQ(3, c.nproc);
+  ASSERT_EQ(0, c.sched_endpoint);
+  ASSERT_EQ(-1, c.sched_host); /* the address decides */
+  ASSERT(!(c.signals_mask & (1u << SIGUSR1)));
+  cfg_free(&c);
+  /* the job's list when the step's is missing (older Slurm) */
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV("SLURM_JOB_ID=77", "SLURM_STEPID=3", "SLURM_NNODES=2",
+                         "SLURM_JOB_NODELIST=a[7-8]", "SLURM_NODEID=1"),
+                     err, sizeof(err)));
+  ASSERT_STR_EQ("77.3", c.run_id);
+  ASSERT_STR_EQ("a7", c.endpoint_host);
+  ASSERT_EQ(sched_slurm_port(77, 3), c.endpoint_port);
+  ASSERT_EQ(2, c.max_nodes);
+  cfg_free(&c);
+  /* a batch script or salloc shell is no step: its SLURM_NNODES counts the
+   * allocation, and nothing of it applies */
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV("SLURM_JOB_ID=1234", "SLURM_NNODES=4",
+                         "SLURM_JOB_NODELIST=gpu[01-04]", "SLURM_NODEID=0"),
+                     err, sizeof(err)));
+  ASSERT_EQ(1, c.max_nodes);
+  ASSERT_STR_EQ("none", c.run_id);
+  ASSERT_EQ(CFG_BACKEND_STATIC, c.backend);
+  cfg_free(&c);
+  /* --standalone in a step: one node of its own */
+  ASSERT_EQ(0, parse(&c, ARGS("--standalone", "x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=3"), err, sizeof(err)));
+  ASSERT_EQ(1, c.max_nodes);
+  ASSERT_STR_EQ("127.0.0.1", c.endpoint_host);
+  ASSERT_EQ(36, (int)strlen(c.run_id));
+  cfg_free(&c);
+  /* a node list that does not parse is named, with what is wrong */
+  expect_error(ARGS("x"),
+               ENV("SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=gpu[01-04",
+                   "SLURM_NODEID=0"),
+               "SLURM_STEP_NODELIST=gpu[01-04: not a host list like "
+               "node[01-04],login1: '[' is never closed at character 4");
+}
+
+/* --from-tasks: srun --ntasks-per-node=2 on 4 nodes, task 5. */
+static void test_from_tasks(void) {
+  cfg_t c;
+  char err[512];
+  ASSERT_EQ(0, parse(&c, ARGS("--from-tasks", "x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=2", "SLURM_PROCID=5",
+                         "SLURM_LOCALID=1", "SLURM_NTASKS=8",
+                         "SLURM_STEP_TASKS_PER_NODE=2(x4)",
+                         "SLURM_GPUS_ON_NODE=8", "SLURM_CPU_BIND_TYPE=none"),
+                     err, sizeof(err)));
+  ASSERT_EQ(1, c.from_tasks);
+  ASSERT_EQ(5, c.task_rank);
+  ASSERT_EQ(1, c.task_local_rank);
+  ASSERT_EQ(8, c.task_world);
+  ASSERT_EQ(2, c.nproc); /* srun's tasks on this node, not the GPUs */
+  ASSERT_EQ(4, c.max_nodes);
+  ASSERT_STR_EQ("gpu01", c.endpoint_host);
+  ASSERT_EQ(0, c.sched_bound);
+  {
+    launch_round_t r;
+    launch_round_guess(&c, "/tmp/x", &r);
+    ASSERT_EQ(4, r.base_rank); /* RANK = 4 + LOCAL_RANK 1 = SLURM_PROCID */
+    ASSERT_EQ(8, r.world_size);
+    ASSERT_EQ(2, r.node_rank);
+    ASSERT_STR_EQ("gpu01", r.master_addr);
+  }
+  cfg_free(&c);
+  /* uneven nodes: this node's count from "3(x2),2" */
+  ASSERT_EQ(0, parse(&c, ARGS("--from-tasks", "x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=2", "SLURM_PROCID=6",
+                         "SLURM_LOCALID=0", "SLURM_NTASKS=8",
+                         "SLURM_STEP_TASKS_PER_NODE=3(x2),2"),
+                     err, sizeof(err)));
+  ASSERT_EQ(2, c.nproc);
+  cfg_free(&c);
+  /* Slurm bound the task: its binding stays, unless --cpu-bind says */
+  ASSERT_EQ(0, parse(&c, ARGS("--from-tasks", "x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=0", "SLURM_PROCID=0",
+                         "SLURM_LOCALID=0", "SLURM_NTASKS=8",
+                         "SLURM_NTASKS_PER_NODE=2",
+                         "SLURM_CPU_BIND_TYPE=mask_cpu:"),
+                     err, sizeof(err)));
+  ASSERT_EQ(2, c.nproc);
+  ASSERT_STR_EQ("none", c.cpu_bind);
+  ASSERT_STR_EQ("none", c.mem_bind);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("--from-tasks", "--cpu-bind", "cores", "x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=0", "SLURM_PROCID=0",
+                         "SLURM_LOCALID=0", "SLURM_NTASKS=8",
+                         "SLURM_NTASKS_PER_NODE=2",
+                         "SLURM_CPU_BIND_TYPE=mask_cpu:"),
+                     err, sizeof(err)));
+  ASSERT_STR_EQ("cores", c.cpu_bind);
+  cfg_free(&c);
+  expect_error(ARGS("--from-tasks", "x"), no_env,
+               "--from-tasks: this process is no task of a Slurm job step");
+  expect_error(ARGS("--from-tasks", "--nproc-per-node", "4", "x"),
+               ENV(SLURM_STEP, "SLURM_NODEID=0", "SLURM_PROCID=0",
+                   "SLURM_LOCALID=0", "SLURM_NTASKS=8",
+                   "SLURM_NTASKS_PER_NODE=2"),
+               "srun's --ntasks-per-node decides");
+  expect_error(ARGS("--from-tasks", "x"),
+               ENV(SLURM_STEP, "SLURM_NODEID=5", "SLURM_PROCID=0",
+                   "SLURM_LOCALID=0", "SLURM_NTASKS=8",
+                   "SLURM_STEP_TASKS_PER_NODE=2(x4)"),
+               "counts 4 nodes: there is no node 5");
+}
+
+/* Volcano pods: host files under a fake /etc/volcano. */
+static char vc_root[64];
+
+static void vc_file(const char *name, const char *text) {
+  char path[256];
+  FILE *f;
+  snprintf(path, sizeof(path), "%s/%s", vc_root, name);
+  ASSERT((f = fopen(path, "w")) != NULL);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void vc_clear(void) {
+  char path[256];
+  const char *names[] = {"trainer.host", "master.host", "worker.host",
+                         "eval.host"};
+  for (size_t i = 0; i < LU_ARRAY_SIZE(names); i++) {
+    snprintf(path, sizeof(path), "%s/%s", vc_root, names[i]);
+    unlink(path);
+  }
+}
+
+static void test_volcano(void) {
+  cfg_t c;
+  char err[512], root_env[128];
+  lu_strlcpy(vc_root, "/tmp/test_config_vcXXXXXX", sizeof(vc_root));
+  ASSERT(mkdtemp(vc_root) != NULL);
+  snprintf(root_env, sizeof(root_env), "LAUNCH_VOLCANO_ROOT=%s", vc_root);
+  /* the svc plugin's host file (its last line ends too), env plugin's index */
+  vc_file("trainer.host", "tg-trainer-0.tg\ntg-trainer-1.tg\ntg-trainer-2.tg\n");
+  ASSERT_EQ(0, parse(&c, ARGS("x"), ENV(root_env, "VC_TASK_INDEX=1",
+                                        "VK_TASK_INDEX=1",
+                                        "HOSTNAME=tg-trainer-1"),
+                     err, sizeof(err)));
+  ASSERT_EQ(3, c.max_nodes);
+  ASSERT_EQ(1, c.pref_node_rank);
+  ASSERT_STR_EQ("tg", c.run_id); /* the job's name, the pods' subdomain */
+  ASSERT_STR_EQ("tg-trainer-0.tg", c.endpoint_host);
+  ASSERT_EQ(RDZV_DEFAULT_PORT, c.endpoint_port);
+  ASSERT_EQ(0, c.sched_host);
+  ASSERT_STR_EQ("tg-trainer-1.tg", c.host); /* as the peers list it */
+  ASSERT_EQ(3, (int)c.nexpected);
+  cfg_free(&c);
+  /* pod 0 hosts; VK_TASK_INDEX alone (older Volcano) */
+  ASSERT_EQ(0, parse(&c, ARGS("x"), ENV(root_env, "VK_TASK_INDEX=0"), err,
+                     sizeof(err)));
+  ASSERT_EQ(1, c.sched_host);
+  cfg_free(&c);
+  /* a standalone launch server: the endpoint given, the rest Volcano's */
+  ASSERT_EQ(0, parse(&c, ARGS("--rdzv-endpoint", "launch-server:29400", "x"),
+                     ENV(root_env, "VC_TASK_INDEX=2"), err, sizeof(err)));
+  ASSERT_STR_EQ("launch-server", c.endpoint_host);
+  ASSERT_EQ(-1, c.sched_host);
+  ASSERT_EQ(3, c.max_nodes);
+  ASSERT_EQ(2, c.pref_node_rank);
+  cfg_free(&c);
+  /* the variables alone (no host files) */
+  vc_clear();
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(root_env, "VC_TASK_INDEX=1", "VC_TRAINER_NUM=2",
+                         "VC_TRAINER_HOSTS=j-trainer-0.j,j-trainer-1.j"),
+                     err, sizeof(err)));
+  ASSERT_EQ(2, c.max_nodes);
+  ASSERT_STR_EQ("j-trainer-0.j", c.endpoint_host);
+  ASSERT_STR_EQ("j", c.run_id);
+  cfg_free(&c);
+  /* the pytorch plugin: pod-level WORLD_SIZE and RANK are the node count
+   * and node rank (the workers get their own, tests/test_volcano.py) */
+  vc_file("master.host", "pt-master-0.pt");
+  vc_file("worker.host", "pt-worker-0.pt\npt-worker-1.pt\npt-worker-2.pt");
+  ASSERT_EQ(0, parse(&c, ARGS("--nproc-per-node", "8", "x"),
+                     ENV(root_env, "VC_TASK_INDEX=1", "RANK=2",
+                         "WORLD_SIZE=4", "MASTER_ADDR=pt-master-0.pt",
+                         "MASTER_PORT=23456"),
+                     err, sizeof(err)));
+  ASSERT_EQ(4, c.max_nodes);
+  ASSERT_EQ(2, c.pref_node_rank);
+  ASSERT_STR_EQ("pt-master-0.pt", c.endpoint_host);
+  ASSERT_EQ(23456, c.endpoint_port);
+  ASSERT_STR_EQ("pt-worker-1.pt", c.host);
+  ASSERT_STR_EQ("pt-master-0.pt", c.expected_hosts[0]);
+  ASSERT_STR_EQ("pt-worker-2.pt", c.expected_hosts[3]);
+  ASSERT_STR_EQ("pt", c.run_id);
+  ASSERT_EQ(8, c.nproc);
+  cfg_free(&c);
+  /* a hand-set, process-level WORLD_SIZE (seed-style job spec) is refused
+   * with what to do */
+  vc_clear();
+  vc_file("trainer.host", "g-trainer-0.g\ng-trainer-1.g\n");
+  expect_error(ARGS("x"),
+               ENV(root_env, "VC_TASK_INDEX=1", "RANK=1", "WORLD_SIZE=16",
+                   "MASTER_ADDR=g-trainer-0", "MASTER_PORT=29500"),
+               "WORLD_SIZE=16, but the Volcano job has 2 pods");
+  /* several tasks: the one of this pod, by HOSTNAME or LAUNCH_VOLCANO_TASK */
+  vc_file("eval.host", "g-eval-0.g\n");
+  expect_error(ARGS("x"), ENV(root_env, "VC_TASK_INDEX=0"),
+               "set LAUNCH_VOLCANO_TASK");
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(root_env, "VC_TASK_INDEX=0", "HOSTNAME=g-eval-0"),
+                     err, sizeof(err)));
+  ASSERT_EQ(1, c.max_nodes);
+  ASSERT_STR_EQ("g.eval", c.run_id);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(root_env, "VC_TASK_INDEX=1",
+                         "LAUNCH_VOLCANO_TASK=trainer"),
+                     err, sizeof(err)));
+  ASSERT_EQ(2, c.max_nodes);
+  ASSERT_STR_EQ("g.trainer", c.run_id);
+  cfg_free(&c);
+  expect_error(ARGS("x"),
+               ENV(root_env, "VC_TASK_INDEX=0", "LAUNCH_VOLCANO_TASK=nope"),
+               "LAUNCH_VOLCANO_TASK=nope is not a task");
+  expect_error(ARGS("x"),
+               ENV(root_env, "VC_TASK_INDEX=5", "LAUNCH_VOLCANO_TASK=trainer"),
+               "index 5 is not below the job's 2 pods");
+  vc_file("eval.host", "g-eval-[0-\n");
+  expect_error(ARGS("x"), ENV(root_env, "VC_TASK_INDEX=0"),
+               "eval.host does not list host names");
+  vc_clear();
+  rmdir(vc_root);
+}
+
+/* Kubeflow's PyTorchJob (v1): PET_* and the master pod's address. */
+static void test_kubeflow(void) {
+  cfg_t c;
+  char err[512];
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV("PET_NNODES=2", "PET_NODE_RANK=1",
+                         "PET_NPROC_PER_NODE=4", "MASTER_ADDR=pj-master-0",
+                         "MASTER_PORT=23456", "WORLD_SIZE=8", "RANK=1"),
+                     err, sizeof(err)));
+  ASSERT_EQ(CFG_BACKEND_STATIC, c.backend);
+  ASSERT_STR_EQ("pj-master-0", c.endpoint_host);
+  ASSERT_EQ(23456, c.endpoint_port);
+  ASSERT_EQ(1, c.node_rank);
+  ASSERT_EQ(2, c.max_nodes);
+  ASSERT_EQ(4, c.nproc);
+  cfg_free(&c);
+  /* elastic: the rendezvous endpoint, MASTER_* unused */
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV("PET_NNODES=1:3", "PET_RDZV_ENDPOINT=pj-master-0:29400",
+                         "PET_RDZV_ID=pj", "MASTER_ADDR=pj-master-0",
+                         "MASTER_PORT=23456"),
+                     err, sizeof(err)));
+  ASSERT_EQ(CFG_BACKEND_C10D, c.backend);
+  ASSERT_EQ(29400, c.endpoint_port);
+  ASSERT_STR_EQ("pj", c.run_id);
+  cfg_free(&c);
+  /* MASTER_ADDR outside Kubeflow (no PET_NNODES) is not read */
+  ASSERT_EQ(0, parse(&c, ARGS("x"), ENV("MASTER_ADDR=elsewhere"), err,
+                     sizeof(err)));
+  ASSERT_STR_EQ("127.0.0.1", c.endpoint_host);
+  cfg_free(&c);
+}
+
 int main(void) {
   test_precedence();
   test_binding_defaults();
   test_errors();
   test_conf_values();
   test_help();
+  test_slurm();
+  test_from_tasks();
+  test_volcano();
+  test_kubeflow();
   printf("test_config: ok\n");
   return 0;
 }

@@ -177,6 +177,16 @@ int lu_jv_int(const lu_jv_t *v, int64_t min, int64_t max, int64_t *out);
  * lu_hostlist_free), *n. At most max names. RET 0, RDZV_EINVAL (does not
  * parse), RDZV_ETOOBIG (more than max), RDZV_ENOMEM. */
 int lu_hostlist_expand(const char *list, size_t max, char ***hosts, size_t *n);
+/* The same, with err saying what is wrong and where ("'[' is never closed
+ * at character 4"). */
+int lu_hostlist_expand_err(const char *list, size_t max, char ***hosts,
+                           size_t *n, char *err, size_t errlen);
 void lu_hostlist_free(char **hosts, size_t n);
+/* Slurm's task counts per node, in node order with repeats:
+ * "2(x3),1" = three nodes of 2 tasks, then one of 1. OUT *ntasks: node's
+ * count (node < 0: not asked, -1), *nnodes (may be NULL): the nodes counted.
+ * RET 0, or RDZV_EINVAL with err saying why (node not in the list too). */
+int lu_tasks_per_node(const char *spec, int node, int *ntasks, int *nnodes,
+                      char *err, size_t errlen);
 
 #endif /* LU_H */
