@@ -102,6 +102,7 @@ typedef struct agent_s {
   } while (0)
 
 static void finish(agent_t *a);
+static void finished_stopping(wk_group_t *g, void *arg);
 static void send_join(agent_t *a);
 
 /* A free TCP port on addr (bind 0, read it, close): for rank 0's own
@@ -554,6 +555,10 @@ static void send_join(agent_t *a) {
 static void restart_stopped(wk_group_t *g, void *arg) {
   agent_t *a = arg;
   (void)g;
+  if (a->state == A_FINISH) { /* the job ended while they stopped */
+    finished_stopping(g, a);
+    return;
+  }
   if (a->state != A_STOP)
     return;
   clear_failures(a);
@@ -748,11 +753,17 @@ static void finished_stopping(wk_group_t *g, void *arg) {
 }
 
 static void finish(agent_t *a) {
+  int stopping = a->state == A_STOP;
   if (a->state == A_FINISH || a->state == A_CLOSED)
     return;
   a->state = A_FINISH;
   uv_timer_stop(&a->status_timer);
   uv_timer_stop(&a->barrier_timer);
+  /* A restart's stop already gives the workers their grace (a preempted
+   * job: the nodes' SIGTERMs arrive one after the other): it ends in
+   * restart_stopped, which finishes. */
+  if (stopping)
+    return;
   if (a->wg && wk_live(a->wg) > 0)
     wk_stop(a->wg, a->signaled ? a->signaled : SIGTERM,
             (int)a->o->stop_grace_ms, finished_stopping, a);

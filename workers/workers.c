@@ -403,13 +403,23 @@ static void wk_guardian_main(int fd, const sigset_t *empty, const char *cg_base)
   uint32_t cgs[WK_NPROC_MAX]; /* attempt + 1 of rank k's cgroup, 0 none */
   wk_esc_t pids[WK_ESC_MAX];
   int n = 0, np = 0, any_cg = 0;
-  struct sigaction dfl;
+  struct sigaction dfl, ign;
   memset(&dfl, 0, sizeof(dfl));
   dfl.sa_handler = SIG_DFL;
-  /* The agent's libuv handlers would write into the agent's signal pipe. */
+  ign = dfl;
+  ign.sa_handler = SIG_IGN;
+  /* The agent's libuv handlers would write into the agent's signal pipe.
+   * A scheduler signals every process of a job step (Slurm's SIGUSR1
+   * warning, then SIGTERM): the guardian outlives them, its end is the
+   * agent's. */
   for (int s = 1; s < NSIG; s++)
     if (s != SIGKILL && s != SIGSTOP)
-      sigaction(s, &dfl, NULL);
+      sigaction(s, s == SIGTERM || s == SIGINT || s == SIGHUP ||
+                           s == SIGQUIT || s == SIGUSR1 || s == SIGUSR2 ||
+                           s == SIGPIPE
+                       ? &ign
+                       : &dfl,
+                NULL);
   /* Own session: a Ctrl-C or Ctrl-Z for the agent's terminal, or a kill of
    * the agent's process group, must not take the guardian first. */
   setsid();
