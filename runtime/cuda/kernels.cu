@@ -1,0 +1,724 @@
+/* kernels.cu - the memory-bound kernels of the CUDA backend: embeddings,
+ * LayerNorm (forward; backward fused with the residual gradient), the
+ * softmax cross-entropy of the classifier, GELU and bias-gradient fallbacks,
+ * AdamW over the flat parameter array, the gradient norm. Rows of C
+ * channels are read 8 elements (16 bytes) at a time, one warp per row. */
+#include <math.h>
+#include <stdio.h>
+
+#include "kernels.cuh"
+
+/* ---- embeddings ------------------------------------------------------- */
+template <typename T>
+__global__ void encoder_fwd_kernel(T *out, const int *tok, const T *wte, const T *wpe,
+                                   long N, int Tn, int C) {
+  const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  const int nv = C / 8;
+  if (i >= N * nv)
+    return;
+  const long n = i / nv;
+  const int c = (int)(i % nv) * 8, t = (int)(n % Tn);
+  gc_pack8<T> a = gc_load8(wte + (size_t)tok[n] * C + c);
+  gc_pack8<T> b = gc_load8(wpe + (size_t)t * C + c), o;
+#pragma unroll
+  for (int k = 0; k < 8; k++)
+    o.v[k] = gc_from<T>(gc_tof(a.v[k]) + gc_tof(b.v[k]));
+  gc_store8(out + (size_t)n * C + c, o);
+}
+
+/* One thread per (t, 8 channels): walks the batch, scatters into dwte with
+ * atomics (tokens repeat) and owns dwpe[t] outright. */
+template <typename T>
+__global__ void encoder_bwd_kernel(float *dwte, float *dwpe, const T *dout,
+                                   const int *tok, int B, int Tn, int C) {
+  const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  const int nv = C / 8;
+  if (i >= (long)Tn * nv)
+    return;
+  const int t = (int)(i / nv), c = (int)(i % nv) * 8;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int b = 0; b < B; b++) {
+    const long n = (long)b * Tn + t;
+    gc_pack8<T> d = gc_load8(dout + (size_t)n * C + c);
+    float *dst = dwte + (size_t)tok[n] * C + c;
+    float f[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      f[k] = gc_tof(d.v[k]);
+      acc[k] += f[k];
+    }
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float4 *>(dst), make_float4(f[0], f[1], f[2], f[3]));
+    atomicAdd(reinterpret_cast<float4 *>(dst + 4), make_float4(f[4], f[5], f[6], f[7]));
+#else
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+      atomicAdd(dst + k, f[k]);
+#endif
+  }
+  float *p = dwpe + (size_t)t * C + c;
+#pragma unroll
+  for (int k = 0; k < 8; k++)
+    p[k] += acc[k];
+}
+
+template <typename T>
+int gc_encoder_fwd(T *out, const int *tok, const T *wte, const T *wpe, int B, int Tn,
+                   int C, cudaStream_t s) {
+  long n = (long)B * Tn * (C / 8);
+  encoder_fwd_kernel<T><<<gc_cdiv(n, 256), 256, 0, s>>>(out, tok, wte, wpe, (long)B * Tn,
+                                                        Tn, C);
+  GC_LAUNCH("encoder_fwd_kernel");
+  return 0;
+}
+
+template <typename T>
+int gc_encoder_bwd(float *dwte, float *dwpe, const T *dout, const int *tok, int B,
+                   int Tn, int C, cudaStream_t s) {
+  long n = (long)Tn * (C / 8);
+  encoder_bwd_kernel<T><<<gc_cdiv(n, 128), 128, 0, s>>>(dwte, dwpe, dout, tok, B, Tn, C);
+  GC_LAUNCH("encoder_bwd_kernel");
+  return 0;
+}
+
+/* ---- LayerNorm --------------------------------------------------------- */
+/* NI: 8-element vectors per lane (C <= 256 * NI), in registers. */
+template <typename T, int NI>
+__global__ void ln_fwd_kernel(T *out, float *mean, float *rstd, const T *inp,
+                              const T *w, const T *b, int N, int C) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= N)
+    return;
+  const int nv = C >> 3;
+  const T *x = inp + (size_t)row * C;
+  float xv[NI][8];
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < NI; i++) {
+    const int v = lane + 32 * i;
+    if (v < nv) {
+      gc_pack8<T> p = gc_load8(x + v * 8);
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        xv[i][k] = gc_tof(p.v[k]);
+        sum += xv[i][k];
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        xv[i][k] = 0.f;
+    }
+  }
+  const float mu = gc_warp_sum(sum) / C;
+  float var = 0.f;
+#pragma unroll
+  for (int i = 0; i < NI; i++)
+    if (lane + 32 * i < nv)
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        float d = xv[i][k] - mu;
+        var += d * d;
+      }
+  const float rs = rsqrtf(gc_warp_sum(var) / C + 1e-5f);
+#pragma unroll
+  for (int i = 0; i < NI; i++) {
+    const int v = lane + 32 * i;
+    if (v < nv) {
+      gc_pack8<T> wp = gc_load8(w + v * 8), bp = gc_load8(b + v * 8), o;
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        o.v[k] = gc_from<T>((xv[i][k] - mu) * rs * gc_tof(wp.v[k]) + gc_tof(bp.v[k]));
+      gc_store8(out + (size_t)row * C + v * 8, o);
+    }
+  }
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
+/* Warps stride over rows; each lane keeps its channels' dw and db partial
+ * sums in registers, and the block adds them in shared memory, laid out
+ * [k][vector] so that a warp's lanes hit distinct banks, then once into the
+ * fp32 gradient. The next row's loads are issued before the current row is
+ * worked on (two rows in flight per warp: the kernel is latency-bound).
+ * dsum (column sums of the dinp written, added per row in shared memory)
+ * turns the residual gradient this kernel writes into the bias gradient of
+ * the projection that fed that residual: no extra pass. */
+template <typename T, int NI> struct ln_row {
+  gc_pack8<T> dp[NI], xp[NI], old[NI];
+};
+
+template <typename T, int NI>
+__device__ __forceinline__ void ln_bwd_load(ln_row<T, NI> &r, const T *dout, const T *inp,
+                                            const T *dinp, size_t off, int lane, int nv,
+                                            int accumulate) {
+#pragma unroll
+  for (int i = 0; i < NI; i++) {
+    const int v = lane + 32 * i;
+    if (v < nv) {
+      r.dp[i] = gc_load8_cs(dout + off + v * 8);
+      r.xp[i] = gc_load8(inp + off + v * 8);
+      if (accumulate)
+        r.old[i] = gc_load8(dinp + off + v * 8);
+    }
+  }
+}
+
+template <typename T, int NI>
+__global__ void __launch_bounds__(256)
+    ln_bwd_kernel(T *dinp, float *dw, float *db, float *dsum, const T *dout, float scale,
+                  const T *inp, const T *w, const float *mean, const float *rstd, int N,
+                  int C, int accumulate) {
+  extern __shared__ float sh[]; /* [3][8][C/8] */
+  const int nv = C >> 3;
+  const int nsh = dsum ? 3 * C : 2 * C;
+  for (int i = threadIdx.x; i < nsh; i += blockDim.x)
+    sh[i] = 0.f;
+  __syncthreads();
+  const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
+  float dwa[NI][8], dba[NI][8];
+#pragma unroll
+  for (int i = 0; i < NI; i++)
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+      dwa[i][k] = dba[i][k] = 0.f;
+  const int stride = gridDim.x * wpb;
+  int row = blockIdx.x * wpb + (threadIdx.x >> 5);
+  ln_row<T, NI> cur, nxt;
+  if (row < N)
+    ln_bwd_load<T, NI>(cur, dout, inp, dinp, (size_t)row * C, lane, nv, accumulate);
+  for (; row < N; row += stride) {
+    if (row + stride < N)
+      ln_bwd_load<T, NI>(nxt, dout, inp, dinp, (size_t)(row + stride) * C, lane, nv,
+                         accumulate);
+    const float mu = mean[row], rs = rstd[row];
+    float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+      const int v = lane + 32 * i;
+      if (v < nv) {
+        gc_pack8<T> wp = gc_load8(w + v * 8);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          const float dy = gc_tof(cur.dp[i].v[k]) * scale;
+          const float xh = (gc_tof(cur.xp[i].v[k]) - mu) * rs;
+          const float dn = dy * gc_tof(wp.v[k]);
+          s1 += dn;
+          s2 += dn * xh;
+          dba[i][k] += dy;
+          dwa[i][k] += dy * xh;
+        }
+      }
+    }
+    s1 = gc_warp_sum(s1) / C;
+    s2 = gc_warp_sum(s2) / C;
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+      const int v = lane + 32 * i;
+      if (v < nv) {
+        gc_pack8<T> wp = gc_load8(w + v * 8), o;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          const float dy = gc_tof(cur.dp[i].v[k]) * scale;
+          const float xh = (gc_tof(cur.xp[i].v[k]) - mu) * rs;
+          float dx = (dy * gc_tof(wp.v[k]) - s1 - xh * s2) * rs;
+          if (accumulate)
+            dx += gc_tof(cur.old[i].v[k]);
+          o.v[k] = gc_from<T>(dx);
+          if (dsum)
+            atomicAdd(&sh[2 * C + k * nv + v], gc_tof(o.v[k]));
+        }
+        gc_store8(dinp + (size_t)row * C + v * 8, o);
+      }
+    }
+    cur = nxt;
+  }
+#pragma unroll
+  for (int i = 0; i < NI; i++) {
+    const int v = lane + 32 * i;
+    if (v < nv)
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        atomicAdd(&sh[k * nv + v], dwa[i][k]);
+        atomicAdd(&sh[C + k * nv + v], dba[i][k]);
+      }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const int j = (c & 7) * nv + (c >> 3);
+    atomicAdd(&dw[c], sh[j]);
+    atomicAdd(&db[c], sh[C + j]);
+    if (dsum)
+      atomicAdd(&dsum[c], sh[2 * C + j]);
+  }
+}
+
+static int ln_check(int C) {
+  if (C % 8 != 0 || C > 2048)
+    return gc_fail(-EINVAL, "layernorm",
+                   "channels must be a multiple of 8 and at most 2048", __FILE__,
+                   __LINE__);
+  return 0;
+}
+
+#define LN_DISPATCH(NIV, CALL)                                                  \
+  switch (NIV) {                                                                \
+  case 1: CALL(1); break;                                                       \
+  case 2: CALL(2); break;                                                       \
+  case 3: CALL(3); break;                                                       \
+  case 4: CALL(4); break;                                                       \
+  case 5: CALL(5); break;                                                       \
+  case 6: CALL(6); break;                                                       \
+  case 7: CALL(7); break;                                                       \
+  default: CALL(8); break;                                                      \
+  }
+
+template <typename T>
+int gc_layernorm_fwd(T *out, float *mean, float *rstd, const T *inp, const T *w,
+                     const T *b, int N, int C, cudaStream_t s) {
+  GC_TRY(ln_check(C));
+  const int ni = gc_cdiv(C / 8, 32);
+#define LNF(NI)                                                                 \
+  ln_fwd_kernel<T, NI><<<gc_cdiv(N, 8), 256, 0, s>>>(out, mean, rstd, inp, w, b, N, C)
+  LN_DISPATCH(ni, LNF)
+#undef LNF
+  GC_LAUNCH("ln_fwd_kernel");
+  return 0;
+}
+
+template <typename T>
+int gc_layernorm_bwd(T *dinp, float *dw, float *db, float *dsum, const T *dout,
+                     float dout_scale, const T *inp, const T *w, const float *mean,
+                     const float *rstd, int N, int C, int accumulate, int sm_count,
+                     cudaStream_t s) {
+  GC_TRY(ln_check(C));
+  const int ni = gc_cdiv(C / 8, 32);
+  const size_t sh = 3 * (size_t)C * sizeof(float);
+  /* As many blocks as fit at once: each adds its partial sums only once. */
+#define LNB(NI)                                                                          \
+  do {                                                                                   \
+    int per_sm = 1;                                                                      \
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_bwd_kernel<T, NI>, 256, sh); \
+    const int grid = min(gc_cdiv(N, 8), sm_count * max(per_sm, 1));                      \
+    ln_bwd_kernel<T, NI><<<grid, 256, sh, s>>>(dinp, dw, db, dsum, dout, dout_scale, inp, w, \
+                                               mean, rstd, N, C, accumulate);            \
+  } while (0)
+  LN_DISPATCH(ni, LNB)
+#undef LNB
+  GC_LAUNCH("ln_bwd_kernel");
+  return 0;
+}
+
+/* ---- classifier: softmax cross-entropy, gradient in place --------------- */
+constexpr int CE_THREADS = 1024;
+
+__device__ __forceinline__ void ms_merge(float &m, float &s, float m2, float s2) {
+  if (m2 == -INFINITY)
+    return;
+  if (m == -INFINITY) {
+    m = m2;
+    s = s2;
+    return;
+  }
+  const float mx = fmaxf(m, m2);
+  s = s * __expf(m - mx) + s2 * __expf(m2 - mx);
+  m = mx;
+}
+
+/* One block per row. Pass 1 reads the row for the running max and sum of
+ * exponentials; pass 2 reads it again (from L2: a 1024-thread block per row
+ * keeps few rows in flight) and writes softmax - onehot over it. */
+template <typename T>
+__global__ void __launch_bounds__(CE_THREADS)
+    ce_kernel(T *logits, float *losses, const int *targets, int V, int Vp) {
+  __shared__ float shm[32], shs[32];
+  __shared__ float sh_lse;
+  const int row = blockIdx.x;
+  T *x = logits + (size_t)row * Vp;
+  const int tgt = targets[row];
+  const float xt = gc_tof(x[tgt]);
+  const int nv = Vp / 8;
+  float m = -INFINITY, s = 0.f;
+  for (int v = threadIdx.x; v < nv; v += CE_THREADS) {
+    gc_pack8<T> p = gc_load8(x + v * 8);
+    float f[8], pm = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      f[k] = v * 8 + k < V ? gc_tof(p.v[k]) : -INFINITY;
+      pm = fmaxf(pm, f[k]);
+    }
+    if (pm == -INFINITY)
+      continue;
+    float ps = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+      ps += __expf(f[k] - pm);
+    ms_merge(m, s, pm, ps);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    ms_merge(m, s, m2, s2);
+  }
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    shm[w] = m;
+    shs[w] = s;
+  }
+  __syncthreads();
+  if (w == 0) {
+    m = lane < CE_THREADS / 32 ? shm[lane] : -INFINITY;
+    s = lane < CE_THREADS / 32 ? shs[lane] : 0.f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+      ms_merge(m, s, m2, s2);
+    }
+    if (lane == 0) {
+      sh_lse = m + logf(s);
+      losses[row] = sh_lse - xt;
+    }
+  }
+  __syncthreads();
+  const float lse = sh_lse;
+  for (int v = threadIdx.x; v < nv; v += CE_THREADS) {
+    gc_pack8<T> p = gc_load8(x + v * 8), o;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      const int idx = v * 8 + k;
+      float gr = 0.f;
+      if (idx < V)
+        gr = __expf(gc_tof(p.v[k]) - lse) - (idx == tgt ? 1.f : 0.f);
+      o.v[k] = gc_from<T>(gr);
+    }
+    gc_store8(x + v * 8, o);
+  }
+}
+
+__device__ __forceinline__ float block_reduce(float v, bool is_max, float *sh) {
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  v = is_max ? gc_warp_max(v) : gc_warp_sum(v);
+  __syncthreads(); /* sh may still be read from a previous reduction */
+  if (lane == 0)
+    sh[w] = v;
+  __syncthreads();
+  v = lane < (int)(blockDim.x >> 5) ? sh[lane] : (is_max ? -INFINITY : 0.f);
+  return is_max ? gc_warp_max(v) : gc_warp_sum(v);
+}
+
+/* The row held in registers (MP packs of 8 per thread, a 1024-thread block
+ * per row): read once, max, sum of exponentials, then the gradient written
+ * from the registers. Rows up to 65536 logits; longer ones take ce_kernel. */
+template <typename T, int MP>
+__global__ void __launch_bounds__(CE_THREADS)
+    ce_reg_kernel(T *logits, float *losses, const int *targets, int V, int Vp) {
+  __shared__ float sh[32];
+  const int row = blockIdx.x;
+  T *x = logits + (size_t)row * Vp;
+  const int tgt = targets[row];
+  const float xt = threadIdx.x == 0 ? gc_tof(x[tgt]) : 0.f;
+  const int nv = Vp / 8;
+  gc_pack8<T> p[MP];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < MP; i++) {
+    const int v = threadIdx.x + i * CE_THREADS;
+    if (v < nv) {
+      p[i] = gc_load8_cs(x + v * 8);
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        if (v * 8 + k < V)
+          mx = fmaxf(mx, gc_tof(p[i].v[k]));
+    }
+  }
+  mx = block_reduce(mx, true, sh);
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < MP; i++) {
+    const int v = threadIdx.x + i * CE_THREADS;
+    if (v < nv)
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        if (v * 8 + k < V)
+          sum += __expf(gc_tof(p[i].v[k]) - mx);
+  }
+  sum = block_reduce(sum, false, sh);
+  if (threadIdx.x == 0)
+    losses[row] = mx + logf(sum) - xt;
+  const float inv = 1.f / sum;
+#pragma unroll
+  for (int i = 0; i < MP; i++) {
+    const int v = threadIdx.x + i * CE_THREADS;
+    if (v < nv) {
+      gc_pack8<T> o;
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        const int idx = v * 8 + k;
+        float gr = 0.f;
+        if (idx < V)
+          gr = __expf(gc_tof(p[i].v[k]) - mx) * inv - (idx == tgt ? 1.f : 0.f);
+        o.v[k] = gc_from<T>(gr);
+      }
+      gc_store8(x + v * 8, o);
+    }
+  }
+}
+
+template <typename T>
+int gc_crossentropy(T *logits, float *losses, const int *targets, int R, int V, int Vp,
+                    cudaStream_t s) {
+  const int mp = gc_cdiv(Vp / 8, CE_THREADS);
+#define CER(MP) ce_reg_kernel<T, MP><<<R, CE_THREADS, 0, s>>>(logits, losses, targets, V, Vp)
+  switch (mp) {
+  case 1: CER(1); break;
+  case 2: CER(2); break;
+  case 3: CER(3); break;
+  case 4: CER(4); break;
+  case 5: CER(5); break;
+  case 6: CER(6); break;
+  case 7: CER(7); break;
+  case 8: CER(8); break;
+  default: ce_kernel<T><<<R, CE_THREADS, 0, s>>>(logits, losses, targets, V, Vp); break;
+  }
+#undef CER
+  GC_LAUNCH("ce_kernel");
+  return 0;
+}
+
+/* ---- GELU and bias-gradient fallbacks ------------------------------------ */
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+template <typename T> __global__ void gelu_fwd_kernel(T *out, const T *inp, size_t n) {
+  const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+  if (i >= n)
+    return;
+  gc_pack8<T> p = gc_load8(inp + i), o;
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const float x = gc_tof(p.v[k]);
+    o.v[k] = gc_from<T>(0.5f * x * (1.f + tanhf(GELU_K * (x + 0.044715f * x * x * x))));
+  }
+  gc_store8(out + i, o);
+}
+
+template <typename T> __global__ void gelu_bwd_kernel(T *d, const T *pre, size_t n) {
+  const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+  if (i >= n)
+    return;
+  gc_pack8<T> p = gc_load8(pre + i), g = gc_load8(d + i), o;
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const float x = gc_tof(p.v[k]);
+    const float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
+    const float dg = 0.5f * (1.f + th) +
+                     0.5f * x * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * x * x);
+    o.v[k] = gc_from<T>(gc_tof(g.v[k]) * dg);
+  }
+  gc_store8(d + i, o);
+}
+
+/* out[j] += sum over rows of x[i][j]: a block covers 256 columns (32 lanes x
+ * 8, one 16-byte load each) and a slice of rows over its 8 warps; the warps
+ * meet in shared memory, then one atomic per column and block. */
+template <typename T>
+__global__ void __launch_bounds__(256) colsum_kernel(float *out, const T *x, int M, int N) {
+  __shared__ float sh[8][256];
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int col = blockIdx.x * 256 + lane * 8;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (col < N)
+    for (int r = blockIdx.y * 8 + w; r < M; r += gridDim.y * 8) {
+      gc_pack8<T> p = gc_load8(x + (size_t)r * N + col);
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        acc[k] += gc_tof(p.v[k]);
+    }
+#pragma unroll
+  for (int k = 0; k < 8; k++)
+    sh[w][lane * 8 + k] = acc[k];
+  __syncthreads();
+  const int c = blockIdx.x * 256 + threadIdx.x;
+  if (c < N) {
+    float t = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      t += sh[i][threadIdx.x];
+    atomicAdd(&out[c], t);
+  }
+}
+
+template <typename T> int gc_gelu_fwd(T *out, const T *inp, size_t n, cudaStream_t s) {
+  gelu_fwd_kernel<T><<<gc_cdiv((long)(n / 8), 256), 256, 0, s>>>(out, inp, n);
+  GC_LAUNCH("gelu_fwd_kernel");
+  return 0;
+}
+template <typename T> int gc_gelu_bwd(T *d, const T *pre, size_t n, cudaStream_t s) {
+  gelu_bwd_kernel<T><<<gc_cdiv((long)(n / 8), 256), 256, 0, s>>>(d, pre, n);
+  GC_LAUNCH("gelu_bwd_kernel");
+  return 0;
+}
+template <typename T>
+int gc_colsum(float *out, const T *x, int M, int N, int sm_count, cudaStream_t s) {
+  const int gx = gc_cdiv(N, 256);
+  const int gy = max(1, min(gc_cdiv(M, 64), 4 * sm_count / gx));
+  colsum_kernel<T><<<dim3(gx, gy), 256, 0, s>>>(out, x, M, N);
+  GC_LAUNCH("colsum_kernel");
+  return 0;
+}
+
+/* ---- small vector operations ----------------------------------------------*/
+__global__ void axpy_kernel(float *dst, const float *src, float a, size_t n) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n)
+    dst[i] += a * src[i];
+}
+int gc_axpy(float *dst, const float *src, float scale, size_t n, cudaStream_t s) {
+  axpy_kernel<<<gc_cdiv((long)n, 256), 256, 0, s>>>(dst, src, scale, n);
+  GC_LAUNCH("axpy_kernel");
+  return 0;
+}
+
+template <typename T> __global__ void convert_kernel(T *dst, const float *src, size_t n) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n)
+    dst[i] = gc_from<T>(src[i]);
+}
+template <typename T> int gc_convert(T *dst, const float *src, size_t n, cudaStream_t s) {
+  convert_kernel<T><<<gc_cdiv((long)n, 256), 256, 0, s>>>(dst, src, n);
+  GC_LAUNCH("convert_kernel");
+  return 0;
+}
+
+/* ---- AdamW ------------------------------------------------------------------
+ * One block per chunk of one tensor (the chunk carries the tensor's weight
+ * decay), float4 at a time; the low-precision copy the kernels read is
+ * written in the same pass. */
+template <typename T>
+__global__ void adamw_kernel(float *p, float *m, float *v, const float *g, T *plow,
+                             const gc_chunk_t *chunks, float lr, float b1, float b2,
+                             float eps, float gscale, float bc1, float bc2, float decay) {
+  const gc_chunk_t ck = chunks[blockIdx.x];
+  const float wd = ck.wd * decay;
+  for (unsigned j = threadIdx.x * 4; j < ck.len; j += blockDim.x * 4) {
+    const size_t i = ck.start + j;
+    float4 gp = *reinterpret_cast<const float4 *>(g + i);
+    float4 pp = *reinterpret_cast<float4 *>(p + i);
+    float4 mp = *reinterpret_cast<float4 *>(m + i);
+    float4 vp = *reinterpret_cast<float4 *>(v + i);
+    float *gf = &gp.x, *pf = &pp.x, *mf = &mp.x, *vf = &vp.x;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const float gr = gf[k] * gscale;
+      mf[k] = b1 * mf[k] + (1.f - b1) * gr;
+      vf[k] = b2 * vf[k] + (1.f - b2) * gr * gr;
+      const float mh = mf[k] / bc1, vh = vf[k] / bc2;
+      pf[k] -= lr * (mh / (sqrtf(vh) + eps) + wd * pf[k]);
+    }
+    *reinterpret_cast<float4 *>(p + i) = pp;
+    *reinterpret_cast<float4 *>(m + i) = mp;
+    *reinterpret_cast<float4 *>(v + i) = vp;
+    if (plow) {
+#pragma unroll
+      for (int k = 0; k < 4; k++)
+        plow[i + k] = gc_from<T>(pf[k]);
+    }
+  }
+}
+
+template <typename T>
+int gc_adamw(float *p, float *m, float *v, const float *g, T *plow,
+             const gc_chunk_t *chunks, int nchunks, float lr, float b1, float b2,
+             float eps, float gscale, float bc1, float bc2, float weight_decay,
+             cudaStream_t s) {
+  adamw_kernel<T><<<nchunks, 256, 0, s>>>(p, m, v, g, plow, chunks, lr, b1, b2, eps, gscale,
+                                          bc1, bc2, weight_decay);
+  GC_LAUNCH("adamw_kernel");
+  return 0;
+}
+
+int gc_check_image(int cc) {
+  cudaFuncAttributes fa;
+  cudaError_t e = cudaFuncGetAttributes(&fa, axpy_kernel);
+  if (e == cudaSuccess)
+    return 0;
+  (void)cudaGetLastError();
+  char what[200];
+  snprintf(what, sizeof(what),
+           "this build has no GPU code for sm_%d (%s); rebuild with "
+           "-DCMAKE_CUDA_ARCHITECTURES=%d (docs/cuda.md)",
+           cc, cudaGetErrorString(e), cc);
+  return gc_fail(-ENOEXEC, "cudaFuncGetAttributes", what, __FILE__, __LINE__);
+}
+
+/* ---- gradient norm: fixed partials, then one block sums them in double,
+ * so the result does not depend on scheduling. */
+__global__ void sumsq_kernel(float *partial, const float *g, size_t n) {
+  __shared__ float sh[32];
+  float acc = 0.f;
+  const size_t n4 = n / 4;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float4 x = reinterpret_cast<const float4 *>(g)[i];
+    acc += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+  }
+  if (blockIdx.x == 0)
+    for (size_t i = n4 * 4 + threadIdx.x; i < n; i += blockDim.x)
+      acc += g[i] * g[i];
+  acc = gc_warp_sum(acc);
+  if ((threadIdx.x & 31) == 0)
+    sh[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    acc = threadIdx.x < blockDim.x / 32 ? sh[threadIdx.x] : 0.f;
+    acc = gc_warp_sum(acc);
+    if (threadIdx.x == 0)
+      partial[blockIdx.x] = acc;
+  }
+}
+
+__global__ void norm_final_kernel(float *out, const float *partial, int np, float scale) {
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < np; i += 32)
+    acc += partial[i];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (threadIdx.x == 0)
+    *out = (float)(sqrt(acc) * scale);
+}
+
+int gc_norm(float *out, float *partial, const float *g, size_t n, float scale,
+            int sm_count, cudaStream_t s) {
+  const int np = 2 * sm_count;
+  sumsq_kernel<<<np, 512, 0, s>>>(partial, g, n);
+  GC_LAUNCH("sumsq_kernel");
+  norm_final_kernel<<<1, 32, 0, s>>>(out, partial, np, scale);
+  GC_LAUNCH("norm_final_kernel");
+  return 0;
+}
+
+#define GC_INST(T)                                                                \
+  template int gc_encoder_fwd<T>(T *, const int *, const T *, const T *, int, int, \
+                                 int, cudaStream_t);                               \
+  template int gc_encoder_bwd<T>(float *, float *, const T *, const int *, int,    \
+                                 int, int, cudaStream_t);                          \
+  template int gc_layernorm_fwd<T>(T *, float *, float *, const T *, const T *,    \
+                                   const T *, int, int, cudaStream_t);             \
+  template int gc_layernorm_bwd<T>(T *, float *, float *, float *, const T *,      \
+                                   float, const T *, const T *, const float *,     \
+                                   const float *, int, int, int, int,              \
+                                   cudaStream_t);                                  \
+  template int gc_crossentropy<T>(T *, float *, const int *, int, int, int,        \
+                                  cudaStream_t);                                   \
+  template int gc_gelu_fwd<T>(T *, const T *, size_t, cudaStream_t);               \
+  template int gc_gelu_bwd<T>(T *, const T *, size_t, cudaStream_t);               \
+  template int gc_colsum<T>(float *, const T *, int, int, int, cudaStream_t);      \
+  template int gc_convert<T>(T *, const float *, size_t, cudaStream_t);            \
+  template int gc_adamw<T>(float *, float *, float *, const float *, T *,          \
+                           const gc_chunk_t *, int, float, float, float, float,    \
+                           float, float, float, float, cudaStream_t);
+GC_INST(float)
+GC_INST(bf16)
+GC_INST(f16)
