@@ -30,9 +30,13 @@ done
   bash "$DIR/run_gpt_bench.sh" "$DIR/gpt_bench" "$OUT"
   echo "== fp16 (loss scale 1), 10 steps"
   "$DIR/gpt_bench" --dtype fp16 --steps 10 --profile 0
-  echo "== bf16 without cuBLASLt's fused epilogues, 10 steps"
-  GPT_CUDA_NO_EPILOGUES=1 "$DIR/gpt_bench" --steps 10 --profile 0
+  echo "== bf16, backward on one stream (GPT_CUDA_STREAMS=1), 20 steps"
+  GPT_CUDA_STREAMS=1 "$DIR/gpt_bench" --profile 0
+  echo "== bf16 without cuBLASLt's fused epilogues, 20 steps"
+  GPT_CUDA_NO_EPILOGUES=1 "$DIR/gpt_bench" --profile 0
+  echo "== bf16 with cuBLASLt candidates timed (GPT_CUDA_TUNE=1), 20 steps"
+  GPT_CUDA_TUNE=1 "$DIR/gpt_bench" --profile 0
 } >"$OUT/bench.txt" 2>&1
 grep -A20 "^| implementation" "$OUT/bench.txt"
 grep -A16 "^| kernel class" "$OUT/bench.txt"
-grep "^tokens/s\|^backend\|^==" "$OUT/bench.txt"
+grep "^tokens/s\|^ms/step\|^backend after\|^==" "$OUT/bench.txt"

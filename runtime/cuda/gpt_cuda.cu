@@ -69,8 +69,9 @@ struct gpt_backend_s {
   gpt_config_t c;
   int B, T, N, dtype, device, cc, sm_count;
   size_t np;
-  cudaStream_t st;
-  gc_mm_t *mm;
+  cudaStream_t st, st2; /* st2: weight gradients beside st (backward) */
+  gc_mm_t *mm, *mm2;
+  cudaEvent_t ev_fork[4], ev_join[4];
   unsigned char *arena; /* one allocation, carved below */
   size_t arena_size;
   float *master, *adam_m, *adam_v, *grad;
@@ -174,7 +175,8 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
     snprintf(p.name, sizeof(p.name), "?");
   snprintf(buf, n,
            "%s (sm_%d, %d SMs), %s, attention: %s%s, cuBLASLt: %d products tuned, %d "
-           "epilogue fallbacks, GELU' %s, classifier chunk: %d rows, device memory: %.2f GiB",
+           "epilogue fallbacks, GELU' %s, backward on %d stream(s), classifier chunk: %d "
+           "rows, device memory: %.2f GiB",
            p.name, m->cc, m->sm_count, dn[m->dtype],
            gc_attention_fast(m->dtype, m->T, c->channels / c->num_heads)
                ? "tensor-core flash kernels "
@@ -186,7 +188,7 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
            *gc_mm_choice(m->mm, GC_CHOICE_DGELU) < 0
                ? "not yet chosen"
                : *gc_mm_choice(m->mm, GC_CHOICE_DGELU) == 0 ? "in the epilogue" : "as a kernel",
-           m->chunk_rows,
+           m->st2 ? 2 : 1, m->chunk_rows,
            (double)gpt_cuda_memory(m) / (1024.0 * 1024.0 * 1024.0));
   return buf;
 }
@@ -326,6 +328,31 @@ static int backward_t(gpt_backend_t *m, float loss_scale, int last, gpt_segment_
        gc_layernorm_bwd<T>(dres, G(m, GPT_LNFW, 0), G(m, GPT_LNFB, 0),
                            G(m, GPT_FCPROJB, L - 1), dbuf, sc, ACT<T>(m, A_RES3, L - 1),
                            W<T>(m, GPT_LNFW, 0), m->meanf, m->rstdf, N, C, 0, m->sm_count, s));
+  /* The weight-gradient products (few output tiles, long reductions over
+   * tokens) run on a side stream, overlapping the chain of input gradients;
+   * the events order each against the buffers the main stream rewrites.
+   * Serial when profiling (per-class times) or GPT_CUDA_STREAMS=1. */
+  const int two = m->st2 && !m->prof_on;
+  cudaStream_t s2 = two ? m->st2 : s;
+  gc_mm_t *mmw = two ? m->mm2 : m->mm;
+  cudaEvent_t *ea = m->ev_fork, *eb = m->ev_join;
+#define FORK(k)                                                                   \
+  do {                                                                            \
+    if (two) {                                                                    \
+      GC_CUDA(cudaEventRecord(ea[k], s));                                         \
+      GC_CUDA(cudaStreamWaitEvent(s2, ea[k], 0));                                 \
+    }                                                                             \
+  } while (0)
+#define DONE(k)                                                                   \
+  do {                                                                            \
+    if (two)                                                                      \
+      GC_CUDA(cudaEventRecord(eb[k], s2));                                        \
+  } while (0)
+#define JOIN(k)                                                                   \
+  do {                                                                            \
+    if (two)                                                                      \
+      GC_CUDA(cudaStreamWaitEvent(s, eb[k], 0));                                  \
+  } while (0)
   for (int l = L - 1; l >= 0; l--) {
     const T *in = l == 0 ? (const T *)m->x0 : ACT<T>(m, A_RES3, l - 1);
     T *ln1 = ACT<T>(m, A_LN1, l), *qkv = ACT<T>(m, A_QKV, l), *atty = ACT<T>(m, A_ATTY, l);
@@ -333,45 +360,60 @@ static int backward_t(gpt_backend_t *m, float loss_scale, int last, gpt_segment_
     T *fchg = ACT<T>(m, A_FCHG, l);
     /* MLP: fcproj then fc (GELU' on fcproj's dX, fc's bias gradient by a
      * column sum of it). */
+    FORK(0);
     PROF(m, GPT_PROF_MM_BWD,
-         linear_bwd_w<T>(m->mm, s, "fcproj dW", G(m, GPT_FCPROJW, l), dres, fchg, N, 4 * C, C,
+         linear_bwd_w<T>(mmw, s2, "fcproj dW", G(m, GPT_FCPROJW, l), dres, fchg, N, 4 * C, C,
                          1.f, 1.f));
+    DONE(0);
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_in_dgelu<T>(m->mm, s, "fcproj dX", dbig, dres, W<T>(m, GPT_FCPROJW, l), fch,
                                 G(m, GPT_FCB, l), N, 4 * C, C, m->sm_count));
+    FORK(1);
     PROF(m, GPT_PROF_MM_BWD,
-         linear_bwd_w<T>(m->mm, s, "fc dW", G(m, GPT_FCW, l), dbig, ln2, N, C, 4 * C, 1.f, 1.f));
+         linear_bwd_w<T>(mmw, s2, "fc dW", G(m, GPT_FCW, l), dbig, ln2, N, C, 4 * C, 1.f, 1.f));
+    DONE(1);
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_in<T>(m->mm, s, "fc dX", dbuf, dbig, W<T>(m, GPT_FCW, l), N, C, 4 * C));
+    JOIN(0); /* fcproj dW has read dres */
     PROF(m, GPT_PROF_LN_BWD,
          gc_layernorm_bwd<T>(dres, G(m, GPT_LN2W, l), G(m, GPT_LN2B, l), G(m, GPT_ATTPROJB, l),
                              dbuf, 1.f, res2, W<T>(m, GPT_LN2W, l), STAT(m, 2, l),
                              STAT(m, 3, l), N, C, 1, m->sm_count, s));
     /* Attention block. */
+    FORK(2);
     PROF(m, GPT_PROF_MM_BWD,
-         linear_bwd_w<T>(m->mm, s, "attproj dW", G(m, GPT_ATTPROJW, l), dres, atty, N, C, C, 1.f,
+         linear_bwd_w<T>(mmw, s2, "attproj dW", G(m, GPT_ATTPROJW, l), dres, atty, N, C, C, 1.f,
                          1.f));
+    DONE(2);
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_in<T>(m->mm, s, "attproj dX", dbuf, dres, W<T>(m, GPT_ATTPROJW, l), N, C, C));
+    JOIN(1); /* fc dW has read dbig */
     PROF(m, GPT_PROF_ATTN_BWD,
          gc_attention_bwd<T>(dbig, m->attn_scratch, dbuf, qkv, atty, STAT(m, 4, l), m->B, m->T,
                              NH, C / NH, s));
     PROF(m, GPT_PROF_MM_BWD, gc_colsum<T>(G(m, GPT_QKVB, l), dbig, N, 3 * C, m->sm_count, s));
+    FORK(3);
     PROF(m, GPT_PROF_MM_BWD,
-         linear_bwd_w<T>(m->mm, s, "qkv dW", G(m, GPT_QKVW, l), dbig, ln1, N, C, 3 * C, 1.f, 1.f));
+         linear_bwd_w<T>(mmw, s2, "qkv dW", G(m, GPT_QKVW, l), dbig, ln1, N, C, 3 * C, 1.f, 1.f));
+    DONE(3);
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_in<T>(m->mm, s, "qkv dX", dbuf, dbig, W<T>(m, GPT_QKVW, l), N, C, 3 * C));
+    JOIN(2); /* attproj dW has read dres */
     PROF(m, GPT_PROF_LN_BWD,
          gc_layernorm_bwd<T>(dres, G(m, GPT_LN1W, l), G(m, GPT_LN1B, l),
                              l > 0 ? G(m, GPT_FCPROJB, l - 1) : NULL, dbuf, 1.f, in,
                              W<T>(m, GPT_LN1W, l), STAT(m, 0, l), STAT(m, 1, l), N, C, 1,
                              m->sm_count, s));
+    JOIN(3); /* qkv dW done: the layer's gradient is complete, dbig free */
     if (last && cb) {
       const int seg = L - 1 - l;
       GC_CUDA(cudaEventRecord(m->seg_ev[seg], s));
       GC_TRY(cb(cb_arg, seg, (void *)m->seg_ev[seg]));
     }
   }
+#undef FORK
+#undef DONE
+#undef JOIN
   PROF(m, GPT_PROF_ENCODER,
        gc_encoder_bwd<T>(G(m, GPT_WTE, 0), G(m, GPT_WPE, 0), dres, m->d_tok, m->B, m->T, C, s));
   if (last && cb) {
@@ -452,6 +494,18 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
     rc = gc_mm_create(&m->mm, 32u << 20, getenv("GPT_CUDA_NO_EPILOGUES") == NULL);
     if (rc < 0)
       goto fail;
+    const char *streams = getenv("GPT_CUDA_STREAMS");
+    if (!(streams && !strcmp(streams, "1"))) {
+      CK(cudaStreamCreateWithFlags(&m->st2, cudaStreamNonBlocking));
+      /* its own cuBLASLt workspace: the two streams' products overlap */
+      rc = gc_mm_create(&m->mm2, 32u << 20, getenv("GPT_CUDA_NO_EPILOGUES") == NULL);
+      if (rc < 0)
+        goto fail;
+      for (int i = 0; i < 4; i++) {
+        CK(cudaEventCreateWithFlags(&m->ev_fork[i], cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&m->ev_join[i], cudaEventDisableTiming));
+      }
+    }
     const size_t ts = tsize(dtype), N = m->N, C = c->channels, L = c->num_layers;
     const size_t Vp = c->padded_vocab, NC = N * C;
     /* Classifier chunk: at most ~256 MiB of logits, whole rows of 64. */
@@ -571,6 +625,8 @@ static void destroy(gpt_backend_t *m) {
     return;
   if (m->st)
     cudaStreamSynchronize(m->st);
+  if (m->st2)
+    cudaStreamSynchronize(m->st2);
   for (int i = 0; i < 2 * PROF_POOL; i++)
     if (m->prof_ev[i])
       cudaEventDestroy(m->prof_ev[i]);
@@ -588,7 +644,18 @@ static void destroy(gpt_backend_t *m) {
   cudaFreeHost(m->h_norm);
   cudaFree(m->chunks);
   cudaFree(m->arena);
+  for (int i = 0; i < 4; i++) {
+    if (m->ev_fork[i])
+      cudaEventDestroy(m->ev_fork[i]);
+    if (m->ev_join[i])
+      cudaEventDestroy(m->ev_join[i]);
+  }
   gc_mm_destroy(m->mm);
+  gc_mm_destroy(m->mm2);
+  if (m->st2) {
+    cudaStreamSynchronize(m->st2);
+    cudaStreamDestroy(m->st2);
+  }
   if (m->st)
     cudaStreamDestroy(m->st);
   free(m);

@@ -139,33 +139,13 @@ __global__ void ln_fwd_kernel(T *out, float *mean, float *rstd, const T *inp,
 }
 
 /* Warps stride over rows; each lane keeps its channels' dw and db partial
- * sums in registers, and the block adds them in shared memory, laid out
- * [k][vector] so that a warp's lanes hit distinct banks, then once into the
- * fp32 gradient. The next row's loads are issued before the current row is
- * worked on (two rows in flight per warp: the kernel is latency-bound).
- * dsum (column sums of the dinp written, added per row in shared memory)
- * turns the residual gradient this kernel writes into the bias gradient of
- * the projection that fed that residual: no extra pass. */
-template <typename T, int NI> struct ln_row {
-  gc_pack8<T> dp[NI], xp[NI], old[NI];
-};
-
-template <typename T, int NI>
-__device__ __forceinline__ void ln_bwd_load(ln_row<T, NI> &r, const T *dout, const T *inp,
-                                            const T *dinp, size_t off, int lane, int nv,
-                                            int accumulate) {
-#pragma unroll
-  for (int i = 0; i < NI; i++) {
-    const int v = lane + 32 * i;
-    if (v < nv) {
-      r.dp[i] = gc_load8_cs(dout + off + v * 8);
-      r.xp[i] = gc_load8(inp + off + v * 8);
-      if (accumulate)
-        r.old[i] = gc_load8(dinp + off + v * 8);
-    }
-  }
-}
-
+ * sums (and, when dsum is given, the column sums of the dinp it writes) in
+ * registers; the block adds them in shared memory, laid out [k][vector] so
+ * that a warp's lanes hit distinct banks, then once into the fp32 gradient.
+ * dsum turns the residual gradient this kernel writes into the bias
+ * gradient of the projection that fed that residual: no extra pass.
+ * (Measured on the H200: prefetching the next row, or adding the column
+ * sums in shared memory per row, was slower than this.) */
 template <typename T, int NI>
 __global__ void __launch_bounds__(256)
     ln_bwd_kernel(T *dinp, float *dw, float *db, float *dsum, const T *dout, float scale,
@@ -178,23 +158,26 @@ __global__ void __launch_bounds__(256)
     sh[i] = 0.f;
   __syncthreads();
   const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
-  float dwa[NI][8], dba[NI][8];
+  float dwa[NI][8], dba[NI][8], dsa[NI][8];
 #pragma unroll
   for (int i = 0; i < NI; i++)
 #pragma unroll
     for (int k = 0; k < 8; k++)
-      dwa[i][k] = dba[i][k] = 0.f;
-  const int stride = gridDim.x * wpb;
-  int row = blockIdx.x * wpb + (threadIdx.x >> 5);
-  ln_row<T, NI> cur, nxt;
-  if (row < N)
-    ln_bwd_load<T, NI>(cur, dout, inp, dinp, (size_t)row * C, lane, nv, accumulate);
-  for (; row < N; row += stride) {
-    if (row + stride < N)
-      ln_bwd_load<T, NI>(nxt, dout, inp, dinp, (size_t)(row + stride) * C, lane, nv,
-                         accumulate);
+      dwa[i][k] = dba[i][k] = dsa[i][k] = 0.f;
+  for (int row = blockIdx.x * wpb + (threadIdx.x >> 5); row < N; row += gridDim.x * wpb) {
     const float mu = mean[row], rs = rstd[row];
+    gc_pack8<T> dp[NI], xp[NI], old[NI];
     float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+      const int v = lane + 32 * i;
+      if (v < nv) {
+        dp[i] = gc_load8_cs(dout + (size_t)row * C + v * 8);
+        xp[i] = gc_load8(inp + (size_t)row * C + v * 8);
+        if (accumulate)
+          old[i] = gc_load8(dinp + (size_t)row * C + v * 8);
+      }
+    }
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int v = lane + 32 * i;
@@ -202,8 +185,8 @@ __global__ void __launch_bounds__(256)
         gc_pack8<T> wp = gc_load8(w + v * 8);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-          const float dy = gc_tof(cur.dp[i].v[k]) * scale;
-          const float xh = (gc_tof(cur.xp[i].v[k]) - mu) * rs;
+          const float dy = gc_tof(dp[i].v[k]) * scale;
+          const float xh = (gc_tof(xp[i].v[k]) - mu) * rs;
           const float dn = dy * gc_tof(wp.v[k]);
           s1 += dn;
           s2 += dn * xh;
@@ -221,19 +204,17 @@ __global__ void __launch_bounds__(256)
         gc_pack8<T> wp = gc_load8(w + v * 8), o;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-          const float dy = gc_tof(cur.dp[i].v[k]) * scale;
-          const float xh = (gc_tof(cur.xp[i].v[k]) - mu) * rs;
+          const float dy = gc_tof(dp[i].v[k]) * scale;
+          const float xh = (gc_tof(xp[i].v[k]) - mu) * rs;
           float dx = (dy * gc_tof(wp.v[k]) - s1 - xh * s2) * rs;
           if (accumulate)
-            dx += gc_tof(cur.old[i].v[k]);
+            dx += gc_tof(old[i].v[k]);
           o.v[k] = gc_from<T>(dx);
-          if (dsum)
-            atomicAdd(&sh[2 * C + k * nv + v], gc_tof(o.v[k]));
+          dsa[i][k] += gc_tof(o.v[k]);
         }
         gc_store8(dinp + (size_t)row * C + v * 8, o);
       }
     }
-    cur = nxt;
   }
 #pragma unroll
   for (int i = 0; i < NI; i++) {
@@ -243,6 +224,8 @@ __global__ void __launch_bounds__(256)
       for (int k = 0; k < 8; k++) {
         atomicAdd(&sh[k * nv + v], dwa[i][k]);
         atomicAdd(&sh[C + k * nv + v], dba[i][k]);
+        if (dsum)
+          atomicAdd(&sh[2 * C + k * nv + v], dsa[i][k]);
       }
   }
   __syncthreads();
@@ -397,92 +380,10 @@ __global__ void __launch_bounds__(CE_THREADS)
   }
 }
 
-__device__ __forceinline__ float block_reduce(float v, bool is_max, float *sh) {
-  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  v = is_max ? gc_warp_max(v) : gc_warp_sum(v);
-  __syncthreads(); /* sh may still be read from a previous reduction */
-  if (lane == 0)
-    sh[w] = v;
-  __syncthreads();
-  v = lane < (int)(blockDim.x >> 5) ? sh[lane] : (is_max ? -INFINITY : 0.f);
-  return is_max ? gc_warp_max(v) : gc_warp_sum(v);
-}
-
-/* The row held in registers (MP packs of 8 per thread, a 1024-thread block
- * per row): read once, max, sum of exponentials, then the gradient written
- * from the registers. Rows up to 65536 logits; longer ones take ce_kernel. */
-template <typename T, int MP>
-__global__ void __launch_bounds__(CE_THREADS)
-    ce_reg_kernel(T *logits, float *losses, const int *targets, int V, int Vp) {
-  __shared__ float sh[32];
-  const int row = blockIdx.x;
-  T *x = logits + (size_t)row * Vp;
-  const int tgt = targets[row];
-  const float xt = threadIdx.x == 0 ? gc_tof(x[tgt]) : 0.f;
-  const int nv = Vp / 8;
-  gc_pack8<T> p[MP];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < MP; i++) {
-    const int v = threadIdx.x + i * CE_THREADS;
-    if (v < nv) {
-      p[i] = gc_load8_cs(x + v * 8);
-#pragma unroll
-      for (int k = 0; k < 8; k++)
-        if (v * 8 + k < V)
-          mx = fmaxf(mx, gc_tof(p[i].v[k]));
-    }
-  }
-  mx = block_reduce(mx, true, sh);
-  float sum = 0.f;
-#pragma unroll
-  for (int i = 0; i < MP; i++) {
-    const int v = threadIdx.x + i * CE_THREADS;
-    if (v < nv)
-#pragma unroll
-      for (int k = 0; k < 8; k++)
-        if (v * 8 + k < V)
-          sum += __expf(gc_tof(p[i].v[k]) - mx);
-  }
-  sum = block_reduce(sum, false, sh);
-  if (threadIdx.x == 0)
-    losses[row] = mx + logf(sum) - xt;
-  const float inv = 1.f / sum;
-#pragma unroll
-  for (int i = 0; i < MP; i++) {
-    const int v = threadIdx.x + i * CE_THREADS;
-    if (v < nv) {
-      gc_pack8<T> o;
-#pragma unroll
-      for (int k = 0; k < 8; k++) {
-        const int idx = v * 8 + k;
-        float gr = 0.f;
-        if (idx < V)
-          gr = __expf(gc_tof(p[i].v[k]) - mx) * inv - (idx == tgt ? 1.f : 0.f);
-        o.v[k] = gc_from<T>(gr);
-      }
-      gc_store8(x + v * 8, o);
-    }
-  }
-}
-
 template <typename T>
 int gc_crossentropy(T *logits, float *losses, const int *targets, int R, int V, int Vp,
                     cudaStream_t s) {
-  const int mp = gc_cdiv(Vp / 8, CE_THREADS);
-#define CER(MP) ce_reg_kernel<T, MP><<<R, CE_THREADS, 0, s>>>(logits, losses, targets, V, Vp)
-  switch (mp) {
-  case 1: CER(1); break;
-  case 2: CER(2); break;
-  case 3: CER(3); break;
-  case 4: CER(4); break;
-  case 5: CER(5); break;
-  case 6: CER(6); break;
-  case 7: CER(7); break;
-  case 8: CER(8); break;
-  default: ce_kernel<T><<<R, CE_THREADS, 0, s>>>(logits, losses, targets, V, Vp); break;
-  }
-#undef CER
+  ce_kernel<T><<<R, CE_THREADS, 0, s>>>(logits, losses, targets, V, Vp);
   GC_LAUNCH("ce_kernel");
   return 0;
 }

@@ -416,7 +416,9 @@ int main(void) {
   gc_attention_init(cc);
   CK(cudaStreamCreate(&S));
   gc_mm_t *fused = nullptr, *plain = nullptr;
+  setenv("GPT_CUDA_TUNE", "1", 1); /* the fused context times its candidates */
   OK(gc_mm_create(&fused, 32u << 20, 1));
+  unsetenv("GPT_CUDA_TUNE");
   OK(gc_mm_create(&plain, 32u << 20, 0));
   rng r(20261201);
   run_all<float>(r, fused, plain);
@@ -433,7 +435,9 @@ int main(void) {
   gc_attention_variant(0, 0);
   if (getenv("GPT_TEST_TIME"))
     time_attention();
-  printf("cuBLASLt epilogue fallbacks (fused context): %d\n", gc_mm_fallbacks(fused));
+  printf("cuBLASLt epilogue fallbacks (fused context): %d, products tuned: %d\n",
+         gc_mm_fallbacks(fused), gc_mm_tuned(fused));
+  expect("cuBLASLt tuning ran", gc_mm_tuned(fused) > 0);
   CK(cudaDeviceSynchronize());
   gc_mm_destroy(fused);
   gc_mm_destroy(plain);
