@@ -452,15 +452,24 @@ __global__ void __launch_bounds__(BBK * 2)
 /* ---- generic kernels (any head size up to 256, any T, fp32 too) -------- */
 constexpr int GMAXD = 8; /* 8 x 32 lanes = 256 dims */
 
+/* The (query, head, batch row) of this warp, 4 warps a block; false past
+ * the end. */
+__device__ __forceinline__ bool generic_query(int B, int Tn, int NH, int *q, int *h, int *b) {
+  const long gw = (long)blockIdx.x * 4 + (threadIdx.x >> 5);
+  if (gw >= (long)B * NH * Tn)
+    return false;
+  *q = (int)(gw % Tn), *h = (int)((gw / Tn) % NH), *b = (int)(gw / ((long)Tn * NH));
+  return true;
+}
+
 template <typename T>
 __global__ void attn_fwd_generic(T *out, float *lse, const T *qkv, int B, int Tn,
                                  int NH, int hd, float scale_log2) {
   __shared__ float sq[4][256];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const long gw = (long)blockIdx.x * 4 + w;
-  if (gw >= (long)B * NH * Tn)
+  int q, h, b;
+  if (!generic_query(B, Tn, NH, &q, &h, &b))
     return;
-  const int q = (int)(gw % Tn), h = (int)((gw / Tn) % NH), b = (int)(gw / ((long)Tn * NH));
   const int C = NH * hd;
   const size_t rs = 3 * (size_t)C;
   const T *base = qkv + (size_t)b * Tn * rs + h * hd;
@@ -519,10 +528,9 @@ __global__ void attn_bwd_generic(float *dq, float *dk, float *dv, const T *qkv,
                                  int B, int Tn, int NH, int hd, float scale_log2) {
   __shared__ float sq[4][256], sdo[4][256];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const long gw = (long)blockIdx.x * 4 + w;
-  if (gw >= (long)B * NH * Tn)
+  int q, h, b;
+  if (!generic_query(B, Tn, NH, &q, &h, &b))
     return;
-  const int q = (int)(gw % Tn), h = (int)((gw / Tn) % NH), b = (int)(gw / ((long)Tn * NH));
   const int C = NH * hd;
   const size_t rs = 3 * (size_t)C;
   const T *base = qkv + (size_t)b * Tn * rs + h * hd;

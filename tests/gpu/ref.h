@@ -103,36 +103,44 @@ inline double gelu_grad(double x) {
   return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * k * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+/* Softmax probabilities of query t of head h over keys 0..t, into p. */
+inline void attention_probs(double *p, const double *qkv, int b, int h, int t, int T, int NH,
+                            int HD) {
+  const int C = NH * HD;
+  const double sc = 1.0 / sqrt((double)HD);
+  const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * HD;
+  double mx = -INFINITY, sum = 0;
+  for (int j = 0; j <= t; j++) {
+    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * HD;
+    double s = 0;
+    for (int d = 0; d < HD; d++)
+      s += q[d] * k[d];
+    p[j] = s * sc;
+    mx = fmax(mx, p[j]);
+  }
+  for (int j = 0; j <= t; j++) {
+    p[j] = exp(p[j] - mx);
+    sum += p[j];
+  }
+  for (int j = 0; j <= t; j++)
+    p[j] /= sum;
+}
+
 /* Causal attention; out [N][C]. */
 inline void attention_fwd(double *out, const double *qkv, int B, int T, int NH, int HD) {
   const int C = NH * HD;
-  const double sc = 1.0 / sqrt((double)HD);
   std::vector<double> p(T);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
-        const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * HD;
-        double mx = -INFINITY;
-        for (int j = 0; j <= t; j++) {
-          const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * HD;
-          double s = 0;
-          for (int d = 0; d < HD; d++)
-            s += q[d] * k[d];
-          p[j] = s * sc;
-          mx = fmax(mx, p[j]);
-        }
-        double sum = 0;
-        for (int j = 0; j <= t; j++) {
-          p[j] = exp(p[j] - mx);
-          sum += p[j];
-        }
+        attention_probs(p.data(), qkv, b, h, t, T, NH, HD);
         double *o = out + ((size_t)b * T + t) * C + h * HD;
         for (int d = 0; d < HD; d++)
           o[d] = 0;
         for (int j = 0; j <= t; j++) {
           const double *v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * HD;
           for (int d = 0; d < HD; d++)
-            o[d] += p[j] / sum * v[d];
+            o[d] += p[j] * v[d];
         }
       }
 }
@@ -147,24 +155,10 @@ inline void attention_bwd(double *dqkv, const double *dout, const double *qkv, i
       for (int t = 0; t < T; t++) {
         const size_t qrow = ((size_t)b * T + t) * 3 * C + h * HD;
         const double *q = qkv + qrow;
-        double mx = -INFINITY;
-        for (int j = 0; j <= t; j++) {
-          const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * HD;
-          double s = 0;
-          for (int d = 0; d < HD; d++)
-            s += q[d] * k[d];
-          p[j] = s * sc;
-          mx = fmax(mx, p[j]);
-        }
-        double sum = 0;
-        for (int j = 0; j <= t; j++) {
-          p[j] = exp(p[j] - mx);
-          sum += p[j];
-        }
+        attention_probs(p.data(), qkv, b, h, t, T, NH, HD);
         const double *dy = dout + ((size_t)b * T + t) * C + h * HD;
         double dsum = 0;
         for (int j = 0; j <= t; j++) {
-          p[j] /= sum;
           const double *v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * HD;
           double s = 0;
           for (int d = 0; d < HD; d++)
