@@ -11,6 +11,8 @@
  * of 8 warps owns 128 keys (16 per warp, dK and dV in registers) and walks
  * 64-query tiles from the diagonal down; dQ is summed across key blocks with
  * fp32 atomics into a scratch buffer, then scaled into dqkv.
+ * On compute capability 9.0, where the build has sm_90a code, the same
+ * cases run in attention_sm90.cu's wgmma kernels instead (the default).
  * Other cases (fp32, other head sizes, ragged T): a simple warp-per-query
  * kernel with the same online softmax, for tests and tiny models. */
 #include <math.h>
@@ -21,21 +23,9 @@
 #include <type_traits>
 
 #include "kernels.cuh"
+#include "ptx.cuh"
 
-/* ---- PTX helpers ------------------------------------------------------- */
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(smem)),
-               "l"(gmem));
-}
-__device__ __forceinline__ void cp_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+/* ---- PTX helpers (and ptx.cuh) ----------------------------------------- */
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -62,15 +52,6 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4],
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-}
-template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <> __device__ __forceinline__ uint32_t pack2<bf16>(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t *>(&v);
-}
-template <> __device__ __forceinline__ uint32_t pack2<f16>(float lo, float hi) {
-  __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t *>(&v);
 }
 /* Two C fragments (16x8 each, consecutive columns) as one A fragment (16x16). */
 template <typename T>
@@ -639,27 +620,60 @@ __global__ void attn_bwd_post(T *dqkv, const float *dq, const float *dk,
 }
 
 /* ---- launchers ----------------------------------------------------------- */
-/* Process-wide: the device's compute capability and the tile shapes
- * (variants compared in tests/gpu; GPT_CUDA_ATTN_FWD=128x64|128x128|64x64,
- * GPT_CUDA_ATTN_BWD=128|64 override the defaults). */
+#ifdef GPT_CUDA_SM90A
+/* attention_sm90.cu (built for sm_90a only): nwg warpgroups of 64 rows a block */
+template <typename T>
+int gc_attention90_fwd(int nwg, T *out, float *lse, const T *qkv, int B, int Tn, int NH,
+                       float sl2, cudaStream_t s);
+template <typename T>
+int gc_attention90_bwd(int kv_nwg, int q_nwg, T *dqkv, float *Dsum, const T *dout,
+                       const T *qkv, const T *out, const float *lse, int B, int Tn, int NH,
+                       float sl2, float scale, cudaStream_t s);
+static const int have90 = 1;
+#else
+static const int have90 = 0;
+#endif
+/* Process-wide: the device's compute capability and the kernel variants
+ * (compared in tests/gpu and bench; GPT_CUDA_ATTN_FWD / GPT_CUDA_ATTN_BWD
+ * name one). The wgmma variants exist where the build has sm_90a code and
+ * run on compute capability 9.0 only; they are the default there. */
 static int g_cc = 90, g_fwd = 0, g_bwd = 0;
-static const char *fwd_names[] = {"128x64", "128x128", "64x64"};
-static const char *bwd_names[] = {"128", "64"};
+enum { FWD_MMA = 3, BWD_MMA = 2 }; /* variants below these are mma.sync */
+static const char *fwd_names[] = {"128x64", "128x128", "64x64", "wgmma", "wgmma64"};
+static const char *bwd_names[] = {"128", "64", "wgmma", "wgmma-kv64", "wgmma64"};
+/* warpgroups a block of the wgmma backward's dK/dV and dQ kernels */
+static const int bwd_kv_nwg[] = {0, 0, 2, 1, 1}, bwd_q_nwg[] = {0, 0, 2, 2, 1};
+static const int n_fwd = 5, n_bwd = 5;
+
+static int wgmma_ok(void) { return have90 && g_cc == 90; }
+
+int gc_attention_variants(int *nfwd, int *nbwd) {
+  *nfwd = wgmma_ok() ? n_fwd : FWD_MMA;
+  *nbwd = wgmma_ok() ? n_bwd : BWD_MMA;
+  return wgmma_ok();
+}
 
 void gc_attention_init(int cc) {
   g_cc = cc;
+  /* defaults: the fastest measured in the model on the H200 (docs/BENCHMARKS.md) */
+  g_fwd = wgmma_ok() ? FWD_MMA + 1 : 0; /* wgmma64 */
+  g_bwd = wgmma_ok() ? BWD_MMA + 1 : 0; /* wgmma-kv64 */
+  int nf, nb;
+  gc_attention_variants(&nf, &nb);
   const char *f = getenv("GPT_CUDA_ATTN_FWD"), *b = getenv("GPT_CUDA_ATTN_BWD");
-  for (int i = 0; f && i < 3; i++)
+  for (int i = 0; f && i < nf; i++)
     if (!strcmp(f, fwd_names[i]))
       g_fwd = i;
-  for (int i = 0; b && i < 2; i++)
+  for (int i = 0; b && i < nb; i++)
     if (!strcmp(b, bwd_names[i]))
       g_bwd = i;
 }
 
 void gc_attention_variant(int fwd, int bwd) {
-  g_fwd = fwd;
-  g_bwd = bwd;
+  int nf, nb;
+  gc_attention_variants(&nf, &nb);
+  g_fwd = fwd >= 0 && fwd < nf ? fwd : 0;
+  g_bwd = bwd >= 0 && bwd < nb ? bwd : 0;
 }
 
 const char *gc_attention_describe(void) {
@@ -723,6 +737,10 @@ int gc_attention_fwd(T *out, float *lse, const T *qkv, int B, int Tn, int NH,
   const float sl2 = softmax_scale_log2(hd);
   if constexpr (!std::is_same<T, float>::value) {
     if (gc_attention_fast(gc_type<T>::dtype, Tn, hd)) {
+#ifdef GPT_CUDA_SM90A
+      if (g_fwd >= FWD_MMA)
+        return gc_attention90_fwd<T>(g_fwd == FWD_MMA ? 2 : 1, out, lse, qkv, B, Tn, NH, sl2, s);
+#endif
       switch (g_fwd) {
       case 1: return launch_fwd<T, 128, 128>(out, lse, qkv, B, Tn, NH, sl2, s);
       case 2: return launch_fwd<T, 64, 64>(out, lse, qkv, B, Tn, NH, sl2, s);
@@ -748,6 +766,12 @@ int gc_attention_bwd(T *dqkv, float *scratch, const T *dout, const T *qkv,
   const int fast = gc_attention_fast(gc_type<T>::dtype, Tn, hd);
   const size_t acc = (size_t)B * Tn * NH * hd;
   float *Dsum = scratch;
+#ifdef GPT_CUDA_SM90A
+  if constexpr (!std::is_same<T, float>::value)
+    if (fast && g_bwd >= BWD_MMA)
+      return gc_attention90_bwd<T>(bwd_kv_nwg[g_bwd], bwd_q_nwg[g_bwd], dqkv, Dsum, dout, qkv,
+                                   out, lse, B, Tn, NH, sl2, scale, s);
+#endif
   float *dq = scratch + ((size_t)B * NH * Tn + 63) / 64 * 64;
   float *dk = fast ? nullptr : dq + acc, *dv = fast ? nullptr : dq + 2 * acc;
   const long rows = (long)B * Tn * NH;

@@ -190,7 +190,7 @@ template <typename T> static void test_attention(rng &r, int B, int Tn, int NH, 
   std::vector<double> ro((size_t)N * C);
   ref::attention_fwd(ro.data(), qkv.data(), B, Tn, NH, HD);
   snprintf(what, sizeof(what), "attention fwd B%d T%d NH%d HD%d (%s)", B, Tn, NH, HD,
-           fast ? "flash mma" : "generic");
+           fast ? "tensor cores" : "generic");
   check(L<T>(what), download(out, (size_t)N * C), ro, tol<T>::out);
   /* log2-sum-exp of the scaled scores */
   std::vector<double> rl((size_t)B * NH * Tn);
@@ -371,9 +371,11 @@ static void time_attention(void) {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   const double ffwd = 4.0 * B * NH * HD * (double)Tn * Tn / 2, fbwd = 2.5 * ffwd;
-  for (int f = 0; f < 3; f++)
-    for (int b = 0; b < 2; b++) {
-      if (f > 0 && b > 0)
+  int nf = 0, nb = 0;
+  gc_attention_variants(&nf, &nb);
+  for (int f = 0; f < nf; f++)
+    for (int b = 0; b < nb; b++) {
+      if (f != b && f != 0 && b != 0) /* each forward with backward 0, and the diagonal */
         continue;
       gc_attention_variant(f, b);
       std::vector<float> tf, tb;
@@ -400,7 +402,6 @@ static void time_attention(void) {
              gc_attention_describe(), tf[10], ffwd / tf[10] / 1e9, tb[10],
              fbwd / tb[10] / 1e9);
     }
-  gc_attention_variant(0, 0);
   cudaFree(qkv), cudaFree(dy), cudaFree(out), cudaFree(dqkv), cudaFree(lse), cudaFree(scratch);
 }
 
@@ -425,16 +426,26 @@ int main(void) {
   if (cc >= 80)
     run_all<bf16>(r, fused, plain);
   run_all<f16>(r, fused, plain);
-  /* the other tile shapes compute the same function */
-  for (int v = 1; v < 3; v++) {
-    gc_attention_variant(v, v == 2 ? 1 : 0);
-    printf("attention tile variant: %s\n", gc_attention_describe());
+  /* every kernel variant computes the same function (run_all tested the
+   * default pair); the wgmma ones where this GPU and build have them */
+  int nf = 0, nb = 0;
+  const int wg = gc_attention_variants(&nf, &nb);
+  printf("attention variants: %d forward, %d backward (wgmma %s)\n", nf, nb,
+         wg ? "built and usable" : "not usable here");
+  if (cc == 90)
+    expect("wgmma attention built for this sm_90 GPU", wg);
+  for (int v = 0; v < (nf > nb ? nf : nb); v++) {
+    gc_attention_variant(v < nf ? v : 0, v < nb ? v : 0);
+    printf("attention variant: %s\n", gc_attention_describe());
     test_attention<bf16>(r, 2, 256, 3, 64);
     test_attention<f16>(r, 1, 384, 2, 64);
+    test_attention<bf16>(r, 1, 128, 1, 64); /* one block of 128 */
   }
-  gc_attention_variant(0, 0);
-  if (getenv("GPT_TEST_TIME"))
+  gc_attention_init(cc); /* back to the defaults */
+  if (getenv("GPT_TEST_TIME")) {
     time_attention();
+    gc_attention_init(cc);
+  }
   printf("cuBLASLt epilogue fallbacks (fused context): %d, products tuned: %d\n",
          gc_mm_fallbacks(fused), gc_mm_tuned(fused));
   expect("cuBLASLt tuning ran", gc_mm_tuned(fused) > 0);
