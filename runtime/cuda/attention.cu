@@ -623,12 +623,12 @@ __global__ void attn_bwd_post(T *dqkv, const float *dq, const float *dk,
 #ifdef GPT_CUDA_SM90A
 /* attention_sm90.cu (built for sm_90a only): nwg warpgroups of 64 rows a block */
 template <typename T>
-int gc_attention90_fwd(int nwg, T *out, float *lse, const T *qkv, int B, int Tn, int NH,
-                       float sl2, cudaStream_t s);
+int gc_attention90_fwd(int nwg, int stages, T *out, float *lse, const T *qkv, int B, int Tn,
+                       int NH, float sl2, cudaStream_t s);
 template <typename T>
-int gc_attention90_bwd(int kv_nwg, int q_nwg, T *dqkv, float *Dsum, const T *dout,
-                       const T *qkv, const T *out, const float *lse, int B, int Tn, int NH,
-                       float sl2, float scale, cudaStream_t s);
+int gc_attention90_bwd(int kv_nwg, int q_nwg, int stages, T *dqkv, float *Dsum,
+                       const T *dout, const T *qkv, const T *out, const float *lse, int B,
+                       int Tn, int NH, float sl2, float scale, cudaStream_t s);
 static const int have90 = 1;
 #else
 static const int have90 = 0;
@@ -638,12 +638,20 @@ static const int have90 = 0;
  * name one). The wgmma variants exist where the build has sm_90a code and
  * run on compute capability 9.0 only; they are the default there. */
 static int g_cc = 90, g_fwd = 0, g_bwd = 0;
+/* tiles the wgmma kernels' copies run ahead of the one in use, plus one
+ * (GPT_CUDA_ATTN_STAGES=2|3|4) */
+static int g_stages = 2;
 enum { FWD_MMA = 3, BWD_MMA = 2 }; /* variants below these are mma.sync */
-static const char *fwd_names[] = {"128x64", "128x128", "64x64", "wgmma", "wgmma64"};
-static const char *bwd_names[] = {"128", "64", "wgmma", "wgmma-kv64", "wgmma64"};
+static const char *fwd_names[] = {"128x64", "128x128", "64x64",
+                                  "wgmma",  "wgmma64", "wgmma-pipe"};
+/* warpgroups a block of the wgmma forward (0: the overlapped one, 64 queries) */
+static const int fwd_nwg[] = {0, 0, 0, 2, 1, 0};
+static const char *bwd_names[] = {"128",        "64",      "wgmma",
+                                  "wgmma-kv64", "wgmma64", "wgmma-pipe"};
 /* warpgroups a block of the wgmma backward's dK/dV and dQ kernels */
-static const int bwd_kv_nwg[] = {0, 0, 2, 1, 1}, bwd_q_nwg[] = {0, 0, 2, 2, 1};
-static const int n_fwd = 5, n_bwd = 5;
+/* (0: the dK/dV kernel overlapping its own products, 64 keys) */
+static const int bwd_kv_nwg[] = {0, 0, 2, 1, 1, 0}, bwd_q_nwg[] = {0, 0, 2, 2, 1, 2};
+static const int n_fwd = 6, n_bwd = 6;
 
 static int wgmma_ok(void) { return have90 && g_cc == 90; }
 
@@ -656,11 +664,15 @@ int gc_attention_variants(int *nfwd, int *nbwd) {
 void gc_attention_init(int cc) {
   g_cc = cc;
   /* defaults: the fastest measured in the model on the H200 (docs/BENCHMARKS.md) */
-  g_fwd = wgmma_ok() ? FWD_MMA + 1 : 0; /* wgmma64 */
-  g_bwd = wgmma_ok() ? BWD_MMA + 1 : 0; /* wgmma-kv64 */
+  g_fwd = wgmma_ok() ? FWD_MMA + 2 : 0; /* wgmma-pipe */
+  g_bwd = wgmma_ok() ? BWD_MMA + 3 : 0; /* wgmma-pipe */
   int nf, nb;
   gc_attention_variants(&nf, &nb);
   const char *f = getenv("GPT_CUDA_ATTN_FWD"), *b = getenv("GPT_CUDA_ATTN_BWD");
+  const char *st = getenv("GPT_CUDA_ATTN_STAGES");
+  g_stages = 2; /* deeper measured no faster (docs/BENCHMARKS.md) */
+  if (st && (!strcmp(st, "2") || !strcmp(st, "3") || !strcmp(st, "4")))
+    g_stages = atoi(st);
   for (int i = 0; f && i < nf; i++)
     if (!strcmp(f, fwd_names[i]))
       g_fwd = i;
@@ -676,9 +688,13 @@ void gc_attention_variant(int fwd, int bwd) {
   g_bwd = bwd >= 0 && bwd < nb ? bwd : 0;
 }
 
+void gc_attention_stages(int stages) { g_stages = stages >= 2 && stages <= 4 ? stages : 2; }
+
 const char *gc_attention_describe(void) {
-  static char buf[64];
+  static char buf[80];
   snprintf(buf, sizeof(buf), "fwd %s, bwd %s", fwd_names[g_fwd], bwd_names[g_bwd]);
+  if (g_fwd >= FWD_MMA || g_bwd >= BWD_MMA)
+    snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), ", %d stages", g_stages);
   return buf;
 }
 
@@ -739,7 +755,7 @@ int gc_attention_fwd(T *out, float *lse, const T *qkv, int B, int Tn, int NH,
     if (gc_attention_fast(gc_type<T>::dtype, Tn, hd)) {
 #ifdef GPT_CUDA_SM90A
       if (g_fwd >= FWD_MMA)
-        return gc_attention90_fwd<T>(g_fwd == FWD_MMA ? 2 : 1, out, lse, qkv, B, Tn, NH, sl2, s);
+        return gc_attention90_fwd<T>(fwd_nwg[g_fwd], g_stages, out, lse, qkv, B, Tn, NH, sl2, s);
 #endif
       switch (g_fwd) {
       case 1: return launch_fwd<T, 128, 128>(out, lse, qkv, B, Tn, NH, sl2, s);
@@ -769,8 +785,8 @@ int gc_attention_bwd(T *dqkv, float *scratch, const T *dout, const T *qkv,
 #ifdef GPT_CUDA_SM90A
   if constexpr (!std::is_same<T, float>::value)
     if (fast && g_bwd >= BWD_MMA)
-      return gc_attention90_bwd<T>(bwd_kv_nwg[g_bwd], bwd_q_nwg[g_bwd], dqkv, Dsum, dout, qkv,
-                                   out, lse, B, Tn, NH, sl2, scale, s);
+      return gc_attention90_bwd<T>(bwd_kv_nwg[g_bwd], bwd_q_nwg[g_bwd], g_stages, dqkv, Dsum,
+                                   dout, qkv, out, lse, B, Tn, NH, sl2, scale, s);
 #endif
   float *dq = scratch + ((size_t)B * NH * Tn + 63) / 64 * 64;
   float *dk = fast ? nullptr : dq + acc, *dv = fast ? nullptr : dq + 2 * acc;

@@ -48,14 +48,18 @@ int gc_attention_bwd(T *dqkv, float *scratch, const T *dout, const T *qkv,
 void gc_attention_init(int cc);
 /* Kernel variants of the tensor-core path (tests and tuning). Forward: 0
  * 128x64, 1 128x128, 2 64x64 (mma.sync, queries x keys a block), 3 wgmma
- * (128 queries a block), 4 wgmma64 (64); backward: 0 128, 1 64 (mma.sync,
+ * (128 queries a block), 4 wgmma64 (64), 5 wgmma-pipe (64, the next tile's
+ * scores overlapping this one's P V); backward: 0 128, 1 64 (mma.sync,
  * keys a block), 2 wgmma, 3 wgmma-kv64, 4 wgmma64 (sm_90a; dK/dV and dQ
- * kernels of 128 or 64 rows a block). Out-of-range or unavailable values
+ * kernels of 128 or 64 rows a block), 5 wgmma-pipe (dK/dV overlapping its
+ * products, 64 keys; dQ of 128). Out-of-range or unavailable values
  * select 0. gc_attention_variants() gives how many this process can run
  * (the wgmma ones need an sm_90a build and compute capability 9.0) and
  * returns 1 when the wgmma kernels are among them. */
 void gc_attention_variant(int fwd, int bwd);
 int gc_attention_variants(int *nfwd, int *nbwd);
+/* The wgmma kernels' copy pipeline: 2 (default), 3 or 4 tile buffers. */
+void gc_attention_stages(int stages);
 const char *gc_attention_describe(void);
 /* 1 when the tensor-core kernels serve this case, 0 for the generic one. */
 int gc_attention_fast(int dtype, int Tn, int HD);

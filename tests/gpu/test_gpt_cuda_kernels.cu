@@ -371,36 +371,43 @@ static void time_attention(void) {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   const double ffwd = 4.0 * B * NH * HD * (double)Tn * Tn / 2, fbwd = 2.5 * ffwd;
+  auto time_one = [&](int f, int b, int st) {
+    gc_attention_variant(f, b);
+    gc_attention_stages(st);
+    std::vector<float> tf, tb;
+    for (int i = 0; i < 21; i++) {
+      float ms;
+      CK(cudaEventRecord(e0, S));
+      OK(gc_attention_fwd<bf16>(out, lse, qkv, B, Tn, NH, HD, S));
+      CK(cudaEventRecord(e1, S));
+      CK(cudaEventSynchronize(e1));
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i)
+        tf.push_back(ms);
+      CK(cudaEventRecord(e0, S));
+      OK(gc_attention_bwd<bf16>(dqkv, scratch, dy, qkv, out, lse, B, Tn, NH, HD, S));
+      CK(cudaEventRecord(e1, S));
+      CK(cudaEventSynchronize(e1));
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i)
+        tb.push_back(ms);
+    }
+    std::sort(tf.begin(), tf.end());
+    std::sort(tb.begin(), tb.end());
+    printf("attention %s: fwd %.3f ms (%.0f TFLOPS), bwd %.3f ms (%.0f TFLOPS, causal flops)\n",
+           gc_attention_describe(), tf[10], ffwd / tf[10] / 1e9, tb[10], fbwd / tb[10] / 1e9);
+  };
+  /* each forward with backward 0, each backward with forward 0, and the
+   * pairs of the same index; the wgmma ones at each pipeline depth */
   int nf = 0, nb = 0;
   gc_attention_variants(&nf, &nb);
   for (int f = 0; f < nf; f++)
     for (int b = 0; b < nb; b++) {
-      if (f != b && f != 0 && b != 0) /* each forward with backward 0, and the diagonal */
+      if (f != b && f != 0 && b != 0)
         continue;
-      gc_attention_variant(f, b);
-      std::vector<float> tf, tb;
-      for (int i = 0; i < 21; i++) {
-        float ms;
-        CK(cudaEventRecord(e0, S));
-        OK(gc_attention_fwd<bf16>(out, lse, qkv, B, Tn, NH, HD, S));
-        CK(cudaEventRecord(e1, S));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i)
-          tf.push_back(ms);
-        CK(cudaEventRecord(e0, S));
-        OK(gc_attention_bwd<bf16>(dqkv, scratch, dy, qkv, out, lse, B, Tn, NH, HD, S));
-        CK(cudaEventRecord(e1, S));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i)
-          tb.push_back(ms);
-      }
-      std::sort(tf.begin(), tf.end());
-      std::sort(tb.begin(), tb.end());
-      printf("attention %s: fwd %.3f ms (%.0f TFLOPS), bwd %.3f ms (%.0f TFLOPS, causal flops)\n",
-             gc_attention_describe(), tf[10], ffwd / tf[10] / 1e9, tb[10],
-             fbwd / tb[10] / 1e9);
+      const int wgmma = f >= 3 || b >= 2;
+      for (int st = wgmma ? 2 : 3; st <= (wgmma ? 4 : 3); st++)
+        time_one(f, b, st);
     }
   cudaFree(qkv), cudaFree(dy), cudaFree(out), cudaFree(dqkv), cudaFree(lse), cudaFree(scratch);
 }
@@ -434,13 +441,18 @@ int main(void) {
          wg ? "built and usable" : "not usable here");
   if (cc == 90)
     expect("wgmma attention built for this sm_90 GPU", wg);
-  for (int v = 0; v < (nf > nb ? nf : nb); v++) {
-    gc_attention_variant(v < nf ? v : 0, v < nb ? v : 0);
-    printf("attention variant: %s\n", gc_attention_describe());
-    test_attention<bf16>(r, 2, 256, 3, 64);
-    test_attention<f16>(r, 1, 384, 2, 64);
-    test_attention<bf16>(r, 1, 128, 1, 64); /* one block of 128 */
-  }
+  for (int v = 0; v < (nf > nb ? nf : nb); v++)
+    for (int st = 2; st <= 4; st++) {
+      const int f = v < nf ? v : 0, b = v < nb ? v : 0;
+      if (st != 3 && f < 3 && b < 2) /* the copy pipeline's depth: wgmma kernels only */
+        continue;
+      gc_attention_variant(f, b);
+      gc_attention_stages(st);
+      printf("attention variant: %s\n", gc_attention_describe());
+      test_attention<bf16>(r, 2, 256, 3, 64);
+      test_attention<f16>(r, 1, 384, 2, 64);
+      test_attention<bf16>(r, 1, 128, 1, 64); /* one block of 128 */
+    }
   gc_attention_init(cc); /* back to the defaults */
   if (getenv("GPT_TEST_TIME")) {
     time_attention();
