@@ -5,6 +5,8 @@
  * channels are read 8 elements (16 bytes) at a time, one warp per row. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels.cuh"
 
@@ -238,6 +240,144 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/* The same function with a row spread over tw = ceil(C / 256) warps, one
+ * 16-byte vector of 8 channels per lane, so that a lane's column sums are
+ * 24 registers whatever C is (the kernel above keeps 24 per 256 channels:
+ * 206 registers at C = 768, one block of 8 warps per SM, latency-bound at
+ * ~1.4 TB/s). A block holds S rows at once (S * tw warps, at most 24); the
+ * warps of a row meet at a named barrier (id 1 + slot) to add their halves
+ * of the two row sums; the next row's loads are issued before this row's
+ * arithmetic (into registers: 80 of them, a few bytes spill in bf16).
+ * (Measured on the H200 at C = 768, N = 16384: ~52 us a call against ~70
+ * for the kernel above; copying two rows ahead into a shared-memory ring
+ * with cp.async instead measured the same as this, and was removed.) */
+__device__ __forceinline__ void named_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+constexpr int LNB_WARPS = 24;
+/* One row of the rows kernel: the two row sums (across the tw warps of
+ * the row through red and a named barrier), dinp written, the column sums
+ * accumulated. */
+template <typename T>
+__device__ __forceinline__ void ln_bwd_row(T *dinp, long row, int C, int nv, int v, bool has,
+                                           int tw, int slot, int warp, int lane, int par,
+                                           float scale, float mu, float rs,
+                                           const gc_pack8<T> &dp, const gc_pack8<T> &xp,
+                                           const gc_pack8<T> &op, int accumulate,
+                                           const float *w_sh, float2 (*red)[LNB_WARPS],
+                                           float (&adw)[8], float (&adb)[8], float (&ads)[8]) {
+  float s1 = 0.f, s2 = 0.f;
+  if (has)
+#pragma unroll
+    for (int k2 = 0; k2 < 8; k2++) {
+      const float dy = gc_tof(dp.v[k2]) * scale, xh = (gc_tof(xp.v[k2]) - mu) * rs;
+      const float dn = dy * w_sh[k2 * nv + v];
+      s1 += dn;
+      s2 += dn * xh;
+      adb[k2] += dy;
+      adw[k2] += dy * xh;
+    }
+  s1 = gc_warp_sum(s1);
+  s2 = gc_warp_sum(s2);
+  if (tw > 1) {
+    if (lane == 0)
+      red[par][warp] = make_float2(s1, s2);
+    named_sync(1 + slot, tw * 32);
+    s1 = s2 = 0.f;
+    for (int i = 0; i < tw; i++) {
+      const float2 t = red[par][slot * tw + i];
+      s1 += t.x;
+      s2 += t.y;
+    }
+  }
+  s1 /= C;
+  s2 /= C;
+  if (has) {
+    gc_pack8<T> o;
+#pragma unroll
+    for (int k2 = 0; k2 < 8; k2++) {
+      const float dy = gc_tof(dp.v[k2]) * scale, xh = (gc_tof(xp.v[k2]) - mu) * rs;
+      float dx = (dy * w_sh[k2 * nv + v] - s1 - xh * s2) * rs;
+      if (accumulate)
+        dx += gc_tof(op.v[k2]);
+      o.v[k2] = gc_from<T>(dx);
+      ads[k2] += gc_tof(o.v[k2]);
+    }
+    gc_store8(dinp + (size_t)row * C + v * 8, o);
+  }
+}
+/* The block's column sums: in shared memory, then once into the gradient. */
+__device__ __forceinline__ void ln_bwd_flush(float *dw, float *db, float *dsum, int C, int nv,
+                                             int v, bool has, float *acc_sh,
+                                             const float (&adw)[8], const float (&adb)[8],
+                                             const float (&ads)[8]) {
+  if (has)
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      atomicAdd(&acc_sh[k * nv + v], adw[k]);
+      atomicAdd(&acc_sh[C + k * nv + v], adb[k]);
+      if (dsum)
+        atomicAdd(&acc_sh[2 * C + k * nv + v], ads[k]);
+    }
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const int j = (c & 7) * nv + (c >> 3);
+    atomicAdd(&dw[c], acc_sh[j]);
+    atomicAdd(&db[c], acc_sh[C + j]);
+    if (dsum)
+      atomicAdd(&dsum[c], acc_sh[2 * C + j]);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(LNB_WARPS * 32, 1)
+    ln_bwd_rows_kernel(T *dinp, float *dw, float *db, float *dsum, const T *dout, float scale,
+                       const T *inp, const T *w, const float *mean, const float *rstd, int N,
+                       int C, int accumulate, int tw, int S) {
+  __shared__ float acc_sh[3 * 2048], w_sh[2048];
+  __shared__ float2 red[2][LNB_WARPS];
+  const int nv = C >> 3, nsh = dsum ? 3 * C : 2 * C;
+  for (int i = threadIdx.x; i < nsh; i += blockDim.x)
+    acc_sh[i] = 0.f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    w_sh[(c & 7) * nv + (c >> 3)] = gc_tof(w[c]);
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int slot = warp / tw, wr = warp - slot * tw, v = wr * 32 + lane;
+  const bool has = v < nv;
+  float adw[8], adb[8], ads[8];
+#pragma unroll
+  for (int k = 0; k < 8; k++)
+    adw[k] = adb[k] = ads[k] = 0.f;
+  const long stride = (long)gridDim.x * S;
+  long row = (long)blockIdx.x * S + slot;
+  gc_pack8<T> dpn, xpn;
+  float mun = 0.f, rsn = 0.f;
+  auto fetch = [&](long r) {
+    if (r < N) {
+      mun = mean[r];
+      rsn = rstd[r];
+      if (has) {
+        dpn = gc_load8_cs(dout + (size_t)r * C + v * 8);
+        xpn = gc_load8_cs(inp + (size_t)r * C + v * 8);
+      }
+    }
+  };
+  fetch(row);
+  for (int par = 0; row < N; row += stride, par ^= 1) {
+    const gc_pack8<T> dp = dpn, xp = xpn;
+    const float mu = mun, rs = rsn;
+    /* the residual gradient is needed last: not prefetched (registers) */
+    gc_pack8<T> op;
+    if (has && accumulate)
+      op = gc_load8_cs(dinp + (size_t)row * C + v * 8);
+    fetch(row + stride);
+    ln_bwd_row<T>(dinp, row, C, nv, v, has, tw, slot, warp, lane, par, scale, mu, rs, dp, xp, op,
+                  accumulate, w_sh, red, adw, adb, ads);
+  }
+  ln_bwd_flush(dw, db, dsum, C, nv, v, has, acc_sh, adw, adb, ads);
+}
+
 static int ln_check(int C) {
   if (C % 8 != 0 || C > 2048)
     return gc_fail(-EINVAL, "layernorm",
@@ -277,6 +417,24 @@ int gc_layernorm_bwd(T *dinp, float *dw, float *db, float *dsum, const T *dout,
                      const float *rstd, int N, int C, int accumulate, int sm_count,
                      cudaStream_t s) {
   GC_TRY(ln_check(C));
+  /* GPT_CUDA_LN_BWD=warp: the warp-per-row kernel (comparisons) */
+  static const int rows_kernel = !(getenv("GPT_CUDA_LN_BWD") &&
+                                   !strcmp(getenv("GPT_CUDA_LN_BWD"), "warp"));
+  if (rows_kernel) {
+    const int tw = gc_cdiv(C / 8, 32), S = LNB_WARPS / tw;
+    static int per_sm = 0;
+    if (!per_sm) {
+      GC_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_bwd_rows_kernel<T>,
+                                                            LNB_WARPS * 32, 0));
+      per_sm = max(per_sm, 1);
+    }
+    const int grid = min(gc_cdiv(N, S), sm_count * per_sm);
+    ln_bwd_rows_kernel<T><<<grid, S * tw * 32, 0, s>>>(dinp, dw, db, dsum, dout, dout_scale,
+                                                        inp, w, mean, rstd, N, C, accumulate,
+                                                        tw, S);
+    GC_LAUNCH("ln_bwd_rows_kernel");
+    return 0;
+  }
   const int ni = gc_cdiv(C / 8, 32);
   const size_t sh = 3 * (size_t)C * sizeof(float);
   /* As many blocks as fit at once: each adds its partial sums only once. */
@@ -380,9 +538,136 @@ __global__ void __launch_bounds__(CE_THREADS)
   }
 }
 
+/* The row once from memory: a block copies its row into shared memory
+ * (cp.async, every 16-byte piece in flight at once), then takes the max,
+ * the sum of exponentials and the gradient from there, and writes the
+ * gradient over the row. ce_kernel above reads the row twice and walks it
+ * in dependent steps (one load in flight per thread): ~200 us for 2624 rows
+ * of gpt2's 50304 on the H200, where reading and writing them once takes
+ * ~135. Two blocks a multiprocessor (a bf16 row is 100 KB), so that one
+ * block's copy overlaps the other's arithmetic. */
+constexpr int CES_THREADS = 512;
+__device__ __forceinline__ float ce_block_reduce(float v, float *sh, bool is_max) {
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  v = is_max ? gc_warp_max(v) : gc_warp_sum(v);
+  __syncthreads(); /* sh may still be read from the previous reduction */
+  if (lane == 0)
+    sh[w] = v;
+  __syncthreads();
+  v = lane < CES_THREADS / 32 ? sh[lane] : (is_max ? -INFINITY : 0.f);
+  return is_max ? gc_warp_max(v) : gc_warp_sum(v);
+}
+__device__ __forceinline__ float ce_ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+/* the largest of 8 elements: packed pairs for 16-bit types */
+__device__ __forceinline__ float ce_vmax(const gc_pack8<float> &p) {
+  float m = p.v[0];
+#pragma unroll
+  for (int k = 1; k < 8; k++)
+    m = fmaxf(m, p.v[k]);
+  return m;
+}
+template <typename T, typename T2>
+__device__ __forceinline__ float ce_vmax2(const gc_pack8<T> &p) {
+  const T2 *q = reinterpret_cast<const T2 *>(&p);
+  const T2 a = __hmax2(__hmax2(q[0], q[1]), __hmax2(q[2], q[3]));
+  return fmaxf(gc_tof(a.x), gc_tof(a.y));
+}
+__device__ __forceinline__ float ce_vmax(const gc_pack8<bf16> &p) {
+  return ce_vmax2<bf16, __nv_bfloat162>(p);
+}
+__device__ __forceinline__ float ce_vmax(const gc_pack8<f16> &p) {
+  return ce_vmax2<f16, __half2>(p);
+}
+template <typename T>
+__global__ void __launch_bounds__(CES_THREADS, 2)
+    ce_smem_kernel(T *logits, float *losses, const int *targets, int V, int Vp) {
+  extern __shared__ __align__(16) unsigned char ce_row[];
+  __shared__ float sh[32];
+  const T *rs = reinterpret_cast<const T *>(ce_row);
+  const int row = blockIdx.x;
+  T *x = logits + (size_t)row * Vp;
+  const int nc = Vp * (int)sizeof(T) / 16; /* 16-byte pieces */
+  for (int i = threadIdx.x; i < nc; i += CES_THREADS)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(ce_row + i * 16)),
+                 "l"(reinterpret_cast<const char *>(x) + i * 16));
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+  __syncthreads();
+  /* Few instructions an element (the kernel is bound by issue, not by
+   * memory, once the row is in shared memory): whole vectors skip the
+   * vocabulary bound (only the last, partial one checks it), the max runs
+   * on packed pairs, exp2 is the bare MUFU instruction, and the target's -1
+   * is applied once. */
+  const int nfull = V / 8, nv = Vp / 8;
+  float m = -INFINITY;
+  for (int v = threadIdx.x; v < nfull; v += CES_THREADS)
+    m = fmaxf(m, ce_vmax(gc_load8(rs + v * 8)));
+  for (int i = nfull * 8 + threadIdx.x; i < V; i += CES_THREADS)
+    m = fmaxf(m, gc_tof(rs[i]));
+  m = ce_block_reduce(m, sh, true);
+  const float L2E = 1.4426950408889634f, ml = m * L2E;
+  float sum = 0.f;
+  for (int v = threadIdx.x; v < nfull; v += CES_THREADS) {
+    const gc_pack8<T> p = gc_load8(rs + v * 8);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+      sum += ce_ex2(fmaf(gc_tof(p.v[k]), L2E, -ml));
+  }
+  for (int i = nfull * 8 + threadIdx.x; i < V; i += CES_THREADS)
+    sum += ce_ex2(fmaf(gc_tof(rs[i]), L2E, -ml));
+  sum = ce_block_reduce(sum, sh, false);
+  const float lse = m + logf(sum), ll = lse * L2E;
+  const int tgt = targets[row];
+  if (threadIdx.x == 0)
+    losses[row] = lse - gc_tof(rs[tgt]);
+  for (int v = threadIdx.x; v < nv; v += CES_THREADS) {
+    const gc_pack8<T> p = gc_load8(rs + v * 8);
+    gc_pack8<T> o;
+    if (v < nfull) {
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        o.v[k] = gc_from<T>(ce_ex2(fmaf(gc_tof(p.v[k]), L2E, -ll)));
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        o.v[k] = gc_from<T>(v * 8 + k < V ? ce_ex2(fmaf(gc_tof(p.v[k]), L2E, -ll)) : 0.f);
+    }
+    gc_store8(x + v * 8, o);
+  }
+  /* the target's -1, over what the same thread stored above */
+  if (threadIdx.x == (tgt >> 3) % CES_THREADS)
+    x[tgt] = gc_from<T>(ce_ex2(fmaf(gc_tof(rs[tgt]), L2E, -ll)) - 1.f);
+}
+
 template <typename T>
 int gc_crossentropy(T *logits, float *losses, const int *targets, int R, int V, int Vp,
                     cudaStream_t s) {
+  /* GPT_CUDA_CE=stream: the two-read kernel (comparisons, and rows too
+   * long for shared memory) */
+  static const int stream = getenv("GPT_CUDA_CE") && !strcmp(getenv("GPT_CUDA_CE"), "stream");
+  const size_t row_bytes = (size_t)Vp * sizeof(T);
+  static int max_smem = -1;
+  if (max_smem < 0) {
+    int dev = 0;
+    GC_CUDA(cudaGetDevice(&dev));
+    GC_CUDA(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    max_smem -= 1024; /* the kernel's static shared memory, rounded up */
+  }
+  if (!stream && row_bytes <= (size_t)max_smem) {
+    static size_t attr = 0; /* the dynamic size allowed so far */
+    if (row_bytes > attr) {
+      GC_CUDA(cudaFuncSetAttribute(ce_smem_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)row_bytes));
+      attr = row_bytes;
+    }
+    ce_smem_kernel<T><<<R, CES_THREADS, row_bytes, s>>>(logits, losses, targets, V, Vp);
+    GC_LAUNCH("ce_smem_kernel");
+    return 0;
+  }
   ce_kernel<T><<<R, CE_THREADS, 0, s>>>(logits, losses, targets, V, Vp);
   GC_LAUNCH("ce_kernel");
   return 0;
