@@ -43,8 +43,8 @@ bench() {
 OLD_ATT="GPT_CUDA_ATTN_FWD=128x64 GPT_CUDA_ATTN_BWD=128"
 {
   bench "default" 5
-  # shellcheck disable=SC2086
   before="before: mma.sync attention, warp-per-row LayerNorm bwd, two-read cross-entropy"
+  # shellcheck disable=SC2086
   bench "$before, 7 classifier chunks" 5 $OLD_ATT GPT_CUDA_LN_BWD=warp GPT_CUDA_CE=stream \
     GPT_CUDA_LOGITS_MIB=256
   # shellcheck disable=SC2086
