@@ -14,13 +14,16 @@
  * accumulator layout of one product is the A-fragment layout of the next.
  *
  * Forward: a block of NWG warpgroups takes 64 * NWG queries, walks 64-key
- * tiles (cp.async, double buffered) with an online softmax.
+ * tiles (cp.async into a ring of NS buffers) with an online softmax.
  * Backward, two kernels and no atomics: dK/dV per 64-key warpgroup walking
  * the query tiles (S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q),
  * and dQ per 64-query warpgroup walking the key tiles (S, dP recomputed,
- * dQ += dS K). Recomputing S and dP costs two products more than one
- * kernel with atomics, and saves the fp32 dQ buffer, its zeroing, the
- * atomics and the conversion pass. */
+ * dQ += dS K), on a second stream beside dK/dV. Recomputing S and dP costs
+ * two products more than one kernel with atomics, and saves the fp32 dQ
+ * buffer, its zeroing, the atomics and the conversion pass.
+ * The *_pipe kernels (the defaults) overlap a warpgroup's own work: the
+ * next tile's scores go to the tensor cores with this tile's products, and
+ * their softmax is computed while those run. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
