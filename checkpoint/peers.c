@@ -543,15 +543,19 @@ static int meg_parse(const char *name, int64_t idx[3]) {
   return k;
 }
 
+/* A name that does not fit is left empty (it names no file). */
 static void meg_name(char *buf, size_t n, int dims, const int64_t *i) {
+  int w;
   if (dims == 1)
-    snprintf(buf, n, "mp_rank_%02lld", (long long)i[0]);
+    w = snprintf(buf, n, "mp_rank_%02lld", (long long)i[0]);
   else if (dims == 2)
-    snprintf(buf, n, "mp_rank_%02lld_%03lld", (long long)i[0],
-             (long long)i[1]);
+    w = snprintf(buf, n, "mp_rank_%02lld_%03lld", (long long)i[0],
+                 (long long)i[1]);
   else
-    snprintf(buf, n, "mp_rank_%02lld_%03lld_%03lld", (long long)i[0],
-             (long long)i[1], (long long)i[2]);
+    w = snprintf(buf, n, "mp_rank_%02lld_%03lld_%03lld", (long long)i[0],
+                 (long long)i[1], (long long)i[2]);
+  if (w < 0 || (size_t)w >= n)
+    buf[0] = '\0';
 }
 
 static int megatron_step(const char *dir, ckpt_step_t *st) {

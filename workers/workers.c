@@ -871,8 +871,9 @@ static void wk_cg_rmdir_tree(const char *dir) {
     char path[PATH_MAX + 256];
     if (e->d_type != DT_DIR || e->d_name[0] == '.')
       continue;
-    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-    (void)rmdir(path);
+    int w = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    if (w > 0 && (size_t)w < sizeof(path))
+      (void)rmdir(path);
   }
   if (d)
     closedir(d);

@@ -1,0 +1,40 @@
+#!/bin/bash
+# A short check on the GPU machine when little device time is left: the
+# kernel and model tests, the benchmark with this build's defaults
+# (profiled), with the kernels they replaced, and with single switches;
+# each part skipped when fewer seconds than its limit are left of BUDGET_S. DIR as for
+# gpt_gpu_session.sh; results in OUT (quick.txt).
+# usage: bench/gpt_gpu_quick.sh DIR [OUT]
+set -u
+DIR=${1:?usage: gpt_gpu_quick.sh DIR [OUT]}
+OUT=${2:-${OUT:-/tmp/out}}
+BUDGET=${BUDGET_S:-60}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+NVLIBS=$(python3 -c 'import nvidia,os;print(":".join(os.path.join(p,d,"lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null)
+export LD_LIBRARY_PATH=${NVLIBS}:${LD_LIBRARY_PATH:-}
+left() { echo $((BUDGET - SECONDS)); }
+step() { # LABEL SECONDS COMMAND...
+  local label=$1 t=$2
+  shift 2
+  if [ "$(left)" -lt "$t" ]; then
+    echo "== $label: skipped ($(left) s left)"
+    return
+  fi
+  echo "== $label [$SECONDS s]"
+  timeout "$t" "$@" 2>&1
+  echo "rc=$? [$SECONDS s]"
+}
+{
+  nvidia-smi -L
+  step "test_gpt_cuda_kernels" 20 env GPT_TEST_TIME=1 "$DIR/test_gpt_cuda_kernels"
+  step "test_gpt_cuda_model" 10 "$DIR/test_gpt_cuda_model"
+  step "default" 6 "$DIR/gpt_bench" --profile 5
+  step "before" 5 env GPT_CUDA_ATTN_FWD=128x64 GPT_CUDA_ATTN_BWD=128 GPT_CUDA_LN_BWD=warp \
+    GPT_CUDA_CE=stream GPT_CUDA_LOGITS_MIB=256 "$DIR/gpt_bench" --profile 0
+  step "wgmma attention without the overlap" 5 env GPT_CUDA_ATTN_FWD=wgmma64 \
+    GPT_CUDA_ATTN_BWD=wgmma-kv64 "$DIR/gpt_bench" --profile 0
+  step "dQ and dK/dV on one stream" 5 env GPT_CUDA_ATTN_SERIAL=1 "$DIR/gpt_bench" --profile 0
+  step "7 classifier chunks (256 MiB)" 5 env GPT_CUDA_LOGITS_MIB=256 "$DIR/gpt_bench" --profile 0
+} >"$OUT/quick.txt" 2>&1
+grep "^== \|^rc=\|^RESULT\|^ms/step\|FAIL\|PASS\|^| \|^per kernel" "$OUT/quick.txt"
