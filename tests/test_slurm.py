@@ -292,21 +292,24 @@ def case_from_tasks(cl):
                         "/bin/sh", "-c", 'env > "$0/$SLURM_PROCID"', dump])
     if rc != 0:
         fail("--from-tasks env dump: exit %d" % rc, out)
+    envs = []
     for procid in range(4):
         with open(os.path.join(dump, str(procid))) as fh:
-            env = dict(line.rstrip("\n").split("=", 1) for line in fh
-                       if "=" in line)
+            envs.append(dict(line.rstrip("\n").split("=", 1) for line in fh
+                             if "=" in line))
+    first = envs[0]["SLURMD_NODENAME"]  # task 0 runs on the step's node 0
+    for procid, env in enumerate(envs):
         want = {"RANK": str(procid), "LOCAL_RANK": str(procid % 2),
                 "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
                 "GROUP_RANK": str(procid // 2), "GROUP_WORLD_SIZE": "2",
-                "MASTER_ADDR": "127.0.0.1", "NCCL_NVLS_ENABLE": "0",
+                "MASTER_ADDR": first, "NCCL_NVLS_ENABLE": "0",
                 "LAUNCH_NCCL_PROFILE": "auto",
                 "TORCHELASTIC_USE_AGENT_STORE": "True"}
         for k, v in want.items():
             if env.get(k) != v:
                 fail("--from-tasks task %d: %s=%s, want %s" % (
                     procid, k, env.get(k), v))
-        if env["LAUNCH_RDZV_ENDPOINT"] != "127.0.0.1:" + env["MASTER_PORT"]:
+        if env["LAUNCH_RDZV_ENDPOINT"] != first + ":" + env["MASTER_PORT"]:
             fail("task %d: LAUNCH_RDZV_ENDPOINT=%s, MASTER_PORT=%s" % (
                 procid, env["LAUNCH_RDZV_ENDPOINT"], env["MASTER_PORT"]))
     print("--from-tasks: 8 tasks, sum 36; RANK, LOCAL_RANK, WORLD_SIZE, "
@@ -395,15 +398,20 @@ def case_preemption(cl):
 
 
 def case_missing_node(cl):
-    late = ("if [ \"$SLURM_NODEID\" = 2 ]; then sleep 7; fi; exec \"$0\" "
+    late = ("if [ \"$SLURM_NODEID\" = 2 ]; then echo \"late: $SLURMD_NODENAME\"; "
+            "sleep 7; fi; exec \"$0\" "
             "--nproc-per-node 1 --rdzv-conf join_timeout=20 \"$1\" --cpu")
     rc, out = srun(cl, ["-N3", "/bin/sh", "-c", late, LAUNCH,
                         os.path.join(BIN, "allreduce_check")])
     if rc != 0:
         fail("a late node: exit %d" % rc, out)
+    m = re.search(r"late: (\S+)", out)
+    if m is None:
+        fail("the late node did not say its name", out)
     if not re.search(r"waiting for nodes of job \S+: 2 joined of 3.*"
-                     r"missing: 127\.0\.0\.3", out):
-        fail("the waiting nodes did not name the missing one", out)
+                     r"missing: " + re.escape(m.group(1)) + "$", out, re.M):
+        fail("the waiting nodes did not name the missing one, %s" % m.group(1),
+             out)
     print("a late node: named as missing while the others waited")
 
 
