@@ -231,17 +231,23 @@ def srun(cl, args, timeout=120):
 
 # ---- the cases -------------------------------------------------------------
 
+def check_allreduce(what, rc, out, world):
+    """allreduce_check's lines: every rank of world, the sum 1 + ... + world."""
+    if rc != 0:
+        fail("%s: exit %d" % (what, rc), out)
+    ranks = sorted(int(m.group(1)) for m in re.finditer(
+        r"rank=(\d+), local_rank=\d, world_size=%d, gpu=none, allreduce=%d\b"
+        % (world, world * (world + 1) // 2), out))
+    if ranks != list(range(world)):
+        fail("%s: want ranks 0-%d with the sum %d, got %s" % (
+            what, world - 1, world * (world + 1) // 2, ranks), out)
+
+
 def case_allreduce(cl):
     rc, out = srun(cl, ["-N4", "--ntasks-per-node=1", LAUNCH,
                         "--nproc-per-node", "2",
                         os.path.join(BIN, "allreduce_check"), "--cpu"])
-    if rc != 0:
-        fail("srun -N4 launch allreduce_check: exit %d" % rc, out)
-    ranks = sorted(int(m.group(1)) for m in re.finditer(
-        r"rank=(\d+), local_rank=\d, world_size=8, gpu=none, allreduce=36\b",
-        out))
-    if ranks != list(range(8)):
-        fail("want ranks 0-7 of 8 with the sum 36, got %s" % ranks, out)
+    check_allreduce("srun -N4 launch allreduce_check", rc, out, 8)
     jobs = set(re.findall(r"round 0 of job (\S+): node (\d) of 4", out))
     if len(jobs) != 4 or len({j for j, _ in jobs}) != 1:
         fail("want 4 nodes of one job in round 0, got %s" % sorted(jobs), out)
@@ -278,14 +284,7 @@ def case_train_gpt(cl):
 def case_from_tasks(cl):
     rc, out = srun(cl, ["-N4", "--ntasks-per-node=2", LAUNCH, "--from-tasks",
                         os.path.join(BIN, "allreduce_check"), "--cpu"])
-    if rc != 0:
-        fail("srun --ntasks-per-node=2 launch --from-tasks: exit %d" % rc, out)
-    ranks = sorted(int(m.group(1)) for m in re.finditer(
-        r"rank=(\d+), local_rank=\d, world_size=8, gpu=none, allreduce=36\b",
-        out))
-    if ranks != list(range(8)):
-        fail("--from-tasks: want ranks 0-7 with the sum 36, got %s" % ranks,
-             out)
+    check_allreduce("srun --ntasks-per-node=2 launch --from-tasks", rc, out, 8)
     dump = os.path.join(cl.dir, "work", "env")
     os.mkdir(dump)
     rc, out = srun(cl, ["-N2", "--ntasks-per-node=2", LAUNCH, "--from-tasks",
@@ -436,14 +435,7 @@ def case_sbatch(cl):
                        cwd=os.path.join(cl.dir, "work"))
     with open(os.path.join(logs, "out")) as fh:
         out = fh.read()
-    if r.returncode != 0:
-        fail("sbatch train.sbatch: exit %d" % r.returncode, r.stderr, out)
-    ranks = sorted(int(m.group(1)) for m in re.finditer(
-        r"rank=(\d+), local_rank=0, world_size=4, gpu=none, allreduce=10\b",
-        out))
-    if ranks != [0, 1, 2, 3]:
-        fail("train.sbatch: want ranks 0-3 with the sum 10, got %s" % ranks,
-             out)
+    check_allreduce("sbatch train.sbatch", r.returncode, r.stderr + out, 4)
     print("examples/slurm/train.sbatch: 4 nodes, one agent each, sum 10")
 
 
