@@ -1060,13 +1060,16 @@ static const char agent_intro[] =
     "--max-restarts). A PROGRAM ending in .py runs under python3 (or\n"
     "$PYTHON_EXEC); anything else is executed directly. torchrun's flags are\n"
     "accepted in both spellings (--nproc-per-node, --nproc_per_node) and from\n"
-    "their PET_* environment variables; docs/launcher.md has the details.\n\n";
+    "their PET_* environment variables; docs/launcher.md has the details.\n"
+    "Under Slurm (srun), Volcano or Kubeflow the nodes, the node rank, the run\n"
+    "id and the endpoint come from the scheduler (docs/schedulers.md).\n\n";
 static const char agent_examples[] =
     "\nexamples:\n"
     "  launch --standalone --nproc-per-node 8 train.py --lr 3e-4\n"
     "  launch --nnodes 4 --nproc-per-node 8 --rdzv-id job42 \\\n"
     "         --rdzv-endpoint node0:29400 train.py\n"
     "  launch --nnodes 2:4 --max-restarts 3 --rdzv-endpoint node0 train.py\n"
+    "  srun --ntasks-per-node=1 launch train.py         # every node of a step\n"
     "  launch status --rdzv-endpoint node0:29400 --rdzv-id job42\n";
 static const char env_intro[] =
     "usage: launch env [options] [launch's options] [PROGRAM [ARGS...]]\n\n"
