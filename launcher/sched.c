@@ -295,6 +295,14 @@ static void vc_key(const char *name, size_t len, char *key, size_t cap) {
   key[i] = '\0';
 }
 
+/* A task's name as its job spec spells it (lower case, '_' for '-'). */
+static void vc_name(const char *key, char *out, size_t cap) {
+  size_t i;
+  for (i = 0; key[i] && i + 1 < cap; i++)
+    out[i] = (char)tolower((unsigned char)key[i]);
+  out[i] = '\0';
+}
+
 static vc_task_t *vc_find(vc_task_t *t, int n, const char *key) {
   for (int i = 0; i < n; i++)
     if (strcmp(t[i].key, key) == 0)
@@ -406,8 +414,10 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
   char key[128], names[512] = "";
   vc_task_t *pick = NULL;
   qsort(t, (size_t)n, sizeof(*t), cmp_task);
-  for (int i = 0; i < n; i++)
-    lu_list_add(names, sizeof(names), t[i].key);
+  for (int i = 0; i < n; i++) {
+    vc_name(t[i].key, key, sizeof(key));
+    lu_list_add(names, sizeof(names), key);
+  }
   if (want && *want) {
     vc_key(want, strlen(want), key, sizeof(key));
     if ((pick = vc_find(t, n, key)) == NULL) {
@@ -455,9 +465,8 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
     }
   }
   /* One task of several is a launch job of its own. */
-  for (size_t i = 0; n > 1 && pick && pick->key[i] && i + 1 < sizeof(v->task);
-       i++)
-    v->task[i] = (char)tolower((unsigned char)pick->key[i]);
+  if (n > 1 && pick)
+    vc_name(pick->key, v->task, sizeof(v->task));
   return pick ? vc_append(v, pick) : 0;
 }
 
@@ -483,8 +492,10 @@ static int vc_open(char *const *envp, void **out, char *err, size_t errlen) {
     v->index = -1;
   if (v->index < 0 && env_int(envp, "VC_TASK_INDEX", &v->index) != 0 &&
       env_int(envp, "VK_TASK_INDEX", &v->index) != 0) {
-    lu_errf(err, errlen, "VC_TASK_INDEX=%s is not a pod index",
-            sched_getenv(envp, "VC_TASK_INDEX"));
+    const char *name = sched_getenv(envp, "VC_TASK_INDEX") ? "VC_TASK_INDEX"
+                                                           : "VK_TASK_INDEX";
+    lu_errf(err, errlen, "%s=%s is not a pod index", name,
+            sched_getenv(envp, name));
     goto out;
   }
   if (vc_tasks(envp, t, &n, err, errlen) != 0 ||

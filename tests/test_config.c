@@ -524,6 +524,8 @@ static void test_volcano(void) {
   expect_error(ARGS("x"),
                ENV(root_env, "VC_TASK_INDEX=5", "LAUNCH_VOLCANO_TASK=trainer"),
                "index 5 is not below the job's 2 pods");
+  expect_error(ARGS("x"), ENV(root_env, "VK_TASK_INDEX=first"),
+               "Volcano: VK_TASK_INDEX=first is not a pod index");
   vc_file("eval.host", "g-eval-[0-\n");
   expect_error(ARGS("x"), ENV(root_env, "VC_TASK_INDEX=0"),
                "eval.host does not list host names");
