@@ -884,8 +884,6 @@ static int maybe_host(agent_t *a) {
     lu_strlcpy(ip, "127.0.0.1", sizeof(ip));
   } else if (o->is_host >= 0) {
     want = o->is_host;
-  } else if (o->sched_host >= 0) {
-    want = o->sched_host; /* the scheduler's node 0 (docs/schedulers.md) */
   } else if (o->backend == CFG_BACKEND_STATIC) {
     want = o->node_rank == 0;
   } else {
@@ -900,7 +898,7 @@ static int maybe_host(agent_t *a) {
       }
       return 0; /* the client retries resolving until the join timeout */
     }
-    if (o->is_host < 0 && o->sched_host < 0 && o->backend != CFG_BACKEND_STATIC)
+    if (o->is_host < 0 && o->backend != CFG_BACKEND_STATIC)
       want = launch_ip_is_local(ip) && (o->local_addr[0] == '\0' ||
                                  strcmp(o->local_addr, ip) == 0 ||
                                  strcmp(o->local_addr, o->endpoint_host) == 0);

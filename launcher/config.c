@@ -890,10 +890,13 @@ static int finish_rdzv(cfg_t *c, char *err, size_t n) {
   }
   if (c->endpoint_port < 0)
     c->endpoint_port = RDZV_DEFAULT_PORT;
-  /* The scheduler's node 0 hosts its endpoint; an endpoint given, or
-   * is_host, leaves it to the address. */
+  /* The scheduler's node 0 hosts its endpoint (whatever its address says:
+   * every node of a test is on loopback); an endpoint given, or is_host,
+   * leaves it to the address. */
   if (!c->sched_endpoint || c->is_host >= 0)
     c->sched_host = -1;
+  else
+    c->is_host = c->sched_host;
   return 0;
 }
 

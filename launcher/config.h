@@ -92,7 +92,8 @@ typedef struct cfg_s {
   int64_t heartbeat_ms;
   int64_t read_timeout_ms;   /* a server that answers no request this long
                                 is lost */
-  int is_host;               /* -1 auto, 0, 1 */
+  int is_host;               /* -1 auto, 0, 1 (rdzv-conf is_host, else the
+                                scheduler's sched_host) */
   int sched_endpoint;        /* the endpoint is the scheduler's (the first
                                 node of the job, a derived port) */
   int sched_host;            /* -1, or whether the scheduler's endpoint is

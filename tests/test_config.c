@@ -263,6 +263,7 @@ static void test_slurm(void) {
   ASSERT_EQ(29400 + (234 * 8) % 1000, c.endpoint_port);
   ASSERT_EQ(1, c.sched_endpoint);
   ASSERT_EQ(0, c.sched_host); /* node 2 does not host */
+  ASSERT_EQ(0, c.is_host);
   ASSERT_EQ(2, c.pref_node_rank);
   ASSERT_STR_EQ("gpu03", c.host);
   ASSERT_EQ(4, (int)c.nexpected);
@@ -276,6 +277,7 @@ static void test_slurm(void) {
   ASSERT_EQ(0, parse(&c, ARGS("x"), ENV(SLURM_STEP, "SLURM_NODEID=0"), err,
                      sizeof(err)));
   ASSERT_EQ(1, c.sched_host);
+  ASSERT_EQ(1, c.is_host);
   ASSERT_EQ(1, c.nproc); /* no GPU from Slurm: torchrun's default */
   cfg_free(&c);
   ASSERT(sched_slurm_port(1234, 1) != sched_slurm_port(1234, 0));
@@ -303,6 +305,7 @@ static void test_slurm(void) {
   ASSERT_EQ(3, c.nproc);
   ASSERT_EQ(0, c.sched_endpoint);
   ASSERT_EQ(-1, c.sched_host); /* the address decides */
+  ASSERT_EQ(-1, c.is_host);
   ASSERT(!(c.signals_mask & (1u << SIGUSR1)));
   cfg_free(&c);
   /* the job's list when the step's is missing (older Slurm) */
