@@ -39,9 +39,9 @@ void gc_mm_destroy(gc_mm_t *mm);
 int gc_mm(gc_mm_t *mm, const gc_mm_args_t *a, cudaStream_t s);
 /* How many products ran through a fallback instead of a fused epilogue. */
 int gc_mm_fallbacks(const gc_mm_t *mm);
-/* How many distinct products were tuned (only with GPT_CUDA_TUNE=1). */
+/* How many distinct products were tuned (none with GPT_CUDA_TUNE=0). */
 int gc_mm_tuned(const gc_mm_t *mm);
-/* Whether first-use timing is on (GPT_CUDA_TUNE=1) and fused epilogues
+/* Whether first-use timing is on (default; GPT_CUDA_TUNE=0 turns it off) and fused epilogues
  * are allowed (GPT_CUDA_NO_EPILOGUES unset). */
 int gc_mm_tuning(const gc_mm_t *mm);
 int gc_mm_fused(const gc_mm_t *mm);
