@@ -82,6 +82,63 @@ def test_sigstop():
         shutil.rmtree(d)
 
 
+def worker_pid(agent_pid, rank):
+    """The pid of the agent's worker of global rank `rank` (from /proc)."""
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % e) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != agent_pid:
+                continue
+            with open("/proc/%s/environ" % e, "rb") as f:
+                env = f.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if b"RANK=%d" % rank in env:
+            return int(e)
+    return None
+
+
+def test_train_gpt_sigstop():
+    """The issue's case: train_gpt --preset tiny (progress through
+    rt_progress) with rank 1 SIGSTOPped mid-training under --hang-timeout 5:
+    found, reported by rank and host, and the restarted job trains to its
+    last step."""
+    tg = os.path.join(BUILD, "bin", "train_gpt")
+    if not os.access(tg, os.X_OK):
+        print("skipped test_train_gpt_sigstop: %s is not built" % tg)
+        return
+    d = tempfile.mkdtemp(prefix="launch-hang-")
+    stopped = []
+    p = agent(["--nproc-per-node", "2", "--max-restarts", "1",
+               "--hang-timeout", "5", tg, "--preset", "tiny", "--steps", "200",
+               "--batch", "2", "--val-every", "0", "--log-every", "10"], d,
+              env={"OMP_NUM_THREADS": "1"})
+    try:
+        lt.wait_until(lambda: "step    10/200" in p.output(), 60 * MULT,
+                      "step 10")
+        pid = worker_pid(p.pid, 1)
+        assert pid, p.output()
+        os.kill(pid, signal.SIGSTOP)
+        stopped.append(pid)
+        rc, out = finish(p, 180)
+        assert rc == 0, out
+        lines = hang_lines(out)
+        assert len(lines) == 1, out
+        assert "hang: rank 1 (local 1, pid %d) on hosthang" % pid in lines[0], lines
+        assert "stopped (SIGSTOP)" in lines[0] and idle_seconds(lines[0]) >= 5, lines
+        assert "restarting the workers (round 1)" in out, out
+        assert "final: step 200 " in out, out
+    finally:
+        p.kill()
+        for pid in stopped:
+            if lt.pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(d)
+
+
 def test_spin_while_others_wait():
     """Rank 1 spins without progress; ranks 0 and 2 wait for it in the
     barrier. All three are hung; each gets SIGUSR1 (their dumps show),
