@@ -46,6 +46,25 @@ def agent(args, d, env=None):
     return lt.launch(["--standalone", "--no-log-time"] + args, env=e)
 
 
+def stop_rank1(p, pid, stopped):
+    """SIGSTOP rank 1 (pid) of the agent p under --hang-timeout 5; it alone
+    is reported hung, by rank and host, as stopped, after 5 s or more, and
+    the job restarts and succeeds. RET the agent's output."""
+    os.kill(pid, signal.SIGSTOP)
+    stopped.append(pid)
+    rc, out = finish(p, 180)
+    assert rc == 0, out
+    lines = hang_lines(out)
+    # only the stopped rank: the other waits for it and is not blamed
+    assert len(lines) == 1, out
+    line = lines[0]
+    assert "hang: rank 1 (local 1, pid %d) on hosthang" % pid in line, line
+    assert "stopped (SIGSTOP)" in line and "SIGCONT" in line, line
+    assert idle_seconds(line) >= 5.0, line
+    assert "restarting the workers (round 1)" in out, out
+    return out
+
+
 def test_sigstop():
     """Rank 1 is SIGSTOPped by pid after its first progress report: after
     5 s without progress it is reported as stopped, killed, and the job
@@ -59,18 +78,7 @@ def test_sigstop():
         lt.wait_until(lambda: os.path.exists(pidf), 60 * MULT, "rank 1's pid")
         with open(pidf) as f:
             pid = int(f.read())
-        os.kill(pid, signal.SIGSTOP)
-        stopped.append(pid)
-        rc, out = finish(p, 120)
-        assert rc == 0, out
-        lines = hang_lines(out)
-        # only the stopped rank: the other waits for it and is not blamed
-        assert len(lines) == 1, out
-        line = lines[0]
-        assert "hang: rank 1 (local 1, pid %d) on hosthang" % pid in line, line
-        assert "stopped (SIGSTOP)" in line and "SIGCONT" in line, line
-        assert idle_seconds(line) >= 5.0, line
-        assert "restarting the workers (round 1)" in out, out
+        out = stop_rank1(p, pid, stopped)
         assert os.path.exists(os.path.join(d, "done.1.0")), out
         assert os.path.exists(os.path.join(d, "done.1.1")), out
         assert not lt.pid_alive(pid), "the stopped worker outlived the job"
@@ -121,15 +129,7 @@ def test_train_gpt_sigstop():
                       "step 10")
         pid = worker_pid(p.pid, 1)
         assert pid, p.output()
-        os.kill(pid, signal.SIGSTOP)
-        stopped.append(pid)
-        rc, out = finish(p, 180)
-        assert rc == 0, out
-        lines = hang_lines(out)
-        assert len(lines) == 1, out
-        assert "hang: rank 1 (local 1, pid %d) on hosthang" % pid in lines[0], lines
-        assert "stopped (SIGSTOP)" in lines[0] and idle_seconds(lines[0]) >= 5, lines
-        assert "restarting the workers (round 1)" in out, out
+        out = stop_rank1(p, pid, stopped)
         assert "final: step 200 " in out, out
     finally:
         p.kill()
