@@ -347,8 +347,19 @@ static void judge(hang_t *h, uint64_t now) {
     return;
   for (int i = 0; i < nproc; i++) {
     hrank_t *r = &h->r[i];
+    if (r->fresh && !r->exited && now - r->changed >= (uint64_t)h->cfg.timeout_ms)
+      primary = i;
+  }
+  if (primary < 0)
+    return;
+  /* A rank past the timeout: those silent for half of it are stuck with it
+   * (waiting in the same collective, a step behind or ahead). */
+  primary = -1;
+  for (int i = 0; i < nproc; i++) {
+    hrank_t *r = &h->r[i];
     h->st[i] = 0;
-    if (!r->fresh || r->exited || now - r->changed < (uint64_t)h->cfg.timeout_ms)
+    if (!r->fresh || r->exited ||
+        now - r->changed < (uint64_t)h->cfg.timeout_ms / 2)
       continue;
     h->st[i] = proc_state(wk_pid(h->cfg.wg, i));
     nstopped += h->st[i] == 'T' || h->st[i] == 't';

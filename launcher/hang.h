@@ -13,9 +13,10 @@
  *
  * When one of the hung ranks is stopped (SIGSTOP, state T), the others are
  * taken to be waiting for it: only the stopped ones are hung, and they are
- * killed at once (a stopped process cannot dump its stack). Otherwise every
- * rank without progress gets the dump signal, and the one with the lowest
- * last step (then the longest silent) is the one reported.
+ * killed at once (a stopped process cannot dump its stack). Otherwise,
+ * once one rank passes the timeout, every rank silent for half of it is hung
+ * with it (a collective that never completes) and gets the dump signal; the
+ * one with the lowest last step (then the longest silent) is reported.
  * Loop thread only. docs/launcher.md#hangs. */
 #ifndef HANG_H
 #define HANG_H

@@ -139,9 +139,52 @@ def test_train_gpt_sigstop():
         shutil.rmtree(d)
 
 
+def test_two_nodes():
+    """Two agents on loopback (node1, node2), 2 ranks each; rank 3 (node2's
+    local 1) is SIGSTOPped: node2 reports it by rank and host, both nodes
+    restart, and the job completes everywhere."""
+    d = tempfile.mkdtemp(prefix="launch-hang-")
+    port = lt.free_port()
+    ags, stopped = [], []
+    try:
+        for i in (1, 2):
+            ags.append(lt.launch(
+                ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                 "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "hang2",
+                 "--local-addr", "127.0.0.%d" % i, "--no-log-time",
+                 "--rdzv-conf", "join_timeout=60,last_call_timeout=1,heartbeat=0.5",
+                 "--max-restarts", "1", "--hang-timeout", "5", "--stop-timeout", "5",
+                 WORKER, "60", "run", d],
+                env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i))
+        pidf = os.path.join(d, "pid.0.3")
+        lt.wait_until(lambda: os.path.exists(pidf), 60 * MULT, "rank 3's pid")
+        with open(pidf) as f:
+            pid = int(f.read())
+        os.kill(pid, signal.SIGSTOP)
+        stopped.append(pid)
+        rcs = [finish(a, 120) for a in ags]
+        outs = [o for _, o in rcs]
+        assert [rc for rc, _ in rcs] == [0, 0], outs
+        lines = hang_lines(outs[1])
+        assert lines and "hang: rank 3 (local 1, pid %d) on node2" % pid in lines[0], outs[1]
+        assert "stopped (SIGSTOP)" in lines[0], lines
+        for o in outs:
+            assert "restarting the workers (round 1)" in o, o
+        for r in range(4):
+            assert os.path.exists(os.path.join(d, "done.1.%d" % r)), outs
+    finally:
+        for a in ags:
+            a.kill()
+        for pid in stopped:
+            if lt.pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(d)
+
+
 def test_spin_while_others_wait():
     """Rank 1 spins without progress; ranks 0 and 2 wait for it in the
-    barrier. All three are hung; each gets SIGUSR1 (their dumps show),
+    barrier. Rank 1 passes the timeout first, the others are silent for
+    more than half of it: all three are hung; each gets SIGUSR1 (dumps show),
     rank 1 (lowest last step) is the root cause; no restart left: the
     summary names the hang and launch exits 137 (SIGKILL)."""
     d = tempfile.mkdtemp(prefix="launch-hang-")
@@ -155,7 +198,9 @@ def test_spin_while_others_wait():
         assert lines[0].startswith("[launch hosthang] error: hang: rank 1 "), lines
         assert "last step 4" in lines[0] and "running" in lines[0], lines[0]
         assert all("sending SIGUSR1 for a stack dump" in l for l in lines), lines
-        assert all(idle_seconds(l) >= 2.0 for l in lines), lines
+        # past the timeout, and the others silent for half of it
+        assert idle_seconds(lines[0]) >= 2.0, lines
+        assert all(idle_seconds(l) >= 1.0 for l in lines), lines
         for r in range(3):
             assert "stack dump of rank %d" % r in out, out
         summary = out[out.index("Root Cause"):] if "Root Cause" in out else out
