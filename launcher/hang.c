@@ -1,6 +1,6 @@
 /* hang.c - hang detection for the agent (hang.h). One timer: each tick
  * first judges what the last replies showed, then asks the store again:
- * one MGET of the keys known to exist, one GET per key form of a rank not
+ * one MGET of the keys known to exist, one CHECK per key form of a rank not
  * seen yet (a rank that never reports costs two small requests a tick). */
 #include <ctype.h>
 #include <errno.h>
@@ -54,9 +54,10 @@ struct hang_s {
 typedef struct req_s {
   hang_t *h;
   uint64_t gen;
-  int get;              /* a GET (else an MGET) */
+  int check;            /* a CHECK of one key (else an MGET) */
   int n;
-  int ranks[];          /* MGET: the ranks of its keys in order; GET: one */
+  int ranks[];          /* MGET: the ranks of its keys in order; CHECK:
+                           the local rank and the key form */
 } req_t;
 
 /* ---- signals --------------------------------------------------------------------------- */
@@ -170,13 +171,13 @@ static void observe(hang_t *h, int lr, const char *p, size_t n) {
 
 /* ---- requests ------------------------------------------------------------------------------ */
 
-static req_t *req_new(hang_t *h, int get, int n) {
+static req_t *req_new(hang_t *h, int check, int n) {
   req_t *q = malloc(sizeof(*q) + (size_t)n * sizeof(int));
   if (q == NULL)
     return NULL;
   q->h = h;
   q->gen = h->gen;
-  q->get = get;
+  q->check = check;
   q->n = 0;
   return q;
 }
@@ -205,18 +206,15 @@ static void got_many(hang_t *h, const req_t *q, int status,
   }
 }
 
-/* GET of one key form (ranks[1]) of a rank not seen yet (ranks[0]). */
+/* CHECK of one key form (ranks[1]) of a rank not seen yet (ranks[0]): when
+ * it exists, the next MGET reads it. */
 static void got_one(hang_t *h, const req_t *q, int status,
                     const proto_msg_t *m) {
   hrank_t *r = &h->r[q->ranks[0]];
-  const char *p;
-  size_t n;
-  if (status != 0 || proto_arg_bytes(m, 0, &p, &n) != 0)
-    return; /* absent (RDZV_ENOKEY) */
-  if (r->key == K_UNKNOWN)
+  if (status == 0 && m->nargs >= 1 &&
+      m->args[0].type == MSGPACK_OBJECT_BOOLEAN && m->args[0].via.boolean &&
+      r->key == K_UNKNOWN)
     r->key = q->ranks[1];
-  if (r->key == q->ranks[1])
-    observe(h, q->ranks[0], p, n);
 }
 
 static void on_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
@@ -224,7 +222,7 @@ static void on_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   (void)ac;
   q->h->inflight--;
   if (q->gen == q->h->gen)
-    (q->get ? got_one : got_many)(q->h, q, status, m);
+    (q->check ? got_one : got_many)(q->h, q, status, m);
   free(q);
 }
 
@@ -259,10 +257,10 @@ static void ask(hang_t *h) {
       q->ranks[0] = i;
       q->ranks[1] = form;
       q->n = 2;
-      pk = ac_begin(h->cfg.ac, PROTO_OP_GET, 2);
+      pk = ac_begin(h->cfg.ac, PROTO_OP_CHECK, 1);
       key_of(form, h->base_rank + i, key, sizeof(key));
+      msgpack_pack_array(pk, 1);
       proto_pack_str(pk, key);
-      msgpack_pack_int64(pk, 0);
       if (ac_send(h->cfg.ac, on_reply, q) == 0)
         h->inflight++;
       else
