@@ -215,6 +215,25 @@ RDZV_EXTERN int rdzv_list(rdzv_client_t *c, const char *prefix, char ***keys,
                           size_t *n, int timeout_ms);
 RDZV_EXTERN void rdzv_free_keys(char **keys, size_t n);
 
+/* ---- progress (hang detection) ------------------------------------------
+ *
+ * A trainer reports that it is making progress by setting the key
+ * RDZV_PROGRESS_PREFIX "<rank>" (launch/progress/<rank>) to
+ * "<step> <unix time in ms>". The agent started with --hang-timeout S reads
+ * its local ranks' keys every second; a rank that reported once and then
+ * reports nothing new for S seconds is taken for hung (docs/launcher.md#hangs).
+ * A PyTorch trainer sets the same key through its TCPStore client, which
+ * stores it as "/launch/progress/<rank>"; the agent reads both. */
+#define RDZV_PROGRESS_PREFIX "launch/progress/"
+
+/* Report progress: set launch/progress/<rank> to "<step> <unix ms>" (one
+ * round trip, no rate limit: call it once per step, or at most about once
+ * a second when steps are shorter). IN rank: the global rank, or -1 for the
+ * environment's RANK. RET as rdzv_set, or RDZV_ENOENV when rank is -1 and
+ * RANK is unset or not a number, RDZV_EINVAL for a step below 0. */
+RDZV_EXTERN int rdzv_progress(rdzv_client_t *c, int rank, int64_t step,
+                              int timeout_ms);
+
 /* Round trip with no effect. RET 0. */
 RDZV_EXTERN int rdzv_ping(rdzv_client_t *c, int timeout_ms);
 

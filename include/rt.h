@@ -32,9 +32,9 @@
  * fail at once with the same code.
  *
  * Progress: rt_progress() sets the store key launch/progress/<RANK> to
- * "<round> <step> <unix time in ms>" (at most every progress_ms; rt_init
- * reports step 0), which the agent can watch to find a rank that stopped
- * making progress.
+ * "<step> <unix time in ms>" through rdzv_progress() (at most every
+ * progress_ms; rt_init reports step 0), which the agent started with
+ * --hang-timeout watches to find a rank that stopped making progress.
  * docs/runtime.md has the details.
  */
 #ifndef RT_H

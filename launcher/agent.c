@@ -24,6 +24,7 @@
 #include "aff.h"
 #include "agent.h"
 #include "env.h"
+#include "hang.h"
 #include "launch.h"
 #include "lu.h"
 #include "msg.h"
@@ -83,6 +84,7 @@ typedef struct agent_s {
   int have_root;
   char end_reason[1024];
   int restarts_used;
+  hang_t *hang; /* --hang-timeout (hang.c); NULL when off */
   /* timers and signals */
   uv_timer_t hb_timer, status_timer, barrier_timer, linger_timer;
   uv_signal_t sigs[8];
@@ -347,6 +349,7 @@ static void barrier_cb(uv_timer_t *t) {
 
 static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
   agent_t *a = arg;
+  int hung = hang_exited(a->hang, ex->local_rank);
   (void)g;
   a->exited++;
   if (a->state != A_RUN && a->state != A_REPORTED)
@@ -386,6 +389,10 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
     snprintf(path, sizeof(path), "%s/%d/error.json", a->attempt_dir,
              ex->local_rank);
     sum_read_error_file(path, &f.error_message);
+    if (hung) { /* the watcher reports it (hang_hooks_t.hung) */
+      free(f.error_message);
+      f.error_message = strdup(hang_reason(a->hang, ex->local_rank));
+    }
     if ((nf = realloc(a->fails, (a->nfails + 1) * sizeof(*nf))) != NULL) {
       a->fails = nf;
       a->fails[a->nfails++] = f;
@@ -400,7 +407,7 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
       LU_WARN(&a->log, "rank %d (local %d, pid %d) exited with code %d",
               a->base_rank + ex->local_rank, ex->local_rank, (int)ex->pid,
               ex->exit_code);
-    if (a->state == A_RUN) {
+    if (a->state == A_RUN && !hung) {
       /* The first failure here: the server decides restart or end. */
       a->state = A_REPORTED;
       if (a->nfails > 0)
@@ -415,6 +422,41 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
       uv_timer_start(&a->barrier_timer, barrier_cb,
                      (uint64_t)a->o->exit_barrier_ms, 0);
   }
+}
+
+/* --hang-timeout (hang.c): watch only while the round runs; report a hung
+ * rank as this node's failure, as a worker killed by SIGKILL (the watcher
+ * kills it next) unless it already exited. */
+static int hang_running(void *arg) {
+  return ((agent_t *)arg)->state == A_RUN;
+}
+
+static void hang_found(void *arg, int local_rank, const char *reason,
+                       double wall_s) {
+  agent_t *a = arg;
+  sum_failure_t f;
+  if (a->state != A_RUN)
+    return;
+  a->state = A_REPORTED;
+  for (size_t i = 0; i < a->nfails; i++)
+    if (a->fails[i].local_rank == local_rank) {
+      a->fails[i].wall_s = wall_s; /* before the others it held up */
+      report(a, &a->fails[i]);
+      return;
+    }
+  memset(&f, 0, sizeof(f));
+  f.wall_s = wall_s;
+  lu_strlcpy(f.host, a->o->host, sizeof(f.host));
+  f.rank = a->base_rank + local_rank;
+  f.local_rank = local_rank;
+  f.node_rank = a->node_rank;
+  f.pid = (int)wk_pid(a->wg, local_rank);
+  f.exit_code = -1;
+  f.signal = SIGKILL;
+  f.stderr_tail = strdup(wk_tail(a->wg, local_rank));
+  f.error_message = strdup(reason);
+  report(a, &f);
+  sum_failure_free(&f);
 }
 
 /* ---- rendezvous ------------------------------------------------------------------------------------ */
@@ -497,6 +539,7 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d", a->round,
       a->o->run_id, a->node_rank, a->nnodes, a->base_rank,
       a->base_rank + a->o->nproc - 1, a->world_size);
+  hang_start(a->hang, a->base_rank);
   if (start_workers(a) != 0) {
     /* Cannot start here: report it like a failed worker. */
     sum_failure_t f;
@@ -676,6 +719,7 @@ static void close_all(agent_t *a) {
   close_handle(a, (uv_handle_t *)&a->status_timer);
   close_handle(a, (uv_handle_t *)&a->barrier_timer);
   close_handle(a, (uv_handle_t *)&a->linger_timer);
+  hang_close(a->hang);
   for (int i = 0; i < a->nsigs; i++)
     close_handle(a, (uv_handle_t *)&a->sigs[i]);
   if (a->ac) {
@@ -873,6 +917,21 @@ static int prepare_node(agent_t *a) {
   return rc;
 }
 
+static int new_hang(agent_t *a) {
+  hang_config_t hc;
+  hang_hooks_t hooks = {hang_running, hang_found, a};
+  memset(&hc, 0, sizeof(hc));
+  hc.timeout_ms = a->o->hang_timeout_ms;
+  hc.signal = a->o->hang_signal;
+  hc.grace_ms = 3000;
+  hc.host = a->o->host;
+  hc.log = &a->log;
+  hc.ac = a->ac;
+  hc.wg = a->wg;
+  hc.nproc = a->o->nproc;
+  return hang_new(a->loop, &hc, &hooks, &a->hang);
+}
+
 /* Host the server here? Then start it. RET 0 or an error. */
 static int maybe_host(agent_t *a) {
   cfg_t *o = a->o;
@@ -1036,6 +1095,7 @@ int agent_run(cfg_t *o) {
   acfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
   acfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
   if ((rc = ac_new(&loop, &acfg, on_push, on_lost, a, &a->ac)) != 0 ||
+      (o->hang_timeout_ms > 0 && (rc = new_hang(a)) != 0) ||
       (rc = ac_connect(a->ac, on_connected)) != 0) {
     a->exit_code = 1;
     goto out;
@@ -1055,6 +1115,7 @@ done:
   if (a->have_root)
     sum_failure_free(&a->root);
   launch_argv_free(a->argv);
+  hang_free(a->hang);
   if (a->run_dir_is_temp && rc == 0 && a->run_dir[0] &&
       nftw(a->run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
     /* Nothing to look at after a success: the temporary logs go. */

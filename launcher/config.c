@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "hang.h"
 #include "lu.h"
 
 typedef enum { T_BOOL, T_STR, T_INT, T_MS, T_CHOICE, T_WORD, T_FN } type_t;
@@ -325,6 +326,28 @@ static int set_signals(cfg_t *c, int id, const char *s, char *err, size_t n) {
   return 0;
 }
 
+/* --hang-timeout: a duration, 0 or off. */
+static int set_hang_timeout(cfg_t *c, int id, const char *v, char *err,
+                            size_t n) {
+  if (!strcmp(v, "off")) {
+    c->hang_timeout_ms = 0;
+    return 0;
+  }
+  if (lu_parse_duration_ms(v, &c->hang_timeout_ms) != 0 ||
+      c->hang_timeout_ms < 0)
+    return fail(err, n, "--hang-timeout: '%s' is not a duration (seconds, or "
+                        "with a unit: 500ms, 30s, 5m) or off", v);
+  return 0;
+}
+
+static int set_hang_signal(cfg_t *c, int id, const char *v, char *err,
+                           size_t n) {
+  if ((c->hang_signal = hang_parse_signal(v)) < 0)
+    return fail(err, n, "--hang-signal: '%s' is not a signal (SIGUSR1, "
+                        "SIGUSR2, SIGQUIT, SIGABRT, a number) or none", v);
+  return 0;
+}
+
 static int set_prog_mode(cfg_t *c, int id, const char *v, char *err,
                          size_t n) {
   int b, mode = id == CFG_S_MODULE      ? CFG_PROG_MODULE
@@ -447,6 +470,12 @@ static const setting_t settings[CFG_S_COUNT] = {
        "SIGTERM to SIGKILL grace (default 30)"),
     MS(EXIT_BARRIER, "--exit-barrier-timeout", exit_barrier_ms, SUPERVISION,
        "how long a finished node waits for the others (default 300)"),
+    FN(HANG_TIMEOUT, "--hang-timeout", NULL, "SECONDS|off", set_hang_timeout,
+       SUPERVISION, "a rank that reported progress (launch/progress/<rank>) "
+       "and then none for this long is hung: the job restarts (default off)"),
+    FN(HANG_SIGNAL, "--hang-signal", NULL, "SIG|none", set_hang_signal,
+       SUPERVISION, "sent to a hung rank for a stack dump (faulthandler, "
+       "py-spy-like dumpers) 3 s before it is killed (default SIGUSR1)"),
     ROW(MONITOR, "--monitor-interval", NULL, "SECONDS", T_MS, 0, 0, 1, 0,
         NULL, NULL, SUPERVISION, "accepted, no effect: worker exits are seen "
         "at once (SIGCHLD), nothing is polled"),
@@ -762,6 +791,7 @@ static void defaults(cfg_t *c, char *const *envp) {
   c->read_timeout_ms = 60000;
   c->is_host = -1;
   c->stop_grace_ms = 30000;
+  c->hang_signal = SIGUSR1;
   c->exit_barrier_ms = 300000;
   c->signals_mask = (1u << SIGTERM) | (1u << SIGINT) | (1u << SIGHUP) |
                     (1u << SIGQUIT);

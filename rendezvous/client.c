@@ -650,6 +650,30 @@ int rdzv_set(rdzv_client_t *c, const char *key, const void *val, size_t len,
   return rc;
 }
 
+int rdzv_progress(rdzv_client_t *c, int rank, int64_t step, int timeout_ms) {
+  char key[64], val[64], *end;
+  struct timespec ts;
+  int n;
+  if (c == NULL || step < 0 || rank < -1)
+    return RDZV_EINVAL;
+  if (rank == -1) {
+    const char *r = getenv("RANK");
+    long v;
+    if (r == NULL || *r == '\0')
+      return RDZV_ENOENV;
+    errno = 0;
+    v = strtol(r, &end, 10);
+    if (errno != 0 || *end != '\0' || v < 0 || v > INT32_MAX)
+      return RDZV_ENOENV;
+    rank = (int)v;
+  }
+  clock_gettime(CLOCK_REALTIME, &ts);
+  snprintf(key, sizeof(key), RDZV_PROGRESS_PREFIX "%d", rank);
+  n = snprintf(val, sizeof(val), "%lld %lld", (long long)step,
+               (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+  return rdzv_set(c, key, val, (size_t)n, timeout_ms);
+}
+
 int rdzv_append(rdzv_client_t *c, const char *key, const void *val, size_t len,
                 int timeout_ms) {
   reply_t r;

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -475,8 +474,6 @@ int rt_grads_wait(rt_t *rt) {
 /* ---- progress ------------------------------------------------------------------------------------ */
 
 int rt_progress(rt_t *rt, int64_t step) {
-  char key[64], val[96];
-  struct timeval tv;
   int64_t now = mono_ms();
   int rc;
   if (rt->store == NULL)
@@ -484,11 +481,7 @@ int rt_progress(rt_t *rt, int64_t step) {
   if (rt->last_progress != 0 && now - rt->last_progress < rt->opt.progress_ms)
     return 0;
   rt->last_progress = now;
-  gettimeofday(&tv, NULL);
-  snprintf(key, sizeof(key), "launch/progress/%d", rt->rank);
-  snprintf(val, sizeof(val), "%" PRId64 " %" PRId64 " %" PRId64, rt->round,
-           step, (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000);
-  rc = rdzv_set(rt->store, key, val, strlen(val), rt->opt.timeout_ms);
+  rc = rdzv_progress(rt->store, rt->rank, step, rt->opt.timeout_ms);
   if (rc != 0)
     rt__logf(&rt->who, "progress report to the store failed: %s",
              rdzv_strerror(rc));

@@ -189,6 +189,42 @@ static void test_conf_values(void) {
   cfg_free(&c);
 }
 
+/* --hang-timeout / --hang-signal and their variables (launcher/hang.c):
+ * off by default, the dump signal SIGUSR1, the flag beats the variable. */
+static void test_hang(void) {
+  cfg_t c;
+  char err[512];
+  ASSERT_EQ(0, parse(&c, ARGS("x"), no_env, err, sizeof(err)));
+  ASSERT_EQ(0, c.hang_timeout_ms);
+  ASSERT_EQ(SIGUSR1, c.hang_signal);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("--hang-timeout", "90", "--hang-signal", "quit",
+                              "x"), no_env, err, sizeof(err)));
+  ASSERT_EQ(90000, c.hang_timeout_ms);
+  ASSERT_EQ(SIGQUIT, c.hang_signal);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("--hang-timeout", "off", "x"),
+                     ENV("LAUNCH_HANG_TIMEOUT=5m", "LAUNCH_HANG_SIGNAL=none"),
+                     err, sizeof(err)));
+  ASSERT_EQ(0, c.hang_timeout_ms);
+  ASSERT_EQ(0, c.hang_signal);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("x"), ENV("LAUNCH_HANG_TIMEOUT=500ms",
+                                        "LAUNCH_HANG_SIGNAL=SIGUSR2"),
+                     err, sizeof(err)));
+  ASSERT_EQ(500, c.hang_timeout_ms);
+  ASSERT_EQ(SIGUSR2, c.hang_signal);
+  cfg_free(&c);
+  expect_error(ARGS("--hang-timeout", "soon", "x"), no_env,
+               "--hang-timeout: 'soon' is not a duration");
+  expect_error(ARGS("--hang-timeout", "-5", "x"), no_env, "--hang-timeout");
+  expect_error(ARGS("--hang-signal", "SIGFOO", "x"), no_env,
+               "--hang-signal: 'SIGFOO' is not a signal");
+  expect_error(ARGS("--hang-signal", "99", "x"), no_env, "--hang-signal");
+  expect_error(ARGS("x"), ENV("LAUNCH_HANG_TIMEOUT=never"),
+               "LAUNCH_HANG_TIMEOUT");
+}
+
 /* Every flag the parser accepts is in --help, and the help's arity is the
  * parser's: "--flag VALUE" lines take a value. */
 static void test_help(void) {
@@ -201,6 +237,7 @@ static void test_help(void) {
       "--rdzv-id ID", "--rdzv-conf K=V", "--node-rank N", "--master-addr A",
       "--master-port P", "--local-addr A", "--max-restarts N",
       "--signals-to-handle LIST", "--stop-timeout SECONDS",
+      "--hang-timeout SECONDS|off", "--hang-signal SIG|none",
       "--exit-barrier-timeout SECONDS", "--monitor-interval SECONDS",
       "--start-method spawn|fork|forkserver", "--role NAME", "-m, --module",
       "--no-python", "--run-path", "--log-dir DIR", "-r, --redirects SPEC",
@@ -574,6 +611,7 @@ int main(void) {
   test_binding_defaults();
   test_errors();
   test_conf_values();
+  test_hang();
   test_help();
   test_slurm();
   test_from_tasks();

@@ -2,6 +2,7 @@
  * server: values, add, compare-and-set, waits woken by another client's
  * write, timeouts, a 64-client barrier, job isolation, authentication. */
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lu.h"
@@ -262,6 +263,36 @@ static void test_from_env(void) {
   rdzv_close(d);
 }
 
+/* rdzv_progress: "<step> <unix ms>" under launch/progress/<rank>, the rank
+ * given or $RANK; a missing RANK and a negative step refused. */
+static void test_progress(void) {
+  rdzv_client_t *c = connect_job("progress", NULL);
+  void *v = NULL;
+  size_t n = 0;
+  long long step = -1, ms = -1;
+  char tail = 0;
+  struct timespec ts;
+  ASSERT_OK(rdzv_progress(c, 3, 17, 1000));
+  ASSERT_OK(rdzv_get(c, "launch/progress/3", &v, &n, 0));
+  ASSERT_EQ(2, sscanf(v, "%lld %lld%c", &step, &ms, &tail));
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ASSERT_EQ(17, step);
+  ASSERT(ms > (long long)ts.tv_sec * 1000 - 60000 &&
+         ms <= (long long)ts.tv_sec * 1000 + 1000);
+  rdzv_free(v);
+  setenv("RANK", "5", 1);
+  ASSERT_OK(rdzv_progress(c, -1, 0, 1000));
+  ASSERT_OK(rdzv_get(c, "launch/progress/5", &v, &n, 0));
+  ASSERT(n > 2 && memcmp(v, "0 ", 2) == 0);
+  rdzv_free(v);
+  setenv("RANK", "five", 1);
+  ASSERT_EQ(RDZV_ENOENV, rdzv_progress(c, -1, 1, 1000));
+  unsetenv("RANK");
+  ASSERT_EQ(RDZV_ENOENV, rdzv_progress(c, -1, 1, 1000));
+  ASSERT_EQ(RDZV_EINVAL, rdzv_progress(c, 0, -1, 1000));
+  rdzv_close(c);
+}
+
 int main(void) {
   int fds = test_fd_count();
   test_connect_errors();
@@ -271,6 +302,7 @@ int main(void) {
   test_barrier64();
   test_isolation();
   test_from_env();
+  test_progress();
   test_server_stop();
   test_auth();
   ASSERT_EQ(fds, test_fd_count());

@@ -1,0 +1,459 @@
+/* hang.c - hang detection for the agent (hang.h). One timer: each tick
+ * first judges what the last replies showed, then asks the store again:
+ * one MGET of the keys known to exist, one CHECK per key form of a rank not
+ * seen yet (a rank that never reports costs two small requests a tick). */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "hang.h"
+#include "rdzv.h"
+#include "summary.h"
+
+enum { K_UNKNOWN = 0, K_NATIVE = 1, K_TORCH = 2 }; /* which key form a rank uses */
+
+typedef struct hrank_s {
+  int key;              /* K_* */
+  char val[128];        /* the last value seen (truncated) */
+  size_t vlen;
+  int have_val;
+  int fresh;            /* reported progress in this round */
+  int64_t step;         /* its last step (-1: the value has none) */
+  uint64_t changed;     /* uv_now when the value last changed */
+  int exited;
+  int hung;             /* taken for hung; reason says why */
+  int killed;
+  char reason[512];
+  int warned;           /* the value does not parse: said once */
+} hrank_t;
+
+struct hang_s {
+  uv_loop_t *loop;
+  hang_config_t cfg;
+  hang_hooks_t hooks;
+  uv_timer_t timer;
+  int timer_live;
+  hrank_t *r;
+  int base_rank;
+  uint64_t gen;         /* the round's generation: replies of older ones
+                           are ignored */
+  int64_t spawn_unix_ms;
+  int inflight;         /* requests of any generation not answered yet */
+  int primary;          /* the hung rank to report, -1 none */
+  uint64_t grace_end;   /* uv_now when the primary is reported */
+  int reported;
+  double found_wall_s;  /* when the primary was found */
+  char *st;             /* per rank: the state letter of a silent one */
+};
+
+typedef struct req_s {
+  hang_t *h;
+  uint64_t gen;
+  int check;            /* a CHECK of one key (else an MGET) */
+  int n;
+  int ranks[];          /* MGET: the ranks of its keys in order; CHECK:
+                           the local rank and the key form */
+} req_t;
+
+/* ---- signals --------------------------------------------------------------------------- */
+
+int hang_parse_signal(const char *s) {
+  static const struct { const char *n; int s; } sigs[] = {
+      {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"QUIT", SIGQUIT},
+      {"ABRT", SIGABRT}, {"TERM", SIGTERM}, {"INT", SIGINT},
+      {"HUP", SIGHUP},   {"KILL", SIGKILL}, {"TRAP", SIGTRAP}};
+  char up[16];
+  size_t i, n = strlen(s);
+  if (n == 0 || n >= sizeof(up))
+    return -1;
+  for (i = 0; i <= n; i++)
+    up[i] = (char)toupper((unsigned char)s[i]);
+  if (!strcmp(up, "NONE") || !strcmp(up, "0"))
+    return 0;
+  if (isdigit((unsigned char)up[0])) {
+    int v;
+    return lu_parse_int(up, 1, 64, &v) == 0 ? v : -1;
+  }
+  for (i = 0; i < LU_ARRAY_SIZE(sigs); i++)
+    if (!strcmp(up, sigs[i].n) ||
+        (!strncmp(up, "SIG", 3) && !strcmp(up + 3, sigs[i].n)))
+      return sigs[i].s;
+  return -1;
+}
+
+/* ---- what a rank is doing ---------------------------------------------------------------- */
+
+/* The state letter of /proc/PID/stat (R running, S sleeping, D disk, T
+ * stopped, t traced, Z zombie), '?' when unreadable. */
+static char proc_state(pid_t pid) {
+  char path[64], buf[512], *p;
+  FILE *f;
+  size_t n;
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  if ((f = fopen(path, "r")) == NULL)
+    return '?';
+  n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  if ((p = strrchr(buf, ')')) == NULL || p[1] != ' ' || p[2] == '\0')
+    return '?';
+  return p[2];
+}
+
+static const char *state_words(char st) {
+  switch (st) {
+  case 'R': return "running: busy in a loop, or spinning in a collective";
+  case 'S': return "sleeping: waiting, e.g. in a collective or on a lock";
+  case 'D': return "in uninterruptible I/O";
+  case 'T': return "stopped (SIGSTOP)";
+  case 't': return "stopped by a debugger";
+  case 'Z': return "exited";
+  default: return "state unknown";
+  }
+}
+
+/* ---- values ------------------------------------------------------------------------------ */
+
+/* "<step> <unix ms>". RET 0 or -1. */
+static int parse_value(const char *p, size_t n, int64_t *step, int64_t *ms) {
+  char buf[64], *end;
+  long long a, b;
+  if (n == 0 || n >= sizeof(buf))
+    return -1;
+  memcpy(buf, p, n);
+  buf[n] = '\0';
+  if (!isdigit((unsigned char)buf[0]))
+    return -1;
+  errno = 0;
+  a = strtoll(buf, &end, 10);
+  if (errno || *end != ' ' || !isdigit((unsigned char)end[1]))
+    return -1;
+  b = strtoll(end + 1, &end, 10);
+  if (errno || *end != '\0')
+    return -1;
+  *step = a;
+  *ms = b;
+  return 0;
+}
+
+static void observe(hang_t *h, int lr, const char *p, size_t n) {
+  hrank_t *r = &h->r[lr];
+  int64_t step = -1, ms = 0;
+  int parsed;
+  if (n >= sizeof(r->val))
+    n = sizeof(r->val) - 1;
+  if (r->have_val && n == r->vlen && memcmp(p, r->val, n) == 0)
+    return; /* no news */
+  parsed = parse_value(p, n, &step, &ms) == 0;
+  if (!parsed && !r->warned) {
+    r->warned = 1;
+    LU_WARN(h->cfg.log, "the progress key of rank %d holds '%.*s', not "
+            "'<step> <unix time in ms>' (see docs/launcher.md#hangs): every "
+            "change of it still counts as progress", h->base_rank + lr,
+            (int)LU_MIN(n, 40), p);
+  }
+  /* The first value seen may be an earlier round's: written before this
+   * round's workers started, it is not their progress. */
+  if (r->have_val || !parsed || ms >= h->spawn_unix_ms) {
+    r->fresh = 1;
+    r->changed = uv_now(h->loop);
+    r->step = parsed ? step : -1;
+  }
+  memcpy(r->val, p, n);
+  r->vlen = n;
+  r->have_val = 1;
+}
+
+/* ---- requests ------------------------------------------------------------------------------ */
+
+static req_t *req_new(hang_t *h, int check, int n) {
+  req_t *q = malloc(sizeof(*q) + (size_t)n * sizeof(int));
+  if (q == NULL)
+    return NULL;
+  q->h = h;
+  q->gen = h->gen;
+  q->check = check;
+  q->n = 0;
+  return q;
+}
+
+static void key_of(int key, int rank, char *out, size_t cap) {
+  snprintf(out, cap, "%s" RDZV_PROGRESS_PREFIX "%d", key == K_TORCH ? "/" : "",
+           rank);
+}
+
+/* MGET: the values of q->ranks' keys, in order. */
+static void got_many(hang_t *h, const req_t *q, int status,
+                     const proto_msg_t *m) {
+  const msgpack_object *items;
+  uint32_t cnt;
+  const char *p;
+  size_t n;
+  if (status == 0 && proto_arg_array(m, 0, &items, &cnt) == 0 &&
+      cnt == (uint32_t)q->n) {
+    for (int i = 0; i < q->n; i++)
+      if (proto_obj_bytes(&items[i], &p, &n) == 0)
+        observe(h, q->ranks[i], p, n);
+  } else if (status != RDZV_ECANCELED && status != RDZV_ECLOSED) {
+    /* A key went away (deleted): look for each again. */
+    for (int i = 0; i < q->n; i++)
+      h->r[q->ranks[i]].key = K_UNKNOWN;
+  }
+}
+
+/* CHECK of one key form (ranks[1]) of a rank not seen yet (ranks[0]): when
+ * it exists, the next MGET reads it. */
+static void got_one(hang_t *h, const req_t *q, int status,
+                    const proto_msg_t *m) {
+  hrank_t *r = &h->r[q->ranks[0]];
+  if (status == 0 && m->nargs >= 1 &&
+      m->args[0].type == MSGPACK_OBJECT_BOOLEAN && m->args[0].via.boolean &&
+      r->key == K_UNKNOWN)
+    r->key = q->ranks[1];
+}
+
+static void on_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
+  req_t *q = arg;
+  (void)ac;
+  q->h->inflight--;
+  if (q->gen == q->h->gen)
+    (q->check ? got_one : got_many)(q->h, q, status, m);
+  free(q);
+}
+
+static void ask(hang_t *h) {
+  int nproc = h->cfg.nproc, nknown = 0;
+  req_t *q;
+  char key[64];
+  for (int i = 0; i < nproc; i++)
+    nknown += h->r[i].key != K_UNKNOWN && !h->r[i].exited;
+  if (nknown > 0 && (q = req_new(h, 0, nknown)) != NULL) {
+    msgpack_packer *pk = ac_begin(h->cfg.ac, PROTO_OP_MGET, 2);
+    msgpack_pack_array(pk, (size_t)nknown);
+    for (int i = 0; i < nproc; i++)
+      if (h->r[i].key != K_UNKNOWN && !h->r[i].exited) {
+        key_of(h->r[i].key, h->base_rank + i, key, sizeof(key));
+        proto_pack_str(pk, key);
+        q->ranks[q->n++] = i;
+      }
+    msgpack_pack_int64(pk, 0); /* do not wait */
+    if (ac_send(h->cfg.ac, on_reply, q) == 0)
+      h->inflight++;
+    else
+      free(q);
+  }
+  for (int i = 0; i < nproc; i++) {
+    if (h->r[i].key != K_UNKNOWN || h->r[i].exited)
+      continue;
+    for (int form = K_NATIVE; form <= K_TORCH; form++) {
+      msgpack_packer *pk;
+      if ((q = req_new(h, 1, 2)) == NULL)
+        return;
+      q->ranks[0] = i;
+      q->ranks[1] = form;
+      q->n = 2;
+      pk = ac_begin(h->cfg.ac, PROTO_OP_CHECK, 1);
+      key_of(form, h->base_rank + i, key, sizeof(key));
+      msgpack_pack_array(pk, 1);
+      proto_pack_str(pk, key);
+      if (ac_send(h->cfg.ac, on_reply, q) == 0)
+        h->inflight++;
+      else
+        free(q);
+    }
+  }
+}
+
+/* ---- judging ---------------------------------------------------------------------------------- */
+
+/* Lower last step first, then the longer silent one. */
+static int before(const hrank_t *a, const hrank_t *b) {
+  if (a->step != b->step)
+    return a->step < b->step;
+  return a->changed < b->changed;
+}
+
+static void kill_rank(hang_t *h, int lr, int sig) {
+  pid_t pid = wk_pid(h->cfg.wg, lr);
+  if (pid > 0 && !h->r[lr].exited && kill(pid, sig) != 0 && errno != ESRCH)
+    LU_WARN(h->cfg.log, "cannot send %s to rank %d (pid %d): %s",
+            sum_signal_name(sig), h->base_rank + lr, (int)pid,
+            strerror(errno));
+}
+
+/* Take local rank lr for hung: say so, and send the dump signal. */
+static void take_hung(hang_t *h, int lr, char st, uint64_t now) {
+  hrank_t *r = &h->r[lr];
+  pid_t pid = wk_pid(h->cfg.wg, lr);
+  int stopped = st == 'T' || st == 't';
+  double idle = (double)(now - r->changed) / 1000.0;
+  char what[400], steptxt[48];
+  r->hung = 1;
+  if (r->step >= 0)
+    snprintf(steptxt, sizeof(steptxt), "last step %" PRId64, r->step);
+  else
+    lu_strlcpy(steptxt, "last step unknown", sizeof(steptxt));
+  snprintf(what, sizeof(what), "rank %d (local %d, pid %d) on %s made no "
+           "progress for %.1f s (%s); it is %s", h->base_rank + lr, lr,
+           (int)pid, h->cfg.host, idle, steptxt, state_words(st));
+  if (stopped) {
+    LU_ERR(h->cfg.log, "hang: %s: it cannot dump its stack until it gets "
+           "SIGCONT; killing it (--hang-timeout %.0f s)", what,
+           (double)h->cfg.timeout_ms / 1000.0);
+  } else if (h->cfg.signal > 0) {
+    LU_ERR(h->cfg.log, "hang: %s; sending %s for a stack dump (its output "
+           "follows on the rank's stderr), SIGKILL in %.0f s", what,
+           sum_signal_name(h->cfg.signal), (double)h->cfg.grace_ms / 1000.0);
+    kill_rank(h, lr, h->cfg.signal);
+  } else {
+    LU_ERR(h->cfg.log, "hang: %s; killing it (--hang-signal none)", what);
+  }
+  snprintf(r->reason, sizeof(r->reason), "hang: no progress for %.0f s (%s, "
+           "%s); launch --hang-timeout %s it", idle, steptxt,
+           state_words(st),
+           stopped ? "killed"
+           : h->cfg.signal > 0 ? "sent the dump signal, then killed"
+                               : "killed");
+}
+
+/* Report the primary and kill every hung rank still alive. */
+static void end_grace(hang_t *h) {
+  h->reported = 1;
+  if (h->hooks.hung)
+    h->hooks.hung(h->hooks.arg, h->primary, h->r[h->primary].reason,
+                  h->found_wall_s);
+  for (int i = 0; i < h->cfg.nproc; i++)
+    if (h->r[i].hung && !h->r[i].exited && !h->r[i].killed) {
+      h->r[i].killed = 1;
+      kill_rank(h, i, SIGKILL);
+    }
+}
+
+static void judge(hang_t *h, uint64_t now) {
+  int nproc = h->cfg.nproc, nstopped = 0, primary = -1;
+  if (h->primary >= 0) { /* this round's hang, in its grace */
+    if (!h->reported && now >= h->grace_end)
+      end_grace(h);
+    return;
+  }
+  if (!h->hooks.running(h->hooks.arg))
+    return;
+  for (int i = 0; i < nproc; i++) {
+    hrank_t *r = &h->r[i];
+    if (r->fresh && !r->exited && now - r->changed >= (uint64_t)h->cfg.timeout_ms)
+      primary = i;
+  }
+  if (primary < 0)
+    return;
+  /* A rank past the timeout: those silent for half of it are stuck with it
+   * (waiting in the same collective, a step behind or ahead). */
+  primary = -1;
+  for (int i = 0; i < nproc; i++) {
+    hrank_t *r = &h->r[i];
+    h->st[i] = 0;
+    if (!r->fresh || r->exited ||
+        now - r->changed < (uint64_t)h->cfg.timeout_ms / 2)
+      continue;
+    h->st[i] = proc_state(wk_pid(h->cfg.wg, i));
+    nstopped += h->st[i] == 'T' || h->st[i] == 't';
+  }
+  /* With a stopped rank, the others wait for it: only it is hung. */
+  for (int i = 0; i < nproc; i++)
+    if (h->st[i] && (nstopped == 0 || h->st[i] == 'T' || h->st[i] == 't') &&
+        (primary < 0 || before(&h->r[i], &h->r[primary])))
+      primary = i;
+  if (primary < 0)
+    return;
+  h->found_wall_s = lu_wall_s();
+  take_hung(h, primary, h->st[primary], now);
+  for (int i = 0; i < nproc; i++)
+    if (i != primary && h->st[i] &&
+        (nstopped == 0 || h->st[i] == 'T' || h->st[i] == 't'))
+      take_hung(h, i, h->st[i], now);
+  h->primary = primary;
+  h->grace_end = now + (nstopped > 0 || h->cfg.signal == 0
+                            ? 0 : (uint64_t)h->cfg.grace_ms);
+  if (now >= h->grace_end)
+    end_grace(h);
+}
+
+static void tick(uv_timer_t *t) {
+  hang_t *h = t->data;
+  judge(h, uv_now(h->loop));
+  if (h->primary < 0 && h->inflight == 0 && h->hooks.running(h->hooks.arg))
+    ask(h);
+}
+
+/* ---- the agent's calls ---------------------------------------------------------------------- */
+
+int hang_new(uv_loop_t *loop, const hang_config_t *cfg,
+             const hang_hooks_t *hooks, hang_t **out) {
+  hang_t *h = calloc(1, sizeof(*h));
+  if (h == NULL)
+    return RDZV_ENOMEM;
+  h->loop = loop;
+  h->cfg = *cfg;
+  h->hooks = *hooks;
+  h->primary = -1;
+  h->r = calloc((size_t)cfg->nproc, sizeof(*h->r));
+  h->st = calloc((size_t)cfg->nproc, 1);
+  if (h->r == NULL || h->st == NULL) {
+    hang_free(h);
+    return RDZV_ENOMEM;
+  }
+  uv_timer_init(loop, &h->timer);
+  h->timer.data = h;
+  h->timer_live = 1;
+  *out = h;
+  return 0;
+}
+
+void hang_start(hang_t *h, int base_rank) {
+  uint64_t every;
+  if (h == NULL || !h->timer_live)
+    return;
+  /* A tick per second, more often for short timeouts (tests). */
+  every = (uint64_t)LU_MAX(100, LU_MIN(1000, h->cfg.timeout_ms / 4));
+  h->gen++;
+  h->base_rank = base_rank;
+  h->spawn_unix_ms = (int64_t)(lu_wall_s() * 1000.0);
+  h->primary = -1;
+  h->reported = 0;
+  memset(h->r, 0, (size_t)h->cfg.nproc * sizeof(*h->r));
+  uv_timer_start(&h->timer, tick, every, every);
+}
+
+int hang_exited(hang_t *h, int local_rank) {
+  if (h == NULL || local_rank < 0 || local_rank >= h->cfg.nproc)
+    return 0;
+  h->r[local_rank].exited = 1;
+  return h->r[local_rank].hung;
+}
+
+const char *hang_reason(const hang_t *h, int local_rank) {
+  if (h == NULL || local_rank < 0 || local_rank >= h->cfg.nproc ||
+      !h->r[local_rank].hung)
+    return NULL;
+  return h->r[local_rank].reason;
+}
+
+void hang_close(hang_t *h) {
+  if (h == NULL || !h->timer_live)
+    return;
+  h->timer_live = 0;
+  h->gen++; /* replies still on their way are ignored */
+  uv_close((uv_handle_t *)&h->timer, NULL);
+}
+
+void hang_free(hang_t *h) {
+  if (h == NULL)
+    return;
+  free(h->r);
+  free(h->st);
+  free(h);
+}

@@ -1,0 +1,100 @@
+/* hang_worker.c - a worker for tests/test_hang.py: a training loop in
+ * miniature over librdzv. Each step: rdzv_progress(step), then a barrier
+ * of every rank (the "collective": a rank that stops holds the others).
+ *
+ *   hang_worker STEPS MODE DIR
+ *
+ * After its first progress report it writes its pid to DIR/pid.<round>.<rank>;
+ * after the last step DIR/done.<round>.<rank>. A SIGUSR1 prints
+ * "stack dump of rank R" on stderr (as faulthandler would) and goes on.
+ * MODE, in round 0 only:
+ *   run    nothing special
+ *   spin   rank 1 spins without progress from step 5 (the others wait in
+ *          the barrier)
+ *   quiet  no rank reports progress; each sleeps STEPS x 100 ms, exits 0 */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rdzv.h"
+
+static int g_rank;
+
+static void put_file(const char *dir, const char *what, int round, int rank,
+                     long val) {
+  char path[4096], tmp[4200];
+  FILE *f;
+  snprintf(path, sizeof(path), "%s/%s.%d.%d", dir, what, round, rank);
+  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  if ((f = fopen(tmp, "w")) == NULL || fprintf(f, "%ld\n", val) < 0 ||
+      fclose(f) != 0 || rename(tmp, path) != 0) {
+    perror(path);
+    exit(3);
+  }
+}
+
+static void on_usr1(int sig) {
+  char msg[64];
+  int n = snprintf(msg, sizeof(msg), "stack dump of rank %d\n", g_rank);
+  (void)sig;
+  if (write(2, msg, (size_t)n) < 0)
+    _exit(4);
+}
+
+static int env_int(const char *name) {
+  const char *v = getenv(name);
+  if (v == NULL) {
+    fprintf(stderr, "hang_worker: %s is not set: run me under launch\n", name);
+    exit(2);
+  }
+  return atoi(v);
+}
+
+int main(int argc, char **argv) {
+  rdzv_client_t *c = NULL;
+  int steps, rank, world, round, rc;
+  const char *mode, *dir;
+  if (argc != 4) {
+    fprintf(stderr, "usage: hang_worker STEPS run|spin|quiet DIR\n");
+    return 2;
+  }
+  steps = atoi(argv[1]);
+  mode = argv[2];
+  dir = argv[3];
+  g_rank = rank = env_int("RANK");
+  world = env_int("WORLD_SIZE");
+  round = env_int("LAUNCH_ROUND");
+  signal(SIGUSR1, on_usr1);
+  if (round == 0 && strcmp(mode, "quiet") == 0) {
+    usleep((useconds_t)steps * 100000);
+    put_file(dir, "done", round, rank, 0);
+    return 0;
+  }
+  if ((rc = rdzv_connect_from_env(&c)) != 0) {
+    fprintf(stderr, "hang_worker: connect: %s\n", rdzv_strerror(rc));
+    return 1;
+  }
+  for (int step = 1; step <= steps; step++) {
+    char name[64];
+    if (round == 0 && rank == 1 && step == 5 && strcmp(mode, "spin") == 0)
+      for (volatile unsigned long x = 0;; x++) /* a loop that never ends */
+        ;
+    if ((rc = rdzv_progress(c, -1, step, 10000)) != 0) {
+      fprintf(stderr, "hang_worker: progress: %s\n", rdzv_strerror(rc));
+      return 1;
+    }
+    if (step == 1)
+      put_file(dir, "pid", round, rank, (long)getpid());
+    snprintf(name, sizeof(name), "hw/%d/%d", round, step);
+    if ((rc = rdzv_barrier(c, name, (uint32_t)world, 300000)) != 0) {
+      fprintf(stderr, "hang_worker: barrier: %s\n", rdzv_strerror(rc));
+      return 1;
+    }
+    usleep(100000);
+  }
+  put_file(dir, "done", round, rank, 0);
+  rdzv_close(c);
+  return 0;
+}
