@@ -353,6 +353,20 @@ static void barrier_cb(uv_timer_t *t) {
   finish(a);
 }
 
+/* A failure that every attempt would repeat (end_reason says it): leave
+ * the rendezvous and end with code. */
+static void leave_job(agent_t *a, int code) {
+  a->exit_code = code;
+  a->finish_ok = 0;
+  if (a->ac) {
+    msg_leave_t l;
+    lu_strlcpy(l.reason, a->end_reason, sizeof(l.reason));
+    msg_leave_pack(ac_begin(a->ac, PROTO_OP_LEAVE, 1), &l);
+    ac_send(a->ac, NULL, NULL);
+  }
+  finish(a);
+}
+
 static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
   agent_t *a = arg;
   (void)g;
@@ -367,15 +381,7 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
     snprintf(a->end_reason, sizeof(a->end_reason),
              "cannot execute '%s': %s; not restarting (check the program's "
              "path and permissions)", a->argv[0], strerror(ex->exec_errno));
-    a->exit_code = nf ? 127 : 126;
-    a->finish_ok = 0;
-    if (a->ac) {
-      msg_leave_t l;
-      lu_strlcpy(l.reason, a->end_reason, sizeof(l.reason));
-      msg_leave_pack(ac_begin(a->ac, PROTO_OP_LEAVE, 1), &l);
-      ac_send(a->ac, NULL, NULL);
-    }
-    finish(a);
+    leave_job(a, nf ? 127 : 126);
     return;
   }
   if (ex->exit_code != 0) {
@@ -517,21 +523,25 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   run_round(a);
 }
 
+/* The workers cannot start here: reported like a failed worker. */
+static void report_start_failure(agent_t *a, const char *why) {
+  sum_failure_t f;
+  memset(&f, 0, sizeof(f));
+  f.wall_s = lu_wall_s();
+  lu_strlcpy(f.host, a->o->host, sizeof(f.host));
+  f.rank = a->base_rank;
+  f.node_rank = a->node_rank;
+  f.exit_code = 1;
+  f.error_message = strdup(why);
+  a->state = A_REPORTED;
+  report(a, &f);
+  sum_failure_free(&f);
+}
+
 /* Start this round's workers, or report why they cannot start. */
 static void run_round(agent_t *a) {
   if (start_workers(a) != 0) {
-    /* Cannot start here: report it like a failed worker. */
-    sum_failure_t f;
-    memset(&f, 0, sizeof(f));
-    f.wall_s = lu_wall_s();
-    lu_strlcpy(f.host, a->o->host, sizeof(f.host));
-    f.rank = a->base_rank;
-    f.node_rank = a->node_rank;
-    f.exit_code = 1;
-    f.error_message = strdup("launch could not start the workers on this node");
-    a->state = A_REPORTED;
-    report(a, &f);
-    sum_failure_free(&f);
+    report_start_failure(a, "launch could not start the workers on this node");
     return;
   }
   a->state = A_RUN;
@@ -555,30 +565,12 @@ static void on_resumed(void *arg, const resume_result_t *res) {
     /* The same on every node, and on every attempt: end the job. */
     snprintf(a->end_reason, sizeof(a->end_reason),
              "cannot resume from %.300s: %.700s", a->o->ckpt_dir, res->why);
-    a->exit_code = 2;
-    a->finish_ok = 0;
-    if (a->ac) {
-      msg_leave_t l;
-      lu_strlcpy(l.reason, a->end_reason, sizeof(l.reason));
-      msg_leave_pack(ac_begin(a->ac, PROTO_OP_LEAVE, 1), &l);
-      ac_send(a->ac, NULL, NULL);
-    }
-    finish(a);
+    leave_job(a, 2);
     return;
   }
   if (res->rc != 0) {
-    sum_failure_t f;
     LU_ERR(&a->log, "%s", res->why);
-    memset(&f, 0, sizeof(f));
-    f.wall_s = lu_wall_s();
-    lu_strlcpy(f.host, a->o->host, sizeof(f.host));
-    f.rank = a->base_rank;
-    f.node_rank = a->node_rank;
-    f.exit_code = 1;
-    f.error_message = strdup(res->why);
-    a->state = A_REPORTED;
-    report(a, &f);
-    sum_failure_free(&f);
+    report_start_failure(a, res->why);
     return;
   }
   if (res->step >= 0)

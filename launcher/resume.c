@@ -237,6 +237,27 @@ static int verify_here(resume_t *r, const view_t *me, int64_t s,
   return ckpt_verify_step(r->o->ckpt_dir, s, ranks, (size_t)k, problem, n);
 }
 
+/* Every node's launch/ckpt/gG/LEAF/N into vals (keys: room for nnodes).
+ * RET 0 or an error (res.why says it, unless cancelled). */
+static int gather(resume_t *r, char **keys, const char *leaf,
+                  rdzv_value_t *vals, const char *what) {
+  int rc = 0;
+  for (int i = 0; i < r->rr.nnodes; i++) {
+    char k[160];
+    key(k, sizeof(k), r->rr.round, "%s/%d", leaf, i);
+    free(keys[i]);
+    if ((keys[i] = strdup(k)) == NULL)
+      return RDZV_ENOMEM;
+  }
+  rc = wait_all(r, (const char *const *)keys, (size_t)r->rr.nnodes, vals);
+  if (rc != 0 && rc != RDZV_ECANCELED) {
+    char w[200];
+    snprintf(w, sizeof(w), "waiting for %s", what);
+    store_failed(r, rc, w, r->res.why, sizeof(r->res.why));
+  }
+  return rc;
+}
+
 static void agree_work(uv_work_t *w) {
   resume_t *r = w->data;
   resume_result_t *res = &r->res;
@@ -271,20 +292,8 @@ static void agree_work(uv_work_t *w) {
     rc = RDZV_ENOMEM;
     goto out;
   }
-  for (int i = 0; i < rr->nnodes; i++) {
-    key(k, sizeof(k), g, "view/%d", i);
-    if ((keys[i] = strdup(k)) == NULL) {
-      rc = RDZV_ENOMEM;
-      goto out;
-    }
-  }
-  if ((rc = wait_all(r, (const char *const *)keys, (size_t)rr->nnodes,
-                     vals)) != 0) {
-    if (rc != RDZV_ECANCELED)
-      store_failed(r, rc, "waiting for the other nodes' views", res->why,
-                   sizeof(res->why));
+  if ((rc = gather(r, keys, "view", vals, "the other nodes' views")) != 0)
     goto out;
-  }
   for (int i = 0; i < rr->nnodes; i++) {
     int prc = view_parse(vals[i].data, vals[i].len, &views[i]);
     rdzv_free(vals[i].data);
@@ -331,21 +340,9 @@ static void agree_work(uv_work_t *w) {
                    sizeof(res->why));
       goto out;
     }
-    for (int i = 0; i < rr->nnodes; i++) {
-      key(k, sizeof(k), g, "v%d/%d", iter, i);
-      free(keys[i]);
-      if ((keys[i] = strdup(k)) == NULL) {
-        rc = RDZV_ENOMEM;
-        goto out;
-      }
-    }
-    if ((rc = wait_all(r, (const char *const *)keys, (size_t)rr->nnodes,
-                       vals)) != 0) {
-      if (rc != RDZV_ECANCELED)
-        store_failed(r, rc, "waiting for the other nodes' verification",
-                     res->why, sizeof(res->why));
+    snprintf(k, sizeof(k), "v%d", iter);
+    if ((rc = gather(r, keys, k, vals, "the other nodes' verification")) != 0)
       goto out;
-    }
     for (int i = 0; i < rr->nnodes; i++) {
       const char *v = vals[i].data;
       if (vals[i].len >= 4 && memcmp(v, "bad ", 4) == 0) {
