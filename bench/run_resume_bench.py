@@ -187,7 +187,7 @@ def main():
                     r"resumed from step (\d+) of .* in ([0-9.]+) ms"))
             if a.only != "launch":
                 argv = [py, "-m", "torch.distributed.run", "--standalone",
-                        "--nproc-per-node", str(a.nproc), "--max-restarts", "3",
+                        "--nproc_per_node", str(a.nproc), "--max_restarts", "3",
                         "--redirects", "0:1", "--tee", "0:1",
                         os.path.join(HERE, "torch_resume.py"), "--ckpt",
                         os.path.join(d, "torch.pt"), "--preset", a.preset,

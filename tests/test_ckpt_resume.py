@@ -10,7 +10,11 @@ train_gpt --preset tiny on 2 agents x 2 workers on loopback (127.0.0.2,
 - node-local directories holding different newest steps: the job resumes
   from the newest step both nodes hold;
 - another world size: resumed when the state is replicated (train_gpt's),
-  refused with exit 2 and a message saying what to do when it is not.
+  refused with exit 2 and a message saying what to do when it is not;
+- crash consistency under launch: train_gpt saving every step, a rank
+  SIGKILLed 50 times at random points (inside its background saves, its
+  commits, the finalisation); after every kill `latest` names a step whose
+  manifest and shards verify, and the job ends bit-identical.
 
 The reference run is one process with --accum 4: the CPU sums have a fixed
 order, so 4 ranks give bitwise what 4 micro-steps of accumulation give."""
@@ -34,11 +38,13 @@ TRAIN = os.path.join(BIN, "train_gpt")
 MODEL = ["--preset", "tiny", "--val-batches", "2", "--log-every", "5"]
 
 
-def reference(d, steps):
-    """The parameters of an uninterrupted run of `steps` steps."""
-    out = os.path.join(d, "ref-%d.bin" % steps)
+def reference(d, steps, world=4):
+    """The parameters of an uninterrupted run of `steps` steps by `world`
+    ranks."""
+    out = os.path.join(d, "ref-%d-%d.bin" % (steps, world))
     if not os.path.exists(out):
-        p = lt.Proc([TRAIN] + MODEL + ["--steps", str(steps), "--accum", "4",
+        p = lt.Proc([TRAIN] + MODEL + ["--steps", str(steps), "--accum",
+                                       str(world),
                                        "--dump-params", out],
                     env={"RANK": "", "WORLD_SIZE": ""}, name="ref")
         assert p.wait(300) == 0, p.output()
@@ -51,10 +57,11 @@ class Job:
     --ckpt-dir (node-local) or one shared."""
 
     def __init__(self, srv, d, run_id, steps, every, dirs, extra=(),
-                 nproc=2, hosts=(2, 3)):
+                 nproc=2, hosts=(2, 3), max_restarts=20):
         self.srv, self.d, self.run_id = srv, d, run_id
         self.steps, self.every, self.dirs = steps, every, dirs
         self.extra, self.nproc, self.hosts = list(extra), nproc, hosts
+        self.max_restarts = max_restarts
         self.dump = os.path.join(d, "params-%s.bin" % run_id)
         self.agents = {}
         self.old = []
@@ -63,7 +70,7 @@ class Job:
         args = ["--nnodes", str(len(self.hosts)), "--nproc-per-node",
                 str(self.nproc), "--rdzv-endpoint",
                 "127.0.0.1:%d" % self.srv.port, "--rdzv-id", self.run_id,
-                "--local-addr", "127.0.0.%d" % h, "--max-restarts", "20",
+                "--local-addr", "127.0.0.%d" % h, "--max-restarts", str(self.max_restarts),
                 "--stop-timeout", "5", "--ckpt-dir", self.dirs[h]] + \
             self.extra + [TRAIN] + MODEL + [
                 "--steps", str(self.steps), "--ckpt-every", str(self.every),
@@ -253,14 +260,75 @@ def test_world_size_change(srv, d):
     print("world size: replicated resumed on 2 of 4 ranks; sharded refused")
 
 
+def verify_latest(ck):
+    """`latest` names a final step whose shards match its manifest."""
+    try:
+        with open(os.path.join(ck, "latest")) as f:
+            name = f.read().strip()
+    except FileNotFoundError:
+        return None
+    sd = os.path.join(ck, name)
+    with open(os.path.join(sd, "manifest.json")) as f:
+        m = json.load(f)
+    assert "step-%d" % m["step"] == name, (name, m["step"])
+    assert len(m["shards"]) == m["world_size"], m
+    for sh in m["shards"]:
+        with open(os.path.join(sd, sh["file"]), "rb") as f:
+            data = f.read()
+        assert len(data) == sh["size"], (name, sh)
+        assert hashlib.sha256(data).hexdigest() == sh["sha256"], (name, sh)
+    return m["step"]
+
+
+def test_crash_consistency(srv, d):
+    rng = random.Random(int(os.environ.get("CHAOS_SEED", "0")) or None)
+    seed = rng.randrange(1 << 30)
+    rng = random.Random(seed)
+    steps = 300
+    ck = os.path.join(d, "crash-ck")
+    job = Job(srv, d, "crash", steps, 1, {2: ck}, hosts=(2,),
+              max_restarts=60)
+    job.start_all()
+    seen = []
+    try:
+        while len(seen) < 50:
+            time.sleep(rng.uniform(0.3, 1.0))
+            agent = job.agents[2]
+            if "train_gpt: final" in agent.output() or not agent.running():
+                break
+            workers = children(agent.pid)
+            if not workers:
+                continue
+            try:
+                os.kill(rng.choice(workers), signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            step = verify_latest(ck)
+            seen.append(step)
+        rcs = job.wait(600)
+        out = job.output()
+        assert len(seen) == 50, "the job ended after %d kills (seed %d): " \
+            "raise --steps\n%s" % (len(seen), seed, out)
+        assert rcs == [0], "seed %d: exit codes %s\n%s" % (seed, rcs, out)
+        with open(job.dump, "rb") as f:
+            assert f.read() == reference(d, steps, 2), \
+                "seed %d: final parameters differ\n%s" % (seed, out)
+        print("crash consistency: seed %d, 50 kills, latest verified after "
+              "each (steps %s); %d resumes; parameters bit-identical"
+              % (seed, ",".join(str(x) for x in seen),
+                 out.count("train_gpt: resumed from")))
+    finally:
+        job.kill()
+
+
 def main():
     if not os.access(TRAIN, os.X_OK):
         lt.skip("no train_gpt next to " + lt.launch_bin())
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LAUNCH_CKPT_DIR",
               "LAUNCH_RESUME_STEP"):
         os.environ.pop(k, None)
-    tests = [test_chaos, test_corrupt_shard, test_node_local,
-             test_world_size_change]
+    tests = [test_chaos, test_crash_consistency, test_corrupt_shard,
+             test_node_local, test_world_size_change]
     only = sys.argv[1:]
     d = tempfile.mkdtemp(prefix="launch-ckpt-resume-")
     try:
