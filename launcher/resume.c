@@ -24,14 +24,6 @@
 #define SLICE_MS 250          /* a store wait checks for cancel this often */
 #define COMMIT_EVERY_MS 2000
 
-typedef struct view_s {
-  char host[256];
-  int first, nranks;
-  ckpt_have_t *steps;
-  size_t nsteps;
-  size_t nalloc; /* entries to free: dropped ones sit past nsteps */
-} view_t;
-
 struct resume_s {
   uv_loop_t *loop;
   const cfg_t *o;
@@ -122,32 +114,57 @@ static int wait_all(resume_t *r, const char *const *keys, size_t n,
 
 /* ---- the agreement (pool thread) ------------------------------------------------ */
 
-static void views_free(view_t *v, size_t n) {
+void resume_view_free(resume_view_t *v) {
+  ckpt_view_free(v->steps, v->nalloc);
+  v->steps = NULL;
+  v->nsteps = v->nalloc = 0;
+}
+
+static void views_free(resume_view_t *v, size_t n) {
   for (size_t i = 0; v && i < n; i++)
-    ckpt_view_free(v[i].steps, v[i].nalloc);
+    resume_view_free(&v[i]);
   free(v);
 }
 
-/* "FIRST NRANKS HOST\n" + the view lines. */
-static int view_parse(const char *s, size_t len, view_t *v) {
-  const char *nl = memchr(s, '\n', len);
-  char head[400];
+/* A decimal in [0, 1 << 24] ending at a space. RET 0 or -1. */
+static int take_int(const char **p, const char *end, int *out) {
+  long long v = 0;
+  const char *q = *p;
+  while (q < end && *q >= '0' && *q <= '9' && v <= (1 << 24))
+    v = v * 10 + (*q++ - '0');
+  if (q == *p || q >= end || *q != ' ' || v > (1 << 24))
+    return -1;
+  *out = (int)v;
+  *p = q + 1;
+  return 0;
+}
+
+int resume_view_parse(const char *s, size_t len, resume_view_t *v) {
+  const char *nl = memchr(s, '\n', len), *p = s;
   size_t hl;
   int rc;
-  if (nl == NULL || (hl = (size_t)(nl - s)) >= sizeof(head))
+  memset(v, 0, sizeof(*v));
+  if (nl == NULL || take_int(&p, nl, &v->first) != 0 ||
+      take_int(&p, nl, &v->nranks) != 0)
     return CKPT_EFORMAT;
-  memcpy(head, s, hl);
-  head[hl] = '\0';
-  if (sscanf(head, "%d %d %255s", &v->first, &v->nranks, v->host) != 3 ||
-      v->first < 0 || v->nranks < 0)
+  hl = (size_t)(nl - p);
+  if (hl == 0 || hl >= sizeof(v->host) || memchr(p, ' ', hl) ||
+      memchr(p, '\0', hl))
     return CKPT_EFORMAT;
-  rc = ckpt_view_decode(nl + 1, len - hl - 1, &v->steps, &v->nsteps);
+  memcpy(v->host, p, hl);
+  v->host[hl] = '\0';
+  rc = ckpt_view_decode(nl + 1, len - (size_t)(nl + 1 - s), &v->steps,
+                        &v->nsteps);
+  if (rc != 0) {
+    v->steps = NULL;
+    v->nsteps = 0;
+  }
   v->nalloc = v->nsteps;
   return rc;
 }
 
 /* Drop step s from a view (a node found one of its files bad). */
-static void view_drop(view_t *v, int64_t s) {
+static void view_drop(resume_view_t *v, int64_t s) {
   for (size_t i = 0; i < v->nsteps; i++)
     if (v->steps[i].step == s) {
       ckpt_have_t gone = v->steps[i];
@@ -213,7 +230,7 @@ static int my_view(resume_t *r, const int *ranks, char **out, char *why,
 
 /* Verify step s's SHA-256 here: this node's ranks, or for a step of
  * another world size (replicated), the shards this node holds. */
-static int verify_here(resume_t *r, const view_t *me, int64_t s,
+static int verify_here(resume_t *r, const resume_view_t *me, int64_t s,
                        char *problem, size_t n) {
   const ckpt_have_t *h = NULL;
   int ranks[CFG_MAX_NPROC], k = 0;
@@ -266,7 +283,7 @@ static void agree_work(uv_work_t *w) {
   char *mine = NULL, k[160];
   char **keys = NULL;
   rdzv_value_t *vals = NULL;
-  view_t *views = NULL;
+  resume_view_t *views = NULL;
   ckpt_node_view_t *nv = NULL;
   int ranks[CFG_MAX_NPROC], rc;
   int64_t count;
@@ -295,7 +312,7 @@ static void agree_work(uv_work_t *w) {
   if ((rc = gather(r, keys, "view", vals, "the other nodes' views")) != 0)
     goto out;
   for (int i = 0; i < rr->nnodes; i++) {
-    int prc = view_parse(vals[i].data, vals[i].len, &views[i]);
+    int prc = resume_view_parse(vals[i].data, vals[i].len, &views[i]);
     rdzv_free(vals[i].data);
     vals[i].data = NULL;
     if (prc != 0) {

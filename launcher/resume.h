@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "ckpt.h"
 #include "config.h"
 #include "env.h"
 #include "lu.h"
@@ -68,5 +69,20 @@ void resume_commit_stop(resume_t *r);
 /* The worker environment of the agreed step: LAUNCH_CKPT_DIR,
  * LAUNCH_RESUME_STEP (unset on a fresh start), LAUNCH_CKPT_KEEP. */
 int resume_env(const resume_t *r, env_t *e);
+
+/* A node's view as the store holds it: "FIRST NRANKS HOST\n", then
+ * ckpt_view_encode's lines. Comes from another node: checked. */
+typedef struct resume_view_s {
+  char host[256];
+  int first, nranks;
+  ckpt_have_t *steps;
+  size_t nsteps;
+  size_t nalloc; /* entries to free: dropped ones sit past nsteps */
+} resume_view_t;
+
+/* OUT *v (free with resume_view_free, also after a failure).
+ * RET 0, CKPT_EFORMAT, RDZV_ENOMEM. */
+int resume_view_parse(const char *s, size_t len, resume_view_t *v);
+void resume_view_free(resume_view_t *v);
 
 #endif /* RESUME_H */
