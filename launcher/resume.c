@@ -36,9 +36,11 @@ struct resume_s {
   int busy;              /* work queued or running */
   int freeing;
   atomic_int cancel;
-  /* the agreement */
+  /* the work's round: set on the loop when work is queued, read by it */
   resume_round_t rr;
   char host[256];
+  resume_round_t next_rr; /* the agreement's, until it is queued */
+  char next_host[256];
   resume_cb cb;
   void *cb_arg;
   resume_result_t res;
@@ -47,7 +49,8 @@ struct resume_s {
   uv_timer_t timer;
   int committing;        /* the work in flight is a commit */
   int commit_pending;
-  int64_t commit_round;
+  resume_round_t commit_rr; /* the round whose workers run */
+  int commit_on;             /* between commit_start and commit_stop */
   char commit_err[1024];
   int64_t finalised;
   int have_round;        /* resume_env: a result to export */
@@ -443,7 +446,7 @@ static void commit_work(uv_work_t *w) {
   co.world_size = r->rr.world_size;
   co.ranks = ranks;
   co.nranks = (size_t)r->rr.nproc;
-  co.generation = r->commit_round;
+  co.generation = r->rr.round;
   co.keep = r->o->ckpt_keep;
   co.client = r->client;
   co.timeout_ms = 10000;
@@ -495,6 +498,14 @@ static void after_work(uv_work_t *w, int status) {
 }
 
 static void queue(resume_t *r, int commit) {
+  if (commit) {
+    r->rr = r->commit_rr;
+    r->rr.host = r->host;
+  } else {
+    r->rr = r->next_rr;
+    memcpy(r->host, r->next_host, sizeof(r->host));
+    r->rr.host = r->host;
+  }
   r->busy = 1;
   r->committing = commit;
   r->work.data = r;
@@ -509,12 +520,13 @@ static void queue(resume_t *r, int commit) {
 static void start_next(resume_t *r) {
   if (r->busy)
     return;
-  if (r->agree_pending) {
-    r->agree_pending = 0;
-    queue(r, 0);
-  } else if (r->commit_pending) {
+  /* The last commit of a round before the next round's scan. */
+  if (r->commit_pending) {
     r->commit_pending = 0;
     queue(r, 1);
+  } else if (r->agree_pending) {
+    r->agree_pending = 0;
+    queue(r, 0);
   }
 }
 
@@ -568,9 +580,8 @@ int resume_agree(resume_t *r, const resume_round_t *rr, resume_cb cb,
   if (r->cb != NULL)
     return RDZV_EINVAL;
   uv_timer_stop(&r->timer);
-  r->rr = *rr;
-  lu_strlcpy(r->host, rr->host ? rr->host : "?", sizeof(r->host));
-  r->rr.host = r->host;
+  r->next_rr = *rr;
+  lu_strlcpy(r->next_host, rr->host ? rr->host : "?", sizeof(r->next_host));
   r->cb = cb;
   r->cb_arg = arg;
   r->have_round = 0;
@@ -588,12 +599,16 @@ void resume_cancel(resume_t *r) {
 }
 
 void resume_commit_start(resume_t *r, const resume_round_t *rr) {
-  r->commit_round = rr->round;
+  r->commit_rr = *rr;
+  r->commit_on = 1;
   uv_timer_start(&r->timer, commit_cb, COMMIT_EVERY_MS, COMMIT_EVERY_MS);
 }
 
 void resume_commit_stop(resume_t *r) {
   uv_timer_stop(&r->timer);
+  if (!r->commit_on)
+    return;
+  r->commit_on = 0;
   if (r->busy)
     r->commit_pending = 1;
   else
