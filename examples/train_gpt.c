@@ -25,8 +25,12 @@
 #include "gpt.h"
 #include "gpt_cpu.h"
 #include "gpt_data.h"
+#include "ckpt.h"
 #include "lu.h"
 #include "rt.h"
+#ifdef RT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 /* Exit codes (docs/runtime.md). */
 enum {
@@ -58,7 +62,8 @@ typedef struct opts_s {
   float lr, min_lr_frac, weight_decay, beta1, beta2, eps, clip, stop_norm;
   float loss_scale, peak_tflops, val_fraction, bucket_mb;
   uint64_t seed;
-  const char *data, *dump_params;
+  int ckpt_every;
+  const char *data, *dump_params, *ckpt_dir;
   int device; /* RT_DEVICE_* */
   int dtype;  /* GPT_*, or -1 = by device */
 } opts_t;
@@ -72,6 +77,17 @@ typedef struct train_state_s {
   float loss_scale;  /* fp16: the dynamic loss scale; 1 otherwise */
   int good_steps;    /* fp16: steps since the scale last changed */
 } train_state_t;
+
+/* The first bytes of every shard: what must match to resume, and the
+ * training state. */
+typedef struct ckpt_header_s {
+  char magic[8]; /* "TGPTCK1" */
+  int32_t layers, heads, channels, max_seq, vocab, padded_vocab;
+  int32_t seq_len, batch, accum, steps, world;
+  int32_t pad_;
+  uint64_t params;
+  train_state_t st;
+} ckpt_header_t;
 
 /* Everything a run holds, released by run_free(). */
 typedef struct run_s {
@@ -88,7 +104,15 @@ typedef struct run_s {
   uint64_t train_windows, val_windows;
   train_state_t st;
   double peak; /* dense TFLOPS of one device, 0 when unknown */
+  /* checkpoints: the shard is a header and the three state arrays, copied
+   * out of the model into host buffers the background save writes */
+  ckpt_t *ck;
+  rdzv_client_t *ck_store; /* the ckpt_t's own store connection */
+  float *ck_buf;           /* params, m, v: 3 x num_params */
+  int ck_pinned;
+  ckpt_header_t ck_head;   /* of the save in flight */
 } run_t;
+
 
 /* ---- messages --------------------------------------------------------------- */
 
@@ -145,6 +169,12 @@ static void usage(FILE *f) {
 "  --log-every N        a log line every N steps (1)\n"
 "  --peak-tflops X      a device's dense peak for MFU (default: by GPU name)\n"
 "  --dump-params FILE   write the final parameters (raw little-endian fp32)\n"
+"checkpoints (docs/checkpoints.md)\n"
+"  --ckpt-dir D         launch's checkpoint layout in D (default: $LAUNCH_CKPT_DIR,\n"
+"                       which launch --ckpt-dir sets); resumes from\n"
+"                       $LAUNCH_RESUME_STEP, the step every node agreed on\n"
+"  --ckpt-every K       save parameters, AdamW moments, step, data position\n"
+"                       every K steps, in the background (0 = never, default)\n"
 "  --help               this text\n"
 "exit codes: 0 done, 1 runtime failure, 2 bad flags or data, 3 training diverged\n");
 }
@@ -252,6 +282,8 @@ static int parse_flags(int argc, char **argv, opts_t *o) {
     else if (strcmp(f, "--bucket-mb") == 0) rc = parse_float(f, v, 0, &o->bucket_mb);
     else if (strcmp(f, "--data") == 0) o->data = v;
     else if (strcmp(f, "--dump-params") == 0) o->dump_params = v;
+    else if (strcmp(f, "--ckpt-dir") == 0) o->ckpt_dir = v;
+    else if (strcmp(f, "--ckpt-every") == 0) rc = parse_int(f, v, 0, &o->ckpt_every);
     else if (strcmp(f, "--seed") == 0) {
       int64_t s;
       if (lu_parse_i64(v, strlen(v), &s) != 0 || s < 0) {
@@ -467,6 +499,13 @@ static void print_setup(const run_t *r) {
 }
 
 static void run_free(run_t *r) {
+  ckpt_close(r->ck); /* waits for the save in flight */
+  rdzv_close(r->ck_store);
+#ifdef RT_HAVE_CUDA
+  if (r->ck_pinned)
+    cudaHostUnregister(r->ck_buf);
+#endif
+  free(r->ck_buf);
   if (r->model)
     r->ops->destroy(r->model);
   rt_finalize(r->rt);
@@ -477,6 +516,167 @@ static void run_free(run_t *r) {
   free(r->tgt);
   free(r->seg_off);
   free(r->seg_count);
+}
+
+/* ---- checkpoints ------------------------------------------------------------- */
+
+static int runtime_failed(const char *what, int rc);
+
+static void ckpt_header(const run_t *r, ckpt_header_t *h) {
+  memset(h, 0, sizeof(*h));
+  memcpy(h->magic, "TGPTCK1", 8);
+  h->layers = r->cfg.num_layers;
+  h->heads = r->cfg.num_heads;
+  h->channels = r->cfg.channels;
+  h->max_seq = r->cfg.max_seq_len;
+  h->vocab = r->cfg.vocab_size;
+  h->padded_vocab = r->cfg.padded_vocab;
+  h->seq_len = r->o.seq_len;
+  h->batch = r->o.batch;
+  h->accum = r->o.accum;
+  h->steps = r->o.steps;
+  h->world = r->world;
+  h->params = gpt_num_params(&r->cfg);
+  h->st = r->st;
+}
+
+/* The shard: the header, then parameters, AdamW m and v. */
+static void ckpt_iov(run_t *r, ckpt_header_t *h, struct iovec iov[4]) {
+  size_t n = gpt_num_params(&r->cfg);
+  iov[0].iov_base = h;
+  iov[0].iov_len = sizeof(*h);
+  for (int i = 0; i < 3; i++) {
+    iov[1 + i].iov_base = r->ck_buf + (size_t)i * n;
+    iov[1 + i].iov_len = n * sizeof(float);
+  }
+}
+
+/* Open the checkpoint directory (--ckpt-dir, else launch's
+ * LAUNCH_CKPT_DIR) and resume from the step launch agreed on
+ * (LAUNCH_RESUME_STEP). RET an exit code. */
+static int ckpt_setup(run_t *r) {
+  const char *dir = r->o.ckpt_dir ? r->o.ckpt_dir : getenv("LAUNCH_CKPT_DIR");
+  ckpt_options_t co = CKPT_OPTIONS_INIT;
+  size_t n = gpt_num_params(&r->cfg);
+  ckpt_header_t h, want;
+  struct iovec iov[4];
+  uint64_t size = 0;
+  int64_t step;
+  double t0 = now_s();
+  int rc;
+  if (dir == NULL || dir[0] == '\0') {
+    if (r->o.ckpt_every > 0) {
+      fail_line("--ckpt-every needs a directory: pass --ckpt-dir D, or run "
+                "under launch --ckpt-dir D");
+      return EXIT_USAGE;
+    }
+    return EXIT_OK;
+  }
+  co.dir = dir;
+  co.rank = r->rank;
+  co.world_size = r->world;
+  co.replicated = 1; /* data parallel: every rank holds the same state */
+  if (r->world > 1) {
+    /* Commits go through the store, on a connection of the save's own. */
+    if ((rc = rdzv_connect_from_env(&r->ck_store)) != 0) {
+      fail_line("checkpoints: cannot reach launch's store: %s",
+                rdzv_strerror(rc));
+      return EXIT_FAIL;
+    }
+    co.client = r->ck_store;
+  }
+  if ((rc = ckpt_open(&co, &r->ck)) != 0) {
+    fail_line("checkpoint directory %s: %s", dir, ckpt_strerror(rc));
+    return EXIT_FAIL;
+  }
+  if ((r->ck_buf = malloc(3 * n * sizeof(float))) == NULL) {
+    fail_line("out of memory for the checkpoint buffers (%zu parameters)", n);
+    return EXIT_FAIL;
+  }
+#ifdef RT_HAVE_CUDA
+  /* Page-locked: the copy out of device memory is the only stall. */
+  if (rt_device(r->rt) >= 0 &&
+      cudaHostRegister(r->ck_buf, 3 * n * sizeof(float), 0) == cudaSuccess)
+    r->ck_pinned = 1;
+#endif
+  if ((rc = ckpt_resume_step(r->ck, &step)) != 0) {
+    fail_line("finding the step to resume from in %s: %s", dir,
+              ckpt_strerror(rc));
+    return EXIT_FAIL;
+  }
+  if (step < 0)
+    return EXIT_OK;
+  ckpt_header(r, &want);
+  ckpt_iov(r, &h, iov);
+  if ((rc = ckpt_shard_size(r->ck, step, &size)) != 0 ||
+      size != sizeof(h) + 3 * n * sizeof(float)) {
+    fail_line("checkpoint step %" PRId64 " in %s: %s", step, dir,
+              rc ? ckpt_strerror(rc)
+                 : "its shard is not of this model (another size): pass "
+                   "the model flags it was saved with, or another --ckpt-dir");
+    return rc ? EXIT_FAIL : EXIT_USAGE;
+  }
+  if ((rc = ckpt_load(r->ck, step, iov, 4)) != 0) {
+    fail_line("loading checkpoint step %" PRId64 " from %s: %s", step, dir,
+              ckpt_strerror(rc));
+    return EXIT_FAIL;
+  }
+  if (memcmp(h.magic, want.magic, 8) != 0 || h.layers != want.layers ||
+      h.heads != want.heads || h.channels != want.channels ||
+      h.max_seq != want.max_seq || h.vocab != want.vocab ||
+      h.params != want.params || h.seq_len != want.seq_len) {
+    fail_line("checkpoint step %" PRId64 " in %s is of another model (%d "
+              "layers, %d heads, %d channels, vocabulary %d, sequence %d): "
+              "pass the flags it was saved with, or another --ckpt-dir",
+              step, dir, h.layers, h.heads, h.channels, h.vocab, h.seq_len);
+    return EXIT_USAGE;
+  }
+  if (r->rank == 0 && (h.batch != want.batch || h.accum != want.accum ||
+                       h.steps != want.steps || h.world != want.world))
+    fprintf(stderr, "train_gpt: warning: checkpoint step %" PRId64 " was "
+            "saved with --batch %d --accum %d --steps %d by %d ranks; this "
+            "run continues it with --batch %d --accum %d --steps %d on %d\n",
+            step, h.batch, h.accum, h.steps, h.world, want.batch, want.accum,
+            want.steps, want.world);
+  if ((rc = r->ops->set_state(r->model, r->ck_buf, r->ck_buf + n,
+                              r->ck_buf + 2 * n)) != 0)
+    return runtime_failed("set_state", rc);
+  r->st = h.st;
+  if (r->rank == 0) {
+    printf("train_gpt: resumed from step %" PRId64 " of %s (%.1f MiB read "
+           "and verified in %.0f ms)\n", step, dir,
+           (double)size / 1048576.0, (now_s() - t0) * 1e3);
+    fflush(stdout);
+  }
+  return EXIT_OK;
+}
+
+/* Every --ckpt-every steps: copy the state out of the model and write it
+ * in the background. RET an exit code. */
+static int ckpt_step(run_t *r) {
+  size_t n = gpt_num_params(&r->cfg);
+  struct iovec iov[4];
+  int rc;
+  if (r->ck == NULL || r->o.ckpt_every <= 0 ||
+      r->st.step % r->o.ckpt_every != 0 || r->st.step >= r->o.steps)
+    return EXIT_OK;
+  /* The buffers are the previous save's until it is done. */
+  if ((rc = ckpt_wait(r->ck, -1)) != 0) {
+    fail_line("saving a checkpoint to %s failed: %s", ckpt_dir(r->ck),
+              ckpt_strerror(rc));
+    return EXIT_FAIL;
+  }
+  if ((rc = r->ops->get_state(r->model, r->ck_buf, r->ck_buf + n,
+                              r->ck_buf + 2 * n)) != 0)
+    return runtime_failed("get_state", rc);
+  ckpt_header(r, &r->ck_head);
+  ckpt_iov(r, &r->ck_head, iov);
+  if ((rc = ckpt_save_async(r->ck, r->st.step, iov, 4)) != 0) {
+    fail_line("saving checkpoint step %" PRId64 " to %s: %s", r->st.step,
+              ckpt_dir(r->ck), ckpt_strerror(rc));
+    return EXIT_FAIL;
+  }
+  return EXIT_OK;
 }
 
 /* ---- training ---------------------------------------------------------------- */
@@ -663,6 +863,8 @@ static int train(run_t *r) {
     }
     if ((rc = rt_progress(r->rt, r->st.step)) != 0)
       return runtime_failed("the progress report", rc);
+    if ((rc = ckpt_step(r)) != EXIT_OK)
+      return rc;
     if (r->val_windows > 0 &&
         ((o->val_every > 0 && r->st.step % o->val_every == 0) ||
          r->st.step == o->steps)) {
@@ -720,7 +922,7 @@ int main(int argc, char **argv) {
   }
   r.rank = rt_rank(r.rt);
   r.world = rt_world_size(r.rt);
-  if ((rc = setup_model(&r)) == EXIT_OK) {
+  if ((rc = setup_model(&r)) == EXIT_OK && (rc = ckpt_setup(&r)) == EXIT_OK) {
     if (r.rank == 0)
       print_setup(&r);
     rc = train(&r);

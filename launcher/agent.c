@@ -22,12 +22,14 @@
 
 #include "aclient.h"
 #include "aff.h"
+#include "ckpt.h"
 #include "agent.h"
 #include "env.h"
 #include "hang.h"
 #include "launch.h"
 #include "lu.h"
 #include "msg.h"
+#include "resume.h"
 #include "rounds.h"
 #include "server.h"
 #include "summary.h"
@@ -36,6 +38,7 @@
 enum {
   A_CONNECT = 0, /* connecting to the rendezvous server */
   A_JOIN,        /* JOIN sent, waiting for the round */
+  A_RESUME,      /* agreeing on the checkpoint step with the other nodes */
   A_RUN,         /* workers running */
   A_REPORTED,    /* this node's result reported; waiting for the others */
   A_STOP,        /* stopping workers for a restart */
@@ -92,6 +95,7 @@ typedef struct agent_s {
   int signaled;  /* the signal that is stopping us, 0 if none */
   int sigint_count;
   int closing_handles;
+  resume_t *ck; /* --ckpt-dir: the resume agreement and commits */
 } agent_t;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -106,6 +110,8 @@ typedef struct agent_s {
 static void finish(agent_t *a);
 static void finished_stopping(wk_group_t *g, void *arg);
 static void send_join(agent_t *a);
+static void run_round(agent_t *a);
+static void on_resumed(void *arg, const resume_result_t *res);
 
 /* A free TCP port on addr (bind 0, read it, close): for rank 0's own
  * TCPStore in --torch-store rank0 mode, as torchrun does. */
@@ -222,6 +228,8 @@ static int build_envs(agent_t *a) {
                              (i == 0 && a->round == 0 && !o->quiet) ? &a->log
                                                                    : NULL,
                              &a->renv[i]);
+    if (rc == 0 && a->ck)
+      rc = resume_env(a->ck, a->renv[i]);
     if (rc != 0)
       return rc;
     expand_prefix(a, i, pre, sizeof(pre));
@@ -347,6 +355,20 @@ static void barrier_cb(uv_timer_t *t) {
   finish(a);
 }
 
+/* A failure that every attempt would repeat (end_reason says it): leave
+ * the rendezvous and end with code. */
+static void leave_job(agent_t *a, int code) {
+  a->exit_code = code;
+  a->finish_ok = 0;
+  if (a->ac) {
+    msg_leave_t l;
+    lu_strlcpy(l.reason, a->end_reason, sizeof(l.reason));
+    msg_leave_pack(ac_begin(a->ac, PROTO_OP_LEAVE, 1), &l);
+    ac_send(a->ac, NULL, NULL);
+  }
+  finish(a);
+}
+
 static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
   agent_t *a = arg;
   int hung = hang_exited(a->hang, ex->local_rank);
@@ -362,15 +384,7 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
     snprintf(a->end_reason, sizeof(a->end_reason),
              "cannot execute '%s': %s; not restarting (check the program's "
              "path and permissions)", a->argv[0], strerror(ex->exec_errno));
-    a->exit_code = nf ? 127 : 126;
-    a->finish_ok = 0;
-    if (a->ac) {
-      msg_leave_t l;
-      lu_strlcpy(l.reason, a->end_reason, sizeof(l.reason));
-      msg_leave_pack(ac_begin(a->ac, PROTO_OP_LEAVE, 1), &l);
-      ac_send(a->ac, NULL, NULL);
-    }
-    finish(a);
+    leave_job(a, nf ? 127 : 126);
     return;
   }
   if (ex->exit_code != 0) {
@@ -417,6 +431,8 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
   }
   if (a->state == A_RUN && a->exited == a->o->nproc && wk_live(a->wg) == 0) {
     a->state = A_REPORTED;
+    if (a->ck)
+      resume_commit_stop(a->ck);
     report(a, NULL);
     if (!a->hosting)
       uv_timer_start(&a->barrier_timer, barrier_cb,
@@ -539,23 +555,76 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d", a->round,
       a->o->run_id, a->node_rank, a->nnodes, a->base_rank,
       a->base_rank + a->o->nproc - 1, a->world_size);
+  if (a->ck) {
+    resume_round_t rr = {a->round, a->node_rank, a->nnodes, a->world_size,
+                         a->base_rank, a->o->nproc, a->o->host};
+    a->state = A_RESUME;
+    resume_agree(a->ck, &rr, on_resumed, a);
+    return;
+  }
+  run_round(a);
+}
+
+/* The workers cannot start here: reported like a failed worker. */
+static void report_start_failure(agent_t *a, const char *why) {
+  sum_failure_t f;
+  memset(&f, 0, sizeof(f));
+  f.wall_s = lu_wall_s();
+  lu_strlcpy(f.host, a->o->host, sizeof(f.host));
+  f.rank = a->base_rank;
+  f.node_rank = a->node_rank;
+  f.exit_code = 1;
+  f.error_message = strdup(why);
+  a->state = A_REPORTED;
+  report(a, &f);
+  sum_failure_free(&f);
+}
+
+/* Start this round's workers, or report why they cannot start. */
+static void run_round(agent_t *a) {
   hang_start(a->hang, a->base_rank);
   if (start_workers(a) != 0) {
-    /* Cannot start here: report it like a failed worker. */
-    sum_failure_t f;
-    memset(&f, 0, sizeof(f));
-    f.wall_s = lu_wall_s();
-    lu_strlcpy(f.host, a->o->host, sizeof(f.host));
-    f.rank = a->base_rank;
-    f.node_rank = a->node_rank;
-    f.exit_code = 1;
-    f.error_message = strdup("launch could not start the workers on this node");
-    a->state = A_REPORTED;
-    report(a, &f);
-    sum_failure_free(&f);
+    report_start_failure(a, "launch could not start the workers on this node");
     return;
   }
   a->state = A_RUN;
+  if (a->ck) {
+    resume_round_t rr = {a->round, a->node_rank, a->nnodes, a->world_size,
+                         a->base_rank, a->o->nproc, a->o->host};
+    resume_commit_start(a->ck, &rr);
+  }
+}
+
+/* The nodes agreed on the checkpoint step (resume.c). */
+static void on_resumed(void *arg, const resume_result_t *res) {
+  agent_t *a = arg;
+  if (a->state == A_STOP) { /* a restart came meanwhile: join again */
+    send_join(a);
+    return;
+  }
+  if (a->state != A_RESUME)
+    return;
+  if (res->rc == CKPT_EWORLD || res->rc == CKPT_ELAYOUT) {
+    /* The same on every node, and on every attempt: end the job. */
+    snprintf(a->end_reason, sizeof(a->end_reason),
+             "cannot resume from %.300s: %.700s", a->o->ckpt_dir, res->why);
+    leave_job(a, 2);
+    return;
+  }
+  if (res->rc != 0) {
+    LU_ERR(&a->log, "%s", res->why);
+    report_start_failure(a, res->why);
+    return;
+  }
+  if (res->step >= 0)
+    say(a, "resuming from checkpoint step %" PRId64 " of %s%s%s%s", res->step,
+        a->o->ckpt_dir, res->elastic ? " (another world size: replicated "
+                                       "state)" : "",
+        res->why[0] ? "; " : "", res->why);
+  else
+    say(a, "no checkpoint to resume from in %s: a fresh start%s%s",
+        a->o->ckpt_dir, res->why[0] ? "; " : "", res->why);
+  run_round(a);
 }
 
 static void send_join(agent_t *a) {
@@ -633,14 +702,22 @@ static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
   (void)ac;
   if (m->op == PROTO_EV_RESTART) {
     msg_restart_t r;
-    if ((a->state != A_RUN && a->state != A_REPORTED) ||
+    if ((a->state != A_RUN && a->state != A_REPORTED &&
+         a->state != A_RESUME) ||
         msg_restart_unpack(body, &r, NULL, 0) != 0)
       return;
     say(a, "restarting the workers (round %" PRId64 "): %s", r.round,
         r.reason ? r.reason : "");
     msg_restart_free(&r);
     uv_timer_stop(&a->barrier_timer);
+    if (a->state == A_RESUME) { /* no workers yet: on_resumed joins */
+      a->state = A_STOP;
+      resume_cancel(a->ck);
+      return;
+    }
     a->state = A_STOP;
+    if (a->ck)
+      resume_commit_stop(a->ck);
     wk_stop(a->wg, SIGTERM, (int)a->o->stop_grace_ms, restart_stopped, a);
     return;
   }
@@ -734,6 +811,8 @@ static void close_all(agent_t *a) {
     wk_group_close(a->wg, NULL, NULL);
     a->wg = NULL;
   }
+  resume_free(a->ck);
+  a->ck = NULL;
 }
 
 static void linger_cb(uv_timer_t *t) {
@@ -1077,6 +1156,16 @@ int agent_run(cfg_t *o) {
   }
   if (o->torch_store == CFG_STORE_RANK0)
     a->my_master_port = free_port(o->local_addr);
+  if (o->ckpt_dir[0]) {
+    char ep[300];
+    snprintf(ep, sizeof(ep), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
+             a->ep_host, a->ep_port);
+    if ((rc = resume_new(&loop, o, &a->log, ep, a->token, a->token_len,
+                         &a->ck)) != 0) {
+      a->exit_code = 1;
+      goto out;
+    }
+  }
   memset(&acfg, 0, sizeof(acfg));
   acfg.host = a->ep_host;
   acfg.port = a->ep_port;

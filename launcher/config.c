@@ -555,6 +555,17 @@ static const setting_t settings[CFG_S_COUNT] = {
     BOOL(ALLOW_MISMATCH, "--allow-mismatch", NULL, allow_mismatch, OWN,
          "run even when nodes differ from node 0 (NCCL env, versions, GPUs, "
          "program)"),
+    STR(CKPT_DIR, "--ckpt-dir", NULL, "DIR", ckpt_dir, 1, OWN,
+        "checkpoints: every (re)start resumes from the newest step every "
+        "node can load; workers get LAUNCH_CKPT_DIR and LAUNCH_RESUME_STEP "
+        "(docs/checkpoints.md)"),
+    INT(CKPT_KEEP, "--ckpt-keep", "K", ckpt_keep, 1, 1 << 20, OWN,
+        "final checkpoint steps kept (default 3; node-local disks: at least 2)"),
+    CHOICE(CKPT_LAYOUT, "--ckpt-layout", T_CHOICE, ckpt_layout,
+           "auto|launch|megatron|deepspeed|hf|dcp", OWN,
+           "the layout of --ckpt-dir (default auto: detected)"),
+    CHOICE(CKPT_VERIFY, "--ckpt-verify", T_CHOICE, ckpt_verify, "sha|size",
+           OWN, "check the resume step's SHA-256 (default) or sizes only"),
     ROW(HELP, "--help", "-h", NULL, T_BOOL, 0, 0, 0, 0, NULL, NULL, OWN,
         "this text"),
     ROW(VERSION, "--version", NULL, NULL, T_BOOL, 0, 0, 0, 0, NULL, NULL, OWN,
@@ -793,6 +804,7 @@ static void defaults(cfg_t *c, char *const *envp) {
   c->stop_grace_ms = 30000;
   c->hang_signal = SIGUSR1;
   c->exit_barrier_ms = 300000;
+  c->ckpt_keep = 3;
   c->signals_mask = (1u << SIGTERM) | (1u << SIGINT) | (1u << SIGHUP) |
                     (1u << SIGQUIT);
   lu_strlcpy(c->signals_spec, "SIGTERM,SIGINT,SIGHUP,SIGQUIT",

@@ -26,6 +26,7 @@ enum { CFG_BACKEND_C10D = 0, CFG_BACKEND_STATIC = 1 };
 enum { CFG_STORE_AGENT = 0, CFG_STORE_RANK0 = 1 };
 enum { CFG_PROG_AUTO = 0, CFG_PROG_MODULE, CFG_PROG_NO_PYTHON, CFG_PROG_RUN_PATH };
 enum { CFG_LINT_ERROR = 0, CFG_LINT_WARN, CFG_LINT_OFF };
+enum { CFG_CKPT_VERIFY_SHA = 0, CFG_CKPT_VERIFY_SIZE };
 
 #define CFG_MAX_NPROC 1024
 
@@ -45,6 +46,8 @@ typedef enum {
   CFG_S_REPORT_BINDINGS, CFG_S_TOPOLOGY, CFG_S_NCCL_PROFILE,
   CFG_S_ALLOW_ENV_OVERRIDE, CFG_S_LINT, CFG_S_ALLOW_MISMATCH, CFG_S_QUIET,
   CFG_S_NO_LOG_TIME,
+  /* checkpoints (docs/checkpoints.md) */
+  CFG_S_CKPT_DIR, CFG_S_CKPT_KEEP, CFG_S_CKPT_LAYOUT, CFG_S_CKPT_VERIFY,
   /* `launch env`'s */
   CFG_S_ENV_LOCAL_RANK, CFG_S_ENV_PROFILE, CFG_S_ENV_ALL, CFG_S_ENV_LINT,
   CFG_S_ENV_ROOT, CFG_S_ENV_FINGERPRINT, CFG_S_ENV_PROGRAM, CFG_S_ENV_LIST,
@@ -138,6 +141,11 @@ typedef struct cfg_s {
   int allow_mismatch;
   char topology_file[PATH_MAX];
   int lint;                  /* CFG_LINT_* */
+  /* checkpoints (docs/checkpoints.md): agreed resume step at every start */
+  char ckpt_dir[PATH_MAX];   /* --ckpt-dir ("" = none) */
+  int ckpt_keep;             /* --ckpt-keep (default 3) */
+  int ckpt_layout;           /* --ckpt-layout: a ckpt_layout_t */
+  int ckpt_verify;           /* --ckpt-verify: CFG_CKPT_VERIFY_* */
   /* this node, from the environment */
   char host[256];            /* LAUNCH_HOSTNAME, else gethostname() */
   char **expected_hosts;     /* LAUNCH_EXPECTED_HOSTS, SLURM_JOB_NODELIST */

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Time from a worker's death to training running again at the resumed
+step (docs/BENCHMARKS.md, "Resume after a failure"):
+
+  launch   launch --standalone --ckpt-dir D ... train_gpt --ckpt-every K
+  torchrun python -m torch.distributed.run --standalone ... torch_resume.py
+           (bench/torch_resume.py: the GPT-2 of bench/torch_gpt2.py, DDP,
+           its own torch.save checkpoint)
+
+Each run trains until a checkpoint exists and a few steps more, SIGKILLs the
+worker of rank `--victim`, and timestamps rank 0's output lines as they
+arrive: "resumed" is the line saying the state was loaded, "first step"
+the first completed step after it. Both jobs checkpoint every K steps.
+
+usage: run_resume_bench.py [--preset tiny|gpt2-124m] [--nproc 2]
+                           [--repeat 3] [--build build] [--device cpu|cuda]
+On the GPU machine: --preset gpt2-124m --device cuda --nproc 1 (or 2).
+PYTHON_EXEC, else the first of python3, /usr/bin/python3 that imports torch,
+runs torchrun and the PyTorch script.
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def find_python():
+    cands = [os.environ.get("PYTHON_EXEC"), "python3", "/usr/bin/python3"]
+    for c in cands:
+        if c and subprocess.run([c, "-c", "import torch.distributed.run"],
+                                capture_output=True).returncode == 0:
+            return c
+    sys.exit("no python with torch found: set PYTHON_EXEC")
+
+
+def descendants(pid):
+    kids = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for k in kids.get(p, []):
+            out.append(k)
+            todo.append(k)
+    return out
+
+
+def rank_pid(root, rank):
+    """The worker process of `rank` under root (its RANK variable)."""
+    for p in descendants(root):
+        try:
+            with open("/proc/%d/environ" % p, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"RANK=%d" % rank in env:
+            try:
+                with open("/proc/%d/cmdline" % p, "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if b"train_gpt" in cmd or b"torch_resume.py" in cmd:
+                return p
+    return None
+
+
+class Job:
+    def __init__(self, argv, env):
+        self.lines = []  # (monotonic time, line)
+        self.cv = threading.Condition()
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for raw in self.p.stdout:
+            t = time.monotonic()
+            with self.cv:
+                self.lines.append((t, raw.decode(errors="replace").rstrip()))
+                self.cv.notify_all()
+        with self.cv:
+            self.lines.append((time.monotonic(), None))
+            self.cv.notify_all()
+
+    def wait_for(self, rx, after=0.0, timeout=600):
+        """The first line matching rx that arrived after `after`."""
+        deadline = time.monotonic() + timeout
+        i = 0
+        with self.cv:
+            while True:
+                while i < len(self.lines):
+                    t, line = self.lines[i]
+                    i += 1
+                    if line is None:
+                        raise RuntimeError("the job ended:\n" + self.text())
+                    m = re.search(rx, line)
+                    if m and t >= after:
+                        return t, m
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeError("timed out waiting for %r:\n%s" % (rx, self.text()))
+                self.cv.wait(left)
+
+    def text(self):
+        return "\n".join(l for _, l in self.lines[-40:] if l)
+
+    def stop(self):
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGTERM)
+            try:
+                self.p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait()
+
+
+def measure(argv, env, every, victim, step_rx, resumed_rx):
+    job = Job(argv, env)
+    try:
+        # a checkpoint, and a few steps past it
+        job.wait_for(step_rx.replace(r"(\d+)", str(every + 3)))
+        pid = rank_pid(job.p.pid, victim)
+        if pid is None:
+            raise RuntimeError("no worker of rank %d found" % victim)
+        t_kill = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        t_res, m = job.wait_for(resumed_rx, after=t_kill)
+        step = int(m.group(1))
+        read_ms = float(m.group(2))
+        t_step, _ = job.wait_for(step_rx.replace(r"(\d+)", str(step + 1)),
+                                 after=t_res)
+        return t_res - t_kill, t_step - t_kill, read_ms
+    finally:
+        job.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--every", type=int, default=10)
+    ap.add_argument("--only", choices=["launch", "torchrun"])
+    a = ap.parse_args()
+    py = find_python()
+    victim = 1 if a.nproc > 1 else 0
+    env = dict(os.environ)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LAUNCH_CKPT_DIR",
+              "LAUNCH_RESUME_STEP"):
+        env.pop(k, None)
+    if a.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    launch = os.path.join(a.build, "bin", "launch")
+    train = os.path.join(a.build, "bin", "train_gpt")
+    res = {"launch": [], "torchrun": []}
+    for i in range(a.repeat):
+        d = tempfile.mkdtemp(prefix="resume-bench-")
+        try:
+            if a.only != "torchrun":
+                argv = [launch, "--standalone", "--nproc-per-node", str(a.nproc),
+                        "--max-restarts", "3", "-q", "--ckpt-dir",
+                        os.path.join(d, "ck"), train, "--preset", a.preset,
+                        "--steps", "100000", "--ckpt-every", str(a.every),
+                        "--log-every", "1", "--device", a.device]
+                res["launch"].append(measure(
+                    argv, env, a.every, victim, r"\bstep +(\d+)/",
+                    r"resumed from step (\d+) of .* in ([0-9.]+) ms"))
+            if a.only != "launch":
+                argv = [py, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc_per_node", str(a.nproc), "--max_restarts", "3",
+                        "--redirects", "0:1", "--tee", "0:1",
+                        os.path.join(HERE, "torch_resume.py"), "--ckpt",
+                        os.path.join(d, "torch.pt"), "--preset", a.preset,
+                        "--ckpt-every", str(a.every)]
+                res["torchrun"].append(measure(
+                    argv, env, a.every, victim, r"\bstep (\d+) loss",
+                    r"resumed from step (\d+) \(read in ([0-9.]+) ms"))
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        for k, v in res.items():
+            if v:
+                print("run %d %-8s resumed %.3f s, first step %.3f s, "
+                      "checkpoint read %.0f ms" % ((i + 1, k) + v[-1]), flush=True)
+    out = {}
+    for k, v in res.items():
+        if v:
+            out[k] = [statistics.median(x[j] for x in v) for j in range(3)]
+            print("%-8s median of %d: worker death -> state loaded %.3f s, -> "
+                  "first step done %.3f s (checkpoint read %.0f ms)"
+                  % ((k, len(v)) + tuple(out[k])))
+    if len(out) == 2:
+        print("RESULT preset=%s nproc=%d launch_s=%.3f torchrun_s=%.3f "
+              "speedup=%.1f" % (a.preset, a.nproc, out["launch"][1],
+                                out["torchrun"][1],
+                                out["torchrun"][1] / out["launch"][1]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,631 @@
+/* resume.c - the agent's side of checkpoints: the resume step every node
+ * agrees on at each (re)start, the rollback to it, and the commit of
+ * completion files while the workers run (resume.h, docs/checkpoints.md).
+ *
+ * Store keys, in the job's namespace, of round (generation) G:
+ *   launch/ckpt/gG/view/N      node N's view: "FIRST NRANKS HOST\n" and
+ *                              ckpt_view_encode's lines
+ *   launch/ckpt/gG/vI/N        node N's verification of the I-th candidate:
+ *                              "ok", or "bad PROBLEM"
+ *   launch/ckpt/gG/rolled      nodes that rolled back (add)
+ *   launch/ckpt/gG/rolled_all  set by the last of them
+ * Every node reads every view and runs ckpt_agree itself: a pure function
+ * of the same input, so the same candidate everywhere, with no leader. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "resume.h"
+
+#define SLICE_MS 250          /* a store wait checks for cancel this often */
+#define COMMIT_EVERY_MS 2000
+
+struct resume_s {
+  uv_loop_t *loop;
+  const cfg_t *o;
+  lu_log_t *log;
+  char endpoint[300];
+  const char *token;
+  size_t token_len;
+  rdzv_client_t *client; /* used on the pool's thread only */
+  uv_work_t work;
+  int busy;              /* work queued or running */
+  int freeing;
+  atomic_int cancel;
+  /* the work's round: set on the loop when work is queued, read by it */
+  resume_round_t rr;
+  char host[256];
+  resume_round_t next_rr; /* the agreement's, until it is queued */
+  char next_host[256];
+  resume_cb cb;
+  void *cb_arg;
+  resume_result_t res;
+  int agree_pending;     /* asked while a commit ran */
+  /* the commit */
+  uv_timer_t timer;
+  int committing;        /* the work in flight is a commit */
+  int commit_pending;
+  resume_round_t commit_rr; /* the round whose workers run */
+  int commit_on;             /* between commit_start and commit_stop */
+  char commit_err[1024];
+  int64_t finalised;
+  int have_round;        /* resume_env: a result to export */
+  int64_t step;
+};
+
+/* ---- the store connection (pool thread) --------------------------------------- */
+
+static int connect_store(resume_t *r, char *why, size_t n) {
+  rdzv_options_t ro = RDZV_OPTIONS_INIT;
+  char err[512] = "";
+  int rc;
+  if (r->client)
+    return 0;
+  ro.endpoint = r->endpoint;
+  ro.job = r->o->run_id;
+  ro.token = r->token;
+  ro.token_len = r->token_len;
+  ro.role = "agent";
+  ro.connect_timeout_ms = 10000;
+  ro.io_timeout_ms = 30000;
+  ro.tls_ca = r->o->tls_ca[0] ? r->o->tls_ca : NULL;
+  ro.tls_cert = r->o->tls_cert[0] ? r->o->tls_cert : NULL;
+  ro.tls_key = r->o->tls_key[0] ? r->o->tls_key : NULL;
+  ro.error = err;
+  ro.error_len = sizeof(err);
+  if ((rc = rdzv_connect(&ro, &r->client)) != 0) {
+    lu_errf(why, n, "checkpoint agreement: cannot reach the store at %s: %s",
+            r->endpoint, err[0] ? err : rdzv_strerror(rc));
+    r->client = NULL;
+  }
+  return rc;
+}
+
+/* A store call failed: the connection is dropped, the next one reconnects. */
+static int store_failed(resume_t *r, int rc, const char *what, char *why,
+                        size_t n) {
+  lu_errf(why, n, "checkpoint agreement: %s: %s", what,
+          r->client && rdzv_last_error(r->client)[0]
+              ? rdzv_last_error(r->client)
+              : rdzv_strerror(rc));
+  rdzv_close(r->client);
+  r->client = NULL;
+  return rc;
+}
+
+/* Every key, waiting in slices so that a cancel is seen; gives up after
+ * the join timeout. RET 0, RDZV_ECANCELED, -ETIMEDOUT or a store error. */
+static int wait_all(resume_t *r, const char *const *keys, size_t n,
+                    rdzv_value_t *vals) {
+  uint64_t t0 = lu_now_ms();
+  uint64_t limit = (uint64_t)r->o->join_timeout_ms;
+  for (;;) {
+    int rc;
+    if (atomic_load(&r->cancel))
+      return RDZV_ECANCELED;
+    rc = rdzv_multi_get(r->client, keys, n, vals, SLICE_MS);
+    if (rc != -ETIMEDOUT)
+      return rc;
+    if (lu_now_ms() - t0 > limit)
+      return -ETIMEDOUT;
+  }
+}
+
+/* ---- the agreement (pool thread) ------------------------------------------------ */
+
+void resume_view_free(resume_view_t *v) {
+  ckpt_view_free(v->steps, v->nalloc);
+  v->steps = NULL;
+  v->nsteps = v->nalloc = 0;
+}
+
+static void views_free(resume_view_t *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++)
+    resume_view_free(&v[i]);
+  free(v);
+}
+
+/* A decimal in [0, 1 << 24] ending at a space. RET 0 or -1. */
+static int take_int(const char **p, const char *end, int *out) {
+  long long v = 0;
+  const char *q = *p;
+  while (q < end && *q >= '0' && *q <= '9' && v <= (1 << 24))
+    v = v * 10 + (*q++ - '0');
+  if (q == *p || q >= end || *q != ' ' || v > (1 << 24))
+    return -1;
+  *out = (int)v;
+  *p = q + 1;
+  return 0;
+}
+
+int resume_view_parse(const char *s, size_t len, resume_view_t *v) {
+  const char *nl = memchr(s, '\n', len), *p = s;
+  size_t hl;
+  int rc;
+  memset(v, 0, sizeof(*v));
+  if (nl == NULL || take_int(&p, nl, &v->first) != 0 ||
+      take_int(&p, nl, &v->nranks) != 0)
+    return CKPT_EFORMAT;
+  hl = (size_t)(nl - p);
+  if (hl == 0 || hl >= sizeof(v->host) || memchr(p, ' ', hl) ||
+      memchr(p, '\0', hl))
+    return CKPT_EFORMAT;
+  memcpy(v->host, p, hl);
+  v->host[hl] = '\0';
+  rc = ckpt_view_decode(nl + 1, len - (size_t)(nl + 1 - s), &v->steps,
+                        &v->nsteps);
+  if (rc != 0) {
+    v->steps = NULL;
+    v->nsteps = 0;
+  }
+  v->nalloc = v->nsteps;
+  return rc;
+}
+
+/* Drop step s from a view (a node found one of its files bad). */
+static void view_drop(resume_view_t *v, int64_t s) {
+  for (size_t i = 0; i < v->nsteps; i++)
+    if (v->steps[i].step == s) {
+      ckpt_have_t gone = v->steps[i];
+      memmove(&v->steps[i], &v->steps[i + 1],
+              (v->nsteps - i - 1) * sizeof(*v->steps));
+      v->steps[v->nsteps - 1] = gone; /* past the count, freed at the end */
+      v->nsteps--;
+      return;
+    }
+}
+
+static void key(char *buf, size_t n, int64_t g, const char *fmt, ...)
+    LU_PRINTF(4, 5);
+static void key(char *buf, size_t n, int64_t g, const char *fmt, ...) {
+  va_list ap;
+  int k = snprintf(buf, n, "launch/ckpt/g%" PRId64 "/", g);
+  va_start(ap, fmt);
+  vsnprintf(buf + k, n - (size_t)k, fmt, ap);
+  va_end(ap);
+}
+
+/* This node's scan by sizes, as view text with its header. */
+static int my_view(resume_t *r, const int *ranks, char **out, char *why,
+                   size_t n) {
+  ckpt_scan_options_t so = CKPT_SCAN_OPTIONS_INIT;
+  ckpt_scan_t *s = NULL;
+  char err[CKPT_PROBLEM_MAX] = "", *text = NULL;
+  int rc;
+  so.layout = (ckpt_layout_t)r->o->ckpt_layout;
+  so.ranks = ranks;
+  so.nranks = (size_t)r->rr.nproc;
+  rc = ckpt_scan(r->o->ckpt_dir, &so, &s, err, sizeof(err));
+  if (rc == -ENOENT) {
+    text = strdup(""); /* no directory yet: a fresh start here */
+    rc = text ? 0 : RDZV_ENOMEM;
+  } else if (rc != 0) {
+    lu_errf(why, n, "%s", err[0] ? err : ckpt_strerror(rc));
+    return rc;
+  } else {
+    /* A corrupt step is news; a partial one is what a kill during a save
+     * leaves, and the rollback sets it aside. */
+    for (size_t i = 0; i < s->nsteps; i++)
+      if (s->steps[i].state == CKPT_STEP_CORRUPT)
+        LU_WARN(r->log, "checkpoint %s/%s skipped: %s", r->o->ckpt_dir,
+                s->steps[i].name, s->steps[i].problem);
+      else if (s->steps[i].state == CKPT_STEP_INCOMPLETE && !r->o->quiet)
+        LU_INFO(r->log, "checkpoint %s/%s is partial: %s", r->o->ckpt_dir,
+                s->steps[i].name, s->steps[i].problem);
+    rc = ckpt_view_encode(s, &text);
+    ckpt_scan_free(s);
+  }
+  if (rc == 0) {
+    size_t len = strlen(text) + 300;
+    if ((*out = malloc(len)) == NULL)
+      rc = RDZV_ENOMEM;
+    else
+      snprintf(*out, len, "%d %d %s\n%s", r->rr.base_rank, r->rr.nproc,
+               r->host, text);
+  }
+  free(text);
+  return rc;
+}
+
+/* Verify step s's SHA-256 here: this node's ranks, or for a step of
+ * another world size (replicated), the shards this node holds. */
+static int verify_here(resume_t *r, const resume_view_t *me, int64_t s,
+                       char *problem, size_t n) {
+  const ckpt_have_t *h = NULL;
+  int ranks[CFG_MAX_NPROC], k = 0;
+  for (size_t i = 0; i < me->nsteps; i++)
+    if (me->steps[i].step == s)
+      h = &me->steps[i];
+  if (h == NULL || r->o->ckpt_layout > CKPT_LAYOUT_LAUNCH)
+    return 0; /* not held here (replicated) or not launch's layout */
+  for (int i = 0; i < r->rr.nproc && k < CFG_MAX_NPROC; i++) {
+    int rank = r->rr.base_rank + i;
+    if (rank < h->world_size &&
+        (h->ranks == NULL || (h->ranks[rank / 8] >> (rank % 8) & 1)))
+      ranks[k++] = rank;
+  }
+  if (k == 0 && h->ranks) /* replicated, none of ours: one that is here */
+    for (int rank = 0; rank < h->world_size && k == 0; rank++)
+      if (h->ranks[rank / 8] >> (rank % 8) & 1)
+        ranks[k++] = rank;
+  if (k == 0)
+    return 0;
+  return ckpt_verify_step(r->o->ckpt_dir, s, ranks, (size_t)k, problem, n);
+}
+
+/* Every node's launch/ckpt/gG/LEAF/N into vals (keys: room for nnodes).
+ * RET 0 or an error (res.why says it, unless cancelled). */
+static int gather(resume_t *r, char **keys, const char *leaf,
+                  rdzv_value_t *vals, const char *what) {
+  int rc = 0;
+  for (int i = 0; i < r->rr.nnodes; i++) {
+    char k[160];
+    key(k, sizeof(k), r->rr.round, "%s/%d", leaf, i);
+    free(keys[i]);
+    if ((keys[i] = strdup(k)) == NULL)
+      return RDZV_ENOMEM;
+  }
+  rc = wait_all(r, (const char *const *)keys, (size_t)r->rr.nnodes, vals);
+  if (rc != 0 && rc != RDZV_ECANCELED) {
+    char w[200];
+    snprintf(w, sizeof(w), "waiting for %s", what);
+    store_failed(r, rc, w, r->res.why, sizeof(r->res.why));
+  }
+  return rc;
+}
+
+static void agree_work(uv_work_t *w) {
+  resume_t *r = w->data;
+  resume_result_t *res = &r->res;
+  const resume_round_t *rr = &r->rr;
+  int64_t g = rr->round;
+  char *mine = NULL, k[160];
+  char **keys = NULL;
+  rdzv_value_t *vals = NULL;
+  resume_view_t *views = NULL;
+  ckpt_node_view_t *nv = NULL;
+  int ranks[CFG_MAX_NPROC], rc;
+  int64_t count;
+  memset(res, 0, sizeof(*res));
+  res->step = -1;
+  for (int i = 0; i < rr->nproc && i < CFG_MAX_NPROC; i++)
+    ranks[i] = rr->base_rank + i;
+  if ((rc = my_view(r, ranks, &mine, res->why, sizeof(res->why))) != 0)
+    goto out;
+  if ((rc = connect_store(r, res->why, sizeof(res->why))) != 0)
+    goto out;
+  key(k, sizeof(k), g, "view/%d", rr->node_rank);
+  if ((rc = rdzv_set(r->client, k, mine, strlen(mine), 30000)) != 0) {
+    store_failed(r, rc, "publishing this node's view", res->why,
+                 sizeof(res->why));
+    goto out;
+  }
+  keys = calloc((size_t)rr->nnodes, sizeof(*keys));
+  vals = calloc((size_t)rr->nnodes, sizeof(*vals));
+  views = calloc((size_t)rr->nnodes, sizeof(*views));
+  nv = calloc((size_t)rr->nnodes, sizeof(*nv));
+  if (!keys || !vals || !views || !nv) {
+    rc = RDZV_ENOMEM;
+    goto out;
+  }
+  if ((rc = gather(r, keys, "view", vals, "the other nodes' views")) != 0)
+    goto out;
+  for (int i = 0; i < rr->nnodes; i++) {
+    int prc = resume_view_parse(vals[i].data, vals[i].len, &views[i]);
+    rdzv_free(vals[i].data);
+    vals[i].data = NULL;
+    if (prc != 0) {
+      rc = prc;
+      lu_errf(res->why, sizeof(res->why), "checkpoint agreement: node %d's "
+              "view does not parse (%s)", i, ckpt_strerror(prc));
+      goto out;
+    }
+  }
+  for (int iter = 0;; iter++) {
+    ckpt_agreement_t ag;
+    char problem[CKPT_PROBLEM_MAX] = "", mine_v[CKPT_PROBLEM_MAX + 8];
+    int vrc, bad = 0;
+    for (int i = 0; i < rr->nnodes; i++) {
+      nv[i].name = views[i].host;
+      nv[i].steps = views[i].steps;
+      nv[i].nsteps = views[i].nsteps;
+      nv[i].first_rank = views[i].first;
+      nv[i].nranks = views[i].nranks;
+    }
+    rc = ckpt_agree(nv, (size_t)rr->nnodes, rr->world_size, &ag);
+    if (rc != 0) {
+      lu_strlcpy(res->why, ag.why[0] ? ag.why : ckpt_strerror(rc),
+                 sizeof(res->why));
+      goto out;
+    }
+    res->step = ag.step;
+    res->elastic = ag.elastic;
+    lu_strlcpy(res->why, ag.why, sizeof(res->why));
+    if (ag.step < 0 || r->o->ckpt_verify == CFG_CKPT_VERIFY_SIZE)
+      break;
+    vrc = verify_here(r, &views[rr->node_rank], ag.step, problem,
+                      sizeof(problem));
+    if (vrc != 0)
+      snprintf(mine_v, sizeof(mine_v), "bad %s",
+               problem[0] ? problem : ckpt_strerror(vrc));
+    else
+      lu_strlcpy(mine_v, "ok", sizeof(mine_v));
+    key(k, sizeof(k), g, "v%d/%d", iter, rr->node_rank);
+    if ((rc = rdzv_set(r->client, k, mine_v, strlen(mine_v), 30000)) != 0) {
+      store_failed(r, rc, "publishing this node's verification", res->why,
+                   sizeof(res->why));
+      goto out;
+    }
+    snprintf(k, sizeof(k), "v%d", iter);
+    if ((rc = gather(r, keys, k, vals, "the other nodes' verification")) != 0)
+      goto out;
+    for (int i = 0; i < rr->nnodes; i++) {
+      const char *v = vals[i].data;
+      if (vals[i].len >= 4 && memcmp(v, "bad ", 4) == 0) {
+        bad++;
+        LU_WARN(r->log, "checkpoint step %" PRId64 " on %s is not usable: "
+                "%.*s; falling back to an older step", ag.step,
+                views[i].host, (int)LU_MIN(vals[i].len - 4, 900), v + 4);
+        view_drop(&views[i], ag.step);
+      }
+      rdzv_free(vals[i].data);
+      vals[i].data = NULL;
+    }
+    if (!bad)
+      break;
+  }
+  /* Every node rolls back before any worker starts. */
+  if (r->o->ckpt_layout <= CKPT_LAYOUT_LAUNCH) {
+    char err[CKPT_PROBLEM_MAX] = "";
+    int64_t sv = res->step;
+    if ((rc = ckpt_rollback(r->o->ckpt_dir, sv, err, sizeof(err))) != 0) {
+      lu_errf(res->why, sizeof(res->why), "rolling %s back to step %" PRId64
+              ": %s", r->o->ckpt_dir, sv, err);
+      goto out;
+    }
+  }
+  key(k, sizeof(k), g, "rolled");
+  if ((rc = rdzv_add(r->client, k, 1, &count, 30000)) != 0) {
+    store_failed(r, rc, "the rollback barrier", res->why, sizeof(res->why));
+    goto out;
+  }
+  key(k, sizeof(k), g, "rolled_all");
+  if (count == rr->nnodes &&
+      (rc = rdzv_set(r->client, k, "1", 1, 30000)) != 0) {
+    store_failed(r, rc, "the rollback barrier", res->why, sizeof(res->why));
+    goto out;
+  }
+  {
+    const char *one = k;
+    rc = wait_all(r, &one, 1, vals);
+    if (rc == 0) {
+      rdzv_free(vals[0].data);
+      vals[0].data = NULL;
+    } else if (rc != RDZV_ECANCELED)
+      store_failed(r, rc, "the rollback barrier", res->why, sizeof(res->why));
+  }
+out:
+  if (rc == RDZV_ECANCELED)
+    lu_strlcpy(res->why, "cancelled", sizeof(res->why));
+  else if (rc != 0 && res->why[0] == '\0')
+    lu_strlcpy(res->why, ckpt_strerror(rc), sizeof(res->why));
+  res->rc = rc;
+  for (int i = 0; keys && i < rr->nnodes; i++) {
+    free(keys[i]);
+    if (vals)
+      rdzv_free(vals[i].data);
+  }
+  free(keys);
+  free(vals);
+  views_free(views, views ? (size_t)rr->nnodes : 0);
+  free(nv);
+  free(mine);
+}
+
+/* ---- the commit of completion files (pool thread) ------------------------------- */
+
+static void commit_work(uv_work_t *w) {
+  resume_t *r = w->data;
+  ckpt_commit_options_t co = CKPT_COMMIT_OPTIONS_INIT;
+  int ranks[CFG_MAX_NPROC], rc;
+  char why[512] = "";
+  r->commit_err[0] = '\0';
+  r->finalised = -1;
+  if (r->o->ckpt_layout > CKPT_LAYOUT_LAUNCH)
+    return; /* other layouts commit themselves */
+  if (connect_store(r, r->commit_err, sizeof(r->commit_err)) != 0)
+    return;
+  for (int i = 0; i < r->rr.nproc && i < CFG_MAX_NPROC; i++)
+    ranks[i] = r->rr.base_rank + i;
+  co.dir = r->o->ckpt_dir;
+  co.job = r->o->run_id;
+  co.world_size = r->rr.world_size;
+  co.ranks = ranks;
+  co.nranks = (size_t)r->rr.nproc;
+  co.generation = r->rr.round;
+  co.keep = r->o->ckpt_keep;
+  co.client = r->client;
+  co.timeout_ms = 10000;
+  rc = ckpt_agent_scan_commit(&co, &r->finalised, r->commit_err,
+                              sizeof(r->commit_err));
+  if (rc != 0 && rc != -ENOENT) {
+    if (r->commit_err[0] == '\0')
+      store_failed(r, rc, "committing completion files", why, sizeof(why)),
+          lu_strlcpy(r->commit_err, why, sizeof(r->commit_err));
+    else
+      rdzv_close(r->client), r->client = NULL;
+  } else if (rc == -ENOENT) {
+    r->commit_err[0] = '\0'; /* no directory yet */
+  }
+}
+
+/* ---- on the loop ------------------------------------------------------------------ */
+
+static void start_next(resume_t *r);
+
+static void after_work(uv_work_t *w, int status) {
+  resume_t *r = w->data;
+  int was_commit = r->committing;
+  (void)status;
+  r->busy = 0;
+  r->committing = 0;
+  if (r->freeing) {
+    rdzv_close(r->client);
+    free(r);
+    return;
+  }
+  if (was_commit) {
+    if (r->commit_err[0])
+      LU_WARN(r->log, "checkpoint commit: %s", r->commit_err);
+    else if (r->finalised >= 0 && !r->o->quiet)
+      LU_INFO(r->log, "checkpoint step %" PRId64 " of %s is final",
+              r->finalised, r->o->ckpt_dir);
+  } else {
+    resume_cb cb = r->cb;
+    r->cb = NULL;
+    if (r->res.rc == 0) {
+      r->have_round = 1;
+      r->step = r->res.step;
+    }
+    if (cb)
+      cb(r->cb_arg, &r->res);
+  }
+  start_next(r);
+}
+
+static void queue(resume_t *r, int commit) {
+  if (commit) {
+    r->rr = r->commit_rr;
+    r->rr.host = r->host;
+  } else {
+    r->rr = r->next_rr;
+    memcpy(r->host, r->next_host, sizeof(r->host));
+    r->rr.host = r->host;
+  }
+  r->busy = 1;
+  r->committing = commit;
+  r->work.data = r;
+  if (uv_queue_work(r->loop, &r->work, commit ? commit_work : agree_work,
+                    after_work) != 0) {
+    /* cannot happen with a live loop: run it here */
+    (commit ? commit_work : agree_work)(&r->work);
+    after_work(&r->work, 0);
+  }
+}
+
+static void start_next(resume_t *r) {
+  if (r->busy)
+    return;
+  /* The last commit of a round before the next round's scan. */
+  if (r->commit_pending) {
+    r->commit_pending = 0;
+    queue(r, 1);
+  } else if (r->agree_pending) {
+    r->agree_pending = 0;
+    queue(r, 0);
+  }
+}
+
+static void commit_cb(uv_timer_t *t) {
+  resume_t *r = t->data;
+  if (!r->busy)
+    queue(r, 1);
+}
+
+int resume_new(uv_loop_t *loop, const cfg_t *o, lu_log_t *log,
+               const char *endpoint, const char *token, size_t token_len,
+               resume_t **out) {
+  resume_t *r = calloc(1, sizeof(*r));
+  if (r == NULL)
+    return RDZV_ENOMEM;
+  r->loop = loop;
+  r->o = o;
+  r->log = log;
+  lu_strlcpy(r->endpoint, endpoint, sizeof(r->endpoint));
+  r->token = token;
+  r->token_len = token_len;
+  r->step = -1;
+  atomic_init(&r->cancel, 0);
+  uv_timer_init(loop, &r->timer);
+  r->timer.data = r;
+  *out = r;
+  return 0;
+}
+
+static void timer_closed(uv_handle_t *h) {
+  resume_t *r = h->data;
+  if (r->busy) {
+    r->freeing = 1; /* after_work frees */
+    return;
+  }
+  rdzv_close(r->client);
+  free(r);
+}
+
+void resume_free(resume_t *r) {
+  if (r == NULL)
+    return;
+  atomic_store(&r->cancel, 1);
+  r->cb = NULL;
+  r->agree_pending = r->commit_pending = 0;
+  uv_close((uv_handle_t *)&r->timer, timer_closed);
+}
+
+int resume_agree(resume_t *r, const resume_round_t *rr, resume_cb cb,
+                 void *arg) {
+  if (r->cb != NULL)
+    return RDZV_EINVAL;
+  uv_timer_stop(&r->timer);
+  r->next_rr = *rr;
+  lu_strlcpy(r->next_host, rr->host ? rr->host : "?", sizeof(r->next_host));
+  r->cb = cb;
+  r->cb_arg = arg;
+  r->have_round = 0;
+  atomic_store(&r->cancel, 0);
+  if (r->busy)
+    r->agree_pending = 1; /* after the commit in flight */
+  else
+    queue(r, 0);
+  return 0;
+}
+
+void resume_cancel(resume_t *r) {
+  if (r && r->cb)
+    atomic_store(&r->cancel, 1);
+}
+
+void resume_commit_start(resume_t *r, const resume_round_t *rr) {
+  r->commit_rr = *rr;
+  r->commit_on = 1;
+  uv_timer_start(&r->timer, commit_cb, COMMIT_EVERY_MS, COMMIT_EVERY_MS);
+}
+
+void resume_commit_stop(resume_t *r) {
+  uv_timer_stop(&r->timer);
+  if (!r->commit_on)
+    return;
+  r->commit_on = 0;
+  if (r->busy)
+    r->commit_pending = 1;
+  else
+    queue(r, 1);
+}
+
+int resume_env(const resume_t *r, env_t *e) {
+  char b[32];
+  int rc = env_set(e, "LAUNCH_CKPT_DIR", r->o->ckpt_dir, ENV_SRC_LAUNCH,
+                   "launcher");
+  snprintf(b, sizeof(b), "%d", r->o->ckpt_keep);
+  rc |= env_set(e, "LAUNCH_CKPT_KEEP", b, ENV_SRC_LAUNCH, "launcher");
+  if (r->have_round && r->step >= 0) {
+    snprintf(b, sizeof(b), "%" PRId64, r->step);
+    rc |= env_set(e, "LAUNCH_RESUME_STEP", b, ENV_SRC_LAUNCH, "launcher");
+  } else {
+    env_unset(e, "LAUNCH_RESUME_STEP");
+  }
+  return rc ? RDZV_ENOMEM : 0;
+}

@@ -1,0 +1,88 @@
+/* resume.h - the agent's side of checkpoints (docs/checkpoints.md,
+ * "Integration with the agent and the runtime"):
+ *
+ *  - at every (re)start, before the workers are spawned, the nodes agree on
+ *    the step to resume from (resume_agree): each scans --ckpt-dir, puts
+ *    its view under launch/ckpt/g<round>/view/<node> in the job's store,
+ *    reads every node's view and runs ckpt_agree (a pure function, so every
+ *    node gets the same answer), verifies the candidate's SHA-256 for its
+ *    own ranks, falls back together when a node finds a bad file, rolls the
+ *    directory back to the agreed step, and waits until every node did;
+ *  - while the workers run, it commits the steps of trainers that write
+ *    completion files (resume_commit, every 2 s and when they exit).
+ *
+ * The blocking work (file system, store) runs on libuv's thread pool on a
+ * store connection of its own; one piece of work at a time. */
+#ifndef RESUME_H
+#define RESUME_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "ckpt.h"
+#include "config.h"
+#include "env.h"
+#include "lu.h"
+
+typedef struct resume_s resume_t;
+
+/* What the agent knows of the round. */
+typedef struct resume_round_s {
+  int64_t round;
+  int node_rank, nnodes, world_size, base_rank, nproc;
+  const char *host;
+} resume_round_t;
+
+/* The agreement's outcome. rc 0: step (-1 fresh start), elastic; rc
+ * CKPT_EWORLD or CKPT_ELAYOUT: the job cannot resume as configured (why);
+ * RDZV_ECANCELED: resume_cancel was called; other codes: this node failed
+ * (why). */
+typedef struct resume_result_s {
+  int rc;
+  int64_t step;
+  int elastic;
+  char why[1024];
+} resume_result_t;
+
+typedef void (*resume_cb)(void *arg, const resume_result_t *r);
+
+/* IN o, log, token: must outlive r. endpoint: "host:port" of the server. */
+int resume_new(uv_loop_t *loop, const cfg_t *o, lu_log_t *log,
+               const char *endpoint, const char *token, size_t token_len,
+               resume_t **out);
+/* Stop the timer, wait for the work in flight (the loop must run), free. */
+void resume_free(resume_t *r);
+
+/* Start the agreement of round rr; cb runs on the loop once it is done.
+ * RET 0 or RDZV_EBUSY (one agreement at a time). */
+int resume_agree(resume_t *r, const resume_round_t *rr, resume_cb cb,
+                 void *arg);
+/* Make the agreement in flight end soon with RDZV_ECANCELED (a restart or
+ * the end of the job arrived meanwhile). */
+void resume_cancel(resume_t *r);
+
+/* The workers of round rr run: commit completion files every 2 s. */
+void resume_commit_start(resume_t *r, const resume_round_t *rr);
+/* They exited: one last commit, no more timer. */
+void resume_commit_stop(resume_t *r);
+
+/* The worker environment of the agreed step: LAUNCH_CKPT_DIR,
+ * LAUNCH_RESUME_STEP (unset on a fresh start), LAUNCH_CKPT_KEEP. */
+int resume_env(const resume_t *r, env_t *e);
+
+/* A node's view as the store holds it: "FIRST NRANKS HOST\n", then
+ * ckpt_view_encode's lines. Comes from another node: checked. */
+typedef struct resume_view_s {
+  char host[256];
+  int first, nranks;
+  ckpt_have_t *steps;
+  size_t nsteps;
+  size_t nalloc; /* entries to free: dropped ones sit past nsteps */
+} resume_view_t;
+
+/* OUT *v (free with resume_view_free, also after a failure).
+ * RET 0, CKPT_EFORMAT, RDZV_ENOMEM. */
+int resume_view_parse(const char *s, size_t len, resume_view_t *v);
+void resume_view_free(resume_view_t *v);
+
+#endif /* RESUME_H */

@@ -1,0 +1,349 @@
+"""Automatic resume under launch --ckpt-dir (docs/checkpoints.md):
+train_gpt --preset tiny on 2 agents x 2 workers on loopback (127.0.0.2,
+.3) against a `launch server` of the test's own.
+
+- chaos: 10 SIGKILLs of a random worker or agent at random times (a killed
+  agent is started again, as a scheduler would); the job finishes and its
+  final parameters equal an uninterrupted run's, bit for bit;
+- a corrupted shard (one byte flipped) is skipped with a warning naming it,
+  and the job resumes from the step before;
+- node-local directories holding different newest steps: the job resumes
+  from the newest step both nodes hold;
+- another world size: resumed when the state is replicated (train_gpt's),
+  refused with exit 2 and a message saying what to do when it is not;
+- crash consistency under launch: train_gpt saving every step, a rank
+  SIGKILLed 50 times at random points (inside its background saves, its
+  commits, the finalisation); after every kill `latest` names a step whose
+  manifest and shards verify, and the job ends bit-identical.
+
+The reference run is one process with --accum 4: the CPU sums have a fixed
+order, so 4 ranks give bitwise what 4 micro-steps of accumulation give."""
+import glob
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
+import launchtest as lt  # noqa: E402
+
+BIN = os.path.dirname(os.path.abspath(lt.launch_bin()))
+TRAIN = os.path.join(BIN, "train_gpt")
+MODEL = ["--preset", "tiny", "--val-batches", "2", "--log-every", "5"]
+
+
+def reference(d, steps, world=4):
+    """The parameters of an uninterrupted run of `steps` steps by `world`
+    ranks."""
+    out = os.path.join(d, "ref-%d-%d.bin" % (steps, world))
+    if not os.path.exists(out):
+        p = lt.Proc([TRAIN] + MODEL + ["--steps", str(steps), "--accum",
+                                       str(world),
+                                       "--dump-params", out],
+                    env={"RANK": "", "WORLD_SIZE": ""}, name="ref")
+        assert p.wait(300) == 0, p.output()
+    with open(out, "rb") as f:
+        return f.read()
+
+
+class Job:
+    """Two agents x 2 workers of train_gpt, each node with its own
+    --ckpt-dir (node-local) or one shared."""
+
+    def __init__(self, srv, d, run_id, steps, every, dirs, extra=(),
+                 nproc=2, hosts=(2, 3), max_restarts=20):
+        self.srv, self.d, self.run_id = srv, d, run_id
+        self.steps, self.every, self.dirs = steps, every, dirs
+        self.extra, self.nproc, self.hosts = list(extra), nproc, hosts
+        self.max_restarts = max_restarts
+        self.dump = os.path.join(d, "params-%s.bin" % run_id)
+        self.agents = {}
+        self.old = []
+
+    def start(self, h):
+        args = ["--nnodes", str(len(self.hosts)), "--nproc-per-node",
+                str(self.nproc), "--rdzv-endpoint",
+                "127.0.0.1:%d" % self.srv.port, "--rdzv-id", self.run_id,
+                "--local-addr", "127.0.0.%d" % h, "--max-restarts", str(self.max_restarts),
+                "--stop-timeout", "5", "--ckpt-dir", self.dirs[h]] + \
+            self.extra + [TRAIN] + MODEL + [
+                "--steps", str(self.steps), "--ckpt-every", str(self.every),
+                "--dump-params", self.dump]
+        if h in self.agents:
+            self.old.append(self.agents[h])
+        self.agents[h] = lt.launch(args, env={"LAUNCH_HOSTNAME": "h%d" % h},
+                                   name="agent%d" % h)
+
+    def start_all(self):
+        for h in self.hosts:
+            self.start(h)
+
+    def output(self):
+        return "\n".join("--- %s (pid %d)\n%s" % (a.name, a.pid, a.output())
+                         for a in self.old + list(self.agents.values()))
+
+    def wait(self, timeout=300):
+        rcs = [self.agents[h].wait(timeout) for h in self.hosts]
+        return rcs
+
+    def kill(self):
+        for a in self.old + list(self.agents.values()):
+            a.kill()
+
+
+def children(pid):
+    """The direct children of pid (the agent's workers)."""
+    out = []
+    for st in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(st) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(st.split("/")[2]))
+    return out
+
+
+def test_chaos(srv, d):
+    rng = random.Random(int(os.environ.get("CHAOS_SEED", "0")) or None)
+    seed = rng.randrange(1 << 30)
+    rng = random.Random(seed)
+    steps = 90
+    ref = reference(d, steps)
+    ck = os.path.join(d, "chaos-ck")
+    job = Job(srv, d, "chaos", steps, 3, {2: ck, 3: ck})
+    job.start_all()
+    kills = []
+    try:
+        while len(kills) < 10:
+            time.sleep(rng.uniform(0.5, 2.5))
+            out = "".join(a.output() for a in job.agents.values())
+            if "train_gpt: final" in out or \
+                    not all(a.running() for a in job.agents.values()):
+                break
+            h = rng.choice(job.hosts)
+            agent = job.agents[h]
+            workers = children(agent.pid)
+            if rng.random() < 0.3 or not workers:
+                agent.signal(signal.SIGKILL)
+                agent.wait(10)
+                kills.append("agent h%d" % h)
+                time.sleep(rng.uniform(0.2, 1.0))
+                job.start(h)  # as a scheduler restarts a failed task
+            else:
+                w = rng.choice(workers)
+                try:
+                    os.kill(w, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                kills.append("worker %d on h%d" % (w, h))
+        rcs = job.wait(600)
+        out = job.output()
+        assert len(kills) == 10, "the job ended after %d kills (seed %d): " \
+            "raise --steps\n%s" % (len(kills), seed, out)
+        assert rcs == [0, 0], "seed %d, kills %s, exit codes %s\n%s" % (
+            seed, kills, rcs, out)
+        assert "resuming from checkpoint step" in out, out
+        with open(job.dump, "rb") as f:
+            got = f.read()
+        assert got == ref, "seed %d, kills %s: final parameters differ from " \
+            "an uninterrupted run's\n%s" % (seed, kills, out)
+        print("chaos: seed %d, %d kills (%s); %d resumes; parameters "
+              "bit-identical" % (seed, len(kills), ", ".join(kills),
+                                  out.count("train_gpt: resumed from")))
+    finally:
+        job.kill()
+
+
+def run_to_end(job, timeout=300):
+    job.start_all()
+    try:
+        rcs = job.wait(timeout)
+        assert rcs == [0] * len(job.hosts), "exit codes %s\n%s" % (
+            rcs, job.output())
+        return job.output()
+    finally:
+        job.kill()
+
+
+def resumed_step(out):
+    m = re.findall(r"train_gpt: resumed from step (\d+)", out)
+    return int(m[-1]) if m else None
+
+
+def test_corrupt_shard(srv, d):
+    ck = os.path.join(d, "corrupt-ck")
+    run_to_end(Job(srv, d, "corrupt1", 20, 5, {2: ck, 3: ck}))
+    shard = os.path.join(ck, "step-15", "rank-2.bin")
+    with open(shard, "r+b") as f:
+        f.seek(1000)
+        b = f.read(1)
+        f.seek(1000)
+        f.write(bytes([b[0] ^ 0x01]))
+    job = Job(srv, d, "corrupt2", 25, 5, {2: ck, 3: ck})
+    out = run_to_end(job)
+    assert re.search(r"warning: checkpoint step 15 on h3 is not usable: "
+                     r"rank-2\.bin: SHA-256 .* does not match", out), out
+    assert resumed_step(out) == 10, out
+    with open(job.dump, "rb") as f:
+        assert f.read() == reference(d, 25), "parameters differ\n" + out
+    print("corrupt shard: step 15 skipped naming rank-2.bin; resumed from 10")
+
+
+def test_node_local(srv, d):
+    dirs = {2: os.path.join(d, "local-h2"), 3: os.path.join(d, "local-h3")}
+    run_to_end(Job(srv, d, "local1", 20, 5, dirs))
+    for h in (2, 3):
+        have = sorted(os.listdir(dirs[h]))
+        assert "step-15" in have and "step-10" in have, have
+    # node h3 lost its newest step (its disk, a late write): 10 is the
+    # newest step both nodes hold.
+    shutil.rmtree(os.path.join(dirs[3], "step-15"))
+    job = Job(srv, d, "local2", 25, 5, dirs)
+    out = run_to_end(job)
+    assert resumed_step(out) == 10, out
+    assert "resuming from checkpoint step 10" in out, out
+    with open(job.dump, "rb") as f:
+        assert f.read() == reference(d, 25), "parameters differ\n" + out
+    print("node-local: newest steps 15 and 10, resumed from 10")
+
+
+def write_step(ck, step, world, replicated):
+    """A final step of launch's layout written as the manifest spec says."""
+    sd = os.path.join(ck, "step-%d" % step)
+    os.makedirs(sd)
+    shards = []
+    for r in range(world):
+        data = b"state of rank %d" % r
+        with open(os.path.join(sd, "rank-%d.bin" % r), "wb") as f:
+            f.write(data)
+        shards.append({"rank": r, "file": "rank-%d.bin" % r, "size": len(data),
+                       "sha256": hashlib.sha256(data).hexdigest()})
+    m = {"format": "launch-checkpoint", "version": 1, "job": "x", "step": step,
+         "generation": 0, "world_size": world, "replicated": replicated,
+         "time": "2026-12-01T00:00:00.000Z", "time_ms": 1796083200000,
+         "shards": shards}
+    with open(os.path.join(sd, "manifest.json"), "w") as f:
+        json.dump(m, f)
+    with open(os.path.join(ck, "latest"), "w") as f:
+        f.write("step-%d\n" % step)
+
+
+def test_world_size_change(srv, d):
+    # train_gpt's state is replicated: 4 ranks' checkpoint, resumed by 2
+    ck = os.path.join(d, "elastic-ck")
+    run_to_end(Job(srv, d, "el1", 10, 5, {2: ck, 3: ck}))
+    job = Job(srv, d, "el2", 15, 5, {2: ck}, hosts=(2,))
+    out = run_to_end(job)
+    assert "another world size: replicated state" in out, out
+    assert resumed_step(out) == 5, out
+    # not replicated: refused, exit 2, the message says what to do
+    ck2 = os.path.join(d, "sharded-ck")
+    write_step(ck2, 7, 4, False)
+    a = lt.launch(["--standalone", "--nproc-per-node", "2", "--ckpt-dir", ck2,
+                   "--no-python", "/bin/true"], name="refuse")
+    try:
+        rc = a.wait(60)
+        out = a.output()
+        assert rc == 2, (rc, out)
+        assert "step 7 was written by 4 ranks and this job has 2" in out, out
+        assert "run with 4 ranks" in out, out
+    finally:
+        a.kill()
+    print("world size: replicated resumed on 2 of 4 ranks; sharded refused")
+
+
+def verify_latest(ck):
+    """`latest` names a final step whose shards match its manifest."""
+    try:
+        with open(os.path.join(ck, "latest")) as f:
+            name = f.read().strip()
+    except FileNotFoundError:
+        return None
+    sd = os.path.join(ck, name)
+    with open(os.path.join(sd, "manifest.json")) as f:
+        m = json.load(f)
+    assert "step-%d" % m["step"] == name, (name, m["step"])
+    assert len(m["shards"]) == m["world_size"], m
+    for sh in m["shards"]:
+        with open(os.path.join(sd, sh["file"]), "rb") as f:
+            data = f.read()
+        assert len(data) == sh["size"], (name, sh)
+        assert hashlib.sha256(data).hexdigest() == sh["sha256"], (name, sh)
+    return m["step"]
+
+
+def test_crash_consistency(srv, d):
+    rng = random.Random(int(os.environ.get("CHAOS_SEED", "0")) or None)
+    seed = rng.randrange(1 << 30)
+    rng = random.Random(seed)
+    steps = 300
+    ck = os.path.join(d, "crash-ck")
+    job = Job(srv, d, "crash", steps, 1, {2: ck}, hosts=(2,),
+              max_restarts=60)
+    job.start_all()
+    seen = []
+    try:
+        while len(seen) < 50:
+            time.sleep(rng.uniform(0.3, 1.0))
+            agent = job.agents[2]
+            if "train_gpt: final" in agent.output() or not agent.running():
+                break
+            workers = children(agent.pid)
+            if not workers:
+                continue
+            try:
+                os.kill(rng.choice(workers), signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            step = verify_latest(ck)
+            seen.append(step)
+        rcs = job.wait(600)
+        out = job.output()
+        assert len(seen) == 50, "the job ended after %d kills (seed %d): " \
+            "raise --steps\n%s" % (len(seen), seed, out)
+        assert rcs == [0], "seed %d: exit codes %s\n%s" % (seed, rcs, out)
+        with open(job.dump, "rb") as f:
+            assert f.read() == reference(d, steps, 2), \
+                "seed %d: final parameters differ\n%s" % (seed, out)
+        print("crash consistency: seed %d, 50 kills, latest verified after "
+              "each (steps %s); %d resumes; parameters bit-identical"
+              % (seed, ",".join(str(x) for x in seen),
+                 out.count("train_gpt: resumed from")))
+    finally:
+        job.kill()
+
+
+def main():
+    if not os.access(TRAIN, os.X_OK):
+        lt.skip("no train_gpt next to " + lt.launch_bin())
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LAUNCH_CKPT_DIR",
+              "LAUNCH_RESUME_STEP"):
+        os.environ.pop(k, None)
+    tests = [test_chaos, test_crash_consistency, test_corrupt_shard,
+             test_node_local, test_world_size_change]
+    only = sys.argv[1:]
+    d = tempfile.mkdtemp(prefix="launch-ckpt-resume-")
+    try:
+        with lt.Server() as srv:
+            for t in tests:
+                if only and t.__name__ not in only:
+                    continue
+                t0 = time.time()
+                t(srv, d)
+                print("%s: ok (%.1f s)" % (t.__name__, time.time() - t0))
+                sys.stdout.flush()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    print("test_ckpt_resume: ok")
+
+
+if __name__ == "__main__":
+    main()
