@@ -57,6 +57,7 @@ typedef struct agent_s {
   ac_t *ac;
   int state;
   int64_t round;     /* the restart generation: see docs/glossary.md */
+  int64_t restarts_spent; /* restarts spent on failures (the server's) */
   int node_rank, nnodes, world_size, base_rank;
   int master_port;     /* rank0 store mode: node 0's port */
   int my_master_port;  /* the port this node offers if it becomes node 0 */
@@ -68,6 +69,7 @@ typedef struct agent_s {
   /* workers */
   wk_group_t *wg;
   char **argv;
+  char ***rank_argv; /* argv per local rank when it holds ${local_rank} */
   env_t **renv;     /* each rank's complete environment */
   char **prefixes;
   char run_dir[PATH_MAX];
@@ -178,6 +180,50 @@ static void free_round(agent_t *a) {
   a->prefixes = NULL;
 }
 
+/* torchrun substitutes ${local_rank} in the program's arguments: each
+ * rank's argv when one holds it (a->rank_argv stays NULL otherwise). */
+static int make_rank_argv(agent_t *a) {
+  static const char macro[] = "${local_rank}";
+  int any = 0, n = 0;
+  for (int i = 0; a->argv[i]; i++, n++)
+    any |= strstr(a->argv[i], macro) != NULL;
+  if (!any || a->rank_argv)
+    return 0;
+  if ((a->rank_argv = calloc((size_t)a->o->nproc, sizeof(char **))) == NULL)
+    return RDZV_ENOMEM;
+  for (int r = 0; r < a->o->nproc; r++) {
+    char **v = calloc((size_t)n + 1, sizeof(char *));
+    if ((a->rank_argv[r] = v) == NULL)
+      return RDZV_ENOMEM;
+    for (int i = 0; i < n; i++) {
+      const char *s = a->argv[i], *m;
+      char num[16];
+      size_t len = 0, cap = strlen(s) + 1;
+      int w = snprintf(num, sizeof(num), "%d", r);
+      for (m = s; (m = strstr(m, macro)) != NULL; m += sizeof(macro) - 1)
+        cap += (size_t)w;
+      if ((v[i] = malloc(cap)) == NULL)
+        return RDZV_ENOMEM;
+      while ((m = strstr(s, macro)) != NULL) {
+        memcpy(v[i] + len, s, (size_t)(m - s));
+        len += (size_t)(m - s);
+        memcpy(v[i] + len, num, (size_t)w);
+        len += (size_t)w;
+        s = m + sizeof(macro) - 1;
+      }
+      memcpy(v[i] + len, s, strlen(s) + 1);
+    }
+  }
+  return 0;
+}
+
+static void free_rank_argv(agent_t *a) {
+  for (int r = 0; a->rank_argv && r < a->o->nproc; r++)
+    launch_argv_free(a->rank_argv[r]);
+  free(a->rank_argv);
+  a->rank_argv = NULL;
+}
+
 static void clear_failures(agent_t *a) {
   for (size_t i = 0; i < a->nfails; i++)
     sum_failure_free(&a->fails[i]);
@@ -198,6 +244,7 @@ static int build_envs(agent_t *a) {
     return RDZV_ENOMEM;
   memset(&r, 0, sizeof(r));
   r.round = a->round;
+  r.restarts = a->restarts_spent;
   r.node_rank = a->node_rank;
   r.nnodes = a->nnodes;
   r.world_size = a->world_size;
@@ -263,18 +310,21 @@ static int start_workers(agent_t *a) {
       return rc;
     }
   }
-  if ((rc = build_envs(a)) != 0)
+  if ((rc = build_envs(a)) != 0 || (rc = make_rank_argv(a)) != 0)
     return rc;
   memset(&spec, 0, sizeof(spec));
   spec.size = sizeof(spec);
   spec.nproc = o->nproc;
   spec.argv = a->argv;
+  spec.rank_argv = (char *const *const *)a->rank_argv;
   for (int i = 0; i < o->nproc; i++)
     if ((envp[i] = env_envp(a->renv[i])) == NULL)
       return RDZV_ENOMEM;
   if (a->node.plan) {
-    spec.pre_exec = apply_binding;
-    spec.pre_exec_arg = a->node.plan;
+    if (!a->node.report_only) {
+      spec.pre_exec = apply_binding;
+      spec.pre_exec_arg = a->node.plan;
+    }
     if (o->report_bindings && a->round == 0)
       for (int i = 0; i < o->nproc; i++) {
         char line[512];
@@ -298,8 +348,11 @@ static int start_workers(agent_t *a) {
   /* issue #11 (topo helper): say once how workers are kept together. */
   if (rc == 0 && a->round == 0 && !o->quiet) {
     const char *what;
-    wk_containment(a->wg, &what);
-    LU_INFO(&a->log, "%s", what);
+    /* cgroups: as it should be, said only with debug on */
+    if (wk_containment(a->wg, &what) == WK_CONTAIN_CGROUP)
+      LU_DBG(&a->log, LU_DBG_AGENT, "%s", what);
+    else
+      LU_INFO(&a->log, "%s", what);
   }
   return rc;
 }
@@ -488,15 +541,13 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     return;
   }
   a->round = r.round;
+  a->restarts_spent = r.restarts;
   a->node_rank = (int)r.node_rank;
   a->nnodes = (int)r.nnodes;
   a->world_size = (int)r.world_size;
   a->base_rank = (int)r.base_rank;
   a->master_port = (int)r.master_port;
   lu_strlcpy(a->node0_addr, r.node0_addr, sizeof(a->node0_addr));
-  say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d", a->round,
-      a->o->run_id, a->node_rank, a->nnodes, a->base_rank,
-      a->base_rank + a->o->nproc - 1, a->world_size);
   if (start_workers(a) != 0) {
     /* Cannot start here: report it like a failed worker. */
     sum_failure_t f;
@@ -511,6 +562,16 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     report(a, &f);
     sum_failure_free(&f);
     return;
+  }
+  /* The start line: one per round. */
+  {
+    const env_var_t *omp = a->renv ? env_find(a->renv[0], "OMP_NUM_THREADS")
+                                   : NULL;
+    int omp_set = a->round == 0 && omp && omp->src == ENV_SRC_LAUNCH;
+    say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d%s",
+        a->round, a->o->run_id, a->node_rank, a->nnodes, a->base_rank,
+        a->base_rank + a->o->nproc - 1, a->world_size,
+        omp_set ? "; OMP_NUM_THREADS=1 for each worker (set it to tune)" : "");
   }
   a->state = A_RUN;
 }
@@ -1054,6 +1115,7 @@ done:
   clear_failures(a);
   if (a->have_root)
     sum_failure_free(&a->root);
+  free_rank_argv(a);
   launch_argv_free(a->argv);
   if (a->run_dir_is_temp && rc == 0 && a->run_dir[0] &&
       nftw(a->run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)

@@ -33,6 +33,10 @@ typedef struct launch_node_s {
   aff_sysinfo_t si;   /* probed where there are GPUs (or under root) */
   const char *root;   /* /sys and /proc prefix of the lint (NULL = /) */
   int foreign;        /* the topology is another machine's (--topology) */
+  int torch_version;  /* the workers' PyTorch (cfg_t's), for the lint */
+  int no_gpu;         /* the job uses no GPU here: NCCL lint errors warn */
+  int report_only;    /* the plan is for --report-bindings only: the
+                         workers are neither bound nor told */
 } launch_node_t;
 
 /* Load the profile, the topology (when binding, --report-bindings,
@@ -47,6 +51,7 @@ void launch_node_close(launch_node_t *n);
 /* What a round decided, as the worker environment needs it. */
 typedef struct launch_round_s {
   int64_t round;
+  int64_t restarts;       /* spent on failures: TORCHELASTIC_RESTART_COUNT */
   int node_rank, nnodes, world_size, base_rank;
   char master_addr[300];  /* the store the workers use */
   int master_port;
@@ -77,6 +82,11 @@ int launch_lint(const launch_node_t *n, const env_t *e, env_finding_t **f,
  * (PYTHON_EXEC), else the program itself. OUT *argv NULL-terminated,
  * free with launch_argv_free. RET 0 or RDZV_ENOMEM. */
 int launch_worker_argv(const cfg_t *c, char ***argv);
+/* The version of the PyTorch PROGRAM's interpreter would import, as major *
+ * 100 + minor, read from its site-packages without importing it
+ * (torchver.c); 0 when there is no Python or no torch. where: the file it
+ * came from. */
+int launch_torch_version(const cfg_t *c, char *where, size_t wl);
 void launch_argv_free(char **argv);
 
 /* The node fingerprint sent with the join: e a rank's environment; the

@@ -143,6 +143,7 @@ struct wk_group_s {
   /* The copied spec of the current (or last) attempt. */
   int nproc;
   char **argv;
+  char ***rank_argv; /* NULL, or per rank (spec.rank_argv) */
   char ***envp;
   char **prefix;
   size_t *prefix_len;
@@ -1578,6 +1579,11 @@ static void wk_free_attempt(wk_group_t *g) {
   g->w = NULL;
   wk_free_strv(g->argv);
   g->argv = NULL;
+  if (g->rank_argv)
+    for (int i = 0; i < g->nproc; i++)
+      wk_free_strv(g->rank_argv[i]);
+  free(g->rank_argv);
+  g->rank_argv = NULL;
   if (g->envp)
     for (int i = 0; i < g->nproc; i++)
       wk_free_strv(g->envp[i]);
@@ -1633,6 +1639,12 @@ static int wk_copy_spec(wk_group_t *g, const wk_spec_t *s) {
   for (int i = 0; i < n; i++) {
     const char *p = s->prefix && s->prefix[i] ? s->prefix[i] : "";
     size_t plen = strnlen(p, WK_PREFIX_MAX);
+    if (s->size >= offsetof(wk_spec_t, rank_argv) + sizeof(s->rank_argv) &&
+        s->rank_argv &&
+        ((g->rank_argv == NULL &&
+          (g->rank_argv = calloc((size_t)n, sizeof(char **))) == NULL) ||
+         (g->rank_argv[i] = wk_dup_strv(s->rank_argv[i])) == NULL))
+      return RDZV_ENOMEM;
     if ((g->envp[i] = wk_dup_strv(s->envp[i])) == NULL ||
         (g->prefix[i] = strndup(p, plen)) == NULL)
       return RDZV_ENOMEM;
@@ -1828,7 +1840,16 @@ static void wk_child(wk_group_t *g, wk_worker_t *w, const wk_exec_t *x,
       _exit(127);
     }
   }
-  err = wk_exec(x, g->argv, g->envp[w->local_rank]);
+  if (g->rank_argv) {
+    /* This child's copy of the shell fallback's arguments: no allocation
+     * after fork. */
+    char **av = g->rank_argv[w->local_rank];
+    for (size_t i = 1; av[i]; i++)
+      x->sh_argv[i + 1] = av[i];
+    err = wk_exec(x, av, g->envp[w->local_rank]);
+  } else {
+    err = wk_exec(x, g->argv, g->envp[w->local_rank]);
+  }
   /* The agent writes the message once (wk_reap) when it can be told;
    * without the pipe the worker's stderr says it. */
   if (status_w == 3) {
