@@ -534,7 +534,8 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     else if (status != RDZV_ECANCELED && status != RDZV_ECLOSED)
       LU_ERR(&a->log, "cannot join job %s: %s", a->o->run_id,
              ac_last_error(a->ac));
-    a->exit_code = 1;
+    a->exit_code = status == RDZV_EMISMATCH ? LAUNCH_EXIT_MISMATCH
+                                            : LAUNCH_EXIT_RDZV;
     a->finish_ok = 0;
     a->end_reason[0] = '\0';
     finish(a);
@@ -700,12 +701,41 @@ static void on_lost(ac_t *ac, int status, void *arg) {
   finish(a);
 }
 
+/* How long to keep trying a server that is not up: read_timeout, as
+ * torchrun's store does, within the join timeout. */
+static int64_t connect_limit_ms(const cfg_t *o) {
+  return LU_MIN(o->join_timeout_ms, o->read_timeout_ms);
+}
+
+/* While the server cannot be reached: what is tried, why it fails. */
+static void connect_wait_cb(uv_timer_t *t) {
+  agent_t *a = t->data;
+  int attempts;
+  const char *why;
+  if (a->state != A_CONNECT || a->ac == NULL)
+    return;
+  why = ac_wait_reason(a->ac, &attempts);
+  if (why[0] == '\0')
+    return; /* still on its first attempt */
+  say(a, "waiting for the rendezvous server %s:%d of job %s: %s; %d "
+         "attempts in %.0f s, giving up after %.0f s (--rdzv-conf "
+         "read_timeout)", a->ep_host, a->ep_port, a->o->run_id, why, attempts,
+      (uv_now(a->loop) - a->join_started_ms) / 1000.0,
+      connect_limit_ms(a->o) / 1000.0);
+}
+
 static void on_connected(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
   (void)ac;
+  uv_timer_stop(&a->status_timer);
   if (status != 0) {
-    LU_ERR(&a->log, "%s", ac_last_error(a->ac));
-    a->exit_code = 1;
+    /* One message: what failed, then what to check. */
+    LU_ERR(&a->log, "%s. The agent that hosts the server is the one whose "
+                    "node has the endpoint's address or name (or "
+                    "--rdzv-conf is_host=true); start it, or `launch "
+                    "server`, and check the address and the port",
+           ac_last_error(a->ac));
+    a->exit_code = LAUNCH_EXIT_RDZV;
     finish(a);
     return;
   }
@@ -959,10 +989,24 @@ static int maybe_host(agent_t *a) {
       }
       return 0; /* the client retries resolving until the join timeout */
     }
-    if (o->is_host < 0 && o->backend != CFG_BACKEND_STATIC)
-      want = launch_ip_is_local(ip) && (o->local_addr[0] == '\0' ||
-                                 strcmp(o->local_addr, ip) == 0 ||
-                                 strcmp(o->local_addr, o->endpoint_host) == 0);
+    if (o->is_host < 0 && o->backend != CFG_BACKEND_STATIC) {
+      /* Every address of this node counts (a multi-NIC node whose
+       * --local-addr is another network's still hosts), and its host
+       * names. On loopback every process of the machine is local: there
+       * --local-addr picks the host (several agents of a test). */
+      int named = launch_is_my_name(o->endpoint_host, o->host);
+      if (strncmp(ip, "127.", 4) == 0 || !strcmp(ip, "::1"))
+        want = named ? 1
+                     : o->local_addr[0] == '\0' ||
+                           strcmp(o->local_addr, ip) == 0 ||
+                           strcmp(o->local_addr, o->endpoint_host) == 0;
+      else
+        want = named || launch_ip_is_local(ip);
+      /* this node's name resolves to loopback here (Debian's 127.0.1.1),
+       * to its address elsewhere: listen on every address */
+      if (named && (strncmp(ip, "127.", 4) == 0 || !strcmp(ip, "::1")))
+        lu_strlcpy(ip, "0.0.0.0", sizeof(ip));
+    }
   }
   if (!want)
     return 0;
@@ -1087,7 +1131,7 @@ int agent_run(cfg_t *o) {
   acfg.role = "agent";
   acfg.token = a->token;
   acfg.token_len = a->token_len;
-  acfg.connect_timeout_ms = (int)LU_MIN(o->join_timeout_ms, INT32_MAX);
+  acfg.connect_timeout_ms = (int)LU_MIN(connect_limit_ms(o), INT32_MAX);
   acfg.log = &a->log;
   /* A silent server is noticed within the bound that drops a silent
    * member: three heartbeats (or read_timeout when shorter). */
@@ -1102,6 +1146,9 @@ int agent_run(cfg_t *o) {
     goto out;
   }
   a->state = A_CONNECT;
+  a->join_started_ms = uv_now(&loop);
+  /* The first word within seconds, then every half minute. */
+  uv_timer_start(&a->status_timer, connect_wait_cb, 2000, 30000);
   uv_run(&loop, UV_RUN_DEFAULT);
   goto done;
 out:

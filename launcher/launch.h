@@ -25,6 +25,15 @@ int launch_cmd_doctor(int argc, char **argv);
 
 /* This node: the NCCL profile, the topology and the binding plan, the GPU
  * libraries' versions. */
+/* launch's own exit statuses (docs/exit-codes.md); a failed job exits with
+ * its failing worker's code, 128 + N for a signal. */
+enum {
+  LAUNCH_EXIT_USAGE = 2,     /* configuration or usage error */
+  LAUNCH_EXIT_INTERNAL = 70, /* launch itself failed */
+  LAUNCH_EXIT_RDZV = 75,     /* the rendezvous failed: another try may work */
+  LAUNCH_EXIT_MISMATCH = 76  /* this node differs from node 0 */
+};
+
 typedef struct launch_node_s {
   prof_t *prof;
   aff_policy_t *pol;
@@ -100,6 +109,8 @@ int launch_node_fingerprint(const launch_node_t *n, const env_t *e,
 
 /* Is ip (text) one of this node's addresses (127/8 counts)? */
 int launch_ip_is_local(const char *ip);
+/* Is name one of this node's host names (host: cfg_t's)? */
+int launch_is_my_name(const char *name, const char *host);
 /* host's first address as text. RET 0 or RDZV_ERESOLVE. */
 int launch_resolve_ip(const char *host, char *ip, size_t cap);
 
