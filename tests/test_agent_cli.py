@@ -115,9 +115,12 @@ def main():
                  "--start-method", "--monitor-interval", "separated by ':'",
                  "examples:", "launch --standalone"]:
         assert frag in out, frag
-    # torchrun accepts "--nproc 2"; we refuse, naming the option to write
-    rc, out = run(["--nproc", "2", "/bin/true"])
-    assert rc == 2 and "write --nproc-per-node" in out, out
+    # as torchrun (argparse), "--nproc 2" is --nproc-per-node 2; "--n" is
+    # ambiguous and refused, naming what it could be
+    rc, out = run(["--standalone", "--nproc", "2", "/bin/true"])
+    assert rc == 0 and "ranks 0-1 of 2" in out, out
+    rc, out = run(["--n", "2", "/bin/true"])
+    assert rc == 2 and "ambiguous" in out and "--nproc-per-node" in out, out
     # an empty endpoint is refused (it used to serve 127.0.0.1:29500)
     rc, out = run(["--rdzv-endpoint", "", "/bin/true"])
     assert rc == 2 and "--rdzv-endpoint is empty" in out, out
