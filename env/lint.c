@@ -258,7 +258,8 @@ static void check_torch_legacy(lint_t *l) {
           "never reads it)",
           torch_legacy[k][0], torch_legacy[k][1]);
     } else if (strcmp(old, neu) != 0) {
-      snprintf(fix, sizeof(fix), "keep only %s", torch_legacy[k][1]);
+      snprintf(fix, sizeof(fix), "keep only %s%s", torch_legacy[k][old_torch ? 0 : 1],
+               old_torch ? " (the workers' PyTorch is older than 2.2)" : "");
       add(l, ENV_SEV_ERROR,
           k == 0 ? "async-error-handling" : "torch-legacy-name",
           torch_legacy[k][0], fix,

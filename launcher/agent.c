@@ -1097,10 +1097,23 @@ int agent_run(cfg_t *o) {
     uv_signal_start(&a->sigs[a->nsigs], on_signal, all_sigs[i]);
     a->nsigs++;
   }
-  if ((rc = read_token(a)) != 0 || (rc = launch_worker_argv(o, &a->argv)) != 0 ||
-      (rc = prepare_node(a)) != 0 || (rc = wk_group_new(&loop, &a->wg)) != 0 ||
-      (wk_set_log(a->wg, &a->log), 0) || (rc = maybe_host(a)) != 0) {
-    a->exit_code = 1;
+  /* docs/exit-codes.md: a configuration this node refuses (token file,
+   * profile, lint) is 2, a server it cannot host 75, the rest 70 */
+  if ((rc = launch_worker_argv(o, &a->argv)) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    goto out;
+  }
+  if ((rc = read_token(a)) != 0 || (rc = prepare_node(a)) != 0) {
+    a->exit_code = rc == RDZV_ENOMEM ? LAUNCH_EXIT_INTERNAL : LAUNCH_EXIT_USAGE;
+    goto out;
+  }
+  if ((rc = wk_group_new(&loop, &a->wg)) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    goto out;
+  }
+  wk_set_log(a->wg, &a->log);
+  if ((rc = maybe_host(a)) != 0) {
+    a->exit_code = LAUNCH_EXIT_RDZV;
     goto out;
   }
   /* Where the workers' log and error files go. */
