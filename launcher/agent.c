@@ -822,6 +822,16 @@ static void print_end(agent_t *a) {
     fflush(stdout);
     sum_print(stderr, a->o->run_id, all, n, a->restarts_used,
               a->o->max_restarts);
+    /* User code that hosts its own TCPStore on MASTER_PORT finds launch's
+     * server there in agent mode. */
+    if (a->o->torch_store == CFG_STORE_AGENT &&
+        ((all[0].stderr_tail &&
+          strstr(all[0].stderr_tail, "Address already in use")) ||
+         (all[0].error_message &&
+          strstr(all[0].error_message, "Address already in use"))))
+      fprintf(stderr, "launch: hint: MASTER_ADDR:MASTER_PORT is launch's "
+                      "server (--torch-store agent); a program that hosts its "
+                      "own TCPStore there needs --torch-store rank0\n");
     free(all);
     if (a->run_dir_is_temp)
       fprintf(stderr, "launch: logs and error files of the attempts are in %s\n",

@@ -145,6 +145,36 @@ def test_silent_wait():
     assert rc == 75 and "does not resolve" in err, err
 
 
+def test_host_by_any_address():
+    """The node the endpoint names hosts the server whatever --local-addr
+    says: by one of its addresses (any interface) or by its host name."""
+    import socket
+    me = socket.gethostname()
+    addrs = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    addrs = [a for a in addrs if ":" not in a and not a.startswith("127.")]
+    cases = [me] + addrs[:1]
+    for host in cases:
+        port = lt.free_port()
+        t0 = time.time()
+        rc, out, err = run(["--no-log-time", "--nnodes", "1", "--rdzv-endpoint",
+                            "%s:%d" % (host, port), "--local-addr", "127.0.0.2",
+                            "--rdzv-conf", "read_timeout=20", "/bin/true"], timeout=60)
+        assert rc == 0 and time.time() - t0 < 15, (host, rc, err)
+        assert "waiting for the rendezvous server" not in err, (host, err)
+
+
+def test_own_store_hint():
+    d = tempfile.mkdtemp(prefix="launch-compat-")
+    script = os.path.join(d, "own.py")
+    with open(script, "w") as f:
+        f.write("import os, socket\ns = socket.socket()\n"
+                "s.bind((os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])))\n")
+    rc, _, err = run(["--standalone", script])
+    assert rc == 1 and "needs --torch-store rank0" in err, err
+    rc, _, err = run(["--standalone", "--torch-store", "rank0", script])
+    assert rc == 0, err
+
+
 def test_status_unknown_job():
     with lt.Cleanup() as c:
         port = lt.free_port()
@@ -350,7 +380,8 @@ def test_doctor_and_fingerprint():
 
 
 def main():
-    for t in (test_options, test_exit_codes, test_silent_wait, test_status_unknown_job,
+    for t in (test_options, test_exit_codes, test_silent_wait, test_host_by_any_address,
+              test_own_store_hint, test_status_unknown_job,
               test_user_env, test_async_error_name, test_local_rank_macro,
               test_progress_lines, test_scale_up_spends_no_restart, test_quiet_healthy_run,
               test_plain_messages, test_doctor_and_fingerprint):
