@@ -56,6 +56,15 @@ def run(args, extra=None, timeout=60, drop=()):
     return p.returncode, p.stdout, p.stderr
 
 
+def script(name, text, d=None):
+    """text as file name in d (default: a fresh directory); its path."""
+    d = d or tempfile.mkdtemp(prefix="launch-compat-")
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 def dumps(d):
     out = []
     for n in sorted(os.listdir(d)):
@@ -67,12 +76,10 @@ def dumps(d):
 
 def dump_run(args, prog=None, extra=None, nproc=1):
     """Run the env dump under launch --standalone; the workers' records."""
-    d = tempfile.mkdtemp(prefix="launch-compat-")
-    script = os.path.join(d, "dump.py")
-    with open(script, "w") as f:
-        f.write(DUMP)
+    path = script("dump.py", DUMP)
+    d = os.path.dirname(path)
     cmd = ["--standalone", "--nproc-per-node", str(nproc)] + args + \
-        (prog if prog else [script]) + [d]
+        (prog if prog else [path]) + [d]
     rc, out, err = run(cmd, extra)
     assert rc == 0, (cmd, out, err)
     recs = dumps(d)
@@ -164,14 +171,12 @@ def test_host_by_any_address():
 
 
 def test_own_store_hint():
-    d = tempfile.mkdtemp(prefix="launch-compat-")
-    script = os.path.join(d, "own.py")
-    with open(script, "w") as f:
-        f.write("import os, socket\ns = socket.socket()\n"
+    path = script("own.py", "import os, socket\ns = socket.socket()\n"
                 "s.bind((os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])))\n")
-    rc, _, err = run(["--standalone", script])
+    d = os.path.dirname(path)
+    rc, _, err = run(["--standalone", path])
     assert rc == 1 and "needs --torch-store rank0" in err, err
-    rc, _, err = run(["--standalone", "--torch-store", "rank0", script])
+    rc, _, err = run(["--standalone", "--torch-store", "rank0", path])
     assert rc == 0, err
 
 
@@ -252,10 +257,7 @@ def test_async_error_name():
     os.makedirs(os.path.join(site, "torch"))
     with open(os.path.join(site, "torch", "version.py"), "w") as f:
         f.write("__version__ = '2.1.2'\n")
-    d = tempfile.mkdtemp(prefix="launch-compat-")
-    prog = os.path.join(d, "dump")
-    with open(prog, "w") as f:
-        f.write("#!%s\n%s" % (os.path.join(v, "bin", "python3"), DUMP))
+    prog = script("dump", "#!%s\n%s" % (os.path.join(v, "bin", "python3"), DUMP))
     os.chmod(prog, 0o755)
     recs, _, _ = dump_run([], prog=[prog])
     e = recs[0]["env"]
@@ -263,12 +265,9 @@ def test_async_error_name():
 
 
 def test_local_rank_macro():
-    recs, _, _ = dump_run([], prog=None, nproc=2)
-    d = tempfile.mkdtemp(prefix="launch-compat-")
-    script = os.path.join(d, "dump.py")
-    with open(script, "w") as f:
-        f.write(DUMP)
-    rc, out, err = run(["--standalone", "--nproc-per-node", "2", script, d,
+    path = script("dump.py", DUMP)
+    d = os.path.dirname(path)
+    rc, out, err = run(["--standalone", "--nproc-per-node", "2", path, d,
                         "--out=f${local_rank}.txt", "${local_rank}", "x${local_rank}y${local_rank}"])
     assert rc == 0, err
     got = {r["env"]["LOCAL_RANK"]: r["argv"][2:] for r in dumps(d)}
@@ -277,12 +276,10 @@ def test_local_rank_macro():
 
 def test_progress_lines():
     """'\\r' updates reach the console as they come, with the prefix."""
-    d = tempfile.mkdtemp(prefix="launch-compat-")
-    script = os.path.join(d, "bar.py")
-    with open(script, "w") as f:
-        f.write("import sys, time\nsys.stdout.write('\\rstep 1')\nsys.stdout.flush()\n"
+    path = script("bar.py", "import sys, time\nsys.stdout.write('\\rstep 1')\nsys.stdout.flush()\n"
                 "time.sleep(4)\nsys.stdout.write('\\rstep 2\\n')\n")
-    p = subprocess.Popen([L, "-q", "--standalone", "--log-line-prefix", "<${rank}> ", script],
+    d = os.path.dirname(path)
+    p = subprocess.Popen([L, "-q", "--standalone", "--log-line-prefix", "<${rank}> ", path],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
     t0 = time.time()
     got = b""
@@ -330,12 +327,10 @@ def test_quiet_healthy_run():
     assert "round 0" in lines[0] and "finished" in lines[1], err
     assert "1 nodes" not in err and "profile auto line" not in err, err
     # the traceback once in the summary, from the error file when there is one
-    d = tempfile.mkdtemp(prefix="launch-compat-")
-    script = os.path.join(d, "bad.py")
-    with open(script, "w") as f:
-        f.write("import sys\nsys.stderr.write('Traceback (most recent call last):\\n"
+    path = script("bad.py", "import sys\nsys.stderr.write('Traceback (most recent call last):\\n"
                 "  File x\\nValueError: boom\\n')\nsys.exit(1)\n")
-    rc, out, err = run(["--standalone", script])
+    d = os.path.dirname(path)
+    rc, out, err = run(["--standalone", path])
     summary = err[err.index("Root cause"):]
     assert rc == 1 and summary.count("Traceback") == 1, summary
 
