@@ -319,6 +319,45 @@ def test_scale_up_spends_no_restart():
                r["env"]["LAUNCH_ROUND"] == "1" for r in g1), [r["env"] for r in g1]
 
 
+def test_close_timeout():
+    """close_timeout: how long the hosting agent keeps the server for a node
+    that has not learnt the end yet (here one that is stopped)."""
+    import signal as sig
+    hold = script("hold.py", "import os, sys, time\nd = sys.argv[1]\n"
+                  "open(os.path.join(d, 'up.' + os.environ['RANK']), 'w').close()\n"
+                  "while os.environ['RANK'] == '1' or not os.path.exists(os.path.join(d, 'go')):\n"
+                  "    time.sleep(0.05)\nsys.exit(1)\n")
+    d = os.path.dirname(hold)
+    took = {}
+    for close in (1, 7):
+        for n in ("up.0", "up.1", "go"):
+            if os.path.exists(os.path.join(d, n)):
+                os.unlink(os.path.join(d, n))
+        port = lt.free_port()
+        common = ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id",
+                  "close%d" % close, "--rdzv-conf", "close_timeout=%d,heartbeat=10" % close,
+                  "--no-python", PY, hold, d]
+        with lt.Cleanup() as c:
+            a = c.add(lt.launch(["--local-addr", "127.0.0.1"] + common, name="a",
+                                env={"LAUNCH_HOSTNAME": "node1"}))
+            b = c.add(lt.launch(["--local-addr", "127.0.0.2"] + common, name="b",
+                                env={"LAUNCH_HOSTNAME": "node2"}))
+            lt.wait_until(lambda: all(os.path.exists(os.path.join(d, "up.%d" % r))
+                                      for r in (0, 1)), 60, "both workers")
+            b.signal(sig.SIGSTOP)
+            try:
+                t0 = time.time()
+                open(os.path.join(d, "go"), "w").close()
+                rc = a.wait(60)
+                took[close] = time.time() - t0
+            finally:
+                b.signal(sig.SIGCONT)
+            b.wait(60)
+        assert rc == 1, a.output()
+    # the stopped node holds the hosting agent for close_timeout, no longer
+    assert took[1] < 5 and 6 <= took[7] < 14, took
+
+
 def test_quiet_healthy_run():
     rc, out, err = run(["--standalone", "--nproc-per-node", "2", "/bin/echo", "hi"])
     assert rc == 0 and out.count("hi") == 2, (out, err)
@@ -378,7 +417,8 @@ def main():
     for t in (test_options, test_exit_codes, test_silent_wait, test_host_by_any_address,
               test_own_store_hint, test_status_unknown_job,
               test_user_env, test_async_error_name, test_local_rank_macro,
-              test_progress_lines, test_scale_up_spends_no_restart, test_quiet_healthy_run,
+              test_progress_lines, test_scale_up_spends_no_restart, test_close_timeout,
+              test_quiet_healthy_run,
               test_plain_messages, test_doctor_and_fingerprint):
         t0 = time.time()
         t()
