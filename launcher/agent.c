@@ -696,7 +696,8 @@ static void on_lost(ac_t *ac, int status, void *arg) {
   if (a->state == A_FINISH || a->state == A_CLOSED)
     return;
   LU_ERR(&a->log, "%s; stopping the workers", ac_last_error(a->ac));
-  a->exit_code = 1;
+  /* the rendezvous is gone: another try may work (docs/exit-codes.md) */
+  a->exit_code = LAUNCH_EXIT_RDZV;
   a->finish_ok = 0;
   finish(a);
 }
