@@ -546,7 +546,9 @@ SECTIONS = ("trivial", "respawn1", "respawn4", "rss", "many", "many_small")
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        description="The launcher benchmark: launch and Debian's torchrun side by side, "
+                    "in one run, on this machine (docs/BENCHMARKS.md).")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"),
                     help="build directory (its bin/ has launch, bench_worker, bench_timeit)")
     ap.add_argument("--runs", type=int, default=20, help="runs of each launch figure")

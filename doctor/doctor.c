@@ -278,14 +278,12 @@ static void check_kernel_settings(ctx_t *c) {
     }
   } else if (buf[0]) {
     long n = strtol(buf, NULL, 10);
-    if ((it = item(c, "hugepages", "Huge pages", n > 0 ? DOC_PASS : DOC_WARN, 1))) {
-      VALUE(it, "vm.nr_hugepages=%ld", n);
-      if (n <= 0) {
-        REASON(it, "no huge pages reserved; ZeRO/FSDP CPU offload moves "
-                   "optimizer state through host memory faster with them");
-        FIX(it, "echo vm.nr_hugepages=1024 >> /etc/sysctl.conf && sysctl -p");
-      }
-    }
+    /* Reported, not recommended: reserving huge pages takes the memory
+     * from everything else, and only some jobs (ZeRO/FSDP CPU offload)
+     * gain from them. */
+    if ((it = item(c, "hugepages", "Huge pages", DOC_INFO, 1)))
+      VALUE(it, "vm.nr_hugepages=%ld%s", n,
+            n > 0 ? "" : " (none reserved; transparent huge pages apply)");
   }
 }
 
@@ -499,7 +497,21 @@ static void check_versions(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *s
     VALUE(it, "runtime %s%s%s%s, driver supports %s", rt,
           si->cudart_path[0] ? " (" : "", si->cudart_path,
           si->cudart_path[0] ? ")" : "", drv);
-    if (si->cuda_runtime == 0) {
+    if (si->cuda_driver == 0 && si->cuda_runtime != 0) {
+      /* a runtime without a driver to run it: nothing CUDA works */
+      it->status = ngpus > 0 ? DOC_FAIL : DOC_INFO;
+      REASON(it, "no CUDA driver (libcuda.so.1) answers%s",
+             ngpus > 0 ? ": every CUDA call will fail" : ", and no GPU is "
+                         "present: nothing here uses CUDA");
+      if (ngpus > 0)
+        FIX(it, "install the NVIDIA driver's user-space libraries matching "
+                "the kernel module");
+    } else if (si->cuda_runtime == 0 && si->cuda_driver == 0) {
+      it->status = ngpus > 0 ? DOC_WARN : DOC_INFO;
+      REASON(it, "neither a CUDA runtime nor a driver found%s",
+             ngpus > 0 ? " (PyTorch wheels bring their own runtime, not the "
+                         "driver)" : ", and no GPU is present");
+    } else if (si->cuda_runtime == 0) {
       it->status = ngpus > 0 ? DOC_WARN : DOC_INFO;
       REASON(it, "no libcudart found on the library path, $CUDA_HOME/lib64 or "
                  "/usr/local/cuda/lib64 (PyTorch wheels bring their own)");
@@ -861,6 +873,37 @@ static void check_nccl_env(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *s
           f[i].where[0] ? " from " : "", f[i].where);
     REASON(it, "[%s] %s", f[i].rule, f[i].why);
     FIX(it, "%s", f[i].fix);
+  }
+  /* The values themselves, compared between nodes (--nnodes): the NCCL
+   * variables a rank gets, except those a template fills per node. */
+  {
+    char all[4096] = "";
+    size_t used = 0;
+    uint32_t fnv = 2166136261u;
+    int nv = 0;
+    for (int i = 0; i < env_count(e); i++) {
+      const env_var_t *v = env_at(e, i);
+      if (strncmp(v->key, "NCCL_", 5) != 0 || v->tmpl != NULL)
+        continue;
+      nv++;
+      for (const char *s = v->key; *s; s++)
+        fnv = (fnv ^ (uint8_t)*s) * 16777619u;
+      fnv = (fnv ^ '=') * 16777619u;
+      for (const char *s = v->value; *s; s++)
+        fnv = (fnv ^ (uint8_t)*s) * 16777619u;
+      fnv = (fnv ^ ' ') * 16777619u;
+      used += (size_t)snprintf(all + LU_MIN(used, sizeof(all) - 1),
+                               sizeof(all) - LU_MIN(used, sizeof(all) - 1),
+                               "%s%s=%s", used ? " " : "", v->key, v->value);
+    }
+    if ((it = item(c, "nccl.vars", "NCCL variables", DOC_INFO, 1))) {
+      if (nv == 0)
+        VALUE(it, "none set");
+      else if (used < sizeof(it->value))
+        VALUE(it, "%s", all);
+      else
+        VALUE(it, "%d variables (FNV-1a %08x)", nv, fnv);
+    }
   }
 out:
   free(f);

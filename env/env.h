@@ -151,6 +151,11 @@ int env_apply_profile(env_t *e, const prof_t *p, int allow_override,
 int env_lock(env_t *e, lu_log_t *log);
 /* The locked variables and their values. */
 int env_locked_count(void);
+/* Debug and logging variables belong to the user: NCCL_DEBUG,
+ * NCCL_DEBUG_SUBSYS, NCCL_DEBUG_FILE and TORCH_*DEBUG*. An inherited value
+ * beats the profile's (its origin then says "inherited, kept over the
+ * profile's ..."), and the lint warns. */
+int env_is_user_debug(const char *key);
 const char *env_locked_key(int i);
 const char *env_locked_value(int i);
 
@@ -172,14 +177,19 @@ typedef struct env_contract_s {
   int base_rank;             /* RANK = ROLE_RANK = base_rank + local_rank */
   int node_rank, nnodes;     /* GROUP_RANK, GROUP_WORLD_SIZE */
   int world_size;            /* WORLD_SIZE, ROLE_WORLD_SIZE */
-  int64_t round;             /* TORCHELASTIC_RESTART_COUNT, LAUNCH_ROUND */
+  int64_t round;             /* LAUNCH_ROUND: one more at every restart,
+                                membership changes included */
+  int64_t restarts;          /* TORCHELASTIC_RESTART_COUNT: restarts spent
+                                on failures (torchrun's count) */
+  int torch_version;         /* the workers' PyTorch, major * 100 + minor,
+                                0 unknown: which async error handling name
+                                it reads */
   int max_restarts;          /* TORCHELASTIC_MAX_RESTARTS */
   const char *run_id;        /* TORCHELASTIC_RUN_ID, LAUNCH_RDZV_ID */
   const char *role;          /* ROLE_NAME */
   const char *master_addr;   /* MASTER_ADDR, MASTER_PORT: the store */
   int master_port;
-  int agent_store;           /* TORCHELASTIC_USE_AGENT_STORE True/False; with
-                                False, also NCCL_ASYNC_ERROR_HANDLING */
+  int agent_store;           /* TORCHELASTIC_USE_AGENT_STORE True/False */
   const char *signals;       /* TORCHELASTIC_SIGNALS_TO_HANDLE */
   const char *attempt_dir;   /* LAUNCH_ATTEMPT_DIR; TORCHELASTIC_ERROR_FILE is
                                 <attempt_dir>/<local rank>/error.json */
@@ -227,6 +237,10 @@ typedef struct env_node_s {
   env_hca_t hcas[ENV_NODE_MAX];
   int has_nvlink;        /* 1, 0, -1 unknown (aff_topo_has_nvlink) */
   int nccl_version;      /* 22809; 0 = unknown: the list's reference */
+  int torch_version;     /* the workers' PyTorch (major * 100 + minor), 0
+                            unknown: below 2.2 the old names are right */
+  int no_gpu;            /* no GPU is used here: NCCL does not run, its
+                            findings are warnings */
 } env_node_t;
 
 /* Network interfaces (/sys/class/net) and RDMA devices with their ports

@@ -275,6 +275,12 @@ static const char *lookup_env(void *ctx, const char *name) {
   return env_get((const env_t *)ctx, name);
 }
 
+int env_is_user_debug(const char *key) {
+  return !strcmp(key, "NCCL_DEBUG") || !strcmp(key, "NCCL_DEBUG_SUBSYS") ||
+         !strcmp(key, "NCCL_DEBUG_FILE") ||
+         (!strncmp(key, "TORCH_", 6) && strstr(key + 6, "DEBUG") != NULL);
+}
+
 int env_apply_profile(env_t *e, const prof_t *p, int allow_override,
                       lu_log_t *log) {
   static const char nvls[] = "NCCL_NVLS_ENABLE=0 is locked, an NVLS "
@@ -318,8 +324,23 @@ int env_apply_profile(env_t *e, const prof_t *p, int allow_override,
                     "template does not expand (%s)", rdzv_strerror(rc));
     else if (strcmp(pe->key, "NCCL_ALGO") == 0 && env__algo_wants_nvls(value))
       rc = add_note(e, log, pe->key, value, origin, "refused: %s", nvls);
-    else if (cur && cur->src == ENV_SRC_INHERITED && allow_override &&
-             strcmp(cur->value, value) != 0) {
+    else if (cur && cur->src == ENV_SRC_INHERITED &&
+             env_is_user_debug(pe->key)) {
+      /* the user's debug setting wins; the lint says so */
+      char kept[PROF_MAX_LINE + 400];
+      if (strcmp(cur->value, value) == 0)
+        continue;
+      snprintf(kept, sizeof(kept), "inherited, kept over the profile's "
+               "%s=%.256s (%s)", pe->key, value, origin);
+      if (log)
+        LU_DBG(log, LU_DBG_ENV, "%s=%s from your shell is kept over the profile's %s "
+                     "(%s)", pe->key, cur->value, value, origin);
+      if ((rc = set_full(e, pe->key, cur->value, ENV_SRC_INHERITED, kept,
+                         NULL)) != 0)
+        return rc;
+      continue;
+    } else if (cur && cur->src == ENV_SRC_INHERITED && allow_override &&
+               strcmp(cur->value, value) != 0) {
       if (log)
         LU_INFO(log, "%s: kept the inherited %s=%s over the profile's %s "
                      "(--allow-env-override)", prof_name(p), pe->key,
@@ -329,7 +350,7 @@ int env_apply_profile(env_t *e, const prof_t *p, int allow_override,
         LU_INFO(log, "%s: %s=%s replaces the inherited value %s", origin,
                 pe->key, value, cur->value);
       else if (log && !cur)
-        LU_INFO(log, "%s: %s=%s", origin, pe->key, value);
+        LU_DBG(log, LU_DBG_ENV, "%s: %s=%s", origin, pe->key, value);
       if ((rc = set_full(e, pe->key, value, ENV_SRC_PROFILE, origin,
                          pe->templated ? pe->value : NULL)) != 0)
         return rc;

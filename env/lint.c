@@ -239,9 +239,13 @@ static void check_torch_legacy(lint_t *l) {
     const env_var_t *nv = env_find(l->e, torch_legacy[k][1]);
     const char *old = ov ? ov->value : NULL, *neu = nv ? nv->value : NULL;
     char fix[256];
-    /* The launcher sets the old name itself only beside the new one. */
+    int old_torch = l->node && l->node->torch_version > 0 &&
+                    l->node->torch_version < 202;
+    /* The launcher sets the name the workers' PyTorch reads. */
     if (old == NULL || ov->src == ENV_SRC_LAUNCH)
       continue;
+    if (neu == NULL && old_torch)
+      continue; /* PyTorch < 2.2 reads the old name only: it is right */
     if (neu == NULL || (nv->src == ENV_SRC_LAUNCH && !strcmp(old, neu))) {
       snprintf(fix, sizeof(fix),
                "set %s=%s (keep the old name as well only for PyTorch < 2.2)",
@@ -254,7 +258,8 @@ static void check_torch_legacy(lint_t *l) {
           "never reads it)",
           torch_legacy[k][0], torch_legacy[k][1]);
     } else if (strcmp(old, neu) != 0) {
-      snprintf(fix, sizeof(fix), "keep only %s", torch_legacy[k][1]);
+      snprintf(fix, sizeof(fix), "keep only %s%s", torch_legacy[k][old_torch ? 0 : 1],
+               old_torch ? " (the workers' PyTorch is older than 2.2)" : "");
       add(l, ENV_SEV_ERROR,
           k == 0 ? "async-error-handling" : "torch-legacy-name",
           torch_legacy[k][0], fix,
@@ -502,6 +507,21 @@ static void check_debug(lint_t *l) {
         d ? d : "(unset)");
 }
 
+/* Debug and logging variables are the user's: an inherited value beats the
+ * profile's (envset.c), and this says so. */
+static void check_user_debug(lint_t *l) {
+  for (int i = 0; i < env_count(l->e); i++) {
+    const env_var_t *v = env_at(l->e, i);
+    if (v->src != ENV_SRC_INHERITED || !env_is_user_debug(v->key) ||
+        v->origin == NULL || strstr(v->origin, "over the profile") == NULL)
+      continue;
+    add(l, ENV_SEV_WARN, "user-debug", v->key,
+        "unset it in your shell to get the profile's value",
+        "%s=%s comes from your shell and is kept %s", v->key, v->value,
+        v->origin + strlen("inherited, kept "));
+  }
+}
+
 static void check_ib_disabled(lint_t *l) {
   const char *v = env_get(l->e, "NCCL_IB_DISABLE");
   int active = 0;
@@ -567,6 +587,16 @@ int env_lint(const env_t *e, const env_node_t *node, env_finding_t **out,
   check_levels(&l);
   check_debug(&l);
   check_ib_disabled(&l);
+  check_user_debug(&l);
+  /* Without a GPU NCCL never runs (a CPU job, gloo): what would break it
+   * cannot break this job. */
+  for (int i = 0; node && node->no_gpu && i < l.n; i++)
+    if (l.f[i].sev == ENV_SEV_ERROR) {
+      size_t k = strlen(l.f[i].why);
+      l.f[i].sev = ENV_SEV_WARN;
+      snprintf(l.f[i].why + k, sizeof(l.f[i].why) - k, "%s",
+               " (a warning only: no GPU is used here, so NCCL does not run)");
+    }
   if (l.oom) {
     free(l.f);
     return RDZV_ENOMEM;

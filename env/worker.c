@@ -37,23 +37,28 @@ static int set_contract(env_t *e, const env_contract_t *c, lu_log_t *log) {
   rc |= seti(e, "ROLE_WORLD_SIZE", c->world_size);
   rc |= sets(e, "MASTER_ADDR", c->master_addr);
   rc |= seti(e, "MASTER_PORT", c->master_port);
-  rc |= seti(e, "TORCHELASTIC_RESTART_COUNT", c->round);
+  rc |= seti(e, "TORCHELASTIC_RESTART_COUNT", c->restarts);
   rc |= seti(e, "TORCHELASTIC_MAX_RESTARTS", c->max_restarts);
   rc |= sets(e, "TORCHELASTIC_RUN_ID", c->run_id);
   rc |= sets(e, "TORCHELASTIC_USE_AGENT_STORE", c->agent_store ? "True" : "False");
   snprintf(path, sizeof(path), "%s/%d/error.json", c->attempt_dir, c->local_rank);
   rc |= sets(e, "TORCHELASTIC_ERROR_FILE", path);
   rc |= sets(e, "TORCHELASTIC_SIGNALS_TO_HANDLE", c->signals);
-  if (env_find(e, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL)
-    rc |= sets(e, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  /* PyTorch < 2.2 reads the old name; a store on rank 0 is for those. */
-  if (!c->agent_store && env_find(e, "NCCL_ASYNC_ERROR_HANDLING") == NULL)
-    rc |= sets(e, "NCCL_ASYNC_ERROR_HANDLING", "1");
+  /* The name the worker's PyTorch reads: before 2.2 only
+   * NCCL_ASYNC_ERROR_HANDLING; from 2.2 TORCH_NCCL_ASYNC_ERROR_HANDLING,
+   * with a deprecation warning on every rank when the old name is set. */
+  {
+    const char *name = c->torch_version > 0 && c->torch_version < 202
+                           ? "NCCL_ASYNC_ERROR_HANDLING"
+                           : "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+    if (env_find(e, name) == NULL)
+      rc |= sets(e, name, "1");
+  }
   if (omp == NULL && c->nproc > 1) {
     rc |= sets(e, "OMP_NUM_THREADS", "1");
-    if (log)
-      LU_WARN(log, "setting OMP_NUM_THREADS=1 for each worker, to avoid "
-                   "overloading the node; tune it for your program");
+    if (log) /* the agent's start line says it */
+      LU_DBG(log, LU_DBG_ENV, "setting OMP_NUM_THREADS=1 for each worker, to "
+                              "avoid overloading the node");
   }
   rc |= sets(e, "LAUNCH_RDZV_ENDPOINT", c->rdzv_endpoint);
   rc |= sets(e, "LAUNCH_RDZV_ID", c->run_id);

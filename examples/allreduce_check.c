@@ -1,4 +1,4 @@
-/* allreduce_check.c - seed 001 section 41's DDP check, in C: every rank
+/* allreduce_check.c - the classic DDP smoke test, in C: every rank
  * contributes rank + 1, all-reduces, and checks the sum n(n+1)/2:
  *
  *   launch --standalone --nproc-per-node 8 build/bin/allreduce_check

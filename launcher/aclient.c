@@ -32,6 +32,10 @@ struct ac_s {
   int tcp_open;
   uv_timer_t retry;
   uv_timer_t watch;      /* reply watchdog */
+  uv_timer_t ctimer;     /* one connect attempt's deadline */
+  int ctimed_out;        /* it fired: the attempt is being closed */
+  char why[320];         /* why the last attempt failed, one clause */
+  int attempts;
   uint64_t watch_due;    /* when the watchdog should have run */
   uint64_t last_rx_ms;   /* last bytes from the server */
   uint64_t connected_ms; /* the handshake started */
@@ -107,7 +111,8 @@ int ac_new(uv_loop_t *loop, const ac_config_t *cfg, ac_push_cb on_push,
   proto_enc_init(&a->enc);
   uv_timer_init(loop, &a->retry);
   uv_timer_init(loop, &a->watch);
-  a->retry.data = a->watch.data = a;
+  uv_timer_init(loop, &a->ctimer);
+  a->retry.data = a->watch.data = a->ctimer.data = a;
   if (!a->host || !a->local_addr || !a->job || !a->role ||
       (cfg->token && cfg->token_len && !a->token)) {
     /* The timers are initialised: free through the normal close. */
@@ -136,6 +141,38 @@ int ac_new(uv_loop_t *loop, const ac_config_t *cfg, ac_push_cb on_push,
 
 const char *ac_local_ip(const ac_t *a) { return a->local_ip; }
 const char *ac_last_error(const ac_t *a) { return a->last_error; }
+
+const char *ac_wait_reason(const ac_t *a, int *attempts) {
+  if (attempts)
+    *attempts = a->attempts;
+  return a->why;
+}
+
+/* A failed connect as the user can act on it. */
+static void connect_reason(ac_t *a, int status) {
+  switch (status) {
+  case UV_ECONNREFUSED:
+    snprintf(a->why, sizeof(a->why), "connection refused (nothing listens "
+             "on port %d there: no agent hosts the server yet, or another "
+             "port)", a->port);
+    break;
+  case UV_ENETUNREACH:
+  case UV_EHOSTUNREACH:
+    snprintf(a->why, sizeof(a->why), "no route to host (%s)",
+             uv_strerror(status));
+    break;
+  case UV_ETIMEDOUT:
+    snprintf(a->why, sizeof(a->why), "timed out (no answer: a firewall, or "
+             "the wrong address)");
+    break;
+  case UV_EADDRNOTAVAIL:
+    snprintf(a->why, sizeof(a->why), "address not available (is --local-addr "
+             "an address of this node?)");
+    break;
+  default:
+    snprintf(a->why, sizeof(a->why), "%s", uv_strerror(status));
+  }
+}
 
 /* ---- output --------------------------------------------------------------------- */
 
@@ -249,7 +286,7 @@ static void on_tcp_closed(uv_handle_t *h) {
   }
   if (a->retry_after_close) {
     a->retry_after_close = 0;
-    retry_or_fail(a, -ECONNREFUSED, a->last_error);
+    retry_or_fail(a, -ECONNREFUSED, a->why);
   }
 }
 
@@ -541,14 +578,17 @@ static void retry_cb(uv_timer_t *t) {
 
 static void retry_or_fail(ac_t *a, int status, const char *what) {
   uint64_t now = uv_now(a->loop);
+  if (what != a->why)
+    lu_strlcpy(a->why, what, sizeof(a->why));
+  a->attempts++;
   snprintf(a->last_error, sizeof(a->last_error), "cannot reach the "
-           "rendezvous server %s:%d: %s", a->host, a->port, what);
+           "rendezvous server %s:%d: %s", a->host, a->port, a->why);
   if (a->connect_timeout_ms >= 0 && now >= a->deadline) {
     ac_connect_cb cb = a->on_connect;
     size_t l = strlen(a->last_error);
     snprintf(a->last_error + l, sizeof(a->last_error) - l,
-             " (gave up after %.0f s; is the server up, the address right and "
-             "the port open?)", a->connect_timeout_ms / 1000.0);
+             "; gave up after %.0f s and %d attempts", a->connect_timeout_ms /
+             1000.0, a->attempts);
     a->state = AC_CLOSED;
     a->on_connect = NULL;
     if (cb)
@@ -570,12 +610,14 @@ static void connect_cb(uv_connect_t *req, int status) {
   ac_t *a = req->data;
   struct sockaddr_storage ss;
   int len = sizeof(ss);
+  uv_timer_stop(&a->ctimer);
   if (a->closing)
     return;
   if (status != 0) {
-    char what[128];
-    snprintf(what, sizeof(what), "%s", uv_strerror(status));
-    lu_strlcpy(a->last_error, what, sizeof(a->last_error));
+    /* the attempt's deadline closed it: a->why says so */
+    if (!a->ctimed_out)
+      connect_reason(a, status);
+    a->ctimed_out = 0;
     /* Close this attempt's handle, then retry with a fresh one. */
     close_tcp(a, 1);
     return;
@@ -618,6 +660,19 @@ static void connect_cb(uv_connect_t *req, int status) {
   send_magic(a);
 }
 
+enum { AC_ATTEMPT_MS = 5000 };
+
+static void ctimer_cb(uv_timer_t *t) {
+  ac_t *a = t->data;
+  if (a->state != AC_CONNECTING || a->closing)
+    return;
+  a->ctimed_out = 1;
+  snprintf(a->why, sizeof(a->why), "timed out (no answer in %d s: a "
+           "firewall drops it, or nothing has that address)",
+           AC_ATTEMPT_MS / 1000);
+  close_tcp(a, 1); /* connect_cb gets UV_ECANCELED */
+}
+
 /* Connect to sa (from the resolver, or the host itself when it is an IP
  * address). Errors retry or end through the callbacks, from the loop. */
 static void connect_to(ac_t *a, const struct sockaddr *sa) {
@@ -648,9 +703,14 @@ static void connect_to(ac_t *a, const struct sockaddr *sa) {
   a->state = AC_CONNECTING;
   r = uv_tcp_connect(&a->creq, &a->tcp, sa, connect_cb);
   if (r != 0) {
-    lu_strlcpy(a->last_error, uv_strerror(r), sizeof(a->last_error));
+    connect_reason(a, r);
     close_tcp(a, 1);
+    return;
   }
+  /* An address that never answers (dropped SYNs) would hold one attempt
+   * for the kernel's two minutes: each gets a few seconds. */
+  a->ctimed_out = 0;
+  uv_timer_start(&a->ctimer, ctimer_cb, AC_ATTEMPT_MS, 0);
 }
 
 static void resolved_cb(uv_getaddrinfo_t *req, int status,
@@ -773,7 +833,8 @@ void ac_close(ac_t *a, void (*cb)(void *arg), void *arg) {
   if (a->tcp_open)
     a->pending_closes++;
   close_tcp(a, 0);
-  a->pending_closes++;
+  a->pending_closes += 2;
+  uv_close((uv_handle_t *)&a->ctimer, on_timer_closed);
   uv_close((uv_handle_t *)&a->retry, on_timer_closed);
   uv_close((uv_handle_t *)&a->watch, on_timer_closed);
 }

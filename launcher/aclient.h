@@ -56,6 +56,9 @@ msgpack_packer *ac_begin(ac_t *a, int op, uint32_t nargs);
 int ac_send(ac_t *a, ac_reply_cb cb, void *arg);
 /* "a.b.c.d" / "v6" of this end of the connection (after connect). */
 const char *ac_local_ip(const ac_t *a);
+/* While connecting: why the last attempt failed (refused, does not
+ * resolve, no route, timed out; "" before the first), and how many failed. */
+const char *ac_wait_reason(const ac_t *a, int *attempts);
 /* Message of the last error (connect or server). */
 const char *ac_last_error(const ac_t *a);
 /* Close; pending requests get RDZV_ECANCELED; cb runs when freed. */

@@ -61,6 +61,7 @@ typedef struct agent_s {
   ac_t *ac;
   int state;
   int64_t round;     /* the restart generation: see docs/glossary.md */
+  int64_t restarts_spent; /* restarts spent on failures (the server's) */
   int node_rank, nnodes, world_size, base_rank;
   int master_port;     /* rank0 store mode: node 0's port */
   int my_master_port;  /* the port this node offers if it becomes node 0 */
@@ -72,6 +73,7 @@ typedef struct agent_s {
   /* workers */
   wk_group_t *wg;
   char **argv;
+  char ***rank_argv; /* argv per local rank when it holds ${local_rank} */
   env_t **renv;     /* each rank's complete environment */
   char **prefixes;
   char run_dir[PATH_MAX];
@@ -186,6 +188,50 @@ static void free_round(agent_t *a) {
   a->prefixes = NULL;
 }
 
+/* torchrun substitutes ${local_rank} in the program's arguments: each
+ * rank's argv when one holds it (a->rank_argv stays NULL otherwise). */
+static int make_rank_argv(agent_t *a) {
+  static const char macro[] = "${local_rank}";
+  int any = 0, n = 0;
+  for (int i = 0; a->argv[i]; i++, n++)
+    any |= strstr(a->argv[i], macro) != NULL;
+  if (!any || a->rank_argv)
+    return 0;
+  if ((a->rank_argv = calloc((size_t)a->o->nproc, sizeof(char **))) == NULL)
+    return RDZV_ENOMEM;
+  for (int r = 0; r < a->o->nproc; r++) {
+    char **v = calloc((size_t)n + 1, sizeof(char *));
+    if ((a->rank_argv[r] = v) == NULL)
+      return RDZV_ENOMEM;
+    for (int i = 0; i < n; i++) {
+      const char *s = a->argv[i], *m;
+      char num[16];
+      size_t len = 0, cap = strlen(s) + 1;
+      int w = snprintf(num, sizeof(num), "%d", r);
+      for (m = s; (m = strstr(m, macro)) != NULL; m += sizeof(macro) - 1)
+        cap += (size_t)w;
+      if ((v[i] = malloc(cap)) == NULL)
+        return RDZV_ENOMEM;
+      while ((m = strstr(s, macro)) != NULL) {
+        memcpy(v[i] + len, s, (size_t)(m - s));
+        len += (size_t)(m - s);
+        memcpy(v[i] + len, num, (size_t)w);
+        len += (size_t)w;
+        s = m + sizeof(macro) - 1;
+      }
+      memcpy(v[i] + len, s, strlen(s) + 1);
+    }
+  }
+  return 0;
+}
+
+static void free_rank_argv(agent_t *a) {
+  for (int r = 0; a->rank_argv && r < a->o->nproc; r++)
+    launch_argv_free(a->rank_argv[r]);
+  free(a->rank_argv);
+  a->rank_argv = NULL;
+}
+
 static void clear_failures(agent_t *a) {
   for (size_t i = 0; i < a->nfails; i++)
     sum_failure_free(&a->fails[i]);
@@ -206,6 +252,7 @@ static int build_envs(agent_t *a) {
     return RDZV_ENOMEM;
   memset(&r, 0, sizeof(r));
   r.round = a->round;
+  r.restarts = a->restarts_spent;
   r.node_rank = a->node_rank;
   r.nnodes = a->nnodes;
   r.world_size = a->world_size;
@@ -273,18 +320,21 @@ static int start_workers(agent_t *a) {
       return rc;
     }
   }
-  if ((rc = build_envs(a)) != 0)
+  if ((rc = build_envs(a)) != 0 || (rc = make_rank_argv(a)) != 0)
     return rc;
   memset(&spec, 0, sizeof(spec));
   spec.size = sizeof(spec);
   spec.nproc = o->nproc;
   spec.argv = a->argv;
+  spec.rank_argv = (char *const *const *)a->rank_argv;
   for (int i = 0; i < o->nproc; i++)
     if ((envp[i] = env_envp(a->renv[i])) == NULL)
       return RDZV_ENOMEM;
   if (a->node.plan) {
-    spec.pre_exec = apply_binding;
-    spec.pre_exec_arg = a->node.plan;
+    if (!a->node.report_only) {
+      spec.pre_exec = apply_binding;
+      spec.pre_exec_arg = a->node.plan;
+    }
     if (o->report_bindings && a->round == 0)
       for (int i = 0; i < o->nproc; i++) {
         char line[512];
@@ -308,8 +358,11 @@ static int start_workers(agent_t *a) {
   /* issue #11 (topo helper): say once how workers are kept together. */
   if (rc == 0 && a->round == 0 && !o->quiet) {
     const char *what;
-    wk_containment(a->wg, &what);
-    LU_INFO(&a->log, "%s", what);
+    /* cgroups: as it should be, said only with debug on */
+    if (wk_containment(a->wg, &what) == WK_CONTAIN_CGROUP)
+      LU_DBG(&a->log, LU_DBG_AGENT, "%s", what);
+    else
+      LU_INFO(&a->log, "%s", what);
   }
   return rc;
 }
@@ -539,22 +592,21 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     else if (status != RDZV_ECANCELED && status != RDZV_ECLOSED)
       LU_ERR(&a->log, "cannot join job %s: %s", a->o->run_id,
              ac_last_error(a->ac));
-    a->exit_code = 1;
+    a->exit_code = status == RDZV_EMISMATCH ? LAUNCH_EXIT_MISMATCH
+                                            : LAUNCH_EXIT_RDZV;
     a->finish_ok = 0;
     a->end_reason[0] = '\0';
     finish(a);
     return;
   }
   a->round = r.round;
+  a->restarts_spent = r.restarts;
   a->node_rank = (int)r.node_rank;
   a->nnodes = (int)r.nnodes;
   a->world_size = (int)r.world_size;
   a->base_rank = (int)r.base_rank;
   a->master_port = (int)r.master_port;
   lu_strlcpy(a->node0_addr, r.node0_addr, sizeof(a->node0_addr));
-  say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d", a->round,
-      a->o->run_id, a->node_rank, a->nnodes, a->base_rank,
-      a->base_rank + a->o->nproc - 1, a->world_size);
   if (a->ck) {
     resume_round_t rr = {a->round, a->node_rank, a->nnodes, a->world_size,
                          a->base_rank, a->o->nproc, a->o->host};
@@ -586,6 +638,16 @@ static void run_round(agent_t *a) {
   if (start_workers(a) != 0) {
     report_start_failure(a, "launch could not start the workers on this node");
     return;
+  }
+  /* The start line: one per round. */
+  {
+    const env_var_t *omp = a->renv ? env_find(a->renv[0], "OMP_NUM_THREADS")
+                                   : NULL;
+    int omp_set = a->round == 0 && omp && omp->src == ENV_SRC_LAUNCH;
+    say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d%s",
+        a->round, a->o->run_id, a->node_rank, a->nnodes, a->base_rank,
+        a->base_rank + a->o->nproc - 1, a->world_size,
+        omp_set ? "; OMP_NUM_THREADS=1 for each worker (set it to tune)" : "");
   }
   a->state = A_RUN;
   if (a->ck) {
@@ -754,17 +816,47 @@ static void on_lost(ac_t *ac, int status, void *arg) {
   if (a->state == A_FINISH || a->state == A_CLOSED)
     return;
   LU_ERR(&a->log, "%s; stopping the workers", ac_last_error(a->ac));
-  a->exit_code = 1;
+  /* the rendezvous is gone: another try may work (docs/exit-codes.md) */
+  a->exit_code = LAUNCH_EXIT_RDZV;
   a->finish_ok = 0;
   finish(a);
+}
+
+/* How long to keep trying a server that is not up: read_timeout, as
+ * torchrun's store does, within the join timeout. */
+static int64_t connect_limit_ms(const cfg_t *o) {
+  return LU_MIN(o->join_timeout_ms, o->read_timeout_ms);
+}
+
+/* While the server cannot be reached: what is tried, why it fails. */
+static void connect_wait_cb(uv_timer_t *t) {
+  agent_t *a = t->data;
+  int attempts;
+  const char *why;
+  if (a->state != A_CONNECT || a->ac == NULL)
+    return;
+  why = ac_wait_reason(a->ac, &attempts);
+  if (why[0] == '\0')
+    return; /* still on its first attempt */
+  say(a, "waiting for the rendezvous server %s:%d of job %s: %s; %d "
+         "attempts in %.0f s, giving up after %.0f s (--rdzv-conf "
+         "read_timeout)", a->ep_host, a->ep_port, a->o->run_id, why, attempts,
+      (uv_now(a->loop) - a->join_started_ms) / 1000.0,
+      connect_limit_ms(a->o) / 1000.0);
 }
 
 static void on_connected(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
   (void)ac;
+  uv_timer_stop(&a->status_timer);
   if (status != 0) {
-    LU_ERR(&a->log, "%s", ac_last_error(a->ac));
-    a->exit_code = 1;
+    /* One message: what failed, then what to check. */
+    LU_ERR(&a->log, "%s. The agent that hosts the server is the one whose "
+                    "node has the endpoint's address or name (or "
+                    "--rdzv-conf is_host=true); start it, or `launch "
+                    "server`, and check the address and the port",
+           ac_last_error(a->ac));
+    a->exit_code = LAUNCH_EXIT_RDZV;
     finish(a);
     return;
   }
@@ -854,6 +946,16 @@ static void print_end(agent_t *a) {
     fflush(stdout);
     sum_print(stderr, a->o->run_id, all, n, a->restarts_used,
               a->o->max_restarts);
+    /* User code that hosts its own TCPStore on MASTER_PORT finds launch's
+     * server there in agent mode. */
+    if (a->o->torch_store == CFG_STORE_AGENT &&
+        ((all[0].stderr_tail &&
+          strstr(all[0].stderr_tail, "Address already in use")) ||
+         (all[0].error_message &&
+          strstr(all[0].error_message, "Address already in use"))))
+      fprintf(stderr, "launch: hint: MASTER_ADDR:MASTER_PORT is launch's "
+                      "server (--torch-store agent); a program that hosts its "
+                      "own TCPStore there needs --torch-store rank0\n");
     free(all);
     if (a->run_dir_is_temp)
       fprintf(stderr, "launch: logs and error files of the attempts are in %s\n",
@@ -1036,10 +1138,24 @@ static int maybe_host(agent_t *a) {
       }
       return 0; /* the client retries resolving until the join timeout */
     }
-    if (o->is_host < 0 && o->backend != CFG_BACKEND_STATIC)
-      want = launch_ip_is_local(ip) && (o->local_addr[0] == '\0' ||
-                                 strcmp(o->local_addr, ip) == 0 ||
-                                 strcmp(o->local_addr, o->endpoint_host) == 0);
+    if (o->is_host < 0 && o->backend != CFG_BACKEND_STATIC) {
+      /* Every address of this node counts (a multi-NIC node whose
+       * --local-addr is another network's still hosts), and its host
+       * names. On loopback every process of the machine is local: there
+       * --local-addr picks the host (several agents of a test). */
+      int named = launch_is_my_name(o->endpoint_host, o->host);
+      if (strncmp(ip, "127.", 4) == 0 || !strcmp(ip, "::1"))
+        want = named ? 1
+                     : o->local_addr[0] == '\0' ||
+                           strcmp(o->local_addr, ip) == 0 ||
+                           strcmp(o->local_addr, o->endpoint_host) == 0;
+      else
+        want = named || launch_ip_is_local(ip);
+      /* this node's name resolves to loopback here (Debian's 127.0.1.1),
+       * to its address elsewhere: listen on every address */
+      if (named && (strncmp(ip, "127.", 4) == 0 || !strcmp(ip, "::1")))
+        lu_strlcpy(ip, "0.0.0.0", sizeof(ip));
+    }
   }
   if (!want)
     return 0;
@@ -1130,10 +1246,23 @@ int agent_run(cfg_t *o) {
     uv_signal_start(&a->sigs[a->nsigs], on_signal, all_sigs[i]);
     a->nsigs++;
   }
-  if ((rc = read_token(a)) != 0 || (rc = launch_worker_argv(o, &a->argv)) != 0 ||
-      (rc = prepare_node(a)) != 0 || (rc = wk_group_new(&loop, &a->wg)) != 0 ||
-      (wk_set_log(a->wg, &a->log), 0) || (rc = maybe_host(a)) != 0) {
-    a->exit_code = 1;
+  /* docs/exit-codes.md: a configuration this node refuses (token file,
+   * profile, lint) is 2, a server it cannot host 75, the rest 70 */
+  if ((rc = launch_worker_argv(o, &a->argv)) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    goto out;
+  }
+  if ((rc = read_token(a)) != 0 || (rc = prepare_node(a)) != 0) {
+    a->exit_code = rc == RDZV_ENOMEM ? LAUNCH_EXIT_INTERNAL : LAUNCH_EXIT_USAGE;
+    goto out;
+  }
+  if ((rc = wk_group_new(&loop, &a->wg)) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    goto out;
+  }
+  wk_set_log(a->wg, &a->log);
+  if ((rc = maybe_host(a)) != 0) {
+    a->exit_code = LAUNCH_EXIT_RDZV;
     goto out;
   }
   /* Where the workers' log and error files go. */
@@ -1174,7 +1303,7 @@ int agent_run(cfg_t *o) {
   acfg.role = "agent";
   acfg.token = a->token;
   acfg.token_len = a->token_len;
-  acfg.connect_timeout_ms = (int)LU_MIN(o->join_timeout_ms, INT32_MAX);
+  acfg.connect_timeout_ms = (int)LU_MIN(connect_limit_ms(o), INT32_MAX);
   acfg.log = &a->log;
   /* A silent server is noticed within the bound that drops a silent
    * member: three heartbeats (or read_timeout when shorter). */
@@ -1190,6 +1319,9 @@ int agent_run(cfg_t *o) {
     goto out;
   }
   a->state = A_CONNECT;
+  a->join_started_ms = uv_now(&loop);
+  /* The first word within seconds, then every half minute. */
+  uv_timer_start(&a->status_timer, connect_wait_cb, 2000, 30000);
   uv_run(&loop, UV_RUN_DEFAULT);
   goto done;
 out:
@@ -1203,6 +1335,7 @@ done:
   clear_failures(a);
   if (a->have_root)
     sum_failure_free(&a->root);
+  free_rank_argv(a);
   launch_argv_free(a->argv);
   hang_free(a->hang);
   if (a->run_dir_is_temp && rc == 0 && a->run_dir[0] &&

@@ -21,7 +21,7 @@ static int gather(doc_opts_t *dopts, const char *endpoint, int nnodes,
                   int *local_rc) {
   doc_report_t *mine = NULL;
   lu_endpoint_t ep;
-  char ip[64] = "", key[1024], prefix[300];
+  char ip[64] = "", key[1024], prefix[300], me[256];
   srvt_t *srv = NULL;
   rdzv_options_t o = RDZV_OPTIONS_INIT;
   rdzv_client_t *c = NULL;
@@ -30,7 +30,7 @@ static int gather(doc_opts_t *dopts, const char *endpoint, int nnodes,
   doc_report_t **reps = NULL;
   const char **names = NULL;
   rdzv_value_t *vals = NULL;
-  int rc, status = 1, ndiff = 0, nfail = 0;
+  int rc, status = 1, ndiff = 0, nfail = 0, ndup = 0;
 
   if (lu_endpoint_parse(endpoint, RDZV_DEFAULT_PORT, &ep) != 0 || ep.is_unix) {
     launch_usage_error("--rdzv-endpoint: '%s' does not parse: use HOST:PORT",
@@ -84,8 +84,19 @@ static int gather(doc_opts_t *dopts, const char *endpoint, int nnodes,
   }
   if (doc_to_compact(mine, &text, &tl) != 0)
     goto out;
+  /* Each node's report under its host name and a random id: two nodes
+   * may share a name (containers, a copied image), and must not count as
+   * one. */
+  {
+    uint8_t r[4];
+    char hex[9];
+    if (lu_random(r, sizeof(r)) != 0)
+      memset(r, 0, sizeof(r));
+    lu_hex(r, sizeof(r), hex);
+    snprintf(me, sizeof(me), "%.200s#%s", host, hex);
+  }
   snprintf(prefix, sizeof(prefix), "doctor/%s/report/", job);
-  snprintf(key, sizeof(key), "%s%s", prefix, host);
+  snprintf(key, sizeof(key), "%s%s", prefix, me);
   if ((rc = rdzv_set(c, key, text, tl, 10000)) != 0)
     goto rdzv_err;
   snprintf(key, sizeof(key), "doctor/%s/in", job);
@@ -111,7 +122,21 @@ static int gather(doc_opts_t *dopts, const char *endpoint, int nnodes,
   if ((rc = rdzv_multi_get(c, (const char *const *)keys, nkeys, vals, 10000)) != 0)
     goto rdzv_err;
   for (size_t i = 0; i < nkeys; i++) {
+    char *hash;
     names[i] = keys[i] + strlen(prefix);
+    /* "host#id" is shown as "host", unless another node has that name */
+    if ((hash = strrchr(keys[i], '#')) != NULL) {
+      int dup = 0;
+      for (size_t j = 0; j < nkeys; j++) {
+        const char *on = keys[j] + strlen(prefix), *oh = strrchr(on, '#');
+        dup |= j != i && oh && (size_t)(oh - on) == (size_t)(hash - names[i]) &&
+               !strncmp(on, names[i], (size_t)(oh - on));
+      }
+      if (dup)
+        ndup++;
+      else
+        *hash = '\0';
+    }
     if (doc_from_compact(vals[i].data, vals[i].len, &reps[i]) != 0) {
       fprintf(stderr, "launch doctor: the report of %s does not parse\n",
               names[i]);
@@ -128,16 +153,24 @@ static int gather(doc_opts_t *dopts, const char *endpoint, int nnodes,
   ndiff = doc_diff((const doc_report_t *const *)reps, names, (int)nkeys, &report);
   if (ndiff < 0)
     goto out;
-  if (ndiff == 0)
-    printf("%zu nodes agree on everything that must be identical\n", nkeys);
-  else
+  if (ndup > 0)
+    printf("%d nodes share a host name: they are told apart by the id after "
+           "'#'\n", ndup);
+  if (ndiff == 0) {
+    /* what was compared, by name */
+    printf("%zu nodes agree on the items compared:", nkeys);
+    for (int k = 0, col = 0; reps[0] && k < doc_count(reps[0]); k++)
+      if (doc_item(reps[0], k)->same)
+        printf("%s %s", col++ ? "," : "", doc_item(reps[0], k)->id);
+    printf("\n");
+  } else
     printf("%d items differ between the %zu nodes (only host name, address "
            "and node rank may):\n%s", ndiff, nkeys, report);
   status = ndiff || nfail ? 1 : 0;
   /* Leave together: the hosting node keeps the server up until all read. */
   snprintf(key, sizeof(key), "doctor/%s/out", job);
   rdzv_barrier(c, key, (uint32_t)nnodes, 30000);
-  snprintf(key, sizeof(key), "%s%s", prefix, host);
+  snprintf(key, sizeof(key), "%s%s", prefix, me);
   rdzv_delete(c, key, 10000);
   goto out;
 rdzv_err:

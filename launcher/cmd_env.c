@@ -209,6 +209,10 @@ int launch_cmd_env(int argc, char **argv) {
     goto out;
   if (c.env_fingerprint) {
     env_fp_t *fp = NULL;
+    /* The CUDA and NCCL libraries as `launch doctor` finds them, GPUs or
+     * not (the agent skips the probe where no GPU is: nothing to match) */
+    if (n.si.ngpus < 0)
+      aff_sysinfo_probe(&n.si, c.env_root[0] ? c.env_root : NULL);
     if (c.prog_argc > 0 && launch_worker_argv(&c, &wargv) != 0)
       goto out;
     if ((rc = launch_node_fingerprint(&n, e, wargv, c.env_programs, &fp, err,

@@ -100,6 +100,15 @@ static void on_status(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
       fprintf(stderr, "launch status: the server's answer does not parse: "
                       "%s\n", err);
       st->rc = 1;
+    } else if (!strcmp(s.state, "idle")) {
+      /* The server knows no such job: nothing ever joined it. */
+      if (st->json)
+        print_json(&s);
+      fprintf(stderr, "launch status: the server knows no job '%s' (no node "
+                      "has joined it): check --rdzv-id and --rdzv-endpoint\n",
+              st->job);
+      msg_status_free(&s);
+      st->rc = 1;
     } else {
       if (st->json)
         print_json(&s);

@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "hang.h"
+#include "launch.h"
 #include "lu.h"
 
 typedef enum { T_BOOL, T_STR, T_INT, T_MS, T_CHOICE, T_WORD, T_FN } type_t;
@@ -430,6 +431,42 @@ static int set_program(cfg_t *c, int id, const char *v, char *err, size_t n) {
   return 0;
 }
 
+static int set_monitor(cfg_t *c, int id, const char *v, char *err, size_t n) {
+  (void)c;
+  (void)v;
+  return fail(err, n, "--monitor-interval: launch does not poll its workers "
+                      "(it learns of each exit at once, through SIGCHLD), so "
+                      "there is no interval to set: drop the flag");
+}
+
+/* "X.Y" or "X.Y.Z+cu121": major * 100 + minor. RET 0 or -1. */
+int cfg_parse_torch_version(const char *v, int *out) {
+  int major = 0, minor = 0, k = 0;
+  const char *p = v;
+  while (isdigit((unsigned char)*p) && k++ < 4)
+    major = major * 10 + (*p++ - '0');
+  if (k == 0 || *p++ != '.')
+    return -1;
+  k = 0;
+  while (isdigit((unsigned char)*p) && k++ < 3)
+    minor = minor * 10 + (*p++ - '0');
+  if (k == 0 || minor > 99 || (*p && *p != '.' && *p != '+' && *p != 'a' &&
+                               *p != 'b' && *p != 'r' && *p != 'd'))
+    return -1;
+  *out = major * 100 + minor;
+  return 0;
+}
+
+static int set_torch_version(cfg_t *c, int id, const char *v, char *err,
+                             size_t n) {
+  if (cfg_parse_torch_version(v, &c->torch_version) != 0 ||
+      strlen(v) >= sizeof(c->torch_version_spec))
+    return fail(err, n, "--torch-version: '%s' is not a version like 1.13 or "
+                        "2.4.1", v);
+  lu_strlcpy(c->torch_version_spec, v, sizeof(c->torch_version_spec));
+  return 0;
+}
+
 static const setting_t settings[CFG_S_COUNT] = {
     FN(NNODES, "--nnodes", NULL, "N|MIN:MAX", set_nnodes, NODES,
        "nodes of the job (default 1)"),
@@ -448,10 +485,12 @@ static const setting_t settings[CFG_S_COUNT] = {
     FN(CONF, "--rdzv-conf", NULL, "K=V,...", set_conf, RDZV,
        "join_timeout (600 s): how long the nodes may take to join; "
        "last_call_timeout (30 s): how long a round waits for more than the "
-       "minimum; heartbeat (5 s); read_timeout (60 s): a server that answers "
-       "nothing this long (at most 3 heartbeats) is lost; close_timeout (10 s): how long the hosting "
-       "node keeps the server for the others to learn the end; is_host "
-       "(true|false)"),
+       "minimum; heartbeat (5 s); read_timeout (60 s): how long to keep "
+       "trying to reach a server that is not up, and a server that answers "
+       "nothing this long (at most 3 heartbeats) is lost; close_timeout "
+       "(10 s): how long the hosting node keeps the server for the others "
+       "to learn the end; is_host (true|false): host the server here, "
+       "whatever the addresses say"),
     INT(NODE_RANK, "--node-rank", "N", node_rank, 0, 1 << 20, RDZV,
         "rank of this node (static backend; a preference with c10d)"),
     FN(MASTER_ADDR, "--master-addr", NULL, "A", set_master_addr, RDZV,
@@ -476,12 +515,17 @@ static const setting_t settings[CFG_S_COUNT] = {
     FN(HANG_SIGNAL, "--hang-signal", NULL, "SIG|none", set_hang_signal,
        SUPERVISION, "sent to a hung rank for a stack dump (faulthandler, "
        "py-spy-like dumpers) 3 s before it is killed (default SIGUSR1)"),
-    ROW(MONITOR, "--monitor-interval", NULL, "SECONDS", T_MS, 0, 0, 1, 0,
-        NULL, NULL, SUPERVISION, "accepted, no effect: worker exits are seen "
-        "at once (SIGCHLD), nothing is polled"),
+    FN(MONITOR, "--monitor-interval", NULL, "SECONDS", set_monitor,
+       SUPERVISION, "torchrun's polling period: refused, launch polls "
+       "nothing (it learns of each worker exit at once, through SIGCHLD)"),
     CHECK(START_METHOD, "--start-method", T_CHOICE, 0, "spawn|fork|forkserver",
-          SUPERVISION, "accepted, no effect: every worker is a fresh process "
-          "(fork and exec)"),
+          SUPERVISION, "accepted for torchrun's scripts, no effect: every "
+          "worker is a fresh process (fork and exec), as spawn gives"),
+    CHOICE(EXIT_CODE, "--exit-code", T_CHOICE, exit_code_mode,
+           "launch|torchrun", SUPERVISION,
+           "launch (default): a failed job exits with its failing worker's "
+           "code (docs/exit-codes.md); torchrun: 1 for any failure, as "
+           "torchrun does, for wrappers that test == 1"),
     STR(ROLE, "--role", NULL, "NAME", role, 1, SUPERVISION,
         "ROLE_NAME of the workers (default default)"),
     FN(MODULE, "--module", "-m", NULL, set_prog_mode, PROGRAM,
@@ -513,8 +557,10 @@ static const setting_t settings[CFG_S_COUNT] = {
     CHOICE(TORCH_STORE, "--torch-store", T_CHOICE, torch_store,
            "agent|rank0", OWN,
            "agent (default): workers use the launch server as their TCPStore "
-           "(TORCHELASTIC_USE_AGENT_STORE=True); rank0: rank 0 hosts its own "
-           "store on a free port of node 0"),
+           "(TORCHELASTIC_USE_AGENT_STORE=True); rank0: the launch server is "
+           "not at MASTER_PORT, which is a free port of node 0: for user code "
+           "that hosts its own TCPStore there (it fails with 'Address already "
+           "in use' in agent mode)"),
     STR(TOKEN_FILE, "--token-file", NULL, "F", token_file, 0, OWN,
         "the job's key (launch server --issue-key) or the server's secret "
         "(HMAC challenge)"),
@@ -552,6 +598,11 @@ static const setting_t settings[CFG_S_COUNT] = {
     CHOICE(LINT, "--lint", T_CHOICE, lint, "error|warn|off", OWN,
            "NCCL environment mistakes stop the job (error, default), are only "
            "reported, or are not checked"),
+    FN(TORCH_VERSION, "--torch-version", NULL, "X.Y", set_torch_version, OWN,
+       "the workers' PyTorch version, which decides the name of the async "
+       "error handling variable (NCCL_ASYNC_ERROR_HANDLING before 2.2, "
+       "TORCH_NCCL_ASYNC_ERROR_HANDLING from 2.2); default: read from the "
+       "interpreter's site-packages without importing torch"),
     BOOL(ALLOW_MISMATCH, "--allow-mismatch", NULL, allow_mismatch, OWN,
          "run even when nodes differ from node 0 (NCCL env, versions, GPUs, "
          "program)"),
@@ -743,12 +794,14 @@ static int takes(int id, unsigned flags) {
          (sec == SEC_CMD_ENV && (flags & CFG_ENV_CMD));
 }
 
-/* The setting arg[0..len) names, or -1 with err saying why: unknown, or a
- * prefix (argparse accepts "--nproc"; we name the full flag instead). */
+/* The setting arg[0..len) names, or -1 with err saying why. As argparse
+ * (torchrun's parser), a long option may be abbreviated to any prefix that
+ * names one option only ("--nproc 2"); an ambiguous prefix is refused with
+ * the options it could mean. */
 static int find_flag(const char *arg, size_t len, unsigned flags, char *err,
                      size_t n) {
   int match = -1, nprefix = 0;
-  char cands[256] = "";
+  char cands[512] = "";
   /* `launch env`'s options come first there (its --lint is not the
    * agent's), and are not the agent's. */
   for (int k = 0; k < CFG_S_COUNT; k++) {
@@ -762,19 +815,21 @@ static int find_flag(const char *arg, size_t len, unsigned flags, char *err,
         (s->alt && strlen(s->alt) == len && !memcmp(s->alt, arg, len)))
       return i;
     if (len > 2 && arg[1] == '-' && name_prefix(s->flag, arg, len)) {
+      /* one flag name counts once (the command's own row comes first) */
+      if (match >= 0 && strstr(cands, s->flag) != NULL)
+        continue;
       size_t u = strlen(cands);
       snprintf(cands + u, sizeof(cands) - u, "%s%s", nprefix ? ", " : "",
                s->flag);
-      nprefix++;
-      match = i;
+      if (nprefix++ == 0)
+        match = i;
     }
   }
   if (nprefix == 1)
-    lu_errf(err, n, "unknown option '%.*s': options are not abbreviated, "
-                 "write %s", (int)len, arg, settings[match].flag);
-  else if (nprefix > 1)
-    lu_errf(err, n, "unknown option '%.*s': options are not abbreviated, "
-                 "write one of %s", (int)len, arg, cands);
+    return match;
+  if (nprefix > 1)
+    lu_errf(err, n, "option '%.*s' is ambiguous: it could be %s; write more "
+                 "of its name", (int)len, arg, cands);
   else
     lu_errf(err, n, "unknown option '%.*s' (see launch --help)", (int)len, arg);
   return -1;
@@ -1004,6 +1059,11 @@ static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
     lu_strlcpy(c->mem_bind,
                c->ngpus > 0 && strcmp(c->cpu_bind, "none") ? "preferred" : "none",
                sizeof(c->mem_bind));
+  /* Which async error handling name the workers' PyTorch reads. */
+  if (c->torch_version_spec[0] == '\0') {
+    char where[PATH_MAX];
+    c->torch_version = launch_torch_version(c, where, sizeof(where));
+  }
   return 0;
 }
 
@@ -1114,6 +1174,7 @@ static const char agent_examples[] =
     "  launch --nnodes 4 --nproc-per-node 8 --rdzv-id job42 \\\n"
     "         --rdzv-endpoint node0:29400 train.py\n"
     "  launch --nnodes 2:4 --max-restarts 3 --rdzv-endpoint node0 train.py\n"
+    "  launch --standalone --nproc-per-node 2 --exit-code torchrun train.py\n"
     "  srun --ntasks-per-node=1 launch train.py         # every node of a step\n"
     "  launch status --rdzv-endpoint node0:29400 --rdzv-id job42\n";
 static const char env_intro[] =

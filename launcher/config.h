@@ -27,6 +27,8 @@ enum { CFG_STORE_AGENT = 0, CFG_STORE_RANK0 = 1 };
 enum { CFG_PROG_AUTO = 0, CFG_PROG_MODULE, CFG_PROG_NO_PYTHON, CFG_PROG_RUN_PATH };
 enum { CFG_LINT_ERROR = 0, CFG_LINT_WARN, CFG_LINT_OFF };
 enum { CFG_CKPT_VERIFY_SHA = 0, CFG_CKPT_VERIFY_SIZE };
+/* --exit-code: the failing worker's code, or torchrun's 1 for any failure */
+enum { CFG_EXIT_LAUNCH = 0, CFG_EXIT_TORCHRUN = 1 };
 
 #define CFG_MAX_NPROC 1024
 
@@ -45,7 +47,7 @@ typedef enum {
   CFG_S_CPU_BIND, CFG_S_NUMA_BINDING, CFG_S_MEM_BIND,
   CFG_S_REPORT_BINDINGS, CFG_S_TOPOLOGY, CFG_S_NCCL_PROFILE,
   CFG_S_ALLOW_ENV_OVERRIDE, CFG_S_LINT, CFG_S_ALLOW_MISMATCH, CFG_S_QUIET,
-  CFG_S_NO_LOG_TIME,
+  CFG_S_NO_LOG_TIME, CFG_S_EXIT_CODE, CFG_S_TORCH_VERSION,
   /* checkpoints (docs/checkpoints.md) */
   CFG_S_CKPT_DIR, CFG_S_CKPT_KEEP, CFG_S_CKPT_LAYOUT, CFG_S_CKPT_VERIFY,
   /* `launch env`'s */
@@ -146,6 +148,10 @@ typedef struct cfg_s {
   int ckpt_keep;             /* --ckpt-keep (default 3) */
   int ckpt_layout;           /* --ckpt-layout: a ckpt_layout_t */
   int ckpt_verify;           /* --ckpt-verify: CFG_CKPT_VERIFY_* */
+  int exit_code_mode;        /* CFG_EXIT_* */
+  char torch_version_spec[32]; /* --torch-version as given ("" = find it) */
+  int torch_version;         /* major * 100 + minor of the workers' PyTorch,
+                                0 when not known (see launch_torch_version) */
   /* this node, from the environment */
   char host[256];            /* LAUNCH_HOSTNAME, else gethostname() */
   char **expected_hosts;     /* LAUNCH_EXPECTED_HOSTS, SLURM_JOB_NODELIST */
@@ -199,6 +205,9 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
 void cfg_free(cfg_t *c);
 /* --help of the agent, or (flags) of `launch env`, `status` or `doctor`. */
 void cfg_help(FILE *out, unsigned flags);
+/* A PyTorch version ("1.13.1", "2.11.0+cu128", "2.2") as major * 100 +
+ * minor. RET 0 or -1. */
+int cfg_parse_torch_version(const char *v, int *out);
 
 
 /* ---- sched.c: the environment --------------------------------------------

@@ -25,6 +25,15 @@ int launch_cmd_doctor(int argc, char **argv);
 
 /* This node: the NCCL profile, the topology and the binding plan, the GPU
  * libraries' versions. */
+/* launch's own exit statuses (docs/exit-codes.md); a failed job exits with
+ * its failing worker's code, 128 + N for a signal. */
+enum {
+  LAUNCH_EXIT_USAGE = 2,     /* configuration or usage error */
+  LAUNCH_EXIT_INTERNAL = 70, /* launch itself failed */
+  LAUNCH_EXIT_RDZV = 75,     /* the rendezvous failed: another try may work */
+  LAUNCH_EXIT_MISMATCH = 76  /* this node differs from node 0 */
+};
+
 typedef struct launch_node_s {
   prof_t *prof;
   aff_policy_t *pol;
@@ -33,6 +42,10 @@ typedef struct launch_node_s {
   aff_sysinfo_t si;   /* probed where there are GPUs (or under root) */
   const char *root;   /* /sys and /proc prefix of the lint (NULL = /) */
   int foreign;        /* the topology is another machine's (--topology) */
+  int torch_version;  /* the workers' PyTorch (cfg_t's), for the lint */
+  int no_gpu;         /* the job uses no GPU here: NCCL lint errors warn */
+  int report_only;    /* the plan is for --report-bindings only: the
+                         workers are neither bound nor told */
 } launch_node_t;
 
 /* Load the profile, the topology (when binding, --report-bindings,
@@ -47,6 +60,7 @@ void launch_node_close(launch_node_t *n);
 /* What a round decided, as the worker environment needs it. */
 typedef struct launch_round_s {
   int64_t round;
+  int64_t restarts;       /* spent on failures: TORCHELASTIC_RESTART_COUNT */
   int node_rank, nnodes, world_size, base_rank;
   char master_addr[300];  /* the store the workers use */
   int master_port;
@@ -77,6 +91,11 @@ int launch_lint(const launch_node_t *n, const env_t *e, env_finding_t **f,
  * (PYTHON_EXEC), else the program itself. OUT *argv NULL-terminated,
  * free with launch_argv_free. RET 0 or RDZV_ENOMEM. */
 int launch_worker_argv(const cfg_t *c, char ***argv);
+/* The version of the PyTorch PROGRAM's interpreter would import, as major *
+ * 100 + minor, read from its site-packages without importing it
+ * (torchver.c); 0 when there is no Python or no torch. where: the file it
+ * came from. */
+int launch_torch_version(const cfg_t *c, char *where, size_t wl);
 void launch_argv_free(char **argv);
 
 /* The node fingerprint sent with the join: e a rank's environment; the
@@ -90,6 +109,8 @@ int launch_node_fingerprint(const launch_node_t *n, const env_t *e,
 
 /* Is ip (text) one of this node's addresses (127/8 counts)? */
 int launch_ip_is_local(const char *ip);
+/* Is name one of this node's host names (host: cfg_t's)? */
+int launch_is_my_name(const char *name, const char *host);
 /* host's first address as text. RET 0 or RDZV_ERESOLVE. */
 int launch_resolve_ip(const char *host, char *ip, size_t cap);
 

@@ -55,6 +55,9 @@ int main(int argc, char **argv) {
   if (rc == 0) {
     launch_raise_nofile();
     rc = cfg.from_tasks ? launch_from_tasks(&cfg) : agent_run(&cfg);
+    /* torchrun exits 1 for any failure: for wrappers that test == 1 */
+    if (rc != 0 && cfg.exit_code_mode == CFG_EXIT_TORCHRUN)
+      rc = 1;
   } else if (rc < 0) {
     launch_usage_error("%s", err);
     rc = 2;

@@ -1,5 +1,8 @@
 /* netaddr.c - which addresses are this node's; name resolution. */
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <strings.h>
+#include <unistd.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <string.h>
@@ -33,6 +36,40 @@ int launch_ip_is_local(const char *ip) {
   if (!found && strncmp(ip, "127.", 4) == 0)
     found = 1;
   return found;
+}
+
+/* Is name one of this node's host names: host (LAUNCH_HOSTNAME or
+ * gethostname()), the kernel's name, its short form or its canonical
+ * (fully qualified) name? Names compare without case. */
+int launch_is_my_name(const char *name, const char *host) {
+  char me[256], *dot;
+  struct addrinfo hints, *res = NULL;
+  int yes = 0;
+  if (name[0] == '\0' || !strcasecmp(name, "localhost"))
+    return 0;
+  if (!strcasecmp(name, host))
+    return 1;
+  if (gethostname(me, sizeof(me)) != 0)
+    return 0;
+  me[sizeof(me) - 1] = '\0';
+  if (!strcasecmp(name, me))
+    return 1;
+  if ((dot = strchr(me, '.')) != NULL) {
+    *dot = '\0';
+    if (!strcasecmp(name, me))
+      return 1;
+    *dot = '.';
+  }
+  /* the canonical name: only when name looks like one (has a dot) */
+  if (strchr(name, '.') == NULL || isdigit((unsigned char)name[0]))
+    return 0;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_flags = AI_CANONNAME;
+  if (getaddrinfo(me, NULL, &hints, &res) == 0 && res && res->ai_canonname)
+    yes = !strcasecmp(name, res->ai_canonname);
+  if (res)
+    freeaddrinfo(res);
+  return yes;
 }
 
 /* Resolve host to its first address as text. RET 0 or RDZV_ERESOLVE. */

@@ -16,6 +16,8 @@ int launch_node_open(const cfg_t *c, int want_topo, const char *root,
   memset(n, 0, sizeof(*n));
   n->root = root;
   n->foreign = c->topology_file[0] != '\0';
+  n->torch_version = c->torch_version;
+  n->no_gpu = root == NULL && !n->foreign && c->ngpus == 0;
   if ((rc = prof_load(c->nccl_profile, &n->prof, why, sizeof(why))) != 0) {
     lu_errf(err, errlen, "--nccl-profile: %s", why);
     return rc;
@@ -24,8 +26,10 @@ int launch_node_open(const cfg_t *c, int want_topo, const char *root,
     return RDZV_ENOMEM;
   if (aff_policy_parse(c->cpu_bind, c->mem_bind, n->pol, err, errlen) != 0)
     return RDZV_EINVAL;
-  bind = n->pol->cpu != AFF_CPU_NONE || n->pol->mem != AFF_MEM_NONE ||
-         c->report_bindings;
+  bind = n->pol->cpu != AFF_CPU_NONE || n->pol->mem != AFF_MEM_NONE;
+  /* --report-bindings prints the plan; it changes nothing for the workers */
+  n->report_only = !bind && c->report_bindings;
+  bind = bind || c->report_bindings;
   if (bind || want_topo || n->foreign) {
     aff_topo_opts_t to = AFF_TOPO_OPTS_INIT;
     to.xml = n->foreign ? c->topology_file : NULL;
@@ -92,6 +96,8 @@ int launch_rank_env(const cfg_t *c, const launch_node_t *n,
   k.nnodes = r->nnodes;
   k.world_size = r->world_size;
   k.round = r->round;
+  k.restarts = r->restarts;
+  k.torch_version = c->torch_version;
   k.max_restarts = c->max_restarts;
   k.run_id = c->run_id;
   k.role = c->role;
@@ -108,8 +114,9 @@ int launch_rank_env(const cfg_t *c, const launch_node_t *n,
   k.hostname = c->host;
   ro.base = c->environ;
   ro.contract = &k;
-  ro.binding = n->plan ? aff_binding_envv(aff_plan_rank(n->plan, local_rank))
-                       : NULL;
+  ro.binding = n->plan && !n->report_only
+                   ? aff_binding_envv(aff_plan_rank(n->plan, local_rank))
+                   : NULL;
   ro.profile = n->prof;
   ro.allow_override = c->allow_env_override;
   ro.log = log;
@@ -128,6 +135,8 @@ int launch_lint(const launch_node_t *n, const env_t *e, env_finding_t **f,
     node->probed = 0;
   node->has_nvlink = n->topo ? aff_topo_has_nvlink(n->topo) : -1;
   node->nccl_version = n->si.nccl;
+  node->torch_version = n->torch_version;
+  node->no_gpu = n->no_gpu;
   rc = env_lint(e, node, f, nf);
   free(node);
   return rc;

@@ -72,7 +72,7 @@ static const mfield_t round_f[] = {
     I64(msg_round_t, nnodes, 1),    I64(msg_round_t, world_size, 1),
     I64(msg_round_t, base_rank, 0), I64(msg_round_t, master_port, 0),
     STR(msg_round_t, addr),         STR(msg_round_t, node0_addr),
-    STR(msg_round_t, node0_host),
+    STR(msg_round_t, node0_host),   I64(msg_round_t, restarts, 0),
 };
 static const mdesc_t round_d = DESC("round", round_f);
 

@@ -70,6 +70,8 @@ typedef struct msg_round_s {
   char addr[MSG_ADDR_MAX];  /* this node's address as the server knows it */
   char node0_addr[MSG_ADDR_MAX];
   char node0_host[MSG_HOST_MAX];
+  int64_t restarts;         /* restarts spent on failures so far (a node
+                               joining or leaving spends none) */
 } msg_round_t;
 
 /* REPORT (agent -> server): this node's workers finished the round. */

@@ -212,6 +212,7 @@ static void reply_round(rounds_job_t *rj, rounds_member_t *m,
   r.world_size = world;
   r.base_rank = m->base_rank;
   r.master_port = node0 ? node0->master_port : 0;
+  r.restarts = rj->failures;
   lu_strlcpy(r.addr, m->addr, sizeof(r.addr));
   if (node0) {
     lu_strlcpy(r.node0_addr, node0->addr, sizeof(r.node0_addr));
@@ -664,8 +665,10 @@ static void op_report(conn_t *c, const proto_msg_t *msg) {
     if (r.ok) {
       m->state = M_DONE;
       if (count_state(rj, M_DONE, 1) == count_state(rj, -1, 1)) {
-        snprintf(rj->reason, sizeof(rj->reason), "every worker of %d nodes "
-                 "exited 0 in round %" PRId64, count_state(rj, -1, 1), rj->round);
+        int nn = count_state(rj, -1, 1);
+        snprintf(rj->reason, sizeof(rj->reason), "every worker of %d node%s "
+                 "exited 0 in round %" PRId64, nn, nn == 1 ? "" : "s",
+                 rj->round);
         finish(rj, 1);
       }
     } else if (rj->failed_round != r.round) {

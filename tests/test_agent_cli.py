@@ -91,7 +91,7 @@ def test_read_timeout():
         # read_timeout (4 s) is shorter than 3 heartbeats (6 s): it decides
         import re
         m = re.search(r"did not answer for ([0-9.]+) s", out)
-        assert rc == 1 and m and 4 <= float(m.group(1)) < 6 and "read_timeout" in out, out
+        assert rc == 75 and m and 4 <= float(m.group(1)) < 6 and "read_timeout" in out, out
         assert dt < 20, dt
 
 
@@ -115,9 +115,12 @@ def main():
                  "--start-method", "--monitor-interval", "separated by ':'",
                  "examples:", "launch --standalone"]:
         assert frag in out, frag
-    # torchrun accepts "--nproc 2"; we refuse, naming the option to write
-    rc, out = run(["--nproc", "2", "/bin/true"])
-    assert rc == 2 and "write --nproc-per-node" in out, out
+    # as torchrun (argparse), "--nproc 2" is --nproc-per-node 2; "--n" is
+    # ambiguous and refused, naming what it could be
+    rc, out = run(["--standalone", "--nproc", "2", "/bin/true"])
+    assert rc == 0 and "ranks 0-1 of 2" in out, out
+    rc, out = run(["--n", "2", "/bin/true"])
+    assert rc == 2 and "ambiguous" in out and "--nproc-per-node" in out, out
     # an empty endpoint is refused (it used to serve 127.0.0.1:29500)
     rc, out = run(["--rdzv-endpoint", "", "/bin/true"])
     assert rc == 2 and "--rdzv-endpoint is empty" in out, out

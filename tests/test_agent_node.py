@@ -82,7 +82,7 @@ def test_profile_lock():
     assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert env["LAUNCH_NCCL_PROFILE"] == "socket", env
     assert env["NCCL_IB_DISABLE"] == "1", env  # the socket profile
-    assert env["NCCL_DEBUG"] != "INFO", env
+    assert env["NCCL_DEBUG"] == "INFO", env  # the user's debug setting stays
     assert "NCCL_NVLS_ENABLE" in out, out  # the refused value is reported
     # --allow-env-override: the user's value wins (but never for multicast)
     d = tempfile.mkdtemp()
@@ -109,9 +109,16 @@ def test_profile_lock():
 
 
 def test_lint_at_start():
-    rc, out = run(["--standalone", "/bin/true"], env={"NCCL_SOCKET_IFNAME": "==x"})
-    assert rc != 0, out
-    assert "NCCL_SOCKET_IFNAME" in out and "--lint warn" in out, out
+    # a node with GPUs (a DGX's topology stands for it here) refuses
+    topo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "topo", "dgx-a100.xml")
+    rc, out = run(["--standalone", "--topology", topo, "/bin/true"],
+                  env={"NCCL_BUFFSIZE": "lots"})
+    assert rc == 2, out
+    assert "NCCL_BUFFSIZE" in out and "--lint warn" in out, out
+    # this machine, where no GPU is used: NCCL never runs, a warning only
+    rc, out = run(["--standalone", "/bin/true"],
+                  env={"NCCL_SOCKET_IFNAME": "==x", "CUDA_VISIBLE_DEVICES": ""})
+    assert rc == 0 and "no GPU is used here" in out, out
     rc, out = run(["--standalone", "--lint", "warn", "--no-python", "/bin/true"],
                   env={"NCCL_SOCKET_IFNAME": "==x"})
     assert rc == 0 and "NCCL_SOCKET_IFNAME" in out, out

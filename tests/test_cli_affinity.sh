@@ -87,7 +87,7 @@ has "NVSHMEM_DISABLE_NVLS=1"
 has "NCCL_DEBUG=INFO"
 has "overridden to 0: NVLink multicast stays off"
 NCCL_DEBUG=INFO run 0 "$L" env --profile auto --json
-json '[v["value"] for v in d["vars"] if v["key"] == "NCCL_DEBUG"] == ["WARN"]'
+json '[v["value"] for v in d["vars"] if v["key"] == "NCCL_DEBUG"] == ["INFO"]'
 json '[v["source"] for v in d["vars"] if v["key"] == "NCCL_NVLS_ENABLE"] == ["lock"]'
 # seed 000's file, as written, linted on this node
 cat >"$tmp/nccl.sh" <<'EOF'

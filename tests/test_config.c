@@ -144,10 +144,23 @@ static void expect_error(const char *const *args, const char *const *env,
 }
 
 static void test_errors(void) {
-  /* abbreviations: refused, naming the full option (argparse would accept) */
-  expect_error(ARGS("--nproc", "2", "x"), no_env, "write --nproc-per-node");
-  expect_error(ARGS("--rdzv_end=h", "x"), no_env, "write --rdzv-endpoint");
+  /* abbreviations: as argparse, a prefix naming one option is that option;
+   * an ambiguous one is refused, naming the candidates */
+  {
+    cfg_t c;
+    char err[512];
+    ASSERT_EQ(0, parse(&c, ARGS("--nproc", "2", "--rdzv_end=h:5", "x"), no_env,
+                       err, sizeof(err)));
+    ASSERT_EQ(2, c.nproc);
+    ASSERT_STR_EQ("h", c.endpoint_host);
+    ASSERT_EQ(5, c.endpoint_port);
+    cfg_free(&c);
+  }
   expect_error(ARGS("--no", "x"), no_env, "--node-rank, --no-python");
+  expect_error(ARGS("--no", "x"), no_env, "is ambiguous");
+  expect_error(ARGS("--monitor-interval", "5", "x"), no_env, "SIGCHLD");
+  expect_error(ARGS("--exit-code", "bash", "x"), no_env, "launch or torchrun");
+  expect_error(ARGS("--torch-version", "two", "x"), no_env, "1.13");
   expect_error(ARGS("--bogus", "x"), no_env, "unknown option '--bogus'");
   /* an empty endpoint is no endpoint (it used to mean 127.0.0.1:29500) */
   expect_error(ARGS("--rdzv-endpoint", "", "x"), no_env,
@@ -179,7 +192,7 @@ static void test_conf_values(void) {
   ASSERT_EQ(0, parse(&c, ARGS("--rdzv-conf",
                               "read_timeout=2s,close_timeout=500ms,,"
                               "keep_alive_interval=1,is_host=false",
-                              "--monitor-interval", "0.1", "--start-method",
+                              "--start-method",
                               "fork", "--rdzv-endpoint", "h", "x"),
                      no_env, err, sizeof(err)));
   ASSERT_EQ(2000, c.read_timeout_ms);

@@ -37,6 +37,23 @@ for i in 1 2 3; do
   [ "${RC[$i]}" -eq 0 ] || fail "node $i exit ${RC[$i]} with identical nodes"
   grep -q "3 nodes agree" "$T/doc$i.log" || fail "no agreement on node $i"
 done
+# the items compared are named, the NCCL variables among them
+grep -q "3 nodes agree on the items compared:.*nccl.vars" "$T/doc1.log" || fail "what was compared"
+# two nodes of the same host name are two nodes, told apart by their ids
+P=$(port)
+for i in 1 2; do
+  LAUNCH_HOSTNAME=twin "$LAUNCH" doctor --no-probe --nnodes 2 --rdzv-id tw \
+    --rdzv-endpoint 127.0.0.1:$P --local-addr 127.0.0.$i --join-timeout 30 \
+    >"$T/twin$i.log" 2>&1 &
+  PIDS[$i]=$!
+done
+for i in 1 2; do wait "${PIDS[$i]}"; RC[$i]=$?; done
+PIDS=()
+for i in 1 2; do
+  [ "${RC[$i]}" -eq 0 ] || fail "twin $i exit ${RC[$i]}"
+  grep -q "2 nodes agree" "$T/twin$i.log" || fail "twin $i: not 2 nodes"
+  grep -q "2 nodes share a host name" "$T/twin$i.log" || fail "twin $i: shared name not said"
+done
 # a node alone: it says how many reported, after the timeout
 LAUNCH_HOSTNAME=solo "$LAUNCH" doctor --no-probe --nnodes 2 --rdzv-endpoint 127.0.0.1:$(port) \
   --join-timeout 1 >"$T/solo.log" 2>&1 && fail "a lone node succeeded"

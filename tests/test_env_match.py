@@ -22,7 +22,8 @@ def base_env():
     e = {k: v for k, v in os.environ.items()
          if not k.startswith(("PET_", "NCCL_", "LAUNCH_", "TORCHELASTIC_"))}
     e.pop("OMP_NUM_THREADS", None)
-    e["NCCL_DEBUG"] = "INFO"  # an inherited value the profile replaces
+    e["NCCL_DEBUG"] = "INFO"  # the user's debug setting: it stays
+    e["NCCL_IB_DISABLE"] = "0"  # an inherited value the socket profile replaces
     e["NCCL_BUFFSIZE"] = "8388608"  # one it keeps
     return e
 
@@ -49,7 +50,8 @@ def same(flags, local_rank, ignore=()):
     env = base_env()
     port = lt.free_port()
     flags = ["--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "envmatch"] + flags
-    want = shown(flags, local_rank, env)
+    # the program too: its interpreter's PyTorch decides a variable's name
+    want = shown(flags + ["--no-python", PY, WORKER, "unused", "ok"], local_rank, env)
     have = got(flags, local_rank, env)
     # Python may coerce the C locale by setting LC_CTYPE in its own process.
     if "LC_CTYPE" not in want:
@@ -76,9 +78,12 @@ def main():
         w = same(["--nproc-per-node", "2", "--cpu-bind", "1:0"], 1)
         assert w["LAUNCH_CPUS"] == "0", w
     w = same(["--nccl-profile", "socket", "--role", "trainer", "--max-restarts", "2"], 0)
-    assert w["NCCL_IB_DISABLE"] == "1" and w["NCCL_DEBUG"] != "INFO", w
+    assert w["NCCL_IB_DISABLE"] == "1" and w["NCCL_DEBUG"] == "INFO", w
     assert w["NCCL_BUFFSIZE"] == "8388608" and w["ROLE_NAME"] == "trainer", w
-    w = same(["--allow-env-override", "--lint", "warn"], 0)
+    # (`launch env` takes "--lint" as its own flag, "warn" as the program:
+    # the program's PyTorch is not known there)
+    w = same(["--allow-env-override", "--lint", "warn"], 0,
+             ignore=("NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"))
     assert w["NCCL_DEBUG"] == "INFO", w
     w = same(["--torch-store", "rank0", "--nproc-per-node", "2"], 0, ignore=("MASTER_PORT",))
     assert w["TORCHELASTIC_USE_AGENT_STORE"] == "False", w

@@ -218,8 +218,25 @@ static void sum_block(FILE *out, const sum_failure_t *f, int root) {
     fputs("  error file : <none>\n", out);
   }
   if (f->stderr_tail && f->stderr_tail[0]) {
-    fputs("  last lines of stderr:\n", out);
-    sum_tail(out, f->stderr_tail, root ? 0 : SUM_OTHER_TAIL);
+    static const char tb[] = "Traceback (most recent call last):";
+    const char *t = strstr(f->stderr_tail, tb), *last = t;
+    /* The error file has the traceback: the tail's copy of it is not
+     * printed a second time, only what came before it. */
+    while (last && (t = strstr(last + 1, tb)) != NULL)
+      last = t;
+    if (last && f->error_message && strstr(f->error_message, tb)) {
+      char *before = strndup(f->stderr_tail, (size_t)(last - f->stderr_tail));
+      if (before && before[0]) {
+        fputs("  last lines of stderr (then the traceback above):\n", out);
+        sum_tail(out, before, root ? 0 : SUM_OTHER_TAIL);
+      } else {
+        fputs("  last lines of stderr: the traceback above\n", out);
+      }
+      free(before);
+    } else {
+      fputs("  last lines of stderr:\n", out);
+      sum_tail(out, f->stderr_tail, root ? 0 : SUM_OTHER_TAIL);
+    }
   } else {
     fputs("  last lines of stderr: <none>\n", out);
   }

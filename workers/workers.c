@@ -110,6 +110,11 @@ typedef struct wk_stream_s {
   int has_file;   /* it is (file_fd may be closed already: EOF came) */
   char *line;     /* partial line, WK_LINE_MAX bytes once allocated */
   size_t len;
+  int redraw;     /* the stream redraws its line with '\r' (a progress
+                     bar): the partial line is shown as it grows */
+  int at_cr;      /* the console's cursor is at the start of a redrawn
+                     line: a bare '\n' ends it */
+  size_t shown;   /* bytes of the partial line the console shows */
 } wk_stream_t;
 
 struct wk_worker_s {
@@ -143,6 +148,7 @@ struct wk_group_s {
   /* The copied spec of the current (or last) attempt. */
   int nproc;
   char **argv;
+  char ***rank_argv; /* NULL, or per rank (spec.rank_argv) */
   char ***envp;
   char **prefix;
   size_t *prefix_len;
@@ -646,20 +652,45 @@ static void wk_tail_push(wk_worker_t *w, const char *p, size_t n) {
 
 /* One line (without its '\n') of a stream: to the console with the
  * worker's prefix in a single write, and to the stderr tail. */
-static void wk_emit(wk_stream_t *st, const char *p, size_t n) {
+static void wk_console(wk_stream_t *st, const char *p, size_t n, char end) {
   wk_worker_t *w = st->w;
   wk_group_t *g = w->g;
-  if (st->console_fd >= 0) {
-    size_t plen = g->prefix_len[w->local_rank];
-    memcpy(g->obuf, g->prefix[w->local_rank], plen);
-    memcpy(g->obuf + plen, p, n);
-    g->obuf[plen + n] = '\n';
-    /* A console that is gone (EPIPE, EBADF) silently loses the line; the
-     * files and the tail still have it. */
-    (void)wk_write_all(st->console_fd, g->obuf, plen + n + 1);
-  }
+  size_t plen = g->prefix_len[w->local_rank];
+  if (st->console_fd < 0)
+    return;
+  memcpy(g->obuf, g->prefix[w->local_rank], plen);
+  memcpy(g->obuf + plen, p, n);
+  g->obuf[plen + n] = end;
+  /* A console that is gone (EPIPE, EBADF) silently loses the line; the
+   * files and the tail still have it. */
+  (void)wk_write_all(st->console_fd, g->obuf, plen + n + 1);
+}
+
+static void wk_emit(wk_stream_t *st, const char *p, size_t n) {
+  /* the last redraw of a progress line ends with this newline: the
+   * console shows it already */
+  if (st->at_cr && (n == 0 || n == st->shown) && st->console_fd >= 0)
+    (void)wk_write_all(st->console_fd, "\n", 1);
+  else
+    wk_console(st, p, n, '\n');
+  st->at_cr = 0;
+  st->redraw = 0;
+  st->shown = 0;
   if (st->bit == WK_STDERR)
-    wk_tail_push(w, p, n);
+    wk_tail_push(st->w, p, n);
+}
+
+/* A segment ended by '\r' (tqdm redraws its bar so): to the console at
+ * once, with the prefix, ending in '\r' so that the next one overwrites
+ * it; not to the tail, which keeps whole lines. */
+static void wk_emit_cr(wk_stream_t *st, const char *p, size_t n) {
+  size_t shown = st->shown;
+  st->redraw = 1;
+  st->shown = 0;
+  if (n == 0 || n == shown)
+    return; /* nothing new to show */
+  wk_console(st, p, n, '\r');
+  st->at_cr = 1;
 }
 
 static void wk_file_write(wk_stream_t *st, const char *p, size_t n) {
@@ -686,8 +717,25 @@ static void wk_feed(wk_stream_t *st, const char *p, size_t n) {
     return; /* nobody wants lines of it */
   while (n > 0) {
     const char *nl = memchr(p, '\n', n);
+    const char *cr = memchr(p, '\r', nl ? (size_t)(nl - p) : n);
     size_t take = nl ? (size_t)(nl - p) : n;
     size_t room = WK_LINE_MAX - st->len;
+    /* "\r\n" ends a line; a lone '\r' a redrawn segment */
+    if (cr && !(cr + 1 == nl)) {
+      size_t k = (size_t)(cr - p);
+      if (k <= room) {
+        if (st->len == 0) {
+          wk_emit_cr(st, p, k);
+        } else {
+          memcpy(st->line + st->len, p, k);
+          wk_emit_cr(st, st->line, st->len + k);
+          st->len = 0;
+        }
+        p += k + 1;
+        n -= k + 1;
+        continue;
+      }
+    }
     if (take > room) {
       /* The line is full: emit a chunk. */
       if (st->len == 0) {
@@ -706,6 +754,12 @@ static void wk_feed(wk_stream_t *st, const char *p, size_t n) {
         return; /* out of memory: the partial line is lost, not the loop */
       memcpy(st->line + st->len, p, take);
       st->len += take;
+      /* a progress line is shown as it grows, not when it ends */
+      if (st->redraw && st->len > st->shown) {
+        wk_console(st, st->line, st->len, '\r');
+        st->at_cr = 1;
+        st->shown = st->len;
+      }
       return;
     }
     if (st->len == 0) {
@@ -1578,6 +1632,11 @@ static void wk_free_attempt(wk_group_t *g) {
   g->w = NULL;
   wk_free_strv(g->argv);
   g->argv = NULL;
+  if (g->rank_argv)
+    for (int i = 0; i < g->nproc; i++)
+      wk_free_strv(g->rank_argv[i]);
+  free(g->rank_argv);
+  g->rank_argv = NULL;
   if (g->envp)
     for (int i = 0; i < g->nproc; i++)
       wk_free_strv(g->envp[i]);
@@ -1633,6 +1692,12 @@ static int wk_copy_spec(wk_group_t *g, const wk_spec_t *s) {
   for (int i = 0; i < n; i++) {
     const char *p = s->prefix && s->prefix[i] ? s->prefix[i] : "";
     size_t plen = strnlen(p, WK_PREFIX_MAX);
+    if (s->size >= offsetof(wk_spec_t, rank_argv) + sizeof(s->rank_argv) &&
+        s->rank_argv &&
+        ((g->rank_argv == NULL &&
+          (g->rank_argv = calloc((size_t)n, sizeof(char **))) == NULL) ||
+         (g->rank_argv[i] = wk_dup_strv(s->rank_argv[i])) == NULL))
+      return RDZV_ENOMEM;
     if ((g->envp[i] = wk_dup_strv(s->envp[i])) == NULL ||
         (g->prefix[i] = strndup(p, plen)) == NULL)
       return RDZV_ENOMEM;
@@ -1828,7 +1893,16 @@ static void wk_child(wk_group_t *g, wk_worker_t *w, const wk_exec_t *x,
       _exit(127);
     }
   }
-  err = wk_exec(x, g->argv, g->envp[w->local_rank]);
+  if (g->rank_argv) {
+    /* This child's copy of the shell fallback's arguments: no allocation
+     * after fork. */
+    char **av = g->rank_argv[w->local_rank];
+    for (size_t i = 1; av[i]; i++)
+      x->sh_argv[i + 1] = av[i];
+    err = wk_exec(x, av, g->envp[w->local_rank]);
+  } else {
+    err = wk_exec(x, g->argv, g->envp[w->local_rank]);
+  }
   /* The agent writes the message once (wk_reap) when it can be told;
    * without the pipe the worker's stderr says it. */
   if (status_w == 3) {

@@ -66,6 +66,10 @@ typedef struct wk_spec_s {
    * the message it set in errbuf to stderr. */
   int (*pre_exec)(int local_rank, void *arg, char *errbuf, size_t errlen);
   void *pre_exec_arg;
+  /* argv[local_rank] when the arguments differ per rank (torchrun's
+   * ${local_rank}); the same number of arguments as argv, which names the
+   * program. NULL: argv for every rank. */
+  char *const *const *rank_argv;
 } wk_spec_t;
 
 typedef struct wk_exit_s {

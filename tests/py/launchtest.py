@@ -178,13 +178,15 @@ class Cleanup:
 
 def records(d, gen=None):
     """What tests/py/worker.py recorded in d: one dict per worker (its env,
-    argv, pid), optionally only those of restart generation gen."""
+    argv, pid), optionally only those of generation gen (LAUNCH_ROUND: every
+    restart counts, membership changes too)."""
     import glob
     import json
     out = []
     for p in sorted(glob.glob(os.path.join(d, "w.*.json"))):
         with open(p) as f:
             r = json.load(f)
-        if gen is None or r["env"]["TORCHELASTIC_RESTART_COUNT"] == str(gen):
+        if gen is None or r["env"].get("LAUNCH_ROUND",
+                                       r["env"]["TORCHELASTIC_RESTART_COUNT"]) == str(gen):
             out.append(r)
     return out

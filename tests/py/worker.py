@@ -2,7 +2,7 @@
 
     worker.py OUTDIR MODE [ARG]
 
-Every worker writes OUTDIR/w.<RANK>.<RESTART_COUNT>.<pid>.json with its
+Every worker writes OUTDIR/w.<RANK>.<GENERATION>.<pid>.json with its
 environment and argv, then:
     ok            exit 0
     fail-first N  exit N in generation 0, else 0
@@ -26,7 +26,9 @@ import time
 outdir, mode = sys.argv[1], sys.argv[2]
 arg = sys.argv[3:] 
 rank = int(os.environ.get("RANK", "-1"))
-gen = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "-1"))
+# the generation: LAUNCH_ROUND counts every restart, a node joining or
+# leaving too; TORCHELASTIC_RESTART_COUNT only those after failures
+gen = int(os.environ.get("LAUNCH_ROUND", os.environ.get("TORCHELASTIC_RESTART_COUNT", "-1")))
 rec = {"env": dict(os.environ), "argv": sys.argv, "pid": os.getpid(), "ppid": os.getppid()}
 path = os.path.join(outdir, "w.%d.%d.%d.json" % (rank, gen, os.getpid()))
 with open(path + ".tmp", "w") as f:

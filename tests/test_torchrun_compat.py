@@ -1,0 +1,430 @@
+"""What a torchrun user relies on (issue 13), each checked on loopback:
+
+- argparse's unique-prefix options; --exit-code torchrun (1 for any failure);
+- never waiting in silence for a server nobody hosts: a status line within
+  seconds, read_timeout bounding the wait, one clean message, exit 75;
+- `launch status` of an unknown job exits 1;
+- the user's debug variables win over the profile (and the lint warns); a
+  job without GPUs is not refused for NCCL settings; --report-bindings
+  leaves the workers' environment alone;
+- the async error handling variable named as the workers' PyTorch reads it
+  (Debian's 1.13, a site-packages tree claiming 2.11, --torch-version);
+- ${local_rank} in the program's arguments; '\\r' progress lines passed
+  through with the prefix at once;
+- a node joining (scale-up) spends no restart: TORCHELASTIC_RESTART_COUNT
+  stays 0, LAUNCH_ROUND counts the generation;
+- a healthy run prints its workers' output, one start and one end line; the
+  messages are plain English (no document sections, ASCII);
+- launch doctor: CUDA without a driver is no PASS, huge pages are not
+  recommended, and `launch env --fingerprint` finds the libraries it does.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
+import launchtest as lt  # noqa: E402
+
+L = lt.launch_bin()
+PY = os.environ.get("PYTHON_EXEC", "/usr/bin/python3")
+DUMP = """import json, os, sys
+out = sys.argv[1]
+rank = os.environ["RANK"]
+with open(os.path.join(out, "env.%s.%s.json" % (rank, os.environ["LAUNCH_ROUND"])), "w") as f:
+    json.dump({"env": dict(os.environ), "argv": sys.argv}, f)
+"""
+
+
+def env(extra=None, drop=()):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("PET_", "NCCL_", "LAUNCH_", "TORCHELASTIC_", "TORCH_",
+                              "SLURM_", "OMPI_"))}
+    e["PYTHON_EXEC"] = PY
+    for k in drop:
+        e.pop(k, None)
+    e.update(extra or {})
+    return e
+
+
+def run(args, extra=None, timeout=60, drop=()):
+    p = subprocess.run([L] + args, capture_output=True, text=True, env=env(extra, drop),
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def script(name, text, d=None):
+    """text as file name in d (default: a fresh directory); its path."""
+    d = d or tempfile.mkdtemp(prefix="launch-compat-")
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def dumps(d):
+    out = []
+    for n in sorted(os.listdir(d)):
+        if n.startswith("env.") and n.endswith(".json"):
+            with open(os.path.join(d, n)) as f:
+                out.append(json.load(f))
+    return out
+
+
+def dump_run(args, prog=None, extra=None, nproc=1):
+    """Run the env dump under launch --standalone; the workers' records."""
+    path = script("dump.py", DUMP)
+    d = os.path.dirname(path)
+    cmd = ["--standalone", "--nproc-per-node", str(nproc)] + args + \
+        (prog if prog else [path]) + [d]
+    rc, out, err = run(cmd, extra)
+    assert rc == 0, (cmd, out, err)
+    recs = dumps(d)
+    assert len(recs) == nproc, (recs, err)
+    return recs, out, err
+
+
+def test_options():
+    # "--nproc" is --nproc-per-node (argparse), "--n" could be several
+    recs, _, _ = dump_run(["--nproc", "2"], nproc=2)
+    assert {r["env"]["LOCAL_WORLD_SIZE"] for r in recs} == {"2"}
+    rc, _, err = run(["--n", "2", "/bin/true"])
+    assert rc == 2 and "ambiguous" in err and "--nnodes" in err and "--nproc-per-node" in err, err
+    # --start-method is in --help; --monitor-interval is refused with why
+    rc, out, _ = run(["--help"])
+    assert rc == 0 and "--start-method" in out and "--exit-code" in out and "--torch-version" in out
+    rc, _, err = run(["--monitor-interval", "5", "--standalone", "/bin/true"])
+    assert rc == 2 and "SIGCHLD" in err, err
+
+
+def test_exit_codes():
+    rc, _, _ = run(["--standalone", "/bin/sh", "-c", "exit 3"])
+    assert rc == 3, rc
+    rc, _, _ = run(["--standalone", "--exit-code", "torchrun", "/bin/sh", "-c", "exit 3"])
+    assert rc == 1, rc
+    rc, _, _ = run(["--standalone", "--exit-code", "torchrun", "/bin/true"])
+    assert rc == 0, rc
+    # a program that cannot be executed: 127, or torchrun's 1
+    rc, _, _ = run(["--standalone", "/no/such/program"])
+    assert rc == 127, rc
+    rc, _, _ = run(["--standalone", "--exit-code=torchrun", "/no/such/program"])
+    assert rc == 1, rc
+
+
+def test_silent_wait():
+    """Nobody hosts (is_host=false) the endpoint: a status line naming it and
+    why within seconds, then one clean message at read_timeout, exit 75."""
+    port = lt.free_port()
+    cmd = [L, "--no-log-time", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:%d" % port,
+           "--rdzv-conf", "is_host=false,read_timeout=6,join_timeout=600", "/bin/true"]
+    t0 = time.time()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env())
+    first = None
+    lines = []
+    try:
+        for line in p.stderr:
+            lines.append(line)
+            if first is None and "waiting for the rendezvous server" in line:
+                first = time.time() - t0
+        rc = p.wait(30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    dt = time.time() - t0
+    text = "".join(lines)
+    assert first is not None and first < 5, (first, text)
+    assert "127.0.0.1:%d" % port in text and "connection refused" in text, text
+    assert rc == 75, (rc, text)
+    # read_timeout, not the 600 s join timeout
+    assert 5 <= dt < 20, dt
+    errors = [ln for ln in lines if " error: " in ln]
+    assert len(errors) == 1, text
+    # the reason once, not fed back into itself
+    assert errors[0].count("cannot reach") == 1 and errors[0].count("refused") == 1, errors
+    # a name that does not resolve says so
+    rc, _, err = run(["--no-log-time", "--nnodes", "2", "--rdzv-endpoint",
+                      "no-such-host.invalid:29400", "--rdzv-conf", "read_timeout=3", "/bin/true"])
+    assert rc == 75 and "does not resolve" in err, err
+
+
+def test_host_by_any_address():
+    """The node the endpoint names hosts the server whatever --local-addr
+    says: by one of its addresses (any interface) or by its host name."""
+    import socket
+    me = socket.gethostname()
+    addrs = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    addrs = [a for a in addrs if ":" not in a and not a.startswith("127.")]
+    cases = [me] + addrs[:1]
+    for host in cases:
+        port = lt.free_port()
+        t0 = time.time()
+        rc, out, err = run(["--no-log-time", "--nnodes", "1", "--rdzv-endpoint",
+                            "%s:%d" % (host, port), "--local-addr", "127.0.0.2",
+                            "--rdzv-conf", "read_timeout=20", "/bin/true"], timeout=60)
+        assert rc == 0 and time.time() - t0 < 15, (host, rc, err)
+        assert "waiting for the rendezvous server" not in err, (host, err)
+
+
+def test_own_store_hint():
+    path = script("own.py", "import os, socket\ns = socket.socket()\n"
+                "s.bind((os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])))\n")
+    d = os.path.dirname(path)
+    rc, _, err = run(["--standalone", path])
+    assert rc == 1 and "needs --torch-store rank0" in err, err
+    rc, _, err = run(["--standalone", "--torch-store", "rank0", path])
+    assert rc == 0, err
+
+
+def test_status_unknown_job():
+    with lt.Cleanup() as c:
+        port = lt.free_port()
+        srv = c.add(lt.Proc([L, "server", "--host", "127.0.0.1", "--port", str(port)],
+                            name="server"))
+        res = {}
+
+        def asked():
+            res["r"] = run(["status", "--rdzv-endpoint", "127.0.0.1:%d" % port,
+                            "--rdzv-id", "nobody", "--timeout", "2"])
+            return "cannot reach" not in res["r"][2]
+        lt.wait_until(asked, 30, "the server")
+        rc, _, err = res["r"]
+        assert rc == 1 and "knows no job 'nobody'" in err, (rc, err)
+        srv.signal(15)
+        srv.wait(20)
+
+
+def test_user_env():
+    # NCCL_DEBUG=INFO from the shell stays (the profile says WARN); the lint
+    # warns about it
+    recs, out, err = dump_run([], extra={"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    assert recs[0]["env"]["NCCL_DEBUG"] == "INFO", recs[0]["env"].get("NCCL_DEBUG")
+    assert recs[0]["env"]["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
+    assert "NCCL_DEBUG=INFO comes from your shell" in err, err
+    # no GPU here: NCCL settings this node cannot honour warn, do not refuse
+    recs, out, err = dump_run([], extra={"CUDA_VISIBLE_DEVICES": "",
+                                         "NCCL_SOCKET_IFNAME": "ib0",
+                                         "NCCL_IB_HCA": "mlx5_0"})
+    assert "no GPU is used here" in err, err
+    assert " error: " not in err, err
+    # --report-bindings prints, and changes nothing for the workers
+    plain, _, _ = dump_run(["--cpu-bind", "none"], nproc=2)
+    rep, _, err = dump_run(["--cpu-bind", "none", "--report-bindings"], nproc=2)
+    skip = re.compile(r"^(TORCHELASTIC_RUN_ID|TORCHELASTIC_ERROR_FILE|MASTER_PORT|"
+                      r"LAUNCH_RDZV_ENDPOINT|LAUNCH_RDZV_ID|LAUNCH_ATTEMPT_DIR)$")
+    for a, b in zip(sorted(plain, key=lambda r: r["env"]["RANK"]),
+                    sorted(rep, key=lambda r: r["env"]["RANK"])):
+        ka = {k for k in a["env"] if not skip.match(k)}
+        kb = {k for k in b["env"] if not skip.match(k)}
+        assert ka == kb, (ka ^ kb)
+    assert "rank 0:" in err, err
+
+
+def test_async_error_name():
+    # Debian's torch 1.13 behind /usr/bin/python3 reads the old name only
+    p = subprocess.run([PY, "-c", "import torch.version as v; print(v.__version__)"],
+                       capture_output=True, text=True)
+    if p.returncode == 0 and p.stdout.startswith("1."):
+        recs, _, _ = dump_run([])
+        e = recs[0]["env"]
+        assert e.get("NCCL_ASYNC_ERROR_HANDLING") == "1", e
+        assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in e, e
+    # an explicit version wins
+    recs, _, _ = dump_run(["--torch-version", "2.4"])
+    e = recs[0]["env"]
+    assert e.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1" and "NCCL_ASYNC_ERROR_HANDLING" not in e
+    # a virtual environment whose site-packages claims 2.11
+    v = tempfile.mkdtemp(prefix="launch-venv-")
+    real = os.path.realpath(PY)
+    ver = os.path.basename(real)[len("python"):]
+    os.makedirs(os.path.join(v, "bin"))
+    os.symlink(real, os.path.join(v, "bin", "python3"))
+    with open(os.path.join(v, "pyvenv.cfg"), "w") as f:
+        f.write("home = %s\ninclude-system-site-packages = false\n" % os.path.dirname(real))
+    site = os.path.join(v, "lib", "python" + ver, "site-packages")
+    os.makedirs(os.path.join(site, "torch-2.11.0.dist-info"))
+    with open(os.path.join(site, "torch-2.11.0.dist-info", "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu128\n")
+    recs, _, _ = dump_run([], extra={"PYTHON_EXEC": os.path.join(v, "bin", "python3")})
+    e = recs[0]["env"]
+    assert e.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1", e
+    assert "NCCL_ASYNC_ERROR_HANDLING" not in e, e
+    # the program named through its shebang, torch/version.py this time
+    os.makedirs(os.path.join(site, "torch"))
+    with open(os.path.join(site, "torch", "version.py"), "w") as f:
+        f.write("__version__ = '2.1.2'\n")
+    prog = script("dump", "#!%s\n%s" % (os.path.join(v, "bin", "python3"), DUMP))
+    os.chmod(prog, 0o755)
+    recs, _, _ = dump_run([], prog=[prog])
+    e = recs[0]["env"]
+    assert e.get("NCCL_ASYNC_ERROR_HANDLING") == "1" and "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in e, e
+
+
+def test_local_rank_macro():
+    path = script("dump.py", DUMP)
+    d = os.path.dirname(path)
+    rc, out, err = run(["--standalone", "--nproc-per-node", "2", path, d,
+                        "--out=f${local_rank}.txt", "${local_rank}", "x${local_rank}y${local_rank}"])
+    assert rc == 0, err
+    got = {r["env"]["LOCAL_RANK"]: r["argv"][2:] for r in dumps(d)}
+    assert got == {"0": ["--out=f0.txt", "0", "x0y0"], "1": ["--out=f1.txt", "1", "x1y1"]}, got
+
+
+def test_progress_lines():
+    """'\\r' updates reach the console as they come, with the prefix."""
+    path = script("bar.py", "import sys, time\nsys.stdout.write('\\rstep 1')\nsys.stdout.flush()\n"
+                "time.sleep(4)\nsys.stdout.write('\\rstep 2\\n')\n")
+    d = os.path.dirname(path)
+    p = subprocess.Popen([L, "-q", "--standalone", "--log-line-prefix", "<${rank}> ", path],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
+    t0 = time.time()
+    got = b""
+    try:
+        while b"\r" not in got and time.time() - t0 < 3.5:
+            chunk = os.read(p.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            got += chunk
+        early = time.time() - t0
+        rest, _ = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert got.startswith(b"<0> step 1\r") and early < 3.5, (got, early)
+    assert (got + rest).endswith(b"<0> step 2\n"), got + rest
+
+
+def test_scale_up_spends_no_restart():
+    d = tempfile.mkdtemp(prefix="launch-compat-")
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "py", "worker.py")
+    port = lt.free_port()
+    common = ["--nnodes", "1:2", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "grow",
+              "--max-restarts", "0", "--rdzv-conf", "last_call_timeout=1", "--no-python", PY,
+              worker, d, "hold"]
+    with lt.Cleanup() as c:
+        a = c.add(lt.launch(["--local-addr", "127.0.0.1"] + common, name="a",
+                            env={"LAUNCH_HOSTNAME": "node1"}))
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 1, 60, "round 0")
+        b = c.add(lt.launch(["--local-addr", "127.0.0.2"] + common, name="b",
+                            env={"LAUNCH_HOSTNAME": "node2"}))
+        assert a.wait(90) == 0 and b.wait(90) == 0, a.output() + b.output()
+    g1 = lt.records(d, 1)
+    assert len(g1) == 2, g1
+    assert all(r["env"]["TORCHELASTIC_RESTART_COUNT"] == "0" and
+               r["env"]["LAUNCH_ROUND"] == "1" for r in g1), [r["env"] for r in g1]
+
+
+def test_close_timeout():
+    """close_timeout: how long the hosting agent keeps the server for a node
+    that has not learnt the end yet (here one that is stopped)."""
+    import signal as sig
+    hold = script("hold.py", "import os, sys, time\nd = sys.argv[1]\n"
+                  "open(os.path.join(d, 'up.' + os.environ['RANK']), 'w').close()\n"
+                  "while os.environ['RANK'] == '1' or not os.path.exists(os.path.join(d, 'go')):\n"
+                  "    time.sleep(0.05)\nsys.exit(1)\n")
+    d = os.path.dirname(hold)
+    took = {}
+    for close in (1, 7):
+        for n in ("up.0", "up.1", "go"):
+            if os.path.exists(os.path.join(d, n)):
+                os.unlink(os.path.join(d, n))
+        port = lt.free_port()
+        common = ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id",
+                  "close%d" % close, "--rdzv-conf", "close_timeout=%d,heartbeat=10" % close,
+                  "--no-python", PY, hold, d]
+        with lt.Cleanup() as c:
+            a = c.add(lt.launch(["--local-addr", "127.0.0.1"] + common, name="a",
+                                env={"LAUNCH_HOSTNAME": "node1"}))
+            b = c.add(lt.launch(["--local-addr", "127.0.0.2"] + common, name="b",
+                                env={"LAUNCH_HOSTNAME": "node2"}))
+            lt.wait_until(lambda: all(os.path.exists(os.path.join(d, "up.%d" % r))
+                                      for r in (0, 1)), 60, "both workers")
+            b.signal(sig.SIGSTOP)
+            try:
+                t0 = time.time()
+                open(os.path.join(d, "go"), "w").close()
+                rc = a.wait(60)
+                took[close] = time.time() - t0
+            finally:
+                b.signal(sig.SIGCONT)
+            b.wait(60)
+        assert rc == 1, a.output()
+    # the stopped node holds the hosting agent for close_timeout, no longer
+    assert took[1] < 5 and 6 <= took[7] < 14, took
+
+
+def test_quiet_healthy_run():
+    rc, out, err = run(["--standalone", "--nproc-per-node", "2", "/bin/echo", "hi"])
+    assert rc == 0 and out.count("hi") == 2, (out, err)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 2, err
+    assert "round 0" in lines[0] and "finished" in lines[1], err
+    assert "1 nodes" not in err and "profile auto line" not in err, err
+    # the traceback once in the summary, from the error file when there is one
+    path = script("bad.py", "import sys\nsys.stderr.write('Traceback (most recent call last):\\n"
+                "  File x\\nValueError: boom\\n')\nsys.exit(1)\n")
+    d = os.path.dirname(path)
+    rc, out, err = run(["--standalone", path])
+    summary = err[err.index("Root cause"):]
+    assert rc == 1 and summary.count("Traceback") == 1, summary
+
+
+def test_plain_messages():
+    """What users read names facts, not document sections, in ASCII."""
+    texts = []
+    for args in (["--help"], ["env", "--help"], ["doctor", "--help"], ["topo", "--help"],
+                 ["env", "--list-profiles"]):
+        rc, out, err = run(args)
+        texts.append(out + err)
+    rc, out, _ = run(["env", "--list-profiles"])
+    for name in ("auto", "pcie-ib", "nvlink-ib", "roce", "socket"):
+        rc, out, err = run(["env", "--show-profile", name])
+        assert rc == 0, err
+        texts.append(out)
+    rc, out, err = run(["doctor", "--no-probe"])
+    texts.append(out + err)
+    for t in texts:
+        assert "\u00a7" not in t and not re.search(r"\bseed \d", t), t
+        assert all(ord(ch) < 128 for ch in t), [ch for ch in t if ord(ch) >= 128]
+
+
+def test_doctor_and_fingerprint():
+    rc, out, err = run(["doctor", "--json"], timeout=120)
+    items = {i["id"]: i for i in json.loads(out)["items"]}
+    cuda = items.get("cuda")
+    if cuda and "driver supports none" in cuda["value"]:
+        assert cuda["status"] != "pass", cuda
+    if "hugepages" in items:
+        assert items["hugepages"]["status"] in ("info", "pass"), items["hugepages"]
+        assert not items["hugepages"].get("fix"), items["hugepages"]
+    assert "nccl.vars" in items, sorted(items)
+    rc, fp, err = run(["env", "--fingerprint"])
+    assert rc == 0, err
+    kv = dict(ln.split("=", 1) for ln in fp.splitlines() if "=" in ln)
+    if cuda and not cuda["value"].startswith("runtime none"):
+        assert kv.get("cuda.runtime") not in (None, "none"), (cuda, kv)
+    nccl = items.get("nccl")
+    if nccl and not nccl["value"].startswith("none"):
+        assert kv.get("nccl") not in (None, "none"), (nccl, kv)
+
+
+def main():
+    for t in (test_options, test_exit_codes, test_silent_wait, test_host_by_any_address,
+              test_own_store_hint, test_status_unknown_job,
+              test_user_env, test_async_error_name, test_local_rank_macro,
+              test_progress_lines, test_scale_up_spends_no_restart, test_close_timeout,
+              test_quiet_healthy_run,
+              test_plain_messages, test_doctor_and_fingerprint):
+        t0 = time.time()
+        t()
+        print("%s: ok (%.1f s)" % (t.__name__, time.time() - t0), flush=True)
+    print("test_torchrun_compat: ok")
+
+
+if __name__ == "__main__":
+    main()
