@@ -130,6 +130,8 @@ void test_server_stop(void) {
 
 const char *test_server_endpoint(void) { return ts.endpoint; }
 
+struct srv_s *test_server_srv(void) { return ts.srv; }
+
 /* ---- children ---------------------------------------------------------------------- */
 
 static pid_t children[256];
