@@ -23,6 +23,9 @@
 
 #define CLIENT_MAGIC 0x434c4e54u /* "CLNT" */
 #define MAX_REPLY (64u << 20)
+/* A plain connection waits for replies in a blocking recv bounded by
+ * SO_RCVTIMEO: at most this long at a time, less near the deadline. */
+#define RCV_SLICE_MS 1000
 
 struct rdzv_client_s {
   unsigned magic;
@@ -35,6 +38,7 @@ struct rdzv_client_s {
   size_t in_len, in_cap;
   proto_limits_t lim;
   int io_timeout_ms;
+  int rcv_ms;         /* SO_RCVTIMEO now set on fd (0: none) */
   char last_error[512];
   char endpoint[300];
 };
@@ -128,6 +132,24 @@ static int send_all(rdzv_client_t *c, const void *buf, size_t n,
   return tls_flush(c, deadline);
 }
 
+/* Plain TCP: one blocking recv per reply, bounded by SO_RCVTIMEO, which
+ * only changes (a setsockopt) when the deadline is nearer than a slice.
+ * RET bytes, 0 at EOF, or -1 with errno (EAGAIN: this slice ran out). */
+static ssize_t plain_recv(rdzv_client_t *c, uint8_t *buf, size_t cap,
+                          int64_t deadline) {
+  int left = remaining(deadline);
+  int t = left < 0 || left > RCV_SLICE_MS ? RCV_SLICE_MS : left;
+  if (left == 0)
+    return recv(c->fd, buf, cap, MSG_DONTWAIT);
+  if (t != c->rcv_ms) {
+    struct timeval tv = {t / 1000, (t % 1000) * 1000};
+    if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0)
+      return -1;
+    c->rcv_ms = t;
+  }
+  return recv(c->fd, buf, cap, 0);
+}
+
 /* Receive into buf (plaintext). RET bytes (> 0) or a negative code. */
 static ssize_t io_recv(rdzv_client_t *c, uint8_t *buf, size_t cap,
                        int64_t deadline) {
@@ -150,12 +172,18 @@ static ssize_t io_recv(rdzv_client_t *c, uint8_t *buf, size_t cap,
         return RDZV_ECLOSED;
       }
     }
-    /* A reply is rarely there the moment the request left: wait first,
-     * which saves a recv that would fail with EAGAIN. */
-    if ((w = wait_fd(c->fd, POLLIN, deadline)) != 0)
-      return w;
-    r = recv(c->fd, c->tls ? cbuf : buf, c->tls ? sizeof(cbuf) : cap,
-             MSG_DONTWAIT);
+    if (c->tls) {
+      /* A record is rarely there the moment the request left: wait first,
+       * which saves a recv that would fail with EAGAIN. */
+      if ((w = wait_fd(c->fd, POLLIN, deadline)) != 0)
+        return w;
+      r = recv(c->fd, cbuf, sizeof(cbuf), MSG_DONTWAIT);
+    } else {
+      r = plain_recv(c, buf, cap, deadline);
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+          remaining(deadline) == 0)
+        return -ETIMEDOUT;
+    }
     if (r > 0 && c->tls) {
       if (tls_feed(c->tls, cbuf, (size_t)r) != 0)
         return RDZV_ENOMEM;
@@ -360,6 +388,13 @@ static int connect_once(const struct sockaddr *sa, socklen_t salen,
   if (sa->sa_family != AF_UNIX) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  /* Blocking from here: replies are read by a blocking recv (its
+   * deadline in SO_RCVTIMEO), sends pass MSG_DONTWAIT. */
+  if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    int r = -errno;
+    close(fd);
+    return r;
   }
   *out_fd = fd;
   return 0;
