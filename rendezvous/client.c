@@ -265,14 +265,19 @@ static void frame_consume(rdzv_client_t *c, uint32_t len) {
 
 /* ---- requests ---------------------------------------------------------------------- */
 
-static uint64_t req_begin(rdzv_client_t *c, int op, uint32_t nargs) {
+/* Start a request after those already built (pipelined: sent together). */
+static uint64_t req_more(rdzv_client_t *c, int op, uint32_t nargs) {
   uint64_t id = ++c->next_id;
-  proto_enc_reset(&c->enc);
   proto_enc_begin(&c->enc, 3 + nargs);
   msgpack_pack_uint8(&c->enc.pk, PROTO_REQUEST);
   msgpack_pack_uint64(&c->enc.pk, id);
   msgpack_pack_int64(&c->enc.pk, op);
   return id;
+}
+
+static uint64_t req_begin(rdzv_client_t *c, int op, uint32_t nargs) {
+  proto_enc_reset(&c->enc);
+  return req_more(c, op, nargs);
 }
 
 /* Send the request built since req_begin and read its reply.
@@ -292,9 +297,11 @@ static void reply_done(rdzv_client_t *c, reply_t *r) {
   }
 }
 
-static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
+static int rpc_io_error(rdzv_client_t *c, int rc);
+
+/* Send every request built since req_begin, in one write. RET 0 or <0. */
+static int rpc_send(rdzv_client_t *c, int64_t deadline) {
   int rc;
-  memset(r, 0, sizeof(*r));
   c->last_error[0] = '\0';
   if (c->fd < 0) {
     rdzv__set_error(c, "connection to %s is closed", c->endpoint);
@@ -303,7 +310,16 @@ static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
   if ((rc = proto_enc_end(&c->enc)) != 0)
     return rc;
   if ((rc = send_all(c, c->enc.data, c->enc.len, deadline)) != 0)
-    goto io_error;
+    return rpc_io_error(c, rc);
+  return 0;
+}
+
+/* Read replies until request id's: replies come in the order of the
+ * requests, so with pipelined requests read theirs in turn. */
+static int rpc_recv(rdzv_client_t *c, uint64_t id, int64_t deadline,
+                    reply_t *r) {
+  int rc;
+  memset(r, 0, sizeof(*r));
   for (;;) {
     const uint8_t *body;
     uint32_t len;
@@ -336,6 +352,18 @@ static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
     frame_consume(c, len);
   }
 io_error:
+  return rpc_io_error(c, rc);
+}
+
+static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
+  int rc;
+  memset(r, 0, sizeof(*r));
+  if ((rc = rpc_send(c, deadline)) != 0)
+    return rc;
+  return rpc_recv(c, id, deadline, r);
+}
+
+static int rpc_io_error(rdzv_client_t *c, int rc) {
   if (rc == -ETIMEDOUT) {
     if (c->last_error[0] == '\0')
       rdzv__set_error(c, "no reply from %s in time", c->endpoint);
@@ -871,21 +899,13 @@ int rdzv_num_keys(rdzv_client_t *c, int64_t *n, int timeout_ms) {
   return rc;
 }
 
-int rdzv_multi_get(rdzv_client_t *c, const char *const *keys, size_t n,
-                   rdzv_value_t *vals, int timeout_ms) {
-  reply_t r;
-  uint64_t id;
-  int rc;
+/* The values of an MGET's reply into vals[n]. RET rc, or what failed. */
+static int mget_values(rdzv_client_t *c, reply_t *r, int rc, size_t n,
+                       rdzv_value_t *vals) {
   const msgpack_object *items;
   uint32_t cnt;
-  if (!keys_ok(keys, n) || (vals == NULL && n))
-    return RDZV_EINVAL;
-  id = req_begin(c, PROTO_OP_MGET, 2);
-  pack_keys(c, keys, n);
-  msgpack_pack_int64(&c->enc.pk, timeout_ms);
-  rc = rpc(c, id, wait_deadline(c, timeout_ms), &r);
   if (rc == 0) {
-    if (proto_arg_array(&r.m, 0, &items, &cnt) != 0 || cnt != n) {
+    if (proto_arg_array(&r->m, 0, &items, &cnt) != 0 || cnt != n) {
       rc = RDZV_EPROTO;
     } else {
       size_t i;
@@ -906,8 +926,50 @@ int rdzv_multi_get(rdzv_client_t *c, const char *const *keys, size_t n,
         }
     }
   }
-  reply_done(c, &r);
+  reply_done(c, r);
   return rc;
+}
+
+int rdzv_multi_get(rdzv_client_t *c, const char *const *keys, size_t n,
+                   rdzv_value_t *vals, int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  if (!keys_ok(keys, n) || (vals == NULL && n))
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_MGET, 2);
+  pack_keys(c, keys, n);
+  msgpack_pack_int64(&c->enc.pk, timeout_ms);
+  return mget_values(c, &r, rpc(c, id, wait_deadline(c, timeout_ms), &r), n,
+                     vals);
+}
+
+int rdzv__set_multi_get(rdzv_client_t *c, const char *key, const void *val,
+                        size_t len, const char *const *keys, size_t n,
+                        rdzv_value_t *vals, int timeout_ms) {
+  reply_t r;
+  uint64_t set_id, id;
+  int64_t deadline = wait_deadline(c, timeout_ms);
+  int rc;
+  if (!key_ok(key) || (val == NULL && len) || !keys_ok(keys, n) ||
+      (vals == NULL && n))
+    return RDZV_EINVAL;
+  set_id = req_begin(c, PROTO_OP_SET, 2);
+  proto_pack_str(&c->enc.pk, key);
+  proto_pack_bytes(&c->enc.pk, val, len);
+  if ((rc = proto_enc_end(&c->enc)) != 0)
+    return rc;
+  id = req_more(c, PROTO_OP_MGET, 2);
+  pack_keys(c, keys, n);
+  msgpack_pack_int64(&c->enc.pk, timeout_ms);
+  if ((rc = rpc_send(c, deadline)) != 0)
+    return rc;
+  /* The SET's reply comes first. When it failed, the MGET's comes later
+   * and is skipped by the next call, as a late reply is. */
+  rc = rpc_recv(c, set_id, deadline_after(timeout_ms), &r);
+  reply_done(c, &r);
+  if (rc != 0)
+    return rc;
+  return mget_values(c, &r, rpc_recv(c, id, deadline, &r), n, vals);
 }
 
 int rdzv_multi_set(rdzv_client_t *c, const char *const *keys,
