@@ -902,8 +902,8 @@ static void check_cb(uv_check_t *h) {
   srv_loop_t *lp = h->data;
   srv_t *s = lp->srv;
   list_t run;
-  wout_t *wo = NULL;
-  size_t nwo = 0, capwo = 0;
+  wout_t *wo = lp->wo;
+  size_t nwo = 0, capwo = lp->capwo;
   srv__lock(s);
   if (lp->stop) {
     loop_shutdown(lp);
@@ -964,8 +964,8 @@ static void check_cb(uv_check_t *h) {
         flush_conn(c, 1);
         continue;
       }
-      wo = n;
-      capwo = ncap;
+      lp->wo = wo = n;
+      lp->capwo = capwo = ncap;
     }
     /* Counted as in flight until written: the accounting, and the
      * connection's order of replies, hold while the lock is dropped. */
@@ -1032,7 +1032,6 @@ static void check_cb(uv_check_t *h) {
   if (list_empty(&lp->resume) && list_empty(&lp->dirty))
     uv_idle_stop(&lp->idle);
   srv__unlock(s);
-  free(wo);
 }
 
 /* ---- input ------------------------------------------------------------------------- */
@@ -1106,6 +1105,12 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   (void)hint;
   if (c->tls) {
     *buf = uv_buf_init((char *)c->lp->tls_rbuf, TLS_RBUF);
+    return;
+  }
+  if (c->in_cap - c->in_len >= IN_CHUNK) {
+    /* Room without growing: only this loop's thread writes these. */
+    *buf = uv_buf_init((char *)c->in + c->in_len,
+                       (unsigned)(c->in_cap - c->in_len));
     return;
   }
   srv__lock(c->srv);
@@ -1674,8 +1679,10 @@ static void free_config(srv_t *s) {
   free(s->token);
   tls_ctx_free(s->tls);
   if (s->loops)
-    for (int i = 0; i < s->nloops; i++)
+    for (int i = 0; i < s->nloops; i++) {
       free(s->loops[i].tls_rbuf);
+      free(s->loops[i].wo);
+    }
   free(s->loops);
 }
 

@@ -91,6 +91,8 @@ struct srv_loop_s {
   list_t closeq;        /* torn down elsewhere: uv_close here */
   uint64_t turn_end;    /* uv_hrtime() when this connection's turn ends */
   uint8_t *tls_rbuf;    /* ciphertext read buffer */
+  struct wout_s *wo;    /* output taken to be written without the lock */
+  size_t capwo;
 };
 
 struct job_s {
