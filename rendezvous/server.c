@@ -15,12 +15,12 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include "rounds.h"
