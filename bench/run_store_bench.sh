@@ -21,7 +21,9 @@
 #                   --torch-get (WAIT and its answer before each GET)
 #   BENCH_PIN       1: pin both servers to CPU 0 and the clients to CPU 1
 #                   (taskset), so that the server never competes with its
-#                   clients for a core; default: the scheduler decides
+#                   clients for a core; default: the scheduler decides.
+#                   One core for the server: pointless with several loops
+#                   (set BENCH_THREADS=1 with it)
 #
 # For each client count it runs: the TCPStore client in torch's numbering
 # (tcpstore-v1 for PyTorch 1.13, the Debian package here; tcpstore-v2 for a
