@@ -50,6 +50,9 @@ static const char server_help[] =
     "                        TCPStore has no authentication (nor TLS): with a\n"
     "                        token or TLS and no allow list, TCPStore clients\n"
     "                        are refused.\n"
+    "  --threads N           event loops serving connections (default: half\n"
+    "                        the cores, at most 8; 1 on 2 cores or fewer;\n"
+    "                        env LAUNCH_SERVER_THREADS)\n"
     "\n"
     "limits (sizes take K, M, G suffixes; docs/protocol.md#limits):\n"
     "  --max-memory B        all the server holds for its clients: stores,\n"
@@ -229,13 +232,15 @@ int launch_cmd_server(int argc, char **argv) {
       {"tls-ca", required_argument, 0, 'A'},
       {"tcpstore-job", required_argument, 0, 'j'},
       {"tcpstore-allow", required_argument, 0, 'a'},
+      {"threads", required_argument, 0, 'T'},
       {"help", no_argument, 0, 'H'}};
   srv_config_t cfg = SRV_CONFIG_INIT;
   server_main_t m;
   const char *port_file = NULL, *token_file = NULL, *issue = NULL;
   char *token = NULL;
   size_t token_len = 0, nfixed = 0;
-  int opt, rc, port = RDZV_DEFAULT_PORT;
+  int opt, rc, port = RDZV_DEFAULT_PORT, threads = srv_default_threads();
+  const char *threads_env = getenv("LAUNCH_SERVER_THREADS");
 
   while (opts[nfixed].name)
     nfixed++;
@@ -244,6 +249,12 @@ int launch_cmd_server(int argc, char **argv) {
                                        O_NUM + (int)i};
   memset(&m, 0, sizeof(m));
   lu_log_init(&m.log, "launch server");
+  if (threads_env && *threads_env &&
+      lu_parse_int(threads_env, 1, 64, &threads) != 0) {
+    launch_usage_error("LAUNCH_SERVER_THREADS='%s' is not a number of event "
+                       "loops (1-64)", threads_env);
+    return 2;
+  }
   optind = 1;
   opterr = 0;
   while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -265,6 +276,13 @@ int launch_cmd_server(int argc, char **argv) {
     case 'A': cfg.tls_ca = optarg; break;
     case 'j': cfg.tcpstore_job = optarg; break;
     case 'a': cfg.tcpstore_allow = optarg; break;
+    case 'T':
+      if (lu_parse_int(optarg, 1, 64, &threads) != 0) {
+        launch_usage_error("--threads: '%s' is not a number of event loops "
+                           "(1-64)", optarg);
+        return 2;
+      }
+      break;
     case 'H':
       fputs(server_help, stdout);
       return 0;
@@ -284,6 +302,7 @@ int launch_cmd_server(int argc, char **argv) {
     return 2;
   }
   cfg.port = port;
+  cfg.threads = (uint32_t)threads;
   if (token_file && (rc = read_secret(token_file, &token, &token_len)) != 0)
     return rc;
   if (issue) {
@@ -324,10 +343,11 @@ int launch_cmd_server(int argc, char **argv) {
     free(token);
     return 1;
   }
-  printf("launch server listening on %s port %d%s%s%s\n",
+  printf("launch server listening on %s port %d%s%s%s, %d event loop%s\n",
          cfg.host ? cfg.host : "*", srv_port(m.srv),
          token ? " (token required)" : "", cfg.tls_cert ? " (TLS)" : "",
-         cfg.unix_path ? " and unix socket" : "");
+         cfg.unix_path ? " and unix socket" : "", threads,
+         threads == 1 ? "" : "s");
   fflush(stdout);
   if (port_file)
     write_port_file(&m, port_file);

@@ -23,6 +23,9 @@
 
 #define CLIENT_MAGIC 0x434c4e54u /* "CLNT" */
 #define MAX_REPLY (64u << 20)
+/* A plain connection waits for replies in a blocking recv bounded by
+ * SO_RCVTIMEO: at most this long at a time, less near the deadline. */
+#define RCV_SLICE_MS 1000
 
 struct rdzv_client_s {
   unsigned magic;
@@ -35,6 +38,7 @@ struct rdzv_client_s {
   size_t in_len, in_cap;
   proto_limits_t lim;
   int io_timeout_ms;
+  int rcv_ms;         /* SO_RCVTIMEO now set on fd (0: none) */
   char last_error[512];
   char endpoint[300];
 };
@@ -128,6 +132,24 @@ static int send_all(rdzv_client_t *c, const void *buf, size_t n,
   return tls_flush(c, deadline);
 }
 
+/* Plain TCP: one blocking recv per reply, bounded by SO_RCVTIMEO, which
+ * only changes (a setsockopt) when the deadline is nearer than a slice.
+ * RET bytes, 0 at EOF, or -1 with errno (EAGAIN: this slice ran out). */
+static ssize_t plain_recv(rdzv_client_t *c, uint8_t *buf, size_t cap,
+                          int64_t deadline) {
+  int left = remaining(deadline);
+  int t = left < 0 || left > RCV_SLICE_MS ? RCV_SLICE_MS : left;
+  if (left == 0)
+    return recv(c->fd, buf, cap, MSG_DONTWAIT);
+  if (t != c->rcv_ms) {
+    struct timeval tv = {t / 1000, (t % 1000) * 1000};
+    if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0)
+      return -1;
+    c->rcv_ms = t;
+  }
+  return recv(c->fd, buf, cap, 0);
+}
+
 /* Receive into buf (plaintext). RET bytes (> 0) or a negative code. */
 static ssize_t io_recv(rdzv_client_t *c, uint8_t *buf, size_t cap,
                        int64_t deadline) {
@@ -150,12 +172,18 @@ static ssize_t io_recv(rdzv_client_t *c, uint8_t *buf, size_t cap,
         return RDZV_ECLOSED;
       }
     }
-    /* A reply is rarely there the moment the request left: wait first,
-     * which saves a recv that would fail with EAGAIN. */
-    if ((w = wait_fd(c->fd, POLLIN, deadline)) != 0)
-      return w;
-    r = recv(c->fd, c->tls ? cbuf : buf, c->tls ? sizeof(cbuf) : cap,
-             MSG_DONTWAIT);
+    if (c->tls) {
+      /* A record is rarely there the moment the request left: wait first,
+       * which saves a recv that would fail with EAGAIN. */
+      if ((w = wait_fd(c->fd, POLLIN, deadline)) != 0)
+        return w;
+      r = recv(c->fd, cbuf, sizeof(cbuf), MSG_DONTWAIT);
+    } else {
+      r = plain_recv(c, buf, cap, deadline);
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+          remaining(deadline) == 0)
+        return -ETIMEDOUT;
+    }
     if (r > 0 && c->tls) {
       if (tls_feed(c->tls, cbuf, (size_t)r) != 0)
         return RDZV_ENOMEM;
@@ -237,14 +265,19 @@ static void frame_consume(rdzv_client_t *c, uint32_t len) {
 
 /* ---- requests ---------------------------------------------------------------------- */
 
-static uint64_t req_begin(rdzv_client_t *c, int op, uint32_t nargs) {
+/* Start a request after those already built (pipelined: sent together). */
+static uint64_t req_more(rdzv_client_t *c, int op, uint32_t nargs) {
   uint64_t id = ++c->next_id;
-  proto_enc_reset(&c->enc);
   proto_enc_begin(&c->enc, 3 + nargs);
   msgpack_pack_uint8(&c->enc.pk, PROTO_REQUEST);
   msgpack_pack_uint64(&c->enc.pk, id);
   msgpack_pack_int64(&c->enc.pk, op);
   return id;
+}
+
+static uint64_t req_begin(rdzv_client_t *c, int op, uint32_t nargs) {
+  proto_enc_reset(&c->enc);
+  return req_more(c, op, nargs);
 }
 
 /* Send the request built since req_begin and read its reply.
@@ -264,9 +297,11 @@ static void reply_done(rdzv_client_t *c, reply_t *r) {
   }
 }
 
-static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
+static int rpc_io_error(rdzv_client_t *c, int rc);
+
+/* Send every request built since req_begin, in one write. RET 0 or <0. */
+static int rpc_send(rdzv_client_t *c, int64_t deadline) {
   int rc;
-  memset(r, 0, sizeof(*r));
   c->last_error[0] = '\0';
   if (c->fd < 0) {
     rdzv__set_error(c, "connection to %s is closed", c->endpoint);
@@ -275,7 +310,16 @@ static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
   if ((rc = proto_enc_end(&c->enc)) != 0)
     return rc;
   if ((rc = send_all(c, c->enc.data, c->enc.len, deadline)) != 0)
-    goto io_error;
+    return rpc_io_error(c, rc);
+  return 0;
+}
+
+/* Read replies until request id's: replies come in the order of the
+ * requests, so with pipelined requests read theirs in turn. */
+static int rpc_recv(rdzv_client_t *c, uint64_t id, int64_t deadline,
+                    reply_t *r) {
+  int rc;
+  memset(r, 0, sizeof(*r));
   for (;;) {
     const uint8_t *body;
     uint32_t len;
@@ -308,6 +352,18 @@ static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
     frame_consume(c, len);
   }
 io_error:
+  return rpc_io_error(c, rc);
+}
+
+static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
+  int rc;
+  memset(r, 0, sizeof(*r));
+  if ((rc = rpc_send(c, deadline)) != 0)
+    return rc;
+  return rpc_recv(c, id, deadline, r);
+}
+
+static int rpc_io_error(rdzv_client_t *c, int rc) {
   if (rc == -ETIMEDOUT) {
     if (c->last_error[0] == '\0')
       rdzv__set_error(c, "no reply from %s in time", c->endpoint);
@@ -360,6 +416,13 @@ static int connect_once(const struct sockaddr *sa, socklen_t salen,
   if (sa->sa_family != AF_UNIX) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  /* Blocking from here: replies are read by a blocking recv (its
+   * deadline in SO_RCVTIMEO), sends pass MSG_DONTWAIT. */
+  if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    int r = -errno;
+    close(fd);
+    return r;
   }
   *out_fd = fd;
   return 0;
@@ -860,21 +923,13 @@ int rdzv_num_keys(rdzv_client_t *c, int64_t *n, int timeout_ms) {
   return rc;
 }
 
-int rdzv_multi_get(rdzv_client_t *c, const char *const *keys, size_t n,
-                   rdzv_value_t *vals, int timeout_ms) {
-  reply_t r;
-  uint64_t id;
-  int rc;
+/* The values of an MGET's reply into vals[n]. RET rc, or what failed. */
+static int mget_values(rdzv_client_t *c, reply_t *r, int rc, size_t n,
+                       rdzv_value_t *vals) {
   const msgpack_object *items;
   uint32_t cnt;
-  if (!keys_ok(keys, n) || (vals == NULL && n))
-    return RDZV_EINVAL;
-  id = req_begin(c, PROTO_OP_MGET, 2);
-  pack_keys(c, keys, n);
-  msgpack_pack_int64(&c->enc.pk, timeout_ms);
-  rc = rpc(c, id, wait_deadline(c, timeout_ms), &r);
   if (rc == 0) {
-    if (proto_arg_array(&r.m, 0, &items, &cnt) != 0 || cnt != n) {
+    if (proto_arg_array(&r->m, 0, &items, &cnt) != 0 || cnt != n) {
       rc = RDZV_EPROTO;
     } else {
       size_t i;
@@ -895,8 +950,50 @@ int rdzv_multi_get(rdzv_client_t *c, const char *const *keys, size_t n,
         }
     }
   }
-  reply_done(c, &r);
+  reply_done(c, r);
   return rc;
+}
+
+int rdzv_multi_get(rdzv_client_t *c, const char *const *keys, size_t n,
+                   rdzv_value_t *vals, int timeout_ms) {
+  reply_t r;
+  uint64_t id;
+  if (!keys_ok(keys, n) || (vals == NULL && n))
+    return RDZV_EINVAL;
+  id = req_begin(c, PROTO_OP_MGET, 2);
+  pack_keys(c, keys, n);
+  msgpack_pack_int64(&c->enc.pk, timeout_ms);
+  return mget_values(c, &r, rpc(c, id, wait_deadline(c, timeout_ms), &r), n,
+                     vals);
+}
+
+int rdzv__set_multi_get(rdzv_client_t *c, const char *key, const void *val,
+                        size_t len, const char *const *keys, size_t n,
+                        rdzv_value_t *vals, int timeout_ms) {
+  reply_t r;
+  uint64_t set_id, id;
+  int64_t deadline = wait_deadline(c, timeout_ms);
+  int rc;
+  if (!key_ok(key) || (val == NULL && len) || !keys_ok(keys, n) ||
+      (vals == NULL && n))
+    return RDZV_EINVAL;
+  set_id = req_begin(c, PROTO_OP_SET, 2);
+  proto_pack_str(&c->enc.pk, key);
+  proto_pack_bytes(&c->enc.pk, val, len);
+  if ((rc = proto_enc_end(&c->enc)) != 0)
+    return rc;
+  id = req_more(c, PROTO_OP_MGET, 2);
+  pack_keys(c, keys, n);
+  msgpack_pack_int64(&c->enc.pk, timeout_ms);
+  if ((rc = rpc_send(c, deadline)) != 0)
+    return rc;
+  /* The SET's reply comes first. When it failed, the MGET's comes later
+   * and is skipped by the next call, as a late reply is. */
+  rc = rpc_recv(c, set_id, deadline_after(timeout_ms), &r);
+  reply_done(c, &r);
+  if (rc != 0)
+    return rc;
+  return mget_values(c, &r, rpc_recv(c, id, deadline, &r), n, vals);
 }
 
 int rdzv_multi_set(rdzv_client_t *c, const char *const *keys,

@@ -89,7 +89,8 @@ int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
   char (*keys)[256] = NULL;
   const char **kp = NULL;
   rdzv_value_t *vals = NULL;
-  int n, rc;
+  nccl_uid_t uid;
+  int n, rc, root = rank % ranks_per_root == 0;
   if (c == NULL || name == NULL || ids == NULL || nids == NULL ||
       nranks < 1 || rank < 0 || rank >= nranks || ranks_per_root < 1 ||
       strlen(name) > 128)
@@ -97,10 +98,9 @@ int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
   if (round < 0)
     round = env_round();
   n = (nranks + ranks_per_root - 1) / ranks_per_root;
-  if (rank % ranks_per_root == 0) {
-    /* A root: make this root's id and publish it. */
+  if (root) {
+    /* A root: make this root's id (published with the request below). */
     const nccl_api_t *api_ = nccl();
-    nccl_uid_t uid;
     int nrc;
     if (api_ == NULL) {
       rdzv__set_error(c, "%s", api.error);
@@ -113,8 +113,6 @@ int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
     }
     snprintf(key, sizeof(key), "launch/nccl/%" PRId64 "/%s/%d", round,
              name, rank / ranks_per_root);
-    if ((rc = rdzv_set(c, key, &uid, sizeof(uid), timeout_ms)) != 0)
-      return rc;
   }
   keys = calloc((size_t)n, sizeof(*keys));
   kp = calloc((size_t)n, sizeof(*kp));
@@ -128,8 +126,12 @@ int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
              round, name, i);
     kp[i] = keys[i];
   }
-  /* One request for every root's id, answered once all are published. */
-  if ((rc = rdzv_multi_get(c, kp, (size_t)n, vals, timeout_ms)) != 0)
+  /* One request for every root's id, answered once all are published;
+   * a root sends its own id in the same write. */
+  rc = root ? rdzv__set_multi_get(c, key, &uid, sizeof(uid), kp, (size_t)n,
+                                  vals, timeout_ms)
+            : rdzv_multi_get(c, kp, (size_t)n, vals, timeout_ms);
+  if (rc != 0)
     goto out;
   for (int i = 0; i < n; i++) {
     if (vals[i].len != RDZV_NCCL_ID_BYTES) {

@@ -165,7 +165,7 @@ static void restart(rounds_job_t *rj, const char *fmt, ...) {
   vsnprintf(rj->reason, sizeof(rj->reason), fmt, ap);
   va_end(ap);
   rj->state = R_FORMING;
-  rj->forming_since = uv_now(s->loop);
+  rj->forming_since = srv__now();
   rj->min_since = 0;
   LU_INFO(&s->log, "job %s: restarting into round %" PRId64 ": %s",
           rj->job->name, rj->round + 1, rj->reason);
@@ -360,7 +360,7 @@ static int form_round(rounds_job_t *rj) {
   for (int i = 0; i < n; i++) {
     sel[i]->in_round = 1;
     sel[i]->state = M_RUNNING;
-    sel[i]->last_hb = uv_now(s->loop);
+    sel[i]->last_hb = srv__now();
     reply_round(rj, sel[i], node0, n, world);
   }
   LU_INFO(&s->log, "job %s: round %" PRId64 " formed: %d nodes, world size "
@@ -396,7 +396,7 @@ static void joined_hosts(rounds_job_t *rj, char *out, size_t cap) {
 /* Decide whether the forming round closes (or times out) now. */
 static void evaluate(rounds_job_t *rj) {
   srv_t *s = rj->job->srv;
-  uint64_t now = uv_now(s->loop);
+  uint64_t now = srv__now();
   int n, rejoined = 1;
   if (rj->state == R_IDLE) {
     if (count_state(rj, M_JOINING, 0) == 0)
@@ -596,7 +596,7 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
     fp = NULL;
     m->state = M_JOINING;
     m->join_id = msg->id;
-    m->last_hb = uv_now(s->loop);
+    m->last_hb = srv__now();
     LU_DBG(&s->log, LU_DBG_ROUNDS, "job %s: %s (%s) joins, %d joining",
            c->job->name, m->host, m->addr, count_state(rj, M_JOINING, 0));
     /* A newcomer while the job runs: take it in when there is room. */
@@ -613,7 +613,7 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
 static void op_heartbeat(conn_t *c, const proto_msg_t *msg) {
   rounds_member_t *m = c->rounds;
   if (m)
-    m->last_hb = uv_now(c->srv->loop);
+    m->last_hb = srv__now();
   srv__reply_ok(c, msg->id);
 }
 
@@ -661,7 +661,7 @@ static void op_report(conn_t *c, const proto_msg_t *msg) {
     return;
   /* A report about an earlier round was already handled. */
   if (r.round == rj->round && rj->state == R_RUNNING && m->in_round) {
-    m->last_hb = uv_now(c->srv->loop);
+    m->last_hb = srv__now();
     if (r.ok) {
       m->state = M_DONE;
       if (count_state(rj, M_DONE, 1) == count_state(rj, -1, 1)) {
@@ -681,7 +681,7 @@ static void op_report(conn_t *c, const proto_msg_t *msg) {
 
 static void op_status(conn_t *c, const proto_msg_t *msg) {
   rounds_job_t *rj = c->job->rounds;
-  uint64_t now = uv_now(c->srv->loop);
+  uint64_t now = srv__now();
   msg_status_t st;
   size_t k = 0;
   msg_status_init(&st);
@@ -752,8 +752,9 @@ static void rounds_conn_closed(conn_t *c) {
 
 static void rounds_timer_cb(uv_timer_t *t) {
   srv_t *s = t->data;
-  uint64_t now = uv_now(s->loop);
-  uint64_t late = now > s->rounds_due ? now - s->rounds_due : 0;
+  uint64_t now = srv__now(), late;
+  srv__lock(s);
+  late = now > s->rounds_due ? now - s->rounds_due : 0;
   if (late > ROUNDS_STALL_MS) {
     /* Nobody could be heard while the loop stood still: every member
      * gets a full heartbeat bound from now, so that the heartbeats read
@@ -790,13 +791,18 @@ static void rounds_timer_cb(uv_timer_t *t) {
     }
   }
   schedule(s);
+  srv__unlock(s);
 }
 
 /* Arm the timer at the earliest deadline of any job. */
 static void schedule(srv_t *s) {
-  uint64_t now = uv_now(s->loop), next = UINT64_MAX;
+  uint64_t now = srv__now(), next = UINT64_MAX;
   if (s->closing)
     return;
+  if (!srv__on_main(s)) {
+    srv__kick_rounds(s); /* the timer is loop 0's */
+    return;
+  }
   for (job_t *j = s->jobs; j; j = j->next) {
     rounds_job_t *rj = j->rounds;
     if (rj == NULL)
@@ -838,6 +844,7 @@ void rounds_install(srv_t *s) {
   s->rounds_op = rounds_op;
   s->rounds_conn_closed = rounds_conn_closed;
   s->rounds_job_free = rounds_job_free;
+  s->rounds_schedule = schedule;
 }
 
 int rounds_connected_members(srv_t *s, const char *job) {

@@ -15,7 +15,9 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,53 @@ static void conn_process(conn_t *c);
 static int flush_conn(conn_t *c, int may_close);
 static void conn_start_read(conn_t *c);
 static void gc_schedule(srv_t *s, uint64_t due);
+static void wake_loop(srv_loop_t *lp);
+
+/* ---- loops and the lock ---------------------------------------------------------- */
+
+/* The loop the calling thread runs; NULL on loop 0's thread (the caller's,
+ * which may run several servers' loop 0). */
+static __thread srv_loop_t *tl_lp;
+
+static int lp_here(const srv_loop_t *lp) {
+  return tl_lp ? tl_lp == lp : lp->idx == 0;
+}
+
+int srv__on_main(const srv_t *s) {
+  (void)s;
+  return tl_lp == NULL;
+}
+
+uint64_t srv__now(void) { return uv_hrtime() / 1000000u; }
+
+void srv__lock(srv_t *s) {
+  if (s->nloops > 1)
+    pthread_mutex_lock(&s->mu);
+}
+
+void srv__unlock(srv_t *s) {
+  if (s->nloops > 1)
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void kick_main(srv_t *s) { uv_async_send(&s->loops[0].async); }
+
+void srv__kick_rounds(srv_t *s) {
+  s->kick_rounds = 1;
+  kick_main(s);
+}
+
+int srv_default_threads(void) {
+  cpu_set_t set;
+  long n = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    n = CPU_COUNT(&set);
+  if (n <= 0)
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n <= 2)
+    return 1;
+  return (int)LU_MIN(n / 2, 8);
+}
 
 /* ---- memory ------------------------------------------------------------------------ */
 
@@ -79,8 +128,6 @@ static int mem_fixed_room(const srv_t *s, size_t cost) {
   return s->mem.conns + s->mem.jobs + cost <= fixed_share(s);
 }
 
-static void wake_idle(srv_t *s);
-
 /* Memory was freed: connections waiting for it try again this turn. */
 static void mem_released(srv_t *s) {
   mem_update(s);
@@ -88,10 +135,9 @@ static void mem_released(srv_t *s) {
     conn_t *c = LIST_ENTRY(s->memwait.next, conn_t, memwait_link);
     list_remove(&c->memwait_link);
     list_unlink(&c->resume_link);
-    list_insert_tail(&s->resume, &c->resume_link);
+    list_insert_tail(&c->lp->resume, &c->resume_link);
+    wake_loop(c->lp);
   }
-  if (!list_empty(&s->resume))
-    wake_idle(s);
 }
 
 /* ---- client addresses --------------------------------------------------------------- */
@@ -195,7 +241,7 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
   j->creator = a;
   if (a)
     a->njobs++;
-  j->idle_since = uv_now(s->loop);
+  j->idle_since = srv__now();
   j->next = s->jobs;
   s->jobs = j;
   s->njobs++;
@@ -219,7 +265,7 @@ static void job_detach(conn_t *c) {
     return;
   c->job = NULL;
   if (--j->nconns == 0) {
-    j->idle_since = uv_now(s->loop);
+    j->idle_since = srv__now();
     gc_schedule(s, j->idle_since + s->cfg.job_grace_ms);
   }
 }
@@ -238,9 +284,17 @@ static void job_free(srv_t *s, job_t *j) {
   free(j);
 }
 
+static void gc_cb_locked(uv_timer_t *t);
 static void gc_cb(uv_timer_t *t) {
   srv_t *s = t->data;
-  uint64_t now = uv_now(s->loop), next = UINT64_MAX;
+  srv__lock(s);
+  gc_cb_locked(t);
+  srv__unlock(s);
+}
+
+static void gc_cb_locked(uv_timer_t *t) {
+  srv_t *s = t->data;
+  uint64_t now = srv__now(), next = UINT64_MAX;
   job_t **pp = &s->jobs;
   int freed = 0;
   /* A job with no connection and nothing stored is forgotten after the
@@ -267,9 +321,15 @@ static void gc_cb(uv_timer_t *t) {
 }
 
 static void gc_schedule(srv_t *s, uint64_t due) {
-  uint64_t now = uv_now(s->loop);
+  uint64_t now = srv__now();
   if (s->closing)
     return;
+  if (!srv__on_main(s)) {
+    if (s->kick_gc_due == 0 || due < s->kick_gc_due)
+      s->kick_gc_due = due;
+    kick_main(s);
+    return;
+  }
   if (uv_is_active((uv_handle_t *)&s->gc_timer) &&
       now + uv_timer_get_due_in(&s->gc_timer) <= due)
     return;
@@ -406,9 +466,14 @@ static void timer_cb(uv_timer_t *t);
 static void idle_cb(uv_idle_t *h) { (void)h; }
 
 static void rearm(srv_t *s) {
-  uint64_t now = uv_now(s->loop);
+  uint64_t now = srv__now();
   if (s->closing)
     return;
+  if (!srv__on_main(s)) {
+    s->kick_rearm = 1;
+    kick_main(s);
+    return;
+  }
   if (s->heap_len == 0) {
     uv_timer_stop(&s->timer);
     return;
@@ -433,7 +498,7 @@ int srv__pend_arm(srv_t *s, pend_t *p, int64_t wait_ms) {
     s->heap = nh;
     s->heap_cap = ncap;
   }
-  p->deadline_ms = uv_now(s->loop) + (uint64_t)wait_ms;
+  p->deadline_ms = srv__now() + (uint64_t)wait_ms;
   p->heap_idx = s->heap_len;
   s->heap[s->heap_len++] = p;
   heap_up(s, p->heap_idx);
@@ -460,20 +525,30 @@ void srv__pend_disarm(srv_t *s, pend_t *p) {
 
 static void timer_cb(uv_timer_t *t) {
   srv_t *s = t->data;
-  uint64_t now = uv_now(s->loop);
+  uint64_t now = srv__now();
+  srv__lock(s);
   while (s->heap_len > 0 && s->heap[0]->deadline_ms <= now) {
     pend_t *p = s->heap[0];
     srv__pend_disarm(s, p);
     srv__native_pend_timeout(p);
   }
   rearm(s);
+  srv__unlock(s);
 }
 
 /* ---- handshake deadlines: connections in accept order -------------------------------- */
 
+static void hs_timer_cb_locked(uv_timer_t *t);
 static void hs_timer_cb(uv_timer_t *t) {
   srv_t *s = t->data;
-  uint64_t now = uv_now(s->loop);
+  srv__lock(s);
+  hs_timer_cb_locked(t);
+  srv__unlock(s);
+}
+
+static void hs_timer_cb_locked(uv_timer_t *t) {
+  srv_t *s = t->data;
+  uint64_t now = srv__now();
   while (!list_empty(&s->preauth)) {
     conn_t *c = LIST_ENTRY(s->preauth.next, conn_t, preauth_link);
     uint64_t due = c->accepted_ms + s->cfg.handshake_ms;
@@ -498,18 +573,23 @@ typedef struct wreq_s {
   size_t len;
 } wreq_t;
 
-static void wake_idle(srv_t *s) {
-  /* An active idle handle keeps the loop from blocking in poll before the
-   * check handle runs. */
-  if (!s->closing && !uv_is_active((uv_handle_t *)&s->flush_idle))
-    uv_idle_start(&s->flush_idle, idle_cb);
+/* The loop has work for its check handle: on its own thread, an active
+ * idle handle keeps it from blocking in poll before the check runs; from
+ * another thread, its async handle wakes it. */
+static void wake_loop(srv_loop_t *lp) {
+  if (lp->srv->closing)
+    return;
+  if (!lp_here(lp))
+    uv_async_send(&lp->async);
+  else if (!uv_is_active((uv_handle_t *)&lp->idle))
+    uv_idle_start(&lp->idle, idle_cb);
 }
 
 static void mark_dirty(conn_t *c) {
   if (c->state == CONN_CLOSING || !list_empty(&c->dirty_link))
     return;
-  list_insert_tail(&c->srv->dirty, &c->dirty_link);
-  wake_idle(c->srv);
+  list_insert_tail(&c->lp->dirty, &c->dirty_link);
+  wake_loop(c->lp);
 }
 
 static size_t conn_unsent(const conn_t *c) { return c->out.len + c->inflight; }
@@ -537,9 +617,11 @@ static void conn_pause(conn_t *c, int memwait) {
     c->paused = 1;
     s->stats.paused++;
   }
-  if (c->reading) {
+  if (c->reading && lp_here(c->lp)) {
     uv_read_stop(&c->h.stream);
     c->reading = 0;
+  } else if (c->reading) {
+    mark_dirty(c); /* its loop stops reading */
   }
   if (memwait && list_empty(&c->memwait_link) &&
       list_empty(&c->resume_link))
@@ -551,14 +633,14 @@ static void conn_schedule_resume(conn_t *c) {
     return;
   list_unlink(&c->memwait_link);
   if (list_empty(&c->resume_link))
-    list_insert_tail(&c->srv->resume, &c->resume_link);
-  wake_idle(c->srv);
+    list_insert_tail(&c->lp->resume, &c->resume_link);
+  wake_loop(c->lp);
 }
 
 int srv__conn_paused(conn_t *c) {
   if (!c->paused && conn_unsent(c) >= c->srv->cfg.max_out_bytes)
     conn_pause(c, 0);
-  if (!c->paused && uv_hrtime() > c->srv->turn_end) {
+  if (!c->paused && uv_hrtime() > c->lp->turn_end) {
     /* Its turn is over: go on after the others, in this loop's check. */
     conn_pause(c, 0);
     conn_schedule_resume(c);
@@ -612,7 +694,7 @@ int srv__push_room(conn_t *c, size_t n) {
  * at once so that a reader is never charged for what it reads anyway. */
 static void out_queued(conn_t *c) {
   mark_dirty(c);
-  if (c->out.len >= OUT_FLUSH_NOW && c->inflight == 0)
+  if (c->out.len >= OUT_FLUSH_NOW && c->inflight == 0 && lp_here(c->lp))
     flush_conn(c, 0);
   else
     out_account(c);
@@ -662,7 +744,15 @@ void srv__out_raw(conn_t *c, const void *p, size_t n) {
   out_queued(c);
 }
 
+static void write_cb_locked(uv_write_t *req, int status);
 static void write_cb(uv_write_t *req, int status) {
+  srv_t *s = ((wreq_t *)req)->c->srv;
+  srv__lock(s);
+  write_cb_locked(req, status);
+  srv__unlock(s);
+}
+
+static void write_cb_locked(uv_write_t *req, int status) {
   wreq_t *w = (wreq_t *)req;
   conn_t *c = w->c;
   c->inflight -= w->len;
@@ -767,30 +857,181 @@ fail:
 }
 
 static void conn_resume(conn_t *c);
+static void conn_free(conn_t *c);
+static void on_conn_closed(uv_handle_t *h);
+static void loop_shutdown(srv_loop_t *lp);
 
+/* Output taken from a connection to be written outside the lock. */
+typedef struct wout_s {
+  conn_t *c;
+  char *base;
+  size_t len, queued;
+  int failed;
+} wout_t;
+
+/* Connections accepted on loop 0 for this loop: make their handles. */
+static void adopt_incoming(srv_loop_t *lp) {
+  srv_t *s = lp->srv;
+  while (!list_empty(&lp->incoming)) {
+    conn_t *c = LIST_ENTRY(lp->incoming.next, conn_t, io_link);
+    list_remove(&c->io_link);
+    if (c->state == CONN_CLOSING) {
+      /* Closed on its way here (srv__conn_close counted it). */
+      close(c->fd);
+      s->closing_conns--;
+      conn_free(c);
+      continue;
+    }
+    uv_tcp_init(lp->loop, &c->h.tcp);
+    c->h.handle.data = c;
+    c->handle_ready = 1;
+    if (uv_tcp_open(&c->h.tcp, c->fd) != 0) {
+      close(c->fd);
+      srv__conn_close(c);
+      continue;
+    }
+    uv_tcp_nodelay(&c->h.tcp, 1);
+    conn_start_read(c);
+  }
+}
+
+/* Run the loop's lists: its new and closed connections, what loop 0 was
+ * asked for, deferred work, then output. With several loops, output is
+ * written to the sockets without the lock held. */
 static void check_cb(uv_check_t *h) {
-  srv_t *s = h->data;
+  srv_loop_t *lp = h->data;
+  srv_t *s = lp->srv;
   list_t run;
+  wout_t *wo = lp->wo;
+  size_t nwo = 0, capwo = lp->capwo;
+  srv__lock(s);
+  if (lp->stop) {
+    loop_shutdown(lp);
+    srv__unlock(s);
+    return;
+  }
+  if (lp->idx == 0) {
+    if (s->kick_rearm) {
+      s->kick_rearm = 0;
+      rearm(s);
+    }
+    if (s->kick_gc_due) {
+      uint64_t due = s->kick_gc_due;
+      s->kick_gc_due = 0;
+      gc_schedule(s, due);
+    }
+    if (s->kick_rounds && s->rounds_schedule) {
+      s->kick_rounds = 0;
+      s->rounds_schedule(s);
+    }
+  }
+  adopt_incoming(lp);
+  while (!list_empty(&lp->closeq)) {
+    conn_t *c = LIST_ENTRY(lp->closeq.next, conn_t, io_link);
+    list_remove(&c->io_link);
+    uv_close(&c->h.handle, on_conn_closed);
+  }
   /* Connections resumed during this pass run on the next one. */
   list_init(&run);
-  if (!list_empty(&s->resume)) {
-    run = s->resume;
+  if (!list_empty(&lp->resume)) {
+    run = lp->resume;
     run.next->prev = &run;
     run.prev->next = &run;
-    list_init(&s->resume);
+    list_init(&lp->resume);
   }
   while (!list_empty(&run)) {
     conn_t *c = LIST_ENTRY(run.next, conn_t, resume_link);
     list_remove(&c->resume_link);
     conn_resume(c);
   }
-  while (!list_empty(&s->dirty)) {
-    conn_t *c = LIST_ENTRY(s->dirty.next, conn_t, dirty_link);
+  while (!list_empty(&lp->dirty)) {
+    conn_t *c = LIST_ENTRY(lp->dirty.next, conn_t, dirty_link);
+    proto_enc_t *o = &c->out;
     list_remove(&c->dirty_link);
-    flush_conn(c, 1);
+    if (c->paused && c->reading) {
+      uv_read_stop(&c->h.stream);
+      c->reading = 0;
+    }
+    if (s->nloops == 1 || c->tls || c->broken || c->close_after_flush ||
+        o->len == 0) {
+      flush_conn(c, 1);
+      continue;
+    }
+    if (nwo == capwo) {
+      size_t ncap = capwo ? capwo * 2 : 64;
+      wout_t *n = realloc(wo, ncap * sizeof(*n));
+      if (n == NULL) {
+        flush_conn(c, 1);
+        continue;
+      }
+      lp->wo = wo = n;
+      lp->capwo = capwo = ncap;
+    }
+    /* Counted as in flight until written: the accounting, and the
+     * connection's order of replies, hold while the lock is dropped. */
+    wo[nwo].c = c;
+    wo[nwo].base = o->data;
+    wo[nwo].len = o->len;
+    wo[nwo].queued = 0;
+    wo[nwo].failed = 0;
+    nwo++;
+    c->inflight += o->len;
+    o->data = NULL;
+    o->len = o->cap = 0;
   }
-  if (list_empty(&s->resume))
-    uv_idle_stop(&s->flush_idle);
+  if (nwo == 0) {
+    if (list_empty(&lp->resume) && list_empty(&lp->dirty))
+      uv_idle_stop(&lp->idle);
+    srv__unlock(s);
+    return;
+  }
+  srv__unlock(s);
+  /* Only this thread touches these handles, and only its loop closes
+   * them: the connections live until the lock is taken again. */
+  for (size_t i = 0; i < nwo; i++) {
+    wout_t *w = &wo[i];
+    uv_buf_t b = uv_buf_init(w->base, (unsigned)w->len);
+    int r = uv_try_write(&w->c->h.stream, &b, 1);
+    size_t off = r > 0 ? (size_t)r : 0;
+    if (r < 0 && r != UV_EAGAIN) {
+      w->failed = 1;
+    } else if (off < w->len) {
+      wreq_t *q = malloc(sizeof(*q));
+      b = uv_buf_init(w->base + off, (unsigned)(w->len - off));
+      if (q == NULL) {
+        w->failed = 1;
+      } else {
+        q->c = w->c;
+        q->base = w->base;
+        q->len = w->len - off;
+        if (uv_write(&q->req, &w->c->h.stream, &b, 1, write_cb) != 0) {
+          free(q);
+          w->failed = 1;
+        } else {
+          w->queued = q->len; /* write_cb frees base */
+        }
+      }
+    }
+    if (w->queued == 0)
+      free(w->base);
+  }
+  srv__lock(s);
+  for (size_t i = 0; i < nwo; i++) {
+    conn_t *c = wo[i].c;
+    c->inflight -= wo[i].len - wo[i].queued;
+    if (c->state == CONN_CLOSING)
+      continue;
+    if (wo[i].failed) {
+      srv__conn_close(c);
+      continue;
+    }
+    out_account(c);
+    if (c->close_after_flush && conn_unsent(c) == 0)
+      srv__conn_close(c);
+  }
+  if (list_empty(&lp->resume) && list_empty(&lp->dirty))
+    uv_idle_stop(&lp->idle);
+  srv__unlock(s);
 }
 
 /* ---- input ------------------------------------------------------------------------- */
@@ -863,15 +1104,22 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   conn_t *c = h->data;
   (void)hint;
   if (c->tls) {
-    *buf = uv_buf_init((char *)c->srv->tls_rbuf, TLS_RBUF);
+    *buf = uv_buf_init((char *)c->lp->tls_rbuf, TLS_RBUF);
     return;
   }
-  if (in_room(c) == 0) {
+  if (c->in_cap - c->in_len >= IN_CHUNK) {
+    /* Room without growing: only this loop's thread writes these. */
+    *buf = uv_buf_init((char *)c->in + c->in_len,
+                       (unsigned)(c->in_cap - c->in_len));
+    return;
+  }
+  srv__lock(c->srv);
+  if (in_room(c) == 0)
     *buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
-    return;
-  }
-  *buf = uv_buf_init((char *)c->in + c->in_len,
-                     (unsigned)(c->in_cap - c->in_len));
+  else
+    *buf = uv_buf_init((char *)c->in + c->in_len,
+                       (unsigned)(c->in_cap - c->in_len));
+  srv__unlock(c->srv);
 }
 
 /* Hand the peer the alert that says why its handshake failed (best
@@ -943,7 +1191,17 @@ static void conn_input(conn_t *c) {
   }
 }
 
+static void read_cb_locked(uv_stream_t *st, ssize_t nread,
+                           const uv_buf_t *buf);
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  srv_t *s = ((conn_t *)st->data)->srv;
+  srv__lock(s);
+  read_cb_locked(st, nread, buf);
+  srv__unlock(s);
+}
+
+static void read_cb_locked(uv_stream_t *st, ssize_t nread,
+                           const uv_buf_t *buf) {
   conn_t *c = st->data;
   if (nread == UV_ENOBUFS) {
     if (c->in_memwait)
@@ -989,7 +1247,7 @@ void srv__bad_input(conn_t *c, const char *fmt, ...) {
   char msg[512];
   va_list ap;
   srv_t *s = c->srv;
-  uint64_t now = uv_now(s->loop);
+  uint64_t now = srv__now();
   s->stats.bad_input++;
   if (c->bad_logged)
     return;
@@ -1094,7 +1352,7 @@ static void conn_process(conn_t *c) {
   size_t off = 0;
   srv_t *s = c->srv;
   size_t store0 = s->mem.store.used;
-  s->turn_end = uv_hrtime() + TURN_NS;
+  c->lp->turn_end = uv_hrtime() + TURN_NS;
   while (off < c->in_len && c->state != CONN_CLOSING &&
          !c->close_after_flush && !c->paused) {
     ssize_t k;
@@ -1167,13 +1425,18 @@ static void conn_free(conn_t *c) {
 static void on_conn_closed(uv_handle_t *h) {
   conn_t *c = h->data;
   srv_t *s = c->srv;
+  int closing;
+  srv__lock(s);
   conn_free(c);
   /* srv_close waits for connections closed before it, too. */
   s->closing_conns--;
-  if (s->closing)
-    maybe_finish_close(s);
-  else
+  closing = s->closing;
+  if (!closing)
     mem_released(s);
+  srv__unlock(s);
+  /* Only loop 0 finishes: the other loops were joined by then. */
+  if (closing && srv__on_main(s))
+    maybe_finish_close(s);
 }
 
 /* Take the connection out of every list and release what it holds;
@@ -1210,19 +1473,26 @@ void srv__conn_close(conn_t *c) {
   if (!conn_teardown(c))
     return;
   s->closing_conns++;
-  uv_close(&c->h.handle, on_conn_closed);
+  if (!c->handle_ready)
+    return; /* its loop frees it when it takes it from lp->incoming */
+  if (lp_here(c->lp)) {
+    uv_close(&c->h.handle, on_conn_closed);
+  } else {
+    list_insert_tail(&c->lp->closeq, &c->io_link);
+    uv_async_send(&c->lp->async);
+  }
 }
 
-static void peer_name(conn_t *c) {
+static void peer_name(conn_t *c, uv_handle_t *h) {
   int len = sizeof(c->peer_addr);
   memset(&c->peer_addr, 0, sizeof(c->peer_addr));
-  if (c->h.handle.type == UV_NAMED_PIPE) {
+  if (h->type == UV_NAMED_PIPE) {
     c->peer_addr.ss_family = AF_UNIX;
     lu_strlcpy(c->peer, "unix socket", sizeof(c->peer));
     return;
   }
-  if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&c->peer_addr, &len) !=
-      0) {
+  if (uv_tcp_getpeername((uv_tcp_t *)h, (struct sockaddr *)&c->peer_addr,
+                         &len) != 0) {
     lu_strlcpy(c->peer, "unknown peer", sizeof(c->peer));
     return;
   }
@@ -1244,7 +1514,7 @@ static void on_refused_closed(uv_handle_t *h) { free(h); }
 /* Log a refused connection at most every 5 s. */
 static void log_refused(srv_t *s, const char *fmt, ...) LU_PRINTF(2, 3);
 static void log_refused(srv_t *s, const char *fmt, ...) {
-  uint64_t now = uv_now(s->loop);
+  uint64_t now = srv__now();
   char msg[256];
   va_list ap;
   s->stats.conns_refused++;
@@ -1271,8 +1541,36 @@ static void refuse_accept(uv_stream_t *server) {
   uv_close((uv_handle_t *)t, on_refused_closed);
 }
 
+static void on_connection_locked(uv_stream_t *server, int status);
 static void on_connection(uv_stream_t *server, int status) {
   srv_t *s = server->data;
+  srv__lock(s);
+  on_connection_locked(server, status);
+  srv__unlock(s);
+}
+
+/* Accept on loop 0 into a handle of its own, and keep a duplicate of the
+ * socket for the loop that will own the connection. RET 0 or -1. */
+static int accept_for(conn_t *c, uv_stream_t *server) {
+  srv_t *s = c->srv;
+  uv_tcp_t *t = malloc(sizeof(*t));
+  uv_os_fd_t fd;
+  if (t == NULL)
+    return -1;
+  uv_tcp_init(s->loop, t);
+  c->fd = -1;
+  if (uv_accept(server, (uv_stream_t *)t) == 0) {
+    peer_name(c, (uv_handle_t *)t);
+    if (uv_fileno((uv_handle_t *)t, &fd) == 0)
+      c->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  }
+  uv_close((uv_handle_t *)t, on_refused_closed);
+  return c->fd >= 0 ? 0 : -1;
+}
+
+static void on_connection_locked(uv_stream_t *server, int status) {
+  srv_t *s = server->data;
+  srv_loop_t *lp = &s->loops[0];
   conn_t *c;
   int is_pipe = server->type == UV_NAMED_PIPE;
   srv_addr_t *a = NULL;
@@ -1300,6 +1598,10 @@ static void on_connection(uv_stream_t *server, int status) {
   c->magic = CONN_MAGIC;
   c->srv = s;
   c->id = ++s->next_conn_id;
+  if (!is_pipe && s->nloops > 1)
+    lp = &s->loops[s->next_loop++ % (unsigned)s->nloops];
+  c->lp = lp;
+  list_init(&c->io_link);
   list_init(&c->link);
   list_init(&c->dirty_link);
   list_init(&c->resume_link);
@@ -1307,35 +1609,49 @@ static void on_connection(uv_stream_t *server, int status) {
   list_init(&c->preauth_link);
   list_init(&c->pends);
   proto_enc_init(&c->out);
-  if (is_pipe)
-    uv_pipe_init(s->loop, &c->h.pipe, 0);
-  else
-    uv_tcp_init(s->loop, &c->h.tcp);
-  c->h.handle.data = c;
   c->state = CONN_CLOSING; /* not counted yet */
-  if (uv_accept(server, &c->h.stream) != 0) {
-    s->closing_conns++;
-    uv_close(&c->h.handle, on_conn_closed);
-    return;
+  if (lp->idx != 0) {
+    if (accept_for(c, server) != 0) {
+      conn_free(c);
+      return;
+    }
+  } else {
+    if (is_pipe)
+      uv_pipe_init(s->loop, &c->h.pipe, 0);
+    else
+      uv_tcp_init(s->loop, &c->h.tcp);
+    c->h.handle.data = c;
+    c->handle_ready = 1;
+    if (uv_accept(server, &c->h.stream) != 0) {
+      s->closing_conns++;
+      uv_close(&c->h.handle, on_conn_closed);
+      return;
+    }
+    peer_name(c, &c->h.handle);
   }
-  peer_name(c);
   if (!is_pipe) {
-    uv_tcp_nodelay(&c->h.tcp, 1);
+    if (c->handle_ready)
+      uv_tcp_nodelay(&c->h.tcp, 1);
     a = addr_get(s, &c->peer_addr);
     if (a == NULL || a->nconns >= s->cfg.max_conns_per_addr) {
       log_refused(s, "%s has %u connections open, the per-address limit "
                      "(--max-conns-per-addr)", c->peer,
                   a ? a->nconns : 0);
       addr_put(s, a);
-      s->closing_conns++;
-      uv_close(&c->h.handle, on_conn_closed);
+      if (c->handle_ready) {
+        s->closing_conns++;
+        uv_close(&c->h.handle, on_conn_closed);
+      } else {
+        close(c->fd);
+        conn_free(c);
+      }
       return;
     }
     a->nconns++;
     c->addr = a;
   }
   c->state = CONN_SNIFF;
-  c->accepted_ms = uv_now(s->loop);
+  c->accepted_ms = srv__now();
   list_insert_tail(&s->conns, &c->link);
   list_insert_tail(&s->preauth, &c->preauth_link);
   if (!uv_is_active((uv_handle_t *)&s->hs_timer))
@@ -1344,7 +1660,12 @@ static void on_connection(uv_stream_t *server, int status) {
   mem_update(s);
   s->stats.conns_open++;
   s->stats.conns_total++;
-  conn_start_read(c);
+  if (c->handle_ready) {
+    conn_start_read(c);
+  } else {
+    list_insert_tail(&lp->incoming, &c->io_link);
+    uv_async_send(&lp->async);
+  }
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------- */
@@ -1356,8 +1677,94 @@ static void free_config(srv_t *s) {
   free(s->unix_path);
   free(s->tcpstore_job);
   free(s->token);
-  free(s->tls_rbuf);
   tls_ctx_free(s->tls);
+  if (s->loops)
+    for (int i = 0; i < s->nloops; i++) {
+      free(s->loops[i].tls_rbuf);
+      free(s->loops[i].wo);
+    }
+  free(s->loops);
+}
+
+static void async_cb(uv_async_t *a) {
+  (void)a; /* the loop's check handle runs what it was woken for */
+}
+
+static void worker_main(void *arg) {
+  srv_loop_t *lp = arg;
+  tl_lp = lp;
+  uv_run(lp->loop, UV_RUN_DEFAULT);
+}
+
+/* The loop's check, idle and async handles. */
+static void loop_handles_init(srv_loop_t *lp) {
+  uv_async_init(lp->loop, &lp->async, async_cb);
+  lp->async.data = lp;
+  uv_check_init(lp->loop, &lp->check);
+  lp->check.data = lp;
+  uv_check_start(&lp->check, check_cb);
+  uv_unref((uv_handle_t *)&lp->check);
+  uv_idle_init(lp->loop, &lp->idle);
+  lp->idle.data = lp;
+  if (lp->idx == 0)
+    uv_unref((uv_handle_t *)&lp->async); /* the caller's loop may end */
+}
+
+/* RET 0 or RDZV_ENOMEM. */
+static int loops_new(srv_t *s, uv_loop_t *loop) {
+  int n = s->cfg.threads > 1 ? (int)LU_MIN(s->cfg.threads, 64u) : 1;
+  pthread_mutexattr_t ma;
+  if ((s->loops = calloc((size_t)n, sizeof(*s->loops))) == NULL)
+    return RDZV_ENOMEM;
+  s->nloops = n;
+  pthread_mutexattr_init(&ma);
+#ifdef PTHREAD_MUTEX_ADAPTIVE_NP
+  pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+  pthread_mutex_init(&s->mu, &ma);
+  pthread_mutexattr_destroy(&ma);
+  for (int i = 0; i < n; i++) {
+    srv_loop_t *lp = &s->loops[i];
+    lp->srv = s;
+    lp->idx = i;
+    lp->loop = i == 0 ? loop : &lp->own;
+    list_init(&lp->dirty);
+    list_init(&lp->resume);
+    list_init(&lp->incoming);
+    list_init(&lp->closeq);
+    lp->started = i == 0;
+    if ((s->tls && (lp->tls_rbuf = malloc(TLS_RBUF)) == NULL) ||
+        (i > 0 && uv_loop_init(&lp->own) != 0)) {
+      while (--i > 0)
+        uv_loop_close(&s->loops[i].own);
+      return RDZV_ENOMEM;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    loop_handles_init(&s->loops[i]);
+  return 0;
+}
+
+/* On the loop's own thread, at srv_close: close its connections and
+ * handles; its uv_run returns once they are gone. */
+static void loop_shutdown(srv_loop_t *lp) {
+  srv_t *s = lp->srv;
+  list_t *it, *next;
+  for (it = s->conns.next; it != &s->conns; it = next) {
+    conn_t *c = LIST_ENTRY(it, conn_t, link);
+    next = it->next;
+    if (c->lp == lp)
+      srv__conn_close(c);
+  }
+  adopt_incoming(lp); /* frees those closed on their way */
+  while (!list_empty(&lp->closeq)) {
+    conn_t *c = LIST_ENTRY(lp->closeq.next, conn_t, io_link);
+    list_remove(&c->io_link);
+    uv_close(&c->h.handle, on_conn_closed);
+  }
+  uv_close((uv_handle_t *)&lp->async, NULL);
+  uv_close((uv_handle_t *)&lp->check, NULL);
+  uv_close((uv_handle_t *)&lp->idle, NULL);
 }
 
 /* Derive the limits left at 0 from max_memory and check that they fit
@@ -1399,6 +1806,7 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   s->magic = SRV_MAGIC;
   s->loop = loop;
   s->cfg = *cfg;
+  s->nloops = 1;
   if (cfg->log)
     s->log = *cfg->log;
   else
@@ -1434,8 +1842,7 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   }
   if (cfg->tls_cert || cfg->tls_key || cfg->tls_ca) {
     tls_files_t f = {cfg->tls_cert, cfg->tls_key, cfg->tls_ca};
-    if (tls_ctx_new(1, &f, &s->tls, err, sizeof(err)) != 0 ||
-        (s->tls_rbuf = malloc(TLS_RBUF)) == NULL) {
+    if (tls_ctx_new(1, &f, &s->tls, err, sizeof(err)) != 0) {
       LU_ERR(&s->log, "%s", err);
       free_config(s);
       free(s);
@@ -1456,16 +1863,17 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   s->tlim.max_request = s->cfg.max_frame;
   mem_update(s);
   list_init(&s->conns);
-  list_init(&s->dirty);
-  list_init(&s->resume);
   list_init(&s->memwait);
   list_init(&s->preauth);
-  uv_check_init(loop, &s->flush_check);
-  s->flush_check.data = s;
-  uv_check_start(&s->flush_check, check_cb);
-  uv_unref((uv_handle_t *)&s->flush_check);
-  uv_idle_init(loop, &s->flush_idle);
-  s->flush_idle.data = s;
+  if (loops_new(s, loop) != 0) {
+    LU_ERR(&s->log, "cannot make %u event loops: out of memory or file "
+                    "descriptors (lower --threads)", s->cfg.threads);
+    if (s->nloops > 1)
+      pthread_mutex_destroy(&s->mu);
+    free_config(s);
+    free(s);
+    return RDZV_ENOMEM;
+  }
   uv_timer_t *timers[] = {&s->timer, &s->hs_timer, &s->gc_timer,
                           &s->rounds_timer};
   for (size_t i = 0; i < LU_ARRAY_SIZE(timers); i++) {
@@ -1561,6 +1969,11 @@ int srv_listen(srv_t *s) {
   }
   if (r != 0)
     return r;
+  for (int i = 1; i < s->nloops; i++) {
+    srv_loop_t *lp = &s->loops[i];
+    if (!lp->started && uv_thread_create(&lp->thread, worker_main, lp) == 0)
+      lp->started = 1;
+  }
   if (s->unix_path) {
     uv_pipe_init(s->loop, &s->unix_listener, 0);
     s->unix_listener.data = s;
@@ -1577,7 +1990,11 @@ int srv_listen(srv_t *s) {
 
 int srv_port(const srv_t *s) { return s->port; }
 
-void srv_get_stats(const srv_t *s, srv_stats_t *st) { *st = s->stats; }
+void srv_get_stats(const srv_t *s, srv_stats_t *st) {
+  srv__lock((srv_t *)s);
+  *st = s->stats;
+  srv__unlock((srv_t *)s);
+}
 
 static void free_all(srv_t *s) {
   while (s->jobs) {
@@ -1590,6 +2007,8 @@ static void free_all(srv_t *s) {
   free(s->addrs);
   free(s->heap);
   free_config(s);
+  if (s->nloops > 1)
+    pthread_mutex_destroy(&s->mu);
   s->magic = 0;
   free(s);
 }
@@ -1623,11 +2042,37 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
   assert(s->magic == SRV_MAGIC);
   if (s->closing)
     return;
+  srv__lock(s);
   s->close_cb = cb;
   s->close_arg = arg;
   /* Hold one count while closing so that no callback finishes early. */
   s->pending_closes = 1;
   s->closing = 1;
+  for (int i = 1; i < s->nloops; i++)
+    if (s->loops[i].started) {
+      s->loops[i].stop = 1;
+      uv_async_send(&s->loops[i].async);
+    }
+  srv__unlock(s);
+  /* The other loops close their connections and end; from here on only
+   * this thread runs. */
+  for (int i = 1; i < s->nloops; i++) {
+    srv_loop_t *lp = &s->loops[i];
+    if (lp->started) {
+      uv_thread_join(&lp->thread);
+    } else {
+      srv__lock(s);
+      loop_shutdown(lp);
+      srv__unlock(s);
+      uv_run(lp->loop, UV_RUN_DEFAULT);
+    }
+    uv_loop_close(lp->loop);
+  }
+  while (!list_empty(&s->loops[0].closeq)) {
+    conn_t *c = LIST_ENTRY(s->loops[0].closeq.next, conn_t, io_link);
+    list_remove(&c->io_link);
+    uv_close(&c->h.handle, on_conn_closed);
+  }
   while (!list_empty(&s->conns)) {
     conn_t *c = LIST_ENTRY(s->conns.next, conn_t, link);
     conn_teardown(c);
@@ -1643,12 +2088,15 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
     uv_close((uv_handle_t *)&s->unix_listener, on_handle_closed);
     unlink(s->unix_path);
   }
-  uv_handle_t *hs[] = {(uv_handle_t *)&s->flush_check,
-                       (uv_handle_t *)&s->flush_idle, (uv_handle_t *)&s->timer,
+  uv_handle_t *hs[] = {(uv_handle_t *)&s->loops[0].check,
+                       (uv_handle_t *)&s->loops[0].idle,
+                       (uv_handle_t *)&s->loops[0].async,
+                       (uv_handle_t *)&s->timer,
                        (uv_handle_t *)&s->hs_timer, (uv_handle_t *)&s->gc_timer,
                        (uv_handle_t *)&s->rounds_timer};
   for (size_t i = 0; i < LU_ARRAY_SIZE(hs); i++) {
     s->pending_closes++;
+    hs[i]->data = s;
     uv_close(hs[i], on_handle_closed);
   }
   s->pending_closes--;

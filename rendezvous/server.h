@@ -4,7 +4,8 @@
  *
  * The caller owns the loop: srv_new() registers handles on it, the caller
  * runs it, srv_close() closes every handle and calls cb once they are gone.
- * Loop thread only. */
+ * Loop thread only. With cfg.threads > 1, srv_listen() starts the other
+ * loops' threads and srv_close() joins them. */
 #ifndef SERVER_H
 #define SERVER_H
 
@@ -58,7 +59,13 @@ typedef struct srv_config_s {
   const char *tls_cert;       /* PEM: TLS on every TCP connection when set */
   const char *tls_key;
   const char *tls_ca;         /* require client certificates of this CA */
+  uint32_t threads;           /* event loops (0 or 1: the caller's only);
+                                 TCP connections are spread over them */
 } srv_config_t;
+
+/* The default of `launch server --threads`: half the cores, 8 at most, 1
+ * on 2 cores or fewer. */
+int srv_default_threads(void);
 
 #define SRV_CONFIG_INIT                                                        \
   {.size = sizeof(srv_config_t),                                               \

@@ -10,6 +10,7 @@
 #define SRV_INT_H
 
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <uv.h>
 
@@ -64,6 +65,35 @@ typedef struct job_s job_t;
 typedef struct conn_s conn_t;
 typedef struct pend_s pend_t;
 typedef struct srv_addr_s srv_addr_t;
+typedef struct srv_loop_s srv_loop_t;
+
+/* One event loop of the server (docs/protocol.md#threads). Loop 0 is the
+ * caller's loop: it owns the listeners and every timer. The others run on
+ * their own threads and own the connections handed to them. Every piece
+ * of server state (jobs, stores, memory counts, connections' buffers) is
+ * guarded by srv->mu; a libuv handle is only touched by its loop's
+ * thread, so another loop asks for work on a connection through these
+ * lists and the loop's async handle. */
+struct srv_loop_s {
+  srv_t *srv;
+  int idx;
+  uv_loop_t *loop;      /* loop 0: srv->loop */
+  uv_loop_t own;        /* the others' */
+  uv_thread_t thread;
+  int started;
+  int stop;
+  uv_async_t async;     /* wakes the loop: its check runs the lists */
+  uv_check_t check;
+  uv_idle_t idle;
+  list_t dirty;         /* output waits to be written */
+  list_t resume;        /* run deferred work this turn */
+  list_t incoming;      /* accepted on loop 0, handle not made yet */
+  list_t closeq;        /* torn down elsewhere: uv_close here */
+  uint64_t turn_end;    /* uv_hrtime() when this connection's turn ends */
+  uint8_t *tls_rbuf;    /* ciphertext read buffer */
+  struct wout_s *wo;    /* output taken to be written without the lock */
+  size_t capwo;
+};
 
 struct job_s {
   job_t *next;
@@ -136,8 +166,12 @@ struct conn_s {
   struct sockaddr_storage peer_addr;
   char role[16];
   list_t link;          /* in srv->conns */
-  list_t dirty_link;    /* in srv->dirty while output waits to be written */
-  list_t resume_link;   /* in srv->resume: run deferred work this turn */
+  srv_loop_t *lp;       /* the loop that owns its handle */
+  int handle_ready;     /* the handle exists on lp (not in lp->incoming) */
+  int fd;               /* lp->incoming: the accepted socket */
+  list_t io_link;       /* in lp->incoming or lp->closeq */
+  list_t dirty_link;    /* in lp->dirty while output waits to be written */
+  list_t resume_link;   /* in lp->resume: run deferred work this turn */
   list_t memwait_link;  /* in srv->memwait: waits for shared memory */
   list_t preauth_link;  /* in srv->preauth until authenticated */
   list_t pends;         /* native pending ops (pend_t) */
@@ -186,7 +220,6 @@ struct srv_s {
   char *host, *unix_path, *tcpstore_job;
   uint8_t *token;
   tls_ctx_t *tls;       /* TLS listener when set */
-  uint8_t *tls_rbuf;    /* ciphertext read buffer (one loop thread) */
   /* TCPStore allow list */
   struct {
     struct sockaddr_storage net;
@@ -214,19 +247,21 @@ struct srv_s {
   size_t naddr_buckets;
   uint64_t addr_seed;
   list_t conns;
-  list_t dirty;
-  list_t resume;
   list_t memwait;
   list_t preauth;       /* oldest first: deadlines in accept order */
-  uv_check_t flush_check;
-  uv_idle_t flush_idle;
+  pthread_mutex_t mu;   /* guards all of it when nloops > 1 */
+  srv_loop_t *loops;    /* nloops; loops[0] is the caller's */
+  int nloops;
+  unsigned next_loop;   /* round robin of accepted connections */
+  /* Asked of loop 0 by the others (its timers are its own). */
+  int kick_rearm, kick_rounds;
+  uint64_t kick_gc_due; /* 0 = none */
   uv_timer_t timer;     /* pending-op deadlines */
   uv_timer_t hs_timer;  /* handshake deadlines */
   uv_timer_t gc_timer;  /* idle jobs */
   pend_t **heap;
   size_t heap_len, heap_cap;
   uint64_t next_conn_id;
-  uint64_t turn_end;    /* uv_hrtime() when this connection's turn ends */
   uint64_t refused_log_ms;
   uint64_t bad_window_ms, bad_in_window, bad_suppressed;
   srv_stats_t stats;
@@ -237,6 +272,7 @@ struct srv_s {
   void (*rounds_job_free)(job_t *j);
   /* RET 1 when the module holds nothing for the job worth keeping. */
   int (*rounds_job_idle)(const job_t *j);
+  void (*rounds_schedule)(srv_t *s); /* re-arm rounds_timer (loop 0) */
   uv_timer_t rounds_timer; /* rendezvous deadlines (armed by the module) */
   uint64_t rounds_due;     /* when rounds_timer was due (loop stalls show late) */
   void *rounds_data;
@@ -248,6 +284,15 @@ struct srv_s {
 };
 
 /* ---- server.c: the connection core ---------------------------------------- */
+
+/* Milliseconds of a monotonic clock, the same on every loop's thread. */
+uint64_t srv__now(void);
+/* Is the calling thread loop 0's (where the timers live)? */
+int srv__on_main(const srv_t *s);
+/* From another loop: ask loop 0 to re-arm the rendezvous timer. */
+void srv__kick_rounds(srv_t *s);
+void srv__lock(srv_t *s);
+void srv__unlock(srv_t *s);
 
 /* The job of that name, created if needed by connection c (its address is
  * the creator). RET NULL with a message in err when a limit refuses it. */

@@ -102,6 +102,9 @@ int test_server_start(const struct srv_config_s *cfg_in) {
   if (cfg.host == NULL)
     cfg.host = "127.0.0.1";
   cfg.port = 0;
+  /* LAUNCH_TEST_SERVER_THREADS=N runs every test server on N loops. */
+  if (cfg.threads == 0 && getenv("LAUNCH_TEST_SERVER_THREADS"))
+    cfg.threads = (uint32_t)atoi(getenv("LAUNCH_TEST_SERVER_THREADS"));
   lu_log_init(&log, "test server");
   if (cfg.log == NULL)
     cfg.log = &log;
@@ -126,6 +129,8 @@ void test_server_stop(void) {
 }
 
 const char *test_server_endpoint(void) { return ts.endpoint; }
+
+struct srv_s *test_server_srv(void) { return ts.srv; }
 
 /* ---- children ---------------------------------------------------------------------- */
 

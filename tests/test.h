@@ -79,6 +79,8 @@ int test_server_start(const struct srv_config_s *cfg);
 void test_server_stop(void);
 /* "127.0.0.1:PORT" of the running server. */
 const char *test_server_endpoint(void);
+/* The in-process server (srv_get_stats from the test's thread). */
+struct srv_s *test_server_srv(void);
 
 /* ---- child processes ---------------------------------------------------------- */
 /* Spawn argv with stdout+stderr to `log` (NULL = inherit). The pid is

@@ -33,6 +33,8 @@ expect_fail "missing token file" "--token-file $T/nope" "$LAUNCH" server --port 
 expect_fail "empty token file" "is empty" "$LAUNCH" server --port 0 --token-file "$T/empty"
 expect_fail "bad allow list" "does not parse" "$LAUNCH" server --port 0 --tcpstore-allow 300.1.1.1/8
 expect_fail "no program" "no program given" "$LAUNCH" --standalone
+expect_fail "threads 0" "--threads: '0' is not a number of event loops (1-64)" "$LAUNCH" server --port 0 --threads 0
+expect_fail "threads env" "LAUNCH_SERVER_THREADS='x'" env LAUNCH_SERVER_THREADS=x "$LAUNCH" server --port 0
 "$LAUNCH" server --help | grep -q "TCPStore has no authentication" || fail "--help lacks the TCPStore warning"
 
 start_server() { # start_server NAME args... -> sets PORT, SPID
@@ -80,7 +82,9 @@ cc "$SRC/examples/store_client.c" $CFLAGS_LIBS -o "$T/store_client" ${LAUNCH_EXA
   || fail "examples/store_client.c does not build against the installed library"
 LIBDIR=$(PKG_CONFIG_PATH=$PCDIR pkg-config --variable=libdir rdzv)
 echo "secret-$$" > "$T/token"
-start_server ex --token-file "$T/token"
+# ... served by 3 event loops (the ranks' connections land on different ones)
+start_server ex --token-file "$T/token" --threads 3
+grep -q "3 event loops" "$T/ex.log" || fail "no '3 event loops' in the listening line"
 for r in 0 1 2; do
   LD_LIBRARY_PATH=$LIBDIR LAUNCH_RDZV_ENDPOINT=127.0.0.1:$PORT LAUNCH_RDZV_ID=example \
     LAUNCH_RDZV_TOKEN_FILE="$T/token" "$T/store_client" $r 3 >"$T/ex$r.out" 2>&1 &

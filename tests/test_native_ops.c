@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client_int.h"
 #include "lu.h"
 #include "rdzv.h"
 #include "server.h"
@@ -185,6 +186,34 @@ static void test_barrier64(void) {
   rdzv_close(c);
 }
 
+/* SET and MGET sent in one write (how an NCCL root publishes its id):
+ * both answered in order; when the SET is refused its error is returned at
+ * once and the MGET's late reply does not confuse the next call. */
+static void test_pipelined(void) {
+  rdzv_client_t *c = connect_job("pipe", NULL);
+  const char *keys[] = {"p/a", "p/b"}, *never[] = {"p/never"};
+  rdzv_value_t v[2];
+  size_t big = (8u << 20) + 1; /* over the default --max-value */
+  char *huge = calloc(1, big);
+  void *got = NULL;
+  size_t n = 0;
+  ASSERT_EQ(0, rdzv_set(c, "p/b", "B", 1, 5000));
+  ASSERT_EQ(0, rdzv__set_multi_get(c, "p/a", "A", 1, keys, 2, v, 5000));
+  ASSERT(v[0].len == 1 && memcmp(v[0].data, "A", 1) == 0);
+  ASSERT(v[1].len == 1 && memcmp(v[1].data, "B", 1) == 0);
+  rdzv_free(v[0].data);
+  rdzv_free(v[1].data);
+  ASSERT_EQ(RDZV_ETOOBIG,
+            rdzv__set_multi_get(c, "p/c", huge, big, never, 1, v, 300));
+  ASSERT_EQ(0, rdzv_ping(c, 5000)); /* answered before the MGET's */
+  usleep(400 * 1000);               /* the MGET's -ETIMEDOUT is in */
+  ASSERT_EQ(0, rdzv_get(c, "p/a", &got, &n, 0));
+  ASSERT(n == 1 && memcmp(got, "A", 1) == 0);
+  rdzv_free(got);
+  free(huge);
+  rdzv_close(c);
+}
+
 static void test_isolation(void) {
   rdzv_client_t *a = connect_job("job-A", NULL), *b = connect_job("job-B", NULL);
   void *v;
@@ -300,6 +329,7 @@ int main(void) {
   test_basic_ops();
   test_waits();
   test_barrier64();
+  test_pipelined();
   test_isolation();
   test_from_env();
   test_progress();
