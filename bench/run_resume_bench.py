@@ -71,6 +71,11 @@ def rank_pid(root, rank):
         except OSError:
             continue
         if b"RANK=%d" % rank in env:
+            try:  # not launch's own processes (its guardian has the env too)
+                if os.path.basename(os.readlink("/proc/%d/exe" % p)) == "launch":
+                    continue
+            except OSError:
+                continue
             try:
                 with open("/proc/%d/cmdline" % p, "rb") as f:
                     cmd = f.read()
@@ -132,21 +137,21 @@ class Job:
                 self.p.wait()
 
 
-def measure(argv, env, every, victim, step_rx, resumed_rx):
+def measure(argv, env, every, victim, step_rx, resumed_rx, timeout):
     job = Job(argv, env)
     try:
         # a checkpoint, and a few steps past it
-        job.wait_for(step_rx.replace(r"(\d+)", str(every + 3)))
+        job.wait_for(step_rx.replace(r"(\d+)", str(every + 3)), timeout=timeout)
         pid = rank_pid(job.p.pid, victim)
         if pid is None:
             raise RuntimeError("no worker of rank %d found" % victim)
         t_kill = time.monotonic()
         os.kill(pid, signal.SIGKILL)
-        t_res, m = job.wait_for(resumed_rx, after=t_kill)
+        t_res, m = job.wait_for(resumed_rx, after=t_kill, timeout=timeout)
         step = int(m.group(1))
         read_ms = float(m.group(2))
         t_step, _ = job.wait_for(step_rx.replace(r"(\d+)", str(step + 1)),
-                                 after=t_res)
+                                 after=t_res, timeout=timeout)
         return t_res - t_kill, t_step - t_kill, read_ms
     finally:
         job.stop()
@@ -161,6 +166,9 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--only", choices=["launch", "torchrun"])
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="seconds to wait for each awaited line; on expiry the "
+                    "job's last lines are printed and the run fails")
     a = ap.parse_args()
     py = find_python()
     victim = 1 if a.nproc > 1 else 0
@@ -184,7 +192,7 @@ def main():
                         "--log-every", "1", "--device", a.device]
                 res["launch"].append(measure(
                     argv, env, a.every, victim, r"\bstep +(\d+)/",
-                    r"resumed from step (\d+) of .* in ([0-9.]+) ms"))
+                    r"resumed from step (\d+) of .* in ([0-9.]+) ms", a.timeout))
             if a.only != "launch":
                 argv = [py, "-m", "torch.distributed.run", "--standalone",
                         "--nproc_per_node", str(a.nproc), "--max_restarts", "3",
@@ -194,7 +202,7 @@ def main():
                         "--ckpt-every", str(a.every)]
                 res["torchrun"].append(measure(
                     argv, env, a.every, victim, r"\bstep (\d+) loss",
-                    r"resumed from step (\d+) \(read in ([0-9.]+) ms"))
+                    r"resumed from step (\d+) \(read in ([0-9.]+) ms", a.timeout))
         finally:
             shutil.rmtree(d, ignore_errors=True)
         for k, v in res.items():

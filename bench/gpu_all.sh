@@ -1,0 +1,60 @@
+#!/bin/bash
+# Every GPU-machine figure of the open issues in one or two device calls:
+# the GPU tests, the training benchmark against PyTorch, resume after a
+# failure against torchrun, the launcher against torchrun, the store
+# against PyTorch's TCPStore, simulated and real agents, checkpoint
+# bandwidth against dd. Each part is skipped when fewer seconds than its
+# limit are left of BUDGET_S; PARTS picks parts (default: all).
+#   bench/gpu_all.sh BUILD_DIR [OUT]      (BUILD_DIR/bin holds the binaries)
+set -u
+B=${1:?usage: gpu_all.sh BUILD_DIR [OUT]}
+OUT=${2:-${OUT:-/tmp/out}}
+BUDGET=${BUDGET_S:-560}
+PARTS=${PARTS:-"tests gpt resume launch store load agents ckpt torchlaunch"}
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+NVLIBS=$(python3 -c 'import nvidia,os;print(":".join(os.path.join(p,d,"lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null)
+export LD_LIBRARY_PATH=${NVLIBS}:${LD_LIBRARY_PATH:-}
+PY=""
+for p in python3 /usr/bin/python3 /usr/local/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c "import torch" 2>/dev/null; then PY=$(command -v "$p"); break; fi
+done
+export PYTHON_EXEC=$PY PYTHON=$PY
+left() { echo $((BUDGET - SECONDS)); }
+want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+step() { # PART LABEL SECONDS COMMAND...
+  local part=$1 label=$2 t=$3
+  shift 3
+  want "$part" || return 0
+  if [ "$(left)" -lt "$t" ]; then echo "== $label: skipped ($(left) s left)"; return; fi
+  echo "== $label [$SECONDS s]"
+  timeout "$t" "$@" 2>&1
+  echo "rc=$? [$SECONDS s]"
+}
+{
+  date -u; nvidia-smi -L; nproc; free -g | head -2
+  echo "python: $PY $($PY -c 'import torch;print(torch.__version__, torch.cuda.nccl.version())' 2>&1)"
+  step tests "test_gpt_cuda_kernels" 40 "$B/bin/test_gpt_cuda_kernels"
+  step tests "test_aff_gpu_probe" 30 "$B/bin/test_aff_gpu_probe"
+  step tests "test_aff_libs" 30 "$B/bin/test_aff_libs"
+  step tests "launch doctor" 30 "$B/bin/launch" doctor
+  step tests "launch env ASYNC name" 20 sh -c "'$B/bin/launch' env --all --no-python '$PY' x.py | grep ASYNC"
+  step gpt "train_gpt gpt2-124m under launch" 90 "$B/bin/launch" --standalone --nproc-per-node 1 \
+    "$B/bin/train_gpt" --device cuda --preset gpt2-124m --vocab 50257 --batch 16 --seq-len 1024 \
+    --steps 60 --log-every 20 --val-every 0
+  step gpt "run_gpt_bench (launch-cuda, torch eager, torch.compile)" 240 \
+    bash bench/run_gpt_bench.sh "$B/bin/gpt_bench" "$OUT/gpt"
+  step resume "resume bench gpt2-124m 1 GPU" 240 "$PY" bench/run_resume_bench.py --build "$B" \
+    --preset gpt2-124m --device cuda --nproc 1 --repeat 3
+  step launch "run_launch_bench vs torchrun" 300 "$PY" bench/run_launch_bench.py --build "$B" \
+    --runs 20 --torch-runs 3 --json "$OUT/launch.json"
+  step store "run_store_bench vs TCPStore" 240 env BENCH_BUILD_DIR="$B" BENCH_SECONDS=3 \
+    bash bench/run_store_bench.sh
+  step load "run_rdzv_load 1024/16384" 180 bash bench/run_rdzv_load.sh --build "$B" --runs 3 --steady 10
+  step agents "run_agents 256 1024" 180 bash bench/run_agents.sh --build "$B" --agents "256 1024" --runs 2
+  step ckpt "run_ckpt_bench vs dd" 150 env BENCH_BUILD_DIR="$B" BENCH_RUNS=3 BENCH_SETTLE=1 \
+    bash bench/run_ckpt_bench.sh
+  step torchlaunch "test_torch_launch with torch 2.11" 200 env LAUNCH_BIN="$B/bin/launch" \
+    LAUNCH_BUILD_DIR="$B" LAUNCH_SOURCE_DIR="$PWD" "$PY" tests/test_torch_launch.py
+} 2>&1 | tee "$OUT/gpu_all.txt"
