@@ -171,6 +171,11 @@ static void server_child(int fd, int n) {
   cfg.port = 0;
   cfg.max_conns = (uint32_t)n + 64;
   cfg.max_conns_per_job = (uint32_t)n + 64;
+  /* Connections may hold a quarter of --max-memory at 16 KiB each: the
+   * default 512 MiB admits 8,192. Room for n (what `launch server
+   * --max-memory` would be given for a job this size). */
+  if ((size_t)n * (64u << 10) + (64u << 20) > cfg.max_memory)
+    cfg.max_memory = (size_t)n * (64u << 10) + (64u << 20);
   cfg.log = &log;
   if (srv_new(&loop, &cfg, &c.srv) != 0)
     _exit(3);
