@@ -458,8 +458,20 @@ static void status_cb(uv_timer_t *t) {
 
 static void hb_cb(uv_timer_t *t) {
   agent_t *a = t->data;
+  uint64_t heard;
   if (a->ac == NULL || a->state == A_FINISH || a->state == A_CLOSED)
     return;
+  /* A heartbeat asks for a reply only when nothing came from the server
+   * for two heartbeats: the reply watch still hears a live server in
+   * time, a stopped one is noticed at most one heartbeat later, and the
+   * server writes to each agent half as often (docs/rendezvous.md). */
+  heard = uv_now(a->loop) - ac_last_rx_ms(a->ac);
+  if (heard < 2 * (uint64_t)a->o->heartbeat_ms) {
+    msgpack_pack_uint8(ac_begin(a->ac, PROTO_OP_HEARTBEAT, 1),
+                       ROUNDS_HEARTBEAT_QUIET);
+    ac_send_noreply(a->ac);
+    return;
+  }
   ac_begin(a->ac, PROTO_OP_HEARTBEAT, 0);
   ac_send(a->ac, NULL, NULL);
 }

@@ -674,8 +674,14 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
 
 static void op_heartbeat(conn_t *c, const proto_msg_t *msg) {
   rounds_member_t *m = c->rounds;
+  int64_t flags = 0;
   if (m)
     touch(m, uv_now(c->srv->loop));
+  /* A quiet heartbeat is answered with nothing: steady heartbeats cost
+   * the server a read, no write. */
+  if (msg->nargs > 0 && proto_arg_i64(msg, 0, &flags) == 0 &&
+      (flags & ROUNDS_HEARTBEAT_QUIET))
+    return;
   srv__reply_ok(c, msg->id);
 }
 
