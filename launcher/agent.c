@@ -919,6 +919,12 @@ static int maybe_host(agent_t *a) {
     return 0;
   cfg.host = ip;
   cfg.port = o->endpoint_port;
+  /* Connections may hold a quarter of --max-memory at 16 KiB each: the
+   * default admits 8,192. Room for every agent of the largest round and
+   * every worker's store client (a cap, not an allocation). */
+  cfg.max_memory = LU_MAX(cfg.max_memory,
+                          ((size_t)o->max_nodes * (size_t)(1 + o->nproc) + 64) *
+                              (64u << 10));
   cfg.token = a->token;
   cfg.token_len = a->token_len;
   cfg.tcpstore_job = o->run_id;
