@@ -310,72 +310,68 @@ static int is_file(const char *p) {
   return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* Where the dynamic loader would find one of names, or failing that
- * $CUDA_HOME/lib64 and /usr/local/cuda/lib64 (aff_gpu.c's load_lib
- * order). OUT path under root. RET 0 or -1. */
-static int find_lib(const char *root, const char *const *names, char *out,
-                    size_t cap) {
+/* root + path, kept in out when it is a regular file. RET 0 or -1. */
+static int try_path(const char *root, const char *path, char *out, size_t cap) {
+  char p[PATH_MAX];
+  under(root, path, p, sizeof(p));
+  if (!is_file(p))
+    return -1;
+  lu_strlcpy(out, p, cap);
+  return 0;
+}
+
+/* Where dlopen(name) would find it: LD_LIBRARY_PATH (not under a fake
+ * root), the loader's cache, the default directories. RET 0 or -1. */
+static int find_one(const char *root, const unsigned char *cache, size_t clen,
+                    const char *name, char *out, size_t cap) {
   static const char *const defaults[] = {"/lib64", "/usr/lib64", "/lib",
                                          "/usr/lib"};
   const char *ldp = root ? NULL : getenv("LD_LIBRARY_PATH");
-  const char *ch = getenv("CUDA_HOME");
-  char p[PATH_MAX], rel[PATH_MAX];
-  size_t clen = 0;
-  unsigned char *cache;
-  for (int i = 0; names[i]; i++) {
-    /* LD_LIBRARY_PATH */
-    for (const char *d = ldp; d && *d;) {
-      size_t k = strcspn(d, ":;");
-      if (k > 0 && k < sizeof(p) - 64) {
-        snprintf(p, sizeof(p), "%.*s/%s", (int)k, d, names[i]);
-        if (is_file(p)) {
-          lu_strlcpy(out, p, cap);
-          return 0;
-        }
-      }
-      d += k;
-      d += *d != '\0';
+  char rel[PATH_MAX];
+  for (const char *d = ldp; d && *d;) {
+    size_t k = strcspn(d, ":;");
+    if (k > 0 && k < sizeof(rel) - 64) {
+      snprintf(rel, sizeof(rel), "%.*s/%s", (int)k, d, name);
+      if (try_path(NULL, rel, out, cap) == 0)
+        return 0;
     }
+    d += k;
+    d += *d != '\0';
   }
-  under(root, "/etc/ld.so.cache", p, sizeof(p));
-  cache = (unsigned char *)slurp(p, 64u << 20, &clen);
-  for (int i = 0; cache && names[i]; i++)
-    if (aff__ldcache_find(cache, clen, names[i], rel, sizeof(rel)) == 0) {
-      under(root, rel, p, sizeof(p));
-      if (is_file(p)) {
-        free(cache);
-        lu_strlcpy(out, p, cap);
-        return 0;
-      }
-    }
-  free(cache);
-  for (int i = 0; names[i]; i++) {
-    for (size_t d = 0; d < LU_ARRAY_SIZE(defaults); d++) {
-      snprintf(rel, sizeof(rel), "%s/%s", defaults[d], names[i]);
-      under(root, rel, p, sizeof(p));
-      if (is_file(p)) {
-        lu_strlcpy(out, p, cap);
-        return 0;
-      }
-    }
-  }
-  for (int i = 0; names[i]; i++) {
-    if (ch && *ch && strlen(ch) < sizeof(rel) - 256) {
-      snprintf(rel, sizeof(rel), "%s/lib64/%s", ch, names[i]);
-      under(root, rel, p, sizeof(p));
-      if (is_file(p)) {
-        lu_strlcpy(out, p, cap);
-        return 0;
-      }
-    }
-    snprintf(rel, sizeof(rel), "/usr/local/cuda/lib64/%s", names[i]);
-    under(root, rel, p, sizeof(p));
-    if (is_file(p)) {
-      lu_strlcpy(out, p, cap);
+  if (cache && aff__ldcache_find(cache, clen, name, rel, sizeof(rel)) == 0 &&
+      try_path(root, rel, out, cap) == 0)
+    return 0;
+  for (size_t i = 0; i < LU_ARRAY_SIZE(defaults); i++) {
+    snprintf(rel, sizeof(rel), "%s/%s", defaults[i], name);
+    if (try_path(root, rel, out, cap) == 0)
       return 0;
-    }
   }
   return -1;
+}
+
+/* One of names where aff_gpu.c's load_lib would dlopen it: each name as
+ * the dynamic loader finds it, then each in $CUDA_HOME/lib64 and
+ * /usr/local/cuda/lib64. OUT path under root. RET 0 or -1. */
+static int find_lib(const char *root, const char *const *names, char *out,
+                    size_t cap) {
+  const char *ch = getenv("CUDA_HOME");
+  const char *dirs[2] = {ch && *ch && strlen(ch) < PATH_MAX - 256 ? ch : NULL,
+                         "/usr/local/cuda"};
+  char p[PATH_MAX];
+  size_t clen = 0;
+  unsigned char *cache;
+  int rc = -1;
+  under(root, "/etc/ld.so.cache", p, sizeof(p));
+  cache = (unsigned char *)slurp(p, 64u << 20, &clen);
+  for (int i = 0; rc != 0 && names[i]; i++)
+    rc = find_one(root, cache, clen, names[i], out, cap);
+  free(cache);
+  for (int d = 0; rc != 0 && d < 2; d++)
+    for (int i = 0; rc != 0 && dirs[d] && names[i]; i++) {
+      snprintf(p, sizeof(p), "%s/lib64/%s", dirs[d], names[i]);
+      rc = try_path(root, p, out, cap);
+    }
+  return rc;
 }
 
 static const char *base_of(const char *p) {
