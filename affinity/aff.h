@@ -379,6 +379,13 @@ typedef struct aff_sysinfo_s {
  * version under root (NULL = "/"). Never fails: what is absent stays 0/"".
  * Blocking (NVML init takes up to a second on big machines). */
 void aff_sysinfo_probe(aff_sysinfo_t *si, const char *root);
+/* The same without loading any library (aff_libs.c): the driver from
+ * /proc/driver/nvidia/version, the CUDA version of its branch, libcudart's
+ * and libnccl's versions from their files (found as the dynamic loader
+ * finds them: real file name, the runtime's header, NCCL's version string),
+ * the GPU count and first model from /proc/driver/nvidia/gpus. nvml stays
+ * 0, persistence -1, gpu_mem_bytes 0. What the agent fingerprints. */
+void aff_sysinfo_files(aff_sysinfo_t *si, const char *root);
 /* Marketing name of an NVIDIA datacenter GPU by PCI device id
  * ("Tesla V100-PCIE-32GB" for 0x1db6), NULL when not in launch's table. */
 const char *aff_gpu_model_name(unsigned device_id);

@@ -278,7 +278,7 @@ void aff_nccl_version_str(int v, char *buf, size_t n) {
 
 /* "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar ..."
  * or "... Open Kernel Module for x86_64  550.54.15  Release Build ...". */
-static void driver_from_proc(const char *root, char *out, size_t n) {
+void aff__driver_from_proc(const char *root, char *out, size_t n) {
   char buf[512];
   const char *p;
   if (aff__read_line(root, "/proc/driver/nvidia/version", buf, sizeof(buf)) <= 0)
@@ -334,7 +334,7 @@ void aff_sysinfo_probe(aff_sysinfo_t *si, const char *root) {
     nvml_close(&n);
   }
   if (si->driver[0] == '\0')
-    driver_from_proc(root, si->driver, sizeof(si->driver));
+    aff__driver_from_proc(root, si->driver, sizeof(si->driver));
   if ((h = load_lib(cudart_names, si->cudart_path, sizeof(si->cudart_path)))) {
     int (*rt)(int *) = NULL, (*drv)(int *) = NULL;
     SYM(h, rt, "cudaRuntimeGetVersion");

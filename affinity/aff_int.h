@@ -116,6 +116,35 @@ void aff__sort_all(aff_topo_t *t);
  * tree only. GPU libraries are not loaded. */
 void aff__sysfs_scan(aff_topo_t *t, lu_log_t *log);
 
+/* aff_gpu.c: the driver version of /proc/driver/nvidia/version under root
+ * (NULL = "/"), "550.54.15"; out untouched when there is none. */
+void aff__driver_from_proc(const char *root, char *out, size_t n);
+
+/* aff_libs.c: the parsers behind aff_sysinfo_files (each takes bytes; the
+ * fuzz target fuzz_libfiles drives them all).
+ * libver_name: the numbers after stem in a file name ("libnccl.so." and
+ *   "libnccl.so.2.21.5": 2, 21, 5). RET how many (0: not that stem).
+ * nccl_code: NCCL_VERSION(major, minor, patch) as ncclGetVersion gives it
+ *   (0 for nonsense).
+ * cudart_header: CUDART_VERSION of cuda_runtime_api.h's text, 0 none.
+ * nccl_verstr: the first "NCCL version X.Y.Z" of buf as nccl_code, 0 none.
+ * ldcache_find: the path /etc/ld.so.cache gives for soname on this
+ *   architecture. RET 0, or -1 (absent, or not a cache glibc wrote).
+ * elf_section: offset and size of the PROGBITS section name of a 64-bit
+ *   ELF file read through rd (RET 0 when rd read all n bytes). RET 0/-1.
+ * cuda_of_driver: the CUDA version a driver branch reports ("550.54.15":
+ *   12040), 0 unknown. */
+typedef int (*aff_read_fn)(void *ctx, uint64_t off, void *buf, size_t n);
+int aff__libver_name(const char *base, const char *stem, int v[3]);
+int aff__nccl_code(int major, int minor, int patch);
+int aff__cudart_header(const char *text, size_t n);
+int aff__nccl_verstr(const char *buf, size_t n);
+int aff__ldcache_find(const unsigned char *buf, size_t n, const char *soname,
+                      char *out, size_t cap);
+int aff__elf_section(aff_read_fn rd, void *ctx, const char *name,
+                     uint64_t *off, uint64_t *size);
+int aff__cuda_of_driver(const char *driver);
+
 /* aff_cache.c: what NVML said (t->nvml: memory, NVLink) for this boot,
  * driver and set of GPUs, in a file of this user (docs in the file).
  * store RET 0 or -1 (nothing written); apply RET 1 when it matched t->all

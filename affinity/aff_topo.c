@@ -866,6 +866,37 @@ static void compute_warnings(aff_topo_t *t) {
 static const char *const skip_components[] = {"opencl", "gl",   "cuda",
                                               "nvml",   "rsmi", "levelzero"};
 
+/* Where hwloc is built with plugins (Debian's and Ubuntu's
+ * libhwloc-plugins), its first hwloc_topology_init() dlopens every plugin
+ * it finds, and with them libcudart, libnvidia-ml, the OpenCL loader,
+ * before any component is blacklisted: megabytes in the agent for
+ * components that never run. HWLOC_PLUGINS_BLACKLIST, read then, keeps
+ * them out; set for that call only (the workers' environment is the one
+ * launch was started with, not this process's). */
+#define GPU_PLUGINS                                                            \
+  "hwloc_cuda,hwloc_nvml,hwloc_opencl,hwloc_gl,hwloc_rsmi,hwloc_levelzero"
+
+static int topology_init(hwloc_topology_t *hw) {
+  const char *had = getenv("HWLOC_PLUGINS_BLACKLIST");
+  char *old = had ? strdup(had) : NULL, *v = NULL;
+  int rc;
+  if ((had && old == NULL) ||
+      asprintf(&v, "%s%s%s", had ? had : "", had ? "," : "", GPU_PLUGINS) < 0 ||
+      setenv("HWLOC_PLUGINS_BLACKLIST", v, 1) != 0) {
+    free(v);
+    free(old);
+    return hwloc_topology_init(hw);
+  }
+  rc = hwloc_topology_init(hw);
+  if (old)
+    setenv("HWLOC_PLUGINS_BLACKLIST", old, 1);
+  else
+    unsetenv("HWLOC_PLUGINS_BLACKLIST");
+  free(v);
+  free(old);
+  return rc;
+}
+
 int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
                   size_t errlen) {
   aff_topo_opts_t o = AFF_TOPO_OPTS_INIT;
@@ -897,7 +928,7 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
     free(t);
     return rc;
   }
-  if (hwloc_topology_init(&t->hw) != 0) {
+  if (topology_init(&t->hw) != 0) {
     free(t);
     return RDZV_ENOMEM;
   }

@@ -20,7 +20,8 @@
  *   round     first JOIN sent -> last JOIN reply (the round is formed)
  *   steady    the server's CPU per heartbeat and in % of one core while
  *             N agents heartbeat (every agent once per --heartbeat-ms,
- *             spread over the period)
+ *             spread over the period; a reply asked for only when nothing
+ *             came for two periods, as the agent does; --loud: always)
  *   complete  first REPORT sent -> last SHUTDOWN received
  *   memory    the server's RSS with N joined agents minus its RSS before
  *             the first connection, per agent
@@ -67,6 +68,7 @@ typedef struct agent_s {
   char *in;          /* partial frame */
   size_t in_len, in_cap;
   uint64_t next_hb;  /* ms */
+  uint64_t last_rx;  /* ms: last bytes from the server */
 } agent_t;
 
 typedef struct wreq_s {
@@ -78,6 +80,7 @@ struct load_s {
   uv_loop_t *loop;
   int n;
   int hb_ms, steady_s;
+  int loud; /* every heartbeat answered (as before quiet heartbeats) */
   char host[64];
   int port;
   pid_t srv_pid, own_srv;
@@ -171,6 +174,11 @@ static void server_child(int fd, int n) {
   cfg.port = 0;
   cfg.max_conns = (uint32_t)n + 64;
   cfg.max_conns_per_job = (uint32_t)n + 64;
+  /* Connections may hold a quarter of --max-memory at 16 KiB each: the
+   * default 512 MiB admits 8,192. Room for n (what `launch server
+   * --max-memory` would be given for a job this size). */
+  if ((size_t)n * (64u << 10) + (64u << 20) > cfg.max_memory)
+    cfg.max_memory = (size_t)n * (64u << 10) + (64u << 20);
   cfg.log = &log;
   if (srv_new(&loop, &cfg, &c.srv) != 0)
     _exit(3);
@@ -385,6 +393,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   n = (size_t)nread;
+  ag->last_rx = now_ms();
   /* Frames may straddle reads: keep the tail in ag->in. */
   if (ag->in_len > 0) {
     if (ag->in_len + n > ag->in_cap) {
@@ -514,7 +523,10 @@ static void on_tick(uv_timer_t *t) {
     agent_t *ag = &L->a[i];
     if (ag->closed || !ag->ready || now < ag->next_hb)
       continue;
-    lm_heartbeat(&L->enc, ++ag->next_id);
+    /* As the agent does (launcher/agent.c hb_cb): a reply wanted only
+     * when nothing came for two periods; --loud: every heartbeat. */
+    lm_heartbeat(&L->enc, ++ag->next_id,
+                 !L->loud && now - ag->last_rx < 2 * (uint64_t)L->hb_ms);
     send_enc(ag);
     if (L->phase == PH_STEADY)
       L->hb_sent++;
@@ -575,7 +587,10 @@ static void stop_timers_when_closed(uv_timer_t *t) {
 
 static const char usage[] =
     "usage: rdzv_load [--agents N] [--steady SECONDS] [--heartbeat-ms MS]\n"
-    "                 [--endpoint HOST:PORT [--server-pid PID]] [--json FILE]\n"
+    "                 [--loud] [--endpoint HOST:PORT [--server-pid PID]]\n"
+    "                 [--json FILE]\n"
+    "--loud: every heartbeat asks for a reply (the agent asks only when it\n"
+    "heard nothing from the server for two heartbeats).\n"
     "N simulated agents (default 1024) through the native protocol; see\n"
     "bench/rdzv_load.c and docs/BENCHMARKS.md.\n";
 
@@ -584,6 +599,7 @@ int main(int argc, char **argv) {
       {"agents", required_argument, 0, 'n'},
       {"steady", required_argument, 0, 's'},
       {"heartbeat-ms", required_argument, 0, 'b'},
+      {"loud", no_argument, 0, 'l'},
       {"endpoint", required_argument, 0, 'e'},
       {"server-pid", required_argument, 0, 'p'},
       {"json", required_argument, 0, 'j'},
@@ -605,6 +621,7 @@ int main(int argc, char **argv) {
     case 'n': L.n = atoi(optarg); break;
     case 's': L.steady_s = atoi(optarg); break;
     case 'b': L.hb_ms = atoi(optarg); break;
+    case 'l': L.loud = 1; break;
     case 'e': endpoint = optarg; break;
     case 'p': L.srv_pid = (pid_t)atoi(optarg); break;
     case 'j': json = optarg; break;
@@ -713,13 +730,13 @@ int main(int argc, char **argv) {
     fprintf(f,
             "{\"agents\": %d, \"heartbeat_ms\": %d, \"connect_s\": %.4f, "
             "\"round_s\": %.4f, \"round_server_cpu_s\": %.4f, "
-            "\"steady_s\": %.3f, \"heartbeats\": %llu, \"heartbeat_replies\": %llu, "
+            "\"loud\": %d, \"steady_s\": %.3f, \"heartbeats\": %llu, \"heartbeat_replies\": %llu, "
             "\"steady_server_cpu_s\": %.4f, \"server_cpu_per_heartbeat_us\": %.3f, "
             "\"steady_core_pct\": %.3f, \"complete_s\": %.4f, "
             "\"complete_server_cpu_s\": %.4f, \"server_rss0_kb\": %ld, "
             "\"server_rss_joined_kb\": %ld, \"server_bytes_per_agent\": %.1f}\n",
             L.n, L.hb_ms, (double)(L.t_ready - L.t0) / 1000.0, round_s,
-            L.cpu_join, steady_s, (unsigned long long)L.hb_sent,
+            L.cpu_join, L.loud, steady_s, (unsigned long long)L.hb_sent,
             (unsigned long long)L.hb_replies, L.cpu_steady, per_hb_us, core_pct,
             (double)(L.t_done - L.t_rep0) / 1000.0, L.cpu_report, L.rss0_kb,
             L.rss_joined_kb, per_agent_b);

@@ -5,6 +5,7 @@
 #include "lu.h"
 #include "msg.h"
 #include "rdzv_load_msg.h"
+#include "rounds.h"
 
 static void begin(proto_enc_t *e, uint64_t id, int op, uint32_t nargs) {
   proto_enc_begin(e, 3 + nargs);
@@ -38,8 +39,10 @@ int lm_join(proto_enc_t *e, uint64_t id, const lm_join_t *j) {
   return proto_enc_end(e);
 }
 
-int lm_heartbeat(proto_enc_t *e, uint64_t id) {
-  begin(e, id, PROTO_OP_HEARTBEAT, 0);
+int lm_heartbeat(proto_enc_t *e, uint64_t id, int quiet) {
+  begin(e, id, PROTO_OP_HEARTBEAT, quiet ? 1 : 0);
+  if (quiet)
+    msgpack_pack_uint8(&e->pk, ROUNDS_HEARTBEAT_QUIET);
   return proto_enc_end(e);
 }
 

@@ -26,7 +26,8 @@ typedef struct lm_join_s {
 int lm_hello(proto_enc_t *e, uint64_t id, const char *job,
              const uint8_t cnonce[32]);
 int lm_join(proto_enc_t *e, uint64_t id, const lm_join_t *j);
-int lm_heartbeat(proto_enc_t *e, uint64_t id);
+/* quiet: the server sends no reply (ROUNDS_HEARTBEAT_QUIET) */
+int lm_heartbeat(proto_enc_t *e, uint64_t id, int quiet);
 int lm_report_ok(proto_enc_t *e, uint64_t id, int64_t round);
 int lm_leave(proto_enc_t *e, uint64_t id, const char *why);
 

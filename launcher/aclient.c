@@ -235,8 +235,8 @@ msgpack_packer *ac_begin(ac_t *a, int op, uint32_t nargs) {
   return &a->enc.pk;
 }
 
-int ac_send(ac_t *a, ac_reply_cb cb, void *arg) {
-  ac_pend_t *p;
+/* End the request ac_begin started. RET 0 or an error (nothing sent). */
+static int end_request(ac_t *a) {
   int rc = proto_enc_end(&a->enc);
   if (rc != 0)
     return rc;
@@ -244,6 +244,21 @@ int ac_send(ac_t *a, ac_reply_cb cb, void *arg) {
     proto_enc_reset(&a->enc);
     return RDZV_ECLOSED;
   }
+  return 0;
+}
+
+int ac_send_noreply(ac_t *a) {
+  int rc = end_request(a);
+  return rc != 0 ? rc : flush(a);
+}
+
+uint64_t ac_last_rx_ms(const ac_t *a) { return a->last_rx_ms; }
+
+int ac_send(ac_t *a, ac_reply_cb cb, void *arg) {
+  ac_pend_t *p;
+  int rc = end_request(a);
+  if (rc != 0)
+    return rc;
   if ((p = calloc(1, sizeof(*p))) == NULL)
     return RDZV_ENOMEM;
   p->id = a->next_id;

@@ -54,6 +54,11 @@ msgpack_packer *ac_begin(ac_t *a, int op, uint32_t nargs);
 /* Send what ac_begin started. cb may be NULL (reply ignored).
  * RET 0, or an error (cb not called). */
 int ac_send(ac_t *a, ac_reply_cb cb, void *arg);
+/* Send what ac_begin started as a request the server answers with nothing
+ * (a quiet HEARTBEAT): nothing waits for a reply. RET 0 or an error. */
+int ac_send_noreply(ac_t *a);
+/* uv_now() when bytes last came from the server. */
+uint64_t ac_last_rx_ms(const ac_t *a);
 /* "a.b.c.d" / "v6" of this end of the connection (after connect). */
 const char *ac_local_ip(const ac_t *a);
 /* While connecting: why the last attempt failed (refused, does not

@@ -569,8 +569,20 @@ static void status_cb(uv_timer_t *t) {
 
 static void hb_cb(uv_timer_t *t) {
   agent_t *a = t->data;
+  uint64_t heard;
   if (a->ac == NULL || a->state == A_FINISH || a->state == A_CLOSED)
     return;
+  /* A heartbeat asks for a reply only when nothing came from the server
+   * for two heartbeats: the reply watch still hears a live server in
+   * time, a stopped one is noticed at most one heartbeat later, and the
+   * server writes to each agent half as often (docs/rendezvous.md). */
+  heard = uv_now(a->loop) - ac_last_rx_ms(a->ac);
+  if (heard < 2 * (uint64_t)a->o->heartbeat_ms) {
+    msgpack_pack_uint8(ac_begin(a->ac, PROTO_OP_HEARTBEAT, 1),
+                       ROUNDS_HEARTBEAT_QUIET);
+    ac_send_noreply(a->ac);
+    return;
+  }
   ac_begin(a->ac, PROTO_OP_HEARTBEAT, 0);
   ac_send(a->ac, NULL, NULL);
 }
@@ -1161,6 +1173,12 @@ static int maybe_host(agent_t *a) {
     return 0;
   cfg.host = ip;
   cfg.port = o->endpoint_port;
+  /* Connections may hold a quarter of --max-memory at 16 KiB each: the
+   * default admits 8,192. Room for every agent of the largest round and
+   * every worker's store client (a cap, not an allocation). */
+  cfg.max_memory = LU_MAX(cfg.max_memory,
+                          ((size_t)o->max_nodes * (size_t)(1 + o->nproc) + 64) *
+                              (64u << 10));
   cfg.token = a->token;
   cfg.token_len = a->token_len;
   cfg.tcpstore_job = o->run_id;

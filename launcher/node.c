@@ -46,12 +46,12 @@ int launch_node_open(const cfg_t *c, int want_topo, const char *root,
     lu_errf(err, errlen, "binding: %s", why);
     return rc;
   }
-  /* Loading NVML, libcudart and libnccl costs milliseconds and megabytes:
-   * only where there is a GPU to describe. */
+  /* The GPU stack's versions from files (no GPU library is loaded into
+   * the agent), only where there is a GPU to describe. */
   memset(&n->si, 0, sizeof(n->si));
   n->si.ngpus = -1;
   if (root || lu_gpu_count(NULL) > 0)
-    aff_sysinfo_probe(&n->si, root);
+    aff_sysinfo_files(&n->si, root);
   return 0;
 }
 

@@ -3,8 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include "lu.h"
 #include "proto.h"
@@ -359,7 +357,6 @@ int proto_mac(const void *token, size_t token_len, const char *label,
   size_t off = 0;
   const char *fields[4] = {label, (const char *)nonce, job, role};
   size_t lens[4] = {strlen(label), nonce_len, strlen(job), strlen(role)};
-  unsigned int outlen = 0;
 
   for (int i = 0; i < 4; i++) {
     if (lens[i] > 256 || off + 4 + lens[i] > sizeof(msg))
@@ -368,10 +365,7 @@ int proto_mac(const void *token, size_t token_len, const char *label,
     memcpy(msg + off + 4, fields[i], lens[i]);
     off += 4 + lens[i];
   }
-  if (HMAC(EVP_sha256(), token, (int)token_len, msg, off, mac, &outlen) ==
-          NULL ||
-      outlen != PROTO_MAC_LEN)
-    return RDZV_ENOMEM;
+  lu_hmac_sha256(token, token_len, msg, off, mac);
   return 0;
 }
 
@@ -387,7 +381,6 @@ int proto_job_key(const void *secret, size_t secret_len, const char *job,
   static const char label[] = "launch-job-key-v1";
   uint8_t msg[8 + sizeof(label) + 256], mac[PROTO_MAC_LEN];
   size_t jl = strlen(job), ll = sizeof(label) - 1, off = 0;
-  unsigned int outlen = 0;
   if (jl > 255)
     return RDZV_EINVAL;
   proto_put_len(msg, (uint32_t)ll);
@@ -396,10 +389,7 @@ int proto_job_key(const void *secret, size_t secret_len, const char *job,
   proto_put_len(msg + off, (uint32_t)jl);
   memcpy(msg + off + 4, job, jl);
   off += 4 + jl;
-  if (HMAC(EVP_sha256(), secret, (int)secret_len, msg, off, mac, &outlen) ==
-          NULL ||
-      outlen != PROTO_MAC_LEN)
-    return RDZV_ENOMEM;
+  lu_hmac_sha256(secret, secret_len, msg, off, mac);
   lu_hex(mac, sizeof(mac), out);
   return 0;
 }

@@ -32,6 +32,7 @@ static const char *const rstate_names[] = {"idle", "forming", "running",
 
 typedef struct rounds_member_s {
   list_t link;
+  list_t watch_link; /* in rj->watch while its heartbeats are watched */
   struct rounds_job_s *rj;
   conn_t *c;
   char host[256];
@@ -60,6 +61,14 @@ typedef struct rounds_job_s {
   int64_t failed_round; /* the round whose failure was counted */
   uint64_t forming_since, min_since;
   list_t members;
+  /* Counts kept by set_state(), so that no message walks the members:
+   * members by state, members of the round by state, of the round, with
+   * a connection. */
+  int nstate[4], nround_state[4], nround, nconnected;
+  /* Members whose heartbeats are watched (M_RUNNING or M_DONE, connected),
+   * oldest heartbeat first: a heartbeat moves its member to the tail, so
+   * the head is the next to miss its heartbeats. */
+  list_t watch;
   uint64_t next_order;
   int has_root;
   msg_failure_t root; /* the root cause of failed_round */
@@ -78,24 +87,70 @@ static rounds_job_t *rounds_job(job_t *j) {
   rj->round = -1;
   rj->failed_round = -1;
   list_init(&rj->members);
+  list_init(&rj->watch);
   j->rounds = rj;
   return rj;
 }
 
-static int count_state(rounds_job_t *rj, int state, int in_round_only) {
-  int n = 0;
-  for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
-    rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
-    if ((state < 0 || m->state == state) && (!in_round_only || m->in_round))
-      n++;
+static int watched(const rounds_member_t *m) {
+  return (m->state == M_RUNNING || m->state == M_DONE) && m->c != NULL;
+}
+
+/* Every change of a member's state, round membership or connection goes
+ * through here (the counts and the watch list follow). A member that
+ * becomes watched goes to the tail: its last_hb is now. */
+static void set_member(rounds_member_t *m, int state, int in_round, conn_t *c) {
+  rounds_job_t *rj = m->rj;
+  rj->nstate[m->state]--;
+  if (m->in_round) {
+    rj->nround--;
+    rj->nround_state[m->state]--;
   }
-  return n;
+  rj->nconnected -= m->c != NULL;
+  m->state = state;
+  m->in_round = in_round != 0;
+  m->c = c;
+  rj->nstate[m->state]++;
+  if (m->in_round) {
+    rj->nround++;
+    rj->nround_state[m->state]++;
+  }
+  rj->nconnected += m->c != NULL;
+  if (!watched(m))
+    list_unlink(&m->watch_link);
+  else if (m->watch_link.next == &m->watch_link)
+    list_insert_tail(&rj->watch, &m->watch_link);
+}
+
+static void set_state(rounds_member_t *m, int state) {
+  set_member(m, state, m->in_round, m->c);
+}
+
+static void set_in_round(rounds_member_t *m, int in_round) {
+  set_member(m, m->state, in_round, m->c);
+}
+
+/* A sign of life: to the tail of the watch list. */
+static void touch(rounds_member_t *m, uint64_t now) {
+  m->last_hb = now;
+  if (m->watch_link.next != &m->watch_link) {
+    list_remove(&m->watch_link);
+    list_insert_tail(&m->rj->watch, &m->watch_link);
+  }
+}
+
+static int nmembers(const rounds_job_t *rj) {
+  return rj->nstate[M_JOINING] + rj->nstate[M_RUNNING] + rj->nstate[M_DONE] +
+         rj->nstate[M_RESTARTING];
 }
 
 static void member_free(rounds_member_t *m) {
+  conn_t *c = m->c;
+  set_member(m, M_JOINING, 0, NULL);
+  m->rj->nstate[M_JOINING]--;
   list_remove(&m->link);
-  if (m->c && m->c->rounds == m)
-    m->c->rounds = NULL;
+  if (c && c->rounds == m)
+    c->rounds = NULL;
   env_fp_free(m->fp);
   free(m);
 }
@@ -172,7 +227,7 @@ static void restart(rounds_job_t *rj, const char *fmt, ...) {
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
     rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
     if (m->in_round && (m->state == M_RUNNING || m->state == M_DONE)) {
-      m->state = M_RESTARTING;
+      set_state(m, M_RESTARTING);
       push_restart(m, rj->round + 1, rj->reason);
     }
   }
@@ -248,15 +303,14 @@ static int refuse_mismatch(rounds_job_t *rj, rounds_member_t *node0,
   }
   LU_WARN(&s->log, "job %s: refused %s", rj->job->name, msg);
   reply_join_error(sel, RDZV_EMISMATCH, msg);
-  sel->state = M_RESTARTING;
-  sel->in_round = 0;
+  set_member(sel, M_RESTARTING, 0, sel->c);
   return 1;
 }
 
 /* Form a round from the joining members. RET 1 if formed. */
 static int form_round(rounds_job_t *rj) {
   srv_t *s = rj->job->srv;
-  int n = count_state(rj, M_JOINING, 0), k = 0, world = 0;
+  int n = rj->nstate[M_JOINING], k = 0, world = 0;
   rounds_member_t **all, **sel, *node0 = NULL;
   unsigned char *taken;
   if (n <= 0 || (all = calloc((size_t)n, sizeof(*all))) == NULL)
@@ -298,8 +352,8 @@ static int form_round(rounds_job_t *rj) {
       if (rj->static_mode || r < n) {
         LU_WARN(&s->log, "job %s: %s", rj->job->name, msg);
         reply_join_error(m, RDZV_EINVAL, msg);
-        m->state = M_RESTARTING; /* out of the round; its agent exits */
-        m->in_round = 0;
+        /* out of the round; its agent exits */
+        set_member(m, M_RESTARTING, 0, m->c);
         free(taken);
         free(all);
         return 0;
@@ -346,21 +400,29 @@ static int form_round(rounds_job_t *rj) {
       return 0; /* re-evaluated without the refused nodes */
     }
   }
-  /* Global ranks, contiguous per node in node-rank order. */
-  for (int r = 0; r < n; r++)
+  /* Global ranks, contiguous per node in node-rank order (node ranks are
+   * 0..n-1, each once: all[] is reordered by them). */
+  {
+    rounds_member_t **by_rank = calloc((size_t)n, sizeof(*by_rank));
+    if (by_rank == NULL) {
+      free(all);
+      return 0;
+    }
     for (int i = 0; i < n; i++)
-      if (sel[i]->node_rank == r) {
-        sel[i]->base_rank = world;
-        world += sel[i]->nproc;
-      }
+      by_rank[sel[i]->node_rank] = sel[i];
+    for (int r = 0; r < n; r++) {
+      by_rank[r]->base_rank = world;
+      world += by_rank[r]->nproc;
+    }
+    free(by_rank);
+  }
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next)
-    LIST_ENTRY(it, rounds_member_t, link)->in_round = 0;
+    set_in_round(LIST_ENTRY(it, rounds_member_t, link), 0);
   rj->round++;
   rj->state = R_RUNNING;
   for (int i = 0; i < n; i++) {
-    sel[i]->in_round = 1;
-    sel[i]->state = M_RUNNING;
     sel[i]->last_hb = srv__now();
+    set_member(sel[i], M_RUNNING, 1, sel[i]->c);
     reply_round(rj, sel[i], node0, n, world);
   }
   LU_INFO(&s->log, "job %s: round %" PRId64 " formed: %d nodes, world size "
@@ -399,7 +461,7 @@ static void evaluate(rounds_job_t *rj) {
   uint64_t now = srv__now();
   int n, rejoined = 1;
   if (rj->state == R_IDLE) {
-    if (count_state(rj, M_JOINING, 0) == 0)
+    if (rj->nstate[M_JOINING] == 0)
       return;
     rj->state = R_FORMING;
     rj->forming_since = now;
@@ -408,8 +470,8 @@ static void evaluate(rounds_job_t *rj) {
   if (rj->state != R_FORMING)
     return;
   for (;;) {
-    n = count_state(rj, M_JOINING, 0);
-    rejoined = count_state(rj, M_RESTARTING, 1) == 0;
+    n = rj->nstate[M_JOINING];
+    rejoined = rj->nround_state[M_RESTARTING] == 0;
     if (n >= rj->min && rj->min_since == 0)
       rj->min_since = now;
     if (n < rj->min)
@@ -442,7 +504,7 @@ static void evaluate(rounds_job_t *rj) {
       for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
         rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
         reply_join_error(m, -ETIMEDOUT, msg);
-        m->state = M_RESTARTING;
+        set_state(m, M_RESTARTING);
       }
       rj->state = R_IDLE;
     }
@@ -459,7 +521,7 @@ static void member_lost(rounds_member_t *m, const char *why) {
   lu_strlcpy(host, m->host, sizeof(host));
   member_free(m);
   if (rj->state == R_RUNNING && was_in_round && was_live) {
-    if (count_state(rj, -1, 1) > 0)
+    if (rj->nround > 0)
       restart(rj, "lost node %s (%s)", host, why);
   } else if (rj->state == R_FORMING) {
     evaluate(rj);
@@ -579,8 +641,10 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
   } else {
     if (m->rj == NULL) {
       m->rj = rj;
-      m->c = c;
       m->order = ++rj->next_order;
+      list_init(&m->watch_link);
+      rj->nstate[M_JOINING]++; /* calloc: joining, no round, no conn */
+      set_member(m, M_JOINING, 0, c);
       list_insert_tail(&rj->members, &m->link);
       c->rounds = m;
     }
@@ -594,14 +658,13 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
     env_fp_free(m->fp);
     m->fp = fp;
     fp = NULL;
-    m->state = M_JOINING;
+    set_state(m, M_JOINING);
     m->join_id = msg->id;
     m->last_hb = srv__now();
     LU_DBG(&s->log, LU_DBG_ROUNDS, "job %s: %s (%s) joins, %d joining",
-           c->job->name, m->host, m->addr, count_state(rj, M_JOINING, 0));
+           c->job->name, m->host, m->addr, rj->nstate[M_JOINING]);
     /* A newcomer while the job runs: take it in when there is room. */
-    if (rj->state == R_RUNNING && !m->in_round &&
-        count_state(rj, -1, 1) < rj->max)
+    if (rj->state == R_RUNNING && !m->in_round && rj->nround < rj->max)
       restart(rj, "node %s joined", m->host);
     evaluate(rj);
     schedule(s);
@@ -612,8 +675,14 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
 
 static void op_heartbeat(conn_t *c, const proto_msg_t *msg) {
   rounds_member_t *m = c->rounds;
+  int64_t flags = 0;
   if (m)
-    m->last_hb = srv__now();
+    touch(m, srv__now());
+  /* A quiet heartbeat is answered with nothing: steady heartbeats cost
+   * the server a read, no write. */
+  if (msg->nargs > 0 && proto_arg_i64(msg, 0, &flags) == 0 &&
+      (flags & ROUNDS_HEARTBEAT_QUIET))
+    return;
   srv__reply_ok(c, msg->id);
 }
 
@@ -661,14 +730,13 @@ static void op_report(conn_t *c, const proto_msg_t *msg) {
     return;
   /* A report about an earlier round was already handled. */
   if (r.round == rj->round && rj->state == R_RUNNING && m->in_round) {
-    m->last_hb = srv__now();
+    touch(m, srv__now());
     if (r.ok) {
-      m->state = M_DONE;
-      if (count_state(rj, M_DONE, 1) == count_state(rj, -1, 1)) {
-        int nn = count_state(rj, -1, 1);
+      set_state(m, M_DONE);
+      if (rj->nround_state[M_DONE] == rj->nround) {
         snprintf(rj->reason, sizeof(rj->reason), "every worker of %d node%s "
-                 "exited 0 in round %" PRId64, nn, nn == 1 ? "" : "s",
-                 rj->round);
+                 "exited 0 in round %" PRId64, rj->nround,
+                 rj->nround == 1 ? "" : "s", rj->round);
         finish(rj, 1);
       }
     } else if (rj->failed_round != r.round) {
@@ -697,7 +765,7 @@ static void op_status(conn_t *c, const proto_msg_t *msg) {
     st.reason = rj->reason;
     st.expected = rj->expected;
     st.nexpected = rj->nexpected;
-    st.members = calloc((size_t)count_state(rj, -1, 0) + 1, sizeof(*st.members));
+    st.members = calloc((size_t)nmembers(rj) + 1, sizeof(*st.members));
     for (list_t *it = rj->members.next; st.members && it != &rj->members;
          it = it->next) {
       rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
@@ -736,7 +804,7 @@ static void rounds_conn_closed(conn_t *c) {
   rounds_member_t *m = c->rounds;
   if (m == NULL)
     return;
-  m->c = NULL;
+  set_member(m, m->state, m->in_round, NULL);
   c->rounds = NULL;
   if (!c->srv->closing)
     member_lost(m, "connection closed");
@@ -774,20 +842,21 @@ static void rounds_timer_cb(uv_timer_t *t) {
       continue;
     if (rj->state == R_FORMING)
       evaluate(rj);
-    if (rj->state == R_RUNNING || rj->state == R_FORMING) {
-      list_t *it = rj->members.next;
-      while (it != &rj->members) {
-        rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
-        it = it->next;
-        if ((m->state == M_RUNNING || m->state == M_DONE) && m->c &&
-            now > m->last_hb + 3 * (uint64_t)rj->hb_ms) {
-          LU_WARN(&s->log, "job %s: node %s missed 3 heartbeats (%.1f s): "
-                  "dropping it", j->name, m->host, rj->hb_ms * 3 / 1000.0);
-          /* Closing the connection runs member_lost. */
-          srv__conn_close(m->c);
-          it = rj->members.next; /* the list changed */
-        }
-      }
+    /* Oldest heartbeat first: stop at the first member still in time. */
+    while ((rj->state == R_RUNNING || rj->state == R_FORMING) &&
+           !list_empty(&rj->watch)) {
+      rounds_member_t *m = LIST_ENTRY(rj->watch.next, rounds_member_t,
+                                      watch_link);
+      if (now <= m->last_hb + 3 * (uint64_t)rj->hb_ms)
+        break;
+      LU_WARN(&s->log, "job %s: node %s missed 3 heartbeats (%.1f s): "
+              "dropping it", j->name, m->host, rj->hb_ms * 3 / 1000.0);
+      /* Closing the connection runs member_lost (which may restart the
+       * round and so change the list): look at the head again. */
+      srv__conn_close(m->c);
+      /* Still there: its connection was already closing. */
+      if (rj->watch.next == &m->watch_link)
+        list_unlink(&m->watch_link);
     }
   }
   schedule(s);
@@ -813,12 +882,12 @@ static void schedule(srv_t *s) {
         d = LU_MIN(d, rj->min_since + (uint64_t)rj->last_call_ms);
       next = LU_MIN(next, d);
     }
-    if (rj->state == R_RUNNING || rj->state == R_FORMING)
-      for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
-        rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
-        if (m->state == M_RUNNING || m->state == M_DONE)
-          next = LU_MIN(next, m->last_hb + 3 * (uint64_t)rj->hb_ms + 1);
-      }
+    if ((rj->state == R_RUNNING || rj->state == R_FORMING) &&
+        !list_empty(&rj->watch)) {
+      const rounds_member_t *m = LIST_ENTRY(rj->watch.next, rounds_member_t,
+                                            watch_link);
+      next = LU_MIN(next, m->last_hb + 3 * (uint64_t)rj->hb_ms + 1);
+    }
   }
   if (next == UINT64_MAX) {
     uv_timer_stop(&s->rounds_timer);
@@ -849,13 +918,8 @@ void rounds_install(srv_t *s) {
 
 int rounds_connected_members(srv_t *s, const char *job) {
   int n = 0;
-  for (job_t *j = s->jobs; j; j = j->next) {
-    rounds_job_t *rj = j->rounds;
-    if (rj == NULL || strcmp(j->name, job) != 0)
-      continue;
-    for (list_t *it = rj->members.next; it != &rj->members; it = it->next)
-      if (LIST_ENTRY(it, rounds_member_t, link)->c)
-        n++;
-  }
+  for (job_t *j = s->jobs; j; j = j->next)
+    if (j->rounds && strcmp(j->name, job) == 0)
+      n += ((rounds_job_t *)j->rounds)->nconnected;
   return n;
 }

@@ -9,6 +9,10 @@
 #include "server.h"
 
 void rounds_install(srv_t *s);
+/* HEARTBEAT's optional argument, flags: QUIET wants no reply (the agent
+ * asks for one only when it has heard nothing from the server for two
+ * heartbeats). Without it a heartbeat is answered ok. */
+#define ROUNDS_HEARTBEAT_QUIET 1
 
 /* Members of a job still connected (the hosting agent waits for the others
  * to receive SHUTDOWN before closing its server). */

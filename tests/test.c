@@ -196,6 +196,17 @@ void test_kill(pid_t pid) {
   forget(pid);
 }
 
+void test_mkdirs(const char *path) {
+  char buf[1024];
+  snprintf(buf, sizeof(buf), "%s", path);
+  for (char *s = buf + 1; (s = strchr(s, '/')); s++) {
+    *s = '\0';
+    mkdir(buf, 0755);
+    *s = '/';
+  }
+  mkdir(buf, 0755);
+}
+
 static void rm_rf(const char *path) {
   DIR *d = opendir(path);
   struct dirent *e;

@@ -107,6 +107,8 @@ int test_rdzv_open(int port, const char *job, const char *token, char *err,
                    size_t errlen, struct rdzv_client_s **c);
 /* Path of build/bin/launch (LAUNCH_BIN env, set by ctest). */
 const char *test_launch_bin(void);
+/* mkdir -p path (mode 0755); what exists already is left as it is. */
+void test_mkdirs(const char *path);
 /* A fresh temp dir under $TMPDIR (removed by test_cleanup). */
 const char *test_tmpdir(void);
 /* Read a whole file into a static-lifetime malloc'd string (NULL if none). */

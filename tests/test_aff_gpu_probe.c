@@ -125,6 +125,53 @@ static void same_as_nvml(const char *cvd) {
   aff_topo_free(b);
 }
 
+/* One library's version both ways, where both found the same file (dladdr
+ * names the file the loader mapped; realpath the file found). */
+static void same_lib(const char *what, const char *loaded, int vl,
+                     const char *found, int vf) {
+  char ra[4096], rb[4096];
+  if (vl <= 0 || found[0] == '\0')
+    return;
+  if (realpath(loaded, ra) && realpath(found, rb) && strcmp(ra, rb) == 0) {
+    if (vl != vf)
+      TEST_FAIL("%s %s: version %d loaded, %d from the file", what, ra, vl, vf);
+  } else {
+    printf("%s: the loader found %s, the file search %s: not compared\n", what,
+           loaded, found);
+  }
+}
+
+/* The fingerprint's facts read from files (the agent's way) against the
+ * loaded libraries (NVML, libcudart, libnccl): the same wherever both
+ * found the same library file. */
+static void same_versions(void) {
+  aff_sysinfo_t f, p;
+  aff_sysinfo_files(&f, NULL);
+  aff_sysinfo_probe(&p, NULL);
+  printf("files: driver %s, CUDA %d, runtime %d (%s), NCCL %d (%s), %d GPU(s), %s\n",
+         f.driver, f.cuda_driver, f.cuda_runtime, f.cudart_path, f.nccl,
+         f.nccl_path, f.ngpus, f.gpu_model);
+  printf("libs:  driver %s, CUDA %d, runtime %d (%s), NCCL %d (%s), %d GPU(s), %s\n",
+         p.driver, p.cuda_driver, p.cuda_runtime, p.cudart_path, p.nccl,
+         p.nccl_path, p.ngpus, p.gpu_model);
+  ASSERT_STR_EQ(p.driver, f.driver);
+  if (f.cuda_driver == 0)
+    TEST_FAIL("driver %s: its branch is not in aff_libs.c's table (NVML says "
+              "CUDA %d): add it", f.driver, p.cuda_driver);
+  ASSERT_EQ(p.cuda_driver, f.cuda_driver);
+  if (p.nvml) {
+    ASSERT_EQ(p.ngpus, f.ngpus);
+    ASSERT_STR_EQ(p.gpu_model, f.gpu_model);
+  }
+  same_lib("libcudart", p.cudart_path, p.cuda_runtime, f.cudart_path,
+           f.cuda_runtime);
+  same_lib("libnccl", p.nccl_path, p.nccl, f.nccl_path, f.nccl);
+  if ((p.cuda_runtime > 0) != (f.cuda_runtime > 0) ||
+      (p.nccl > 0) != (f.nccl > 0))
+    TEST_FAIL("one way found a library the other did not (runtime %d vs %d, "
+              "NCCL %d vs %d)", p.cuda_runtime, f.cuda_runtime, p.nccl, f.nccl);
+}
+
 int main(void) {
   aff_topo_t *t;
   aff_sysinfo_t si;
@@ -145,6 +192,7 @@ int main(void) {
   aff_sysinfo_probe(&si, NULL);
   if (si.nvml)
     ASSERT_EQ(si.ngpus, n);
+  same_versions();
   same_as_nvml(NULL);
   same_as_cuda(NULL, NULL);
   same_as_cuda(NULL, "PCI_BUS_ID");

@@ -27,16 +27,6 @@ static const char *topo_path(const char *name) {
 
 /* ---- writing a fake tree ---------------------------------------------------------- */
 
-static void mkdirs(const char *path) {
-  char buf[1024];
-  lu_strlcpy(buf, path, sizeof(buf));
-  for (char *s = buf + 1; (s = strchr(s, '/')); s++) {
-    *s = '\0';
-    mkdir(buf, 0755);
-    *s = '/';
-  }
-  mkdir(buf, 0755);
-}
 
 static void put(const char *root, const char *rel, const char *fmt, ...)
     LU_PRINTF(3, 4);
@@ -48,7 +38,7 @@ static void put(const char *root, const char *rel, const char *fmt, ...) {
   lu_strlcpy(dir, path, sizeof(dir));
   if ((slash = strrchr(dir, '/')) != NULL) {
     *slash = '\0';
-    mkdirs(dir);
+    test_mkdirs(dir);
   }
   ASSERT((f = fopen(path, "w")) != NULL);
   va_start(ap, fmt);
@@ -63,7 +53,7 @@ static void link_to(const char *root, const char *rel, const char *target) {
   lu_strlcpy(dir, path, sizeof(dir));
   if ((slash = strrchr(dir, '/')) != NULL) {
     *slash = '\0';
-    mkdirs(dir);
+    test_mkdirs(dir);
   }
   unlink(path);
   ASSERT_EQ(0, symlink(target, path));
@@ -190,7 +180,7 @@ static const char *write_tree(const char *xml, const aff_topo_t *t_xml,
   hwloc_obj_t o = NULL;
   int minor = 0;
   snprintf(root, 1024, "%s/%s", test_tmpdir(), strrchr(xml, '/') + 1);
-  mkdirs(root);
+  test_mkdirs(root);
   ASSERT_EQ(0, hwloc_topology_init(&hw));
   hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_ALL);
   ASSERT_EQ(0, hwloc_topology_set_xml(hw, xml));

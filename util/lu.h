@@ -102,6 +102,20 @@ void lu_errf(char *err, size_t n, const char *fmt, ...) LU_PRINTF(3, 4);
 int lu_random(void *buf, size_t n);
 /* Lower-case hex of n bytes into out (2n+1 bytes). */
 void lu_hex(const void *buf, size_t n, char *out);
+
+/* SHA-256 and HMAC-SHA256 (util/sha256.c), without OpenSSL. */
+#define LU_SHA256_LEN 32
+typedef struct lu_sha256_s {
+  uint32_t h[8];
+  uint64_t len;
+  uint8_t buf[64];
+  size_t nbuf;
+} lu_sha256_t;
+void lu_sha256_init(lu_sha256_t *s);
+void lu_sha256_update(lu_sha256_t *s, const void *data, size_t n);
+void lu_sha256_final(lu_sha256_t *s, uint8_t out[LU_SHA256_LEN]);
+void lu_hmac_sha256(const void *key, size_t klen, const void *msg, size_t n,
+                    uint8_t out[LU_SHA256_LEN]);
 /* Read a whole small file (<= max bytes). OUT *data malloc'd, NUL-terminated.
  * RET 0 or -errno, RDZV_ETOOBIG. */
 int lu_read_file(const char *path, size_t max, char **data, size_t *len);
