@@ -38,6 +38,7 @@ step() { # PART LABEL SECONDS COMMAND...
   step tests "test_gpt_cuda_kernels" 40 "$B/bin/test_gpt_cuda_kernels"
   step tests "test_aff_gpu_probe" 30 "$B/bin/test_aff_gpu_probe"
   step tests "test_aff_libs" 30 "$B/bin/test_aff_libs"
+  step tests "launch topo --gpu-probe check" 30 "$B/bin/launch" topo --gpu-probe check
   step tests "launch doctor" 30 "$B/bin/launch" doctor
   step tests "launch env ASYNC name" 20 sh -c "'$B/bin/launch' env --all --no-python '$PY' x.py | grep ASYNC"
   step gpt "train_gpt gpt2-124m under launch" 90 "$B/bin/launch" --standalone --nproc-per-node 1 \
@@ -45,15 +46,15 @@ step() { # PART LABEL SECONDS COMMAND...
     --steps 60 --log-every 20 --val-every 0
   step gpt "run_gpt_bench (launch-cuda, torch eager, torch.compile)" 240 \
     bash bench/run_gpt_bench.sh "$B/bin/gpt_bench" "$OUT/gpt"
-  step resume "resume bench gpt2-124m 1 GPU" 240 "$PY" bench/run_resume_bench.py --build "$B" \
-    --preset gpt2-124m --device cuda --nproc 1 --repeat 3
-  step launch "run_launch_bench vs torchrun" 300 "$PY" bench/run_launch_bench.py --build "$B" \
-    --runs 20 --torch-runs 3 --json "$OUT/launch.json"
-  step store "run_store_bench vs TCPStore" 240 env BENCH_BUILD_DIR="$B" BENCH_SECONDS=3 \
+  step resume "resume bench gpt2-124m 1 GPU" 200 "$PY" -u bench/run_resume_bench.py --build "$B" \
+    --preset gpt2-124m --device cuda --nproc 1 --repeat 3 --timeout 60
+  step launch "run_launch_bench vs torchrun" 280 "$PY" -u bench/run_launch_bench.py --build "$B" \
+    --runs 10 --torch-runs 3 --json "$OUT/launch.json"
+  step store "run_store_bench vs TCPStore" 200 env BENCH_BUILD_DIR="$B" BENCH_SECONDS=3 \
     bash bench/run_store_bench.sh
-  step load "run_rdzv_load 1024/16384" 180 bash bench/run_rdzv_load.sh --build "$B" --runs 3 --steady 10
-  step agents "run_agents 256 1024" 180 bash bench/run_agents.sh --build "$B" --agents "256 1024" --runs 2
-  step ckpt "run_ckpt_bench vs dd" 150 env BENCH_BUILD_DIR="$B" BENCH_RUNS=3 BENCH_SETTLE=1 \
+  step load "run_rdzv_load 1024/16384" 120 bash bench/run_rdzv_load.sh --build "$B" --runs 3 --steady 10
+  step agents "run_agents 256 1024" 120 bash bench/run_agents.sh --build "$B" --agents "256 1024" --runs 1
+  step ckpt "run_ckpt_bench vs dd" 100 env BENCH_BUILD_DIR="$B" BENCH_RUNS=3 BENCH_SETTLE=1 \
     bash bench/run_ckpt_bench.sh
   step torchlaunch "test_torch_launch with torch 2.11" 200 env LAUNCH_BIN="$B/bin/launch" \
     LAUNCH_BUILD_DIR="$B" LAUNCH_SOURCE_DIR="$PWD" "$PY" tests/test_torch_launch.py
