@@ -246,28 +246,11 @@ static void under(const char *root, const char *path, char *out, size_t cap) {
   snprintf(out, cap, "%s%s", root ? root : "", path);
 }
 
-/* The whole of a small file, malloc'd (NUL-terminated); NULL when absent
- * or larger than max. */
+/* A whole file of at most max bytes, or NULL. Read to its end, not by its
+ * size: /proc's files (the GPUs' information) say 0. */
 static char *slurp(const char *path, size_t max, size_t *len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  struct stat sb;
   char *b = NULL;
-  ssize_t r;
-  if (fd < 0)
-    return NULL;
-  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0 &&
-      (size_t)sb.st_size <= max && (b = malloc((size_t)sb.st_size + 1))) {
-    r = pread(fd, b, (size_t)sb.st_size, 0);
-    if (r < 0) {
-      free(b);
-      b = NULL;
-    } else {
-      b[r] = '\0';
-      *len = (size_t)r;
-    }
-  }
-  close(fd);
-  return b;
+  return lu_read_file(path, max, &b, len) == 0 ? b : NULL;
 }
 
 static int fd_read(void *ctx, uint64_t off, void *buf, size_t n) {

@@ -869,19 +869,24 @@ static const char *const skip_components[] = {"opencl", "gl",   "cuda",
 /* Where hwloc is built with plugins (Debian's and Ubuntu's
  * libhwloc-plugins), its first hwloc_topology_init() dlopens every plugin
  * it finds, and with them libcudart, libnvidia-ml, the OpenCL loader,
- * before any component is blacklisted: megabytes in the agent for
- * components that never run. HWLOC_PLUGINS_BLACKLIST, read then, keeps
- * them out; set for that call only (the workers' environment is the one
- * launch was started with, not this process's). */
+ * libpciaccess, libxml2 and ICU, before any component is blacklisted:
+ * megabytes in the agent for components that never run. The GPU plugins
+ * never run here; the PCI one only when hwloc finds the I/O devices (not
+ * when sysfs does); libxml2's XML reader never (hwloc's own reads and
+ * writes the same files). HWLOC_PLUGINS_BLACKLIST, read then, keeps them
+ * out; set for that call only (the workers' environment is the one launch
+ * was started with, not this process's). */
 #define GPU_PLUGINS                                                            \
-  "hwloc_cuda,hwloc_nvml,hwloc_opencl,hwloc_gl,hwloc_rsmi,hwloc_levelzero"
+  "hwloc_cuda,hwloc_nvml,hwloc_opencl,hwloc_gl,hwloc_rsmi,hwloc_levelzero,"   \
+  "hwloc_xml_libxml"
 
-static int topology_init(hwloc_topology_t *hw) {
+static int topology_init(hwloc_topology_t *hw, int io_hwloc) {
   const char *had = getenv("HWLOC_PLUGINS_BLACKLIST");
   char *old = had ? strdup(had) : NULL, *v = NULL;
   int rc;
   if ((had && old == NULL) ||
-      asprintf(&v, "%s%s%s", had ? had : "", had ? "," : "", GPU_PLUGINS) < 0 ||
+      asprintf(&v, "%s%s%s%s", had ? had : "", had ? "," : "", GPU_PLUGINS,
+               io_hwloc ? "" : ",hwloc_pci") < 0 ||
       setenv("HWLOC_PLUGINS_BLACKLIST", v, 1) != 0) {
     free(v);
     free(old);
@@ -928,7 +933,7 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
     free(t);
     return rc;
   }
-  if (topology_init(&t->hw) != 0) {
+  if (topology_init(&t->hw, io_hwloc) != 0) {
     free(t);
     return RDZV_ENOMEM;
   }

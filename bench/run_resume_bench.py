@@ -137,11 +137,19 @@ class Job:
                 self.p.wait()
 
 
-def measure(argv, env, every, victim, step_rx, resumed_rx, timeout):
+def measure(argv, env, every, victim, step_rx, resumed_rx, timeout, ready):
     job = Job(argv, env)
     try:
-        # a checkpoint, and a few steps past it
+        # a checkpoint, and a few steps past it; the kill only once the
+        # checkpoint is committed (`ready` exists: a big model's background
+        # save takes seconds, and a kill before it is a fresh start)
         job.wait_for(step_rx.replace(r"(\d+)", str(every + 3)), timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(ready):
+            if time.monotonic() > deadline:
+                raise RuntimeError("no committed checkpoint (%s) after %.0f s:\n%s"
+                                   % (ready, timeout, job.text()))
+            time.sleep(0.05)
         pid = rank_pid(job.p.pid, victim)
         if pid is None:
             raise RuntimeError("no worker of rank %d found" % victim)
@@ -192,7 +200,8 @@ def main():
                         "--log-every", "1", "--device", a.device]
                 res["launch"].append(measure(
                     argv, env, a.every, victim, r"\bstep +(\d+)/",
-                    r"resumed from step (\d+) of .* in ([0-9.]+) ms", a.timeout))
+                    r"resumed from step (\d+) of .* in ([0-9.]+) ms", a.timeout,
+                    os.path.join(d, "ck", "latest")))
             if a.only != "launch":
                 argv = [py, "-m", "torch.distributed.run", "--standalone",
                         "--nproc_per_node", str(a.nproc), "--max_restarts", "3",
@@ -202,7 +211,8 @@ def main():
                         "--ckpt-every", str(a.every)]
                 res["torchrun"].append(measure(
                     argv, env, a.every, victim, r"\bstep (\d+) loss",
-                    r"resumed from step (\d+) \(read in ([0-9.]+) ms", a.timeout))
+                    r"resumed from step (\d+) \(read in ([0-9.]+) ms", a.timeout,
+                    os.path.join(d, "torch.pt")))
         finally:
             shutil.rmtree(d, ignore_errors=True)
         for k, v in res.items():
