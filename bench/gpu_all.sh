@@ -6,6 +6,10 @@
 # bandwidth against dd. Each part is skipped when fewer seconds than its
 # limit are left of BUDGET_S; PARTS picks parts (default: all).
 #   bench/gpu_all.sh BUILD_DIR [OUT]      (BUILD_DIR/bin holds the binaries)
+# environment: PARTS (tests gpt resume launch store load agents ckpt
+# torchlaunch), BUDGET_S (560), LAUNCH_BENCH_ONLY (run_launch_bench --only).
+# A part whose binary is not in BUILD_DIR/bin fails with rc=127 and the
+# others go on.
 set -u
 B=${1:?usage: gpu_all.sh BUILD_DIR [OUT]}
 OUT=${2:-${OUT:-/tmp/out}}
@@ -49,7 +53,7 @@ step() { # PART LABEL SECONDS COMMAND...
   step resume "resume bench gpt2-124m 1 GPU" 200 "$PY" -u bench/run_resume_bench.py --build "$B" \
     --preset gpt2-124m --device cuda --nproc 1 --repeat 3 --timeout 60
   step launch "run_launch_bench vs torchrun" 280 "$PY" -u bench/run_launch_bench.py --build "$B" \
-    --runs 10 --torch-runs 3 --json "$OUT/launch.json"
+    --runs 10 --torch-runs 3 ${LAUNCH_BENCH_ONLY:+--only "$LAUNCH_BENCH_ONLY"} --json "$OUT/launch.json"
   step store "run_store_bench vs TCPStore" 200 env BENCH_BUILD_DIR="$B" BENCH_SECONDS=3 \
     bash bench/run_store_bench.sh
   step load "run_rdzv_load 1024/16384" 120 bash bench/run_rdzv_load.sh --build "$B" --runs 3 --steady 10
