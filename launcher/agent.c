@@ -98,6 +98,7 @@ typedef struct agent_s {
   int sigint_count;
   int closing_handles;
   resume_t *ck; /* --ckpt-dir: the resume agreement and commits */
+  int64_t done_round; /* the round whose success report waits for a commit */
 } agent_t;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -422,6 +423,18 @@ static void leave_job(agent_t *a, int code) {
   finish(a);
 }
 
+/* Every worker of this node exited 0: say so, unless a restart came while
+ * the last checkpoint commit ran. */
+static void report_done(void *arg) {
+  agent_t *a = arg;
+  if (a->state != A_REPORTED || a->round != a->done_round)
+    return;
+  report(a, NULL);
+  if (!a->hosting)
+    uv_timer_start(&a->barrier_timer, barrier_cb,
+                   (uint64_t)a->o->exit_barrier_ms, 0);
+}
+
 static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
   agent_t *a = arg;
   int hung = hang_exited(a->hang, ex->local_rank);
@@ -484,12 +497,11 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
   }
   if (a->state == A_RUN && a->exited == a->o->nproc && wk_live(a->wg) == 0) {
     a->state = A_REPORTED;
+    a->done_round = a->round;
     if (a->ck)
-      resume_commit_stop(a->ck);
-    report(a, NULL);
-    if (!a->hosting)
-      uv_timer_start(&a->barrier_timer, barrier_cb,
-                     (uint64_t)a->o->exit_barrier_ms, 0);
+      resume_commit_final(a->ck, report_done, a); /* its last commit first */
+    else
+      report_done(a);
   }
 }
 

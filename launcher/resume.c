@@ -51,6 +51,8 @@ struct resume_s {
   int commit_pending;
   resume_round_t commit_rr; /* the round whose workers run */
   int commit_on;             /* between commit_start and commit_stop */
+  void (*final_cb)(void *);  /* resume_commit_final's, after its commit */
+  void *final_arg;
   char commit_err[1024];
   int64_t finalised;
   int have_round;        /* resume_env: a result to export */
@@ -484,6 +486,11 @@ static void after_work(uv_work_t *w, int status) {
     else if (r->finalised >= 0 && !r->o->quiet)
       LU_INFO(r->log, "checkpoint step %" PRId64 " of %s is final",
               r->finalised, r->o->ckpt_dir);
+    if (r->final_cb && !r->commit_pending) {
+      void (*done)(void *) = r->final_cb;
+      r->final_cb = NULL;
+      done(r->final_arg);
+    }
   } else {
     resume_cb cb = r->cb;
     r->cb = NULL;
@@ -613,6 +620,17 @@ void resume_commit_stop(resume_t *r) {
     r->commit_pending = 1;
   else
     queue(r, 1);
+}
+
+void resume_commit_final(resume_t *r, void (*done)(void *), void *arg) {
+  int on = r->commit_on;
+  resume_commit_stop(r);
+  if (!on) {
+    done(arg);
+    return;
+  }
+  r->final_cb = done;
+  r->final_arg = arg;
 }
 
 int resume_env(const resume_t *r, env_t *e) {

@@ -65,6 +65,10 @@ void resume_cancel(resume_t *r);
 void resume_commit_start(resume_t *r, const resume_round_t *rr);
 /* They exited: one last commit, no more timer. */
 void resume_commit_stop(resume_t *r);
+/* They all exited 0: the last commit, then done(arg) on the loop (at once
+ * when no commit runs), so that the job ends only after it (the server
+ * closes every connection when the job ends). */
+void resume_commit_final(resume_t *r, void (*done)(void *), void *arg);
 
 /* The worker environment of the agreed step: LAUNCH_CKPT_DIR,
  * LAUNCH_RESUME_STEP (unset on a fresh start), LAUNCH_CKPT_KEEP. */
