@@ -20,13 +20,17 @@ status=0
 (cd "$BUILD" && ctest --output-on-failure --timeout 600 -j 2 "$@") || status=$?
 
 # ThreadSanitizer (librdzv is used from many threads; the test server runs
-# on a thread of its own): the C tests again, in a Release build.
+# on a thread of its own): the C tests again, in a Release build. Not the
+# agent's end-to-end tests: TSan delivers a signal to a busy loop only at its
+# next intercepted call (test_hang's stack dumps never come) and slows
+# train_gpt's ring past the chaos test's deadlines (test_ckpt_resume).
 if [ $status -eq 0 ] && [ -z "${SKIP_TSAN:-}" ]; then
   cmake -S . -B "$BUILD-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DLAUNCH_TSAN=ON -DLAUNCH_WERROR=$WERROR >/dev/null
   cmake --build "$BUILD-tsan" -j "$(nproc)"
   (cd "$BUILD-tsan" && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure \
-     --timeout 600 -j 2 -L 'quick|integration' -E 'test_agent|test_cli|test_doctor') \
+     --timeout 600 -j 2 -L 'quick|integration' \
+     -E 'test_agent|test_cli|test_doctor|test_hang|test_ckpt_resume') \
     || status=$?
 fi
 

@@ -361,7 +361,10 @@ def test_close_timeout():
 def test_quiet_healthy_run():
     rc, out, err = run(["--standalone", "--nproc-per-node", "2", "/bin/echo", "hi"])
     assert rc == 0 and out.count("hi") == 2, (out, err)
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    # a node without cgroup v2 (or a TSan build: no clone3) also says, once,
+    # that it falls back to a weaker containment: a fact about the node
+    lines = [ln for ln in err.splitlines()
+             if ln.strip() and "workers contained by subreaper" not in ln]
     assert len(lines) == 2, err
     assert "round 0" in lines[0] and "finished" in lines[1], err
     assert "1 nodes" not in err and "profile auto line" not in err, err
