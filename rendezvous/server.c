@@ -1020,8 +1020,14 @@ static void check_cb(uv_check_t *h) {
       continue;
     }
     out_account(c);
-    if (c->close_after_flush && conn_unsent(c) == 0)
+    if (c->close_after_flush && conn_unsent(c) == 0) {
       srv__conn_close(c);
+      continue;
+    }
+    /* Paused by another loop while this output counted as unsent: if it
+     * all went at once, no write_cb comes to resume it. */
+    if (c->paused && conn_unsent(c) <= s->cfg.max_out_bytes / 2)
+      conn_schedule_resume(c);
   }
   if (list_empty(&lp->resume) && list_empty(&lp->dirty))
     uv_idle_stop(&lp->idle);
@@ -1198,10 +1204,16 @@ static void read_cb_locked(uv_stream_t *st, ssize_t nread,
                            const uv_buf_t *buf) {
   conn_t *c = st->data;
   if (nread == UV_ENOBUFS) {
-    if (c->in_memwait)
-      conn_pause(c, 1); /* the request goes on once memory was freed */
-    else
+    if (!c->in_memwait) {
       in_exhausted(c);
+      return;
+    }
+    /* The request goes on once memory was freed. With several loops the
+     * lock was dropped since alloc_cb: memory freed in between woke no
+     * one, so look again. */
+    conn_pause(c, 1);
+    if (in_room(c) > 0 || !c->in_memwait)
+      conn_schedule_resume(c);
     return;
   }
   if (nread < 0) {
