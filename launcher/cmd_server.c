@@ -321,6 +321,12 @@ int launch_cmd_server(int argc, char **argv) {
    * what it once held. */
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   mallopt(M_TRIM_THRESHOLD, 1 << 20);
+  /* glibc gives each thread its own arena, 64 MiB of address space each:
+   * with 8 loops that alone is over what a server run under a memory
+   * limit (ulimit -v) has to spare, and allocations fail. The loops work
+   * under one lock: two arenas are enough. */
+  if (threads > 1)
+    mallopt(M_ARENA_MAX, 2);
   uv_loop_init(&m.loop);
   rc = srv_new(&m.loop, &cfg, &m.srv);
   if (rc == 0)

@@ -111,7 +111,11 @@ static size_t mem_free(const srv_t *s) {
 }
 
 static void mem_update(srv_t *s) {
-  size_t others = s->mem.in + s->mem.out;
+  /* Stores leave an eighth of the rest to requests being received: a
+   * half-read request waiting for memory that full stores hold would wait
+   * for ever when the only other holders are paused readers. */
+  size_t in_share = LU_MIN(s->cfg.max_in_bytes, dynamic_limit(s) / 8);
+  size_t others = LU_MAX(s->mem.in, in_share) + s->mem.out;
   size_t left = others < dynamic_limit(s) ? dynamic_limit(s) - others : 0;
   s->mem.store.max = LU_MIN(s->cfg.max_memory / 2, left);
   s->stats.mem_used = mem_used(s);
