@@ -75,11 +75,15 @@ void srv__kick_rounds(srv_t *s) {
   kick_main(s);
 }
 
-/* One loop by default: with several, the adversarial memory suite
- * (tests/test_adv_memory.c under LAUNCH_TEST_SERVER_THREADS=4) still loses
- * well-behaved connections when the memory cap is reached; --threads N is
- * there for the throughput (docs/protocol.md#threads). */
-int srv_default_threads(void) { return 1; }
+/* Half the online cores, 8 at most (the loops share one lock: more add
+ * little), and one on a machine of 2 cores or fewer, where the clients
+ * need the other (docs/protocol.md#threads). */
+int srv_default_threads(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n <= 2)
+    return 1;
+  return n / 2 > 8 ? 8 : (int)(n / 2);
+}
 
 /* ---- memory ------------------------------------------------------------------------ */
 
