@@ -50,10 +50,9 @@ static const char server_help[] =
     "                        TCPStore has no authentication (nor TLS): with a\n"
     "                        token or TLS and no allow list, TCPStore clients\n"
     "                        are refused.\n"
-    "  --threads N           event loops serving connections (default 1; 8\n"
-    "                        on a 16-core node serve 3x the requests, but\n"
-    "                        the memory cap is not yet held under attack\n"
-    "                        with more than one; env LAUNCH_SERVER_THREADS)\n"
+    "  --threads N           event loops serving connections (default half\n"
+    "                        the online cores, at most 8, 1 on 2 cores or\n"
+    "                        fewer; env LAUNCH_SERVER_THREADS)\n"
     "\n"
     "limits (sizes take K, M, G suffixes; docs/protocol.md#limits):\n"
     "  --max-memory B        all the server holds for its clients: stores,\n"
@@ -321,6 +320,12 @@ int launch_cmd_server(int argc, char **argv) {
    * what it once held. */
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   mallopt(M_TRIM_THRESHOLD, 1 << 20);
+  /* glibc gives each thread its own arena, 64 MiB of address space each:
+   * with 8 loops that alone is over what a server run under a memory
+   * limit (ulimit -v) has to spare, and allocations fail. The loops work
+   * under one lock: two arenas are enough. */
+  if (threads > 1)
+    mallopt(M_ARENA_MAX, 2);
   uv_loop_init(&m.loop);
   rc = srv_new(&m.loop, &cfg, &m.srv);
   if (rc == 0)

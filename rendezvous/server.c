@@ -75,11 +75,15 @@ void srv__kick_rounds(srv_t *s) {
   kick_main(s);
 }
 
-/* One loop by default: with several, the adversarial memory suite
- * (tests/test_adv_memory.c under LAUNCH_TEST_SERVER_THREADS=4) still loses
- * well-behaved connections when the memory cap is reached; --threads N is
- * there for the throughput (docs/protocol.md#threads). */
-int srv_default_threads(void) { return 1; }
+/* Half the online cores, 8 at most (the loops share one lock: more add
+ * little), and one on a machine of 2 cores or fewer, where the clients
+ * need the other (docs/protocol.md#threads). */
+int srv_default_threads(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n <= 2)
+    return 1;
+  return n / 2 > 8 ? 8 : (int)(n / 2);
+}
 
 /* ---- memory ------------------------------------------------------------------------ */
 
@@ -111,7 +115,11 @@ static size_t mem_free(const srv_t *s) {
 }
 
 static void mem_update(srv_t *s) {
-  size_t others = s->mem.in + s->mem.out;
+  /* Stores leave an eighth of the rest to requests being received: a
+   * half-read request waiting for memory that full stores hold would wait
+   * for ever when the only other holders are paused readers. */
+  size_t in_share = LU_MIN(s->cfg.max_in_bytes, dynamic_limit(s) / 8);
+  size_t others = LU_MAX(s->mem.in, in_share) + s->mem.out;
   size_t left = others < dynamic_limit(s) ? dynamic_limit(s) - others : 0;
   s->mem.store.max = LU_MIN(s->cfg.max_memory / 2, left);
   s->stats.mem_used = mem_used(s);
@@ -1020,8 +1028,14 @@ static void check_cb(uv_check_t *h) {
       continue;
     }
     out_account(c);
-    if (c->close_after_flush && conn_unsent(c) == 0)
+    if (c->close_after_flush && conn_unsent(c) == 0) {
       srv__conn_close(c);
+      continue;
+    }
+    /* Paused by another loop while this output counted as unsent: if it
+     * all went at once, no write_cb comes to resume it. */
+    if (c->paused && conn_unsent(c) <= s->cfg.max_out_bytes / 2)
+      conn_schedule_resume(c);
   }
   if (list_empty(&lp->resume) && list_empty(&lp->dirty))
     uv_idle_stop(&lp->idle);
@@ -1198,10 +1212,16 @@ static void read_cb_locked(uv_stream_t *st, ssize_t nread,
                            const uv_buf_t *buf) {
   conn_t *c = st->data;
   if (nread == UV_ENOBUFS) {
-    if (c->in_memwait)
-      conn_pause(c, 1); /* the request goes on once memory was freed */
-    else
+    if (!c->in_memwait) {
       in_exhausted(c);
+      return;
+    }
+    /* The request goes on once memory was freed. With several loops the
+     * lock was dropped since alloc_cb: memory freed in between woke no
+     * one, so look again. */
+    conn_pause(c, 1);
+    if (in_room(c) > 0 || !c->in_memwait)
+      conn_schedule_resume(c);
     return;
   }
   if (nread < 0) {

@@ -189,7 +189,14 @@ static void *a4_watchers(void *arg) {
     off += ts_str(req + off, "/w", 2);
     ASSERT_EQ(0, test_send_all(a4_watch[i], req, off));
   }
-  usleep(100000); /* the watches are registered */
+  /* The watches are registered: each is acknowledged (one byte, 1.13's
+   * KEY_CALLBACK_REGISTERED). With several loops a fixed sleep was not
+   * enough: a watcher's loop may wait for the lock behind the others'
+   * large requests. That byte is all these watchers ever read. */
+  for (int i = 0; i < 4; i++) {
+    uint8_t ack = 0;
+    ASSERT_EQ(0, test_read_exact(a4_watch[i], &ack, 1, test_ms(10000)));
+  }
   a4_set_fd = ts_open("127.0.0.24", 0);
   off = 0;
   set[off++] = 0; /* 1.13 SET */
