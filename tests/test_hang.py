@@ -46,6 +46,15 @@ def agent(args, d, env=None):
     return lt.launch(["--standalone", "--no-log-time"] + args, env=e)
 
 
+def end_stopped(stopped, d):
+    """A stopped worker the agent failed to end is killed by pid; the
+    test's folder goes."""
+    for pid in stopped:
+        if lt.pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(d)
+
+
 def stop_rank1(p, pid, stopped):
     """SIGSTOP rank 1 (pid) of the agent p under --hang-timeout 5; it alone
     is reported hung, by rank and host, as stopped, after 5 s or more, and
@@ -84,10 +93,7 @@ def test_sigstop():
         assert not lt.pid_alive(pid), "the stopped worker outlived the job"
     finally:
         p.kill()
-        for pid in stopped:  # a stopped worker the agent failed to end
-            if lt.pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(d)
+        end_stopped(stopped, d)
 
 
 def worker_pid(agent_pid, rank):
@@ -133,10 +139,7 @@ def test_train_gpt_sigstop():
         assert "final: step 200 " in out, out
     finally:
         p.kill()
-        for pid in stopped:
-            if lt.pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(d)
+        end_stopped(stopped, d)
 
 
 def test_two_nodes():
@@ -175,10 +178,7 @@ def test_two_nodes():
     finally:
         for a in ags:
             a.kill()
-        for pid in stopped:
-            if lt.pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(d)
+        end_stopped(stopped, d)
 
 
 def test_spin_while_others_wait():
