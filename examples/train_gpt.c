@@ -894,6 +894,7 @@ static int train(run_t *r) {
 int main(int argc, char **argv) {
   run_t r;
   rt_options_t ro = RT_OPTIONS_INIT;
+  double t[4] = {0, 0, 0, 0};
   int rc;
   memset(&r, 0, sizeof(r));
   if ((rc = parse_flags(argc, argv, &r.o)) != 0) {
@@ -909,10 +910,12 @@ int main(int argc, char **argv) {
   }
   r.o.device = RT_DEVICE_CPU;
 #endif
+  t[0] = now_s();
   if ((rc = setup_data(&r)) != EXIT_OK) {
     run_free(&r);
     return rc;
   }
+  t[1] = now_s();
   ro.device = r.o.device;
   ro.bucket_bytes = (size_t)((double)r.o.bucket_mb * 1048576.0);
   if ((rc = rt_init(&ro, &r.rt)) != 0) {
@@ -922,9 +925,17 @@ int main(int argc, char **argv) {
   }
   r.rank = rt_rank(r.rt);
   r.world = rt_world_size(r.rt);
-  if ((rc = setup_model(&r)) == EXIT_OK && (rc = ckpt_setup(&r)) == EXIT_OK) {
-    if (r.rank == 0)
+  t[2] = now_s();
+  if ((rc = setup_model(&r)) == EXIT_OK && (t[3] = now_s(),
+      rc = ckpt_setup(&r)) == EXIT_OK) {
+    if (r.rank == 0) {
+      /* where a (re)start's time goes, before the first step */
+      printf("train_gpt: ready in %.0f ms (data %.0f, runtime %.0f, model "
+             "%.0f, checkpoint %.0f)\n", (now_s() - t[0]) * 1e3,
+             (t[1] - t[0]) * 1e3, (t[2] - t[1]) * 1e3, (t[3] - t[2]) * 1e3,
+             (now_s() - t[3]) * 1e3);
       print_setup(&r);
+    }
     rc = train(&r);
   }
   run_free(&r);
