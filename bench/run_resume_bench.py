@@ -137,7 +137,8 @@ class Job:
                 self.p.wait()
 
 
-def measure(argv, env, every, victim, step_rx, resumed_rx, timeout, ready):
+def measure(argv, env, every, victim, step_rx, resumed_rx, timeout, ready,
+            trace=False):
     job = Job(argv, env)
     try:
         # a checkpoint, and a few steps past it; the kill only once the
@@ -160,6 +161,11 @@ def measure(argv, env, every, victim, step_rx, resumed_rx, timeout, ready):
         read_ms = float(m.group(2))
         t_step, _ = job.wait_for(step_rx.replace(r"(\d+)", str(step + 1)),
                                  after=t_res, timeout=timeout)
+        if trace:  # every line of the restart, timed from the kill
+            with job.cv:
+                for t, line in job.lines:
+                    if line is not None and t_kill <= t <= t_step:
+                        print("  +%.3f s  %s" % (t - t_kill, line), flush=True)
         return t_res - t_kill, t_step - t_kill, read_ms
     finally:
         job.stop()
@@ -177,6 +183,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=300,
                     help="seconds to wait for each awaited line; on expiry the "
                     "job's last lines are printed and the run fails")
+    ap.add_argument("--trace", action="store_true",
+                    help="print the jobs' lines from the kill to the first "
+                    "step, timed from the kill (launch without -q)")
     a = ap.parse_args()
     py = find_python()
     victim = 1 if a.nproc > 1 else 0
@@ -194,14 +203,15 @@ def main():
         try:
             if a.only != "torchrun":
                 argv = [launch, "--standalone", "--nproc-per-node", str(a.nproc),
-                        "--max-restarts", "3", "-q", "--ckpt-dir",
+                        "--max-restarts", "3"] + ([] if a.trace else ["-q"]) + [
+                        "--ckpt-dir",
                         os.path.join(d, "ck"), train, "--preset", a.preset,
                         "--steps", "100000", "--ckpt-every", str(a.every),
                         "--log-every", "1", "--device", a.device]
                 res["launch"].append(measure(
                     argv, env, a.every, victim, r"\bstep +(\d+)/",
                     r"resumed from step (\d+) of .* in ([0-9.]+) ms", a.timeout,
-                    os.path.join(d, "ck", "latest")))
+                    os.path.join(d, "ck", "latest"), a.trace))
             if a.only != "launch":
                 argv = [py, "-m", "torch.distributed.run", "--standalone",
                         "--nproc_per_node", str(a.nproc), "--max_restarts", "3",
@@ -212,7 +222,7 @@ def main():
                 res["torchrun"].append(measure(
                     argv, env, a.every, victim, r"\bstep (\d+) loss",
                     r"resumed from step (\d+) \(read in ([0-9.]+) ms", a.timeout,
-                    os.path.join(d, "torch.pt")))
+                    os.path.join(d, "torch.pt"), a.trace))
         finally:
             shutil.rmtree(d, ignore_errors=True)
         for k, v in res.items():
