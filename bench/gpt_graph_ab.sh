@@ -6,7 +6,7 @@
 # skipped when fewer seconds than its limit are left of BUDGET_S. Results
 # in OUT (graph_ab.txt); the last lines are a table of the medians.
 # usage: bench/gpt_graph_ab.sh BINDIR [OUT]   (BINDIR holds gpt_bench,
-#        test_gpt_cuda_graph, launch, train_gpt)
+#        launch, train_gpt, and test_gpt_cuda_graph there or in ../tests)
 # environment: ROUNDS (3), STEPS (30), BUDGET_S (240)
 set -u
 DIR=${1:?usage: gpt_graph_ab.sh BINDIR [OUT]}
@@ -32,7 +32,9 @@ step() { # LABEL SECONDS COMMAND...
 }
 {
   nvidia-smi -L
-  step "test_gpt_cuda_graph" 60 "$DIR/test_gpt_cuda_graph"
+  TEST=$DIR/test_gpt_cuda_graph
+  [ -x "$TEST" ] || TEST=$DIR/../tests/test_gpt_cuda_graph
+  step "test_gpt_cuda_graph" 60 "$TEST"
   for r in $(seq 1 "$ROUNDS"); do
     step "gpt_bench eager (round $r)" 40 env GPT_CUDA_GRAPH=0 "$DIR/gpt_bench" --profile 0 \
       --steps "$STEPS"
