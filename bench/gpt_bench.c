@@ -5,9 +5,9 @@
  * default. Prints tokens/s, ms/step (median), MFU against a peak in
  * TFLOPS, the device memory the backend holds and what the device reports
  * in use, then (--profile N) the time per kernel class over N more steps
- * measured with CUDA events (profiled steps run without CUDA graphs). With
- * GPT_CUDA_GRAPH=1 the forward and backward replay CUDA graphs after the
- * first warm-up step; the graph counts are printed. The last line is
+ * measured with CUDA events (profiled steps run without CUDA graphs). The
+ * forward and backward replay CUDA graphs after the first warm-up step
+ * unless GPT_CUDA_GRAPH=0; the graph counts are printed. The last line is
  * machine-readable (RESULT ..., graph=1 when the timed steps replayed
  * graphs) for bench/run_gpt_bench.sh and bench/gpt_graph_ab.sh. */
 #include <cuda_runtime_api.h>
@@ -38,7 +38,7 @@ static void usage(void) {
           "                 [--steps N] [--warmup N] [--profile N] [--peak-tflops X]\n"
           "defaults: gpt2-124m, batch 16, seq-len 1024, bf16, 20 steps after 5\n"
           "warm-ups, profile 5 steps, peak 989 (H100/H200 dense bf16)\n"
-          "environment: GPT_CUDA_GRAPH=1 replays forward and backward as CUDA graphs\n");
+          "environment: GPT_CUDA_GRAPH=0 launches every kernel eagerly (no CUDA graphs)\n");
 }
 
 int main(int argc, char **argv) {

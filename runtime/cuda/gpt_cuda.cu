@@ -106,7 +106,7 @@ struct gpt_backend_s {
   cudaEvent_t h2d_done;
   cudaEvent_t *seg_ev;
   int fwd_grad; /* the last forward had targets: backward may run */
-  /* CUDA graphs (GPT_CUDA_GRAPH=1): 1 on, 0 off, -1 given up after a
+  /* CUDA graphs (on unless GPT_CUDA_GRAPH=0): 1 on, 0 off, -1 given up after a
    * failed capture (reported once). A kind of work is captured only after
    * one eager run of it (warm_*), which did the first-use tuning. */
   int graph, graph_fault;
@@ -266,7 +266,7 @@ static float *STAT(gpt_backend_t *m, int which, int layer) {
 }
 
 /* ---- CUDA graphs ----------------------------------------------------------
- * With GPT_CUDA_GRAPH=1, a forward with targets and a backward without a
+ * By default (GPT_CUDA_GRAPH=0 turns it off), a forward with targets and a backward without a
  * segment callback each replay a graph (graph.cuh) captured from their
  * device work: the inputs are the pinned token buffers copied in by the
  * graph, the losses are copied out to pinned memory and summed by the host
@@ -299,7 +299,7 @@ static int graph_step(gpt_backend_t *m, gc_graph_t *g, uint64_t key, int (*fn)(v
   gc_graph_reset(&m->g_bwd);
   snprintf(what, sizeof(what), "%s; training goes on without CUDA graphs (GPT_CUDA_GRAPH=0 "
            "avoids the attempt)", why);
-  rt_report_error("gpt_cuda", "CUDA graph capture (GPT_CUDA_GRAPH=1)", what, __FILE__, __LINE__);
+  rt_report_error("gpt_cuda", "CUDA graph capture", what, __FILE__, __LINE__);
   return 0;
 }
 
@@ -632,7 +632,7 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
   m->np = gpt_num_params(c);
   {
     const char *g = getenv("GPT_CUDA_GRAPH");
-    m->graph = g && !strcmp(g, "1");
+    m->graph = !(g && !strcmp(g, "0")); /* on unless GPT_CUDA_GRAPH=0 */
   }
   int rc = 0;
 #define CK(call)                                                                                   \

@@ -1,5 +1,5 @@
 /* test_gpt_cuda_graph - training steps replayed from CUDA graphs
- * (GPT_CUDA_GRAPH=1, gpt_cuda.h) give what the same steps give eagerly:
+ * (the default; GPT_CUDA_GRAPH=0 turns them off; gpt_cuda.h) give what the same steps give eagerly:
  * losses, gradient norms, parameters and AdamW moments bit for bit, with
  * new tokens every micro-step, a learning rate and a loss scale that
  * change between steps (the loss scale is captured: a new one must be
@@ -213,11 +213,10 @@ static void case_b(rng &r, int dtype) {
   const int micro = pl.steps * pl.accum;
   setenv("GPT_CUDA_TUNE", "0", 1);
   gpt_backend_t *me = nullptr, *mg = nullptr;
-  unsetenv("GPT_CUDA_GRAPH");
+  setenv("GPT_CUDA_GRAPH", "0", 1);
   OK(ops->create(&c, B, T, dtype, 0, 0, &me));
-  setenv("GPT_CUDA_GRAPH", "1", 1);
+  unsetenv("GPT_CUDA_GRAPH"); /* the default: graphs */
   OK(ops->create(&c, B, T, dtype, 0, 0, &mg));
-  unsetenv("GPT_CUDA_GRAPH");
   unsetenv("GPT_CUDA_TUNE");
   char desc[400];
   printf("[B] %s\n", gpt_cuda_describe(mg, desc, sizeof(desc)));
@@ -225,8 +224,8 @@ static void case_b(rng &r, int dtype) {
   const outcome e2 = train(me, &c, p0, data, pl);
   const outcome g = train(mg, &c, p0, data, pl);
   /* first micro-step eager (warm-up), then forward 1 + backward 2 captures */
-  expect_stats("B GPT_CUDA_GRAPH=1", mg, 1, 1 + 2, 2 * micro - 2, 1, 1);
-  expect_stats("B unset", me, 0, 0, 0, 2 * micro, 2 * micro);
+  expect_stats("B default (graphs)", mg, 1, 1 + 2, 2 * micro - 2, 1, 1);
+  expect_stats("B GPT_CUDA_GRAPH=0", me, 0, 0, 0, 2 * micro, 2 * micro);
   printf("[B] %s\n", gpt_cuda_describe(mg, desc, sizeof(desc)));
   if (same(e1, e2)) {
     expect("[B] eager reproducible: graph steps = eager steps, bit for bit", same(g, e1));
