@@ -194,6 +194,8 @@ int aff__tcache_encode(const aff_topo_t *t, const char *key, char **text,
                        size_t *len);
 int aff__tcache_decode(aff_topo_t *t, const char *key, const char *text,
                        size_t len);
+/* The checksum of the "end" line (FNV-1a 64 of the bytes before it). */
+uint64_t aff__tcache_sum(const char *p, size_t n);
 int aff__tcache_load(aff_topo_t *t, const char *key, lu_log_t *log);
 int aff__tcache_store(const aff_topo_t *t, const char *key, lu_log_t *log);
 /* 0 when LAUNCH_TOPO_CACHE says off ("0", "off", "no", "false"). */

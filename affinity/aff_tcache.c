@@ -35,9 +35,9 @@
  *   key end
  *
  * then the data lines (host, cpus, allowed, numa, core, gpu, nic) and
- * "end". Strings are one token: bytes <= ' ', >= 0x7f and '%' as %XX, the
+ * "end <FNV-1a 64 of all the bytes before it>". Strings are one token: bytes <= ' ', >= 0x7f and '%' as %XX, the
  * empty string as "-". Anything else (another key, a line out of place, a
- * number out of range, no "end") and the file is ignored, discovered again
+ * number out of range, a sum that does not match) and the file is ignored, discovered again
  * and rewritten. LAUNCH_TOPO_CACHE=0 turns it off. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -386,6 +386,13 @@ int aff__tcache_key(const aff_topo_t *t, const char *xml, char **key) {
   return lu_buf_finish(&b, key, NULL) == 0 ? 0 : -1;
 }
 
+uint64_t aff__tcache_sum(const char *p, size_t n) {
+  uint64_t h = 14695981039346656037ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
+  return h;
+}
+
 /* ---- the data -------------------------------------------------------------------- */
 
 static void put_link(lu_buf_t *b, const aff_pcie_t *l) {
@@ -450,7 +457,9 @@ int aff__tcache_encode(const aff_topo_t *t, const char *key, char **text,
     put_io(&b, &t->nic_io[k]);
     lu_buf_puts(&b, "\n");
   }
-  lu_buf_puts(&b, "end\n");
+  if (b.err == 0)
+    lu_buf_printf(&b, "end %016llx\n",
+                  (unsigned long long)aff__tcache_sum(b.data, b.len));
   return lu_buf_finish(&b, text, len) == 0 ? 0 : -1;
 }
 
@@ -545,11 +554,11 @@ static void clear_discovered(aff_topo_t *t) {
 }
 
 /* One data line into t. *state: 0 before "host", 1 "cpus", 2 "allowed",
- * 3 the lists, 4 after "end". RET 0 or -1. */
+ * 3 the lists. RET 0 or -1. */
 static int decode_line(aff_topo_t *t, char *line, int *state, int *cap) {
   char *tok[TC_TOKENS];
   int n = split(line, tok, TC_TOKENS);
-  if (n < 1 || *state == 4)
+  if (n < 1)
     return -1;
   if (strcmp(tok[0], "host") == 0 && *state == 0 && n == 2) {
     *state = 1;
@@ -568,10 +577,6 @@ static int decode_line(aff_topo_t *t, char *line, int *state, int *cap) {
   }
   if (*state != 3)
     return -1;
-  if (strcmp(tok[0], "end") == 0 && n == 1) {
-    *state = 4;
-    return 0;
-  }
   if (strcmp(tok[0], "numa") == 0 && n == 3 && t->nnuma < AFF_MAX_NUMA) {
     if (get_int(tok[1], 0, 1 << 20, &t->numa_os[t->nnuma]) ||
         get_cpus(tok[2], &t->numa_cpus[t->nnuma]))
@@ -610,23 +615,33 @@ static int decode_line(aff_topo_t *t, char *line, int *state, int *cap) {
 
 int aff__tcache_decode(aff_topo_t *t, const char *key, const char *text,
                        size_t len) {
-  size_t hl = strlen(TC_HEAD), kl = strlen(key);
-  char *copy, *line, *nl;
+  size_t hl = strlen(TC_HEAD), kl = strlen(key), body, el;
+  char *copy, *line, *nl, sum[24];
   int state = 0, cap = 0, rc = 0;
   clear_discovered(t);
-  if (len < hl + kl || memcmp(text, TC_HEAD, hl) != 0 ||
-      memcmp(text + hl, key, kl) != 0 || memchr(text, '\0', len) != NULL ||
-      text[len - 1] != '\n' || (copy = malloc(len - hl - kl + 1)) == NULL)
+  /* "end <sum of everything before>\n" last: a file cut short, or with a
+   * byte changed, is refused whatever the change */
+  if (len < hl + kl + 22 || memchr(text, '\0', len) != NULL ||
+      text[len - 1] != '\n')
     return -1;
-  memcpy(copy, text + hl + kl, len - hl - kl);
-  copy[len - hl - kl] = '\0';
+  for (body = len - 1; body > 0 && text[body - 1] != '\n'; body--)
+    ;
+  el = len - body;
+  snprintf(sum, sizeof(sum), "end %016llx\n",
+           (unsigned long long)aff__tcache_sum(text, body));
+  if (body < hl + kl || el != strlen(sum) || memcmp(text + body, sum, el) != 0 ||
+      memcmp(text, TC_HEAD, hl) != 0 || memcmp(text + hl, key, kl) != 0 ||
+      (copy = malloc(body - hl - kl + 1)) == NULL)
+    return -1;
+  memcpy(copy, text + hl + kl, body - hl - kl);
+  copy[body - hl - kl] = '\0';
   for (line = copy; rc == 0 && *line; line = nl + 1) {
-    nl = strchr(line, '\n'); /* the text ends with one */
+    nl = strchr(line, '\n'); /* every line ends with one */
     *nl = '\0';
     rc = decode_line(t, line, &state, &cap);
   }
   free(copy);
-  if (rc != 0 || state != 4) {
+  if (rc != 0 || state != 3) {
     clear_discovered(t);
     return -1;
   }
