@@ -270,17 +270,24 @@ static aff_topo_t *load_xml(const char *xml, const char *root, const char *cvd,
   return t;
 }
 
-static char *plan_text(const aff_topo_t *t) {
+/* `launch topo` (json 0) or `launch topo --json` for t with a plan of
+ * one rank a GPU (else `nodev` ranks): cores, local memory. */
+static char *report_of(const aff_topo_t *t, int json, int nodev) {
   aff_policy_t *p = malloc(sizeof(*p));
   aff_plan_t *pl = NULL;
   char err[256], *text = NULL;
-  int n = aff_topo_ngpus(t) > 0 ? aff_topo_ngpus(t) : 1;
+  int n = aff_topo_ngpus(t) > 0 ? aff_topo_ngpus(t) : nodev;
   ASSERT(p != NULL);
   ASSERT_EQ(0, aff_policy_parse("cores", "local", p, err, sizeof(err)));
   ASSERT_EQ(0, aff_plan_new(t, p, n, NULL, &pl, err, sizeof(err)));
-  ASSERT_EQ(0, aff_report_text(t, pl, &text));
+  ASSERT_EQ(0, (json ? aff_report_json : aff_report_text)(t, pl, &text));
   aff_plan_free(pl);
   free(p);
+  return text;
+}
+
+static char *plan_text(const aff_topo_t *t) {
+  char *text = report_of(t, 0, 1);
   /* everything after the source line */
   memmove(text, strchr(text, '\n') + 1, strlen(strchr(text, '\n') + 1) + 1);
   return text;
@@ -605,20 +612,7 @@ static void test_nvml_cache(void) {
 
 /* ---- the topology cache (aff_tcache.c) ------------------------------------------------- */
 
-/* `launch topo --json` for t: the topology and a plan of one rank a GPU. */
-static char *json_of(const aff_topo_t *t) {
-  aff_policy_t *p = malloc(sizeof(*p));
-  aff_plan_t *pl = NULL;
-  char err[256], *text = NULL;
-  int n = aff_topo_ngpus(t) > 0 ? aff_topo_ngpus(t) : 2;
-  ASSERT(p != NULL);
-  ASSERT_EQ(0, aff_policy_parse("cores", "local", p, err, sizeof(err)));
-  ASSERT_EQ(0, aff_plan_new(t, p, n, NULL, &pl, err, sizeof(err)));
-  ASSERT_EQ(0, aff_report_json(t, pl, &text));
-  aff_plan_free(pl);
-  free(p);
-  return text;
-}
+static char *json_of(const aff_topo_t *t) { return report_of(t, 1, 2); }
 
 /* Load the fixture: the JSON must be want, byte for byte, and come from
  * the cache (hit 1) or from a discovery (hit 0). */
