@@ -503,10 +503,11 @@ static int get_io(char **tok, int ntok, aff_iopath_t *io) {
   return 0;
 }
 
+/* A gpu or nic line: 19 tokens, then at least the 4 of its I/O path. */
 static int get_gpu(char **tok, int ntok, aff_gpu_t *g, aff_iopath_t *io) {
   int vendor, device, path;
   memset(g, 0, sizeof(*g));
-  if (ntok < 17 || get_str(tok[1], g->busid, sizeof(g->busid)) ||
+  if (ntok < 23 || get_str(tok[1], g->busid, sizeof(g->busid)) ||
       get_str(tok[2], g->model, sizeof(g->model)) ||
       get_str(tok[3], g->uuid, sizeof(g->uuid)) ||
       get_int(tok[4], -1, AFF_MAX_GPUS, &g->index) ||
@@ -527,7 +528,7 @@ static int get_gpu(char **tok, int ntok, aff_gpu_t *g, aff_iopath_t *io) {
 static int get_nic(char **tok, int ntok, aff_nic_t *n, aff_iopath_t *io) {
   int vendor, device;
   memset(n, 0, sizeof(*n));
-  if (ntok < 19 || get_str(tok[1], n->busid, sizeof(n->busid)) ||
+  if (ntok < 23 || get_str(tok[1], n->busid, sizeof(n->busid)) ||
       get_str(tok[2], n->name, sizeof(n->name)) ||
       get_str(tok[3], n->hca, sizeof(n->hca)) ||
       get_str(tok[4], n->netdev, sizeof(n->netdev)) ||
