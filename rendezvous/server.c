@@ -66,15 +66,15 @@ uint64_t srv__now(void) { return uv_hrtime() / 1000000u; }
 
 /* ---- tracing: LAUNCH_SERVER_TRACE_MS=N logs every callback of an event
  * loop that ran N ms or more (wall time), with its thread's CPU time, the
- * time it waited for the lock, the connection and the requests it ran; at
- * close, the longest. Off (one branch per callback) when unset. -------- */
+ * time it waited for the lock and the connection it served; at close, the
+ * longest. Off (one branch per callback) when unset. -------- */
 
 static uint64_t trace_ns; /* the threshold; 0: off (set by srv_new) */
 
 typedef struct {
   const char *what;
   const srv_t *s;
-  uint64_t conn, w0, c0, lock_ns, req0;
+  uint64_t conn, w0, c0, lock_ns;
   const char *dialect;
   int depth;
 } trace_t;
@@ -95,19 +95,17 @@ static void trace_begin(const srv_t *s, const char *what, const conn_t *c) {
   tr.conn = c ? c->id : 0;
   tr.dialect = c && c->dialect ? c->dialect->name : "";
   tr.lock_ns = 0;
-  tr.req0 = s->stats.requests;
   tr.w0 = uv_hrtime();
   tr.c0 = cpu_ns();
 }
 
 static void trace_end(srv_t *s) {
-  uint64_t wall, cpu, reqs;
+  uint64_t wall, cpu;
   char what[96];
   if (trace_ns == 0 || tr.depth == 0 || --tr.depth > 0)
     return;
   wall = uv_hrtime() - tr.w0;
   cpu = cpu_ns() - tr.c0;
-  reqs = s->stats.requests - tr.req0; /* racy with several loops: a hint */
   snprintf(what, sizeof(what), "loop %d %s conn %llu %s",
            tl_lp ? tl_lp->idx : 0, tr.what, (unsigned long long)tr.conn,
            tr.dialect);
@@ -115,14 +113,13 @@ static void trace_end(srv_t *s) {
   if (wall - tr.lock_ns > s->trace_max.wall) {
     s->trace_max.wall = wall - tr.lock_ns;
     s->trace_max.cpu = cpu;
-    s->trace_max.reqs = reqs;
     memcpy(s->trace_max.what, what, sizeof(what));
   }
   pthread_mutex_unlock(&s->trace_mu);
   if (wall >= trace_ns)
     LU_WARN(&s->log, "trace: %s: %.2f ms wall (%.2f ms waiting for the "
-            "lock), %.2f ms CPU, ~%llu requests", what, wall / 1e6,
-            tr.lock_ns / 1e6, cpu / 1e6, (unsigned long long)reqs);
+            "lock), %.2f ms CPU", what, wall / 1e6, tr.lock_ns / 1e6,
+            cpu / 1e6);
 }
 
 /* The loops' lock. A plain mutex lets a loop that just released it take
@@ -2247,9 +2244,8 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
   if (trace_ns) {
     pthread_mutex_lock(&s->trace_mu);
     LU_WARN(&s->log, "trace: longest callback: %s: %.2f ms wall (lock "
-            "waits left out), %.2f ms CPU, ~%llu requests",
-            s->trace_max.what, s->trace_max.wall / 1e6,
-            s->trace_max.cpu / 1e6, (unsigned long long)s->trace_max.reqs);
+            "waits left out), %.2f ms CPU", s->trace_max.what,
+            s->trace_max.wall / 1e6, s->trace_max.cpu / 1e6);
     pthread_mutex_unlock(&s->trace_mu);
   }
   srv__lock(s);

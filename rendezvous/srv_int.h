@@ -286,7 +286,7 @@ struct srv_s {
   /* LAUNCH_SERVER_TRACE_MS: the longest callback, lock waits left out. */
   pthread_mutex_t trace_mu;
   struct {
-    uint64_t wall, cpu, reqs;
+    uint64_t wall, cpu;
     char what[96];
   } trace_max;
   int closing;
