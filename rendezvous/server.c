@@ -112,8 +112,12 @@ static void trace_end(srv_t *s) {
   pthread_mutex_lock(&s->trace_mu);
   if (wall - tr.lock_ns > s->trace_max.wall) {
     s->trace_max.wall = wall - tr.lock_ns;
-    s->trace_max.cpu = cpu;
+    s->trace_max.wall_cpu = cpu;
     memcpy(s->trace_max.what, what, sizeof(what));
+  }
+  if (cpu > s->trace_max.cpu) {
+    s->trace_max.cpu = cpu;
+    memcpy(s->trace_max.what_cpu, what, sizeof(what));
   }
   pthread_mutex_unlock(&s->trace_mu);
   if (wall >= trace_ns)
@@ -2245,7 +2249,9 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
     pthread_mutex_lock(&s->trace_mu);
     LU_WARN(&s->log, "trace: longest callback: %s: %.2f ms wall (lock "
             "waits left out), %.2f ms CPU", s->trace_max.what,
-            s->trace_max.wall / 1e6, s->trace_max.cpu / 1e6);
+            s->trace_max.wall / 1e6, s->trace_max.wall_cpu / 1e6);
+    LU_WARN(&s->log, "trace: most CPU in a callback: %s: %.2f ms CPU",
+            s->trace_max.what_cpu, s->trace_max.cpu / 1e6);
     pthread_mutex_unlock(&s->trace_mu);
   }
   srv__lock(s);

@@ -283,11 +283,12 @@ struct srv_s {
   uv_timer_t rounds_timer; /* rendezvous deadlines (armed by the module) */
   uint64_t rounds_due;     /* when rounds_timer was due (loop stalls show late) */
   void *rounds_data;
-  /* LAUNCH_SERVER_TRACE_MS: the longest callback, lock waits left out. */
+  /* LAUNCH_SERVER_TRACE_MS: the longest callback (lock waits left out)
+   * and the one that used the most CPU. */
   pthread_mutex_t trace_mu;
   struct {
-    uint64_t wall, cpu;
-    char what[96];
+    uint64_t wall, wall_cpu, cpu;
+    char what[96], what_cpu[96];
   } trace_max;
   int closing;
   int pending_closes;
