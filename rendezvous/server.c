@@ -73,7 +73,6 @@ static uint64_t trace_ns; /* the threshold; 0: off (set by srv_new) */
 
 typedef struct {
   const char *what;
-  const srv_t *s;
   uint64_t conn, w0, c0, lock_ns;
   const char *dialect;
   int depth;
@@ -91,7 +90,6 @@ static void trace_begin(const srv_t *s, const char *what, const conn_t *c) {
   if (trace_ns == 0 || tr.depth++ > 0)
     return;
   tr.what = what;
-  tr.s = s;
   tr.conn = c ? c->id : 0;
   tr.dialect = c && c->dialect ? c->dialect->name : "";
   tr.lock_ns = 0;
