@@ -287,10 +287,7 @@ static void frame_consume(rdzv_client_t *c, uint32_t len) {
 /* Start a request after those already built (pipelined: sent together). */
 static uint64_t req_more(rdzv_client_t *c, int op, uint32_t nargs) {
   uint64_t id = ++c->next_id;
-  proto_enc_begin(&c->enc, 3 + nargs);
-  msgpack_pack_uint8(&c->enc.pk, PROTO_REQUEST);
-  msgpack_pack_uint64(&c->enc.pk, id);
-  msgpack_pack_int64(&c->enc.pk, op);
+  proto_enc_begin_msg(&c->enc, nargs, PROTO_REQUEST, id, op);
   return id;
 }
 

@@ -452,6 +452,60 @@ int proto_enc_raw(proto_enc_t *e, const void *p, size_t n) {
   return enc_write(e, p, n) == 0 ? 0 : RDZV_ENOMEM;
 }
 
+/* msgpack's shortest forms, as msgpack-c's packer writes them. RET bytes. */
+static size_t put_uint(uint8_t *p, uint64_t v) {
+  int w;
+  if (v < 128) {
+    p[0] = (uint8_t)v;
+    return 1;
+  }
+  w = v < 256 ? 1 : v < 65536 ? 2 : v <= UINT32_MAX ? 4 : 8;
+  p[0] = (uint8_t)(w == 1 ? 0xcc : w == 2 ? 0xcd : w == 4 ? 0xce : 0xcf);
+  for (int i = 0; i < w; i++)
+    p[1 + i] = (uint8_t)(v >> (8 * (w - 1 - i)));
+  return 1 + (size_t)w;
+}
+
+static size_t put_int(uint8_t *p, int64_t v) {
+  int w;
+  uint64_t u = (uint64_t)v;
+  if (v >= 0)
+    return put_uint(p, u);
+  if (v >= -32) {
+    p[0] = (uint8_t)u;
+    return 1;
+  }
+  w = v >= INT8_MIN ? 1 : v >= INT16_MIN ? 2 : v >= INT32_MIN ? 4 : 8;
+  p[0] = (uint8_t)(w == 1 ? 0xd0 : w == 2 ? 0xd1 : w == 4 ? 0xd2 : 0xd3);
+  for (int i = 0; i < w; i++)
+    p[1 + i] = (uint8_t)(u >> (8 * (w - 1 - i)));
+  return 1 + (size_t)w;
+}
+
+void proto_enc_begin_msg(proto_enc_t *e, uint32_t nargs, int kind,
+                         uint64_t id, int64_t op) {
+  uint8_t b[PROTO_HDR + 5 + 1 + 9 + 9];
+  size_t n = PROTO_HDR;
+  uint32_t count = 3 + nargs;
+  memset(b, 0, PROTO_HDR);
+  if (count < 16) {
+    b[n++] = (uint8_t)(0x90 | count);
+  } else if (count < 65536) {
+    b[n++] = 0xdc;
+    b[n++] = (uint8_t)(count >> 8);
+    b[n++] = (uint8_t)count;
+  } else {
+    b[n++] = 0xdd;
+    proto_put_len(b + n, count);
+    n += 4;
+  }
+  b[n++] = (uint8_t)kind;
+  n += put_uint(b + n, id);
+  n += put_int(b + n, op);
+  e->frame_start = e->len;
+  enc_write(e, (const char *)b, n);
+}
+
 void proto_enc_begin(proto_enc_t *e, uint32_t count) {
   static const char zero[PROTO_HDR] = {0};
   e->frame_start = e->len;

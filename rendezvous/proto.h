@@ -162,6 +162,10 @@ void proto_enc_destroy(proto_enc_t *e);
 void proto_enc_reset(proto_enc_t *e); /* keep the memory, drop the bytes */
 /* Begin a frame holding an array of `count` elements. */
 void proto_enc_begin(proto_enc_t *e, uint32_t count);
+/* Begin a frame [kind, id, op, ...nargs more elements] (a request, a reply
+ * with op the status, a push with id 0), its header in one write. */
+void proto_enc_begin_msg(proto_enc_t *e, uint32_t nargs, int kind,
+                         uint64_t id, int64_t op);
 /* Patch the frame length. RET 0, RDZV_ENOMEM (the frame is dropped),
  * RDZV_ETOOBIG (over 4 GiB). */
 int proto_enc_end(proto_enc_t *e);
