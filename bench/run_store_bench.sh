@@ -241,11 +241,11 @@ echo
 echo "CPU per pair (us; server = the server process, clients = store_bench):"
 echo
 echo "| clients | torch server | ours server | native: ours server |" \
-     "clients vs torch | clients vs ours |"
-echo "|---:|---:|---:|---:|---:|---:|"
+     "clients vs torch | clients vs ours | native: clients |"
+echo "|---:|---:|---:|---:|---:|---:|---:|"
 for n in $clients; do
   t=${res[torch.$n]} o=${res[ours.$n]} m=${res[native.$n]}
   echo "| $n | $(field "$t" server_cpu_us) | $(field "$o" server_cpu_us) |" \
        "$(field "$m" server_cpu_us) | $(field "$t" client_cpu_us) |" \
-       "$(field "$o" client_cpu_us) |"
+       "$(field "$o" client_cpu_us) | $(field "$m" client_cpu_us) |"
 done
