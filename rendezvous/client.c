@@ -836,7 +836,7 @@ int rdzv_set_nowait(rdzv_client_t *c, const char *key, const void *val,
   proto_pack_bytes(&c->enc.pk, val, len);
   if ((rc = proto_enc_end(&c->enc)) != 0)
     return rc; /* this frame was dropped; the queued ones stay whole */
-  snprintf(w->key, sizeof(w->key), "%s", key);
+  lu_strlcpy(w->key, key, sizeof(w->key)); /* cut: for messages only */
   c->nw_len++;
   c->nq++;
   if (c->nw_len == NOWAIT_MAX || c->enc.len >= NOWAIT_MAX_BYTES)
