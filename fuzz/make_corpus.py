@@ -169,6 +169,38 @@ def native_seeds():
     body = bytes([0xDC]) + struct.pack(">H", 3 + n_forms) + mp(REQ) + mp(9) + \
         mp(OP["PING"]) + bytes(forms)
     s["all_forms"] = frame(body)
+    # Flat frames (scalars only, at most 12 elements): proto_decode reads
+    # them in one pass, checked against msgpack-c by the target.
+    def flat(*forms):
+        return frame(bytes([0x90 | (3 + len(forms))]) + mp(REQ) + mp(9) +
+                     mp(OP["PING"]) + b"".join(forms))
+    s["flat_ints"] = flat(b"\xc0", b"\xc2", b"\xc3", b"\x7f", b"\xe0",
+                          b"\xcc\xff", b"\xcd\xff\xff",
+                          b"\xce\xff\xff\xff\xff",
+                          b"\xcf\xff\xff\xff\xff\xff\xff\xff\xff")
+    s["flat_signed"] = flat(b"\xd0\x80", b"\xd0\x7f", b"\xd1\x80\x00",
+                            b"\xd1\x00\x01", b"\xd2\xff\xff\xff\xff",
+                            b"\xd2\x00\x00\x00\x00",
+                            b"\xd3\x80\x00\x00\x00\x00\x00\x00\x00",
+                            b"\xd3\x00\x00\x00\x00\x00\x00\x00\x05",
+                            b"\xca\x3f\x80\x00\x00")
+    s["flat_bytes"] = flat(b"\xa0", b"\xa3abc", b"\xd9\x00", b"\xd9\x03abc",
+                           b"\xda\x00\x03abc", b"\xdb\x00\x00\x00\x03abc",
+                           b"\xc4\x00", b"\xc4\x02xy", b"\xc5\x00\x02xy")
+    s["flat_float64_bin32"] = flat(
+        b"\xcb\x3f\xf0\x00\x00\x00\x00\x00\x00",
+        b"\xc6\x00\x00\x00\x02xy")
+    s["flat_array16"] = frame(b"\xdc\x00\x04" + mp(REQ) + mp(9) +
+                              mp(OP["GET"]) + b"\xa2/k")
+    s["flat_set_get"] = (req(3, "SET", "/bench/0/1", VAL) +
+                         req(4, "GET", "/bench/0/1", 0))
+    s["flat_cut_str"] = frame(mp([REQ, 3, OP["SET"], "/k", VAL])[:-3] +
+                              b"\xc0\xc0\xc0")
+    s["flat_cut_int"] = frame(b"\x94\x00\x01\x02\xcf\x00")
+    s["flat_trailing"] = frame(mp([REQ, 3, OP["GET"], "/k"]) + b"\xc0")
+    s["flat_12"] = frame(mp([REQ, 2, OP["PING"]] + [1] * 9))
+    s["flat_13"] = frame(mp([REQ, 2, OP["PING"]] + [1] * 10))
+    s["flat_bad_kind"] = frame(mp([-1, 2, OP["PING"], "x"]))
     # Malformed and hostile frames.
     s["bad_reserved_c1"] = frame(b"\x93\x00\x01\xc1")
     s["bad_trailing"] = frame(mp([REQ, 2, OP["PING"]]) + b"\x00")

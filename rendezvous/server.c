@@ -852,17 +852,11 @@ static void out_queued(conn_t *c) {
 }
 
 void srv__reply_begin(conn_t *c, uint64_t id, int status, uint32_t nres) {
-  proto_enc_begin(&c->out, 3 + nres);
-  msgpack_pack_uint8(&c->out.pk, PROTO_REPLY);
-  msgpack_pack_uint64(&c->out.pk, id);
-  msgpack_pack_int64(&c->out.pk, status);
+  proto_enc_begin_msg(&c->out, nres, PROTO_REPLY, id, status);
 }
 
 void srv__push_begin(conn_t *c, int ev, uint32_t nargs) {
-  proto_enc_begin(&c->out, 3 + nargs);
-  msgpack_pack_uint8(&c->out.pk, PROTO_PUSH);
-  msgpack_pack_uint8(&c->out.pk, 0);
-  msgpack_pack_int64(&c->out.pk, ev);
+  proto_enc_begin_msg(&c->out, nargs, PROTO_PUSH, 0, ev);
 }
 
 void srv__reply_end(conn_t *c) {
