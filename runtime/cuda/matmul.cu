@@ -40,6 +40,7 @@ struct gc_mm_s {
   int choice[GC_CHOICES];
   cudaEvent_t ev[2];
   char dev[TC_DEV_MAX]; /* the tuning cache's device key; "" no cache */
+  int dev_known;        /* dev is set (at the first product with candidates) */
   uint64_t ltver;
   int cache_hits;
   int n;
@@ -77,10 +78,14 @@ static void mm_key_values(const gc_mm_t *mm, const mm_entry_t *x, int64_t v[TC_K
   memcpy(v, vals, sizeof(vals));
 }
 
+static void tc_device(gc_mm_t *mm);
+
 /* The cached choice for x, when the heuristic still offers it. */
 static int tc_lookup(gc_mm_t *mm, mm_entry_t *x) {
   int64_t key[TC_KEY_N];
   int hit = 0;
+  if (!mm->dev_known)
+    tc_device(mm);
   if (!mm->dev[0])
     return 0;
   mm_key_values(mm, x, key);
@@ -123,6 +128,7 @@ static void tc_device(gc_mm_t *mm) {
   cudaDeviceProp p;
   int d = 0;
   mm->dev[0] = '\0';
+  mm->dev_known = 1;
   if (cudaGetDevice(&d) != cudaSuccess || cudaGetDeviceProperties(&p, d) != cudaSuccess) {
     (void)cudaGetLastError();
     return;
@@ -161,8 +167,6 @@ int gc_mm_create(gc_mm_t **out, size_t workspace, int allow_fused) {
     return gc_cuda_fail(e, "cudaMalloc(cuBLASLt workspace)", __FILE__, __LINE__);
   }
   mm->ws_size = workspace;
-  if (mm->tune)
-    tc_device(mm);
   if (mm->tune && (cudaEventCreate(&mm->ev[0]) != cudaSuccess ||
                    cudaEventCreate(&mm->ev[1]) != cudaSuccess)) {
     (void)cudaGetLastError();
