@@ -466,9 +466,16 @@ static void *ck_pre_main(void *arg) {
   co.rank = p->rank;
   co.world_size = p->world;
   co.replicated = 1;
+  /* no store client: this ckpt_t only reads; the run's own saves. What
+   * only saves use is fixed, so that this thread reads no variable but
+   * LAUNCH_RESUME_STEP (and the library's own), at once: the main thread
+   * (NCCL's set-up) may set variables later. */
+  co.job = "read";
+  co.local_rank = 0;
+  co.generation = 0;
+  co.keep = -1;
   co.log = ck_pre_log;
   co.log_data = p;
-  /* no store client: this ckpt_t only reads; the run's own saves */
   if ((rc = ckpt_open(&co, &ck)) == 0) {
     stage = PRE_STEP;
     rc = ckpt_resume_step(ck, &step);
