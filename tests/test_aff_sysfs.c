@@ -31,7 +31,7 @@ static const char *topo_path(const char *name) {
 static void put(const char *root, const char *rel, const char *fmt, ...)
     LU_PRINTF(3, 4);
 static void put(const char *root, const char *rel, const char *fmt, ...) {
-  char path[1024], dir[1024], *slash;
+  char path[4200], dir[4200], *slash;
   va_list ap;
   FILE *f;
   snprintf(path, sizeof(path), "%s/%s", root, rel);
@@ -48,7 +48,7 @@ static void put(const char *root, const char *rel, const char *fmt, ...) {
 }
 
 static void link_to(const char *root, const char *rel, const char *target) {
-  char path[1024], dir[1024], *slash;
+  char path[4200], dir[4200], *slash;
   snprintf(path, sizeof(path), "%s/%s", root, rel);
   lu_strlcpy(dir, path, sizeof(dir));
   if ((slash = strrchr(dir, '/')) != NULL) {

@@ -205,8 +205,8 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
              m->g_fwd.launches + m->g_bwd.launches);
   snprintf(buf, n,
            "%s (sm_%d, %d SMs), %s, attention: %s%s, cuBLASLt: %d products tuned, %d "
-           "epilogue fallbacks, GELU' %s, backward on %d stream(s), classifier chunk: %d "
-           "rows, CUDA graphs: %s, device memory: %.2f GiB",
+           "from the tuning cache, %d epilogue fallbacks, GELU' %s, backward on %d stream(s), "
+           "classifier chunk: %d rows, CUDA graphs: %s, device memory: %.2f GiB",
            p.name, m->cc, m->sm_count, dn[m->dtype],
            gc_attention_fast(m->dtype, m->T, c->channels / c->num_heads)
                ? "tensor-core flash kernels "
@@ -214,7 +214,7 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
            gc_attention_fast(m->dtype, m->T, c->channels / c->num_heads)
                ? gc_attention_describe()
                : "",
-           gc_mm_tuned(m->mm), gc_mm_fallbacks(m->mm),
+           gc_mm_tuned(m->mm), gc_mm_cache_hits(m->mm), gc_mm_fallbacks(m->mm),
            *gc_mm_choice(m->mm, GC_CHOICE_DGELU) < 0
                ? "not yet chosen"
                : *gc_mm_choice(m->mm, GC_CHOICE_DGELU) == 0 ? "in the epilogue" : "as a kernel",
