@@ -157,6 +157,7 @@ static void case_a(rng &r, int dtype) {
   const std::vector<batch> &data = su.data;
   gpt_backend_t *m = nullptr;
   OK(ops->create(&c, su.B, su.T, dtype, 0, 0, &m));
+  gpt_cuda_graph_enable(m, 0); /* graphs are the default: eager first */
   char desc[400];
   printf("[A] %s\n", gpt_cuda_describe(m, desc, sizeof(desc)));
   /* the loss scale changes 1 -> 1024 -> 1: three backward captures */
