@@ -371,8 +371,10 @@ static int ck_read_all(int fd, char *p, size_t n) {
   return 0;
 }
 
-int ck_read_hashed(const char *path, const struct iovec *iov, int iovcnt,
-                   char *sha) {
+/* Read path into the buffers; with sha, hash them on a second thread as
+ * they arrive. */
+static int ck_read_into(const char *path, const struct iovec *iov,
+                        int iovcnt, char *sha) {
   uint64_t total = 0, done = 0;
   struct stat st;
   ck_hasher_t h;
@@ -390,8 +392,9 @@ int ck_read_hashed(const char *path, const struct iovec *iov, int iovcnt,
     close(fd);
     return CKPT_ESIZE;
   }
+  /* A larger read-ahead window: the whole file is read once, in order. */
   (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  if ((rc = ck_hasher_start(&h, iov, iovcnt, total, 0)) != 0) {
+  if (sha && (rc = ck_hasher_start(&h, iov, iovcnt, total, 0)) != 0) {
     close(fd);
     return rc;
   }
@@ -405,10 +408,13 @@ int ck_read_hashed(const char *path, const struct iovec *iov, int iovcnt,
       p += n;
       left -= n;
       done += n;
-      ck_hasher_feed(&h, done);
+      if (sha)
+        ck_hasher_feed(&h, done);
     }
   }
   close(fd);
+  if (sha == NULL)
+    return rc;
   if (rc != 0) {
     ck_hasher_end(&h, 0, NULL);
     return rc;
@@ -416,16 +422,45 @@ int ck_read_hashed(const char *path, const struct iovec *iov, int iovcnt,
   return ck_hasher_end(&h, 1, sha);
 }
 
-int ck_hash_file(const char *path, uint64_t *size, char *sha) {
-  size_t cap = 4u << 20;
+int ck_read_hashed(const char *path, const struct iovec *iov, int iovcnt,
+                   char *sha) {
+  return ck_read_into(path, iov, iovcnt, sha);
+}
+
+int ck_read_plain(const char *path, const struct iovec *iov, int iovcnt) {
+  return ck_read_into(path, iov, iovcnt, NULL);
+}
+
+void ck_fid_of(const struct stat *st, ck_fid_t *id) {
+  memset(id, 0, sizeof(*id));
+  id->dev = (uint64_t)st->st_dev;
+  id->ino = (uint64_t)st->st_ino;
+  id->size = (uint64_t)st->st_size;
+  id->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+  id->ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+int ck_hash_file_id(const char *path, uint64_t *size, char *sha,
+                    ck_fid_t *id, int *stable) {
+  size_t cap = CK_CHUNK;
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned mdlen = 0;
   EVP_MD_CTX *ctx = NULL;
   char *buf = NULL;
   uint64_t total = 0;
+  struct stat st;
+  ck_fid_t before, after;
   int fd, rc = 0;
+  if (stable)
+    *stable = 0;
   if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
     return -errno;
+  if (fstat(fd, &st) != 0) {
+    rc = -errno;
+    close(fd);
+    return rc;
+  }
+  ck_fid_of(&st, &before);
   (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   if ((buf = malloc(cap)) == NULL || (ctx = EVP_MD_CTX_new()) == NULL ||
       EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
@@ -454,11 +489,22 @@ int ck_hash_file(const char *path, uint64_t *size, char *sha) {
   }
   lu_hex(md, 32, sha);
   *size = total;
+  if (id && fstat(fd, &st) == 0) {
+    ck_fid_of(&st, &after);
+    *id = before;
+    if (stable)
+      *stable = memcmp(&before, &after, sizeof(before)) == 0 &&
+                total == before.size;
+  }
 out:
   EVP_MD_CTX_free(ctx);
   free(buf);
   close(fd);
   return rc;
+}
+
+int ck_hash_file(const char *path, uint64_t *size, char *sha) {
+  return ck_hash_file_id(path, size, sha, NULL, NULL);
 }
 
 /* ---- removal --------------------------------------------------------------------- */

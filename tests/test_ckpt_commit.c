@@ -8,6 +8,10 @@
  *  - elastic resume: refused for sharded state, allowed for replicated;
  *  - completion files committed by the agent (with and without a store),
  *    and bad completion files reported;
+ *  - what an agent already knows: a shard learnt from a commit or a
+ *    verification is trusted while its stat identity is unchanged, hashed
+ *    again after any write (a flipped byte is then caught); ckpt_load
+ *    skips the hash only for the step $LAUNCH_CKPT_VERIFIED names;
  *  - bad input: a missing directory, a bad LAUNCH_RESUME_STEP. */
 #include <fcntl.h>
 #include <pthread.h>
@@ -567,6 +571,109 @@ static void test_bad_input(const char *root) {
   ckpt_scan_free(s);
 }
 
+/* ---- what an agent already verified ------------------------------------------------- */
+
+static void flip(const char *p, off_t at) {
+  unsigned char b;
+  int fd = open(p, O_RDWR);
+  ASSERT(fd >= 0);
+  ASSERT_EQ(1, pread(fd, &b, 1, at));
+  b ^= 0x01;
+  ASSERT_EQ(1, pwrite(fd, &b, 1, at));
+  close(fd);
+}
+
+static int verify_t(const char *dir, ckpt_trust_t *t, ckpt_verify_stats_t *vs,
+                    char *problem, size_t n) {
+  return ckpt_verify_step_trusted(dir, 5, NULL, 0, t, vs, problem, n);
+}
+
+static void test_trust(const char *root) {
+  char dir[512], problem[CKPT_PROBLEM_MAX], *man;
+  size_t n = (1u << 20) + 4321;
+  unsigned char *buf = malloc(n);
+  struct iovec iov = {buf, n};
+  ckpt_verify_stats_t vs;
+  ckpt_trust_t *t, *t2;
+  const char *shard;
+  int learnt;
+  ckpt_t *c;
+  snprintf(dir, sizeof(dir), "%s/trust", root);
+  shard = path(dir, "step-5/rank-0.bin");
+  c = open_ckpt(dir, 0, 1, 0, NULL, 0, 0);
+  fill(buf, n, 5, 0);
+  ASSERT_OK(ckpt_save(c, 5, &iov, 1));
+  /* The commit comes a moment after the shard, as it does when other
+   * ranks are slower: the manifest written anew, later. */
+  usleep(30000);
+  man = test_read_file(path(dir, "step-5/manifest.json"));
+  ASSERT_OK(ck_write_atomic(path(dir, "step-5"), "manifest.json", man,
+                            strlen(man)));
+  free(man);
+
+  /* Learnt from the commit: trusted without reading it. */
+  ASSERT_OK(ckpt_trust_new(&t));
+  ASSERT_OK(ckpt_trust_learn(t, dir, 5, NULL, 0, &learnt));
+  ASSERT_EQ(1, learnt);
+  ASSERT_OK(verify_t(dir, t, &vs, problem, sizeof(problem)));
+  ASSERT_EQ(1u, vs.trusted);
+  ASSERT_EQ(0u, vs.hashed);
+  ASSERT_EQ((uint64_t)n, vs.trusted_bytes);
+  /* Without a cache, or with a new one: hashed. */
+  ASSERT_OK(ckpt_verify_step_trusted(dir, 5, NULL, 0, NULL, &vs, NULL, 0));
+  ASSERT_EQ(1u, vs.hashed);
+  ASSERT_EQ(0u, vs.trusted);
+
+  /* A byte flipped by a write: the identity moved, hashed, caught. */
+  flip(shard, 1000);
+  ASSERT_EQ(CKPT_ECORRUPT, verify_t(dir, t, &vs, problem, sizeof(problem)));
+  ASSERT_CONTAINS(problem, "rank-0.bin: SHA-256");
+  ASSERT_EQ(0u, vs.trusted);
+  /* Flipped back: hashed once, good, then trusted again. */
+  flip(shard, 1000);
+  ASSERT_OK(verify_t(dir, t, &vs, problem, sizeof(problem)));
+  ASSERT_EQ(1u, vs.hashed);
+  ASSERT_EQ(0u, vs.trusted);
+  ASSERT_OK(verify_t(dir, t, &vs, problem, sizeof(problem)));
+  ASSERT_EQ(0u, vs.hashed);
+  ASSERT_EQ(1u, vs.trusted);
+  /* Any change of the inode (here only its times) costs a hash. */
+  ASSERT_EQ(0, utimensat(AT_FDCWD, shard, NULL, 0));
+  ASSERT_OK(verify_t(dir, t, &vs, problem, sizeof(problem)));
+  ASSERT_EQ(1u, vs.hashed);
+
+  /* A shard changed after its manifest is not learnt from the commit. */
+  ASSERT_OK(ckpt_trust_new(&t2));
+  ASSERT_OK(ckpt_trust_learn(t2, dir, 5, NULL, 0, &learnt));
+  ASSERT_EQ(0, learnt);
+  ASSERT_OK(verify_t(dir, t2, &vs, problem, sizeof(problem)));
+  ASSERT_EQ(1u, vs.hashed);
+  ASSERT_EQ(CKPT_EINCOMPLETE, ckpt_trust_learn(t2, dir, 6, NULL, 0, NULL));
+  ckpt_trust_free(t2);
+  ckpt_trust_free(t);
+
+  /* ckpt_load: the hash is skipped only for the step launch verified. */
+  flip(shard, 1000);
+  ASSERT_OK(setenv("LAUNCH_CKPT_VERIFIED", "5", 1));
+  memset(buf, 0, n);
+  ASSERT_OK(ckpt_load(c, 5, &iov, 1));
+  {
+    unsigned char *want = malloc(n);
+    fill(want, n, 5, 0);
+    want[1000] ^= 0x01; /* what the file holds, read without a hash */
+    ASSERT_MEM_EQ(want, buf, n);
+    free(want);
+  }
+  ASSERT_OK(setenv("LAUNCH_CKPT_VERIFIED", "4", 1));
+  ASSERT_EQ(CKPT_ECORRUPT, ckpt_load(c, 5, &iov, 1));
+  ASSERT_OK(setenv("LAUNCH_CKPT_VERIFIED", "", 1));
+  ASSERT_EQ(CKPT_ECORRUPT, ckpt_load(c, 5, &iov, 1));
+  ASSERT_OK(unsetenv("LAUNCH_CKPT_VERIFIED"));
+  ASSERT_EQ(CKPT_ECORRUPT, ckpt_load(c, 5, &iov, 1));
+  ckpt_close(c);
+  free(buf);
+}
+
 int main(void) {
   int fds = test_fd_count();
   const char *root = test_tmpdir();
@@ -576,6 +683,7 @@ int main(void) {
   test_node_local(root);
   test_elastic(root);
   test_agent(root);
+  test_trust(root);
   test_bad_input(root);
   test_kill(store_pid);
   ASSERT_EQ(fds, test_fd_count());
