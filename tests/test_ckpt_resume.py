@@ -181,15 +181,19 @@ def resumed_step(out):
     return int(m[-1]) if m else None
 
 
+def flip_byte(path, at=1000):
+    """One bit flipped by a write, as a disk error or a stray writer."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x01]))
+
+
 def test_corrupt_shard(srv, d):
     ck = os.path.join(d, "corrupt-ck")
     run_to_end(Job(srv, d, "corrupt1", 20, 5, {2: ck, 3: ck}))
-    shard = os.path.join(ck, "step-15", "rank-2.bin")
-    with open(shard, "r+b") as f:
-        f.seek(1000)
-        b = f.read(1)
-        f.seek(1000)
-        f.write(bytes([b[0] ^ 0x01]))
+    flip_byte(os.path.join(ck, "step-15", "rank-2.bin"))
     job = Job(srv, d, "corrupt2", 25, 5, {2: ck, 3: ck})
     out = run_to_end(job)
     assert re.search(r"warning: checkpoint step 15 on h3 is not usable: "
@@ -256,12 +260,7 @@ def test_corrupt_live_agent(srv, d):
             [("15", "0", "2")] * 2 + [("15", "2", "0")] * 2, out
         # A byte flipped while the agents live, then a restart: hashed
         # again, caught, named; the job resumes from step 10 and trains.
-        shard = os.path.join(ck, "step-15", "rank-2.bin")
-        with open(shard, "r+b") as f:
-            f.seek(1000)
-            b = f.read(1)
-            f.seek(1000)
-            f.write(bytes([b[0] ^ 0x01]))
+        flip_byte(os.path.join(ck, "step-15", "rank-2.bin"))
         open(go, "w").close()
         kill_worker(3)
         rcs = job.wait(300)
