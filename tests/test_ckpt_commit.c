@@ -12,6 +12,8 @@
  *    verification is trusted while its stat identity is unchanged, hashed
  *    again after any write (a flipped byte is then caught); ckpt_load
  *    skips the hash only for the step $LAUNCH_CKPT_VERIFIED names;
+ *  - the shard writer, O_DIRECT (aligned buffers or not, sizes that are not
+ *    a multiple of the block) and through the page cache;
  *  - bad input: a missing directory, a bad LAUNCH_RESUME_STEP. */
 #include <fcntl.h>
 #include <pthread.h>
@@ -674,6 +676,61 @@ static void test_trust(const char *root) {
   free(buf);
 }
 
+/* ---- the shard writer's paths ---------------------------------------------------------- */
+
+/* Every way the buffers can meet the O_DIRECT writer (aligned or not, one
+ * buffer or several straddling its chunks, a size that is or is not a
+ * multiple of the block, below its threshold) and the page-cache path
+ * ($LAUNCH_CKPT_DIRECT=0): the file holds exactly the bytes, its SHA-256
+ * is the manifest's, and it loads back. */
+static void test_writer_paths(const char *root) {
+  static const size_t sizes[] = {100000, (8u << 20), (20u << 20) + 123,
+                                 (3u << 20) + 4096};
+  char dir[512];
+  unsigned char *mem, *got;
+  size_t cap = (21u << 20) + 8192;
+  int64_t step = 1;
+  ASSERT_EQ(0, posix_memalign((void **)&mem, 4096, cap));
+  got = malloc(cap);
+  snprintf(dir, sizeof(dir), "%s/writer", root);
+  for (int direct = 1; direct >= 0; direct--) {
+    ckpt_t *c;
+    if (!direct)
+      ASSERT_OK(setenv("LAUNCH_CKPT_DIRECT", "0", 1));
+    c = open_ckpt(dir, 0, 1, 0, NULL, 0, 0);
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+      for (int shape = 0; shape < 3; shape++, step++) {
+        size_t n = sizes[si];
+        /* 0: one aligned buffer; 1: one buffer 16 bytes off; 2: three
+         * pieces whose borders fall inside the writer's chunks. */
+        unsigned char *b = mem + (shape == 1 ? 16 : 0);
+        struct iovec iov[3], back = {got, n};
+        int cnt = shape == 2 ? 3 : 1;
+        struct stat st;
+        char leaf[64];
+        fill(b, n, step, 0);
+        iov[0].iov_base = b;
+        iov[0].iov_len = shape == 2 ? n / 3 + 5 : n;
+        iov[1].iov_base = b + iov[0].iov_len;
+        iov[1].iov_len = n / 3;
+        iov[2].iov_base = b + iov[0].iov_len + iov[1].iov_len;
+        iov[2].iov_len = n - iov[0].iov_len - iov[1].iov_len;
+        ASSERT_OK(ckpt_save(c, step, iov, cnt));
+        snprintf(leaf, sizeof(leaf), "step-%lld/rank-0.bin", (long long)step);
+        ASSERT_EQ(0, stat(path(dir, leaf), &st));
+        ASSERT_EQ((long long)n, (long long)st.st_size);
+        ASSERT_EQ(0, ckpt_verify_step(dir, step, NULL, 0, NULL, 0));
+        memset(got, 0, n);
+        ASSERT_OK(ckpt_load(c, step, &back, 1));
+        ASSERT_MEM_EQ(b, got, n);
+      }
+    ckpt_close(c);
+  }
+  ASSERT_OK(unsetenv("LAUNCH_CKPT_DIRECT"));
+  free(mem);
+  free(got);
+}
+
 int main(void) {
   int fds = test_fd_count();
   const char *root = test_tmpdir();
@@ -684,6 +741,7 @@ int main(void) {
   test_elastic(root);
   test_agent(root);
   test_trust(root);
+  test_writer_paths(root);
   test_bad_input(root);
   test_kill(store_pid);
   ASSERT_EQ(fds, test_fd_count());
