@@ -138,6 +138,11 @@ int ck_mkdir_durable(const char *path);
  * fsync dir. RET 0 or -errno. */
 int ck_write_atomic(const char *dir, const char *name, const void *data,
                     size_t len);
+/* The same, its ctime made later than after_ns (waiting for the file
+ * system's clock to tick, a few ms at most): the manifest's, later than
+ * any shard it lists (ckpt_trust_learn). after_ns < 0: no wait. */
+int ck_write_atomic_after(const char *dir, const char *name, const void *data,
+                          size_t len, int64_t after_ns);
 /* The shard writer: the buffers into dir/name the same way, SHA-256
  * computed on a second thread while writing, write-back started early
  * (sync_file_range) so that the final fsync does not stall.

@@ -149,8 +149,8 @@ static int ck_publish(int fd, const char *tmp, const char *dir,
   return rc;
 }
 
-int ck_write_atomic(const char *dir, const char *name, const void *data,
-                    size_t len) {
+int ck_write_atomic_after(const char *dir, const char *name, const void *data,
+                          size_t len, int64_t after_ns) {
   char tmp[4096];
   int fd, rc;
   if ((rc = ck_tmp_name(tmp, sizeof(tmp), dir, name)) != 0)
@@ -163,7 +163,23 @@ int ck_write_atomic(const char *dir, const char *name, const void *data,
     unlink(tmp);
     return rc;
   }
+  /* The file system's clock advances by ticks: wait for the next one (a
+   * few ms at most) so that this file's ctime is strictly later. */
+  for (int i = 0; i < 100 && after_ns >= 0; i++) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 ||
+        (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec >
+            after_ns)
+      break;
+    usleep(1000);
+    (void)futimens(fd, NULL);
+  }
   return ck_publish(fd, tmp, dir, name);
+}
+
+int ck_write_atomic(const char *dir, const char *name, const void *data,
+                    size_t len) {
+  return ck_write_atomic_after(dir, name, data, len, -1);
 }
 
 /* ---- SHA-256 on a second thread ---------------------------------------------- */

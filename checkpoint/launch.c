@@ -578,6 +578,7 @@ int ck_finalise(const ck_final_t *f, const ck_log_t *log, char *err,
   char sdir[4096], mpath[4096], *text = NULL, *old = NULL;
   size_t len, oldlen;
   double tmax = 0;
+  int64_t newest_ctime = -1;
   int rc;
   if ((rc = ck_step_path(sdir, sizeof(sdir), f->dir, f->step, NULL)) != 0)
     return rc;
@@ -592,16 +593,24 @@ int ck_finalise(const ck_final_t *f, const ck_log_t *log, char *err,
               (long long)f->step, r);
       return CKPT_EFORMAT;
     }
-    if (ck_join(path, sizeof(path), sdir, rec->file) == 0 &&
-        stat(path, &st) == 0 && (uint64_t)st.st_size != rec->size) {
+    if (rec->time > tmax)
+      tmax = rec->time;
+    if (ck_join(path, sizeof(path), sdir, rec->file) != 0 ||
+        stat(path, &st) != 0)
+      continue; /* another node's (node-local storage) */
+    {
+      ck_fid_t id;
+      ck_fid_of(&st, &id);
+      if (id.ctime_ns > newest_ctime)
+        newest_ctime = id.ctime_ns;
+    }
+    if ((uint64_t)st.st_size != rec->size) {
       lu_errf(err, errlen, "step-%lld/%s: %llu bytes, rank %d committed "
               "%llu: not finalised", (long long)f->step, rec->file,
               (unsigned long long)st.st_size, r,
               (unsigned long long)rec->size);
       return CKPT_ECORRUPT;
     }
-    if (rec->time > tmax)
-      tmax = rec->time;
   }
   memset(&m, 0, sizeof(m));
   lu_strlcpy(m.job, f->job ? f->job : "", sizeof(m.job));
@@ -623,7 +632,8 @@ int ck_finalise(const ck_final_t *f, const ck_log_t *log, char *err,
         oldlen == len && memcmp(old, text, len) == 0)
       rc = 0; /* another node finalised it already (shared storage) */
     else
-      rc = ck_write_atomic(sdir, CK_MANIFEST, text, len);
+      rc = ck_write_atomic_after(sdir, CK_MANIFEST, text, len,
+                                 newest_ctime);
   }
   free(old);
   free(text);

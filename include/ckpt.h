@@ -174,7 +174,9 @@ CKPT_EXTERN void ckpt_trust_free(ckpt_trust_t *t);
  * this process saw committed: their SHA from the manifest, for the shards
  * last changed (ctime) strictly before the manifest was written, so that
  * no write after the commit goes unseen. Others are left out (hashed at
- * the next verification). OUT *learnt (may be NULL): shards remembered.
+ * the next verification; the finaliser writes the manifest a tick of the
+ * file system's clock after the newest shard, so a commit's shards all
+ * qualify). OUT *learnt (may be NULL): shards remembered.
  * RET 0, CKPT_EINCOMPLETE (no manifest), CKPT_EFORMAT, -errno. */
 CKPT_EXTERN int ckpt_trust_learn(ckpt_trust_t *t, const char *dir,
                                  int64_t step, const int *ranks,
