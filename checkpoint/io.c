@@ -39,6 +39,7 @@
 #define CK_ALIGN 4096u           /* O_DIRECT: offsets, lengths, addresses */
 #define CK_DIRECT_MIN (1u << 20) /* smaller shards go through the cache */
 #define CK_DIRECT_BUFS 3         /* aligned chunks filled while one is written */
+#define CK_AHEAD (4 * CK_CHUNK)   /* reading: asked of the disk ahead of use */
 
 void ck_problem(char *problem, size_t n, const char *fmt, ...) {
   va_list ap;
@@ -589,6 +590,15 @@ int ck_write_shard(const char *dir, const char *name, const struct iovec *iov,
 
 /* ---- reading ------------------------------------------------------------------------ */
 
+/* Reading sequentially: have the kernel fetch [off, off + CK_AHEAD) while
+ * this chunk is consumed (its own read-ahead window is far smaller), so
+ * that the disk always has work queued. */
+static void ck_read_ahead(int fd, uint64_t off, uint64_t total) {
+  if (off < total && off % CK_CHUNK == 0)
+    (void)posix_fadvise(fd, (off_t)off, (off_t)LU_MIN(CK_AHEAD, total - off),
+                        POSIX_FADV_WILLNEED);
+}
+
 static int ck_read_all(int fd, char *p, size_t n) {
   while (n > 0) {
     ssize_t r = read(fd, p, n);
@@ -636,7 +646,10 @@ static int ck_read_into(const char *path, const struct iovec *iov,
     char *p = iov[i].iov_base;
     size_t left = iov[i].iov_len;
     while (left > 0) {
-      size_t n = left < CK_CHUNK ? left : CK_CHUNK;
+      size_t n = (size_t)LU_MIN((uint64_t)left,
+                                CK_CHUNK - done % CK_CHUNK);
+      if (done % CK_CHUNK == 0)
+        ck_read_ahead(fd, done + CK_CHUNK, total);
       if ((rc = ck_read_all(fd, p, n)) != 0)
         break;
       p += n;
@@ -702,7 +715,9 @@ int ck_hash_file_id(const char *path, uint64_t *size, char *sha,
     goto out;
   }
   for (;;) {
-    ssize_t r = read(fd, buf, cap);
+    ssize_t r;
+    ck_read_ahead(fd, total + cap, before.size);
+    r = read(fd, buf, cap);
     if (r < 0) {
       if (errno == EINTR)
         continue;
