@@ -168,3 +168,19 @@ int ckpt_trust_learn(ckpt_trust_t *t, const char *dir, int64_t step,
   ck_manifest_free(&m);
   return 0;
 }
+
+int ckpt_latest_step(const char *dir, int64_t *step) {
+  char p[4096], *data;
+  size_t len;
+  int rc;
+  *step = -1;
+  if ((rc = ck_join(p, sizeof(p), dir, CK_LATEST)) != 0)
+    return rc;
+  if ((rc = lu_read_file(p, CK_SMALL_MAX, &data, &len)) != 0)
+    return rc == RDZV_ETOOBIG ? CKPT_EFORMAT : rc;
+  rc = ck_latest_decode(data, len, step);
+  free(data);
+  if (rc != 0)
+    *step = -1;
+  return rc;
+}

@@ -182,6 +182,10 @@ CKPT_EXTERN int ckpt_trust_learn(ckpt_trust_t *t, const char *dir,
                                  int64_t step, const int *ranks,
                                  size_t nranks, int *learnt);
 
+/* Launch layout: the step dir's `latest` names. RET 0, -ENOENT (none),
+ * CKPT_EFORMAT, -errno. */
+CKPT_EXTERN int ckpt_latest_step(const char *dir, int64_t *step);
+
 /* What a verification did. */
 typedef struct ckpt_verify_stats_s {
   uint32_t hashed;         /* shards read and hashed */

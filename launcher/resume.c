@@ -472,21 +472,13 @@ out:
  * after a worker's death need not read them again. Cheap: a manifest and
  * a stat per shard, and only when `latest` moved. */
 static void learn_latest(resume_t *r, const int *ranks) {
-  char p[4096], *data;
-  size_t len;
   int64_t step;
   if (r->trust == NULL || r->o->ckpt_layout > CKPT_LAYOUT_LAUNCH ||
-      snprintf(p, sizeof(p), "%s/latest", r->o->ckpt_dir) >= (int)sizeof(p))
+      ckpt_latest_step(r->o->ckpt_dir, &step) != 0 || step == r->learnt_step)
     return;
-  if (lu_read_file(p, 64, &data, &len) != 0)
-    return;
-  if (len > 6 && memcmp(data, "step-", 5) == 0 &&
-      lu_parse_i64(data + 5, len - 5 - (data[len - 1] == '\n'), &step) == 0 &&
-      step >= 0 && step != r->learnt_step &&
-      ckpt_trust_learn(r->trust, r->o->ckpt_dir, step, ranks,
+  if (ckpt_trust_learn(r->trust, r->o->ckpt_dir, step, ranks,
                        (size_t)r->rr.nproc, NULL) == 0)
     r->learnt_step = step;
-  free(data);
 }
 
 static void commit_work(uv_work_t *w) {

@@ -605,6 +605,16 @@ static void test_trust(const char *root) {
   c = open_ckpt(dir, 0, 1, 0, NULL, 0, 0);
   fill(buf, n, 5, 0);
   ASSERT_OK(ckpt_save(c, 5, &iov, 1));
+  {
+    int64_t latest;
+    ASSERT_OK(ckpt_latest_step(dir, &latest));
+    ASSERT_EQ(5, latest);
+    ASSERT_EQ(-ENOENT, ckpt_latest_step(path(dir, "step-5"), &latest));
+    ASSERT_EQ(-1, latest);
+    ASSERT_EQ(0, mkdir(path(root, "trust-bad"), 0755));
+    write_file(path(root, "trust-bad/latest"), "step-x\n", 7);
+    ASSERT_EQ(CKPT_EFORMAT, ckpt_latest_step(path(root, "trust-bad"), &latest));
+  }
 
   /* Learnt from the commit (its manifest is always younger than its
    * shards, even within a tick of the clock): trusted without reading. */
