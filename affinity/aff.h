@@ -9,7 +9,10 @@
  *                           the loop starts). GPUs by PCI bus id in CUDA's
  *                           order, honouring CUDA_VISIBLE_DEVICES and
  *                           CUDA_DEVICE_ORDER; each GPU's NUMA node, local
- *                           cores, PCIe link, closest NIC.
+ *                           cores, PCIe link, closest NIC. What hwloc
+ *                           and sysfs found is kept for the boot
+ *                           (aff_tcache.c; LAUNCH_TOPO_CACHE=0: off) and
+ *                           the next start reads that instead.
  *   2. aff_policy_parse()   from --cpu-bind / --mem-bind.
  *   3. aff_plan_new()       before forking: one aff_binding_t per local rank,
  *                           fully precomputed (CPU mask, node mask, the

@@ -48,6 +48,29 @@ static int usable_dir(const char *dir, int own) {
   return (sb.st_mode & S_ISVTX) || (sb.st_mode & 0022) == 0;
 }
 
+/* The full topology's cache (aff_tcache.c) wants a directory nobody else
+ * can list or write: $XDG_RUNTIME_DIR, else launch-<uid> (made 0700 when
+ * missing) in /dev/shm, else in /tmp. */
+int aff__cache_dir(char *out, size_t n) {
+  static const char *const shared[] = {"/dev/shm", "/tmp"};
+  const char *x = getenv("XDG_RUNTIME_DIR");
+  struct stat sb;
+  if (usable_dir(x, 1))
+    return (size_t)snprintf(out, n, "%s", x) < n ? 0 : -1;
+  for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {
+    if (!usable_dir(shared[i], 0) ||
+        (size_t)snprintf(out, n, "%s/launch-%u", shared[i],
+                         (unsigned)geteuid()) >= n)
+      continue;
+    if (mkdir(out, 0700) != 0 && errno != EEXIST)
+      continue;
+    if (lstat(out, &sb) == 0 && S_ISDIR(sb.st_mode) &&
+        sb.st_uid == geteuid() && (sb.st_mode & 0077) == 0)
+      return 0;
+  }
+  return -1;
+}
+
 static int cache_path(char *out, size_t n) {
   const char *x = getenv("XDG_RUNTIME_DIR");
   const char *dir = usable_dir(x, 1) ? x
@@ -71,12 +94,31 @@ static int cache_key(const aff_topo_t *t, char *boot, size_t bn, char *drv,
   return 0;
 }
 
+int aff__cache_write(const char *path, const char *text, size_t len) {
+  char tmp[600];
+  int fd, rc = -1;
+  if ((size_t)snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= sizeof(tmp))
+    return -1;
+  if ((fd = mkstemp(tmp)) >= 0) {
+    if (fchmod(fd, 0600) == 0 && write(fd, text, len) == (ssize_t)len &&
+        close(fd) == 0) {
+      fd = -1;
+      rc = rename(tmp, path) == 0 ? 0 : -1;
+    }
+    if (fd >= 0)
+      close(fd);
+    if (rc != 0)
+      unlink(tmp);
+  }
+  return rc;
+}
+
 int aff__cache_store(const aff_topo_t *t) {
-  char path[512], tmp[560], boot[64], drv[256];
+  char path[512], boot[64], drv[256];
   lu_buf_t b = LU_BUF_INIT;
   char *text = NULL;
   size_t len = 0;
-  int fd, rc = -1, known = 0;
+  int rc, known = 0;
   if (t->nnvml <= 0 || cache_path(path, sizeof(path)) != 0 ||
       cache_key(t, boot, sizeof(boot), drv, sizeof(drv)) != 0)
     return -1;
@@ -101,33 +143,20 @@ int aff__cache_store(const aff_topo_t *t) {
     lu_buf_puts(&b, "nvlink-known\n");
   if (lu_buf_finish(&b, &text, &len) != 0)
     return -1;
-  snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path);
-  if ((fd = mkstemp(tmp)) >= 0) {
-    if (fchmod(fd, 0600) == 0 && write(fd, text, len) == (ssize_t)len &&
-        close(fd) == 0) {
-      fd = -1;
-      rc = rename(tmp, path) == 0 ? 0 : -1;
-    }
-    if (fd >= 0)
-      close(fd);
-    if (rc != 0)
-      unlink(tmp);
-  }
+  rc = aff__cache_write(path, text, len);
   free(text);
   return rc;
 }
 
-/* The cache file's text when it may be trusted (see the top), else NULL. */
-static char *cache_read(void) {
-  char path[512], *text;
+char *aff__cache_read(const char *path, size_t max, size_t *len) {
+  char *text;
   struct stat sb;
   ssize_t r;
   int fd;
-  if (cache_path(path, sizeof(path)) != 0 ||
-      (fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+  if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
     return NULL;
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid() ||
-      (sb.st_mode & 0022) != 0 || sb.st_size <= 0 || sb.st_size > CACHE_MAX ||
+      (sb.st_mode & 0022) != 0 || sb.st_size <= 0 || (size_t)sb.st_size > max ||
       (text = malloc((size_t)sb.st_size + 1)) == NULL) {
     close(fd);
     return NULL;
@@ -139,7 +168,17 @@ static char *cache_read(void) {
     return NULL;
   }
   text[r] = '\0';
+  if (len)
+    *len = (size_t)r;
   return text;
+}
+
+/* The cache file's text when it may be trusted (see the top), else NULL. */
+static char *cache_read(void) {
+  char path[512];
+  return cache_path(path, sizeof(path)) == 0
+             ? aff__cache_read(path, CACHE_MAX, NULL)
+             : NULL;
 }
 
 static int find_all(const aff_topo_t *t, const char *busid) {

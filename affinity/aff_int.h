@@ -29,7 +29,12 @@ typedef struct aff_gpu_probe_s {
 typedef struct aff_iopath_s {
   int n;                        /* 0: unknown, paths fall back to NUMA */
   char id[AFF_PCI_DEPTH][16];
-  hwloc_obj_t loc;              /* non-I/O locality, NULL unknown */
+  /* The non-I/O object the host bridge hangs under, as numbers that
+   * outlive the hwloc tree (a cached topology has none): its gp_index + 1
+   * (0: unknown), and that of its ancestor just below the Machine (0 when
+   * it is the Machine itself). */
+  uint64_t loc_id;
+  uint64_t loc_top;
   unsigned long loc_group;      /* non-zero: the I/O Group hwloc would insert
                                    below loc for these local CPUs (a hash
                                    of them) */
@@ -41,6 +46,8 @@ struct aff_topo_s {
   int io_sysfs;                /* GPUs, NICs and PCIe paths from sysfs (no
                                   hwloc I/O objects: no export) */
   int sysfs_reads;             /* link widths, IB ports read under root */
+  int from_cache;              /* CPUs, GPUs, NICs from aff_tcache.c: no
+                                  hwloc tree (hw is NULL) */
   char source[320];
   char hostname[128];
   char root[256];              /* "" = "/" */
@@ -62,6 +69,8 @@ struct aff_topo_s {
   aff_cpuset_t numa_cpus[AFF_MAX_NUMA];
   int ncpus, ncores;
   aff_cpuset_t allowed;        /* CPUs the plan may use */
+  int ncore_sets;              /* the cores (PUs when hwloc has no cores) */
+  aff_cpuset_t *core_sets;     /* in hwloc's logical order; malloc'd */
   uint64_t nvlink[AFF_MAX_GPUS][AFF_MAX_GPUS]; /* MB/s, by visible index */
   int nvlink_known;
   /* what NVML said, by NVML index */
@@ -78,6 +87,8 @@ void aff__topo_warn(aff_topo_t *t, const char *fmt, ...) LU_PRINTF(2, 3);
 aff_path_t aff__io_path(const aff_iopath_t *a, const aff_iopath_t *b,
                         int numa_a, int numa_b);
 aff_path_t aff__nic_path(const aff_topo_t *t, int a, int b);
+/* io->loc_id and io->loc_top of the non-I/O object o (NULL: unknown). */
+void aff__set_loc(aff_iopath_t *io, hwloc_obj_t o);
 /* hwloc bitmap -> our set */
 void aff__from_hwloc(aff_cpuset_t *d, hwloc_const_bitmap_t b);
 
@@ -115,6 +126,10 @@ void aff__sort_all(aff_topo_t *t);
  * from sysfs and /proc/driver/nvidia under t->root; t->hw holds the CPU
  * tree only. GPU libraries are not loaded. */
 void aff__sysfs_scan(aff_topo_t *t, lu_log_t *log);
+/* What changes while the machine runs, read again for the devices of a
+ * cached topology: PCIe link widths and speeds, IB port states, rates and
+ * link layers. */
+void aff__sysfs_refresh(aff_topo_t *t);
 
 /* aff_gpu.c: the driver version of /proc/driver/nvidia/version under root
  * (NULL = "/"), "550.54.15"; out untouched when there is none. */
@@ -151,5 +166,39 @@ int aff__cuda_of_driver(const char *driver);
  * and filled memory sizes and NVLink of t's GPUs, else 0. */
 int aff__cache_store(const aff_topo_t *t);
 int aff__cache_apply(aff_topo_t *t);
+
+/* aff_cache.c, for both caches:
+ * cache_dir: a directory only this user can enter (aff_tcache.c's file).
+ *   RET 0 or -1 (none usable).
+ * cache_read: the text of path (NUL-terminated, *len its length) when it
+ *   is a regular file of this user that nobody else may write, of at most
+ *   max bytes, opened without following a link; else NULL.
+ * cache_write: text to a temporary file of path's directory (0600), then
+ *   renamed over path. RET 0 or -1 (nothing left behind). */
+int aff__cache_dir(char *out, size_t n);
+char *aff__cache_read(const char *path, size_t max, size_t *len);
+int aff__cache_write(const char *path, const char *text, size_t len);
+
+/* aff_tcache.c: the discovered topology (CPUs, NUMA nodes, cores, GPUs,
+ * NICs, PCIe paths: what aff__sysfs_scan and hwloc's CPU discovery give)
+ * for this boot and these inputs, so that the next start loads no hwloc
+ * tree and walks no sysfs (docs in the file).
+ * key: the key text for t's inputs (boot, driver, affinity, cgroup, ...);
+ *   RET 0 or -1 (no boot id: no cache).
+ * encode: key + t's discovered state as the file's text (malloc'd).
+ * decode: fill t from text when its key is `key` and every line is well
+ *   formed; RET 0, else -1 with t's discovered state cleared.
+ * load/store: the file itself; load RET 1 when t was filled from it. */
+int aff__tcache_key(const aff_topo_t *t, const char *xml, char **key);
+int aff__tcache_encode(const aff_topo_t *t, const char *key, char **text,
+                       size_t *len);
+int aff__tcache_decode(aff_topo_t *t, const char *key, const char *text,
+                       size_t len);
+/* The checksum of the "end" line (FNV-1a 64 of the bytes before it). */
+uint64_t aff__tcache_sum(const char *p, size_t n);
+int aff__tcache_load(aff_topo_t *t, const char *key, lu_log_t *log);
+int aff__tcache_store(const aff_topo_t *t, const char *key, lu_log_t *log);
+/* 0 when LAUNCH_TOPO_CACHE says off ("0", "off", "no", "false"). */
+int aff__tcache_enabled(void);
 
 #endif /* AFF_INT_H */

@@ -247,8 +247,11 @@ static void under(const char *root, const char *path, char *out, size_t cap) {
 }
 
 /* A whole file of at most max bytes, or NULL. Read to its end, not by its
- * size: /proc's files (the GPUs' information) say 0. */
-static char *slurp(const char *path, size_t max, size_t *len) {
+ * size: /proc's files (the GPUs' information) say 0. Not inlined: gcc 12
+ * then takes pointers into the buffer for pointers to the local `b`
+ * (-Wdangling-pointer, an error with -Werror). */
+__attribute__((noinline)) static char *slurp(const char *path, size_t max,
+                                             size_t *len) {
   char *b = NULL;
   return lu_read_file(path, max, &b, len) == 0 ? b : NULL;
 }

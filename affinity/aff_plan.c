@@ -144,16 +144,8 @@ static int nic_for_numa(const aff_topo_t *t, int numa) {
 static int cores_in(const aff_topo_t *t, const aff_cpuset_t *within,
                     aff_cpuset_t *cores, int max) {
   int n = 0;
-  int depth = hwloc_get_type_depth(t->hw, HWLOC_OBJ_CORE);
-  hwloc_obj_type_t type = HWLOC_OBJ_CORE;
-  if (depth == HWLOC_TYPE_DEPTH_UNKNOWN)
-    type = HWLOC_OBJ_PU;
-  for (unsigned i = 0;; i++) {
-    hwloc_obj_t c = hwloc_get_obj_by_type(t->hw, type, i);
-    aff_cpuset_t s;
-    if (c == NULL || n >= max)
-      break;
-    aff__from_hwloc(&s, c->cpuset);
+  for (int i = 0; i < t->ncore_sets && n < max; i++) {
+    aff_cpuset_t s = t->core_sets[i];
     aff_cpuset_and(&s, within);
     if (aff_cpuset_count(&s) > 0)
       cores[n++] = s;

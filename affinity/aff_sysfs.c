@@ -190,7 +190,7 @@ static int bus_locality(const aff_topo_t *t, const aff_cpuset_t *local,
   if (set == NULL || nodes == NULL) {
     hwloc_bitmap_free(set);
     hwloc_bitmap_free(nodes);
-    io->loc = NULL;
+    aff__set_loc(io, NULL);
     return -1;
   }
   if (local)
@@ -224,14 +224,14 @@ static int bus_locality(const aff_topo_t *t, const aff_cpuset_t *local,
         aff__from_hwloc(cpus, set);
         if (hwloc_bitmap_weight(nodes) == 1)
           node = hwloc_bitmap_first(nodes);
-        io->loc = lp;
+        aff__set_loc(io, lp);
         hwloc_bitmap_free(set);
         hwloc_bitmap_free(nodes);
         return node;
       }
     }
   }
-  io->loc = lp;
+  aff__set_loc(io, lp);
   aff__from_hwloc(cpus, lp->cpuset);
   if (lp->nodeset && hwloc_bitmap_weight(lp->nodeset) == 1)
     node = hwloc_bitmap_first(lp->nodeset);
@@ -512,4 +512,14 @@ static void scan_nics(aff_topo_t *t) {
 void aff__sysfs_scan(aff_topo_t *t, lu_log_t *log) {
   scan_gpus(t, log);
   scan_nics(t);
+}
+
+void aff__sysfs_refresh(aff_topo_t *t) {
+  for (int i = 0; i < t->nall; i++)
+    link_of(t, t->all[i].busid, &t->all[i].link);
+  for (int k = 0; k < t->nnics; k++) {
+    link_of(t, t->nics[k].busid, &t->nics[k].link);
+    if (t->nics[k].hca[0])
+      aff__nic_ports(t, NULL, &t->nics[k]);
+  }
 }

@@ -188,7 +188,7 @@ static void io_from_obj(const aff_topo_t *t, hwloc_obj_t o, aff_iopath_t *io) {
       break;
     }
   }
-  io->loc = hwloc_get_non_io_ancestor_obj(t->hw, o);
+  aff__set_loc(io, hwloc_get_non_io_ancestor_obj(t->hw, o));
 }
 
 /* ---- GPUs -------------------------------------------------------------------------- */
@@ -574,14 +574,21 @@ static void finish_nics(aff_topo_t *t) {
 
 /* ---- paths --------------------------------------------------------------------------- */
 
+void aff__set_loc(aff_iopath_t *io, hwloc_obj_t o) {
+  hwloc_obj_t top = o;
+  io->loc_id = o ? o->gp_index + 1 : 0;
+  while (top && top->parent && top->parent->parent)
+    top = top->parent;
+  io->loc_top = top && top->parent ? top->gp_index + 1 : 0;
+}
+
 /* True when the CPU objects two host bridges hang under meet at the
- * Machine: across packages. */
+ * Machine (the root, hwloc 2's only Machine): across packages. They meet
+ * below it when both sit under the same child of the root. */
 static int loc_meet_at_machine(const aff_iopath_t *a, const aff_iopath_t *b) {
-  hwloc_obj_t anc;
-  if (a->loc_group && a->loc_group == b->loc_group && a->loc == b->loc)
+  if (a->loc_group && a->loc_group == b->loc_group && a->loc_id == b->loc_id)
     return 0; /* the same I/O Group */
-  anc = hwloc_get_common_ancestor_obj(NULL, a->loc, b->loc);
-  return anc == NULL || anc->type == HWLOC_OBJ_MACHINE;
+  return a->loc_top == 0 || b->loc_top == 0 || a->loc_top != b->loc_top;
 }
 
 aff_path_t aff__io_path(const aff_iopath_t *a, const aff_iopath_t *b,
@@ -600,7 +607,7 @@ aff_path_t aff__io_path(const aff_iopath_t *a, const aff_iopath_t *b,
         return da <= 2 && db <= 2 ? AFF_PATH_PIX : AFF_PATH_PXB;
       }
   }
-  if (a->n == 0 || b->n == 0 || a->loc == NULL || b->loc == NULL) {
+  if (a->n == 0 || b->n == 0 || a->loc_id == 0 || b->loc_id == 0) {
     if (numa_a < 0 || numa_b < 0)
       return AFF_PATH_UNKNOWN;
     return numa_a == numa_b ? AFF_PATH_NODE : AFF_PATH_SYS;
@@ -651,7 +658,9 @@ static int visible_by_busid(const aff_topo_t *t, const char *busid) {
 static void scan_nvlink(aff_topo_t *t) {
   struct hwloc_distances_s *d[4];
   unsigned nr = 4;
-  if (hwloc_distances_get_by_name(t->hw, "NVLinkBandwidth", &nr, d, 0) == 0) {
+  /* (a cached topology is a sysfs one: hwloc has no GPU objects there) */
+  if (t->hw &&
+      hwloc_distances_get_by_name(t->hw, "NVLinkBandwidth", &nr, d, 0) == 0) {
     for (unsigned k = 0; k < nr && k < 4; k++) {
       int map[256];
       unsigned nb = d[k]->nbobjs;
@@ -902,11 +911,99 @@ static int topology_init(hwloc_topology_t *hw, int io_hwloc) {
   return rc;
 }
 
+/* The cores in hwloc's logical order (the PUs when it has no cores), for
+ * aff_plan.c's core split. RET 0 or RDZV_ENOMEM. */
+static int core_sets(aff_topo_t *t) {
+  hwloc_obj_type_t type = HWLOC_OBJ_CORE;
+  int n;
+  if (hwloc_get_type_depth(t->hw, HWLOC_OBJ_CORE) == HWLOC_TYPE_DEPTH_UNKNOWN)
+    type = HWLOC_OBJ_PU;
+  n = hwloc_get_nbobjs_by_type(t->hw, type);
+  if (n <= 0)
+    return 0;
+  if ((t->core_sets = calloc((size_t)n, sizeof(*t->core_sets))) == NULL)
+    return RDZV_ENOMEM;
+  for (int i = 0; i < n; i++) {
+    hwloc_obj_t c = hwloc_get_obj_by_type(t->hw, type, (unsigned)i);
+    if (c == NULL)
+      break;
+    aff__from_hwloc(&t->core_sets[t->ncore_sets++], c->cpuset);
+  }
+  return 0;
+}
+
+/* hwloc's part: the CPU tree (live, or the XML), host name, PUs, cores,
+ * NUMA nodes, the CPUs hwloc allows. RET 0, or RDZV_* with err set. */
+static int load_hwloc(aff_topo_t *t, const aff_topo_opts_t *opts, int io_hwloc,
+                      char *err, size_t errlen) {
+  aff_topo_opts_t o = *opts;
+  const char *hn;
+  if (topology_init(&t->hw, io_hwloc) != 0) {
+    t->hw = NULL;
+    return RDZV_ENOMEM;
+  }
+  /* Keep the PCI devices and OS devices (hwloc drops them by default). */
+  if (io_hwloc)
+    hwloc_topology_set_io_types_filter(t->hw, o.xml ? HWLOC_TYPE_FILTER_KEEP_ALL
+                                                    : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  /* hwloc unloads its PCI plugin and with it libpciaccess, which keeps
+   * about 1 KiB it never frees: pinned, that memory stays attributed to
+   * libpciaccess (tests/lsan.supp) and a second discovery maps nothing. */
+  if (!o.xml && io_hwloc)
+    (void)dlopen("libpciaccess.so.0", RTLD_NOW | RTLD_NODELETE | RTLD_GLOBAL);
+  /* hwloc's GPU plugins would initialise CUDA, OpenCL or GL inside the
+   * agent (and the OpenCL loader leaks); NVML is asked directly below. */
+  if (!o.xml)
+    for (size_t i = 0; i < LU_ARRAY_SIZE(skip_components); i++)
+      hwloc_topology_set_components(t->hw,
+                                    HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+                                    skip_components[i]);
+  if (o.xml && hwloc_topology_set_xml(t->hw, o.xml) != 0) {
+    lu_errf(err, errlen,
+           "hwloc cannot read %s as an XML topology (%s); make one with "
+           "`lstopo --of xml FILE` or `launch topo --export FILE` on the "
+           "machine, check it with `lstopo -i FILE`",
+           o.xml, strerror(errno));
+    return RDZV_EINVAL;
+  }
+  if (hwloc_topology_load(t->hw) != 0) {
+    lu_errf(err, errlen,
+           "hwloc could not load %s (%s)%s", o.xml ? o.xml : "this machine's topology",
+           strerror(errno),
+           o.xml ? ": is it an hwloc 2.x XML file? check it with `lstopo -i "
+                   "FILE`"
+                 : "");
+    return RDZV_EINVAL;
+  }
+  hn = info(hwloc_get_root_obj(t->hw), "HostName");
+  if (hn)
+    lu_strlcpy(t->hostname, hn, sizeof(t->hostname));
+  else if (!o.xml && gethostname(t->hostname, sizeof(t->hostname) - 1) != 0)
+    t->hostname[0] = '\0';
+
+  /* CPUs and NUMA nodes */
+  t->ncpus = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_PU);
+  t->ncores = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_CORE);
+  if (t->ncores <= 0)
+    t->ncores = t->ncpus;
+  for (int i = 0;; i++) {
+    hwloc_obj_t n = hwloc_get_obj_by_type(t->hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
+    if (n == NULL || t->nnuma >= AFF_MAX_NUMA)
+      break;
+    t->numa_os[t->nnuma] = (int)n->os_index;
+    aff__from_hwloc(&t->numa_cpus[t->nnuma], n->cpuset);
+    t->nnuma++;
+  }
+  aff__from_hwloc(&t->allowed, hwloc_topology_get_allowed_cpuset(t->hw));
+  return core_sets(t);
+}
+
 int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
                   size_t errlen) {
   aff_topo_opts_t o = AFF_TOPO_OPTS_INIT;
   aff_topo_t *t;
-  const char *cvd, *hn;
+  const char *cvd;
+  char *key;
   aff_gpu_probe_t probe[AFF_MAX_GPUS];
   int nprobe = -1, from_cudart = 0, io_hwloc;
   int rc;
@@ -933,67 +1030,21 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
     free(t);
     return rc;
   }
-  if (topology_init(&t->hw, io_hwloc) != 0) {
-    free(t);
-    return RDZV_ENOMEM;
+  key = NULL;
+  if (t->io_sysfs && aff__tcache_enabled() &&
+      aff__tcache_key(t, o.xml, &key) == 0 &&
+      aff__tcache_load(t, key, o.log) == 1) {
+    /* This boot's discovery with these inputs: no hwloc, no sysfs walk;
+     * what changes while the machine runs is read again. */
+    t->from_cache = 1;
+    aff__sysfs_refresh(t);
+    if (!o.xml && gethostname(t->hostname, sizeof(t->hostname) - 1) != 0)
+      t->hostname[0] = '\0';
+  } else if ((rc = load_hwloc(t, &o, io_hwloc, err, errlen)) != 0) {
+    aff_topo_free(t);
+    free(key);
+    return rc;
   }
-  /* Keep the PCI devices and OS devices (hwloc drops them by default). */
-  if (io_hwloc)
-    hwloc_topology_set_io_types_filter(t->hw, o.xml ? HWLOC_TYPE_FILTER_KEEP_ALL
-                                                    : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-  /* hwloc unloads its PCI plugin and with it libpciaccess, which keeps
-   * about 1 KiB it never frees: pinned, that memory stays attributed to
-   * libpciaccess (tests/lsan.supp) and a second discovery maps nothing. */
-  if (!o.xml && io_hwloc)
-    (void)dlopen("libpciaccess.so.0", RTLD_NOW | RTLD_NODELETE | RTLD_GLOBAL);
-  /* hwloc's GPU plugins would initialise CUDA, OpenCL or GL inside the
-   * agent (and the OpenCL loader leaks); NVML is asked directly below. */
-  if (!o.xml)
-    for (size_t i = 0; i < LU_ARRAY_SIZE(skip_components); i++)
-      hwloc_topology_set_components(t->hw,
-                                    HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
-                                    skip_components[i]);
-  if (o.xml && hwloc_topology_set_xml(t->hw, o.xml) != 0) {
-    lu_errf(err, errlen,
-           "hwloc cannot read %s as an XML topology (%s); make one with "
-           "`lstopo --of xml FILE` or `launch topo --export FILE` on the "
-           "machine, check it with `lstopo -i FILE`",
-           o.xml, strerror(errno));
-    hwloc_topology_destroy(t->hw);
-    free(t);
-    return RDZV_EINVAL;
-  }
-  if (hwloc_topology_load(t->hw) != 0) {
-    lu_errf(err, errlen,
-           "hwloc could not load %s (%s)%s", o.xml ? o.xml : "this machine's topology",
-           strerror(errno),
-           o.xml ? ": is it an hwloc 2.x XML file? check it with `lstopo -i "
-                   "FILE`"
-                 : "");
-    hwloc_topology_destroy(t->hw);
-    free(t);
-    return RDZV_EINVAL;
-  }
-  hn = info(hwloc_get_root_obj(t->hw), "HostName");
-  if (hn)
-    lu_strlcpy(t->hostname, hn, sizeof(t->hostname));
-  else if (!o.xml && gethostname(t->hostname, sizeof(t->hostname) - 1) != 0)
-    t->hostname[0] = '\0';
-
-  /* CPUs and NUMA nodes */
-  t->ncpus = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_PU);
-  t->ncores = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_CORE);
-  if (t->ncores <= 0)
-    t->ncores = t->ncpus;
-  for (int i = 0;; i++) {
-    hwloc_obj_t n = hwloc_get_obj_by_type(t->hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
-    if (n == NULL || t->nnuma >= AFF_MAX_NUMA)
-      break;
-    t->numa_os[t->nnuma] = (int)n->os_index;
-    aff__from_hwloc(&t->numa_cpus[t->nnuma], n->cpuset);
-    t->nnuma++;
-  }
-  aff__from_hwloc(&t->allowed, hwloc_topology_get_allowed_cpuset(t->hw));
   if (!o.xml) {
     /* The agent's own mask (cgroup cpuset, srun --cpu-bind, taskset) is
      * the most the workers may get. */
@@ -1012,7 +1063,8 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
                                : (o.xml ? NULL : getenv("CUDA_VISIBLE_DEVICES"));
   if (t->io_sysfs) {
     /* GPUs and NICs from sysfs and /proc/driver/nvidia (aff_sysfs.c). */
-    aff__sysfs_scan(t, o.log);
+    if (!t->from_cache)
+      aff__sysfs_scan(t, o.log);
     snprintf(gpusrc, sizeof(gpusrc), "sysfs");
   } else {
     /* GPUs: PCI tree, then what NVML or the CUDA runtime says. */
@@ -1039,6 +1091,9 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
     scan_nics(t);
   }
   finish_nics(t);
+  if (key && !t->from_cache)
+    (void)aff__tcache_store(t, key, o.log);
+  free(key);
   if ((!o.xml || t->io_sysfs) && !from_cudart)
     check_order(t, o.cuda_device_order ? o.cuda_device_order
                    : o.xml             ? NULL
@@ -1086,7 +1141,9 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
 void aff_topo_free(aff_topo_t *t) {
   if (t == NULL)
     return;
-  hwloc_topology_destroy(t->hw);
+  if (t->hw)
+    hwloc_topology_destroy(t->hw);
+  free(t->core_sets);
   free(t);
 }
 

@@ -5,8 +5,11 @@
  * default. Prints tokens/s, ms/step (median), MFU against a peak in
  * TFLOPS, the device memory the backend holds and what the device reports
  * in use, then (--profile N) the time per kernel class over N more steps
- * measured with CUDA events. The last line is machine-readable (RESULT ...)
- * for bench/run_gpt_bench.sh. */
+ * measured with CUDA events (profiled steps run without CUDA graphs). The
+ * forward and backward replay CUDA graphs after the first warm-up step
+ * unless GPT_CUDA_GRAPH=0; the graph counts are printed. The last line is
+ * machine-readable (RESULT ..., graph=1 when the timed steps replayed
+ * graphs) for bench/run_gpt_bench.sh and bench/gpt_graph_ab.sh. */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,7 +37,8 @@ static void usage(void) {
           "                 [--batch B] [--seq-len T] [--dtype bf16|fp16|fp32]\n"
           "                 [--steps N] [--warmup N] [--profile N] [--peak-tflops X]\n"
           "defaults: gpt2-124m, batch 16, seq-len 1024, bf16, 20 steps after 5\n"
-          "warm-ups, profile 5 steps, peak 989 (H100/H200 dense bf16)\n");
+          "warm-ups, profile 5 steps, peak 989 (H100/H200 dense bf16)\n"
+          "environment: GPT_CUDA_GRAPH=0 launches every kernel eagerly (no CUDA graphs)\n");
 }
 
 int main(int argc, char **argv) {
@@ -151,6 +155,15 @@ int main(int argc, char **argv) {
     if (i == 0 || i == steps - 1)
       printf("step %d: loss %.4f, grad norm %.3f, %.2f ms\n", t, loss, norm, times[i]);
   }
+  gpt_cuda_graph_stats_t gs;
+  const int gstate = gpt_cuda_graph_stats(m, &gs);
+  /* all but the first step's forward and backward replayed */
+  const int graphed = gstate > 0 && gs.launches > 0 && gs.eager_forwards <= 1 &&
+                      gs.eager_backwards <= 1;
+  printf("CUDA graphs: %s, %ld captures, %ld launches, %ld eager forwards, %ld eager "
+         "backwards (warm-up and timed steps)\n",
+         gstate > 0 ? "on" : gstate < 0 ? "given up (see above)" : "off", gs.captures,
+         gs.launches, gs.eager_forwards, gs.eager_backwards);
   size_t free1 = 0;
   cudaMemGetInfo(&free1, &total);
   double sum = 0;
@@ -192,8 +205,9 @@ int main(int argc, char **argv) {
     printf("| total in kernels | %.3f | 100%% | |\n", tot / prof);
   }
   printf("backend after the run: %s\n", gpt_cuda_describe(m, desc, sizeof(desc)));
-  printf("RESULT impl=launch-cuda tok_s=%.0f ms=%.3f mfu=%.4f mem_gib=%.3f used_gib=%.3f\n",
-         tok_s, med, mfu, held, used);
+  printf("RESULT impl=launch-cuda tok_s=%.0f ms=%.3f mfu=%.4f mem_gib=%.3f used_gib=%.3f "
+         "graph=%d\n",
+         tok_s, med, mfu, held, used, graphed);
   ops->destroy(m);
   free(params), free(tok), free(tgt), free(times);
   return 0;

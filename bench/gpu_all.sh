@@ -6,15 +6,15 @@
 # bandwidth against dd. Each part is skipped when fewer seconds than its
 # limit are left of BUDGET_S; PARTS picks parts (default: all).
 #   bench/gpu_all.sh BUILD_DIR [OUT]      (BUILD_DIR/bin holds the binaries)
-# environment: PARTS (tests gpt resume launch store load agents ckpt
-# torchlaunch), BUDGET_S (560), LAUNCH_BENCH_ONLY (run_launch_bench --only).
+# environment: PARTS (tests gpt resume launch topo store load agents ckpt
+# adv torchlaunch), BUDGET_S (560), LAUNCH_BENCH_ONLY (run_launch_bench --only).
 # A part whose binary is not in BUILD_DIR/bin fails with rc=127 and the
 # others go on.
 set -u
 B=${1:?usage: gpu_all.sh BUILD_DIR [OUT]}
 OUT=${2:-${OUT:-/tmp/out}}
 BUDGET=${BUDGET_S:-560}
-PARTS=${PARTS:-"tests gpt resume launch store load agents ckpt torchlaunch"}
+PARTS=${PARTS:-"tests gpt resume launch topo store load agents ckpt adv torchlaunch"}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -40,6 +40,16 @@ step() { # PART LABEL SECONDS COMMAND...
   date -u; nvidia-smi -L; nproc; free -g | head -2
   echo "python: $PY $($PY -c 'import torch;print(torch.__version__, torch.cuda.nccl.version())' 2>&1)"
   step tests "test_gpt_cuda_kernels" 40 "$B/bin/test_gpt_cuda_kernels"
+  step tests "test_gpt_cuda_graph" 40 "$B/bin/test_gpt_cuda_graph"
+  step tests "test_gpt_cuda_model" 60 "$B/bin/test_gpt_cuda_model"
+  step tests "launch topo --json: no cache, cold, warm (the same bytes)" 30 sh -c '
+    d=$(mktemp -d) && for m in 0 1 1; do XDG_RUNTIME_DIR=$d LAUNCH_TOPO_CACHE=$m "$0/bin/launch" \
+      topo --json --nproc-per-node 8 >"$d/$m.$RANDOM.json" || exit 1; done &&
+    md5sum "$d"/*.json && [ "$(md5sum "$d"/*.json | cut -d" " -f1 | sort -u | wc -l)" = 1 ] &&
+    echo "topology identical with and without the cache"; rc=$?; rm -r "$d"; exit $rc' "$B"
+  step tests "cuBLASLt tuning cache: first and second start" 60 sh -c '
+    d=$(mktemp -d) && for i in 1 2; do GPT_CUDA_TUNE_CACHE=$d/tune.txt "$0/bin/gpt_bench" --steps 3 \
+      --warmup 1 --profile 0 | grep -E "backend after|RESULT"; done; rm -r "$d"' "$B"
   step tests "test_aff_gpu_probe" 30 "$B/bin/test_aff_gpu_probe"
   step tests "test_aff_libs" 30 "$B/bin/test_aff_libs"
   step tests "launch topo --gpu-probe check" 30 "$B/bin/launch" topo --gpu-probe check
@@ -51,15 +61,19 @@ step() { # PART LABEL SECONDS COMMAND...
   step gpt "run_gpt_bench (launch-cuda, torch eager, torch.compile)" 240 \
     bash bench/run_gpt_bench.sh "$B/bin/gpt_bench" "$OUT/gpt"
   step resume "resume bench gpt2-124m 1 GPU" 200 "$PY" -u bench/run_resume_bench.py --build "$B" \
-    --preset gpt2-124m --device cuda --nproc 1 --repeat 3 --timeout 60
+    --preset gpt2-124m --device cuda --nproc 1 --repeat 3 --timeout 60 --trace
   step launch "run_launch_bench vs torchrun" 280 "$PY" -u bench/run_launch_bench.py --build "$B" \
     --runs 10 --torch-runs 3 ${LAUNCH_BENCH_ONLY:+--only "$LAUNCH_BENCH_ONLY"} --json "$OUT/launch.json"
+  step topo "run_topo_cache_bench (no cache, cache, --cpu-bind none)" 90 "$PY" -u \
+    bench/run_topo_cache_bench.py --build "$B" --runs 30 --bind numa
   step store "run_store_bench vs TCPStore" 200 env BENCH_BUILD_DIR="$B" BENCH_SECONDS=3 \
     bash bench/run_store_bench.sh
   step load "run_rdzv_load 1024/16384" 120 bash bench/run_rdzv_load.sh --build "$B" --runs 3 --steady 10
   step agents "run_agents 256 1024" 120 bash bench/run_agents.sh --build "$B" --agents "256 1024" --runs 1
   step ckpt "run_ckpt_bench vs dd" 100 env BENCH_BUILD_DIR="$B" BENCH_RUNS=3 BENCH_SETTLE=1 \
     bash bench/run_ckpt_bench.sh
+  step adv "run_adv_latency (every memory attack at once)" 150 env LAUNCH_BIN="$PWD/$B/bin/launch" \
+    ADV_TEST_BIN="$PWD/$B/bin/test_adv_memory" BENCH_RUNS=${ADV_RUNS:-8} bash bench/run_adv_latency.sh "$B"
   step torchlaunch "test_torch_launch with torch 2.11" 200 env LAUNCH_BIN="$B/bin/launch" \
     LAUNCH_BUILD_DIR="$B" LAUNCH_SOURCE_DIR="$PWD" "$PY" tests/test_torch_launch.py
 } 2>&1 | tee "$OUT/gpu_all.txt"

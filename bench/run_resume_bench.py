@@ -144,7 +144,7 @@ AGREED = r"checkpoint agreement on step \d+ took ([0-9.]+) s: (.*)"
 
 
 def measure(argv, env, every, victim, step_rx, resumed_rx, timeout, ready,
-            agreed_rx=None):
+            trace=False, agreed_rx=None):
     job = Job(argv, env)
     try:
         # a checkpoint, and a few steps past it; the kill only once the
@@ -167,6 +167,11 @@ def measure(argv, env, every, victim, step_rx, resumed_rx, timeout, ready,
         read_ms = float(m.group(2))
         t_step, _ = job.wait_for(step_rx.replace(r"(\d+)", str(step + 1)),
                                  after=t_res, timeout=timeout)
+        if trace:  # every line of the restart, timed from the kill
+            with job.cv:
+                for t, line in job.lines:
+                    if line is not None and t_kill <= t <= t_step:
+                        print("  +%.3f s  %s" % (t - t_kill, line), flush=True)
         agreed = None
         if agreed_rx:
             _, m = job.wait_for(agreed_rx, after=t_kill, timeout=timeout)
@@ -188,6 +193,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=300,
                     help="seconds to wait for each awaited line; on expiry the "
                     "job's last lines are printed and the run fails")
+    ap.add_argument("--trace", action="store_true",
+                    help="print the jobs' lines from the kill to the first "
+                    "step, timed from the kill")
     a = ap.parse_args()
     py = find_python()
     victim = 1 if a.nproc > 1 else 0
@@ -212,7 +220,7 @@ def main():
                 res["launch"].append(measure(
                     argv, env, a.every, victim, r"\bstep +(\d+)/",
                     r"resumed from step (\d+) of .* in ([0-9.]+) ms", a.timeout,
-                    os.path.join(d, "ck", "latest"), AGREED))
+                    os.path.join(d, "ck", "latest"), a.trace, AGREED))
             if a.only != "launch":
                 argv = [py, "-m", "torch.distributed.run", "--standalone",
                         "--nproc_per_node", str(a.nproc), "--max_restarts", "3",
@@ -223,7 +231,7 @@ def main():
                 res["torchrun"].append(measure(
                     argv, env, a.every, victim, r"\bstep (\d+) loss",
                     r"resumed from step (\d+) \(read in ([0-9.]+) ms", a.timeout,
-                    os.path.join(d, "torch.pt")))
+                    os.path.join(d, "torch.pt"), a.trace))
         finally:
             shutil.rmtree(d, ignore_errors=True)
         for k, v in res.items():

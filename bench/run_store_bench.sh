@@ -28,8 +28,9 @@
 # For each client count it runs: the TCPStore client in torch's numbering
 # (tcpstore-v1 for PyTorch 1.13, the Debian package here; tcpstore-v2 for a
 # PyTorch 2.x) against torch's server, the same against ours, then the
-# native client (librdzv) and the TCPStore client in the other numbering
-# against ours. It prints each run, then markdown tables (ops/s, p50, p99,
+# native client (librdzv: rdzv_set_nowait then rdzv_get, one write and one
+# wait per pair, the set answered too) and the TCPStore client in the other
+# numbering against ours. It prints each run, then markdown tables (ops/s, p50, p99,
 # ours/torch; CPU per pair). Every process it starts is killed by pid on
 # exit. Only 127.0.0.1 is used.
 set -euo pipefail
@@ -201,7 +202,9 @@ done
 
 echo
 echo "Client: $ts ${BENCH_ARGS:+$BENCH_ARGS }for torch and ours;" \
-     "ours also with $alt and native."
+     "ours also with $alt and native (librdzv: rdzv_set_nowait then" \
+     "rdzv_get, written together, both answered: one round trip a pair," \
+     "as the TCPStore client's SET+GET)."
 echo
 echo "| clients | torch $torch_version ops/s | p50 us | p99 us | ours ops/s |" \
      "p50 us | p99 us | ours/torch ops/s | ours p99 <= torch p99 |" \
@@ -238,11 +241,11 @@ echo
 echo "CPU per pair (us; server = the server process, clients = store_bench):"
 echo
 echo "| clients | torch server | ours server | native: ours server |" \
-     "clients vs torch | clients vs ours |"
-echo "|---:|---:|---:|---:|---:|---:|"
+     "clients vs torch | clients vs ours | native: clients |"
+echo "|---:|---:|---:|---:|---:|---:|---:|"
 for n in $clients; do
   t=${res[torch.$n]} o=${res[ours.$n]} m=${res[native.$n]}
   echo "| $n | $(field "$t" server_cpu_us) | $(field "$o" server_cpu_us) |" \
        "$(field "$m" server_cpu_us) | $(field "$t" client_cpu_us) |" \
-       "$(field "$o" client_cpu_us) |"
+       "$(field "$o" client_cpu_us) | $(field "$m" client_cpu_us) |"
 done

@@ -2,8 +2,12 @@
  * threads, each on its own connection, doing set+get pairs on keys of their
  * own, in one of three dialects:
  *
- *   native       the launch server's protocol, through librdzv (rdzv_set,
- *                then rdzv_get without waiting): two round trips per pair;
+ *   native       the launch server's protocol, through librdzv:
+ *                rdzv_set_nowait then rdzv_get (no server-side wait), both
+ *                frames in one write and one wait for the two replies (the
+ *                set is answered too and its reply checked): one round trip
+ *                per pair, as TCPStore's; --native-rtt2: rdzv_set, then
+ *                rdzv_get: two round trips;
  *   tcpstore-v1  PyTorch 1.13's TCPStore numbering (SET=0, GET=2);
  *   tcpstore-v2  PyTorch >= 2.2's numbering (SET=1, GET=3), VALIDATE first.
  *
@@ -60,6 +64,7 @@ typedef struct opts_s {
   size_t value_size;
   int keys;      /* keys per client, used in turn */
   int torch_get; /* WAIT before GET */
+  int native_rtt2; /* native: rdzv_set waits for its reply before the get */
   int server_pid; /* >0: report this process's CPU time per pair */
 } opts_t;
 
@@ -261,10 +266,16 @@ static int ts_pair(client_t *c, const char *key, const uint8_t *val,
 
 /* ---- native client ------------------------------------------------------- */
 
+/* One pair over the native protocol: the set is queued (rdzv_set_nowait)
+ * and written with the get; the get's call reads both replies, the set's
+ * first (a failed set fails the pair). With --native-rtt2, rdzv_set waits
+ * for its reply before the get is sent. */
 static int native_pair(client_t *c, const char *key, const uint8_t *val) {
   void *got = NULL;
   size_t len = 0;
-  int rc = rdzv_set(c->rc, key, val, c->b->o.value_size, 30000);
+  int rc = c->b->o.native_rtt2
+               ? rdzv_set(c->rc, key, val, c->b->o.value_size, 30000)
+               : rdzv_set_nowait(c->rc, key, val, c->b->o.value_size);
   if (rc != 0)
     return rc;
   rc = rdzv_get(c->rc, key, &got, &len, 0);
@@ -391,6 +402,9 @@ static const char usage[] =
     "  --keys K              keys per client, used in turn (default 16)\n"
     "  --torch-get           TCPStore: WAIT (and its answer) before GET, as\n"
     "                        torch's get() does\n"
+    "  --native-rtt2         native: rdzv_set and its reply before the get\n"
+    "                        (two round trips; default: rdzv_set_nowait, the\n"
+    "                        set written with the get, one round trip)\n"
     "  --server-pid PID      also report PID's CPU time per pair (read from\n"
     "                        /proc while measuring)\n";
 
@@ -405,6 +419,7 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       {"value-size", required_argument, 0, 'v'},
       {"keys", required_argument, 0, 'k'},
       {"torch-get", no_argument, 0, 't'},
+      {"native-rtt2", no_argument, 0, 'r'},
       {"server-pid", required_argument, 0, 'p'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
@@ -471,6 +486,7 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       }
       break;
     case 't': o->torch_get = 1; break;
+    case 'r': o->native_rtt2 = 1; break;
     case 'p':
       if (lu_parse_int(optarg, 1, 1 << 30, &o->server_pid) != 0) {
         fprintf(stderr, "store_bench: --server-pid '%s' is not a pid\n",
@@ -591,8 +607,10 @@ int main(int argc, char **argv) {
   qsort(all, nall, sizeof(*all), cmp_u64);
   printf("store_bench: %s %s, %d clients, %zu-byte values, %s%s\n",
          names[o->dialect], o->endpoint, o->clients, o->value_size,
-         o->dialect == D_NATIVE ? "set and get: 2 round trips per pair"
-                                : "set+get written together: 1 round trip",
+         o->dialect != D_NATIVE ? "set+get written together: 1 round trip"
+         : o->native_rtt2 ? "set, its reply, then get: 2 round trips per pair"
+                          : "set (rdzv_set_nowait) and get written together, "
+                            "both answered: 1 round trip",
          o->torch_get ? " (+WAIT and its answer before GET: 2 round trips)"
                       : "");
   printf("  warmup %.1f s (%llu pairs), measured %.2f s: %zu pairs, %.0f "
@@ -612,9 +630,10 @@ int main(int argc, char **argv) {
          secs > 0 ? 100 * (cpu1 - cpu0) / secs : 0,
          secs > 0 && srv_us >= 0 ? 100 * (srv1 - srv0) / secs : 0);
   printf("RESULT dialect=%s clients=%d value_size=%zu torch_get=%d "
-         "seconds=%.3f pairs=%zu ops_per_s=%.0f p50_us=%.1f p99_us=%.1f "
+         "native_rtt2=%d seconds=%.3f pairs=%zu ops_per_s=%.0f p50_us=%.1f p99_us=%.1f "
          "max_us=%.1f client_cpu_us=%.1f server_cpu_us=%.1f errors=%d\n",
-         names[o->dialect], o->clients, o->value_size, o->torch_get, secs,
+         names[o->dialect], o->clients, o->value_size, o->torch_get,
+         o->native_rtt2, secs,
          nall, secs > 0 ? 2.0 * (double)nall / secs : 0,
          pct_us(all, nall, 0.50), pct_us(all, nall, 0.99),
          nall ? (double)all[nall - 1] / 1000.0 : 0, cli_us, srv_us, failed);

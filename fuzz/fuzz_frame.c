@@ -16,7 +16,10 @@
  * - the map accessor (proto_map_get) finds each string key of a map at its
  *   first occurrence;
  * - packing a decoded object and decoding the result gives the same bytes
- *   again (the server's encoder and decoder agree). */
+ *   again (the server's encoder and decoder agree);
+ * - proto_decode's one pass over a flat frame and proto_decode_generic
+ *   (msgpack-c) give the same result: the same code, the same header, and
+ *   arguments of the same types and values. */
 #include "fuzz.h"
 #include "proto.h"
 
@@ -176,6 +179,65 @@ static void check_repack(const msgpack_object *obj) {
   proto_enc_destroy(&b);
 }
 
+/* Two decoded objects are the same: type and value, floats bit for bit
+ * (NaN included), an empty string or binary pointing anywhere. */
+static int same_obj(const msgpack_object *a, const msgpack_object *b) {
+  if (a->type != b->type)
+    return 0;
+  switch (a->type) {
+  case MSGPACK_OBJECT_STR:
+  case MSGPACK_OBJECT_BIN:
+    return a->via.str.size == b->via.str.size &&
+           (a->via.str.size == 0 ||
+            memcmp(a->via.str.ptr, b->via.str.ptr, a->via.str.size) == 0);
+  case MSGPACK_OBJECT_FLOAT32:
+  case MSGPACK_OBJECT_FLOAT64:
+    return memcmp(&a->via.f64, &b->via.f64, sizeof(double)) == 0;
+  case MSGPACK_OBJECT_EXT:
+    return a->via.ext.type == b->via.ext.type &&
+           a->via.ext.size == b->via.ext.size &&
+           (a->via.ext.size == 0 ||
+            memcmp(a->via.ext.ptr, b->via.ext.ptr, a->via.ext.size) == 0);
+  case MSGPACK_OBJECT_ARRAY:
+    if (a->via.array.size != b->via.array.size)
+      return 0;
+    for (uint32_t i = 0; i < a->via.array.size; i++)
+      if (!same_obj(&a->via.array.ptr[i], &b->via.array.ptr[i]))
+        return 0;
+    return 1;
+  case MSGPACK_OBJECT_MAP:
+    if (a->via.map.size != b->via.map.size)
+      return 0;
+    for (uint32_t i = 0; i < a->via.map.size; i++)
+      if (!same_obj(&a->via.map.ptr[i].key, &b->via.map.ptr[i].key) ||
+          !same_obj(&a->via.map.ptr[i].val, &b->via.map.ptr[i].val))
+        return 0;
+    return 1;
+  case MSGPACK_OBJECT_BOOLEAN:
+    return a->via.boolean == b->via.boolean;
+  case MSGPACK_OBJECT_POSITIVE_INTEGER:
+    return a->via.u64 == b->via.u64;
+  case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+    return a->via.i64 == b->via.i64;
+  default: /* nil */
+    return 1;
+  }
+}
+
+static void same_as_generic(const uint8_t *body, size_t n, int rc,
+                            const proto_msg_t *m) {
+  proto_msg_t g;
+  int grc = proto_decode_generic(body, n, &srv_lim, &g);
+  FUZZ_CHECK(grc == rc);
+  if (rc != 0)
+    return;
+  FUZZ_CHECK(g.kind == m->kind && g.id == m->id && g.op == m->op);
+  FUZZ_CHECK(g.nargs == m->nargs);
+  for (uint32_t i = 0; i < m->nargs; i++)
+    FUZZ_CHECK(same_obj(&g.args[i], &m->args[i]));
+  proto_msg_free(&g);
+}
+
 static void one_frame(const uint8_t *body, size_t n) {
   proto_msg_t m;
   int scan = proto_scan(body, n, &srv_lim);
@@ -203,6 +265,7 @@ static void one_frame(const uint8_t *body, size_t n) {
     msgpack_zone_destroy(&z);
   }
   rc = proto_decode(body, n, &srv_lim, &m);
+  same_as_generic(body, n, rc, &m);
   if (scan != 0) {
     FUZZ_CHECK(rc == scan);
     FUZZ_CHECK(!m.zone_live);

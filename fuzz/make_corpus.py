@@ -169,6 +169,38 @@ def native_seeds():
     body = bytes([0xDC]) + struct.pack(">H", 3 + n_forms) + mp(REQ) + mp(9) + \
         mp(OP["PING"]) + bytes(forms)
     s["all_forms"] = frame(body)
+    # Flat frames (scalars only, at most 12 elements): proto_decode reads
+    # them in one pass, checked against msgpack-c by the target.
+    def flat(*forms):
+        return frame(bytes([0x90 | (3 + len(forms))]) + mp(REQ) + mp(9) +
+                     mp(OP["PING"]) + b"".join(forms))
+    s["flat_ints"] = flat(b"\xc0", b"\xc2", b"\xc3", b"\x7f", b"\xe0",
+                          b"\xcc\xff", b"\xcd\xff\xff",
+                          b"\xce\xff\xff\xff\xff",
+                          b"\xcf\xff\xff\xff\xff\xff\xff\xff\xff")
+    s["flat_signed"] = flat(b"\xd0\x80", b"\xd0\x7f", b"\xd1\x80\x00",
+                            b"\xd1\x00\x01", b"\xd2\xff\xff\xff\xff",
+                            b"\xd2\x00\x00\x00\x00",
+                            b"\xd3\x80\x00\x00\x00\x00\x00\x00\x00",
+                            b"\xd3\x00\x00\x00\x00\x00\x00\x00\x05",
+                            b"\xca\x3f\x80\x00\x00")
+    s["flat_bytes"] = flat(b"\xa0", b"\xa3abc", b"\xd9\x00", b"\xd9\x03abc",
+                           b"\xda\x00\x03abc", b"\xdb\x00\x00\x00\x03abc",
+                           b"\xc4\x00", b"\xc4\x02xy", b"\xc5\x00\x02xy")
+    s["flat_float64_bin32"] = flat(
+        b"\xcb\x3f\xf0\x00\x00\x00\x00\x00\x00",
+        b"\xc6\x00\x00\x00\x02xy")
+    s["flat_array16"] = frame(b"\xdc\x00\x04" + mp(REQ) + mp(9) +
+                              mp(OP["GET"]) + b"\xa2/k")
+    s["flat_set_get"] = (req(3, "SET", "/bench/0/1", VAL) +
+                         req(4, "GET", "/bench/0/1", 0))
+    s["flat_cut_str"] = frame(mp([REQ, 3, OP["SET"], "/k", VAL])[:-3] +
+                              b"\xc0\xc0\xc0")
+    s["flat_cut_int"] = frame(b"\x94\x00\x01\x02\xcf\x00")
+    s["flat_trailing"] = frame(mp([REQ, 3, OP["GET"], "/k"]) + b"\xc0")
+    s["flat_12"] = frame(mp([REQ, 2, OP["PING"]] + [1] * 9))
+    s["flat_13"] = frame(mp([REQ, 2, OP["PING"]] + [1] * 10))
+    s["flat_bad_kind"] = frame(mp([-1, 2, OP["PING"], "x"]))
     # Malformed and hostile frames.
     s["bad_reserved_c1"] = frame(b"\x93\x00\x01\xc1")
     s["bad_trailing"] = frame(mp([REQ, 2, OP["PING"]]) + b"\x00")
@@ -403,6 +435,59 @@ def hello_seeds():
     return s
 
 
+# ---- topocache: the topology cache file (affinity/aff_tcache.c) ----------
+# The target decodes with the key "key fuzz 1": a 2-socket machine with 2
+# GPUs, an HCA and an Ethernet NIC as launch writes it, and hostile
+# variants; the fixture_* seeds are launch's own files for tests/topo.
+TOPO_KEY = "launch-topo-full 1\nkey fuzz 1\nkey end\n"
+TOPO_BODY = """host node-0
+cpus 8 4
+allowed 0-7
+numa 0 0-1,4-5
+numa 1 2-3,6-7
+core 0,4
+core 1,5
+core 2,6
+core 3,7
+gpu 0000:04:00.0 Tesla%20V100-PCIE-32GB GPU-5eed0000-0000-4000-8000-000000000000 0 0 0 4318 7606 0 0-1,4-5 -1 7 0 16 16 8 8 15.753846168518066 4 65 65 0 0000:04:00.0 0000:03:08.0 0000:02:00.0 hb:0000:00
+gpu 0000:86:00.0 Tesla%20V100-PCIE-32GB - 0 0 34359738368 4318 7606 1 2-3,6-7 -1 7 -1 16 16 8 8 15.753846168518066 4 128 128 0 0000:86:00.0 0000:85:08.0 0000:84:00.0 hb:0000:80
+nic 0000:18:00.0 mlx5_0 mlx5_0 ib0 100%20Gb/sec%20(4X%20EDR) InfiniBand 5555 4119 0 1 1 4 100 8 16 8 8 7.8769230842590332 3 65 65 0 0000:18:00.0 0000:17:00.0 hb:0000:00
+nic 0000:3d:00.0 eno1 - eno1 - - 32902 5475 -1 0 0 -1 0 4 4 8 8 3.9384615421295166 1 0 0 12345 0000:3d:00.0
+"""
+
+
+def fnv64(b):
+    h = 14695981039346656037
+    for c in b:
+        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def topo_file(body, key=TOPO_KEY):
+    text = (key + body).encode()
+    return text + b"end %016x\n" % fnv64(text)
+
+
+def topocache_seeds():
+    good = topo_file(TOPO_BODY)
+    bad_line = TOPO_BODY.replace("cpus 8 4", "cpus 8 4 4")
+    return {
+        "two_sockets": good,
+        "no_devices": topo_file("host -\ncpus 1 1\nallowed -\ncore 0\n"),
+        "bad_sum": good[:-3] + b"00\n",
+        "truncated": good[: len(good) // 2],
+        "other_key": topo_file(TOPO_BODY, TOPO_KEY.replace("fuzz 1", "fuzz 2")),
+        "extra_token": topo_file(bad_line),
+        "bad_escape": topo_file(TOPO_BODY.replace("%20", "%2", 1)),
+        "nul_escape": topo_file(TOPO_BODY.replace("%20", "%00", 1)),
+        "huge_numbers": topo_file(TOPO_BODY.replace(" 4318 7606 0 ", " 4318 99999999999999999999 0 ", 1)),
+        "deep_io": topo_file(TOPO_BODY.replace(" 4 65 65 0 ", " 17 65 65 0 ", 1)),
+        "cpu_4096": topo_file(TOPO_BODY.replace("core 3,7", "core 4096")),
+        "out_of_order": topo_file("cpus 8 4\nhost x\nallowed 0\n"),
+        "nan_link": topo_file(TOPO_BODY.replace("15.753846168518066", "nan", 1)),
+    }
+
+
 def write(dirname, seeds):
     os.makedirs(dirname, exist_ok=True)
     for name, data in seeds.items():
@@ -418,6 +503,7 @@ def main():
     write(os.path.join(out, "hello"), hello_seeds())
     write(os.path.join(out, "tcpstore_v1"), tcpstore_seeds(V1, False))
     write(os.path.join(out, "tcpstore_v2"), tcpstore_seeds(V2, True))
+    write(os.path.join(out, "topocache"), topocache_seeds())
     # The whole server sniffs the protocol from the first byte.
     server = {}
     for name, data in native_seeds().items():

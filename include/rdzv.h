@@ -71,7 +71,9 @@ extern "C" {
   XX(EEXIST, -1016, "already exists")                                          \
   XX(ENOTSUP, -1017, "not supported by this build or peer")                    \
   XX(ERESOLVE, -1018, "host name does not resolve")                            \
-  XX(EFULL, -1019, "rendezvous is full (max nodes joined)")
+  XX(EFULL, -1019, "rendezvous is full (max nodes joined)")                   \
+  XX(EDEFERRED, -1020, "a set sent without waiting (rdzv_set_nowait) "        \
+                       "failed: rdzv_last_error says which and why")
 
 typedef enum {
 #define RDZV_XX_ENUM(name, val, msg) RDZV_##name = (val),
@@ -144,6 +146,39 @@ RDZV_EXTERN void rdzv_free(void *p);
 
 RDZV_EXTERN int rdzv_set(rdzv_client_t *c, const char *key, const void *val,
                          size_t len, int timeout_ms);
+
+/* ---- pipelining: sets that do not wait for their reply -------------------
+ *
+ * rdzv_set_nowait queues a set and returns at once, without a round trip.
+ * Queued sets go out in the same write as the next request on c (any call
+ * that talks to the server), in front of it, and the server runs requests of
+ * one connection in the order they were sent: rdzv_set_nowait(c, "k", ...)
+ * then rdzv_get(c, "k", ...) costs one round trip and the get sees the
+ * value (as PyTorch's TCPStore client writes SET and GET back to back).
+ *
+ * Their replies are read by the next call, before its own. When one of the
+ * sets failed (a full store, a value over the limit), that call returns
+ * RDZV_EDEFERRED and rdzv_last_error names the key and the server's reason;
+ * its own request was still sent and carried out by the server, but its
+ * outputs are not set. One failure is reported once; later sets are not
+ * undone. rdzv_flush sends the queue and waits for every reply.
+ *
+ * At most 256 sets (or 64 KiB of them) are queued: the set that passes
+ * either bound flushes (as rdzv_flush with the io timeout) and returns its
+ * result. When the connection fails, the call returns its error and the
+ * queued sets may or may not have been stored (rdzv_last_error says how
+ * many were unanswered). rdzv_close flushes first (bounded by the io
+ * timeout). */
+
+/* Queue a set. RET 0, RDZV_EINVAL, RDZV_ECLOSED, RDZV_ENOMEM, or the
+ * result of the flush it triggered (RDZV_EDEFERRED, -ETIMEDOUT, ...). */
+RDZV_EXTERN int rdzv_set_nowait(rdzv_client_t *c, const char *key,
+                                const void *val, size_t len);
+
+/* Send the queued sets and wait up to timeout_ms for every reply.
+ * RET 0, RDZV_EDEFERRED (one failed: rdzv_last_error says which), or the
+ * connection's error (-ETIMEDOUT, RDZV_ECLOSED, RDZV_EPROTO). */
+RDZV_EXTERN int rdzv_flush(rdzv_client_t *c, int timeout_ms);
 
 /* Wait up to timeout_ms for key to exist, then return its value.
  * OUT *val (malloc'd, NUL-terminated for convenience, free with rdzv_free),

@@ -26,6 +26,18 @@
 /* A plain connection waits for replies in a blocking recv bounded by
  * SO_RCVTIMEO: at most this long at a time, less near the deadline. */
 #define RCV_SLICE_MS 1000
+/* Sets sent without waiting (rdzv_set_nowait): at most this many, or this
+ * many bytes, wait in the buffer before they are sent and answered. The
+ * bound keeps their replies small enough that a server never stops reading
+ * a client that is busy writing. */
+#define NOWAIT_MAX 256
+#define NOWAIT_MAX_BYTES (64u << 10)
+
+/* A set sent without waiting whose reply has not been read yet. */
+typedef struct nowait_s {
+  uint64_t id;
+  char key[64]; /* for the error message, cut */
+} nowait_t;
 
 struct rdzv_client_s {
   unsigned magic;
@@ -41,6 +53,13 @@ struct rdzv_client_s {
   int rcv_ms;         /* SO_RCVTIMEO now set on fd (0: none) */
   char last_error[512];
   char endpoint[300];
+  /* rdzv_set_nowait: nq of the sets are still in enc (unsent); nw (in
+   * order) await their replies, the unsent ones included. */
+  uint32_t nq;
+  nowait_t *nw;
+  uint32_t nw_head, nw_len;
+  int nw_err;          /* first failure of one of them, not yet reported */
+  char nw_msg[400];
 };
 
 /* ---- time ----------------------------------------------------------------------- */
@@ -268,15 +287,14 @@ static void frame_consume(rdzv_client_t *c, uint32_t len) {
 /* Start a request after those already built (pipelined: sent together). */
 static uint64_t req_more(rdzv_client_t *c, int op, uint32_t nargs) {
   uint64_t id = ++c->next_id;
-  proto_enc_begin(&c->enc, 3 + nargs);
-  msgpack_pack_uint8(&c->enc.pk, PROTO_REQUEST);
-  msgpack_pack_uint64(&c->enc.pk, id);
-  msgpack_pack_int64(&c->enc.pk, op);
+  proto_enc_begin_msg(&c->enc, nargs, PROTO_REQUEST, id, op);
   return id;
 }
 
+/* Start a request; sets queued by rdzv_set_nowait go out in front of it. */
 static uint64_t req_begin(rdzv_client_t *c, int op, uint32_t nargs) {
-  proto_enc_reset(&c->enc);
+  if (c->nq == 0)
+    proto_enc_reset(&c->enc);
   return req_more(c, op, nargs);
 }
 
@@ -299,6 +317,61 @@ static void reply_done(rdzv_client_t *c, reply_t *r) {
 
 static int rpc_io_error(rdzv_client_t *c, int rc);
 
+/* Send the frames in enc, queued sets included. RET 0 or <0. */
+static int send_built(rdzv_client_t *c, int64_t deadline) {
+  int rc = send_all(c, c->enc.data, c->enc.len, deadline);
+  if (rc != 0)
+    return rpc_io_error(c, rc);
+  c->nq = 0;
+  proto_enc_reset(&c->enc);
+  return 0;
+}
+
+/* The reply of a set sent without waiting: keep its failure for the next
+ * call. RET 1 when m was that reply, 0 when not, RDZV_EPROTO when it
+ * answers a request sent after the oldest set still unanswered. */
+static int nowait_reply(rdzv_client_t *c, const proto_msg_t *m) {
+  nowait_t *w;
+  if (m->kind != PROTO_REPLY || c->nw_len == 0)
+    return 0;
+  w = &c->nw[c->nw_head];
+  if (m->id != w->id) {
+    if (m->id > w->id && m->id <= c->next_id) {
+      rdzv__set_error(c, "the server at %s answered request %llu before "
+                      "set %llu ('%s'): replies out of order",
+                      c->endpoint, (unsigned long long)m->id,
+                      (unsigned long long)w->id, w->key);
+      return RDZV_EPROTO;
+    }
+    return 0;
+  }
+  if (m->op != 0 && c->nw_err == 0) {
+    const char *msg;
+    size_t n;
+    c->nw_err = (int)m->op;
+    if (proto_arg_bytes(m, 0, &msg, &n) != 0) {
+      msg = rdzv_strerror((int)m->op);
+      n = strlen(msg);
+    }
+    snprintf(c->nw_msg, sizeof(c->nw_msg), "set of '%s' sent without "
+             "waiting failed (%s): %.*s", w->key, rdzv_err_name((int)m->op),
+             (int)LU_MIN(n, 200), msg);
+  }
+  c->nw_head++;
+  if (--c->nw_len == 0)
+    c->nw_head = 0;
+  return 1;
+}
+
+/* Hand over a failed unwaited set, once. RET RDZV_EDEFERRED or 0. */
+static int nowait_take_error(rdzv_client_t *c) {
+  if (c->nw_err == 0)
+    return 0;
+  c->nw_err = 0;
+  rdzv__set_error(c, "%s", c->nw_msg);
+  return RDZV_EDEFERRED;
+}
+
 /* Send every request built since req_begin, in one write. RET 0 or <0. */
 static int rpc_send(rdzv_client_t *c, int64_t deadline) {
   int rc;
@@ -309,9 +382,7 @@ static int rpc_send(rdzv_client_t *c, int64_t deadline) {
   }
   if ((rc = proto_enc_end(&c->enc)) != 0)
     return rc;
-  if ((rc = send_all(c, c->enc.data, c->enc.len, deadline)) != 0)
-    return rpc_io_error(c, rc);
-  return 0;
+  return send_built(c, deadline);
 }
 
 /* Read replies until request id's: replies come in the order of the
@@ -331,9 +402,17 @@ static int rpc_recv(rdzv_client_t *c, uint64_t id, int64_t deadline,
       rdzv__set_error(c, "malformed reply from %s", c->endpoint);
       goto io_error;
     }
-    if (r->m.kind == PROTO_REPLY && r->m.id == id) {
+    if ((rc = nowait_reply(c, &r->m)) < 0) {
+      proto_msg_free(&r->m);
+      goto io_error;
+    }
+    if (rc == 0 && r->m.kind == PROTO_REPLY && r->m.id == id) {
       r->len = len;
       r->live = 1;
+      if ((rc = nowait_take_error(c)) != 0) {
+        reply_done(c, r);
+        return rc;
+      }
       if (r->m.op != 0) {
         const char *msg;
         size_t n;
@@ -372,9 +451,20 @@ static int rpc_io_error(rdzv_client_t *c, int rc) {
   if (c->last_error[0] == '\0')
     rdzv__set_error(c, "connection to %s failed: %s", c->endpoint,
               rdzv_strerror(rc));
-  /* The stream is out of step: drop the connection. */
-  close(c->fd);
+  /* The stream is out of step: drop the connection, and with it what the
+   * sets sent without waiting would have told. */
+  if (c->nw_len > 0) {
+    char why[sizeof(c->last_error)];
+    lu_strlcpy(why, c->last_error, sizeof(why));
+    rdzv__set_error(c, "%.300s (%u set(s) sent without waiting may or may "
+                    "not have been stored)", why, c->nw_len);
+  }
+  if (c->fd >= 0)
+    close(c->fd);
   c->fd = -1;
+  c->nq = c->nw_len = c->nw_head = 0;
+  c->nw_err = 0;
+  proto_enc_reset(&c->enc);
   return rc;
 }
 
@@ -666,8 +756,13 @@ int rdzv_connect_from_env(rdzv_client_t **out) {
 void rdzv_close(rdzv_client_t *c) {
   if (c == NULL)
     return;
+  /* Sets sent without waiting are stored before the connection ends:
+   * their replies are read, so that closing never resets the stream. */
+  if (c->fd >= 0 && (c->nq > 0 || c->nw_len > 0))
+    (void)rdzv_flush(c, c->io_timeout_ms);
   if (c->fd >= 0)
     close(c->fd);
+  free(c->nw);
   tls_free(c->tls);
   tls_ctx_free(c->tls_ctx);
   proto_enc_destroy(&c->enc);
@@ -711,6 +806,75 @@ int rdzv_set(rdzv_client_t *c, const char *key, const void *val, size_t len,
   rc = rpc(c, id, deadline_after(timeout_ms), &r);
   reply_done(c, &r);
   return rc;
+}
+
+int rdzv_set_nowait(rdzv_client_t *c, const char *key, const void *val,
+                    size_t len) {
+  nowait_t *w;
+  int rc;
+  if (c == NULL || !key_ok(key) || (val == NULL && len))
+    return RDZV_EINVAL;
+  if (c->fd < 0) {
+    rdzv__set_error(c, "connection to %s is closed", c->endpoint);
+    return RDZV_ECLOSED;
+  }
+  if (c->nw == NULL && (c->nw = malloc(NOWAIT_MAX * sizeof(*c->nw))) == NULL)
+    return RDZV_ENOMEM;
+  if (c->nw_head + c->nw_len == NOWAIT_MAX) {
+    /* Compact the ring's start (replies read meanwhile freed it). */
+    memmove(c->nw, c->nw + c->nw_head, c->nw_len * sizeof(*c->nw));
+    c->nw_head = 0;
+  }
+  /* Still full: an earlier flush ran out of time before the replies. */
+  if (c->nw_len == NOWAIT_MAX && (rc = rdzv_flush(c, c->io_timeout_ms)) != 0)
+    return rc;
+  if (c->nq == 0)
+    proto_enc_reset(&c->enc);
+  w = &c->nw[c->nw_head + c->nw_len];
+  w->id = req_more(c, PROTO_OP_SET, 2);
+  proto_pack_str(&c->enc.pk, key);
+  proto_pack_bytes(&c->enc.pk, val, len);
+  if ((rc = proto_enc_end(&c->enc)) != 0)
+    return rc; /* this frame was dropped; the queued ones stay whole */
+  lu_strlcpy(w->key, key, sizeof(w->key)); /* cut: for messages only */
+  c->nw_len++;
+  c->nq++;
+  if (c->nw_len == NOWAIT_MAX || c->enc.len >= NOWAIT_MAX_BYTES)
+    return rdzv_flush(c, c->io_timeout_ms);
+  return 0;
+}
+
+int rdzv_flush(rdzv_client_t *c, int timeout_ms) {
+  int64_t deadline = deadline_after(timeout_ms);
+  int rc;
+  if (c == NULL)
+    return RDZV_EINVAL;
+  c->last_error[0] = '\0';
+  if (c->fd < 0) {
+    rdzv__set_error(c, "connection to %s is closed", c->endpoint);
+    return RDZV_ECLOSED;
+  }
+  if (c->nq > 0) {
+    if ((rc = send_built(c, deadline)) != 0)
+      return rc;
+  }
+  while (c->nw_len > 0) {
+    const uint8_t *body;
+    uint32_t len;
+    proto_msg_t m;
+    if ((rc = read_frame(c, deadline, &body, &len)) != 0)
+      return rpc_io_error(c, rc);
+    if (proto_decode(body, len, &c->lim, &m) != 0) {
+      rdzv__set_error(c, "malformed reply from %s", c->endpoint);
+      return rpc_io_error(c, RDZV_EPROTO);
+    }
+    rc = nowait_reply(c, &m);
+    proto_msg_free(&m);
+    if (rc < 0)
+      return rpc_io_error(c, rc);
+    frame_consume(c, len);
+  }
+  return nowait_take_error(c);
 }
 
 int rdzv_progress(rdzv_client_t *c, int rank, int64_t step, int timeout_ms) {

@@ -1,5 +1,6 @@
 /* proto.c - framing, msgpack structure scan, decode/encode, HMAC. */
 #include <assert.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,14 +137,163 @@ int proto_scan(const uint8_t *buf, size_t n, const proto_limits_t *lim) {
   return pos == n ? 0 : RDZV_EPROTO;
 }
 
+/* The header every message has: [kind, id, op, args...]. */
+static int decode_header(const msgpack_object *a, uint32_t size,
+                         proto_msg_t *msg) {
+  if (size < 3 || a[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+      a[0].via.u64 > 2 || a[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+    return RDZV_EPROTO;
+  msg->kind = (int)a[0].via.u64;
+  msg->id = a[1].via.u64;
+  if (proto_obj_i64(&a[2], &msg->op) != 0)
+    return RDZV_EPROTO;
+  msg->args = a + 3;
+  msg->nargs = size - 3;
+  return 0;
+}
+
+/* One scalar at b[*pos..n), as msgpack-c's unpack makes it. RET 1 read,
+ * 0 not one this pass reads (a container, an ext, a malformed or cut
+ * object: the generic path decides). */
+static int flat_obj(const uint8_t *b, size_t n, size_t *pos,
+                    msgpack_object *o) {
+  size_t p = *pos, len = 0, hdr = 1;
+  uint8_t t;
+  int str = 0;
+  if (p >= n)
+    return 0;
+  t = b[p];
+  if (t <= 0x7f) {
+    o->type = MSGPACK_OBJECT_POSITIVE_INTEGER;
+    o->via.u64 = t;
+  } else if (t >= 0xe0) {
+    o->type = MSGPACK_OBJECT_NEGATIVE_INTEGER;
+    o->via.i64 = (int8_t)t;
+  } else if (t >= 0xa0 && t <= 0xbf) {
+    str = 1;
+    len = t & 0x1f;
+  } else {
+    static const uint8_t width[] = {/* cc */ 1, 2, 4, 8, /* d0 */ 1, 2, 4, 8};
+    uint64_t v;
+    switch (t) {
+    case 0xc0: o->type = MSGPACK_OBJECT_NIL; break;
+    case 0xc2: case 0xc3:
+      o->type = MSGPACK_OBJECT_BOOLEAN;
+      o->via.boolean = t == 0xc3;
+      break;
+    case 0xc4: case 0xc5: case 0xc6:
+    case 0xd9: case 0xda: case 0xdb: {
+      int w = (t == 0xc4 || t == 0xd9) ? 1 : (t == 0xc5 || t == 0xda) ? 2 : 4;
+      if (n - p - 1 < (size_t)w)
+        return 0;
+      str = t >= 0xd9 ? 1 : 2;
+      len = (size_t)be(b + p + 1, w);
+      hdr += (size_t)w;
+      break;
+    }
+    case 0xca: case 0xcb: {
+      int w = t == 0xca ? 4 : 8;
+      if (n - p - 1 < (size_t)w)
+        return 0;
+      v = be(b + p + 1, w);
+      if (w == 4) {
+        uint32_t u = (uint32_t)v;
+        float f;
+        memcpy(&f, &u, 4);
+        o->type = MSGPACK_OBJECT_FLOAT32;
+        o->via.f64 = f;
+      } else {
+        memcpy(&o->via.f64, &v, 8);
+        o->type = MSGPACK_OBJECT_FLOAT64;
+      }
+      hdr += (size_t)w;
+      break;
+    }
+    case 0xcc: case 0xcd: case 0xce: case 0xcf:
+    case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+      int w = width[t - 0xcc];
+      if (n - p - 1 < (size_t)w)
+        return 0;
+      v = be(b + p + 1, w);
+      hdr += (size_t)w;
+      if (t >= 0xd0) { /* signed: sign-extend; msgpack-c calls >= 0 positive */
+        int64_t s = w == 8 ? (int64_t)v
+                           : (int64_t)(v << (64 - 8 * w)) >> (64 - 8 * w);
+        if (s < 0) {
+          o->type = MSGPACK_OBJECT_NEGATIVE_INTEGER;
+          o->via.i64 = s;
+          break;
+        }
+        v = (uint64_t)s;
+      }
+      o->type = MSGPACK_OBJECT_POSITIVE_INTEGER;
+      o->via.u64 = v;
+      break;
+    }
+    default:
+      return 0;
+    }
+  }
+  if (n - p - hdr < len)
+    return 0;
+  if (str) {
+    /* An empty one gets NULL, as from msgpack-c (proto_obj_bytes gives ""). */
+    const char *ptr = len ? (const char *)b + p + hdr : NULL;
+    if (str == 2) {
+      o->type = MSGPACK_OBJECT_BIN;
+      o->via.bin.ptr = ptr;
+      o->via.bin.size = (uint32_t)len;
+    } else {
+      o->type = MSGPACK_OBJECT_STR;
+      o->via.str.ptr = ptr;
+      o->via.str.size = (uint32_t)len;
+    }
+  }
+  *pos = p + hdr + len;
+  return 1;
+}
+
+/* A flat frame in one pass, no allocation. RET 1 decoded, 0 for the
+ * generic path (not flat, or anything it must judge). */
+static int decode_flat(const uint8_t *buf, size_t n, const proto_limits_t *lim,
+                       proto_msg_t *msg) {
+  size_t pos = 1;
+  uint32_t cnt;
+  if (n == 0 || n > lim->max_frame || lim->max_depth < 1)
+    return 0;
+  if (buf[0] >= 0x90 && buf[0] <= 0x9f) {
+    cnt = buf[0] & 0x0f;
+  } else if (buf[0] == 0xdc && n >= 3) {
+    cnt = (uint32_t)be(buf + 1, 2);
+    pos = 3;
+  } else {
+    return 0;
+  }
+  if (cnt > PROTO_FLAT_MAX || (uint64_t)cnt + 1 > lim->max_items)
+    return 0;
+  for (uint32_t i = 0; i < cnt; i++)
+    if (!flat_obj(buf, n, &pos, &msg->flat[i]))
+      return 0;
+  return pos == n;
+}
+
 int proto_decode(const uint8_t *buf, size_t n, const proto_limits_t *lim,
                  proto_msg_t *msg) {
+  uint32_t cnt;
+  memset(msg, 0, offsetof(proto_msg_t, flat));
+  if (!decode_flat(buf, n, lim, msg))
+    return proto_decode_generic(buf, n, lim, msg);
+  cnt = buf[0] == 0xdc ? (uint32_t)be(buf + 1, 2) : (uint32_t)(buf[0] & 0x0f);
+  return decode_header(msg->flat, cnt, msg);
+}
+
+int proto_decode_generic(const uint8_t *buf, size_t n,
+                         const proto_limits_t *lim, proto_msg_t *msg) {
   msgpack_object obj;
   size_t off = 0;
   int rc;
-  const msgpack_object *a;
 
-  memset(msg, 0, sizeof(*msg));
+  memset(msg, 0, offsetof(proto_msg_t, flat));
   rc = proto_scan(buf, n, lim);
   if (rc != 0)
     return rc;
@@ -160,22 +310,12 @@ int proto_decode(const uint8_t *buf, size_t n, const proto_limits_t *lim,
     proto_msg_free(msg);
     return RDZV_EPROTO;
   }
-  if (obj.type != MSGPACK_OBJECT_ARRAY || obj.via.array.size < 3)
-    goto bad;
-  a = obj.via.array.ptr;
-  if (a[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER || a[0].via.u64 > 2 ||
-      a[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-    goto bad;
-  msg->kind = (int)a[0].via.u64;
-  msg->id = a[1].via.u64;
-  if (proto_obj_i64(&a[2], &msg->op) != 0)
-    goto bad;
-  msg->args = a + 3;
-  msg->nargs = obj.via.array.size - 3;
+  if (obj.type != MSGPACK_OBJECT_ARRAY ||
+      decode_header(obj.via.array.ptr, obj.via.array.size, msg) != 0) {
+    proto_msg_free(msg);
+    return RDZV_EPROTO;
+  }
   return 0;
-bad:
-  proto_msg_free(msg);
-  return RDZV_EPROTO;
 }
 
 void proto_msg_free(proto_msg_t *msg) {
@@ -310,6 +450,60 @@ void proto_enc_reset(proto_enc_t *e) {
 
 int proto_enc_raw(proto_enc_t *e, const void *p, size_t n) {
   return enc_write(e, p, n) == 0 ? 0 : RDZV_ENOMEM;
+}
+
+/* msgpack's shortest forms, as msgpack-c's packer writes them. RET bytes. */
+static size_t put_uint(uint8_t *p, uint64_t v) {
+  int w;
+  if (v < 128) {
+    p[0] = (uint8_t)v;
+    return 1;
+  }
+  w = v < 256 ? 1 : v < 65536 ? 2 : v <= UINT32_MAX ? 4 : 8;
+  p[0] = (uint8_t)(w == 1 ? 0xcc : w == 2 ? 0xcd : w == 4 ? 0xce : 0xcf);
+  for (int i = 0; i < w; i++)
+    p[1 + i] = (uint8_t)(v >> (8 * (w - 1 - i)));
+  return 1 + (size_t)w;
+}
+
+static size_t put_int(uint8_t *p, int64_t v) {
+  int w;
+  uint64_t u = (uint64_t)v;
+  if (v >= 0)
+    return put_uint(p, u);
+  if (v >= -32) {
+    p[0] = (uint8_t)u;
+    return 1;
+  }
+  w = v >= INT8_MIN ? 1 : v >= INT16_MIN ? 2 : v >= INT32_MIN ? 4 : 8;
+  p[0] = (uint8_t)(w == 1 ? 0xd0 : w == 2 ? 0xd1 : w == 4 ? 0xd2 : 0xd3);
+  for (int i = 0; i < w; i++)
+    p[1 + i] = (uint8_t)(u >> (8 * (w - 1 - i)));
+  return 1 + (size_t)w;
+}
+
+void proto_enc_begin_msg(proto_enc_t *e, uint32_t nargs, int kind,
+                         uint64_t id, int64_t op) {
+  uint8_t b[PROTO_HDR + 5 + 1 + 9 + 9];
+  size_t n = PROTO_HDR;
+  uint32_t count = 3 + nargs;
+  memset(b, 0, PROTO_HDR);
+  if (count < 16) {
+    b[n++] = (uint8_t)(0x90 | count);
+  } else if (count < 65536) {
+    b[n++] = 0xdc;
+    b[n++] = (uint8_t)(count >> 8);
+    b[n++] = (uint8_t)count;
+  } else {
+    b[n++] = 0xdd;
+    proto_put_len(b + n, count);
+    n += 4;
+  }
+  b[n++] = (uint8_t)kind;
+  n += put_uint(b + n, id);
+  n += put_int(b + n, op);
+  e->frame_start = e->len;
+  enc_write(e, (const char *)b, n);
 }
 
 void proto_enc_begin(proto_enc_t *e, uint32_t count) {

@@ -98,8 +98,13 @@ void proto_put_len(uint8_t *p, uint32_t n);
  * RET 0, RDZV_EPROTO (malformed or trailing bytes), RDZV_ETOOBIG. */
 int proto_scan(const uint8_t *buf, size_t n, const proto_limits_t *lim);
 
+/* Elements of a flat frame (nothing but scalars, strings and binaries)
+ * that proto_decode reads in one pass into the message itself. */
+#define PROTO_FLAT_MAX 12
+
 /* A decoded message. Strings and binaries point into the frame buffer, which
- * must outlive the message; containers live in the zone. */
+ * must outlive the message; containers live in the zone, or, for a flat
+ * frame, in flat[] (so a proto_msg_t must not be copied by value). */
 typedef struct proto_msg_s {
   int kind;
   uint64_t id;
@@ -108,6 +113,7 @@ typedef struct proto_msg_s {
   uint32_t nargs;
   msgpack_zone zone;
   int zone_live;
+  msgpack_object flat[PROTO_FLAT_MAX];
 } proto_msg_t;
 
 /* Decode one frame body (after the length). Runs proto_scan first.
@@ -115,6 +121,10 @@ typedef struct proto_msg_s {
  * RDZV_ENOMEM. */
 int proto_decode(const uint8_t *buf, size_t n, const proto_limits_t *lim,
                  proto_msg_t *msg);
+/* The same through msgpack-c alone (a zone for every frame): what a flat
+ * frame's one pass must agree with (fuzz/fuzz_frame.c checks it). */
+int proto_decode_generic(const uint8_t *buf, size_t n,
+                         const proto_limits_t *lim, proto_msg_t *msg);
 void proto_msg_free(proto_msg_t *msg);
 
 /* Typed access to msg->args[i]; RET 0 or RDZV_EPROTO. The bytes accessors
@@ -152,6 +162,10 @@ void proto_enc_destroy(proto_enc_t *e);
 void proto_enc_reset(proto_enc_t *e); /* keep the memory, drop the bytes */
 /* Begin a frame holding an array of `count` elements. */
 void proto_enc_begin(proto_enc_t *e, uint32_t count);
+/* Begin a frame [kind, id, op, ...nargs more elements] (a request, a reply
+ * with op the status, a push with id 0), its header in one write. */
+void proto_enc_begin_msg(proto_enc_t *e, uint32_t nargs, int kind,
+                         uint64_t id, int64_t op);
 /* Patch the frame length. RET 0, RDZV_ENOMEM (the frame is dropped),
  * RDZV_ETOOBIG (over 4 GiB). */
 int proto_enc_end(proto_enc_t *e);

@@ -19,6 +19,7 @@
 #include <netdb.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,8 +33,13 @@
 #define TLS_IN_MAX (128u << 10) /* ciphertext not yet decrypted */
 /* A connection runs its requests for this long at most, then the others
  * get their turn: a client that pipelines thousands of large requests
- * must not hold up one that sends a small one. */
-#define TURN_NS (2u * 1000 * 1000)
+ * must not hold up one that sends a small one. LAUNCH_SERVER_TURN_US
+ * changes it (for benchmarks: bench/run_adv_latency.sh). */
+#define TURN_NS (2000u * 1000)
+static uint64_t turn_ns = TURN_NS;
+/* LAUNCH_SERVER_PLAIN_LOCK=1: no hungry waiters (srv__lock), for
+ * benchmarks that compare. */
+static int lock_plain;
 
 static void conn_process(conn_t *c);
 static int flush_conn(conn_t *c, int may_close);
@@ -58,14 +64,151 @@ int srv__on_main(const srv_t *s) {
 
 uint64_t srv__now(void) { return uv_hrtime() / 1000000u; }
 
+/* ---- tracing: LAUNCH_SERVER_TRACE_MS=N logs every callback of an event
+ * loop that ran N ms or more (wall time), with its thread's CPU time, the
+ * time it waited for the lock and the connection it served; at close, the
+ * longest. Off (one branch per callback) when unset. -------- */
+
+static uint64_t trace_ns; /* the threshold; 0: off (set by srv_new) */
+
+typedef struct {
+  const char *what;
+  uint64_t conn, w0, c0, lock_ns;
+  const char *dialect;
+  int depth;
+} trace_t;
+
+static __thread trace_t tr;
+
+static uint64_t cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void trace_begin(const srv_t *s, const char *what, const conn_t *c) {
+  if (trace_ns == 0 || tr.depth++ > 0)
+    return;
+  tr.what = what;
+  tr.conn = c ? c->id : 0;
+  tr.dialect = c && c->dialect ? c->dialect->name : "";
+  tr.lock_ns = 0;
+  tr.w0 = uv_hrtime();
+  tr.c0 = cpu_ns();
+}
+
+static void trace_end(srv_t *s) {
+  uint64_t wall, cpu;
+  char what[96];
+  if (trace_ns == 0 || tr.depth == 0 || --tr.depth > 0)
+    return;
+  wall = uv_hrtime() - tr.w0;
+  cpu = cpu_ns() - tr.c0;
+  snprintf(what, sizeof(what), "loop %d %s conn %llu %s",
+           tl_lp ? tl_lp->idx : 0, tr.what, (unsigned long long)tr.conn,
+           tr.dialect);
+  pthread_mutex_lock(&s->trace_mu);
+  if (wall - tr.lock_ns > s->trace_max.wall) {
+    s->trace_max.wall = wall - tr.lock_ns;
+    s->trace_max.wall_cpu = cpu;
+    memcpy(s->trace_max.what, what, sizeof(what));
+  }
+  if (cpu > s->trace_max.cpu) {
+    s->trace_max.cpu = cpu;
+    memcpy(s->trace_max.what_cpu, what, sizeof(what));
+  }
+  pthread_mutex_unlock(&s->trace_mu);
+  if (wall >= trace_ns)
+    LU_WARN(&s->log, "trace: %s: %.2f ms wall (%.2f ms waiting for the "
+            "lock), %.2f ms CPU", what, wall / 1e6, tr.lock_ns / 1e6,
+            cpu / 1e6);
+}
+
+/* The loops' lock. A plain mutex lets a loop that just released it take
+ * it again before a waiter that slept wakes up, and a loop with work does
+ * so after every callback: one loop could wait behind dozens of the
+ * others' turns, and with it every client it serves. So a waiter that
+ * waited LOCK_HUNGRY_NS is "hungry": while one is, nobody else takes the
+ * lock but the hungry. Below that, it is a mutex (a strict queue would
+ * stall behind a waiter the scheduler has not run, on a busy machine). */
+#define LOCK_SPINS 200
+#define LOCK_HUNGRY_NS (1000u * 1000)
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static int lock_take(srv_t *s, int hungry) {
+  int free_ = 0;
+  if (!hungry && atomic_load(&s->lock_hungry) > 0)
+    return 0;
+  return atomic_compare_exchange_strong(&s->lock_held, &free_, 1);
+}
+
+static void lock_slow(srv_t *s) {
+  uint64_t t0 = uv_hrtime();
+  int hungry = 0;
+  for (int i = 0; i < LOCK_SPINS; i++) {
+    cpu_relax();
+    if (lock_take(s, 0))
+      return;
+  }
+  pthread_mutex_lock(&s->mu);
+  /* Counted before looking again (seq_cst, as srv__unlock reads it after
+   * releasing): either it sees this sleeper or this sees the lock free. */
+  atomic_fetch_add(&s->lock_sleepers, 1);
+  while (!lock_take(s, hungry)) {
+    struct timespec ts;
+    uint64_t now = uv_hrtime();
+    if (!hungry && !lock_plain && now - t0 >= LOCK_HUNGRY_NS) {
+      hungry = 1;
+      atomic_fetch_add(&s->lock_hungry, 1);
+      continue;
+    }
+    /* Timed: a waiter must notice when it becomes hungry. */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += LOCK_HUNGRY_NS;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&s->lock_cv, &s->mu, &ts);
+  }
+  atomic_fetch_sub(&s->lock_sleepers, 1);
+  if (hungry)
+    atomic_fetch_sub(&s->lock_hungry, 1);
+  pthread_mutex_unlock(&s->mu);
+}
+
 void srv__lock(srv_t *s) {
-  if (s->nloops > 1)
-    pthread_mutex_lock(&s->mu);
+  if (s->nloops <= 1 || lock_take(s, 0))
+    return;
+  if (trace_ns && tr.depth > 0) {
+    uint64_t t0 = uv_hrtime();
+    lock_slow(s);
+    tr.lock_ns += uv_hrtime() - t0;
+    return;
+  }
+  lock_slow(s);
 }
 
 void srv__unlock(srv_t *s) {
-  if (s->nloops > 1)
+  if (s->nloops <= 1)
+    return;
+  atomic_store(&s->lock_held, 0);
+  if (atomic_load(&s->lock_sleepers) > 0) {
+    pthread_mutex_lock(&s->mu);
+    /* The hungry must be among those woken. */
+    if (atomic_load(&s->lock_hungry) > 0)
+      pthread_cond_broadcast(&s->lock_cv);
+    else
+      pthread_cond_signal(&s->lock_cv);
     pthread_mutex_unlock(&s->mu);
+  }
 }
 
 static void kick_main(srv_t *s) { uv_async_send(&s->loops[0].async); }
@@ -289,9 +432,11 @@ static void job_free(srv_t *s, job_t *j) {
 static void gc_cb_locked(uv_timer_t *t);
 static void gc_cb(uv_timer_t *t) {
   srv_t *s = t->data;
+  trace_begin(s, "gc", NULL);
   srv__lock(s);
   gc_cb_locked(t);
   srv__unlock(s);
+  trace_end(s);
 }
 
 static void gc_cb_locked(uv_timer_t *t) {
@@ -528,6 +673,7 @@ void srv__pend_disarm(srv_t *s, pend_t *p) {
 static void timer_cb(uv_timer_t *t) {
   srv_t *s = t->data;
   uint64_t now = srv__now();
+  trace_begin(s, "deadlines", NULL);
   srv__lock(s);
   while (s->heap_len > 0 && s->heap[0]->deadline_ms <= now) {
     pend_t *p = s->heap[0];
@@ -536,6 +682,7 @@ static void timer_cb(uv_timer_t *t) {
   }
   rearm(s);
   srv__unlock(s);
+  trace_end(s);
 }
 
 /* ---- handshake deadlines: connections in accept order -------------------------------- */
@@ -543,9 +690,11 @@ static void timer_cb(uv_timer_t *t) {
 static void hs_timer_cb_locked(uv_timer_t *t);
 static void hs_timer_cb(uv_timer_t *t) {
   srv_t *s = t->data;
+  trace_begin(s, "handshake deadlines", NULL);
   srv__lock(s);
   hs_timer_cb_locked(t);
   srv__unlock(s);
+  trace_end(s);
 }
 
 static void hs_timer_cb_locked(uv_timer_t *t) {
@@ -703,17 +852,11 @@ static void out_queued(conn_t *c) {
 }
 
 void srv__reply_begin(conn_t *c, uint64_t id, int status, uint32_t nres) {
-  proto_enc_begin(&c->out, 3 + nres);
-  msgpack_pack_uint8(&c->out.pk, PROTO_REPLY);
-  msgpack_pack_uint64(&c->out.pk, id);
-  msgpack_pack_int64(&c->out.pk, status);
+  proto_enc_begin_msg(&c->out, nres, PROTO_REPLY, id, status);
 }
 
 void srv__push_begin(conn_t *c, int ev, uint32_t nargs) {
-  proto_enc_begin(&c->out, 3 + nargs);
-  msgpack_pack_uint8(&c->out.pk, PROTO_PUSH);
-  msgpack_pack_uint8(&c->out.pk, 0);
-  msgpack_pack_int64(&c->out.pk, ev);
+  proto_enc_begin_msg(&c->out, nargs, PROTO_PUSH, 0, ev);
 }
 
 void srv__reply_end(conn_t *c) {
@@ -749,9 +892,11 @@ void srv__out_raw(conn_t *c, const void *p, size_t n) {
 static void write_cb_locked(uv_write_t *req, int status);
 static void write_cb(uv_write_t *req, int status) {
   srv_t *s = ((wreq_t *)req)->c->srv;
+  trace_begin(s, "written", ((wreq_t *)req)->c);
   srv__lock(s);
   write_cb_locked(req, status);
   srv__unlock(s);
+  trace_end(s);
 }
 
 static void write_cb_locked(uv_write_t *req, int status) {
@@ -944,8 +1089,11 @@ static void check_cb(uv_check_t *h) {
   while (!list_empty(&run)) {
     conn_t *c = LIST_ENTRY(run.next, conn_t, resume_link);
     list_remove(&c->resume_link);
+    trace_begin(s, "resume", c);
     conn_resume(c);
+    trace_end(s);
   }
+  trace_begin(s, "flush", NULL);
   while (!list_empty(&lp->dirty)) {
     conn_t *c = LIST_ENTRY(lp->dirty.next, conn_t, dirty_link);
     proto_enc_t *o = &c->out;
@@ -985,6 +1133,7 @@ static void check_cb(uv_check_t *h) {
     if (list_empty(&lp->resume) && list_empty(&lp->dirty))
       uv_idle_stop(&lp->idle);
     srv__unlock(s);
+    trace_end(s);
     return;
   }
   srv__unlock(s);
@@ -1040,6 +1189,7 @@ static void check_cb(uv_check_t *h) {
   if (list_empty(&lp->resume) && list_empty(&lp->dirty))
     uv_idle_stop(&lp->idle);
   srv__unlock(s);
+  trace_end(s);
 }
 
 /* ---- input ------------------------------------------------------------------------- */
@@ -1121,6 +1271,7 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
                        (unsigned)(c->in_cap - c->in_len));
     return;
   }
+  trace_begin(c->srv, "grow input", c);
   srv__lock(c->srv);
   if (in_room(c) == 0)
     *buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
@@ -1128,6 +1279,7 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     *buf = uv_buf_init((char *)c->in + c->in_len,
                        (unsigned)(c->in_cap - c->in_len));
   srv__unlock(c->srv);
+  trace_end(c->srv);
 }
 
 /* Hand the peer the alert that says why its handshake failed (best
@@ -1203,9 +1355,11 @@ static void read_cb_locked(uv_stream_t *st, ssize_t nread,
                            const uv_buf_t *buf);
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   srv_t *s = ((conn_t *)st->data)->srv;
+  trace_begin(s, "read", st->data);
   srv__lock(s);
   read_cb_locked(st, nread, buf);
   srv__unlock(s);
+  trace_end(s);
 }
 
 static void read_cb_locked(uv_stream_t *st, ssize_t nread,
@@ -1366,7 +1520,7 @@ static void conn_process(conn_t *c) {
   size_t off = 0;
   srv_t *s = c->srv;
   size_t store0 = s->mem.store.used;
-  c->lp->turn_end = uv_hrtime() + TURN_NS;
+  c->lp->turn_end = uv_hrtime() + turn_ns;
   while (off < c->in_len && c->state != CONN_CLOSING &&
          !c->close_after_flush && !c->paused) {
     ssize_t k;
@@ -1440,6 +1594,7 @@ static void on_conn_closed(uv_handle_t *h) {
   conn_t *c = h->data;
   srv_t *s = c->srv;
   int closing;
+  trace_begin(s, "closed", c);
   srv__lock(s);
   conn_free(c);
   /* srv_close waits for connections closed before it, too. */
@@ -1448,6 +1603,7 @@ static void on_conn_closed(uv_handle_t *h) {
   if (!closing)
     mem_released(s);
   srv__unlock(s);
+  trace_end(s);
   /* Only loop 0 finishes: the other loops were joined by then. */
   if (closing && srv__on_main(s))
     maybe_finish_close(s);
@@ -1558,9 +1714,11 @@ static void refuse_accept(uv_stream_t *server) {
 static void on_connection_locked(uv_stream_t *server, int status);
 static void on_connection(uv_stream_t *server, int status) {
   srv_t *s = server->data;
+  trace_begin(s, "accept", NULL);
   srv__lock(s);
   on_connection_locked(server, status);
   srv__unlock(s);
+  trace_end(s);
 }
 
 /* Accept on loop 0 into a handle of its own, and keep a duplicate of the
@@ -1727,16 +1885,17 @@ static void loop_handles_init(srv_loop_t *lp) {
 /* RET 0 or RDZV_ENOMEM. */
 static int loops_new(srv_t *s, uv_loop_t *loop) {
   int n = s->cfg.threads > 1 ? (int)LU_MIN(s->cfg.threads, 64u) : 1;
-  pthread_mutexattr_t ma;
   if ((s->loops = calloc((size_t)n, sizeof(*s->loops))) == NULL)
     return RDZV_ENOMEM;
   s->nloops = n;
-  pthread_mutexattr_init(&ma);
-#ifdef PTHREAD_MUTEX_ADAPTIVE_NP
-  pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
-#endif
-  pthread_mutex_init(&s->mu, &ma);
-  pthread_mutexattr_destroy(&ma);
+  pthread_mutex_init(&s->mu, NULL);
+  {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->lock_cv, &ca);
+    pthread_condattr_destroy(&ca);
+  }
   for (int i = 0; i < n; i++) {
     srv_loop_t *lp = &s->loops[i];
     lp->srv = s;
@@ -1821,6 +1980,23 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   s->loop = loop;
   s->cfg = *cfg;
   s->nloops = 1;
+  pthread_mutex_init(&s->trace_mu, NULL);
+  {
+    /* Benchmarks' knobs, read before any loop runs (the same for every
+     * server of the process: written only when they change). */
+    const char *t = getenv("LAUNCH_SERVER_TRACE_MS");
+    const char *u = getenv("LAUNCH_SERVER_TURN_US");
+    const char *l = getenv("LAUNCH_SERVER_PLAIN_LOCK");
+    uint64_t ns = t && atof(t) > 0 ? (uint64_t)(atof(t) * 1e6) : 0;
+    uint64_t tn = u && atoi(u) > 0 ? (uint64_t)atoi(u) * 1000 : TURN_NS;
+    int plain = l && atoi(l) > 0;
+    if (ns != trace_ns)
+      trace_ns = ns;
+    if (tn != turn_ns)
+      turn_ns = tn;
+    if (plain != lock_plain)
+      lock_plain = plain;
+  }
   if (cfg->log)
     s->log = *cfg->log;
   else
@@ -1882,8 +2058,10 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   if (loops_new(s, loop) != 0) {
     LU_ERR(&s->log, "cannot make %u event loops: out of memory or file "
                     "descriptors (lower --threads)", s->cfg.threads);
-    if (s->nloops > 1)
+    if (s->nloops > 1) {
       pthread_mutex_destroy(&s->mu);
+      pthread_cond_destroy(&s->lock_cv);
+    }
     free_config(s);
     free(s);
     return RDZV_ENOMEM;
@@ -2021,8 +2199,11 @@ static void free_all(srv_t *s) {
   free(s->addrs);
   free(s->heap);
   free_config(s);
-  if (s->nloops > 1)
+  if (s->nloops > 1) {
     pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->lock_cv);
+  }
+  pthread_mutex_destroy(&s->trace_mu);
   s->magic = 0;
   free(s);
 }
@@ -2056,6 +2237,15 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
   assert(s->magic == SRV_MAGIC);
   if (s->closing)
     return;
+  if (trace_ns) {
+    pthread_mutex_lock(&s->trace_mu);
+    LU_WARN(&s->log, "trace: longest callback: %s: %.2f ms wall (lock "
+            "waits left out), %.2f ms CPU", s->trace_max.what,
+            s->trace_max.wall / 1e6, s->trace_max.wall_cpu / 1e6);
+    LU_WARN(&s->log, "trace: most CPU in a callback: %s: %.2f ms CPU",
+            s->trace_max.what_cpu, s->trace_max.cpu / 1e6);
+    pthread_mutex_unlock(&s->trace_mu);
+  }
   srv__lock(s);
   s->close_cb = cb;
   s->close_arg = arg;

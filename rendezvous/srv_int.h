@@ -11,6 +11,7 @@
 
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <uv.h>
 
@@ -71,9 +72,9 @@ typedef struct srv_loop_s srv_loop_t;
  * caller's loop: it owns the listeners and every timer. The others run on
  * their own threads and own the connections handed to them. Every piece
  * of server state (jobs, stores, memory counts, connections' buffers) is
- * guarded by srv->mu; a libuv handle is only touched by its loop's
- * thread, so another loop asks for work on a connection through these
- * lists and the loop's async handle. */
+ * guarded by the server's lock (srv__lock); a libuv handle is only
+ * touched by its loop's thread, so another loop asks for work on a
+ * connection through these lists and the loop's async handle. */
 struct srv_loop_s {
   srv_t *srv;
   int idx;
@@ -249,7 +250,13 @@ struct srv_s {
   list_t conns;
   list_t memwait;
   list_t preauth;       /* oldest first: deadlines in accept order */
-  pthread_mutex_t mu;   /* guards all of it when nloops > 1 */
+  /* All of it is guarded, when nloops > 1, by the server's lock
+   * (srv__lock): lock_held is the lock; waiters that stopped spinning
+   * sleep on lock_cv under mu; lock_hungry counts those that waited too
+   * long, which the others let go first. */
+  atomic_int lock_held, lock_sleepers, lock_hungry;
+  pthread_mutex_t mu;
+  pthread_cond_t lock_cv;
   srv_loop_t *loops;    /* nloops; loops[0] is the caller's */
   int nloops;
   unsigned next_loop;   /* round robin of accepted connections */
@@ -276,6 +283,13 @@ struct srv_s {
   uv_timer_t rounds_timer; /* rendezvous deadlines (armed by the module) */
   uint64_t rounds_due;     /* when rounds_timer was due (loop stalls show late) */
   void *rounds_data;
+  /* LAUNCH_SERVER_TRACE_MS: the longest callback (lock waits left out)
+   * and the one that used the most CPU. */
+  pthread_mutex_t trace_mu;
+  struct {
+    uint64_t wall, wall_cpu, cpu;
+    char what[96], what_cpu[96];
+  } trace_max;
   int closing;
   int pending_closes;
   int closing_conns; /* connections between uv_close and its callback */

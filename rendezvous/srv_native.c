@@ -148,12 +148,23 @@ static void pend_free(pend_t *p) {
 }
 
 /* Bytes of the reply with the values of keys (GET: one value; MGET: a
- * list), on the safe side. */
-static size_t values_size(store_t *st, const store_key_t *keys, uint32_t n) {
+ * list), on the safe side; the count stops once past cap (such a reply is
+ * refused whatever the rest adds: an MGET of one 8 MiB key 131,072 times
+ * costs one lookup per key up to the cap, not 131,072). *missing: set when
+ * a key counted does not exist (a queue-only key exists; both read as nil). */
+static size_t values_size(store_t *st, const store_key_t *keys, uint32_t n,
+                          size_t cap, int *missing) {
   size_t sz = 32;
-  for (uint32_t i = 0; i < n; i++) {
+  *missing = 0;
+  for (uint32_t i = 0; i < n && sz <= cap; i++) {
     size_t vlen = 0;
-    sz += store_get(st, keys[i].p, keys[i].n, &vlen) ? vlen + 5 : 1;
+    if (store_get(st, keys[i].p, keys[i].n, &vlen) != NULL)
+      sz += vlen + 5;
+    else {
+      sz += 1; /* nil (a woken reply whose key went meanwhile too) */
+      if (!store_exists(st, keys[i].p, keys[i].n))
+        *missing = 1;
+    }
   }
   return sz;
 }
@@ -180,8 +191,10 @@ static void reply_values(conn_t *c, uint64_t id, int op,
  * RET 0 done (p freed), SRV_LATER kept. */
 static int pend_reply(pend_t *p) {
   conn_t *c = p->c;
+  int missing;
   int r = room_for_reply(c, p->reqid, p->op,
-                         values_size(c->job->store, p->keys, p->nkeys));
+                         values_size(c->job->store, p->keys, p->nkeys,
+                                     c->srv->cfg.max_out_bytes, &missing));
   if (r == SRV_LATER) {
     p->ready = 1;
     srv__pend_disarm(c->srv, p);
@@ -283,17 +296,25 @@ oom:
 static int wait_keys(conn_t *c, const proto_msg_t *m, store_key_t *keys,
                      uint32_t n, int64_t wait_ms) {
   store_t *st = c->job->store;
-  int all = 1, values = m->op != PROTO_OP_WAIT;
+  int all = 1, values = m->op != PROTO_OP_WAIT, missing = 0;
+  size_t sz = 0;
   pend_t *p;
   int rc;
-  for (uint32_t i = 0; i < n && all; i++)
-    all = store_exists(st, keys[i].p, keys[i].n);
+  if (values) {
+    /* existence and the reply's size in one pass; past the cap, refused
+     * now even when a later key is missing */
+    sz = values_size(st, keys, n, c->srv->cfg.max_out_bytes, &missing);
+    all = !missing;
+  } else {
+    for (uint32_t i = 0; i < n && all; i++)
+      all = store_exists(st, keys[i].p, keys[i].n);
+  }
   if (all) {
     if (!values) {
       srv__reply_ok(c, m->id);
       return 0;
     }
-    rc = room_for_reply(c, m->id, (int)m->op, values_size(st, keys, n));
+    rc = room_for_reply(c, m->id, (int)m->op, sz);
     if (rc == 0)
       reply_values(c, m->id, (int)m->op, keys, n);
     return rc == SRV_LATER ? SRV_LATER : 0;
@@ -347,11 +368,24 @@ static int op_get(conn_t *c, const proto_msg_t *m) {
   store_key_t k;
   int64_t wait_ms = 0;
   const char *p;
+  const uint8_t *v;
+  size_t vlen = 0;
   if (arg_key(c, m, 0, &p, &k.n))
     return 0;
   k.p = p;
   if (m->nargs > 1 && arg_int(c, m, 1, &wait_ms))
     return 0;
+  /* The common case, a key with a value, in one lookup; the rest (absent,
+   * a queue only) as every wait does. */
+  if ((v = store_get(c->job->store, p, k.n, &vlen)) != NULL) {
+    int rc = room_for_reply(c, m->id, (int)m->op, 37 + vlen);
+    if (rc == 0) {
+      srv__reply_begin(c, m->id, 0, 1);
+      proto_pack_bytes(&c->out.pk, v, vlen);
+      srv__reply_end(c);
+    }
+    return rc == SRV_LATER ? SRV_LATER : 0;
+  }
   return wait_keys(c, m, &k, 1, wait_ms);
 }
 

@@ -166,8 +166,11 @@ static size_t reply_size(conn_t *c, const ts_req_t *r) {
   case TS_QUEUE_POP:
     return 16 + (size_t)LU_MAX(store_queue_front_len(st, r->key, r->klen), 0);
   case TS_MULTI_GET: {
+    /* the count stops once past the cap: such a reply is refused whatever
+     * the rest of the list adds */
     const uint8_t *p = r->list;
-    for (uint64_t i = 0; i < r->count; i++) {
+    for (uint64_t i = 0; i < r->count && sz <= c->srv->cfg.max_out_bytes;
+         i++) {
       uint64_t kl;
       const uint8_t *k = ts_next_str(&p, &kl);
       vlen = 0;

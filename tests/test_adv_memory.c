@@ -492,6 +492,15 @@ int main(void) {
   for (int i = 0; i < 34; i++)
     close(a7_fd[i]);
   test_stop_server(srv_pid);
+  if (getenv("LAUNCH_SERVER_TRACE_MS")) {
+    /* The server's slow callbacks (bench/run_adv_latency.sh reads them). */
+    char *log = test_read_file(logpath), *line, *save = NULL;
+    for (line = log ? strtok_r(log, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save))
+      if (strstr(line, "trace: "))
+        printf("%s\n", line);
+    free(log);
+  }
   printf("test_adv_memory: ok\n");
   return 0;
 }

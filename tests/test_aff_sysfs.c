@@ -31,7 +31,7 @@ static const char *topo_path(const char *name) {
 static void put(const char *root, const char *rel, const char *fmt, ...)
     LU_PRINTF(3, 4);
 static void put(const char *root, const char *rel, const char *fmt, ...) {
-  char path[1024], dir[1024], *slash;
+  char path[4200], dir[4200], *slash;
   va_list ap;
   FILE *f;
   snprintf(path, sizeof(path), "%s/%s", root, rel);
@@ -48,7 +48,7 @@ static void put(const char *root, const char *rel, const char *fmt, ...) {
 }
 
 static void link_to(const char *root, const char *rel, const char *target) {
-  char path[1024], dir[1024], *slash;
+  char path[4200], dir[4200], *slash;
   snprintf(path, sizeof(path), "%s/%s", root, rel);
   lu_strlcpy(dir, path, sizeof(dir));
   if ((slash = strrchr(dir, '/')) != NULL) {
@@ -270,17 +270,24 @@ static aff_topo_t *load_xml(const char *xml, const char *root, const char *cvd,
   return t;
 }
 
-static char *plan_text(const aff_topo_t *t) {
+/* `launch topo` (json 0) or `launch topo --json` for t with a plan of
+ * one rank a GPU (else `nodev` ranks): cores, local memory. */
+static char *report_of(const aff_topo_t *t, int json, int nodev) {
   aff_policy_t *p = malloc(sizeof(*p));
   aff_plan_t *pl = NULL;
   char err[256], *text = NULL;
-  int n = aff_topo_ngpus(t) > 0 ? aff_topo_ngpus(t) : 1;
+  int n = aff_topo_ngpus(t) > 0 ? aff_topo_ngpus(t) : nodev;
   ASSERT(p != NULL);
   ASSERT_EQ(0, aff_policy_parse("cores", "local", p, err, sizeof(err)));
   ASSERT_EQ(0, aff_plan_new(t, p, n, NULL, &pl, err, sizeof(err)));
-  ASSERT_EQ(0, aff_report_text(t, pl, &text));
+  ASSERT_EQ(0, (json ? aff_report_json : aff_report_text)(t, pl, &text));
   aff_plan_free(pl);
   free(p);
+  return text;
+}
+
+static char *plan_text(const aff_topo_t *t) {
+  char *text = report_of(t, 0, 1);
   /* everything after the source line */
   memmove(text, strchr(text, '\n') + 1, strlen(strchr(text, '\n') + 1) + 1);
   return text;
@@ -524,6 +531,7 @@ static void test_nvml_cache(void) {
   snprintf(dir, sizeof(dir), "%s/xdg", test_tmpdir());
   ASSERT_EQ(0, mkdir(dir, 0700));
   setenv("XDG_RUNTIME_DIR", dir, 1);
+  setenv("LAUNCH_TOPO_CACHE", "0", 1); /* the NVML cache alone */
   snprintf(cache, sizeof(cache), "%s/launch-topo-%u.cache", dir, (unsigned)geteuid());
   put(root, "proc/sys/kernel/random/boot_id", "0b0f5e2c-0000-4000-8000-000000000001\n");
   put(root, "proc/driver/nvidia/version",
@@ -598,7 +606,174 @@ static void test_nvml_cache(void) {
   ASSERT_EQ(0, (long long)aff_topo_gpu(t, 0)->mem_bytes);
   aff_topo_free(t);
   unsetenv("XDG_RUNTIME_DIR");
+  unsetenv("LAUNCH_TOPO_CACHE");
   aff_topo_free(base);
+}
+
+/* ---- the topology cache (aff_tcache.c) ------------------------------------------------- */
+
+static char *json_of(const aff_topo_t *t) { return report_of(t, 1, 2); }
+
+/* Load the fixture: the JSON must be want, byte for byte, and come from
+ * the cache (hit 1) or from a discovery (hit 0). */
+static void expect(const char *what, const char *xml, const char *root,
+                   const char *cvd, const char *want, int hit) {
+  aff_topo_t *t = load_xml(xml, root, cvd, NULL, NULL);
+  char *j = json_of(t);
+  if (t->from_cache != hit)
+    TEST_FAIL("%s: %s, want %s", what, t->from_cache ? "from the cache" : "discovered",
+              hit ? "from the cache" : "discovered");
+  if (strcmp(j, want) != 0)
+    TEST_FAIL("%s: the cached topology differs:\n--- cache\n%s\n--- discovery\n%s",
+              what, j, want);
+  free(j);
+  aff_topo_free(t);
+}
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  char *s;
+  long n;
+  ASSERT(f != NULL);
+  ASSERT_EQ(0, fseek(f, 0, SEEK_END));
+  ASSERT((n = ftell(f)) > 0);
+  rewind(f);
+  ASSERT((s = calloc(1, (size_t)n + 1)) != NULL);
+  ASSERT_EQ((size_t)n, fread(s, 1, (size_t)n, f));
+  fclose(f);
+  *len = (size_t)n;
+  return s;
+}
+
+static void spit(const char *path, const char *s, size_t len) {
+  FILE *f = fopen(path, "wb");
+  ASSERT(f != NULL);
+  ASSERT_EQ(len, fwrite(s, 1, len, f));
+  ASSERT_EQ(0, fclose(f));
+}
+
+/* One fixture, its fake tree with a boot id: without the cache, cold, warm,
+ * every stale key, damaged files; always the same JSON. */
+static void cache_fixture(const char *name, const char *cache) {
+  char xml[1024], *want, *want_cvd, *text, *bad;
+  aff_topo_t *base, *t;
+  struct stat sb;
+  size_t len;
+  cpu_set_t mine, one;
+  const char *root = fixture_tree(name, xml, &base);
+  unlink(cache);
+  put(root, "proc/sys/kernel/random/boot_id", "0b0f5e2c-0000-4000-8000-00000000000a\n");
+  setenv("LAUNCH_TOPO_CACHE", "0", 1);
+  t = load_xml(xml, root, NULL, NULL, NULL);
+  want = json_of(t);
+  aff_topo_free(t);
+  t = load_xml(xml, root, aff_topo_ngpus(base) > 1 ? "1,0" : "0", NULL, NULL);
+  want_cvd = json_of(t);
+  aff_topo_free(t);
+  ASSERT(access(cache, F_OK) != 0); /* off: nothing written */
+  expect("LAUNCH_TOPO_CACHE=0", xml, root, NULL, want, 0);
+  unsetenv("LAUNCH_TOPO_CACHE");
+  expect("cold", xml, root, NULL, want, 0);
+  ASSERT_EQ(0, stat(cache, &sb));
+  ASSERT_EQ(0600, (int)(sb.st_mode & 0777));
+  ASSERT_EQ((long long)geteuid(), (long long)sb.st_uid);
+  expect("warm", xml, root, NULL, want, 1);
+  /* the visible GPUs are chosen from the cached list on every start */
+  expect("warm, CUDA_VISIBLE_DEVICES", xml, root,
+         aff_topo_ngpus(base) > 1 ? "1,0" : "0", want_cvd, 1);
+  /* another boot: discovered and written again */
+  put(root, "proc/sys/kernel/random/boot_id", "0b0f5e2c-0000-4000-8000-00000000000b\n");
+  expect("other boot", xml, root, NULL, want, 0);
+  expect("other boot, warm", xml, root, NULL, want, 1);
+  put(root, "proc/sys/kernel/random/boot_id", "0b0f5e2c-0000-4000-8000-00000000000a\n");
+  expect("first boot again", xml, root, NULL, want, 0);
+  /* another driver */
+  put(root, "proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 "
+      "Kernel Module  999.1.2  Tue Mar 5 22:23:56 UTC 2024\n");
+  expect("other driver", xml, root, NULL, want, 0);
+  expect("other driver, warm", xml, root, NULL, want, 1);
+  /* another CPU mask (taskset, srun --cpu-bind, a cpuset) */
+  ASSERT_EQ(0, sched_getaffinity(0, sizeof(mine), &mine));
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &mine)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  if (CPU_COUNT(&mine) > 1) {
+    ASSERT_EQ(0, sched_setaffinity(0, sizeof(one), &one));
+    expect("other affinity", xml, root, NULL, want, 0);
+    expect("other affinity, warm", xml, root, NULL, want, 1);
+    ASSERT_EQ(0, sched_setaffinity(0, sizeof(mine), &mine));
+    expect("first affinity again", xml, root, NULL, want, 0);
+  }
+  /* hwloc's environment */
+  setenv("HWLOC_LAUNCH_TEST", "1", 1);
+  expect("HWLOC_ variable", xml, root, NULL, want, 0);
+  expect("HWLOC_ variable, warm", xml, root, NULL, want, 1);
+  unsetenv("HWLOC_LAUNCH_TEST");
+  expect("HWLOC_ variable gone", xml, root, NULL, want, 0);
+  expect("warm again", xml, root, NULL, want, 1);
+  /* damaged: a byte in the middle of the data, cut in half, no "end",
+   * writable by others, not a regular file. Each time: ignored, the
+   * discovery gives the same result and writes the file again. */
+  text = slurp(cache, &len);
+  ASSERT(len > 64 && strstr(text, "\nend ") != NULL);
+  bad = strdup(text);
+  bad[len - len / 4] = bad[len - len / 4] == '#' ? '!' : '#';
+  spit(cache, bad, len);
+  expect("corrupted", xml, root, NULL, want, 0);
+  expect("rewritten after corrupted", xml, root, NULL, want, 1);
+  spit(cache, text, len / 2);
+  expect("truncated", xml, root, NULL, want, 0);
+  expect("rewritten after truncated", xml, root, NULL, want, 1);
+  spit(cache, text, len - 22);
+  expect("no end line", xml, root, NULL, want, 0);
+  spit(cache, text, len);
+  expect("written back", xml, root, NULL, want, 1);
+  ASSERT_EQ(0, chmod(cache, 0666));
+  expect("writable by others", xml, root, NULL, want, 0);
+  expect("rewritten 0600", xml, root, NULL, want, 1);
+  ASSERT_EQ(0, unlink(cache));
+  ASSERT_EQ(0, mkdir(cache, 0700));
+  expect("a directory in its place", xml, root, NULL, want, 0);
+  ASSERT_EQ(0, rmdir(cache));
+  /* no boot id (a fixture tree without one): no cache at all */
+  rm(root, "proc/sys/kernel/random/boot_id");
+  expect("no boot id", xml, root, NULL, want, 0);
+  expect("no boot id, again", xml, root, NULL, want, 0);
+  ASSERT(access(cache, F_OK) != 0);
+  rm(root, "proc/driver/nvidia/version");
+  printf("%s: the cached topology is the discovered one\n", name);
+  free(text);
+  free(bad);
+  free(want);
+  free(want_cvd);
+  aff_topo_free(base);
+}
+
+static void test_topo_cache(void) {
+  char dir[1100], cache[1200];
+  DIR *d;
+  struct dirent *e;
+  int n = 0;
+  snprintf(dir, sizeof(dir), "%s/xdg-topo", test_tmpdir());
+  ASSERT_EQ(0, mkdir(dir, 0700));
+  setenv("XDG_RUNTIME_DIR", dir, 1);
+  snprintf(cache, sizeof(cache), "%s/launch-topo-%u.topo", dir, (unsigned)geteuid());
+  ASSERT((d = opendir(topo_path(""))) != NULL);
+  while ((e = readdir(d)) != NULL) {
+    size_t l = strlen(e->d_name);
+    if (l > 4 && strcmp(e->d_name + l - 4, ".xml") == 0) {
+      char name[256];
+      lu_strlcpy(name, e->d_name, sizeof(name));
+      cache_fixture(name, cache);
+      n++;
+    }
+  }
+  closedir(d);
+  ASSERT(n >= 5);
+  unsetenv("XDG_RUNTIME_DIR");
 }
 
 int main(void) {
@@ -607,6 +782,7 @@ int main(void) {
   test_device_order();
   test_no_export();
   test_nvml_cache();
+  test_topo_cache();
   test_cleanup();
   printf("test_aff_sysfs: ok\n");
   return 0;

@@ -171,4 +171,45 @@ has "connection refused"
 rc=$?
 [ "$rc" -le 1 ] || fail "launch doctor on this machine exited $rc"
 has "summary:"
+
+# ---- the topology cache on this machine (aff_tcache.c) ----------------------
+# Without it, cold, warm, another CPU mask, a damaged file: the same JSON
+# byte for byte; a debug line says where the topology came from.
+x="$tmp/xdg"; mkdir -m 700 "$x"
+cache="$x/launch-topo-$(id -u).topo"
+topo() { # topo NAME [prefix cmd...]: JSON in $tmp/NAME.json, debug in $tmp/NAME.err
+  local name=$1; shift
+  env XDG_RUNTIME_DIR="$x" LAUNCH_DEBUG=aff "$@" "$L" topo --json --nproc-per-node 2 \
+    >"$tmp/$name.json" 2>"$tmp/$name.err" || fail "launch topo ($name) failed"
+}
+came() { # came NAME from|discovered
+  if [ "$2" = from ]; then grep -q "topology from the cache" "$tmp/$1.err" || fail "$1: not from the cache"
+  else grep -q "topology from the cache" "$tmp/$1.err" && fail "$1: from the cache, want a discovery"; fi
+  return 0
+}
+same() { cmp -s "$tmp/$1.json" "$tmp/$2.json" || fail "$1 and $2 differ: $(diff "$tmp/$1.json" "$tmp/$2.json" | head -5)"; }
+topo off env LAUNCH_TOPO_CACHE=0
+[ ! -e "$cache" ] || fail "LAUNCH_TOPO_CACHE=0 wrote $cache"
+topo cold; came cold discovered; same off cold
+[ "$(stat -c %a "$cache")" = 600 ] || fail "$cache is not mode 0600"
+topo warm; came warm from; same off warm
+if [ "$(nproc)" -gt 1 ]; then
+  topo off1 env LAUNCH_TOPO_CACHE=0 taskset -c 0
+  topo mask1 taskset -c 0; came mask1 discovered; same off1 mask1
+  topo mask1w taskset -c 0; came mask1w from; same off1 mask1w
+  topo back; came back discovered; same off back
+fi
+topo again; came again from
+len=$(stat -c %s "$cache")
+printf '#' | dd of="$cache" bs=1 seek=$((len * 3 / 4)) conv=notrunc 2>/dev/null
+topo corrupt; came corrupt discovered; same off corrupt
+topo fixed; came fixed from; same off fixed
+truncate -s $((len / 2)) "$cache"
+topo trunc; came trunc discovered; same off trunc
+topo fixed2; came fixed2 from
+# the agent starts from it too (its default binding is none without GPUs)
+env XDG_RUNTIME_DIR="$x" LAUNCH_DEBUG=aff "$L" --standalone --nproc-per-node 2 --cpu-bind cores /bin/true \
+  >"$tmp/agent.err" 2>&1 || fail "launch --standalone /bin/true: $(tail -3 "$tmp/agent.err")"
+came agent from
+
 echo "ok"

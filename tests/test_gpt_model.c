@@ -307,8 +307,81 @@ static void test_refusals(void) {
   printf("  bad sizes, dtypes, tokens and call orders refused\n");
 }
 
+/* GPT-2's initialisation as gpt.h documents it, drawn in order by one
+ * thread: splitmix64 from seed * 0x2545f4914f6cdd1d + 1, Box-Muller pairs,
+ * wte's V rows, wpe, then each layer's four matrices. gpt_init_params fills
+ * pieces on several threads; a fresh start must get these numbers bit for
+ * bit (runs are compared bitwise across versions and devices). */
+static uint64_t sm64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+static void seq_normal(float *p, size_t n, float std, uint64_t *s) {
+  for (size_t i = 0; i < n; i += 2) {
+    double u1 = ((sm64(s) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+    double u2 = (sm64(s) >> 11) * (1.0 / 9007199254740992.0);
+    double r = sqrt(-2.0 * log(u1));
+    p[i] = (float)(std * r * cos(2.0 * M_PI * u2));
+    if (i + 1 < n)
+      p[i + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
+  }
+}
+
+static void seq_init(const gpt_config_t *c, uint64_t init_seed, float *p) {
+  static const int mats[] = {GPT_QKVW, GPT_ATTPROJW, GPT_FCW, GPT_FCPROJW};
+  static const int ones[] = {GPT_LN1W, GPT_LN2W, GPT_LNFW};
+  uint64_t s = init_seed * 0x2545f4914f6cdd1dULL + 1;
+  float resid = 0.02f / sqrtf(2.0f * (float)c->num_layers);
+  size_t n, off;
+  memset(p, 0, gpt_num_params(c) * sizeof(float));
+  off = gpt_tensor_offset(c, GPT_WTE, 0, &n);
+  seq_normal(p + off, (size_t)c->vocab_size * (size_t)c->channels, 0.02f, &s);
+  off = gpt_tensor_offset(c, GPT_WPE, 0, &n);
+  seq_normal(p + off, n, 0.02f, &s);
+  for (int l = 0; l < c->num_layers; l++) {
+    for (int k = 0; k < 3; k++) {
+      off = gpt_tensor_offset(c, ones[k], l, &n);
+      for (size_t i = 0; i < n; i++)
+        p[off + i] = 1.0f;
+    }
+    for (int k = 0; k < 4; k++) {
+      off = gpt_tensor_offset(c, mats[k], l, &n);
+      seq_normal(p + off, n,
+                 k == 1 || k == 3 ? resid : 0.02f, &s);
+    }
+  }
+}
+
+static void test_init_in_order(void) {
+  /* small (one thread), and large with odd tensor sizes (several threads
+   * where there are CPUs: pieces start mid-tensor) */
+  static const gpt_config_t cs[] = {
+      {.max_seq_len = 8, .vocab_size = 20, .padded_vocab = 32,
+       .num_layers = 2, .num_heads = 2, .channels = 16},
+      {.max_seq_len = 33, .vocab_size = 1001, .padded_vocab = 1024,
+       .num_layers = 3, .num_heads = 3, .channels = 519},
+  };
+  for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+    size_t n = gpt_num_params(&cs[i]);
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    ASSERT(a && b);
+    seq_init(&cs[i], 1337 + i, a);
+    memset(b, 0x7f, n * sizeof(float)); /* not zero: init must write all */
+    gpt_init_params(&cs[i], 1337 + i, b);
+    ASSERT(memcmp(a, b, n * sizeof(float)) == 0);
+    gpt_init_params(&cs[i], 1338 + i, b);
+    ASSERT(memcmp(a, b, n * sizeof(float)) != 0); /* the seed matters */
+    free(a), free(b);
+    printf("  %zu parameters initialised as in order, bit for bit\n", n);
+  }
+}
+
 int main(void) {
   ASSERT_STR_EQ("cpu", gpt_cpu_ops.name);
+  test_init_in_order();
   test_gradient();
   test_accumulation();
   test_segments();

@@ -137,7 +137,52 @@ static void test_names(void) {
   ASSERT_CONTAINS(rdzv_strerror(-ECONNREFUSED), "refused");
 }
 
+/* A message header written in one piece (proto_enc_begin_msg) is byte for
+ * byte what msgpack-c's packer writes, at every width boundary, and
+ * decodes back to the same kind, id and op. */
+static void test_begin_msg(void) {
+  static const uint64_t ids[] = {0, 1, 127, 128, 255, 256, 65535, 65536,
+                                 UINT32_MAX, (uint64_t)UINT32_MAX + 1,
+                                 UINT64_MAX};
+  static const int64_t ops[] = {0, 1, 127, 128, 65536, -1, -32, -33, -128,
+                                -129, -32768, -32769, INT32_MIN,
+                                (int64_t)INT32_MIN - 1, INT64_MIN, INT64_MAX};
+  static const uint32_t nargs[] = {0, 2, 12, 13, 65532, 65533};
+  proto_limits_t dlim = PROTO_LIMITS_DEFAULT;
+  static uint8_t nils[65533];
+  memset(nils, 0xc0, sizeof(nils));
+  for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
+    for (size_t j = 0; j < sizeof(ops) / sizeof(ops[0]); j++)
+      for (size_t k = 0; k < sizeof(nargs) / sizeof(nargs[0]); k++) {
+        proto_enc_t a, b;
+        proto_msg_t m;
+        int kind = (int)((i + j) % 3);
+        proto_enc_init(&a);
+        proto_enc_init(&b);
+        proto_enc_begin_msg(&a, nargs[k], kind, ids[i], ops[j]);
+        proto_enc_begin(&b, 3 + nargs[k]);
+        msgpack_pack_uint8(&b.pk, (uint8_t)kind);
+        msgpack_pack_uint64(&b.pk, ids[i]);
+        msgpack_pack_int64(&b.pk, ops[j]);
+        /* nargs nils (0xc0), appended as raw bytes */
+        ASSERT_OK(proto_enc_raw(&a, nils, nargs[k]));
+        ASSERT_OK(proto_enc_raw(&b, nils, nargs[k]));
+        ASSERT_OK(proto_enc_end(&a));
+        ASSERT_OK(proto_enc_end(&b));
+        ASSERT_EQ(b.len, a.len);
+        ASSERT_MEM_EQ(a.data, b.data, a.len);
+        ASSERT_OK(proto_decode((const uint8_t *)a.data + PROTO_HDR,
+                               a.len - PROTO_HDR, &dlim, &m));
+        ASSERT_EQ(kind, m.kind);
+        ASSERT(m.id == ids[i] && m.op == ops[j] && m.nargs == nargs[k]);
+        proto_msg_free(&m);
+        proto_enc_destroy(&a);
+        proto_enc_destroy(&b);
+      }
+}
+
 int main(void) {
+  test_begin_msg();
   test_roundtrip();
   test_scan_rejects();
   test_decode_shape();

@@ -27,6 +27,12 @@ int gc_cublas_fail(int status, const char *call, const char *file, int line);
 /* A failure of our own (bad argument, unsupported size): lib "gpt_cuda". */
 int gc_fail(int rc, const char *what, const char *detail, const char *file,
             int line);
+/* While a step is captured into a CUDA graph (graph.cuh), failures are
+ * not reported and do not set gc_failed: gc_quiet is 1 and the first
+ * failure is described in gc_quiet_what; the capture is given up and the
+ * step runs eagerly, where a real failure is reported as usual. */
+extern int gc_quiet;
+extern char gc_quiet_what[256];
 
 #define GC_CUDA(call)                                                         \
   do {                                                                        \

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "gpt_cuda.h"
+#include "graph.cuh"
 #include "kernels.cuh"
 #include "linear.cuh"
 #include "matmul.cuh"
@@ -41,8 +42,19 @@ rt_report_error(const char *lib, const char *call, const char *what, const char 
   fprintf(stderr, "%s: %s failed: %s (%s:%d)\n", lib, call, what, file, line);
 }
 
+int gc_quiet = 0;
+char gc_quiet_what[256];
+
+/* A failure while capturing: kept (the first), not reported. */
+static void quiet_note(const char *lib, const char *call, const char *what) {
+  if (!gc_quiet_what[0])
+    snprintf(gc_quiet_what, sizeof(gc_quiet_what), "%s call %s failed: %s", lib, call, what);
+}
+
 int gc_cuda_fail(cudaError_t e, const char *call, const char *file, int line) {
-  if (!gc_failed) {
+  if (gc_quiet)
+    quiet_note("CUDA", call, cudaGetErrorString(e));
+  else if (!gc_failed) {
     gc_failed = 1;
     rt_report_error("CUDA", call, cudaGetErrorString(e), file, line);
   }
@@ -50,7 +62,9 @@ int gc_cuda_fail(cudaError_t e, const char *call, const char *file, int line) {
 }
 
 int gc_cublas_fail(int status, const char *call, const char *file, int line) {
-  if (!gc_failed) {
+  if (gc_quiet)
+    quiet_note("cuBLAS", call, cublasLtGetStatusString((cublasStatus_t)status));
+  else if (!gc_failed) {
     gc_failed = 1;
     rt_report_error("cuBLAS", call, cublasLtGetStatusString((cublasStatus_t)status), file, line);
   }
@@ -58,7 +72,10 @@ int gc_cublas_fail(int status, const char *call, const char *file, int line) {
 }
 
 int gc_fail(int rc, const char *what, const char *detail, const char *file, int line) {
-  rt_report_error("gpt_cuda", what, detail, file, line);
+  if (gc_quiet)
+    quiet_note("gpt_cuda", what, detail);
+  else
+    rt_report_error("gpt_cuda", what, detail, file, line);
   return rc;
 }
 
@@ -89,6 +106,12 @@ struct gpt_backend_s {
   cudaEvent_t h2d_done;
   cudaEvent_t *seg_ev;
   int fwd_grad; /* the last forward had targets: backward may run */
+  /* CUDA graphs (on unless GPT_CUDA_GRAPH=0): 1 on, 0 off, -1 given up after a
+   * failed capture (reported once). A kind of work is captured only after
+   * one eager run of it (warm_*), which did the first-use tuning. */
+  int graph, graph_fault;
+  long warm_fwd, warm_bwd, eager_fwd, eager_bwd;
+  gc_graph_t g_fwd, g_bwd;
   /* profile */
   int prof_on, prof_n;
   int prof_cls[PROF_POOL];
@@ -173,10 +196,17 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
   cudaDeviceProp p;
   if (cudaGetDeviceProperties(&p, m->device) != cudaSuccess)
     snprintf(p.name, sizeof(p.name), "?");
+  char graphs[96];
+  if (m->graph == 0)
+    snprintf(graphs, sizeof(graphs), "off");
+  else
+    snprintf(graphs, sizeof(graphs), "%s (%ld captures, %ld launches)",
+             m->graph > 0 ? "on" : "given up", m->g_fwd.captures + m->g_bwd.captures,
+             m->g_fwd.launches + m->g_bwd.launches);
   snprintf(buf, n,
            "%s (sm_%d, %d SMs), %s, attention: %s%s, cuBLASLt: %d products tuned, %d "
-           "epilogue fallbacks, GELU' %s, backward on %d stream(s), classifier chunk: %d "
-           "rows, device memory: %.2f GiB",
+           "from the tuning cache, %d epilogue fallbacks, GELU' %s, backward on %d stream(s), "
+           "classifier chunk: %d rows, CUDA graphs: %s, device memory: %.2f GiB",
            p.name, m->cc, m->sm_count, dn[m->dtype],
            gc_attention_fast(m->dtype, m->T, c->channels / c->num_heads)
                ? "tensor-core flash kernels "
@@ -184,14 +214,34 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
            gc_attention_fast(m->dtype, m->T, c->channels / c->num_heads)
                ? gc_attention_describe()
                : "",
-           gc_mm_tuned(m->mm), gc_mm_fallbacks(m->mm),
+           gc_mm_tuned(m->mm), gc_mm_cache_hits(m->mm), gc_mm_fallbacks(m->mm),
            *gc_mm_choice(m->mm, GC_CHOICE_DGELU) < 0
                ? "not yet chosen"
                : *gc_mm_choice(m->mm, GC_CHOICE_DGELU) == 0 ? "in the epilogue" : "as a kernel",
-           m->st2 ? 2 : 1, m->chunk_rows,
+           m->st2 ? 2 : 1, m->chunk_rows, graphs,
            (double)gpt_cuda_memory(m) / (1024.0 * 1024.0 * 1024.0));
   return buf;
 }
+
+extern "C" void gpt_cuda_graph_enable(gpt_backend_t *m, int on) {
+  gc_graph_reset(&m->g_fwd);
+  gc_graph_reset(&m->g_bwd);
+  memset(&m->g_fwd, 0, sizeof(m->g_fwd));
+  memset(&m->g_bwd, 0, sizeof(m->g_bwd));
+  m->eager_fwd = m->eager_bwd = 0;
+  m->graph = on != 0;
+  m->graph_fault = 0;
+}
+
+extern "C" int gpt_cuda_graph_stats(const gpt_backend_t *m, gpt_cuda_graph_stats_t *st) {
+  st->captures = m->g_fwd.captures + m->g_bwd.captures;
+  st->launches = m->g_fwd.launches + m->g_bwd.launches;
+  st->eager_forwards = m->eager_fwd;
+  st->eager_backwards = m->eager_bwd;
+  return m->graph;
+}
+
+extern "C" void gpt_cuda_graph_fault(gpt_backend_t *m) { m->graph_fault = 1; }
 
 /* ---- layout helpers -------------------------------------------------------*/
 template <typename T> static T *W(gpt_backend_t *m, int which, int layer) {
@@ -215,29 +265,61 @@ static float *STAT(gpt_backend_t *m, int which, int layer) {
   return m->stats + (size_t)layer * per + (size_t)which * m->N;
 }
 
+/* ---- CUDA graphs ----------------------------------------------------------
+ * By default (GPT_CUDA_GRAPH=0 turns it off), a forward with targets and a backward without a
+ * segment callback each replay a graph (graph.cuh) captured from their
+ * device work: the inputs are the pinned token buffers copied in by the
+ * graph, the losses are copied out to pinned memory and summed by the host
+ * after the replay, and the one scalar argument, backward's loss scale, is
+ * the backward graph's key (a new scale, as fp16's dynamic loss scaling
+ * makes now and then, captures again). Every address is fixed at create().
+ * zero_grad, grad_norm and adamw stay eager: three launches, and the host
+ * reads the norm (clipping, fp16 overflow) between backward and AdamW.
+ * Eager instead: profiling (events per kernel class), a forward without
+ * targets, and backward with a callback: the data-parallel path, whose
+ * callback starts each segment's NCCL all-reduce on the runtime's stream
+ * during backward (not captured: NCCL inside graphs would need the
+ * runtime's stream joined to the capture and its waits made graph-safe). */
+static int graph_ready(const gpt_backend_t *m, long warm) {
+  return m->graph == 1 && !m->prof_on && warm > 0;
+}
+
+/* fn's work through graph g. RET 1: it ran so; 0: the capture failed
+ * (reported once, graphs off from then on), the caller runs the work
+ * eagerly; or a negative code. */
+static int graph_step(gpt_backend_t *m, gc_graph_t *g, uint64_t key, int (*fn)(void *),
+                      void *arg) {
+  char why[300], what[420];
+  int rc = gc_graph_run(g, m->st, key, fn, arg, m->graph_fault, why, sizeof(why));
+  if (rc != -EAGAIN)
+    return rc < 0 ? rc : 1;
+  m->graph = -1;
+  m->graph_fault = 0;
+  gc_graph_reset(&m->g_fwd);
+  gc_graph_reset(&m->g_bwd);
+  snprintf(what, sizeof(what), "%s; training goes on without CUDA graphs (GPT_CUDA_GRAPH=0 "
+           "avoids the attempt)", why);
+  rt_report_error("gpt_cuda", "CUDA graph capture", what, __FILE__, __LINE__);
+  return 0;
+}
+
 /* ---- forward ------------------------------------------------------------- */
-template <typename T>
-static int forward_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *targets, float *loss) {
+/* The device work of a forward from the pinned token buffers: the copies
+ * in, every kernel and, with targets, the per-token losses out to the
+ * pinned h_losses. eager == 0: captured (no h2d_done record: the caller
+ * records it after the graph). */
+template <typename T> static int forward_enqueue(gpt_backend_t *m, int targets, int eager) {
   const gpt_config_t *c = &m->c;
   const int N = m->N, C = c->channels, L = c->num_layers, NH = c->num_heads;
   const int V = c->vocab_size, Vp = c->padded_vocab;
   cudaStream_t s = m->st;
-  for (int i = 0; i < N; i++)
-    if (tokens[i] < 0 || tokens[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
-      return gc_fail(-EINVAL, "forward",
-                     "a token id is outside the vocabulary (check --vocab against the data)",
-                     __FILE__, __LINE__);
-  /* The pinned buffers may still feed the previous copy. */
-  GC_CUDA(cudaEventSynchronize(m->h2d_done));
-  memcpy(m->h_tok, tokens, (size_t)N * 4);
   prof_begin(m, GPT_PROF_OTHER);
   GC_CUDA(cudaMemcpyAsync(m->d_tok, m->h_tok, (size_t)N * 4, cudaMemcpyHostToDevice, s));
-  if (targets) {
-    memcpy(m->h_tgt, targets, (size_t)N * 4);
+  if (targets)
     GC_CUDA(cudaMemcpyAsync(m->d_tgt, m->h_tgt, (size_t)N * 4, cudaMemcpyHostToDevice, s));
-  }
   prof_end(m);
-  GC_CUDA(cudaEventRecord(m->h2d_done, s));
+  if (eager)
+    GC_CUDA(cudaEventRecord(m->h2d_done, s));
 
   PROF(m, GPT_PROF_ENCODER,
        gc_encoder_fwd<T>((T *)m->x0, m->d_tok, W<T>(m, GPT_WTE, 0), W<T>(m, GPT_WPE, 0), m->B, m->T,
@@ -271,12 +353,8 @@ static int forward_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *tar
   PROF(m, GPT_PROF_LN_FWD,
        gc_layernorm_fwd<T>((T *)m->lnf, m->meanf, m->rstdf, ACT<T>(m, A_RES3, L - 1),
                            W<T>(m, GPT_LNFW, 0), W<T>(m, GPT_LNFB, 0), N, C, s));
-  m->fwd_grad = 0;
-  if (!targets) {
-    if (loss)
-      *loss = 0.f;
+  if (!targets)
     return 0;
-  }
   /* Classifier in chunks of rows: logits, loss and softmax - onehot in
    * place, then that gradient's two products while the chunk is at hand:
    * dlnf rows (into dbuf) and the tied wte's gradient (into dwte_tmp). Both
@@ -297,7 +375,46 @@ static int forward_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *tar
                          r0 == 0 ? 0.f : 1.f));
   }
   GC_CUDA(cudaMemcpyAsync(m->h_losses, m->losses, (size_t)N * 4, cudaMemcpyDeviceToHost, s));
-  GC_CUDA(cudaStreamSynchronize(s));
+  return 0;
+}
+
+template <typename T> static int forward_capture(void *p) {
+  return forward_enqueue<T>((gpt_backend_t *)p, 1, 0);
+}
+
+template <typename T>
+static int forward_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *targets, float *loss) {
+  const int N = m->N, V = m->c.vocab_size;
+  for (int i = 0; i < N; i++)
+    if (tokens[i] < 0 || tokens[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
+      return gc_fail(-EINVAL, "forward",
+                     "a token id is outside the vocabulary (check --vocab against the data)",
+                     __FILE__, __LINE__);
+  /* The pinned buffers may still feed the previous copy. */
+  GC_CUDA(cudaEventSynchronize(m->h2d_done));
+  memcpy(m->h_tok, tokens, (size_t)N * 4);
+  if (targets)
+    memcpy(m->h_tgt, targets, (size_t)N * 4);
+  m->fwd_grad = 0;
+  int done = 0;
+  if (targets && graph_ready(m, m->warm_fwd)) {
+    done = graph_step(m, &m->g_fwd, 1, forward_capture<T>, m);
+    GC_TRY(done);
+    if (done)
+      GC_CUDA(cudaEventRecord(m->h2d_done, m->st));
+  }
+  if (!done) {
+    GC_TRY(forward_enqueue<T>(m, targets != NULL, 1));
+    m->eager_fwd++;
+    if (targets && !m->prof_on)
+      m->warm_fwd++;
+  }
+  if (!targets) {
+    if (loss)
+      *loss = 0.f;
+    return 0;
+  }
+  GC_CUDA(cudaStreamSynchronize(m->st));
   double sum = 0.0;
   for (int i = 0; i < N; i++)
     sum += m->h_losses[i];
@@ -308,17 +425,15 @@ static int forward_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *tar
 }
 
 /* ---- backward ------------------------------------------------------------- */
+/* The device work of backward, each token's gradient scaled by sc; cb (may
+ * be NULL) is called per segment when last != 0. Captured with cb NULL. */
 template <typename T>
-static int backward_t(gpt_backend_t *m, float loss_scale, int last, gpt_segment_cb cb,
-                      void *cb_arg) {
+static int backward_enqueue(gpt_backend_t *m, float sc, int last, gpt_segment_cb cb,
+                            void *cb_arg) {
   const gpt_config_t *c = &m->c;
   const int N = m->N, C = c->channels, L = c->num_layers, NH = c->num_heads;
   const int Vp = c->padded_vocab;
   cudaStream_t s = m->st;
-  if (!m->fwd_grad)
-    return gc_fail(-EINVAL, "backward", "no forward with targets before it", __FILE__, __LINE__);
-  m->fwd_grad = 0;
-  const float sc = loss_scale / (float)N;
   T *dres = (T *)m->dres, *dbuf = (T *)m->dbuf, *dbig = (T *)m->dbig;
   PROF(m, GPT_PROF_OTHER, gc_axpy(G(m, GPT_WTE, 0), m->dwte_tmp, sc, (size_t)Vp * C, s));
   /* Each LayerNorm backward also sums the residual gradient it writes over
@@ -423,6 +538,41 @@ static int backward_t(gpt_backend_t *m, float loss_scale, int last, gpt_segment_
   return 0;
 }
 
+struct bwd_work {
+  gpt_backend_t *m;
+  float sc;
+};
+template <typename T> static int backward_capture(void *p) {
+  const bwd_work *w = (const bwd_work *)p;
+  return backward_enqueue<T>(w->m, w->sc, 0, NULL, NULL);
+}
+
+template <typename T>
+static int backward_t(gpt_backend_t *m, float loss_scale, int last, gpt_segment_cb cb,
+                      void *cb_arg) {
+  if (!m->fwd_grad)
+    return gc_fail(-EINVAL, "backward", "no forward with targets before it", __FILE__, __LINE__);
+  m->fwd_grad = 0;
+  const float sc = loss_scale / (float)m->N;
+  if (!(last && cb) && graph_ready(m, m->warm_bwd)) {
+    /* the scale is a kernel argument: part of the key, as is the side
+     * stream (GPT_CUDA_STREAMS=1 captures a serial backward) */
+    uint32_t bits;
+    memcpy(&bits, &sc, sizeof(bits));
+    bwd_work w = {m, sc};
+    const int done = graph_step(m, &m->g_bwd, (uint64_t)bits | (uint64_t)(m->st2 != NULL) << 32,
+                                backward_capture<T>, &w);
+    GC_TRY(done);
+    if (done)
+      return 0;
+  }
+  GC_TRY(backward_enqueue<T>(m, sc, last, cb, cb_arg));
+  m->eager_bwd++;
+  if (!m->prof_on)
+    m->warm_bwd++;
+  return 0;
+}
+
 /* ---- ops -------------------------------------------------------------------*/
 static int check_config(const gpt_config_t *c, int B, int T, int dtype) {
   const char *bad = NULL;
@@ -480,6 +630,10 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
   m->B = B, m->T = T, m->N = B * T, m->dtype = dtype, m->device = device;
   m->cc = cc, m->sm_count = p.multiProcessorCount;
   m->np = gpt_num_params(c);
+  {
+    const char *g = getenv("GPT_CUDA_GRAPH");
+    m->graph = !(g && !strcmp(g, "0")); /* on unless GPT_CUDA_GRAPH=0 */
+  }
   int rc = 0;
 #define CK(call)                                                                                   \
   do {                                                                                             \
@@ -634,6 +788,8 @@ static void destroy(gpt_backend_t *m) {
     cudaStreamSynchronize(m->st);
   if (m->st2)
     cudaStreamSynchronize(m->st2);
+  gc_graph_reset(&m->g_fwd);
+  gc_graph_reset(&m->g_bwd);
   for (int i = 0; i < 2 * PROF_POOL; i++)
     if (m->prof_ev[i])
       cudaEventDestroy(m->prof_ev[i]);

@@ -40,7 +40,25 @@ const char *gpt_cuda_profile_name(int cls);
 /* Bytes of device memory the backend allocated (parameters, optimizer
  * state, activations, scratch, cuBLASLt workspace). */
 size_t gpt_cuda_memory(const gpt_backend_t *m);
-/* One line: device, dtype, attention kernel, epilogue fallbacks taken. */
+/* CUDA graphs (gpt_cuda.cu, "CUDA graphs"): GPT_CUDA_GRAPH=1 in the
+ * environment at create() turns them on; this call turns them on (on != 0)
+ * or off and starts over: graphs dropped, the counts below zeroed. A kind
+ * of work (forward with targets, backward without callback) is captured
+ * after one eager run of it on this backend, replayed from then on. */
+void gpt_cuda_graph_enable(gpt_backend_t *m, int on);
+typedef struct gpt_cuda_graph_stats_s {
+  long captures;        /* graphs captured (forward, backward per loss scale) */
+  long launches;        /* graph launches, the capturing run included */
+  long eager_forwards;  /* forwards and backwards that ran without a graph */
+  long eager_backwards;
+} gpt_cuda_graph_stats_t;
+/* OUT *st. RET 1: graphs on; 0: off; -1: given up after a failed capture
+ * (reported once through rt_report_error; the steps run eagerly). */
+int gpt_cuda_graph_stats(const gpt_backend_t *m, gpt_cuda_graph_stats_t *st);
+/* Tests: the next capture fails as one that meets a capture-unsafe call. */
+void gpt_cuda_graph_fault(gpt_backend_t *m);
+/* One line: device, dtype, attention kernel, epilogue fallbacks taken,
+ * whether CUDA graphs are used. */
 const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size_t n);
 
 #ifdef __cplusplus

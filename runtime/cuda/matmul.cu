@@ -1,10 +1,16 @@
 /* matmul.cu - the cuBLASLt side: one cache entry per distinct product
  * (shape, types, epilogue) holding its descriptors and the algorithm the
- * heuristic picked, so steady-state calls only set pointers and launch. */
+ * heuristic picked, so steady-state calls only set pointers and launch.
+ * The algorithms chosen by timing are also kept in a file per user
+ * (tune_cache.h), read by the next start: a restart does not time again. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "matmul.cuh"
+#include "tune_cache.h"
 
 #define GC_MM_CACHE 96
 #define GC_MM_CANDS 8
@@ -33,9 +39,105 @@ struct gc_mm_s {
   int fallbacks, tuned;
   int choice[GC_CHOICES];
   cudaEvent_t ev[2];
+  char dev[TC_DEV_MAX]; /* the tuning cache's device key; "" no cache */
+  int dev_known;        /* dev is set (at the first product with candidates) */
+  uint64_t ltver;
+  int cache_hits;
   int n;
   mm_entry_t e[GC_MM_CACHE];
 };
+
+/* ---- the tuning cache, one per process -------------------------------------- */
+
+static pthread_mutex_t tc_mu = PTHREAD_MUTEX_INITIALIZER;
+static int tc_state;       /* 0 not read yet, 1 read, -1 off */
+static char tc_file[4096];
+static tc_table_t tc_mem;  /* what the file held, and this process's choices */
+static int tc_warned;
+
+/* Read the file once. RET whether there is a cache. tc_mu held. */
+static int tc_ready(void) {
+  if (tc_state == 0) {
+    int rc = tc_path(tc_file, sizeof(tc_file));
+    tc_state = -1;
+    if (rc == 1) {
+      /* unreadable, corrupt or foreign: ignored, rewritten at the first
+       * choice */
+      (void)tc_load(tc_file, &tc_mem);
+      tc_state = 1;
+    }
+  }
+  return tc_state == 1;
+}
+
+static void mm_key_values(const gc_mm_t *mm, const mm_entry_t *x, int64_t v[TC_KEY_N]) {
+  const mm_key_t *k = &x->key;
+  const int64_t vals[TC_KEY_N] = {k->m,   k->n,  k->k,   k->ta,     k->tb,
+                                  k->lda, k->ldb, k->ldd, k->ab,     k->cd,
+                                  k->epi, (int64_t)k->aux_ld, (int64_t)mm->ws_size};
+  memcpy(v, vals, sizeof(vals));
+}
+
+static void tc_device(gc_mm_t *mm);
+
+/* The cached choice for x, when the heuristic still offers it. */
+static int tc_lookup(gc_mm_t *mm, mm_entry_t *x) {
+  int64_t key[TC_KEY_N];
+  int hit = 0;
+  if (!mm->dev_known)
+    tc_device(mm);
+  if (!mm->dev[0])
+    return 0;
+  mm_key_values(mm, x, key);
+  pthread_mutex_lock(&tc_mu);
+  const tc_entry_t *e = tc_ready() ? tc_find(&tc_mem, mm->dev, mm->ltver, key) : NULL;
+  for (int i = 0; e && i < x->ncands && !hit; i++)
+    if (memcmp(x->cands[i].data, e->algo, sizeof(e->algo)) == 0) {
+      x->algo = x->cands[i];
+      hit = 1;
+    }
+  pthread_mutex_unlock(&tc_mu);
+  return hit;
+}
+
+/* Keep x's timed choice, in memory and in the file (merged with what other
+ * processes wrote meanwhile). A file that cannot be written is said once. */
+static void tc_store(gc_mm_t *mm, const mm_entry_t *x) {
+  tc_entry_t e;
+  int rc;
+  if (!mm->dev[0])
+    return;
+  memset(&e, 0, sizeof(e));
+  memcpy(e.dev, mm->dev, sizeof(e.dev));
+  e.ltver = mm->ltver;
+  mm_key_values(mm, x, e.key);
+  memcpy(e.algo, x->algo.data, sizeof(e.algo));
+  pthread_mutex_lock(&tc_mu);
+  if (tc_ready() && tc_put(&tc_mem, &e) == 0 && (rc = tc_update(tc_file, &e, 1)) != 0 &&
+      !tc_warned) {
+    tc_warned = 1;
+    fprintf(stderr, "gpt_cuda: warning: the cuBLASLt tuning cache %s cannot be written "
+            "(%s): the next start times the products again; set GPT_CUDA_TUNE_CACHE to "
+            "a writable file, or 0 (docs/runtime.md)\n", tc_file, strerror(-rc));
+  }
+  pthread_mutex_unlock(&tc_mu);
+}
+
+/* The device key of the current GPU ("" when it cannot be had: no cache). */
+static void tc_device(gc_mm_t *mm) {
+  cudaDeviceProp p;
+  int d = 0;
+  mm->dev[0] = '\0';
+  mm->dev_known = 1;
+  if (cudaGetDevice(&d) != cudaSuccess || cudaGetDeviceProperties(&p, d) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (tc_device_key(mm->dev, sizeof(mm->dev), p.name, p.major * 10 + p.minor,
+                    p.multiProcessorCount) != 0)
+    mm->dev[0] = '\0';
+  mm->ltver = (uint64_t)cublasLtGetVersion();
+}
 
 #define GC_LT(call, what)                                                      \
   do {                                                                         \
@@ -98,6 +200,7 @@ void gc_mm_destroy(gc_mm_t *mm) {
 
 int gc_mm_fallbacks(const gc_mm_t *mm) { return mm->fallbacks; }
 int gc_mm_tuned(const gc_mm_t *mm) { return mm->tuned; }
+int gc_mm_cache_hits(const gc_mm_t *mm) { return mm->cache_hits; }
 int gc_mm_tuning(const gc_mm_t *mm) { return mm->tune; }
 int gc_mm_fused(const gc_mm_t *mm) { return mm->allow_fused; }
 int *gc_mm_choice(gc_mm_t *mm, int slot) { return &mm->choice[slot]; }
@@ -194,6 +297,11 @@ static int mm_build(gc_mm_t *mm, mm_entry_t *x, const gc_mm_args_t *a) {
       x->cands[x->ncands++] = res[i].algo;
   x->tuned = x->ncands <= 1;
   x->supported = 1;
+  /* chosen by an earlier start's timing: no need to time again */
+  if (!x->tuned && mm->tune && tc_lookup(mm, x)) {
+    x->tuned = 1;
+    mm->cache_hits++;
+  }
   return 0;
 }
 
@@ -241,10 +349,12 @@ static int mm_tune(gc_mm_t *mm, mm_entry_t *x, const gc_mm_args_t *a, cudaStream
   }
   if (scratch)
     cudaFree(scratch);
-  if (bi >= 0)
-    x->algo = x->cands[bi];
   x->tuned = 1;
   mm->tuned++;
+  if (bi >= 0) {
+    x->algo = x->cands[bi];
+    tc_store(mm, x);
+  }
   return 0;
 }
 

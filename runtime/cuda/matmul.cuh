@@ -41,6 +41,9 @@ int gc_mm(gc_mm_t *mm, const gc_mm_args_t *a, cudaStream_t s);
 int gc_mm_fallbacks(const gc_mm_t *mm);
 /* How many distinct products were tuned (none with GPT_CUDA_TUNE=0). */
 int gc_mm_tuned(const gc_mm_t *mm);
+/* How many products took the algorithm an earlier start chose, from the
+ * tuning cache (tune_cache.h; GPT_CUDA_TUNE_CACHE), instead of timing. */
+int gc_mm_cache_hits(const gc_mm_t *mm);
 /* Whether first-use timing is on (default; GPT_CUDA_TUNE=0 turns it off) and fused epilogues
  * are allowed (GPT_CUDA_NO_EPILOGUES unset). */
 int gc_mm_tuning(const gc_mm_t *mm);

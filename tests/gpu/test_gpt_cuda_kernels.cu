@@ -5,8 +5,12 @@
  * so the tolerances measure the kernels' own arithmetic: about the type's
  * precision (bf16 1e-2, fp16 2e-3..5e-3, fp32 1e-5..1e-4).
  * The cuBLASLt products are checked with their fused epilogues and again
- * with the fallback kernels (GPT_CUDA_NO_EPILOGUES). */
+ * with the fallback kernels (GPT_CUDA_NO_EPILOGUES), and the tuning cache
+ * (GPT_CUDA_TUNE_CACHE) hands the timed choices to a new context. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -424,6 +428,14 @@ int main(void) {
   gc_attention_init(cc);
   CK(cudaStreamCreate(&S));
   gc_mm_t *fused = nullptr, *plain = nullptr;
+  /* a tuning cache of this test's own, empty: the fused context times */
+  char cache_dir[] = "/tmp/gpt-tune-test-XXXXXX", cache[64];
+  if (mkdtemp(cache_dir) == NULL) {
+    perror("mkdtemp");
+    return 1;
+  }
+  snprintf(cache, sizeof(cache), "%s/t.txt", cache_dir);
+  setenv("GPT_CUDA_TUNE_CACHE", cache, 1);
   unsetenv("GPT_CUDA_TUNE"); /* the fused context times its candidates (default) */
   OK(gc_mm_create(&fused, 32u << 20, 1));
   setenv("GPT_CUDA_TUNE", "0", 1); /* the plain one keeps the heuristic's first */
@@ -462,6 +474,32 @@ int main(void) {
   printf("cuBLASLt epilogue fallbacks (fused context): %d, products tuned: %d\n",
          gc_mm_fallbacks(fused), gc_mm_tuned(fused));
   expect("cuBLASLt tuning ran", gc_mm_tuned(fused) > 0);
+  expect("no tuning cache hit from an empty cache", gc_mm_cache_hits(fused) == 0);
+  {
+    /* the choices are in the file, one line each; a new context takes
+     * them (the algorithm still among the heuristic's candidates) and
+     * times nothing */
+    FILE *f = fopen(cache, "r");
+    char line[1024];
+    int lines = 0;
+    while (f && fgets(line, sizeof(line), f))
+      lines += line[0] != '#' && strncmp(line, "launch-cublaslt-tune", 20) != 0;
+    if (f)
+      fclose(f);
+    printf("tuning cache %s: %d entries\n", cache, lines);
+    expect("the tuning cache holds the timed choices", lines > 0 && lines <= gc_mm_tuned(fused));
+    gc_mm_t *again = nullptr;
+    OK(gc_mm_create(&again, 32u << 20, 1));
+    run_all<float>(r, again, plain);
+    printf("second context: %d products tuned, %d from the tuning cache\n",
+           gc_mm_tuned(again), gc_mm_cache_hits(again));
+    expect("the second context takes the cached choices", gc_mm_cache_hits(again) > 0 &&
+                                                          gc_mm_tuned(again) == 0);
+    CK(cudaDeviceSynchronize());
+    gc_mm_destroy(again);
+    unlink(cache);
+    rmdir(cache_dir);
+  }
   CK(cudaDeviceSynchronize());
   gc_mm_destroy(fused);
   gc_mm_destroy(plain);

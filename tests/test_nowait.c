@@ -1,0 +1,301 @@
+/* test_nowait.c - librdzv's pipelined sets (rdzv_set_nowait, rdzv_flush):
+ * against a real server, queued sets run before the next request and in
+ * order, a failed one is reported once by the next call, the queue flushes
+ * itself at its bound and at close; against a scripted fake server, replies
+ * out of order and a server closing in the middle of a pipeline end the
+ * connection with a clear error. */
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "lu.h"
+#include "proto.h"
+#include "rdzv.h"
+#include "server.h"
+#include "test.h"
+
+static rdzv_client_t *connect_to(const char *endpoint, const char *job) {
+  rdzv_options_t o = RDZV_OPTIONS_INIT;
+  rdzv_client_t *c = NULL;
+  o.endpoint = endpoint;
+  o.job = job;
+  o.connect_timeout_ms = test_ms(5000);
+  o.io_timeout_ms = test_ms(5000);
+  ASSERT_OK(rdzv_connect(&o, &c));
+  return c;
+}
+
+static void expect_value(rdzv_client_t *c, const char *key, const char *want) {
+  void *v = NULL;
+  size_t n = 0;
+  ASSERT_OK(rdzv_get(c, key, &v, &n, 0));
+  ASSERT_EQ(strlen(want), n);
+  ASSERT_MEM_EQ(v, want, n);
+  rdzv_free(v);
+}
+
+/* Queued sets leave with the next request, in order, before it. */
+static void test_order(void) {
+  rdzv_client_t *c = connect_to(test_server_endpoint(), "order");
+  rdzv_client_t *o = connect_to(test_server_endpoint(), "order");
+  void *v = NULL;
+  size_t n;
+  ASSERT_EQ(RDZV_EINVAL, rdzv_set_nowait(c, NULL, "x", 1));
+  ASSERT_EQ(RDZV_EINVAL, rdzv_set_nowait(c, "k", NULL, 1));
+  ASSERT_OK(rdzv_set_nowait(c, "k", "1", 1));
+  ASSERT_OK(rdzv_set_nowait(c, "k", "22", 2));
+  ASSERT_OK(rdzv_set_nowait(c, "j", "", 0));
+  /* Nothing was sent yet: another connection does not see them. */
+  ASSERT_EQ(RDZV_ENOKEY, rdzv_get(o, "k", &v, &n, 0));
+  /* The get goes out behind them: it sees the last one. */
+  expect_value(c, "k", "22");
+  expect_value(o, "k", "22");
+  expect_value(o, "j", "");
+  /* rdzv_flush sends the queue without another request. */
+  ASSERT_OK(rdzv_set_nowait(c, "f", "flushed", 7));
+  ASSERT_OK(rdzv_flush(c, test_ms(5000)));
+  expect_value(o, "f", "flushed");
+  ASSERT_OK(rdzv_flush(c, test_ms(5000))); /* nothing queued: no-op */
+  /* Mixed with other requests: an add after queued sets of its key. */
+  ASSERT_OK(rdzv_set_nowait(c, "ctr", "40", 2));
+  {
+    int64_t r = 0;
+    ASSERT_OK(rdzv_add(c, "ctr", 2, &r, test_ms(5000)));
+    ASSERT_EQ(42, r);
+  }
+  rdzv_close(o);
+  rdzv_close(c);
+}
+
+/* A failed set is reported by the next call (RDZV_EDEFERRED, naming the
+ * key), once; the sets after it are stored. */
+static void test_errors(void) {
+  rdzv_client_t *c = connect_to(test_server_endpoint(), "errors");
+  char big[2048];
+  memset(big, 'b', sizeof(big));
+  ASSERT_OK(rdzv_set_nowait(c, "too/big", big, sizeof(big)));
+  ASSERT_OK(rdzv_set_nowait(c, "after", "ok", 2));
+  {
+    void *v = (void *)1;
+    size_t n = 77;
+    ASSERT_EQ(RDZV_EDEFERRED, rdzv_get(c, "after", &v, &n, 0));
+    ASSERT(v == (void *)1 && n == 77); /* outputs untouched */
+  }
+  ASSERT_CONTAINS(rdzv_last_error(c), "too/big");
+  ASSERT_CONTAINS(rdzv_last_error(c), "RDZV_ETOOBIG");
+  ASSERT_CONTAINS(rdzv_last_error(c), "1024-byte limit");
+  /* Reported once; the set behind it was stored; the big one was not. */
+  expect_value(c, "after", "ok");
+  {
+    void *v = NULL;
+    size_t n;
+    ASSERT_EQ(RDZV_ENOKEY, rdzv_get(c, "too/big", &v, &n, 0));
+  }
+  /* Through rdzv_flush too. */
+  ASSERT_OK(rdzv_set_nowait(c, "too/big2", big, sizeof(big)));
+  ASSERT_EQ(RDZV_EDEFERRED, rdzv_flush(c, test_ms(5000)));
+  ASSERT_CONTAINS(rdzv_last_error(c), "too/big2");
+  ASSERT_OK(rdzv_flush(c, test_ms(5000)));
+  ASSERT_OK(rdzv_ping(c, test_ms(5000)));
+  rdzv_close(c);
+}
+
+/* The queue sends itself at its bound (256 sets), and rdzv_close sends and
+ * waits for what is queued. */
+static void test_bounds_and_close(void) {
+  rdzv_client_t *c = connect_to(test_server_endpoint(), "bounds");
+  rdzv_client_t *o = connect_to(test_server_endpoint(), "bounds");
+  char key[32];
+  void *v = NULL;
+  size_t n;
+  for (int i = 0; i < 300; i++) {
+    snprintf(key, sizeof(key), "q/%d", i);
+    ASSERT_OK(rdzv_set_nowait(c, key, key, strlen(key)));
+  }
+  /* The first 256 went out (and were answered) when the 256th was queued;
+   * the rest wait for the next call. */
+  expect_value(o, "q/255", "q/255");
+  ASSERT_EQ(RDZV_ENOKEY, rdzv_get(o, "q/256", &v, &n, 0));
+  rdzv_close(c); /* flushes */
+  for (int i = 0; i < 300; i += 37) {
+    snprintf(key, sizeof(key), "q/%d", i);
+    expect_value(o, key, key);
+  }
+  expect_value(o, "q/299", "q/299");
+  rdzv_close(o);
+}
+
+/* ---- a scripted fake server ---------------------------------------------- */
+
+enum { FAKE_OUT_OF_ORDER, FAKE_CLOSE_NO_REPLY, FAKE_CLOSE_AFTER_SET };
+
+typedef struct fake_s {
+  int lfd, port, script;
+  pthread_t thread;
+} fake_t;
+
+static int read_req(int fd, proto_msg_t *m, uint8_t **body) {
+  uint8_t hdr[4];
+  uint32_t len;
+  proto_limits_t lim = PROTO_LIMITS_DEFAULT;
+  if (test_read_exact(fd, hdr, 4, test_ms(5000)) != 0)
+    return -1;
+  len = proto_get_len(hdr);
+  if (len > 65536 || (*body = malloc(len ? len : 1)) == NULL)
+    return -1;
+  if (test_read_exact(fd, *body, len, test_ms(5000)) != 0 ||
+      proto_decode(*body, len, &lim, m) != 0) {
+    free(*body);
+    return -1;
+  }
+  return 0;
+}
+
+static void send_reply(int fd, uint64_t id, int status) {
+  proto_enc_t e;
+  proto_enc_init(&e);
+  proto_enc_begin(&e, 3);
+  msgpack_pack_uint8(&e.pk, PROTO_REPLY);
+  msgpack_pack_uint64(&e.pk, id);
+  msgpack_pack_int64(&e.pk, status);
+  ASSERT_OK(proto_enc_end(&e));
+  ASSERT_OK(test_send_all(fd, e.data, e.len));
+  proto_enc_destroy(&e);
+}
+
+static void *fake_main(void *arg) {
+  fake_t *f = arg;
+  int fd = accept(f->lfd, NULL, NULL);
+  char magic[4];
+  uint8_t nonce[PROTO_NONCE_LEN] = {0}, *b1 = NULL, *b2 = NULL;
+  proto_msg_t m1, m2;
+  proto_enc_t e;
+  ASSERT(fd >= 0);
+  ASSERT(test_read_exact(fd, magic, 4, test_ms(5000)) == 0);
+  ASSERT(memcmp(magic, PROTO_MAGIC, 4) == 0);
+  proto_enc_init(&e);
+  proto_enc_begin(&e, 6);
+  msgpack_pack_uint8(&e.pk, PROTO_PUSH);
+  msgpack_pack_uint8(&e.pk, 0);
+  msgpack_pack_int64(&e.pk, PROTO_EV_CHALLENGE);
+  proto_pack_bytes(&e.pk, nonce, sizeof(nonce));
+  msgpack_pack_uint32(&e.pk, RDZV_PROTOCOL_VERSION);
+  msgpack_pack_false(&e.pk);
+  ASSERT_OK(proto_enc_end(&e));
+  ASSERT_OK(test_send_all(fd, e.data, e.len));
+  proto_enc_reset(&e);
+  ASSERT(read_req(fd, &m1, &b1) == 0 && m1.op == PROTO_OP_HELLO);
+  proto_enc_begin(&e, 4);
+  msgpack_pack_uint8(&e.pk, PROTO_REPLY);
+  msgpack_pack_uint64(&e.pk, m1.id);
+  msgpack_pack_int64(&e.pk, 0);
+  msgpack_pack_nil(&e.pk);
+  ASSERT_OK(proto_enc_end(&e));
+  ASSERT_OK(test_send_all(fd, e.data, e.len));
+  proto_enc_destroy(&e);
+  proto_msg_free(&m1);
+  free(b1);
+  /* The pipeline: a queued SET, then the request that carried it. */
+  ASSERT(read_req(fd, &m1, &b1) == 0 && m1.op == PROTO_OP_SET);
+  ASSERT(read_req(fd, &m2, &b2) == 0 && m2.op == PROTO_OP_PING);
+  ASSERT(m2.id > m1.id);
+  switch (f->script) {
+  case FAKE_OUT_OF_ORDER:
+    send_reply(fd, m2.id, 0);
+    send_reply(fd, m1.id, 0);
+    break;
+  case FAKE_CLOSE_AFTER_SET:
+    send_reply(fd, m1.id, 0);
+    break;
+  default:
+    break;
+  }
+  proto_msg_free(&m1);
+  proto_msg_free(&m2);
+  free(b1);
+  free(b2);
+  close(fd);
+  return NULL;
+}
+
+static void fake_start(fake_t *f, int script) {
+  struct sockaddr_in a;
+  socklen_t al = sizeof(a);
+  memset(f, 0, sizeof(*f));
+  f->script = script;
+  f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT(f->lfd >= 0);
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+  ASSERT(listen(f->lfd, 4) == 0);
+  ASSERT(getsockname(f->lfd, (struct sockaddr *)&a, &al) == 0);
+  f->port = ntohs(a.sin_port);
+  ASSERT(pthread_create(&f->thread, NULL, fake_main, f) == 0);
+}
+
+static void fake_stop(fake_t *f) {
+  pthread_join(f->thread, NULL);
+  close(f->lfd);
+}
+
+static rdzv_client_t *fake_client(fake_t *f, int script) {
+  char ep[64];
+  fake_start(f, script);
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", f->port);
+  return connect_to(ep, "fake");
+}
+
+static void test_fake_server(void) {
+  fake_t f;
+  rdzv_client_t *c;
+
+  /* The request's reply before the queued set's: out of order, the
+   * stream cannot be trusted: the connection is dropped. */
+  c = fake_client(&f, FAKE_OUT_OF_ORDER);
+  ASSERT_OK(rdzv_set_nowait(c, "k", "v", 1));
+  ASSERT_EQ(RDZV_EPROTO, rdzv_ping(c, test_ms(5000)));
+  ASSERT_CONTAINS(rdzv_last_error(c), "out of order");
+  ASSERT_CONTAINS(rdzv_last_error(c), "'k'");
+  ASSERT_EQ(RDZV_ECLOSED, rdzv_ping(c, test_ms(5000)));
+  ASSERT_EQ(RDZV_ECLOSED, rdzv_set_nowait(c, "k", "v", 1));
+  rdzv_close(c);
+  fake_stop(&f);
+
+  /* The server closes before any reply: the call fails and says the set
+   * may not have been stored. */
+  c = fake_client(&f, FAKE_CLOSE_NO_REPLY);
+  ASSERT_OK(rdzv_set_nowait(c, "k", "v", 1));
+  ASSERT_EQ(RDZV_ECLOSED, rdzv_ping(c, test_ms(5000)));
+  ASSERT_CONTAINS(rdzv_last_error(c), "closed the connection");
+  ASSERT_CONTAINS(rdzv_last_error(c), "1 set(s) sent without waiting may or "
+                                      "may not have been stored");
+  ASSERT_EQ(RDZV_ECLOSED, rdzv_flush(c, test_ms(5000)));
+  rdzv_close(c);
+  fake_stop(&f);
+
+  /* The set answered, then the server closes: only the request fails. */
+  c = fake_client(&f, FAKE_CLOSE_AFTER_SET);
+  ASSERT_OK(rdzv_set_nowait(c, "k", "v", 1));
+  ASSERT_EQ(RDZV_ECLOSED, rdzv_ping(c, test_ms(5000)));
+  ASSERT(strstr(rdzv_last_error(c), "sent without waiting") == NULL);
+  rdzv_close(c);
+  fake_stop(&f);
+}
+
+int main(void) {
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  int fds = test_fd_count();
+  cfg.max_value = 1024;
+  test_server_start(&cfg);
+  test_order();
+  test_errors();
+  test_bounds_and_close();
+  test_server_stop();
+  test_fake_server();
+  ASSERT_EQ(fds, test_fd_count());
+  printf("test_nowait: ok\n");
+  return 0;
+}
