@@ -11,6 +11,9 @@ Each run trains until a checkpoint exists and a few steps more, SIGKILLs the
 worker of rank `--victim`, and timestamps rank 0's output lines as they
 arrive: "resumed" is the line saying the state was loaded, "first step"
 the first completed step after it. Both jobs checkpoint every K steps.
+For launch also the agents' agreement on the step (its log line: seconds,
+shards hashed or trusted because this agent verified or committed them
+before; docs/checkpoints.md).
 
 usage: run_resume_bench.py [--preset tiny|gpt2-124m] [--nproc 2]
                            [--repeat 3] [--build build] [--device cpu|cuda]
@@ -137,8 +140,11 @@ class Job:
                 self.p.wait()
 
 
+AGREED = r"checkpoint agreement on step \d+ took ([0-9.]+) s: (.*)"
+
+
 def measure(argv, env, every, victim, step_rx, resumed_rx, timeout, ready,
-            trace=False):
+            trace=False, agreed_rx=None):
     job = Job(argv, env)
     try:
         # a checkpoint, and a few steps past it; the kill only once the
@@ -166,7 +172,11 @@ def measure(argv, env, every, victim, step_rx, resumed_rx, timeout, ready,
                 for t, line in job.lines:
                     if line is not None and t_kill <= t <= t_step:
                         print("  +%.3f s  %s" % (t - t_kill, line), flush=True)
-        return t_res - t_kill, t_step - t_kill, read_ms
+        agreed = None
+        if agreed_rx:
+            _, m = job.wait_for(agreed_rx, after=t_kill, timeout=timeout)
+            agreed = (float(m.group(1)), m.group(2))
+        return t_res - t_kill, t_step - t_kill, read_ms, agreed
     finally:
         job.stop()
 
@@ -185,13 +195,13 @@ def main():
                     "job's last lines are printed and the run fails")
     ap.add_argument("--trace", action="store_true",
                     help="print the jobs' lines from the kill to the first "
-                    "step, timed from the kill (launch without -q)")
+                    "step, timed from the kill")
     a = ap.parse_args()
     py = find_python()
     victim = 1 if a.nproc > 1 else 0
     env = dict(os.environ)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LAUNCH_CKPT_DIR",
-              "LAUNCH_RESUME_STEP"):
+              "LAUNCH_RESUME_STEP", "LAUNCH_CKPT_VERIFIED"):
         env.pop(k, None)
     if a.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -203,15 +213,14 @@ def main():
         try:
             if a.only != "torchrun":
                 argv = [launch, "--standalone", "--nproc-per-node", str(a.nproc),
-                        "--max-restarts", "3"] + ([] if a.trace else ["-q"]) + [
-                        "--ckpt-dir",
+                        "--max-restarts", "3", "--ckpt-dir",
                         os.path.join(d, "ck"), train, "--preset", a.preset,
                         "--steps", "100000", "--ckpt-every", str(a.every),
                         "--log-every", "1", "--device", a.device]
                 res["launch"].append(measure(
                     argv, env, a.every, victim, r"\bstep +(\d+)/",
                     r"resumed from step (\d+) of .* in ([0-9.]+) ms", a.timeout,
-                    os.path.join(d, "ck", "latest"), a.trace))
+                    os.path.join(d, "ck", "latest"), a.trace, AGREED))
             if a.only != "launch":
                 argv = [py, "-m", "torch.distributed.run", "--standalone",
                         "--nproc_per_node", str(a.nproc), "--max_restarts", "3",
@@ -228,14 +237,18 @@ def main():
         for k, v in res.items():
             if v:
                 print("run %d %-8s resumed %.3f s, first step %.3f s, "
-                      "checkpoint read %.0f ms" % ((i + 1, k) + v[-1]), flush=True)
+                      "checkpoint read %.0f ms%s" % ((i + 1, k) + v[-1][:3] + (
+                          "; agreement %.3f s: %s" % v[-1][3] if v[-1][3]
+                          else "",)), flush=True)
     out = {}
     for k, v in res.items():
         if v:
             out[k] = [statistics.median(x[j] for x in v) for j in range(3)]
             print("%-8s median of %d: worker death -> state loaded %.3f s, -> "
-                  "first step done %.3f s (checkpoint read %.0f ms)"
-                  % ((k, len(v)) + tuple(out[k])))
+                  "first step done %.3f s (checkpoint read %.0f ms)%s"
+                  % ((k, len(v)) + tuple(out[k]) + (
+                      "; agreement %.3f s" % statistics.median(
+                          x[3][0] for x in v) if v[0][3] else "",)))
     if len(out) == 2:
         print("RESULT preset=%s nproc=%d launch_s=%.3f torchrun_s=%.3f "
               "speedup=%.1f" % (a.preset, a.nproc, out["launch"][1],

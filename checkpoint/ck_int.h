@@ -9,6 +9,7 @@
  * scan.c      layout detection, the scan driver, ckpt_strerror
  * agree.c     the resume-step agreement and its text form
  * ckpt.c      the trainer's API (save, background save, resume, load)
+ * trust.c     what a long-lived agent already verified (stat identity)
  */
 #ifndef CK_INT_H
 #define CK_INT_H
@@ -137,6 +138,11 @@ int ck_mkdir_durable(const char *path);
  * fsync dir. RET 0 or -errno. */
 int ck_write_atomic(const char *dir, const char *name, const void *data,
                     size_t len);
+/* The same, its ctime made later than after_ns (waiting for the file
+ * system's clock to tick, a few ms at most): the manifest's, later than
+ * any shard it lists (ckpt_trust_learn). after_ns < 0: no wait. */
+int ck_write_atomic_after(const char *dir, const char *name, const void *data,
+                          size_t len, int64_t after_ns);
 /* The shard writer: the buffers into dir/name the same way, SHA-256
  * computed on a second thread while writing, write-back started early
  * (sync_file_range) so that the final fsync does not stall.
@@ -149,6 +155,31 @@ int ck_read_hashed(const char *path, const struct iovec *iov, int iovcnt,
                    char *sha);
 /* SHA-256 of a whole file. OUT *size. RET 0 or -errno. */
 int ck_hash_file(const char *path, uint64_t *size, char *sha);
+
+/* A file's identity: what changes when anything writes to it. */
+typedef struct ck_fid_s {
+  uint64_t dev, ino, size;
+  int64_t mtime_ns, ctime_ns;
+} ck_fid_t;
+struct stat;
+void ck_fid_of(const struct stat *st, ck_fid_t *id);
+/* ck_hash_file that also gives the identity of the file it read. OUT
+ * *stable: 1 when fstat said the same before and after the read (id is
+ * then the content's), else 0. */
+int ck_hash_file_id(const char *path, uint64_t *size, char *sha,
+                    ck_fid_t *id, int *stable);
+/* Read path into the buffers without hashing (sizes must add up to the
+ * file's). RET 0, CKPT_ESIZE, -errno. */
+int ck_read_plain(const char *path, const struct iovec *iov, int iovcnt);
+
+/* ---- the trust cache (trust.c) -------------------------------------------------- */
+
+/* RET 1 when t vouches that the file with identity id holds sha. */
+int ck_trust_has(ckpt_trust_t *t, const char *path, const ck_fid_t *id,
+                 const char *sha);
+/* Remember it (replaces the path's entry). */
+void ck_trust_put(ckpt_trust_t *t, const char *path, const ck_fid_t *id,
+                  const char *sha);
 /* Remove a directory tree we own (no symlink followed). RET 0 or -errno. */
 int ck_rm_tree(const char *path);
 /* "a/b" into buf; RET 0 or -ENAMETOOLONG. */

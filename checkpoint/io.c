@@ -4,13 +4,20 @@
  * rename -> fsync of the directory: after a crash a name either holds the
  * whole new content or does not exist (or holds the old content).
  *
- * The shard writer aims at the disk's own bandwidth: it writes large
- * chunks straight from the caller's buffers (no copy), computes SHA-256
- * on a second thread over the same buffers, starts write-back of each
- * chunk at once (sync_file_range) and waits for the chunk written a few
- * chunks earlier, then drops it from the page cache. The dirty data in
- * flight stays bounded, so the final fsync has little left to do and a
- * checkpoint does not evict the trainer's page cache. */
+ * The shard writer aims at the disk's own bandwidth. SHA-256 runs on a
+ * second thread over the caller's buffers from the start, so the hash is
+ * never behind the write; the write goes around the page cache (O_DIRECT)
+ * where the file system allows it: a third thread writes 8 MiB chunks,
+ * straight from the caller's buffers where they are aligned, else from
+ * aligned buffers the caller's thread fills (three in turn), so the copy
+ * overlaps the device's work and no CPU time goes to the page cache's
+ * bookkeeping and write-back. Where O_DIRECT is refused (tmpfs, some
+ * network file systems) or the shard is small, it writes through the page
+ * cache: large chunks from the caller's buffers, write-back of each chunk
+ * started at once (sync_file_range), the chunk a few back waited for and
+ * dropped from the cache, so the dirty data in flight stays bounded, the
+ * final fsync has little left to do and a checkpoint does not evict the
+ * trainer's page cache. $LAUNCH_CKPT_DIRECT=0 forces that path. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +36,10 @@
 #define CK_HASH_STEP (1u << 20)
 #define CK_INLINE_HASH (4u << 20) /* below this, hash on the caller's thread */
 #define CK_RM_DEPTH 16
+#define CK_ALIGN 4096u           /* O_DIRECT: offsets, lengths, addresses */
+#define CK_DIRECT_MIN (1u << 20) /* smaller shards go through the cache */
+#define CK_DIRECT_BUFS 3         /* aligned chunks filled while one is written */
+#define CK_AHEAD (4 * CK_CHUNK)   /* reading: asked of the disk ahead of use */
 
 void ck_problem(char *problem, size_t n, const char *fmt, ...) {
   va_list ap;
@@ -139,8 +150,8 @@ static int ck_publish(int fd, const char *tmp, const char *dir,
   return rc;
 }
 
-int ck_write_atomic(const char *dir, const char *name, const void *data,
-                    size_t len) {
+int ck_write_atomic_after(const char *dir, const char *name, const void *data,
+                          size_t len, int64_t after_ns) {
   char tmp[4096];
   int fd, rc;
   if ((rc = ck_tmp_name(tmp, sizeof(tmp), dir, name)) != 0)
@@ -153,7 +164,23 @@ int ck_write_atomic(const char *dir, const char *name, const void *data,
     unlink(tmp);
     return rc;
   }
+  /* The file system's clock advances by ticks: wait for the next one (a
+   * few ms at most) so that this file's ctime is strictly later. */
+  for (int i = 0; i < 100 && after_ns >= 0; i++) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 ||
+        (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec >
+            after_ns)
+      break;
+    usleep(1000);
+    (void)futimens(fd, NULL);
+  }
   return ck_publish(fd, tmp, dir, name);
+}
+
+int ck_write_atomic(const char *dir, const char *name, const void *data,
+                    size_t len) {
+  return ck_write_atomic_after(dir, name, data, len, -1);
 }
 
 /* ---- SHA-256 on a second thread ---------------------------------------------- */
@@ -280,34 +307,12 @@ static int ck_hasher_end(ck_hasher_t *h, int ok, char *sha) {
 
 /* ---- the shard writer ------------------------------------------------------------ */
 
-int ck_write_shard(const char *dir, const char *name, const struct iovec *iov,
-                   int iovcnt, uint64_t *size, char *sha) {
-  char tmp[4096];
-  uint64_t total = 0, off = 0, chunk_start = 0;
+/* Through the page cache, from the caller's buffers. */
+static int ck_write_cached(int fd, const struct iovec *iov, int iovcnt,
+                           uint64_t total) {
+  uint64_t off = 0, chunk_start = 0;
   unsigned chunk = 0;
-  ck_hasher_t h;
-  int fd, rc;
-  for (int i = 0; i < iovcnt; i++)
-    total += iov[i].iov_len;
-  if ((rc = ck_tmp_name(tmp, sizeof(tmp), dir, name)) != 0)
-    return rc;
-  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return -errno;
-  /* Reserve the extent up front: less fragmentation, and ENOSPC now
-   * rather than after gigabytes. fallocate(2), not posix_fallocate(3):
-   * where the file system lacks it, glibc would write the whole file
-   * once more to emulate it. */
-  if (total > 0 && fallocate(fd, 0, 0, (off_t)total) != 0 && errno == ENOSPC) {
-    close(fd);
-    unlink(tmp);
-    return -ENOSPC;
-  }
-  if ((rc = ck_hasher_start(&h, iov, iovcnt, total, total)) != 0) {
-    close(fd);
-    unlink(tmp);
-    return rc;
-  }
+  int rc = 0;
   for (int i = 0; i < iovcnt && rc == 0; i++) {
     const char *p = iov[i].iov_base;
     size_t left = iov[i].iov_len;
@@ -339,6 +344,236 @@ int ck_write_shard(const char *dir, const char *name, const struct iovec *iov,
       }
     }
   }
+  return rc;
+}
+
+/* ---- the O_DIRECT writer ------------------------------------------------------------ */
+
+/* A ring of chunks: the caller's thread fills slot head % N (or points it
+ * at its own aligned memory), the writer thread writes slot tail % N. */
+typedef struct ck_direct_s {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int fd;
+  char *bounce[CK_DIRECT_BUFS];
+  const char *data[CK_DIRECT_BUFS];
+  size_t len[CK_DIRECT_BUFS]; /* a multiple of CK_ALIGN */
+  off_t off[CK_DIRECT_BUFS];
+  unsigned head, tail;
+  int done, rc;
+} ck_direct_t;
+
+static int ck_pwrite_all(int fd, const char *p, size_t n, off_t off) {
+  while (n > 0) {
+    ssize_t w = pwrite(fd, p, n, off);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return -errno;
+    }
+    if (w == 0)
+      return -EIO;
+    p += w;
+    n -= (size_t)w;
+    off += w;
+  }
+  return 0;
+}
+
+static void *ck_direct_main(void *arg) {
+  ck_direct_t *d = arg;
+  for (;;) {
+    unsigned k;
+    int rc;
+    pthread_mutex_lock(&d->mu);
+    while (d->tail == d->head && !d->done)
+      pthread_cond_wait(&d->cv, &d->mu);
+    if (d->tail == d->head) {
+      pthread_mutex_unlock(&d->mu);
+      return NULL;
+    }
+    k = d->tail % CK_DIRECT_BUFS;
+    pthread_mutex_unlock(&d->mu);
+    rc = ck_pwrite_all(d->fd, d->data[k], d->len[k], d->off[k]);
+    pthread_mutex_lock(&d->mu);
+    d->tail++;
+    if (rc != 0 && d->rc == 0)
+      d->rc = rc;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    if (rc != 0)
+      return NULL;
+  }
+}
+
+/* Copy bytes [off, off + n) of the buffers to dst. */
+static void ck_gather(const struct iovec *iov, int iovcnt, uint64_t off,
+                      char *dst, size_t n) {
+  uint64_t base = 0;
+  for (int i = 0; i < iovcnt && n > 0; i++) {
+    uint64_t len = iov[i].iov_len;
+    if (off < base + len) {
+      size_t a = (size_t)(off - base);
+      size_t m = (size_t)LU_MIN(len - a, (uint64_t)n);
+      memcpy(dst, (const char *)iov[i].iov_base + a, m);
+      dst += m;
+      n -= m;
+      off += m;
+    }
+    base += len;
+  }
+}
+
+/* Where bytes [off, off + n) lie in one buffer, aligned for O_DIRECT:
+ * that address, else NULL. */
+static const char *ck_aligned_at(const struct iovec *iov, int iovcnt,
+                                 uint64_t off, size_t n) {
+  uint64_t base = 0;
+  for (int i = 0; i < iovcnt; i++) {
+    uint64_t len = iov[i].iov_len;
+    if (off < base + len) {
+      const char *p = (const char *)iov[i].iov_base + (off - base);
+      return off + n <= base + len && (uintptr_t)p % CK_ALIGN == 0 ? p
+                                                                  : NULL;
+    }
+    base += len;
+  }
+  return NULL;
+}
+
+/* Write the buffers with O_DIRECT into fd (opened so), the last chunk
+ * padded to CK_ALIGN and the file then cut to total.
+ * RET 0, -EINVAL when the file system refuses the writes (the
+ * caller falls back), other -errno. */
+static int ck_write_direct(int fd, const struct iovec *iov, int iovcnt,
+                           uint64_t total) {
+  ck_direct_t d;
+  pthread_t th;
+  uint64_t off = 0;
+  int rc = 0, nb = 0;
+  memset(&d, 0, sizeof(d));
+  d.fd = fd;
+  for (; nb < CK_DIRECT_BUFS; nb++)
+    if (posix_memalign((void **)&d.bounce[nb], CK_ALIGN, CK_CHUNK) != 0) {
+      d.bounce[nb] = NULL;
+      rc = RDZV_ENOMEM;
+      break;
+    }
+  if (rc == 0) {
+    pthread_mutex_init(&d.mu, NULL);
+    pthread_cond_init(&d.cv, NULL);
+    if (pthread_create(&th, NULL, ck_direct_main, &d) != 0) {
+      pthread_mutex_destroy(&d.mu);
+      pthread_cond_destroy(&d.cv);
+      rc = -EAGAIN;
+    }
+  }
+  if (rc != 0) {
+    for (int i = 0; i < nb; i++)
+      free(d.bounce[i]);
+    return rc;
+  }
+  while (off < total) {
+    size_t n = (size_t)LU_MIN(total - off, (uint64_t)CK_CHUNK);
+    size_t padded = (n + CK_ALIGN - 1) / CK_ALIGN * CK_ALIGN;
+    const char *own = padded == n ? ck_aligned_at(iov, iovcnt, off, n) : NULL;
+    unsigned k;
+    pthread_mutex_lock(&d.mu);
+    while (d.head - d.tail == CK_DIRECT_BUFS && d.rc == 0)
+      pthread_cond_wait(&d.cv, &d.mu);
+    rc = d.rc;
+    k = d.head % CK_DIRECT_BUFS;
+    pthread_mutex_unlock(&d.mu);
+    if (rc != 0)
+      break;
+    if (own == NULL) { /* the slot's own buffer is free: tail passed it */
+      ck_gather(iov, iovcnt, off, d.bounce[k], n);
+      memset(d.bounce[k] + n, 0, padded - n);
+    }
+    pthread_mutex_lock(&d.mu);
+    d.data[k] = own ? own : d.bounce[k];
+    d.len[k] = padded;
+    d.off[k] = (off_t)off;
+    d.head++;
+    pthread_cond_broadcast(&d.cv);
+    pthread_mutex_unlock(&d.mu);
+    off += n;
+  }
+  pthread_mutex_lock(&d.mu);
+  d.done = 1;
+  pthread_cond_broadcast(&d.cv);
+  pthread_mutex_unlock(&d.mu);
+  pthread_join(th, NULL);
+  if (rc == 0)
+    rc = d.rc;
+  pthread_mutex_destroy(&d.mu);
+  pthread_cond_destroy(&d.cv);
+  for (int i = 0; i < nb; i++)
+    free(d.bounce[i]);
+  if (rc == 0 && total % CK_ALIGN != 0 && ftruncate(fd, (off_t)total) != 0)
+    rc = -errno;
+  return rc;
+}
+
+static int ck_direct_wanted(uint64_t total) {
+  const char *v = getenv("LAUNCH_CKPT_DIRECT");
+  return total >= CK_DIRECT_MIN && !(v && strcmp(v, "0") == 0);
+}
+
+int ck_write_shard(const char *dir, const char *name, const struct iovec *iov,
+                   int iovcnt, uint64_t *size, char *sha) {
+  char tmp[4096];
+  uint64_t total = 0;
+  ck_hasher_t h;
+  int fd = -1, rc, direct;
+  for (int i = 0; i < iovcnt; i++)
+    total += iov[i].iov_len;
+  if ((rc = ck_tmp_name(tmp, sizeof(tmp), dir, name)) != 0)
+    return rc;
+  direct = ck_direct_wanted(total);
+  if (direct) {
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0644);
+    if (fd < 0 && errno == EINVAL)
+      direct = 0; /* not on this file system */
+    else if (fd < 0)
+      return -errno;
+  }
+  if (!direct && (fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                            0644)) < 0)
+    return -errno;
+  /* Reserve the extent up front: less fragmentation, and ENOSPC now
+   * rather than after gigabytes. fallocate(2), not posix_fallocate(3):
+   * where the file system lacks it, glibc would write the whole file
+   * once more to emulate it. */
+  if (total > 0 && fallocate(fd, 0, 0, (off_t)total) != 0 && errno == ENOSPC) {
+    close(fd);
+    unlink(tmp);
+    return -ENOSPC;
+  }
+  if ((rc = ck_hasher_start(&h, iov, iovcnt, total, total)) != 0) {
+    close(fd);
+    unlink(tmp);
+    return rc;
+  }
+  if (direct) {
+    rc = ck_write_direct(fd, iov, iovcnt, total);
+    if (rc == -EINVAL) {
+      /* The file system took the open but not the writes: all again through
+       * the page cache, from the start. */
+      int fl = fcntl(fd, F_GETFL);
+      rc = fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0 ? -errno : 0;
+      if (rc == 0 && ftruncate(fd, 0) != 0)
+        rc = -errno;
+      if (rc == 0 && total > 0)
+        (void)fallocate(fd, 0, 0, (off_t)total);
+      if (rc == 0 && lseek(fd, 0, SEEK_SET) != 0)
+        rc = -errno;
+      if (rc == 0)
+        rc = ck_write_cached(fd, iov, iovcnt, total);
+    }
+  } else {
+    rc = ck_write_cached(fd, iov, iovcnt, total);
+  }
   {
     int hrc = ck_hasher_end(&h, rc == 0, sha);
     if (rc == 0)
@@ -354,6 +589,15 @@ int ck_write_shard(const char *dir, const char *name, const struct iovec *iov,
 }
 
 /* ---- reading ------------------------------------------------------------------------ */
+
+/* Reading sequentially: have the kernel fetch [off, off + CK_AHEAD) while
+ * this chunk is consumed (its own read-ahead window is far smaller), so
+ * that the disk always has work queued. */
+static void ck_read_ahead(int fd, uint64_t off, uint64_t total) {
+  if (off < total && off % CK_CHUNK == 0)
+    (void)posix_fadvise(fd, (off_t)off, (off_t)LU_MIN(CK_AHEAD, total - off),
+                        POSIX_FADV_WILLNEED);
+}
 
 static int ck_read_all(int fd, char *p, size_t n) {
   while (n > 0) {
@@ -371,8 +615,10 @@ static int ck_read_all(int fd, char *p, size_t n) {
   return 0;
 }
 
-int ck_read_hashed(const char *path, const struct iovec *iov, int iovcnt,
-                   char *sha) {
+/* Read path into the buffers; with sha, hash them on a second thread as
+ * they arrive. */
+static int ck_read_into(const char *path, const struct iovec *iov,
+                        int iovcnt, char *sha) {
   uint64_t total = 0, done = 0;
   struct stat st;
   ck_hasher_t h;
@@ -390,8 +636,9 @@ int ck_read_hashed(const char *path, const struct iovec *iov, int iovcnt,
     close(fd);
     return CKPT_ESIZE;
   }
+  /* A larger read-ahead window: the whole file is read once, in order. */
   (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  if ((rc = ck_hasher_start(&h, iov, iovcnt, total, 0)) != 0) {
+  if (sha && (rc = ck_hasher_start(&h, iov, iovcnt, total, 0)) != 0) {
     close(fd);
     return rc;
   }
@@ -399,16 +646,22 @@ int ck_read_hashed(const char *path, const struct iovec *iov, int iovcnt,
     char *p = iov[i].iov_base;
     size_t left = iov[i].iov_len;
     while (left > 0) {
-      size_t n = left < CK_CHUNK ? left : CK_CHUNK;
+      size_t n = (size_t)LU_MIN((uint64_t)left,
+                                CK_CHUNK - done % CK_CHUNK);
+      if (done % CK_CHUNK == 0)
+        ck_read_ahead(fd, done + CK_CHUNK, total);
       if ((rc = ck_read_all(fd, p, n)) != 0)
         break;
       p += n;
       left -= n;
       done += n;
-      ck_hasher_feed(&h, done);
+      if (sha)
+        ck_hasher_feed(&h, done);
     }
   }
   close(fd);
+  if (sha == NULL)
+    return rc;
   if (rc != 0) {
     ck_hasher_end(&h, 0, NULL);
     return rc;
@@ -416,16 +669,45 @@ int ck_read_hashed(const char *path, const struct iovec *iov, int iovcnt,
   return ck_hasher_end(&h, 1, sha);
 }
 
-int ck_hash_file(const char *path, uint64_t *size, char *sha) {
-  size_t cap = 4u << 20;
+int ck_read_hashed(const char *path, const struct iovec *iov, int iovcnt,
+                   char *sha) {
+  return ck_read_into(path, iov, iovcnt, sha);
+}
+
+int ck_read_plain(const char *path, const struct iovec *iov, int iovcnt) {
+  return ck_read_into(path, iov, iovcnt, NULL);
+}
+
+void ck_fid_of(const struct stat *st, ck_fid_t *id) {
+  memset(id, 0, sizeof(*id));
+  id->dev = (uint64_t)st->st_dev;
+  id->ino = (uint64_t)st->st_ino;
+  id->size = (uint64_t)st->st_size;
+  id->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+  id->ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+int ck_hash_file_id(const char *path, uint64_t *size, char *sha,
+                    ck_fid_t *id, int *stable) {
+  size_t cap = CK_CHUNK;
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned mdlen = 0;
   EVP_MD_CTX *ctx = NULL;
   char *buf = NULL;
   uint64_t total = 0;
+  struct stat st;
+  ck_fid_t before, after;
   int fd, rc = 0;
+  if (stable)
+    *stable = 0;
   if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
     return -errno;
+  if (fstat(fd, &st) != 0) {
+    rc = -errno;
+    close(fd);
+    return rc;
+  }
+  ck_fid_of(&st, &before);
   (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   if ((buf = malloc(cap)) == NULL || (ctx = EVP_MD_CTX_new()) == NULL ||
       EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
@@ -433,7 +715,9 @@ int ck_hash_file(const char *path, uint64_t *size, char *sha) {
     goto out;
   }
   for (;;) {
-    ssize_t r = read(fd, buf, cap);
+    ssize_t r;
+    ck_read_ahead(fd, total + cap, before.size);
+    r = read(fd, buf, cap);
     if (r < 0) {
       if (errno == EINTR)
         continue;
@@ -454,11 +738,22 @@ int ck_hash_file(const char *path, uint64_t *size, char *sha) {
   }
   lu_hex(md, 32, sha);
   *size = total;
+  if (id && fstat(fd, &st) == 0) {
+    ck_fid_of(&st, &after);
+    *id = before;
+    if (stable)
+      *stable = memcmp(&before, &after, sizeof(before)) == 0 &&
+                total == before.size;
+  }
 out:
   EVP_MD_CTX_free(ctx);
   free(buf);
   close(fd);
   return rc;
+}
+
+int ck_hash_file(const char *path, uint64_t *size, char *sha) {
+  return ck_hash_file_id(path, size, sha, NULL, NULL);
 }
 
 /* ---- removal --------------------------------------------------------------------- */

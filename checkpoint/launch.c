@@ -138,7 +138,9 @@ typedef struct ck_job_s {
   int sha;      /* hash it */
   int present;
   int ok;
+  int hashed, trusted; /* how a good shard's SHA-256 was checked */
   uint64_t size;
+  ckpt_trust_t *trust; /* NULL: no cache */
   char problem[CKPT_PROBLEM_MAX];
 } ck_job_t;
 
@@ -153,7 +155,8 @@ static void ck_check_one(ck_job_t *j) {
   struct stat st;
   char sha[CK_SHA_HEX];
   uint64_t size;
-  int rc;
+  ck_fid_t id;
+  int rc, stable = 0;
   if (stat(j->path, &st) != 0) {
     if (errno == ENOENT)
       snprintf(j->problem, sizeof(j->problem), "%s: missing", j->rec->file);
@@ -171,8 +174,16 @@ static void ck_check_one(ck_job_t *j) {
              (unsigned long long)j->rec->size);
     return;
   }
+  if (j->sha && j->trust) {
+    ck_fid_of(&st, &id);
+    if (ck_trust_has(j->trust, j->path, &id, j->rec->sha)) {
+      j->trusted = 1;
+      j->ok = 1;
+      return;
+    }
+  }
   if (j->sha) {
-    if ((rc = ck_hash_file(j->path, &size, sha)) != 0) {
+    if ((rc = ck_hash_file_id(j->path, &size, sha, &id, &stable)) != 0) {
       snprintf(j->problem, sizeof(j->problem), "%s: %s", j->rec->file,
                rdzv_strerror(rc));
       return;
@@ -183,6 +194,9 @@ static void ck_check_one(ck_job_t *j) {
                j->rec->file, sha, j->rec->sha);
       return;
     }
+    j->hashed = 1;
+    if (stable)
+      ck_trust_put(j->trust, j->path, &id, sha);
   }
   j->ok = 1;
 }
@@ -203,7 +217,8 @@ static void *ck_pool_main(void *arg) {
 /* Check the shards of a finalised step: the wanted ranks must be there
  * and match; the others count when present (shared storage). */
 static int ck_check_step(const char *dir, const ck_manifest_t *m,
-                         const ckpt_scan_options_t *o, ckpt_step_t *st) {
+                         const ckpt_scan_options_t *o, ckpt_trust_t *trust,
+                         ckpt_verify_stats_t *vs, ckpt_step_t *st) {
   ck_job_t *jobs;
   ck_pool_t pool;
   pthread_t th[8];
@@ -232,6 +247,7 @@ static int ck_check_step(const char *dir, const ck_manifest_t *m,
     char leaf[CKPT_NAME_MAX];
     jobs[r].rec = &m->shards[r];
     jobs[r].want = want[r];
+    jobs[r].trust = trust;
     jobs[r].sha = (o->flags & CKPT_SCAN_SHA) && want[r];
     hashed += jobs[r].sha;
     lu_strlcpy(leaf, m->shards[r].file, sizeof(leaf));
@@ -259,6 +275,13 @@ static int ck_check_step(const char *dir, const ck_manifest_t *m,
     if (j->present) {
       st->files++;
       st->bytes += j->size;
+    }
+    if (vs && j->ok && j->hashed) {
+      vs->hashed++;
+      vs->hashed_bytes += j->size;
+    } else if (vs && j->ok && j->trusted) {
+      vs->trusted++;
+      vs->trusted_bytes += j->size;
     }
     if (j->ok && (j->want || !(o->flags & CKPT_SCAN_SHA))) {
       st->have[r / 8] |= (unsigned char)(1u << (r % 8));
@@ -385,7 +408,7 @@ int ck_scan_launch(const char *dir, const ckpt_scan_options_t *o,
       break;
     st->world_size = m.world_size;
     st->replicated = m.replicated;
-    rc = ck_check_step(dir, &m, o, st);
+    rc = ck_check_step(dir, &m, o, NULL, NULL, st);
     ck_manifest_free(&m);
     if (rc == 0 && st->state == CKPT_STEP_COMPLETE)
       found = 1;
@@ -398,6 +421,14 @@ int ck_scan_launch(const char *dir, const ckpt_scan_options_t *o,
 
 int ckpt_verify_step(const char *dir, int64_t step, const int *ranks,
                      size_t nranks, char *problem, size_t n) {
+  return ckpt_verify_step_trusted(dir, step, ranks, nranks, NULL, NULL,
+                                  problem, n);
+}
+
+int ckpt_verify_step_trusted(const char *dir, int64_t step, const int *ranks,
+                             size_t nranks, ckpt_trust_t *trust,
+                             ckpt_verify_stats_t *stats, char *problem,
+                             size_t n) {
   ckpt_scan_options_t o = CKPT_SCAN_OPTIONS_INIT;
   ckpt_step_t st;
   ck_manifest_t m;
@@ -410,7 +441,9 @@ int ckpt_verify_step(const char *dir, int64_t step, const int *ranks,
   o.nranks = nranks;
   if ((rc = ck_read_manifest(dir, step, &m, problem, n)) != 0)
     return rc;
-  rc = ck_check_step(dir, &m, &o, &st);
+  if (stats)
+    memset(stats, 0, sizeof(*stats));
+  rc = ck_check_step(dir, &m, &o, trust, stats, &st);
   ck_manifest_free(&m);
   free(st.have);
   if (rc != 0)
@@ -545,6 +578,7 @@ int ck_finalise(const ck_final_t *f, const ck_log_t *log, char *err,
   char sdir[4096], mpath[4096], *text = NULL, *old = NULL;
   size_t len, oldlen;
   double tmax = 0;
+  int64_t newest_ctime = -1;
   int rc;
   if ((rc = ck_step_path(sdir, sizeof(sdir), f->dir, f->step, NULL)) != 0)
     return rc;
@@ -559,16 +593,24 @@ int ck_finalise(const ck_final_t *f, const ck_log_t *log, char *err,
               (long long)f->step, r);
       return CKPT_EFORMAT;
     }
-    if (ck_join(path, sizeof(path), sdir, rec->file) == 0 &&
-        stat(path, &st) == 0 && (uint64_t)st.st_size != rec->size) {
+    if (rec->time > tmax)
+      tmax = rec->time;
+    if (ck_join(path, sizeof(path), sdir, rec->file) != 0 ||
+        stat(path, &st) != 0)
+      continue; /* another node's (node-local storage) */
+    {
+      ck_fid_t id;
+      ck_fid_of(&st, &id);
+      if (id.ctime_ns > newest_ctime)
+        newest_ctime = id.ctime_ns;
+    }
+    if ((uint64_t)st.st_size != rec->size) {
       lu_errf(err, errlen, "step-%lld/%s: %llu bytes, rank %d committed "
               "%llu: not finalised", (long long)f->step, rec->file,
               (unsigned long long)st.st_size, r,
               (unsigned long long)rec->size);
       return CKPT_ECORRUPT;
     }
-    if (rec->time > tmax)
-      tmax = rec->time;
   }
   memset(&m, 0, sizeof(m));
   lu_strlcpy(m.job, f->job ? f->job : "", sizeof(m.job));
@@ -590,7 +632,8 @@ int ck_finalise(const ck_final_t *f, const ck_log_t *log, char *err,
         oldlen == len && memcmp(old, text, len) == 0)
       rc = 0; /* another node finalised it already (shared storage) */
     else
-      rc = ck_write_atomic(sdir, CK_MANIFEST, text, len);
+      rc = ck_write_atomic_after(sdir, CK_MANIFEST, text, len,
+                                 newest_ctime);
   }
   free(old);
   free(text);

@@ -156,6 +156,52 @@ CKPT_EXTERN int ckpt_verify_step(const char *dir, int64_t step,
                                  const int *ranks, size_t nranks,
                                  char *problem, size_t n);
 
+/* ---- what an agent already knows to be intact ----------------------------------- */
+
+/* A long-lived process (the launch agent) remembers, per shard, the
+ * SHA-256 it saw verified and the file's identity from stat(2) (device,
+ * inode, size, mtime and ctime in ns). A later verification trusts a
+ * shard whose identity and manifest SHA are unchanged instead of reading
+ * it again: any write to the file moves its ctime, which no user can set
+ * back. Thread-safe. A new process starts with an empty cache. */
+typedef struct ckpt_trust_s ckpt_trust_t;
+
+/* RET 0 or RDZV_ENOMEM. */
+CKPT_EXTERN int ckpt_trust_new(ckpt_trust_t **out);
+/* NULL is a no-op. */
+CKPT_EXTERN void ckpt_trust_free(ckpt_trust_t *t);
+/* Remember the shards of the given ranks (NULL: all) of a final step that
+ * this process saw committed: their SHA from the manifest, for the shards
+ * last changed (ctime) strictly before the manifest was written, so that
+ * no write after the commit goes unseen. Others are left out (hashed at
+ * the next verification; the finaliser writes the manifest a tick of the
+ * file system's clock after the newest shard, so a commit's shards all
+ * qualify). OUT *learnt (may be NULL): shards remembered.
+ * RET 0, CKPT_EINCOMPLETE (no manifest), CKPT_EFORMAT, -errno. */
+CKPT_EXTERN int ckpt_trust_learn(ckpt_trust_t *t, const char *dir,
+                                 int64_t step, const int *ranks,
+                                 size_t nranks, int *learnt);
+
+/* Launch layout: the step dir's `latest` names. RET 0, -ENOENT (none),
+ * CKPT_EFORMAT, -errno. */
+CKPT_EXTERN int ckpt_latest_step(const char *dir, int64_t *step);
+
+/* What a verification did. */
+typedef struct ckpt_verify_stats_s {
+  uint32_t hashed;         /* shards read and hashed */
+  uint32_t trusted;        /* shards trusted (identity unchanged) */
+  uint64_t hashed_bytes, trusted_bytes;
+} ckpt_verify_stats_t;
+
+/* ckpt_verify_step with a cache (NULL: hash every shard): shards the
+ * cache vouches for are not read; the ones that verify are remembered.
+ * OUT *stats (may be NULL). RET as ckpt_verify_step. */
+CKPT_EXTERN int ckpt_verify_step_trusted(const char *dir, int64_t step,
+                                         const int *ranks, size_t nranks,
+                                         ckpt_trust_t *trust,
+                                         ckpt_verify_stats_t *stats,
+                                         char *problem, size_t n);
+
 /* ---- agreement between nodes -------------------------------------------------- */
 
 /* One step as one node sees it. */
@@ -329,7 +375,9 @@ CKPT_EXTERN int ckpt_resume_step(ckpt_t *c, int64_t *step);
 CKPT_EXTERN int ckpt_shard_size(ckpt_t *c, int64_t step, uint64_t *size);
 /* Read this rank's shard of step (a replicated step: this rank's, else the
  * first one present) into the buffers, whose sizes must add up to the
- * shard's, verifying its SHA-256 against the manifest while reading.
+ * shard's, verifying its SHA-256 against the manifest while reading;
+ * not hashed when $LAUNCH_CKPT_VERIFIED names this step (launch's agents
+ * verified it just before starting the workers), only its size checked.
  * RET 0, CKPT_ESIZE, CKPT_ECORRUPT, CKPT_EINCOMPLETE, CKPT_EWORLD, -errno. */
 CKPT_EXTERN int ckpt_load(ckpt_t *c, int64_t step, const struct iovec *iov,
                           int iovcnt);

@@ -57,6 +57,16 @@ struct resume_s {
   int64_t finalised;
   int have_round;        /* resume_env: a result to export */
   int64_t step;
+  int64_t verified;      /* the last agreement's res.verified, for
+                            resume_env (loop) */
+  /* What this agent saw verified or committed (pool thread; lives as
+   * long as the agent, so a restart need not hash it again). */
+  ckpt_trust_t *trust;
+  int64_t learnt_step;   /* the last step learn_latest looked at */
+  /* the agreement's breakdown (pool thread, logged on the loop) */
+  uint64_t agree_ns;
+  ckpt_verify_stats_t vstats;
+  int verify_mode;       /* 0 none (no step), 1 SHA-256, 2 sizes only */
 };
 
 /* ---- the store connection (pool thread) --------------------------------------- */
@@ -234,11 +244,16 @@ static int my_view(resume_t *r, const int *ranks, char **out, char *why,
 }
 
 /* Verify step s's SHA-256 here: this node's ranks, or for a step of
- * another world size (replicated), the shards this node holds. */
+ * another world size (replicated), the shards this node holds. Shards the
+ * agent verified or saw committed before, unchanged since, are trusted.
+ * OUT *all_mine: 1 when every rank of this node had its own shard
+ * verified (what its worker then loads). */
 static int verify_here(resume_t *r, const resume_view_t *me, int64_t s,
-                       char *problem, size_t n) {
+                       int *all_mine, char *problem, size_t n) {
   const ckpt_have_t *h = NULL;
-  int ranks[CFG_MAX_NPROC], k = 0;
+  ckpt_verify_stats_t vs;
+  int ranks[CFG_MAX_NPROC], k = 0, rc;
+  *all_mine = 0;
   for (size_t i = 0; i < me->nsteps; i++)
     if (me->steps[i].step == s)
       h = &me->steps[i];
@@ -250,13 +265,22 @@ static int verify_here(resume_t *r, const resume_view_t *me, int64_t s,
         (h->ranks == NULL || (h->ranks[rank / 8] >> (rank % 8) & 1)))
       ranks[k++] = rank;
   }
+  *all_mine = k == r->rr.nproc;
   if (k == 0 && h->ranks) /* replicated, none of ours: one that is here */
     for (int rank = 0; rank < h->world_size && k == 0; rank++)
       if (h->ranks[rank / 8] >> (rank % 8) & 1)
         ranks[k++] = rank;
   if (k == 0)
     return 0;
-  return ckpt_verify_step(r->o->ckpt_dir, s, ranks, (size_t)k, problem, n);
+  rc = ckpt_verify_step_trusted(r->o->ckpt_dir, s, ranks, (size_t)k,
+                                r->trust, &vs, problem, n);
+  r->vstats.hashed += vs.hashed;
+  r->vstats.trusted += vs.trusted;
+  r->vstats.hashed_bytes += vs.hashed_bytes;
+  r->vstats.trusted_bytes += vs.trusted_bytes;
+  if (rc != 0)
+    *all_mine = 0;
+  return rc;
 }
 
 /* Every node's launch/ckpt/gG/LEAF/N into vals (keys: room for nnodes).
@@ -292,8 +316,12 @@ static void agree_work(uv_work_t *w) {
   ckpt_node_view_t *nv = NULL;
   int ranks[CFG_MAX_NPROC], rc;
   int64_t count;
+  uint64_t t0 = lu_now_ns();
   memset(res, 0, sizeof(*res));
   res->step = -1;
+  res->verified = -1;
+  r->verify_mode = 0;
+  memset(&r->vstats, 0, sizeof(r->vstats));
   for (int i = 0; i < rr->nproc && i < CFG_MAX_NPROC; i++)
     ranks[i] = rr->base_rank + i;
   if ((rc = my_view(r, ranks, &mine, res->why, sizeof(res->why))) != 0)
@@ -330,7 +358,7 @@ static void agree_work(uv_work_t *w) {
   for (int iter = 0;; iter++) {
     ckpt_agreement_t ag;
     char problem[CKPT_PROBLEM_MAX] = "", mine_v[CKPT_PROBLEM_MAX + 8];
-    int vrc, bad = 0;
+    int vrc, bad = 0, all_mine = 0;
     for (int i = 0; i < rr->nnodes; i++) {
       nv[i].name = views[i].host;
       nv[i].steps = views[i].steps;
@@ -347,10 +375,16 @@ static void agree_work(uv_work_t *w) {
     res->step = ag.step;
     res->elastic = ag.elastic;
     lu_strlcpy(res->why, ag.why, sizeof(res->why));
+    res->verified = -1;
+    r->verify_mode = ag.step < 0 ? 0
+                     : r->o->ckpt_verify == CFG_CKPT_VERIFY_SIZE ? 2 : 1;
     if (ag.step < 0 || r->o->ckpt_verify == CFG_CKPT_VERIFY_SIZE)
       break;
-    vrc = verify_here(r, &views[rr->node_rank], ag.step, problem,
+    vrc = verify_here(r, &views[rr->node_rank], ag.step, &all_mine, problem,
                       sizeof(problem));
+    if (vrc == 0 && all_mine && !ag.elastic &&
+        r->o->ckpt_layout <= CKPT_LAYOUT_LAUNCH)
+      res->verified = ag.step;
     if (vrc != 0)
       snprintf(mine_v, sizeof(mine_v), "bad %s",
                problem[0] ? problem : ckpt_strerror(vrc));
@@ -416,6 +450,9 @@ out:
   else if (rc != 0 && res->why[0] == '\0')
     lu_strlcpy(res->why, ckpt_strerror(rc), sizeof(res->why));
   res->rc = rc;
+  if (rc != 0)
+    res->verified = -1;
+  r->agree_ns = lu_now_ns() - t0;
   for (int i = 0; keys && i < rr->nnodes; i++) {
     free(keys[i]);
     if (vals)
@@ -429,6 +466,20 @@ out:
 }
 
 /* ---- the commit of completion files (pool thread) ------------------------------- */
+
+/* The step `latest` names was committed while this agent watched (by it
+ * or by its workers): remember its shards here, so that the agreement
+ * after a worker's death need not read them again. Cheap: a manifest and
+ * a stat per shard, and only when `latest` moved. */
+static void learn_latest(resume_t *r, const int *ranks) {
+  int64_t step;
+  if (r->trust == NULL || r->o->ckpt_layout > CKPT_LAYOUT_LAUNCH ||
+      ckpt_latest_step(r->o->ckpt_dir, &step) != 0 || step == r->learnt_step)
+    return;
+  if (ckpt_trust_learn(r->trust, r->o->ckpt_dir, step, ranks,
+                       (size_t)r->rr.nproc, NULL) == 0)
+    r->learnt_step = step;
+}
 
 static void commit_work(uv_work_t *w) {
   resume_t *r = w->data;
@@ -454,6 +505,7 @@ static void commit_work(uv_work_t *w) {
   co.timeout_ms = 10000;
   rc = ckpt_agent_scan_commit(&co, &r->finalised, r->commit_err,
                               sizeof(r->commit_err));
+  learn_latest(r, ranks);
   if (rc != 0 && rc != -ENOENT) {
     if (r->commit_err[0] == '\0')
       store_failed(r, rc, "committing completion files", why, sizeof(why)),
@@ -469,6 +521,28 @@ static void commit_work(uv_work_t *w) {
 
 static void start_next(resume_t *r);
 
+/* One line: how long the agreement took and how the step was checked. */
+static void log_agreement(const resume_t *r) {
+  const ckpt_verify_stats_t *v = &r->vstats;
+  char how[300];
+  if (r->o->quiet)
+    return;
+  if (r->verify_mode == 0)
+    snprintf(how, sizeof(how), "no step to check");
+  else if (r->verify_mode == 2)
+    snprintf(how, sizeof(how), "sizes only (--ckpt-verify size)");
+  else if (v->hashed == 0 && v->trusted == 0)
+    snprintf(how, sizeof(how), "no shard of it here to check");
+  else
+    snprintf(how, sizeof(how), "SHA-256 computed for %u shard%s (%.1f MiB), "
+             "trusted for %u (%.1f MiB, unchanged since this agent verified "
+             "or committed them)", v->hashed, v->hashed == 1 ? "" : "s",
+             (double)v->hashed_bytes / 1048576.0, v->trusted,
+             (double)v->trusted_bytes / 1048576.0);
+  LU_INFO(r->log, "checkpoint agreement on step %" PRId64 " took %.3f s: %s",
+          r->step, (double)r->agree_ns / 1e9, how);
+}
+
 static void after_work(uv_work_t *w, int status) {
   resume_t *r = w->data;
   int was_commit = r->committing;
@@ -477,6 +551,7 @@ static void after_work(uv_work_t *w, int status) {
   r->committing = 0;
   if (r->freeing) {
     rdzv_close(r->client);
+    ckpt_trust_free(r->trust);
     free(r);
     return;
   }
@@ -497,6 +572,8 @@ static void after_work(uv_work_t *w, int status) {
     if (r->res.rc == 0) {
       r->have_round = 1;
       r->step = r->res.step;
+      r->verified = r->res.verified;
+      log_agreement(r);
     }
     if (cb)
       cb(r->cb_arg, &r->res);
@@ -556,6 +633,12 @@ int resume_new(uv_loop_t *loop, const cfg_t *o, lu_log_t *log,
   r->token = token;
   r->token_len = token_len;
   r->step = -1;
+  r->verified = -1;
+  r->learnt_step = -1;
+  if (ckpt_trust_new(&r->trust) != 0) {
+    free(r);
+    return RDZV_ENOMEM;
+  }
   atomic_init(&r->cancel, 0);
   uv_timer_init(loop, &r->timer);
   r->timer.data = r;
@@ -570,6 +653,7 @@ static void timer_closed(uv_handle_t *h) {
     return;
   }
   rdzv_close(r->client);
+  ckpt_trust_free(r->trust);
   free(r);
 }
 
@@ -644,6 +728,14 @@ int resume_env(const resume_t *r, env_t *e) {
     rc |= env_set(e, "LAUNCH_RESUME_STEP", b, ENV_SRC_LAUNCH, "launcher");
   } else {
     env_unset(e, "LAUNCH_RESUME_STEP");
+  }
+  /* This node verified (or trusted) its shards of the step just now: the
+   * workers' ckpt_load need not hash them again. */
+  if (r->have_round && r->step >= 0 && r->verified == r->step) {
+    snprintf(b, sizeof(b), "%" PRId64, r->step);
+    rc |= env_set(e, "LAUNCH_CKPT_VERIFIED", b, ENV_SRC_LAUNCH, "launcher");
+  } else {
+    env_unset(e, "LAUNCH_CKPT_VERIFIED");
   }
   return rc ? RDZV_ENOMEM : 0;
 }

@@ -41,6 +41,9 @@ typedef struct resume_result_s {
   int rc;
   int64_t step;
   int elastic;
+  /* step when this node verified (or trusted) the shard of each of its
+   * ranks, -1 otherwise: exported as LAUNCH_CKPT_VERIFIED */
+  int64_t verified;
   char why[1024];
 } resume_result_t;
 
@@ -71,7 +74,9 @@ void resume_commit_stop(resume_t *r);
 void resume_commit_final(resume_t *r, void (*done)(void *), void *arg);
 
 /* The worker environment of the agreed step: LAUNCH_CKPT_DIR,
- * LAUNCH_RESUME_STEP (unset on a fresh start), LAUNCH_CKPT_KEEP. */
+ * LAUNCH_RESUME_STEP (unset on a fresh start), LAUNCH_CKPT_VERIFIED (the
+ * same step when this node verified its shards; else unset),
+ * LAUNCH_CKPT_KEEP. */
 int resume_env(const resume_t *r, env_t *e);
 
 /* A node's view as the store holds it: "FIRST NRANKS HOST\n", then

@@ -8,6 +8,12 @@
  *  - elastic resume: refused for sharded state, allowed for replicated;
  *  - completion files committed by the agent (with and without a store),
  *    and bad completion files reported;
+ *  - what an agent already knows: a shard learnt from a commit or a
+ *    verification is trusted while its stat identity is unchanged, hashed
+ *    again after any write (a flipped byte is then caught); ckpt_load
+ *    skips the hash only for the step $LAUNCH_CKPT_VERIFIED names;
+ *  - the shard writer, O_DIRECT (aligned buffers or not, sizes that are not
+ *    a multiple of the block) and through the page cache;
  *  - bad input: a missing directory, a bad LAUNCH_RESUME_STEP. */
 #include <fcntl.h>
 #include <pthread.h>
@@ -567,6 +573,168 @@ static void test_bad_input(const char *root) {
   ckpt_scan_free(s);
 }
 
+/* ---- what an agent already verified ------------------------------------------------- */
+
+static void flip(const char *p, off_t at) {
+  unsigned char b;
+  int fd = open(p, O_RDWR);
+  ASSERT(fd >= 0);
+  ASSERT_EQ(1, pread(fd, &b, 1, at));
+  b ^= 0x01;
+  ASSERT_EQ(1, pwrite(fd, &b, 1, at));
+  close(fd);
+}
+
+static int verify_t(const char *dir, ckpt_trust_t *t, ckpt_verify_stats_t *vs,
+                    char *problem, size_t n) {
+  return ckpt_verify_step_trusted(dir, 5, NULL, 0, t, vs, problem, n);
+}
+
+static void test_trust(const char *root) {
+  char dir[512], problem[CKPT_PROBLEM_MAX];
+  size_t n = (1u << 20) + 4321;
+  unsigned char *buf = malloc(n);
+  struct iovec iov = {buf, n};
+  ckpt_verify_stats_t vs;
+  ckpt_trust_t *t, *t2;
+  const char *shard;
+  int learnt;
+  ckpt_t *c;
+  snprintf(dir, sizeof(dir), "%s/trust", root);
+  shard = path(dir, "step-5/rank-0.bin");
+  c = open_ckpt(dir, 0, 1, 0, NULL, 0, 0);
+  fill(buf, n, 5, 0);
+  ASSERT_OK(ckpt_save(c, 5, &iov, 1));
+  {
+    int64_t latest;
+    ASSERT_OK(ckpt_latest_step(dir, &latest));
+    ASSERT_EQ(5, latest);
+    ASSERT_EQ(-ENOENT, ckpt_latest_step(path(dir, "step-5"), &latest));
+    ASSERT_EQ(-1, latest);
+    ASSERT_EQ(0, mkdir(path(root, "trust-bad"), 0755));
+    write_file(path(root, "trust-bad/latest"), "step-x\n", 7);
+    ASSERT_EQ(CKPT_EFORMAT, ckpt_latest_step(path(root, "trust-bad"), &latest));
+  }
+
+  /* Learnt from the commit (its manifest is always younger than its
+   * shards, even within a tick of the clock): trusted without reading. */
+  ASSERT_OK(ckpt_trust_new(&t));
+  ASSERT_OK(ckpt_trust_learn(t, dir, 5, NULL, 0, &learnt));
+  ASSERT_EQ(1, learnt);
+  ASSERT_OK(verify_t(dir, t, &vs, problem, sizeof(problem)));
+  ASSERT_EQ(1u, vs.trusted);
+  ASSERT_EQ(0u, vs.hashed);
+  ASSERT_EQ((uint64_t)n, vs.trusted_bytes);
+  /* Without a cache, or with a new one: hashed. */
+  ASSERT_OK(ckpt_verify_step_trusted(dir, 5, NULL, 0, NULL, &vs, NULL, 0));
+  ASSERT_EQ(1u, vs.hashed);
+  ASSERT_EQ(0u, vs.trusted);
+
+  /* A byte flipped by a write: the identity moved, hashed, caught. */
+  flip(shard, 1000);
+  ASSERT_EQ(CKPT_ECORRUPT, verify_t(dir, t, &vs, problem, sizeof(problem)));
+  ASSERT_CONTAINS(problem, "rank-0.bin: SHA-256");
+  ASSERT_EQ(0u, vs.trusted);
+  /* Flipped back: hashed once, good, then trusted again. */
+  flip(shard, 1000);
+  ASSERT_OK(verify_t(dir, t, &vs, problem, sizeof(problem)));
+  ASSERT_EQ(1u, vs.hashed);
+  ASSERT_EQ(0u, vs.trusted);
+  ASSERT_OK(verify_t(dir, t, &vs, problem, sizeof(problem)));
+  ASSERT_EQ(0u, vs.hashed);
+  ASSERT_EQ(1u, vs.trusted);
+  /* Any change of the inode (here only its times) costs a hash. */
+  ASSERT_EQ(0, utimensat(AT_FDCWD, shard, NULL, 0));
+  ASSERT_OK(verify_t(dir, t, &vs, problem, sizeof(problem)));
+  ASSERT_EQ(1u, vs.hashed);
+
+  /* A shard changed after its manifest is not learnt from the commit. */
+  ASSERT_OK(ckpt_trust_new(&t2));
+  ASSERT_OK(ckpt_trust_learn(t2, dir, 5, NULL, 0, &learnt));
+  ASSERT_EQ(0, learnt);
+  ASSERT_OK(verify_t(dir, t2, &vs, problem, sizeof(problem)));
+  ASSERT_EQ(1u, vs.hashed);
+  ASSERT_EQ(CKPT_EINCOMPLETE, ckpt_trust_learn(t2, dir, 6, NULL, 0, NULL));
+  ckpt_trust_free(t2);
+  ckpt_trust_free(t);
+
+  /* ckpt_load: the hash is skipped only for the step launch verified. */
+  flip(shard, 1000);
+  ASSERT_OK(setenv("LAUNCH_CKPT_VERIFIED", "5", 1));
+  memset(buf, 0, n);
+  ASSERT_OK(ckpt_load(c, 5, &iov, 1));
+  {
+    unsigned char *want = malloc(n);
+    fill(want, n, 5, 0);
+    want[1000] ^= 0x01; /* what the file holds, read without a hash */
+    ASSERT_MEM_EQ(want, buf, n);
+    free(want);
+  }
+  ASSERT_OK(setenv("LAUNCH_CKPT_VERIFIED", "4", 1));
+  ASSERT_EQ(CKPT_ECORRUPT, ckpt_load(c, 5, &iov, 1));
+  ASSERT_OK(setenv("LAUNCH_CKPT_VERIFIED", "", 1));
+  ASSERT_EQ(CKPT_ECORRUPT, ckpt_load(c, 5, &iov, 1));
+  ASSERT_OK(unsetenv("LAUNCH_CKPT_VERIFIED"));
+  ASSERT_EQ(CKPT_ECORRUPT, ckpt_load(c, 5, &iov, 1));
+  ckpt_close(c);
+  free(buf);
+}
+
+/* ---- the shard writer's paths ---------------------------------------------------------- */
+
+/* Every way the buffers can meet the O_DIRECT writer (aligned or not, one
+ * buffer or several straddling its chunks, a size that is or is not a
+ * multiple of the block, below its threshold) and the page-cache path
+ * ($LAUNCH_CKPT_DIRECT=0): the file holds exactly the bytes, its SHA-256
+ * is the manifest's, and it loads back. */
+static void test_writer_paths(const char *root) {
+  static const size_t sizes[] = {100000, (8u << 20), (20u << 20) + 123,
+                                 (3u << 20) + 4096};
+  char dir[512];
+  unsigned char *mem, *got;
+  size_t cap = (21u << 20) + 8192;
+  int64_t step = 1;
+  ASSERT_EQ(0, posix_memalign((void **)&mem, 4096, cap));
+  got = malloc(cap);
+  snprintf(dir, sizeof(dir), "%s/writer", root);
+  for (int direct = 1; direct >= 0; direct--) {
+    ckpt_t *c;
+    if (!direct)
+      ASSERT_OK(setenv("LAUNCH_CKPT_DIRECT", "0", 1));
+    c = open_ckpt(dir, 0, 1, 0, NULL, 0, 0);
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+      for (int shape = 0; shape < 3; shape++, step++) {
+        size_t n = sizes[si];
+        /* 0: one aligned buffer; 1: one buffer 16 bytes off; 2: three
+         * pieces whose borders fall inside the writer's chunks. */
+        unsigned char *b = mem + (shape == 1 ? 16 : 0);
+        struct iovec iov[3], back = {got, n};
+        int cnt = shape == 2 ? 3 : 1;
+        struct stat st;
+        char leaf[64];
+        fill(b, n, step, 0);
+        iov[0].iov_base = b;
+        iov[0].iov_len = shape == 2 ? n / 3 + 5 : n;
+        iov[1].iov_base = b + iov[0].iov_len;
+        iov[1].iov_len = n / 3;
+        iov[2].iov_base = b + iov[0].iov_len + iov[1].iov_len;
+        iov[2].iov_len = n - iov[0].iov_len - iov[1].iov_len;
+        ASSERT_OK(ckpt_save(c, step, iov, cnt));
+        snprintf(leaf, sizeof(leaf), "step-%lld/rank-0.bin", (long long)step);
+        ASSERT_EQ(0, stat(path(dir, leaf), &st));
+        ASSERT_EQ((long long)n, (long long)st.st_size);
+        ASSERT_EQ(0, ckpt_verify_step(dir, step, NULL, 0, NULL, 0));
+        memset(got, 0, n);
+        ASSERT_OK(ckpt_load(c, step, &back, 1));
+        ASSERT_MEM_EQ(b, got, n);
+      }
+    ckpt_close(c);
+  }
+  ASSERT_OK(unsetenv("LAUNCH_CKPT_DIRECT"));
+  free(mem);
+  free(got);
+}
+
 int main(void) {
   int fds = test_fd_count();
   const char *root = test_tmpdir();
@@ -576,6 +744,8 @@ int main(void) {
   test_node_local(root);
   test_elastic(root);
   test_agent(root);
+  test_trust(root);
+  test_writer_paths(root);
   test_bad_input(root);
   test_kill(store_pid);
   ASSERT_EQ(fds, test_fd_count());

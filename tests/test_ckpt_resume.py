@@ -6,7 +6,9 @@ train_gpt --preset tiny on 2 agents x 2 workers on loopback (127.0.0.2,
   agent is started again, as a scheduler would); the job finishes and its
   final parameters equal an uninterrupted run's, bit for bit;
 - a corrupted shard (one byte flipped) is skipped with a warning naming it,
-  and the job resumes from the step before;
+  and the job resumes from the step before; also when the byte is flipped
+  while the agents live, after a restart where they trusted the step
+  without reading it again (LAUNCH_CKPT_VERIFIED told the workers);
 - node-local directories holding different newest steps: the job resumes
   from the newest step both nodes hold;
 - another world size: resumed when the state is replicated (train_gpt's),
@@ -57,11 +59,12 @@ class Job:
     --ckpt-dir (node-local) or one shared."""
 
     def __init__(self, srv, d, run_id, steps, every, dirs, extra=(),
-                 nproc=2, hosts=(2, 3), max_restarts=20):
+                 nproc=2, hosts=(2, 3), max_restarts=20, wrap=()):
         self.srv, self.d, self.run_id = srv, d, run_id
         self.steps, self.every, self.dirs = steps, every, dirs
         self.extra, self.nproc, self.hosts = list(extra), nproc, hosts
         self.max_restarts = max_restarts
+        self.wrap = list(wrap)  # a command that runs train_gpt's
         self.dump = os.path.join(d, "params-%s.bin" % run_id)
         self.agents = {}
         self.old = []
@@ -72,7 +75,7 @@ class Job:
                 "127.0.0.1:%d" % self.srv.port, "--rdzv-id", self.run_id,
                 "--local-addr", "127.0.0.%d" % h, "--max-restarts", str(self.max_restarts),
                 "--stop-timeout", "5", "--ckpt-dir", self.dirs[h]] + \
-            self.extra + [TRAIN] + MODEL + [
+            self.extra + self.wrap + [TRAIN] + MODEL + [
                 "--steps", str(self.steps), "--ckpt-every", str(self.every),
                 "--dump-params", self.dump]
         if h in self.agents:
@@ -178,15 +181,19 @@ def resumed_step(out):
     return int(m[-1]) if m else None
 
 
+def flip_byte(path, at=1000):
+    """One bit flipped by a write, as a disk error or a stray writer."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x01]))
+
+
 def test_corrupt_shard(srv, d):
     ck = os.path.join(d, "corrupt-ck")
     run_to_end(Job(srv, d, "corrupt1", 20, 5, {2: ck, 3: ck}))
-    shard = os.path.join(ck, "step-15", "rank-2.bin")
-    with open(shard, "r+b") as f:
-        f.seek(1000)
-        b = f.read(1)
-        f.seek(1000)
-        f.write(bytes([b[0] ^ 0x01]))
+    flip_byte(os.path.join(ck, "step-15", "rank-2.bin"))
     job = Job(srv, d, "corrupt2", 25, 5, {2: ck, 3: ck})
     out = run_to_end(job)
     assert re.search(r"warning: checkpoint step 15 on h3 is not usable: "
@@ -195,6 +202,80 @@ def test_corrupt_shard(srv, d):
     with open(job.dump, "rb") as f:
         assert f.read() == reference(d, 25), "parameters differ\n" + out
     print("corrupt shard: step 15 skipped naming rank-2.bin; resumed from 10")
+
+
+def wait_output(job, what, pred, timeout=120):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        out = job.output()
+        if pred(out):
+            return out
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting for %s\n%s" % (what,
+                                                          job.output()))
+
+
+def test_corrupt_live_agent(srv, d):
+    """The agents that verified step 15 trust it at the next restart
+    (nothing changed), and hash it again once a byte was flipped."""
+    ck = os.path.join(d, "live-ck")
+    run_to_end(Job(srv, d, "live1", 20, 5, {2: ck, 3: ck}))
+    go = os.path.join(d, "live-go")
+    wrap = os.path.join(d, "live-wrap.sh")
+    with open(wrap, "w") as f:
+        f.write("#!/bin/sh\n"
+                "echo \"worker $RANK: resume=${LAUNCH_RESUME_STEP-} "
+                "verified=${LAUNCH_CKPT_VERIFIED-}\"\n"
+                "[ -e '%s' ] || exec sleep 600\n"
+                "exec \"$@\"\n" % go)
+    os.chmod(wrap, 0o755)
+    job = Job(srv, d, "live2", 25, 5, {2: ck, 3: ck}, wrap=[wrap])
+    agreed = re.compile(r"checkpoint agreement on step (\d+) took [0-9.]+ s: "
+                        r"SHA-256 computed for (\d+) shards? \([0-9.]+ MiB\), "
+                        r"trusted for (\d+)")
+
+    def kill_worker(h):
+        for pid in children(job.agents[h].pid):
+            try:
+                with open("/proc/%d/comm" % pid) as f:
+                    if f.read().strip() != "sleep":
+                        continue  # the agent's guardian, not a worker
+            except FileNotFoundError:
+                continue
+            os.kill(pid, signal.SIGKILL)
+            return
+        raise AssertionError("no worker of h%d\n%s" % (h, job.output()))
+
+    def rounds(out, n):
+        return out.count("resume=15 verified=15") >= 4 * n
+    job.start_all()
+    try:
+        # Round 0: new agents hash their shards of step 15.
+        out = wait_output(job, "round 0's workers", lambda o: rounds(o, 1))
+        assert sorted(agreed.findall(out)) == [("15", "2", "0")] * 2, out
+        kill_worker(2)
+        # Round 1: the same agents, nothing changed: trusted, not read.
+        out = wait_output(job, "round 1's workers", lambda o: rounds(o, 2))
+        assert sorted(agreed.findall(out)) == \
+            [("15", "0", "2")] * 2 + [("15", "2", "0")] * 2, out
+        # A byte flipped while the agents live, then a restart: hashed
+        # again, caught, named; the job resumes from step 10 and trains.
+        flip_byte(os.path.join(ck, "step-15", "rank-2.bin"))
+        open(go, "w").close()
+        kill_worker(3)
+        rcs = job.wait(300)
+        out = job.output()
+        assert rcs == [0, 0], "exit codes %s\n%s" % (rcs, out)
+    finally:
+        job.kill()
+    assert re.search(r"warning: checkpoint step 15 on h\d is not usable: "
+                     r"rank-2\.bin: SHA-256 .* does not match", out), out
+    assert resumed_step(out) == 10, out
+    assert "resume=10 verified=10" in out, out
+    with open(job.dump, "rb") as f:
+        assert f.read() == reference(d, 25), "parameters differ\n" + out
+    print("corrupt shard, live agents: step 15 trusted after a restart, "
+          "hashed again after a flipped byte, skipped; resumed from 10")
 
 
 def test_node_local(srv, d):
@@ -325,9 +406,10 @@ def main():
     if not os.access(TRAIN, os.X_OK):
         lt.skip("no train_gpt next to " + lt.launch_bin())
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LAUNCH_CKPT_DIR",
-              "LAUNCH_RESUME_STEP"):
+              "LAUNCH_RESUME_STEP", "LAUNCH_CKPT_VERIFIED"):
         os.environ.pop(k, None)
     tests = [test_chaos, test_crash_consistency, test_corrupt_shard,
+             test_corrupt_live_agent,
              test_node_local, test_world_size_change]
     only = sys.argv[1:]
     d = tempfile.mkdtemp(prefix="launch-ckpt-resume-")

@@ -1,0 +1,186 @@
+/* trust.c - what a long-lived agent already knows to be intact (ckpt.h,
+ * "what an agent already knows to be intact").
+ *
+ * Per shard path: the identity from stat(2) (device, inode, size, mtime and
+ * ctime in ns) and the SHA-256 the file was seen to hold with it. A write
+ * to the file moves its ctime (the kernel sets it; utimensat cannot set it
+ * back), a replacement by rename changes the inode: either way the entry
+ * no longer matches and the shard is hashed again.
+ *
+ * Entries are learnt two ways: a verification that hashed the file with
+ * the same identity before and after the read, or a commit this process
+ * saw (ckpt_trust_learn), for shards whose ctime is older than their
+ * manifest's. The cache is bounded: the oldest entry goes first. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ck_int.h"
+
+#define CK_TRUST_MAX 4096 /* shards remembered */
+
+typedef struct ck_trust_ent_s {
+  char *path;
+  ck_fid_t id;
+  char sha[CK_SHA_HEX];
+  uint64_t age; /* insertion order */
+} ck_trust_ent_t;
+
+struct ckpt_trust_s {
+  pthread_mutex_t mu;
+  ck_trust_ent_t *ents;
+  size_t n, cap;
+  uint64_t clock;
+};
+
+int ckpt_trust_new(ckpt_trust_t **out) {
+  ckpt_trust_t *t = calloc(1, sizeof(*t));
+  *out = NULL;
+  if (t == NULL)
+    return RDZV_ENOMEM;
+  pthread_mutex_init(&t->mu, NULL);
+  *out = t;
+  return 0;
+}
+
+void ckpt_trust_free(ckpt_trust_t *t) {
+  if (t == NULL)
+    return;
+  for (size_t i = 0; i < t->n; i++)
+    free(t->ents[i].path);
+  free(t->ents);
+  pthread_mutex_destroy(&t->mu);
+  free(t);
+}
+
+static ck_trust_ent_t *ck_trust_find(ckpt_trust_t *t, const char *path) {
+  for (size_t i = 0; i < t->n; i++)
+    if (strcmp(t->ents[i].path, path) == 0)
+      return &t->ents[i];
+  return NULL;
+}
+
+int ck_trust_has(ckpt_trust_t *t, const char *path, const ck_fid_t *id,
+                 const char *sha) {
+  const ck_trust_ent_t *e;
+  int ok;
+  if (t == NULL || sha == NULL || sha[0] == '\0')
+    return 0;
+  pthread_mutex_lock(&t->mu);
+  e = ck_trust_find(t, path);
+  ok = e != NULL && memcmp(&e->id, id, sizeof(*id)) == 0 &&
+       strcmp(e->sha, sha) == 0;
+  pthread_mutex_unlock(&t->mu);
+  return ok;
+}
+
+void ck_trust_put(ckpt_trust_t *t, const char *path, const ck_fid_t *id,
+                  const char *sha) {
+  ck_trust_ent_t *e;
+  if (t == NULL || sha == NULL || strlen(sha) != CK_SHA_HEX - 1)
+    return;
+  pthread_mutex_lock(&t->mu);
+  e = ck_trust_find(t, path);
+  if (e == NULL && t->n == CK_TRUST_MAX) {
+    size_t old = 0; /* full: reuse the oldest entry */
+    for (size_t i = 1; i < t->n; i++)
+      if (t->ents[i].age < t->ents[old].age)
+        old = i;
+    e = &t->ents[old];
+    free(e->path);
+    e->path = NULL;
+  }
+  if (e == NULL) {
+    if (t->n == t->cap) {
+      size_t cap = t->cap ? t->cap * 2 : 16;
+      ck_trust_ent_t *v = realloc(t->ents, cap * sizeof(*v));
+      if (v == NULL)
+        goto out; /* not remembered: hashed again next time */
+      t->ents = v;
+      t->cap = cap;
+    }
+    e = &t->ents[t->n++];
+    e->path = NULL;
+  }
+  if (e->path == NULL && (e->path = strdup(path)) == NULL) {
+    *e = t->ents[--t->n]; /* drop the slot */
+    goto out;
+  }
+  e->id = *id;
+  memcpy(e->sha, sha, CK_SHA_HEX);
+  e->age = ++t->clock;
+out:
+  pthread_mutex_unlock(&t->mu);
+}
+
+static int64_t ck_ctime_ns(const struct stat *st) {
+  return (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+int ckpt_trust_learn(ckpt_trust_t *t, const char *dir, int64_t step,
+                     const int *ranks, size_t nranks, int *learnt) {
+  ck_manifest_t m;
+  char p[4096], why[CKPT_PROBLEM_MAX];
+  struct stat mst;
+  int rc, k;
+  if (learnt)
+    *learnt = 0;
+  if (t == NULL || dir == NULL || step < 0)
+    return RDZV_EINVAL;
+  if ((rc = ck_read_manifest(dir, step, &m, why, sizeof(why))) != 0)
+    return rc;
+  k = snprintf(p, sizeof(p), "%s/step-%lld/%s", dir, (long long)step,
+               CK_MANIFEST);
+  if (k < 0 || (size_t)k >= sizeof(p)) {
+    ck_manifest_free(&m);
+    return -ENAMETOOLONG;
+  }
+  if (stat(p, &mst) != 0) {
+    rc = -errno;
+    ck_manifest_free(&m);
+    return rc;
+  }
+  for (size_t i = 0; i < (ranks ? nranks : (size_t)m.world_size); i++) {
+    int r = ranks ? ranks[i] : (int)i;
+    const ck_record_t *rec;
+    struct stat st;
+    ck_fid_t id;
+    if (r < 0 || r >= m.world_size)
+      continue;
+    rec = &m.shards[r];
+    k = snprintf(p, sizeof(p), "%s/step-%lld/%s", dir, (long long)step,
+                 rec->file);
+    if (k < 0 || (size_t)k >= sizeof(p) || lstat(p, &st) != 0 ||
+        !S_ISREG(st.st_mode) || (uint64_t)st.st_size != rec->size)
+      continue; /* not here, or not what the manifest says: hash later */
+    /* Changed at or after the manifest's creation: maybe after the
+     * commit. The clock's tick makes "at" ambiguous: left out too. */
+    if (ck_ctime_ns(&st) >= ck_ctime_ns(&mst))
+      continue;
+    ck_fid_of(&st, &id);
+    ck_trust_put(t, p, &id, rec->sha);
+    if (learnt)
+      (*learnt)++;
+  }
+  ck_manifest_free(&m);
+  return 0;
+}
+
+int ckpt_latest_step(const char *dir, int64_t *step) {
+  char p[4096], *data;
+  size_t len;
+  int rc;
+  *step = -1;
+  if ((rc = ck_join(p, sizeof(p), dir, CK_LATEST)) != 0)
+    return rc;
+  if ((rc = lu_read_file(p, CK_SMALL_MAX, &data, &len)) != 0)
+    return rc == RDZV_ETOOBIG ? CKPT_EFORMAT : rc;
+  rc = ck_latest_decode(data, len, step);
+  free(data);
+  if (rc != 0)
+    *step = -1;
+  return rc;
+}
