@@ -735,6 +735,39 @@ static void test_writer_paths(const char *root) {
   free(got);
 }
 
+/* A shard the agents verified (LAUNCH_CKPT_VERIFIED) and large enough for
+ * the parallel read (4 readers taking 8 MiB pieces): the bytes land where
+ * they belong across buffers whose borders fall inside the pieces; a file
+ * cut short is a size error, never a silent partial load. */
+static void test_parallel_read(const char *root) {
+  size_t n = (41u << 20) + 123;
+  unsigned char *b = malloc(n), *got = malloc(n);
+  struct iovec iov = {b, n}, back[3];
+  char dir[512];
+  ckpt_t *c;
+  ASSERT(b != NULL && got != NULL);
+  snprintf(dir, sizeof(dir), "%s/parread", root);
+  c = open_ckpt(dir, 0, 1, 0, NULL, 0, 0);
+  fill(b, n, 7, 0);
+  ASSERT_OK(ckpt_save(c, 7, &iov, 1));
+  back[0].iov_base = got;
+  back[0].iov_len = (5u << 20) + 7;
+  back[1].iov_base = got + back[0].iov_len;
+  back[1].iov_len = (17u << 20) + 1;
+  back[2].iov_base = got + back[0].iov_len + back[1].iov_len;
+  back[2].iov_len = n - back[0].iov_len - back[1].iov_len;
+  memset(got, 0, n);
+  ASSERT_OK(setenv("LAUNCH_CKPT_VERIFIED", "7", 1));
+  ASSERT_OK(ckpt_load(c, 7, back, 3));
+  ASSERT_MEM_EQ(b, got, n);
+  ASSERT_EQ(0, truncate(path(dir, "step-7/rank-0.bin"), (off_t)(n - 4096)));
+  ASSERT(ckpt_load(c, 7, back, 3) != 0);
+  ASSERT_OK(unsetenv("LAUNCH_CKPT_VERIFIED"));
+  ckpt_close(c);
+  free(b);
+  free(got);
+}
+
 int main(void) {
   int fds = test_fd_count();
   const char *root = test_tmpdir();
@@ -746,6 +779,7 @@ int main(void) {
   test_agent(root);
   test_trust(root);
   test_writer_paths(root);
+  test_parallel_read(root);
   test_bad_input(root);
   test_kill(store_pid);
   ASSERT_EQ(fds, test_fd_count());
