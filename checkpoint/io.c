@@ -6,18 +6,17 @@
  *
  * The shard writer aims at the disk's own bandwidth. SHA-256 runs on a
  * second thread over the caller's buffers from the start, so the hash is
- * never behind the write; the write goes around the page cache (O_DIRECT)
- * where the file system allows it: a third thread writes 8 MiB chunks,
- * straight from the caller's buffers where they are aligned, else from
- * aligned buffers the caller's thread fills (three in turn), so the copy
- * overlaps the device's work and no CPU time goes to the page cache's
- * bookkeeping and write-back. Where O_DIRECT is refused (tmpfs, some
- * network file systems) or the shard is small, it writes through the page
+ * never behind the write. By default the write goes through the page
  * cache: large chunks from the caller's buffers, write-back of each chunk
- * started at once (sync_file_range), the chunk a few back waited for and
- * dropped from the cache, so the dirty data in flight stays bounded, the
- * final fsync has little left to do and a checkpoint does not evict the
- * trainer's page cache. $LAUNCH_CKPT_DIRECT=0 forces that path. */
+ * started at once (sync_file_range) and the chunk a few back waited for,
+ * so the dirty data in flight stays bounded and the final fsync has little
+ * left to do; the pages stay cached, clean, so that a worker restarted on
+ * this node reads its step from memory. With $LAUNCH_CKPT_DIRECT=1 (and
+ * where the file system allows it) the write goes around the page cache
+ * (O_DIRECT): a third thread writes 8 MiB chunks, straight from the
+ * caller's buffers where they are aligned, else from aligned buffers the
+ * caller's thread fills (three in turn); no CPU time goes to the page
+ * cache and the node's cache is left alone, for shards that dwarf memory. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -326,8 +325,10 @@ static int ck_write_cached(int fd, const struct iovec *iov, int iovcnt,
       off += n;
       if (off - chunk_start == CK_CHUNK || off == total) {
         /* Start write-back of this chunk; wait for the one CK_LAG chunks
-         * back and drop it from the cache. Failures only cost speed:
-         * fdatasync below is what makes the data durable. */
+         * back, so that little is left for the fsync and the dirty data
+         * in flight stays bounded. Its pages stay cached (clean) for a
+         * restart's read. Failures only cost speed: fdatasync below is
+         * what makes the data durable. */
         (void)sync_file_range(fd, (off_t)chunk_start,
                               (off_t)(off - chunk_start),
                               SYNC_FILE_RANGE_WRITE);
@@ -337,7 +338,6 @@ static int ck_write_cached(int fd, const struct iovec *iov, int iovcnt,
                                 SYNC_FILE_RANGE_WAIT_BEFORE |
                                     SYNC_FILE_RANGE_WRITE |
                                     SYNC_FILE_RANGE_WAIT_AFTER);
-          (void)posix_fadvise(fd, old, CK_CHUNK, POSIX_FADV_DONTNEED);
         }
         chunk++;
         chunk_start = off;
@@ -515,9 +515,13 @@ static int ck_write_direct(int fd, const struct iovec *iov, int iovcnt,
   return rc;
 }
 
+/* O_DIRECT only when asked ($LAUNCH_CKPT_DIRECT=1): through the page cache
+ * the newest step stays in memory, and a worker restarted on this node
+ * (the common failure) reads it from there instead of from the disk; the
+ * kernel reclaims those clean pages first when memory runs short. */
 static int ck_direct_wanted(uint64_t total) {
   const char *v = getenv("LAUNCH_CKPT_DIRECT");
-  return total >= CK_DIRECT_MIN && !(v && strcmp(v, "0") == 0);
+  return total >= CK_DIRECT_MIN && v != NULL && strcmp(v, "1") == 0;
 }
 
 int ck_write_shard(const char *dir, const char *name, const struct iovec *iov,

@@ -682,10 +682,10 @@ static void test_trust(const char *root) {
 
 /* ---- the shard writer's paths ---------------------------------------------------------- */
 
-/* Every way the buffers can meet the O_DIRECT writer (aligned or not, one
- * buffer or several straddling its chunks, a size that is or is not a
- * multiple of the block, below its threshold) and the page-cache path
- * ($LAUNCH_CKPT_DIRECT=0): the file holds exactly the bytes, its SHA-256
+/* Every way the buffers can meet the O_DIRECT writer ($LAUNCH_CKPT_DIRECT=1:
+ * aligned or not, one buffer or several straddling its chunks, a size that
+ * is or is not a multiple of the block, below its threshold) and the
+ * page-cache path (the default): the file holds exactly the bytes, its SHA-256
  * is the manifest's, and it loads back. */
 static void test_writer_paths(const char *root) {
   static const size_t sizes[] = {100000, (8u << 20), (20u << 20) + 123,
@@ -699,8 +699,7 @@ static void test_writer_paths(const char *root) {
   snprintf(dir, sizeof(dir), "%s/writer", root);
   for (int direct = 1; direct >= 0; direct--) {
     ckpt_t *c;
-    if (!direct)
-      ASSERT_OK(setenv("LAUNCH_CKPT_DIRECT", "0", 1));
+    ASSERT_OK(setenv("LAUNCH_CKPT_DIRECT", direct ? "1" : "0", 1));
     c = open_ckpt(dir, 0, 1, 0, NULL, 0, 0);
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
       for (int shape = 0; shape < 3; shape++, step++) {

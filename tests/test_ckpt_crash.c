@@ -77,16 +77,19 @@ static pid_t start_writer(const char *dir, const char *mode, int64_t gen,
   snprintf(exe, sizeof(exe), "%s/tests/ckpt_writer", b ? b : "build");
   snprintf(g, sizeof(g), "%lld", (long long)gen);
   snprintf(n, sizeof(n), "%lld", (long long)steps);
-  /* The single rank's shards take the O_DIRECT writer (1 MiB and up; not a
-   * multiple of the block: the padded last chunk and the cut), the others
-   * the page cache's. */
+  /* The single rank's shards take the O_DIRECT writer (LAUNCH_CKPT_DIRECT=1,
+   * 1 MiB and up; not a multiple of the block: the padded last chunk and
+   * the cut), the others the page cache's (the default). */
   snprintf(size, sizeof(size), "%d",
            strcmp(mode, "single") == 0 ? (3 << 20) + 100 : 400000);
   {
     char *argv[] = {exe, (char *)dir, "--mode", (char *)mode, "--world", "3",
                     "--size", size, "--gen", g, "--steps", n,
                     "--endpoint", (char *)store_ep, NULL};
+    if (strcmp(mode, "single") == 0)
+      setenv("LAUNCH_CKPT_DIRECT", "1", 1);
     pid = test_spawn(argv, log);
+    unsetenv("LAUNCH_CKPT_DIRECT");
   }
   if (expect >= 0)
     snprintf(want, sizeof(want), "resumed %lld ok\n", (long long)expect);
