@@ -10,21 +10,7 @@ DIR=${1:?usage: gpt_gpu_quick.sh DIR [OUT]}
 OUT=${2:-${OUT:-/tmp/out}}
 BUDGET=${BUDGET_S:-60}
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-NVLIBS=$(python3 -c 'import nvidia,os;print(":".join(os.path.join(p,d,"lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null)
-export LD_LIBRARY_PATH=${NVLIBS}:${LD_LIBRARY_PATH:-}
-left() { echo $((BUDGET - SECONDS)); }
-step() { # LABEL SECONDS COMMAND...
-  local label=$1 t=$2
-  shift 2
-  if [ "$(left)" -lt "$t" ]; then
-    echo "== $label: skipped ($(left) s left)"
-    return
-  fi
-  echo "== $label [$SECONDS s]"
-  timeout "$t" "$@" 2>&1
-  echo "rc=$? [$SECONDS s]"
-}
+. "$(dirname "$0")/gpu_lib.sh"
 {
   nvidia-smi -L
   step "test_gpt_cuda_kernels" 20 env GPT_TEST_TIME=1 "$DIR/test_gpt_cuda_kernels"

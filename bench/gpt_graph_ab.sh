@@ -15,21 +15,7 @@ BUDGET=${BUDGET_S:-240}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-30}
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-NVLIBS=$(python3 -c 'import nvidia,os;print(":".join(os.path.join(p,d,"lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null)
-export LD_LIBRARY_PATH=${NVLIBS}:${LD_LIBRARY_PATH:-}
-left() { echo $((BUDGET - SECONDS)); }
-step() { # LABEL SECONDS COMMAND...
-  local label=$1 t=$2
-  shift 2
-  if [ "$(left)" -lt "$t" ]; then
-    echo "== $label: skipped ($(left) s left)"
-    return
-  fi
-  echo "== $label [$SECONDS s]"
-  timeout "$t" "$@" 2>&1
-  echo "rc=$? [$SECONDS s]"
-}
+. "$(dirname "$0")/gpu_lib.sh"
 {
   nvidia-smi -L
   TEST=$DIR/test_gpt_cuda_graph

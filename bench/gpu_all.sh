@@ -17,15 +17,12 @@ BUDGET=${BUDGET_S:-560}
 PARTS=${PARTS:-"tests gpt resume launch topo store load agents ckpt adv torchlaunch"}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-NVLIBS=$(python3 -c 'import nvidia,os;print(":".join(os.path.join(p,d,"lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null)
-export LD_LIBRARY_PATH=${NVLIBS}:${LD_LIBRARY_PATH:-}
+. bench/gpu_lib.sh
 PY=""
 for p in python3 /usr/bin/python3 /usr/local/bin/python3; do
   if command -v "$p" >/dev/null && "$p" -c "import torch" 2>/dev/null; then PY=$(command -v "$p"); break; fi
 done
 export PYTHON_EXEC=$PY PYTHON=$PY
-left() { echo $((BUDGET - SECONDS)); }
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 step() { # PART LABEL SECONDS COMMAND...
   local part=$1 label=$2 t=$3
