@@ -489,9 +489,7 @@ int ckpt_shard_size(ckpt_t *c, int64_t step, uint64_t *size) {
   return 0;
 }
 
-/* launch's agents verified step (SHA-256 or an unchanged identity) just
- * before they started this worker: $LAUNCH_CKPT_VERIFIED names it. */
-static int ck_verified_by_launch(int64_t step) {
+int ckpt_verified_by_launch(int64_t step) {
   const char *v = getenv("LAUNCH_CKPT_VERIFIED");
   int64_t s;
   return v != NULL && *v != '\0' && lu_parse_i64(v, strlen(v), &s) == 0 &&
@@ -519,7 +517,7 @@ int ckpt_load(ckpt_t *c, int64_t step, const struct iovec *iov, int iovcnt) {
   }
   snprintf(p, sizeof(p), "%s/step-%lld/%s", c->dir, (long long)step,
            rec->file);
-  verified = ck_verified_by_launch(step);
+  verified = ckpt_verified_by_launch(step);
   rc = verified ? ck_read_plain(p, iov, iovcnt)
                 : ck_read_hashed(p, iov, iovcnt, sha);
   if (rc == -ENOENT) {

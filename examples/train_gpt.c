@@ -865,9 +865,7 @@ static int ckpt_setup(run_t *r) {
   r->inited = 1;
   r->st = h.st;
   if (r->rank == 0) {
-    /* ckpt_load hashes unless the agents verified this step */
-    const char *ver = getenv("LAUNCH_CKPT_VERIFIED");
-    int agents = ver && ver[0] && strtoll(ver, NULL, 10) == step;
+    int agents = ckpt_verified_by_launch(step); /* then not hashed here */
     printf("train_gpt: resumed from step %" PRId64 " of %s (%.1f MiB read "
            "in %.0f ms%s, %s)\n", step, dir, (double)size / 1048576.0, read_ms,
            p ? " beside the start-up" : "",

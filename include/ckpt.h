@@ -382,6 +382,11 @@ CKPT_EXTERN int ckpt_shard_size(ckpt_t *c, int64_t step, uint64_t *size);
 CKPT_EXTERN int ckpt_load(ckpt_t *c, int64_t step, const struct iovec *iov,
                           int iovcnt);
 
+/* 1 when $LAUNCH_CKPT_VERIFIED names step: launch's agents verified it
+ * (SHA-256, or an identity unchanged since they did) just before starting
+ * the workers, and ckpt_load() reads it without hashing; else 0. */
+CKPT_EXTERN int ckpt_verified_by_launch(int64_t step);
+
 #ifdef __cplusplus
 }
 #endif
