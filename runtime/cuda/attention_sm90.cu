@@ -438,10 +438,41 @@ __global__ void __launch_bounds__(128, 3)
 #endif
 }
 
-/* ---- backward: D = rowsum(dO * O), one thread per (token, head) ---------- */
+/* ---- backward: D = rowsum(dO * O), one warp per token ------------------- */
+/* A warp reads the token's row of all heads in 512-byte sweeps (each lane 16
+ * bytes, lanes in order: every load is whole cache lines); the 8 lanes of
+ * one head's 64 channels add their sums with three shuffles. (One thread a
+ * (token, head) reading 128 bytes alone touched 32 lines a load, each line
+ * 8 times.) GPT_CUDA_DSUM=thread: that kernel, for comparisons. */
 template <typename T>
 __global__ void fa90_dsum(float *__restrict__ Dsum, const T *__restrict__ dout,
                           const T *__restrict__ out, int B, int Tn, int NH) {
+  const long n = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (n >= (long)B * Tn)
+    return; /* the whole warp */
+  const int C = NH * HD, b = (int)(n / Tn), t = (int)(n % Tn);
+  const T *a = dout + (size_t)n * C, *o = out + (size_t)n * C;
+  for (int c0 = 0; c0 < C; c0 += 256) {
+    const int c = c0 + lane * 8;
+    float s = 0.f;
+    if (c < C) {
+      gc_pack8<T> x = gc_load8_cs(a + c), y = gc_load8_cs(o + c);
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        s += gc_tof(x.v[k]) * gc_tof(y.v[k]);
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    if ((lane & 7) == 0 && c < C)
+      Dsum[((size_t)b * NH + c / HD) * Tn + t] = s;
+  }
+}
+
+template <typename T>
+__global__ void fa90_dsum_thread(float *__restrict__ Dsum, const T *__restrict__ dout,
+                                 const T *__restrict__ out, int B, int Tn, int NH) {
   const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (long)B * Tn * NH)
     return;
@@ -864,7 +895,14 @@ int gc_attention90_bwd(int kv_nwg, int q_nwg, int stages, T *dqkv, float *Dsum,
                        const T *dout, const T *qkv, const T *out, const float *lse, int B,
                        int Tn, int NH, float sl2, float scale, cudaStream_t s) {
   const long n = (long)B * Tn * NH;
-  fa90_dsum<T><<<gc_cdiv(n, 256), 256, 0, s>>>(Dsum, dout, out, B, Tn, NH);
+  static const int dsum_thread = getenv("GPT_CUDA_DSUM") && !strcmp(getenv("GPT_CUDA_DSUM"),
+                                                                    "thread");
+  if (dsum_thread) {
+    fa90_dsum_thread<T><<<gc_cdiv(n, 256), 256, 0, s>>>(Dsum, dout, out, B, Tn, NH);
+  } else {
+    const long tokens = (long)B * Tn; /* a warp each, 8 a block */
+    fa90_dsum<T><<<gc_cdiv(tokens, 8), 256, 0, s>>>(Dsum, dout, out, B, Tn, NH);
+  }
   GC_LAUNCH("fa90_dsum");
   side_stream *sd = side();
   cudaStream_t sq = s;
