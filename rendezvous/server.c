@@ -42,6 +42,8 @@ static uint64_t turn_ns = TURN_NS;
 static int lock_plain;
 
 static void conn_process(conn_t *c);
+static void conn_run_read(conn_t *c);
+static void conn_input(conn_t *c);
 static int flush_conn(conn_t *c, int may_close);
 static void conn_start_read(conn_t *c);
 static void gc_schedule(srv_t *s, uint64_t due);
@@ -208,6 +210,15 @@ void srv__unlock(srv_t *s) {
     else
       pthread_cond_signal(&s->lock_cv);
     pthread_mutex_unlock(&s->mu);
+  }
+}
+
+/* Between two pieces of work under the lock: let a hungry waiter (one
+ * that waited LOCK_HUNGRY_NS) go first. */
+static void lock_yield(srv_t *s) {
+  if (s->nloops > 1 && atomic_load(&s->lock_hungry) > 0) {
+    srv__unlock(s);
+    srv__lock(s);
   }
 }
 
@@ -1078,6 +1089,15 @@ static void check_cb(uv_check_t *h) {
     list_remove(&c->io_link);
     uv_close(&c->h.handle, on_conn_closed);
   }
+  /* The requests read in this pass, in the order they came. */
+  while (!list_empty(&lp->readq)) {
+    conn_t *c = LIST_ENTRY(lp->readq.next, conn_t, read_link);
+    list_remove(&c->read_link);
+    trace_begin(s, "read", c);
+    conn_input(c);
+    trace_end(s);
+    lock_yield(s);
+  }
   /* Connections resumed during this pass run on the next one. */
   list_init(&run);
   if (!list_empty(&lp->resume)) {
@@ -1271,6 +1291,15 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
                        (unsigned)(c->in_cap - c->in_len));
     return;
   }
+  if (!list_empty(&c->read_link)) {
+    /* What was read in this pass waits for the check: read into what is
+     * left; when nothing is, read_cb (UV_ENOBUFS) runs those requests
+     * first. Not here: libuv reads into the buffer and calls read_cb
+     * after this returns, even when this stopped reading. */
+    *buf = uv_buf_init((char *)c->in + c->in_len,
+                       (unsigned)(c->in_cap - c->in_len));
+    return;
+  }
   trace_begin(c->srv, "grow input", c);
   srv__lock(c->srv);
   if (in_room(c) == 0)
@@ -1351,11 +1380,32 @@ static void conn_input(conn_t *c) {
   }
 }
 
+/* Run the requests that read_cb left for the loop's check (the lock is
+ * held): before anything else happens to the connection's input. */
+static void conn_run_read(conn_t *c) {
+  if (list_empty(&c->read_link))
+    return;
+  list_remove(&c->read_link);
+  conn_input(c);
+}
+
 static void read_cb_locked(uv_stream_t *st, ssize_t nread,
                            const uv_buf_t *buf);
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
-  srv_t *s = ((conn_t *)st->data)->srv;
-  trace_begin(s, "read", st->data);
+  conn_t *c = st->data;
+  srv_t *s = c->srv;
+  if (nread > 0 && c->tls == NULL && c->dialect != NULL) {
+    /* The common case, without the lock: the bytes join the buffer (only
+     * this thread touches it) and the loop's check runs the requests of
+     * every connection that read in this pass under one lock. */
+    c->in_len += (size_t)nread;
+    if (list_empty(&c->read_link))
+      list_insert_tail(&c->lp->readq, &c->read_link);
+    return;
+  }
+  if (nread == 0)
+    return; /* EAGAIN */
+  trace_begin(s, "read", c);
   srv__lock(s);
   read_cb_locked(st, nread, buf);
   srv__unlock(s);
@@ -1365,7 +1415,15 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
 static void read_cb_locked(uv_stream_t *st, ssize_t nread,
                            const uv_buf_t *buf) {
   conn_t *c = st->data;
+  int ran = !list_empty(&c->read_link);
+  conn_run_read(c); /* what came before an error, EOF or ENOBUFS */
+  if (c->state == CONN_CLOSING)
+    return;
   if (nread == UV_ENOBUFS) {
+    /* The requests just run may have made room: the poll reports the
+     * socket readable again (libuv's is level-triggered). */
+    if (ran && in_room(c) > 0)
+      return;
     if (!c->in_memwait) {
       in_exhausted(c);
       return;
@@ -1582,6 +1640,7 @@ static void maybe_finish_close(srv_t *s);
 
 static void conn_free(conn_t *c) {
   srv_t *s = c->srv;
+  list_unlink(&c->read_link); /* on its loop's thread */
   in_release(c);
   proto_enc_destroy(&c->out);
   tls_free(c->tls);
@@ -1777,6 +1836,7 @@ static void on_connection_locked(uv_stream_t *server, int status) {
   list_init(&c->link);
   list_init(&c->dirty_link);
   list_init(&c->resume_link);
+  list_init(&c->read_link);
   list_init(&c->memwait_link);
   list_init(&c->preauth_link);
   list_init(&c->pends);
@@ -1905,6 +1965,7 @@ static int loops_new(srv_t *s, uv_loop_t *loop) {
     list_init(&lp->resume);
     list_init(&lp->incoming);
     list_init(&lp->closeq);
+    list_init(&lp->readq);
     lp->started = i == 0;
     if ((s->tls && (lp->tls_rbuf = malloc(TLS_RBUF)) == NULL) ||
         (i > 0 && uv_loop_init(&lp->own) != 0)) {
