@@ -40,6 +40,10 @@ static uint64_t turn_ns = TURN_NS;
 /* LAUNCH_SERVER_PLAIN_LOCK=1: no hungry waiters (srv__lock), for
  * benchmarks that compare. */
 static int lock_plain;
+/* LAUNCH_SERVER_LOCK_SPINS=N: pause-spins before a waiter sleeps
+ * (default LOCK_SPINS), for benchmarks that compare. */
+#define LOCK_SPINS 200
+static int lock_spins = LOCK_SPINS;
 
 static void conn_process(conn_t *c);
 static void conn_run_read(conn_t *c);
@@ -133,7 +137,6 @@ static void trace_end(srv_t *s) {
  * waited LOCK_HUNGRY_NS is "hungry": while one is, nobody else takes the
  * lock but the hungry. Below that, it is a mutex (a strict queue would
  * stall behind a waiter the scheduler has not run, on a busy machine). */
-#define LOCK_SPINS 200
 #define LOCK_HUNGRY_NS (1000u * 1000)
 
 static inline void cpu_relax(void) {
@@ -154,7 +157,7 @@ static int lock_take(srv_t *s, int hungry) {
 static void lock_slow(srv_t *s) {
   uint64_t t0 = uv_hrtime();
   int hungry = 0;
-  for (int i = 0; i < LOCK_SPINS; i++) {
+  for (int i = 0; i < lock_spins; i++) {
     cpu_relax();
     if (lock_take(s, 0))
       return;
@@ -2048,6 +2051,8 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
     const char *t = getenv("LAUNCH_SERVER_TRACE_MS");
     const char *u = getenv("LAUNCH_SERVER_TURN_US");
     const char *l = getenv("LAUNCH_SERVER_PLAIN_LOCK");
+    const char *sp = getenv("LAUNCH_SERVER_LOCK_SPINS");
+    int spins = sp && atoi(sp) >= 0 ? atoi(sp) : LOCK_SPINS;
     uint64_t ns = t && atof(t) > 0 ? (uint64_t)(atof(t) * 1e6) : 0;
     uint64_t tn = u && atoi(u) > 0 ? (uint64_t)atoi(u) * 1000 : TURN_NS;
     int plain = l && atoi(l) > 0;
@@ -2057,6 +2062,8 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
       turn_ns = tn;
     if (plain != lock_plain)
       lock_plain = plain;
+    if (spins != lock_spins)
+      lock_spins = spins;
   }
   if (cfg->log)
     s->log = *cfg->log;
