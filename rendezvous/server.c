@@ -40,8 +40,14 @@ static uint64_t turn_ns = TURN_NS;
 /* LAUNCH_SERVER_PLAIN_LOCK=1: no hungry waiters (srv__lock), for
  * benchmarks that compare. */
 static int lock_plain;
+/* LAUNCH_SERVER_LOCK_SPINS=N: pause-spins before a waiter sleeps
+ * (default LOCK_SPINS), for benchmarks that compare. */
+#define LOCK_SPINS 200
+static int lock_spins = LOCK_SPINS;
 
 static void conn_process(conn_t *c);
+static void conn_run_read(conn_t *c);
+static void conn_input(conn_t *c);
 static int flush_conn(conn_t *c, int may_close);
 static void conn_start_read(conn_t *c);
 static void gc_schedule(srv_t *s, uint64_t due);
@@ -131,7 +137,6 @@ static void trace_end(srv_t *s) {
  * waited LOCK_HUNGRY_NS is "hungry": while one is, nobody else takes the
  * lock but the hungry. Below that, it is a mutex (a strict queue would
  * stall behind a waiter the scheduler has not run, on a busy machine). */
-#define LOCK_SPINS 200
 #define LOCK_HUNGRY_NS (1000u * 1000)
 
 static inline void cpu_relax(void) {
@@ -152,7 +157,7 @@ static int lock_take(srv_t *s, int hungry) {
 static void lock_slow(srv_t *s) {
   uint64_t t0 = uv_hrtime();
   int hungry = 0;
-  for (int i = 0; i < LOCK_SPINS; i++) {
+  for (int i = 0; i < lock_spins; i++) {
     cpu_relax();
     if (lock_take(s, 0))
       return;
@@ -208,6 +213,15 @@ void srv__unlock(srv_t *s) {
     else
       pthread_cond_signal(&s->lock_cv);
     pthread_mutex_unlock(&s->mu);
+  }
+}
+
+/* Between two pieces of work under the lock: let a hungry waiter (one
+ * that waited LOCK_HUNGRY_NS) go first. */
+static void lock_yield(srv_t *s) {
+  if (s->nloops > 1 && atomic_load(&s->lock_hungry) > 0) {
+    srv__unlock(s);
+    srv__lock(s);
   }
 }
 
@@ -1078,6 +1092,15 @@ static void check_cb(uv_check_t *h) {
     list_remove(&c->io_link);
     uv_close(&c->h.handle, on_conn_closed);
   }
+  /* The requests read in this pass, in the order they came. */
+  while (!list_empty(&lp->readq)) {
+    conn_t *c = LIST_ENTRY(lp->readq.next, conn_t, read_link);
+    list_remove(&c->read_link);
+    trace_begin(s, "read", c);
+    conn_input(c);
+    trace_end(s);
+    lock_yield(s);
+  }
   /* Connections resumed during this pass run on the next one. */
   list_init(&run);
   if (!list_empty(&lp->resume)) {
@@ -1271,6 +1294,15 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
                        (unsigned)(c->in_cap - c->in_len));
     return;
   }
+  if (!list_empty(&c->read_link)) {
+    /* What was read in this pass waits for the check: read into what is
+     * left; when nothing is, read_cb (UV_ENOBUFS) runs those requests
+     * first. Not here: libuv reads into the buffer and calls read_cb
+     * after this returns, even when this stopped reading. */
+    *buf = uv_buf_init((char *)c->in + c->in_len,
+                       (unsigned)(c->in_cap - c->in_len));
+    return;
+  }
   trace_begin(c->srv, "grow input", c);
   srv__lock(c->srv);
   if (in_room(c) == 0)
@@ -1351,11 +1383,32 @@ static void conn_input(conn_t *c) {
   }
 }
 
+/* Run the requests that read_cb left for the loop's check (the lock is
+ * held): before anything else happens to the connection's input. */
+static void conn_run_read(conn_t *c) {
+  if (list_empty(&c->read_link))
+    return;
+  list_remove(&c->read_link);
+  conn_input(c);
+}
+
 static void read_cb_locked(uv_stream_t *st, ssize_t nread,
                            const uv_buf_t *buf);
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
-  srv_t *s = ((conn_t *)st->data)->srv;
-  trace_begin(s, "read", st->data);
+  conn_t *c = st->data;
+  srv_t *s = c->srv;
+  if (nread > 0 && c->tls == NULL && c->dialect != NULL) {
+    /* The common case, without the lock: the bytes join the buffer (only
+     * this thread touches it) and the loop's check runs the requests of
+     * every connection that read in this pass under one lock. */
+    c->in_len += (size_t)nread;
+    if (list_empty(&c->read_link))
+      list_insert_tail(&c->lp->readq, &c->read_link);
+    return;
+  }
+  if (nread == 0)
+    return; /* EAGAIN */
+  trace_begin(s, "read", c);
   srv__lock(s);
   read_cb_locked(st, nread, buf);
   srv__unlock(s);
@@ -1365,7 +1418,15 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
 static void read_cb_locked(uv_stream_t *st, ssize_t nread,
                            const uv_buf_t *buf) {
   conn_t *c = st->data;
+  int ran = !list_empty(&c->read_link);
+  conn_run_read(c); /* what came before an error, EOF or ENOBUFS */
+  if (c->state == CONN_CLOSING)
+    return;
   if (nread == UV_ENOBUFS) {
+    /* The requests just run may have made room: the poll reports the
+     * socket readable again (libuv's is level-triggered). */
+    if (ran && in_room(c) > 0)
+      return;
     if (!c->in_memwait) {
       in_exhausted(c);
       return;
@@ -1582,6 +1643,7 @@ static void maybe_finish_close(srv_t *s);
 
 static void conn_free(conn_t *c) {
   srv_t *s = c->srv;
+  list_unlink(&c->read_link); /* on its loop's thread */
   in_release(c);
   proto_enc_destroy(&c->out);
   tls_free(c->tls);
@@ -1777,6 +1839,7 @@ static void on_connection_locked(uv_stream_t *server, int status) {
   list_init(&c->link);
   list_init(&c->dirty_link);
   list_init(&c->resume_link);
+  list_init(&c->read_link);
   list_init(&c->memwait_link);
   list_init(&c->preauth_link);
   list_init(&c->pends);
@@ -1905,6 +1968,7 @@ static int loops_new(srv_t *s, uv_loop_t *loop) {
     list_init(&lp->resume);
     list_init(&lp->incoming);
     list_init(&lp->closeq);
+    list_init(&lp->readq);
     lp->started = i == 0;
     if ((s->tls && (lp->tls_rbuf = malloc(TLS_RBUF)) == NULL) ||
         (i > 0 && uv_loop_init(&lp->own) != 0)) {
@@ -1987,6 +2051,8 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
     const char *t = getenv("LAUNCH_SERVER_TRACE_MS");
     const char *u = getenv("LAUNCH_SERVER_TURN_US");
     const char *l = getenv("LAUNCH_SERVER_PLAIN_LOCK");
+    const char *sp = getenv("LAUNCH_SERVER_LOCK_SPINS");
+    int spins = sp && atoi(sp) >= 0 ? atoi(sp) : LOCK_SPINS;
     uint64_t ns = t && atof(t) > 0 ? (uint64_t)(atof(t) * 1e6) : 0;
     uint64_t tn = u && atoi(u) > 0 ? (uint64_t)atoi(u) * 1000 : TURN_NS;
     int plain = l && atoi(l) > 0;
@@ -1996,6 +2062,8 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
       turn_ns = tn;
     if (plain != lock_plain)
       lock_plain = plain;
+    if (spins != lock_spins)
+      lock_spins = spins;
   }
   if (cfg->log)
     s->log = *cfg->log;

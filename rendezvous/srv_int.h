@@ -90,6 +90,8 @@ struct srv_loop_s {
   list_t resume;        /* run deferred work this turn */
   list_t incoming;      /* accepted on loop 0, handle not made yet */
   list_t closeq;        /* torn down elsewhere: uv_close here */
+  list_t readq;         /* read bytes in this pass: the check runs their
+                         * requests under one lock (this thread only) */
   uint64_t turn_end;    /* uv_hrtime() when this connection's turn ends */
   uint8_t *tls_rbuf;    /* ciphertext read buffer */
   struct wout_s *wo;    /* output taken to be written without the lock */
@@ -173,11 +175,14 @@ struct conn_s {
   list_t io_link;       /* in lp->incoming or lp->closeq */
   list_t dirty_link;    /* in lp->dirty while output waits to be written */
   list_t resume_link;   /* in lp->resume: run deferred work this turn */
+  list_t read_link;     /* in lp->readq (only lp's thread touches it) */
   list_t memwait_link;  /* in srv->memwait: waits for shared memory */
   list_t preauth_link;  /* in srv->preauth until authenticated */
   list_t pends;         /* native pending ops (pend_t) */
   uint32_t npend;       /* pending waits (native or TCPStore) */
-  /* Input: plaintext bytes received and not yet parsed. */
+  /* Input: plaintext bytes received and not yet parsed. Only lp's thread
+   * touches in, in_len and in_cap (read_cb adds to in_len without the
+   * lock); in_charged, like srv->mem.in, is under the lock. */
   uint8_t *in;
   size_t in_len, in_cap;
   size_t in_charged;    /* of in_cap, counted in srv->mem.in */

@@ -3,7 +3,8 @@
  * across them: a write on one loop wakes waits on the others, a deadline
  * (a timer of loop 0) answers a wait on another loop, replies of pipelined
  * requests keep their order on every connection, ADD is atomic over many
- * clients, a barrier opens once for all its members wherever they are,
+ * clients, requests sent just before a half-close all run, a barrier
+ * opens once for all its members wherever they are,
  * jobs stay apart, and silent connections are closed at the handshake
  * deadline whichever loop holds them. */
 #include <dirent.h>
@@ -206,6 +207,57 @@ static void test_pipelined_order(void) {
   rdzv_close(c);
 }
 
+/* A client that writes requests and half-closes at once, without reading
+ * a reply, still has every one of them run: the end of its input comes
+ * after them, on whichever loop. 32 ADDs of 32 bytes fill the server's
+ * first input buffer (1 KiB, empty after the first ADD's reply) exactly:
+ * the end of input then comes in the same pass as the requests. */
+#define CLOSED_KEY "/closed-1234567" /* an ADD of 17 + 15 bytes */
+#define NCLOSED 32
+
+static uint8_t *put_add(uint8_t *q) {
+  *q++ = TS_ADD;
+  q += put_str(q, CLOSED_KEY);
+  memset(q, 0, 8);
+  q[0] = 1;
+  return q + 8;
+}
+
+static void test_sent_then_closed(void) {
+  int fd[2 * LOOPS];
+  uint8_t req[NCLOSED * 32], *q = req, num[8];
+  rdzv_client_t *c;
+  void *v = NULL;
+  size_t n = 0;
+  for (int i = 0; i < 2 * LOOPS; i++) {
+    fd[i] = test_connect(port);
+    q = req;
+    *q++ = TS_VALIDATE;
+    for (int k = 0; k < 4; k++)
+      *q++ = (uint8_t)((uint32_t)TS_VALIDATION_MAGIC >> (8 * k));
+    q = put_add(q);
+    ASSERT_EQ(0, test_send_all(fd[i], req, (size_t)(q - req)));
+    ASSERT_EQ(0, test_read_exact(fd[i], num, 8, test_ms(10000)));
+  }
+  q = req;
+  for (int k = 0; k < NCLOSED; k++)
+    q = put_add(q);
+  ASSERT_EQ(sizeof(req), (size_t)(q - req));
+  for (int i = 0; i < 2 * LOOPS; i++) {
+    ASSERT_EQ(0, test_send_all(fd[i], req, sizeof(req)));
+    ASSERT_EQ(0, shutdown(fd[i], SHUT_WR));
+  }
+  for (int i = 0; i < 2 * LOOPS; i++) {
+    ASSERT(test_peer_closed(fd[i], test_ms(10000)));
+    close(fd[i]);
+  }
+  c = open_client("default");
+  ASSERT_EQ(0, rdzv_get(c, CLOSED_KEY, &v, &n, 5000));
+  ASSERT_EQ(2 * LOOPS * (NCLOSED + 1), atoi(v));
+  rdzv_free(v);
+  rdzv_close(c);
+}
+
 /* ---- ADD from many clients ------------------------------------------------ */
 
 #define NADD_CLIENTS 12
@@ -341,6 +393,7 @@ int main(void) {
   ASSERT(ntasks() >= before + LOOPS);
   test_cross_loop_wake();
   test_pipelined_order();
+  test_sent_then_closed();
   test_add_atomic();
   test_barrier();
   test_jobs_apart();
