@@ -14,8 +14,8 @@
 #   ADV_TEST_BIN           the test binary (default: found in BUILD_DIR)
 #   LAUNCH_SERVER_TRACE_MS callbacks this long (ms) are logged (default 2);
 #                          the longest is reported either way
-#   LAUNCH_SERVER_THREADS  the server's event loops (default: its own, half
-#                          the cores, 8 at most; 1 on 2 cores)
+#   LAUNCH_SERVER_THREADS  the server's event loops (default: its own, a
+#                          quarter of the cores, 8 at most, at least 1)
 #   BENCH_KEEP             1: keep each run's output (the path is printed)
 #
 # Per run: the client's p50/p99/max (ms, one request: a SET and a GET, or an

@@ -8,8 +8,8 @@
 # environment:
 #   BENCH_SECONDS   measured seconds per run (default 5; plus 1 s warmup)
 #   BENCH_CLIENTS   client counts (default "1 8 64 256 1024")
-#   BENCH_THREADS   our server's --threads (default: half the cores, at
-#                   most 8, as the server's own default); when not 1, a second
+#   BENCH_THREADS   our server's --threads (default: a quarter of the
+#                   cores, at most 8, at least 1, as the server's own default); when not 1, a second
 #                   server of ours with --threads 1 runs too (row ours-t1)
 #   BENCH_BUILD_DIR an existing build to use (default: build-bench/, an
 #                   optimised build without sanitizers, configured and built
@@ -111,11 +111,11 @@ if ! grep -q 'CMAKE_BUILD_TYPE:STRING=Release' "$build/CMakeCache.txt" ||
        "sanitizers; the figures will not be comparable" >&2
 fi
 
-# Our server: with BENCH_THREADS loops (else half the cores, at most 8, as
-# its own default), and with one loop when that is more.
+# Our server: with BENCH_THREADS loops (else a quarter of the cores, at
+# most 8, as its own default), and with one loop when that is more.
 if [ -z "${BENCH_THREADS:-}" ]; then
   ncpu=$(nproc)
-  BENCH_THREADS=$((ncpu / 2))
+  BENCH_THREADS=$((ncpu / 4))
   [ "$BENCH_THREADS" -gt 8 ] && BENCH_THREADS=8
   [ "$BENCH_THREADS" -lt 1 ] && BENCH_THREADS=1
 fi

@@ -232,14 +232,16 @@ void srv__kick_rounds(srv_t *s) {
   kick_main(s);
 }
 
-/* Half the online cores, 8 at most (the loops share one lock: more add
- * little), and one on a machine of 2 cores or fewer, where the clients
- * need the other (docs/protocol.md#threads). */
+/* A quarter of the online cores, 8 at most, at least 1: the clients (the
+ * node's agents and trainers) need the rest. On 16 cores, 8 loops served
+ * more requests than 4 but with a longer tail: with 64 busy clients the
+ * cores were oversubscribed and a loop that lost its core held up every
+ * connection it serves (docs/protocol.md#threads). */
 int srv_default_threads(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
-  if (n <= 2)
+  if (n < 8)
     return 1;
-  return n / 2 > 8 ? 8 : (int)(n / 2);
+  return n / 4 > 8 ? 8 : (int)(n / 4);
 }
 
 /* ---- memory ------------------------------------------------------------------------ */

@@ -63,8 +63,8 @@ typedef struct srv_config_s {
                                  TCP connections are spread over them */
 } srv_config_t;
 
-/* The default of `launch server --threads`: half the cores, 8 at most, 1
- * on 2 cores or fewer. */
+/* The default of `launch server --threads`: a quarter of the cores, 8 at
+ * most, at least 1. */
 int srv_default_threads(void);
 
 #define SRV_CONFIG_INIT                                                        \
