@@ -181,6 +181,11 @@ struct conn_s {
   uint8_t *in;
   size_t in_len, in_cap;
   size_t in_charged;    /* of in_cap, counted in srv->mem.in */
+  size_t in_need;       /* the incomplete request at the buffer's start
+                           has this many bytes (0: not known) */
+  int in_moved;         /* the buffer was taken (srv__in_take): the dialect
+                           returns, the core goes on with the new one */
+  const uint8_t *req_end; /* the end of the request being run */
   int in_full;          /* the input budget stopped this buffer growing */
   int in_memwait;       /* --max-memory stopped it: wait for memory */
   /* Output: replies not yet handed to the kernel. */
@@ -349,6 +354,21 @@ void srv__push_begin(conn_t *c, int ev, uint32_t nargs);
 /* Raw bytes (TCPStore replies). Never closes: it may run inside a store
  * callback; a failure closes the connection at the next flush. */
 void srv__out_raw(conn_t *c, const void *p, size_t n);
+
+/* Keep a large value where it arrived instead of copying it (a SET of
+ * megabytes: one copy and one round of page faults fewer). val[0..n) lies
+ * in the input buffer, in the request that ends at end. RET the buffer,
+ * now the caller's to free, with *cost its size (what it holds), or NULL
+ * when it is not worth it (a small value, a buffer much larger than the
+ * value): copy. The connection goes on with a new buffer holding the
+ * bytes after end; the dialect's input returns right after this request
+ * (c->in_moved), keys into the old buffer stay valid while it lives. */
+uint8_t *srv__in_take(conn_t *c, const uint8_t *val, size_t n,
+                      const uint8_t *end, size_t *cost);
+/* store_set in the connection's job of a value of the request being run
+ * (c->req_end), taking the input buffer when it is worth it. */
+int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,
+                   size_t vlen);
 
 /* ---- srv_native.c ---------------------------------------------------------- */
 void srv__native_hello_challenge(conn_t *c);

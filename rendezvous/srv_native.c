@@ -356,7 +356,7 @@ static int op_set(conn_t *c, const proto_msg_t *m) {
   if (arg_key(c, m, 0, &k, &kn) || arg_value(c, m, 1, &v, &vn))
     return 0;
   rc = m->op == PROTO_OP_APPEND ? store_append(c->job->store, k, kn, v, vn)
-                                : store_set(c->job->store, k, kn, v, vn);
+                                : srv__store_set(c, k, kn, v, vn);
   if (rc)
     reply_store_err(c, m, rc);
   else
@@ -848,6 +848,7 @@ static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
 static ssize_t native_input(conn_t *c, const uint8_t *b, size_t n) {
   srv_t *s = c->srv;
   size_t off = 0;
+  int rc;
   while (n - off >= PROTO_HDR && c->state != CONN_CLOSING &&
          !c->close_after_flush && !srv__conn_paused(c)) {
     uint32_t len = proto_get_len(b + off);
@@ -862,12 +863,19 @@ static ssize_t native_input(conn_t *c, const uint8_t *b, size_t n) {
                           "exceeds the %u-byte limit of a HELLO", len, limit);
       return -1;
     }
-    if (n - off - PROTO_HDR < len)
+    if (n - off - PROTO_HDR < len) {
+      c->in_need = PROTO_HDR + (size_t)len;
       break;
+    }
     s->stats.requests++;
-    if (native_frame(c, b + off + PROTO_HDR, len) == SRV_LATER)
+    c->req_end = b + off + PROTO_HDR + len;
+    rc = native_frame(c, b + off + PROTO_HDR, len);
+    c->req_end = NULL;
+    if (rc == SRV_LATER)
       break;
     off += PROTO_HDR + len;
+    if (c->in_moved)
+      break; /* the buffer went with a SET's value */
   }
   return (ssize_t)off;
 }

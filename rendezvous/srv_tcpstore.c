@@ -221,7 +221,7 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
     out_u32(c, r->u32);
     return 0;
   case TS_SET:
-    rc = store_set(st, r->key, r->klen, r->v1, r->v1len);
+    rc = srv__store_set(c, r->key, r->klen, r->v1, r->v1len);
     break;
   case TS_APPEND:
     rc = store_append(st, r->key, r->klen, r->v1, r->v1len);
@@ -384,10 +384,13 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
   while (done < n && c->state == CONN_READY && !srv__conn_paused(c)) {
     ts_req_t r;
     int rc;
+    size_t need = 0;
     ssize_t k = ts_parse(dialect, buf + done, n - done, &c->srv->tlim, &r,
-                         NULL);
-    if (k == TS_NEED_MORE)
+                         &need);
+    if (k == TS_NEED_MORE) {
+      c->in_need = need;
       break;
+    }
     if (k == TS_BAD_OP) {
       srv__bad_input(c, "unknown TCPStore %s opcode %u",
                      dialect == TS_DIALECT_V1 ? "1.13" : "2.x",
@@ -402,12 +405,17 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
                      c->srv->cfg.max_frame);
       return -1;
     }
-    if ((rc = ts_exec(c, &r)) == SRV_LATER)
+    c->req_end = buf + done + (size_t)k;
+    rc = ts_exec(c, &r);
+    c->req_end = NULL;
+    if (rc == SRV_LATER)
       break;
     if (rc != 0)
       return -1;
     c->srv->stats.requests++;
     done += (size_t)k;
+    if (c->in_moved)
+      break; /* the buffer went with a SET's value */
   }
   return (ssize_t)done;
 }

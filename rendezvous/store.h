@@ -58,6 +58,13 @@ int store_exists(store_t *s, const void *key, size_t klen);
  * budget full), RDZV_ENOMEM. */
 int store_set(store_t *s, const void *key, size_t klen, const void *val,
               size_t vlen);
+/* store_set without a copy: the value val[0..vlen) lies in alloc (a
+ * malloc'd block of cost bytes, such as the input buffer the request came
+ * in), which the store frees when the value goes; the value counts cost
+ * bytes against the bounds. RET 0 (the store owns alloc) or, with alloc
+ * still the caller's, RDZV_ETOOBIG, RDZV_ENOMEM, RDZV_EINVAL (cost < vlen). */
+int store_set_owned(store_t *s, const void *key, size_t klen, uint8_t *alloc,
+                    size_t cost, const uint8_t *val, size_t vlen);
 int store_append(store_t *s, const void *key, size_t klen, const void *val,
                  size_t vlen);
 /* The value is ASCII decimal; an absent key counts as 0.
