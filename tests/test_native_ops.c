@@ -214,6 +214,57 @@ static void test_pipelined(void) {
   rdzv_close(c);
 }
 
+/* Large values are kept in the buffer they arrived in (no copy): they
+ * read back byte for byte, alone or pipelined with the next request, and
+ * count against --max-store-bytes as copies did. */
+static void fill(uint8_t *p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 1103515245u + 12345u;
+    p[i] = (uint8_t)(seed >> 16);
+  }
+}
+
+static void test_large_values(void) {
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  enum { N = 3u << 20 };
+  uint8_t *a = malloc(N), *b = malloc(N);
+  const char *keys[] = {"big/b"};
+  rdzv_value_t got[1];
+  rdzv_client_t *c;
+  void *v = NULL;
+  size_t n = 0;
+  cfg.max_store_bytes = 8u << 20; /* two of them, not three */
+  test_server_start(&cfg);
+  c = connect_job("large", NULL);
+  fill(a, N, 1);
+  fill(b, N, 2);
+  ASSERT_OK(rdzv_set(c, "big/a", a, N, test_ms(5000)));
+  ASSERT_OK(rdzv_get(c, "big/a", &v, &n, 0));
+  ASSERT(n == N && memcmp(v, a, N) == 0);
+  rdzv_free(v);
+  /* replaced, and with a request right behind it in the same write */
+  ASSERT_OK(rdzv__set_multi_get(c, "big/a", b, N, keys, 0, got,
+                                test_ms(5000)));
+  ASSERT_OK(rdzv__set_multi_get(c, "big/b", a, N, keys, 1, got,
+                                test_ms(5000)));
+  ASSERT(got[0].len == N && memcmp(got[0].data, a, N) == 0);
+  rdzv_free(got[0].data);
+  ASSERT_OK(rdzv_get(c, "big/a", &v, &n, 0));
+  ASSERT(n == N && memcmp(v, b, N) == 0);
+  rdzv_free(v);
+  /* 6 MiB stored: a third value is over the 8 MiB, until one goes */
+  ASSERT_EQ(RDZV_ETOOBIG, rdzv_set(c, "big/c", a, N, test_ms(5000)));
+  ASSERT_OK(rdzv_delete(c, "big/b", test_ms(5000)));
+  ASSERT_OK(rdzv_set(c, "big/c", a, N, test_ms(5000)));
+  ASSERT_OK(rdzv_get(c, "big/c", &v, &n, 0));
+  ASSERT(n == N && memcmp(v, a, N) == 0);
+  rdzv_free(v);
+  rdzv_close(c);
+  test_server_stop();
+  free(a);
+  free(b);
+}
+
 static void test_isolation(void) {
   rdzv_client_t *a = connect_job("job-A", NULL), *b = connect_job("job-B", NULL);
   void *v;
@@ -335,6 +386,7 @@ int main(void) {
   test_progress();
   test_server_stop();
   test_auth();
+  test_large_values();
   ASSERT_EQ(fds, test_fd_count());
   printf("test_native_ops: ok\n");
   return 0;
