@@ -1285,6 +1285,11 @@ uint8_t *srv__in_take(conn_t *c, const uint8_t *val, size_t n,
   return buf;
 }
 
+void srv__in_spent(conn_t *c, uint8_t *buf) {
+  free(c->in_spent); /* one a request; none is left over */
+  c->in_spent = buf;
+}
+
 int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,
                    size_t vlen) {
   size_t cost;
@@ -1597,6 +1602,8 @@ static void conn_process(conn_t *c) {
     } else {
       c->in_need = 0;
       k = c->dialect->input(c, c->in + off, c->in_len - off);
+      free(c->in_spent);
+      c->in_spent = NULL;
       if (k < 0) {
         srv__conn_close(c);
         return;

@@ -186,6 +186,8 @@ struct conn_s {
   int in_moved;         /* the buffer was taken (srv__in_take): the dialect
                            returns, the core goes on with the new one */
   const uint8_t *req_end; /* the end of the request being run */
+  uint8_t *in_spent;    /* a taken buffer nothing kept: freed once the
+                           request that took it is over */
   int in_full;          /* the input budget stopped this buffer growing */
   int in_memwait;       /* --max-memory stopped it: wait for memory */
   /* Output: replies not yet handed to the kernel. */
@@ -365,6 +367,10 @@ void srv__out_raw(conn_t *c, const void *p, size_t n);
  * (c->in_moved), keys into the old buffer stay valid while it lives. */
 uint8_t *srv__in_take(conn_t *c, const uint8_t *val, size_t n,
                       const uint8_t *end, size_t *cost);
+/* A buffer srv__in_take returned that nothing kept (the keys of a WAIT the
+ * store copied after all): freed once the request is over (its bytes are
+ * still read until then). */
+void srv__in_spent(conn_t *c, uint8_t *buf);
 /* store_set in the connection's job of a value of the request being run
  * (c->req_end), taking the input buffer when it is worth it. */
 int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,

@@ -34,6 +34,15 @@ struct store_watch_s {
   void *data;
 };
 
+/* A block that entries' keys lie in instead of copies of their own (the
+ * request of a WAIT of many long keys): it counts its size against the
+ * store until the last entry that uses it goes. */
+typedef struct keyblk_s {
+  uint8_t *base;
+  size_t cost;
+  size_t refs;
+} keyblk_t;
+
 struct entry_s {
   entry_t *chain;
   uint64_t hash;
@@ -47,7 +56,9 @@ struct entry_s {
   wnode_t waiters; /* sentinel of a circular list */
   store_watch_t *watches;
   size_t klen;
-  uint8_t key[];
+  const uint8_t *key; /* kbuf, or in kb's block */
+  keyblk_t *kb;       /* the block the key lies in, or NULL */
+  uint8_t kbuf[];
 };
 
 struct store_waiter_s {
@@ -171,6 +182,20 @@ void store_uncharge(store_t *s, size_t n) { account(s, 0, n); }
 /* What an entry costs while it exists (with or without a value). */
 static size_t entry_cost(size_t klen) { return klen + ENTRY_OVERHEAD; }
 
+/* What the entry e counts: its key's block counts on its own. */
+static size_t entry_charge(const entry_t *e) {
+  return e->kb ? ENTRY_OVERHEAD : entry_cost(e->klen);
+}
+
+/* One user of kb fewer: the last frees it (and uncounts it). */
+static void keyblk_put(store_t *s, keyblk_t *kb) {
+  if (kb == NULL || --kb->refs > 0)
+    return;
+  account(s, 0, kb->cost);
+  free(kb->base);
+  free(kb);
+}
+
 int store_new(size_t max_bytes, store_budget_t *budget, store_t **out) {
   store_t *s = calloc(1, sizeof(*s));
   if (s == NULL)
@@ -210,6 +235,7 @@ void store_free(store_t *s) {
     while (e) {
       entry_t *n = e->chain;
       entry_free_contents(e);
+      keyblk_put(s, e->kb);
       free(e);
       e = n;
     }
@@ -252,23 +278,31 @@ static void grow(store_t *s) {
   s->nbuckets = nb;
 }
 
-/* The entry of key (its hash h), created if needed. */
+/* The entry of key (its hash h), created if needed: its key a copy, or
+ * left where it lies when kb (the block it lies in) is given. */
 static entry_t *get_or_create_h(store_t *s, const void *key, size_t klen,
-                                uint64_t h) {
+                                uint64_t h, keyblk_t *kb) {
   entry_t *e = lookup(s, key, klen, h);
   if (e)
     return e;
   /* Not calloc: only the header needs zeros (a WAIT of 1,000 keys of
    * 8 KiB would clear 8 MiB it then overwrites). */
-  e = malloc(sizeof(*e) + klen);
+  e = malloc(sizeof(*e) + (kb ? 0 : klen));
   if (e == NULL)
     return NULL;
   memset(e, 0, sizeof(*e));
-  /* The caller checked the room (entry_cost included). */
-  account(s, entry_cost(klen), 0);
   e->hash = h;
   e->klen = klen;
-  memcpy(e->key, key, klen);
+  if (kb) {
+    e->kb = kb;
+    kb->refs++;
+    e->key = key;
+  } else {
+    memcpy(e->kbuf, key, klen);
+    e->key = e->kbuf;
+  }
+  /* The caller checked the room (entry_cost included). */
+  account(s, entry_charge(e), 0);
   e->waiters.prev = e->waiters.next = &e->waiters;
   e->chain = s->buckets[h & (s->nbuckets - 1)];
   s->buckets[h & (s->nbuckets - 1)] = e;
@@ -278,7 +312,7 @@ static entry_t *get_or_create_h(store_t *s, const void *key, size_t klen,
 }
 
 static entry_t *get_or_create(store_t *s, const void *key, size_t klen) {
-  return get_or_create_h(s, key, klen, hash_bytes(s->seed, key, klen));
+  return get_or_create_h(s, key, klen, hash_bytes(s->seed, key, klen), NULL);
 }
 
 /* Free the entry once nothing refers to it. */
@@ -291,8 +325,9 @@ static void maybe_drop(store_t *s, entry_t *e) {
     pp = &(*pp)->chain;
   *pp = e->chain;
   s->nentries--;
-  account(s, 0, entry_cost(e->klen));
+  account(s, 0, entry_charge(e));
   entry_free_contents(e);
+  keyblk_put(s, e->kb);
   free(e);
 }
 
@@ -625,14 +660,21 @@ static int entry_exists(const entry_t *e) {
   return e != NULL && (e->has_val || e->qhead != NULL);
 }
 
-int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
-               int64_t threshold, store_wake_cb cb, void *data,
-               store_waiter_t **out) {
+int store_wait_in(store_t *s, const store_key_t *keys, uint32_t n, int kind,
+                  int64_t threshold, store_wake_cb cb, void *data,
+                  store_waiter_t **out, uint8_t *blk, size_t blk_cost,
+                  int *adopted) {
   store_waiter_t *w;
   uint32_t missing = 0;
-  size_t cost = waiter_size(n);
+  size_t cost = waiter_size(n);   /* keys copied */
+  size_t bcost = cost + blk_cost; /* keys left in blk */
+  size_t kbytes = 0;              /* of the keys that get entries */
   uint64_t *hashes;
+  keyblk_t *kb = NULL;
+  int in_blk = blk != NULL;
 
+  if (adopted)
+    *adopted = 0;
   if (kind == STORE_WAIT_GE && n != 1)
     return RDZV_EINVAL;
   /* One hash per key (over 8 KiB it is not free): the nodes keep what the
@@ -653,19 +695,43 @@ int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
                               : !entry_exists(e))
       missing++;
     /* A waited key that has no entry yet gets one: it costs what a key
-     * costs (a repeated key is counted twice here, on the safe side).
+     * costs (a repeated key is counted twice here, on the safe side), or
+     * the entry's bookkeeping when its key stays in blk (counted once).
      * Such a key is missing, so once the cost is over the room the answer
      * is RDZV_ETOOBIG whatever the other keys are: stop looking. */
     if (e == NULL) {
+      const uint8_t *kp = keys[i].p;
       cost += entry_cost(keys[i].n);
-      if (!room(s, cost, 0))
+      bcost += ENTRY_OVERHEAD;
+      kbytes += keys[i].n;
+      if (in_blk && (kp < blk || keys[i].n > blk_cost ||
+                     kp - blk > (ptrdiff_t)(blk_cost - keys[i].n)))
+        in_blk = 0; /* not in blk: copies */
+      if (!room(s, LU_MIN(cost, bcost), 0))
         break;
     }
   }
+  /* The keys stay in blk when they make most of it (a sixteenth of it
+   * other bytes at most: the request's framing), counted as the block. */
+  if (!in_blk || kbytes + kbytes / 16 < blk_cost)
+    in_blk = 0;
+  else
+    cost = bcost;
   if (missing == 0 || !room(s, cost, 0)) {
     free(hashes);
     free(w);
     return missing == 0 ? 1 : RDZV_ETOOBIG;
+  }
+  if (in_blk) {
+    if ((kb = malloc(sizeof(*kb))) == NULL) {
+      free(hashes);
+      free(w);
+      return RDZV_ENOMEM;
+    }
+    kb->base = blk;
+    kb->cost = blk_cost;
+    kb->refs = 1; /* this registration's, until it is done */
+    account(s, blk_cost, 0);
   }
   account(s, waiter_size(n), 0);
   w->s = s;
@@ -683,8 +749,8 @@ int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
     if (kind == STORE_WAIT_EXISTS && entry_exists(e))
       continue;
     /* Created now, or by a repeat of the key earlier in the list. */
-    if (e == NULL &&
-        (e = get_or_create_h(s, keys[i].p, keys[i].n, hashes[i])) == NULL) {
+    if (e == NULL && (e = get_or_create_h(s, keys[i].p, keys[i].n, hashes[i],
+                                          kb)) == NULL) {
       w->remaining = 0;
       for (uint32_t j = 0; j < i; j++) {
         entry_t *je = w->nodes[j].e;
@@ -694,6 +760,11 @@ int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
         }
       }
       account(s, 0, waiter_size(n));
+      if (kb) {
+        /* Back to the caller: no entry uses it now. */
+        account(s, 0, kb->cost);
+        free(kb);
+      }
       free(hashes);
       free(w);
       return RDZV_ENOMEM;
@@ -706,9 +777,21 @@ int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
     w->remaining++;
   }
   free(hashes);
+  if (kb) {
+    if (adopted)
+      *adopted = 1;
+    keyblk_put(s, kb); /* the entries hold it now */
+  }
   s->nwaiters++;
   *out = w;
   return 0;
+}
+
+int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
+               int64_t threshold, store_wake_cb cb, void *data,
+               store_waiter_t **out) {
+  return store_wait_in(s, keys, n, kind, threshold, cb, data, out, NULL, 0,
+                       NULL);
 }
 
 void store_wait_cancel(store_waiter_t *w) {

@@ -114,6 +114,18 @@ enum {
 int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
                int64_t threshold, store_wake_cb cb, void *data,
                store_waiter_t **out);
+/* store_wait whose keys lie in blk, a malloc'd block of blk_cost bytes
+ * (the request they came in): the keys of the entries it creates stay
+ * there instead of being copied (a WAIT of 1,000 keys of 8 KiB: no 8 MiB
+ * copied into fresh memory), and the block counts blk_cost against the
+ * bounds until the last of them goes. It does so when every key lies in
+ * blk and the new entries' keys make most of it (all but a sixteenth);
+ * then, with 0 returned, *adopted is 1 and the store owns blk (frees it).
+ * Otherwise blk stays the caller's (*adopted 0). */
+int store_wait_in(store_t *s, const store_key_t *keys, uint32_t n, int kind,
+                  int64_t threshold, store_wake_cb cb, void *data,
+                  store_waiter_t **out, uint8_t *blk, size_t blk_cost,
+                  int *adopted);
 /* Unregister and free without calling cb. NULL is a no-op. */
 void store_wait_cancel(store_waiter_t *w);
 /* Keys still missing for w (diagnostics). */

@@ -265,6 +265,85 @@ static void test_large_values(void) {
   free(b);
 }
 
+/* A WAIT of many long keys (its keys are kept in the request's buffer,
+ * not copied): it wakes when the last key is set, times out when one is
+ * missing, and its keys count against --max-store-bytes. */
+enum { WK_N = 96, WK_LEN = 8192 };
+
+static char **long_keys(int n, char tag) {
+  char **k = calloc((size_t)n, sizeof(*k));
+  ASSERT(k != NULL);
+  for (int i = 0; i < n; i++) {
+    k[i] = malloc(WK_LEN + 1);
+    ASSERT(k[i] != NULL);
+    memset(k[i], tag, WK_LEN);
+    snprintf(k[i], 16, "k%05d", i);
+    k[i][strlen(k[i])] = tag;
+    k[i][WK_LEN] = '\0';
+  }
+  return k;
+}
+
+static void free_keys(char **k, int n) {
+  for (int i = 0; i < n; i++)
+    free(k[i]);
+  free(k);
+}
+
+typedef struct {
+  char **keys;
+  int n;
+} many_setter_t;
+
+static void *set_many_later(void *arg) {
+  many_setter_t *m = arg;
+  rdzv_client_t *c = connect_job("longwait", NULL);
+  usleep(200 * 1000);
+  for (int i = 0; i < m->n; i++)
+    ASSERT_OK(rdzv_set(c, m->keys[i], "v", 1, test_ms(5000)));
+  rdzv_close(c);
+  return NULL;
+}
+
+static void test_wait_long_keys(void) {
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  char **k = long_keys(WK_N, 'x'), **more = long_keys(3 * WK_N, 'y');
+  many_setter_t m = {k, WK_N};
+  rdzv_client_t *c;
+  pthread_t t;
+  void *v = NULL;
+  size_t n = 0;
+  cfg.max_store_bytes = 2u << 20;
+  test_server_start(&cfg);
+  c = connect_job("longwait", NULL);
+  /* 768 KiB of keys: one missing, it times out (and gives all back) */
+  ASSERT_OK(rdzv_set(c, k[0], "v", 1, test_ms(5000)));
+  ASSERT_EQ(-ETIMEDOUT, rdzv_wait(c, (const char *const *)k, WK_N, 300));
+  ASSERT_CONTAINS(rdzv_last_error(c), "missing");
+  /* set by another client meanwhile: woken by the last key */
+  pthread_create(&t, NULL, set_many_later, &m);
+  ASSERT_OK(rdzv_wait(c, (const char *const *)k, WK_N, test_ms(10000)));
+  pthread_join(t, NULL);
+  ASSERT_OK(rdzv_get(c, k[WK_N - 1], &v, &n, 0));
+  ASSERT(n == 1 && memcmp(v, "v", 1) == 0);
+  rdzv_free(v);
+  /* 2.3 MiB of keys waited for: over the 2 MiB store, refused now */
+  ASSERT_EQ(RDZV_ETOOBIG,
+            rdzv_wait(c, (const char *const *)more, 3 * WK_N, 300));
+  /* the first WAIT's keys still count until deleted: a third of those
+   * keys fits only once they go */
+  ASSERT_EQ(RDZV_ETOOBIG,
+            rdzv_wait(c, (const char *const *)more, 2 * WK_N, 300));
+  for (int i = 0; i < WK_N; i++)
+    ASSERT_EQ(1, rdzv_delete(c, k[i], test_ms(5000)));
+  ASSERT_EQ(-ETIMEDOUT,
+            rdzv_wait(c, (const char *const *)more, 2 * WK_N, 300));
+  rdzv_close(c);
+  test_server_stop();
+  free_keys(k, WK_N);
+  free_keys(more, 3 * WK_N);
+}
+
 static void test_isolation(void) {
   rdzv_client_t *a = connect_job("job-A", NULL), *b = connect_job("job-B", NULL);
   void *v;
@@ -387,6 +466,7 @@ int main(void) {
   test_server_stop();
   test_auth();
   test_large_values();
+  test_wait_long_keys();
   ASSERT_EQ(fds, test_fd_count());
   printf("test_native_ops: ok\n");
   return 0;
