@@ -743,7 +743,9 @@ static void mark_dirty(conn_t *c) {
   wake_loop(c->lp);
 }
 
-static size_t conn_unsent(const conn_t *c) { return c->out.len + c->inflight; }
+static size_t conn_unsent(const conn_t *c) {
+  return c->out.len + c->inflight + c->out_deferred;
+}
 
 /* Count the connection's unsent bytes beyond its reserve. */
 static void out_account(conn_t *c) {
@@ -786,6 +788,12 @@ static void conn_schedule_resume(conn_t *c) {
   if (list_empty(&c->resume_link))
     list_insert_tail(&c->lp->resume, &c->resume_link);
   wake_loop(c->lp);
+}
+
+void srv__defer(conn_t *c) {
+  out_account(c);
+  conn_pause(c, 0);
+  conn_schedule_resume(c);
 }
 
 int srv__conn_paused(conn_t *c) {

@@ -193,6 +193,7 @@ struct conn_s {
   /* Output: replies not yet handed to the kernel. */
   proto_enc_t out;
   size_t inflight;      /* bytes in uv_write requests */
+  size_t out_deferred;  /* bytes a dialect holds to write in its resume */
   size_t out_charged;   /* counted in srv->mem.out */
   tls_t *tls;           /* TLS session, or NULL */
   /* TCPStore state. */
@@ -200,6 +201,7 @@ struct conn_s {
   uint32_t ts_nwaits, ts_capwaits;
   store_watch_t **ts_watches;
   uint32_t ts_nwatches, ts_capwatches;
+  struct ts_evq_s *ts_evq, *ts_evq_tail; /* large watch events to write */
   uint8_t nonce[PROTO_NONCE_LEN];
   void *rounds; /* rendezvous membership of this connection */
 };
@@ -279,6 +281,8 @@ struct srv_s {
   uint64_t refused_log_ms;
   uint64_t bad_window_ms, bad_in_window, bad_suppressed;
   srv_stats_t stats;
+  struct ts_evblk_s *ts_evlast; /* the last large watch event encoded (a
+                                   weak reference: NULL once freed) */
   /* Rendezvous ops (PROTO_OP_JOIN and up), installed by the rendezvous
    * module (every server has it: srv_new installs it). */
   void (*rounds_op)(conn_t *c, const proto_msg_t *m);
@@ -367,6 +371,10 @@ void srv__out_raw(conn_t *c, const void *p, size_t n);
  * (c->in_moved), keys into the old buffer stay valid while it lives. */
 uint8_t *srv__in_take(conn_t *c, const uint8_t *val, size_t n,
                       const uint8_t *end, size_t *cost);
+/* Pause the connection and run its dialect's resume on its loop's next
+ * pass (after the others' turns); its out_deferred bytes count as unsent
+ * meanwhile. Any loop, under the lock. */
+void srv__defer(conn_t *c);
 /* A buffer srv__in_take returned that nothing kept (the keys of a WAIT the
  * store copied after all): freed once the request is over (its bytes are
  * still read until then). */

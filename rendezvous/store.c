@@ -32,7 +32,10 @@ struct store_watch_s {
   entry_t *e;
   store_watch_cb cb;
   void *data;
+  uint64_t event; /* store_watch_event_id */
 };
+
+static uint64_t store_events; /* watch events of every store (atomic) */
 
 /* A block that entries' keys lie in instead of copies of their own (the
  * request of a WAIT of many long keys): it counts its size against the
@@ -414,8 +417,10 @@ static void wake(store_t *s, entry_t *e, int one) {
 static void notify_watches(entry_t *e, int ev, const uint8_t *old,
                            size_t olen) {
   store_watch_t *w = e->watches;
+  uint64_t id = __atomic_add_fetch(&store_events, 1, __ATOMIC_RELAXED);
   while (w) {
     store_watch_t *next = w->next;
+    w->event = id;
     w->cb(w, ev, e->key, e->klen, old, olen, e->val, e->has_val ? e->vlen : 0,
           w->data);
     w = next;
@@ -840,6 +845,8 @@ int store_watch(store_t *s, const void *key, size_t klen, store_watch_cb cb,
   *out = w;
   return 0;
 }
+
+uint64_t store_watch_event_id(const store_watch_t *w) { return w->event; }
 
 void store_unwatch(store_watch_t *w) {
   entry_t *e;

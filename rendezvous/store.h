@@ -145,6 +145,10 @@ typedef void (*store_watch_cb)(store_watch_t *w, int ev, const void *key,
 int store_watch(store_t *s, const void *key, size_t klen, store_watch_cb cb,
                 void *data, store_watch_t **out);
 void store_unwatch(store_watch_t *w);
+/* Inside its callback: the event being delivered, the same for every watch
+ * of that key and different for every event (a watcher's connection can
+ * share one encoding of a large event with the others). */
+uint64_t store_watch_event_id(const store_watch_t *w);
 
 /* ---- barriers --------------------------------------------------------------- */
 
