@@ -344,6 +344,36 @@ static void test_wait_long_keys(void) {
   free_keys(more, 3 * WK_N);
 }
 
+/* An MGET or CHECK of many keys (a frame decoded without an object per
+ * key) answers for every key in order. */
+static void test_many_keys_list(void) {
+  enum { NK = 20000 };
+  rdzv_client_t *c = connect_job("keylist", NULL);
+  const char **keys = calloc(NK, sizeof(*keys));
+  rdzv_value_t *vals = calloc(NK, sizeof(*vals));
+  static const char *names[] = {"kl/a", "kl/bb", "kl/ccc"};
+  ASSERT(keys != NULL && vals != NULL);
+  ASSERT_OK(rdzv_set(c, "kl/a", "1", 1, test_ms(5000)));
+  ASSERT_OK(rdzv_set(c, "kl/bb", "22", 2, test_ms(5000)));
+  ASSERT_OK(rdzv_set(c, "kl/ccc", "333", 3, test_ms(5000)));
+  for (int i = 0; i < NK; i++)
+    keys[i] = names[(i * 7) % 3];
+  ASSERT_EQ(1, rdzv_check(c, keys, NK, test_ms(5000)));
+  ASSERT_OK(rdzv_multi_get(c, keys, NK, vals, test_ms(5000)));
+  for (int i = 0; i < NK; i++) {
+    int w = (i * 7) % 3;
+    ASSERT_EQ((size_t)w + 1, vals[i].len);
+    ASSERT(((char *)vals[i].data)[0] == (char)('1' + w));
+    rdzv_free(vals[i].data);
+  }
+  keys[NK - 1] = "kl/missing";
+  ASSERT_EQ(0, rdzv_check(c, keys, NK, test_ms(5000)));
+  ASSERT_EQ(-ETIMEDOUT, rdzv_multi_get(c, keys, NK, vals, 200));
+  rdzv_close(c);
+  free(keys);
+  free(vals);
+}
+
 static void test_isolation(void) {
   rdzv_client_t *a = connect_job("job-A", NULL), *b = connect_job("job-B", NULL);
   void *v;
@@ -461,6 +491,7 @@ int main(void) {
   test_barrier64();
   test_pipelined();
   test_isolation();
+  test_many_keys_list();
   test_from_env();
   test_progress();
   test_server_stop();
