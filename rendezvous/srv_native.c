@@ -304,13 +304,18 @@ oom:
 static int wait_register(conn_t *c, const proto_msg_t *m,
                          const store_key_t *keys, uint32_t n, pend_t *p) {
   uint8_t *blk = NULL;
-  size_t cost = 0;
+  size_t cost = 0, span;
   int adopted = 0, rc;
+  /* Not for a WAIT the store refuses anyway: the connection keeps its
+   * buffer for the next request. */
   if (m->op == PROTO_OP_WAIT && n > 0 && c->req_end != NULL &&
-      (const uint8_t *)keys[0].p < c->req_end)
-    blk = srv__in_take(c, (const uint8_t *)keys[0].p,
-                       (size_t)(c->req_end - (const uint8_t *)keys[0].p),
-                       c->req_end, &cost);
+      (const uint8_t *)keys[0].p < c->req_end &&
+      store_charge(c->job->store,
+                   span = (size_t)(c->req_end - (const uint8_t *)keys[0].p)) ==
+          0) {
+    store_uncharge(c->job->store, span);
+    blk = srv__in_take(c, (const uint8_t *)keys[0].p, span, c->req_end, &cost);
+  }
   rc = store_wait_in(c->job->store, keys, n, STORE_WAIT_EXISTS, 0, pend_wake,
                      p, &p->w, blk, cost, &adopted);
   if (blk != NULL && !adopted)
