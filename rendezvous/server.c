@@ -1301,9 +1301,16 @@ void srv__in_spent(conn_t *c, uint8_t *buf) {
 int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,
                    size_t vlen) {
   size_t cost;
-  uint8_t *buf = c->req_end ? srv__in_take(c, val, vlen, c->req_end, &cost)
-                            : NULL;
+  uint8_t *buf = NULL;
   int rc;
+  /* Not when the store has no room for it (a full store refuses SET after
+   * SET): the connection keeps its buffer, warm, for the next request. A
+   * value that replaces another may fit where this says not: copied. */
+  if (c->req_end != NULL && vlen >= TAKE_MIN &&
+      store_charge(c->job->store, vlen) == 0) {
+    store_uncharge(c->job->store, vlen);
+    buf = srv__in_take(c, val, vlen, c->req_end, &cost);
+  }
   if (buf == NULL)
     return store_set(c->job->store, key, klen, val, vlen);
   /* The key lies in buf too: still there while the store copies it. */
