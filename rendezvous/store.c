@@ -712,7 +712,7 @@ int store_wait_in(store_t *s, const store_key_t *keys, uint32_t n, int kind,
       if (in_blk && (kp < blk || keys[i].n > blk_cost ||
                      kp - blk > (ptrdiff_t)(blk_cost - keys[i].n)))
         in_blk = 0; /* not in blk: copies */
-      if (!room(s, LU_MIN(cost, bcost), 0))
+      if (!room(s, in_blk ? LU_MIN(cost, bcost) : cost, 0))
         break;
     }
   }
