@@ -19,7 +19,11 @@
  *   again (the server's encoder and decoder agree);
  * - proto_decode's one pass over a flat frame and proto_decode_generic
  *   (msgpack-c) give the same result: the same code, the same header, and
- *   arguments of the same types and values. */
+ *   arguments of the same types and values;
+ * - proto_decode_keylist accepts only frames proto_decode accepts whose
+ *   first argument is a list of strings or binaries, with the same header
+ *   and other arguments, and proto_next_bytes walks exactly that list's
+ *   items, inside the frame. */
 #include "fuzz.h"
 #include "proto.h"
 
@@ -238,6 +242,35 @@ static void same_as_generic(const uint8_t *body, size_t n, int rc,
   proto_msg_free(&g);
 }
 
+static void same_as_keylist(const uint8_t *body, size_t n, int rc,
+                            const proto_msg_t *m) {
+  proto_msg_t k;
+  const msgpack_object *items;
+  const uint8_t *pos;
+  uint32_t cnt;
+  if (proto_decode_keylist(body, n, &srv_lim, &k) != 0)
+    return;
+  FUZZ_CHECK(rc == 0);
+  FUZZ_CHECK(k.kind == m->kind && k.id == m->id && k.op == m->op);
+  FUZZ_CHECK(k.nargs == m->nargs && k.nargs >= 1);
+  FUZZ_CHECK(proto_arg_array(m, 0, &items, &cnt) == 0 && cnt == k.nkeys);
+  FUZZ_CHECK(proto_arg_array(&k, 0, &items, &cnt) == 0 && cnt == 0);
+  for (uint32_t i = 1; i < m->nargs; i++)
+    FUZZ_CHECK(same_obj(&k.args[i], &m->args[i]));
+  proto_arg_array(m, 0, &items, &cnt);
+  pos = k.keys;
+  for (uint32_t j = 0; j < cnt; j++) {
+    const char *p = NULL, *q = NULL;
+    size_t len = 0, qlen = 0;
+    FUZZ_CHECK(proto_obj_bytes(&items[j], &q, &qlen) == 0);
+    proto_next_bytes(&pos, &p, &len);
+    FUZZ_CHECK(p != NULL && fuzz_within(p, len, body, n));
+    FUZZ_CHECK(len == qlen && memcmp(p, q, len) == 0);
+  }
+  FUZZ_CHECK(pos <= body + n);
+  proto_msg_free(&k);
+}
+
 static void one_frame(const uint8_t *body, size_t n) {
   proto_msg_t m;
   int scan = proto_scan(body, n, &srv_lim);
@@ -266,6 +299,7 @@ static void one_frame(const uint8_t *body, size_t n) {
   }
   rc = proto_decode(body, n, &srv_lim, &m);
   same_as_generic(body, n, rc, &m);
+  same_as_keylist(body, n, rc, &m);
   if (scan != 0) {
     FUZZ_CHECK(rc == scan);
     FUZZ_CHECK(!m.zone_live);

@@ -255,20 +255,34 @@ static int flat_obj(const uint8_t *b, size_t n, size_t *pos,
 
 /* A flat frame in one pass, no allocation. RET 1 decoded, 0 for the
  * generic path (not flat, or anything it must judge). */
+/* An array's header at b[*pos..n): a fixarray, array 16, or (wide) array
+ * 32. RET 1 with *cnt and *pos past it, 0 not one. */
+static int array_head(const uint8_t *b, size_t n, size_t *pos, int wide,
+                      uint32_t *cnt) {
+  size_t p = *pos;
+  int w;
+  if (p >= n)
+    return 0;
+  if (b[p] >= 0x90 && b[p] <= 0x9f) {
+    *cnt = b[p] & 0x0f;
+    *pos = p + 1;
+    return 1;
+  }
+  w = b[p] == 0xdc ? 2 : (b[p] == 0xdd && wide) ? 4 : 0;
+  if (w == 0 || n - p - 1 < (size_t)w)
+    return 0;
+  *cnt = (uint32_t)be(b + p + 1, w);
+  *pos = p + 1 + (size_t)w;
+  return 1;
+}
+
 static int decode_flat(const uint8_t *buf, size_t n, const proto_limits_t *lim,
                        proto_msg_t *msg) {
-  size_t pos = 1;
+  size_t pos = 0;
   uint32_t cnt;
-  if (n == 0 || n > lim->max_frame || lim->max_depth < 1)
+  if (n == 0 || n > lim->max_frame || lim->max_depth < 1 ||
+      !array_head(buf, n, &pos, 0, &cnt))
     return 0;
-  if (buf[0] >= 0x90 && buf[0] <= 0x9f) {
-    cnt = buf[0] & 0x0f;
-  } else if (buf[0] == 0xdc && n >= 3) {
-    cnt = (uint32_t)be(buf + 1, 2);
-    pos = 3;
-  } else {
-    return 0;
-  }
   if (cnt > PROTO_FLAT_MAX || (uint64_t)cnt + 1 > lim->max_items)
     return 0;
   for (uint32_t i = 0; i < cnt; i++)
@@ -285,6 +299,58 @@ int proto_decode(const uint8_t *buf, size_t n, const proto_limits_t *lim,
     return proto_decode_generic(buf, n, lim, msg);
   cnt = buf[0] == 0xdc ? (uint32_t)be(buf + 1, 2) : (uint32_t)(buf[0] & 0x0f);
   return decode_header(msg->flat, cnt, msg);
+}
+
+int proto_decode_keylist(const uint8_t *buf, size_t n,
+                         const proto_limits_t *lim, proto_msg_t *msg) {
+  size_t pos = 0, list;
+  uint32_t cnt, nk;
+  memset(msg, 0, offsetof(proto_msg_t, flat));
+  if (n == 0 || n > lim->max_frame || lim->max_depth < 2 ||
+      !array_head(buf, n, &pos, 0, &cnt) || cnt < 4 || cnt > PROTO_FLAT_MAX)
+    return RDZV_EPROTO;
+  for (uint32_t i = 0; i < 3; i++)
+    if (!flat_obj(buf, n, &pos, &msg->flat[i]))
+      return RDZV_EPROTO;
+  if (!array_head(buf, n, &pos, 1, &nk))
+    return RDZV_EPROTO;
+  /* The items proto_scan counts: the frame, its elements, the keys. */
+  if (1 + (uint64_t)cnt + nk > lim->max_items)
+    return RDZV_EPROTO;
+  list = pos;
+  for (uint32_t k = 0; k < nk; k++) {
+    msgpack_object o;
+    if (!flat_obj(buf, n, &pos, &o) ||
+        (o.type != MSGPACK_OBJECT_STR && o.type != MSGPACK_OBJECT_BIN))
+      return RDZV_EPROTO;
+  }
+  msg->flat[3].type = MSGPACK_OBJECT_ARRAY;
+  msg->flat[3].via.array.size = 0;
+  msg->flat[3].via.array.ptr = NULL;
+  for (uint32_t i = 4; i < cnt; i++)
+    if (!flat_obj(buf, n, &pos, &msg->flat[i]))
+      return RDZV_EPROTO;
+  if (pos != n || decode_header(msg->flat, cnt, msg) != 0)
+    return RDZV_EPROTO;
+  msg->keys = buf + list;
+  msg->nkeys = nk;
+  return 0;
+}
+
+void proto_next_bytes(const uint8_t **pos, const char **p, size_t *n) {
+  const uint8_t *b = *pos;
+  size_t hdr = 1, len;
+  if ((b[0] & 0xe0) == 0xa0) {
+    len = b[0] & 0x1f;
+  } else {
+    int w = (b[0] == 0xc4 || b[0] == 0xd9) ? 1
+            : (b[0] == 0xc5 || b[0] == 0xda) ? 2 : 4;
+    len = (size_t)be(b + 1, w);
+    hdr += (size_t)w;
+  }
+  *p = (const char *)b + hdr;
+  *n = len;
+  *pos = b + hdr + len;
 }
 
 int proto_decode_generic(const uint8_t *buf, size_t n,

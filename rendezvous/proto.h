@@ -111,6 +111,8 @@ typedef struct proto_msg_s {
   int64_t op;                 /* op (request), status (reply), event (push) */
   const msgpack_object *args; /* the elements after op */
   uint32_t nargs;
+  const uint8_t *keys; /* proto_decode_keylist: the list's first item */
+  uint32_t nkeys;      /* and its items */
   msgpack_zone zone;
   int zone_live;
   msgpack_object flat[PROTO_FLAT_MAX];
@@ -126,6 +128,19 @@ int proto_decode(const uint8_t *buf, size_t n, const proto_limits_t *lim,
 int proto_decode_generic(const uint8_t *buf, size_t n,
                          const proto_limits_t *lim, proto_msg_t *msg);
 void proto_msg_free(proto_msg_t *msg);
+/* A request whose first argument is a list of strings or binaries and
+ * whose others are scalars (an MGET, WAIT or CHECK of 131,072 keys),
+ * decoded in one pass without a msgpack object per key: msg->keys points
+ * at the list's first item, msg->nkeys counts them (proto_next_bytes walks
+ * them) and args[0] is an empty array. Within the limits proto_decode
+ * applies (the same header, the same other arguments). RET 0, or
+ * RDZV_EPROTO: not such a frame (or over a limit): proto_decode decides.
+ * Nothing to free. */
+int proto_decode_keylist(const uint8_t *buf, size_t n,
+                         const proto_limits_t *lim, proto_msg_t *msg);
+/* The str or bin at *pos in a list proto_decode_keylist accepted: *p, *n
+ * (never NULL); *pos moves past it. */
+void proto_next_bytes(const uint8_t **pos, const char **p, size_t *n);
 
 /* Typed access to msg->args[i]; RET 0 or RDZV_EPROTO. The bytes accessors
  * never give a NULL *p (an empty string or bin points at ""), except for

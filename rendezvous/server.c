@@ -759,7 +759,9 @@ static void mark_dirty(conn_t *c) {
   wake_loop(c->lp);
 }
 
-static size_t conn_unsent(const conn_t *c) { return c->out.len + c->inflight; }
+static size_t conn_unsent(const conn_t *c) {
+  return c->out.len + c->inflight + c->out_deferred;
+}
 
 /* Count the connection's unsent bytes beyond its reserve. */
 static void out_account(conn_t *c) {
@@ -802,6 +804,12 @@ static void conn_schedule_resume(conn_t *c) {
   if (list_empty(&c->resume_link))
     list_insert_tail(&c->lp->resume, &c->resume_link);
   wake_loop(c->lp);
+}
+
+void srv__defer(conn_t *c) {
+  out_account(c);
+  conn_pause(c, 0);
+  conn_schedule_resume(c);
 }
 
 int srv__conn_paused(conn_t *c) {
@@ -1229,8 +1237,14 @@ static size_t in_room(conn_t *c) {
   size_t limit = c->state == CONN_READY
                      ? (size_t)s->cfg.max_frame + 64
                      : SRV_HELLO_MAX_FRAME + PROTO_HDR + PROTO_MAGIC_LEN;
-  if (c->in_cap - c->in_len < IN_CHUNK && c->in_cap < limit) {
+  if ((c->in_cap - c->in_len < IN_CHUNK || c->in_need > c->in_cap) &&
+      c->in_cap < limit) {
     size_t ncap = c->in_cap ? c->in_cap * 2 : IN_CHUNK;
+    /* A large request of known size gets a buffer of its size at once:
+     * no doublings, nothing unused (which srv__in_take needs). A bound
+     * that grows a little at a time (a TCPStore list) doubles. */
+    if (c->in_need > ncap)
+      ncap = c->in_need;
     size_t charge, add;
     uint8_t *nb;
     if (ncap > limit)
@@ -1264,6 +1278,71 @@ static void in_release(conn_t *c) {
   free(c->in);
   c->in = NULL;
   c->in_cap = c->in_len = 0;
+}
+
+#define TAKE_MIN (256u << 10)  /* values this large are taken, not copied */
+#define TAKE_TAIL (64u << 10)  /* bytes after the request copied at most */
+
+uint8_t *srv__in_take(conn_t *c, const uint8_t *val, size_t n,
+                      const uint8_t *end, size_t *cost) {
+  srv_t *s = c->srv;
+  uint8_t *buf = c->in, *nb = NULL;
+  size_t tail, ncap = 0, charge = 0;
+  if (n < TAKE_MIN || buf == NULL || val < buf || end < val + n ||
+      end > buf + c->in_len)
+    return NULL;
+  /* What the buffer holds besides the value counts with it: a sixteenth
+   * more at most (buffers sized by in_need hold the request only). */
+  if (c->in_cap - n > n / 16)
+    return NULL;
+  tail = (size_t)(buf + c->in_len - end);
+  if (tail > TAKE_TAIL)
+    return NULL;
+  if (tail > 0) {
+    ncap = LU_MAX(tail, (size_t)IN_CHUNK);
+    charge = ncap > SRV_IN_RESERVE ? ncap - SRV_IN_RESERVE : 0;
+    if ((nb = malloc(ncap)) == NULL)
+      return NULL;
+    memcpy(nb, end, tail);
+  }
+  /* Counted as input until the request ran (the store's share stays what
+   * it was while it decides); conn_process updates the shares after. */
+  s->mem.in = s->mem.in - c->in_charged + charge;
+  *cost = c->in_cap;
+  c->in = nb;
+  c->in_cap = ncap;
+  c->in_len = tail;
+  c->in_charged = charge;
+  c->in_need = 0;
+  c->in_moved = 1;
+  return buf;
+}
+
+void srv__in_spent(conn_t *c, uint8_t *buf) {
+  free(c->in_spent); /* one a request; none is left over */
+  c->in_spent = buf;
+}
+
+int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,
+                   size_t vlen) {
+  size_t cost;
+  uint8_t *buf = NULL;
+  int rc;
+  /* Not when the store has no room for it (a full store refuses SET after
+   * SET): the connection keeps its buffer, warm, for the next request. A
+   * value that replaces another may fit where this says not: copied. */
+  if (c->req_end != NULL && vlen >= TAKE_MIN &&
+      store_charge(c->job->store, vlen) == 0) {
+    store_uncharge(c->job->store, vlen);
+    buf = srv__in_take(c, val, vlen, c->req_end, &cost);
+  }
+  if (buf == NULL)
+    return store_set(c->job->store, key, klen, val, vlen);
+  /* The key lies in buf too: still there while the store copies it. */
+  rc = store_set_owned(c->job->store, key, klen, buf, cost, val, vlen);
+  if (rc != 0)
+    free(buf); /* the request is over either way */
+  return rc;
 }
 
 /* The input buffer cannot take the next request. */
@@ -1583,7 +1662,9 @@ static void conn_process(conn_t *c) {
   size_t off = 0;
   srv_t *s = c->srv;
   size_t store0 = s->mem.store.used;
+  int moved = 0;
   c->lp->turn_end = uv_hrtime() + turn_ns;
+  c->in_need = 0;
   while (off < c->in_len && c->state != CONN_CLOSING &&
          !c->close_after_flush && !c->paused) {
     ssize_t k;
@@ -1597,10 +1678,20 @@ static void conn_process(conn_t *c) {
       if (k == 0 && c->dialect == NULL)
         break;
     } else {
+      c->in_need = 0;
       k = c->dialect->input(c, c->in + off, c->in_len - off);
+      free(c->in_spent);
+      c->in_spent = NULL;
       if (k < 0) {
         srv__conn_close(c);
         return;
+      }
+      if (c->in_moved) {
+        /* The buffer went with a value: go on with what followed it. */
+        c->in_moved = 0;
+        moved = 1;
+        off = 0;
+        continue;
       }
       if (k == 0)
         break;
@@ -1617,7 +1708,7 @@ static void conn_process(conn_t *c) {
     in_release(c);
     mem_released(s);
   }
-  if (s->mem.store.used < store0)
+  if (moved || s->mem.store.used < store0)
     mem_released(s);
 }
 

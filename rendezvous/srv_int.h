@@ -186,11 +186,19 @@ struct conn_s {
   uint8_t *in;
   size_t in_len, in_cap;
   size_t in_charged;    /* of in_cap, counted in srv->mem.in */
+  size_t in_need;       /* the incomplete request at the buffer's start
+                           has this many bytes (0: not known) */
+  int in_moved;         /* the buffer was taken (srv__in_take): the dialect
+                           returns, the core goes on with the new one */
+  const uint8_t *req_end; /* the end of the request being run */
+  uint8_t *in_spent;    /* a taken buffer nothing kept: freed once the
+                           request that took it is over */
   int in_full;          /* the input budget stopped this buffer growing */
   int in_memwait;       /* --max-memory stopped it: wait for memory */
   /* Output: replies not yet handed to the kernel. */
   proto_enc_t out;
   size_t inflight;      /* bytes in uv_write requests */
+  size_t out_deferred;  /* bytes a dialect holds to write in its resume */
   size_t out_charged;   /* counted in srv->mem.out */
   tls_t *tls;           /* TLS session, or NULL */
   /* TCPStore state. */
@@ -198,6 +206,7 @@ struct conn_s {
   uint32_t ts_nwaits, ts_capwaits;
   store_watch_t **ts_watches;
   uint32_t ts_nwatches, ts_capwatches;
+  struct ts_evq_s *ts_evq, *ts_evq_tail; /* large watch events to write */
   uint8_t nonce[PROTO_NONCE_LEN];
   void *rounds; /* rendezvous membership of this connection */
 };
@@ -277,6 +286,8 @@ struct srv_s {
   uint64_t refused_log_ms;
   uint64_t bad_window_ms, bad_in_window, bad_suppressed;
   srv_stats_t stats;
+  struct ts_evblk_s *ts_evlast; /* the last large watch event encoded (a
+                                   weak reference: NULL once freed) */
   /* Rendezvous ops (PROTO_OP_JOIN and up), installed by the rendezvous
    * module (every server has it: srv_new installs it). */
   void (*rounds_op)(conn_t *c, const proto_msg_t *m);
@@ -354,6 +365,29 @@ void srv__push_begin(conn_t *c, int ev, uint32_t nargs);
 /* Raw bytes (TCPStore replies). Never closes: it may run inside a store
  * callback; a failure closes the connection at the next flush. */
 void srv__out_raw(conn_t *c, const void *p, size_t n);
+
+/* Keep a large value where it arrived instead of copying it (a SET of
+ * megabytes: one copy and one round of page faults fewer). val[0..n) lies
+ * in the input buffer, in the request that ends at end. RET the buffer,
+ * now the caller's to free, with *cost its size (what it holds), or NULL
+ * when it is not worth it (a small value, a buffer much larger than the
+ * value): copy. The connection goes on with a new buffer holding the
+ * bytes after end; the dialect's input returns right after this request
+ * (c->in_moved), keys into the old buffer stay valid while it lives. */
+uint8_t *srv__in_take(conn_t *c, const uint8_t *val, size_t n,
+                      const uint8_t *end, size_t *cost);
+/* Pause the connection and run its dialect's resume on its loop's next
+ * pass (after the others' turns); its out_deferred bytes count as unsent
+ * meanwhile. Any loop, under the lock. */
+void srv__defer(conn_t *c);
+/* A buffer srv__in_take returned that nothing kept (the keys of a WAIT the
+ * store copied after all): freed once the request is over (its bytes are
+ * still read until then). */
+void srv__in_spent(conn_t *c, uint8_t *buf);
+/* store_set in the connection's job of a value of the request being run
+ * (c->req_end), taking the input buffer when it is worth it. */
+int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,
+                   size_t vlen);
 
 /* ---- srv_native.c ---------------------------------------------------------- */
 void srv__native_hello_challenge(conn_t *c);

@@ -107,20 +107,146 @@ static void ts_cancel_waits(conn_t *c) {
   }
 }
 
+/* ---- watch events ------------------------------------------------------------ */
+
+/* A large watch event (a SET of 1 MiB sends the old and the new value) is
+ * encoded once for all the key's watchers and copied into each watcher's
+ * output in that watcher's own turn: the writer's request no longer copies
+ * it once per watcher. A watcher with events queued queues the small ones
+ * too (its events keep their order) and runs no request until they are
+ * written (its replies keep theirs). */
+#define TS_EV_DEFER_MIN (256u << 10) /* events this large are queued */
+#define TS_EV_SLICE (1u << 20)       /* bytes a watcher writes per turn */
+
+typedef struct ts_evblk_s {
+  uint64_t id; /* store_watch_event_id */
+  size_t refs; /* queued in this many connections */
+  size_t len;
+  uint8_t data[]; /* the event as TCPStore 1.13 sends it */
+} ts_evblk_t;
+
+typedef struct ts_evq_s {
+  struct ts_evq_s *next;
+  ts_evblk_t *b;
+} ts_evq_t;
+
+static uint8_t *put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    *p++ = (uint8_t)(v >> (8 * i));
+  return p;
+}
+
+static uint8_t *put_bytes(uint8_t *p, const void *b, size_t n) {
+  p = put_u64(p, n);
+  if (n)
+    memcpy(p, b, n);
+  return p + n;
+}
+
+static void evblk_put(srv_t *s, ts_evblk_t *b) {
+  if (--b->refs > 0)
+    return;
+  if (s->ts_evlast == b)
+    s->ts_evlast = NULL;
+  free(b);
+}
+
+/* The encoding of the event being delivered to w: the one another watcher
+ * of it made, or a new one. RET NULL when out of memory. */
+static ts_evblk_t *evblk_get(srv_t *s, store_watch_t *w, int ev,
+                             const void *key, size_t klen, const uint8_t *old,
+                             size_t olen, const uint8_t *nval, size_t nlen) {
+  uint64_t id = store_watch_event_id(w);
+  size_t n = 25 + klen + olen + nlen;
+  ts_evblk_t *b = s->ts_evlast;
+  uint8_t *p;
+  if (b != NULL && b->id == id)
+    return b;
+  if ((b = malloc(sizeof(*b) + n)) == NULL)
+    return NULL;
+  b->id = id;
+  b->refs = 0;
+  b->len = n;
+  p = b->data;
+  *p++ = (uint8_t)ev;
+  p = put_bytes(p, key, klen);
+  p = put_bytes(p, old, olen);
+  put_bytes(p, nval, nlen);
+  s->ts_evlast = b;
+  return b;
+}
+
+/* Write queued events, a slice per turn. */
+static void ts_resume(conn_t *c) {
+  size_t done = 0;
+  while (c->ts_evq != NULL && done < TS_EV_SLICE) {
+    ts_evq_t *q = c->ts_evq;
+    if ((c->ts_evq = q->next) == NULL)
+      c->ts_evq_tail = NULL;
+    c->out_deferred -= q->b->len;
+    done += q->b->len;
+    out_raw(c, q->b->data, q->b->len);
+    evblk_put(c->srv, q->b);
+    free(q);
+  }
+  if (c->ts_evq != NULL)
+    srv__defer(c);
+}
+
+static void ts_drop_events(conn_t *c) {
+  while (c->ts_evq != NULL) {
+    ts_evq_t *q = c->ts_evq;
+    c->ts_evq = q->next;
+    c->out_deferred -= q->b->len;
+    evblk_put(c->srv, q->b);
+    free(q);
+  }
+  c->ts_evq_tail = NULL;
+}
+
 static void ts_watch_cb(store_watch_t *w, int ev, const void *key, size_t klen,
                         const uint8_t *old, size_t olen, const uint8_t *nval,
                         size_t nlen, void *data) {
   conn_t *c = data;
-  (void)w;
+  ts_evblk_t *b;
+  ts_evq_t *q;
+  if (ev == STORE_EV_CREATED)
+    olen = 0;
+  if (ev == STORE_EV_DELETED)
+    nlen = 0;
   /* An event the watcher cannot take closes it: a writer is never held
    * back by a watcher that does not read. */
-  if (!srv__push_room(c, 25 + klen + (ev == STORE_EV_CREATED ? 0 : olen) +
-                             (ev == STORE_EV_DELETED ? 0 : nlen)))
+  if (!srv__push_room(c, 25 + klen + olen + nlen))
     return;
+  if ((25 + klen + olen + nlen >= TS_EV_DEFER_MIN || c->ts_evq != NULL) &&
+      (q = malloc(sizeof(*q))) != NULL) {
+    if ((b = evblk_get(c->srv, w, ev, key, klen, old, olen, nval, nlen)) !=
+        NULL) {
+      b->refs++;
+      q->b = b;
+      q->next = NULL;
+      if (c->ts_evq_tail)
+        c->ts_evq_tail->next = q;
+      else
+        c->ts_evq = q;
+      c->ts_evq_tail = q;
+      c->out_deferred += b->len;
+      srv__defer(c);
+      return;
+    }
+    free(q);
+  }
+  if (c->ts_evq != NULL) {
+    /* Out of memory for the queue: the events would go out of order. */
+    srv__bad_input(c, "out of memory for its watch events; closing");
+    c->broken = 1;
+    srv__out_raw(c, "", 0); /* closed at its next flush */
+    return;
+  }
   out_u8(c, (uint8_t)ev);
   out_bytes(c, key, klen);
-  out_bytes(c, old, ev == STORE_EV_CREATED ? 0 : olen);
-  out_bytes(c, nval, ev == STORE_EV_DELETED ? 0 : nlen);
+  out_bytes(c, old, olen);
+  out_bytes(c, nval, nlen);
 }
 
 /* Collect the keys of a validated CHECK/WAIT/MULTI_GET list. */
@@ -221,7 +347,7 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
     out_u32(c, r->u32);
     return 0;
   case TS_SET:
-    rc = store_set(st, r->key, r->klen, r->v1, r->v1len);
+    rc = srv__store_set(c, r->key, r->klen, r->v1, r->v1len);
     break;
   case TS_APPEND:
     rc = store_append(st, r->key, r->klen, r->v1, r->v1len);
@@ -384,10 +510,13 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
   while (done < n && c->state == CONN_READY && !srv__conn_paused(c)) {
     ts_req_t r;
     int rc;
+    size_t need = 0;
     ssize_t k = ts_parse(dialect, buf + done, n - done, &c->srv->tlim, &r,
-                         NULL);
-    if (k == TS_NEED_MORE)
+                         &need);
+    if (k == TS_NEED_MORE) {
+      c->in_need = need;
       break;
+    }
     if (k == TS_BAD_OP) {
       srv__bad_input(c, "unknown TCPStore %s opcode %u",
                      dialect == TS_DIALECT_V1 ? "1.13" : "2.x",
@@ -402,17 +531,23 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
                      c->srv->cfg.max_frame);
       return -1;
     }
-    if ((rc = ts_exec(c, &r)) == SRV_LATER)
+    c->req_end = buf + done + (size_t)k;
+    rc = ts_exec(c, &r);
+    c->req_end = NULL;
+    if (rc == SRV_LATER)
       break;
     if (rc != 0)
       return -1;
     c->srv->stats.requests++;
     done += (size_t)k;
+    if (c->in_moved)
+      break; /* the buffer went with a SET's value */
   }
   return (ssize_t)done;
 }
 
 static void ts_closed(conn_t *c) {
+  ts_drop_events(c);
   ts_cancel_waits(c);
   while (c->ts_nwatches > 0)
     store_unwatch(c->ts_watches[--c->ts_nwatches]);
@@ -425,5 +560,5 @@ static void ts_closed(conn_t *c) {
 
 const srv_dialect_t srv__dialect_ts_v2 = {"TCPStore 2.x", ts_input, NULL,
                                           ts_closed};
-const srv_dialect_t srv__dialect_ts_v1 = {"TCPStore 1.13", ts_input, NULL,
-                                          ts_closed};
+const srv_dialect_t srv__dialect_ts_v1 = {"TCPStore 1.13", ts_input,
+                                          ts_resume, ts_closed};

@@ -32,20 +32,36 @@ struct store_watch_s {
   entry_t *e;
   store_watch_cb cb;
   void *data;
+  uint64_t event; /* store_watch_event_id */
 };
+
+static uint64_t store_events; /* watch events of every store (atomic) */
+
+/* A block that entries' keys lie in instead of copies of their own (the
+ * request of a WAIT of many long keys): it counts its size against the
+ * store until the last entry that uses it goes. */
+typedef struct keyblk_s {
+  uint8_t *base;
+  size_t cost;
+  size_t refs;
+} keyblk_t;
 
 struct entry_s {
   entry_t *chain;
   uint64_t hash;
   uint8_t *val;
   size_t vlen;
+  uint8_t *valloc; /* what to free: val, or the block val lies in */
+  size_t vcost;    /* what the value counts: vlen, or that block's size */
   int has_val;
   qitem_t *qhead, *qtail;
   int64_t qlen;
   wnode_t waiters; /* sentinel of a circular list */
   store_watch_t *watches;
   size_t klen;
-  uint8_t key[];
+  const uint8_t *key; /* kbuf, or in kb's block */
+  keyblk_t *kb;       /* the block the key lies in, or NULL */
+  uint8_t kbuf[];
 };
 
 struct store_waiter_s {
@@ -87,17 +103,38 @@ struct store_s {
 };
 
 /* A keyed 64-bit hash (per-store random seed) so that clients cannot
- * aim many keys at one bucket. */
+ * aim many keys at one bucket. Four independent lanes over each 32 bytes:
+ * a long key (a WAIT of 1,000 keys of 8 KiB hashes 8 MiB) costs a quarter
+ * of one dependent chain of multiplies. */
+static inline uint64_t hash_mix(uint64_t h, uint64_t k) {
+  k *= 0xbf58476d1ce4e5b9ull;
+  k ^= k >> 31;
+  h = (h ^ k) * 0x94d049bb133111ebull;
+  return h ^ (h >> 29);
+}
+
 static uint64_t hash_bytes(uint64_t seed, const void *p, size_t n) {
   const uint8_t *b = p;
   uint64_t h = seed ^ (0x9e3779b97f4a7c15ull * (n + 1));
+  if (n >= 32) {
+    uint64_t l[4] = {h, h ^ 0x2545f4914f6cdd1dull, h ^ 0x9e3779b97f4a7c15ull,
+                     h ^ 0xd6e8feb86659fd93ull};
+    while (n >= 32) {
+      uint64_t k[4];
+      memcpy(k, b, 32);
+      l[0] = hash_mix(l[0], k[0]);
+      l[1] = hash_mix(l[1], k[1]);
+      l[2] = hash_mix(l[2], k[2]);
+      l[3] = hash_mix(l[3], k[3]);
+      b += 32;
+      n -= 32;
+    }
+    h = hash_mix(hash_mix(hash_mix(l[0], l[1]), l[2]), l[3]);
+  }
   while (n >= 8) {
     uint64_t k;
     memcpy(&k, b, 8);
-    k *= 0xbf58476d1ce4e5b9ull;
-    k ^= k >> 31;
-    h = (h ^ k) * 0x94d049bb133111ebull;
-    h ^= h >> 29;
+    h = hash_mix(h, k);
     b += 8;
     n -= 8;
   }
@@ -148,6 +185,20 @@ void store_uncharge(store_t *s, size_t n) { account(s, 0, n); }
 /* What an entry costs while it exists (with or without a value). */
 static size_t entry_cost(size_t klen) { return klen + ENTRY_OVERHEAD; }
 
+/* What the entry e counts: its key's block counts on its own. */
+static size_t entry_charge(const entry_t *e) {
+  return e->kb ? ENTRY_OVERHEAD : entry_cost(e->klen);
+}
+
+/* One user of kb fewer: the last frees it (and uncounts it). */
+static void keyblk_put(store_t *s, keyblk_t *kb) {
+  if (kb == NULL || --kb->refs > 0)
+    return;
+  account(s, 0, kb->cost);
+  free(kb->base);
+  free(kb);
+}
+
 int store_new(size_t max_bytes, store_budget_t *budget, store_t **out) {
   store_t *s = calloc(1, sizeof(*s));
   if (s == NULL)
@@ -174,7 +225,7 @@ static void entry_free_contents(entry_t *e) {
     free(q);
     q = n;
   }
-  free(e->val);
+  free(e->valloc);
 }
 
 void store_free(store_t *s) {
@@ -187,6 +238,7 @@ void store_free(store_t *s) {
     while (e) {
       entry_t *n = e->chain;
       entry_free_contents(e);
+      keyblk_put(s, e->kb);
       free(e);
       e = n;
     }
@@ -229,25 +281,41 @@ static void grow(store_t *s) {
   s->nbuckets = nb;
 }
 
-static entry_t *get_or_create(store_t *s, const void *key, size_t klen) {
-  uint64_t h = hash_bytes(s->seed, key, klen);
+/* The entry of key (its hash h), created if needed: its key a copy, or
+ * left where it lies when kb (the block it lies in) is given. */
+static entry_t *get_or_create_h(store_t *s, const void *key, size_t klen,
+                                uint64_t h, keyblk_t *kb) {
   entry_t *e = lookup(s, key, klen, h);
   if (e)
     return e;
-  e = calloc(1, sizeof(*e) + klen);
+  /* Not calloc: only the header needs zeros (a WAIT of 1,000 keys of
+   * 8 KiB would clear 8 MiB it then overwrites). */
+  e = malloc(sizeof(*e) + (kb ? 0 : klen));
   if (e == NULL)
     return NULL;
-  /* The caller checked the room (entry_cost included). */
-  account(s, entry_cost(klen), 0);
+  memset(e, 0, sizeof(*e));
   e->hash = h;
   e->klen = klen;
-  memcpy(e->key, key, klen);
+  if (kb) {
+    e->kb = kb;
+    kb->refs++;
+    e->key = key;
+  } else {
+    memcpy(e->kbuf, key, klen);
+    e->key = e->kbuf;
+  }
+  /* The caller checked the room (entry_cost included). */
+  account(s, entry_charge(e), 0);
   e->waiters.prev = e->waiters.next = &e->waiters;
   e->chain = s->buckets[h & (s->nbuckets - 1)];
   s->buckets[h & (s->nbuckets - 1)] = e;
   if (++s->nentries > s->nbuckets)
     grow(s);
   return e;
+}
+
+static entry_t *get_or_create(store_t *s, const void *key, size_t klen) {
+  return get_or_create_h(s, key, klen, hash_bytes(s->seed, key, klen), NULL);
 }
 
 /* Free the entry once nothing refers to it. */
@@ -260,8 +328,9 @@ static void maybe_drop(store_t *s, entry_t *e) {
     pp = &(*pp)->chain;
   *pp = e->chain;
   s->nentries--;
-  account(s, 0, entry_cost(e->klen));
+  account(s, 0, entry_charge(e));
   entry_free_contents(e);
+  keyblk_put(s, e->kb);
   free(e);
 }
 
@@ -348,36 +417,43 @@ static void wake(store_t *s, entry_t *e, int one) {
 static void notify_watches(entry_t *e, int ev, const uint8_t *old,
                            size_t olen) {
   store_watch_t *w = e->watches;
+  uint64_t id = __atomic_add_fetch(&store_events, 1, __ATOMIC_RELAXED);
   while (w) {
     store_watch_t *next = w->next;
+    w->event = id;
     w->cb(w, ev, e->key, e->klen, old, olen, e->val, e->has_val ? e->vlen : 0,
           w->data);
     w = next;
   }
 }
 
-/* Replace the value; the old one is handed to watchers, then freed. */
-static int put_value(store_t *s, entry_t *e, uint8_t *nv, size_t nlen) {
-  uint8_t *old = e->val;
+/* Replace the value by nv (nlen bytes, counted as cost, lying in the
+ * allocation alloc); the old one is handed to watchers, then freed. */
+static int put_value(store_t *s, entry_t *e, uint8_t *alloc, uint8_t *nv,
+                     size_t nlen, size_t cost) {
+  uint8_t *old = e->val, *old_alloc = e->valloc;
   size_t olen = e->vlen;
   int had = e->has_val;
+  account(s, cost, had ? e->vcost : 0);
   e->val = nv;
   e->vlen = nlen;
+  e->valloc = alloc;
+  e->vcost = cost;
   e->has_val = 1;
   if (!had)
     s->nkeys++;
-  account(s, nlen, had ? olen : 0);
   if (e->watches)
     notify_watches(e, had ? STORE_EV_UPDATED : STORE_EV_CREATED, old, olen);
-  free(old);
+  free(old_alloc);
   wake(s, e, 0);
   return 0;
 }
 
-/* Is there room for a value of nlen at the key (entry e, NULL if none)? */
-static int room_for(store_t *s, const entry_t *e, size_t klen, size_t nlen) {
-  size_t add = nlen + (e ? 0 : entry_cost(klen));
-  size_t sub = (e && e->has_val) ? e->vlen : 0;
+/* Is there room for a value that counts cost at the key (entry e, NULL if
+ * none)? */
+static int room_for(store_t *s, const entry_t *e, size_t klen, size_t cost) {
+  size_t add = cost + (e ? 0 : entry_cost(klen));
+  size_t sub = (e && e->has_val) ? e->vcost : 0;
   return room(s, add, sub);
 }
 
@@ -400,7 +476,19 @@ int store_set(store_t *s, const void *key, size_t klen, const void *val,
     free(nv);
     return RDZV_ENOMEM;
   }
-  return put_value(s, e, nv, vlen);
+  return put_value(s, e, nv, nv, vlen, vlen);
+}
+
+int store_set_owned(store_t *s, const void *key, size_t klen, uint8_t *alloc,
+                    size_t cost, const uint8_t *val, size_t vlen) {
+  entry_t *e = find(s, key, klen);
+  if (cost < vlen)
+    return RDZV_EINVAL;
+  if (!room_for(s, e, klen, cost))
+    return RDZV_ETOOBIG;
+  if (e == NULL && (e = get_or_create(s, key, klen)) == NULL)
+    return RDZV_ENOMEM;
+  return put_value(s, e, alloc, (uint8_t *)val, vlen, cost);
 }
 
 int store_append(store_t *s, const void *key, size_t klen, const void *val,
@@ -420,7 +508,7 @@ int store_append(store_t *s, const void *key, size_t klen, const void *val,
     free(nv);
     return RDZV_ENOMEM;
   }
-  return put_value(s, e, nv, cur + vlen);
+  return put_value(s, e, nv, nv, cur + vlen, cur + vlen);
 }
 
 int store_add(store_t *s, const void *key, size_t klen, int64_t delta,
@@ -447,7 +535,7 @@ int store_add(store_t *s, const void *key, size_t klen, int64_t delta,
   }
   if (result)
     *result = v;
-  return put_value(s, e, nv, (size_t)n);
+  return put_value(s, e, nv, nv, (size_t)n, (size_t)n);
 }
 
 int store_cas(store_t *s, const void *key, size_t klen, const void *expected,
@@ -473,25 +561,26 @@ int store_cas(store_t *s, const void *key, size_t klen, const void *expected,
     return RDZV_ENOMEM;
   }
   *swapped = 1;
-  return put_value(s, e, nv, dlen);
+  return put_value(s, e, nv, nv, dlen, dlen);
 }
 
 int store_delete(store_t *s, const void *key, size_t klen) {
   entry_t *e = find(s, key, klen);
-  uint8_t *old;
+  uint8_t *old, *old_alloc;
   size_t olen;
   if (e == NULL || !e->has_val)
     return 0;
   old = e->val;
   olen = e->vlen;
-  e->val = NULL;
-  e->vlen = 0;
+  old_alloc = e->valloc;
+  account(s, 0, e->vcost);
+  e->val = e->valloc = NULL;
+  e->vlen = e->vcost = 0;
   e->has_val = 0;
   s->nkeys--;
-  account(s, 0, olen);
   if (e->watches)
     notify_watches(e, STORE_EV_DELETED, old, olen);
-  free(old);
+  free(old_alloc);
   maybe_drop(s, e);
   return 1;
 }
@@ -576,33 +665,78 @@ static int entry_exists(const entry_t *e) {
   return e != NULL && (e->has_val || e->qhead != NULL);
 }
 
-int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
-               int64_t threshold, store_wake_cb cb, void *data,
-               store_waiter_t **out) {
+int store_wait_in(store_t *s, const store_key_t *keys, uint32_t n, int kind,
+                  int64_t threshold, store_wake_cb cb, void *data,
+                  store_waiter_t **out, uint8_t *blk, size_t blk_cost,
+                  int *adopted) {
   store_waiter_t *w;
   uint32_t missing = 0;
-  size_t cost = waiter_size(n);
+  size_t cost = waiter_size(n);   /* keys copied */
+  size_t bcost = cost + blk_cost; /* keys left in blk */
+  size_t kbytes = 0;              /* of the keys that get entries */
+  uint64_t *hashes;
+  keyblk_t *kb = NULL;
+  int in_blk = blk != NULL;
 
+  if (adopted)
+    *adopted = 0;
   if (kind == STORE_WAIT_GE && n != 1)
     return RDZV_EINVAL;
-  /* One lookup per key: the nodes keep what it found until they are
-   * linked (a key's hash over 8 KiB is not free). */
+  /* One hash per key (over 8 KiB it is not free): the nodes keep what the
+   * lookup found until they are linked, hashes[] the hash of a key that
+   * has no entry yet. */
   if ((w = calloc(1, waiter_size(n))) == NULL)
     return RDZV_ENOMEM;
+  if ((hashes = malloc((n ? n : 1) * sizeof(*hashes))) == NULL) {
+    free(w);
+    return RDZV_ENOMEM;
+  }
   for (uint32_t i = 0; i < n; i++) {
-    entry_t *e = find(s, keys[i].p, keys[i].n);
+    entry_t *e;
+    hashes[i] = hash_bytes(s->seed, keys[i].p, keys[i].n);
+    e = lookup(s, keys[i].p, keys[i].n, hashes[i]);
     w->nodes[i].e = e;
     if (kind == STORE_WAIT_GE ? !(e && value_ge(e, threshold))
                               : !entry_exists(e))
       missing++;
     /* A waited key that has no entry yet gets one: it costs what a key
-     * costs (a repeated key is counted twice here, on the safe side). */
-    if (e == NULL)
+     * costs (a repeated key is counted twice here, on the safe side), or
+     * the entry's bookkeeping when its key stays in blk (counted once).
+     * Such a key is missing, so once the cost is over the room the answer
+     * is RDZV_ETOOBIG whatever the other keys are: stop looking. */
+    if (e == NULL) {
+      const uint8_t *kp = keys[i].p;
       cost += entry_cost(keys[i].n);
+      bcost += ENTRY_OVERHEAD;
+      kbytes += keys[i].n;
+      if (in_blk && (kp < blk || keys[i].n > blk_cost ||
+                     kp - blk > (ptrdiff_t)(blk_cost - keys[i].n)))
+        in_blk = 0; /* not in blk: copies */
+      if (!room(s, in_blk ? LU_MIN(cost, bcost) : cost, 0))
+        break;
+    }
   }
+  /* The keys stay in blk when they make most of it (a sixteenth of it
+   * other bytes at most: the request's framing), counted as the block. */
+  if (!in_blk || kbytes + kbytes / 16 < blk_cost)
+    in_blk = 0;
+  else
+    cost = bcost;
   if (missing == 0 || !room(s, cost, 0)) {
+    free(hashes);
     free(w);
     return missing == 0 ? 1 : RDZV_ETOOBIG;
+  }
+  if (in_blk) {
+    if ((kb = malloc(sizeof(*kb))) == NULL) {
+      free(hashes);
+      free(w);
+      return RDZV_ENOMEM;
+    }
+    kb->base = blk;
+    kb->cost = blk_cost;
+    kb->refs = 1; /* this registration's, until it is done */
+    account(s, blk_cost, 0);
   }
   account(s, waiter_size(n), 0);
   w->s = s;
@@ -620,7 +754,8 @@ int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
     if (kind == STORE_WAIT_EXISTS && entry_exists(e))
       continue;
     /* Created now, or by a repeat of the key earlier in the list. */
-    if (e == NULL && (e = get_or_create(s, keys[i].p, keys[i].n)) == NULL) {
+    if (e == NULL && (e = get_or_create_h(s, keys[i].p, keys[i].n, hashes[i],
+                                          kb)) == NULL) {
       w->remaining = 0;
       for (uint32_t j = 0; j < i; j++) {
         entry_t *je = w->nodes[j].e;
@@ -630,6 +765,12 @@ int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
         }
       }
       account(s, 0, waiter_size(n));
+      if (kb) {
+        /* Back to the caller: no entry uses it now. */
+        account(s, 0, kb->cost);
+        free(kb);
+      }
+      free(hashes);
       free(w);
       return RDZV_ENOMEM;
     }
@@ -640,9 +781,22 @@ int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
     e->waiters.prev = node;
     w->remaining++;
   }
+  free(hashes);
+  if (kb) {
+    if (adopted)
+      *adopted = 1;
+    keyblk_put(s, kb); /* the entries hold it now */
+  }
   s->nwaiters++;
   *out = w;
   return 0;
+}
+
+int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
+               int64_t threshold, store_wake_cb cb, void *data,
+               store_waiter_t **out) {
+  return store_wait_in(s, keys, n, kind, threshold, cb, data, out, NULL, 0,
+                       NULL);
 }
 
 void store_wait_cancel(store_waiter_t *w) {
@@ -691,6 +845,8 @@ int store_watch(store_t *s, const void *key, size_t klen, store_watch_cb cb,
   *out = w;
   return 0;
 }
+
+uint64_t store_watch_event_id(const store_watch_t *w) { return w->event; }
 
 void store_unwatch(store_watch_t *w) {
   entry_t *e;
@@ -827,10 +983,10 @@ void store_clear(store_t *s) {
       e->qhead = e->qtail = NULL;
       e->qlen = 0;
       if (e->has_val) {
-        account(s, 0, e->vlen);
-        free(e->val);
-        e->val = NULL;
-        e->vlen = 0;
+        account(s, 0, e->vcost);
+        free(e->valloc);
+        e->val = e->valloc = NULL;
+        e->vlen = e->vcost = 0;
         e->has_val = 0;
         s->nkeys--;
       }

@@ -58,6 +58,13 @@ int store_exists(store_t *s, const void *key, size_t klen);
  * budget full), RDZV_ENOMEM. */
 int store_set(store_t *s, const void *key, size_t klen, const void *val,
               size_t vlen);
+/* store_set without a copy: the value val[0..vlen) lies in alloc (a
+ * malloc'd block of cost bytes, such as the input buffer the request came
+ * in), which the store frees when the value goes; the value counts cost
+ * bytes against the bounds. RET 0 (the store owns alloc) or, with alloc
+ * still the caller's, RDZV_ETOOBIG, RDZV_ENOMEM, RDZV_EINVAL (cost < vlen). */
+int store_set_owned(store_t *s, const void *key, size_t klen, uint8_t *alloc,
+                    size_t cost, const uint8_t *val, size_t vlen);
 int store_append(store_t *s, const void *key, size_t klen, const void *val,
                  size_t vlen);
 /* The value is ASCII decimal; an absent key counts as 0.
@@ -107,6 +114,18 @@ enum {
 int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
                int64_t threshold, store_wake_cb cb, void *data,
                store_waiter_t **out);
+/* store_wait whose keys lie in blk, a malloc'd block of blk_cost bytes
+ * (the request they came in): the keys of the entries it creates stay
+ * there instead of being copied (a WAIT of 1,000 keys of 8 KiB: no 8 MiB
+ * copied into fresh memory), and the block counts blk_cost against the
+ * bounds until the last of them goes. It does so when every key lies in
+ * blk and the new entries' keys make most of it (all but a sixteenth);
+ * then, with 0 returned, *adopted is 1 and the store owns blk (frees it).
+ * Otherwise blk stays the caller's (*adopted 0). */
+int store_wait_in(store_t *s, const store_key_t *keys, uint32_t n, int kind,
+                  int64_t threshold, store_wake_cb cb, void *data,
+                  store_waiter_t **out, uint8_t *blk, size_t blk_cost,
+                  int *adopted);
 /* Unregister and free without calling cb. NULL is a no-op. */
 void store_wait_cancel(store_waiter_t *w);
 /* Keys still missing for w (diagnostics). */
@@ -126,6 +145,10 @@ typedef void (*store_watch_cb)(store_watch_t *w, int ev, const void *key,
 int store_watch(store_t *s, const void *key, size_t klen, store_watch_cb cb,
                 void *data, store_watch_t **out);
 void store_unwatch(store_watch_t *w);
+/* Inside its callback: the event being delivered, the same for every watch
+ * of that key and different for every event (a watcher's connection can
+ * share one encoding of a large event with the others). */
+uint64_t store_watch_event_id(const store_watch_t *w);
 
 /* ---- barriers --------------------------------------------------------------- */
 

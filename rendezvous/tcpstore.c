@@ -45,6 +45,7 @@ typedef struct cur_s {
   size_t n, pos;
   const ts_limits_t *lim;
   int err; /* CUR_* */
+  size_t want; /* CUR_MORE: the bytes the failed read needed in all */
 } cur_t;
 
 static int need(cur_t *c, uint64_t k) {
@@ -52,6 +53,7 @@ static int need(cur_t *c, uint64_t k) {
     return 0;
   if ((uint64_t)(c->n - c->pos) < k) {
     c->err = CUR_MORE;
+    c->want = k > SIZE_MAX - c->pos ? SIZE_MAX : c->pos + (size_t)k;
     return 0;
   }
   return 1;
@@ -91,7 +93,7 @@ static int rd_str(cur_t *c, uint64_t max, const uint8_t **p, uint64_t *len) {
 
 ssize_t ts_parse(int dialect, const uint8_t *buf, size_t n,
                  const ts_limits_t *lim, ts_req_t *out, size_t *needp) {
-  cur_t c = {buf, n, 1, lim, CUR_OK};
+  cur_t c = {buf, n, 1, lim, CUR_OK, 0};
   int op;
   uint64_t u;
 
@@ -174,7 +176,7 @@ ssize_t ts_parse(int dialect, const uint8_t *buf, size_t n,
     if (c.pos > lim->max_request)
       return TS_TOO_BIG;
     if (needp)
-      *needp = c.pos + 1;
+      *needp = c.want > c.pos + 1 ? c.want : c.pos + 1;
     return TS_NEED_MORE;
   }
   if (c.err)

@@ -214,6 +214,166 @@ static void test_pipelined(void) {
   rdzv_close(c);
 }
 
+/* Large values are kept in the buffer they arrived in (no copy): they
+ * read back byte for byte, alone or pipelined with the next request, and
+ * count against --max-store-bytes as copies did. */
+static void fill(uint8_t *p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 1103515245u + 12345u;
+    p[i] = (uint8_t)(seed >> 16);
+  }
+}
+
+static void test_large_values(void) {
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  enum { N = 3u << 20 };
+  uint8_t *a = malloc(N), *b = malloc(N);
+  const char *keys[] = {"big/b"};
+  rdzv_value_t got[1];
+  rdzv_client_t *c;
+  void *v = NULL;
+  size_t n = 0;
+  cfg.max_store_bytes = 8u << 20; /* two of them, not three */
+  test_server_start(&cfg);
+  c = connect_job("large", NULL);
+  fill(a, N, 1);
+  fill(b, N, 2);
+  ASSERT_OK(rdzv_set(c, "big/a", a, N, test_ms(5000)));
+  ASSERT_OK(rdzv_get(c, "big/a", &v, &n, 0));
+  ASSERT(n == N && memcmp(v, a, N) == 0);
+  rdzv_free(v);
+  /* replaced, and with a request right behind it in the same write */
+  ASSERT_OK(rdzv__set_multi_get(c, "big/a", b, N, keys, 0, got,
+                                test_ms(5000)));
+  ASSERT_OK(rdzv__set_multi_get(c, "big/b", a, N, keys, 1, got,
+                                test_ms(5000)));
+  ASSERT(got[0].len == N && memcmp(got[0].data, a, N) == 0);
+  rdzv_free(got[0].data);
+  ASSERT_OK(rdzv_get(c, "big/a", &v, &n, 0));
+  ASSERT(n == N && memcmp(v, b, N) == 0);
+  rdzv_free(v);
+  /* 6 MiB stored: a third value is over the 8 MiB, until one goes */
+  ASSERT_EQ(RDZV_ETOOBIG, rdzv_set(c, "big/c", a, N, test_ms(5000)));
+  ASSERT_OK(rdzv_delete(c, "big/b", test_ms(5000)));
+  ASSERT_OK(rdzv_set(c, "big/c", a, N, test_ms(5000)));
+  ASSERT_OK(rdzv_get(c, "big/c", &v, &n, 0));
+  ASSERT(n == N && memcmp(v, a, N) == 0);
+  rdzv_free(v);
+  rdzv_close(c);
+  test_server_stop();
+  free(a);
+  free(b);
+}
+
+/* A WAIT of many long keys (its keys are kept in the request's buffer,
+ * not copied): it wakes when the last key is set, times out when one is
+ * missing, and its keys count against --max-store-bytes. */
+enum { WK_N = 96, WK_LEN = 8192 };
+
+static char **long_keys(int n, char tag) {
+  char **k = calloc((size_t)n, sizeof(*k));
+  ASSERT(k != NULL);
+  for (int i = 0; i < n; i++) {
+    k[i] = malloc(WK_LEN + 1);
+    ASSERT(k[i] != NULL);
+    memset(k[i], tag, WK_LEN);
+    snprintf(k[i], 16, "k%05d", i);
+    k[i][strlen(k[i])] = tag;
+    k[i][WK_LEN] = '\0';
+  }
+  return k;
+}
+
+static void free_keys(char **k, int n) {
+  for (int i = 0; i < n; i++)
+    free(k[i]);
+  free(k);
+}
+
+typedef struct {
+  char **keys;
+  int n;
+} many_setter_t;
+
+static void *set_many_later(void *arg) {
+  many_setter_t *m = arg;
+  rdzv_client_t *c = connect_job("longwait", NULL);
+  usleep(200 * 1000);
+  for (int i = 0; i < m->n; i++)
+    ASSERT_OK(rdzv_set(c, m->keys[i], "v", 1, test_ms(5000)));
+  rdzv_close(c);
+  return NULL;
+}
+
+static void test_wait_long_keys(void) {
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  char **k = long_keys(WK_N, 'x'), **more = long_keys(3 * WK_N, 'y');
+  many_setter_t m = {k, WK_N};
+  rdzv_client_t *c;
+  pthread_t t;
+  void *v = NULL;
+  size_t n = 0;
+  cfg.max_store_bytes = 2u << 20;
+  test_server_start(&cfg);
+  c = connect_job("longwait", NULL);
+  /* 768 KiB of keys: one missing, it times out (and gives all back) */
+  ASSERT_OK(rdzv_set(c, k[0], "v", 1, test_ms(5000)));
+  ASSERT_EQ(-ETIMEDOUT, rdzv_wait(c, (const char *const *)k, WK_N, 300));
+  ASSERT_CONTAINS(rdzv_last_error(c), "missing");
+  /* set by another client meanwhile: woken by the last key */
+  pthread_create(&t, NULL, set_many_later, &m);
+  ASSERT_OK(rdzv_wait(c, (const char *const *)k, WK_N, test_ms(10000)));
+  pthread_join(t, NULL);
+  ASSERT_OK(rdzv_get(c, k[WK_N - 1], &v, &n, 0));
+  ASSERT(n == 1 && memcmp(v, "v", 1) == 0);
+  rdzv_free(v);
+  /* 2.3 MiB of keys waited for: over the 2 MiB store, refused now */
+  ASSERT_EQ(RDZV_ETOOBIG,
+            rdzv_wait(c, (const char *const *)more, 3 * WK_N, 300));
+  /* the first WAIT's keys still count until deleted: a third of those
+   * keys fits only once they go */
+  ASSERT_EQ(RDZV_ETOOBIG,
+            rdzv_wait(c, (const char *const *)more, 2 * WK_N, 300));
+  for (int i = 0; i < WK_N; i++)
+    ASSERT_EQ(1, rdzv_delete(c, k[i], test_ms(5000)));
+  ASSERT_EQ(-ETIMEDOUT,
+            rdzv_wait(c, (const char *const *)more, 2 * WK_N, 300));
+  rdzv_close(c);
+  test_server_stop();
+  free_keys(k, WK_N);
+  free_keys(more, 3 * WK_N);
+}
+
+/* An MGET or CHECK of many keys (a frame decoded without an object per
+ * key) answers for every key in order. */
+static void test_many_keys_list(void) {
+  enum { NK = 20000 };
+  rdzv_client_t *c = connect_job("keylist", NULL);
+  const char **keys = calloc(NK, sizeof(*keys));
+  rdzv_value_t *vals = calloc(NK, sizeof(*vals));
+  static const char *names[] = {"kl/a", "kl/bb", "kl/ccc"};
+  ASSERT(keys != NULL && vals != NULL);
+  ASSERT_OK(rdzv_set(c, "kl/a", "1", 1, test_ms(5000)));
+  ASSERT_OK(rdzv_set(c, "kl/bb", "22", 2, test_ms(5000)));
+  ASSERT_OK(rdzv_set(c, "kl/ccc", "333", 3, test_ms(5000)));
+  for (int i = 0; i < NK; i++)
+    keys[i] = names[(i * 7) % 3];
+  ASSERT_EQ(1, rdzv_check(c, keys, NK, test_ms(5000)));
+  ASSERT_OK(rdzv_multi_get(c, keys, NK, vals, test_ms(5000)));
+  for (int i = 0; i < NK; i++) {
+    int w = (i * 7) % 3;
+    ASSERT_EQ((size_t)w + 1, vals[i].len);
+    ASSERT(((char *)vals[i].data)[0] == (char)('1' + w));
+    rdzv_free(vals[i].data);
+  }
+  keys[NK - 1] = "kl/missing";
+  ASSERT_EQ(0, rdzv_check(c, keys, NK, test_ms(5000)));
+  ASSERT_EQ(-ETIMEDOUT, rdzv_multi_get(c, keys, NK, vals, 200));
+  rdzv_close(c);
+  free(keys);
+  free(vals);
+}
+
 static void test_isolation(void) {
   rdzv_client_t *a = connect_job("job-A", NULL), *b = connect_job("job-B", NULL);
   void *v;
@@ -331,10 +491,13 @@ int main(void) {
   test_barrier64();
   test_pipelined();
   test_isolation();
+  test_many_keys_list();
   test_from_env();
   test_progress();
   test_server_stop();
   test_auth();
+  test_large_values();
+  test_wait_long_keys();
   ASSERT_EQ(fds, test_fd_count());
   printf("test_native_ops: ok\n");
   return 0;

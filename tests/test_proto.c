@@ -103,6 +103,74 @@ static void test_decode_shape(void) {
   proto_msg_free(&m);
 }
 
+/* A request whose first argument is a list of keys decodes in one pass
+ * (proto_decode_keylist) to what proto_decode gives: the same header, the
+ * same keys in order (str, bin, empty), the same other arguments; other
+ * shapes and frames over the limits are left to proto_decode. */
+static void test_keylist(void) {
+  proto_enc_t e;
+  proto_msg_t m, k;
+  proto_limits_t small = lim;
+  const msgpack_object *items;
+  const uint8_t *pos;
+  uint32_t n;
+  int64_t v;
+  proto_enc_init(&e);
+  proto_enc_begin_msg(&e, 2, PROTO_REQUEST, 77, PROTO_OP_MGET);
+  msgpack_pack_array(&e.pk, 300);
+  for (int i = 0; i < 300; i++) {
+    char key[16];
+    snprintf(key, sizeof(key), "key/%d", i);
+    if (i == 5)
+      proto_pack_str(&e.pk, "");
+    else if (i % 2)
+      proto_pack_bytes(&e.pk, key, strlen(key));
+    else
+      proto_pack_str(&e.pk, key);
+  }
+  msgpack_pack_int64(&e.pk, -3);
+  ASSERT_EQ(0, proto_enc_end(&e));
+  ASSERT_EQ(0, proto_decode((uint8_t *)e.data + PROTO_HDR, e.len - PROTO_HDR, &lim, &m));
+  ASSERT_EQ(0, proto_decode_keylist((uint8_t *)e.data + PROTO_HDR, e.len - PROTO_HDR, &lim, &k));
+  ASSERT_EQ(PROTO_REQUEST, k.kind);
+  ASSERT_EQ(77, k.id);
+  ASSERT_EQ(PROTO_OP_MGET, k.op);
+  ASSERT_EQ(2, k.nargs);
+  ASSERT_EQ(300, k.nkeys);
+  ASSERT_EQ(0, proto_arg_i64(&k, 1, &v));
+  ASSERT_EQ(-3, v);
+  ASSERT_EQ(0, proto_arg_array(&m, 0, &items, &n));
+  ASSERT_EQ(300, n);
+  pos = k.keys;
+  for (uint32_t i = 0; i < n; i++) {
+    const char *p, *q;
+    size_t pl, ql;
+    proto_next_bytes(&pos, &p, &pl);
+    ASSERT_EQ(0, proto_obj_bytes(&items[i], &q, &ql));
+    ASSERT(p != NULL);
+    ASSERT_EQ(ql, pl);
+    ASSERT(memcmp(p, q, pl) == 0);
+  }
+  ASSERT(pos == (const uint8_t *)e.data + e.len - 1); /* then the -3 */
+  /* more items than the limit: proto_decode's to refuse */
+  small.max_items = 200;
+  ASSERT_EQ(RDZV_EPROTO, proto_decode_keylist((uint8_t *)e.data + PROTO_HDR, e.len - PROTO_HDR, &small, &k));
+  ASSERT_EQ(RDZV_ETOOBIG, proto_decode((uint8_t *)e.data + PROTO_HDR, e.len - PROTO_HDR, &small, &k));
+  proto_msg_free(&m);
+  proto_enc_destroy(&e);
+  /* a list with an integer in it, a frame without a list, a cut list */
+  {
+    static const uint8_t mixed[] = {0x94, 0x00, 0x01, 0x0c, 0x92, 0xa1, 'a', 0x01};
+    static const uint8_t nolist[] = {0x94, 0x00, 0x01, 0x0c, 0xa1, 'a'};
+    static const uint8_t cut[] = {0x94, 0x00, 0x01, 0x0c, 0x93, 0xa1, 'a'};
+    ASSERT_EQ(RDZV_EPROTO, proto_decode_keylist(mixed, sizeof(mixed), &lim, &k));
+    ASSERT_EQ(0, proto_decode(mixed, sizeof(mixed), &lim, &m));
+    proto_msg_free(&m);
+    ASSERT_EQ(RDZV_EPROTO, proto_decode_keylist(nolist, sizeof(nolist), &lim, &k));
+    ASSERT_EQ(RDZV_EPROTO, proto_decode_keylist(cut, sizeof(cut), &lim, &k));
+  }
+}
+
 static void test_mac(void) {
   uint8_t a[32], b[32], c[32], d[32];
   uint8_t nonce[PROTO_NONCE_LEN];
@@ -186,6 +254,7 @@ int main(void) {
   test_roundtrip();
   test_scan_rejects();
   test_decode_shape();
+  test_keylist();
   test_mac();
   test_names();
   printf("test_proto: ok\n");

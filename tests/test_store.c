@@ -263,6 +263,106 @@ static void test_waits_count(void) {
   store_free(t);
 }
 
+/* A WAIT's keys left in the block of its request (store_wait_in): the
+ * waiter wakes as a copied one does, the block counts against the bounds
+ * until the last entry that uses it goes, and a block the keys do not make
+ * most of stays the caller's. */
+static void test_wait_keys_in_block(void) {
+  enum { NK = 8, KL = 1024 };
+  store_t *s;
+  store_budget_t b = {0, 1 << 20};
+  store_waiter_t *w = NULL, *w2 = NULL;
+  store_key_t keys[NK];
+  size_t bsz = NK * (KL + 3) + 16;
+  uint8_t *blk = malloc(bsz), *small;
+  int hits = 0, adopted = -1;
+  size_t v;
+  ASSERT(blk != NULL);
+  ASSERT_EQ(0, store_new(1 << 20, &b, &s));
+  /* Keys laid out like a frame's: a few bytes of framing before each. */
+  memset(blk, 0, bsz);
+  for (int i = 0; i < NK; i++) {
+    uint8_t *p = blk + 16 + (size_t)i * (KL + 3);
+    memset(p, 'a' + i, KL);
+    keys[i].p = p;
+    keys[i].n = KL;
+  }
+  /* Over the store's bound: refused, the block still the caller's. */
+  {
+    store_t *t;
+    ASSERT_EQ(0, store_new(4096, NULL, &t));
+    ASSERT_EQ(RDZV_ETOOBIG, store_wait_in(t, keys, NK, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w, blk, bsz, &adopted));
+    ASSERT_EQ(0, adopted);
+    ASSERT_EQ(0, store_bytes(t));
+    store_free(t);
+  }
+  ASSERT_EQ(0, store_wait_in(s, keys, NK, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w, blk, bsz, &adopted));
+  ASSERT_EQ(1, adopted);
+  ASSERT_EQ(NK, store_wait_remaining(w));
+  /* Counted as the block (all of it) and each entry's bookkeeping. */
+  ASSERT(store_bytes(s) >= bsz + NK * 64);
+  ASSERT_EQ(store_bytes(s), b.used);
+  /* A second waiter on the same keys finds the entries (their keys in the
+   * block) by a key of its own. */
+  {
+    char k3[KL];
+    memset(k3, 'a' + 3, KL);
+    ASSERT_EQ(0, store_wait(s, (store_key_t[]){{k3, KL}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w2));
+    for (int i = 0; i < NK; i++) {
+      char k[KL];
+      memset(k, 'a' + i, KL);
+      ASSERT_EQ(i <= 3 ? 0 : 1, hits); /* w2 wakes with key 3 */
+      ASSERT_EQ(0, store_set(s, k, KL, "v", 1));
+    }
+    ASSERT_EQ(2, hits); /* w with the last */
+    ASSERT(store_get(s, k3, KL, &v) != NULL && v == 1);
+    /* The values keep their entries, and the entries the block. */
+    ASSERT(store_bytes(s) >= bsz);
+    for (int i = 0; i < NK - 1; i++) {
+      char k[KL];
+      memset(k, 'a' + i, KL);
+      ASSERT_EQ(1, store_delete(s, k, KL));
+    }
+    ASSERT(store_bytes(s) >= bsz);
+    memset(k3, 'a' + NK - 1, KL);
+    ASSERT_EQ(1, store_delete(s, k3, KL));
+  }
+  ASSERT_EQ(0, store_bytes(s));
+  ASSERT_EQ(0, b.used);
+  /* Keys that make little of the block: copied (counted as copies), the
+   * block the caller's (freed here: ASan would see a double free). */
+  small = malloc(64 << 10);
+  ASSERT(small != NULL);
+  memset(small, 'q', KL);
+  ASSERT_EQ(0, store_wait_in(s, (store_key_t[]){{small, KL}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w, small, 64 << 10, &adopted));
+  ASSERT_EQ(0, adopted);
+  ASSERT(store_bytes(s) >= KL && store_bytes(s) < 4 * KL);
+  memset(small, 0, KL);
+  free(small);
+  {
+    char k[KL];
+    memset(k, 'q', KL);
+    ASSERT_EQ(0, store_set(s, k, KL, "v", 1));
+    ASSERT_EQ(3, hits);
+    ASSERT_EQ(1, store_delete(s, k, KL));
+  }
+  ASSERT_EQ(0, store_bytes(s));
+  /* A cancelled waiter frees the block it kept (ASan: no leak). */
+  blk = malloc(bsz);
+  ASSERT(blk != NULL);
+  for (int i = 0; i < NK; i++) {
+    uint8_t *p = blk + 16 + (size_t)i * (KL + 3);
+    memset(p, 'A' + i, KL);
+    keys[i].p = p;
+  }
+  ASSERT_EQ(0, store_wait_in(s, keys, NK, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w, blk, bsz, &adopted));
+  ASSERT_EQ(1, adopted);
+  store_wait_cancel(w);
+  ASSERT_EQ(0, store_bytes(s));
+  ASSERT_EQ(0, b.used);
+  store_free(s);
+}
+
 static void test_many_keys(void) {
   store_t *s;
   char k[32];
@@ -289,6 +389,7 @@ int main(void) {
   test_watch_and_barrier();
   test_limits();
   test_waits_count();
+  test_wait_keys_in_block();
   test_many_keys();
   printf("test_store: ok\n");
   return 0;

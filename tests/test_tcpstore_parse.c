@@ -32,8 +32,12 @@ static void str(buf_t *b, const char *s) {
 static ts_req_t parse_all(int dialect, const buf_t *b) {
   ts_req_t r;
   size_t need;
-  for (size_t i = 0; i < b->n; i++)
+  for (size_t i = 0; i < b->n; i++) {
     ASSERT_EQ(TS_NEED_MORE, ts_parse(dialect, b->b, i, &lim, &r, &need));
+    /* a lower bound of the whole request: more than is there, never more
+     * than the request (the server sizes its buffer by it) */
+    ASSERT(need > i && need <= b->n);
+  }
   ASSERT_EQ((ssize_t)b->n, ts_parse(dialect, b->b, b->n, &lim, &r, &need));
   ASSERT_EQ(b->n, r.size);
   return r;

@@ -228,6 +228,75 @@ static void test_v1(int port) {
   close(watcher);
 }
 
+/* Large 1.13 watch events (written to each watcher in its own turn) reach
+ * every watcher byte for byte and in order, small events between them
+ * included. */
+static void send_all(int fd, const void *p, size_t n) {
+  const uint8_t *q = p;
+  while (n > 0) {
+    ssize_t k = send(fd, q, n, MSG_NOSIGNAL);
+    ASSERT(k > 0);
+    q += k;
+    n -= (size_t)k;
+  }
+}
+
+static void set_v1(int fd, const char *key, const uint8_t *v, size_t n) {
+  buf_t b = {{0}, 0};
+  uint8_t len[8];
+  u8(&b, 0);
+  str(&b, key);
+  send_buf(fd, &b);
+  for (int i = 0; i < 8; i++)
+    len[i] = (uint8_t)((uint64_t)n >> (8 * i));
+  send_all(fd, len, 8);
+  send_all(fd, v, n);
+}
+
+static void expect_big(int fd, const uint8_t *want, size_t n) {
+  uint8_t *got = malloc(n ? n : 1);
+  ASSERT(got != NULL);
+  ASSERT_EQ(n, rd_u64(fd));
+  ASSERT_EQ(0, test_read_exact(fd, got, n, test_ms(5000)));
+  ASSERT(memcmp(got, want, n) == 0);
+  free(got);
+}
+
+static void test_v1_large_events(int port) {
+  enum { NA = 300 << 10, NB = 600 << 10, NW = 3 };
+  buf_t b = {{0}, 0};
+  int fd = test_connect(port), w[NW];
+  uint8_t *va = malloc(NA), *vb = malloc(NB);
+  ASSERT(va != NULL && vb != NULL);
+  for (size_t i = 0; i < NA; i++)
+    va[i] = (uint8_t)(i * 7 + 1);
+  for (size_t i = 0; i < NB; i++)
+    vb[i] = (uint8_t)(i * 13 + 5);
+  for (int i = 0; i < NW; i++) {
+    w[i] = test_connect(port);
+    u8(&b, 7); str(&b, "/big");
+    send_buf(w[i], &b);
+    ASSERT_EQ(3, rd_u8(w[i]));
+  }
+  set_v1(fd, "/big", va, NA);
+  set_v1(fd, "/big", (const uint8_t *)"s", 1);
+  set_v1(fd, "/big", vb, NB);
+  u8(&b, 8); str(&b, "/big");
+  send_buf(fd, &b);
+  ASSERT_EQ(1, rd_u64(fd));
+  for (int i = 0; i < NW; i++) {
+    ASSERT_EQ(1, rd_u8(w[i])); expect_bytes(w[i], "/big"); expect_bytes(w[i], ""); expect_big(w[i], va, NA);
+    ASSERT_EQ(0, rd_u8(w[i])); expect_bytes(w[i], "/big"); expect_big(w[i], va, NA); expect_bytes(w[i], "s");
+    ASSERT_EQ(0, rd_u8(w[i])); expect_bytes(w[i], "/big"); expect_bytes(w[i], "s"); expect_big(w[i], vb, NB);
+    ASSERT_EQ(2, rd_u8(w[i])); expect_bytes(w[i], "/big"); expect_big(w[i], vb, NB); expect_bytes(w[i], "");
+    ASSERT(nothing_pending(w[i], 100));
+    close(w[i]);
+  }
+  close(fd);
+  free(va);
+  free(vb);
+}
+
 /* Keys written through one dialect are seen through the others. */
 static void test_cross_dialect(int port) {
   rdzv_options_t o = RDZV_OPTIONS_INIT;
@@ -314,6 +383,7 @@ int main(void) {
   port = test_server_start(NULL);
   test_v2(port);
   test_v1(port);
+  test_v1_large_events(port);
   test_cross_dialect(port);
   test_server_stop();
   test_token_policy();
