@@ -153,6 +153,7 @@ typedef struct proto_enc_s {
   char *data;
   size_t len, cap;
   int oom;            /* an allocation failed; the buffer is incomplete */
+  int toobig;         /* a str or bin over 4 GiB: the frame is dropped */
   msgpack_packer pk;
   size_t frame_start;
 } proto_enc_t;
@@ -171,6 +172,20 @@ void proto_enc_begin_msg(proto_enc_t *e, uint32_t nargs, int kind,
 int proto_enc_end(proto_enc_t *e);
 /* Append raw bytes (the magic). RET 0 or RDZV_ENOMEM. */
 int proto_enc_raw(proto_enc_t *e, const void *p, size_t n);
+/* The same elements written straight into the encoder's buffer (one
+ * reserve, one copy; msgpack's shortest forms, as msgpack-c writes them):
+ * a str of n bytes, a bin, an integer. */
+void proto_enc_str(proto_enc_t *e, const char *s, size_t n);
+void proto_enc_bin(proto_enc_t *e, const void *p, size_t n);
+void proto_enc_int(proto_enc_t *e, int64_t v);
+/* A whole frame [kind, id, op, key (str), value (bin) or v (int)], the
+ * length patched (no proto_enc_end needed), with one reserve: the set and
+ * get of librdzv's hot path. RET 0, RDZV_ENOMEM or RDZV_ETOOBIG (a body
+ * over 4 GiB); on failure nothing is added to e. */
+int proto_enc_key_bin(proto_enc_t *e, int kind, uint64_t id, int64_t op,
+                      const char *k, size_t kn, const void *v, size_t vn);
+int proto_enc_key_int(proto_enc_t *e, int kind, uint64_t id, int64_t op,
+                      const char *k, size_t kn, int64_t v);
 void proto_pack_bytes(msgpack_packer *pk, const void *p, size_t n); /* bin */
 void proto_pack_str(msgpack_packer *pk, const char *s);
 
