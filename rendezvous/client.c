@@ -51,6 +51,7 @@ struct rdzv_client_s {
   proto_limits_t lim;
   int io_timeout_ms;
   int rcv_ms;         /* SO_RCVTIMEO now set on fd (0: none) */
+  uint32_t features;  /* the server's PROTO_FEAT_* (its CHALLENGE) */
   char last_error[512];
   char endpoint[300];
   /* rdzv_set_nowait: nq of the sets are still in enc (unsent); nw (in
@@ -333,13 +334,29 @@ static int send_built(rdzv_client_t *c, int64_t deadline) {
   return 0;
 }
 
+static void nowait_pop(rdzv_client_t *c) {
+  c->nw_head++;
+  if (--c->nw_len == 0)
+    c->nw_head = 0;
+}
+
 /* The reply of a set sent without waiting: keep its failure for the next
  * call. RET 1 when m was that reply, 0 when not, RDZV_EPROTO when it
- * answers a request sent after the oldest set still unanswered. */
+ * answers a request sent after the oldest set still unanswered.
+ * With SETQ (a server offering PROTO_FEAT_SETQ) only a failed set is
+ * answered, and in order: a reply to a later request tells that every set
+ * before it was stored. */
 static int nowait_reply(rdzv_client_t *c, const proto_msg_t *m) {
   nowait_t *w;
   if (m->kind != PROTO_REPLY || c->nw_len == 0)
     return 0;
+  if (c->features & PROTO_FEAT_SETQ) {
+    while (c->nw_len > 0 && c->nw[c->nw_head].id < m->id &&
+           m->id <= c->next_id)
+      nowait_pop(c);
+    if (c->nw_len == 0 || c->nw[c->nw_head].id != m->id)
+      return 0;
+  }
   w = &c->nw[c->nw_head];
   if (m->id != w->id) {
     if (m->id > w->id && m->id <= c->next_id) {
@@ -363,9 +380,7 @@ static int nowait_reply(rdzv_client_t *c, const proto_msg_t *m) {
              "waiting failed (%s): %.*s", w->key, rdzv_err_name((int)m->op),
              (int)LU_MIN(n, 200), msg);
   }
-  c->nw_head++;
-  if (--c->nw_len == 0)
-    c->nw_head = 0;
+  nowait_pop(c);
   return 1;
 }
 
@@ -650,6 +665,7 @@ static int handshake(rdzv_client_t *c, const rdzv_options_t *o, int64_t dl) {
     rdzv__set_error(c, "the server at %s %s", c->endpoint, err);
     return rc;
   }
+  c->features = h.features;
   frame_consume(c, len);
   id = req_begin(c, PROTO_OP_HELLO, 5);
   proto_hello_pack(&h, &c->enc.pk);
@@ -849,7 +865,9 @@ int rdzv_set_nowait(rdzv_client_t *c, const char *key, const void *val,
     proto_enc_reset(&c->enc);
   w = &c->nw[c->nw_head + c->nw_len];
   w->id = c->next_id + 1;
-  if ((rc = proto_enc_key_bin(&c->enc, PROTO_REQUEST, w->id, PROTO_OP_SET,
+  if ((rc = proto_enc_key_bin(&c->enc, PROTO_REQUEST, w->id,
+                              (c->features & PROTO_FEAT_SETQ) ? PROTO_OP_SETQ
+                                                              : PROTO_OP_SET,
                               key, kn, val, len)) != 0)
     return rc; /* this frame was not added; the queued ones stay whole */
   c->next_id++;
@@ -872,6 +890,15 @@ int rdzv_flush(rdzv_client_t *c, int timeout_ms) {
   if (c->fd < 0) {
     rdzv__set_error(c, "connection to %s is closed", c->endpoint);
     return RDZV_ECLOSED;
+  }
+  if ((c->features & PROTO_FEAT_SETQ) && c->nw_len > 0) {
+    /* Sets answered only when they fail: a PING behind them, whose reply
+     * comes after every failure's. */
+    reply_t r;
+    uint64_t id = req_begin(c, PROTO_OP_PING, 0);
+    rc = rpc(c, id, deadline, &r);
+    reply_done(c, &r);
+    return rc;
   }
   if (c->nq > 0) {
     if ((rc = send_built(c, deadline)) != 0)

@@ -800,6 +800,11 @@ int proto_hello_challenge(proto_hello_t *h, const proto_msg_t *m, char *err,
   }
   if (m->nargs > 2 && m->args[2].type == MSGPACK_OBJECT_BOOLEAN)
     auth_required = m->args[2].via.boolean;
+  /* Features: a server before them sends none; bits unknown here are not
+   * used. */
+  h->features = 0;
+  if (m->nargs > 3 && m->args[3].type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+    h->features = (uint32_t)(m->args[3].via.u64 & PROTO_FEATURES);
   if (auth_required && h->token == NULL) {
     lu_errf(err, errcap, "requires a token: give the job's key or the "
             "server's token (--token-file, LAUNCH_RDZV_TOKEN_FILE)");

@@ -45,6 +45,7 @@ enum { PROTO_REQUEST = 0, PROTO_REPLY = 1, PROTO_PUSH = 2 };
   XX(BARRIER, 14, "barrier")                                                   \
   XX(LIST, 15, "list_keys")                                                    \
   XX(CANCEL, 16, "cancel")                                                     \
+  XX(SETQ, 17, "set_quiet")                                                   \
   XX(JOIN, 32, "rdzv_join")                                                    \
   XX(HEARTBEAT, 33, "rdzv_heartbeat")                                          \
   XX(LEAVE, 34, "rdzv_leave")                                                  \
@@ -58,6 +59,11 @@ typedef enum {
 #undef PROTO_XX
   PROTO_OP_MAX_ = 64
 } proto_op_t;
+
+/* Features a server offers, in its CHALLENGE (a bit mask after
+ * auth_required; absent from servers older than the first feature: 0). */
+#define PROTO_FEAT_SETQ 1u /* SETQ: a set answered only when it fails */
+#define PROTO_FEATURES PROTO_FEAT_SETQ /* what this build's server offers */
 
 /* Push events (server -> client). */
 #define PROTO_EV_MAP(XX)                                                       \
@@ -216,6 +222,7 @@ typedef struct proto_hello_s {
   size_t token_len;
   uint8_t cnonce[PROTO_NONCE_LEN];
   uint8_t proof[PROTO_MAC_LEN];
+  uint32_t features;           /* OUT: the server's PROTO_FEAT_* bits */
 } proto_hello_t;
 
 /* Check the server's CHALLENGE push and compute the proof.
