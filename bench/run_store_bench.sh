@@ -29,7 +29,7 @@
 # (tcpstore-v1 for PyTorch 1.13, the Debian package here; tcpstore-v2 for a
 # PyTorch 2.x) against torch's server, the same against ours, then the
 # native client (librdzv: rdzv_set_nowait then rdzv_get, one write and one
-# wait per pair, the set answered too) and the TCPStore client in the other
+# wait per pair, the set answered only if it fails) and the TCPStore client in the other
 # numbering against ours. It prints each run, then markdown tables (ops/s, p50, p99,
 # ours/torch; CPU per pair). Every process it starts is killed by pid on
 # exit. Only 127.0.0.1 is used.
@@ -203,7 +203,8 @@ done
 echo
 echo "Client: $ts ${BENCH_ARGS:+$BENCH_ARGS }for torch and ours;" \
      "ours also with $alt and native (librdzv: rdzv_set_nowait then" \
-     "rdzv_get, written together, both answered: one round trip a pair," \
+     "rdzv_get, written together, the set answered only if it fails: one" \
+     "round trip a pair," \
      "as the TCPStore client's SET+GET)."
 echo
 echo "| clients | torch $torch_version ops/s | p50 us | p99 us | ours ops/s |" \

@@ -4,10 +4,11 @@
  *
  *   native       the launch server's protocol, through librdzv:
  *                rdzv_set_nowait then rdzv_get (no server-side wait), both
- *                frames in one write and one wait for the two replies (the
- *                set is answered too and its reply checked): one round trip
- *                per pair, as TCPStore's; --native-rtt2: rdzv_set, then
- *                rdzv_get: two round trips;
+ *                frames in one write and one wait for the get's reply (the
+ *                set is a SETQ, answered only if it fails, as TCPStore's
+ *                SET; an older server answers it and its reply is
+ *                checked): one round trip per pair, as TCPStore's;
+ *                --native-rtt2: rdzv_set, then rdzv_get: two round trips;
  *   tcpstore-v1  PyTorch 1.13's TCPStore numbering (SET=0, GET=2);
  *   tcpstore-v2  PyTorch >= 2.2's numbering (SET=1, GET=3), VALIDATE first.
  *
@@ -610,7 +611,7 @@ int main(int argc, char **argv) {
          o->dialect != D_NATIVE ? "set+get written together: 1 round trip"
          : o->native_rtt2 ? "set, its reply, then get: 2 round trips per pair"
                           : "set (rdzv_set_nowait) and get written together, "
-                            "both answered: 1 round trip",
+                            "the set answered only if it fails: 1 round trip",
          o->torch_get ? " (+WAIT and its answer before GET: 2 round trips)"
                       : "");
   printf("  warmup %.1f s (%llu pairs), measured %.2f s: %zu pairs, %.0f "

@@ -23,7 +23,11 @@
  * - proto_decode_keylist accepts only frames proto_decode accepts whose
  *   first argument is a list of strings or binaries, with the same header
  *   and other arguments, and proto_next_bytes walks exactly that list's
- *   items, inside the frame. */
+ *   items, inside the frame;
+ * - a message of strings, binaries and integers written again by the
+ *   encoder's own writers (proto_enc_begin_msg, proto_enc_str/_bin/_int,
+ *   proto_pack_str/_bytes, proto_enc_key_bin/_int) is byte for byte what
+ *   msgpack-c's packer writes. */
 #include "fuzz.h"
 #include "proto.h"
 
@@ -271,6 +275,89 @@ static void same_as_keylist(const uint8_t *body, size_t n, int rc,
   proto_msg_free(&k);
 }
 
+/* The encoder's own writers (proto_enc_begin_msg, proto_enc_str/_bin/_int,
+ * proto_pack_str/_bytes, proto_enc_key_bin/_int) write a decoded message
+ * of strings, binaries and integers again as msgpack-c's packer does. */
+static void check_encoders(const proto_msg_t *m) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  proto_enc_t e, k;
+  uint32_t i;
+  for (i = 0; i < m->nargs; i++) {
+    msgpack_object_type t = m->args[i].type;
+    if (t != MSGPACK_OBJECT_STR && t != MSGPACK_OBJECT_BIN &&
+        t != MSGPACK_OBJECT_NEGATIVE_INTEGER &&
+        !(t == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+          m->args[i].via.u64 <= (uint64_t)INT64_MAX))
+      return;
+  }
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  proto_enc_init(&e);
+  proto_enc_init(&k);
+  msgpack_pack_array(&pk, 3 + m->nargs);
+  msgpack_pack_uint64(&pk, (uint64_t)m->kind);
+  msgpack_pack_uint64(&pk, m->id);
+  msgpack_pack_int64(&pk, m->op);
+  proto_enc_begin_msg(&e, m->nargs, m->kind, m->id, m->op);
+  for (i = 0; i < m->nargs; i++) {
+    const msgpack_object *o = &m->args[i];
+    const char *p = NULL;
+    size_t n = 0;
+    int64_t v = 0;
+    if (proto_obj_bytes(o, &p, &n) == 0) {
+      if (o->type == MSGPACK_OBJECT_STR) {
+        char *z = malloc(n + 1);
+        FUZZ_CHECK(z != NULL);
+        memcpy(z, p, n);
+        z[n] = '\0';
+        msgpack_pack_str(&pk, n);
+        msgpack_pack_str_body(&pk, p, n);
+        /* proto_pack_str stops at a NUL: only a string without one. */
+        if (memchr(p, '\0', n) == NULL && i % 2 == 0)
+          proto_pack_str(&e.pk, z);
+        else
+          proto_enc_str(&e, p, n);
+        free(z);
+      } else {
+        msgpack_pack_bin(&pk, n);
+        msgpack_pack_bin_body(&pk, p, n);
+        if (i % 2 == 0)
+          proto_pack_bytes(&e.pk, p, n);
+        else
+          proto_enc_bin(&e, p, n);
+      }
+    } else {
+      FUZZ_CHECK(proto_obj_i64(o, &v) == 0);
+      msgpack_pack_int64(&pk, v);
+      proto_enc_int(&e, v);
+    }
+  }
+  FUZZ_CHECK(proto_enc_end(&e) == 0);
+  FUZZ_CHECK(e.len == PROTO_HDR + sb.size);
+  FUZZ_CHECK(proto_get_len((const uint8_t *)e.data) == sb.size);
+  FUZZ_CHECK(memcmp(e.data + PROTO_HDR, sb.data, sb.size) == 0);
+  if (m->nargs == 2 && m->args[0].type == MSGPACK_OBJECT_STR) {
+    const char *kp, *vp;
+    size_t kn, vn;
+    int64_t v;
+    FUZZ_CHECK(proto_obj_bytes(&m->args[0], &kp, &kn) == 0);
+    if (m->args[1].type == MSGPACK_OBJECT_BIN) {
+      FUZZ_CHECK(proto_obj_bytes(&m->args[1], &vp, &vn) == 0);
+      FUZZ_CHECK(proto_enc_key_bin(&k, m->kind, m->id, m->op, kp, kn, vp,
+                                   vn) == 0);
+    } else if (proto_obj_i64(&m->args[1], &v) == 0) {
+      FUZZ_CHECK(proto_enc_key_int(&k, m->kind, m->id, m->op, kp, kn, v) ==
+                 0);
+    }
+    if (k.len > 0)
+      FUZZ_CHECK(k.len == e.len && memcmp(k.data, e.data, e.len) == 0);
+  }
+  proto_enc_destroy(&e);
+  proto_enc_destroy(&k);
+  msgpack_sbuffer_destroy(&sb);
+}
+
 static void one_frame(const uint8_t *body, size_t n) {
   proto_msg_t m;
   int scan = proto_scan(body, n, &srv_lim);
@@ -315,6 +402,7 @@ static void one_frame(const uint8_t *body, size_t n) {
   proto_op_name((int)m.op);
   proto_ev_name((int)m.op);
   check_args(&m, body, n);
+  check_encoders(&m);
   for (uint32_t i = 0; i < m.nargs; i++)
     check_map(&m.args[i]);
   proto_msg_free(&m);

@@ -8,6 +8,8 @@
  * the input), then the server's stream: length-prefixed msgpack frames.
  *
  * Invariants checked:
+ * - the features it gives are the challenge's (after auth_required) that
+ *   this build knows, 0 when there are none;
  * - proto_hello_challenge() accepts exactly a CHALLENGE push with a 32-byte
  *   nonce, and refuses it (RDZV_EAUTH) when the server asks for a token and
  *   the client has none; a refusal comes with a message;
@@ -107,6 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n, nn;
   char err[256], job[256] = "fuzz-job";
   int flags, rc, is_challenge, auth = 0;
+  uint32_t feats = 0;
 
   if (size < 1)
     return 0;
@@ -139,6 +142,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(nonce, np, PROTO_NONCE_LEN);
     auth = m.nargs > 2 && m.args[2].type == MSGPACK_OBJECT_BOOLEAN &&
            m.args[2].via.boolean;
+    if (m.nargs > 3 && m.args[3].type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+      feats = (uint32_t)(m.args[3].via.u64 & PROTO_FEATURES);
   }
   err[0] = '\0';
   rc = proto_hello_challenge(&h, &m, err, sizeof(err));
@@ -153,6 +158,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   FUZZ_CHECK(rc == 0);
+  /* Only the features this build knows, and only when offered. */
+  FUZZ_CHECK(h.features == feats);
   check_hello(&h, nonce);
 
   /* HELLO's reply. */

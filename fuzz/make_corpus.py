@@ -88,7 +88,7 @@ REQ, REPLY, PUSH = 0, 1, 2
 OP = dict(HELLO=1, PING=2, SET=3, GET=4, CHECK=5, ADD=6, CAS=7, WAIT=8,
           DELETE=9, NUMKEYS=10, APPEND=11, MGET=12, MSET=13, BARRIER=14,
           LIST=15, CANCEL=16, JOIN=32, HEARTBEAT=33, LEAVE=34, REPORT=35,
-          STATUS=36, SUBSCRIBE=37)
+          STATUS=36, SUBSCRIBE=37, SETQ=17)
 VAL = Bin(b"v" * 64)
 NONCE = Bin(bytes(range(32)))
 
@@ -109,6 +109,7 @@ def native_seeds():
         "ping": req(2, "PING"),
         "set": req(3, "SET", "/key", VAL),
         "set_empty": req(3, "SET", "", Bin(b"")),
+        "setq": req(3, "SETQ", "/key", VAL),
         "get": req(4, "GET", "/key", 30000),
         "get_nowait": req(4, "GET", "/key", 0),
         "get_forever": req(4, "GET", "/key", -1),
@@ -143,6 +144,8 @@ def native_seeds():
     s["session"] = hello + b"".join(ops.values())
     # What a client decodes: the challenge push and replies.
     s["push_challenge"] = frame(mp([PUSH, 0, 1, NONCE, 1, False]))
+    s["push_challenge_features"] = frame(
+        mp([PUSH, 0, 1, NONCE, 1, False, 0xFFFFFFFF]))
     s["reply_ok"] = frame(mp([REPLY, 3, 0]))
     s["reply_value"] = frame(mp([REPLY, 4, 0, VAL]))
     s["reply_values"] = frame(mp([REPLY, 12, 0, [VAL, None, Bin(b"")]]))
@@ -194,6 +197,11 @@ def native_seeds():
                               mp(OP["GET"]) + b"\xa2/k")
     s["flat_set_get"] = (req(3, "SET", "/bench/0/1", VAL) +
                          req(4, "GET", "/bench/0/1", 0))
+    # A header's id in each uint form, a negative op.
+    s["flat_header_ids"] = (req(200, "SETQ", "/k", VAL) +
+                            req(70000, "GET", "/k", 0) +
+                            req(5000000000, "PING") +
+                            frame(mp([REQ, 2**64 - 1, -5, "/k"])))
     s["flat_cut_str"] = frame(mp([REQ, 3, OP["SET"], "/k", VAL])[:-3] +
                               b"\xc0\xc0\xc0")
     s["flat_cut_int"] = frame(b"\x94\x00\x01\x02\xcf\x00")
@@ -421,6 +429,11 @@ def hello_seeds():
         return frame(mp([REPLY, 1, 0] + list(res)))
     s = {}
     s["open_server"] = b"\x00" + challenge(False) + reply(None)
+    s["features"] = (b"\x00" + frame(mp([PUSH, 0, 1, NONCE, 1, False, 1]))
+                     + reply(None))
+    s["features_unknown"] = (b"\x00" +
+                             frame(mp([PUSH, 0, 1, NONCE, 1, False, 2**40 + 3]))
+                             + reply(None))
     s["token_wrong_proof"] = b"\x01" + challenge(True) + reply(Bin(bytes(32)))
     s["token_right_proof"] = b"\x03" + challenge(True) + reply(Bin(bytes(32)))
     s["token_needed"] = b"\x00" + challenge(True)

@@ -156,12 +156,15 @@ RDZV_EXTERN int rdzv_set(rdzv_client_t *c, const char *key, const void *val,
  * then rdzv_get(c, "k", ...) costs one round trip and the get sees the
  * value (as PyTorch's TCPStore client writes SET and GET back to back).
  *
- * Their replies are read by the next call, before its own. When one of the
- * sets failed (a full store, a value over the limit), that call returns
+ * The server answers such a set only when it fails (SETQ, when the server
+ * offers it; older servers answer each SET, read by the next call before
+ * its own reply). When one of the sets failed (a full store, a value over
+ * the limit), the next call returns
  * RDZV_EDEFERRED and rdzv_last_error names the key and the server's reason;
  * its own request was still sent and carried out by the server, but its
  * outputs are not set. One failure is reported once; later sets are not
- * undone. rdzv_flush sends the queue and waits for every reply.
+ * undone. rdzv_flush sends the queue and waits until the server has run
+ * every set (a PING behind them, or every set's reply).
  *
  * At most 256 sets (or 64 KiB of them) are queued: the set that passes
  * either bound flushes (as rdzv_flush with the io timeout) and returns its
@@ -175,7 +178,7 @@ RDZV_EXTERN int rdzv_set(rdzv_client_t *c, const char *key, const void *val,
 RDZV_EXTERN int rdzv_set_nowait(rdzv_client_t *c, const char *key,
                                 const void *val, size_t len);
 
-/* Send the queued sets and wait up to timeout_ms for every reply.
+/* Send the queued sets and wait up to timeout_ms until the server ran them.
  * RET 0, RDZV_EDEFERRED (one failed: rdzv_last_error says which), or the
  * connection's error (-ETIMEDOUT, RDZV_ECLOSED, RDZV_EPROTO). */
 RDZV_EXTERN int rdzv_flush(rdzv_client_t *c, int timeout_ms);

@@ -47,10 +47,11 @@ struct rdzv_client_s {
   uint64_t next_id;
   proto_enc_t enc;
   uint8_t *in;
-  size_t in_len, in_cap;
+  size_t in_off, in_len, in_cap; /* unread replies: in[in_off..in_len) */
   proto_limits_t lim;
   int io_timeout_ms;
   int rcv_ms;         /* SO_RCVTIMEO now set on fd (0: none) */
+  uint32_t features;  /* the server's PROTO_FEAT_* (its CHALLENGE) */
   char last_error[512];
   char endpoint[300];
   /* rdzv_set_nowait: nq of the sets are still in enc (unsent); nw (in
@@ -239,32 +240,38 @@ static ssize_t io_recv(rdzv_client_t *c, uint8_t *buf, size_t cap,
 static int read_frame(rdzv_client_t *c, int64_t deadline, const uint8_t **body,
                       uint32_t *len) {
   for (;;) {
-    if (c->in_len >= PROTO_HDR) {
-      uint32_t l = proto_get_len(c->in);
+    size_t have = c->in_len - c->in_off, need = 0;
+    if (have >= PROTO_HDR) {
+      uint32_t l = proto_get_len(c->in + c->in_off);
       if (l > MAX_REPLY) {
         rdzv__set_error(c, "server sent a frame of %u bytes", l);
         return RDZV_EPROTO;
       }
-      if (c->in_len - PROTO_HDR >= l) {
-        *body = c->in + PROTO_HDR;
+      if (have - PROTO_HDR >= l) {
+        *body = c->in + c->in_off + PROTO_HDR;
         *len = l;
         return 0;
       }
-      if (c->in_cap < (size_t)l + PROTO_HDR) {
-        uint8_t *nb = realloc(c->in, (size_t)l + PROTO_HDR);
+      need = (size_t)l + PROTO_HDR;
+    }
+    /* Room to read into: move what is left to the front only now, not
+     * after every frame. */
+    if (c->in_cap - c->in_len < 4096 || c->in_cap - c->in_off < need) {
+      size_t ncap = c->in_cap ? c->in_cap : 8192;
+      if (c->in_off > 0) {
+        memmove(c->in, c->in + c->in_off, have);
+        c->in_len = have;
+        c->in_off = 0;
+      }
+      while (ncap < need || ncap - c->in_len < 4096)
+        ncap *= 2;
+      if (ncap != c->in_cap) {
+        uint8_t *nb = realloc(c->in, ncap);
         if (nb == NULL)
           return RDZV_ENOMEM;
         c->in = nb;
-        c->in_cap = (size_t)l + PROTO_HDR;
+        c->in_cap = ncap;
       }
-    }
-    if (c->in_cap - c->in_len < 4096) {
-      size_t ncap = c->in_cap ? c->in_cap * 2 : 8192;
-      uint8_t *nb = realloc(c->in, ncap);
-      if (nb == NULL)
-        return RDZV_ENOMEM;
-      c->in = nb;
-      c->in_cap = ncap;
     }
     {
       ssize_t r = io_recv(c, c->in + c->in_len, c->in_cap - c->in_len,
@@ -277,9 +284,9 @@ static int read_frame(rdzv_client_t *c, int64_t deadline, const uint8_t **body,
 }
 
 static void frame_consume(rdzv_client_t *c, uint32_t len) {
-  size_t n = PROTO_HDR + (size_t)len;
-  memmove(c->in, c->in + n, c->in_len - n);
-  c->in_len -= n;
+  c->in_off += PROTO_HDR + (size_t)len;
+  if (c->in_off == c->in_len)
+    c->in_off = c->in_len = 0;
 }
 
 /* ---- requests ---------------------------------------------------------------------- */
@@ -327,13 +334,29 @@ static int send_built(rdzv_client_t *c, int64_t deadline) {
   return 0;
 }
 
+static void nowait_pop(rdzv_client_t *c) {
+  c->nw_head++;
+  if (--c->nw_len == 0)
+    c->nw_head = 0;
+}
+
 /* The reply of a set sent without waiting: keep its failure for the next
  * call. RET 1 when m was that reply, 0 when not, RDZV_EPROTO when it
- * answers a request sent after the oldest set still unanswered. */
+ * answers a request sent after the oldest set still unanswered.
+ * With SETQ (a server offering PROTO_FEAT_SETQ) only a failed set is
+ * answered, and in order: a reply to a later request tells that every set
+ * before it was stored. */
 static int nowait_reply(rdzv_client_t *c, const proto_msg_t *m) {
   nowait_t *w;
   if (m->kind != PROTO_REPLY || c->nw_len == 0)
     return 0;
+  if (c->features & PROTO_FEAT_SETQ) {
+    while (c->nw_len > 0 && c->nw[c->nw_head].id < m->id &&
+           m->id <= c->next_id)
+      nowait_pop(c);
+    if (c->nw_len == 0 || c->nw[c->nw_head].id != m->id)
+      return 0;
+  }
   w = &c->nw[c->nw_head];
   if (m->id != w->id) {
     if (m->id > w->id && m->id <= c->next_id) {
@@ -357,9 +380,7 @@ static int nowait_reply(rdzv_client_t *c, const proto_msg_t *m) {
              "waiting failed (%s): %.*s", w->key, rdzv_err_name((int)m->op),
              (int)LU_MIN(n, 200), msg);
   }
-  c->nw_head++;
-  if (--c->nw_len == 0)
-    c->nw_head = 0;
+  nowait_pop(c);
   return 1;
 }
 
@@ -390,7 +411,7 @@ static int rpc_send(rdzv_client_t *c, int64_t deadline) {
 static int rpc_recv(rdzv_client_t *c, uint64_t id, int64_t deadline,
                     reply_t *r) {
   int rc;
-  memset(r, 0, sizeof(*r));
+  r->live = 0; /* not a memset: the message's flat[] is ~300 bytes */
   for (;;) {
     const uint8_t *body;
     uint32_t len;
@@ -436,7 +457,7 @@ io_error:
 
 static int rpc(rdzv_client_t *c, uint64_t id, int64_t deadline, reply_t *r) {
   int rc;
-  memset(r, 0, sizeof(*r));
+  r->live = 0;
   if ((rc = rpc_send(c, deadline)) != 0)
     return rc;
   return rpc_recv(c, id, deadline, r);
@@ -644,6 +665,7 @@ static int handshake(rdzv_client_t *c, const rdzv_options_t *o, int64_t dl) {
     rdzv__set_error(c, "the server at %s %s", c->endpoint, err);
     return rc;
   }
+  c->features = h.features;
   frame_consume(c, len);
   id = req_begin(c, PROTO_OP_HELLO, 5);
   proto_hello_pack(&h, &c->enc.pk);
@@ -783,6 +805,11 @@ static int key_ok(const char *key) {
   return key != NULL && strlen(key) <= RDZV_MAX_KEY;
 }
 
+/* key_ok, giving the key's length. RET 1 when fine. */
+static int key_len(const char *key, size_t *n) {
+  return key != NULL && (*n = strlen(key)) <= RDZV_MAX_KEY;
+}
+
 static void *dup_value(const char *p, size_t n) {
   char *d = malloc(n + 1);
   if (d) {
@@ -797,12 +824,17 @@ int rdzv_set(rdzv_client_t *c, const char *key, const void *val, size_t len,
              int timeout_ms) {
   reply_t r;
   uint64_t id;
+  size_t kn;
   int rc;
-  if (!key_ok(key) || (val == NULL && len))
+  if (!key_len(key, &kn) || (val == NULL && len))
     return RDZV_EINVAL;
-  id = req_begin(c, PROTO_OP_SET, 2);
-  proto_pack_str(&c->enc.pk, key);
-  proto_pack_bytes(&c->enc.pk, val, len);
+  if (c->nq == 0)
+    proto_enc_reset(&c->enc);
+  id = c->next_id + 1;
+  if ((rc = proto_enc_key_bin(&c->enc, PROTO_REQUEST, id, PROTO_OP_SET, key,
+                              kn, val, len)) != 0)
+    return rc;
+  c->next_id = id;
   rc = rpc(c, id, deadline_after(timeout_ms), &r);
   reply_done(c, &r);
   return rc;
@@ -811,8 +843,9 @@ int rdzv_set(rdzv_client_t *c, const char *key, const void *val, size_t len,
 int rdzv_set_nowait(rdzv_client_t *c, const char *key, const void *val,
                     size_t len) {
   nowait_t *w;
+  size_t kn;
   int rc;
-  if (c == NULL || !key_ok(key) || (val == NULL && len))
+  if (c == NULL || !key_len(key, &kn) || (val == NULL && len))
     return RDZV_EINVAL;
   if (c->fd < 0) {
     rdzv__set_error(c, "connection to %s is closed", c->endpoint);
@@ -831,12 +864,16 @@ int rdzv_set_nowait(rdzv_client_t *c, const char *key, const void *val,
   if (c->nq == 0)
     proto_enc_reset(&c->enc);
   w = &c->nw[c->nw_head + c->nw_len];
-  w->id = req_more(c, PROTO_OP_SET, 2);
-  proto_pack_str(&c->enc.pk, key);
-  proto_pack_bytes(&c->enc.pk, val, len);
-  if ((rc = proto_enc_end(&c->enc)) != 0)
-    return rc; /* this frame was dropped; the queued ones stay whole */
-  lu_strlcpy(w->key, key, sizeof(w->key)); /* cut: for messages only */
+  w->id = c->next_id + 1;
+  if ((rc = proto_enc_key_bin(&c->enc, PROTO_REQUEST, w->id,
+                              (c->features & PROTO_FEAT_SETQ) ? PROTO_OP_SETQ
+                                                              : PROTO_OP_SET,
+                              key, kn, val, len)) != 0)
+    return rc; /* this frame was not added; the queued ones stay whole */
+  c->next_id++;
+  kn = LU_MIN(kn, sizeof(w->key) - 1); /* cut: for messages only */
+  memcpy(w->key, key, kn);
+  w->key[kn] = '\0';
   c->nw_len++;
   c->nq++;
   if (c->nw_len == NOWAIT_MAX || c->enc.len >= NOWAIT_MAX_BYTES)
@@ -853,6 +890,15 @@ int rdzv_flush(rdzv_client_t *c, int timeout_ms) {
   if (c->fd < 0) {
     rdzv__set_error(c, "connection to %s is closed", c->endpoint);
     return RDZV_ECLOSED;
+  }
+  if ((c->features & PROTO_FEAT_SETQ) && c->nw_len > 0) {
+    /* Sets answered only when they fail: a PING behind them, whose reply
+     * comes after every failure's. */
+    reply_t r;
+    uint64_t id = req_begin(c, PROTO_OP_PING, 0);
+    rc = rpc(c, id, deadline, &r);
+    reply_done(c, &r);
+    return rc;
   }
   if (c->nq > 0) {
     if ((rc = send_built(c, deadline)) != 0)
@@ -921,13 +967,17 @@ int rdzv_get(rdzv_client_t *c, const char *key, void **val, size_t *len,
   reply_t r;
   uint64_t id;
   const char *p;
-  size_t n;
+  size_t n, kn;
   int rc;
-  if (!key_ok(key) || val == NULL)
+  if (!key_len(key, &kn) || val == NULL)
     return RDZV_EINVAL;
-  id = req_begin(c, PROTO_OP_GET, 2);
-  proto_pack_str(&c->enc.pk, key);
-  msgpack_pack_int64(&c->enc.pk, timeout_ms);
+  if (c->nq == 0)
+    proto_enc_reset(&c->enc);
+  id = c->next_id + 1;
+  if ((rc = proto_enc_key_int(&c->enc, PROTO_REQUEST, id, PROTO_OP_GET, key,
+                              kn, timeout_ms)) != 0)
+    return rc;
+  c->next_id = id;
   rc = rpc(c, id, timeout_ms == 0 ? deadline_after(c->io_timeout_ms)
                                   : wait_deadline(c, timeout_ms),
            &r);

@@ -46,6 +46,13 @@ void proto_put_len(uint8_t *p, uint32_t n) {
 
 static uint64_t be(const uint8_t *p, int n) {
   uint64_t v = 0;
+  switch (n) { /* the widths msgpack has, without a loop */
+  case 1: return p[0];
+  case 2: return ((uint64_t)p[0] << 8) | p[1];
+  case 4: return proto_get_len(p);
+  case 8: return ((uint64_t)proto_get_len(p) << 32) | proto_get_len(p + 4);
+  default: break;
+  }
   for (int i = 0; i < n; i++)
     v = (v << 8) | p[i];
   return v;
@@ -253,8 +260,6 @@ static int flat_obj(const uint8_t *b, size_t n, size_t *pos,
   return 1;
 }
 
-/* A flat frame in one pass, no allocation. RET 1 decoded, 0 for the
- * generic path (not flat, or anything it must judge). */
 /* An array's header at b[*pos..n): a fixarray, array 16, or (wide) array
  * 32. RET 1 with *cnt and *pos past it, 0 not one. */
 static int array_head(const uint8_t *b, size_t n, size_t *pos, int wide,
@@ -276,29 +281,88 @@ static int array_head(const uint8_t *b, size_t n, size_t *pos, int wide,
   return 1;
 }
 
+/* The header of a message, [kind, id, op], when each is in the forms every
+ * encoder of ours writes: kind and op a fixint, id a fixint or uint 8-64.
+ * RET 1 read into msg (and flat[0..2], as flat_obj makes them), 0 for
+ * flat_obj's way. */
+static int flat_header(const uint8_t *b, size_t n, size_t *pos,
+                       proto_msg_t *msg) {
+  size_t p = *pos;
+  uint64_t id;
+  uint8_t t;
+  if (n - p < 3 || b[p] > 2)
+    return 0;
+  t = b[p + 1];
+  if (t <= 0x7f) {
+    id = t;
+    p += 2;
+  } else if (t >= 0xcc && t <= 0xcf) {
+    int w = 1 << (t - 0xcc);
+    if (n - p - 2 < (size_t)w + 1)
+      return 0;
+    id = be(b + p + 2, w);
+    p += 2 + (size_t)w;
+  } else {
+    return 0;
+  }
+  t = b[p];
+  if (t > 0x7f && t < 0xe0)
+    return 0;
+  msg->kind = b[*pos];
+  msg->id = id;
+  msg->op = t <= 0x7f ? (int64_t)t : (int64_t)(int8_t)t;
+  msg->flat[0].type = MSGPACK_OBJECT_POSITIVE_INTEGER;
+  msg->flat[0].via.u64 = (uint64_t)msg->kind;
+  msg->flat[1].type = MSGPACK_OBJECT_POSITIVE_INTEGER;
+  msg->flat[1].via.u64 = id;
+  msg->flat[2].type = t <= 0x7f ? MSGPACK_OBJECT_POSITIVE_INTEGER
+                                : MSGPACK_OBJECT_NEGATIVE_INTEGER;
+  msg->flat[2].via.i64 = msg->op;
+  *pos = p + 1;
+  return 1;
+}
+
+/* A flat frame in one pass, no allocation. RET 1 decoded (the header
+ * checked too), 0 for the generic path (not flat, or anything it must
+ * judge). */
 static int decode_flat(const uint8_t *buf, size_t n, const proto_limits_t *lim,
                        proto_msg_t *msg) {
-  size_t pos = 0;
-  uint32_t cnt;
-  if (n == 0 || n > lim->max_frame || lim->max_depth < 1 ||
-      !array_head(buf, n, &pos, 0, &cnt))
+  size_t pos = 1;
+  uint32_t cnt, i = 0;
+  if (n == 0 || n > lim->max_frame || lim->max_depth < 1)
     return 0;
-  if (cnt > PROTO_FLAT_MAX || (uint64_t)cnt + 1 > lim->max_items)
+  if (buf[0] >= 0x90 && buf[0] <= 0x9f) {
+    cnt = buf[0] & 0x0f;
+  } else if (buf[0] == 0xdc && n >= 3) {
+    cnt = (uint32_t)be(buf + 1, 2);
+    pos = 3;
+  } else {
     return 0;
-  for (uint32_t i = 0; i < cnt; i++)
+  }
+  if (cnt < 3 || cnt > PROTO_FLAT_MAX || (uint64_t)cnt + 1 > lim->max_items)
+    return 0;
+  if (flat_header(buf, n, &pos, msg)) {
+    i = 3;
+    msg->args = msg->flat + 3;
+    msg->nargs = cnt - 3;
+  }
+  for (; i < cnt; i++)
     if (!flat_obj(buf, n, &pos, &msg->flat[i]))
       return 0;
-  return pos == n;
+  if (pos != n)
+    return 0;
+  return msg->args != NULL || decode_header(msg->flat, cnt, msg) == 0;
 }
 
 int proto_decode(const uint8_t *buf, size_t n, const proto_limits_t *lim,
                  proto_msg_t *msg) {
-  uint32_t cnt;
-  memset(msg, 0, offsetof(proto_msg_t, flat));
+  /* No memset of the whole (the zone is only looked at when live). */
+  msg->args = NULL;
+  msg->nargs = 0;
+  msg->zone_live = 0;
   if (!decode_flat(buf, n, lim, msg))
     return proto_decode_generic(buf, n, lim, msg);
-  cnt = buf[0] == 0xdc ? (uint32_t)be(buf + 1, 2) : (uint32_t)(buf[0] & 0x0f);
-  return decode_header(msg->flat, cnt, msg);
+  return 0;
 }
 
 int proto_decode_keylist(const uint8_t *buf, size_t n,
@@ -472,28 +536,42 @@ int proto_arg_array(const proto_msg_t *m, uint32_t i,
 
 /* ---- encoding ------------------------------------------------------------- */
 
+/* Room for n more bytes at the end of the buffer. RET where they go, or
+ * NULL (oom set: the frame is dropped at proto_enc_end). */
+static uint8_t *enc_grow(proto_enc_t *e, size_t n) {
+  size_t ncap = e->cap ? e->cap : 256;
+  char *nd;
+  if (e->oom || n > SIZE_MAX / 2 - e->len)
+    goto oom;
+  while (ncap < e->len + n)
+    ncap *= 2;
+  nd = realloc(e->data, ncap);
+  if (nd == NULL)
+    goto oom;
+  e->data = nd;
+  e->cap = ncap;
+  return (uint8_t *)e->data + e->len;
+oom:
+  e->oom = 1;
+  return NULL;
+}
+
+static inline uint8_t *enc_reserve(proto_enc_t *e, size_t n) {
+  if (e->cap - e->len >= n && !e->oom)
+    return (uint8_t *)e->data + e->len;
+  return enc_grow(e, n);
+}
+
 static int enc_write(void *data, const char *buf, size_t len) {
   proto_enc_t *e = data;
-  if (e->oom)
-    return -1;
+  uint8_t *d;
   /* msgpack-c hands over empty bodies as (NULL, 0): memcpy must not see
    * NULL, even for 0 bytes. */
   if (len == 0)
-    return 0;
-  if (e->len + len > e->cap) {
-    size_t ncap = e->cap ? e->cap : 256;
-    char *nd;
-    while (ncap < e->len + len)
-      ncap *= 2;
-    nd = realloc(e->data, ncap);
-    if (nd == NULL) {
-      e->oom = 1;
-      return -1;
-    }
-    e->data = nd;
-    e->cap = ncap;
-  }
-  memcpy(e->data + e->len, buf, len);
+    return e->oom ? -1 : 0;
+  if ((d = enc_reserve(e, len)) == NULL)
+    return -1;
+  memcpy(d, buf, len);
   e->len += len;
   return 0;
 }
@@ -511,7 +589,7 @@ void proto_enc_destroy(proto_enc_t *e) {
 
 void proto_enc_reset(proto_enc_t *e) {
   e->len = 0;
-  e->oom = 0;
+  e->oom = e->toobig = 0;
 }
 
 int proto_enc_raw(proto_enc_t *e, const void *p, size_t n) {
@@ -519,20 +597,34 @@ int proto_enc_raw(proto_enc_t *e, const void *p, size_t n) {
 }
 
 /* msgpack's shortest forms, as msgpack-c's packer writes them. RET bytes. */
-static size_t put_uint(uint8_t *p, uint64_t v) {
-  int w;
+static inline size_t put_uint(uint8_t *p, uint64_t v) {
   if (v < 128) {
     p[0] = (uint8_t)v;
     return 1;
   }
-  w = v < 256 ? 1 : v < 65536 ? 2 : v <= UINT32_MAX ? 4 : 8;
-  p[0] = (uint8_t)(w == 1 ? 0xcc : w == 2 ? 0xcd : w == 4 ? 0xce : 0xcf);
-  for (int i = 0; i < w; i++)
-    p[1 + i] = (uint8_t)(v >> (8 * (w - 1 - i)));
-  return 1 + (size_t)w;
+  if (v < 256) {
+    p[0] = 0xcc;
+    p[1] = (uint8_t)v;
+    return 2;
+  }
+  if (v < 65536) {
+    p[0] = 0xcd;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)v;
+    return 3;
+  }
+  if (v <= UINT32_MAX) {
+    p[0] = 0xce;
+    proto_put_len(p + 1, (uint32_t)v);
+    return 5;
+  }
+  p[0] = 0xcf;
+  proto_put_len(p + 1, (uint32_t)(v >> 32));
+  proto_put_len(p + 5, (uint32_t)v);
+  return 9;
 }
 
-static size_t put_int(uint8_t *p, int64_t v) {
+static inline size_t put_int(uint8_t *p, int64_t v) {
   int w;
   uint64_t u = (uint64_t)v;
   if (v >= 0)
@@ -550,10 +642,13 @@ static size_t put_int(uint8_t *p, int64_t v) {
 
 void proto_enc_begin_msg(proto_enc_t *e, uint32_t nargs, int kind,
                          uint64_t id, int64_t op) {
-  uint8_t b[PROTO_HDR + 5 + 1 + 9 + 9];
+  /* Written in place: length, array header, kind, id, op. */
+  uint8_t *b;
   size_t n = PROTO_HDR;
   uint32_t count = 3 + nargs;
-  memset(b, 0, PROTO_HDR);
+  e->frame_start = e->len;
+  if ((b = enc_reserve(e, PROTO_HDR + 5 + 1 + 9 + 9)) == NULL)
+    return;
   if (count < 16) {
     b[n++] = (uint8_t)(0x90 | count);
   } else if (count < 65536) {
@@ -568,8 +663,7 @@ void proto_enc_begin_msg(proto_enc_t *e, uint32_t nargs, int kind,
   b[n++] = (uint8_t)kind;
   n += put_uint(b + n, id);
   n += put_int(b + n, op);
-  e->frame_start = e->len;
-  enc_write(e, (const char *)b, n);
+  e->len += n;
 }
 
 void proto_enc_begin(proto_enc_t *e, uint32_t count) {
@@ -581,11 +675,12 @@ void proto_enc_begin(proto_enc_t *e, uint32_t count) {
 
 int proto_enc_end(proto_enc_t *e) {
   size_t body;
-  if (e->oom) {
+  if (e->oom || e->toobig) {
     /* Drop the partial frame; earlier frames in the buffer stay whole. */
+    int rc = e->oom ? RDZV_ENOMEM : RDZV_ETOOBIG;
     e->len = e->frame_start < e->len ? e->frame_start : e->len;
-    e->oom = 0;
-    return RDZV_ENOMEM;
+    e->oom = e->toobig = 0;
+    return rc;
   }
   body = e->len - e->frame_start - PROTO_HDR;
   if (body > UINT32_MAX) {
@@ -596,13 +691,125 @@ int proto_enc_end(proto_enc_t *e) {
   return 0;
 }
 
+/* A str (0xa0/0xd9..) or bin (0xc4..) header of n <= UINT32_MAX bytes, as
+ * msgpack-c's packer writes it. RET its bytes (at most 5). */
+static inline size_t put_strbin_hdr(uint8_t *d, int bin, size_t n) {
+  if (!bin && n < 32) {
+    d[0] = (uint8_t)(0xa0 | n);
+    return 1;
+  }
+  if (n < 256) {
+    d[0] = bin ? 0xc4 : 0xd9;
+    d[1] = (uint8_t)n;
+    return 2;
+  }
+  if (n < 65536) {
+    d[0] = bin ? 0xc5 : 0xda;
+    d[1] = (uint8_t)(n >> 8);
+    d[2] = (uint8_t)n;
+    return 3;
+  }
+  d[0] = bin ? 0xc6 : 0xdb;
+  proto_put_len(d + 1, (uint32_t)n);
+  return 5;
+}
+
+/* A str or bin, header and body, straight into the encoder's buffer: one
+ * reserve and one copy instead of a packer call per piece. Over 4 GiB
+ * msgpack cannot say it: proto_enc_end drops the frame (RDZV_ETOOBIG). */
+static void enc_strbin(proto_enc_t *e, int bin, const void *p, size_t n) {
+  uint8_t *d;
+  size_t h;
+  if (n > UINT32_MAX) {
+    e->toobig = 1;
+    return;
+  }
+  if ((d = enc_reserve(e, 5 + n)) == NULL)
+    return;
+  h = put_strbin_hdr(d, bin, n);
+  if (n)
+    memcpy(d + h, p, n);
+  e->len += h + n;
+}
+
+void proto_enc_str(proto_enc_t *e, const char *s, size_t n) {
+  enc_strbin(e, 0, s, n);
+}
+
+void proto_enc_bin(proto_enc_t *e, const void *p, size_t n) {
+  enc_strbin(e, 1, p, n);
+}
+
+void proto_enc_int(proto_enc_t *e, int64_t v) {
+  uint8_t *d = enc_reserve(e, 9);
+  if (d != NULL)
+    e->len += put_int(d, v);
+}
+
+/* [kind, id, op, key, bin or int]: the whole frame, length included, with
+ * one reserve and two copies. RET 0, RDZV_ENOMEM or RDZV_ETOOBIG (nothing
+ * added). */
+static int enc_key_msg(proto_enc_t *e, int kind, uint64_t id, int64_t op,
+                       const char *k, size_t kn, const void *v, size_t vn,
+                       int64_t iv, int is_int) {
+  uint8_t *b;
+  size_t n = PROTO_HDR, body;
+  if (kn > UINT32_MAX || vn > UINT32_MAX)
+    return RDZV_ETOOBIG; /* longer than a frame's length can say */
+  if ((b = enc_reserve(e, PROTO_HDR + 3 + 9 + 9 + 5 + kn + 9 + vn)) == NULL) {
+    e->oom = 0;
+    return RDZV_ENOMEM;
+  }
+  b[n++] = 0x95;
+  b[n++] = (uint8_t)kind;
+  n += put_uint(b + n, id);
+  n += put_int(b + n, op);
+  n += put_strbin_hdr(b + n, 0, kn);
+  if (kn)
+    memcpy(b + n, k, kn);
+  n += kn;
+  if (is_int) {
+    n += put_int(b + n, iv);
+  } else {
+    n += put_strbin_hdr(b + n, 1, vn);
+    if (vn)
+      memcpy(b + n, v, vn);
+    n += vn;
+  }
+  body = n - PROTO_HDR;
+  if (body > UINT32_MAX)
+    return RDZV_ETOOBIG;
+  proto_put_len(b, (uint32_t)body);
+  e->frame_start = e->len;
+  e->len += n;
+  return 0;
+}
+
+int proto_enc_key_bin(proto_enc_t *e, int kind, uint64_t id, int64_t op,
+                      const char *k, size_t kn, const void *v, size_t vn) {
+  return enc_key_msg(e, kind, id, op, k, kn, v, vn, 0, 0);
+}
+
+int proto_enc_key_int(proto_enc_t *e, int kind, uint64_t id, int64_t op,
+                      const char *k, size_t kn, int64_t v) {
+  return enc_key_msg(e, kind, id, op, k, kn, NULL, 0, v, 1);
+}
+
 void proto_pack_bytes(msgpack_packer *pk, const void *p, size_t n) {
+  if (pk->callback == enc_write) {
+    enc_strbin(pk->data, 1, p, n);
+    return;
+  }
   msgpack_pack_bin(pk, n);
   msgpack_pack_bin_body(pk, p, n);
 }
 
 void proto_pack_str(msgpack_packer *pk, const char *s) {
   size_t n = strlen(s);
+  if (pk->callback == enc_write) {
+    enc_strbin(pk->data, 0, s, n);
+    return;
+  }
   msgpack_pack_str(pk, n);
   msgpack_pack_str_body(pk, s, n);
 }
@@ -666,6 +873,11 @@ int proto_hello_challenge(proto_hello_t *h, const proto_msg_t *m, char *err,
   }
   if (m->nargs > 2 && m->args[2].type == MSGPACK_OBJECT_BOOLEAN)
     auth_required = m->args[2].via.boolean;
+  /* Features: a server before them sends none; bits unknown here are not
+   * used. */
+  h->features = 0;
+  if (m->nargs > 3 && m->args[3].type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+    h->features = (uint32_t)(m->args[3].via.u64 & PROTO_FEATURES);
   if (auth_required && h->token == NULL) {
     lu_errf(err, errcap, "requires a token: give the job's key or the "
             "server's token (--token-file, LAUNCH_RDZV_TOKEN_FILE)");

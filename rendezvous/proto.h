@@ -45,6 +45,7 @@ enum { PROTO_REQUEST = 0, PROTO_REPLY = 1, PROTO_PUSH = 2 };
   XX(BARRIER, 14, "barrier")                                                   \
   XX(LIST, 15, "list_keys")                                                    \
   XX(CANCEL, 16, "cancel")                                                     \
+  XX(SETQ, 17, "set_quiet")                                                   \
   XX(JOIN, 32, "rdzv_join")                                                    \
   XX(HEARTBEAT, 33, "rdzv_heartbeat")                                          \
   XX(LEAVE, 34, "rdzv_leave")                                                  \
@@ -58,6 +59,11 @@ typedef enum {
 #undef PROTO_XX
   PROTO_OP_MAX_ = 64
 } proto_op_t;
+
+/* Features a server offers, in its CHALLENGE (a bit mask after
+ * auth_required; absent from servers older than the first feature: 0). */
+#define PROTO_FEAT_SETQ 1u /* SETQ: a set answered only when it fails */
+#define PROTO_FEATURES PROTO_FEAT_SETQ /* what this build's server offers */
 
 /* Push events (server -> client). */
 #define PROTO_EV_MAP(XX)                                                       \
@@ -168,6 +174,7 @@ typedef struct proto_enc_s {
   char *data;
   size_t len, cap;
   int oom;            /* an allocation failed; the buffer is incomplete */
+  int toobig;         /* a str or bin over 4 GiB: the frame is dropped */
   msgpack_packer pk;
   size_t frame_start;
 } proto_enc_t;
@@ -186,6 +193,20 @@ void proto_enc_begin_msg(proto_enc_t *e, uint32_t nargs, int kind,
 int proto_enc_end(proto_enc_t *e);
 /* Append raw bytes (the magic). RET 0 or RDZV_ENOMEM. */
 int proto_enc_raw(proto_enc_t *e, const void *p, size_t n);
+/* The same elements written straight into the encoder's buffer (one
+ * reserve, one copy; msgpack's shortest forms, as msgpack-c writes them):
+ * a str of n bytes, a bin, an integer. */
+void proto_enc_str(proto_enc_t *e, const char *s, size_t n);
+void proto_enc_bin(proto_enc_t *e, const void *p, size_t n);
+void proto_enc_int(proto_enc_t *e, int64_t v);
+/* A whole frame [kind, id, op, key (str), value (bin) or v (int)], the
+ * length patched (no proto_enc_end needed), with one reserve: the set and
+ * get of librdzv's hot path. RET 0, RDZV_ENOMEM or RDZV_ETOOBIG (a body
+ * over 4 GiB); on failure nothing is added to e. */
+int proto_enc_key_bin(proto_enc_t *e, int kind, uint64_t id, int64_t op,
+                      const char *k, size_t kn, const void *v, size_t vn);
+int proto_enc_key_int(proto_enc_t *e, int kind, uint64_t id, int64_t op,
+                      const char *k, size_t kn, int64_t v);
 void proto_pack_bytes(msgpack_packer *pk, const void *p, size_t n); /* bin */
 void proto_pack_str(msgpack_packer *pk, const char *s);
 
@@ -216,6 +237,7 @@ typedef struct proto_hello_s {
   size_t token_len;
   uint8_t cnonce[PROTO_NONCE_LEN];
   uint8_t proof[PROTO_MAC_LEN];
+  uint32_t features;           /* OUT: the server's PROTO_FEAT_* bits */
 } proto_hello_t;
 
 /* Check the server's CHALLENGE push and compute the proof.

@@ -390,7 +390,7 @@ static int op_set(conn_t *c, const proto_msg_t *m) {
                                 : srv__store_set(c, k, kn, v, vn);
   if (rc)
     reply_store_err(c, m, rc);
-  else
+  else if (m->op != PROTO_OP_SETQ) /* SETQ: only a failure is answered */
     srv__reply_ok(c, m->id);
   return 0;
 }
@@ -683,6 +683,7 @@ static op_fn op_table(int64_t op) {
   switch (op) {
   case PROTO_OP_PING: return op_ping;
   case PROTO_OP_SET: return op_set;
+  case PROTO_OP_SETQ: return op_set;
   case PROTO_OP_APPEND: return op_set;
   case PROTO_OP_GET: return op_get;
   case PROTO_OP_CHECK: return op_check;
@@ -709,13 +710,14 @@ void srv__native_hello_challenge(conn_t *c) {
     srv__out_raw(c, "", 0);
     return;
   }
-  srv__push_begin(c, PROTO_EV_CHALLENGE, 3);
+  srv__push_begin(c, PROTO_EV_CHALLENGE, 4);
   proto_pack_bytes(&c->out.pk, c->nonce, sizeof(c->nonce));
   msgpack_pack_uint32(&c->out.pk, RDZV_PROTOCOL_VERSION);
   if (c->srv->token)
     msgpack_pack_true(&c->out.pk);
   else
     msgpack_pack_false(&c->out.pk);
+  msgpack_pack_uint32(&c->out.pk, PROTO_FEATURES);
   srv__reply_end(c);
 }
 

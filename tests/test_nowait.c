@@ -1,9 +1,11 @@
 /* test_nowait.c - librdzv's pipelined sets (rdzv_set_nowait, rdzv_flush):
  * against a real server, queued sets run before the next request and in
  * order, a failed one is reported once by the next call, the queue flushes
- * itself at its bound and at close; against a scripted fake server, replies
- * out of order and a server closing in the middle of a pipeline end the
- * connection with a clear error. */
+ * itself at its bound and at close; on the wire, a server offering SETQ
+ * answers a SETQ only when it fails; against a scripted fake server,
+ * replies out of order and a server closing in the middle of a pipeline end
+ * the connection with a clear error, a server without SETQ gets SET and one
+ * with it SETQ, whose failure the next call reports. */
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -126,9 +128,104 @@ static void test_bounds_and_close(void) {
   rdzv_close(o);
 }
 
+/* ---- SETQ on the wire ----------------------------------------------------- */
+
+/* Read one frame from fd into *m (body in *body, free it). */
+static void read_frame_raw(int fd, proto_msg_t *m, uint8_t **body) {
+  uint8_t hdr[4];
+  uint32_t len;
+  proto_limits_t lim = PROTO_LIMITS_DEFAULT;
+  ASSERT_EQ(0, test_read_exact(fd, hdr, 4, test_ms(5000)));
+  len = proto_get_len(hdr);
+  ASSERT(len < 65536);
+  *body = malloc(len ? len : 1);
+  ASSERT(*body != NULL);
+  ASSERT_EQ(0, test_read_exact(fd, *body, len, test_ms(5000)));
+  ASSERT_EQ(0, proto_decode(*body, len, &lim, m));
+}
+
+static void expect_reply(int fd, uint64_t id, int status) {
+  proto_msg_t m;
+  uint8_t *b;
+  read_frame_raw(fd, &m, &b);
+  ASSERT_EQ(PROTO_REPLY, m.kind);
+  ASSERT_EQ(id, m.id);
+  ASSERT_EQ(status, m.op);
+  proto_msg_free(&m);
+  free(b);
+}
+
+/* The server offers SETQ in its CHALLENGE; a SETQ that succeeds is not
+ * answered, one that fails is, with its id, in order with the replies of
+ * the requests around it. */
+static void test_setq_wire(void) {
+  const char *ep = test_server_endpoint();
+  int fd = test_connect(atoi(strrchr(ep, ':') + 1));
+  proto_hello_t h;
+  proto_msg_t m;
+  proto_enc_t e;
+  uint8_t *b;
+  char big[2048], err[256];
+  ASSERT(fd >= 0);
+  ASSERT_OK(test_send_all(fd, PROTO_MAGIC, PROTO_MAGIC_LEN));
+  read_frame_raw(fd, &m, &b);
+  memset(&h, 0, sizeof(h));
+  h.job = "setq";
+  h.role = "worker";
+  ASSERT_OK(proto_hello_challenge(&h, &m, err, sizeof(err)));
+  ASSERT_EQ(PROTO_FEAT_SETQ, h.features & PROTO_FEAT_SETQ);
+  proto_msg_free(&m);
+  free(b);
+  proto_enc_init(&e);
+  proto_enc_begin_msg(&e, 5, PROTO_REQUEST, 1, PROTO_OP_HELLO);
+  proto_hello_pack(&h, &e.pk);
+  ASSERT_OK(proto_enc_end(&e));
+  memset(big, 'b', sizeof(big));
+  ASSERT_OK(proto_enc_key_bin(&e, PROTO_REQUEST, 2, PROTO_OP_SETQ, "q", 1,
+                              "v", 1));
+  ASSERT_OK(proto_enc_key_bin(&e, PROTO_REQUEST, 3, PROTO_OP_SETQ, "q2", 2,
+                              big, sizeof(big)));
+  proto_enc_begin_msg(&e, 2, PROTO_REQUEST, 4, PROTO_OP_SETQ);
+  msgpack_pack_int64(&e.pk, 7); /* a key must be bytes */
+  proto_pack_bytes(&e.pk, "v", 1);
+  ASSERT_OK(proto_enc_end(&e));
+  ASSERT_OK(proto_enc_key_bin(&e, PROTO_REQUEST, 5, PROTO_OP_SETQ, "q3", 2,
+                              "w", 1));
+  ASSERT_OK(proto_enc_key_int(&e, PROTO_REQUEST, 6, PROTO_OP_GET, "q", 1, 0));
+  ASSERT_OK(test_send_all(fd, e.data, e.len));
+  proto_enc_destroy(&e);
+  expect_reply(fd, 1, 0);             /* HELLO */
+  expect_reply(fd, 3, RDZV_ETOOBIG);  /* the value over the limit */
+  expect_reply(fd, 4, RDZV_EPROTO);   /* the key of the wrong type */
+  read_frame_raw(fd, &m, &b);         /* the GET: 2 and 5 said nothing */
+  ASSERT_EQ(6, m.id);
+  ASSERT_EQ(0, m.op);
+  {
+    const char *p;
+    size_t n;
+    ASSERT_OK(proto_arg_bytes(&m, 0, &p, &n));
+    ASSERT(n == 1 && p[0] == 'v');
+  }
+  proto_msg_free(&m);
+  free(b);
+  close(fd);
+  {
+    rdzv_client_t *c = connect_to(ep, "setq");
+    expect_value(c, "q3", "w");
+    rdzv_close(c);
+  }
+}
+
 /* ---- a scripted fake server ---------------------------------------------- */
 
-enum { FAKE_OUT_OF_ORDER, FAKE_CLOSE_NO_REPLY, FAKE_CLOSE_AFTER_SET };
+enum {
+  FAKE_OUT_OF_ORDER,
+  FAKE_CLOSE_NO_REPLY,
+  FAKE_CLOSE_AFTER_SET,
+  /* From here the fake offers SETQ. */
+  FAKE_SETQ_OK,
+  FAKE_SETQ_FAIL,
+};
 
 typedef struct fake_s {
   int lfd, port, script;
@@ -175,13 +272,16 @@ static void *fake_main(void *arg) {
   ASSERT(test_read_exact(fd, magic, 4, test_ms(5000)) == 0);
   ASSERT(memcmp(magic, PROTO_MAGIC, 4) == 0);
   proto_enc_init(&e);
-  proto_enc_begin(&e, 6);
+  /* A server before SETQ sends no features. */
+  proto_enc_begin(&e, f->script >= FAKE_SETQ_OK ? 7 : 6);
   msgpack_pack_uint8(&e.pk, PROTO_PUSH);
   msgpack_pack_uint8(&e.pk, 0);
   msgpack_pack_int64(&e.pk, PROTO_EV_CHALLENGE);
   proto_pack_bytes(&e.pk, nonce, sizeof(nonce));
   msgpack_pack_uint32(&e.pk, RDZV_PROTOCOL_VERSION);
   msgpack_pack_false(&e.pk);
+  if (f->script >= FAKE_SETQ_OK)
+    msgpack_pack_uint32(&e.pk, PROTO_FEAT_SETQ);
   ASSERT_OK(proto_enc_end(&e));
   ASSERT_OK(test_send_all(fd, e.data, e.len));
   proto_enc_reset(&e);
@@ -197,10 +297,24 @@ static void *fake_main(void *arg) {
   proto_msg_free(&m1);
   free(b1);
   /* The pipeline: a queued SET, then the request that carried it. */
-  ASSERT(read_req(fd, &m1, &b1) == 0 && m1.op == PROTO_OP_SET);
+  ASSERT(read_req(fd, &m1, &b1) == 0);
+  ASSERT_EQ(f->script >= FAKE_SETQ_OK ? PROTO_OP_SETQ : PROTO_OP_SET, m1.op);
   ASSERT(read_req(fd, &m2, &b2) == 0 && m2.op == PROTO_OP_PING);
   ASSERT(m2.id > m1.id);
   switch (f->script) {
+  case FAKE_SETQ_FAIL:
+    /* A failed SETQ is answered (with a message), before the PING. */
+    proto_enc_init(&e);
+    proto_enc_begin_msg(&e, 1, PROTO_REPLY, m1.id, RDZV_ETOOBIG);
+    proto_pack_str(&e.pk, "store is full");
+    ASSERT_OK(proto_enc_end(&e));
+    ASSERT_OK(test_send_all(fd, e.data, e.len));
+    proto_enc_destroy(&e);
+    send_reply(fd, m2.id, 0);
+    break;
+  case FAKE_SETQ_OK:
+    send_reply(fd, m2.id, 0); /* the SETQ succeeded: no reply of its own */
+    break;
   case FAKE_OUT_OF_ORDER:
     send_reply(fd, m2.id, 0);
     send_reply(fd, m1.id, 0);
@@ -248,41 +362,60 @@ static rdzv_client_t *fake_client(fake_t *f, int script) {
   return connect_to(ep, "fake");
 }
 
+/* A client of the fake running script: one queued set of key, then a PING
+ * that must return want. */
+static rdzv_client_t *fake_set_ping(fake_t *f, int script, const char *key,
+                                    int want) {
+  rdzv_client_t *c = fake_client(f, script);
+  ASSERT_OK(rdzv_set_nowait(c, key, "v", 1));
+  ASSERT_EQ(want, rdzv_ping(c, test_ms(5000)));
+  return c;
+}
+
+static void fake_end(fake_t *f, rdzv_client_t *c) {
+  rdzv_close(c);
+  fake_stop(f);
+}
+
 static void test_fake_server(void) {
   fake_t f;
   rdzv_client_t *c;
 
   /* The request's reply before the queued set's: out of order, the
    * stream cannot be trusted: the connection is dropped. */
-  c = fake_client(&f, FAKE_OUT_OF_ORDER);
-  ASSERT_OK(rdzv_set_nowait(c, "k", "v", 1));
-  ASSERT_EQ(RDZV_EPROTO, rdzv_ping(c, test_ms(5000)));
+  c = fake_set_ping(&f, FAKE_OUT_OF_ORDER, "k", RDZV_EPROTO);
   ASSERT_CONTAINS(rdzv_last_error(c), "out of order");
   ASSERT_CONTAINS(rdzv_last_error(c), "'k'");
   ASSERT_EQ(RDZV_ECLOSED, rdzv_ping(c, test_ms(5000)));
   ASSERT_EQ(RDZV_ECLOSED, rdzv_set_nowait(c, "k", "v", 1));
-  rdzv_close(c);
-  fake_stop(&f);
+  fake_end(&f, c);
 
   /* The server closes before any reply: the call fails and says the set
    * may not have been stored. */
-  c = fake_client(&f, FAKE_CLOSE_NO_REPLY);
-  ASSERT_OK(rdzv_set_nowait(c, "k", "v", 1));
-  ASSERT_EQ(RDZV_ECLOSED, rdzv_ping(c, test_ms(5000)));
+  c = fake_set_ping(&f, FAKE_CLOSE_NO_REPLY, "k", RDZV_ECLOSED);
   ASSERT_CONTAINS(rdzv_last_error(c), "closed the connection");
   ASSERT_CONTAINS(rdzv_last_error(c), "1 set(s) sent without waiting may or "
                                       "may not have been stored");
   ASSERT_EQ(RDZV_ECLOSED, rdzv_flush(c, test_ms(5000)));
-  rdzv_close(c);
-  fake_stop(&f);
+  fake_end(&f, c);
+
+  /* A server offering SETQ: the set is sent as SETQ, and the PING's reply
+   * alone tells that it was stored. */
+  c = fake_set_ping(&f, FAKE_SETQ_OK, "k", 0);
+  ASSERT_OK(rdzv_flush(c, test_ms(5000))); /* nothing left to wait for */
+  fake_end(&f, c);
+
+  /* A failed SETQ's reply: the next call says which set and why. */
+  c = fake_set_ping(&f, FAKE_SETQ_FAIL, "big/key", RDZV_EDEFERRED);
+  ASSERT_CONTAINS(rdzv_last_error(c), "big/key");
+  ASSERT_CONTAINS(rdzv_last_error(c), "store is full");
+  ASSERT_OK(rdzv_flush(c, test_ms(5000)));
+  fake_end(&f, c);
 
   /* The set answered, then the server closes: only the request fails. */
-  c = fake_client(&f, FAKE_CLOSE_AFTER_SET);
-  ASSERT_OK(rdzv_set_nowait(c, "k", "v", 1));
-  ASSERT_EQ(RDZV_ECLOSED, rdzv_ping(c, test_ms(5000)));
+  c = fake_set_ping(&f, FAKE_CLOSE_AFTER_SET, "k", RDZV_ECLOSED);
   ASSERT(strstr(rdzv_last_error(c), "sent without waiting") == NULL);
-  rdzv_close(c);
-  fake_stop(&f);
+  fake_end(&f, c);
 }
 
 int main(void) {
@@ -293,6 +426,7 @@ int main(void) {
   test_order();
   test_errors();
   test_bounds_and_close();
+  test_setq_wire();
   test_server_stop();
   test_fake_server();
   ASSERT_EQ(fds, test_fd_count());
