@@ -25,7 +25,7 @@
 # SETs) before the attacks. Then the median and worst over the runs. Exit 1
 # if a run failed (its last lines are shown).
 # Knobs for comparisons (the server reads them): LAUNCH_SERVER_TURN_US (a
-# connection's turn, default 2000), LAUNCH_SERVER_PLAIN_LOCK=1 (the loops'
+# connection's turn, default 500), LAUNCH_SERVER_PLAIN_LOCK=1 (the loops'
 # lock without its hungry waiters: a plain mutex's order).
 set -uo pipefail
 

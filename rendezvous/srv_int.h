@@ -207,6 +207,7 @@ struct conn_s {
   store_watch_t **ts_watches;
   uint32_t ts_nwatches, ts_capwatches;
   struct ts_evq_s *ts_evq, *ts_evq_tail; /* large watch events to write */
+  size_t ts_evoff; /* bytes of the first queued event already written */
   uint8_t nonce[PROTO_NONCE_LEN];
   void *rounds; /* rendezvous membership of this connection */
 };
