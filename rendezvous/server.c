@@ -393,7 +393,8 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
     return NULL;
   }
   if ((j = calloc(1, sizeof(*j) + len + 1)) == NULL ||
-      store_new(s->cfg.max_store_bytes, &s->mem.store, &j->store) != 0) {
+      store_new_seeded(s->cfg.max_store_bytes, &s->mem.store, s->store_seed,
+                       &j->store) != 0) {
     free(j);
     lu_errf(err, errcap, "out of memory");
     return NULL;
@@ -1068,6 +1069,23 @@ static void adopt_incoming(srv_loop_t *lp) {
   }
 }
 
+/* A large request in what c read (only its loop's thread touches a
+ * connection's input), or NULL. */
+static const uint8_t *conn_large(conn_t *c) {
+  if (c->dialect != &srv__dialect_native || c->tls != NULL ||
+      c->in_len < PROTO_HDR)
+    return NULL;
+  return srv__native_large(c);
+}
+
+/* Decode and hash it without the lock (srv__native_prepare): one such
+ * request at a time per loop, the next connection's after this one's ran. */
+static void conn_prepare(conn_t *c, const uint8_t *big) {
+  trace_begin(c->srv, "prepare", c);
+  srv__native_prepare(c, big);
+  trace_end(c->srv);
+}
+
 /* Run the loop's lists: its new and closed connections, what loop 0 was
  * asked for, deferred work, then output. With several loops, output is
  * written to the sockets without the lock held. */
@@ -1107,7 +1125,13 @@ static void check_cb(uv_check_t *h) {
   /* The requests read in this pass, in the order they came. */
   while (!list_empty(&lp->readq)) {
     conn_t *c = LIST_ENTRY(lp->readq.next, conn_t, read_link);
+    const uint8_t *big;
     list_remove(&c->read_link);
+    if ((big = conn_large(c)) != NULL) {
+      srv__unlock(s);
+      conn_prepare(c, big);
+      srv__lock(s);
+    }
     trace_begin(s, "read", c);
     conn_input(c);
     trace_end(s);
@@ -1468,6 +1492,8 @@ static void conn_input(conn_t *c) {
   for (;;) {
     size_t before;
     conn_process(c);
+    /* Its frame ran, or waits for a later pass: the buffer may move. */
+    srv__pre_drop(c);
     if (c->state == CONN_CLOSING || c->paused || c->close_after_flush ||
         c->tls == NULL)
       return;
@@ -1502,6 +1528,12 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   }
   if (nread == 0)
     return; /* EAGAIN */
+  if (nread == UV_ENOBUFS && !list_empty(&c->read_link)) {
+    /* conn_run_read runs what was read (a full buffer) */
+    const uint8_t *big = conn_large(c);
+    if (big != NULL)
+      conn_prepare(c, big);
+  }
   trace_begin(s, "read", c);
   srv__lock(s);
   read_cb_locked(st, nread, buf);
@@ -1750,6 +1782,7 @@ static void maybe_finish_close(srv_t *s);
 static void conn_free(conn_t *c) {
   srv_t *s = c->srv;
   list_unlink(&c->read_link); /* on its loop's thread */
+  srv__pre_drop(c);
   in_release(c);
   proto_enc_destroy(&c->out);
   tls_free(c->tls);
@@ -2213,7 +2246,8 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
       return RDZV_EINVAL;
     }
   }
-  if (derive_limits(s) != 0 || lu_random(&s->addr_seed, sizeof(s->addr_seed))) {
+  if (derive_limits(s) != 0 || lu_random(&s->addr_seed, sizeof(s->addr_seed)) ||
+      lu_random(&s->store_seed, sizeof(s->store_seed))) {
     free_config(s);
     free(s);
     return RDZV_EINVAL;

@@ -56,6 +56,16 @@ static int arg_int(conn_t *c, const proto_msg_t *m, uint32_t i, int64_t *v) {
   return 0;
 }
 
+/* A large request decoded ahead (srv__native_prepare). */
+struct srv_pre_s {
+  const uint8_t *body; /* the frame it is for */
+  size_t n;
+  proto_msg_t m;
+  store_key_t *keys; /* NULL: arg_keys looks at them (and answers) */
+  uint32_t nkeys;
+  uint64_t seed; /* of the hashes */
+};
+
 /* Keys of argument i as an array; *keys is malloc'd (pointers into the
  * frame). */
 static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
@@ -63,6 +73,17 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
   const msgpack_object *items = NULL;
   const uint8_t *list = NULL;
   store_key_t *k;
+  srv_pre_t *pre = c->pre;
+  if (i == 0 && pre != NULL && m == &pre->m && pre->keys != NULL) {
+    /* Decoded, checked and hashed before the lock (srv__native_prepare). */
+    *keys = pre->keys;
+    *n = pre->nkeys;
+    pre->keys = NULL;
+    if (pre->seed != store_seed(c->job->store))
+      for (uint32_t j = 0; j < *n; j++)
+        (*keys)[j].h = 0; /* a store of another seed: hashed again */
+    return 0;
+  }
   if (i == 0 && m->keys != NULL) {
     list = m->keys; /* proto_decode_keylist: no object per key */
     *n = m->nkeys;
@@ -95,6 +116,7 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
     }
     k[j].p = p;
     k[j].n = len;
+    k[j].h = 0;
   }
   *keys = k;
   return 0;
@@ -164,11 +186,11 @@ static size_t values_size(store_t *st, const store_key_t *keys, uint32_t n,
   *missing = 0;
   for (uint32_t i = 0; i < n && sz <= cap; i++) {
     size_t vlen = 0;
-    if (store_get(st, keys[i].p, keys[i].n, &vlen) != NULL)
+    if (store_get_key(st, &keys[i], &vlen) != NULL)
       sz += vlen + 5;
     else {
       sz += 1; /* nil (a woken reply whose key went meanwhile too) */
-      if (!store_exists(st, keys[i].p, keys[i].n))
+      if (!store_exists_key(st, &keys[i]))
         *missing = 1;
     }
   }
@@ -183,7 +205,7 @@ static void reply_values(conn_t *c, uint64_t id, int op,
     msgpack_pack_array(&c->out.pk, n);
   for (uint32_t i = 0; i < n; i++) {
     size_t vlen = 0;
-    const uint8_t *v = store_get(st, keys[i].p, keys[i].n, &vlen);
+    const uint8_t *v = store_get_key(st, &keys[i], &vlen);
     if (v)
       proto_pack_bytes(&c->out.pk, v, vlen);
     else
@@ -289,6 +311,7 @@ static pend_t *pend_new(conn_t *c, const proto_msg_t *m,
       memcpy(d, keys[i].p, keys[i].n);
       p->keys[i].p = d;
       p->keys[i].n = keys[i].n;
+      p->keys[i].h = keys[i].h; /* the same store */
     }
   }
   return p;
@@ -338,7 +361,7 @@ static int wait_keys(conn_t *c, const proto_msg_t *m, store_key_t *keys,
     all = !missing;
   } else {
     for (uint32_t i = 0; i < n && all; i++)
-      all = store_exists(st, keys[i].p, keys[i].n);
+      all = store_exists_key(st, &keys[i]);
   }
   if (all) {
     if (!values) {
@@ -396,7 +419,7 @@ static int op_set(conn_t *c, const proto_msg_t *m) {
 }
 
 static int op_get(conn_t *c, const proto_msg_t *m) {
-  store_key_t k;
+  store_key_t k = {NULL, 0, 0};
   int64_t wait_ms = 0;
   const char *p;
   const uint8_t *v;
@@ -450,7 +473,7 @@ static int op_check(conn_t *c, const proto_msg_t *m) {
   if (arg_keys(c, m, 0, &keys, &n))
     return 0;
   for (uint32_t i = 0; i < n && ready; i++)
-    ready = store_exists(c->job->store, keys[i].p, keys[i].n);
+    ready = store_exists_key(c->job->store, &keys[i]);
   free(keys);
   srv__reply_begin(c, m->id, 0, 1);
   pack_bool(c, ready);
@@ -856,10 +879,86 @@ static int native_decode(conn_t *c, const uint8_t *body, size_t n,
   return proto_decode(body, n, &c->srv->plim, m);
 }
 
+void srv__pre_drop(conn_t *c) {
+  if (c->pre == NULL)
+    return;
+  free(c->pre->keys);
+  free(c->pre);
+  c->pre = NULL;
+}
+
+/* Frames looked at for a large one (their headers only). */
+#define PREPARE_SCAN 64
+
+const uint8_t *srv__native_large(conn_t *c) {
+  srv_t *s = c->srv;
+  const uint8_t *b = c->in;
+  size_t off = 0, avail = c->in_len;
+  uint32_t len;
+  if (c->pre != NULL)
+    return NULL;
+  /* The first large frame, if it came whole (native_input sorts out the
+   * rest: limits, state, errors). */
+  for (int i = 0; i < PREPARE_SCAN && avail - off >= PROTO_HDR; i++) {
+    len = proto_get_len(b + off);
+    if (len > s->cfg.max_frame || avail - off - PROTO_HDR < len)
+      return NULL;
+    if (len >= KEYLIST_MIN)
+      return b + off + PROTO_HDR;
+    off += PROTO_HDR + (size_t)len;
+  }
+  return NULL;
+}
+
+void srv__native_prepare(conn_t *c, const uint8_t *body) {
+  srv_t *s = c->srv;
+  const uint8_t *list;
+  uint32_t len = proto_get_len(body - PROTO_HDR), nk;
+  srv_pre_t *pre;
+  if ((pre = calloc(1, sizeof(*pre))) == NULL)
+    return;
+  if (proto_decode_keylist(body, len, &s->plim, &pre->m) != 0 ||
+      pre->m.kind != PROTO_REQUEST ||
+      (pre->m.op != PROTO_OP_MGET && pre->m.op != PROTO_OP_WAIT &&
+       pre->m.op != PROTO_OP_CHECK)) {
+    free(pre);
+    return;
+  }
+  pre->body = body;
+  pre->n = len;
+  pre->seed = s->store_seed;
+  nk = pre->m.nkeys;
+  list = pre->m.keys;
+  if (nk <= s->cfg.max_keys &&
+      (pre->keys = malloc((nk ? nk : 1) * sizeof(*pre->keys))) != NULL) {
+    pre->nkeys = nk;
+    for (uint32_t j = 0; j < nk; j++) {
+      store_key_t *k = &pre->keys[j];
+      const char *p;
+      proto_next_bytes(&list, &p, &k->n);
+      if (k->n > s->cfg.max_key) {
+        free(pre->keys); /* arg_keys answers */
+        pre->keys = NULL;
+        break;
+      }
+      k->p = p;
+      k->h = store_key_hash(pre->seed, p, k->n);
+    }
+  }
+  c->pre = pre;
+}
+
 static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
-  proto_msg_t m;
-  int rc = native_decode(c, body, n, &m);
+  proto_msg_t m, *mp = &m;
+  srv_pre_t *pre = c->pre;
+  int rc;
   op_fn fn;
+  if (pre != NULL && pre->body == body && pre->n == n) {
+    mp = &pre->m; /* decoded before the lock */
+    rc = 0;
+  } else {
+    rc = native_decode(c, body, n, &m);
+  }
   if (rc != 0) {
     srv__bad_input(c, "%s frame of %zu bytes; closing",
                    rc == RDZV_ETOOBIG ? "oversized or too deeply nested"
@@ -869,27 +968,32 @@ static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
     return 0;
   }
   rc = 0;
-  if (m.kind != PROTO_REQUEST) {
+  if (mp->kind != PROTO_REQUEST) {
     srv__bad_input(c, "frame of kind %d where a request was expected; "
-                      "closing", m.kind);
+                      "closing", mp->kind);
     srv__conn_close(c);
   } else if (c->state == CONN_HELLO) {
-    if (m.op != PROTO_OP_HELLO) {
-      srv__bad_input(c, "%s before HELLO; closing", proto_op_name((int)m.op));
-      hello_refuse(c, m.id, RDZV_EPROTO, "the first request must be HELLO");
+    if (mp->op != PROTO_OP_HELLO) {
+      srv__bad_input(c, "%s before HELLO; closing",
+                     proto_op_name((int)mp->op));
+      hello_refuse(c, mp->id, RDZV_EPROTO, "the first request must be HELLO");
     } else {
-      op_hello(c, &m);
+      op_hello(c, mp);
     }
-  } else if (m.op == PROTO_OP_HELLO) {
-    srv__reply_err(c, m.id, RDZV_EPROTO, "HELLO sent twice");
-  } else if (m.op >= PROTO_OP_JOIN) {
-    c->srv->rounds_op(c, &m);
-  } else if ((fn = op_table(m.op)) != NULL) {
-    rc = fn(c, &m);
+  } else if (mp->op == PROTO_OP_HELLO) {
+    srv__reply_err(c, mp->id, RDZV_EPROTO, "HELLO sent twice");
+  } else if (mp->op >= PROTO_OP_JOIN) {
+    c->srv->rounds_op(c, mp);
+  } else if ((fn = op_table(mp->op)) != NULL) {
+    rc = fn(c, mp);
   } else {
-    srv__reply_err(c, m.id, RDZV_EPROTO, "unknown op %lld", (long long)m.op);
+    srv__reply_err(c, mp->id, RDZV_EPROTO, "unknown op %lld",
+                   (long long)mp->op);
   }
-  proto_msg_free(&m);
+  if (mp == &m)
+    proto_msg_free(mp);
+  else
+    srv__pre_drop(c); /* used */
   return rc;
 }
 
