@@ -826,6 +826,13 @@ int srv__conn_paused(conn_t *c) {
   return c->paused;
 }
 
+void srv__conn_yield(conn_t *c) {
+  if (!c->paused) {
+    conn_pause(c, 0);
+    conn_schedule_resume(c);
+  }
+}
+
 int srv__out_room(conn_t *c, size_t n) {
   srv_t *s = c->srv;
   size_t u = conn_unsent(c);
@@ -1069,20 +1076,17 @@ static void adopt_incoming(srv_loop_t *lp) {
   }
 }
 
-/* A large request in what c read (only its loop's thread touches a
- * connection's input), or NULL. */
-static const uint8_t *conn_large(conn_t *c) {
-  if (c->dialect != &srv__dialect_native || c->tls != NULL ||
-      c->in_len < PROTO_HDR)
-    return NULL;
-  return srv__native_large(c);
+/* Has c a large request to decode ahead (only its loop's thread touches a
+ * connection's input)? */
+static int conn_prepare_due(conn_t *c) {
+  return c->dialect == &srv__dialect_native && c->tls == NULL &&
+         c->in_len >= PROTO_HDR && srv__native_prepare_due(c);
 }
 
-/* Decode and hash it without the lock (srv__native_prepare): one such
- * request at a time per loop, the next connection's after this one's ran. */
-static void conn_prepare(conn_t *c, const uint8_t *big) {
+/* Decode it as far as it came, without the lock (srv__native_prepare). */
+static void conn_prepare(conn_t *c) {
   trace_begin(c->srv, "prepare", c);
-  srv__native_prepare(c, big);
+  srv__native_prepare(c);
   trace_end(c->srv);
 }
 
@@ -1125,11 +1129,10 @@ static void check_cb(uv_check_t *h) {
   /* The requests read in this pass, in the order they came. */
   while (!list_empty(&lp->readq)) {
     conn_t *c = LIST_ENTRY(lp->readq.next, conn_t, read_link);
-    const uint8_t *big;
     list_remove(&c->read_link);
-    if ((big = conn_large(c)) != NULL) {
+    if (conn_prepare_due(c)) {
       srv__unlock(s);
-      conn_prepare(c, big);
+      conn_prepare(c);
       srv__lock(s);
     }
     trace_begin(s, "read", c);
@@ -1148,6 +1151,11 @@ static void check_cb(uv_check_t *h) {
   while (!list_empty(&run)) {
     conn_t *c = LIST_ENTRY(run.next, conn_t, resume_link);
     list_remove(&c->resume_link);
+    if (conn_prepare_due(c)) {
+      srv__unlock(s);
+      conn_prepare(c);
+      srv__lock(s);
+    }
     trace_begin(s, "resume", c);
     conn_resume(c);
     trace_end(s);
@@ -1332,6 +1340,7 @@ uint8_t *srv__in_take(conn_t *c, const uint8_t *val, size_t n,
       return NULL;
     memcpy(nb, end, tail);
   }
+  srv__pre_shift(c, (size_t)(end - buf));
   /* Counted as input until the request ran (the store's share stays what
    * it was while it decides); conn_process updates the shares after. */
   s->mem.in = s->mem.in - c->in_charged + charge;
@@ -1492,8 +1501,7 @@ static void conn_input(conn_t *c) {
   for (;;) {
     size_t before;
     conn_process(c);
-    /* Its frame ran, or waits for a later pass: the buffer may move. */
-    srv__pre_drop(c);
+    srv__pre_done(c);
     if (c->state == CONN_CLOSING || c->paused || c->close_after_flush ||
         c->tls == NULL)
       return;
@@ -1528,12 +1536,9 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   }
   if (nread == 0)
     return; /* EAGAIN */
-  if (nread == UV_ENOBUFS && !list_empty(&c->read_link)) {
-    /* conn_run_read runs what was read (a full buffer) */
-    const uint8_t *big = conn_large(c);
-    if (big != NULL)
-      conn_prepare(c, big);
-  }
+  if (nread == UV_ENOBUFS && !list_empty(&c->read_link) &&
+      conn_prepare_due(c))
+    return; /* a full buffer: the loop's check decodes it ahead, runs it */
   trace_begin(s, "read", c);
   srv__lock(s);
   read_cb_locked(st, nread, buf);
@@ -1746,6 +1751,7 @@ static void conn_process(conn_t *c) {
   if (c->state == CONN_CLOSING)
     return;
   if (off > 0) {
+    srv__pre_shift(c, off);
     memmove(c->in, c->in + off, c->in_len - off);
     c->in_len -= off;
   }

@@ -396,16 +396,27 @@ int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,
                    size_t vlen);
 
 /* ---- srv_native.c ---------------------------------------------------------- */
-/* The body of the first large frame that came whole in c's input (a
- * look at the frames' headers only), or NULL. */
-const uint8_t *srv__native_large(conn_t *c);
+/* Has c's input a large frame (whole or not) to decode ahead? A look at
+ * the frames' headers only. */
+int srv__native_prepare_due(conn_t *c);
 /* Without the lock, on the connection's loop, before its requests run:
- * decode that frame if it is an MGET/WAIT/CHECK and hash its keys
- * (c->pre), for native_frame to use. Reads only the connection's input
- * and what is fixed at start (limits, s->store_seed). */
-void srv__native_prepare(conn_t *c, const uint8_t *body);
-/* Forget c->pre (its frame ran, or the buffer may change). */
+ * go on decoding that frame, as far as it came, if it is an MGET, WAIT or
+ * CHECK, and hash its keys (c->pre) for native_frame to use: the work of
+ * a request of 8 MiB of keys spread over the passes that read it. Reads
+ * only the connection's input and what is fixed at start (limits,
+ * s->store_seed). */
+void srv__native_prepare(conn_t *c);
+/* The frame c->pre decodes came whole but is not decoded yet: its
+ * connection goes on after the others (srv__native_prepare on the next
+ * pass). Under the lock. */
+void srv__conn_yield(conn_t *c);
+/* Forget c->pre. */
 void srv__pre_drop(conn_t *c);
+/* After the requests ran: forget c->pre once decoded (run or not). */
+void srv__pre_done(conn_t *c);
+/* The input's first cut bytes went (ran, or moved away): c->pre follows
+ * its frame, or goes with it. */
+void srv__pre_shift(conn_t *c, size_t cut);
 void srv__native_hello_challenge(conn_t *c);
 void srv__native_pend_timeout(pend_t *p);
 

@@ -56,14 +56,18 @@ static int arg_int(conn_t *c, const proto_msg_t *m, uint32_t i, int64_t *v) {
   return 0;
 }
 
-/* A large request decoded ahead (srv__native_prepare). */
+/* A large request decoded ahead (srv__native_prepare), while it comes. */
+enum { PRE_ON, PRE_READY, PRE_OFF };
 struct srv_pre_s {
-  const uint8_t *body; /* the frame it is for */
-  size_t n;
+  size_t fo;         /* the frame's offset in c->in (its length first) */
+  uint32_t n;        /* its body's bytes */
+  int state;         /* PRE_ON: decoding; PRE_READY: m and keys are the
+                        frame's; PRE_OFF: not such a request (or a key
+                        over a limit): native_frame decodes it */
+  proto_keylist_t kl;
   proto_msg_t m;
-  store_key_t *keys; /* NULL: arg_keys looks at them (and answers) */
-  uint32_t nkeys;
-  uint64_t seed; /* of the hashes */
+  store_key_t *keys; /* p: an offset into the body until PRE_READY */
+  uint64_t seed;     /* of the hashes */
 };
 
 /* Keys of argument i as an array; *keys is malloc'd (pointers into the
@@ -74,10 +78,10 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
   const uint8_t *list = NULL;
   store_key_t *k;
   srv_pre_t *pre = c->pre;
-  if (i == 0 && pre != NULL && m == &pre->m && pre->keys != NULL) {
+  if (i == 0 && pre != NULL && m == &pre->m) {
     /* Decoded, checked and hashed before the lock (srv__native_prepare). */
     *keys = pre->keys;
-    *n = pre->nkeys;
+    *n = pre->kl.nk;
     pre->keys = NULL;
     if (pre->seed != store_seed(c->job->store))
       for (uint32_t j = 0; j < *n; j++)
@@ -887,65 +891,127 @@ void srv__pre_drop(conn_t *c) {
   c->pre = NULL;
 }
 
-/* Frames looked at for a large one (their headers only). */
-#define PREPARE_SCAN 64
-
-const uint8_t *srv__native_large(conn_t *c) {
-  srv_t *s = c->srv;
-  const uint8_t *b = c->in;
-  size_t off = 0, avail = c->in_len;
-  uint32_t len;
-  if (c->pre != NULL)
-    return NULL;
-  /* The first large frame, if it came whole (native_input sorts out the
-   * rest: limits, state, errors). */
-  for (int i = 0; i < PREPARE_SCAN && avail - off >= PROTO_HDR; i++) {
-    len = proto_get_len(b + off);
-    if (len > s->cfg.max_frame || avail - off - PROTO_HDR < len)
-      return NULL;
-    if (len >= KEYLIST_MIN)
-      return b + off + PROTO_HDR;
-    off += PROTO_HDR + (size_t)len;
-  }
-  return NULL;
+void srv__pre_done(conn_t *c) {
+  if (c->pre != NULL && c->pre->state == PRE_READY)
+    srv__pre_drop(c);
 }
 
-void srv__native_prepare(conn_t *c, const uint8_t *body) {
+void srv__pre_shift(conn_t *c, size_t cut) {
+  srv_pre_t *pre = c->pre;
+  if (pre == NULL || (c->req_end != NULL &&
+                      c->in + pre->fo + PROTO_HDR + pre->n == c->req_end))
+    return; /* the request running (native_frame drops it after) */
+  if (pre->state == PRE_READY || pre->fo < cut)
+    srv__pre_drop(c); /* pointers into the bytes that moved, or run */
+  else
+    pre->fo -= cut;
+}
+
+/* Frames looked at for a large one (their headers only). */
+#define PREPARE_SCAN 64
+/* Work of a call of srv__native_prepare: bytes of keys, 64 a key. */
+#define PREPARE_SLICE (1u << 20)
+
+int srv__native_prepare_due(conn_t *c) {
   srv_t *s = c->srv;
-  const uint8_t *list;
-  uint32_t len = proto_get_len(body - PROTO_HDR), nk;
-  srv_pre_t *pre;
-  if ((pre = calloc(1, sizeof(*pre))) == NULL)
-    return;
-  if (proto_decode_keylist(body, len, &s->plim, &pre->m) != 0 ||
-      pre->m.kind != PROTO_REQUEST ||
-      (pre->m.op != PROTO_OP_MGET && pre->m.op != PROTO_OP_WAIT &&
-       pre->m.op != PROTO_OP_CHECK)) {
-    free(pre);
-    return;
+  size_t off = 0, avail = c->in_len;
+  if (c->pre != NULL)
+    return c->pre->state == PRE_ON;
+  /* The first large frame (native_input sorts out the rest: limits,
+   * state, errors). */
+  for (int i = 0; i < PREPARE_SCAN && avail - off >= PROTO_HDR; i++) {
+    uint32_t len = proto_get_len(c->in + off);
+    if (len > s->cfg.max_frame)
+      return 0;
+    if (len >= KEYLIST_MIN)
+      return 1;
+    if (avail - off - PROTO_HDR < len)
+      return 0;
+    off += PROTO_HDR + (size_t)len;
   }
-  pre->body = body;
-  pre->n = len;
-  pre->seed = s->store_seed;
-  nk = pre->m.nkeys;
-  list = pre->m.keys;
-  if (nk <= s->cfg.max_keys &&
-      (pre->keys = malloc((nk ? nk : 1) * sizeof(*pre->keys))) != NULL) {
-    pre->nkeys = nk;
-    for (uint32_t j = 0; j < nk; j++) {
-      store_key_t *k = &pre->keys[j];
-      const char *p;
-      proto_next_bytes(&list, &p, &k->n);
-      if (k->n > s->cfg.max_key) {
-        free(pre->keys); /* arg_keys answers */
-        pre->keys = NULL;
-        break;
+  return 0;
+}
+
+/* Stop decoding ahead: native_frame decodes the frame (and answers). */
+static void pre_off(srv_pre_t *pre) {
+  free(pre->keys);
+  pre->keys = NULL;
+  pre->state = PRE_OFF;
+}
+
+/* A request (its header as read so far) decoded ahead: MGET, WAIT, CHECK. */
+static int pre_wanted(const msgpack_object *h) {
+  return h[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+         h[0].via.u64 == PROTO_REQUEST &&
+         h[2].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+         (h[2].via.u64 == PROTO_OP_MGET || h[2].via.u64 == PROTO_OP_WAIT ||
+          h[2].via.u64 == PROTO_OP_CHECK);
+}
+
+void srv__native_prepare(conn_t *c) {
+  srv_t *s = c->srv;
+  srv_pre_t *pre = c->pre;
+  const uint8_t *body;
+  size_t avail, ko, kn, start;
+  uint32_t k0;
+  int r;
+  if (pre == NULL) {
+    size_t off = 0;
+    uint32_t len;
+    while ((len = proto_get_len(c->in + off)) < KEYLIST_MIN)
+      off += PROTO_HDR + (size_t)len; /* as srv__native_prepare_due found */
+    if ((pre = calloc(1, sizeof(*pre))) == NULL)
+      return;
+    pre->fo = off;
+    pre->n = len;
+    pre->seed = s->store_seed;
+    c->pre = pre;
+  }
+  if (pre->state != PRE_ON)
+    return;
+  body = c->in + pre->fo + PROTO_HDR;
+  avail = LU_MIN(c->in_len - pre->fo - PROTO_HDR, (size_t)pre->n);
+  start = pre->kl.pos;
+  k0 = pre->kl.k;
+  while ((r = proto_keylist_step(&pre->kl, body, avail, pre->n, &s->plim,
+                                 &pre->m, &ko, &kn)) == PROTO_KL_KEY) {
+    store_key_t *k;
+    if (pre->keys == NULL) {
+      uint32_t nk = pre->kl.nk;
+      if (!pre_wanted(pre->m.flat) || nk > s->cfg.max_keys ||
+          (pre->keys = malloc(nk * sizeof(*pre->keys))) == NULL) {
+        pre_off(pre);
+        return;
       }
-      k->p = p;
-      k->h = store_key_hash(pre->seed, p, k->n);
     }
+    if (kn > s->cfg.max_key) {
+      pre_off(pre); /* arg_keys answers */
+      return;
+    }
+    k = &pre->keys[pre->kl.k - 1];
+    k->p = (const void *)(uintptr_t)ko;
+    k->n = kn;
+    k->h = store_key_hash(pre->seed, body + ko, kn);
+    /* A slice a call (a pass of the loop): the rest on the next. */
+    if (pre->kl.pos - start + (size_t)(pre->kl.k - k0) * 64 > PREPARE_SLICE)
+      return;
   }
-  c->pre = pre;
+  if (r == PROTO_KL_MORE)
+    return;
+  if (r != PROTO_KL_DONE || pre->m.kind != PROTO_REQUEST ||
+      (pre->m.op != PROTO_OP_MGET && pre->m.op != PROTO_OP_WAIT &&
+       pre->m.op != PROTO_OP_CHECK) ||
+      pre->kl.nk > s->cfg.max_keys) {
+    pre_off(pre);
+    return;
+  }
+  if (pre->keys == NULL && (pre->keys = malloc(sizeof(*pre->keys))) == NULL) {
+    pre_off(pre); /* no keys */
+    return;
+  }
+  for (uint32_t j = 0; j < pre->kl.nk; j++)
+    pre->keys[j].p = body + (uintptr_t)pre->keys[j].p;
+  pre->state = PRE_READY;
 }
 
 static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
@@ -953,7 +1019,8 @@ static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
   srv_pre_t *pre = c->pre;
   int rc;
   op_fn fn;
-  if (pre != NULL && pre->body == body && pre->n == n) {
+  if (pre != NULL && pre->state == PRE_READY &&
+      c->in + pre->fo + PROTO_HDR == body && pre->n == n) {
     mp = &pre->m; /* decoded before the lock */
     rc = 0;
   } else {
@@ -1017,6 +1084,11 @@ static ssize_t native_input(conn_t *c, const uint8_t *b, size_t n) {
     }
     if (n - off - PROTO_HDR < len) {
       c->in_need = PROTO_HDR + (size_t)len;
+      break;
+    }
+    if (c->pre != NULL && c->pre->state == PRE_ON &&
+        c->in + c->pre->fo == b + off) {
+      srv__conn_yield(c); /* decoded ahead on the next pass */
       break;
     }
     s->stats.requests++;

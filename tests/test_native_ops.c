@@ -375,9 +375,10 @@ static void test_many_keys_list(void) {
 }
 
 /* Values set one by one by another client while an MGET of many distinct
- * keys (a frame decoded and hashed before the server's lock) waits: woken
- * by the last, it answers every key's own value in order. */
-#define MW_N 12000
+ * keys (a frame decoded and hashed before the server's lock, a slice a
+ * pass) waits: woken by the last, it answers every key's own value in
+ * order; behind a pipelined SET, it sees that SET's value. */
+#define MW_N 40000 /* 360 KiB of keys: decoded ahead over several passes */
 static void *set_values_later(void *arg) {
   rdzv_client_t *c = connect_job("keylist", NULL);
   char k[16], v[16];
@@ -415,6 +416,16 @@ static void test_many_keys_woken(void) {
     ASSERT(memcmp(vals[i].data, v, vals[i].len) == 0);
     rdzv_free(vals[i].data);
   }
+  /* a SET pipelined before the MGET (the large frame behind it in the
+   * same read) runs first */
+  ASSERT_OK(rdzv__set_multi_get(c, "mw/00000", "new", 3,
+                                (const char *const *)keys, MW_N, vals,
+                                test_ms(20000)));
+  ASSERT(vals[0].len == 3 && memcmp(vals[0].data, "new", 3) == 0);
+  ASSERT(vals[MW_N - 1].len == strlen("v119997") &&
+         memcmp(vals[MW_N - 1].data, "v119997", 7) == 0);
+  for (int i = 0; i < MW_N; i++)
+    rdzv_free(vals[i].data);
   /* every key exists now: WAIT and CHECK answer at once */
   ASSERT_OK(rdzv_wait(c, (const char *const *)keys, MW_N, test_ms(5000)));
   ASSERT_EQ(1, rdzv_check(c, (const char *const *)keys, MW_N, test_ms(5000)));
