@@ -365,6 +365,8 @@ int proto_decode(const uint8_t *buf, size_t n, const proto_limits_t *lim,
   return 0;
 }
 
+#define KEYLIST_HEAD_MAX (3 + 3 * 9 + 5)
+
 /* [kind, id, op, [keys...]: the frame's elements and the keys' count;
  * *pos at the first key. RET 1, or 0 (cut short or not such a frame). */
 static int keylist_head(const uint8_t *buf, size_t avail, size_t *pos,
@@ -387,8 +389,11 @@ int proto_keylist_step(proto_keylist_t *kl, const uint8_t *buf, size_t avail,
     memset(msg, 0, offsetof(proto_msg_t, flat));
     if (n == 0 || n > lim->max_frame || lim->max_depth < 2)
       return RDZV_EPROTO;
+    /* A head that could be one (three integers, two array headers) fits
+     * in KEYLIST_HEAD_MAX bytes: past that, not such a frame (a large SET
+     * is told at once, not when it is whole). */
     if (!keylist_head(buf, avail, &pos, msg, &kl->cnt, &kl->nk))
-      return cut;
+      return avail < KEYLIST_HEAD_MAX ? cut : RDZV_EPROTO;
     /* The items proto_scan counts: the frame, its elements, the keys. */
     if (kl->cnt < 4 || kl->cnt > PROTO_FLAT_MAX ||
         1 + (uint64_t)kl->cnt + kl->nk > lim->max_items)
