@@ -365,40 +365,88 @@ int proto_decode(const uint8_t *buf, size_t n, const proto_limits_t *lim,
   return 0;
 }
 
-int proto_decode_keylist(const uint8_t *buf, size_t n,
-                         const proto_limits_t *lim, proto_msg_t *msg) {
-  size_t pos = 0, list;
-  uint32_t cnt, nk;
-  memset(msg, 0, offsetof(proto_msg_t, flat));
-  if (n == 0 || n > lim->max_frame || lim->max_depth < 2 ||
-      !array_head(buf, n, &pos, 0, &cnt) || cnt < 4 || cnt > PROTO_FLAT_MAX)
-    return RDZV_EPROTO;
+#define KEYLIST_HEAD_MAX (3 + 3 * 9 + 5)
+
+/* [kind, id, op, [keys...]: the frame's elements and the keys' count;
+ * *pos at the first key. RET 1, or 0 (cut short or not such a frame). */
+static int keylist_head(const uint8_t *buf, size_t avail, size_t *pos,
+                        proto_msg_t *msg, uint32_t *cnt, uint32_t *nk) {
+  if (!array_head(buf, avail, pos, 0, cnt))
+    return 0;
   for (uint32_t i = 0; i < 3; i++)
-    if (!flat_obj(buf, n, &pos, &msg->flat[i]))
+    if (!flat_obj(buf, avail, pos, &msg->flat[i]))
+      return 0;
+  return array_head(buf, avail, pos, 1, nk);
+}
+
+int proto_keylist_step(proto_keylist_t *kl, const uint8_t *buf, size_t avail,
+                       size_t n, const proto_limits_t *lim, proto_msg_t *msg,
+                       size_t *koff, size_t *klen) {
+  /* What fails before the frame's end may only be cut short. */
+  int cut = avail < n ? PROTO_KL_MORE : RDZV_EPROTO;
+  size_t pos = kl->pos;
+  if (kl->stage == 0) {
+    memset(msg, 0, offsetof(proto_msg_t, flat));
+    if (n == 0 || n > lim->max_frame || lim->max_depth < 2)
       return RDZV_EPROTO;
-  if (!array_head(buf, n, &pos, 1, &nk))
-    return RDZV_EPROTO;
-  /* The items proto_scan counts: the frame, its elements, the keys. */
-  if (1 + (uint64_t)cnt + nk > lim->max_items)
-    return RDZV_EPROTO;
-  list = pos;
-  for (uint32_t k = 0; k < nk; k++) {
-    msgpack_object o;
-    if (!flat_obj(buf, n, &pos, &o) ||
-        (o.type != MSGPACK_OBJECT_STR && o.type != MSGPACK_OBJECT_BIN))
+    /* A head that could be one (three integers, two array headers) fits
+     * in KEYLIST_HEAD_MAX bytes: past that, not such a frame (a large SET
+     * is told at once, not when it is whole). */
+    if (!keylist_head(buf, avail, &pos, msg, &kl->cnt, &kl->nk))
+      return avail < KEYLIST_HEAD_MAX ? cut : RDZV_EPROTO;
+    /* The items proto_scan counts: the frame, its elements, the keys. */
+    if (kl->cnt < 4 || kl->cnt > PROTO_FLAT_MAX ||
+        1 + (uint64_t)kl->cnt + kl->nk > lim->max_items)
       return RDZV_EPROTO;
+    kl->list = kl->pos = pos;
+    kl->k = 0;
+    kl->stage = 1;
   }
+  if (kl->stage == 1 && kl->k < kl->nk) {
+    msgpack_object o;
+    const uint8_t *q = buf + pos;
+    const char *p;
+    if (!flat_obj(buf, avail, &pos, &o))
+      return cut;
+    if (o.type != MSGPACK_OBJECT_STR && o.type != MSGPACK_OBJECT_BIN)
+      return RDZV_EPROTO;
+    proto_next_bytes(&q, &p, klen);
+    *koff = (size_t)((const uint8_t *)p - buf);
+    kl->pos = pos;
+    kl->k++;
+    return PROTO_KL_KEY;
+  }
+  /* The other elements, once the frame is whole (the header again: the
+   * buffer may have moved since). */
+  kl->stage = 2;
+  if (avail < n)
+    return PROTO_KL_MORE;
+  pos = 0;
+  if (!keylist_head(buf, n, &pos, msg, &kl->cnt, &kl->nk))
+    return RDZV_EPROTO;
   msg->flat[3].type = MSGPACK_OBJECT_ARRAY;
   msg->flat[3].via.array.size = 0;
   msg->flat[3].via.array.ptr = NULL;
-  for (uint32_t i = 4; i < cnt; i++)
+  pos = kl->pos;
+  for (uint32_t i = 4; i < kl->cnt; i++)
     if (!flat_obj(buf, n, &pos, &msg->flat[i]))
       return RDZV_EPROTO;
-  if (pos != n || decode_header(msg->flat, cnt, msg) != 0)
+  if (pos != n || decode_header(msg->flat, kl->cnt, msg) != 0)
     return RDZV_EPROTO;
-  msg->keys = buf + list;
-  msg->nkeys = nk;
-  return 0;
+  msg->keys = buf + kl->list;
+  msg->nkeys = kl->nk;
+  return PROTO_KL_DONE;
+}
+
+int proto_decode_keylist(const uint8_t *buf, size_t n,
+                         const proto_limits_t *lim, proto_msg_t *msg) {
+  proto_keylist_t kl = {0};
+  size_t ko, kn;
+  int r;
+  while ((r = proto_keylist_step(&kl, buf, n, n, lim, msg, &ko, &kn)) ==
+         PROTO_KL_KEY)
+    ;
+  return r == PROTO_KL_DONE ? 0 : RDZV_EPROTO;
 }
 
 void proto_next_bytes(const uint8_t **pos, const char **p, size_t *n) {

@@ -144,6 +144,23 @@ void proto_msg_free(proto_msg_t *msg);
  * Nothing to free. */
 int proto_decode_keylist(const uint8_t *buf, size_t n,
                          const proto_limits_t *lim, proto_msg_t *msg);
+/* proto_decode_keylist a step at a time, while the frame (n bytes) comes:
+ * buf[0..avail) has come; buf may move between calls (kl keeps offsets).
+ * Start with kl zeroed. RET PROTO_KL_KEY: one more key, at buf + *koff,
+ * *klen bytes; PROTO_KL_MORE: call again once more has come;
+ * PROTO_KL_DONE (avail == n): *msg is what proto_decode_keylist makes;
+ * RDZV_EPROTO: not such a frame. */
+typedef struct proto_keylist_s {
+  size_t pos, list; /* the next item; the first key */
+  uint32_t cnt, nk, k; /* the frame's elements, its keys, keys read */
+  int stage;
+} proto_keylist_t;
+#define PROTO_KL_KEY 1
+#define PROTO_KL_MORE 2
+#define PROTO_KL_DONE 3
+int proto_keylist_step(proto_keylist_t *kl, const uint8_t *buf, size_t avail,
+                       size_t n, const proto_limits_t *lim, proto_msg_t *msg,
+                       size_t *koff, size_t *klen);
 /* The str or bin at *pos in a list proto_decode_keylist accepted: *p, *n
  * (never NULL); *pos moves past it. */
 void proto_next_bytes(const uint8_t **pos, const char **p, size_t *n);

@@ -393,7 +393,8 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
     return NULL;
   }
   if ((j = calloc(1, sizeof(*j) + len + 1)) == NULL ||
-      store_new(s->cfg.max_store_bytes, &s->mem.store, &j->store) != 0) {
+      store_new_seeded(s->cfg.max_store_bytes, &s->mem.store, s->store_seed,
+                       &j->store) != 0) {
     free(j);
     lu_errf(err, errcap, "out of memory");
     return NULL;
@@ -825,6 +826,13 @@ int srv__conn_paused(conn_t *c) {
   return c->paused;
 }
 
+void srv__conn_yield(conn_t *c) {
+  if (!c->paused) {
+    conn_pause(c, 0);
+    conn_schedule_resume(c);
+  }
+}
+
 int srv__out_room(conn_t *c, size_t n) {
   srv_t *s = c->srv;
   size_t u = conn_unsent(c);
@@ -1068,6 +1076,20 @@ static void adopt_incoming(srv_loop_t *lp) {
   }
 }
 
+/* Has c a large request to decode ahead (only its loop's thread touches a
+ * connection's input)? */
+static int conn_prepare_due(conn_t *c) {
+  return c->dialect == &srv__dialect_native && c->tls == NULL &&
+         c->in_len >= PROTO_HDR && srv__native_prepare_due(c);
+}
+
+/* Decode it as far as it came, without the lock (srv__native_prepare). */
+static void conn_prepare(conn_t *c) {
+  trace_begin(c->srv, "prepare", c);
+  srv__native_prepare(c);
+  trace_end(c->srv);
+}
+
 /* Run the loop's lists: its new and closed connections, what loop 0 was
  * asked for, deferred work, then output. With several loops, output is
  * written to the sockets without the lock held. */
@@ -1108,6 +1130,11 @@ static void check_cb(uv_check_t *h) {
   while (!list_empty(&lp->readq)) {
     conn_t *c = LIST_ENTRY(lp->readq.next, conn_t, read_link);
     list_remove(&c->read_link);
+    if (conn_prepare_due(c)) {
+      srv__unlock(s);
+      conn_prepare(c);
+      srv__lock(s);
+    }
     trace_begin(s, "read", c);
     conn_input(c);
     trace_end(s);
@@ -1124,6 +1151,11 @@ static void check_cb(uv_check_t *h) {
   while (!list_empty(&run)) {
     conn_t *c = LIST_ENTRY(run.next, conn_t, resume_link);
     list_remove(&c->resume_link);
+    if (conn_prepare_due(c)) {
+      srv__unlock(s);
+      conn_prepare(c);
+      srv__lock(s);
+    }
     trace_begin(s, "resume", c);
     conn_resume(c);
     trace_end(s);
@@ -1308,6 +1340,7 @@ uint8_t *srv__in_take(conn_t *c, const uint8_t *val, size_t n,
       return NULL;
     memcpy(nb, end, tail);
   }
+  srv__pre_shift(c, (size_t)(end - buf));
   /* Counted as input until the request ran (the store's share stays what
    * it was while it decides); conn_process updates the shares after. */
   s->mem.in = s->mem.in - c->in_charged + charge;
@@ -1468,6 +1501,7 @@ static void conn_input(conn_t *c) {
   for (;;) {
     size_t before;
     conn_process(c);
+    srv__pre_done(c);
     if (c->state == CONN_CLOSING || c->paused || c->close_after_flush ||
         c->tls == NULL)
       return;
@@ -1502,6 +1536,9 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   }
   if (nread == 0)
     return; /* EAGAIN */
+  if (nread == UV_ENOBUFS && !list_empty(&c->read_link) &&
+      conn_prepare_due(c))
+    return; /* a full buffer: the loop's check decodes it ahead, runs it */
   trace_begin(s, "read", c);
   srv__lock(s);
   read_cb_locked(st, nread, buf);
@@ -1714,6 +1751,7 @@ static void conn_process(conn_t *c) {
   if (c->state == CONN_CLOSING)
     return;
   if (off > 0) {
+    srv__pre_shift(c, off);
     memmove(c->in, c->in + off, c->in_len - off);
     c->in_len -= off;
   }
@@ -1750,6 +1788,7 @@ static void maybe_finish_close(srv_t *s);
 static void conn_free(conn_t *c) {
   srv_t *s = c->srv;
   list_unlink(&c->read_link); /* on its loop's thread */
+  srv__pre_drop(c);
   in_release(c);
   proto_enc_destroy(&c->out);
   tls_free(c->tls);
@@ -2213,7 +2252,8 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
       return RDZV_EINVAL;
     }
   }
-  if (derive_limits(s) != 0 || lu_random(&s->addr_seed, sizeof(s->addr_seed))) {
+  if (derive_limits(s) != 0 || lu_random(&s->addr_seed, sizeof(s->addr_seed)) ||
+      lu_random(&s->store_seed, sizeof(s->store_seed))) {
     free_config(s);
     free(s);
     return RDZV_EINVAL;

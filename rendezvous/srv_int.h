@@ -65,6 +65,7 @@ static inline void list_unlink(list_t *n) {
 typedef struct job_s job_t;
 typedef struct conn_s conn_t;
 typedef struct pend_s pend_t;
+typedef struct srv_pre_s srv_pre_t;
 typedef struct srv_addr_s srv_addr_t;
 typedef struct srv_loop_s srv_loop_t;
 
@@ -195,6 +196,8 @@ struct conn_s {
                            request that took it is over */
   int in_full;          /* the input budget stopped this buffer growing */
   int in_memwait;       /* --max-memory stopped it: wait for memory */
+  srv_pre_t *pre;       /* a large request decoded ahead, without the
+                            lock (srv__native_prepare); its loop's only */
   /* Output: replies not yet handed to the kernel. */
   proto_enc_t out;
   size_t inflight;      /* bytes in uv_write requests */
@@ -262,6 +265,8 @@ struct srv_s {
   srv_addr_t **addrs; /* per-address counts, hashed */
   size_t naddr_buckets;
   uint64_t addr_seed;
+  uint64_t store_seed; /* every job's store's (set at start, then read
+                          without the lock: srv__native_prepare) */
   list_t conns;
   list_t memwait;
   list_t preauth;       /* oldest first: deadlines in accept order */
@@ -391,6 +396,27 @@ int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,
                    size_t vlen);
 
 /* ---- srv_native.c ---------------------------------------------------------- */
+/* Has c's input a large frame (whole or not) to decode ahead? A look at
+ * the frames' headers only. */
+int srv__native_prepare_due(conn_t *c);
+/* Without the lock, on the connection's loop, before its requests run:
+ * go on decoding that frame, as far as it came, if it is an MGET, WAIT or
+ * CHECK, and hash its keys (c->pre) for native_frame to use: the work of
+ * a request of 8 MiB of keys spread over the passes that read it. Reads
+ * only the connection's input and what is fixed at start (limits,
+ * s->store_seed). */
+void srv__native_prepare(conn_t *c);
+/* The frame c->pre decodes came whole but is not decoded yet: its
+ * connection goes on after the others (srv__native_prepare on the next
+ * pass). Under the lock. */
+void srv__conn_yield(conn_t *c);
+/* Forget c->pre. */
+void srv__pre_drop(conn_t *c);
+/* After the requests ran: forget c->pre once decoded (run or not). */
+void srv__pre_done(conn_t *c);
+/* The input's first cut bytes went (ran, or moved away): c->pre follows
+ * its frame, or goes with it. */
+void srv__pre_shift(conn_t *c, size_t cut);
 void srv__native_hello_challenge(conn_t *c);
 void srv__native_pend_timeout(pend_t *p);
 

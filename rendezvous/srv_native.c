@@ -56,6 +56,20 @@ static int arg_int(conn_t *c, const proto_msg_t *m, uint32_t i, int64_t *v) {
   return 0;
 }
 
+/* A large request decoded ahead (srv__native_prepare), while it comes. */
+enum { PRE_ON, PRE_READY, PRE_OFF };
+struct srv_pre_s {
+  size_t fo;         /* the frame's offset in c->in (its length first) */
+  uint32_t n;        /* its body's bytes */
+  int state;         /* PRE_ON: decoding; PRE_READY: m and keys are the
+                        frame's; PRE_OFF: not such a request (or a key
+                        over a limit): native_frame decodes it */
+  proto_keylist_t kl;
+  proto_msg_t m;
+  store_key_t *keys; /* p: an offset into the body until PRE_READY */
+  uint64_t seed;     /* of the hashes */
+};
+
 /* Keys of argument i as an array; *keys is malloc'd (pointers into the
  * frame). */
 static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
@@ -63,6 +77,17 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
   const msgpack_object *items = NULL;
   const uint8_t *list = NULL;
   store_key_t *k;
+  srv_pre_t *pre = c->pre;
+  if (i == 0 && pre != NULL && m == &pre->m) {
+    /* Decoded, checked and hashed before the lock (srv__native_prepare). */
+    *keys = pre->keys;
+    *n = pre->kl.nk;
+    pre->keys = NULL;
+    if (pre->seed != store_seed(c->job->store))
+      for (uint32_t j = 0; j < *n; j++)
+        (*keys)[j].h = 0; /* a store of another seed: hashed again */
+    return 0;
+  }
   if (i == 0 && m->keys != NULL) {
     list = m->keys; /* proto_decode_keylist: no object per key */
     *n = m->nkeys;
@@ -95,6 +120,7 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
     }
     k[j].p = p;
     k[j].n = len;
+    k[j].h = 0;
   }
   *keys = k;
   return 0;
@@ -164,11 +190,11 @@ static size_t values_size(store_t *st, const store_key_t *keys, uint32_t n,
   *missing = 0;
   for (uint32_t i = 0; i < n && sz <= cap; i++) {
     size_t vlen = 0;
-    if (store_get(st, keys[i].p, keys[i].n, &vlen) != NULL)
+    if (store_get_key(st, &keys[i], &vlen) != NULL)
       sz += vlen + 5;
     else {
       sz += 1; /* nil (a woken reply whose key went meanwhile too) */
-      if (!store_exists(st, keys[i].p, keys[i].n))
+      if (!store_exists_key(st, &keys[i]))
         *missing = 1;
     }
   }
@@ -183,7 +209,7 @@ static void reply_values(conn_t *c, uint64_t id, int op,
     msgpack_pack_array(&c->out.pk, n);
   for (uint32_t i = 0; i < n; i++) {
     size_t vlen = 0;
-    const uint8_t *v = store_get(st, keys[i].p, keys[i].n, &vlen);
+    const uint8_t *v = store_get_key(st, &keys[i], &vlen);
     if (v)
       proto_pack_bytes(&c->out.pk, v, vlen);
     else
@@ -289,6 +315,7 @@ static pend_t *pend_new(conn_t *c, const proto_msg_t *m,
       memcpy(d, keys[i].p, keys[i].n);
       p->keys[i].p = d;
       p->keys[i].n = keys[i].n;
+      p->keys[i].h = keys[i].h; /* the same store */
     }
   }
   return p;
@@ -338,7 +365,7 @@ static int wait_keys(conn_t *c, const proto_msg_t *m, store_key_t *keys,
     all = !missing;
   } else {
     for (uint32_t i = 0; i < n && all; i++)
-      all = store_exists(st, keys[i].p, keys[i].n);
+      all = store_exists_key(st, &keys[i]);
   }
   if (all) {
     if (!values) {
@@ -396,7 +423,7 @@ static int op_set(conn_t *c, const proto_msg_t *m) {
 }
 
 static int op_get(conn_t *c, const proto_msg_t *m) {
-  store_key_t k;
+  store_key_t k = {NULL, 0, 0};
   int64_t wait_ms = 0;
   const char *p;
   const uint8_t *v;
@@ -450,7 +477,7 @@ static int op_check(conn_t *c, const proto_msg_t *m) {
   if (arg_keys(c, m, 0, &keys, &n))
     return 0;
   for (uint32_t i = 0; i < n && ready; i++)
-    ready = store_exists(c->job->store, keys[i].p, keys[i].n);
+    ready = store_exists_key(c->job->store, &keys[i]);
   free(keys);
   srv__reply_begin(c, m->id, 0, 1);
   pack_bool(c, ready);
@@ -856,10 +883,149 @@ static int native_decode(conn_t *c, const uint8_t *body, size_t n,
   return proto_decode(body, n, &c->srv->plim, m);
 }
 
+void srv__pre_drop(conn_t *c) {
+  if (c->pre == NULL)
+    return;
+  free(c->pre->keys);
+  free(c->pre);
+  c->pre = NULL;
+}
+
+void srv__pre_done(conn_t *c) {
+  if (c->pre != NULL && c->pre->state == PRE_READY)
+    srv__pre_drop(c);
+}
+
+void srv__pre_shift(conn_t *c, size_t cut) {
+  srv_pre_t *pre = c->pre;
+  if (pre == NULL || (c->req_end != NULL &&
+                      c->in + pre->fo + PROTO_HDR + pre->n == c->req_end))
+    return; /* the request running (native_frame drops it after) */
+  if (pre->state == PRE_READY || pre->fo < cut)
+    srv__pre_drop(c); /* pointers into the bytes that moved, or run */
+  else
+    pre->fo -= cut;
+}
+
+/* Frames looked at for a large one (their headers only). */
+#define PREPARE_SCAN 64
+/* Work of a call of srv__native_prepare: bytes of keys, 64 a key. */
+#define PREPARE_SLICE (1u << 20)
+
+int srv__native_prepare_due(conn_t *c) {
+  srv_t *s = c->srv;
+  size_t off = 0, avail = c->in_len;
+  if (c->pre != NULL)
+    return c->pre->state == PRE_ON;
+  /* The first large frame (native_input sorts out the rest: limits,
+   * state, errors). */
+  for (int i = 0; i < PREPARE_SCAN && avail - off >= PROTO_HDR; i++) {
+    uint32_t len = proto_get_len(c->in + off);
+    if (len > s->cfg.max_frame)
+      return 0;
+    if (len >= KEYLIST_MIN)
+      return 1;
+    if (avail - off - PROTO_HDR < len)
+      return 0;
+    off += PROTO_HDR + (size_t)len;
+  }
+  return 0;
+}
+
+/* Stop decoding ahead: native_frame decodes the frame (and answers). */
+static void pre_off(srv_pre_t *pre) {
+  free(pre->keys);
+  pre->keys = NULL;
+  pre->state = PRE_OFF;
+}
+
+/* A request (its header as read so far) decoded ahead: MGET, WAIT, CHECK. */
+static int pre_wanted(const msgpack_object *h) {
+  return h[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+         h[0].via.u64 == PROTO_REQUEST &&
+         h[2].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+         (h[2].via.u64 == PROTO_OP_MGET || h[2].via.u64 == PROTO_OP_WAIT ||
+          h[2].via.u64 == PROTO_OP_CHECK);
+}
+
+void srv__native_prepare(conn_t *c) {
+  srv_t *s = c->srv;
+  srv_pre_t *pre = c->pre;
+  const uint8_t *body;
+  size_t avail, ko, kn, start;
+  uint32_t k0;
+  int r;
+  if (pre == NULL) {
+    size_t off = 0;
+    uint32_t len;
+    while ((len = proto_get_len(c->in + off)) < KEYLIST_MIN)
+      off += PROTO_HDR + (size_t)len; /* as srv__native_prepare_due found */
+    if ((pre = calloc(1, sizeof(*pre))) == NULL)
+      return;
+    pre->fo = off;
+    pre->n = len;
+    pre->seed = s->store_seed;
+    c->pre = pre;
+  }
+  if (pre->state != PRE_ON)
+    return;
+  body = c->in + pre->fo + PROTO_HDR;
+  avail = LU_MIN(c->in_len - pre->fo - PROTO_HDR, (size_t)pre->n);
+  start = pre->kl.pos;
+  k0 = pre->kl.k;
+  while ((r = proto_keylist_step(&pre->kl, body, avail, pre->n, &s->plim,
+                                 &pre->m, &ko, &kn)) == PROTO_KL_KEY) {
+    store_key_t *k;
+    if (pre->keys == NULL) {
+      uint32_t nk = pre->kl.nk;
+      if (!pre_wanted(pre->m.flat) || nk > s->cfg.max_keys ||
+          (pre->keys = malloc(nk * sizeof(*pre->keys))) == NULL) {
+        pre_off(pre);
+        return;
+      }
+    }
+    if (kn > s->cfg.max_key) {
+      pre_off(pre); /* arg_keys answers */
+      return;
+    }
+    k = &pre->keys[pre->kl.k - 1];
+    k->p = (const void *)(uintptr_t)ko;
+    k->n = kn;
+    k->h = store_key_hash(pre->seed, body + ko, kn);
+    /* A slice a call (a pass of the loop): the rest on the next. */
+    if (pre->kl.pos - start + (size_t)(pre->kl.k - k0) * 64 > PREPARE_SLICE)
+      return;
+  }
+  if (r == PROTO_KL_MORE)
+    return;
+  if (r != PROTO_KL_DONE || pre->m.kind != PROTO_REQUEST ||
+      (pre->m.op != PROTO_OP_MGET && pre->m.op != PROTO_OP_WAIT &&
+       pre->m.op != PROTO_OP_CHECK) ||
+      pre->kl.nk > s->cfg.max_keys) {
+    pre_off(pre);
+    return;
+  }
+  if (pre->keys == NULL && (pre->keys = malloc(sizeof(*pre->keys))) == NULL) {
+    pre_off(pre); /* no keys */
+    return;
+  }
+  for (uint32_t j = 0; j < pre->kl.nk; j++)
+    pre->keys[j].p = body + (uintptr_t)pre->keys[j].p;
+  pre->state = PRE_READY;
+}
+
 static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
-  proto_msg_t m;
-  int rc = native_decode(c, body, n, &m);
+  proto_msg_t m, *mp = &m;
+  srv_pre_t *pre = c->pre;
+  int rc;
   op_fn fn;
+  if (pre != NULL && pre->state == PRE_READY &&
+      c->in + pre->fo + PROTO_HDR == body && pre->n == n) {
+    mp = &pre->m; /* decoded before the lock */
+    rc = 0;
+  } else {
+    rc = native_decode(c, body, n, &m);
+  }
   if (rc != 0) {
     srv__bad_input(c, "%s frame of %zu bytes; closing",
                    rc == RDZV_ETOOBIG ? "oversized or too deeply nested"
@@ -869,27 +1035,32 @@ static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
     return 0;
   }
   rc = 0;
-  if (m.kind != PROTO_REQUEST) {
+  if (mp->kind != PROTO_REQUEST) {
     srv__bad_input(c, "frame of kind %d where a request was expected; "
-                      "closing", m.kind);
+                      "closing", mp->kind);
     srv__conn_close(c);
   } else if (c->state == CONN_HELLO) {
-    if (m.op != PROTO_OP_HELLO) {
-      srv__bad_input(c, "%s before HELLO; closing", proto_op_name((int)m.op));
-      hello_refuse(c, m.id, RDZV_EPROTO, "the first request must be HELLO");
+    if (mp->op != PROTO_OP_HELLO) {
+      srv__bad_input(c, "%s before HELLO; closing",
+                     proto_op_name((int)mp->op));
+      hello_refuse(c, mp->id, RDZV_EPROTO, "the first request must be HELLO");
     } else {
-      op_hello(c, &m);
+      op_hello(c, mp);
     }
-  } else if (m.op == PROTO_OP_HELLO) {
-    srv__reply_err(c, m.id, RDZV_EPROTO, "HELLO sent twice");
-  } else if (m.op >= PROTO_OP_JOIN) {
-    c->srv->rounds_op(c, &m);
-  } else if ((fn = op_table(m.op)) != NULL) {
-    rc = fn(c, &m);
+  } else if (mp->op == PROTO_OP_HELLO) {
+    srv__reply_err(c, mp->id, RDZV_EPROTO, "HELLO sent twice");
+  } else if (mp->op >= PROTO_OP_JOIN) {
+    c->srv->rounds_op(c, mp);
+  } else if ((fn = op_table(mp->op)) != NULL) {
+    rc = fn(c, mp);
   } else {
-    srv__reply_err(c, m.id, RDZV_EPROTO, "unknown op %lld", (long long)m.op);
+    srv__reply_err(c, mp->id, RDZV_EPROTO, "unknown op %lld",
+                   (long long)mp->op);
   }
-  proto_msg_free(&m);
+  if (mp == &m)
+    proto_msg_free(mp);
+  else
+    srv__pre_drop(c); /* used */
   return rc;
 }
 
@@ -913,6 +1084,11 @@ static ssize_t native_input(conn_t *c, const uint8_t *b, size_t n) {
     }
     if (n - off - PROTO_HDR < len) {
       c->in_need = PROTO_HDR + (size_t)len;
+      break;
+    }
+    if (c->pre != NULL && c->pre->state == PRE_ON &&
+        c->in + c->pre->fo == b + off) {
+      srv__conn_yield(c); /* decoded ahead on the next pass */
       break;
     }
     s->stats.requests++;

@@ -264,7 +264,7 @@ static void ts_watch_cb(store_watch_t *w, int ev, const void *key, size_t klen,
 
 /* Collect the keys of a validated CHECK/WAIT/MULTI_GET list. */
 static store_key_t *list_keys(const ts_req_t *r) {
-  store_key_t *keys = malloc((r->count ? r->count : 1) * sizeof(*keys));
+  store_key_t *keys = calloc(r->count ? r->count : 1, sizeof(*keys));
   const uint8_t *p = r->list;
   if (keys == NULL)
     return NULL;
@@ -468,7 +468,7 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
   }
   case TS_BARRIER: {
     int64_t count = 0;
-    store_key_t k = {r->key, (size_t)r->klen};
+    store_key_t k = {r->key, (size_t)r->klen, 0};
     rc = store_add(st, r->key, r->klen, 1, &count);
     if (rc == RDZV_ENOTNUM) {
       srv__bad_input(c, "TCPStore BARRIER on a non-integer key");

@@ -148,7 +148,18 @@ static uint64_t hash_bytes(uint64_t seed, const void *p, size_t n) {
   h ^= h >> 32;
   h *= 0xd6e8feb86659fd93ull;
   h ^= h >> 32;
-  return h;
+  return h ? h : 1; /* 0: store_key_t's "not computed" */
+}
+
+uint64_t store_key_hash(uint64_t seed, const void *key, size_t klen) {
+  return hash_bytes(seed, key, klen);
+}
+
+uint64_t store_seed(const store_t *s) { return s->seed; }
+
+/* The hash of k in s: the one computed ahead, or now. */
+static uint64_t key_hash(const store_t *s, const store_key_t *k) {
+  return k->h ? k->h : hash_bytes(s->seed, k->p, k->n);
 }
 
 /* ---- accounting: every byte is counted in the store and its budget -------- */
@@ -200,6 +211,14 @@ static void keyblk_put(store_t *s, keyblk_t *kb) {
 }
 
 int store_new(size_t max_bytes, store_budget_t *budget, store_t **out) {
+  uint64_t seed;
+  if (lu_random(&seed, sizeof(seed)) != 0)
+    seed = (uint64_t)(uintptr_t)out ^ lu_now_ns();
+  return store_new_seeded(max_bytes, budget, seed, out);
+}
+
+int store_new_seeded(size_t max_bytes, store_budget_t *budget, uint64_t seed,
+                     store_t **out) {
   store_t *s = calloc(1, sizeof(*s));
   if (s == NULL)
     return RDZV_ENOMEM;
@@ -211,8 +230,7 @@ int store_new(size_t max_bytes, store_budget_t *budget, store_t **out) {
   }
   s->max_bytes = max_bytes ? max_bytes : (size_t)1 << 30;
   s->budget = budget;
-  if (lu_random(&s->seed, sizeof(s->seed)) != 0)
-    s->seed = (uint64_t)(uintptr_t)s ^ lu_now_ns();
+  s->seed = seed;
   s->magic = STORE_MAGIC;
   *out = s;
   return 0;
@@ -340,7 +358,18 @@ static entry_t *find(store_t *s, const void *key, size_t klen) {
 
 const uint8_t *store_get(store_t *s, const void *key, size_t klen,
                          size_t *vlen) {
-  entry_t *e = find(s, key, klen);
+  store_key_t k = {key, klen, 0};
+  return store_get_key(s, &k, vlen);
+}
+
+static int entry_exists(const entry_t *e);
+
+int store_exists(store_t *s, const void *key, size_t klen) {
+  return entry_exists(find(s, key, klen));
+}
+
+const uint8_t *store_get_key(store_t *s, const store_key_t *k, size_t *vlen) {
+  entry_t *e = lookup(s, k->p, k->n, key_hash(s, k));
   if (e == NULL || !e->has_val)
     return NULL;
   *vlen = e->vlen;
@@ -348,10 +377,8 @@ const uint8_t *store_get(store_t *s, const void *key, size_t klen,
   return e->val ? e->val : (const uint8_t *)"";
 }
 
-static int entry_exists(const entry_t *e);
-
-int store_exists(store_t *s, const void *key, size_t klen) {
-  return entry_exists(find(s, key, klen));
+int store_exists_key(store_t *s, const store_key_t *k) {
+  return entry_exists(lookup(s, k->p, k->n, key_hash(s, k)));
 }
 
 size_t store_num_keys(const store_t *s) { return s->nkeys; }
@@ -693,7 +720,7 @@ int store_wait_in(store_t *s, const store_key_t *keys, uint32_t n, int kind,
   }
   for (uint32_t i = 0; i < n; i++) {
     entry_t *e;
-    hashes[i] = hash_bytes(s->seed, keys[i].p, keys[i].n);
+    hashes[i] = key_hash(s, &keys[i]);
     e = lookup(s, keys[i].p, keys[i].n, hashes[i]);
     w->nodes[i].e = e;
     if (kind == STORE_WAIT_GE ? !(e && value_ge(e, threshold))

@@ -19,6 +19,9 @@ typedef struct store_bwait_s store_bwait_t;
 typedef struct store_key_s {
   const void *p;
   size_t n;
+  /* 0, or store_key_hash() of the key with the seed of the store it is
+   * looked up in (computed ahead, e.g. without the server's lock). */
+  uint64_t h;
 } store_key_t;
 
 /* A bound shared by several stores (the server's stores of all jobs):
@@ -34,6 +37,14 @@ typedef struct store_budget_s {
  * 0 = 1 GiB. IN budget: a shared bound too, or NULL; it must outlive the
  * store. OUT *out. RET 0 or RDZV_ENOMEM. */
 int store_new(size_t max_bytes, store_budget_t *budget, store_t **out);
+/* store_new with the given seed of its keyed hash (random, secret, shared
+ * by the stores of a server so that keys can be hashed before it is known
+ * which store they go to). */
+int store_new_seeded(size_t max_bytes, store_budget_t *budget, uint64_t seed,
+                     store_t **out);
+/* The keyed hash of a key for a store of that seed (never 0). */
+uint64_t store_key_hash(uint64_t seed, const void *key, size_t klen);
+uint64_t store_seed(const store_t *s);
 /* Drop every value, queue and idle barrier (the job's run is over); waiters
  * and watches stay registered. */
 void store_clear(store_t *s);
@@ -53,6 +64,9 @@ const uint8_t *store_get(store_t *s, const void *key, size_t klen,
                          size_t *vlen);
 /* RET 1 when the key has a value or a non-empty queue, else 0. */
 int store_exists(store_t *s, const void *key, size_t klen);
+/* store_get and store_exists of k, with its hash k->h when not 0. */
+const uint8_t *store_get_key(store_t *s, const store_key_t *k, size_t *vlen);
+int store_exists_key(store_t *s, const store_key_t *k);
 
 /* Mutations wake waiters on the key. RET 0, RDZV_ETOOBIG (store or shared
  * budget full), RDZV_ENOMEM. */

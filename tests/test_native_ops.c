@@ -374,6 +374,66 @@ static void test_many_keys_list(void) {
   free(vals);
 }
 
+/* Values set one by one by another client while an MGET of many distinct
+ * keys (a frame decoded and hashed before the server's lock, a slice a
+ * pass) waits: woken by the last, it answers every key's own value in
+ * order; behind a pipelined SET, it sees that SET's value. */
+#define MW_N 40000 /* 360 KiB of keys: decoded ahead over several passes */
+static void *set_values_later(void *arg) {
+  rdzv_client_t *c = connect_job("keylist", NULL);
+  char k[16], v[16];
+  (void)arg;
+  usleep(100 * 1000);
+  for (int i = MW_N - 1; i >= 0; i--) {
+    snprintf(k, sizeof(k), "mw/%05d", i);
+    snprintf(v, sizeof(v), "v%d", i * 3);
+    ASSERT_OK(rdzv_set(c, k, v, strlen(v), test_ms(5000)));
+  }
+  rdzv_close(c);
+  return NULL;
+}
+
+static void test_many_keys_woken(void) {
+  rdzv_client_t *c = connect_job("keylist", NULL);
+  char **keys = calloc(MW_N, sizeof(*keys));
+  rdzv_value_t *vals = calloc(MW_N, sizeof(*vals));
+  pthread_t t;
+  ASSERT(keys != NULL && vals != NULL);
+  for (int i = 0; i < MW_N; i++) {
+    keys[i] = malloc(16);
+    ASSERT(keys[i] != NULL);
+    snprintf(keys[i], 16, "mw/%05d", i);
+  }
+  ASSERT_EQ(-ETIMEDOUT, rdzv_wait(c, (const char *const *)keys, MW_N, 100));
+  pthread_create(&t, NULL, set_values_later, NULL);
+  ASSERT_OK(rdzv_multi_get(c, (const char *const *)keys, MW_N, vals,
+                           test_ms(20000)));
+  pthread_join(t, NULL);
+  for (int i = 0; i < MW_N; i++) {
+    char v[16];
+    snprintf(v, sizeof(v), "v%d", i * 3);
+    ASSERT_EQ(strlen(v), vals[i].len);
+    ASSERT(memcmp(vals[i].data, v, vals[i].len) == 0);
+    rdzv_free(vals[i].data);
+  }
+  /* a SET pipelined before the MGET (the large frame behind it in the
+   * same read) runs first */
+  ASSERT_OK(rdzv__set_multi_get(c, "mw/00000", "new", 3,
+                                (const char *const *)keys, MW_N, vals,
+                                test_ms(20000)));
+  ASSERT(vals[0].len == 3 && memcmp(vals[0].data, "new", 3) == 0);
+  ASSERT(vals[MW_N - 1].len == strlen("v119997") &&
+         memcmp(vals[MW_N - 1].data, "v119997", 7) == 0);
+  for (int i = 0; i < MW_N; i++)
+    rdzv_free(vals[i].data);
+  /* every key exists now: WAIT and CHECK answer at once */
+  ASSERT_OK(rdzv_wait(c, (const char *const *)keys, MW_N, test_ms(5000)));
+  ASSERT_EQ(1, rdzv_check(c, (const char *const *)keys, MW_N, test_ms(5000)));
+  free_keys(keys, MW_N);
+  free(vals);
+  rdzv_close(c);
+}
+
 static void test_isolation(void) {
   rdzv_client_t *a = connect_job("job-A", NULL), *b = connect_job("job-B", NULL);
   void *v;
@@ -492,6 +552,7 @@ int main(void) {
   test_pipelined();
   test_isolation();
   test_many_keys_list();
+  test_many_keys_woken();
   test_from_env();
   test_progress();
   test_server_stop();

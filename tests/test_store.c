@@ -83,7 +83,7 @@ static void test_values(void) {
 static void test_waiters(void) {
   store_t *s;
   store_waiter_t *w = NULL;
-  store_key_t keys[3] = {{"k1", 2}, {"k2", 2}, {"k1", 2}};
+  store_key_t keys[3] = {{"k1", 2, 0}, {"k2", 2, 0}, {"k1", 2, 0}};
   int hits = 0;
   ASSERT_EQ(0, store_new(0, NULL, &s));
   /* already satisfied: no waiter, no callback */
@@ -101,12 +101,12 @@ static void test_waiters(void) {
   ASSERT_EQ(0, store_set(s, K("k1"), "v", 1));
   ASSERT_EQ(1, hits);
   /* cancel: callback never runs */
-  ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"zz", 2}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
+  ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"zz", 2, 0}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
   store_wait_cancel(w);
   ASSERT_EQ(0, store_set(s, K("zz"), "v", 1));
   ASSERT_EQ(1, hits);
   /* threshold waits (TCPStore BARRIER) */
-  ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"n", 1}}, 1, STORE_WAIT_GE, 3, on_wake, &hits, &w));
+  ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"n", 1, 0}}, 1, STORE_WAIT_GE, 3, on_wake, &hits, &w));
   ASSERT_EQ(0, store_add(s, K("n"), 1, NULL));
   ASSERT_EQ(0, store_add(s, K("n"), 1, NULL));
   ASSERT_EQ(1, hits);
@@ -114,7 +114,7 @@ static void test_waiters(void) {
   ASSERT_EQ(2, hits);
   /* many waiters on one key all wake */
   for (int i = 0; i < 100; i++)
-    ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"many", 4}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
+    ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"many", 4, 0}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
   ASSERT_EQ(0, store_set(s, K("many"), "", 0));
   ASSERT_EQ(102, hits);
   store_free(s);
@@ -130,8 +130,8 @@ static void test_queues(void) {
   ASSERT_EQ(0, store_queue_len(s, K("q")));
   ASSERT_EQ(0, store_queue_pop(s, K("q"), &v, &n));
   /* a push wakes one waiter only */
-  ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"q", 1}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
-  ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"q", 1}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
+  ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"q", 1, 0}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
+  ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"q", 1, 0}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w));
   ASSERT_EQ(0, store_queue_push(s, K("q"), "a", 1));
   ASSERT_EQ(1, hits);
   ASSERT_EQ(0, store_queue_push(s, K("q"), "bc", 2));
@@ -210,7 +210,7 @@ static void test_waits_count(void) {
   store_bwait_t *bw;
   static char big[12000];
   char key[4096];
-  store_key_t k = {key, sizeof(key)};
+  store_key_t k = {key, sizeof(key), 0};
   int n = 0, data = 0;
   ASSERT_EQ(0, store_new(20000, &b, &s));
   ASSERT_EQ(0, store_new(20000, &b, &t));
@@ -272,7 +272,7 @@ static void test_wait_keys_in_block(void) {
   store_t *s;
   store_budget_t b = {0, 1 << 20};
   store_waiter_t *w = NULL, *w2 = NULL;
-  store_key_t keys[NK];
+  store_key_t keys[NK] = {{0}};
   size_t bsz = NK * (KL + 3) + 16;
   uint8_t *blk = malloc(bsz), *small;
   int hits = 0, adopted = -1;
@@ -307,7 +307,7 @@ static void test_wait_keys_in_block(void) {
   {
     char k3[KL];
     memset(k3, 'a' + 3, KL);
-    ASSERT_EQ(0, store_wait(s, (store_key_t[]){{k3, KL}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w2));
+    ASSERT_EQ(0, store_wait(s, (store_key_t[]){{k3, KL, 0}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w2));
     for (int i = 0; i < NK; i++) {
       char k[KL];
       memset(k, 'a' + i, KL);
@@ -334,7 +334,7 @@ static void test_wait_keys_in_block(void) {
   small = malloc(64 << 10);
   ASSERT(small != NULL);
   memset(small, 'q', KL);
-  ASSERT_EQ(0, store_wait_in(s, (store_key_t[]){{small, KL}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w, small, 64 << 10, &adopted));
+  ASSERT_EQ(0, store_wait_in(s, (store_key_t[]){{small, KL, 0}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w, small, 64 << 10, &adopted));
   ASSERT_EQ(0, adopted);
   ASSERT(store_bytes(s) >= KL && store_bytes(s) < 4 * KL);
   memset(small, 0, KL);
