@@ -1083,11 +1083,16 @@ static int conn_prepare_due(conn_t *c) {
          c->in_len >= PROTO_HDR && srv__native_prepare_due(c);
 }
 
-/* Decode it as far as it came, without the lock (srv__native_prepare). */
-static void conn_prepare(conn_t *c) {
-  trace_begin(c->srv, "prepare", c);
+/* When due, decode it as far as it came with the loops' lock (held on
+ * entry) dropped meanwhile (srv__native_prepare). */
+static void conn_prepare(srv_t *s, conn_t *c) {
+  if (!conn_prepare_due(c))
+    return;
+  srv__unlock(s);
+  trace_begin(s, "prepare", c);
   srv__native_prepare(c);
-  trace_end(c->srv);
+  trace_end(s);
+  srv__lock(s);
 }
 
 /* Run the loop's lists: its new and closed connections, what loop 0 was
@@ -1130,11 +1135,7 @@ static void check_cb(uv_check_t *h) {
   while (!list_empty(&lp->readq)) {
     conn_t *c = LIST_ENTRY(lp->readq.next, conn_t, read_link);
     list_remove(&c->read_link);
-    if (conn_prepare_due(c)) {
-      srv__unlock(s);
-      conn_prepare(c);
-      srv__lock(s);
-    }
+    conn_prepare(s, c);
     trace_begin(s, "read", c);
     conn_input(c);
     trace_end(s);
@@ -1151,11 +1152,7 @@ static void check_cb(uv_check_t *h) {
   while (!list_empty(&run)) {
     conn_t *c = LIST_ENTRY(run.next, conn_t, resume_link);
     list_remove(&c->resume_link);
-    if (conn_prepare_due(c)) {
-      srv__unlock(s);
-      conn_prepare(c);
-      srv__lock(s);
-    }
+    conn_prepare(s, c);
     trace_begin(s, "resume", c);
     conn_resume(c);
     trace_end(s);
