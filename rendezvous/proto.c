@@ -359,6 +359,8 @@ int proto_decode(const uint8_t *buf, size_t n, const proto_limits_t *lim,
   /* No memset of the whole (the zone is only looked at when live). */
   msg->args = NULL;
   msg->nargs = 0;
+  msg->keys = NULL; /* the key list of proto_decode_keylist only */
+  msg->nkeys = 0;
   msg->zone_live = 0;
   if (!decode_flat(buf, n, lim, msg))
     return proto_decode_generic(buf, n, lim, msg);

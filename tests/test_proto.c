@@ -152,6 +152,19 @@ static void test_keylist(void) {
     ASSERT(memcmp(p, q, pl) == 0);
   }
   ASSERT(pos == (const uint8_t *)e.data + e.len - 1); /* then the -3 */
+  /* proto_decode into a message that held a key list (the server's
+   * frame on the stack): no key list left behind, or a CHECK of a bare
+   * key (not a list: a flat frame) would walk the old frame's keys, or a
+   * garbage pointer. */
+  {
+    static const uint8_t check[] = {0x94, 0x00, 0x02, 0x05, 0xa1, 'z'};
+    ASSERT_EQ(0, proto_decode(check, sizeof(check), &lim, &k));
+    ASSERT_EQ(PROTO_OP_CHECK, k.op);
+    ASSERT(k.keys == NULL);
+    ASSERT_EQ(0, k.nkeys);
+    ASSERT_EQ(RDZV_EPROTO, proto_arg_array(&k, 0, &items, &n));
+    proto_msg_free(&k);
+  }
   /* more items than the limit: proto_decode's to refuse */
   small.max_items = 200;
   ASSERT_EQ(RDZV_EPROTO, proto_decode_keylist((uint8_t *)e.data + PROTO_HDR, e.len - PROTO_HDR, &small, &k));
