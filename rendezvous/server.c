@@ -275,12 +275,24 @@ static size_t mem_free(const srv_t *s) {
   return u < dynamic_limit(s) ? dynamic_limit(s) - u : 0;
 }
 
+/* Stores and unsent replies leave an eighth of the rest to requests being
+ * received: a half-read request waiting for memory that full stores or
+ * replies nobody reads hold would wait for ever when the only other
+ * holders are paused readers (whose clients may wait for that request's
+ * answer before they read). */
+static size_t in_share(const srv_t *s) {
+  return LU_MIN(s->cfg.max_in_bytes, dynamic_limit(s) / 8);
+}
+
+/* Room left for replies: mem_free less what input may still take of its
+ * share. */
+static size_t mem_free_out(const srv_t *s) {
+  size_t u = LU_MAX(s->mem.in, in_share(s)) + s->mem.out + s->mem.store.used;
+  return u < dynamic_limit(s) ? dynamic_limit(s) - u : 0;
+}
+
 static void mem_update(srv_t *s) {
-  /* Stores leave an eighth of the rest to requests being received: a
-   * half-read request waiting for memory that full stores hold would wait
-   * for ever when the only other holders are paused readers. */
-  size_t in_share = LU_MIN(s->cfg.max_in_bytes, dynamic_limit(s) / 8);
-  size_t others = LU_MAX(s->mem.in, in_share) + s->mem.out;
+  size_t others = LU_MAX(s->mem.in, in_share(s)) + s->mem.out;
   size_t left = others < dynamic_limit(s) ? dynamic_limit(s) - others : 0;
   s->mem.store.max = LU_MIN(s->cfg.max_memory / 2, left);
   s->stats.mem_used = mem_used(s);
@@ -846,7 +858,7 @@ int srv__out_room(conn_t *c, size_t n) {
     return SRV_ROOM_LATER;
   }
   need = u + n - SRV_OUT_RESERVE - c->out_charged;
-  if (need > mem_free(s)) {
+  if (need > mem_free_out(s)) {
     /* Its own replies draining frees memory too. */
     conn_pause(c, 1);
     return SRV_ROOM_LATER;
@@ -862,7 +874,7 @@ int srv__push_room(conn_t *c, size_t n) {
   if (u + n <= SRV_OUT_RESERVE)
     return 1;
   if (u + n > s->cfg.max_out_bytes ||
-      u + n - SRV_OUT_RESERVE - c->out_charged > mem_free(s)) {
+      u + n - SRV_OUT_RESERVE - c->out_charged > mem_free_out(s)) {
     srv__bad_input(c, "does not read its events: %zu bytes unsent and %zu "
                       "more to send, over %s; closing", u, n,
                    u + n > s->cfg.max_out_bytes
@@ -2262,6 +2274,7 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   s->tlim.max_value = s->cfg.max_value;
   s->tlim.max_keys = s->cfg.max_keys;
   s->tlim.max_request = s->cfg.max_frame;
+  s->mem.store.floor = SRV_STORE_FLOOR; /* counted in SRV_JOB_COST */
   mem_update(s);
   list_init(&s->conns);
   list_init(&s->memwait);

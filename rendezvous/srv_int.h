@@ -33,7 +33,11 @@
 #define SRV_IN_RESERVE (8u << 10)
 #define SRV_OUT_RESERVE (4u << 10)
 #define SRV_CONN_COST (16u << 10)
-#define SRV_JOB_COST (2u << 10)
+/* A job: its structures, and its store's first SRV_STORE_FLOOR bytes
+ * (store_budget_t.floor), which no other job's data can take: a new job
+ * stores its first keys however full the others are. */
+#define SRV_STORE_FLOOR (4u << 10)
+#define SRV_JOB_COST ((2u << 10) + SRV_STORE_FLOOR)
 /* Before authentication a connection may send one HELLO-sized frame. */
 #define SRV_HELLO_MAX_FRAME (4u << 10)
 

@@ -164,6 +164,11 @@ static uint64_t key_hash(const store_t *s, const store_key_t *k) {
 
 /* ---- accounting: every byte is counted in the store and its budget -------- */
 
+/* What n bytes of the store count in its budget: those past its floor. */
+static size_t shared_part(const store_t *s, size_t n) {
+  return n > s->budget->floor ? n - s->budget->floor : 0;
+}
+
 static int room(const store_t *s, size_t add, size_t sub) {
   size_t b = s->bytes - LU_MIN(sub, s->bytes);
   if (add <= sub)
@@ -171,17 +176,19 @@ static int room(const store_t *s, size_t add, size_t sub) {
   if (b + add > s->max_bytes)
     return 0;
   if (s->budget) {
-    size_t u = s->budget->used - LU_MIN(sub, s->budget->used);
-    if (u + add > s->budget->max)
+    size_t was = shared_part(s, s->bytes), will = shared_part(s, b + add);
+    if (will > was && s->budget->used + (will - was) > s->budget->max)
       return 0;
   }
   return 1;
 }
 
 static void account(store_t *s, size_t add, size_t sub) {
+  size_t before = s->bytes;
   s->bytes = s->bytes + add - sub;
   if (s->budget)
-    s->budget->used = s->budget->used + add - sub;
+    s->budget->used = s->budget->used + shared_part(s, s->bytes) -
+                      shared_part(s, before);
 }
 
 int store_charge(store_t *s, size_t n) {

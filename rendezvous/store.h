@@ -25,10 +25,13 @@ typedef struct store_key_s {
 } store_key_t;
 
 /* A bound shared by several stores (the server's stores of all jobs):
- * every byte a store counts is counted in `used` too, and refused when
- * `used` would pass `max`. The owner may change max at any time. */
+ * every byte a store counts beyond its first `floor` is counted in `used`
+ * too, and refused when `used` would pass `max`. A store's first `floor`
+ * bytes are its own (its owner set memory aside for them), so that a new
+ * store gets its first keys in however full the others are. The owner may
+ * change max at any time, floor only while no store uses the budget. */
 typedef struct store_budget_s {
-  size_t used, max;
+  size_t used, max, floor;
 } store_budget_t;
 
 /* IN max_bytes: bound of what the store counts: keys, values, queued items

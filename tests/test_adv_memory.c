@@ -404,7 +404,10 @@ int main(void) {
     /* A client that arrives now, with the memory full of unread replies,
      * still gets in (connections have their share). */
     rdzv_client_t *late = client("late");
-    ASSERT_OK(rdzv_set(late, "k", "v", 1, test_ms(5000)));
+    int rc = rdzv_set(late, "k", "v", 1, test_ms(5000));
+    if (rc != 0)
+      TEST_FAIL("the late client's SET: %s: %s", rdzv_strerror(rc),
+                rdzv_last_error(late));
     rdzv_close(late);
   }
   t_end = lu_now_ms() + 1000;

@@ -204,7 +204,7 @@ static void test_limits(void) {
 
 static void test_waits_count(void) {
   store_t *s, *t;
-  store_budget_t b = {0, 30000};
+  store_budget_t b = {0, 30000, 0};
   store_waiter_t *w[8];
   store_watch_t *wa;
   store_bwait_t *bw;
@@ -263,6 +263,40 @@ static void test_waits_count(void) {
   store_free(t);
 }
 
+/* A store's first `floor` bytes are its own: a new job's first keys go in
+ * when the others filled the shared budget (the server prepaid them with
+ * the job), its bytes past the floor do not, and the budget counts only
+ * what lies past each store's floor. */
+static void test_budget_floor(void) {
+  store_t *s, *t;
+  store_budget_t b = {0, 2000, 4096};
+  static char big[8000];
+  memset(big, 'b', sizeof(big));
+  ASSERT_EQ(0, store_new(1 << 20, &b, &s));
+  ASSERT_EQ(0, store_new(1 << 20, &b, &t));
+  ASSERT_EQ(0, store_set(s, K("a"), big, 3000)); /* within the floor */
+  ASSERT_EQ(0, b.used);
+  ASSERT_EQ(0, store_set(s, K("b"), big, 2800)); /* past it */
+  ASSERT_EQ(store_bytes(s) - 4096, b.used);
+  ASSERT(b.used > 1000 && b.used <= 2000);
+  ASSERT_EQ(RDZV_ETOOBIG, store_set(s, K("c"), big, 1000));
+  /* The budget is full for s; t's first keys are its own. */
+  b.max = b.used;
+  ASSERT_EQ(RDZV_ETOOBIG, store_set(s, K("c"), big, 1));
+  ASSERT_EQ(0, store_set(t, K("k"), "v", 1));
+  ASSERT_EQ(0, store_set(t, K("l"), big, 3000));
+  ASSERT_EQ(RDZV_ETOOBIG, store_set(t, K("m"), big, 2000));
+  /* Replacing a value past the floor by a smaller one always goes in and
+   * gives its share back. */
+  ASSERT_EQ(0, store_set(s, K("b"), big, 10));
+  ASSERT_EQ(0, b.used);
+  ASSERT_EQ(0, store_set(t, K("m"), big, 2000));
+  ASSERT_EQ(store_bytes(t) - 4096, b.used);
+  store_free(t);
+  ASSERT_EQ(0, b.used);
+  store_free(s);
+}
+
 /* A WAIT's keys left in the block of its request (store_wait_in): the
  * waiter wakes as a copied one does, the block counts against the bounds
  * until the last entry that uses it goes, and a block the keys do not make
@@ -270,7 +304,7 @@ static void test_waits_count(void) {
 static void test_wait_keys_in_block(void) {
   enum { NK = 8, KL = 1024 };
   store_t *s;
-  store_budget_t b = {0, 1 << 20};
+  store_budget_t b = {0, 1 << 20, 0};
   store_waiter_t *w = NULL, *w2 = NULL;
   store_key_t keys[NK] = {{0}};
   size_t bsz = NK * (KL + 3) + 16;
@@ -389,6 +423,7 @@ int main(void) {
   test_watch_and_barrier();
   test_limits();
   test_waits_count();
+  test_budget_floor();
   test_wait_keys_in_block();
   test_many_keys();
   printf("test_store: ok\n");
