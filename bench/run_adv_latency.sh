@@ -25,8 +25,10 @@
 # SETs) before the attacks. Then the median and worst over the runs. Exit 1
 # if a run failed (its last lines are shown).
 # Knobs for comparisons (the server reads them): LAUNCH_SERVER_TURN_US (a
-# connection's turn, default 500), LAUNCH_SERVER_PLAIN_LOCK=1 (the loops'
-# lock without its hungry waiters: a plain mutex's order).
+# connection's turn, default 500), LAUNCH_SERVER_PASS_US (how long a loop's
+# pass runs large requests after its small ones, default 1000),
+# LAUNCH_SERVER_PLAIN_LOCK=1 (the loops' lock without its hungry waiters: a
+# plain mutex's order).
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

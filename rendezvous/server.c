@@ -39,6 +39,15 @@
  * another: 0.5 ms (it was 2 ms) keeps their sum short. */
 #define TURN_NS (500u * 1000)
 static uint64_t turn_ns = TURN_NS;
+/* A loop's pass runs the large requests (and the connections resumed) for
+ * this long, or one piece, after the small ones: the rest waits for the
+ * next pass, after the poll has read what came meanwhile. A small request
+ * waits for one pass's large work on its loop at most.
+ * LAUNCH_SERVER_PASS_US changes it (benchmarks). */
+#define PASS_NS (1000u * 1000)
+static uint64_t pass_ns = PASS_NS;
+/* What a connection has read is small: its requests run first. */
+#define SMALL_IN (4u << 10)
 /* LAUNCH_SERVER_PLAIN_LOCK=1: no hungry waiters (srv__lock), for
  * benchmarks that compare. */
 static int lock_plain;
@@ -1095,6 +1104,11 @@ static int conn_prepare_due(conn_t *c) {
          c->in_len >= PROTO_HDR && srv__native_prepare_due(c);
 }
 
+/* Read a few KiB at most, nothing to decode ahead: run first. */
+static int conn_small(conn_t *c) {
+  return c->in_len <= SMALL_IN && !conn_prepare_due(c);
+}
+
 /* When due, decode it as far as it came with the loops' lock (held on
  * entry) dropped meanwhile (srv__native_prepare). */
 static void conn_prepare(srv_t *s, conn_t *c) {
@@ -1107,69 +1121,13 @@ static void conn_prepare(srv_t *s, conn_t *c) {
   srv__lock(s);
 }
 
-/* Run the loop's lists: its new and closed connections, what loop 0 was
- * asked for, deferred work, then output. With several loops, output is
- * written to the sockets without the lock held. */
-static void check_cb(uv_check_t *h) {
-  srv_loop_t *lp = h->data;
+/* Hand the replies of the loop's dirty connections to the sockets. With
+ * several loops they are written without the lock (held on entry and on
+ * return), counted as in flight meanwhile. */
+static void loop_flush(srv_loop_t *lp) {
   srv_t *s = lp->srv;
-  list_t run;
   wout_t *wo = lp->wo;
   size_t nwo = 0, capwo = lp->capwo;
-  srv__lock(s);
-  if (lp->stop) {
-    loop_shutdown(lp);
-    srv__unlock(s);
-    return;
-  }
-  if (lp->idx == 0) {
-    if (s->kick_rearm) {
-      s->kick_rearm = 0;
-      rearm(s);
-    }
-    if (s->kick_gc_due) {
-      uint64_t due = s->kick_gc_due;
-      s->kick_gc_due = 0;
-      gc_schedule(s, due);
-    }
-    if (s->kick_rounds && s->rounds_schedule) {
-      s->kick_rounds = 0;
-      s->rounds_schedule(s);
-    }
-  }
-  adopt_incoming(lp);
-  while (!list_empty(&lp->closeq)) {
-    conn_t *c = LIST_ENTRY(lp->closeq.next, conn_t, io_link);
-    list_remove(&c->io_link);
-    uv_close(&c->h.handle, on_conn_closed);
-  }
-  /* The requests read in this pass, in the order they came. */
-  while (!list_empty(&lp->readq)) {
-    conn_t *c = LIST_ENTRY(lp->readq.next, conn_t, read_link);
-    list_remove(&c->read_link);
-    conn_prepare(s, c);
-    trace_begin(s, "read", c);
-    conn_input(c);
-    trace_end(s);
-    lock_yield(s);
-  }
-  /* Connections resumed during this pass run on the next one. */
-  list_init(&run);
-  if (!list_empty(&lp->resume)) {
-    run = lp->resume;
-    run.next->prev = &run;
-    run.prev->next = &run;
-    list_init(&lp->resume);
-  }
-  while (!list_empty(&run)) {
-    conn_t *c = LIST_ENTRY(run.next, conn_t, resume_link);
-    list_remove(&c->resume_link);
-    conn_prepare(s, c);
-    trace_begin(s, "resume", c);
-    conn_resume(c);
-    trace_end(s);
-    lock_yield(s);
-  }
   trace_begin(s, "flush", NULL);
   while (!list_empty(&lp->dirty)) {
     conn_t *c = LIST_ENTRY(lp->dirty.next, conn_t, dirty_link);
@@ -1207,9 +1165,6 @@ static void check_cb(uv_check_t *h) {
     o->len = o->cap = 0;
   }
   if (nwo == 0) {
-    if (list_empty(&lp->resume) && list_empty(&lp->dirty))
-      uv_idle_stop(&lp->idle);
-    srv__unlock(s);
     trace_end(s);
     return;
   }
@@ -1263,10 +1218,103 @@ static void check_cb(uv_check_t *h) {
     if (c->paused && conn_unsent(c) <= s->cfg.max_out_bytes / 2)
       conn_schedule_resume(c);
   }
-  if (list_empty(&lp->resume) && list_empty(&lp->dirty))
+  trace_end(s);
+}
+
+/* A connection's piece of a loop's pass: its input, or the work resumed,
+ * decoded ahead first when due; then a hungry loop may take the lock. */
+static void pass_run(srv_t *s, conn_t *c, int resumed) {
+  conn_prepare(s, c);
+  trace_begin(s, resumed ? "resume" : "read", c);
+  if (resumed)
+    conn_resume(c);
+  else
+    conn_input(c);
+  trace_end(s);
+  lock_yield(s);
+}
+
+/* Run the loop's lists: its new and closed connections, what loop 0 was
+ * asked for, deferred work, then output. With several loops, output is
+ * written to the sockets without the lock held. */
+static void check_cb(uv_check_t *h) {
+  srv_loop_t *lp = h->data;
+  srv_t *s = lp->srv;
+  list_t big, run;
+  uint64_t t0;
+  list_init(&run);
+  srv__lock(s);
+  if (lp->stop) {
+    loop_shutdown(lp);
+    srv__unlock(s);
+    return;
+  }
+  if (lp->idx == 0) {
+    if (s->kick_rearm) {
+      s->kick_rearm = 0;
+      rearm(s);
+    }
+    if (s->kick_gc_due) {
+      uint64_t due = s->kick_gc_due;
+      s->kick_gc_due = 0;
+      gc_schedule(s, due);
+    }
+    if (s->kick_rounds && s->rounds_schedule) {
+      s->kick_rounds = 0;
+      s->rounds_schedule(s);
+    }
+  }
+  adopt_incoming(lp);
+  while (!list_empty(&lp->closeq)) {
+    conn_t *c = LIST_ENTRY(lp->closeq.next, conn_t, io_link);
+    list_remove(&c->io_link);
+    uv_close(&c->h.handle, on_conn_closed);
+  }
+  /* The requests read in this pass, in the order they came: the small
+   * ones first (a few KiB read, nothing to decode ahead), and their
+   * replies written before the large ones run, so that a client's small
+   * request does not wait behind pieces of an attacker's large ones on
+   * its loop (issue #11). */
+  list_move(&big, &lp->readq);
+  while (!list_empty(&big)) {
+    conn_t *c = LIST_ENTRY(big.next, conn_t, read_link);
+    list_remove(&c->read_link);
+    list_insert_tail(conn_small(c) ? &lp->readq : &run, &c->read_link);
+  }
+  list_move(&big, &run);
+  while (!list_empty(&lp->readq)) {
+    conn_t *c = LIST_ENTRY(lp->readq.next, conn_t, read_link);
+    list_remove(&c->read_link);
+    pass_run(s, c, 0);
+  }
+  if (!list_empty(&lp->dirty) &&
+      (!list_empty(&big) || !list_empty(&lp->resume)))
+    loop_flush(lp);
+  /* Then the large ones, and the connections resumed during the last
+   * pass, for PASS_NS of work or one piece: what is left runs on the
+   * next pass, after the poll has read what came meanwhile. */
+  t0 = uv_hrtime();
+  while (!list_empty(&big) && uv_hrtime() - t0 < pass_ns) {
+    conn_t *c = LIST_ENTRY(big.next, conn_t, read_link);
+    list_remove(&c->read_link);
+    pass_run(s, c, 0);
+  }
+  list_move_front(&lp->readq, &big);
+  list_move(&run, &lp->resume);
+  for (int n = 0; !list_empty(&run) && (n == 0 || uv_hrtime() - t0 < pass_ns);
+       n++) {
+    conn_t *c = LIST_ENTRY(run.next, conn_t, resume_link);
+    list_remove(&c->resume_link);
+    pass_run(s, c, 1);
+  }
+  list_move_front(&lp->resume, &run);
+  loop_flush(lp);
+  if (!list_empty(&lp->readq) || !list_empty(&lp->resume) ||
+      !list_empty(&lp->dirty))
+    wake_loop(lp); /* no blocking poll before the next pass */
+  else
     uv_idle_stop(&lp->idle);
   srv__unlock(s);
-  trace_end(s);
 }
 
 /* ---- input ------------------------------------------------------------------------- */
@@ -2204,16 +2252,20 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
      * server of the process: written only when they change). */
     const char *t = getenv("LAUNCH_SERVER_TRACE_MS");
     const char *u = getenv("LAUNCH_SERVER_TURN_US");
+    const char *pu = getenv("LAUNCH_SERVER_PASS_US");
     const char *l = getenv("LAUNCH_SERVER_PLAIN_LOCK");
     const char *sp = getenv("LAUNCH_SERVER_LOCK_SPINS");
     int spins = sp && atoi(sp) >= 0 ? atoi(sp) : LOCK_SPINS;
     uint64_t ns = t && atof(t) > 0 ? (uint64_t)(atof(t) * 1e6) : 0;
     uint64_t tn = u && atoi(u) > 0 ? (uint64_t)atoi(u) * 1000 : TURN_NS;
+    uint64_t pn = pu && atoi(pu) > 0 ? (uint64_t)atoi(pu) * 1000 : PASS_NS;
     int plain = l && atoi(l) > 0;
     if (ns != trace_ns)
       trace_ns = ns;
     if (tn != turn_ns)
       turn_ns = tn;
+    if (pn != pass_ns)
+      pass_ns = pn;
     if (plain != lock_plain)
       lock_plain = plain;
     if (spins != lock_spins)

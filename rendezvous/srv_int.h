@@ -63,6 +63,28 @@ static inline void list_unlink(list_t *n) {
   if (n->next != n)
     list_remove(n);
 }
+/* dst takes every node of src (what dst held is forgotten); src is left
+ * empty. */
+static inline void list_move(list_t *dst, list_t *src) {
+  if (list_empty(src)) {
+    list_init(dst);
+    return;
+  }
+  *dst = *src;
+  dst->next->prev = dst;
+  dst->prev->next = dst;
+  list_init(src);
+}
+/* The nodes of src go before those of dst; src is left empty. */
+static inline void list_move_front(list_t *dst, list_t *src) {
+  if (list_empty(src))
+    return;
+  src->prev->next = dst->next;
+  dst->next->prev = src->prev;
+  dst->next = src->next;
+  src->next->prev = dst;
+  list_init(src);
+}
 #define LIST_ENTRY(ptr, type, field)                                           \
   ((type *)((char *)(ptr)-offsetof(type, field)))
 
