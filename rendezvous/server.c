@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "rounds.h"
@@ -2384,8 +2385,37 @@ static int listen_tcp(srv_t *s, const struct sockaddr *sa, unsigned flags) {
   return 0;
 }
 
+/* File descriptors the table is sized for at most (512 KiB of kernel
+ * memory); a server with more connections grows it past this as needed. */
+#define FDTABLE_MAX 65536
+
+/* Size the process's file table for the connections to come, now. The
+ * kernel grows it by doubling, and in a process of several threads each
+ * growth waits for an RCU grace period (8-16 ms on the VMs measured): an
+ * accept that crossed a power of two held the loops' lock that long, and
+ * every client's request waited with it (issue #11). */
+static void fdtable_reserve(const srv_t *s) {
+  struct rlimit rl;
+  uint64_t want = 2 * (uint64_t)s->cfg.max_conns + 256;
+  int nul, fd;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return;
+  if (rl.rlim_cur != RLIM_INFINITY && want > rl.rlim_cur)
+    want = rl.rlim_cur;
+  if (want > FDTABLE_MAX)
+    want = FDTABLE_MAX;
+  if ((nul = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+    return;
+  /* The lowest free descriptor from want - 1 on: none in use is touched. */
+  if ((uint64_t)nul < want - 1 &&
+      (fd = fcntl(nul, F_DUPFD_CLOEXEC, (int)(want - 1))) >= 0)
+    close(fd);
+  close(nul);
+}
+
 int srv_listen(srv_t *s) {
   int r = 0;
+  fdtable_reserve(s);
   s->port = 0;
   if (s->host == NULL || s->host[0] == '\0' || strcmp(s->host, "::") == 0 ||
       strcmp(s->host, "*") == 0) {

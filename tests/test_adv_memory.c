@@ -340,6 +340,23 @@ int main(void) {
            CAP_MIB * 2 + 512);
   setenv("ASAN_OPTIONS", asan, 1);
   port = test_launch_server(&srv_pid, extra, logpath);
+  {
+    /* The server sized its file table when it started: growing it later,
+     * with threads, waits for an RCU grace period (8-16 ms) in an accept
+     * that holds every loop up. */
+    char path[64], *st, *p;
+    struct rlimit nf;
+    long fdsize = 0;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)srv_pid);
+    st = test_read_file(path);
+    ASSERT(st != NULL);
+    if ((p = strstr(st, "FDSize:")) != NULL)
+      fdsize = strtol(p + 7, NULL, 10);
+    free(st);
+    ASSERT_EQ(0, getrlimit(RLIMIT_NOFILE, &nf));
+    printf("server file table: %ld descriptors\n", fdsize);
+    ASSERT(fdsize >= (long)LU_MIN(nf.rlim_max, (rlim_t)1024));
+  }
   if (!ASAN) {
     struct rlimit rl = {(rlim_t)(CAP_MIB + 256) * MiB,
                         (rlim_t)(CAP_MIB + 256) * MiB};
