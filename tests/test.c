@@ -207,10 +207,15 @@ void test_mkdirs(const char *path) {
   mkdir(buf, 0755);
 }
 
+/* Remove path and what it holds, never following a symbolic link: a
+ * link (the fake sysfs trees have many) goes, not what it points at. */
 static void rm_rf(const char *path) {
-  DIR *d = opendir(path);
+  struct stat st;
+  DIR *d;
   struct dirent *e;
-  if (d == NULL) {
+  if (lstat(path, &st) != 0)
+    return;
+  if (!S_ISDIR(st.st_mode) || (d = opendir(path)) == NULL) {
     unlink(path);
     return;
   }
