@@ -101,8 +101,14 @@ def main():
             print("ddp_ckpt: resumed from step %d" % start, flush=True)
     ddp = DDP(model)
     for step in range(start + 1, steps + 1):
-        if step == die_at and rank == 1 and os.environ.get("LAUNCH_ROUND") == "0":
-            os.kill(os.getpid(), signal.SIGKILL)
+        if die_at > 0 and step == die_at and os.environ.get("LAUNCH_ROUND") == "0":
+            # Every rank has saved the step before (at the end of the last
+            # iteration) before rank 1 dies: otherwise the agent stops
+            # rank 0 in the middle of its save when rank 1 is faster, and
+            # that step is rightly not resumed from.
+            dist.barrier()
+            if rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
         x = torch.randn(8, 16)
         y = x.sum(dim=1, keepdim=True)
         loss = torch.nn.functional.mse_loss(ddp(x), y)
