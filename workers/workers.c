@@ -2075,6 +2075,11 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
   }
   if (g->guard_pid == 0)
     wk_guardian_start(g);
+  /* The guardian knows the workers' cgroups before anything runs in them:
+   * an agent SIGKILLed right after a fork, before it got to say more, still
+   * takes down what the worker started (a setsid child, a daemon). */
+  for (int i = 0; g->contain == WK_CONTAIN_CGROUP && i < g->nproc; i++)
+    wk_guardian_send2(g, WK_GUARD_ADD_CG, i, g->cg_attempt);
 
   /* Signals stay blocked from fork until the child has reset them. */
   sigfillset(&all);
@@ -2128,8 +2133,6 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
   wfd = NULL;
 
   wk_contain_started(g, first);
-  for (int i = 0; g->contain == WK_CONTAIN_CGROUP && i < g->nproc; i++)
-    wk_guardian_send2(g, WK_GUARD_ADD_CG, i, g->cg_attempt);
   g->on_exit = on_exit;
   g->exit_arg = arg;
   g->nlive = g->nproc;
