@@ -2131,6 +2131,10 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
   }
   free(wfd);
   wfd = NULL;
+  /* For test_agent_escape only: stop right after the fork, where a kill -9
+   * finds the agent having told its guardian nothing more. */
+  if (getenv("LAUNCH_TEST_STOP_AFTER_FORK") != NULL)
+    raise(SIGSTOP);
 
   wk_contain_started(g, first);
   g->on_exit = on_exit;
