@@ -1243,7 +1243,6 @@ static void check_cb(uv_check_t *h) {
   srv_t *s = lp->srv;
   list_t big, run;
   uint64_t t0;
-  list_init(&run);
   srv__lock(s);
   if (lp->stop) {
     loop_shutdown(lp);
@@ -1276,13 +1275,14 @@ static void check_cb(uv_check_t *h) {
    * replies written before the large ones run, so that a client's small
    * request does not wait behind pieces of an attacker's large ones on
    * its loop (issue #11). */
-  list_move(&big, &lp->readq);
-  while (!list_empty(&big)) {
-    conn_t *c = LIST_ENTRY(big.next, conn_t, read_link);
-    list_remove(&c->read_link);
-    list_insert_tail(conn_small(c) ? &lp->readq : &run, &c->read_link);
+  list_init(&big);
+  for (list_t *it = lp->readq.next, *next; it != &lp->readq; it = next) {
+    next = it->next;
+    if (!conn_small(LIST_ENTRY(it, conn_t, read_link))) {
+      list_remove(it);
+      list_insert_tail(&big, it);
+    }
   }
-  list_move(&big, &run);
   while (!list_empty(&lp->readq)) {
     conn_t *c = LIST_ENTRY(lp->readq.next, conn_t, read_link);
     list_remove(&c->read_link);
