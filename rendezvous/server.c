@@ -91,9 +91,10 @@ static uint64_t trace_ns; /* the threshold; 0: off (set by srv_new) */
 
 typedef struct {
   const char *what;
-  uint64_t conn, w0, c0, lock_ns;
+  uint64_t conn, w0, c0, lock_ns, q0;
+  long vol0, invol0;
   const char *dialect;
-  int depth;
+  int depth, schedstat_fd; /* schedstat_fd: 0 not opened yet, -1 none */
 } trace_t;
 
 static __thread trace_t tr;
@@ -104,6 +105,44 @@ static uint64_t cpu_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The time this thread has waited, runnable, for a CPU (the second field
+ * of /proc/thread-self/schedstat; 0 where the kernel has no schedstat).
+ * With the CPU time, the lock waits and the context switches it splits a
+ * slow callback's wall time: off the CPU blocked (voluntary switches: a
+ * page fault's I/O, the mmap lock), waiting for a CPU, or neither (time
+ * the hypervisor stole from the vCPU, interrupts). */
+static uint64_t queued_ns(void) {
+  char buf[96];
+  ssize_t n;
+  unsigned long long run = 0, wait = 0;
+  if (tr.schedstat_fd == 0) {
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    tr.schedstat_fd = fd >= 0 ? fd : -1;
+  }
+  if (tr.schedstat_fd < 0)
+    return 0;
+  n = pread(tr.schedstat_fd, buf, sizeof(buf) - 1, 0);
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? wait : 0;
+}
+
+static void trace_thread_end(void) {
+  if (tr.schedstat_fd > 0)
+    close(tr.schedstat_fd);
+  tr.schedstat_fd = 0;
+}
+
+static void switches(long *vol, long *invol) {
+  struct rusage ru;
+  *vol = *invol = 0;
+  if (getrusage(RUSAGE_THREAD, &ru) == 0) {
+    *vol = ru.ru_nvcsw;
+    *invol = ru.ru_nivcsw;
+  }
+}
+
 static void trace_begin(const srv_t *s, const char *what, const conn_t *c) {
   if (trace_ns == 0 || tr.depth++ > 0)
     return;
@@ -111,6 +150,8 @@ static void trace_begin(const srv_t *s, const char *what, const conn_t *c) {
   tr.conn = c ? c->id : 0;
   tr.dialect = c && c->dialect ? c->dialect->name : "";
   tr.lock_ns = 0;
+  switches(&tr.vol0, &tr.invol0);
+  tr.q0 = queued_ns();
   tr.w0 = uv_hrtime();
   tr.c0 = cpu_ns();
 }
@@ -136,10 +177,16 @@ static void trace_end(srv_t *s) {
     memcpy(s->trace_max.what_cpu, what, sizeof(what));
   }
   pthread_mutex_unlock(&s->trace_mu);
-  if (wall >= trace_ns)
+  if (wall >= trace_ns) {
+    long vol, invol;
+    uint64_t queued = queued_ns() - tr.q0;
+    switches(&vol, &invol);
     LU_WARN(&s->log, "trace: %s: %.2f ms wall (%.2f ms waiting for the "
-            "lock), %.2f ms CPU", what, wall / 1e6, tr.lock_ns / 1e6,
-            cpu / 1e6);
+            "lock), %.2f ms CPU, %.2f ms waiting for a CPU, %ld voluntary "
+            "and %ld involuntary switches", what, wall / 1e6,
+            tr.lock_ns / 1e6, cpu / 1e6, queued / 1e6, vol - tr.vol0,
+            invol - tr.invol0);
+  }
 }
 
 /* The loops' lock. A plain mutex lets a loop that just released it take
@@ -148,7 +195,12 @@ static void trace_end(srv_t *s) {
  * others' turns, and with it every client it serves. So a waiter that
  * waited LOCK_HUNGRY_NS is "hungry": while one is, nobody else takes the
  * lock but the hungry. Below that, it is a mutex (a strict queue would
- * stall behind a waiter the scheduler has not run, on a busy machine). */
+ * stall behind a waiter the scheduler has not run, on a busy machine).
+ * A waiter for a short hold that a client's small request waits on (a
+ * pass with small requests read, an input buffer to grow, an accept) is
+ * "urgent": hungry from the start. Large pieces of work give way to it
+ * between pieces (lock_yield), so a small request waits for one piece of
+ * another loop's, not for every loop's turn (issue #11). */
 #define LOCK_HUNGRY_NS (1000u * 1000)
 
 static inline void cpu_relax(void) {
@@ -2132,6 +2184,7 @@ static void worker_main(void *arg) {
   srv_loop_t *lp = arg;
   tl_lp = lp;
   uv_run(lp->loop, UV_RUN_DEFAULT);
+  trace_thread_end();
 }
 
 /* The loop's check, idle and async handles. */
@@ -2578,6 +2631,7 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
     }
     uv_loop_close(lp->loop);
   }
+  trace_thread_end(); /* loop 0's, this thread's */
   while (!list_empty(&s->loops[0].closeq)) {
     conn_t *c = LIST_ENTRY(s->loops[0].closeq.next, conn_t, io_link);
     list_remove(&c->io_link);
