@@ -218,13 +218,18 @@ static int lock_take(srv_t *s, int hungry) {
   return atomic_compare_exchange_strong(&s->lock_held, &free_, 1);
 }
 
-static void lock_slow(srv_t *s) {
+static void lock_slow(srv_t *s, int urgent) {
   uint64_t t0 = uv_hrtime();
-  int hungry = 0;
+  int hungry = urgent && !lock_plain;
+  if (hungry)
+    atomic_fetch_add(&s->lock_hungry, 1);
   for (int i = 0; i < lock_spins; i++) {
     cpu_relax();
-    if (lock_take(s, 0))
+    if (lock_take(s, hungry)) {
+      if (hungry)
+        atomic_fetch_sub(&s->lock_hungry, 1);
       return;
+    }
   }
   pthread_mutex_lock(&s->mu);
   /* Counted before looking again (seq_cst, as srv__unlock reads it after
@@ -253,17 +258,22 @@ static void lock_slow(srv_t *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
-void srv__lock(srv_t *s) {
-  if (s->nloops <= 1 || lock_take(s, 0))
+static void lock_prio(srv_t *s, int urgent) {
+  if (s->nloops <= 1 || lock_take(s, urgent))
     return;
   if (trace_ns && tr.depth > 0) {
     uint64_t t0 = uv_hrtime();
-    lock_slow(s);
+    lock_slow(s, urgent);
     tr.lock_ns += uv_hrtime() - t0;
     return;
   }
-  lock_slow(s);
+  lock_slow(s, urgent);
 }
+
+void srv__lock(srv_t *s) { lock_prio(s, 0); }
+
+/* For a short hold that a client's small request waits on. */
+static void lock_urgent(srv_t *s) { lock_prio(s, 1); }
 
 void srv__unlock(srv_t *s) {
   if (s->nloops <= 1)
@@ -281,7 +291,7 @@ void srv__unlock(srv_t *s) {
 }
 
 /* Between two pieces of work under the lock: let a hungry waiter (one
- * that waited LOCK_HUNGRY_NS) go first. */
+ * that waited LOCK_HUNGRY_NS, or an urgent one) go first. */
 static void lock_yield(srv_t *s) {
   if (s->nloops > 1 && atomic_load(&s->lock_hungry) > 0) {
     srv__unlock(s);
@@ -997,35 +1007,50 @@ void srv__out_raw(conn_t *c, const void *p, size_t n) {
   out_queued(c);
 }
 
-static void write_cb_locked(uv_write_t *req, int status);
-static void write_cb(uv_write_t *req, int status) {
-  srv_t *s = ((wreq_t *)req)->c->srv;
-  trace_begin(s, "written", ((wreq_t *)req)->c);
-  srv__lock(s);
-  write_cb_locked(req, status);
-  srv__unlock(s);
-  trace_end(s);
-}
-
-static void write_cb_locked(uv_write_t *req, int status) {
-  wreq_t *w = (wreq_t *)req;
-  conn_t *c = w->c;
-  c->inflight -= w->len;
-  free(w->base);
-  free(w);
-  out_account(c);
+/* DONE bytes of c's output were handed to the kernel, or could not be
+ * (FAILED): the accounting, and what waited for it (lock held). */
+static void conn_wrote(conn_t *c, size_t done, int failed) {
+  c->inflight -= done;
   if (c->state == CONN_CLOSING)
     return;
-  if (status < 0) {
+  if (failed) {
     srv__conn_close(c);
     return;
   }
+  out_account(c);
   if (c->close_after_flush && conn_unsent(c) == 0) {
     srv__conn_close(c);
     return;
   }
+  /* Paused (perhaps by another loop) while this output counted. */
   if (c->paused && conn_unsent(c) <= c->srv->cfg.max_out_bytes / 2)
     conn_schedule_resume(c);
+}
+
+/* Without the lock: a completed write's bytes are counted by the loop's
+ * pass (loop_written), which holds it anyway. Taking it here made the
+ * loop's poll wait for another loop's piece of large work once per
+ * completed write, and a small request read in that poll with it. */
+static void write_cb(uv_write_t *req, int status) {
+  wreq_t *w = (wreq_t *)req;
+  conn_t *c = w->c;
+  c->written += w->len;
+  if (status < 0)
+    c->write_failed = 1;
+  if (list_empty(&c->written_link))
+    list_insert_tail(&c->lp->writtenq, &c->written_link);
+  free(w->base);
+  free(w);
+}
+
+static void loop_written(srv_loop_t *lp) {
+  while (!list_empty(&lp->writtenq)) {
+    conn_t *c = LIST_ENTRY(lp->writtenq.next, conn_t, written_link);
+    size_t done = c->written;
+    list_remove(&c->written_link);
+    c->written = 0;
+    conn_wrote(c, done, c->write_failed);
+  }
 }
 
 /* Write base[off..len) (base is freed once written). RET 0 or -1. */
@@ -1251,40 +1276,30 @@ static void loop_flush(srv_loop_t *lp) {
     if (w->queued == 0)
       free(w->base);
   }
-  srv__lock(s);
-  for (size_t i = 0; i < nwo; i++) {
-    conn_t *c = wo[i].c;
-    c->inflight -= wo[i].len - wo[i].queued;
-    if (c->state == CONN_CLOSING)
-      continue;
-    if (wo[i].failed) {
-      srv__conn_close(c);
-      continue;
-    }
-    out_account(c);
-    if (c->close_after_flush && conn_unsent(c) == 0) {
-      srv__conn_close(c);
-      continue;
-    }
-    /* Paused by another loop while this output counted as unsent: if it
-     * all went at once, no write_cb comes to resume it. */
-    if (c->paused && conn_unsent(c) <= s->cfg.max_out_bytes / 2)
-      conn_schedule_resume(c);
-  }
+  /* A short hold, that this loop's next poll (and the small requests it
+   * reads) waits on. */
+  lock_urgent(s);
+  for (size_t i = 0; i < nwo; i++)
+    conn_wrote(wo[i].c, wo[i].len - wo[i].queued, wo[i].failed);
   trace_end(s);
 }
 
 /* A connection's piece of a loop's pass: its input, or the work resumed,
- * decoded ahead first when due; then a hungry loop may take the lock. */
-static void pass_run(srv_t *s, conn_t *c, int resumed) {
+ * decoded ahead first when due; then, after a large one, a hungry or
+ * urgent loop may take the lock (the small ones of a pass run under one
+ * hold: they are short, and many loops full of small requests would
+ * otherwise hand the lock to each other after every one). */
+enum { PASS_SMALL, PASS_LARGE, PASS_RESUMED };
+static void pass_run(srv_t *s, conn_t *c, int kind) {
   conn_prepare(s, c);
-  trace_begin(s, resumed ? "resume" : "read", c);
-  if (resumed)
+  trace_begin(s, kind == PASS_RESUMED ? "resume" : "read", c);
+  if (kind == PASS_RESUMED)
     conn_resume(c);
   else
     conn_input(c);
   trace_end(s);
-  lock_yield(s);
+  if (kind != PASS_SMALL)
+    lock_yield(s);
 }
 
 /* Run the loop's lists: its new and closed connections, what loop 0 was
@@ -1295,7 +1310,15 @@ static void check_cb(uv_check_t *h) {
   srv_t *s = lp->srv;
   list_t big, run;
   uint64_t t0;
-  srv__lock(s);
+  int small = 0;
+  /* Only this thread touches the read queue and the connections' input:
+   * a pass with a small request to run waits for the lock as urgent. */
+  for (list_t *it = lp->readq.next; it != &lp->readq && !small; it = it->next)
+    small = conn_small(LIST_ENTRY(it, conn_t, read_link));
+  if (small)
+    lock_urgent(s);
+  else
+    srv__lock(s);
   if (lp->stop) {
     loop_shutdown(lp);
     srv__unlock(s);
@@ -1316,6 +1339,7 @@ static void check_cb(uv_check_t *h) {
       s->rounds_schedule(s);
     }
   }
+  loop_written(lp);
   adopt_incoming(lp);
   while (!list_empty(&lp->closeq)) {
     conn_t *c = LIST_ENTRY(lp->closeq.next, conn_t, io_link);
@@ -1338,7 +1362,7 @@ static void check_cb(uv_check_t *h) {
   while (!list_empty(&lp->readq)) {
     conn_t *c = LIST_ENTRY(lp->readq.next, conn_t, read_link);
     list_remove(&c->read_link);
-    pass_run(s, c, 0);
+    pass_run(s, c, PASS_SMALL);
   }
   if (!list_empty(&lp->dirty) &&
       (!list_empty(&big) || !list_empty(&lp->resume)))
@@ -1350,7 +1374,7 @@ static void check_cb(uv_check_t *h) {
   while (!list_empty(&big) && uv_hrtime() - t0 < pass_ns) {
     conn_t *c = LIST_ENTRY(big.next, conn_t, read_link);
     list_remove(&c->read_link);
-    pass_run(s, c, 0);
+    pass_run(s, c, PASS_LARGE);
   }
   list_move_front(&lp->readq, &big);
   list_move(&run, &lp->resume);
@@ -1358,7 +1382,7 @@ static void check_cb(uv_check_t *h) {
        n++) {
     conn_t *c = LIST_ENTRY(run.next, conn_t, resume_link);
     list_remove(&c->resume_link);
-    pass_run(s, c, 1);
+    pass_run(s, c, PASS_RESUMED);
   }
   list_move_front(&lp->resume, &run);
   loop_flush(lp);
@@ -1541,7 +1565,7 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     return;
   }
   trace_begin(c->srv, "grow input", c);
-  srv__lock(c->srv);
+  lock_urgent(c->srv);
   if (in_room(c) == 0)
     *buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
   else
@@ -1650,7 +1674,12 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
       conn_prepare_due(c))
     return; /* a full buffer: the loop's check decodes it ahead, runs it */
   trace_begin(s, "read", c);
-  srv__lock(s);
+  /* What came before an error or EOF, a TLS record, a first frame: run
+   * now; urgent when small, as a pass with small requests is. */
+  if (conn_small(c))
+    lock_urgent(s);
+  else
+    srv__lock(s);
   read_cb_locked(st, nread, buf);
   srv__unlock(s);
   trace_end(s);
@@ -1898,6 +1927,7 @@ static void maybe_finish_close(srv_t *s);
 static void conn_free(conn_t *c) {
   srv_t *s = c->srv;
   list_unlink(&c->read_link); /* on its loop's thread */
+  list_unlink(&c->written_link);
   srv__pre_drop(c);
   in_release(c);
   proto_enc_destroy(&c->out);
@@ -1912,7 +1942,7 @@ static void on_conn_closed(uv_handle_t *h) {
   srv_t *s = c->srv;
   int closing;
   trace_begin(s, "closed", c);
-  srv__lock(s);
+  lock_urgent(s);
   conn_free(c);
   /* srv_close waits for connections closed before it, too. */
   s->closing_conns--;
@@ -2032,7 +2062,7 @@ static void on_connection_locked(uv_stream_t *server, int status);
 static void on_connection(uv_stream_t *server, int status) {
   srv_t *s = server->data;
   trace_begin(s, "accept", NULL);
-  srv__lock(s);
+  lock_urgent(s);
   on_connection_locked(server, status);
   srv__unlock(s);
   trace_end(s);
@@ -2095,6 +2125,7 @@ static void on_connection_locked(uv_stream_t *server, int status) {
   list_init(&c->dirty_link);
   list_init(&c->resume_link);
   list_init(&c->read_link);
+  list_init(&c->written_link);
   list_init(&c->memwait_link);
   list_init(&c->preauth_link);
   list_init(&c->pends);
@@ -2225,6 +2256,7 @@ static int loops_new(srv_t *s, uv_loop_t *loop) {
     list_init(&lp->incoming);
     list_init(&lp->closeq);
     list_init(&lp->readq);
+    list_init(&lp->writtenq);
     lp->started = i == 0;
     if ((s->tls && (lp->tls_rbuf = malloc(TLS_RBUF)) == NULL) ||
         (i > 0 && uv_loop_init(&lp->own) != 0)) {

@@ -119,6 +119,9 @@ struct srv_loop_s {
   list_t closeq;        /* torn down elsewhere: uv_close here */
   list_t readq;         /* read bytes in this pass: the check runs their
                          * requests under one lock (this thread only) */
+  list_t writtenq;      /* connections whose writes completed: their
+                           accounting waits for the pass, which holds the
+                           lock anyway (write_cb does not take it) */
   uint64_t turn_end;    /* uv_hrtime() when this connection's turn ends */
   uint8_t *tls_rbuf;    /* ciphertext read buffer */
   struct wout_s *wo;    /* output taken to be written without the lock */
@@ -203,6 +206,7 @@ struct conn_s {
   list_t dirty_link;    /* in lp->dirty while output waits to be written */
   list_t resume_link;   /* in lp->resume: run deferred work this turn */
   list_t read_link;     /* in lp->readq (only lp's thread touches it) */
+  list_t written_link;  /* in lp->writtenq (only lp's thread touches it) */
   list_t memwait_link;  /* in srv->memwait: waits for shared memory */
   list_t preauth_link;  /* in srv->preauth until authenticated */
   list_t pends;         /* native pending ops (pend_t) */
@@ -227,6 +231,9 @@ struct conn_s {
   /* Output: replies not yet handed to the kernel. */
   proto_enc_t out;
   size_t inflight;      /* bytes in uv_write requests */
+  size_t written;       /* of inflight, written: accounted by the loop's
+                           next pass (only lp's thread touches it) */
+  int write_failed;     /* a write failed: closed by that pass */
   size_t out_deferred;  /* bytes a dialect holds to write in its resume */
   size_t out_charged;   /* counted in srv->mem.out */
   tls_t *tls;           /* TLS session, or NULL */
