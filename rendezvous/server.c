@@ -91,9 +91,13 @@ static uint64_t trace_ns; /* the threshold; 0: off (set by srv_new) */
 
 typedef struct {
   const char *what;
+  const char *req_op; /* the callback's longest request */
+  uint64_t req_ns;
+  unsigned nreq;
   uint64_t conn, w0, c0, lock_ns, q0;
   long vol0, invol0;
   const char *dialect;
+  char job[24]; /* the connection's job, cut */
   int depth, schedstat_fd; /* schedstat_fd: 0 not opened yet, -1 none */
 } trace_t;
 
@@ -149,7 +153,11 @@ static void trace_begin(const srv_t *s, const char *what, const conn_t *c) {
   tr.what = what;
   tr.conn = c ? c->id : 0;
   tr.dialect = c && c->dialect ? c->dialect->name : "";
+  lu_strlcpy(tr.job, c && c->job ? c->job->name : "", sizeof(tr.job));
   tr.lock_ns = 0;
+  tr.req_op = NULL;
+  tr.req_ns = 0;
+  tr.nreq = 0;
   switches(&tr.vol0, &tr.invol0);
   tr.q0 = queued_ns();
   tr.w0 = uv_hrtime();
@@ -163,9 +171,9 @@ static void trace_end(srv_t *s) {
     return;
   wall = uv_hrtime() - tr.w0;
   cpu = cpu_ns() - tr.c0;
-  snprintf(what, sizeof(what), "loop %d %s conn %llu %s",
+  snprintf(what, sizeof(what), "loop %d %s conn %llu %s%s%s",
            tl_lp ? tl_lp->idx : 0, tr.what, (unsigned long long)tr.conn,
-           tr.dialect);
+           tr.dialect, tr.job[0] ? " job " : "", tr.job);
   pthread_mutex_lock(&s->trace_mu);
   if (wall - tr.lock_ns > s->trace_max.wall) {
     s->trace_max.wall = wall - tr.lock_ns;
@@ -181,11 +189,31 @@ static void trace_end(srv_t *s) {
     long vol, invol;
     uint64_t queued = queued_ns() - tr.q0;
     switches(&vol, &invol);
+    char reqs[64] = "";
+    if (tr.nreq > 0)
+      snprintf(reqs, sizeof(reqs), "; %u requests, the longest %s %.2f ms",
+               tr.nreq, tr.req_op, tr.req_ns / 1e6);
     LU_WARN(&s->log, "trace: %s: %.2f ms wall (%.2f ms waiting for the "
             "lock), %.2f ms CPU, %.2f ms waiting for a CPU, %ld voluntary "
-            "and %ld involuntary switches", what, wall / 1e6,
+            "and %ld involuntary switches%s", what, wall / 1e6,
             tr.lock_ns / 1e6, cpu / 1e6, queued / 1e6, vol - tr.vol0,
-            invol - tr.invol0);
+            invol - tr.invol0, reqs);
+  }
+}
+
+uint64_t srv__trace_now(void) {
+  return trace_ns && tr.depth > 0 ? uv_hrtime() : 0;
+}
+
+void srv__trace_req(const char *op, uint64_t t0) {
+  uint64_t d;
+  if (t0 == 0)
+    return;
+  d = uv_hrtime() - t0;
+  tr.nreq++;
+  if (d >= tr.req_ns) {
+    tr.req_ns = d;
+    tr.req_op = op;
   }
 }
 

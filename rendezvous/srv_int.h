@@ -360,6 +360,10 @@ uint64_t srv__now(void);
 int srv__on_main(const srv_t *s);
 /* From another loop: ask loop 0 to re-arm the rendezvous timer. */
 void srv__kick_rounds(srv_t *s);
+/* LAUNCH_SERVER_TRACE_MS: a request's start (0 when not tracing) and its
+ * end, for the traced callback's longest request. */
+uint64_t srv__trace_now(void);
+void srv__trace_req(const char *op, uint64_t t0);
 void srv__lock(srv_t *s);
 void srv__unlock(srv_t *s);
 

@@ -1052,7 +1052,9 @@ static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
   } else if (mp->op >= PROTO_OP_JOIN) {
     c->srv->rounds_op(c, mp);
   } else if ((fn = op_table(mp->op)) != NULL) {
+    uint64_t t0 = srv__trace_now();
     rc = fn(c, mp);
+    srv__trace_req(proto_op_name((int)mp->op), t0);
   } else {
     srv__reply_err(c, mp->id, RDZV_EPROTO, "unknown op %lld",
                    (long long)mp->op);

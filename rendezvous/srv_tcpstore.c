@@ -545,7 +545,9 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
       return -1;
     }
     c->req_end = buf + done + (size_t)k;
+    uint64_t t0 = srv__trace_now();
     rc = ts_exec(c, &r);
+    srv__trace_req(ts_op_name(r.op), t0);
     c->req_end = NULL;
     if (rc == SRV_LATER)
       break;
