@@ -1338,16 +1338,27 @@ static void check_cb(uv_check_t *h) {
   srv_t *s = lp->srv;
   list_t big, run;
   uint64_t t0;
-  int small = 0;
-  /* Only this thread touches the read queue and the connections' input:
-   * a pass with a small request to run waits for the lock as urgent. */
-  for (list_t *it = lp->readq.next; it != &lp->readq && !small; it = it->next)
-    small = conn_small(LIST_ENTRY(it, conn_t, read_link));
-  if (small)
+  /* The requests read in this pass, in the order they came: the small
+   * ones first (a few KiB read, nothing to decode ahead), and their
+   * replies written before the large ones run, so that a client's small
+   * request does not wait behind pieces of an attacker's large ones on
+   * its loop (issue #11). Only this thread touches the read queue and the
+   * connections' input, so they are sorted before the lock, and a pass
+   * with a small request to run waits for it as urgent. */
+  list_init(&big);
+  for (list_t *it = lp->readq.next, *next; it != &lp->readq; it = next) {
+    next = it->next;
+    if (!conn_small(LIST_ENTRY(it, conn_t, read_link))) {
+      list_remove(it);
+      list_insert_tail(&big, it);
+    }
+  }
+  if (!list_empty(&lp->readq))
     lock_urgent(s);
   else
     srv__lock(s);
   if (lp->stop) {
+    list_move_front(&lp->readq, &big); /* big is this frame's */
     loop_shutdown(lp);
     srv__unlock(s);
     return;
@@ -1373,19 +1384,6 @@ static void check_cb(uv_check_t *h) {
     conn_t *c = LIST_ENTRY(lp->closeq.next, conn_t, io_link);
     list_remove(&c->io_link);
     uv_close(&c->h.handle, on_conn_closed);
-  }
-  /* The requests read in this pass, in the order they came: the small
-   * ones first (a few KiB read, nothing to decode ahead), and their
-   * replies written before the large ones run, so that a client's small
-   * request does not wait behind pieces of an attacker's large ones on
-   * its loop (issue #11). */
-  list_init(&big);
-  for (list_t *it = lp->readq.next, *next; it != &lp->readq; it = next) {
-    next = it->next;
-    if (!conn_small(LIST_ENTRY(it, conn_t, read_link))) {
-      list_remove(it);
-      list_insert_tail(&big, it);
-    }
   }
   while (!list_empty(&lp->readq)) {
     conn_t *c = LIST_ENTRY(lp->readq.next, conn_t, read_link);
