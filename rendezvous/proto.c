@@ -595,7 +595,7 @@ static uint8_t *enc_grow(proto_enc_t *e, size_t n) {
     goto oom;
   while (ncap < e->len + n)
     ncap *= 2;
-  nd = realloc(e->data, ncap);
+  nd = e->realloc_fn(e->data, ncap);
   if (nd == NULL)
     goto oom;
   e->data = nd;
@@ -626,13 +626,18 @@ static int enc_write(void *data, const char *buf, size_t len) {
   return 0;
 }
 
-void proto_enc_init(proto_enc_t *e) {
+void proto_enc_init_alloc(proto_enc_t *e, void *(*realloc_fn)(void *, size_t),
+                          void (*free_fn)(void *)) {
   memset(e, 0, sizeof(*e));
+  e->realloc_fn = realloc_fn;
+  e->free_fn = free_fn;
   msgpack_packer_init(&e->pk, e, enc_write);
 }
 
+void proto_enc_init(proto_enc_t *e) { proto_enc_init_alloc(e, realloc, free); }
+
 void proto_enc_destroy(proto_enc_t *e) {
-  free(e->data);
+  e->free_fn(e->data);
   e->data = NULL;
   e->len = e->cap = 0;
 }

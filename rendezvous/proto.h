@@ -190,6 +190,10 @@ const msgpack_object *proto_map_get(const msgpack_object *m, const char *key);
 typedef struct proto_enc_s {
   char *data;
   size_t len, cap;
+  /* How data is allocated: realloc and free, or what
+   * proto_enc_init_alloc was given (the server's cache of big blocks). */
+  void *(*realloc_fn)(void *, size_t);
+  void (*free_fn)(void *);
   int oom;            /* an allocation failed; the buffer is incomplete */
   int toobig;         /* a str or bin over 4 GiB: the frame is dropped */
   msgpack_packer pk;
@@ -197,6 +201,10 @@ typedef struct proto_enc_s {
 } proto_enc_t;
 
 void proto_enc_init(proto_enc_t *e);
+/* An encoder whose buffer comes from realloc_fn and goes with free_fn
+ * (whoever takes data frees it with free_fn). */
+void proto_enc_init_alloc(proto_enc_t *e, void *(*realloc_fn)(void *, size_t),
+                          void (*free_fn)(void *));
 void proto_enc_destroy(proto_enc_t *e);
 void proto_enc_reset(proto_enc_t *e); /* keep the memory, drop the bytes */
 /* Begin a frame holding an array of `count` elements. */

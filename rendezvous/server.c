@@ -25,6 +25,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "lu_bigbuf.h"
 #include "rounds.h"
 #include "srv_int.h"
 
@@ -391,10 +392,20 @@ static size_t mem_free_out(const srv_t *s) {
   return u < dynamic_limit(s) ? dynamic_limit(s) - u : 0;
 }
 
+/* Freed big buffers kept warm for reuse (lu_big_*): an eighth of
+ * max_memory, 16 MiB at most, and never more than the room left, so that
+ * what the server holds, cached blocks included, stays within its budget.
+ * One bound for the process (the last server to update it sets it). */
+static void big_cache_update(const srv_t *s) {
+  lu_big_set_limit(LU_MIN(LU_MIN((size_t)16 << 20, s->cfg.max_memory / 8),
+                          mem_free(s)));
+}
+
 static void mem_update(srv_t *s) {
   size_t others = LU_MAX(s->mem.in, in_share(s)) + s->mem.out;
   size_t left = others < dynamic_limit(s) ? dynamic_limit(s) - others : 0;
   s->mem.store.max = LU_MIN(s->cfg.max_memory / 2, left);
+  big_cache_update(s);
   s->stats.mem_used = mem_used(s);
   s->stats.in_bytes = s->mem.in;
 }
@@ -1035,6 +1046,12 @@ void srv__out_raw(conn_t *c, const void *p, size_t n) {
   out_queued(c);
 }
 
+/* A connection's output buffer: from the cache of big blocks, as every
+ * buffer a write frees (write_out, the loops' batched writes). */
+static void out_init(proto_enc_t *o) {
+  proto_enc_init_alloc(o, lu_big_realloc, lu_big_free);
+}
+
 /* DONE bytes of c's output were handed to the kernel, or could not be
  * (FAILED): the accounting, and what waited for it (lock held). */
 static void conn_wrote(conn_t *c, size_t done, int failed) {
@@ -1067,7 +1084,7 @@ static void write_cb(uv_write_t *req, int status) {
     c->write_failed = 1;
   if (list_empty(&c->written_link))
     list_insert_tail(&c->lp->writtenq, &c->written_link);
-  free(w->base);
+  lu_big_free(w->base);
   free(w);
 }
 
@@ -1092,16 +1109,16 @@ static int write_out(conn_t *c, char *base, size_t off, size_t len) {
     if (r > 0)
       off += (size_t)r;
     else if (r < 0 && r != UV_EAGAIN) {
-      free(base);
+      lu_big_free(base);
       return -1;
     }
   }
   if (off == len) {
-    free(base);
+    lu_big_free(base);
     return 0;
   }
   if ((w = malloc(sizeof(*w))) == NULL) {
-    free(base);
+    lu_big_free(base);
     return -1;
   }
   w->c = c;
@@ -1109,7 +1126,7 @@ static int write_out(conn_t *c, char *base, size_t off, size_t len) {
   w->len = len - off;
   b = uv_buf_init(base + off, (unsigned)(len - off));
   if (uv_write(&w->req, &c->h.stream, &b, 1, write_cb) != 0) {
-    free(base);
+    lu_big_free(base);
     free(w);
     return -1;
   }
@@ -1133,7 +1150,8 @@ static int flush_conn(conn_t *c, int may_close) {
     if (o->len > 0 && tls_write(c->tls, o->data, o->len) != 0)
       goto fail;
     proto_enc_reset(o);
-    if (tls_take(c->tls, &ct, &n) != 0 || (n && write_out(c, ct, 0, n)))
+    if (tls_take_alloc(c->tls, &ct, &n, lu_big_alloc, lu_big_free) != 0 ||
+        (n && write_out(c, ct, 0, n)))
       goto fail;
   } else if (o->len > 0) {
     /* The write owns the buffer; the next replies start a fresh one. */
@@ -1146,7 +1164,7 @@ static int flush_conn(conn_t *c, int may_close) {
   }
   if (o->cap > SRV_OUT_RESERVE) {
     proto_enc_destroy(o);
-    proto_enc_init(o);
+    out_init(o);
   }
   out_account(c);
   if (c->close_after_flush && conn_unsent(c) == 0 && may_close)
@@ -1302,7 +1320,7 @@ static void loop_flush(srv_loop_t *lp) {
       }
     }
     if (w->queued == 0)
-      free(w->base);
+      lu_big_free(w->base);
   }
   /* A short hold, that this loop's next poll (and the small requests it
    * reads) waits on. */
@@ -1455,7 +1473,7 @@ static size_t in_room(conn_t *c) {
       c->in_full = 1;
     } else if (add > 0 && add > mem_free(s)) {
       c->in_memwait = 1;
-    } else if ((nb = realloc(c->in, ncap)) != NULL) {
+    } else if ((nb = lu_big_realloc(c->in, ncap)) != NULL) {
       c->in = nb;
       c->in_cap = ncap;
       s->mem.in += add;
@@ -1470,7 +1488,7 @@ static void in_release(conn_t *c) {
   srv_t *s = c->srv;
   s->mem.in -= c->in_charged;
   c->in_charged = 0;
-  free(c->in);
+  lu_big_free(c->in);
   c->in = NULL;
   c->in_cap = c->in_len = 0;
 }
@@ -1496,7 +1514,7 @@ uint8_t *srv__in_take(conn_t *c, const uint8_t *val, size_t n,
   if (tail > 0) {
     ncap = LU_MAX(tail, (size_t)IN_CHUNK);
     charge = ncap > SRV_IN_RESERVE ? ncap - SRV_IN_RESERVE : 0;
-    if ((nb = malloc(ncap)) == NULL)
+    if ((nb = lu_big_alloc(ncap)) == NULL)
       return NULL;
     memcpy(nb, end, tail);
   }
@@ -1515,7 +1533,7 @@ uint8_t *srv__in_take(conn_t *c, const uint8_t *val, size_t n,
 }
 
 void srv__in_spent(conn_t *c, uint8_t *buf) {
-  free(c->in_spent); /* one a request; none is left over */
+  lu_big_free(c->in_spent); /* one a request; none is left over */
   c->in_spent = buf;
 }
 
@@ -1547,7 +1565,7 @@ int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,
   /* The buffer's few bytes past the value may be what did not fit. */
   if (rc == RDZV_ETOOBIG)
     rc = store_set(st, key, klen, val, vlen);
-  free(buf); /* the request is over either way */
+  lu_big_free(buf); /* the request is over either way */
   return rc;
 }
 
@@ -1606,11 +1624,12 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
 static void tls_last_words(conn_t *c) {
   char *ct;
   size_t n;
-  if (tls_take(c->tls, &ct, &n) == 0 && n > 0) {
+  if (tls_take_alloc(c->tls, &ct, &n, lu_big_alloc, lu_big_free) == 0 &&
+      n > 0) {
     uv_buf_t b = uv_buf_init(ct, (unsigned)n);
     uv_try_write(&c->h.stream, &b, 1);
   }
-  free(ct);
+  lu_big_free(ct);
 }
 
 /* Decrypt what TLS holds into the input buffer; runs after the buffered
@@ -1895,7 +1914,7 @@ static void conn_process(conn_t *c) {
     } else {
       c->in_need = 0;
       k = c->dialect->input(c, c->in + off, c->in_len - off);
-      free(c->in_spent);
+      lu_big_free(c->in_spent);
       c->in_spent = NULL;
       if (k < 0) {
         srv__conn_close(c);
@@ -2155,7 +2174,7 @@ static void on_connection_locked(uv_stream_t *server, int status) {
   list_init(&c->memwait_link);
   list_init(&c->preauth_link);
   list_init(&c->pends);
-  proto_enc_init(&c->out);
+  out_init(&c->out);
   c->state = CONN_CLOSING; /* not counted yet */
   if (lp->idx != 0) {
     if (accept_for(c, server) != 0) {
@@ -2613,6 +2632,7 @@ static void free_all(srv_t *s) {
   }
   /* Every byte counted was given back: the accounting does not drift. */
   assert(mem_used(s) == 0);
+  lu_big_set_limit(0); /* the cached blocks go too */
   free(s->addrs);
   free(s->heap);
   free_config(s);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lu_bigbuf.h"
 #include "srv_int.h"
 
 /* ---- argument checks ------------------------------------------------------------- */
@@ -70,8 +71,8 @@ struct srv_pre_s {
   uint64_t seed;     /* of the hashes */
 };
 
-/* Keys of argument i as an array; *keys is malloc'd (pointers into the
- * frame). */
+/* Keys of argument i as an array; *keys is from lu_big_alloc (pointers
+ * into the frame). */
 static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
                     store_key_t **keys, uint32_t *n) {
   const msgpack_object *items = NULL;
@@ -101,7 +102,7 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
                    proto_op_name((int)m->op), *n, c->srv->cfg.max_keys);
     return -1;
   }
-  if ((k = malloc((*n ? *n : 1) * sizeof(*k))) == NULL) {
+  if ((k = lu_big_alloc((*n ? *n : 1) * sizeof(*k))) == NULL) {
     srv__reply_err(c, m->id, RDZV_ENOMEM, "out of memory");
     return -1;
   }
@@ -112,7 +113,7 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
       proto_next_bytes(&list, &p, &len);
     if ((list == NULL && proto_obj_bytes(&items[j], &p, &len) != 0) ||
         len > c->srv->cfg.max_key) {
-      free(k);
+      lu_big_free(k);
       srv__reply_err(c, m->id, RDZV_EPROTO, "%s: key %u is not bytes or is "
                      "over %u bytes", proto_op_name((int)m->op), j + 1,
                      c->srv->cfg.max_key);
@@ -455,11 +456,11 @@ static int op_wait_or_mget(conn_t *c, const proto_msg_t *m) {
   if (arg_keys(c, m, 0, &keys, &n))
     return 0;
   if (m->nargs > 1 && arg_int(c, m, 1, &wait_ms)) {
-    free(keys);
+    lu_big_free(keys);
     return 0;
   }
   rc = wait_keys(c, m, keys, n, wait_ms);
-  free(keys);
+  lu_big_free(keys);
   return rc;
 }
 
@@ -478,7 +479,7 @@ static int op_check(conn_t *c, const proto_msg_t *m) {
     return 0;
   for (uint32_t i = 0; i < n && ready; i++)
     ready = store_exists_key(c->job->store, &keys[i]);
-  free(keys);
+  lu_big_free(keys);
   srv__reply_begin(c, m->id, 0, 1);
   pack_bool(c, ready);
   srv__reply_end(c);
@@ -886,7 +887,7 @@ static int native_decode(conn_t *c, const uint8_t *body, size_t n,
 void srv__pre_drop(conn_t *c) {
   if (c->pre == NULL)
     return;
-  free(c->pre->keys);
+  lu_big_free(c->pre->keys);
   free(c->pre);
   c->pre = NULL;
 }
@@ -934,7 +935,7 @@ int srv__native_prepare_due(conn_t *c) {
 
 /* Stop decoding ahead: native_frame decodes the frame (and answers). */
 static void pre_off(srv_pre_t *pre) {
-  free(pre->keys);
+  lu_big_free(pre->keys);
   pre->keys = NULL;
   pre->state = PRE_OFF;
 }
@@ -979,7 +980,7 @@ void srv__native_prepare(conn_t *c) {
     if (pre->keys == NULL) {
       uint32_t nk = pre->kl.nk;
       if (!pre_wanted(pre->m.flat) || nk > s->cfg.max_keys ||
-          (pre->keys = malloc(nk * sizeof(*pre->keys))) == NULL) {
+          (pre->keys = lu_big_alloc(nk * sizeof(*pre->keys))) == NULL) {
         pre_off(pre);
         return;
       }
@@ -1005,7 +1006,8 @@ void srv__native_prepare(conn_t *c) {
     pre_off(pre);
     return;
   }
-  if (pre->keys == NULL && (pre->keys = malloc(sizeof(*pre->keys))) == NULL) {
+  if (pre->keys == NULL &&
+      (pre->keys = lu_big_alloc(sizeof(*pre->keys))) == NULL) {
     pre_off(pre); /* no keys */
     return;
   }

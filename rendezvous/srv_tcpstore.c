@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lu_bigbuf.h"
 #include "srv_int.h"
 #include "tcpstore.h"
 
@@ -151,7 +152,7 @@ static void evblk_put(srv_t *s, ts_evblk_t *b) {
     return;
   if (s->ts_evlast == b)
     s->ts_evlast = NULL;
-  free(b);
+  lu_big_free(b);
 }
 
 /* The encoding of the event being delivered to w: the one another watcher
@@ -165,7 +166,7 @@ static ts_evblk_t *evblk_get(srv_t *s, store_watch_t *w, int ev,
   uint8_t *p;
   if (b != NULL && b->id == id)
     return b;
-  if ((b = malloc(sizeof(*b) + n)) == NULL)
+  if ((b = lu_big_alloc(sizeof(*b) + n)) == NULL)
     return NULL;
   b->id = id;
   b->refs = 0;
@@ -264,7 +265,8 @@ static void ts_watch_cb(store_watch_t *w, int ev, const void *key, size_t klen,
 
 /* Collect the keys of a validated CHECK/WAIT/MULTI_GET list. */
 static store_key_t *list_keys(const ts_req_t *r) {
-  store_key_t *keys = calloc(r->count ? r->count : 1, sizeof(*keys));
+  store_key_t *keys =
+      lu_big_alloc((r->count ? r->count : 1) * sizeof(*keys));
   const uint8_t *p = r->list;
   if (keys == NULL)
     return NULL;
@@ -272,6 +274,7 @@ static store_key_t *list_keys(const ts_req_t *r) {
     uint64_t l;
     keys[i].p = ts_next_str(&p, &l);
     keys[i].n = (size_t)l;
+    keys[i].h = 0;
   }
   return keys;
 }
@@ -417,7 +420,7 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
         out_bytes(c, v, v ? vlen : 0);
       }
     }
-    free(keys);
+    lu_big_free(keys);
     return rc;
   }
   case TS_MULTI_SET: {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "lu.h"
+#include "lu_bigbuf.h"
 #include "store.h"
 
 #define STORE_MAGIC 0x53544f52u /* "STOR" */
@@ -213,7 +214,7 @@ static void keyblk_put(store_t *s, keyblk_t *kb) {
   if (kb == NULL || --kb->refs > 0)
     return;
   account(s, 0, kb->cost);
-  free(kb->base);
+  lu_big_free(kb->base);
   free(kb);
 }
 
@@ -247,10 +248,10 @@ static void entry_free_contents(entry_t *e) {
   qitem_t *q = e->qhead;
   while (q) {
     qitem_t *n = q->next;
-    free(q);
+    lu_big_free(q);
     q = n;
   }
-  free(e->valloc);
+  lu_big_free(e->valloc);
 }
 
 void store_free(store_t *s) {
@@ -478,7 +479,7 @@ static int put_value(store_t *s, entry_t *e, uint8_t *alloc, uint8_t *nv,
     s->nkeys++;
   if (e->watches)
     notify_watches(e, had ? STORE_EV_UPDATED : STORE_EV_CREATED, old, olen);
-  free(old_alloc);
+  lu_big_free(old_alloc);
   wake(s, e, 0);
   return 0;
 }
@@ -498,16 +499,24 @@ static uint8_t *dup_bytes(const void *p, size_t n) {
   return d;
 }
 
+/* A value's copy: from the cache of big blocks (freed by lu_big_free). */
+static uint8_t *dup_value(const void *p, size_t n) {
+  uint8_t *d = lu_big_alloc(n ? n : 1);
+  if (d && n)
+    memcpy(d, p, n);
+  return d;
+}
+
 int store_set(store_t *s, const void *key, size_t klen, const void *val,
               size_t vlen) {
   entry_t *e = find(s, key, klen);
   uint8_t *nv;
   if (!room_for(s, e, klen, vlen))
     return RDZV_ETOOBIG;
-  if ((nv = dup_bytes(val, vlen)) == NULL)
+  if ((nv = dup_value(val, vlen)) == NULL)
     return RDZV_ENOMEM;
   if (e == NULL && (e = get_or_create(s, key, klen)) == NULL) {
-    free(nv);
+    lu_big_free(nv);
     return RDZV_ENOMEM;
   }
   return put_value(s, e, nv, nv, vlen, vlen);
@@ -532,14 +541,14 @@ int store_append(store_t *s, const void *key, size_t klen, const void *val,
   uint8_t *nv;
   if (cur + vlen < cur || !room_for(s, e, klen, cur + vlen))
     return RDZV_ETOOBIG;
-  if ((nv = malloc(cur + vlen ? cur + vlen : 1)) == NULL)
+  if ((nv = lu_big_alloc(cur + vlen ? cur + vlen : 1)) == NULL)
     return RDZV_ENOMEM;
   if (cur)
     memcpy(nv, e->val, cur);
   if (vlen)
     memcpy(nv + cur, val, vlen);
   if (e == NULL && (e = get_or_create(s, key, klen)) == NULL) {
-    free(nv);
+    lu_big_free(nv);
     return RDZV_ENOMEM;
   }
   return put_value(s, e, nv, nv, cur + vlen, cur + vlen);
@@ -561,10 +570,10 @@ int store_add(store_t *s, const void *key, size_t klen, int64_t delta,
   n = snprintf(buf, sizeof(buf), "%" PRId64, v);
   if (!room_for(s, e, klen, (size_t)n))
     return RDZV_ETOOBIG;
-  if ((nv = dup_bytes(buf, (size_t)n)) == NULL)
+  if ((nv = dup_value(buf, (size_t)n)) == NULL)
     return RDZV_ENOMEM;
   if (e == NULL && (e = get_or_create(s, key, klen)) == NULL) {
-    free(nv);
+    lu_big_free(nv);
     return RDZV_ENOMEM;
   }
   if (result)
@@ -588,10 +597,10 @@ int store_cas(store_t *s, const void *key, size_t klen, const void *expected,
     return 0;
   if (!room_for(s, e, klen, dlen))
     return RDZV_ETOOBIG;
-  if ((nv = dup_bytes(desired, dlen)) == NULL)
+  if ((nv = dup_value(desired, dlen)) == NULL)
     return RDZV_ENOMEM;
   if (e == NULL && (e = get_or_create(s, key, klen)) == NULL) {
-    free(nv);
+    lu_big_free(nv);
     return RDZV_ENOMEM;
   }
   *swapped = 1;
@@ -614,7 +623,7 @@ int store_delete(store_t *s, const void *key, size_t klen) {
   s->nkeys--;
   if (e->watches)
     notify_watches(e, STORE_EV_DELETED, old, olen);
-  free(old_alloc);
+  lu_big_free(old_alloc);
   maybe_drop(s, e);
   return 1;
 }
@@ -639,10 +648,10 @@ int store_queue_push(store_t *s, const void *key, size_t klen, const void *val,
   size_t cost = vlen + sizeof(qitem_t);
   if (!room(s, cost + (e ? 0 : entry_cost(klen)), 0))
     return RDZV_ETOOBIG;
-  if ((q = malloc(sizeof(*q) + vlen)) == NULL)
+  if ((q = lu_big_alloc(sizeof(*q) + vlen)) == NULL)
     return RDZV_ENOMEM;
   if ((e = get_or_create(s, key, klen)) == NULL) {
-    free(q);
+    lu_big_free(q);
     return RDZV_ENOMEM;
   }
   q->next = NULL;
@@ -677,7 +686,7 @@ int store_queue_pop(store_t *s, const void *key, size_t klen, uint8_t **val,
   account(s, 0, q->len + sizeof(qitem_t));
   *val = d;
   *vlen = q->len;
-  free(q);
+  lu_big_free(q);
   maybe_drop(s, e);
   return 1;
 }
@@ -721,7 +730,7 @@ int store_wait_in(store_t *s, const store_key_t *keys, uint32_t n, int kind,
    * has no entry yet. */
   if ((w = calloc(1, waiter_size(n))) == NULL)
     return RDZV_ENOMEM;
-  if ((hashes = malloc((n ? n : 1) * sizeof(*hashes))) == NULL) {
+  if ((hashes = lu_big_alloc((n ? n : 1) * sizeof(*hashes))) == NULL) {
     free(w);
     return RDZV_ENOMEM;
   }
@@ -757,13 +766,13 @@ int store_wait_in(store_t *s, const store_key_t *keys, uint32_t n, int kind,
   else
     cost = bcost;
   if (missing == 0 || !room(s, cost, 0)) {
-    free(hashes);
+    lu_big_free(hashes);
     free(w);
     return missing == 0 ? 1 : RDZV_ETOOBIG;
   }
   if (in_blk) {
     if ((kb = malloc(sizeof(*kb))) == NULL) {
-      free(hashes);
+      lu_big_free(hashes);
       free(w);
       return RDZV_ENOMEM;
     }
@@ -804,7 +813,7 @@ int store_wait_in(store_t *s, const store_key_t *keys, uint32_t n, int kind,
         account(s, 0, kb->cost);
         free(kb);
       }
-      free(hashes);
+      lu_big_free(hashes);
       free(w);
       return RDZV_ENOMEM;
     }
@@ -815,7 +824,7 @@ int store_wait_in(store_t *s, const store_key_t *keys, uint32_t n, int kind,
     e->waiters.prev = node;
     w->remaining++;
   }
-  free(hashes);
+  lu_big_free(hashes);
   if (kb) {
     if (adopted)
       *adopted = 1;
@@ -1011,14 +1020,14 @@ void store_clear(store_t *s) {
       while (q) {
         qitem_t *qn = q->next;
         account(s, 0, q->len + sizeof(qitem_t));
-        free(q);
+        lu_big_free(q);
         q = qn;
       }
       e->qhead = e->qtail = NULL;
       e->qlen = 0;
       if (e->has_val) {
         account(s, 0, e->vcost);
-        free(e->valloc);
+        lu_big_free(e->valloc);
         e->val = e->valloc = NULL;
         e->vlen = e->vcost = 0;
         e->has_val = 0;

@@ -76,7 +76,7 @@ int store_exists_key(store_t *s, const store_key_t *k);
 int store_set(store_t *s, const void *key, size_t klen, const void *val,
               size_t vlen);
 /* store_set without a copy: the value val[0..vlen) lies in alloc (a
- * malloc'd block of cost bytes, such as the input buffer the request came
+ * block of cost bytes from lu_big_alloc, such as the input buffer the request came
  * in), which the store frees when the value goes; the value counts cost
  * bytes against the bounds. RET 0 (the store owns alloc) or, with alloc
  * still the caller's, RDZV_ETOOBIG, RDZV_ENOMEM, RDZV_EINVAL (cost < vlen). */
@@ -131,8 +131,8 @@ enum {
 int store_wait(store_t *s, const store_key_t *keys, uint32_t n, int kind,
                int64_t threshold, store_wake_cb cb, void *data,
                store_waiter_t **out);
-/* store_wait whose keys lie in blk, a malloc'd block of blk_cost bytes
- * (the request they came in): the keys of the entries it creates stay
+/* store_wait whose keys lie in blk, a block of blk_cost bytes from
+ * lu_big_alloc (the request they came in): the keys of the entries it creates stay
  * there instead of being copied (a WAIT of 1,000 keys of 8 KiB: no 8 MiB
  * copied into fresh memory), and the block counts blk_cost against the
  * bounds until the last of them goes. It does so when every key lies in

@@ -296,15 +296,20 @@ int tls_write(tls_t *t, const void *p, size_t n) {
 }
 
 int tls_take(tls_t *t, char **buf, size_t *n) {
+  return tls_take_alloc(t, buf, n, malloc, free);
+}
+
+int tls_take_alloc(tls_t *t, char **buf, size_t *n, void *(*alloc)(size_t),
+                   void (*release)(void *)) {
   size_t len = BIO_ctrl_pending(t->wbio);
   *buf = NULL;
   *n = 0;
   if (len == 0)
     return 0;
-  if ((*buf = malloc(len)) == NULL)
+  if ((*buf = alloc(len)) == NULL)
     return RDZV_ENOMEM;
   if (BIO_read(t->wbio, *buf, (int)len) != (int)len) {
-    free(*buf);
+    release(*buf);
     *buf = NULL;
     return RDZV_ENOMEM;
   }

@@ -49,6 +49,9 @@ int tls_write(tls_t *t, const void *p, size_t n);
 /* The ciphertext to send. OUT *buf (malloc'd, caller frees; NULL when
  * *n is 0). RET 0 or RDZV_ENOMEM. */
 int tls_take(tls_t *t, char **buf, size_t *n);
+/* tls_take, *buf from alloc (freed with release on failure). */
+int tls_take_alloc(tls_t *t, char **buf, size_t *n, void *(*alloc)(size_t),
+                   void (*release)(void *));
 size_t tls_out_pending(const tls_t *t);
 /* Ciphertext fed and not yet decrypted. */
 size_t tls_in_pending(const tls_t *t);

@@ -2,6 +2,7 @@
  * waiters woken by writes, integer thresholds, watches, barriers, limits,
  * and what waiting costs: waits, watches and barrier members count against
  * the store's bound and a budget shared by several stores (#11). */
+#include "lu_bigbuf.h"
 #include "store.h"
 #include "test.h"
 
@@ -308,7 +309,7 @@ static void test_wait_keys_in_block(void) {
   store_waiter_t *w = NULL, *w2 = NULL;
   store_key_t keys[NK] = {{0}};
   size_t bsz = NK * (KL + 3) + 16;
-  uint8_t *blk = malloc(bsz), *small;
+  uint8_t *blk = lu_big_alloc(bsz), *small;
   int hits = 0, adopted = -1;
   size_t v;
   ASSERT(blk != NULL);
@@ -365,14 +366,14 @@ static void test_wait_keys_in_block(void) {
   ASSERT_EQ(0, b.used);
   /* Keys that make little of the block: copied (counted as copies), the
    * block the caller's (freed here: ASan would see a double free). */
-  small = malloc(64 << 10);
+  small = lu_big_alloc(64 << 10);
   ASSERT(small != NULL);
   memset(small, 'q', KL);
   ASSERT_EQ(0, store_wait_in(s, (store_key_t[]){{small, KL, 0}}, 1, STORE_WAIT_EXISTS, 0, on_wake, &hits, &w, small, 64 << 10, &adopted));
   ASSERT_EQ(0, adopted);
   ASSERT(store_bytes(s) >= KL && store_bytes(s) < 4 * KL);
   memset(small, 0, KL);
-  free(small);
+  lu_big_free(small);
   {
     char k[KL];
     memset(k, 'q', KL);
@@ -382,7 +383,7 @@ static void test_wait_keys_in_block(void) {
   }
   ASSERT_EQ(0, store_bytes(s));
   /* A cancelled waiter frees the block it kept (ASan: no leak). */
-  blk = malloc(bsz);
+  blk = lu_big_alloc(bsz);
   ASSERT(blk != NULL);
   for (int i = 0; i < NK; i++) {
     uint8_t *p = blk + 16 + (size_t)i * (KL + 3);

@@ -39,9 +39,12 @@ typedef struct hdr_s {
     size_t n;            /* bytes asked for, while in use */
     struct hdr_s *next;  /* the class's next free block, while cached */
   } u;
+  size_t touched;        /* bytes from the block's start that may be in
+                          * memory (the most any user asked for) */
+  size_t pad;
 } hdr_t;
 
-#define HDR sizeof(hdr_t) /* 16: malloc's alignment kept */
+#define HDR sizeof(hdr_t) /* 32: malloc's alignment kept */
 #define MIN_SHIFT 18      /* LU_BIG_MIN, 256 KiB */
 #define MAX_SHIFT 30      /* classes below 1 GiB */
 #define STEPS 4           /* classes per power of two */
@@ -85,9 +88,25 @@ size_t lu_big_class_size(size_t n) {
   return size;
 }
 
+/* A reused block holds no more pages than its new user asked for, and an
+ * eighth (64 KiB at least): the cache never adds more than that to what
+ * the caller counts (MADV_DONTNEED takes the mmap lock only to read). */
+static void trim_block(hdr_t *h, size_t n) {
+  size_t keep = HDR + n + (n / 8 > (64u << 10) ? n / 8 : (64u << 10));
+  size_t from = (HDR + n + 4095) & ~(size_t)4095;
+  if (h->touched > keep && h->touched > from) {
+    BIG_UNPOISON((char *)h + from, h->touched - from);
+    madvise((char *)h + from, h->touched - from, MADV_DONTNEED);
+    h->touched = from;
+  }
+}
+
 static void *user_of(hdr_t *h, size_t n) {
   h->u.n = n;
   if (h->map) {
+    trim_block(h, n);
+    if (h->touched < HDR + n)
+      h->touched = HDR + n;
     BIG_UNPOISON(h, HDR + n);
     BIG_POISON((char *)h + HDR + n, h->map - HDR - n);
   }
@@ -123,6 +142,7 @@ static hdr_t *big_get(size_t n) {
     return NULL;
   h = m;
   h->map = size;
+  h->touched = 0;
   pthread_mutex_lock(&big_mu);
   big_st.mapped += size;
   big_st.maps++;
