@@ -122,12 +122,33 @@ static void ts_cancel_waits(conn_t *c) {
  * this (about 0.1-0.3 ms of CPU). */
 #define TS_EV_SLICE (256u << 10)
 
+/* The event as TCPStore 1.13 sends it, len bytes: the type, the key and
+ * the old value's length (data[0..head)); the old value (olen bytes at
+ * old); the new value's length and the new value (data[tail..]). The old
+ * value is not copied when the event could take its block from the store
+ * (old_block, freed with the event); else it is copied to data[head..]. */
 typedef struct ts_evblk_s {
   uint64_t id; /* store_watch_event_id */
   size_t refs; /* queued in this many connections */
-  size_t len;
-  uint8_t data[]; /* the event as TCPStore 1.13 sends it */
+  size_t len, head, olen, tail;
+  const uint8_t *old;
+  uint8_t *old_block;
+  uint8_t data[];
 } ts_evblk_t;
+
+/* The contiguous bytes of b from offset off: at most *n. */
+static const uint8_t *evblk_at(const ts_evblk_t *b, size_t off, size_t *n) {
+  if (off < b->head) {
+    *n = b->head - off;
+    return b->data + off;
+  }
+  if (off < b->head + b->olen) {
+    *n = b->head + b->olen - off;
+    return b->old + (off - b->head);
+  }
+  *n = b->len - off;
+  return b->data + b->tail + (off - b->head - b->olen);
+}
 
 typedef struct ts_evq_s {
   struct ts_evq_s *next;
@@ -152,6 +173,7 @@ static void evblk_put(srv_t *s, ts_evblk_t *b) {
     return;
   if (s->ts_evlast == b)
     s->ts_evlast = NULL;
+  lu_big_free(b->old_block);
   lu_big_free(b);
 }
 
@@ -161,20 +183,43 @@ static ts_evblk_t *evblk_get(srv_t *s, store_watch_t *w, int ev,
                              const void *key, size_t klen, const uint8_t *old,
                              size_t olen, const uint8_t *nval, size_t nlen) {
   uint64_t id = store_watch_event_id(w);
-  size_t n = 25 + klen + olen + nlen;
+  size_t head = 17 + klen;
   ts_evblk_t *b = s->ts_evlast;
-  uint8_t *p;
+  uint8_t *p, *old_block = NULL;
   if (b != NULL && b->id == id)
     return b;
-  if ((b = lu_big_alloc(sizeof(*b) + n)) == NULL)
+  if ((b = lu_big_alloc(sizeof(*b) + head + 8 + nlen)) == NULL)
     return NULL;
+  /* The old value's block, from the store (taken only once nothing can
+   * fail): 1 MiB not copied onto fresh pages under the loops' lock (issue
+   * #11). When the store cannot give it, the value is copied. */
+  if (olen > 0 && (old_block = store_watch_take_old(w)) == NULL) {
+    ts_evblk_t *nb = lu_big_realloc(b, sizeof(*b) + head + olen + 8 + nlen);
+    if (nb == NULL) {
+      lu_big_free(b);
+      return NULL;
+    }
+    b = nb;
+  }
   b->id = id;
   b->refs = 0;
-  b->len = n;
+  b->len = 25 + klen + olen + nlen;
+  b->olen = olen;
+  b->old_block = old_block;
   p = b->data;
   *p++ = (uint8_t)ev;
   p = put_bytes(p, key, klen);
-  p = put_bytes(p, old, olen);
+  p = put_u64(p, olen);
+  if (old_block != NULL) {
+    b->old = old;
+  } else {
+    if (olen)
+      memcpy(p, old, olen);
+    b->old = p;
+    p += olen;
+  }
+  b->head = head;
+  b->tail = (size_t)(p - b->data);
   put_bytes(p, nval, nlen);
   s->ts_evlast = b;
   return b;
@@ -190,10 +235,17 @@ static void ts_resume(conn_t *c) {
     size_t n = q->b->len - c->ts_evoff;
     if (n > TS_EV_SLICE - done)
       n = TS_EV_SLICE - done;
-    out_raw(c, q->b->data + c->ts_evoff, n);
     c->out_deferred -= n;
-    c->ts_evoff += n;
     done += n;
+    while (n > 0) {
+      size_t span;
+      const uint8_t *p = evblk_at(q->b, c->ts_evoff, &span);
+      if (span > n)
+        span = n;
+      out_raw(c, p, span);
+      c->ts_evoff += span;
+      n -= span;
+    }
     if (c->ts_evoff < q->b->len)
       break;
     c->ts_evoff = 0;

@@ -166,6 +166,11 @@ void store_unwatch(store_watch_t *w);
  * of that key and different for every event (a watcher's connection can
  * share one encoding of a large event with the others). */
 uint64_t store_watch_event_id(const store_watch_t *w);
+/* Inside its callback: the block the event's old value lies in (from
+ * lu_big_alloc), which the caller now owns (frees with lu_big_free) instead of the store, so that an event
+ * can carry the old value without a copy; NULL when another watcher of the
+ * event took it or there is none. The old value stays where it was. */
+uint8_t *store_watch_take_old(const store_watch_t *w);
 
 /* ---- barriers --------------------------------------------------------------- */
 
