@@ -911,7 +911,7 @@ void srv__pre_shift(conn_t *c, size_t cut) {
 /* Frames looked at for a large one (their headers only). */
 #define PREPARE_SCAN 64
 /* Work of a call of srv__native_prepare: bytes of keys, 64 a key. */
-#define PREPARE_SLICE (1u << 20)
+#define PREPARE_SLICE (256u << 10)
 
 int srv__native_prepare_due(conn_t *c) {
   srv_t *s = c->srv;
