@@ -247,9 +247,11 @@ static int lock_take(srv_t *s, int hungry) {
   return atomic_compare_exchange_strong(&s->lock_held, &free_, 1);
 }
 
-static void lock_slow(srv_t *s, int urgent) {
+/* RET 1 with the lock, or 0 when it did not come before `deadline`
+ * (uv_hrtime(); 0: none). */
+static int lock_slow(srv_t *s, int urgent, uint64_t deadline) {
   uint64_t t0 = uv_hrtime();
-  int hungry = urgent && !lock_plain;
+  int hungry = urgent && !lock_plain, got;
   if (hungry)
     atomic_fetch_add(&s->lock_hungry, 1);
   for (int i = 0; i < lock_spins; i++) {
@@ -257,24 +259,28 @@ static void lock_slow(srv_t *s, int urgent) {
     if (lock_take(s, hungry)) {
       if (hungry)
         atomic_fetch_sub(&s->lock_hungry, 1);
-      return;
+      return 1;
     }
   }
   pthread_mutex_lock(&s->mu);
   /* Counted before looking again (seq_cst, as srv__unlock reads it after
    * releasing): either it sees this sleeper or this sees the lock free. */
   atomic_fetch_add(&s->lock_sleepers, 1);
-  while (!lock_take(s, hungry)) {
+  while (!(got = lock_take(s, hungry))) {
     struct timespec ts;
-    uint64_t now = uv_hrtime();
+    uint64_t now = uv_hrtime(), wait = LOCK_HUNGRY_NS;
+    if (deadline != 0 && now >= deadline)
+      break;
     if (!hungry && !lock_plain && now - t0 >= LOCK_HUNGRY_NS) {
       hungry = 1;
       atomic_fetch_add(&s->lock_hungry, 1);
       continue;
     }
     /* Timed: a waiter must notice when it becomes hungry. */
+    if (deadline != 0 && deadline - now < wait)
+      wait = deadline - now;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += LOCK_HUNGRY_NS;
+    ts.tv_nsec += (long)wait;
     if (ts.tv_nsec >= 1000000000) {
       ts.tv_sec++;
       ts.tv_nsec -= 1000000000;
@@ -284,19 +290,29 @@ static void lock_slow(srv_t *s, int urgent) {
   atomic_fetch_sub(&s->lock_sleepers, 1);
   if (hungry)
     atomic_fetch_sub(&s->lock_hungry, 1);
+  /* Given up: a wake-up this waiter took goes to another sleeper. */
+  if (!got && atomic_load(&s->lock_sleepers) > 0 &&
+      atomic_load(&s->lock_held) == 0)
+    pthread_cond_broadcast(&s->lock_cv);
   pthread_mutex_unlock(&s->mu);
+  return got;
+}
+
+static int lock_wait(srv_t *s, int urgent, uint64_t deadline) {
+  int got;
+  if (trace_ns && tr.depth > 0) {
+    uint64_t t0 = uv_hrtime();
+    got = lock_slow(s, urgent, deadline);
+    tr.lock_ns += uv_hrtime() - t0;
+    return got;
+  }
+  return lock_slow(s, urgent, deadline);
 }
 
 static void lock_prio(srv_t *s, int urgent) {
   if (s->nloops <= 1 || lock_take(s, urgent))
     return;
-  if (trace_ns && tr.depth > 0) {
-    uint64_t t0 = uv_hrtime();
-    lock_slow(s, urgent);
-    tr.lock_ns += uv_hrtime() - t0;
-    return;
-  }
-  lock_slow(s, urgent);
+  lock_wait(s, urgent, 0);
 }
 
 void srv__lock(srv_t *s) { lock_prio(s, 0); }
@@ -319,13 +335,43 @@ void srv__unlock(srv_t *s) {
   }
 }
 
-/* Between two pieces of work under the lock: let a hungry waiter (one
- * that waited LOCK_HUNGRY_NS, or an urgent one) go first. */
-static void lock_yield(srv_t *s) {
+/* For a loop's large work (a pass without small requests, the next piece
+ * after a yield): the lock, or 0 when it did not come within LARGE_TRY_NS.
+ * Then the loop goes back to its poll, so that a small request that comes
+ * meanwhile is read and run (urgent) instead of waiting behind this loop's
+ * wait, and tries again on its next pass. Once its tries add up to
+ * LOCK_HUNGRY_NS it waits as urgent, so large work is not starved. */
+#define LARGE_TRY_NS (200u * 1000)
+
+static int lock_large(srv_loop_t *lp) {
+  srv_t *s = lp->srv;
+  uint64_t now;
+  if (s->nloops <= 1 || lock_take(s, 0)) {
+    lp->large_t0 = 0;
+    return 1;
+  }
+  now = uv_hrtime();
+  if (lp->large_t0 == 0)
+    lp->large_t0 = now;
+  if (now - lp->large_t0 >= LOCK_HUNGRY_NS) {
+    lock_wait(s, 1, 0);
+  } else if (!lock_wait(s, 0, now + LARGE_TRY_NS)) {
+    return 0;
+  }
+  lp->large_t0 = 0;
+  return 1;
+}
+
+/* Between two pieces of large work under the lock: let a hungry waiter
+ * (one that waited LOCK_HUNGRY_NS, or an urgent one) go first. RET 1 with
+ * the lock again, 0 without it (lock_large). */
+static int lock_yield(srv_loop_t *lp) {
+  srv_t *s = lp->srv;
   if (s->nloops > 1 && atomic_load(&s->lock_hungry) > 0) {
     srv__unlock(s);
-    srv__lock(s);
+    return lock_large(lp);
   }
+  return 1;
 }
 
 static void kick_main(srv_t *s) { uv_async_send(&s->loops[0].async); }
@@ -1233,16 +1279,36 @@ static int conn_small(conn_t *c) {
   return c->in_len <= SMALL_IN && !conn_prepare_due(c);
 }
 
-/* When due, decode it as far as it came with the loops' lock (held on
- * entry) dropped meanwhile (srv__native_prepare). */
-static void conn_prepare(srv_t *s, conn_t *c) {
+/* When due, decode a slice of it as far as it came, before the loop
+ * takes the lock (srv__native_prepare); RET 1 when more is due. */
+static int conn_prepare(srv_t *s, conn_t *c) {
   if (!conn_prepare_due(c))
-    return;
-  srv__unlock(s);
+    return 0;
   trace_begin(s, "prepare", c);
   srv__native_prepare(c);
   trace_end(s);
-  srv__lock(s);
+  return conn_prepare_due(c);
+}
+
+/* The native dialect waits for the rest of a request's decoding ahead:
+ * the loop's next passes decode it, before their lock (the connection
+ * was yielded: its work resumes after that). */
+void srv__prepare_later(conn_t *c) {
+  if (list_empty(&c->prep_link))
+    list_insert_tail(&c->lp->prepq, &c->prep_link);
+}
+
+/* Before the pass takes the lock: a slice of decoding ahead for each
+ * large request read, and for each that waits for more (only this thread
+ * touches their input). */
+static void loop_prepare(srv_t *s, srv_loop_t *lp, list_t *big) {
+  for (list_t *it = big->next; it != big; it = it->next)
+    conn_prepare(s, LIST_ENTRY(it, conn_t, read_link));
+  for (list_t *it = lp->prepq.next, *next; it != &lp->prepq; it = next) {
+    next = it->next;
+    if (!conn_prepare(s, LIST_ENTRY(it, conn_t, prep_link)))
+      list_remove(it);
+  }
 }
 
 /* Hand the replies of the loop's dirty connections to the sockets. With
@@ -1330,22 +1396,37 @@ static void loop_flush(srv_loop_t *lp) {
   trace_end(s);
 }
 
-/* A connection's piece of a loop's pass: its input, or the work resumed,
- * decoded ahead first when due; then, after a large one, a hungry or
- * urgent loop may take the lock (the small ones of a pass run under one
- * hold: they are short, and many loops full of small requests would
- * otherwise hand the lock to each other after every one). */
+/* A connection's piece of a loop's pass: its input, or the work resumed;
+ * then, after a large one, a hungry or urgent loop may take the lock (the
+ * small ones of a pass run under one hold: they are short, and many loops
+ * full of small requests would otherwise hand the lock to each other
+ * after every one). A resumed connection whose whole request waits for
+ * its decoding ahead (srv__prepare_later) waits for the next pass, which
+ * decodes a slice of it before the lock. Any other resumes now: one whose
+ * request has not all come must read on (it did not while paused).
+ * RET 1 with the lock held, 0 when the loop gave it up (lock_yield). */
 enum { PASS_SMALL, PASS_LARGE, PASS_RESUMED };
-static void pass_run(srv_t *s, conn_t *c, int kind) {
-  conn_prepare(s, c);
+static int pass_run(srv_loop_t *lp, conn_t *c, int kind) {
+  srv_t *s = lp->srv;
+  if (kind == PASS_RESUMED && !list_empty(&c->prep_link)) {
+    conn_schedule_resume(c); /* its whole request is in: decoded ahead */
+    return 1;
+  }
   trace_begin(s, kind == PASS_RESUMED ? "resume" : "read", c);
   if (kind == PASS_RESUMED)
     conn_resume(c);
   else
     conn_input(c);
   trace_end(s);
-  if (kind != PASS_SMALL)
-    lock_yield(s);
+  return kind == PASS_SMALL || lock_yield(lp);
+}
+
+/* A pass that gave up the lock: the loop's next iteration polls without
+ * blocking and passes again, also while the server closes (wake_loop
+ * does nothing then, and this loop's shutdown waits for a pass). */
+static void loop_again(srv_loop_t *lp) {
+  if (!uv_is_active((uv_handle_t *)&lp->idle))
+    uv_idle_start(&lp->idle, idle_cb);
 }
 
 /* Run the loop's lists: its new and closed connections, what loop 0 was
@@ -1354,8 +1435,9 @@ static void pass_run(srv_t *s, conn_t *c, int kind) {
 static void check_cb(uv_check_t *h) {
   srv_loop_t *lp = h->data;
   srv_t *s = lp->srv;
-  list_t big, run;
+  list_t big;
   uint64_t t0;
+  int held = 1;
   /* The requests read in this pass, in the order they came: the small
    * ones first (a few KiB read, nothing to decode ahead), and their
    * replies written before the large ones run, so that a client's small
@@ -1371,10 +1453,15 @@ static void check_cb(uv_check_t *h) {
       list_insert_tail(&big, it);
     }
   }
-  if (!list_empty(&lp->readq))
+  loop_prepare(s, lp, &big);
+  if (!list_empty(&lp->readq)) {
     lock_urgent(s);
-  else
-    srv__lock(s);
+  } else if (!lock_large(lp)) {
+    /* Back to the poll: a small request that comes goes first. */
+    list_move_front(&lp->readq, &big);
+    loop_again(lp);
+    return;
+  }
   if (lp->stop) {
     list_move_front(&lp->readq, &big); /* big is this frame's */
     loop_shutdown(lp);
@@ -1406,32 +1493,46 @@ static void check_cb(uv_check_t *h) {
   while (!list_empty(&lp->readq)) {
     conn_t *c = LIST_ENTRY(lp->readq.next, conn_t, read_link);
     list_remove(&c->read_link);
-    pass_run(s, c, PASS_SMALL);
+    pass_run(lp, c, PASS_SMALL);
   }
   if (!list_empty(&lp->dirty) &&
-      (!list_empty(&big) || !list_empty(&lp->resume)))
+      (!list_empty(&big) || !list_empty(&lp->resume) ||
+       !list_empty(&lp->run)))
     loop_flush(lp);
   /* Then the large ones, and the connections resumed during the last
    * pass, for PASS_NS of work or one piece: what is left runs on the
    * next pass, after the poll has read what came meanwhile. */
   t0 = uv_hrtime();
-  while (!list_empty(&big) && uv_hrtime() - t0 < pass_ns) {
+  while (held && !list_empty(&big) && uv_hrtime() - t0 < pass_ns) {
     conn_t *c = LIST_ENTRY(big.next, conn_t, read_link);
     list_remove(&c->read_link);
-    pass_run(s, c, PASS_LARGE);
+    held = pass_run(lp, c, PASS_LARGE);
   }
   list_move_front(&lp->readq, &big);
-  list_move(&run, &lp->resume);
-  for (int n = 0; !list_empty(&run) && (n == 0 || uv_hrtime() - t0 < pass_ns);
-       n++) {
-    conn_t *c = LIST_ENTRY(run.next, conn_t, resume_link);
-    list_remove(&c->resume_link);
-    pass_run(s, c, PASS_RESUMED);
+  /* The resumed connections left from the last pass, then those resumed
+   * since (lp->run keeps its order across passes, and only changes under
+   * the lock: another loop may close one of them). */
+  if (held) {
+    list_move_front(&lp->resume, &lp->run);
+    list_move(&lp->run, &lp->resume);
   }
-  list_move_front(&lp->resume, &run);
+  for (int n = 0; held && !list_empty(&lp->run) &&
+                  (n == 0 || uv_hrtime() - t0 < pass_ns);
+       n++) {
+    conn_t *c = LIST_ENTRY(lp->run.next, conn_t, resume_link);
+    list_remove(&c->resume_link);
+    held = pass_run(lp, c, PASS_RESUMED);
+  }
+  if (!held) {
+    /* The lock went to another loop (lock_yield): the rest, output
+     * included, on the next pass, after the poll. */
+    loop_again(lp);
+    return;
+  }
   loop_flush(lp);
   if (!list_empty(&lp->readq) || !list_empty(&lp->resume) ||
-      !list_empty(&lp->dirty))
+      !list_empty(&lp->run) || !list_empty(&lp->dirty) ||
+      !list_empty(&lp->prepq))
     wake_loop(lp); /* no blocking poll before the next pass */
   else
     uv_idle_stop(&lp->idle);
@@ -1601,9 +1702,10 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   }
   if (!list_empty(&c->read_link)) {
     /* What was read in this pass waits for the check: read into what is
-     * left; when nothing is, read_cb (UV_ENOBUFS) runs those requests
-     * first. Not here: libuv reads into the buffer and calls read_cb
-     * after this returns, even when this stopped reading. */
+     * left; when nothing is, read_cb (UV_ENOBUFS) leaves it to the check
+     * too, and the next poll reads on. Not run here: libuv reads into the
+     * buffer and calls read_cb after this returns, even when this stopped
+     * reading. */
     *buf = uv_buf_init((char *)c->in + c->in_len,
                        (unsigned)(c->in_cap - c->in_len));
     return;
@@ -1715,9 +1817,14 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   }
   if (nread == 0)
     return; /* EAGAIN */
-  if (nread == UV_ENOBUFS && !list_empty(&c->read_link) &&
-      conn_prepare_due(c))
-    return; /* a full buffer: the loop's check decodes it ahead, runs it */
+  /* A full buffer, with requests read in this pass: the loop's check
+   * runs them (decoded ahead when large) in this iteration, and the poll
+   * reports the socket readable again (libuv's is level-triggered). Not
+   * here: waiting for the lock in the poll phase would hold up the small
+   * requests of this loop's other clients behind the other loops' large
+   * work (issue #11). */
+  if (nread == UV_ENOBUFS && !list_empty(&c->read_link))
+    return;
   trace_begin(s, "read", c);
   /* What came before an error or EOF, a TLS record, a first frame: run
    * now; urgent when small, as a pass with small requests is. */
@@ -1973,6 +2080,7 @@ static void conn_free(conn_t *c) {
   srv_t *s = c->srv;
   list_unlink(&c->read_link); /* on its loop's thread */
   list_unlink(&c->written_link);
+  list_unlink(&c->prep_link);
   srv__pre_drop(c);
   in_release(c);
   proto_enc_destroy(&c->out);
@@ -2169,6 +2277,7 @@ static void on_connection_locked(uv_stream_t *server, int status) {
   list_init(&c->link);
   list_init(&c->dirty_link);
   list_init(&c->resume_link);
+  list_init(&c->prep_link);
   list_init(&c->read_link);
   list_init(&c->written_link);
   list_init(&c->memwait_link);
@@ -2298,6 +2407,8 @@ static int loops_new(srv_t *s, uv_loop_t *loop) {
     lp->loop = i == 0 ? loop : &lp->own;
     list_init(&lp->dirty);
     list_init(&lp->resume);
+    list_init(&lp->run);
+    list_init(&lp->prepq);
     list_init(&lp->incoming);
     list_init(&lp->closeq);
     list_init(&lp->readq);

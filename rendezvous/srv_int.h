@@ -115,6 +115,10 @@ struct srv_loop_s {
   uv_idle_t idle;
   list_t dirty;         /* output waits to be written */
   list_t resume;        /* run deferred work this turn */
+  list_t run;           /* resumed, left from the last pass: run first */
+  list_t prepq;         /* large requests that wait for their decoding
+                           ahead (this thread only) */
+  uint64_t large_t0;    /* since when large work waits for the lock */
   list_t incoming;      /* accepted on loop 0, handle not made yet */
   list_t closeq;        /* torn down elsewhere: uv_close here */
   list_t readq;         /* read bytes in this pass: the check runs their
@@ -207,6 +211,7 @@ struct conn_s {
   list_t resume_link;   /* in lp->resume: run deferred work this turn */
   list_t read_link;     /* in lp->readq (only lp's thread touches it) */
   list_t written_link;  /* in lp->writtenq (only lp's thread touches it) */
+  list_t prep_link;     /* in lp->prepq (only lp's thread touches it) */
   list_t memwait_link;  /* in srv->memwait: waits for shared memory */
   list_t preauth_link;  /* in srv->preauth until authenticated */
   list_t pends;         /* native pending ops (pend_t) */
@@ -447,6 +452,9 @@ void srv__native_prepare(conn_t *c);
  * connection goes on after the others (srv__native_prepare on the next
  * pass). Under the lock. */
 void srv__conn_yield(conn_t *c);
+/* The connection waits for its request's decoding ahead: the loop's next
+ * passes decode it, before their lock (after srv__conn_yield). */
+void srv__prepare_later(conn_t *c);
 /* Forget c->pre. */
 void srv__pre_drop(conn_t *c);
 /* After the requests ran: forget c->pre once decoded (run or not). */

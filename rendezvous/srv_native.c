@@ -1093,6 +1093,7 @@ static ssize_t native_input(conn_t *c, const uint8_t *b, size_t n) {
     if (c->pre != NULL && c->pre->state == PRE_ON &&
         c->in + c->pre->fo == b + off) {
       srv__conn_yield(c); /* decoded ahead on the next pass */
+      srv__prepare_later(c);
       break;
     }
     s->stats.requests++;

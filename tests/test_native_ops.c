@@ -1,12 +1,14 @@
 /* test_native_ops.c - every store operation through librdzv against a real
  * server: values, add, compare-and-set, waits woken by another client's
- * write, timeouts, a 64-client barrier, job isolation, authentication. */
+ * write, timeouts, a 64-client barrier, job isolation, authentication, a
+ * paused connection that resumes in the middle of a request. */
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "client_int.h"
 #include "lu.h"
+#include "proto.h"
 #include "rdzv.h"
 #include "server.h"
 #include "test.h"
@@ -434,6 +436,68 @@ static void test_many_keys_woken(void) {
   rdzv_close(c);
 }
 
+static void req_begin(proto_enc_t *e, uint64_t id, int op, uint32_t nargs) {
+  proto_enc_begin(e, 3 + nargs);
+  msgpack_pack_uint8(&e->pk, PROTO_REQUEST);
+  msgpack_pack_uint64(&e->pk, id);
+  msgpack_pack_int64(&e->pk, op);
+}
+
+/* A client whose replies filled its connection (paused, not read) while a
+ * large key list, which the server decodes ahead, had come in part: once
+ * it reads its replies, the server reads the rest of the request and
+ * answers it. Its loop must not wait for that decoding to finish before
+ * it reads again. */
+static void test_resume_keylist(void) {
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  enum { V = 256u << 10, GETS = 8, KEYS = 40000 };
+  char *val = calloc(1, V);
+  proto_enc_t e;
+  rdzv_client_t *c;
+  uint64_t id = 0;
+  int64_t st = -1;
+  size_t half;
+  int fd;
+  cfg.max_out_bytes = 1u << 20;
+  cfg.max_value = 512u << 10;
+  cfg.threads = 2;
+  test_server_start(&cfg);
+  c = connect_job("resume", NULL);
+  ASSERT_OK(rdzv_set(c, "v", val, V, test_ms(5000)));
+  fd = test_native_hello(NULL, atoi(strrchr(test_server_endpoint(), ':') + 1),
+                         "resume", NULL, &st);
+  ASSERT_EQ(0, st);
+  proto_enc_init(&e);
+  for (int i = 0; i < GETS; i++) {
+    req_begin(&e, 10 + (uint64_t)i, PROTO_OP_GET, 1);
+    proto_pack_str(&e.pk, "v");
+    ASSERT_EQ(0, proto_enc_end(&e));
+  }
+  half = e.len;
+  req_begin(&e, 99, PROTO_OP_CHECK, 1);
+  msgpack_pack_array(&e.pk, KEYS);
+  for (int k = 0; k < KEYS; k++)
+    proto_pack_str(&e.pk, "v");
+  ASSERT_EQ(0, proto_enc_end(&e));
+  half += (e.len - half) / 2;
+  /* 2 MiB of replies over the 1 MiB --max-out-bytes: paused, with half
+   * of the key list read. */
+  ASSERT_EQ(0, test_send_all(fd, e.data, half));
+  usleep(200 * 1000);
+  for (int i = 0; i < GETS; i++) {
+    ASSERT_EQ(0, test_read_reply(fd, test_ms(5000), &id));
+    ASSERT_EQ(10 + (uint64_t)i, id);
+  }
+  ASSERT_EQ(0, test_send_all(fd, e.data + half, e.len - half));
+  ASSERT_EQ(0, test_read_reply(fd, test_ms(5000), &id));
+  ASSERT_EQ(99, id);
+  proto_enc_destroy(&e);
+  close(fd);
+  rdzv_close(c);
+  free(val);
+  test_server_stop();
+}
+
 static void test_isolation(void) {
   rdzv_client_t *a = connect_job("job-A", NULL), *b = connect_job("job-B", NULL);
   void *v;
@@ -559,6 +623,7 @@ int main(void) {
   test_auth();
   test_large_values();
   test_wait_long_keys();
+  test_resume_keylist();
   ASSERT_EQ(fds, test_fd_count());
   printf("test_native_ops: ok\n");
   return 0;
