@@ -442,8 +442,12 @@ static size_t mem_free_out(const srv_t *s) {
  * max_memory, 16 MiB at most, and never more than the room left, so that
  * what the server holds, cached blocks included, stays within its budget.
  * One bound for the process (the last server to update it sets it). */
+/* LAUNCH_SERVER_BIG_CACHE_MB=N: the cache's bound (16 MiB; 0: no cache),
+ * for tests that measure what the server keeps, and comparisons. */
+static size_t big_cache_max = (size_t)16 << 20;
+
 static void big_cache_update(const srv_t *s) {
-  lu_big_set_limit(LU_MIN(LU_MIN((size_t)16 << 20, s->cfg.max_memory / 8),
+  lu_big_set_limit(LU_MIN(LU_MIN(big_cache_max, s->cfg.max_memory / 8),
                           mem_free(s)));
 }
 
@@ -2497,6 +2501,9 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
     const char *pu = getenv("LAUNCH_SERVER_PASS_US");
     const char *l = getenv("LAUNCH_SERVER_PLAIN_LOCK");
     const char *sp = getenv("LAUNCH_SERVER_LOCK_SPINS");
+    const char *bc = getenv("LAUNCH_SERVER_BIG_CACHE_MB");
+    size_t bcmax = bc && *bc && atoi(bc) >= 0 ? (size_t)atoi(bc) << 20
+                                             : (size_t)16 << 20;
     int spins = sp && atoi(sp) >= 0 ? atoi(sp) : LOCK_SPINS;
     uint64_t ns = t && atof(t) > 0 ? (uint64_t)(atof(t) * 1e6) : 0;
     uint64_t tn = u && atoi(u) > 0 ? (uint64_t)atoi(u) * 1000 : TURN_NS;
@@ -2512,6 +2519,8 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
       lock_plain = plain;
     if (spins != lock_spins)
       lock_spins = spins;
+    if (bcmax != big_cache_max)
+      big_cache_max = bcmax;
   }
   if (cfg->log)
     s->log = *cfg->log;
