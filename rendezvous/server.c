@@ -438,14 +438,15 @@ static size_t mem_free_out(const srv_t *s) {
   return u < dynamic_limit(s) ? dynamic_limit(s) - u : 0;
 }
 
-/* Freed big buffers kept warm for reuse (lu_big_*): an eighth of
- * max_memory, 16 MiB at most, and never more than the room left, so that
- * what the server holds, cached blocks included, stays within its budget.
- * One bound for the process (the last server to update it sets it). */
 /* LAUNCH_SERVER_BIG_CACHE_MB=N: the cache's bound (16 MiB; 0: no cache),
  * for tests that measure what the server keeps, and comparisons. */
 static size_t big_cache_max = (size_t)16 << 20;
 
+/* Freed big buffers kept warm for reuse (lu_big_*): an eighth of
+ * max_memory, big_cache_max at most, and never more than the room left, so
+ * that what the server holds, cached blocks included, stays within its
+ * budget. One bound for the process (the last server to update it sets
+ * it). */
 static void big_cache_update(const srv_t *s) {
   lu_big_set_limit(LU_MIN(LU_MIN(big_cache_max, s->cfg.max_memory / 8),
                           mem_free(s)));

@@ -101,6 +101,9 @@ struct store_s {
   uint64_t seed;
   barrier_t *barriers;
   size_t nwaiters, nwatches, nbwaits; /* outstanding, for store_free */
+  /* While watchers are told of a change: the old value's block, which one
+   * of them may take (store_watch_take_old). */
+  uint8_t **notify_old;
 };
 
 /* A keyed 64-bit hash (per-store random seed) so that clients cannot
@@ -449,15 +452,11 @@ static void wake(store_t *s, entry_t *e, int one) {
   }
 }
 
-/* The old value's block while its watchers are told (store_watch_take_old
- * may take it); a store is only ever used by one thread at a time. */
-static __thread uint8_t **notify_old_alloc;
-
-static void notify_watches(entry_t *e, int ev, const uint8_t *old,
+static void notify_watches(store_t *s, entry_t *e, int ev, const uint8_t *old,
                            size_t olen, uint8_t **old_alloc) {
   store_watch_t *w = e->watches;
   uint64_t id = __atomic_add_fetch(&store_events, 1, __ATOMIC_RELAXED);
-  notify_old_alloc = old_alloc;
+  s->notify_old = old_alloc;
   while (w) {
     store_watch_t *next = w->next;
     w->event = id;
@@ -465,15 +464,14 @@ static void notify_watches(entry_t *e, int ev, const uint8_t *old,
           w->data);
     w = next;
   }
-  notify_old_alloc = NULL;
+  s->notify_old = NULL;
 }
 
 uint8_t *store_watch_take_old(const store_watch_t *w) {
   uint8_t *b = NULL;
-  (void)w;
-  if (notify_old_alloc != NULL) {
-    b = *notify_old_alloc;
-    *notify_old_alloc = NULL;
+  if (w->s->notify_old != NULL) {
+    b = *w->s->notify_old;
+    *w->s->notify_old = NULL;
   }
   return b;
 }
@@ -494,7 +492,7 @@ static int put_value(store_t *s, entry_t *e, uint8_t *alloc, uint8_t *nv,
   if (!had)
     s->nkeys++;
   if (e->watches)
-    notify_watches(e, had ? STORE_EV_UPDATED : STORE_EV_CREATED, old, olen,
+    notify_watches(s, e, had ? STORE_EV_UPDATED : STORE_EV_CREATED, old, olen,
                    &old_alloc);
   lu_big_free(old_alloc);
   wake(s, e, 0);
@@ -639,7 +637,7 @@ int store_delete(store_t *s, const void *key, size_t klen) {
   e->has_val = 0;
   s->nkeys--;
   if (e->watches)
-    notify_watches(e, STORE_EV_DELETED, old, olen, &old_alloc);
+    notify_watches(s, e, STORE_EV_DELETED, old, olen, &old_alloc);
   lu_big_free(old_alloc);
   maybe_drop(s, e);
   return 1;
