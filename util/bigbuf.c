@@ -215,8 +215,8 @@ void *lu_big_realloc(void *p, size_t n) {
     return user_of(h, n);
   /* Growing a big block that no cached block can take: moved by the
    * kernel (its pages with it), not copied. */
-  if (h->map != 0 && n > old && class_of(n + HDR, &size) >= 0) {
-    int ci = class_of(n + HDR, &size);
+  int ci = h->map != 0 && n > old ? class_of(n + HDR, &size) : -1;
+  if (ci >= 0) {
     int cached;
     pthread_mutex_lock(&big_mu);
     cached = big_free[ci] != NULL;
