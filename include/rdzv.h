@@ -261,8 +261,17 @@ RDZV_EXTERN void rdzv_free_keys(char **keys, size_t n);
  * its local ranks' keys every second; a rank that reported once and then
  * reports nothing new for S seconds is taken for hung (docs/launcher.md#hangs).
  * A PyTorch trainer sets the same key through its TCPStore client, which
- * stores it as "/launch/progress/<rank>"; the agent reads both. */
+ * sends it as "/launch/progress/<rank>"; the agent reads both. */
 #define RDZV_PROGRESS_PREFIX "launch/progress/"
+
+/* A job under agents gives every round's TCPStore clients a store of their
+ * own, as torchrun gives every retry a fresh store: a TCPStore client that
+ * connects during round R reads and writes its keys under
+ * RDZV_TORCH_NS "<R>/" (its key "/k" is the native key
+ * "launch/torch/R//k"), never sees an earlier round's, and the server drops
+ * the earlier rounds' keys when a round forms (docs/protocol.md#tcpstore-namespaces).
+ * A job without rounds (a plain `launch server`) has no namespace. */
+#define RDZV_TORCH_NS "launch/torch/"
 
 /* Report progress: set launch/progress/<rank> to "<step> <unix ms>" (one
  * round trip, no rate limit: call it once per step, or at most about once

@@ -658,7 +658,7 @@ static void report_start_failure(agent_t *a, const char *why) {
 
 /* Start this round's workers, or report why they cannot start. */
 static void run_round(agent_t *a) {
-  hang_start(a->hang, a->base_rank);
+  hang_start(a->hang, a->base_rank, a->round);
   if (start_workers(a) != 0) {
     report_start_failure(a, "launch could not start the workers on this node");
     return;

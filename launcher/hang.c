@@ -40,6 +40,7 @@ struct hang_s {
   int timer_live;
   hrank_t *r;
   int base_rank;
+  int64_t round;        /* the round (its TCPStore namespace) */
   uint64_t gen;         /* the round's generation: replies of older ones
                            are ignored */
   int64_t spawn_unix_ms;
@@ -182,9 +183,14 @@ static req_t *req_new(hang_t *h, int check, int n) {
   return q;
 }
 
-static void key_of(int key, int rank, char *out, size_t cap) {
-  snprintf(out, cap, "%s" RDZV_PROGRESS_PREFIX "%d", key == K_TORCH ? "/" : "",
-           rank);
+/* A TCPStore client's key "/launch/progress/N" lies in its round's
+ * namespace (RDZV_TORCH_NS). */
+static void key_of(const hang_t *h, int key, int rank, char *out, size_t cap) {
+  if (key == K_TORCH)
+    snprintf(out, cap, RDZV_TORCH_NS "%" PRId64 "//" RDZV_PROGRESS_PREFIX "%d",
+             h->round, rank);
+  else
+    snprintf(out, cap, RDZV_PROGRESS_PREFIX "%d", rank);
 }
 
 /* MGET: the values of q->ranks' keys, in order. */
@@ -237,7 +243,7 @@ static void ask(hang_t *h) {
     msgpack_pack_array(pk, (size_t)nknown);
     for (int i = 0; i < nproc; i++)
       if (h->r[i].key != K_UNKNOWN && !h->r[i].exited) {
-        key_of(h->r[i].key, h->base_rank + i, key, sizeof(key));
+        key_of(h, h->r[i].key, h->base_rank + i, key, sizeof(key));
         proto_pack_str(pk, key);
         q->ranks[q->n++] = i;
       }
@@ -258,7 +264,7 @@ static void ask(hang_t *h) {
       q->ranks[1] = form;
       q->n = 2;
       pk = ac_begin(h->cfg.ac, PROTO_OP_CHECK, 1);
-      key_of(form, h->base_rank + i, key, sizeof(key));
+      key_of(h, form, h->base_rank + i, key, sizeof(key));
       msgpack_pack_array(pk, 1);
       proto_pack_str(pk, key);
       if (ac_send(h->cfg.ac, on_reply, q) == 0)
@@ -413,7 +419,7 @@ int hang_new(uv_loop_t *loop, const hang_config_t *cfg,
   return 0;
 }
 
-void hang_start(hang_t *h, int base_rank) {
+void hang_start(hang_t *h, int base_rank, int64_t round) {
   uint64_t every;
   if (h == NULL || !h->timer_live)
     return;
@@ -421,6 +427,7 @@ void hang_start(hang_t *h, int base_rank) {
   every = (uint64_t)LU_MAX(100, LU_MIN(1000, h->cfg.timeout_ms / 4));
   h->gen++;
   h->base_rank = base_rank;
+  h->round = round;
   h->spawn_unix_ms = (int64_t)(lu_wall_s() * 1000.0);
   h->primary = -1;
   h->reported = 0;

@@ -59,8 +59,9 @@ typedef struct hang_config_s {
 int hang_new(uv_loop_t *loop, const hang_config_t *cfg,
              const hang_hooks_t *hooks, hang_t **out);
 /* A new round: its workers (global ranks base_rank...) are about to be
- * started. Progress from earlier rounds (written before now) is ignored. */
-void hang_start(hang_t *h, int base_rank);
+ * started. Progress from earlier rounds (written before now) is ignored;
+ * a PyTorch worker's keys are read in the round's TCPStore namespace. */
+void hang_start(hang_t *h, int base_rank, int64_t round);
 /* A worker of this round exited. RET 1 when it was found hung (its exit
  * is the watcher's to report: do not report it), else 0. */
 int hang_exited(hang_t *h, int local_rank);

@@ -420,6 +420,7 @@ static int form_round(rounds_job_t *rj) {
     set_in_round(LIST_ENTRY(it, rounds_member_t, link), 0);
   rj->round++;
   rj->state = R_RUNNING;
+  srv__ts_new_round(rj->job, rj->round);
   for (int i = 0; i < n; i++) {
     sel[i]->last_hb = srv__now();
     set_member(sel[i], M_RUNNING, 1, sel[i]->c);
@@ -534,6 +535,7 @@ static void member_lost(rounds_member_t *m, const char *why) {
       store_clear(j->store);
     rj->state = R_IDLE;
     rj->round = -1;
+    j->ts_round = -1;
     rj->failures = 0;
     rj->failed_round = -1;
     rj->configured = 0;

@@ -576,6 +576,7 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
   memcpy(j->name, name, len);
   j->name[len] = '\0';
   j->srv = s;
+  j->ts_round = -1;
   j->creator = a;
   if (a)
     a->njobs++;
@@ -1998,6 +1999,7 @@ static ssize_t sniff(conn_t *c) {
     return -1;
   }
   srv__job_attach(c, j);
+  srv__ts_attach(c);
   lu_strlcpy(c->role, "tcpstore", sizeof(c->role));
   c->state = CONN_READY;
   srv__conn_authenticated(c);

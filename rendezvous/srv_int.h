@@ -140,6 +140,9 @@ struct job_s {
   srv_addr_t *creator; /* the address whose HELLO created it (counted) */
   uint64_t idle_since; /* when it last had no connection (ms) */
   void *rounds;           /* rendezvous state (rendezvous module) */
+  int64_t ts_round;       /* TCPStore clients that attach now get this
+                             round's namespace (srv__ts_new_round); -1:
+                             none, the job's keys as they are */
   char name[];
 };
 
@@ -178,6 +181,13 @@ typedef struct srv_dialect_s {
 extern const srv_dialect_t srv__dialect_native;
 extern const srv_dialect_t srv__dialect_ts_v2;
 extern const srv_dialect_t srv__dialect_ts_v1;
+/* A TCPStore client attached to c->job: it works in the namespace of the
+ * job's current round (none for a job without rounds). */
+void srv__ts_attach(conn_t *c);
+/* Round `round` of job j formed: TCPStore clients that attach from now on
+ * get its namespace, and the earlier rounds' namespaces are dropped (their
+ * workers are gone: every node stopped them before it joined). */
+void srv__ts_new_round(job_t *j, int64_t round);
 
 struct conn_s {
   union {
@@ -249,6 +259,11 @@ struct conn_s {
   uint32_t ts_nwatches, ts_capwatches;
   struct ts_evq_s *ts_evq, *ts_evq_tail; /* large watch events to write */
   size_t ts_evoff; /* bytes of the first queued event already written */
+  char ts_ns[32];   /* the round's namespace, prefixed to every key
+                       (RDZV_TORCH_NS "<round>/"); empty: none */
+  uint8_t ts_nslen;
+  uint8_t *ts_nsbuf; /* the request's keys with the namespace */
+  size_t ts_nscap;
   uint8_t nonce[PROTO_NONCE_LEN];
   void *rounds; /* rendezvous membership of this connection */
 };

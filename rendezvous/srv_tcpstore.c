@@ -108,6 +108,169 @@ static void ts_cancel_waits(conn_t *c) {
   }
 }
 
+/* ---- the round's namespace --------------------------------------------------- */
+
+/* Since PyTorch 2.5 a worker's TCPStore keys carry no per-attempt prefix:
+ * torchrun hands every retry a fresh store. Here every round of a job with
+ * rounds is a namespace of the job's store, RDZV_TORCH_NS "<round>/", that
+ * a TCPStore connection takes when it attaches: its keys are written and
+ * read with that prefix, and the keys it is shown (LIST_KEYS, watch
+ * events, the key count) are its namespace's, without it. */
+
+void srv__ts_attach(conn_t *c) {
+  int n = 0;
+  if (c->job->ts_round >= 0)
+    n = snprintf(c->ts_ns, sizeof(c->ts_ns), RDZV_TORCH_NS "%" PRId64 "/",
+                 c->job->ts_round);
+  c->ts_nslen = (uint8_t)(n > 0 && (size_t)n < sizeof(c->ts_ns) ? n : 0);
+}
+
+struct ns_drop {
+  store_key_t *keys;
+  size_t n, cap;
+  char keep[32];
+  size_t keeplen;
+};
+
+static void ns_collect(const void *key, size_t klen, const uint8_t *val,
+                       size_t vlen, void *arg) {
+  struct ns_drop *d = arg;
+  size_t plen = sizeof(RDZV_TORCH_NS) - 1;
+  (void)val;
+  (void)vlen;
+  if (klen < plen || memcmp(key, RDZV_TORCH_NS, plen) != 0 ||
+      (klen >= d->keeplen && memcmp(key, d->keep, d->keeplen) == 0))
+    return;
+  if (d->n == d->cap) {
+    size_t ncap = d->cap ? d->cap * 2 : 16;
+    store_key_t *nk = realloc(d->keys, ncap * sizeof(*nk));
+    if (nk == NULL)
+      return; /* what is not collected stays until the job ends */
+    d->keys = nk;
+    d->cap = ncap;
+  }
+  if ((d->keys[d->n].p = malloc(klen ? klen : 1)) == NULL)
+    return;
+  memcpy((void *)d->keys[d->n].p, key, klen);
+  d->keys[d->n].n = klen;
+  d->n++;
+}
+
+void srv__ts_new_round(job_t *j, int64_t round) {
+  struct ns_drop d;
+  memset(&d, 0, sizeof(d));
+  j->ts_round = round;
+  d.keeplen = (size_t)snprintf(d.keep, sizeof(d.keep), RDZV_TORCH_NS
+                               "%" PRId64 "/", round);
+  store_foreach(j->store, ns_collect, &d);
+  for (size_t i = 0; i < d.n; i++) {
+    store_delete(j->store, d.keys[i].p, d.keys[i].n);
+    free((void *)d.keys[i].p);
+  }
+  free(d.keys);
+}
+
+/* Room for n bytes of the connection's namespaced request. */
+static uint8_t *ns_room(conn_t *c, size_t n) {
+  if (n > c->ts_nscap) {
+    uint8_t *b = realloc(c->ts_nsbuf, n);
+    if (b == NULL)
+      return NULL;
+    c->ts_nsbuf = b;
+    c->ts_nscap = n;
+  }
+  return c->ts_nsbuf;
+}
+
+static uint8_t *ns_put(const conn_t *c, uint8_t *p, const uint8_t *k,
+                       uint64_t kl) {
+  memcpy(p, c->ts_ns, c->ts_nslen);
+  if (kl)
+    memcpy(p + c->ts_nslen, k, (size_t)kl);
+  return p + c->ts_nslen + kl;
+}
+
+static uint8_t *put_u64(uint8_t *p, uint64_t v);
+
+/* r's keys in the connection's namespace (the values stay where they
+ * are, except MULTI_SET's, copied with their keys). RET -1 when out of
+ * memory. */
+static int ns_apply(conn_t *c, ts_req_t *r) {
+  uint64_t pl = c->ts_nslen;
+  uint8_t *p;
+  switch (r->op) {
+  case TS_VALIDATE:
+  case TS_PING:
+  case TS_GETNUMKEYS:
+  case TS_CANCEL_WAIT:
+  case TS_LIST_KEYS:
+    return 0;
+  case TS_CHECK:
+  case TS_WAIT:
+  case TS_MULTI_GET:
+  case TS_MULTI_SET: {
+    /* the list again, each key with the prefix: the request's bytes and a
+     * prefix per key at the most */
+    const uint8_t *q = r->list;
+    uint8_t *start;
+    if ((start = ns_room(c, r->size + (size_t)r->count * pl)) == NULL)
+      return -1;
+    p = start;
+    for (uint64_t i = 0; i < r->count; i++) {
+      uint64_t kl, vl;
+      const uint8_t *k = ts_next_str(&q, &kl);
+      p = put_u64(p, pl + kl);
+      p = ns_put(c, p, k, kl);
+      if (r->op == TS_MULTI_SET) {
+        const uint8_t *v = ts_next_str(&q, &vl);
+        p = put_u64(p, vl);
+        if (vl)
+          memcpy(p, v, (size_t)vl);
+        p += vl;
+      }
+    }
+    r->list = start;
+    return 0;
+  }
+  default: /* one key */
+    if ((p = ns_room(c, pl + r->klen)) == NULL)
+      return -1;
+    ns_put(c, p, r->key, r->klen);
+    r->key = p;
+    r->klen += pl;
+    return 0;
+  }
+}
+
+/* Is this store key in the connection's namespace? (Every key is, for a
+ * connection without one.) */
+static int ns_mine(const conn_t *c, const void *key, size_t klen) {
+  return klen >= c->ts_nslen && memcmp(key, c->ts_ns, c->ts_nslen) == 0;
+}
+
+static void ns_count(const void *key, size_t klen, const uint8_t *val,
+                     size_t vlen, void *arg) {
+  struct {
+    const conn_t *c;
+    uint64_t n;
+  } *x = arg;
+  (void)val;
+  (void)vlen;
+  x->n += ns_mine(x->c, key, klen);
+}
+
+/* The keys a TCPStore GETNUMKEYS counts: the namespace's. */
+static uint64_t ns_num_keys(conn_t *c) {
+  struct {
+    const conn_t *c;
+    uint64_t n;
+  } x = {c, 0};
+  if (c->ts_nslen == 0)
+    return store_num_keys(c->job->store);
+  store_foreach(c->job->store, ns_count, &x);
+  return x.n;
+}
+
 /* ---- watch events ------------------------------------------------------------ */
 
 /* A large watch event (a SET of 1 MiB sends the old and the new value) is
@@ -280,6 +443,10 @@ static void ts_watch_cb(store_watch_t *w, int ev, const void *key, size_t klen,
     olen = 0;
   if (ev == STORE_EV_DELETED)
     nlen = 0;
+  if (ns_mine(c, key, klen)) { /* shown without the namespace */
+    key = (const uint8_t *)key + c->ts_nslen;
+    klen -= c->ts_nslen;
+  }
   /* An event the watcher cannot take closes it: a writer is never held
    * back by a watcher that does not read. */
   if (!srv__push_room(c, 25 + klen + olen + nlen))
@@ -332,19 +499,23 @@ static store_key_t *list_keys(const ts_req_t *r) {
 }
 
 struct list_ctx {
-  conn_t *c;
+  conn_t *c;   /* whose namespace */
+  int write;   /* write the keys (else count their bytes) */
   size_t bytes;
 };
 
 static void list_one(const void *key, size_t klen, const uint8_t *val,
                      size_t vlen, void *arg) {
   struct list_ctx *x = arg;
+  size_t pl = x->c->ts_nslen;
   (void)val;
   (void)vlen;
-  if (x->c)
-    out_bytes(x->c, key, klen);
+  if (!ns_mine(x->c, key, klen))
+    return;
+  if (x->write)
+    out_bytes(x->c, (const uint8_t *)key + pl, klen - pl);
   else
-    x->bytes += 8 + klen;
+    x->bytes += 8 + klen - pl;
 }
 
 /* Bytes of the reply to r, counted before anything runs (0: small). */
@@ -373,7 +544,7 @@ static size_t reply_size(conn_t *c, const ts_req_t *r) {
     return sz;
   }
   case TS_LIST_KEYS: {
-    struct list_ctx x = {NULL, 8};
+    struct list_ctx x = {c, 0, 8};
     store_foreach(st, list_one, &x);
     return x.bytes;
   }
@@ -486,7 +657,7 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
     break;
   }
   case TS_GETNUMKEYS:
-    out_u64(c, store_num_keys(st));
+    out_u64(c, ns_num_keys(c));
     return 0;
   case TS_DELETE_KEY:
     out_u64(c, (uint64_t)store_delete(st, r->key, r->klen));
@@ -516,8 +687,8 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
     out_u64(c, (uint64_t)store_queue_len(st, r->key, r->klen));
     return 0;
   case TS_LIST_KEYS: {
-    struct list_ctx x = {c, 0};
-    out_u64(c, store_num_keys(st));
+    struct list_ctx x = {c, 1, 0};
+    out_u64(c, ns_num_keys(c));
     store_foreach(st, list_one, &x);
     return 0;
   }
@@ -599,6 +770,11 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
                      c->srv->cfg.max_frame);
       return -1;
     }
+    if (c->ts_nslen > 0 && ns_apply(c, &r) != 0) {
+      srv__bad_input(c, "out of memory for a TCPStore %s; closing",
+                     ts_op_name(r.op));
+      return -1;
+    }
     c->req_end = buf + done + (size_t)k;
     uint64_t t0 = srv__trace_now();
     rc = ts_exec(c, &r);
@@ -623,6 +799,9 @@ static void ts_closed(conn_t *c) {
     store_unwatch(c->ts_watches[--c->ts_nwatches]);
   free(c->ts_waits);
   free(c->ts_watches);
+  free(c->ts_nsbuf);
+  c->ts_nsbuf = NULL;
+  c->ts_nscap = 0;
   c->ts_waits = NULL;
   c->ts_watches = NULL;
   c->ts_capwaits = c->ts_capwatches = 0;

@@ -6,6 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/deps.sh --test
+# Current PyTorch and the trainers' libraries from PyPI, built once per
+# machine and reused (tests that need it skip when it cannot be built).
+if [ -z "${LAUNCH_VENV:-}" ] && venv=$(bash scripts/venv.sh); then
+  export LAUNCH_VENV=$venv
+fi
 
 BUILD=${BUILD_DIR:-build-test}
 WERROR=OFF
