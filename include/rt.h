@@ -108,6 +108,19 @@ int rt_allreduce(rt_t *rt, void *buf, size_t count, int dtype);
 int rt_allreduce_host(rt_t *rt, float *buf, size_t count);
 /* Copy bytes of root's buf to every rank's buf. Blocks. */
 int rt_broadcast(rt_t *rt, void *buf, size_t bytes, int root);
+/* The halves of the all-reduce, for sharded optimizer state (ZeRO-1).
+ * part: world + 1 ascending offsets in elements; rank r's part of buf is
+ * [part[r], part[r+1]) (parts of any sizes, empty ones too). Both block.
+ * rt_reduce_scatter: this rank's part of buf becomes the sum over ranks
+ * (on the CPU in rank order, as rt_allreduce); the rest of buf is left in
+ * an unspecified state. RT_FP32 only on the CPU.
+ * rt_allgather: every rank's part of buf is copied into every rank's buf;
+ * elements of esize bytes, copied without arithmetic (any bits).
+ * On GPUs: ncclReduceScatter / ncclAllGather in place when all parts have
+ * one size, else one ncclReduce / ncclBroadcast per rank in a group.
+ * RET 0, RDZV_EINVAL (bad part or dtype), or a collective's error. */
+int rt_reduce_scatter(rt_t *rt, void *buf, const size_t *part, int dtype);
+int rt_allgather(rt_t *rt, void *buf, const size_t *part, size_t esize);
 /* Return when every rank has entered. */
 int rt_barrier(rt_t *rt);
 

@@ -18,13 +18,15 @@
 #define RT_MAGIC 0x72747274u
 #define QUEUE_CAP 64
 
-enum { OP_ALLREDUCE, OP_BROADCAST };
+enum { OP_ALLREDUCE, OP_BROADCAST, OP_REDUCE_SCATTER, OP_ALLGATHER };
 
 /* One collective for the communication thread. */
 typedef struct op_s {
   int kind, root;
   void *buf;
-  size_t n; /* floats (all-reduce) or bytes (broadcast) */
+  size_t n; /* floats (all-reduce), bytes (broadcast), element size
+               (all-gather) */
+  const size_t *part; /* reduce-scatter, all-gather: world + 1 offsets */
 } op_t;
 
 struct rt_s {
@@ -162,6 +164,10 @@ bad:
 static int run_op(rt_t *rt, const op_t *op) {
   if (op->kind == OP_ALLREDUCE)
     return rt__mesh_allreduce(rt->mesh, op->buf, op->n);
+  if (op->kind == OP_REDUCE_SCATTER)
+    return rt__mesh_reduce_scatter(rt->mesh, op->buf, op->part);
+  if (op->kind == OP_ALLGATHER)
+    return rt__mesh_allgather(rt->mesh, op->buf, op->part, op->n);
   return rt__mesh_broadcast(rt->mesh, op->buf, op->n, op->root);
 }
 
@@ -329,7 +335,7 @@ static int dtype_size(int dtype) {
 }
 
 int rt_allreduce(rt_t *rt, void *buf, size_t count, int dtype) {
-  op_t op = {OP_ALLREDUCE, 0, buf, count};
+  op_t op = {OP_ALLREDUCE, 0, buf, count, NULL};
   int rc;
   if (dtype_size(dtype) == 0 || (rt->gpu == NULL && dtype != RT_FP32))
     return RDZV_EINVAL;
@@ -350,7 +356,7 @@ int rt_allreduce_host(rt_t *rt, float *buf, size_t count) {
 }
 
 int rt_broadcast(rt_t *rt, void *buf, size_t bytes, int root) {
-  op_t op = {OP_BROADCAST, root, buf, bytes};
+  op_t op = {OP_BROADCAST, root, buf, bytes, NULL};
   int rc;
   if (root < 0 || root >= rt->world)
     return RDZV_EINVAL;
@@ -358,6 +364,47 @@ int rt_broadcast(rt_t *rt, void *buf, size_t bytes, int root) {
     return 0;
   if (rt->gpu) {
     if ((rc = rt__gpu_broadcast(rt->gpu, buf, bytes, root)) != 0)
+      return rc;
+    return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
+  }
+  return wait_op(rt, push_op(rt, &op));
+}
+
+/* part: world + 1 offsets, ascending. */
+static int valid_part(const rt_t *rt, const size_t *part) {
+  if (part == NULL)
+    return 0;
+  for (int r = 0; r < rt->world; r++)
+    if (part[r + 1] < part[r])
+      return 0;
+  return 1;
+}
+
+int rt_reduce_scatter(rt_t *rt, void *buf, const size_t *part, int dtype) {
+  op_t op = {OP_REDUCE_SCATTER, 0, buf, 0, part};
+  int rc;
+  if (dtype_size(dtype) == 0 || (rt->gpu == NULL && dtype != RT_FP32) ||
+      !valid_part(rt, part))
+    return RDZV_EINVAL;
+  if (rt->world == 1)
+    return 0;
+  if (rt->gpu) {
+    if ((rc = rt__gpu_reduce_scatter(rt->gpu, buf, part, dtype)) != 0)
+      return rc;
+    return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
+  }
+  return wait_op(rt, push_op(rt, &op));
+}
+
+int rt_allgather(rt_t *rt, void *buf, const size_t *part, size_t esize) {
+  op_t op = {OP_ALLGATHER, 0, buf, esize, part};
+  int rc;
+  if (esize == 0 || !valid_part(rt, part))
+    return RDZV_EINVAL;
+  if (rt->world == 1)
+    return 0;
+  if (rt->gpu) {
+    if ((rc = rt__gpu_allgather(rt->gpu, buf, part, esize)) != 0)
       return rc;
     return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
   }
@@ -418,7 +465,7 @@ static int flush(rt_t *rt) {
     return 0;
   if (rt->gpu)
     return rt__gpu_allreduce(rt->gpu, p, n, rt->gdtype, rt->pend_event);
-  op_t op = {OP_ALLREDUCE, 0, p, n};
+  op_t op = {OP_ALLREDUCE, 0, p, n, NULL};
   push_op(rt, &op);
   return 0;
 }

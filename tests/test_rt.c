@@ -59,6 +59,38 @@ static void check_allreduce(rt_t *rt, size_t n) {
   free(buf);
 }
 
+/* Reduce-scatter then all-gather with uneven parts (one empty, one that
+ * starts past 0): each rank's part is the rank-order sum after the first,
+ * every part on every rank after the second; outside the parts buf is
+ * left alone. */
+static void check_reduce_scatter(rt_t *rt) {
+  size_t part[WORLD + 1] = {5, 1005, 1005, 40000, 100001}, n = 100010;
+  int me = rt_rank(rt);
+  float *buf = malloc(n * sizeof(float));
+  ASSERT(buf != NULL);
+  for (size_t i = 0; i < n; i++)
+    buf[i] = value(me, i);
+  ASSERT_EQ(0, rt_reduce_scatter(rt, buf, part, RT_FP32));
+  for (size_t i = part[me]; i < part[me + 1]; i++) {
+    float want = rank_order_sum(i);
+    if (memcmp(&want, &buf[i], sizeof(float)) != 0)
+      TEST_FAIL("rank %d: reduce-scatter element %zu is %.9g, the rank-order "
+                "sum %.9g", me, i, (double)buf[i], (double)want);
+  }
+  ASSERT_EQ(0, rt_allgather(rt, buf, part, sizeof(float)));
+  for (size_t i = 0; i < n; i++) {
+    float want = i < part[0] || i >= part[WORLD] ? value(me, i)
+                                                 : rank_order_sum(i);
+    if (memcmp(&want, &buf[i], sizeof(float)) != 0)
+      TEST_FAIL("rank %d: all-gather element %zu is %.9g, not %.9g", me, i,
+                (double)buf[i], (double)want);
+  }
+  part[2] = 0; /* not ascending */
+  ASSERT_EQ(RDZV_EINVAL, rt_reduce_scatter(rt, buf, part, RT_FP32));
+  ASSERT_EQ(RDZV_EINVAL, rt_allgather(rt, buf, part, sizeof(float)));
+  free(buf);
+}
+
 /* Segments laid out as gpt.h's: segment 0 highest in memory. Step 1
  * reports them (or not: rt_grads_wait() does it then), step 2 starts from
  * equal buffers on every rank. */
@@ -150,6 +182,7 @@ static int worker(const char *mode) {
   check_allreduce(rt, 3);
   check_allreduce(rt, 4);
   check_allreduce(rt, 1000003);
+  check_reduce_scatter(rt);
   {
     char msg[40000];
     for (size_t i = 0; i < sizeof(msg); i++)
