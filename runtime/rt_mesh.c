@@ -30,6 +30,7 @@
 
 #define HELLO_MAGIC 0x52544d31u /* "RTM1" */
 #define SUM_BLOCK 1024
+#define PIECE ((size_t)1 << 18) /* floats: 1 MiB a rank */
 
 struct rt_mesh_s {
   const rt_who_t *who;
@@ -485,10 +486,14 @@ static size_t chunk_lo(size_t count, int world, int r) {
 
 /* Rank r's part of buf is [part[r], part[r+1]): rank r receives every
  * rank's copy of it (a direct reduce-scatter) and adds them in rank order,
- * block by block, into buf. */
+ * block by block, into buf. The parts move in pieces of at most
+ * PIECE elements, so that the scratch (a piece from every rank) stays
+ * small however big the parts are (ZeRO-1 reduce-scatters the whole
+ * gradient at once). */
 int rt__mesh_reduce_scatter(rt_mesh_t *m, float *buf, const size_t *part) {
-  int W = m->world, me = m->rank, rc;
-  size_t lo = part[me], mine = part[me + 1] - lo, need = mine * (size_t)W;
+  int W = m->world, me = m->rank, rc = 0;
+  size_t lo = part[me], mine = part[me + 1] - lo, most = 0;
+  size_t cap = mine < PIECE ? mine : PIECE, need = cap * (size_t)W;
   xfer_t *x;
   const float **src;
   if (W == 1)
@@ -507,28 +512,39 @@ int rt__mesh_reduce_scatter(rt_mesh_t *m, float *buf, const size_t *part) {
     free(src);
     return RDZV_ENOMEM;
   }
-  for (int r = 0; r < W; r++) {
-    if (r == me)
-      continue;
-    x[r].sbuf = (const char *)(buf + part[r]);
-    x[r].slen = (part[r + 1] - part[r]) * sizeof(float);
-    x[r].rbuf = (char *)(m->scratch + (size_t)r * mine);
-    x[r].rlen = mine * sizeof(float);
-  }
-  if ((rc = exchange(m, x)) != 0)
-    goto done;
   for (int r = 0; r < W; r++)
-    src[r] = r == me ? buf + lo : m->scratch + (size_t)r * mine;
-  for (size_t b0 = 0; b0 < mine; b0 += SUM_BLOCK) {
-    size_t n = mine - b0 < SUM_BLOCK ? mine - b0 : SUM_BLOCK;
-    float acc[SUM_BLOCK];
-    memcpy(acc, src[0] + b0, n * sizeof(float));
-    for (int r = 1; r < W; r++)
-      for (size_t i = 0; i < n; i++)
-        acc[i] += src[r][b0 + i];
-    memcpy(buf + lo + b0, acc, n * sizeof(float));
+    if (part[r + 1] - part[r] > most)
+      most = part[r + 1] - part[r];
+  /* piece k of every part, all ranks at once, until the biggest is done */
+  for (size_t p0 = 0; p0 < most && rc == 0; p0 += PIECE) {
+    size_t got = mine > p0 ? mine - p0 : 0;
+    if (got > PIECE)
+      got = PIECE;
+    for (int r = 0; r < W; r++) {
+      size_t len = part[r + 1] - part[r];
+      len = len > p0 ? len - p0 : 0;
+      memset(&x[r], 0, sizeof(x[r]));
+      if (r == me)
+        continue;
+      x[r].sbuf = (const char *)(buf + part[r] + p0);
+      x[r].slen = (len < PIECE ? len : PIECE) * sizeof(float);
+      x[r].rbuf = (char *)(m->scratch + (size_t)r * cap);
+      x[r].rlen = got * sizeof(float);
+    }
+    if ((rc = exchange(m, x)) != 0)
+      break;
+    for (int r = 0; r < W; r++)
+      src[r] = r == me ? buf + lo + p0 : m->scratch + (size_t)r * cap;
+    for (size_t b0 = 0; b0 < got; b0 += SUM_BLOCK) {
+      size_t n = got - b0 < SUM_BLOCK ? got - b0 : SUM_BLOCK;
+      float acc[SUM_BLOCK];
+      memcpy(acc, src[0] + b0, n * sizeof(float));
+      for (int r = 1; r < W; r++)
+        for (size_t i = 0; i < n; i++)
+          acc[i] += src[r][b0 + i];
+      memcpy(buf + lo + p0 + b0, acc, n * sizeof(float));
+    }
   }
-done:
   free(x);
   free(src);
   return rc;

@@ -60,11 +60,12 @@ static void check_allreduce(rt_t *rt, size_t n) {
 }
 
 /* Reduce-scatter then all-gather with uneven parts (one empty, one that
- * starts past 0): each rank's part is the rank-order sum after the first,
+ * starts past 0, one of several of the mesh's pieces of 2^18 floats, the
+ * others of fewer): each rank's part is the rank-order sum after the first,
  * every part on every rank after the second; outside the parts buf is
  * left alone. */
 static void check_reduce_scatter(rt_t *rt) {
-  size_t part[WORLD + 1] = {5, 1005, 1005, 40000, 100001}, n = 100010;
+  size_t part[WORLD + 1] = {5, 1005, 1005, 600000, 700001}, n = 700010;
   int me = rt_rank(rt);
   float *buf = malloc(n * sizeof(float));
   ASSERT(buf != NULL);
