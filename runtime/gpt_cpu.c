@@ -410,20 +410,14 @@ static int cpu_shard(gpt_backend_t *m, size_t lo, size_t hi) {
   float *am, *av;
   if (lo > hi || hi > m->n || m->lo != 0 || m->hi != m->n)
     return -EINVAL;
-  /* at least one float each: a rank may hold an empty shard */
-  am = malloc((hi - lo + 1) * sizeof(float));
-  av = malloc((hi - lo + 1) * sizeof(float));
-  if (am == NULL || av == NULL) {
-    free(am);
-    free(av);
-    return -ENOMEM;
-  }
-  memcpy(am, m->m + lo, (hi - lo) * sizeof(float));
-  memcpy(av, m->v + lo, (hi - lo) * sizeof(float));
-  free(m->m);
-  free(m->v);
-  m->m = am;
-  m->v = av;
+  /* moved down and shrunk in place: never the whole and the shard at
+   * once (at least one float: a rank may hold an empty shard) */
+  memmove(m->m, m->m + lo, (hi - lo) * sizeof(float));
+  memmove(m->v, m->v + lo, (hi - lo) * sizeof(float));
+  if ((am = realloc(m->m, (hi - lo + 1) * sizeof(float))) != NULL)
+    m->m = am;
+  if ((av = realloc(m->v, (hi - lo + 1) * sizeof(float))) != NULL)
+    m->v = av;
   m->lo = lo;
   m->hi = hi;
   return 0;
