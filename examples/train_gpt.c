@@ -135,8 +135,6 @@ typedef struct run_s {
    * edges of the norm's blocks (bpart[k] = part[k] / block) */
   size_t *part, *bpart, nblocks;
   double *norm_parts; /* the blocks' sums of squares, all ranks' */
-  void *grads;
-  int gdtype;
   uint64_t train_windows, val_windows;
   train_state_t st;
   double peak; /* dense TFLOPS of one device, 0 when unknown */
@@ -688,7 +686,6 @@ static int setup_model(run_t *r) {
               o->seq_len, rt_strerror(rc));
     return EXIT_FAIL;
   }
-  r->grads = r->ops->grad_buffer(r->model, &r->gdtype);
   if (o->zero && (rc = setup_zero(r)) != EXIT_OK)
     return rc;
   /* A resume loads every parameter: no initialisation to throw away. */
@@ -696,11 +693,14 @@ static int setup_model(run_t *r) {
     return rc;
   for (int i = 0; i < nseg; i++)
     gpt_segment(&r->cfg, i, &r->seg_off[i], &r->seg_count[i]);
-  /* ZeRO-1 reduce-scatters the whole gradient after backward instead */
-  if (r->world > 1 && !o->zero) {
+  if (r->world > 1) {
     int gdtype = GPT_FP32;
     void *g = r->ops->grad_buffer(r->model, &gdtype);
     rc = rt_grads_register(r->rt, g, gdtype, nseg, r->seg_off, r->seg_count);
+    /* ZeRO-1: each bucket reduce-scattered into the shards, overlapped
+     * with backward as the all-reduce is */
+    if (rc == 0 && o->zero)
+      rc = rt_grads_shard(r->rt, r->part);
     if (rc != 0) {
       fail_line("registering the gradients: %s", rt_strerror(rc));
       return EXIT_FAIL;
@@ -1083,17 +1083,13 @@ static int train_step(run_t *r, float lr, float *loss, float *norm,
       return runtime_failed("forward", rc);
     lsum += l;
     rc = r->ops->backward(r->model, r->st.loss_scale, last,
-                          r->world > 1 && !o->zero ? rt_grads_ready : NULL,
-                          r->rt);
+                          r->world > 1 ? rt_grads_ready : NULL, r->rt);
     if (rc != 0)
       return runtime_failed("backward", rc);
   }
-  if (o->zero) {
-    if ((rc = rt_reduce_scatter(r->rt, r->grads, r->part, r->gdtype)) != 0)
-      return runtime_failed("the gradient reduce-scatter", rc);
-  } else if (r->world > 1 && (rc = rt_grads_wait(r->rt)) != 0) {
-    return runtime_failed("the gradient all-reduce", rc);
-  }
+  if (r->world > 1 && (rc = rt_grads_wait(r->rt)) != 0)
+    return runtime_failed(o->zero ? "the gradient reduce-scatter"
+                                  : "the gradient all-reduce", rc);
   if ((rc = rt_allreduce_host(r->rt, &lsum, 1)) != 0)
     return runtime_failed("the loss all-reduce", rc);
   r->st.sample += (uint64_t)o->accum * (uint64_t)r->world;

@@ -141,6 +141,14 @@ int rt_grads_ready(void *rt, int seg, void *stream_event);
 /* Segments not reported this step are all-reduced here (on a GPU, the
  * caller synchronises its stream first). */
 int rt_grads_wait(rt_t *rt);
+/* ZeRO-1: from now on the registered gradient is reduce-scattered, not
+ * all-reduced, bucket by bucket as backward reports it: after
+ * rt_grads_wait() elements [part[rank], part[rank+1]) of the gradient
+ * hold the sum over ranks (on the CPU in rank order, bitwise the
+ * all-reduce's), the rest is unspecified. part: world + 1 ascending
+ * offsets into the whole gradient, copied; NULL goes back to the
+ * all-reduce. Call between steps. RET 0, RDZV_EINVAL, RDZV_ENOMEM. */
+int rt_grads_shard(rt_t *rt, const size_t *part);
 
 /* Report that `step` is done (rate-limited, see above). */
 int rt_progress(rt_t *rt, int64_t step);

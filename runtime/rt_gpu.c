@@ -275,12 +275,14 @@ static int even_parts(const rt_gpu_t *g, const size_t *part) {
 }
 
 int rt__gpu_reduce_scatter(rt_gpu_t *g, void *dptr, const size_t *part,
-                           int dtype) {
+                           int dtype, void *event) {
   char *p = dptr;
   size_t es = (size_t)nccl_esize(dtype), cnt = part[1] - part[0];
   int rc = NCCL_SUCCESS;
   if (g->comm == NULL)
     return 0;
+  if (event)
+    CU(g->cuStreamWaitEvent(g->stream, event, 0), "cuStreamWaitEvent");
   if (even_parts(g, part)) {
     /* in place: the receive buffer is this rank's part of the send buffer */
     NCCL(g->ncclReduceScatter(p + part[0] * es, p + part[g->rank] * es, cnt,

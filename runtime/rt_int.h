@@ -61,11 +61,12 @@ int rt__gpu_nccl_init(rt_gpu_t *g, rdzv_client_t *store, int rank, int world,
 int rt__gpu_allreduce(rt_gpu_t *g, void *dptr, size_t count, int dtype,
                       void *event);
 int rt__gpu_broadcast(rt_gpu_t *g, void *dptr, size_t bytes, int root);
-/* rt__mesh_reduce_scatter and rt__mesh_allgather on NCCL (enqueued):
- * ncclReduceScatter / ncclAllGather when every part has the same size,
- * else one ncclReduce / ncclBroadcast per rank in a group. */
+/* rt__mesh_reduce_scatter and rt__mesh_allgather on NCCL (enqueued, the
+ * reduce-scatter after `event` when not NULL): ncclReduceScatter /
+ * ncclAllGather when every part has the same size, else one ncclReduce /
+ * ncclBroadcast per rank in a group. */
 int rt__gpu_reduce_scatter(rt_gpu_t *g, void *dptr, const size_t *part,
-                           int dtype);
+                           int dtype, void *event);
 int rt__gpu_allgather(rt_gpu_t *g, void *dptr, const size_t *part,
                       size_t esize);
 /* Host floats through a device staging buffer (blocks). */

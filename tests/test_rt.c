@@ -94,8 +94,10 @@ static void check_reduce_scatter(rt_t *rt) {
 
 /* Segments laid out as gpt.h's: segment 0 highest in memory. Step 1
  * reports them (or not: rt_grads_wait() does it then), step 2 starts from
- * equal buffers on every rank. */
-static void check_grads(rt_t *rt, int report) {
+ * equal buffers on every rank. shard: reduce-scattered (rt_grads_shard)
+ * into parts cut inside segments, one empty: only this rank's part is
+ * checked. */
+static void check_grads(rt_t *rt, int report, int shard) {
   enum { NSEG = 5 };
   size_t off[NSEG], cnt[NSEG] = {1000, 3, 70000, 1, 513}, n = 0;
   float *g;
@@ -104,18 +106,24 @@ static void check_grads(rt_t *rt, int report) {
     off[s] = n;
     n += cnt[s];
   }
+  size_t part[WORLD + 1] = {0, 600, 600, 40001, n}, lo = 0, hi = n;
   g = malloc(n * sizeof(float));
   ASSERT(g != NULL);
   for (size_t i = 0; i < n; i++)
     g[i] = value(me, i);
   ASSERT_EQ(0, rt_grads_register(rt, g, RT_FP32, NSEG, off, cnt));
+  if (shard) {
+    ASSERT_EQ(0, rt_grads_shard(rt, part));
+    lo = part[me];
+    hi = part[me + 1];
+  }
   for (int step = 0; step < 2; step++) {
     for (int s = 0; s < NSEG && report; s++)
       ASSERT_EQ(0, rt_grads_ready(rt, s, NULL));
     if (report) /* twice in one step */
       ASSERT(rt_grads_ready(rt, 0, NULL) < 0);
     ASSERT_EQ(0, rt_grads_wait(rt));
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = lo; i < hi; i++) {
       float want = step == 0 ? rank_order_sum(i) : (float)(i % 7) * 4.0f;
       if (memcmp(&want, &g[i], sizeof(float)) != 0)
         TEST_FAIL("rank %d step %d: gradient %zu is %.9g, want %.9g", me, step,
@@ -123,6 +131,11 @@ static void check_grads(rt_t *rt, int report) {
     }
     for (size_t i = 0; i < n; i++)
       g[i] = (float)(i % 7);
+  }
+  if (shard) {
+    part[1] = n + 1; /* not ascending */
+    ASSERT_EQ(RDZV_EINVAL, rt_grads_shard(rt, part));
+    ASSERT_EQ(0, rt_grads_shard(rt, NULL));
   }
   free(g);
 }
@@ -194,8 +207,11 @@ static int worker(const char *mode) {
     ASSERT(rt_broadcast(rt, msg, 1, WORLD) < 0);
   }
   ASSERT_EQ(0, rt_barrier(rt));
-  check_grads(rt, 1);
-  check_grads(rt, 0);
+  check_grads(rt, 1, 0);
+  check_grads(rt, 0, 0);
+  check_grads(rt, 1, 1);
+  check_grads(rt, 0, 1);
+  check_grads(rt, 1, 0); /* the all-reduce again */
   {
     float h[2] = {(float)me, 1.0f};
     ASSERT_EQ(0, rt_allreduce_host(rt, h, 2));

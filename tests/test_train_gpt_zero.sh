@@ -38,7 +38,10 @@ for n in 1 2 4; do
     { diff <(losses "$T/z0-w$n.log") <(losses "$T/z1-w$n.log"); fail "$n ranks: loss lines differ"; }
   [ "$(losses "$T/z1-w$n.log" | wc -l)" -ge 6 ] || fail "$n ranks: too few loss lines"
 done
-echo "  --zero 1 on 1, 2 and 4 ranks: bitwise the parameters and losses of --zero 0"
+# the gradient's buckets merged (reduce-scattered as backward goes)
+run z1-w4-b 4 --steps 4 --zero 1 --bucket-mb 0.2
+cmp -s "$T/z0-w4.bin" "$T/z1-w4-b.bin" || fail "4 ranks, --bucket-mb 0.2: --zero 1 parameters differ"
+echo "  --zero 1 on 1, 2 and 4 ranks (and 4 with buckets of 0.2 MiB): bitwise the parameters and losses of --zero 0"
 
 # -- the state per rank falls with the ranks ------------------------------------
 mib() { sed -n 's/.*AdamW state: \([0-9.]*\) MiB.*/\1/p' "$1"; }
