@@ -269,6 +269,9 @@ static int build_envs(agent_t *a) {
            strchr(a->store_host, ':') ? "[%s]:%d" : "%s:%d", a->store_host,
            a->ep_port);
   lu_strlcpy(r.attempt_dir, a->attempt_dir, sizeof(r.attempt_dir));
+  r.resume_step = r.ckpt_verified = -1;
+  if (a->ck)
+    resume_round(a->ck, &r.resume_step, &r.ckpt_verified);
   for (int i = 0; i < o->nproc; i++) {
     char pre[512];
     /* Every change the profile makes is logged once: rank 0, round 0. */
@@ -276,8 +279,6 @@ static int build_envs(agent_t *a) {
                              (i == 0 && a->round == 0 && !o->quiet) ? &a->log
                                                                    : NULL,
                              &a->renv[i]);
-    if (rc == 0 && a->ck)
-      rc = resume_env(a->ck, a->renv[i]);
     if (rc != 0)
       return rc;
     expand_prefix(a, i, pre, sizeof(pre));

@@ -66,6 +66,8 @@ typedef struct launch_round_s {
   int master_port;
   char endpoint[320];     /* the server, host:port */
   char attempt_dir[PATH_MAX];
+  int64_t resume_step;    /* the agreed step (LAUNCH_RESUME_STEP), -1 none */
+  int64_t ckpt_verified;  /* this node verified that step's shards, -1 */
 } launch_round_t;
 
 /* The round the flags promise before the rendezvous: round 0, the node
