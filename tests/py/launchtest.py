@@ -1,6 +1,7 @@
 """Helpers for Python tests: start `launch server` by pid, free ports,
 skip when a peer is missing (exit 77 = ctest skip)."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,6 +79,8 @@ class Server:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
+            self.log.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Proc:
