@@ -846,10 +846,21 @@ static void on_lost(ac_t *ac, int status, void *arg) {
   finish(a);
 }
 
+/* A static node other than node 0 waits for node 0 like torchrun's does
+ * (--rdzv-conf timeout, 900 s): the runbooks start their nodes by hand, one
+ * after another. */
+static int static_waiter(const agent_t *a) {
+  return a->o->backend == CFG_BACKEND_STATIC && !a->hosting &&
+         a->o->node_rank > 0;
+}
+
 /* How long to keep trying a server that is not up: read_timeout, as
- * torchrun's store does, within the join timeout. */
-static int64_t connect_limit_ms(const cfg_t *o) {
-  return LU_MIN(o->join_timeout_ms, o->read_timeout_ms);
+ * torchrun's store does, within the join timeout; a static node's wait for
+ * node 0. */
+static int64_t connect_limit_ms(const agent_t *a) {
+  if (static_waiter(a))
+    return a->o->static_wait_ms;
+  return LU_MIN(a->o->join_timeout_ms, a->o->read_timeout_ms);
 }
 
 /* While the server cannot be reached: what is tried, why it fails. */
@@ -863,10 +874,11 @@ static void connect_wait_cb(uv_timer_t *t) {
   if (why[0] == '\0')
     return; /* still on its first attempt */
   say(a, "waiting for the rendezvous server %s:%d of job %s: %s; %d "
-         "attempts in %.0f s, giving up after %.0f s (--rdzv-conf "
-         "read_timeout)", a->ep_host, a->ep_port, a->o->run_id, why, attempts,
+         "attempts in %.0f s, giving up after %.0f s (--rdzv-conf %s)",
+      a->ep_host, a->ep_port, a->o->run_id, why, attempts,
       (uv_now(a->loop) - a->join_started_ms) / 1000.0,
-      connect_limit_ms(a->o) / 1000.0);
+      connect_limit_ms(a) / 1000.0,
+      static_waiter(a) ? "timeout" : "read_timeout");
 }
 
 static void on_connected(ac_t *ac, int status, void *arg) {
@@ -1259,6 +1271,13 @@ int agent_run(cfg_t *o) {
   lu_log_set_who(&a->log, "launch %s", a->o->host);
   if (o->no_log_time)
     a->log.time = 0;
+  /* Settings accepted for torchrun's command lines that mean nothing
+   * here: one line each. */
+  for (const char *p = o->notes, *e; *p; p = e + 1) {
+    if ((e = strchr(p, '\n')) == NULL)
+      break;
+    say(a, "note: %.*s", (int)(e - p), p);
+  }
   lu_strlcpy(a->ep_host, o->endpoint_host, sizeof(a->ep_host));
   lu_strlcpy(a->store_host, o->endpoint_host, sizeof(a->store_host));
   a->ep_port = o->endpoint_port;
@@ -1333,7 +1352,7 @@ int agent_run(cfg_t *o) {
   acfg.role = "agent";
   acfg.token = a->token;
   acfg.token_len = a->token_len;
-  acfg.connect_timeout_ms = (int)LU_MIN(connect_limit_ms(o), INT32_MAX);
+  acfg.connect_timeout_ms = (int)LU_MIN(connect_limit_ms(a), INT32_MAX);
   acfg.log = &a->log;
   /* A silent server is noticed within the bound that drops a silent
    * member: three heartbeats (or read_timeout when shorter). */

@@ -3,7 +3,9 @@
  * and what follows from them. */
 #include <ctype.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -232,9 +234,26 @@ static const struct {
     {"heartbeat", offsetof(cfg_t, heartbeat_ms), 10},
     {"keep_alive_interval", offsetof(cfg_t, heartbeat_ms), 10},
     {"read_timeout", offsetof(cfg_t, read_timeout_ms), 1},
+    {"timeout", offsetof(cfg_t, static_wait_ms), 1},
+    {"heartbeat_timeout", 0, 30},
+    {"keep_alive_max_attempt", 0, 0},
+    {"rank", 0, 0},
     {"is_host", 0, 0},
     {"store_type", 0, 0},
 };
+
+/* One line of c->notes (a setting accepted that has no effect here). */
+static void add_note(cfg_t *c, const char *fmt, ...) LU_PRINTF(2, 3);
+static void add_note(cfg_t *c, const char *fmt, ...) {
+  size_t u = strlen(c->notes);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->notes + u, sizeof(c->notes) - u, fmt, ap);
+  va_end(ap);
+  u = strlen(c->notes);
+  if (u + 1 < sizeof(c->notes))
+    lu_strlcpy(c->notes + u, "\n", sizeof(c->notes) - u);
+}
 
 static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
   char item[512], *eq;
@@ -254,17 +273,34 @@ static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
     for (k = 0; k < LU_ARRAY_SIZE(conf_keys); k++)
       if (!strcmp(item, conf_keys[k].key))
         break;
-    if (k == LU_ARRAY_SIZE(conf_keys)) {
-      if (!strcmp(item, "timeout") || !strcmp(item, "heartbeat_timeout") ||
-          !strcmp(item, "keep_alive_max_attempt") || !strcmp(item, "rank"))
-        return fail(err, n, "--rdzv-conf %s: torchrun's etcd key, which has "
-                            "no meaning here: use join_timeout, heartbeat "
-                            "or --node-rank", item);
+    if (k == LU_ARRAY_SIZE(conf_keys))
       return fail(err, n, "--rdzv-conf: unknown key '%s' (known: "
                           "join_timeout, last_call_timeout, close_timeout, "
-                          "heartbeat, read_timeout, is_host)", item);
-    }
-    if (!strcmp(item, "is_host")) {
+                          "heartbeat, heartbeat_timeout, keep_alive_interval, "
+                          "keep_alive_max_attempt, read_timeout, timeout, "
+                          "rank, is_host, store_type)", item);
+    if (!strcmp(item, "rank")) {
+      char *end;
+      long r = strtol(eq, &end, 10);
+      if (*end != '\0' || end == eq || r < 0 || r >= (1 << 20))
+        return fail(err, n, "--rdzv-conf rank: '%s' is not a node rank "
+                            "(0, 1, ...)", eq);
+      c->conf_rank = (int)r;
+    } else if (!strcmp(item, "keep_alive_max_attempt")) {
+      add_note(c, "--rdzv-conf keep_alive_max_attempt=%s has no effect: a "
+                  "node silent for 3 heartbeats is dropped (set the bound "
+                  "with heartbeat_timeout)", eq);
+    } else if (!strcmp(item, "heartbeat_timeout")) {
+      int64_t ms;
+      if (lu_parse_duration_ms(eq, &ms) != 0 || ms < conf_keys[k].min)
+        return fail(err, n, "--rdzv-conf heartbeat_timeout: '%s' is not a "
+                            "duration of at least 30 ms (seconds, or with a "
+                            "unit: 500ms, 30s, 2m)", eq);
+      /* A node silent for 3 heartbeats is dropped: the bound is the
+       * timeout, unless heartbeat itself was given. */
+      if (!c->conf_heartbeat)
+        c->heartbeat_ms = ms / 3;
+    } else if (!strcmp(item, "is_host")) {
       if (parse_bool(eq, &c->is_host) != 0)
         return fail(err, n, "--rdzv-conf is_host: '%s' is not true/false", eq);
     } else if (!strcmp(item, "store_type")) {
@@ -281,6 +317,10 @@ static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
         return fail(err, n, "--rdzv-conf %s: at least %lld ms", item,
                     (long long)conf_keys[k].min);
       memcpy((char *)c + conf_keys[k].off, &ms, sizeof(ms));
+      if (conf_keys[k].off == offsetof(cfg_t, heartbeat_ms))
+        c->conf_heartbeat = 1;
+      if (conf_keys[k].off == offsetof(cfg_t, static_wait_ms))
+        c->conf_timeout = 1;
     }
   }
   return 0;
@@ -432,11 +472,14 @@ static int set_program(cfg_t *c, int id, const char *v, char *err, size_t n) {
 }
 
 static int set_monitor(cfg_t *c, int id, const char *v, char *err, size_t n) {
-  (void)c;
-  (void)v;
-  return fail(err, n, "--monitor-interval: launch does not poll its workers "
-                      "(it learns of each exit at once, through SIGCHLD), so "
-                      "there is no interval to set: drop the flag");
+  int64_t ms;
+  (void)id;
+  if (lu_parse_duration_ms(v, &ms) != 0 || ms < 0)
+    return fail(err, n, "--monitor-interval: '%s' is not a duration "
+                        "(seconds, or with a unit: 500ms, 5s)", v);
+  add_note(c, "--monitor-interval %s has no effect: launch learns of each "
+              "worker exit at once (SIGCHLD), there is nothing to poll", v);
+  return 0;
 }
 
 /* "X.Y" or "X.Y.Z+cu121": major * 100 + minor. RET 0 or -1. */
@@ -490,7 +533,10 @@ static const setting_t settings[CFG_S_COUNT] = {
        "nothing this long (at most 3 heartbeats) is lost; close_timeout "
        "(10 s): how long the hosting node keeps the server for the others "
        "to learn the end; is_host (true|false): host the server here, "
-       "whatever the addresses say"),
+       "whatever the addresses say; heartbeat_timeout: a node silent this "
+       "long is dropped (3 heartbeats); timeout (900 s): how long a static "
+       "node waits for node 0; rank: the static node rank (as --node-rank); "
+       "keep_alive_max_attempt: accepted, no effect"),
     INT(NODE_RANK, "--node-rank", "N", node_rank, 0, 1 << 20, RDZV,
         "rank of this node (static backend; a preference with c10d)"),
     FN(MASTER_ADDR, "--master-addr", NULL, "A", set_master_addr, RDZV,
@@ -516,8 +562,8 @@ static const setting_t settings[CFG_S_COUNT] = {
        SUPERVISION, "sent to a hung rank for a stack dump (faulthandler, "
        "py-spy-like dumpers) 3 s before it is killed (default SIGUSR1)"),
     FN(MONITOR, "--monitor-interval", NULL, "SECONDS", set_monitor,
-       SUPERVISION, "torchrun's polling period: refused, launch polls "
-       "nothing (it learns of each worker exit at once, through SIGCHLD)"),
+       SUPERVISION, "torchrun's polling period: accepted, no effect (launch "
+       "learns of each worker exit at once, through SIGCHLD)"),
     CHECK(START_METHOD, "--start-method", T_CHOICE, 0, "spawn|fork|forkserver",
           SUPERVISION, "accepted for torchrun's scripts, no effect: every "
           "worker is a fresh process (fork and exec), as spawn gives"),
@@ -855,6 +901,8 @@ static void defaults(cfg_t *c, char *const *envp) {
   c->close_timeout_ms = 10000;
   c->heartbeat_ms = 5000;
   c->read_timeout_ms = 60000;
+  c->static_wait_ms = 900000;
+  c->conf_rank = -1;
   c->is_host = -1;
   c->stop_grace_ms = 30000;
   c->hang_signal = SIGUSR1;
@@ -960,6 +1008,8 @@ static int finish_rdzv(cfg_t *c, char *err, size_t n) {
                           "elastic jobs)", c->min_nodes, c->max_nodes);
     /* A scheduler's node index stands for --node-rank: without either,
      * every node would be node 0. */
+    if (c->node_rank < 0 && c->conf_rank >= 0)
+      c->node_rank = c->conf_rank; /* torchrun's static rank key */
     if (c->node_rank < 0 && c->sched_node_index >= 0) {
       if (c->sched_node_index >= c->max_nodes)
         return fail(err, n, "the scheduler's node index %d is not below "
@@ -984,6 +1034,14 @@ static int finish_rdzv(cfg_t *c, char *err, size_t n) {
   } else {
     /* A scheduler's node index orders the nodes (Slurm, Volcano). */
     c->pref_node_rank = c->node_rank >= 0 ? c->node_rank : c->sched_node_index;
+    if (c->conf_rank >= 0)
+      add_note(c, "--rdzv-conf rank=%d has no effect with the c10d backend: "
+                  "node ranks are given at the rendezvous (--node-rank asks "
+                  "for one)", c->conf_rank);
+    if (c->conf_timeout)
+      add_note(c, "--rdzv-conf timeout has no effect with the c10d backend "
+                  "(it is how long a static node waits for node 0): use "
+                  "join_timeout");
   }
   if (c->endpoint_port < 0)
     c->endpoint_port = RDZV_DEFAULT_PORT;

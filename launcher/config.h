@@ -98,6 +98,13 @@ typedef struct cfg_s {
   int64_t heartbeat_ms;
   int64_t read_timeout_ms;   /* a server that answers no request this long
                                 is lost */
+  int64_t static_wait_ms;    /* static backend: how long a node other than
+                                node 0 waits for node 0's server (--rdzv-conf
+                                timeout, default 900 s as torchrun) */
+  int conf_rank;             /* --rdzv-conf rank (static backend's node
+                                rank); -1 when not given */
+  int conf_heartbeat;        /* --rdzv-conf heartbeat was given */
+  int conf_timeout;          /* --rdzv-conf timeout was given */
   int is_host;               /* -1 auto, 0, 1 (rdzv-conf is_host, else the
                                 scheduler's sched_host) */
   int sched_endpoint;        /* the endpoint is the scheduler's (the first
@@ -180,6 +187,8 @@ typedef struct cfg_s {
   char topo_cvd[256];        /* --cuda-visible-devices */
   int topo_gpu_probe;        /* sysfs, nvml, pci, check */
   char topo_export[PATH_MAX];
+  char notes[1024];          /* settings accepted with no effect here: one
+                                line each, printed by the agent at start */
   unsigned char given[CFG_S_COUNT]; /* set on the command line or from the
                                        environment */
 } cfg_t;

@@ -93,11 +93,53 @@ def test_options():
     assert {r["env"]["LOCAL_WORLD_SIZE"] for r in recs} == {"2"}
     rc, _, err = run(["--n", "2", "/bin/true"])
     assert rc == 2 and "ambiguous" in err and "--nnodes" in err and "--nproc-per-node" in err, err
-    # --start-method is in --help; --monitor-interval is refused with why
+    # --start-method is in --help
     rc, out, _ = run(["--help"])
     assert rc == 0 and "--start-method" in out and "--exit-code" in out and "--torch-version" in out
-    rc, _, err = run(["--monitor-interval", "5", "--standalone", "/bin/true"])
-    assert rc == 2 and "SIGCHLD" in err, err
+
+
+def test_torchrun_settings():
+    """torchrun settings run unchanged (issue 27): --monitor-interval (both
+    spellings, PET_MONITOR_INTERVAL) and the c10d and static backends'
+    --rdzv-conf keys, with one note for each that has no effect here."""
+    for args, extra in ((["--monitor-interval", "5"], None),
+                        (["--monitor_interval", "0.1"], None),
+                        ([], {"PET_MONITOR_INTERVAL": "5"}),
+                        (["--rdzv-conf", "timeout=900,heartbeat_timeout=30,"
+                          "keep_alive_max_attempt=3"], None)):
+        rc, _, err = run(["--no-log-time", "--standalone"] + args + ["/bin/true"], extra)
+        assert rc == 0, (args, extra, rc, err)
+        notes = [ln for ln in err.splitlines() if "note:" in ln]
+        # with c10d (--standalone), timeout is the static wait: a note too
+        want = 2 if "--rdzv-conf" in args else 1
+        assert len(notes) == want and all("no effect" in n for n in notes), (args, err)
+        assert "etcd" not in err, err
+    # rank=N is the static node rank, as torchrun passes --node-rank
+    port = lt.free_port()
+    rc, _, err = run(["--no-log-time", "--nnodes", "2", "--master-port", str(port),
+                      "--rdzv-conf", "rank=1,timeout=2", "/bin/true"], timeout=60)
+    assert rc == 75 and "after 2 s (--rdzv-conf timeout)" in err, (rc, err)
+
+
+def test_static_node_waits():
+    """--node-rank 1 started before node 0 waits 900 s for it, as torchrun
+    does (the runbooks start their nodes by hand), and says so."""
+    port = lt.free_port()
+    p = subprocess.Popen([L, "--no-log-time", "--nnodes", "2", "--node-rank", "1",
+                          "--master-addr", "127.0.0.1", "--master-port", str(port),
+                          "/bin/true"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    line = ""
+    try:
+        for line in p.stderr:
+            if "waiting for the rendezvous server" in line:
+                break
+    finally:
+        p.kill()
+        p.wait()
+        p.stderr.close()
+        p.stdout.close()
+    assert "giving up after 900 s (--rdzv-conf timeout)" in line, line
 
 
 def test_exit_codes():
@@ -417,12 +459,15 @@ def test_doctor_and_fingerprint():
 
 
 def main():
-    for t in (test_options, test_exit_codes, test_silent_wait, test_host_by_any_address,
+    only = sys.argv[1:]
+    for t in (test_options, test_torchrun_settings, test_static_node_waits, test_exit_codes, test_silent_wait, test_host_by_any_address,
               test_own_store_hint, test_status_unknown_job,
               test_user_env, test_async_error_name, test_local_rank_macro,
               test_progress_lines, test_scale_up_spends_no_restart, test_close_timeout,
               test_quiet_healthy_run,
               test_plain_messages, test_doctor_and_fingerprint):
+        if only and t.__name__ not in only:
+            continue
         t0 = time.time()
         t()
         print("%s: ok (%.1f s)" % (t.__name__, time.time() - t0), flush=True)
