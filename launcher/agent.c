@@ -88,6 +88,7 @@ typedef struct agent_s {
   sum_failure_t root;
   int have_root;
   char end_reason[1024];
+  int root_no_restart; /* the root cause's exit code is a no-restart one */
   int restarts_used;
   hang_t *hang; /* --hang-timeout (hang.c); NULL when off */
   /* timers and signals */
@@ -390,6 +391,9 @@ static void report(agent_t *a, const sum_failure_t *f) {
     m->tail = f->stderr_tail;
     m->error = f->error_message;
     m->attempt_dir = a->attempt_dir;
+    /* --no-restart-exit-codes: the server ends the job */
+    m->no_restart = !f->signal && f->exit_code > 0 && f->exit_code < 256 &&
+                    a->o->no_restart[f->exit_code];
   }
   msg_report_pack(ac_begin(a->ac, PROTO_OP_REPORT, 1), &r);
   if (ac_send(a->ac, NULL, NULL) != 0)
@@ -819,8 +823,10 @@ static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
     }
     a->finish_ok = sd.ok;
     lu_strlcpy(a->end_reason, sd.reason ? sd.reason : "", sizeof(a->end_reason));
-    if (sd.has_root)
+    if (sd.has_root) {
       take_root(a, &sd.root);
+      a->root_no_restart = (int)sd.root.no_restart;
+    }
     a->restarts_used = (int)sd.restarts;
     msg_shutdown_free(&sd);
     if (a->finish_ok)
@@ -992,6 +998,12 @@ static void print_end(agent_t *a) {
       fprintf(stderr, "launch: hint: MASTER_ADDR:MASTER_PORT is launch's "
                       "server (--torch-store agent); a program that hosts its "
                       "own TCPStore there needs --torch-store rank0\n");
+    if (a->root_no_restart)
+      fprintf(stderr, "launch: not restarting: exit code %d is one of "
+                      "--no-restart-exit-codes (a failure that would repeat, "
+                      "as train_gpt's 3, training diverged); fix the cause, "
+                      "or give --no-restart-exit-codes none to restart "
+                      "anyway\n", a->root.exit_code);
     free(all);
     if (a->run_dir_is_temp)
       fprintf(stderr, "launch: logs and error files of the attempts are in %s\n",
@@ -1299,6 +1311,21 @@ int agent_run(cfg_t *o) {
    * profile, lint) is 2, a server it cannot host 75, the rest 70 */
   if ((rc = launch_worker_argv(o, &a->argv)) != 0) {
     a->exit_code = LAUNCH_EXIT_INTERNAL;
+    goto out;
+  }
+  /* A Python script that is not there fails the same way on every
+   * attempt (as a program that cannot be executed): say so before
+   * spawning, not --max-restarts times. */
+  if (o->prog_mode != CFG_PROG_MODULE && strcmp(a->argv[0], o->python) == 0 &&
+      a->argv[1] && !strcmp(a->argv[1], "-u") && a->argv[2] &&
+      access(a->argv[2], R_OK) != 0) {
+    char cwd[PATH_MAX];
+    int e = errno;
+    LU_ERR(&a->log, "cannot open the Python script '%s': %s (looked in %s); "
+                    "not starting the workers: check the script's path",
+           a->argv[2], strerror(e),
+           getcwd(cwd, sizeof(cwd)) ? cwd : "the current directory");
+    a->exit_code = e == ENOENT || e == ENOTDIR ? 127 : 126;
     goto out;
   }
   if ((rc = read_token(a)) != 0 || (rc = prepare_node(a)) != 0) {

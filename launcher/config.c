@@ -381,6 +381,39 @@ static int set_hang_timeout(cfg_t *c, int id, const char *v, char *err,
   return 0;
 }
 
+/* "3", "3,4,10-12" or "none". */
+static int set_no_restart(cfg_t *c, int id, const char *v, char *err,
+                          size_t n) {
+  const char *p = v;
+  (void)id;
+  memset(c->no_restart, 0, sizeof(c->no_restart));
+  if (!strcmp(v, "none"))
+    return 0;
+  for (;;) {
+    char *end;
+    long lo = strtol(p, &end, 10), hi = lo;
+    if (end == p)
+      break;
+    if (*end == '-') {
+      p = end + 1;
+      hi = strtol(p, &end, 10);
+      if (end == p)
+        break;
+    }
+    if (lo < 1 || hi > 255 || lo > hi)
+      break;
+    for (long k = lo; k <= hi; k++)
+      c->no_restart[k] = 1;
+    if (*end == '\0')
+      return 0;
+    if (*end != ',')
+      break;
+    p = end + 1;
+  }
+  return fail(err, n, "--no-restart-exit-codes: '%s' is not a list of exit "
+                      "codes 1-255 (3, 3,4 or 10-12) or none", v);
+}
+
 static int set_hang_signal(cfg_t *c, int id, const char *v, char *err,
                            size_t n) {
   if ((c->hang_signal = hang_parse_signal(v)) < 0)
@@ -561,6 +594,10 @@ static const setting_t settings[CFG_S_COUNT] = {
     FN(HANG_SIGNAL, "--hang-signal", NULL, "SIG|none", set_hang_signal,
        SUPERVISION, "sent to a hung rank for a stack dump (faulthandler, "
        "py-spy-like dumpers) 3 s before it is killed (default SIGUSR1)"),
+    FN(NO_RESTART_CODES, "--no-restart-exit-codes", NULL, "LIST|none",
+       set_no_restart, SUPERVISION, "a worker exiting with one of these codes "
+       "ends the job at once instead of restarting it: the failure would "
+       "repeat (default 3, train_gpt's 'training diverged')"),
     FN(MONITOR, "--monitor-interval", NULL, "SECONDS", set_monitor,
        SUPERVISION, "torchrun's polling period: accepted, no effect (launch "
        "learns of each worker exit at once, through SIGCHLD)"),
@@ -902,6 +939,7 @@ static void defaults(cfg_t *c, char *const *envp) {
   c->heartbeat_ms = 5000;
   c->read_timeout_ms = 60000;
   c->static_wait_ms = 900000;
+  c->no_restart[3] = 1; /* train_gpt: training diverged (docs/runtime.md) */
   c->conf_rank = -1;
   c->is_host = -1;
   c->stop_grace_ms = 30000;

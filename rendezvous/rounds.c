@@ -709,7 +709,12 @@ static void round_failed(rounds_job_t *rj, rounds_member_t *m, msg_report_t *r) 
     snprintf(what, sizeof(what), "signal %d", (int)f->signal);
   else
     snprintf(what, sizeof(what), "exit code %d", (int)f->exit_code);
-  if (rj->failures > rj->max_restarts) {
+  if (r->has_failure && f->no_restart) {
+    snprintf(rj->reason, sizeof(rj->reason), "rank %d on %s failed (%s), "
+             "a code of --no-restart-exit-codes: it would fail the same way "
+             "again, not restarting", (int)f->rank, m->host, what);
+    finish(rj, 0);
+  } else if (rj->failures > rj->max_restarts) {
     snprintf(rj->reason, sizeof(rj->reason), "rank %d on %s failed (%s); "
              "%d of %d restarts used", (int)f->rank, m->host, what,
              rj->failures - 1, rj->max_restarts);

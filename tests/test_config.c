@@ -156,7 +156,7 @@ static void test_errors(void) {
     ASSERT_EQ(5, c.endpoint_port);
     cfg_free(&c);
   }
-  expect_error(ARGS("--no", "x"), no_env, "--node-rank, --no-python");
+  expect_error(ARGS("--no", "x"), no_env, "--node-rank, --no-restart-exit-codes, --no-python");
   expect_error(ARGS("--no", "x"), no_env, "is ambiguous");
   expect_error(ARGS("--exit-code", "bash", "x"), no_env, "launch or torchrun");
   expect_error(ARGS("--torch-version", "two", "x"), no_env, "1.13");
@@ -265,6 +265,23 @@ static void test_hang(void) {
   cfg_free(&c);
   expect_error(ARGS("--hang-timeout", "soon", "x"), no_env,
                "--hang-timeout: 'soon' is not a duration");
+  /* --no-restart-exit-codes: train_gpt's divergence (3) by default */
+  ASSERT_EQ(0, parse(&c, ARGS("x"), no_env, err, sizeof(err)));
+  ASSERT(c.no_restart[3] && !c.no_restart[1]);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("--no-restart-exit-codes", "4,10-12", "x"),
+                     no_env, err, sizeof(err)));
+  ASSERT(!c.no_restart[3] && c.no_restart[4] && c.no_restart[11] &&
+         !c.no_restart[13]);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("x"), ENV("LAUNCH_NO_RESTART_EXIT_CODES=none"),
+                     err, sizeof(err)));
+  ASSERT(!c.no_restart[3]);
+  cfg_free(&c);
+  expect_error(ARGS("--no-restart-exit-codes", "3,x", "x"), no_env,
+               "not a list of exit codes");
+  expect_error(ARGS("--no-restart-exit-codes", "0", "x"), no_env,
+               "not a list of exit codes");
   expect_error(ARGS("--hang-timeout", "-5", "x"), no_env, "--hang-timeout");
   expect_error(ARGS("--hang-signal", "SIGFOO", "x"), no_env,
                "--hang-signal: 'SIGFOO' is not a signal");

@@ -21,6 +21,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -154,6 +155,33 @@ def test_exit_codes():
     assert rc == 127, rc
     rc, _, _ = run(["--standalone", "--exit-code=torchrun", "/no/such/program"])
     assert rc == 1, rc
+
+
+def test_repeating_failures():
+    """A failure that would repeat is not retried (issue 27): an exit code of
+    --no-restart-exit-codes (train_gpt's divergence, 3, by default) ends the
+    job at once; a missing Python script is not started --max-restarts
+    times."""
+    d = tempfile.mkdtemp(prefix="launch-compat-")
+    count = os.path.join(d, "count")
+    prog = ["/bin/sh", "-c", "echo x >> %s; exit $0" % count]
+    for args, code, runs in (([], "3", 1), (["--no-restart-exit-codes", "none"], "3", 3),
+                             (["--no-restart-exit-codes", "5,7-9"], "8", 1),
+                             ([], "4", 3)):
+        if os.path.exists(count):
+            os.unlink(count)
+        rc, _, err = run(["--no-log-time", "--standalone", "--max-restarts", "2"] + args +
+                         prog + [code])
+        with open(count) as f:
+            n = len(f.read().split())
+        assert rc == int(code) and n == runs, (args, code, rc, n, err)
+        if runs == 1:
+            assert "--no-restart-exit-codes" in err and "not restarting" in err, err
+    rc, _, err = run(["--no-log-time", "--standalone", "--max-restarts", "3",
+                      os.path.join(d, "missing.py")])
+    assert rc == 127 and "cannot open the Python script" in err, (rc, err)
+    assert "restart" not in err.replace("not restarting", ""), err
+    shutil.rmtree(d)
 
 
 def test_silent_wait():
@@ -460,7 +488,8 @@ def test_doctor_and_fingerprint():
 
 def main():
     only = sys.argv[1:]
-    for t in (test_options, test_torchrun_settings, test_static_node_waits, test_exit_codes, test_silent_wait, test_host_by_any_address,
+    for t in (test_options, test_torchrun_settings, test_static_node_waits,
+              test_repeating_failures, test_exit_codes, test_silent_wait, test_host_by_any_address,
               test_own_store_hint, test_status_unknown_job,
               test_user_env, test_async_error_name, test_local_rank_macro,
               test_progress_lines, test_scale_up_spends_no_restart, test_close_timeout,
