@@ -89,6 +89,8 @@ typedef struct agent_s {
   int have_root;
   char end_reason[1024];
   int root_no_restart; /* the root cause's exit code is a no-restart one */
+  int64_t round_unix_ms; /* when this round's workers were started */
+  int lost_said;         /* the steps a restart loses were said */
   int restarts_used;
   hang_t *hang; /* --hang-timeout (hang.c); NULL when off */
   /* timers and signals */
@@ -307,6 +309,8 @@ static int start_workers(agent_t *a) {
   wk_spec_t spec;
   char **envp[1024];
   int rc;
+  a->round_unix_ms = (int64_t)(lu_wall_s() * 1000.0);
+  a->lost_said = 0;
   if ((size_t)snprintf(a->attempt_dir, sizeof(a->attempt_dir),
                        "%s/attempt_%" PRId64, a->run_dir, a->round) >=
       sizeof(a->attempt_dir)) {
@@ -786,6 +790,48 @@ static void take_root(agent_t *a, msg_failure_t *r) {
   a->have_root = 1;
 }
 
+/* Without --ckpt-dir a restart starts the trainer at step 1 again: say
+ * how far rank 0 had come in this round (its progress key, as rt_progress
+ * or a PyTorch trainer writes it), the steps lost. */
+static void lost_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
+  agent_t *a = arg;
+  const msgpack_object *items;
+  uint32_t cnt;
+  const char *p;
+  size_t n;
+  char buf[64];
+  long long step, ms;
+  (void)ac;
+  if (status != 0 || a->lost_said || proto_arg_array(m, 0, &items, &cnt) != 0 ||
+      cnt != 1 || proto_obj_bytes(&items[0], &p, &n) != 0 ||
+      n >= sizeof(buf))
+    return;
+  memcpy(buf, p, n);
+  buf[n] = '\0';
+  if (sscanf(buf, "%lld %lld", &step, &ms) != 2 || step <= 0 ||
+      ms < a->round_unix_ms)
+    return;
+  a->lost_said = 1;
+  LU_WARN(&a->log, "no --ckpt-dir: the restarted workers begin again at "
+                   "step 1, and the %lld steps rank 0 had reached are lost; "
+                   "give --ckpt-dir D (and have the trainer save, e.g. "
+                   "train_gpt --ckpt-every K) to resume instead", step);
+}
+
+static void ask_lost_steps(agent_t *a) {
+  char key[64];
+  if (a->o->ckpt_dir[0] || a->base_rank != 0 || a->ac == NULL)
+    return;
+  for (int torch = 0; torch <= 1; torch++) {
+    msgpack_packer *pk = ac_begin(a->ac, PROTO_OP_MGET, 2);
+    snprintf(key, sizeof(key), "%s" RDZV_PROGRESS_PREFIX "0", torch ? "/" : "");
+    msgpack_pack_array(pk, 1);
+    proto_pack_str(pk, key);
+    msgpack_pack_int64(pk, 0); /* do not wait */
+    ac_send(a->ac, lost_reply, a);
+  }
+}
+
 static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
   agent_t *a = arg;
   const msgpack_object *body = m->nargs > 0 ? &m->args[0] : NULL;
@@ -808,6 +854,7 @@ static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
     a->state = A_STOP;
     if (a->ck)
       resume_commit_stop(a->ck);
+    ask_lost_steps(a);
     wk_stop(a->wg, SIGTERM, (int)a->o->stop_grace_ms, restart_stopped, a);
     return;
   }

@@ -184,6 +184,32 @@ def test_repeating_failures():
     shutil.rmtree(d)
 
 
+def test_lost_steps():
+    """Without --ckpt-dir a restart starts at step 1 again: launch says how
+    many steps rank 0 had reached (its progress key), i.e. were lost."""
+    d = tempfile.mkdtemp(prefix="launch-compat-")
+    path = script("lost.py", """import datetime, os, sys, time
+import torch.distributed as dist
+marker = os.path.join(os.path.dirname(sys.argv[0]), "once")
+if not os.path.exists(marker):
+    open(marker, "w").close()
+    s = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                      is_master=False, timeout=datetime.timedelta(seconds=30))
+    s.set("launch/progress/0", "40 %d" % int(time.time() * 1000))
+    sys.exit(1)
+""", d)
+    rc, _, err = run(["--no-log-time", "--standalone", "--max-restarts", "1", path],
+                     timeout=120)
+    # a fresh start with --ckpt-dir says so, not "agreement on step -1"
+    rc2, _, err2 = run(["--no-log-time", "--standalone", "--ckpt-dir",
+                        os.path.join(d, "ck"), "/bin/true"])
+    shutil.rmtree(d)
+    assert rc2 == 0 and "step -1" not in err2 and "start fresh" in err2, err2
+    assert rc == 0, (rc, err)
+    lost = [ln for ln in err.splitlines() if "steps rank 0 had reached are lost" in ln]
+    assert len(lost) == 1 and "40 steps" in lost[0] and "--ckpt-dir" in lost[0], err
+
+
 def test_silent_wait():
     """Nobody hosts (is_host=false) the endpoint: a status line naming it and
     why within seconds, then one clean message at read_timeout, exit 75."""
@@ -489,7 +515,7 @@ def test_doctor_and_fingerprint():
 def main():
     only = sys.argv[1:]
     for t in (test_options, test_torchrun_settings, test_static_node_waits,
-              test_repeating_failures, test_exit_codes, test_silent_wait, test_host_by_any_address,
+              test_repeating_failures, test_lost_steps, test_exit_codes, test_silent_wait, test_host_by_any_address,
               test_own_store_hint, test_status_unknown_job,
               test_user_env, test_async_error_name, test_local_rank_macro,
               test_progress_lines, test_scale_up_spends_no_restart, test_close_timeout,
