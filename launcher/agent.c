@@ -88,6 +88,7 @@ typedef struct agent_s {
   sum_failure_t root;
   int have_root;
   char end_reason[1024];
+  int python;          /* the workers run Python (the @record hint) */
   int root_no_restart; /* the root cause's exit code is a no-restart one */
   int64_t round_unix_ms; /* when this round's workers were started */
   int lost_said;         /* the steps a restart loses were said */
@@ -148,6 +149,25 @@ static int rm_entry(const char *path, const struct stat *st, int flag,
   (void)st;
   (void)ftw;
   return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 ? 0 : -1;
+}
+
+/* Does the tree at path hold a non-empty file (a log, an error file)? */
+static int found_content;
+static int content_entry(const char *path, const struct stat *st, int flag,
+                         struct FTW *ftw) {
+  (void)path;
+  (void)ftw;
+  if (flag == FTW_F && S_ISREG(st->st_mode) && st->st_size > 0) {
+    found_content = 1;
+    return 1; /* stop the walk */
+  }
+  return 0;
+}
+
+static int dir_has_content(const char *path) {
+  found_content = 0;
+  nftw(path, content_entry, 16, FTW_PHYS);
+  return found_content;
 }
 
 /* The names of --log-line-prefix: ${host} ${rank} ${local_rank}
@@ -471,6 +491,7 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
     f.local_rank = ex->local_rank;
     f.node_rank = a->node_rank;
     f.pid = ex->pid;
+    f.python = a->python;
     f.exit_code = ex->exit_code;
     f.signal = ex->signal;
     f.stderr_tail = strdup(wk_tail(a->wg, ex->local_rank));
@@ -540,6 +561,7 @@ static void hang_found(void *arg, int local_rank, const char *reason,
   f.local_rank = local_rank;
   f.node_rank = a->node_rank;
   f.pid = (int)wk_pid(a->wg, local_rank);
+  f.python = a->python;
   f.exit_code = -1;
   f.signal = SIGKILL;
   f.stderr_tail = strdup(wk_tail(a->wg, local_rank));
@@ -783,6 +805,7 @@ static void take_root(agent_t *a, msg_failure_t *r) {
   f->pid = (int)r->pid;
   f->exit_code = (int)r->exit_code;
   f->signal = (int)r->signal;
+  f->python = a->python; /* every node runs the same program */
   if (r->tail && r->tail[0])
     f->stderr_tail = r->tail, r->tail = NULL;
   if (r->error && r->error[0])
@@ -1006,6 +1029,15 @@ static void linger_cb(uv_timer_t *t) {
   close_all(a);
 }
 
+static void remove_tree(agent_t *a, const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0)
+    return; /* removed already */
+  if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    LU_WARN(&a->log, "could not remove %s: %s; remove it by hand", path,
+            strerror(errno));
+}
+
 static void print_end(agent_t *a) {
   if (a->finish_ok) {
     say(a, "job %s finished: %s", a->o->run_id,
@@ -1045,16 +1077,21 @@ static void print_end(agent_t *a) {
       fprintf(stderr, "launch: hint: MASTER_ADDR:MASTER_PORT is launch's "
                       "server (--torch-store agent); a program that hosts its "
                       "own TCPStore there needs --torch-store rank0\n");
-    if (a->root_no_restart)
+    if (a->root_no_restart && a->restarts_used < a->o->max_restarts)
       fprintf(stderr, "launch: not restarting: exit code %d is one of "
                       "--no-restart-exit-codes (a failure that would repeat, "
                       "as train_gpt's 3, training diverged); fix the cause, "
                       "or give --no-restart-exit-codes none to restart "
                       "anyway\n", a->root.exit_code);
     free(all);
-    if (a->run_dir_is_temp)
-      fprintf(stderr, "launch: logs and error files of the attempts are in %s\n",
-              a->run_dir);
+    if (a->run_dir_is_temp) {
+      if (dir_has_content(a->run_dir))
+        fprintf(stderr, "launch: logs and error files of the attempts are "
+                        "in %s (kept after a failure: remove it when done)\n",
+                a->run_dir);
+      else
+        remove_tree(a, a->run_dir); /* nothing to look at: no pile-up */
+    }
   } else if (a->end_reason[0]) {
     LU_ERR(&a->log, "job %s failed: %s", a->o->run_id, a->end_reason);
   }
@@ -1360,6 +1397,9 @@ int agent_run(cfg_t *o) {
     a->exit_code = LAUNCH_EXIT_INTERNAL;
     goto out;
   }
+  a->python = o->prog_mode == CFG_PROG_MODULE ||
+              (strcmp(a->argv[0], o->python) == 0 && a->argv[1] &&
+               strcmp(a->argv[1], "-u") == 0);
   /* A Python script that is not there fails the same way on every
    * attempt (as a program that cannot be executed): say so before
    * spawning, not --max-restarts times. */
@@ -1461,10 +1501,11 @@ done:
   free_rank_argv(a);
   launch_argv_free(a->argv);
   hang_free(a->hang);
-  if (a->run_dir_is_temp && rc == 0 && a->run_dir[0] &&
-      nftw(a->run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-    /* Nothing to look at after a success: the temporary logs go. */
-    LU_WARN(&a->log, "could not remove %s", a->run_dir);
+  /* Nothing to look at after a success, nor in an empty run directory
+   * after a failure: the temporary logs go. */
+  if (a->run_dir_is_temp && a->run_dir[0] &&
+      (rc == 0 || !dir_has_content(a->run_dir)))
+    remove_tree(a, a->run_dir);
   launch_node_close(&a->node);
   free(a->fp_text);
   free(a->token);

@@ -213,6 +213,30 @@ def test_spin_while_others_wait():
         shutil.rmtree(d)
 
 
+def test_tie():
+    """Rank 1 is stuck (in data loading) after reporting step 5; ranks 0 and
+    2 report step 5 too and wait for it in the barrier: the steps tie, so
+    launch says that the step does not tell which rank holds the others up
+    and points at the stack dumps; the summary says launch killed the rank
+    for a hang (not the out-of-memory killer)."""
+    d = tempfile.mkdtemp(prefix="launch-hang-")
+    p = agent(["--nproc-per-node", "3", "--hang-timeout", "2",
+               WORKER, "60", "tie", d], d)
+    try:
+        rc, out = finish(p, 120)
+        assert rc == 137, (rc, out)
+        tie = [l for l in out.splitlines() if "all stopped at step 5" in l]
+        assert len(tie) == 1 and "ranks 0, 1, 2" in tie[0], out
+        assert "stack dumps" in tie[0], tie
+        summary = out[out.index("Root cause"):]
+        assert "tie at step 5" in summary, summary
+        assert "killed by launch for a hang" in summary, summary
+        assert "out-of-memory" not in summary, summary
+    finally:
+        p.kill()
+        shutil.rmtree(d)
+
+
 def test_no_progress_reports_not_watched():
     """Workers that never report progress are not taken for hung, however
     long they run past the timeout."""

@@ -210,6 +210,23 @@ if not os.path.exists(marker):
     assert len(lost) == 1 and "40 steps" in lost[0] and "--ckpt-dir" in lost[0], err
 
 
+def test_failure_summary():
+    """A failure summary points only where there is something (issue 27): no
+    run directory line (and no directory left in TMPDIR) when nothing was
+    written there, and the Python @record hint only for Python workers."""
+    d = tempfile.mkdtemp(prefix="launch-compat-")
+    rc, _, err = run(["--no-log-time", "--standalone", "/bin/sh", "-c", "exit 4"],
+                     {"TMPDIR": d})
+    assert rc == 4 and "Root cause" in err, err
+    assert "@record" not in err and "logs and error files" not in err, err
+    assert os.listdir(d) == [], os.listdir(d)
+    path = script("fail.py", "import sys\nsys.exit(5)\n", d)
+    rc, _, err = run(["--no-log-time", "--standalone", path], {"TMPDIR": d})
+    assert rc == 5 and "@record" in err, err
+    assert os.listdir(d) == ["fail.py"], os.listdir(d)
+    shutil.rmtree(d)
+
+
 def test_silent_wait():
     """Nobody hosts (is_host=false) the endpoint: a status line naming it and
     why within seconds, then one clean message at read_timeout, exit 75."""
@@ -515,7 +532,8 @@ def test_doctor_and_fingerprint():
 def main():
     only = sys.argv[1:]
     for t in (test_options, test_torchrun_settings, test_static_node_waits,
-              test_repeating_failures, test_lost_steps, test_exit_codes, test_silent_wait, test_host_by_any_address,
+              test_repeating_failures, test_lost_steps, test_failure_summary,
+              test_exit_codes, test_silent_wait, test_host_by_any_address,
               test_own_store_hint, test_status_unknown_job,
               test_user_env, test_async_error_name, test_local_rank_macro,
               test_progress_lines, test_scale_up_spends_no_restart, test_close_timeout,
