@@ -89,6 +89,8 @@ typedef struct agent_s {
   int have_root;
   char end_reason[1024];
   int python;          /* the workers run Python (the @record hint) */
+  int port_taken;      /* hosting found the port in use by a process this
+                          user cannot see: joined what listens there */
   int root_no_restart; /* the root cause's exit code is a no-restart one */
   int64_t round_unix_ms; /* when this round's workers were started */
   int lost_said;         /* the steps a restart loses were said */
@@ -909,13 +911,28 @@ static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
   }
 }
 
+/* The port this agent meant to host on was in use (by a process it could
+ * not name) and what listens there does not behave as a launch server. */
+static const char *port_taken_hint(const agent_t *a) {
+  static char buf[400];
+  if (!a->port_taken || a->round >= 0)
+    return "";
+  snprintf(buf, sizeof(buf), ". Port %d was already in use when this agent "
+           "tried to host the server there (Address already in use), and "
+           "what listens there may be another program, not a launch server: "
+           "`ss -ltnp 'sport = :%d'` shows which; stop it or give the job "
+           "another port", a->ep_port, a->ep_port);
+  return buf;
+}
+
 static void on_lost(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
   (void)ac;
   (void)status;
   if (a->state == A_FINISH || a->state == A_CLOSED)
     return;
-  LU_ERR(&a->log, "%s; stopping the workers", ac_last_error(a->ac));
+  LU_ERR(&a->log, "%s; stopping the workers%s", ac_last_error(a->ac),
+         port_taken_hint(a));
   /* the rendezvous is gone: another try may work (docs/exit-codes.md) */
   a->exit_code = LAUNCH_EXIT_RDZV;
   a->finish_ok = 0;
@@ -963,11 +980,14 @@ static void on_connected(ac_t *ac, int status, void *arg) {
   uv_timer_stop(&a->status_timer);
   if (status != 0) {
     /* One message: what failed, then what to check. */
-    LU_ERR(&a->log, "%s. The agent that hosts the server is the one whose "
-                    "node has the endpoint's address or name (or "
-                    "--rdzv-conf is_host=true); start it, or `launch "
-                    "server`, and check the address and the port",
-           ac_last_error(a->ac));
+    if (a->port_taken)
+      LU_ERR(&a->log, "%s%s", ac_last_error(a->ac), port_taken_hint(a));
+    else
+      LU_ERR(&a->log, "%s. The agent that hosts the server is the one whose "
+                      "node has the endpoint's address or name (or "
+                      "--rdzv-conf is_host=true); start it, or `launch "
+                      "server`, and check the address and the port",
+             ac_last_error(a->ac));
     a->exit_code = LAUNCH_EXIT_RDZV;
     finish(a);
     return;
@@ -1250,7 +1270,8 @@ static int maybe_host(agent_t *a) {
   cfg_t *o = a->o;
   char ip[INET6_ADDRSTRLEN] = "";
   srv_config_t cfg = SRV_CONFIG_INIT;
-  int want, rc;
+  char who[128] = "";
+  int want, rc, pid = 0, is_launch = 0;
   if (o->standalone) {
     want = 1;
     lu_strlcpy(ip, "127.0.0.1", sizeof(ip));
@@ -1324,14 +1345,33 @@ static int maybe_host(agent_t *a) {
     return rc;
   rounds_install(a->srv);
   rc = srv_listen(a->srv);
-  if (rc == UV_EADDRINUSE && !o->standalone && o->is_host != 1) {
+  if (rc == UV_EADDRINUSE) {
+    pid = launch_port_holder(o->endpoint_port, who, sizeof(who));
+    is_launch = pid > 0 && strncmp(who, "launch ", 7) == 0;
+  }
+  if (rc == UV_EADDRINUSE && !o->standalone && o->is_host != 1 &&
+      (pid == 0 || is_launch)) {
     /* Somebody listens there already (a standalone launch server, or the
-     * agent of another job on this node): join it. */
-    say(a, "a server already listens on %s:%d: joining it", ip,
-        o->endpoint_port);
+     * agent of another job on this node): join it. When it cannot be
+     * known who, a failure to reach it says the port was taken. */
+    say(a, "a server already listens on %s:%d%s%s: joining it", ip,
+        o->endpoint_port, pid ? ", " : "", who);
+    a->port_taken = pid == 0;
     srv_close(a->srv, NULL, NULL);
     a->srv = NULL;
     return 0;
+  }
+  if (rc == UV_EADDRINUSE) {
+    LU_ERR(&a->log, "cannot host the rendezvous server on %s:%d: Address "
+           "already in use, %s holds the port%s; stop it, or give the job "
+           "another port (--rdzv-endpoint HOST:PORT, or --master-port with "
+           "the static backend)", ip, o->endpoint_port,
+           pid ? who : "another program (`ss -ltnp` shows which)",
+           is_launch ? " (another launch: --standalone and is_host=true do "
+                       "not join it)" : "");
+    srv_close(a->srv, NULL, NULL);
+    a->srv = NULL;
+    return rc;
   }
   if (rc != 0) {
     LU_ERR(&a->log, "cannot host the rendezvous server on %s:%d: %s", ip,

@@ -227,6 +227,30 @@ def test_failure_summary():
     shutil.rmtree(d)
 
 
+def test_port_in_use():
+    """A port held by another program is said to be (issue 27): "Address
+    already in use" and which program holds it, at once, not "did not answer
+    for 15 s"; a launch server there is still joined."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(4)
+    port = s.getsockname()[1]
+    try:
+        t0 = time.time()
+        rc, _, err = run(["--no-log-time", "--nnodes", "1", "--rdzv-endpoint",
+                          "127.0.0.1:%d" % port, "/bin/true"])
+    finally:
+        s.close()
+    assert rc == 75 and time.time() - t0 < 10, (rc, err)
+    assert "Address already in use" in err and "(pid %d) holds the port" % os.getpid() in err, err
+    assert "did not answer" not in err, err
+    with lt.Server() as srv:
+        rc, _, err = run(["--no-log-time", "--nnodes", "1", "--rdzv-endpoint",
+                          "127.0.0.1:%d" % srv.port, "/bin/true"])
+    assert rc == 0 and "joining it" in err, (rc, err)
+
+
 def test_silent_wait():
     """Nobody hosts (is_host=false) the endpoint: a status line naming it and
     why within seconds, then one clean message at read_timeout, exit 75."""
@@ -533,6 +557,7 @@ def main():
     only = sys.argv[1:]
     for t in (test_options, test_torchrun_settings, test_static_node_waits,
               test_repeating_failures, test_lost_steps, test_failure_summary,
+              test_port_in_use,
               test_exit_codes, test_silent_wait, test_host_by_any_address,
               test_own_store_hint, test_status_unknown_job,
               test_user_env, test_async_error_name, test_local_rank_macro,
