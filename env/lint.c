@@ -493,12 +493,18 @@ static void check_debug(lint_t *l) {
   const char *d = env_get(l->e, "NCCL_DEBUG");
   const char *s = env_get(l->e, "NCCL_DEBUG_SUBSYS");
   int verbose = d && (ieq(d, "INFO") || ieq(d, "TRACE"));
+  const env_var_t *v = env_find(l->e, "NCCL_DEBUG");
+  /* From the shell over the profile: one warning, one piece of advice
+   * (check_user_debug leaves it to this one). */
+  int shell = verbose && v && v->src == ENV_SRC_INHERITED && v->origin &&
+              strstr(v->origin, "over the profile") != NULL;
   if (verbose)
     add(l, ENV_SEV_WARN, "debug-info", "NCCL_DEBUG",
-        "set NCCL_DEBUG=WARN once the network works",
-        "NCCL_DEBUG=%s prints every rank's init and network details: slower "
-        "start, logs that bury real errors",
-        d);
+        shell ? "fine while debugging the network; once it works, unset "
+                "NCCL_DEBUG in your shell (the profile's value then applies)"
+              : "set NCCL_DEBUG=WARN once the network works",
+        "NCCL_DEBUG=%s prints every rank's init and network details: "
+        "slower start, logs that bury real errors", d);
   if (s && !verbose)
     add(l, ENV_SEV_INFO, "debug-subsys-noop", "NCCL_DEBUG_SUBSYS",
         "remove it, or set NCCL_DEBUG=INFO while debugging",
@@ -512,9 +518,13 @@ static void check_debug(lint_t *l) {
 static void check_user_debug(lint_t *l) {
   for (int i = 0; i < env_count(l->e); i++) {
     const env_var_t *v = env_at(l->e, i);
+    const char *d = env_get(l->e, "NCCL_DEBUG");
     if (v->src != ENV_SRC_INHERITED || !env_is_user_debug(v->key) ||
         v->origin == NULL || strstr(v->origin, "over the profile") == NULL)
       continue;
+    if (!strcmp(v->key, "NCCL_DEBUG") && d &&
+        (ieq(d, "INFO") || ieq(d, "TRACE")))
+      continue; /* check_debug's warning says it */
     add(l, ENV_SEV_WARN, "user-debug", v->key,
         "unset it in your shell to get the profile's value",
         "%s=%s comes from your shell and is kept %s", v->key, v->value,

@@ -350,7 +350,9 @@ static int form_round(rounds_job_t *rj) {
                  "another node): give every node its own --node-rank", r,
                  m->host);
       if (rj->static_mode || r < n) {
-        LU_WARN(&s->log, "job %s: %s", rj->job->name, msg);
+        /* Info: every waiting agent gets it as its join's error and says
+       * it (an agent hosting the server would print it twice). */
+      LU_INFO(&s->log, "job %s: %s", rj->job->name, msg);
         reply_join_error(m, RDZV_EINVAL, msg);
         /* out of the round; its agent exits */
         set_member(m, M_RESTARTING, 0, m->c);
@@ -500,7 +502,9 @@ static void evaluate(rounds_job_t *rj) {
     if (rj->round >= 0) {
       finish(rj, 0);
     } else {
-      LU_WARN(&s->log, "job %s: %s", rj->job->name, msg);
+      /* Info: every waiting agent gets it as its join's error and says
+       * it (an agent hosting the server would print it twice). */
+      LU_INFO(&s->log, "job %s: %s", rj->job->name, msg);
       for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
         rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
         reply_join_error(m, -ETIMEDOUT, msg);

@@ -227,6 +227,17 @@ def test_failure_summary():
     shutil.rmtree(d)
 
 
+def test_rdzv_timeout_once():
+    """A rendezvous that times out is said once, as the agent's error (the
+    server it hosts said it too, as a warning)."""
+    port = lt.free_port()
+    rc, _, err = run(["--no-log-time", "--nnodes", "2", "--rdzv-endpoint",
+                      "127.0.0.1:%d" % port, "--rdzv-conf", "join_timeout=2", "/bin/true"])
+    assert rc == 75, (rc, err)
+    said = [ln for ln in err.splitlines() if "rendezvous timed out" in ln]
+    assert len(said) == 1 and " error: " in said[0], err
+
+
 def test_port_in_use():
     """A port held by another program is said to be (issue 27): "Address
     already in use" and which program holds it, at once, not "did not answer
@@ -341,7 +352,11 @@ def test_user_env():
     recs, out, err = dump_run([], extra={"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
     assert recs[0]["env"]["NCCL_DEBUG"] == "INFO", recs[0]["env"].get("NCCL_DEBUG")
     assert recs[0]["env"]["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
-    assert "NCCL_DEBUG=INFO comes from your shell" in err, err
+    # one warning with one piece of advice (issue 27: there were two, one
+    # saying to set WARN, the other to unset it)
+    nccl = [ln for ln in err.splitlines() if "warning:" in ln and "NCCL_DEBUG=INFO" in ln]
+    assert len(nccl) == 1 and "inherited, kept over the profile" in nccl[0], err
+    assert "unset NCCL_DEBUG in your shell" in nccl[0], nccl
     # no GPU here: NCCL settings this node cannot honour warn, do not refuse
     recs, out, err = dump_run([], extra={"CUDA_VISIBLE_DEVICES": "",
                                          "NCCL_SOCKET_IFNAME": "ib0",
@@ -557,7 +572,7 @@ def main():
     only = sys.argv[1:]
     for t in (test_options, test_torchrun_settings, test_static_node_waits,
               test_repeating_failures, test_lost_steps, test_failure_summary,
-              test_port_in_use,
+              test_port_in_use, test_rdzv_timeout_once,
               test_exit_codes, test_silent_wait, test_host_by_any_address,
               test_own_store_hint, test_status_unknown_job,
               test_user_env, test_async_error_name, test_local_rank_macro,
