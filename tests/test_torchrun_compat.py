@@ -238,6 +238,32 @@ def test_rdzv_timeout_once():
     assert len(said) == 1 and " error: " in said[0], err
 
 
+def test_mismatch_named_on_node0():
+    """Two nodes with the same host name, one with another NCCL setting: the
+    diff tells them apart by address, and node 0's rendezvous timeout names
+    the refused node (it was waiting without saying whom for)."""
+    port = lt.free_port()
+    common = ["--no-log-time", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:%d" % port,
+              "/bin/true"]
+    n0 = subprocess.Popen([L, "--local-addr", "127.0.0.1", "--rdzv-conf", "join_timeout=4"] +
+                          common, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env({"LAUNCH_HOSTNAME": "twin"}))
+    try:
+        time.sleep(1)
+        rc1, _, err1 = run(["--local-addr", "127.0.0.2"] + common,
+                           {"LAUNCH_HOSTNAME": "twin", "NCCL_IB_TIMEOUT": "20"})
+        _, err0 = n0.communicate(timeout=60)
+    finally:
+        if n0.poll() is None:
+            n0.kill()
+            n0.communicate()
+    assert rc1 != 0 and "twin@127.0.0.2 differs from node 0 (twin@127.0.0.1)" in err1, err1
+    assert "twin@127.0.0.1=(unset) twin@127.0.0.2=20" in err1, err1
+    end = [ln for ln in err0.splitlines() if "rendezvous timed out" in ln]
+    assert n0.returncode == 75 and len(end) == 1, err0
+    assert "refused for differing from node 0" in end[0] and "twin@127.0.0.2" in end[0], end
+
+
 def test_port_in_use():
     """A port held by another program is said to be (issue 27): "Address
     already in use" and which program holds it, at once, not "did not answer
@@ -572,7 +598,7 @@ def main():
     only = sys.argv[1:]
     for t in (test_options, test_torchrun_settings, test_static_node_waits,
               test_repeating_failures, test_lost_steps, test_failure_summary,
-              test_port_in_use, test_rdzv_timeout_once,
+              test_port_in_use, test_rdzv_timeout_once, test_mismatch_named_on_node0,
               test_exit_codes, test_silent_wait, test_host_by_any_address,
               test_own_store_hint, test_status_unknown_job,
               test_user_env, test_async_error_name, test_local_rank_macro,
