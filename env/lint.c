@@ -137,26 +137,6 @@ static int is_integer(const char *s) {
   return *p == '\0';
 }
 
-static int edit_distance(const char *a, const char *b) {
-  int la = (int)strlen(a), lb = (int)strlen(b);
-  int prev[80], cur[80];
-  if (la >= 79 || lb >= 79)
-    return 99;
-  for (int j = 0; j <= lb; j++)
-    prev[j] = j;
-  for (int i = 1; i <= la; i++) {
-    cur[0] = i;
-    for (int j = 1; j <= lb; j++) {
-      int c = prev[j - 1] + (a[i - 1] != b[j - 1]);
-      c = LU_MIN(c, prev[j] + 1);
-      c = LU_MIN(c, cur[j - 1] + 1);
-      cur[j] = c;
-    }
-    memcpy(prev, cur, sizeof(int) * (size_t)(lb + 1));
-  }
-  return prev[lb];
-}
-
 static void version_str(int v, char *buf, size_t n) {
   snprintf(buf, n, "%d.%d.%d", v / 10000, (v % 10000) / 100, v % 100);
 }
@@ -192,7 +172,7 @@ static void check_names(lint_t *l, int ver) {
         /* only near names are suggestions; skip the rest cheaply */
         if (kl > nl + 3 || nl > kl + 3)
           continue;
-        d = edit_distance(v->key, nccl_vars[k].name);
+        d = lu_edit_distance(v->key, nccl_vars[k].name);
         if (d < bd) {
           bd = d;
           best = nccl_vars[k].name;

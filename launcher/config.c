@@ -881,6 +881,31 @@ static int takes(int id, unsigned flags) {
  * (torchrun's parser), a long option may be abbreviated to any prefix that
  * names one option only ("--nproc 2"); an ambiguous prefix is refused with
  * the options it could mean. */
+static int takes(int id, unsigned flags);
+
+/* The flag the command takes nearest to arg (at most 2 edits, '_' as
+ * '-'), like argparse's and git's "did you mean". RET 1 with it in out. */
+static int closest_flag(const char *arg, size_t len, unsigned flags,
+                        char *out, size_t cap) {
+  char want[80];
+  int best = 3;
+  if (len < 4 || len >= sizeof(want))
+    return 0;
+  for (size_t i = 0; i < len; i++)
+    want[i] = i >= 2 && arg[i] == '_' ? '-' : arg[i];
+  want[len] = '\0';
+  for (int k = 0; k < CFG_S_COUNT; k++) {
+    int d;
+    if (settings[k].flag == NULL || !takes(k, flags))
+      continue;
+    if ((d = lu_edit_distance(want, settings[k].flag)) < best) {
+      best = d;
+      lu_strlcpy(out, settings[k].flag, cap);
+    }
+  }
+  return best < 3;
+}
+
 static int find_flag(const char *arg, size_t len, unsigned flags, char *err,
                      size_t n) {
   int match = -1, nprefix = 0;
@@ -913,6 +938,9 @@ static int find_flag(const char *arg, size_t len, unsigned flags, char *err,
   if (nprefix > 1)
     lu_errf(err, n, "option '%.*s' is ambiguous: it could be %s; write more "
                  "of its name", (int)len, arg, cands);
+  else if (closest_flag(arg, len, flags, cands, sizeof(cands)))
+    lu_errf(err, n, "unknown option '%.*s': did you mean %s? (see launch "
+                 "--help)", (int)len, arg, cands);
   else
     lu_errf(err, n, "unknown option '%.*s' (see launch --help)", (int)len, arg);
   return -1;
@@ -1254,7 +1282,7 @@ static void wrap(FILE *out, const char *text, int indent) {
 
 static const char agent_intro[] =
     "usage: launch [options] PROGRAM [ARGS...]\n"
-    "       launch server|status|topo|env|doctor [options]\n\n"
+    "       launch server|status|topo|env|doctor|ckpt [options]  (launch help CMD)\n\n"
     "Starts PROGRAM once per local rank on this node, joined with the other\n"
     "nodes of the job through the rendezvous server, and keeps the job alive:\n"
     "a failure on any node restarts every node's workers (up to\n"

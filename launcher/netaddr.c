@@ -123,7 +123,7 @@ static unsigned long listen_inode(int port) {
 
 int launch_port_holder(int port, char *out, size_t cap) {
   unsigned long inode = listen_inode(port);
-  char want[64], path[300], link[64];
+  char want[64], path[600], link[64];
   DIR *proc, *fds;
   struct dirent *p, *fd;
   int pid = 0;

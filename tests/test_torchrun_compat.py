@@ -99,6 +99,29 @@ def test_options():
     assert rc == 0 and "--start-method" in out and "--exit-code" in out and "--torch-version" in out
 
 
+def test_suggestions():
+    """A misspelt subcommand or option suggests the one meant, as git and
+    argparse do (issue 27): `launch statu` ran 'statu' as a program (exit
+    127)."""
+    rc, _, err = run(["statu"])
+    assert rc == 2 and "did you mean `launch status`" in err, (rc, err)
+    rc, out, _ = run(["help"])
+    assert rc == 0 and "usage: launch" in out and "ckpt" in out.splitlines()[1], out
+    rc, out, _ = run(["help", "status"])
+    assert rc == 0 and "usage: launch status" in out, out
+    rc, _, err = run(["--nprocs-per-node", "2", "/bin/true"])
+    assert rc == 2 and "did you mean --nproc-per-node?" in err, err
+    # a program of that name still runs
+    d = tempfile.mkdtemp(prefix="launch-compat-")
+    prog = os.path.join(d, "statu")
+    with open(prog, "w") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(prog, 0o755)
+    rc, _, err = run(["statu"], {"PATH": d + ":" + os.environ["PATH"], "PET_STANDALONE": "1"})
+    shutil.rmtree(d)
+    assert rc == 0, err
+
+
 def test_torchrun_settings():
     """torchrun settings run unchanged (issue 27): --monitor-interval (both
     spellings, PET_MONITOR_INTERVAL) and the c10d and static backends'
@@ -596,7 +619,7 @@ def test_doctor_and_fingerprint():
 
 def main():
     only = sys.argv[1:]
-    for t in (test_options, test_torchrun_settings, test_static_node_waits,
+    for t in (test_options, test_suggestions, test_torchrun_settings, test_static_node_waits,
               test_repeating_failures, test_lost_steps, test_failure_summary,
               test_port_in_use, test_rdzv_timeout_once, test_mismatch_named_on_node0,
               test_exit_codes, test_silent_wait, test_host_by_any_address,
