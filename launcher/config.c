@@ -381,6 +381,26 @@ static int set_hang_timeout(cfg_t *c, int id, const char *v, char *err,
   return 0;
 }
 
+/* `launch doctor --timeout`: seconds (or with a unit) as every other
+ * duration; it took milliseconds once, so a bare 1000 or more is refused
+ * with what to write. */
+static int set_doc_timeout(cfg_t *c, int id, const char *v, char *err,
+                           size_t n) {
+  int64_t ms;
+  char *end;
+  long bare = strtol(v, &end, 10);
+  (void)id;
+  if (*end == '\0' && end != v && bare >= 1000)
+    return fail(err, n, "--timeout %s: seconds, as for launch status (it "
+                        "was milliseconds): write %ld or %ldms", v,
+                bare / 1000, bare);
+  if (lu_parse_duration_ms(v, &ms) != 0 || ms < 1 || ms > 600000)
+    return fail(err, n, "--timeout: '%s' is not a duration from 1 ms to 600 "
+                        "s (seconds, or with a unit: 500ms, 30s)", v);
+  c->doc_timeout_ms = (int)ms;
+  return 0;
+}
+
 /* "3", "3,4,10-12" or "none". */
 static int set_no_restart(cfg_t *c, int id, const char *v, char *err,
                           size_t n) {
@@ -742,8 +762,9 @@ static const setting_t settings[CFG_S_COUNT] = {
         CMD_DOCTOR, "fail unless exactly N GPUs are present"),
     BOOL(DOC_NO_PROBE, "--no-probe", NULL, doc_no_probe, CMD_DOCTOR,
          "do not load NVML, libcudart, libnccl"),
-    INT(DOC_TIMEOUT, "--timeout", "MS", doc_timeout_ms, 1, 600000, CMD_DOCTOR,
-        "connect timeout for --rdzv-endpoint (3000)"),
+    FN(DOC_TIMEOUT, "--timeout", NULL, "SECONDS", set_doc_timeout, CMD_DOCTOR,
+       "connect timeout for --rdzv-endpoint (default 3; seconds, as `launch "
+       "status --timeout`, or with a unit: 500ms)"),
     MS(DOC_JOIN_TIMEOUT, "--join-timeout", doc_join_timeout_ms, CMD_DOCTOR,
        "wait this long for every node (default 60)"),
     BOOL(DOC_COMPACT, "--compact", NULL, doc_compact, CMD_DOCTOR,

@@ -111,6 +111,11 @@ def test_suggestions():
     assert rc == 0 and "usage: launch status" in out, out
     rc, _, err = run(["--nprocs-per-node", "2", "/bin/true"])
     assert rc == 2 and "did you mean --nproc-per-node?" in err, err
+    # doctor --timeout is in seconds, as status --timeout (it was ms)
+    rc, _, err = run(["doctor", "--timeout", "3000", "--no-probe"])
+    assert rc == 2 and "write 3 or 3000ms" in err, (rc, err)
+    rc, out, err = run(["doctor", "--timeout", "2", "--no-probe", "--compact"])
+    assert rc == 0, (rc, out, err)
     # a program of that name still runs
     d = tempfile.mkdtemp(prefix="launch-compat-")
     prog = os.path.join(d, "statu")
