@@ -1407,6 +1407,8 @@ int agent_run(cfg_t *o) {
   lu_log_set_who(&a->log, "launch %s", a->o->host);
   if (o->no_log_time)
     a->log.time = 0;
+  if (o->warning[0])
+    LU_WARN(&a->log, "%s", o->warning);
   /* Settings accepted for torchrun's command lines that mean nothing
    * here: one line each. */
   for (const char *p = o->notes, *e; *p; p = e + 1) {

@@ -1170,6 +1170,26 @@ static int finish_tasks(cfg_t *c, char *err, size_t n) {
   return 0;
 }
 
+/* launch in an sbatch script (or salloc shell) of a multi-node allocation,
+ * not under srun: it runs on this node alone, which nothing else says. */
+static void slurm_outside_step(cfg_t *c) {
+  const char *job = sched_getenv(c->environ, "SLURM_JOB_ID");
+  const char *nn = sched_getenv(c->environ, "SLURM_JOB_NUM_NODES");
+  int nodes = 0;
+  if (nn == NULL)
+    nn = sched_getenv(c->environ, "SLURM_NNODES");
+  if (job == NULL || sched_getenv(c->environ, "SLURM_STEP_ID") ||
+      sched_getenv(c->environ, "SLURM_STEPID") || nn == NULL ||
+      lu_parse_int(nn, 1, 1 << 24, &nodes) != 0 || nodes < 2 ||
+      c->max_nodes >= 2)
+    return;
+  snprintf(c->warning, sizeof(c->warning),
+           "Slurm job %s has %d nodes, but this launch runs outside srun (in "
+           "the batch script): only this node runs the job. Start one launch "
+           "per node with `srun --ntasks-per-node=1 launch ...` "
+           "(examples/slurm/train.sbatch)", job, nodes);
+}
+
 static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
   const char *s = c->nproc_spec;
   int rc;
@@ -1196,6 +1216,7 @@ static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
   if ((c->from_tasks && (rc = finish_tasks(c, err, n)) != 0) ||
       (rc = finish_rdzv(c, err, n)) != 0 || (rc = finish_output(c, err, n)))
     return rc;
+  slurm_outside_step(c);
   /* Binding: each rank on its GPU's NUMA node, memory preferred there, when
    * this node has GPUs; CPU-only jobs are left alone. */
   if (c->cpu_bind[0] == '\0')

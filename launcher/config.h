@@ -190,6 +190,9 @@ typedef struct cfg_s {
   char topo_cvd[256];        /* --cuda-visible-devices */
   int topo_gpu_probe;        /* sysfs, nvml, pci, check */
   char topo_export[PATH_MAX];
+  char warning[512];         /* a setup that runs, but not as meant (an
+                                sbatch script without srun): printed by the
+                                agent at start */
   char notes[1024];          /* settings accepted with no effect here: one
                                 line each, printed by the agent at start */
   unsigned char given[CFG_S_COUNT]; /* set on the command line or from the

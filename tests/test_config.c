@@ -221,6 +221,24 @@ static void test_torchrun_keys(void) {
   cfg_free(&c);
 }
 
+/* launch in an sbatch script of a multi-node allocation, without srun,
+ * runs one node: said (issue #27). */
+static void test_sbatch_without_srun(void) {
+  cfg_t c;
+  char err[512];
+  ASSERT_EQ(0, parse(&c, ARGS("--standalone", "x"),
+                     ENV("SLURM_JOB_ID=7", "SLURM_JOB_NUM_NODES=4"), err,
+                     sizeof(err)));
+  ASSERT_CONTAINS(c.warning, "Slurm job 7 has 4 nodes");
+  ASSERT_CONTAINS(c.warning, "srun --ntasks-per-node=1");
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("--standalone", "x"),
+                     ENV("SLURM_JOB_ID=7", "SLURM_JOB_NUM_NODES=1"), err,
+                     sizeof(err)));
+  ASSERT_STR_EQ("", c.warning);
+  cfg_free(&c);
+}
+
 static void test_conf_values(void) {
   cfg_t c;
   char err[512];
@@ -677,6 +695,7 @@ int main(void) {
   test_errors();
   test_conf_values();
   test_torchrun_keys();
+  test_sbatch_without_srun();
   test_hang();
   test_help();
   test_slurm();
