@@ -40,11 +40,20 @@ with open(os.path.join(out, "env.%s.%s.json" % (rank, os.environ["LAUNCH_ROUND"]
 """
 
 
+SCRATCH = None  # every directory a test makes is under it (main removes it)
+
+
+def scratch():
+    return tempfile.mkdtemp(dir=SCRATCH)
+
+
 def env(extra=None, drop=()):
     e = {k: v for k, v in os.environ.items()
          if not k.startswith(("PET_", "NCCL_", "LAUNCH_", "TORCHELASTIC_", "TORCH_",
                               "SLURM_", "OMPI_"))}
     e["PYTHON_EXEC"] = PY
+    if SCRATCH:  # the agents' run directories (/tmp/launch_<id>) go here
+        e["TMPDIR"] = os.path.join(SCRATCH, "runs")
     for k in drop:
         e.pop(k, None)
     e.update(extra or {})
@@ -59,7 +68,7 @@ def run(args, extra=None, timeout=60, drop=()):
 
 def script(name, text, d=None):
     """text as file name in d (default: a fresh directory); its path."""
-    d = d or tempfile.mkdtemp(prefix="launch-compat-")
+    d = d or scratch()
     path = os.path.join(d, name)
     with open(path, "w") as f:
         f.write(text)
@@ -117,7 +126,7 @@ def test_suggestions():
     rc, out, err = run(["doctor", "--timeout", "2", "--no-probe", "--compact"])
     assert rc == 0, (rc, out, err)
     # a program of that name still runs
-    d = tempfile.mkdtemp(prefix="launch-compat-")
+    d = scratch()
     prog = os.path.join(d, "statu")
     with open(prog, "w") as f:
         f.write("#!/bin/sh\nexit 0\n")
@@ -164,8 +173,12 @@ def test_static_node_waits():
             if "waiting for the rendezvous server" in line:
                 break
     finally:
-        p.kill()
-        p.wait()
+        p.terminate()  # SIGTERM: the agent removes its run directory
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
         p.stderr.close()
         p.stdout.close()
     assert "giving up after 900 s (--rdzv-conf timeout)" in line, line
@@ -190,7 +203,7 @@ def test_repeating_failures():
     --no-restart-exit-codes (train_gpt's divergence, 3, by default) ends the
     job at once; a missing Python script is not started --max-restarts
     times."""
-    d = tempfile.mkdtemp(prefix="launch-compat-")
+    d = scratch()
     count = os.path.join(d, "count")
     prog = ["/bin/sh", "-c", "echo x >> %s; exit $0" % count]
     for args, code, runs in (([], "3", 1), (["--no-restart-exit-codes", "none"], "3", 3),
@@ -215,7 +228,7 @@ def test_repeating_failures():
 def test_lost_steps():
     """Without --ckpt-dir a restart starts at step 1 again: launch says how
     many steps rank 0 had reached (its progress key), i.e. were lost."""
-    d = tempfile.mkdtemp(prefix="launch-compat-")
+    d = scratch()
     path = script("lost.py", """import datetime, os, sys, time
 import torch.distributed as dist
 marker = os.path.join(os.path.dirname(sys.argv[0]), "once")
@@ -242,7 +255,7 @@ def test_failure_summary():
     """A failure summary points only where there is something (issue 27): no
     run directory line (and no directory left in TMPDIR) when nothing was
     written there, and the Python @record hint only for Python workers."""
-    d = tempfile.mkdtemp(prefix="launch-compat-")
+    d = scratch()
     rc, _, err = run(["--no-log-time", "--standalone", "/bin/sh", "-c", "exit 4"],
                      {"TMPDIR": d})
     assert rc == 4 and "Root cause" in err, err
@@ -444,7 +457,7 @@ def test_async_error_name():
     e = recs[0]["env"]
     assert e.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1" and "NCCL_ASYNC_ERROR_HANDLING" not in e
     # a virtual environment whose site-packages claims 2.11
-    v = tempfile.mkdtemp(prefix="launch-venv-")
+    v = scratch()
     real = os.path.realpath(PY)
     ver = os.path.basename(real)[len("python"):]
     os.makedirs(os.path.join(v, "bin"))
@@ -506,7 +519,7 @@ def test_progress_lines():
 
 
 def test_scale_up_spends_no_restart():
-    d = tempfile.mkdtemp(prefix="launch-compat-")
+    d = scratch()
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "py", "worker.py")
     port = lt.free_port()
     common = ["--nnodes", "1:2", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "grow",
@@ -623,7 +636,21 @@ def test_doctor_and_fingerprint():
 
 
 def main():
-    only = sys.argv[1:]
+    global SCRATCH
+    SCRATCH = tempfile.mkdtemp(prefix="launch-compat-")
+    os.mkdir(os.path.join(SCRATCH, "runs"))
+    try:
+        run_tests(sys.argv[1:])
+        # successful runs remove their run directory, failed ones keep it
+        # only when it holds something (issue 27: 250 dirs a day in /tmp)
+        left = os.listdir(os.path.join(SCRATCH, "runs"))
+        assert left == [], left
+    finally:
+        shutil.rmtree(SCRATCH)
+    print("test_torchrun_compat: ok")
+
+
+def run_tests(only):
     for t in (test_options, test_suggestions, test_torchrun_settings, test_static_node_waits,
               test_repeating_failures, test_lost_steps, test_failure_summary,
               test_port_in_use, test_rdzv_timeout_once, test_mismatch_named_on_node0,
@@ -638,7 +665,6 @@ def main():
         t0 = time.time()
         t()
         print("%s: ok (%.1f s)" % (t.__name__, time.time() - t0), flush=True)
-    print("test_torchrun_compat: ok")
 
 
 if __name__ == "__main__":
