@@ -1388,9 +1388,9 @@ static const char topo_intro[] =
     "get, and what is wrong with the topology: a NIC on another NUMA node\n"
     "than its GPUs, a PCIe link narrower or slower than the device supports,\n"
     "an InfiniBand port down, NUMA balancing on. It plans one rank per\n"
-    "visible GPU (1 without GPUs) with --cpu-bind cores --mem-bind local\n"
-    "unless told otherwise; LIST is one cpulist per local rank separated by\n"
-    "':', e.g. 0-15:16-31.\n\n";
+    "visible GPU (1 without GPUs) with the binding launch itself applies\n"
+    "(the defaults below) unless told otherwise; LIST is one cpulist per\n"
+    "local rank separated by ':', e.g. 0-15:16-31.\n\n";
 static const char topo_examples[] =
     "\nexamples:\n"
     "  launch topo\n"
