@@ -1322,6 +1322,14 @@ static int maybe_host(agent_t *a) {
                               (64u << 10));
   cfg.token = a->token;
   cfg.token_len = a->token_len;
+  {
+    /* LAUNCH_HANDSHAKE_TIMEOUT: the hosted server's --handshake-timeout
+     * (tests make it short) */
+    const char *v = sched_getenv(o->environ, "LAUNCH_HANDSHAKE_TIMEOUT");
+    int64_t ms;
+    if (v && lu_parse_duration_ms(v, &ms) == 0 && ms > 0 && ms < INT32_MAX)
+      cfg.handshake_ms = (uint32_t)ms;
+  }
   cfg.tcpstore_job = o->run_id;
   cfg.tcpstore_allow = o->tcpstore_allow[0] ? o->tcpstore_allow : NULL;
   if (o->tls_ca[0] && !o->tls_cert[0]) {

@@ -225,6 +225,27 @@ def test_repeating_failures():
     shutil.rmtree(d)
 
 
+def test_idle_store_client():
+    """A PyTorch 1.13 trainer that connects to the agent's store, then loads
+    data for longer than the server's handshake timeout before its first
+    request (a 1.13 client sends nothing until then): its store still
+    answers (it died with 'Broken pipe')."""
+    path = script("idle.py", """import datetime, os, time
+import torch.distributed as dist
+s = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                  is_master=False, timeout=datetime.timedelta(seconds=30))
+time.sleep(2.5)  # loading data
+s.set("after-idle-%s" % os.environ["RANK"], "1")
+assert s.get("after-idle-%s" % os.environ["RANK"]) == b"1"
+print("rank %s: store answered after idling" % os.environ["RANK"], flush=True)
+""")
+    rc, out, err = run(["--no-log-time", "--standalone", "--nproc-per-node", "2", path],
+                       {"LAUNCH_HANDSHAKE_TIMEOUT": "1"}, timeout=120)
+    assert rc == 0, (rc, out, err)
+    assert out.count("store answered after idling") == 2, (out, err)
+    assert "handshake" not in err, err
+
+
 def test_lost_steps():
     """Without --ckpt-dir a restart starts at step 1 again: launch says how
     many steps rank 0 had reached (its progress key), i.e. were lost."""
@@ -652,7 +673,7 @@ def main():
 
 def run_tests(only):
     for t in (test_options, test_suggestions, test_torchrun_settings, test_static_node_waits,
-              test_repeating_failures, test_lost_steps, test_failure_summary,
+              test_repeating_failures, test_idle_store_client, test_lost_steps, test_failure_summary,
               test_port_in_use, test_rdzv_timeout_once, test_mismatch_named_on_node0,
               test_exit_codes, test_silent_wait, test_host_by_any_address,
               test_own_store_hint, test_status_unknown_job,
