@@ -326,6 +326,27 @@ def test_mismatch_named_on_node0():
     assert "refused for differing from node 0" in end[0] and "twin@127.0.0.2" in end[0], end
 
 
+def test_status_while_reforming():
+    """While the job re-forms after a lost node, `launch status` names the
+    round being formed, as the agents do, not the one that ended."""
+    with lt.Server() as srv:
+        ep = "127.0.0.1:%d" % srv.port
+        common = ["--no-log-time", "--nnodes", "2", "--rdzv-endpoint", ep, "--rdzv-id",
+                  "reform", "--rdzv-conf", "join_timeout=60", "/bin/sleep", "60"]
+        a = lt.launch(["--local-addr", "127.0.0.2"] + common, name="reformA")
+        b = lt.launch(["--local-addr", "127.0.0.3"] + common, name="reformB")
+        try:
+            lt.wait_until(lambda: "round 0 of job reform" in a.output(), 30, "round 0")
+            b.kill()
+            lt.wait_until(lambda: "restarting the workers (round 1)" in a.output(), 30,
+                          "the restart")
+            rc, out, err = run(["status", "--rdzv-endpoint", ep, "--rdzv-id", "reform"])
+        finally:
+            a.kill()
+            b.kill()
+    assert rc == 0 and "forming round 1 (round 0 ended)" in out, (rc, out, err)
+
+
 def test_port_in_use():
     """A port held by another program is said to be (issue 27): "Address
     already in use" and which program holds it, at once, not "did not answer
@@ -674,7 +695,7 @@ def main():
 def run_tests(only):
     for t in (test_options, test_suggestions, test_torchrun_settings, test_static_node_waits,
               test_repeating_failures, test_idle_store_client, test_lost_steps, test_failure_summary,
-              test_port_in_use, test_rdzv_timeout_once, test_mismatch_named_on_node0,
+              test_port_in_use, test_status_while_reforming, test_rdzv_timeout_once, test_mismatch_named_on_node0,
               test_exit_codes, test_silent_wait, test_host_by_any_address,
               test_own_store_hint, test_status_unknown_job,
               test_user_env, test_async_error_name, test_local_rank_macro,
