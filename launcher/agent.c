@@ -6,7 +6,9 @@
  * Everything is event-driven: worker exits arrive through SIGCHLD, restarts
  * and the end of the job are pushed by the server. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <ifaddrs.h>
 #include <inttypes.h>
@@ -16,7 +18,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -89,6 +93,8 @@ typedef struct agent_s {
   int have_root;
   char end_reason[1024];
   int python;          /* the workers run Python (the @record hint) */
+  int run_lock;        /* held while this agent lives: its run directory
+                          is not pruned by another agent */
   int port_taken;      /* hosting found the port in use by a process this
                           user cannot see: joined what listens there */
   int root_no_restart; /* the root cause's exit code is a no-restart one */
@@ -1049,6 +1055,46 @@ static void linger_cb(uv_timer_t *t) {
   close_all(a);
 }
 
+static void remove_tree(agent_t *a, const char *path);
+
+/* The run directories (TMPDIR/launch_<id>_<hex>) failed jobs keep do not
+ * pile up: those of this user untouched for RUN_DIR_DAYS whose agent is
+ * gone (its lock file is not held) are removed, with one line. */
+#define RUN_LOCK ".agent.lock"
+#define RUN_DIR_DAYS 7
+static void prune_run_dirs(agent_t *a) {
+  DIR *d = opendir(a->o->tmpdir);
+  struct dirent *e;
+  time_t old = time(NULL) - RUN_DIR_DAYS * 86400;
+  int n = 0;
+  if (d == NULL)
+    return;
+  while ((e = readdir(d)) != NULL) {
+    char path[PATH_MAX], lk[PATH_MAX + 16];
+    struct stat sb;
+    int fd, busy = 0;
+    if (strncmp(e->d_name, "launch_", 7) != 0 ||
+        (size_t)snprintf(path, sizeof(path), "%s/%s", a->o->tmpdir,
+                         e->d_name) >= sizeof(path) ||
+        !strcmp(path, a->run_dir) || lstat(path, &sb) != 0 ||
+        !S_ISDIR(sb.st_mode) || sb.st_uid != getuid() || sb.st_mtime > old)
+      continue;
+    snprintf(lk, sizeof(lk), "%s/" RUN_LOCK, path);
+    if ((fd = open(lk, O_RDWR | O_CLOEXEC)) >= 0) {
+      busy = flock(fd, LOCK_EX | LOCK_NB) != 0; /* a live agent's */
+      close(fd);
+    }
+    if (!busy) {
+      remove_tree(a, path);
+      n++;
+    }
+  }
+  closedir(d);
+  if (n > 0)
+    say(a, "removed %d run director%s of failed jobs older than %d days "
+           "from %s", n, n == 1 ? "y" : "ies", RUN_DIR_DAYS, a->o->tmpdir);
+}
+
 static void remove_tree(agent_t *a, const char *path) {
   struct stat sb;
   if (lstat(path, &sb) != 0)
@@ -1408,6 +1454,7 @@ int agent_run(cfg_t *o) {
   a->o = o;
   a->loop = &loop;
   a->round = -1;
+  a->run_lock = -1;
   a->exit_code = 1;
   uv_loop_init(&loop);
   signal(SIGPIPE, SIG_IGN);
@@ -1495,6 +1542,14 @@ int agent_run(cfg_t *o) {
       a->exit_code = 1;
       goto out;
     }
+    if (a->run_dir_is_temp) {
+      char lk[PATH_MAX + 16];
+      snprintf(lk, sizeof(lk), "%s/" RUN_LOCK, a->run_dir);
+      a->run_lock = open(lk, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+      if (a->run_lock >= 0)
+        flock(a->run_lock, LOCK_EX | LOCK_NB);
+      prune_run_dirs(a);
+    }
   }
   if (o->torch_store == CFG_STORE_RANK0)
     a->my_master_port = free_port(o->local_addr);
@@ -1551,6 +1606,8 @@ done:
   free_rank_argv(a);
   launch_argv_free(a->argv);
   hang_free(a->hang);
+  if (a->run_lock >= 0)
+    close(a->run_lock);
   /* Nothing to look at after a success, nor in an empty run directory
    * after a failure: the temporary logs go. */
   if (a->run_dir_is_temp && a->run_dir[0] &&

@@ -286,6 +286,20 @@ def test_failure_summary():
     rc, _, err = run(["--no-log-time", "--standalone", path], {"TMPDIR": d})
     assert rc == 5 and "@record" in err, err
     assert os.listdir(d) == ["fail.py"], os.listdir(d)
+    # old run directories do not pile up: a week old and no live agent's
+    # (its lock not held) goes; a live agent's, a fresh one, others stay
+    import fcntl
+    for name in ("launch_old_aaaaaa", "launch_live_bbbbbb", "launch_new_cccccc", "mine"):
+        os.makedirs(os.path.join(d, name, "attempt_0"))
+    week = time.time() - 8 * 86400
+    for name in ("launch_old_aaaaaa", "launch_live_bbbbbb", "mine"):
+        os.utime(os.path.join(d, name), (week, week))
+    with open(os.path.join(d, "launch_live_bbbbbb", ".agent.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rc, _, err = run(["--no-log-time", "--standalone", "/bin/true"], {"TMPDIR": d})
+    assert rc == 0 and "removed 1 run directory of failed jobs older than 7 days" in err, err
+    assert sorted(os.listdir(d)) == ["fail.py", "launch_live_bbbbbb", "launch_new_cccccc",
+                                     "mine"], os.listdir(d)
     shutil.rmtree(d)
 
 
