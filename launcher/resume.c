@@ -527,6 +527,12 @@ static void log_agreement(const resume_t *r) {
   char how[300];
   if (r->o->quiet)
     return;
+  if (r->step < 0) { /* a fresh start: no "agreement on step -1" */
+    LU_INFO(r->log, "no checkpoint in %s to resume from: the workers start "
+            "fresh (looked in %.3f s)", r->o->ckpt_dir,
+            (double)r->agree_ns / 1e9);
+    return;
+  }
   if (r->verify_mode == 0)
     snprintf(how, sizeof(how), "no step to check");
   else if (r->verify_mode == 2)

@@ -429,10 +429,13 @@ def case_sbatch(cl):
     if re.search(r"^\s*(export\s+)?NCCL_\w+=", text, re.M):
         fail("train.sbatch sets NCCL variables by hand: they belong in "
              "--nccl-profile")
+    if "--ckpt-dir" not in text:
+        fail("train.sbatch says it resumes from checkpoints but passes no "
+             "--ckpt-dir")
     logs = os.path.join(cl.dir, "work", "sbatch")
     os.mkdir(logs)
     env = dict(cl.env, TRAIN=os.path.join(BIN, "allreduce_check"), LOGS=logs,
-               LAUNCH=LAUNCH)
+               CKPT=os.path.join(logs, "ckpt"), LAUNCH=LAUNCH)
     r = subprocess.run([which("sbatch"), "--gpus-per-node=0", "--wait", "-o",
                         os.path.join(logs, "out"), script, "--cpu"], env=env,
                        capture_output=True, text=True, timeout=120 * MULT,
