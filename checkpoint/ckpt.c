@@ -33,27 +33,6 @@ struct ckpt_s {
   int job_iovcnt;
 };
 
-static const char *env_first(const char *a, const char *b) {
-  const char *v = getenv(a);
-  if ((v == NULL || *v == '\0') && b)
-    v = getenv(b);
-  return v && *v ? v : NULL;
-}
-
-/* A number from the environment (dflt when unset). RET 0 or 1 (bad). */
-static int env_int(const char *a, const char *b, int64_t dflt, int64_t *out) {
-  const char *v = env_first(a, b);
-  *out = dflt;
-  if (v == NULL)
-    return 0;
-  if (lu_parse_i64(v, strlen(v), out) != 0 || *out < INT32_MIN ||
-      *out > INT32_MAX) {
-    *out = -1;
-    return 1;
-  }
-  return 0;
-}
-
 /* mkdir -p, each new level made durable. */
 static int ck_mkdirs(const char *path) {
   char buf[4096];
@@ -77,13 +56,15 @@ int ckpt_open(const ckpt_options_t *opt, ckpt_t **out) {
   ckpt_options_t o = CKPT_OPTIONS_INIT;
   ckpt_t *c;
   const char *dir, *job;
-  int64_t v;
+  rdzv_env_t env;
+  char bad[160];
   int rc;
   *out = NULL;
   if (opt)
     memcpy(&o, opt, LU_MIN(opt->size, sizeof(o)));
-  dir = o.dir ? o.dir : env_first("LAUNCH_CKPT_DIR", NULL);
-  job = o.job ? o.job : env_first("LAUNCH_RDZV_ID", "TORCHELASTIC_RUN_ID");
+  rc = rdzv_env_parse(NULL, &env, bad, sizeof(bad)) != 0;
+  dir = o.dir ? o.dir : env.ckpt_dir;
+  job = o.job ? o.job : env.rdzv_id;
   if ((c = calloc(1, sizeof(*c))) == NULL)
     return RDZV_ENOMEM;
   c->log.cb = o.log;
@@ -98,26 +79,20 @@ int ckpt_open(const ckpt_options_t *opt, ckpt_t **out) {
   c->world = o.world_size;
   c->local_rank = o.local_rank;
   c->gen = o.generation;
-  rc = 0;
-  if (c->rank < 0) {
-    rc |= env_int("RANK", NULL, 0, &v);
-    c->rank = (int)v;
-  }
-  if (c->world < 0) {
-    rc |= env_int("WORLD_SIZE", NULL, 1, &v);
-    c->world = (int)v;
-  }
-  if (c->local_rank < 0) {
-    rc |= env_int("LOCAL_RANK", NULL, 0, &v);
-    c->local_rank = (int)v;
-  }
+  /* the options first, then the contract (unset: rank 0 of 1, round 0) */
+  if (c->rank < 0)
+    c->rank = env.rank >= 0 ? env.rank : 0;
+  if (c->world < 0)
+    c->world = env.world_size >= 0 ? env.world_size : 1;
+  if (c->local_rank < 0)
+    c->local_rank = env.local_rank >= 0 ? env.local_rank : 0;
   if (c->gen < 0)
-    rc |= env_int("LAUNCH_ROUND", "TORCHELASTIC_RESTART_COUNT", 0, &c->gen);
+    c->gen = env.round >= 0 ? env.round : 0;
   c->keep = o.keep;
-  if (c->keep == 0) {
-    rc |= env_int("LAUNCH_CKPT_KEEP", NULL, 3, &v);
-    c->keep = (int)v;
-  }
+  if (c->keep == 0)
+    c->keep = env.ckpt_keep >= 0 ? env.ckpt_keep : 3;
+  if (rc != 0)
+    ck_log(&c->log, 0, "%s", bad);
   if (rc != 0 || c->world < 1 || c->world > CK_MAX_WORLD || c->rank < 0 ||
       c->rank >= c->world || c->gen < 0) {
     ck_log(&c->log, 0, "rank %d of world size %d (from the options or RANK, "
@@ -392,22 +367,25 @@ void ckpt_close(ckpt_t *c) {
 /* ---- resuming -------------------------------------------------------------------- */
 
 int ckpt_resume_step(ckpt_t *c, int64_t *step) {
-  const char *v = getenv("LAUNCH_RESUME_STEP");
+  rdzv_env_t env;
   ckpt_scan_options_t o = CKPT_SCAN_OPTIONS_INIT;
   ckpt_scan_t *s;
   char err[CKPT_PROBLEM_MAX];
+  const char *v = getenv("LAUNCH_RESUME_STEP");
   int rc;
   *step = -1;
   if (v != NULL) {
     /* launch agreed on it with every node: trust it (ckpt_load checks the
-     * shard's SHA-256 anyway). Empty: a fresh start. */
+     * shard's SHA-256 anyway). Set and empty (a caller's, never the
+     * agent's): a fresh start, no scan. */
     if (*v == '\0')
       return 0;
-    if (lu_parse_i64(v, strlen(v), step) != 0 || *step < 0) {
+    rdzv_env_parse(NULL, &env, NULL, 0);
+    if (env.resume_step < 0) {
       ck_log(&c->log, 0, "LAUNCH_RESUME_STEP=\"%s\" is not a step number", v);
-      *step = -1;
       return CKPT_EFORMAT;
     }
+    *step = env.resume_step;
     return 0;
   }
   /* Not under launch: every rank verifies every shard of the newest steps
@@ -490,10 +468,9 @@ int ckpt_shard_size(ckpt_t *c, int64_t step, uint64_t *size) {
 }
 
 int ckpt_verified_by_launch(int64_t step) {
-  const char *v = getenv("LAUNCH_CKPT_VERIFIED");
-  int64_t s;
-  return v != NULL && *v != '\0' && lu_parse_i64(v, strlen(v), &s) == 0 &&
-         s == step;
+  rdzv_env_t env;
+  rdzv_env_parse(NULL, &env, NULL, 0);
+  return env.ckpt_verified >= 0 && env.ckpt_verified == step;
 }
 
 int ckpt_load(ckpt_t *c, int64_t step, const struct iovec *iov, int iovcnt) {

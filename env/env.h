@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "lu.h"
+#include "rdzv.h"
 
 /* ---- profiles ------------------------------------------------------------------
  * A profile is a text file of KEY=VALUE lines and # comments, the format of
@@ -172,32 +173,13 @@ const char *env_locked_value(int i);
  *
  * docs/launcher.md "The worker environment" lists the variables. */
 
-typedef struct env_contract_s {
-  int local_rank, nproc;     /* LOCAL_RANK, LOCAL_WORLD_SIZE */
-  int base_rank;             /* RANK = ROLE_RANK = base_rank + local_rank */
-  int node_rank, nnodes;     /* GROUP_RANK, GROUP_WORLD_SIZE */
-  int world_size;            /* WORLD_SIZE, ROLE_WORLD_SIZE */
-  int64_t round;             /* LAUNCH_ROUND: one more at every restart,
-                                membership changes included */
-  int64_t restarts;          /* TORCHELASTIC_RESTART_COUNT: restarts spent
-                                on failures (torchrun's count) */
-  int torch_version;         /* the workers' PyTorch, major * 100 + minor,
-                                0 unknown: which async error handling name
-                                it reads */
-  int max_restarts;          /* TORCHELASTIC_MAX_RESTARTS */
-  const char *run_id;        /* TORCHELASTIC_RUN_ID, LAUNCH_RDZV_ID */
-  const char *role;          /* ROLE_NAME */
-  const char *master_addr;   /* MASTER_ADDR, MASTER_PORT: the store */
-  int master_port;
-  int agent_store;           /* TORCHELASTIC_USE_AGENT_STORE True/False */
-  const char *signals;       /* TORCHELASTIC_SIGNALS_TO_HANDLE */
-  const char *attempt_dir;   /* LAUNCH_ATTEMPT_DIR; TORCHELASTIC_ERROR_FILE is
-                                <attempt_dir>/<local rank>/error.json */
-  const char *rdzv_endpoint; /* LAUNCH_RDZV_ENDPOINT */
-  const char *token_file;    /* LAUNCH_RDZV_TOKEN_FILE; NULL or "": unset */
-  const char *tls[3];        /* LAUNCH_RDZV_TLS_CA, _CERT, _KEY; likewise */
-  const char *hostname;      /* LAUNCH_HOSTNAME */
-} env_contract_t;
+/* The contract's values are an rdzv_env_t (include/rdzv.h): the table
+ * env/contract.h says which variable each field is and how it is written;
+ * an unset field (-1, NULL) writes nothing. */
+typedef rdzv_env_t env_contract_t;
+
+/* An env_contract_t with every field unset. */
+void env_contract_init(env_contract_t *k);
 
 typedef struct env_rank_opts_s {
   size_t size;              /* sizeof(env_rank_opts_t) */

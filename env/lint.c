@@ -137,26 +137,6 @@ static int is_integer(const char *s) {
   return *p == '\0';
 }
 
-static int edit_distance(const char *a, const char *b) {
-  int la = (int)strlen(a), lb = (int)strlen(b);
-  int prev[80], cur[80];
-  if (la >= 79 || lb >= 79)
-    return 99;
-  for (int j = 0; j <= lb; j++)
-    prev[j] = j;
-  for (int i = 1; i <= la; i++) {
-    cur[0] = i;
-    for (int j = 1; j <= lb; j++) {
-      int c = prev[j - 1] + (a[i - 1] != b[j - 1]);
-      c = LU_MIN(c, prev[j] + 1);
-      c = LU_MIN(c, cur[j - 1] + 1);
-      cur[j] = c;
-    }
-    memcpy(prev, cur, sizeof(int) * (size_t)(lb + 1));
-  }
-  return prev[lb];
-}
-
 static void version_str(int v, char *buf, size_t n) {
   snprintf(buf, n, "%d.%d.%d", v / 10000, (v % 10000) / 100, v % 100);
 }
@@ -192,7 +172,7 @@ static void check_names(lint_t *l, int ver) {
         /* only near names are suggestions; skip the rest cheaply */
         if (kl > nl + 3 || nl > kl + 3)
           continue;
-        d = edit_distance(v->key, nccl_vars[k].name);
+        d = lu_edit_distance(v->key, nccl_vars[k].name);
         if (d < bd) {
           bd = d;
           best = nccl_vars[k].name;
@@ -493,12 +473,18 @@ static void check_debug(lint_t *l) {
   const char *d = env_get(l->e, "NCCL_DEBUG");
   const char *s = env_get(l->e, "NCCL_DEBUG_SUBSYS");
   int verbose = d && (ieq(d, "INFO") || ieq(d, "TRACE"));
+  const env_var_t *v = env_find(l->e, "NCCL_DEBUG");
+  /* From the shell over the profile: one warning, one piece of advice
+   * (check_user_debug leaves it to this one). */
+  int shell = verbose && v && v->src == ENV_SRC_INHERITED && v->origin &&
+              strstr(v->origin, "over the profile") != NULL;
   if (verbose)
     add(l, ENV_SEV_WARN, "debug-info", "NCCL_DEBUG",
-        "set NCCL_DEBUG=WARN once the network works",
-        "NCCL_DEBUG=%s prints every rank's init and network details: slower "
-        "start, logs that bury real errors",
-        d);
+        shell ? "fine while debugging the network; once it works, unset "
+                "NCCL_DEBUG in your shell (the profile's value then applies)"
+              : "set NCCL_DEBUG=WARN once the network works",
+        "NCCL_DEBUG=%s prints every rank's init and network details: "
+        "slower start, logs that bury real errors", d);
   if (s && !verbose)
     add(l, ENV_SEV_INFO, "debug-subsys-noop", "NCCL_DEBUG_SUBSYS",
         "remove it, or set NCCL_DEBUG=INFO while debugging",
@@ -512,9 +498,13 @@ static void check_debug(lint_t *l) {
 static void check_user_debug(lint_t *l) {
   for (int i = 0; i < env_count(l->e); i++) {
     const env_var_t *v = env_at(l->e, i);
+    const char *d = env_get(l->e, "NCCL_DEBUG");
     if (v->src != ENV_SRC_INHERITED || !env_is_user_debug(v->key) ||
         v->origin == NULL || strstr(v->origin, "over the profile") == NULL)
       continue;
+    if (!strcmp(v->key, "NCCL_DEBUG") && d &&
+        (ieq(d, "INFO") || ieq(d, "TRACE")))
+      continue; /* check_debug's warning says it */
     add(l, ENV_SEV_WARN, "user-debug", v->key,
         "unset it in your shell to get the profile's value",
         "%s=%s comes from your shell and is kept %s", v->key, v->value,

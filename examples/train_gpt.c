@@ -211,7 +211,8 @@ static void usage(FILE *f) {
 "                       which launch --ckpt-dir sets); resumes from\n"
 "                       $LAUNCH_RESUME_STEP, the step every node agreed on\n"
 "  --ckpt-every K       save parameters, AdamW moments, step, data position\n"
-"                       every K steps, in the background (0 = never, default)\n"
+"                       every K steps and at the last step, in the background\n"
+"                       (0 = never, default)\n"
 "  --help               this text\n"
 "exit codes: 0 done, 1 runtime failure, 2 bad flags or data, 3 training diverged\n");
 }
@@ -953,14 +954,15 @@ static int ckpt_setup(run_t *r) {
   return EXIT_OK;
 }
 
-/* Every --ckpt-every steps: copy the state out of the model and write it
- * in the background. RET an exit code. */
+/* Every --ckpt-every steps and at the last step: copy the state out of
+ * the model and write it in the background (the trained weights belong in
+ * the checkpoint directory too). RET an exit code. */
 static int ckpt_step(run_t *r) {
   size_t n = gpt_num_params(&r->cfg);
   struct iovec iov[4];
   int rc;
   if (r->ck == NULL || r->o.ckpt_every <= 0 ||
-      r->st.step % r->o.ckpt_every != 0 || r->st.step >= r->o.steps)
+      (r->st.step % r->o.ckpt_every != 0 && r->st.step != r->o.steps))
     return EXIT_OK;
   /* The buffers are the previous save's until it is done. */
   if ((rc = ckpt_wait(r->ck, -1)) != 0) {

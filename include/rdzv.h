@@ -253,6 +253,50 @@ RDZV_EXTERN int rdzv_list(rdzv_client_t *c, const char *prefix, char ***keys,
                           size_t *n, int timeout_ms);
 RDZV_EXTERN void rdzv_free_keys(char **keys, size_t n);
 
+/* ---- the worker's environment -------------------------------------------
+ *
+ * What launch gives every worker (torchrun's contract and launch's own
+ * variables; docs/launcher.md#environment), parsed in one pass with one
+ * rule: an unset or empty variable is unset (its fallback name is read
+ * then: LAUNCH_ROUND falls back to TORCHELASTIC_RESTART_COUNT,
+ * LAUNCH_RDZV_ID to TORCHELASTIC_RUN_ID, GROUP_RANK to LAUNCH_NODE_RANK,
+ * GROUP_WORLD_SIZE to LAUNCH_NNODES); a value that does not parse is an
+ * error that names the variable. Unset fields are -1 (numbers, booleans)
+ * or NULL (strings). The table is env/contract.h. */
+typedef struct rdzv_env_s {
+  int local_rank, rank, node_rank, role_rank;
+  const char *role_name;
+  int local_world_size, world_size, nnodes, role_world_size;
+  const char *master_addr;
+  int master_port;
+  int64_t restart_count;   /* TORCHELASTIC_RESTART_COUNT */
+  int max_restarts;
+  const char *run_id;      /* TORCHELASTIC_RUN_ID */
+  int use_agent_store;     /* TORCHELASTIC_USE_AGENT_STORE: 1, 0, -1 */
+  const char *error_file, *signals;
+  /* as the user may set them too: OMP_NUM_THREADS can be a list */
+  const char *nccl_async_eh, *torch_nccl_async_eh, *omp_num_threads;
+  const char *endpoint;    /* LAUNCH_RDZV_ENDPOINT: the server */
+  const char *rdzv_id;     /* LAUNCH_RDZV_ID: the job */
+  const char *token_file, *tls_ca, *tls_cert, *tls_key;
+  int64_t round;           /* LAUNCH_ROUND: the generation */
+  int launch_node_rank, launch_nnodes;
+  const char *hostname, *attempt_dir;
+  const char *ckpt_dir;    /* LAUNCH_CKPT_DIR (--ckpt-dir) */
+  int ckpt_keep;
+  int64_t resume_step;     /* LAUNCH_RESUME_STEP: the agreed step */
+  int64_t ckpt_verified;   /* LAUNCH_CKPT_VERIFIED */
+} rdzv_env_t;
+
+/* Parse envp (NULL-terminated "NAME=VALUE" strings; NULL: the process's
+ * environ, read now) into *out: the one reader of the contract, called
+ * where a library starts (rdzv_connect_from_env, ckpt_open, rt_init, the
+ * NCCL bootstrap). String fields point into envp's strings. RET 0, or RDZV_EINVAL
+ * when a value does not parse: err says which ("RANK='x' is not a number
+ * >= 0"), that field is unset and the others are parsed. */
+RDZV_EXTERN int rdzv_env_parse(char *const *envp, rdzv_env_t *out, char *err,
+                               size_t errcap);
+
 /* ---- progress (hang detection) ------------------------------------------
  *
  * A trainer reports that it is making progress by setting the key

@@ -6,7 +6,9 @@
  * Everything is event-driven: worker exits arrive through SIGCHLD, restarts
  * and the end of the job are pushed by the server. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <ifaddrs.h>
 #include <inttypes.h>
@@ -16,7 +18,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -88,6 +92,14 @@ typedef struct agent_s {
   sum_failure_t root;
   int have_root;
   char end_reason[1024];
+  int python;          /* the workers run Python (the @record hint) */
+  int run_lock;        /* held while this agent lives: its run directory
+                          is not pruned by another agent */
+  int port_taken;      /* hosting found the port in use by a process this
+                          user cannot see: joined what listens there */
+  int root_no_restart; /* the root cause's exit code is a no-restart one */
+  int64_t round_unix_ms; /* when this round's workers were started */
+  int lost_said;         /* the steps a restart loses were said */
   int restarts_used;
   hang_t *hang; /* --hang-timeout (hang.c); NULL when off */
   /* timers and signals */
@@ -145,6 +157,25 @@ static int rm_entry(const char *path, const struct stat *st, int flag,
   (void)st;
   (void)ftw;
   return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 ? 0 : -1;
+}
+
+/* Does the tree at path hold a non-empty file (a log, an error file)? */
+static int found_content;
+static int content_entry(const char *path, const struct stat *st, int flag,
+                         struct FTW *ftw) {
+  (void)path;
+  (void)ftw;
+  if (flag == FTW_F && S_ISREG(st->st_mode) && st->st_size > 0) {
+    found_content = 1;
+    return 1; /* stop the walk */
+  }
+  return 0;
+}
+
+static int dir_has_content(const char *path) {
+  found_content = 0;
+  nftw(path, content_entry, 16, FTW_PHYS);
+  return found_content;
 }
 
 /* The names of --log-line-prefix: ${host} ${rank} ${local_rank}
@@ -269,6 +300,9 @@ static int build_envs(agent_t *a) {
            strchr(a->store_host, ':') ? "[%s]:%d" : "%s:%d", a->store_host,
            a->ep_port);
   lu_strlcpy(r.attempt_dir, a->attempt_dir, sizeof(r.attempt_dir));
+  r.resume_step = r.ckpt_verified = -1;
+  if (a->ck)
+    resume_round(a->ck, &r.resume_step, &r.ckpt_verified);
   for (int i = 0; i < o->nproc; i++) {
     char pre[512];
     /* Every change the profile makes is logged once: rank 0, round 0. */
@@ -276,8 +310,6 @@ static int build_envs(agent_t *a) {
                              (i == 0 && a->round == 0 && !o->quiet) ? &a->log
                                                                    : NULL,
                              &a->renv[i]);
-    if (rc == 0 && a->ck)
-      rc = resume_env(a->ck, a->renv[i]);
     if (rc != 0)
       return rc;
     expand_prefix(a, i, pre, sizeof(pre));
@@ -306,6 +338,8 @@ static int start_workers(agent_t *a) {
   wk_spec_t spec;
   char **envp[1024];
   int rc;
+  a->round_unix_ms = (int64_t)(lu_wall_s() * 1000.0);
+  a->lost_said = 0;
   if ((size_t)snprintf(a->attempt_dir, sizeof(a->attempt_dir),
                        "%s/attempt_%" PRId64, a->run_dir, a->round) >=
       sizeof(a->attempt_dir)) {
@@ -390,6 +424,9 @@ static void report(agent_t *a, const sum_failure_t *f) {
     m->tail = f->stderr_tail;
     m->error = f->error_message;
     m->attempt_dir = a->attempt_dir;
+    /* --no-restart-exit-codes: the server ends the job */
+    m->no_restart = !f->signal && f->exit_code > 0 && f->exit_code < 256 &&
+                    a->o->no_restart[f->exit_code];
   }
   msg_report_pack(ac_begin(a->ac, PROTO_OP_REPORT, 1), &r);
   if (ac_send(a->ac, NULL, NULL) != 0)
@@ -463,6 +500,7 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
     f.local_rank = ex->local_rank;
     f.node_rank = a->node_rank;
     f.pid = ex->pid;
+    f.python = a->python;
     f.exit_code = ex->exit_code;
     f.signal = ex->signal;
     f.stderr_tail = strdup(wk_tail(a->wg, ex->local_rank));
@@ -532,6 +570,7 @@ static void hang_found(void *arg, int local_rank, const char *reason,
   f.local_rank = local_rank;
   f.node_rank = a->node_rank;
   f.pid = (int)wk_pid(a->wg, local_rank);
+  f.python = a->python;
   f.exit_code = -1;
   f.signal = SIGKILL;
   f.stderr_tail = strdup(wk_tail(a->wg, local_rank));
@@ -775,11 +814,54 @@ static void take_root(agent_t *a, msg_failure_t *r) {
   f->pid = (int)r->pid;
   f->exit_code = (int)r->exit_code;
   f->signal = (int)r->signal;
+  f->python = a->python; /* every node runs the same program */
   if (r->tail && r->tail[0])
     f->stderr_tail = r->tail, r->tail = NULL;
   if (r->error && r->error[0])
     f->error_message = r->error, r->error = NULL;
   a->have_root = 1;
+}
+
+/* Without --ckpt-dir a restart starts the trainer at step 1 again: say
+ * how far rank 0 had come in this round (its progress key, as rt_progress
+ * or a PyTorch trainer writes it), the steps lost. */
+static void lost_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
+  agent_t *a = arg;
+  const msgpack_object *items;
+  uint32_t cnt;
+  const char *p;
+  size_t n;
+  char buf[64];
+  long long step, ms;
+  (void)ac;
+  if (status != 0 || a->lost_said || proto_arg_array(m, 0, &items, &cnt) != 0 ||
+      cnt != 1 || proto_obj_bytes(&items[0], &p, &n) != 0 ||
+      n >= sizeof(buf))
+    return;
+  memcpy(buf, p, n);
+  buf[n] = '\0';
+  if (sscanf(buf, "%lld %lld", &step, &ms) != 2 || step <= 0 ||
+      ms < a->round_unix_ms)
+    return;
+  a->lost_said = 1;
+  LU_WARN(&a->log, "no --ckpt-dir: the restarted workers begin again at "
+                   "step 1, and the %lld steps rank 0 had reached are lost; "
+                   "give --ckpt-dir D (and have the trainer save, e.g. "
+                   "train_gpt --ckpt-every K) to resume instead", step);
+}
+
+static void ask_lost_steps(agent_t *a) {
+  char key[64];
+  if (a->o->ckpt_dir[0] || a->base_rank != 0 || a->ac == NULL)
+    return;
+  for (int torch = 0; torch <= 1; torch++) {
+    msgpack_packer *pk = ac_begin(a->ac, PROTO_OP_MGET, 2);
+    snprintf(key, sizeof(key), "%s" RDZV_PROGRESS_PREFIX "0", torch ? "/" : "");
+    msgpack_pack_array(pk, 1);
+    proto_pack_str(pk, key);
+    msgpack_pack_int64(pk, 0); /* do not wait */
+    ac_send(a->ac, lost_reply, a);
+  }
 }
 
 static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
@@ -804,6 +886,7 @@ static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
     a->state = A_STOP;
     if (a->ck)
       resume_commit_stop(a->ck);
+    ask_lost_steps(a);
     wk_stop(a->wg, SIGTERM, (int)a->o->stop_grace_ms, restart_stopped, a);
     return;
   }
@@ -819,8 +902,10 @@ static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
     }
     a->finish_ok = sd.ok;
     lu_strlcpy(a->end_reason, sd.reason ? sd.reason : "", sizeof(a->end_reason));
-    if (sd.has_root)
+    if (sd.has_root) {
       take_root(a, &sd.root);
+      a->root_no_restart = (int)sd.root.no_restart;
+    }
     a->restarts_used = (int)sd.restarts;
     msg_shutdown_free(&sd);
     if (a->finish_ok)
@@ -833,23 +918,49 @@ static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
   }
 }
 
+/* The port this agent meant to host on was in use (by a process it could
+ * not name) and what listens there does not behave as a launch server. */
+static const char *port_taken_hint(const agent_t *a) {
+  static char buf[400];
+  if (!a->port_taken || a->round >= 0)
+    return "";
+  snprintf(buf, sizeof(buf), ". Port %d was already in use when this agent "
+           "tried to host the server there (Address already in use), and "
+           "what listens there may be another program, not a launch server: "
+           "`ss -ltnp 'sport = :%d'` shows which; stop it or give the job "
+           "another port", a->ep_port, a->ep_port);
+  return buf;
+}
+
 static void on_lost(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
   (void)ac;
   (void)status;
   if (a->state == A_FINISH || a->state == A_CLOSED)
     return;
-  LU_ERR(&a->log, "%s; stopping the workers", ac_last_error(a->ac));
+  LU_ERR(&a->log, "%s; stopping the workers%s", ac_last_error(a->ac),
+         port_taken_hint(a));
   /* the rendezvous is gone: another try may work (docs/exit-codes.md) */
   a->exit_code = LAUNCH_EXIT_RDZV;
   a->finish_ok = 0;
   finish(a);
 }
 
+/* A static node other than node 0 waits for node 0 like torchrun's does
+ * (--rdzv-conf timeout, 900 s): the runbooks start their nodes by hand, one
+ * after another. */
+static int static_waiter(const agent_t *a) {
+  return a->o->backend == CFG_BACKEND_STATIC && !a->hosting &&
+         a->o->node_rank > 0;
+}
+
 /* How long to keep trying a server that is not up: read_timeout, as
- * torchrun's store does, within the join timeout. */
-static int64_t connect_limit_ms(const cfg_t *o) {
-  return LU_MIN(o->join_timeout_ms, o->read_timeout_ms);
+ * torchrun's store does, within the join timeout; a static node's wait for
+ * node 0. */
+static int64_t connect_limit_ms(const agent_t *a) {
+  if (static_waiter(a))
+    return a->o->static_wait_ms;
+  return LU_MIN(a->o->join_timeout_ms, a->o->read_timeout_ms);
 }
 
 /* While the server cannot be reached: what is tried, why it fails. */
@@ -863,10 +974,11 @@ static void connect_wait_cb(uv_timer_t *t) {
   if (why[0] == '\0')
     return; /* still on its first attempt */
   say(a, "waiting for the rendezvous server %s:%d of job %s: %s; %d "
-         "attempts in %.0f s, giving up after %.0f s (--rdzv-conf "
-         "read_timeout)", a->ep_host, a->ep_port, a->o->run_id, why, attempts,
+         "attempts in %.0f s, giving up after %.0f s (--rdzv-conf %s)",
+      a->ep_host, a->ep_port, a->o->run_id, why, attempts,
       (uv_now(a->loop) - a->join_started_ms) / 1000.0,
-      connect_limit_ms(a->o) / 1000.0);
+      connect_limit_ms(a) / 1000.0,
+      static_waiter(a) ? "timeout" : "read_timeout");
 }
 
 static void on_connected(ac_t *ac, int status, void *arg) {
@@ -875,11 +987,14 @@ static void on_connected(ac_t *ac, int status, void *arg) {
   uv_timer_stop(&a->status_timer);
   if (status != 0) {
     /* One message: what failed, then what to check. */
-    LU_ERR(&a->log, "%s. The agent that hosts the server is the one whose "
-                    "node has the endpoint's address or name (or "
-                    "--rdzv-conf is_host=true); start it, or `launch "
-                    "server`, and check the address and the port",
-           ac_last_error(a->ac));
+    if (a->port_taken)
+      LU_ERR(&a->log, "%s%s", ac_last_error(a->ac), port_taken_hint(a));
+    else
+      LU_ERR(&a->log, "%s. The agent that hosts the server is the one whose "
+                      "node has the endpoint's address or name (or "
+                      "--rdzv-conf is_host=true); start it, or `launch "
+                      "server`, and check the address and the port",
+             ac_last_error(a->ac));
     a->exit_code = LAUNCH_EXIT_RDZV;
     finish(a);
     return;
@@ -941,6 +1056,55 @@ static void linger_cb(uv_timer_t *t) {
   close_all(a);
 }
 
+static void remove_tree(agent_t *a, const char *path);
+
+/* The run directories (TMPDIR/launch_<id>_<hex>) failed jobs keep do not
+ * pile up: those of this user untouched for RUN_DIR_DAYS whose agent is
+ * gone (its lock file is not held) are removed, with one line. */
+#define RUN_LOCK ".agent.lock"
+#define RUN_DIR_DAYS 7
+static void prune_run_dirs(agent_t *a) {
+  DIR *d = opendir(a->o->tmpdir);
+  struct dirent *e;
+  time_t old = time(NULL) - RUN_DIR_DAYS * 86400;
+  int n = 0;
+  if (d == NULL)
+    return;
+  while ((e = readdir(d)) != NULL) {
+    char path[PATH_MAX], lk[PATH_MAX + 16];
+    struct stat sb;
+    int fd, busy = 0;
+    if (strncmp(e->d_name, "launch_", 7) != 0 ||
+        (size_t)snprintf(path, sizeof(path), "%s/%s", a->o->tmpdir,
+                         e->d_name) >= sizeof(path) ||
+        !strcmp(path, a->run_dir) || lstat(path, &sb) != 0 ||
+        !S_ISDIR(sb.st_mode) || sb.st_uid != getuid() || sb.st_mtime > old)
+      continue;
+    snprintf(lk, sizeof(lk), "%s/" RUN_LOCK, path);
+    if ((fd = open(lk, O_RDWR | O_CLOEXEC)) >= 0) {
+      busy = flock(fd, LOCK_EX | LOCK_NB) != 0; /* a live agent's */
+      close(fd);
+    }
+    if (!busy) {
+      remove_tree(a, path);
+      n++;
+    }
+  }
+  closedir(d);
+  if (n > 0)
+    say(a, "removed %d run director%s of failed jobs older than %d days "
+           "from %s", n, n == 1 ? "y" : "ies", RUN_DIR_DAYS, a->o->tmpdir);
+}
+
+static void remove_tree(agent_t *a, const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0)
+    return; /* removed already */
+  if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    LU_WARN(&a->log, "could not remove %s: %s; remove it by hand", path,
+            strerror(errno));
+}
+
 static void print_end(agent_t *a) {
   if (a->finish_ok) {
     say(a, "job %s finished: %s", a->o->run_id,
@@ -980,10 +1144,21 @@ static void print_end(agent_t *a) {
       fprintf(stderr, "launch: hint: MASTER_ADDR:MASTER_PORT is launch's "
                       "server (--torch-store agent); a program that hosts its "
                       "own TCPStore there needs --torch-store rank0\n");
+    if (a->root_no_restart && a->restarts_used < a->o->max_restarts)
+      fprintf(stderr, "launch: not restarting: exit code %d is one of "
+                      "--no-restart-exit-codes (a failure that would repeat, "
+                      "as train_gpt's 3, training diverged); fix the cause, "
+                      "or give --no-restart-exit-codes none to restart "
+                      "anyway\n", a->root.exit_code);
     free(all);
-    if (a->run_dir_is_temp)
-      fprintf(stderr, "launch: logs and error files of the attempts are in %s\n",
-              a->run_dir);
+    if (a->run_dir_is_temp) {
+      if (dir_has_content(a->run_dir))
+        fprintf(stderr, "launch: logs and error files of the attempts are "
+                        "in %s (kept after a failure: remove it when done)\n",
+                a->run_dir);
+      else
+        remove_tree(a, a->run_dir); /* nothing to look at: no pile-up */
+    }
   } else if (a->end_reason[0]) {
     LU_ERR(&a->log, "job %s failed: %s", a->o->run_id, a->end_reason);
   }
@@ -1142,7 +1317,8 @@ static int maybe_host(agent_t *a) {
   cfg_t *o = a->o;
   char ip[INET6_ADDRSTRLEN] = "";
   srv_config_t cfg = SRV_CONFIG_INIT;
-  int want, rc;
+  char who[128] = "";
+  int want, rc, pid = 0, is_launch = 0;
   if (o->standalone) {
     want = 1;
     lu_strlcpy(ip, "127.0.0.1", sizeof(ip));
@@ -1193,6 +1369,14 @@ static int maybe_host(agent_t *a) {
                               (64u << 10));
   cfg.token = a->token;
   cfg.token_len = a->token_len;
+  {
+    /* LAUNCH_HANDSHAKE_TIMEOUT: the hosted server's --handshake-timeout
+     * (tests make it short) */
+    const char *v = sched_getenv(o->environ, "LAUNCH_HANDSHAKE_TIMEOUT");
+    int64_t ms;
+    if (v && lu_parse_duration_ms(v, &ms) == 0 && ms > 0 && ms < INT32_MAX)
+      cfg.handshake_ms = (uint32_t)ms;
+  }
   cfg.tcpstore_job = o->run_id;
   cfg.tcpstore_allow = o->tcpstore_allow[0] ? o->tcpstore_allow : NULL;
   if (o->tls_ca[0] && !o->tls_cert[0]) {
@@ -1216,14 +1400,33 @@ static int maybe_host(agent_t *a) {
     return rc;
   rounds_install(a->srv);
   rc = srv_listen(a->srv);
-  if (rc == UV_EADDRINUSE && !o->standalone && o->is_host != 1) {
+  if (rc == UV_EADDRINUSE) {
+    pid = launch_port_holder(o->endpoint_port, who, sizeof(who));
+    is_launch = pid > 0 && strncmp(who, "launch ", 7) == 0;
+  }
+  if (rc == UV_EADDRINUSE && !o->standalone && o->is_host != 1 &&
+      (pid == 0 || is_launch)) {
     /* Somebody listens there already (a standalone launch server, or the
-     * agent of another job on this node): join it. */
-    say(a, "a server already listens on %s:%d: joining it", ip,
-        o->endpoint_port);
+     * agent of another job on this node): join it. When it cannot be
+     * known who, a failure to reach it says the port was taken. */
+    say(a, "a server already listens on %s:%d%s%s: joining it", ip,
+        o->endpoint_port, pid ? ", " : "", who);
+    a->port_taken = pid == 0;
     srv_close(a->srv, NULL, NULL);
     a->srv = NULL;
     return 0;
+  }
+  if (rc == UV_EADDRINUSE) {
+    LU_ERR(&a->log, "cannot host the rendezvous server on %s:%d: Address "
+           "already in use, %s holds the port%s; stop it, or give the job "
+           "another port (--rdzv-endpoint HOST:PORT, or --master-port with "
+           "the static backend)", ip, o->endpoint_port,
+           pid ? who : "another program (`ss -ltnp` shows which)",
+           is_launch ? " (another launch: --standalone and is_host=true do "
+                       "not join it)" : "");
+    srv_close(a->srv, NULL, NULL);
+    a->srv = NULL;
+    return rc;
   }
   if (rc != 0) {
     LU_ERR(&a->log, "cannot host the rendezvous server on %s:%d: %s", ip,
@@ -1252,6 +1455,7 @@ int agent_run(cfg_t *o) {
   a->o = o;
   a->loop = &loop;
   a->round = -1;
+  a->run_lock = -1;
   a->exit_code = 1;
   uv_loop_init(&loop);
   signal(SIGPIPE, SIG_IGN);
@@ -1259,6 +1463,15 @@ int agent_run(cfg_t *o) {
   lu_log_set_who(&a->log, "launch %s", a->o->host);
   if (o->no_log_time)
     a->log.time = 0;
+  if (o->warning[0])
+    LU_WARN(&a->log, "%s", o->warning);
+  /* Settings accepted for torchrun's command lines that mean nothing
+   * here: one line each. */
+  for (const char *p = o->notes, *e; *p; p = e + 1) {
+    if ((e = strchr(p, '\n')) == NULL)
+      break;
+    say(a, "note: %.*s", (int)(e - p), p);
+  }
   lu_strlcpy(a->ep_host, o->endpoint_host, sizeof(a->ep_host));
   lu_strlcpy(a->store_host, o->endpoint_host, sizeof(a->store_host));
   a->ep_port = o->endpoint_port;
@@ -1280,6 +1493,24 @@ int agent_run(cfg_t *o) {
    * profile, lint) is 2, a server it cannot host 75, the rest 70 */
   if ((rc = launch_worker_argv(o, &a->argv)) != 0) {
     a->exit_code = LAUNCH_EXIT_INTERNAL;
+    goto out;
+  }
+  a->python = o->prog_mode == CFG_PROG_MODULE ||
+              (strcmp(a->argv[0], o->python) == 0 && a->argv[1] &&
+               strcmp(a->argv[1], "-u") == 0);
+  /* A Python script that is not there fails the same way on every
+   * attempt (as a program that cannot be executed): say so before
+   * spawning, not --max-restarts times. */
+  if (o->prog_mode != CFG_PROG_MODULE && strcmp(a->argv[0], o->python) == 0 &&
+      a->argv[1] && !strcmp(a->argv[1], "-u") && a->argv[2] &&
+      access(a->argv[2], R_OK) != 0) {
+    char cwd[PATH_MAX];
+    int e = errno;
+    LU_ERR(&a->log, "cannot open the Python script '%s': %s (looked in %s); "
+                    "not starting the workers: check the script's path",
+           a->argv[2], strerror(e),
+           getcwd(cwd, sizeof(cwd)) ? cwd : "the current directory");
+    a->exit_code = e == ENOENT || e == ENOTDIR ? 127 : 126;
     goto out;
   }
   if ((rc = read_token(a)) != 0 || (rc = prepare_node(a)) != 0) {
@@ -1312,6 +1543,14 @@ int agent_run(cfg_t *o) {
       a->exit_code = 1;
       goto out;
     }
+    if (a->run_dir_is_temp) {
+      char lk[PATH_MAX + 16];
+      snprintf(lk, sizeof(lk), "%s/" RUN_LOCK, a->run_dir);
+      a->run_lock = open(lk, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+      if (a->run_lock >= 0)
+        flock(a->run_lock, LOCK_EX | LOCK_NB);
+      prune_run_dirs(a);
+    }
   }
   if (o->torch_store == CFG_STORE_RANK0)
     a->my_master_port = free_port(o->local_addr);
@@ -1333,7 +1572,7 @@ int agent_run(cfg_t *o) {
   acfg.role = "agent";
   acfg.token = a->token;
   acfg.token_len = a->token_len;
-  acfg.connect_timeout_ms = (int)LU_MIN(connect_limit_ms(o), INT32_MAX);
+  acfg.connect_timeout_ms = (int)LU_MIN(connect_limit_ms(a), INT32_MAX);
   acfg.log = &a->log;
   /* A silent server is noticed within the bound that drops a silent
    * member: three heartbeats (or read_timeout when shorter). */
@@ -1368,10 +1607,13 @@ done:
   free_rank_argv(a);
   launch_argv_free(a->argv);
   hang_free(a->hang);
-  if (a->run_dir_is_temp && rc == 0 && a->run_dir[0] &&
-      nftw(a->run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-    /* Nothing to look at after a success: the temporary logs go. */
-    LU_WARN(&a->log, "could not remove %s", a->run_dir);
+  if (a->run_lock >= 0)
+    close(a->run_lock);
+  /* Nothing to look at after a success, nor in an empty run directory
+   * after a failure: the temporary logs go. */
+  if (a->run_dir_is_temp && a->run_dir[0] &&
+      (rc == 0 || !dir_has_content(a->run_dir)))
+    remove_tree(a, a->run_dir);
   launch_node_close(&a->node);
   free(a->fp_text);
   free(a->token);

@@ -164,8 +164,9 @@ static int gather(doc_opts_t *dopts, const char *endpoint, int nnodes,
         printf("%s %s", col++ ? "," : "", doc_item(reps[0], k)->id);
     printf("\n");
   } else
-    printf("%d items differ between the %zu nodes (only host name, address "
-           "and node rank may):\n%s", ndiff, nkeys, report);
+    printf("%d item%s between the %zu nodes (only host name, address "
+           "and node rank may):\n%s", ndiff, ndiff == 1 ? " differs" :
+           "s differ", nkeys, report);
   status = ndiff || nfail ? 1 : 0;
   /* Leave together: the hosting node keeps the server up until all read. */
   snprintf(key, sizeof(key), "doctor/%s/out", job);

@@ -58,9 +58,19 @@ static void print_json(const msg_status_t *st) {
 }
 
 static void print_table(const msg_status_t *st) {
-  printf("job %s: %s, round %lld, restarts %lld of %lld (nnodes %lld:%lld)\n",
-         st->job, st->state, (long long)st->round, (long long)st->restarts,
-         (long long)st->max_restarts, (long long)st->min, (long long)st->max);
+  /* While re-forming, the server's round is the one that ended: the
+   * agents already say they restart into the next. */
+  if (!strcmp(st->state, "forming") && st->round >= 0)
+    printf("job %s: forming round %lld (round %lld ended), restarts %lld of "
+           "%lld (nnodes %lld:%lld)\n", st->job, (long long)st->round + 1,
+           (long long)st->round, (long long)st->restarts,
+           (long long)st->max_restarts, (long long)st->min,
+           (long long)st->max);
+  else
+    printf("job %s: %s, round %lld, restarts %lld of %lld (nnodes "
+           "%lld:%lld)\n", st->job, st->state, (long long)st->round,
+           (long long)st->restarts, (long long)st->max_restarts,
+           (long long)st->min, (long long)st->max);
   if (st->reason && st->reason[0])
     printf("last event: %s\n", st->reason);
   if (!strcmp(st->state, "forming"))

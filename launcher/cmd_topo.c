@@ -66,9 +66,6 @@ int launch_cmd_topo(int argc, char **argv) {
     cfg_free(&c);
     return rc < 0 ? 2 : 0;
   }
-  /* A planning tool: a share of cores and local memory unless told. */
-  cpu_bind = c.given[CFG_S_CPU_BIND] ? c.cpu_bind : "cores";
-  mem_bind = c.given[CFG_S_MEM_BIND] ? c.mem_bind : "local";
   export_path = c.topo_export[0] ? c.topo_export : NULL;
   json = c.env_json;
   check = c.topo_gpu_probe == 3;
@@ -77,11 +74,6 @@ int launch_cmd_topo(int argc, char **argv) {
   to.gpu_source = sources[c.topo_gpu_probe];
   if ((pol = malloc(sizeof(*pol))) == NULL)
     return 1;
-  if (aff_policy_parse(cpu_bind, mem_bind, pol, err, sizeof(err)) != 0) {
-    launch_usage_error("%s", err);
-    free(pol);
-    return 2;
-  }
   to.log = &log;
   if (check && to.xml) {
     launch_usage_error("--gpu-probe check compares two ways of reading this "
@@ -110,6 +102,19 @@ int launch_cmd_topo(int argc, char **argv) {
               export_path, aff_topo_source(t), export_path);
       ret = 0;
     }
+    goto out;
+  }
+  /* The plan launch itself applies on this topology (config.c's
+   * defaults): each rank on its GPU's NUMA node, memory preferred there,
+   * when there are GPUs; nothing bound without. */
+  cpu_bind = c.given[CFG_S_CPU_BIND] ? c.cpu_bind
+             : aff_topo_ngpus(t) > 0 ? "numa" : "none";
+  mem_bind = c.given[CFG_S_MEM_BIND] ? c.mem_bind
+             : aff_topo_ngpus(t) > 0 && strcmp(cpu_bind, "none") ? "preferred"
+                                                                 : "none";
+  if (aff_policy_parse(cpu_bind, mem_bind, pol, err, sizeof(err)) != 0) {
+    launch_usage_error("%s", err);
+    ret = 2;
     goto out;
   }
   if (nproc == 0)

@@ -3,7 +3,9 @@
  * and what follows from them. */
 #include <ctype.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -232,9 +234,26 @@ static const struct {
     {"heartbeat", offsetof(cfg_t, heartbeat_ms), 10},
     {"keep_alive_interval", offsetof(cfg_t, heartbeat_ms), 10},
     {"read_timeout", offsetof(cfg_t, read_timeout_ms), 1},
+    {"timeout", offsetof(cfg_t, static_wait_ms), 1},
+    {"heartbeat_timeout", 0, 30},
+    {"keep_alive_max_attempt", 0, 0},
+    {"rank", 0, 0},
     {"is_host", 0, 0},
     {"store_type", 0, 0},
 };
+
+/* One line of c->notes (a setting accepted that has no effect here). */
+static void add_note(cfg_t *c, const char *fmt, ...) LU_PRINTF(2, 3);
+static void add_note(cfg_t *c, const char *fmt, ...) {
+  size_t u = strlen(c->notes);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->notes + u, sizeof(c->notes) - u, fmt, ap);
+  va_end(ap);
+  u = strlen(c->notes);
+  if (u + 1 < sizeof(c->notes))
+    lu_strlcpy(c->notes + u, "\n", sizeof(c->notes) - u);
+}
 
 static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
   char item[512], *eq;
@@ -254,17 +273,34 @@ static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
     for (k = 0; k < LU_ARRAY_SIZE(conf_keys); k++)
       if (!strcmp(item, conf_keys[k].key))
         break;
-    if (k == LU_ARRAY_SIZE(conf_keys)) {
-      if (!strcmp(item, "timeout") || !strcmp(item, "heartbeat_timeout") ||
-          !strcmp(item, "keep_alive_max_attempt") || !strcmp(item, "rank"))
-        return fail(err, n, "--rdzv-conf %s: torchrun's etcd key, which has "
-                            "no meaning here: use join_timeout, heartbeat "
-                            "or --node-rank", item);
+    if (k == LU_ARRAY_SIZE(conf_keys))
       return fail(err, n, "--rdzv-conf: unknown key '%s' (known: "
                           "join_timeout, last_call_timeout, close_timeout, "
-                          "heartbeat, read_timeout, is_host)", item);
-    }
-    if (!strcmp(item, "is_host")) {
+                          "heartbeat, heartbeat_timeout, keep_alive_interval, "
+                          "keep_alive_max_attempt, read_timeout, timeout, "
+                          "rank, is_host, store_type)", item);
+    if (!strcmp(item, "rank")) {
+      char *end;
+      long r = strtol(eq, &end, 10);
+      if (*end != '\0' || end == eq || r < 0 || r >= (1 << 20))
+        return fail(err, n, "--rdzv-conf rank: '%s' is not a node rank "
+                            "(0, 1, ...)", eq);
+      c->conf_rank = (int)r;
+    } else if (!strcmp(item, "keep_alive_max_attempt")) {
+      add_note(c, "--rdzv-conf keep_alive_max_attempt=%s has no effect: a "
+                  "node silent for 3 heartbeats is dropped (set the bound "
+                  "with heartbeat_timeout)", eq);
+    } else if (!strcmp(item, "heartbeat_timeout")) {
+      int64_t ms;
+      if (lu_parse_duration_ms(eq, &ms) != 0 || ms < conf_keys[k].min)
+        return fail(err, n, "--rdzv-conf heartbeat_timeout: '%s' is not a "
+                            "duration of at least 30 ms (seconds, or with a "
+                            "unit: 500ms, 30s, 2m)", eq);
+      /* A node silent for 3 heartbeats is dropped: the bound is the
+       * timeout, unless heartbeat itself was given. */
+      if (!c->conf_heartbeat)
+        c->heartbeat_ms = ms / 3;
+    } else if (!strcmp(item, "is_host")) {
       if (parse_bool(eq, &c->is_host) != 0)
         return fail(err, n, "--rdzv-conf is_host: '%s' is not true/false", eq);
     } else if (!strcmp(item, "store_type")) {
@@ -281,6 +317,10 @@ static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
         return fail(err, n, "--rdzv-conf %s: at least %lld ms", item,
                     (long long)conf_keys[k].min);
       memcpy((char *)c + conf_keys[k].off, &ms, sizeof(ms));
+      if (conf_keys[k].off == offsetof(cfg_t, heartbeat_ms))
+        c->conf_heartbeat = 1;
+      if (conf_keys[k].off == offsetof(cfg_t, static_wait_ms))
+        c->conf_timeout = 1;
     }
   }
   return 0;
@@ -339,6 +379,59 @@ static int set_hang_timeout(cfg_t *c, int id, const char *v, char *err,
     return fail(err, n, "--hang-timeout: '%s' is not a duration (seconds, or "
                         "with a unit: 500ms, 30s, 5m) or off", v);
   return 0;
+}
+
+/* `launch doctor --timeout`: seconds (or with a unit) as every other
+ * duration; it took milliseconds once, so a bare 1000 or more is refused
+ * with what to write. */
+static int set_doc_timeout(cfg_t *c, int id, const char *v, char *err,
+                           size_t n) {
+  int64_t ms;
+  char *end;
+  long bare = strtol(v, &end, 10);
+  (void)id;
+  if (*end == '\0' && end != v && bare >= 1000)
+    return fail(err, n, "--timeout %s: seconds, as for launch status (it "
+                        "was milliseconds): write %ld or %ldms", v,
+                bare / 1000, bare);
+  if (lu_parse_duration_ms(v, &ms) != 0 || ms < 1 || ms > 600000)
+    return fail(err, n, "--timeout: '%s' is not a duration from 1 ms to 600 "
+                        "s (seconds, or with a unit: 500ms, 30s)", v);
+  c->doc_timeout_ms = (int)ms;
+  return 0;
+}
+
+/* "3", "3,4,10-12" or "none". */
+static int set_no_restart(cfg_t *c, int id, const char *v, char *err,
+                          size_t n) {
+  const char *p = v;
+  (void)id;
+  memset(c->no_restart, 0, sizeof(c->no_restart));
+  if (!strcmp(v, "none"))
+    return 0;
+  for (;;) {
+    char *end;
+    long lo = strtol(p, &end, 10), hi = lo;
+    if (end == p)
+      break;
+    if (*end == '-') {
+      p = end + 1;
+      hi = strtol(p, &end, 10);
+      if (end == p)
+        break;
+    }
+    if (lo < 1 || hi > 255 || lo > hi)
+      break;
+    for (long k = lo; k <= hi; k++)
+      c->no_restart[k] = 1;
+    if (*end == '\0')
+      return 0;
+    if (*end != ',')
+      break;
+    p = end + 1;
+  }
+  return fail(err, n, "--no-restart-exit-codes: '%s' is not a list of exit "
+                      "codes 1-255 (3, 3,4 or 10-12) or none", v);
 }
 
 static int set_hang_signal(cfg_t *c, int id, const char *v, char *err,
@@ -432,11 +525,14 @@ static int set_program(cfg_t *c, int id, const char *v, char *err, size_t n) {
 }
 
 static int set_monitor(cfg_t *c, int id, const char *v, char *err, size_t n) {
-  (void)c;
-  (void)v;
-  return fail(err, n, "--monitor-interval: launch does not poll its workers "
-                      "(it learns of each exit at once, through SIGCHLD), so "
-                      "there is no interval to set: drop the flag");
+  int64_t ms;
+  (void)id;
+  if (lu_parse_duration_ms(v, &ms) != 0 || ms < 0)
+    return fail(err, n, "--monitor-interval: '%s' is not a duration "
+                        "(seconds, or with a unit: 500ms, 5s)", v);
+  add_note(c, "--monitor-interval %s has no effect: launch learns of each "
+              "worker exit at once (SIGCHLD), there is nothing to poll", v);
+  return 0;
 }
 
 /* "X.Y" or "X.Y.Z+cu121": major * 100 + minor. RET 0 or -1. */
@@ -490,7 +586,10 @@ static const setting_t settings[CFG_S_COUNT] = {
        "nothing this long (at most 3 heartbeats) is lost; close_timeout "
        "(10 s): how long the hosting node keeps the server for the others "
        "to learn the end; is_host (true|false): host the server here, "
-       "whatever the addresses say"),
+       "whatever the addresses say; heartbeat_timeout: a node silent this "
+       "long is dropped (3 heartbeats); timeout (900 s): how long a static "
+       "node waits for node 0; rank: the static node rank (as --node-rank); "
+       "keep_alive_max_attempt: accepted, no effect"),
     INT(NODE_RANK, "--node-rank", "N", node_rank, 0, 1 << 20, RDZV,
         "rank of this node (static backend; a preference with c10d)"),
     FN(MASTER_ADDR, "--master-addr", NULL, "A", set_master_addr, RDZV,
@@ -515,9 +614,13 @@ static const setting_t settings[CFG_S_COUNT] = {
     FN(HANG_SIGNAL, "--hang-signal", NULL, "SIG|none", set_hang_signal,
        SUPERVISION, "sent to a hung rank for a stack dump (faulthandler, "
        "py-spy-like dumpers) 3 s before it is killed (default SIGUSR1)"),
+    FN(NO_RESTART_CODES, "--no-restart-exit-codes", NULL, "LIST|none",
+       set_no_restart, SUPERVISION, "a worker exiting with one of these codes "
+       "ends the job at once instead of restarting it: the failure would "
+       "repeat (default 3, train_gpt's 'training diverged')"),
     FN(MONITOR, "--monitor-interval", NULL, "SECONDS", set_monitor,
-       SUPERVISION, "torchrun's polling period: refused, launch polls "
-       "nothing (it learns of each worker exit at once, through SIGCHLD)"),
+       SUPERVISION, "torchrun's polling period: accepted, no effect (launch "
+       "learns of each worker exit at once, through SIGCHLD)"),
     CHECK(START_METHOD, "--start-method", T_CHOICE, 0, "spawn|fork|forkserver",
           SUPERVISION, "accepted for torchrun's scripts, no effect: every "
           "worker is a fresh process (fork and exec), as spawn gives"),
@@ -659,8 +762,9 @@ static const setting_t settings[CFG_S_COUNT] = {
         CMD_DOCTOR, "fail unless exactly N GPUs are present"),
     BOOL(DOC_NO_PROBE, "--no-probe", NULL, doc_no_probe, CMD_DOCTOR,
          "do not load NVML, libcudart, libnccl"),
-    INT(DOC_TIMEOUT, "--timeout", "MS", doc_timeout_ms, 1, 600000, CMD_DOCTOR,
-        "connect timeout for --rdzv-endpoint (3000)"),
+    FN(DOC_TIMEOUT, "--timeout", NULL, "SECONDS", set_doc_timeout, CMD_DOCTOR,
+       "connect timeout for --rdzv-endpoint (default 3; seconds, as `launch "
+       "status --timeout`, or with a unit: 500ms)"),
     MS(DOC_JOIN_TIMEOUT, "--join-timeout", doc_join_timeout_ms, CMD_DOCTOR,
        "wait this long for every node (default 60)"),
     BOOL(DOC_COMPACT, "--compact", NULL, doc_compact, CMD_DOCTOR,
@@ -798,6 +902,31 @@ static int takes(int id, unsigned flags) {
  * (torchrun's parser), a long option may be abbreviated to any prefix that
  * names one option only ("--nproc 2"); an ambiguous prefix is refused with
  * the options it could mean. */
+static int takes(int id, unsigned flags);
+
+/* The flag the command takes nearest to arg (at most 2 edits, '_' as
+ * '-'), like argparse's and git's "did you mean". RET 1 with it in out. */
+static int closest_flag(const char *arg, size_t len, unsigned flags,
+                        char *out, size_t cap) {
+  char want[80];
+  int best = 3;
+  if (len < 4 || len >= sizeof(want))
+    return 0;
+  for (size_t i = 0; i < len; i++)
+    want[i] = i >= 2 && arg[i] == '_' ? '-' : arg[i];
+  want[len] = '\0';
+  for (int k = 0; k < CFG_S_COUNT; k++) {
+    int d;
+    if (settings[k].flag == NULL || !takes(k, flags))
+      continue;
+    if ((d = lu_edit_distance(want, settings[k].flag)) < best) {
+      best = d;
+      lu_strlcpy(out, settings[k].flag, cap);
+    }
+  }
+  return best < 3;
+}
+
 static int find_flag(const char *arg, size_t len, unsigned flags, char *err,
                      size_t n) {
   int match = -1, nprefix = 0;
@@ -830,6 +959,9 @@ static int find_flag(const char *arg, size_t len, unsigned flags, char *err,
   if (nprefix > 1)
     lu_errf(err, n, "option '%.*s' is ambiguous: it could be %s; write more "
                  "of its name", (int)len, arg, cands);
+  else if (closest_flag(arg, len, flags, cands, sizeof(cands)))
+    lu_errf(err, n, "unknown option '%.*s': did you mean %s? (see launch "
+                 "--help)", (int)len, arg, cands);
   else
     lu_errf(err, n, "unknown option '%.*s' (see launch --help)", (int)len, arg);
   return -1;
@@ -855,6 +987,9 @@ static void defaults(cfg_t *c, char *const *envp) {
   c->close_timeout_ms = 10000;
   c->heartbeat_ms = 5000;
   c->read_timeout_ms = 60000;
+  c->static_wait_ms = 900000;
+  c->no_restart[3] = 1; /* train_gpt: training diverged (docs/runtime.md) */
+  c->conf_rank = -1;
   c->is_host = -1;
   c->stop_grace_ms = 30000;
   c->hang_signal = SIGUSR1;
@@ -960,6 +1095,8 @@ static int finish_rdzv(cfg_t *c, char *err, size_t n) {
                           "elastic jobs)", c->min_nodes, c->max_nodes);
     /* A scheduler's node index stands for --node-rank: without either,
      * every node would be node 0. */
+    if (c->node_rank < 0 && c->conf_rank >= 0)
+      c->node_rank = c->conf_rank; /* torchrun's static rank key */
     if (c->node_rank < 0 && c->sched_node_index >= 0) {
       if (c->sched_node_index >= c->max_nodes)
         return fail(err, n, "the scheduler's node index %d is not below "
@@ -984,6 +1121,14 @@ static int finish_rdzv(cfg_t *c, char *err, size_t n) {
   } else {
     /* A scheduler's node index orders the nodes (Slurm, Volcano). */
     c->pref_node_rank = c->node_rank >= 0 ? c->node_rank : c->sched_node_index;
+    if (c->conf_rank >= 0)
+      add_note(c, "--rdzv-conf rank=%d has no effect with the c10d backend: "
+                  "node ranks are given at the rendezvous (--node-rank asks "
+                  "for one)", c->conf_rank);
+    if (c->conf_timeout)
+      add_note(c, "--rdzv-conf timeout has no effect with the c10d backend "
+                  "(it is how long a static node waits for node 0): use "
+                  "join_timeout");
   }
   if (c->endpoint_port < 0)
     c->endpoint_port = RDZV_DEFAULT_PORT;
@@ -1025,6 +1170,26 @@ static int finish_tasks(cfg_t *c, char *err, size_t n) {
   return 0;
 }
 
+/* launch in an sbatch script (or salloc shell) of a multi-node allocation,
+ * not under srun: it runs on this node alone, which nothing else says. */
+static void slurm_outside_step(cfg_t *c) {
+  const char *job = sched_getenv(c->environ, "SLURM_JOB_ID");
+  const char *nn = sched_getenv(c->environ, "SLURM_JOB_NUM_NODES");
+  int nodes = 0;
+  if (nn == NULL)
+    nn = sched_getenv(c->environ, "SLURM_NNODES");
+  if (job == NULL || sched_getenv(c->environ, "SLURM_STEP_ID") ||
+      sched_getenv(c->environ, "SLURM_STEPID") || nn == NULL ||
+      lu_parse_int(nn, 1, 1 << 24, &nodes) != 0 || nodes < 2 ||
+      c->max_nodes >= 2)
+    return;
+  snprintf(c->warning, sizeof(c->warning),
+           "Slurm job %s has %d nodes, but this launch runs outside srun (in "
+           "the batch script): only this node runs the job. Start one launch "
+           "per node with `srun --ntasks-per-node=1 launch ...` "
+           "(examples/slurm/train.sbatch)", job, nodes);
+}
+
 static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
   const char *s = c->nproc_spec;
   int rc;
@@ -1051,6 +1216,7 @@ static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
   if ((c->from_tasks && (rc = finish_tasks(c, err, n)) != 0) ||
       (rc = finish_rdzv(c, err, n)) != 0 || (rc = finish_output(c, err, n)))
     return rc;
+  slurm_outside_step(c);
   /* Binding: each rank on its GPU's NUMA node, memory preferred there, when
    * this node has GPUs; CPU-only jobs are left alone. */
   if (c->cpu_bind[0] == '\0')
@@ -1158,7 +1324,7 @@ static void wrap(FILE *out, const char *text, int indent) {
 
 static const char agent_intro[] =
     "usage: launch [options] PROGRAM [ARGS...]\n"
-    "       launch server|status|topo|env|doctor [options]\n\n"
+    "       launch server|status|topo|env|doctor|ckpt [options]  (launch help CMD)\n\n"
     "Starts PROGRAM once per local rank on this node, joined with the other\n"
     "nodes of the job through the rendezvous server, and keeps the job alive:\n"
     "a failure on any node restarts every node's workers (up to\n"
@@ -1222,9 +1388,9 @@ static const char topo_intro[] =
     "get, and what is wrong with the topology: a NIC on another NUMA node\n"
     "than its GPUs, a PCIe link narrower or slower than the device supports,\n"
     "an InfiniBand port down, NUMA balancing on. It plans one rank per\n"
-    "visible GPU (1 without GPUs) with --cpu-bind cores --mem-bind local\n"
-    "unless told otherwise; LIST is one cpulist per local rank separated by\n"
-    "':', e.g. 0-15:16-31.\n\n";
+    "visible GPU (1 without GPUs) with the binding launch itself applies\n"
+    "(the defaults below) unless told otherwise; LIST is one cpulist per\n"
+    "local rank separated by ':', e.g. 0-15:16-31.\n\n";
 static const char topo_examples[] =
     "\nexamples:\n"
     "  launch topo\n"

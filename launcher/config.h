@@ -40,6 +40,7 @@ typedef enum {
   CFG_S_MASTER_PORT, CFG_S_LOCAL_ADDR, CFG_S_MAX_RESTARTS, CFG_S_SIGNALS,
   CFG_S_STOP_TIMEOUT, CFG_S_EXIT_BARRIER, CFG_S_MONITOR, CFG_S_START_METHOD,
   CFG_S_HANG_TIMEOUT, CFG_S_HANG_SIGNAL, /* hang.c */
+  CFG_S_NO_RESTART_CODES,
   CFG_S_ROLE, CFG_S_MODULE, CFG_S_NO_PYTHON, CFG_S_RUN_PATH, CFG_S_LOG_DIR,
   CFG_S_REDIRECTS, CFG_S_TEE, CFG_S_RANKS_FILTER, CFG_S_LINE_PREFIX,
   CFG_S_EVENT_LOG, CFG_S_LOGS_SPECS, CFG_S_TORCH_STORE, CFG_S_TOKEN_FILE,
@@ -98,6 +99,13 @@ typedef struct cfg_s {
   int64_t heartbeat_ms;
   int64_t read_timeout_ms;   /* a server that answers no request this long
                                 is lost */
+  int64_t static_wait_ms;    /* static backend: how long a node other than
+                                node 0 waits for node 0's server (--rdzv-conf
+                                timeout, default 900 s as torchrun) */
+  int conf_rank;             /* --rdzv-conf rank (static backend's node
+                                rank); -1 when not given */
+  int conf_heartbeat;        /* --rdzv-conf heartbeat was given */
+  int conf_timeout;          /* --rdzv-conf timeout was given */
   int is_host;               /* -1 auto, 0, 1 (rdzv-conf is_host, else the
                                 scheduler's sched_host) */
   int sched_endpoint;        /* the endpoint is the scheduler's (the first
@@ -114,6 +122,8 @@ typedef struct cfg_s {
   char role[64];
   int64_t hang_timeout_ms;   /* --hang-timeout: 0 = off */
   int hang_signal;           /* --hang-signal: the dump signal, 0 none */
+  unsigned char no_restart[256]; /* --no-restart-exit-codes: 1 for each exit
+                                    code that ends the job at once */
   /* logs */
   char log_dir[PATH_MAX];
   unsigned redirects[CFG_MAX_NPROC], tee[CFG_MAX_NPROC]; /* per local rank */
@@ -180,6 +190,11 @@ typedef struct cfg_s {
   char topo_cvd[256];        /* --cuda-visible-devices */
   int topo_gpu_probe;        /* sysfs, nvml, pci, check */
   char topo_export[PATH_MAX];
+  char warning[512];         /* a setup that runs, but not as meant (an
+                                sbatch script without srun): printed by the
+                                agent at start */
+  char notes[1024];          /* settings accepted with no effect here: one
+                                line each, printed by the agent at start */
   unsigned char given[CFG_S_COUNT]; /* set on the command line or from the
                                        environment */
 } cfg_t;

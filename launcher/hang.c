@@ -340,6 +340,36 @@ static void end_grace(hang_t *h) {
     }
 }
 
+/* Hung ranks that stopped at the primary's step: the step does not tell
+ * which one holds the others up (one stuck in data loading, the others
+ * waiting for it in a collective). Say so, and where to look. */
+static void say_tie(hang_t *h, int primary) {
+  char ranks[256] = "";
+  int ntie = 0;
+  size_t u;
+  if (h->r[primary].step < 0)
+    return;
+  for (int i = 0; i < h->cfg.nproc; i++)
+    if (h->r[i].hung && h->r[i].step == h->r[primary].step) {
+      u = strlen(ranks);
+      snprintf(ranks + u, sizeof(ranks) - u, "%s%d", ntie ? ", " : "",
+               h->base_rank + i);
+      ntie++;
+    }
+  if (ntie < 2)
+    return;
+  LU_ERR(h->cfg.log, "hang: ranks %s all stopped at step %" PRId64 ": the "
+         "step does not tell which one holds up the others, and rank %d is "
+         "reported only as the one silent longest; their stack dumps (on "
+         "each rank's stderr%s) show which one is not waiting in the "
+         "collective", ranks, h->r[primary].step, h->base_rank + primary,
+         h->cfg.signal > 0 ? ", after the dump signal" : ": give --hang-signal");
+  u = strlen(h->r[primary].reason);
+  snprintf(h->r[primary].reason + u, sizeof(h->r[primary].reason) - u,
+           "; ranks %s tie at step %" PRId64 ": see their stack dumps", ranks,
+           h->r[primary].step);
+}
+
 static void judge(hang_t *h, uint64_t now) {
   int nproc = h->cfg.nproc, nstopped = 0, primary = -1;
   if (h->primary >= 0) { /* this round's hang, in its grace */
@@ -381,6 +411,7 @@ static void judge(hang_t *h, uint64_t now) {
     if (i != primary && h->st[i] &&
         (nstopped == 0 || h->st[i] == 'T' || h->st[i] == 't'))
       take_hung(h, i, h->st[i], now);
+  say_tie(h, primary);
   h->primary = primary;
   h->grace_end = now + (nstopped > 0 || h->cfg.signal == 0
                             ? 0 : (uint64_t)h->cfg.grace_ms);

@@ -66,6 +66,8 @@ typedef struct launch_round_s {
   int master_port;
   char endpoint[320];     /* the server, host:port */
   char attempt_dir[PATH_MAX];
+  int64_t resume_step;    /* the agreed step (LAUNCH_RESUME_STEP), -1 none */
+  int64_t ckpt_verified;  /* this node verified that step's shards, -1 */
 } launch_round_t;
 
 /* The round the flags promise before the rendezvous: round 0, the node
@@ -109,6 +111,10 @@ int launch_node_fingerprint(const launch_node_t *n, const env_t *e,
 
 /* Is ip (text) one of this node's addresses (127/8 counts)? */
 int launch_ip_is_local(const char *ip);
+/* Which process listens on TCP port (any address), when this user can
+ * see it: writes "comm (pid N)" to out. RET its pid, 0 when not knowable
+ * (nothing listed, or another user's process). */
+int launch_port_holder(int port, char *out, size_t cap);
 /* Is name one of this node's host names (host: cfg_t's)? */
 int launch_is_my_name(const char *name, const char *host);
 /* host's first address as text. RET 0 or RDZV_ERESOLVE. */

@@ -5,10 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <limits.h>
+#include <unistd.h>
 
 #include "agent.h"
 #include "config.h"
 #include "launch.h"
+#include "lu.h"
 
 void launch_usage_error(const char *fmt, ...) {
   va_list ap;
@@ -39,6 +42,25 @@ static const struct {
     {"ckpt", launch_cmd_ckpt},
 };
 
+/* Is name a program this node can run (a path, or found in PATH)? */
+static int program_exists(const char *name) {
+  const char *path = getenv("PATH");
+  char buf[PATH_MAX];
+  if (strchr(name, '/'))
+    return access(name, F_OK) == 0;
+  if (path == NULL)
+    path = "/usr/bin:/bin";
+  while (*path) {
+    size_t n = strcspn(path, ":");
+    if (n > 0 && (size_t)snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, path,
+                                  name) < sizeof(buf) &&
+        access(buf, X_OK) == 0)
+      return 1;
+    path += n + (path[n] == ':');
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static cfg_t cfg;
   char err[1024];
@@ -50,6 +72,27 @@ int main(int argc, char **argv) {
   if (argc < 2) {
     cfg_help(stderr, 0);
     return 2;
+  }
+  /* `launch help [SUBCOMMAND]`, as git's */
+  if (strcmp(argv[1], "help") == 0 && !program_exists(argv[1])) {
+    if (argc >= 3)
+      for (size_t i = 0; i < LU_ARRAY_SIZE(subcommands); i++)
+        if (strcmp(argv[2], subcommands[i].name) == 0) {
+          char *sub[] = {argv[2], (char *)"--help", NULL};
+          return subcommands[i].fn(2, sub);
+        }
+    cfg_help(stdout, 0);
+    return 0;
+  }
+  /* `launch statu`: a misspelt subcommand, not a program to run */
+  if (argv[1][0] != '-' && !program_exists(argv[1])) {
+    for (size_t i = 0; i < LU_ARRAY_SIZE(subcommands); i++)
+      if (lu_edit_distance(argv[1], subcommands[i].name) <= 2) {
+        launch_usage_error("'%s' is neither a launch command nor a program "
+                           "found in PATH; did you mean `launch %s`?",
+                           argv[1], subcommands[i].name);
+        return 2;
+      }
   }
   rc = cfg_parse(argc, argv, environ, CFG_NEED_PROGRAM, &cfg, err, sizeof(err));
   if (rc == 0) {

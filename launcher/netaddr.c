@@ -1,6 +1,9 @@
 /* netaddr.c - which addresses are this node's; name resolution. */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <strings.h>
 #include <unistd.h>
 #include <ifaddrs.h>
@@ -90,3 +93,75 @@ int launch_resolve_ip(const char *host, char *ip, size_t cap) {
   return 0;
 }
 
+
+/* The inode of the socket listening on TCP port (any address) in one of
+ * /proc/net/tcp, tcp6; 0 when none is listed. */
+static unsigned long listen_inode(int port) {
+  static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+  char line[512];
+  for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+    FILE *f = fopen(tables[t], "r");
+    if (f == NULL)
+      continue;
+    while (fgets(line, sizeof(line), f)) {
+      char local[64], remote[64], st[8];
+      unsigned long inode;
+      const char *colon;
+      /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
+      if (sscanf(line, " %*[0-9]: %63s %63s %7s %*s %*s %*s %*s %*s %lu",
+                 local, remote, st, &inode) != 4 ||
+          strcmp(st, "0A") != 0 || (colon = strrchr(local, ':')) == NULL ||
+          strtol(colon + 1, NULL, 16) != port)
+        continue;
+      fclose(f);
+      return inode;
+    }
+    fclose(f);
+  }
+  return 0;
+}
+
+int launch_port_holder(int port, char *out, size_t cap) {
+  unsigned long inode = listen_inode(port);
+  char want[64], path[600], link[64];
+  DIR *proc, *fds;
+  struct dirent *p, *fd;
+  int pid = 0;
+  out[0] = '\0';
+  if (inode == 0 || (proc = opendir("/proc")) == NULL)
+    return 0;
+  snprintf(want, sizeof(want), "socket:[%lu]", inode);
+  while (pid == 0 && (p = readdir(proc)) != NULL) {
+    if (!isdigit((unsigned char)p->d_name[0]))
+      continue;
+    snprintf(path, sizeof(path), "/proc/%s/fd", p->d_name);
+    if ((fds = opendir(path)) == NULL)
+      continue; /* another user's: not knowable */
+    while ((fd = readdir(fds)) != NULL) {
+      ssize_t n;
+      snprintf(path, sizeof(path), "/proc/%s/fd/%s", p->d_name, fd->d_name);
+      n = readlink(path, link, sizeof(link) - 1);
+      if (n <= 0)
+        continue;
+      link[n] = '\0';
+      if (strcmp(link, want) == 0) {
+        pid = atoi(p->d_name);
+        break;
+      }
+    }
+    closedir(fds);
+  }
+  closedir(proc);
+  if (pid > 0) {
+    char comm[64] = "?";
+    FILE *f;
+    snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+    if ((f = fopen(path, "r")) != NULL) {
+      if (fgets(comm, sizeof(comm), f))
+        comm[strcspn(comm, "\n")] = '\0';
+      fclose(f);
+    }
+    snprintf(out, cap, "%s (pid %d)", comm, pid);
+  }
+  return pid;
+}

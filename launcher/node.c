@@ -81,6 +81,7 @@ void launch_round_guess(const cfg_t *c, const char *run_dir,
            c->endpoint_host, c->endpoint_port);
   snprintf(r->attempt_dir, sizeof(r->attempt_dir), "%.4000s/attempt_0",
            run_dir);
+  r->resume_step = r->ckpt_verified = -1;
 }
 
 int launch_rank_env(const cfg_t *c, const launch_node_t *n,
@@ -88,30 +89,50 @@ int launch_rank_env(const cfg_t *c, const launch_node_t *n,
                     env_t **out) {
   env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
   env_contract_t k;
-  memset(&k, 0, sizeof(k));
+  char error_file[PATH_MAX + 32];
+  env_contract_init(&k);
   k.local_rank = local_rank;
-  k.nproc = c->nproc;
-  k.base_rank = r->base_rank;
-  k.node_rank = r->node_rank;
-  k.nnodes = r->nnodes;
-  k.world_size = r->world_size;
-  k.round = r->round;
-  k.restarts = r->restarts;
-  k.torch_version = c->torch_version;
-  k.max_restarts = c->max_restarts;
-  k.run_id = c->run_id;
-  k.role = c->role;
+  k.rank = k.role_rank = r->base_rank + local_rank;
+  k.node_rank = k.launch_node_rank = r->node_rank;
+  k.role_name = c->role;
+  k.local_world_size = c->nproc;
+  k.world_size = k.role_world_size = r->world_size;
+  k.nnodes = k.launch_nnodes = r->nnodes;
   k.master_addr = r->master_addr;
   k.master_port = r->master_port;
-  k.agent_store = c->torch_store == CFG_STORE_AGENT;
+  k.restart_count = r->restarts;
+  k.max_restarts = c->max_restarts;
+  k.run_id = k.rdzv_id = c->run_id;
+  k.use_agent_store = c->torch_store == CFG_STORE_AGENT;
+  snprintf(error_file, sizeof(error_file), "%s/%d/error.json", r->attempt_dir,
+           local_rank);
+  k.error_file = error_file;
   k.signals = c->signals_spec;
-  k.attempt_dir = r->attempt_dir;
-  k.rdzv_endpoint = r->endpoint;
-  k.token_file = c->token_file;
-  k.tls[0] = c->tls_ca;
-  k.tls[1] = c->tls_cert;
-  k.tls[2] = c->tls_key;
+  /* The name the worker's PyTorch reads: before 2.2 only
+   * NCCL_ASYNC_ERROR_HANDLING; from 2.2 TORCH_NCCL_ASYNC_ERROR_HANDLING,
+   * with a deprecation warning on every rank when the old name is set. */
+  if (c->torch_version > 0 && c->torch_version < 202)
+    k.nccl_async_eh = "1";
+  else
+    k.torch_nccl_async_eh = "1";
+  if (c->nproc > 1)
+    k.omp_num_threads = "1";
+  k.endpoint = r->endpoint;
+  k.token_file = c->token_file[0] ? c->token_file : NULL;
+  k.tls_ca = c->tls_ca[0] ? c->tls_ca : NULL;
+  k.tls_cert = c->tls_cert[0] ? c->tls_cert : NULL;
+  k.tls_key = c->tls_key[0] ? c->tls_key : NULL;
+  k.round = r->round;
   k.hostname = c->host;
+  k.attempt_dir = r->attempt_dir;
+  /* --ckpt-dir: the same for the agent, `launch env` and --from-tasks; the
+   * agreed step only where an agent agreed on one. */
+  if (c->ckpt_dir[0]) {
+    k.ckpt_dir = c->ckpt_dir;
+    k.ckpt_keep = c->ckpt_keep;
+    k.resume_step = r->resume_step;
+    k.ckpt_verified = r->ckpt_verified;
+  }
   ro.base = c->environ;
   ro.contract = &k;
   ro.binding = n->plan && !n->report_only

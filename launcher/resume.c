@@ -527,6 +527,12 @@ static void log_agreement(const resume_t *r) {
   char how[300];
   if (r->o->quiet)
     return;
+  if (r->step < 0) { /* a fresh start: no "agreement on step -1" */
+    LU_INFO(r->log, "no checkpoint in %s to resume from: the workers start "
+            "fresh (looked in %.3f s)", r->o->ckpt_dir,
+            (double)r->agree_ns / 1e9);
+    return;
+  }
   if (r->verify_mode == 0)
     snprintf(how, sizeof(how), "no step to check");
   else if (r->verify_mode == 2)
@@ -717,25 +723,13 @@ void resume_commit_final(resume_t *r, void (*done)(void *), void *arg) {
   r->final_arg = arg;
 }
 
-int resume_env(const resume_t *r, env_t *e) {
-  char b[32];
-  int rc = env_set(e, "LAUNCH_CKPT_DIR", r->o->ckpt_dir, ENV_SRC_LAUNCH,
-                   "launcher");
-  snprintf(b, sizeof(b), "%d", r->o->ckpt_keep);
-  rc |= env_set(e, "LAUNCH_CKPT_KEEP", b, ENV_SRC_LAUNCH, "launcher");
+void resume_round(const resume_t *r, int64_t *step, int64_t *verified) {
+  *step = *verified = -1;
   if (r->have_round && r->step >= 0) {
-    snprintf(b, sizeof(b), "%" PRId64, r->step);
-    rc |= env_set(e, "LAUNCH_RESUME_STEP", b, ENV_SRC_LAUNCH, "launcher");
-  } else {
-    env_unset(e, "LAUNCH_RESUME_STEP");
+    *step = r->step;
+    /* This node verified (or trusted) its shards of the step just now: the
+     * workers' ckpt_load need not hash them again. */
+    if (r->verified == r->step)
+      *verified = r->step;
   }
-  /* This node verified (or trusted) its shards of the step just now: the
-   * workers' ckpt_load need not hash them again. */
-  if (r->have_round && r->step >= 0 && r->verified == r->step) {
-    snprintf(b, sizeof(b), "%" PRId64, r->step);
-    rc |= env_set(e, "LAUNCH_CKPT_VERIFIED", b, ENV_SRC_LAUNCH, "launcher");
-  } else {
-    env_unset(e, "LAUNCH_CKPT_VERIFIED");
-  }
-  return rc ? RDZV_ENOMEM : 0;
 }

@@ -73,11 +73,10 @@ void resume_commit_stop(resume_t *r);
  * closes every connection when the job ends). */
 void resume_commit_final(resume_t *r, void (*done)(void *), void *arg);
 
-/* The worker environment of the agreed step: LAUNCH_CKPT_DIR,
- * LAUNCH_RESUME_STEP (unset on a fresh start), LAUNCH_CKPT_VERIFIED (the
- * same step when this node verified its shards; else unset),
- * LAUNCH_CKPT_KEEP. */
-int resume_env(const resume_t *r, env_t *e);
+/* The agreed step for the workers' contract (env/contract.h): OUT *step
+ * (LAUNCH_RESUME_STEP; -1 on a fresh start), *verified (the same step when
+ * this node verified its shards just now, else -1). */
+void resume_round(const resume_t *r, int64_t *step, int64_t *verified);
 
 /* A node's view as the store holds it: "FIRST NRANKS HOST\n", then
  * ckpt_view_encode's lines. Comes from another node: checked. */

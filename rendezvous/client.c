@@ -732,41 +732,32 @@ int rdzv_connect(const rdzv_options_t *o, rdzv_client_t **out) {
 
 int rdzv_connect_from_env(rdzv_client_t **out) {
   rdzv_options_t o = RDZV_OPTIONS_INIT;
+  rdzv_env_t env;
   char ep[512];
-  const char *e = getenv("LAUNCH_RDZV_ENDPOINT");
-  const char *tf = getenv("LAUNCH_RDZV_TOKEN_FILE");
   char *token = NULL;
   size_t tlen = 0;
   int rc;
 
-  if (e == NULL || *e == '\0') {
-    const char *a = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT");
-    if (a == NULL || p == NULL)
+  if ((rc = rdzv_env_parse(NULL, &env, NULL, 0)) != 0)
+    return rc;
+  o.endpoint = env.endpoint;
+  if (o.endpoint == NULL) {
+    if (env.master_addr == NULL || env.master_port < 0)
       return RDZV_ENOENV;
-    snprintf(ep, sizeof(ep), strchr(a, ':') ? "[%s]:%s" : "%s:%s", a, p);
-    e = ep;
+    snprintf(ep, sizeof(ep), strchr(env.master_addr, ':') ? "[%s]:%d" : "%s:%d",
+             env.master_addr, env.master_port);
+    o.endpoint = ep;
   }
-  o.endpoint = e;
-  o.job = getenv("LAUNCH_RDZV_ID");
-  if (o.job == NULL || *o.job == '\0')
-    o.job = getenv("TORCHELASTIC_RUN_ID");
-  if (o.job == NULL || *o.job == '\0')
-    o.job = "default";
-  if (tf && *tf) {
-    if ((rc = lu_read_token(tf, &token, &tlen, NULL, 0)) != 0)
+  o.job = env.rdzv_id ? env.rdzv_id : "default";
+  if (env.token_file) {
+    if ((rc = lu_read_token(env.token_file, &token, &tlen, NULL, 0)) != 0)
       return rc;
     o.token = token;
     o.token_len = tlen;
   }
-  o.tls_ca = getenv("LAUNCH_RDZV_TLS_CA");
-  o.tls_cert = getenv("LAUNCH_RDZV_TLS_CERT");
-  o.tls_key = getenv("LAUNCH_RDZV_TLS_KEY");
-  if (o.tls_ca && *o.tls_ca == '\0')
-    o.tls_ca = NULL;
-  if (o.tls_cert && *o.tls_cert == '\0')
-    o.tls_cert = NULL;
-  if (o.tls_key && *o.tls_key == '\0')
-    o.tls_key = NULL;
+  o.tls_ca = env.tls_ca;
+  o.tls_cert = env.tls_cert;
+  o.tls_key = env.tls_key;
   rc = rdzv_connect(&o, out);
   if (token) {
     memset(token, 0, tlen);
@@ -924,21 +915,16 @@ int rdzv_flush(rdzv_client_t *c, int timeout_ms) {
 }
 
 int rdzv_progress(rdzv_client_t *c, int rank, int64_t step, int timeout_ms) {
-  char key[64], val[64], *end;
+  char key[64], val[64];
   struct timespec ts;
   int n;
   if (c == NULL || step < 0 || rank < -1)
     return RDZV_EINVAL;
   if (rank == -1) {
-    const char *r = getenv("RANK");
-    long v;
-    if (r == NULL || *r == '\0')
+    rdzv_env_t env;
+    if (rdzv_env_parse(NULL, &env, NULL, 0) != 0 || env.rank < 0)
       return RDZV_ENOENV;
-    errno = 0;
-    v = strtol(r, &end, 10);
-    if (errno != 0 || *end != '\0' || v < 0 || v > INT32_MAX)
-      return RDZV_ENOENV;
-    rank = (int)v;
+    rank = env.rank;
   }
   clock_gettime(CLOCK_REALTIME, &ts);
   snprintf(key, sizeof(key), RDZV_PROGRESS_PREFIX "%d", rank);

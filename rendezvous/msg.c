@@ -49,7 +49,7 @@ static const mfield_t failure_f[] = {
     I64(msg_failure_t, pid, 0),       I64(msg_failure_t, exit_code, -1),
     I64(msg_failure_t, signal, 0),    F64(msg_failure_t, time),
     DSTR(msg_failure_t, tail),        DSTR(msg_failure_t, error),
-    DSTR(msg_failure_t, attempt_dir),
+    DSTR(msg_failure_t, attempt_dir), I64(msg_failure_t, no_restart, 0),
 };
 static const mdesc_t failure_d = DESC("failure", failure_f);
 

@@ -43,6 +43,8 @@ typedef struct msg_failure_s {
   char *tail;          /* the last lines of its stderr; NULL none */
   char *error;         /* its error file's message; NULL none */
   char *attempt_dir;
+  int64_t no_restart;  /* its exit code is one of --no-restart-exit-codes:
+                          the job ends instead of restarting */
 } msg_failure_t;
 
 /* JOIN (agent -> server): this node and the flags that shape the job. */

@@ -72,14 +72,11 @@ int rdzv_nccl_version(void) {
   return n ? n->version : RDZV_ENOTSUP;
 }
 
+/* LAUNCH_ROUND (else TORCHELASTIC_RESTART_COUNT), 0 when unset. */
 static int64_t env_round(void) {
-  const char *v = getenv("LAUNCH_ROUND");
-  int64_t g;
-  if (v == NULL)
-    v = getenv("TORCHELASTIC_RESTART_COUNT");
-  if (v && lu_parse_i64(v, strlen(v), &g) == 0 && g >= 0)
-    return g;
-  return 0;
+  rdzv_env_t env;
+  rdzv_env_parse(NULL, &env, NULL, 0);
+  return env.round >= 0 ? env.round : 0;
 }
 
 int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,

@@ -53,6 +53,8 @@ typedef struct rounds_job_s {
   int configured;
   int min, max, max_restarts, static_mode, allow_mismatch;
   int64_t last_call_ms, join_timeout_ms, hb_ms;
+  char refused[600]; /* the nodes refused for a mismatch while forming:
+                        named again if the rendezvous times out */
   char **expected;
   size_t nexpected;
   int state;
@@ -285,15 +287,24 @@ static int refuse_mismatch(rounds_job_t *rj, rounds_member_t *node0,
                            rounds_member_t *sel) {
   srv_t *s = rj->job->srv;
   const env_fp_t *fps[2] = {node0->fp, sel->fp};
-  const char *names[2] = {node0->host, sel->host};
-  char *diff = NULL, msg[4096];
-  int nd = env_fp_diff(fps, names, 2, &diff);
+  char n0[320], n1[320], *diff = NULL, msg[4096];
+  const char *names[2] = {n0, n1};
+  int nd;
+  /* Equal host names (containers, one VM): told apart by address. */
+  if (!strcmp(node0->host, sel->host)) {
+    snprintf(n0, sizeof(n0), "%s@%s", node0->host, node0->addr);
+    snprintf(n1, sizeof(n1), "%s@%s", sel->host, sel->addr);
+  } else {
+    lu_strlcpy(n0, node0->host, sizeof(n0));
+    lu_strlcpy(n1, sel->host, sizeof(n1));
+  }
+  nd = env_fp_diff(fps, names, 2, &diff);
   if (nd <= 0) {
     free(diff);
     return 0;
   }
   snprintf(msg, sizeof(msg), "node %s differs from node 0 (%s):\n%s%s",
-           sel->host, node0->host, diff,
+           n1, n0, diff,
            rj->allow_mismatch ? "" : "fix the node, or run with "
                                      "--allow-mismatch");
   free(diff);
@@ -301,6 +312,8 @@ static int refuse_mismatch(rounds_job_t *rj, rounds_member_t *node0,
     LU_WARN(&s->log, "job %s: %s", rj->job->name, msg);
     return 0;
   }
+  if (strstr(rj->refused, n1) == NULL)
+    lu_list_add(rj->refused, sizeof(rj->refused), n1);
   LU_WARN(&s->log, "job %s: refused %s", rj->job->name, msg);
   reply_join_error(sel, RDZV_EMISMATCH, msg);
   set_member(sel, M_RESTARTING, 0, sel->c);
@@ -350,7 +363,9 @@ static int form_round(rounds_job_t *rj) {
                  "another node): give every node its own --node-rank", r,
                  m->host);
       if (rj->static_mode || r < n) {
-        LU_WARN(&s->log, "job %s: %s", rj->job->name, msg);
+        /* Info: every waiting agent gets it as its join's error and says
+       * it (an agent hosting the server would print it twice). */
+      LU_INFO(&s->log, "job %s: %s", rj->job->name, msg);
         reply_join_error(m, RDZV_EINVAL, msg);
         /* out of the round; its agent exits */
         set_member(m, M_RESTARTING, 0, m->c);
@@ -419,6 +434,7 @@ static int form_round(rounds_job_t *rj) {
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next)
     set_in_round(LIST_ENTRY(it, rounds_member_t, link), 0);
   rj->round++;
+  rj->refused[0] = '\0'; /* a round formed: the refusals are answered */
   rj->state = R_RUNNING;
   srv__ts_new_round(rj->job, rj->round);
   for (int i = 0; i < n; i++) {
@@ -490,18 +506,23 @@ static void evaluate(rounds_job_t *rj) {
     break;
   }
   if (now >= rj->forming_since + (uint64_t)rj->join_timeout_ms) {
-    char joined[1024], missing[1024], msg[2600];
+    char joined[1024], missing[1024], msg[3300];
     joined_hosts(rj, joined, sizeof(joined));
     missing_hosts(rj, missing, sizeof(missing));
     snprintf(msg, sizeof(msg), "rendezvous timed out after %.0f s: %d of "
-             "%d..%d nodes joined (%s)%s%s", rj->join_timeout_ms / 1000.0, n,
-             rj->min, rj->max, joined[0] ? joined : "none",
-             missing[0] ? "; missing: " : "", missing);
+             "%d..%d nodes joined (%s)%s%s%s%s", rj->join_timeout_ms / 1000.0,
+             n, rj->min, rj->max, joined[0] ? joined : "none",
+             missing[0] ? "; missing: " : "", missing,
+             rj->refused[0] ? "; refused for differing from node 0 (the "
+                              "diff is on their consoles): " : "",
+             rj->refused);
     lu_strlcpy(rj->reason, msg, sizeof(rj->reason));
     if (rj->round >= 0) {
       finish(rj, 0);
     } else {
-      LU_WARN(&s->log, "job %s: %s", rj->job->name, msg);
+      /* Info: every waiting agent gets it as its join's error and says
+       * it (an agent hosting the server would print it twice). */
+      LU_INFO(&s->log, "job %s: %s", rj->job->name, msg);
       for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
         rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
         reply_join_error(m, -ETIMEDOUT, msg);
@@ -536,6 +557,7 @@ static void member_lost(rounds_member_t *m, const char *why) {
     rj->state = R_IDLE;
     rj->round = -1;
     j->ts_round = -1;
+    rj->refused[0] = '\0';
     rj->failures = 0;
     rj->failed_round = -1;
     rj->configured = 0;
@@ -711,7 +733,12 @@ static void round_failed(rounds_job_t *rj, rounds_member_t *m, msg_report_t *r) 
     snprintf(what, sizeof(what), "signal %d", (int)f->signal);
   else
     snprintf(what, sizeof(what), "exit code %d", (int)f->exit_code);
-  if (rj->failures > rj->max_restarts) {
+  if (r->has_failure && f->no_restart) {
+    snprintf(rj->reason, sizeof(rj->reason), "rank %d on %s failed (%s), "
+             "a code of --no-restart-exit-codes: it would fail the same way "
+             "again, not restarting", (int)f->rank, m->host, what);
+    finish(rj, 0);
+  } else if (rj->failures > rj->max_restarts) {
     snprintf(rj->reason, sizeof(rj->reason), "rank %d on %s failed (%s); "
              "%d of %d restarts used", (int)f->rank, m->host, what,
              rj->failures - 1, rj->max_restarts);

@@ -891,6 +891,35 @@ static void hs_timer_cb(uv_timer_t *t) {
   trace_end(s);
 }
 
+/* Room for more connections: below three quarters of --max-conns, of the
+ * peer's --max-conns-per-addr and of the memory for connections. */
+static int conns_roomy(const srv_t *s, const srv_addr_t *a) {
+  if ((uint64_t)s->stats.conns_open * 4 >= (uint64_t)s->cfg.max_conns * 3)
+    return 0;
+  if (a && (uint64_t)a->nconns * 4 >= (uint64_t)s->cfg.max_conns_per_addr * 3)
+    return 0;
+  return mem_fixed_room(s, 4 * SRV_CONN_COST);
+}
+
+/* Close the oldest connection that sent nothing by its handshake deadline
+ * (of address a when a is not NULL), making room for a new one.
+ * RET 1 when one was closed. */
+static int evict_silent(srv_t *s, const srv_addr_t *a) {
+  list_t *it;
+  for (it = s->silent.next; it != &s->silent; it = it->next) {
+    conn_t *c = LIST_ENTRY(it, conn_t, silent_link);
+    if (a != NULL && c->addr != a)
+      continue;
+    srv__bad_input(c, "no handshake within %.1f s (--handshake-timeout), "
+                      "closed to make room for a new connection (the "
+                      "connection limits are near)",
+                   s->cfg.handshake_ms / 1000.0);
+    srv__conn_close(c);
+    return 1;
+  }
+  return 0;
+}
+
 static void hs_timer_cb_locked(uv_timer_t *t) {
   srv_t *s = t->data;
   uint64_t now = srv__now();
@@ -901,13 +930,32 @@ static void hs_timer_cb_locked(uv_timer_t *t) {
       uv_timer_start(&s->hs_timer, hs_timer_cb, due - now, 0);
       return;
     }
-    srv__bad_input(c, "no handshake within %.1f s (--handshake-timeout); "
-                      "closing", s->cfg.handshake_ms / 1000.0);
+    if (!c->heard && conns_roomy(s, c->addr)) {
+      /* Silent, and there is room: an idle PyTorch 1.13 client, or an
+       * attacker that costs nothing yet. Looked at again one timeout
+       * later (accepted_ms is now its last look); closed first when
+       * room runs short (evict_silent). */
+      c->accepted_ms = now;
+      list_remove(&c->preauth_link);
+      list_insert_tail(&s->preauth, &c->preauth_link);
+      if (list_empty(&c->silent_link))
+        list_insert_tail(&s->silent, &c->silent_link);
+      continue;
+    }
+    srv__bad_input(c, c->heard ? "no handshake within %.1f s "
+                                 "(--handshake-timeout); closing"
+                               : "silent for %.1f s (--handshake-timeout) "
+                                 "while the connection limits are near; "
+                                 "closing",
+                   s->cfg.handshake_ms / 1000.0);
     srv__conn_close(c);
   }
 }
 
-void srv__conn_authenticated(conn_t *c) { list_unlink(&c->preauth_link); }
+void srv__conn_authenticated(conn_t *c) {
+  list_unlink(&c->preauth_link);
+  list_unlink(&c->silent_link);
+}
 
 /* ---- output -------------------------------------------------------------------------- */
 
@@ -1873,6 +1921,7 @@ static void read_cb_locked(uv_stream_t *st, ssize_t nread,
   }
   if (nread == 0)
     return;
+  c->heard = 1;
   if (c->tls) {
     if (tls_feed(c->tls, buf->base, (size_t)nread) != 0) {
       srv__conn_close(c);
@@ -2130,6 +2179,7 @@ static int conn_teardown(conn_t *c) {
   list_unlink(&c->resume_link);
   list_unlink(&c->memwait_link);
   list_unlink(&c->preauth_link);
+  list_unlink(&c->silent_link);
   list_remove(&c->link);
   if (c->paused)
     s->stats.paused--;
@@ -2257,6 +2307,10 @@ static void on_connection_locked(uv_stream_t *server, int status) {
     LU_WARN(&s->log, "accept failed: %s", uv_strerror(status));
     return;
   }
+  if (s->stats.conns_open >= s->cfg.max_conns)
+    evict_silent(s, NULL);
+  if (!mem_fixed_room(s, SRV_CONN_COST))
+    evict_silent(s, NULL);
   if (s->stats.conns_open >= s->cfg.max_conns) {
     log_refused(s, "%u connections open, the limit (raise it with "
                    "--max-conns)", s->cfg.max_conns);
@@ -2289,6 +2343,7 @@ static void on_connection_locked(uv_stream_t *server, int status) {
   list_init(&c->written_link);
   list_init(&c->memwait_link);
   list_init(&c->preauth_link);
+  list_init(&c->silent_link);
   list_init(&c->pends);
   out_init(&c->out);
   c->state = CONN_CLOSING; /* not counted yet */
@@ -2315,6 +2370,8 @@ static void on_connection_locked(uv_stream_t *server, int status) {
     if (c->handle_ready)
       uv_tcp_nodelay(&c->h.tcp, 1);
     a = addr_get(s, &c->peer_addr);
+    if (a != NULL && a->nconns >= s->cfg.max_conns_per_addr)
+      evict_silent(s, a);
     if (a == NULL || a->nconns >= s->cfg.max_conns_per_addr) {
       log_refused(s, "%s has %u connections open, the per-address limit "
                      "(--max-conns-per-addr)", c->peer,
@@ -2585,6 +2642,7 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   list_init(&s->conns);
   list_init(&s->memwait);
   list_init(&s->preauth);
+  list_init(&s->silent);
   if (loops_new(s, loop) != 0) {
     LU_ERR(&s->log, "cannot make %u event loops: out of memory or file "
                     "descriptors (lower --threads)", s->cfg.threads);

@@ -224,6 +224,8 @@ struct conn_s {
   list_t prep_link;     /* in lp->prepq (only lp's thread touches it) */
   list_t memwait_link;  /* in srv->memwait: waits for shared memory */
   list_t preauth_link;  /* in srv->preauth until authenticated */
+  list_t silent_link;   /* in srv->silent: kept past its handshake deadline */
+  int heard;            /* a byte came from the peer */
   list_t pends;         /* native pending ops (pend_t) */
   uint32_t npend;       /* pending waits (native or TCPStore) */
   /* Input: plaintext bytes received and not yet parsed. Only lp's thread
@@ -323,6 +325,11 @@ struct srv_s {
   list_t conns;
   list_t memwait;
   list_t preauth;       /* oldest first: deadlines in accept order */
+  list_t silent;        /* oldest first: connections that sent nothing by
+                           their deadline, kept while there is room (a
+                           PyTorch 1.13 TCPStore client sends nothing
+                           until its first request; its watch socket
+                           never does) and closed first when there is not */
   /* All of it is guarded, when nloops > 1, by the server's lock
    * (srv__lock): lock_held is the lock; waiters that stopped spinning
    * sleep on lock_cv under mu; lock_hungry counts those that waited too

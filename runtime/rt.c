@@ -73,16 +73,20 @@ void rt__logf(const rt_who_t *who, const char *fmt, ...) {
  * rank and host come from the environment launch set. */
 void rt_report_error(const char *lib, const char *call, const char *what,
                      const char *file, int line) {
-  const char *rank = getenv("RANK"), *host = getenv("LAUNCH_HOSTNAME");
-  char name[256] = "?";
-  const char *base = file ? strrchr(file, '/') : NULL;
+  rdzv_env_t env;
+  const char *host, *base = file ? strrchr(file, '/') : NULL;
+  char name[256] = "?", rank[16] = "0";
+  rdzv_env_parse(NULL, &env, NULL, 0);
+  host = env.hostname;
+  if (env.rank >= 0)
+    snprintf(rank, sizeof(rank), "%d", env.rank);
   if (host == NULL || *host == '\0') {
     if (gethostname(name, sizeof(name) - 1) == 0)
       name[sizeof(name) - 1] = '\0';
     host = name;
   }
   fprintf(stderr, "rt: rank %s on %s: %s call %s failed: %s (%s:%d)\n",
-          rank && *rank ? rank : "0", host, lib, call, what,
+          rank, host, lib, call, what,
           base ? base + 1 : file ? file : "?", line);
 }
 
@@ -96,64 +100,42 @@ static int64_t mono_ms(void) {
 
 /* ---- the environment ---------------------------------------------------------- */
 
-/* RET 1 and *out when name holds an integer in [lo, hi], 0 when unset,
- * -1 when malformed. */
-static int env_int(const char *name, long lo, long hi, int64_t *out) {
-  const char *v = getenv(name);
-  char *end;
-  long long x;
-  if (v == NULL || *v == '\0')
-    return 0;
-  errno = 0;
-  x = strtoll(v, &end, 10);
-  if (errno || *end != '\0' || x < lo || x > hi)
-    return -1;
-  *out = x;
-  return 1;
-}
-
 static const char *env_or(const char *name) {
   const char *v = getenv(name);
   return v ? v : "(unset)";
 }
 
 static int read_env(rt_t *rt) {
-  int64_t v = 0;
-  int has_rank;
-  const char *host = getenv("LAUNCH_HOSTNAME");
-  if (host && *host)
-    snprintf(rt->host, sizeof(rt->host), "%s", host);
+  rdzv_env_t env;
+  char why[160];
+  int has_rank, bad;
+  bad = rdzv_env_parse(NULL, &env, why, sizeof(why)) != 0;
+  if (env.hostname)
+    snprintf(rt->host, sizeof(rt->host), "%s", env.hostname);
   else if (gethostname(rt->host, sizeof(rt->host) - 1) != 0)
     snprintf(rt->host, sizeof(rt->host), "?");
   rt->world = 1;
   rt->local_world = 1;
-  if ((has_rank = env_int("RANK", 0, 1 << 24, &v)) < 0)
-    goto bad;
-  rt->rank = (int)v;
+  rt->rank = 0;
+  has_rank = env.rank >= 0;
   if (has_rank) {
-    if (env_int("WORLD_SIZE", 1, 1 << 24, &v) != 1)
-      goto bad;
-    rt->world = (int)v;
-    if (env_int("LOCAL_RANK", 0, 1 << 24, &v) < 0)
-      goto bad;
-    rt->local_rank = (int)v;
-    v = 1;
-    if (env_int("LOCAL_WORLD_SIZE", 1, 1 << 24, &v) < 0)
-      goto bad;
-    rt->local_world = (int)v;
-    v = 0;
-    if (env_int("LAUNCH_ROUND", 0, INT32_MAX, &v) == 0 &&
-        env_int("TORCHELASTIC_RESTART_COUNT", 0, INT32_MAX, &v) < 0)
-      goto bad;
-    rt->round = v;
-    if (rt->rank >= rt->world || rt->local_rank >= rt->local_world)
-      goto bad;
+    rt->rank = env.rank;
+    rt->world = env.world_size;
+    rt->local_rank = env.local_rank >= 0 ? env.local_rank : 0;
+    rt->local_world = env.local_world_size >= 0 ? env.local_world_size : 1;
+    rt->round = env.round >= 0 ? env.round : 0;
+    bad |= rt->world < 1 || rt->world > (1 << 24) || rt->local_world < 1 ||
+           rt->rank >= rt->world || rt->local_rank >= rt->local_world;
   }
+  if (bad)
+    goto bad;
   rt->who.rank = rt->rank;
   snprintf(rt->who.text, sizeof(rt->who.text), "rank %d on %s", rt->rank,
            rt->host);
   return has_rank;
 bad:
+  if (why[0])
+    fprintf(stderr, "rt: %s\n", why);
   fprintf(stderr, "rt: the worker environment is malformed (RANK=%s "
           "WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s LAUNCH_ROUND=%s): "
           "start the trainer with launch (docs/runtime.md)\n",

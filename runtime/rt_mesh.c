@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lu.h"
 #include "rt_int.h"
 
 #define HELLO_MAGIC 0x52544d31u /* "RTM1" */
@@ -60,30 +61,17 @@ static int64_t now_ms(void) {
 /* The host part of the store's endpoint: the address other nodes reach
  * this one by is the one this node uses to reach the store. */
 static int store_host(char *host, size_t cap) {
-  const char *ep = getenv("LAUNCH_RDZV_ENDPOINT");
-  const char *colon;
-  if (ep == NULL || *ep == '\0') {
-    const char *a = getenv("MASTER_ADDR");
-    snprintf(host, cap, "%s", a && *a ? a : "127.0.0.1");
+  rdzv_env_t env;
+  lu_endpoint_t ep;
+  int rc;
+  rdzv_env_parse(NULL, &env, NULL, 0);
+  if (env.endpoint == NULL) {
+    snprintf(host, cap, "%s", env.master_addr ? env.master_addr : "127.0.0.1");
     return 0;
   }
-  if (strncmp(ep, "unix:", 5) == 0) {
-    snprintf(host, cap, "127.0.0.1");
-    return 0;
-  }
-  if (ep[0] == '[') {
-    const char *end = strchr(ep, ']');
-    if (end == NULL || (size_t)(end - ep - 1) >= cap)
-      return RDZV_EADDR;
-    memcpy(host, ep + 1, (size_t)(end - ep - 1));
-    host[end - ep - 1] = '\0';
-    return 0;
-  }
-  colon = strrchr(ep, ':');
-  if (colon == NULL || (size_t)(colon - ep) >= cap)
-    return RDZV_EADDR;
-  memcpy(host, ep, (size_t)(colon - ep));
-  host[colon - ep] = '\0';
+  if ((rc = lu_endpoint_parse(env.endpoint, -1, &ep)) != 0)
+    return rc;
+  snprintf(host, cap, "%s", ep.is_unix ? "127.0.0.1" : ep.host);
   return 0;
 }
 

@@ -22,7 +22,18 @@ cmake --build "$BUILD" -j "$(nproc)"
 # Sanitizer builds are slower: give every test more time.
 export LAUNCH_TEST_TIMEOUT_MULT=${LAUNCH_TEST_TIMEOUT_MULT:-2}
 status=0
+# The tests remove what they create: count the scratch and run directories
+# in TMPDIR before and after (issue #27: a day of runs left 250 there).
+scratch() { find "${TMPDIR:-/tmp}" -maxdepth 1 \( -name 'launch[-_]*' -o -name 'tmp*' \) \
+              -newer "$BUILD/CMakeCache.txt" 2>/dev/null | sort; }
+before=$(scratch)
 (cd "$BUILD" && ctest --output-on-failure --timeout 600 -j 2 "$@") || status=$?
+left=$(comm -13 <(echo "$before") <(scratch) | sed '/^$/d')
+if [ -n "$left" ]; then
+  echo "the tests left these in ${TMPDIR:-/tmp} (a test must remove what it creates):"
+  echo "$left"
+  status=1
+fi
 
 # ThreadSanitizer (librdzv is used from many threads; the test server runs
 # on a thread of its own): the C tests again, in a Release build. Not the

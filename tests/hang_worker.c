@@ -11,7 +11,9 @@
  *   run    nothing special
  *   spin   rank 1 spins without progress from step 5 (the others wait in
  *          the barrier)
- *   quiet  no rank reports progress; each sleeps STEPS x 100 ms, exits 0 */
+ *   quiet  no rank reports progress; each sleeps STEPS x 100 ms, exits 0
+ *   tie    rank 1 reports step 5, then sleeps (stuck in data loading): the
+ *          others report step 5 too and wait in the barrier */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +59,7 @@ int main(int argc, char **argv) {
   int steps, rank, world, round, rc;
   const char *mode, *dir;
   if (argc != 4) {
-    fprintf(stderr, "usage: hang_worker STEPS run|spin|quiet DIR\n");
+    fprintf(stderr, "usage: hang_worker STEPS run|spin|quiet|tie DIR\n");
     return 2;
   }
   steps = atoi(argv[1]);
@@ -87,6 +89,9 @@ int main(int argc, char **argv) {
     }
     if (step == 1)
       put_file(dir, "pid", round, rank, (long)getpid());
+    if (round == 0 && rank == 1 && step == 5 && strcmp(mode, "tie") == 0)
+      for (;;) /* a data loader that never returns */
+        pause();
     snprintf(name, sizeof(name), "hw/%d/%d", round, step);
     if ((rc = rdzv_barrier(c, name, (uint32_t)world, 300000)) != 0) {
       fprintf(stderr, "hang_worker: barrier: %s\n", rdzv_strerror(rc));

@@ -192,16 +192,17 @@ def flip_byte(path, at=1000):
 
 def test_corrupt_shard(srv, d):
     ck = os.path.join(d, "corrupt-ck")
+    # steps 10, 15 and 20 kept (train_gpt saves its last step too)
     run_to_end(Job(srv, d, "corrupt1", 20, 5, {2: ck, 3: ck}))
-    flip_byte(os.path.join(ck, "step-15", "rank-2.bin"))
+    flip_byte(os.path.join(ck, "step-20", "rank-2.bin"))
     job = Job(srv, d, "corrupt2", 25, 5, {2: ck, 3: ck})
     out = run_to_end(job)
-    assert re.search(r"warning: checkpoint step 15 on h3 is not usable: "
+    assert re.search(r"warning: checkpoint step 20 on h3 is not usable: "
                      r"rank-2\.bin: SHA-256 .* does not match", out), out
-    assert resumed_step(out) == 10, out
+    assert resumed_step(out) == 15, out
     with open(job.dump, "rb") as f:
         assert f.read() == reference(d, 25), "parameters differ\n" + out
-    print("corrupt shard: step 15 skipped naming rank-2.bin; resumed from 10")
+    print("corrupt shard: step 20 skipped naming rank-2.bin; resumed from 15")
 
 
 def wait_output(job, what, pred, timeout=120):
@@ -216,7 +217,7 @@ def wait_output(job, what, pred, timeout=120):
 
 
 def test_corrupt_live_agent(srv, d):
-    """The agents that verified step 15 trust it at the next restart
+    """The agents that verified step 20 trust it at the next restart
     (nothing changed), and hash it again once a byte was flipped."""
     ck = os.path.join(d, "live-ck")
     run_to_end(Job(srv, d, "live1", 20, 5, {2: ck, 3: ck}))
@@ -247,20 +248,20 @@ def test_corrupt_live_agent(srv, d):
         raise AssertionError("no worker of h%d\n%s" % (h, job.output()))
 
     def rounds(out, n):
-        return out.count("resume=15 verified=15") >= 4 * n
+        return out.count("resume=20 verified=20") >= 4 * n
     job.start_all()
     try:
-        # Round 0: new agents hash their shards of step 15.
+        # Round 0: new agents hash their shards of step 20.
         out = wait_output(job, "round 0's workers", lambda o: rounds(o, 1))
-        assert sorted(agreed.findall(out)) == [("15", "2", "0")] * 2, out
+        assert sorted(agreed.findall(out)) == [("20", "2", "0")] * 2, out
         kill_worker(2)
         # Round 1: the same agents, nothing changed: trusted, not read.
         out = wait_output(job, "round 1's workers", lambda o: rounds(o, 2))
         assert sorted(agreed.findall(out)) == \
-            [("15", "0", "2")] * 2 + [("15", "2", "0")] * 2, out
+            [("20", "0", "2")] * 2 + [("20", "2", "0")] * 2, out
         # A byte flipped while the agents live, then a restart: hashed
-        # again, caught, named; the job resumes from step 10 and trains.
-        flip_byte(os.path.join(ck, "step-15", "rank-2.bin"))
+        # again, caught, named; the job resumes from step 15 and trains.
+        flip_byte(os.path.join(ck, "step-20", "rank-2.bin"))
         open(go, "w").close()
         kill_worker(3)
         rcs = job.wait(300)
@@ -268,14 +269,14 @@ def test_corrupt_live_agent(srv, d):
         assert rcs == [0, 0], "exit codes %s\n%s" % (rcs, out)
     finally:
         job.kill()
-    assert re.search(r"warning: checkpoint step 15 on h\d is not usable: "
+    assert re.search(r"warning: checkpoint step 20 on h\d is not usable: "
                      r"rank-2\.bin: SHA-256 .* does not match", out), out
-    assert resumed_step(out) == 10, out
-    assert "resume=10 verified=10" in out, out
+    assert resumed_step(out) == 15, out
+    assert "resume=15 verified=15" in out, out
     with open(job.dump, "rb") as f:
         assert f.read() == reference(d, 25), "parameters differ\n" + out
-    print("corrupt shard, live agents: step 15 trusted after a restart, "
-          "hashed again after a flipped byte, skipped; resumed from 10")
+    print("corrupt shard, live agents: step 20 trusted after a restart, "
+          "hashed again after a flipped byte, skipped; resumed from 15")
 
 
 def test_node_local(srv, d):
@@ -283,17 +284,17 @@ def test_node_local(srv, d):
     run_to_end(Job(srv, d, "local1", 20, 5, dirs))
     for h in (2, 3):
         have = sorted(os.listdir(dirs[h]))
-        assert "step-15" in have and "step-10" in have, have
-    # node h3 lost its newest step (its disk, a late write): 10 is the
+        assert "step-20" in have and "step-15" in have, have
+    # node h3 lost its newest step (its disk, a late write): 15 is the
     # newest step both nodes hold.
-    shutil.rmtree(os.path.join(dirs[3], "step-15"))
+    shutil.rmtree(os.path.join(dirs[3], "step-20"))
     job = Job(srv, d, "local2", 25, 5, dirs)
     out = run_to_end(job)
-    assert resumed_step(out) == 10, out
-    assert "resuming from checkpoint step 10" in out, out
+    assert resumed_step(out) == 15, out
+    assert "resuming from checkpoint step 15" in out, out
     with open(job.dump, "rb") as f:
         assert f.read() == reference(d, 25), "parameters differ\n" + out
-    print("node-local: newest steps 15 and 10, resumed from 10")
+    print("node-local: newest steps 20 and 15, resumed from 15")
 
 
 def write_step(ck, step, world, replicated):
@@ -324,7 +325,7 @@ def test_world_size_change(srv, d):
     job = Job(srv, d, "el2", 15, 5, {2: ck}, hosts=(2,))
     out = run_to_end(job)
     assert "another world size: replicated state" in out, out
-    assert resumed_step(out) == 5, out
+    assert resumed_step(out) == 10, out  # el1's last step
     # not replicated: refused, exit 2, the message says what to do
     ck2 = os.path.join(d, "sharded-ck")
     write_step(ck2, 7, 4, False)

@@ -45,11 +45,15 @@ done
 [ "$n" -ge 3 ] || fail "only $n topologies in tests/topo"
 
 # ---- launch topo ------------------------------------------------------------
-run 0 "$L" topo --topology "$S/tests/topo/v100-pcie-2s.xml" --nproc-per-node 8
+run 0 "$L" topo --topology "$S/tests/topo/v100-pcie-2s.xml" --nproc-per-node 8 --cpu-bind cores --mem-bind local
 has "mlx5_0 (0000:18:00.0) runs at PCIe x8 but supports x16"
 has "is the closest NIC of GPU 4,5,6,7 on NUMA node 1"
 has "local rank 4: GPU4 0000:86:00.0 NUMA 1 cpus 20-24,60-64 (cores) mem bind 1 NIC mlx5_0:1 ib0"
-run 0 "$L" topo --topology "$S/tests/topo/dgx-a100.xml" --json
+# by default the plan is what launch applies (issue 27: topo planned
+# cores/local, launch applied numa/preferred)
+run 0 "$L" topo --topology "$S/tests/topo/dgx-a100.xml"
+has "binding plan (--cpu-bind numa --mem-bind preferred, 8 local ranks)"
+run 0 "$L" topo --topology "$S/tests/topo/dgx-a100.xml" --json --cpu-bind cores --mem-bind local
 json 'len(d["gpus"]) == 8 and d["matrix"]["rows"][0][1] == "NV12"'
 json 'len({r["hca"] for r in d["plan"]["ranks"]}) == 8 and d["warnings"] == []'
 json 'd["plan"]["ranks"][0]["cpus"] == "48-55,176-183"'

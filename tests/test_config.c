@@ -156,9 +156,8 @@ static void test_errors(void) {
     ASSERT_EQ(5, c.endpoint_port);
     cfg_free(&c);
   }
-  expect_error(ARGS("--no", "x"), no_env, "--node-rank, --no-python");
+  expect_error(ARGS("--no", "x"), no_env, "--node-rank, --no-restart-exit-codes, --no-python");
   expect_error(ARGS("--no", "x"), no_env, "is ambiguous");
-  expect_error(ARGS("--monitor-interval", "5", "x"), no_env, "SIGCHLD");
   expect_error(ARGS("--exit-code", "bash", "x"), no_env, "launch or torchrun");
   expect_error(ARGS("--torch-version", "two", "x"), no_env, "1.13");
   expect_error(ARGS("--bogus", "x"), no_env, "unknown option '--bogus'");
@@ -173,17 +172,71 @@ static void test_errors(void) {
   expect_error(ARGS("--rdzv-endpoint", "h", "x"),
                ENV("LAUNCH_EXPECTED_HOSTS=node[1-"), "LAUNCH_EXPECTED_HOSTS");
   expect_error(ARGS("x"), ENV("LAUNCH_TORCH_STORE=both"), "LAUNCH_TORCH_STORE");
-  /* torchrun's etcd keys mean nothing here: said, not ignored */
-  expect_error(ARGS("--rdzv-conf", "timeout=5", "--standalone", "x"), no_env,
-               "no meaning here");
   expect_error(ARGS("--rdzv-conf", "read_timeout=0", "--standalone", "x"),
                no_env, "read_timeout");
-  expect_error(ARGS("--monitor-interval", "0", "--standalone", "x"), no_env,
+  expect_error(ARGS("--monitor-interval", "soon", "--standalone", "x"), no_env,
                "--monitor-interval");
+  expect_error(ARGS("--rdzv-conf", "rank=first", "x"), no_env,
+               "not a node rank");
   expect_error(ARGS("--start-method", "thread", "--standalone", "x"), no_env,
                "spawn, fork or forkserver");
   expect_error(ARGS("--nproc-per-node", "gpu", "--standalone", "x"),
                ENV("CUDA_VISIBLE_DEVICES="), "no GPU found");
+}
+
+/* torchrun's command lines run unchanged (issue #27): the c10d and static
+ * backends' keys and --monitor-interval are accepted; those with a meaning
+ * here are mapped, the others give one note each. */
+static void test_torchrun_keys(void) {
+  cfg_t c;
+  char err[512];
+  ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "2", "--rdzv-conf",
+                              "timeout=30,heartbeat_timeout=12,"
+                              "keep_alive_max_attempt=4,rank=1",
+                              "--monitor-interval", "0.1", "x"),
+                     no_env, err, sizeof(err)));
+  ASSERT_EQ(30000, c.static_wait_ms);
+  ASSERT_EQ(4000, c.heartbeat_ms); /* dropped after 3 silent heartbeats */
+  ASSERT_EQ(1, c.node_rank);       /* static: rank is --node-rank */
+  ASSERT(strstr(c.notes, "keep_alive_max_attempt") != NULL);
+  ASSERT(strstr(c.notes, "--monitor-interval 0.1 has no effect") != NULL);
+  cfg_free(&c);
+  /* heartbeat given wins over heartbeat_timeout; the static wait is 900 s
+   * as torchrun's */
+  ASSERT_EQ(0, parse(&c, ARGS("--rdzv-conf", "heartbeat=2,heartbeat_timeout=30",
+                              "--node-rank", "0", "x"),
+                     no_env, err, sizeof(err)));
+  ASSERT_EQ(2000, c.heartbeat_ms);
+  ASSERT_EQ(900000, c.static_wait_ms);
+  ASSERT_STR_EQ("", c.notes);
+  cfg_free(&c);
+  /* PET_MONITOR_INTERVAL (Kubeflow) too; rank and timeout mean nothing
+   * with c10d: said once each */
+  ASSERT_EQ(0, parse(&c, ARGS("--rdzv-endpoint", "h:1", "--rdzv-conf",
+                              "rank=3,timeout=5", "x"),
+                     ENV("PET_MONITOR_INTERVAL=5"), err, sizeof(err)));
+  ASSERT(strstr(c.notes, "rank=3 has no effect with the c10d") != NULL);
+  ASSERT(strstr(c.notes, "timeout has no effect with the c10d") != NULL);
+  ASSERT(strstr(c.notes, "--monitor-interval 5") != NULL);
+  cfg_free(&c);
+}
+
+/* launch in an sbatch script of a multi-node allocation, without srun,
+ * runs one node: said (issue #27). */
+static void test_sbatch_without_srun(void) {
+  cfg_t c;
+  char err[512];
+  ASSERT_EQ(0, parse(&c, ARGS("--standalone", "x"),
+                     ENV("SLURM_JOB_ID=7", "SLURM_JOB_NUM_NODES=4"), err,
+                     sizeof(err)));
+  ASSERT_CONTAINS(c.warning, "Slurm job 7 has 4 nodes");
+  ASSERT_CONTAINS(c.warning, "srun --ntasks-per-node=1");
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("--standalone", "x"),
+                     ENV("SLURM_JOB_ID=7", "SLURM_JOB_NUM_NODES=1"), err,
+                     sizeof(err)));
+  ASSERT_STR_EQ("", c.warning);
+  cfg_free(&c);
 }
 
 static void test_conf_values(void) {
@@ -230,6 +283,23 @@ static void test_hang(void) {
   cfg_free(&c);
   expect_error(ARGS("--hang-timeout", "soon", "x"), no_env,
                "--hang-timeout: 'soon' is not a duration");
+  /* --no-restart-exit-codes: train_gpt's divergence (3) by default */
+  ASSERT_EQ(0, parse(&c, ARGS("x"), no_env, err, sizeof(err)));
+  ASSERT(c.no_restart[3] && !c.no_restart[1]);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("--no-restart-exit-codes", "4,10-12", "x"),
+                     no_env, err, sizeof(err)));
+  ASSERT(!c.no_restart[3] && c.no_restart[4] && c.no_restart[11] &&
+         !c.no_restart[13]);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("x"), ENV("LAUNCH_NO_RESTART_EXIT_CODES=none"),
+                     err, sizeof(err)));
+  ASSERT(!c.no_restart[3]);
+  cfg_free(&c);
+  expect_error(ARGS("--no-restart-exit-codes", "3,x", "x"), no_env,
+               "not a list of exit codes");
+  expect_error(ARGS("--no-restart-exit-codes", "0", "x"), no_env,
+               "not a list of exit codes");
   expect_error(ARGS("--hang-timeout", "-5", "x"), no_env, "--hang-timeout");
   expect_error(ARGS("--hang-signal", "SIGFOO", "x"), no_env,
                "--hang-signal: 'SIGFOO' is not a signal");
@@ -624,6 +694,8 @@ int main(void) {
   test_binding_defaults();
   test_errors();
   test_conf_values();
+  test_torchrun_keys();
+  test_sbatch_without_srun();
   test_hang();
   test_help();
   test_slurm();

@@ -28,7 +28,8 @@ run3() { # run3 PROFILE_OF_NODE3 -> runs, fills RC[1..3]
 run3 socket
 for i in 1 2 3; do
   [ "${RC[$i]}" -eq 1 ] || fail "node $i exit ${RC[$i]} with a mismatched node"
-  grep -q "items differ between the 3 nodes" "$T/doc$i.log" || fail "no diff on node $i"
+  grep -Eq "[0-9]+ items? differs? between the 3 nodes" "$T/doc$i.log" || fail "no diff on node $i"
+  grep -q "^1 items" "$T/doc$i.log" && fail "'1 items' on node $i"
   grep -q "nccl.env:.*doc3=socket" "$T/doc$i.log" || fail "node 3's profile not named on node $i"
   grep -q "Rendezvous endpoint .*reachable" "$T/doc$i.log" || fail "endpoint check on node $i"
 done

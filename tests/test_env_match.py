@@ -95,6 +95,12 @@ def main():
     w = same(["--log-dir", d, "--token-file", token], 0)
     assert w["LAUNCH_ATTEMPT_DIR"].startswith(d + "/envmatch_"), w
     assert w["LAUNCH_RDZV_TOKEN_FILE"] == token, w
+    # --ckpt-dir: `launch env` shows the checkpoint variables a worker gets
+    # (issue 25: it omitted LAUNCH_CKPT_DIR and LAUNCH_CKPT_KEEP)
+    ck = os.path.join(d, "ck")
+    w = same(["--ckpt-dir", ck, "--ckpt-keep", "5"], 0)
+    assert w["LAUNCH_CKPT_DIR"] == ck and w["LAUNCH_CKPT_KEEP"] == "5", w
+    assert "LAUNCH_RESUME_STEP" not in w, w  # a fresh start
     print("test_env_match: ok")
 
 

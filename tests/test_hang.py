@@ -181,6 +181,19 @@ def test_two_nodes():
         end_stopped(stopped, d)
 
 
+def three_ranks_hung(mode, d):
+    """3 hang_workers in mode under --hang-timeout 2 and no restart: the
+    agent exits 137 (the hung rank's SIGKILL). RET its output."""
+    p = agent(["--nproc-per-node", "3", "--hang-timeout", "2",
+               WORKER, "60", mode, d], d)
+    try:
+        rc, out = finish(p, 120)
+    finally:
+        p.kill()
+    assert rc == 137, (rc, out)
+    return out
+
+
 def test_spin_while_others_wait():
     """Rank 1 spins without progress; ranks 0 and 2 wait for it in the
     barrier. Rank 1 passes the timeout first, the others are silent for
@@ -188,11 +201,8 @@ def test_spin_while_others_wait():
     rank 1 (lowest last step) is the root cause; no restart left: the
     summary names the hang and launch exits 137 (SIGKILL)."""
     d = tempfile.mkdtemp(prefix="launch-hang-")
-    p = agent(["--nproc-per-node", "3", "--hang-timeout", "2",
-               WORKER, "60", "spin", d], d)
     try:
-        rc, out = finish(p, 120)
-        assert rc == 137, (rc, out)
+        out = three_ranks_hung("spin", d)
         lines = hang_lines(out)
         assert len(lines) == 3, out
         assert lines[0].startswith("[launch hosthang] error: hang: rank 1 "), lines
@@ -209,7 +219,26 @@ def test_spin_while_others_wait():
         assert "SIGKILL" in summary, summary
         assert not glob.glob(os.path.join(d, "done.*")), "a rank finished"
     finally:
-        p.kill()
+        shutil.rmtree(d)
+
+
+def test_tie():
+    """Rank 1 is stuck (in data loading) after reporting step 5; ranks 0 and
+    2 report step 5 too and wait for it in the barrier: the steps tie, so
+    launch says that the step does not tell which rank holds the others up
+    and points at the stack dumps; the summary says launch killed the rank
+    for a hang (not the out-of-memory killer)."""
+    d = tempfile.mkdtemp(prefix="launch-hang-")
+    try:
+        out = three_ranks_hung("tie", d)
+        tie = [l for l in out.splitlines() if "all stopped at step 5" in l]
+        assert len(tie) == 1 and "ranks 0, 1, 2" in tie[0], out
+        assert "stack dumps" in tie[0], tie
+        summary = out[out.index("Root cause"):]
+        assert "tie at step 5" in summary, summary
+        assert "killed by launch for a hang" in summary, summary
+        assert "out-of-memory" not in summary, summary
+    finally:
         shutil.rmtree(d)
 
 

@@ -287,7 +287,9 @@ def case_from_tasks(cl):
     check_allreduce("srun --ntasks-per-node=2 launch --from-tasks", rc, out, 8)
     dump = os.path.join(cl.dir, "work", "env")
     os.mkdir(dump)
+    ckd = os.path.join(cl.dir, "work", "ck")
     rc, out = srun(cl, ["-N2", "--ntasks-per-node=2", LAUNCH, "--from-tasks",
+                        "--ckpt-dir", ckd, "--ckpt-keep", "5",
                         "/bin/sh", "-c", 'env > "$0/$SLURM_PROCID"', dump])
     if rc != 0:
         fail("--from-tasks env dump: exit %d" % rc, out)
@@ -303,7 +305,9 @@ def case_from_tasks(cl):
                 "GROUP_RANK": str(procid // 2), "GROUP_WORLD_SIZE": "2",
                 "MASTER_ADDR": first, "NCCL_NVLS_ENABLE": "0",
                 "LAUNCH_NCCL_PROFILE": "auto",
-                "TORCHELASTIC_USE_AGENT_STORE": "True"}
+                "TORCHELASTIC_USE_AGENT_STORE": "True",
+                # issue 25: --ckpt-dir reaches a task as it reaches a worker
+                "LAUNCH_CKPT_DIR": ckd, "LAUNCH_CKPT_KEEP": "5"}
         for k, v in want.items():
             if env.get(k) != v:
                 fail("--from-tasks task %d: %s=%s, want %s" % (
@@ -425,10 +429,13 @@ def case_sbatch(cl):
     if re.search(r"^\s*(export\s+)?NCCL_\w+=", text, re.M):
         fail("train.sbatch sets NCCL variables by hand: they belong in "
              "--nccl-profile")
+    if "--ckpt-dir" not in text:
+        fail("train.sbatch says it resumes from checkpoints but passes no "
+             "--ckpt-dir")
     logs = os.path.join(cl.dir, "work", "sbatch")
     os.mkdir(logs)
     env = dict(cl.env, TRAIN=os.path.join(BIN, "allreduce_check"), LOGS=logs,
-               LAUNCH=LAUNCH)
+               CKPT=os.path.join(logs, "ckpt"), LAUNCH=LAUNCH)
     r = subprocess.run([which("sbatch"), "--gpus-per-node=0", "--wait", "-o",
                         os.path.join(logs, "out"), script, "--cpu"], env=env,
                        capture_output=True, text=True, timeout=120 * MULT,

@@ -282,6 +282,7 @@ static void test_print(void) {
   f[1].pid = 12345;
   f[1].exit_code = -1;
   f[1].signal = SIGSEGV;
+  f[1].python = 1;
   f[1].stderr_tail = strdup("loading shard 3\nFatal Python error: "
                             "Segmentation fault");
   f[2].wall_s = 1796015150.0;
@@ -309,7 +310,8 @@ static void test_print(void) {
   ASSERT(strstr(root, "17 (local_rank 1, node 2)") < others);
   ASSERT(strstr(root, "12345") < others);
   ASSERT(strstr(root, "SIGSEGV (11)") < others);
-  ASSERT(strstr(root, "@record") < others); /* no error file: the hint */
+  /* no error file, a Python worker: the hint */
+  ASSERT(strstr(root, "@record") != NULL && strstr(root, "@record") < others);
   ASSERT(strstr(root, "    | loading shard 3\n    | Fatal Python error: "
                       "Segmentation fault\n") < others);
   /* Others in time order: rank 9 (exit 1, error file) then rank 0. */
@@ -350,6 +352,30 @@ static void test_print(void) {
   sum_failure_free(NULL);
 }
 
+/* The hints say what is known (issue #27): no @record hint for a worker
+ * that is not Python (a C binary, /bin/sh); a rank launch killed for a
+ * hang says launch did, not "the out-of-memory killer". */
+static void test_hints(void) {
+  sum_failure_t f;
+  char *text;
+  memset(&f, 0, sizeof(f));
+  snprintf(f.host, sizeof(f.host), "node0");
+  f.exit_code = 1;
+  text = print_to_string("job-8", &f, 1, 0, 0);
+  ASSERT(strstr(text, "@record") == NULL);
+  ASSERT_CONTAINS(text, "error file : <none>\n");
+  free(text);
+  f.exit_code = -1;
+  f.signal = SIGKILL;
+  f.error_message = strdup("hang: no progress for 60 s (last step 12, "
+                           "sleeping); launch --hang-timeout killed it");
+  text = print_to_string("job-8", &f, 1, 0, 0);
+  ASSERT_CONTAINS(text, "killed by launch for a hang");
+  ASSERT(strstr(text, "out-of-memory") == NULL);
+  free(text);
+  free(f.error_message);
+}
+
 int main(void) {
   int fds = test_fd_count();
   test_tmpdir();
@@ -358,6 +384,7 @@ int main(void) {
   test_files();
   test_signal_names();
   test_print();
+  test_hints();
   test_torch_record();
   ASSERT_EQ(fds, test_fd_count());
   printf("test_summary: ok\n");

@@ -98,13 +98,28 @@ def check_gloo(port, world=4):
         assert ("rank=%d allreduce=%g" % (r, want)) in out, out
 
 
+def check_idle_client(port, idle):
+    """A client that connects, then loads data for longer than the handshake
+    timeout before its first request (a 1.13 client sends nothing until then,
+    and its watch socket never sends): its store still answers."""
+    s = client(port)
+    time.sleep(idle)
+    s.set("after-idle", "1")
+    assert s.get("after-idle") == b"1"
+    assert s.add("after-idle-ctr", 2) == 2
+
+
 def main():
+    with launchtest.Server("--handshake-timeout", "1s") as srv:
+        check_idle_client(srv.port, 2.5)
+        idle_log = srv.logtext()
+    assert "closing" not in idle_log, idle_log
     with launchtest.Server() as srv:
         check_ops(srv.port)
         check_gloo(srv.port)
         log = srv.logtext()
-    print("torch %s: TCPStore ops and gloo all_reduce through launch server: ok"
-          % torch.__version__)
+    print("torch %s: a client idle past the handshake timeout, TCPStore ops and "
+          "gloo all_reduce through launch server: ok" % torch.__version__)
     assert "error" not in log.lower(), log
 
 

@@ -21,6 +21,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,11 +40,20 @@ with open(os.path.join(out, "env.%s.%s.json" % (rank, os.environ["LAUNCH_ROUND"]
 """
 
 
+SCRATCH = None  # every directory a test makes is under it (main removes it)
+
+
+def scratch():
+    return tempfile.mkdtemp(dir=SCRATCH)
+
+
 def env(extra=None, drop=()):
     e = {k: v for k, v in os.environ.items()
          if not k.startswith(("PET_", "NCCL_", "LAUNCH_", "TORCHELASTIC_", "TORCH_",
                               "SLURM_", "OMPI_"))}
     e["PYTHON_EXEC"] = PY
+    if SCRATCH:  # the agents' run directories (/tmp/launch_<id>) go here
+        e["TMPDIR"] = os.path.join(SCRATCH, "runs")
     for k in drop:
         e.pop(k, None)
     e.update(extra or {})
@@ -58,7 +68,7 @@ def run(args, extra=None, timeout=60, drop=()):
 
 def script(name, text, d=None):
     """text as file name in d (default: a fresh directory); its path."""
-    d = d or tempfile.mkdtemp(prefix="launch-compat-")
+    d = d or scratch()
     path = os.path.join(d, name)
     with open(path, "w") as f:
         f.write(text)
@@ -93,11 +103,85 @@ def test_options():
     assert {r["env"]["LOCAL_WORLD_SIZE"] for r in recs} == {"2"}
     rc, _, err = run(["--n", "2", "/bin/true"])
     assert rc == 2 and "ambiguous" in err and "--nnodes" in err and "--nproc-per-node" in err, err
-    # --start-method is in --help; --monitor-interval is refused with why
+    # --start-method is in --help
     rc, out, _ = run(["--help"])
     assert rc == 0 and "--start-method" in out and "--exit-code" in out and "--torch-version" in out
-    rc, _, err = run(["--monitor-interval", "5", "--standalone", "/bin/true"])
-    assert rc == 2 and "SIGCHLD" in err, err
+
+
+def test_suggestions():
+    """A misspelt subcommand or option suggests the one meant, as git and
+    argparse do (issue 27): `launch statu` ran 'statu' as a program (exit
+    127)."""
+    rc, _, err = run(["statu"])
+    assert rc == 2 and "did you mean `launch status`" in err, (rc, err)
+    rc, out, _ = run(["help"])
+    assert rc == 0 and "usage: launch" in out and "ckpt" in out.splitlines()[1], out
+    rc, out, _ = run(["help", "status"])
+    assert rc == 0 and "usage: launch status" in out, out
+    rc, _, err = run(["--nprocs-per-node", "2", "/bin/true"])
+    assert rc == 2 and "did you mean --nproc-per-node?" in err, err
+    # doctor --timeout is in seconds, as status --timeout (it was ms)
+    rc, _, err = run(["doctor", "--timeout", "3000", "--no-probe"])
+    assert rc == 2 and "write 3 or 3000ms" in err, (rc, err)
+    rc, out, err = run(["doctor", "--timeout", "2", "--no-probe", "--compact"])
+    assert rc == 0, (rc, out, err)
+    # a program of that name still runs
+    d = scratch()
+    prog = os.path.join(d, "statu")
+    with open(prog, "w") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(prog, 0o755)
+    rc, _, err = run(["statu"], {"PATH": d + ":" + os.environ["PATH"], "PET_STANDALONE": "1"})
+    shutil.rmtree(d)
+    assert rc == 0, err
+
+
+def test_torchrun_settings():
+    """torchrun settings run unchanged (issue 27): --monitor-interval (both
+    spellings, PET_MONITOR_INTERVAL) and the c10d and static backends'
+    --rdzv-conf keys, with one note for each that has no effect here."""
+    for args, extra in ((["--monitor-interval", "5"], None),
+                        (["--monitor_interval", "0.1"], None),
+                        ([], {"PET_MONITOR_INTERVAL": "5"}),
+                        (["--rdzv-conf", "timeout=900,heartbeat_timeout=30,"
+                          "keep_alive_max_attempt=3"], None)):
+        rc, _, err = run(["--no-log-time", "--standalone"] + args + ["/bin/true"], extra)
+        assert rc == 0, (args, extra, rc, err)
+        notes = [ln for ln in err.splitlines() if "note:" in ln]
+        # with c10d (--standalone), timeout is the static wait: a note too
+        want = 2 if "--rdzv-conf" in args else 1
+        assert len(notes) == want and all("no effect" in n for n in notes), (args, err)
+        assert "etcd" not in err, err
+    # rank=N is the static node rank, as torchrun passes --node-rank
+    port = lt.free_port()
+    rc, _, err = run(["--no-log-time", "--nnodes", "2", "--master-port", str(port),
+                      "--rdzv-conf", "rank=1,timeout=2", "/bin/true"], timeout=60)
+    assert rc == 75 and "after 2 s (--rdzv-conf timeout)" in err, (rc, err)
+
+
+def test_static_node_waits():
+    """--node-rank 1 started before node 0 waits 900 s for it, as torchrun
+    does (the runbooks start their nodes by hand), and says so."""
+    port = lt.free_port()
+    p = subprocess.Popen([L, "--no-log-time", "--nnodes", "2", "--node-rank", "1",
+                          "--master-addr", "127.0.0.1", "--master-port", str(port),
+                          "/bin/true"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    line = ""
+    try:
+        for line in p.stderr:
+            if "waiting for the rendezvous server" in line:
+                break
+    finally:
+        p.terminate()  # SIGTERM: the agent removes its run directory
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        p.stderr.close()
+        p.stdout.close()
+    assert "giving up after 900 s (--rdzv-conf timeout)" in line, line
 
 
 def test_exit_codes():
@@ -112,6 +196,193 @@ def test_exit_codes():
     assert rc == 127, rc
     rc, _, _ = run(["--standalone", "--exit-code=torchrun", "/no/such/program"])
     assert rc == 1, rc
+
+
+def test_repeating_failures():
+    """A failure that would repeat is not retried (issue 27): an exit code of
+    --no-restart-exit-codes (train_gpt's divergence, 3, by default) ends the
+    job at once; a missing Python script is not started --max-restarts
+    times."""
+    d = scratch()
+    count = os.path.join(d, "count")
+    prog = ["/bin/sh", "-c", "echo x >> %s; exit $0" % count]
+    for args, code, runs in (([], "3", 1), (["--no-restart-exit-codes", "none"], "3", 3),
+                             (["--no-restart-exit-codes", "5,7-9"], "8", 1),
+                             ([], "4", 3)):
+        if os.path.exists(count):
+            os.unlink(count)
+        rc, _, err = run(["--no-log-time", "--standalone", "--max-restarts", "2"] + args +
+                         prog + [code])
+        with open(count) as f:
+            n = len(f.read().split())
+        assert rc == int(code) and n == runs, (args, code, rc, n, err)
+        if runs == 1:
+            assert "--no-restart-exit-codes" in err and "not restarting" in err, err
+    rc, _, err = run(["--no-log-time", "--standalone", "--max-restarts", "3",
+                      os.path.join(d, "missing.py")])
+    assert rc == 127 and "cannot open the Python script" in err, (rc, err)
+    assert "restart" not in err.replace("not restarting", ""), err
+    shutil.rmtree(d)
+
+
+def test_idle_store_client():
+    """A PyTorch 1.13 trainer that connects to the agent's store, then loads
+    data for longer than the server's handshake timeout before its first
+    request (a 1.13 client sends nothing until then): its store still
+    answers (it died with 'Broken pipe')."""
+    path = script("idle.py", """import datetime, os, time
+import torch.distributed as dist
+s = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                  is_master=False, timeout=datetime.timedelta(seconds=30))
+time.sleep(2.5)  # loading data
+s.set("after-idle-%s" % os.environ["RANK"], "1")
+assert s.get("after-idle-%s" % os.environ["RANK"]) == b"1"
+print("rank %s: store answered after idling" % os.environ["RANK"], flush=True)
+""")
+    rc, out, err = run(["--no-log-time", "--standalone", "--nproc-per-node", "2", path],
+                       {"LAUNCH_HANDSHAKE_TIMEOUT": "1"}, timeout=120)
+    assert rc == 0, (rc, out, err)
+    assert out.count("store answered after idling") == 2, (out, err)
+    assert "handshake" not in err, err
+
+
+def test_lost_steps():
+    """Without --ckpt-dir a restart starts at step 1 again: launch says how
+    many steps rank 0 had reached (its progress key), i.e. were lost."""
+    d = scratch()
+    path = script("lost.py", """import datetime, os, sys, time
+import torch.distributed as dist
+marker = os.path.join(os.path.dirname(sys.argv[0]), "once")
+if not os.path.exists(marker):
+    open(marker, "w").close()
+    s = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                      is_master=False, timeout=datetime.timedelta(seconds=30))
+    s.set("launch/progress/0", "40 %d" % int(time.time() * 1000))
+    sys.exit(1)
+""", d)
+    rc, _, err = run(["--no-log-time", "--standalone", "--max-restarts", "1", path],
+                     timeout=120)
+    # a fresh start with --ckpt-dir says so, not "agreement on step -1"
+    rc2, _, err2 = run(["--no-log-time", "--standalone", "--ckpt-dir",
+                        os.path.join(d, "ck"), "/bin/true"])
+    shutil.rmtree(d)
+    assert rc2 == 0 and "step -1" not in err2 and "start fresh" in err2, err2
+    assert rc == 0, (rc, err)
+    lost = [ln for ln in err.splitlines() if "steps rank 0 had reached are lost" in ln]
+    assert len(lost) == 1 and "40 steps" in lost[0] and "--ckpt-dir" in lost[0], err
+
+
+def test_failure_summary():
+    """A failure summary points only where there is something (issue 27): no
+    run directory line (and no directory left in TMPDIR) when nothing was
+    written there, and the Python @record hint only for Python workers."""
+    d = scratch()
+    rc, _, err = run(["--no-log-time", "--standalone", "/bin/sh", "-c", "exit 4"],
+                     {"TMPDIR": d})
+    assert rc == 4 and "Root cause" in err, err
+    assert "@record" not in err and "logs and error files" not in err, err
+    assert os.listdir(d) == [], os.listdir(d)
+    path = script("fail.py", "import sys\nsys.exit(5)\n", d)
+    rc, _, err = run(["--no-log-time", "--standalone", path], {"TMPDIR": d})
+    assert rc == 5 and "@record" in err, err
+    assert os.listdir(d) == ["fail.py"], os.listdir(d)
+    # old run directories do not pile up: a week old and no live agent's
+    # (its lock not held) goes; a live agent's, a fresh one, others stay
+    import fcntl
+    for name in ("launch_old_aaaaaa", "launch_live_bbbbbb", "launch_new_cccccc", "mine"):
+        os.makedirs(os.path.join(d, name, "attempt_0"))
+    week = time.time() - 8 * 86400
+    for name in ("launch_old_aaaaaa", "launch_live_bbbbbb", "mine"):
+        os.utime(os.path.join(d, name), (week, week))
+    with open(os.path.join(d, "launch_live_bbbbbb", ".agent.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rc, _, err = run(["--no-log-time", "--standalone", "/bin/true"], {"TMPDIR": d})
+    assert rc == 0 and "removed 1 run directory of failed jobs older than 7 days" in err, err
+    assert sorted(os.listdir(d)) == ["fail.py", "launch_live_bbbbbb", "launch_new_cccccc",
+                                     "mine"], os.listdir(d)
+    shutil.rmtree(d)
+
+
+def test_rdzv_timeout_once():
+    """A rendezvous that times out is said once, as the agent's error (the
+    server it hosts said it too, as a warning)."""
+    port = lt.free_port()
+    rc, _, err = run(["--no-log-time", "--nnodes", "2", "--rdzv-endpoint",
+                      "127.0.0.1:%d" % port, "--rdzv-conf", "join_timeout=2", "/bin/true"])
+    assert rc == 75, (rc, err)
+    said = [ln for ln in err.splitlines() if "rendezvous timed out" in ln]
+    assert len(said) == 1 and " error: " in said[0], err
+
+
+def test_mismatch_named_on_node0():
+    """Two nodes with the same host name, one with another NCCL setting: the
+    diff tells them apart by address, and node 0's rendezvous timeout names
+    the refused node (it was waiting without saying whom for)."""
+    port = lt.free_port()
+    common = ["--no-log-time", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:%d" % port,
+              "/bin/true"]
+    n0 = subprocess.Popen([L, "--local-addr", "127.0.0.1", "--rdzv-conf", "join_timeout=4"] +
+                          common, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env({"LAUNCH_HOSTNAME": "twin"}))
+    try:
+        time.sleep(1)
+        rc1, _, err1 = run(["--local-addr", "127.0.0.2"] + common,
+                           {"LAUNCH_HOSTNAME": "twin", "NCCL_IB_TIMEOUT": "20"})
+        _, err0 = n0.communicate(timeout=60)
+    finally:
+        if n0.poll() is None:
+            n0.kill()
+            n0.communicate()
+    assert rc1 != 0 and "twin@127.0.0.2 differs from node 0 (twin@127.0.0.1)" in err1, err1
+    assert "twin@127.0.0.1=(unset) twin@127.0.0.2=20" in err1, err1
+    end = [ln for ln in err0.splitlines() if "rendezvous timed out" in ln]
+    assert n0.returncode == 75 and len(end) == 1, err0
+    assert "refused for differing from node 0" in end[0] and "twin@127.0.0.2" in end[0], end
+
+
+def test_status_while_reforming():
+    """While the job re-forms after a lost node, `launch status` names the
+    round being formed, as the agents do, not the one that ended."""
+    with lt.Server() as srv:
+        ep = "127.0.0.1:%d" % srv.port
+        common = ["--no-log-time", "--nnodes", "2", "--rdzv-endpoint", ep, "--rdzv-id",
+                  "reform", "--rdzv-conf", "join_timeout=60", "/bin/sleep", "60"]
+        a = lt.launch(["--local-addr", "127.0.0.2"] + common, name="reformA")
+        b = lt.launch(["--local-addr", "127.0.0.3"] + common, name="reformB")
+        try:
+            lt.wait_until(lambda: "round 0 of job reform" in a.output(), 30, "round 0")
+            b.kill()
+            lt.wait_until(lambda: "restarting the workers (round 1)" in a.output(), 30,
+                          "the restart")
+            rc, out, err = run(["status", "--rdzv-endpoint", ep, "--rdzv-id", "reform"])
+        finally:
+            a.kill()
+            b.kill()
+    assert rc == 0 and "forming round 1 (round 0 ended)" in out, (rc, out, err)
+
+
+def test_port_in_use():
+    """A port held by another program is said to be (issue 27): "Address
+    already in use" and which program holds it, at once, not "did not answer
+    for 15 s"; a launch server there is still joined."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(4)
+    port = s.getsockname()[1]
+    try:
+        t0 = time.time()
+        rc, _, err = run(["--no-log-time", "--nnodes", "1", "--rdzv-endpoint",
+                          "127.0.0.1:%d" % port, "/bin/true"])
+    finally:
+        s.close()
+    assert rc == 75 and time.time() - t0 < 10, (rc, err)
+    assert "Address already in use" in err and "(pid %d) holds the port" % os.getpid() in err, err
+    assert "did not answer" not in err, err
+    with lt.Server() as srv:
+        rc, _, err = run(["--no-log-time", "--nnodes", "1", "--rdzv-endpoint",
+                          "127.0.0.1:%d" % srv.port, "/bin/true"])
+    assert rc == 0 and "joining it" in err, (rc, err)
 
 
 def test_silent_wait():
@@ -204,7 +475,11 @@ def test_user_env():
     recs, out, err = dump_run([], extra={"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
     assert recs[0]["env"]["NCCL_DEBUG"] == "INFO", recs[0]["env"].get("NCCL_DEBUG")
     assert recs[0]["env"]["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
-    assert "NCCL_DEBUG=INFO comes from your shell" in err, err
+    # one warning with one piece of advice (issue 27: there were two, one
+    # saying to set WARN, the other to unset it)
+    nccl = [ln for ln in err.splitlines() if "warning:" in ln and "NCCL_DEBUG=INFO" in ln]
+    assert len(nccl) == 1 and "inherited, kept over the profile" in nccl[0], err
+    assert "unset NCCL_DEBUG in your shell" in nccl[0], nccl
     # no GPU here: NCCL settings this node cannot honour warn, do not refuse
     recs, out, err = dump_run([], extra={"CUDA_VISIBLE_DEVICES": "",
                                          "NCCL_SOCKET_IFNAME": "ib0",
@@ -238,7 +513,7 @@ def test_async_error_name():
     e = recs[0]["env"]
     assert e.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1" and "NCCL_ASYNC_ERROR_HANDLING" not in e
     # a virtual environment whose site-packages claims 2.11
-    v = tempfile.mkdtemp(prefix="launch-venv-")
+    v = scratch()
     real = os.path.realpath(PY)
     ver = os.path.basename(real)[len("python"):]
     os.makedirs(os.path.join(v, "bin"))
@@ -300,7 +575,7 @@ def test_progress_lines():
 
 
 def test_scale_up_spends_no_restart():
-    d = tempfile.mkdtemp(prefix="launch-compat-")
+    d = scratch()
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "py", "worker.py")
     port = lt.free_port()
     common = ["--nnodes", "1:2", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "grow",
@@ -417,16 +692,35 @@ def test_doctor_and_fingerprint():
 
 
 def main():
-    for t in (test_options, test_exit_codes, test_silent_wait, test_host_by_any_address,
+    global SCRATCH
+    SCRATCH = tempfile.mkdtemp(prefix="launch-compat-")
+    os.mkdir(os.path.join(SCRATCH, "runs"))
+    try:
+        run_tests(sys.argv[1:])
+        # successful runs remove their run directory, failed ones keep it
+        # only when it holds something (issue 27: 250 dirs a day in /tmp)
+        left = os.listdir(os.path.join(SCRATCH, "runs"))
+        assert left == [], left
+    finally:
+        shutil.rmtree(SCRATCH)
+    print("test_torchrun_compat: ok")
+
+
+def run_tests(only):
+    for t in (test_options, test_suggestions, test_torchrun_settings, test_static_node_waits,
+              test_repeating_failures, test_idle_store_client, test_lost_steps, test_failure_summary,
+              test_port_in_use, test_status_while_reforming, test_rdzv_timeout_once, test_mismatch_named_on_node0,
+              test_exit_codes, test_silent_wait, test_host_by_any_address,
               test_own_store_hint, test_status_unknown_job,
               test_user_env, test_async_error_name, test_local_rank_macro,
               test_progress_lines, test_scale_up_spends_no_restart, test_close_timeout,
               test_quiet_healthy_run,
               test_plain_messages, test_doctor_and_fingerprint):
+        if only and t.__name__ not in only:
+            continue
         t0 = time.time()
         t()
         print("%s: ok (%.1f s)" % (t.__name__, time.time() - t0), flush=True)
-    print("test_torchrun_compat: ok")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ M=(--preset tiny --steps 6 --val-every 0 --val-batches 1 --threads 1)
 "$TG" "${M[@]}" --steps 6 --ckpt-dir "$T/ck" --ckpt-every 3 >"$T/out" 2>&1 ||
   { cat "$T/out"; fail "the run that saves"; }
 [ -f "$T/ck/step-3/manifest.json" ] || fail "no step 3 saved"
+# the last step is saved too: the trained weights are in the checkpoint
+[ -f "$T/ck/step-6/manifest.json" ] || fail "the last step (6) not saved"
 cp -r "$T/ck" "$T/ck2"
 
 # resume from step 3, both ways: the same parameters as without the stop

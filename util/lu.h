@@ -121,6 +121,9 @@ void lu_hmac_sha256(const void *key, size_t klen, const void *msg, size_t n,
 int lu_read_file(const char *path, size_t max, char **data, size_t *len);
 /* Append s to the ", "-separated list in out[cap] (cut to fit). */
 void lu_list_add(char *out, size_t cap, const char *s);
+/* Levenshtein distance of a and b: the "did you mean" of a misspelt name.
+ * 99 when either is 79 bytes or longer. */
+int lu_edit_distance(const char *a, const char *b);
 /* Trim trailing whitespace/newlines in place, return new length. */
 size_t lu_rtrim(char *s, size_t len);
 /* The first line (up to n - 1 bytes) of root+path, trailing whitespace cut:

@@ -378,3 +378,24 @@ int lu_mkdir_p(const char *path) {
     }
   return mkdir_one(buf);
 }
+
+/* Levenshtein distance (strings under 79 bytes; 99 for longer ones). */
+int lu_edit_distance(const char *a, const char *b) {
+  int la = (int)strlen(a), lb = (int)strlen(b);
+  int prev[80], cur[80];
+  if (la >= 79 || lb >= 79)
+    return 99;
+  for (int j = 0; j <= lb; j++)
+    prev[j] = j;
+  for (int i = 1; i <= la; i++) {
+    cur[0] = i;
+    for (int j = 1; j <= lb; j++) {
+      int c = prev[j - 1] + (a[i - 1] != b[j - 1]);
+      c = LU_MIN(c, prev[j] + 1);
+      c = LU_MIN(c, cur[j - 1] + 1);
+      cur[j] = c;
+    }
+    memcpy(prev, cur, sizeof(int) * (size_t)(lb + 1));
+  }
+  return prev[lb];
+}

@@ -188,6 +188,11 @@ static void sum_block(FILE *out, const sum_failure_t *f, int root) {
   fprintf(out, "  pid        : %d\n", f->pid);
   if (f->signal > 0) {
     const char *hint = sum_signal_hint(f->signal);
+    /* launch --hang-timeout killed it: say that launch did */
+    if (f->signal == SIGKILL && f->error_message &&
+        strncmp(f->error_message, "hang: ", 6) == 0)
+      hint = "killed by launch for a hang (--hang-timeout; the error "
+             "line below says why)";
     fprintf(out, "  signal     : %s (%d)", sum_signal_name(f->signal),
             f->signal);
     if (hint)
@@ -207,7 +212,7 @@ static void sum_block(FILE *out, const sum_failure_t *f, int root) {
   if (f->error_message && f->error_message[0]) {
     fputs("  error file : ", out);
     sum_indented(out, f->error_message, 15);
-  } else if (root) {
+  } else if (root && f->python) {
     fputs("  error file : <none> (Python: decorate main with @record from\n"
           "               torch.distributed.elastic.multiprocessing.errors to "
           "see the\n"

@@ -17,6 +17,8 @@ typedef struct sum_failure_s {
   int signal;
   char *stderr_tail;     /* malloc'd or NULL */
   char *error_message;   /* from the error file, malloc'd or NULL */
+  int python;            /* the worker runs Python: the @record hint
+                            applies when there is no error file */
 } sum_failure_t;
 
 /* Read a TORCHELASTIC_ERROR_FILE (PyTorch's @record format:
