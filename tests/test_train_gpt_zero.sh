@@ -41,7 +41,11 @@ done
 # the gradient's buckets merged (reduce-scattered as backward goes)
 run z1-w4-b 4 --steps 4 --zero 1 --bucket-mb 0.2
 cmp -s "$T/z0-w4.bin" "$T/z1-w4-b.bin" || fail "4 ranks, --bucket-mb 0.2: --zero 1 parameters differ"
-echo "  --zero 1 on 1, 2 and 4 ranks (and 4 with buckets of 0.2 MiB): bitwise the parameters and losses of --zero 0"
+# gradient accumulation: the reduce-scatter after the last micro-step only
+run z0-w2-a2 2 --steps 3 --zero 0 --accum 2
+run z1-w2-a2 2 --steps 3 --zero 1 --accum 2
+cmp -s "$T/z0-w2-a2.bin" "$T/z1-w2-a2.bin" || fail "2 ranks, --accum 2: --zero 1 parameters differ"
+echo "  --zero 1 on 1, 2 and 4 ranks (4 with buckets of 0.2 MiB, 2 with --accum 2): bitwise the parameters and losses of --zero 0"
 
 # -- the state per rank falls with the ranks ------------------------------------
 mib() { sed -n 's/.*AdamW state: \([0-9.]*\) MiB.*/\1/p' "$1"; }
