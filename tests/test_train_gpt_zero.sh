@@ -6,8 +6,8 @@
 #  - a checkpoint of a --zero 1 run holds the whole state (gathered on
 #    save, the header records --zero 1): bitwise the file of --zero 0 but
 #    for that field; it resumes on 4 ranks with --zero 1 (re-sharded) as a
-#    --zero 0 checkpoint resumes on 4 ranks with --zero 0, and on 2 ranks
-#    with --zero 0 as the uninterrupted --zero 0 run.
+#    --zero 0 checkpoint resumes on 4 ranks with --zero 0 (or 1), and on 2
+#    ranks with --zero 0 as the uninterrupted --zero 0 run.
 set -u
 LAUNCH=${LAUNCH_BIN:-build/bin/launch}
 BIN=$(dirname "$LAUNCH")
@@ -73,7 +73,7 @@ done
 echo "  a --zero 1 checkpoint holds the gathered state (bitwise --zero 0's) and records --zero 1"
 
 # 2 ranks, --zero 1 -> 4 ranks, --zero 1: as 2 ranks, --zero 0 -> 4, --zero 0
-cp -r "$T/ck1" "$T/ck1a" && cp -r "$T/ck1" "$T/ck1b"
+cp -r "$T/ck1" "$T/ck1a" && cp -r "$T/ck1" "$T/ck1b" && cp -r "$T/ck0" "$T/ck0a"
 run res-z1-w4 4 --steps 6 --zero 1 --ckpt-dir "$T/ck1a"
 run res-z0-w4 4 --steps 6 --zero 0 --ckpt-dir "$T/ck0"
 grep -q "resumed from step 3 of $T/ck1a" "$T/res-z1-w4.log" || { cat "$T/res-z1-w4.log"; fail "no resume on 4 ranks"; }
@@ -81,7 +81,10 @@ grep -q "saved by 2 ranks with --zero 1; the AdamW state is re-sharded for 4 ran
   "$T/res-z1-w4.log" || { cat "$T/res-z1-w4.log"; fail "no re-shard line"; }
 cmp -s "$T/res-z1-w4.bin" "$T/res-z0-w4.bin" || fail "resumed on 4 ranks: --zero 1 and --zero 0 differ"
 [ "$(losses "$T/res-z1-w4.log")" = "$(losses "$T/res-z0-w4.log")" ] || fail "resumed on 4 ranks: loss lines differ"
-echo "  2 ranks --zero 1 resumed on 4 ranks --zero 1: bitwise --zero 0's 2 -> 4"
+# and a --zero 0 checkpoint resumed with --zero 1
+run res-z0to1-w4 4 --steps 6 --zero 1 --ckpt-dir "$T/ck0a"
+cmp -s "$T/res-z0to1-w4.bin" "$T/res-z0-w4.bin" || fail "--zero 0 checkpoint resumed with --zero 1 differs"
+echo "  2 ranks --zero 1 resumed on 4 ranks --zero 1, and --zero 0's with --zero 1: bitwise --zero 0's 2 -> 4"
 
 # 2 ranks, --zero 1 -> 2 ranks, --zero 0: the uninterrupted --zero 0 run
 run res-z0-w2 2 --steps 6 --zero 0 --ckpt-dir "$T/ck1b"
