@@ -212,8 +212,17 @@ int ckpt_view_encode(const ckpt_scan_t *s, char **text) {
     }
     if (!any)
       continue;
+    /* Other layouts enter with the world size they record (DeepSpeed's
+     * dp x mp sizes, DCP's ranks), not 0 ("any"): a step DeepSpeed cannot
+     * load at this size must be refused, not handed over (issue #22).
+     * Megatron's and Hugging Face's files say nothing a resume may rely
+     * on (both load at another data-parallel size). */
     lu_buf_printf(&b, "%lld %d %d ", (long long)st->step,
-                  st->have ? st->world_size : 0, st->replicated ? 1 : 0);
+                  st->have || s->layout == CKPT_LAYOUT_DEEPSPEED ||
+                          s->layout == CKPT_LAYOUT_DCP
+                      ? st->world_size
+                      : 0,
+                  st->replicated ? 1 : 0);
     if (all)
       lu_buf_puts(&b, "*");
     else

@@ -222,6 +222,10 @@ def test_deepspeed(tmp):
     write(os.path.join(root, "latest"), "global_step10")
     rep, _ = verify(root, 0)
     expect(rep["layout"] == "deepspeed", rep["layout"])
+    # No checksums in this layout: verify must not claim SHA-256.
+    expect(rep["checked"] == "structure", "deepspeed checked: %s" % rep["checked"])
+    out = run("verify", root).stdout
+    expect("SHA-256" not in out and "records no checksums" in out, out)
     s = check_step(rep, "global_step10", "complete")
     expect(s["world_size"] == 4 and s["files"] == 5, "step 10: %s" % s)
     # The last ZeRO shard missing: only dp_world_size in the model states
