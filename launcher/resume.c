@@ -233,6 +233,17 @@ static int my_view(resume_t *r, const int *ranks, char **out, char *why,
     return rc;
   } else {
     r->layout = (int)s->layout;
+    /* Another trainer's pointer (DeepSpeed's latest, Megatron's tracker)
+     * naming a partial step: launch may not fix it, and a trainer that
+     * follows it loads what is not there. */
+    if (!own_layout(r) && s->latest_problem[0])
+      LU_WARN(r->log, "checkpoint %s: %s; the workers get the newest step "
+              "every rank can load in LAUNCH_RESUME_STEP: load that one%s",
+              r->o->ckpt_dir, s->latest_problem,
+              s->layout == CKPT_LAYOUT_DEEPSPEED
+                  ? " (engine.load_checkpoint(dir, tag=\"global_step\" + "
+                    "os.environ[\"LAUNCH_RESUME_STEP\"]))"
+                  : "");
     /* A corrupt step is news; a partial one is what a kill during a save
      * leaves, and the rollback sets it aside. */
     for (size_t i = 0; i < s->nsteps; i++)

@@ -24,6 +24,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -165,9 +166,32 @@ def run_deepspeed():
            "zero_optimization": {"stage": 2}, "steps_per_print": 10 ** 9}
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                            config=cfg)
+    if KIND == "save" and RANK == KRANK:
+        orig = engine._save_zero_checkpoint
+
+        def zero_then_die(save_dir, tag):
+            # Inside the save of step KSTEP: the other rank wrote its files
+            # and `latest`; this rank's ZeRO shard is never written.
+            if engine.global_steps == KSTEP:
+                latest = os.path.join(CK, "latest")
+                for _ in range(1200):
+                    if os.path.exists(latest) and open(latest).read() == tag:
+                        break
+                    time.sleep(0.05)
+                dump("kill-%s.json" % PHASE, launchtest.tree_hash(CK))
+                sys.stdout.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return orig(save_dir, tag)
+        engine._save_zero_checkpoint = zero_then_die
     started()
     start = 1
-    if RESUME:
+    latest = os.path.join(CK, "latest")
+    if RESUME and open(latest).read() != "global_step%s" % RESUME:
+        # DeepSpeed's latest names a step a kill cut short (launch warns):
+        # the agreed step, by its tag.
+        path, _ = engine.load_checkpoint(CK, tag="global_step%s" % RESUME)
+        start = engine.global_steps + 1
+    elif RESUME:
         # As DeepSpeed's users resume: its own `latest` says where.
         path, _ = engine.load_checkpoint(CK)
         assert path is not None, "load_checkpoint(%s) found nothing" % CK
