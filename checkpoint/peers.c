@@ -738,6 +738,9 @@ static int megatron_step(const char *dir, ckpt_step_t *st) {
     }
   }
   st->world_size = (int)(size[0] * size[1] * size[2]);
+  /* Megatron checks the tensor and pipeline sizes on load; the
+   * data-parallel size may change: any multiple of the grid loads. */
+  st->replicated = CKPT_REPL_MULTIPLE;
   for (int64_t a = 0; a < size[0]; a++)
     for (int64_t b = 0; b < (dims >= 2 ? size[1] : 1); b++)
       for (int64_t c = 0; c < (dims == 3 ? size[2] : 1); c++) {

@@ -102,6 +102,18 @@ def dcp_4(ck):
     tl.dcp(os.path.join(ck, "step-3"), {"__%d_0.distcp" % r: [10] for r in range(4)})
 
 
+def megatron(tp, pp):
+    """Megatron's legacy format, iterations 100 and 200 (200 cut: its
+    tracker still says 100), grid tp x pp."""
+    def build(ck):
+        tl.megatron_iter(ck, 100, tp=tp, pp=pp)
+        d = tl.megatron_iter(ck, 200, tp=tp, pp=pp)
+        tl.cut(os.path.join(d, "mp_rank_00" if pp == 1 else "mp_rank_00_000",
+                            "model_optim_rng.pt"))
+        tl.write(os.path.join(ck, "latest_checkpointed_iteration.txt"), "100")
+    return build
+
+
 def dcp_symlink(ck):
     tl.dcp(os.path.join(ck, "step-30"))
     tl.dcp(os.path.join(ck, "step-40"))
@@ -174,6 +186,11 @@ def main():
         case(tmp, "deepspeed-4-ranks", deepspeed_4, None,
              refused="DeepSpeed step 10 was written by 4 ranks (dp_world_size x "
                      "mp_world_size")
+        # Megatron: the data-parallel size may change, not the grid.
+        case(tmp, "megatron-2x1", megatron(2, 1), 100)
+        case(tmp, "megatron-1x1", megatron(1, 1), 100)
+        case(tmp, "megatron-2x2", megatron(2, 2), None,
+             refused="Megatron step 100 was written with a model-parallel grid of 4 ranks")
         log = case(tmp, "dcp-4-ranks", dcp_4, 3)
         tl.expect("(another world size: DCP reshards on load)" in log, log)
         # The positive control: launch's own partial step is set aside.
