@@ -13,6 +13,9 @@ checkpoint flags (issue #22): current PyTorch from PyPI (scripts/venv.sh),
               partial step, the trainer loads the agreed step by its tag
   hf          Hugging Face Trainer, rank 0 killed inside the save of step 8
 
+and DCP's save(use_collectives=False) (one __R.metadata per rank), which DCP
+loads back and `launch ckpt verify` must call complete, world size 2.
+
 For each: `launch --ckpt-dir D` (layout detected) restarts the job; the
 workers of the new round get LAUNCH_RESUME_STEP=6; the checkpoint tree the
 new round finds is byte for byte the one the kill left (hashed by the
@@ -108,7 +111,30 @@ def reference(py, tmp, mode, refs):
         if rc != 0:
             fail("%s: the uninterrupted run exited %d\n%s" % (mode, rc, log[-8000:]))
         refs[mode] = load(out, "final-ref.txt", log)
+        if mode == "dcp-ddp":
+            nocoll(os.path.join(out, "nocoll"))
     return refs[mode]
+
+
+def nocoll(d):
+    """DCP saved without collectives (one __R.metadata per rank, no
+    .metadata), which DCP loaded back: complete, written by 2 ranks, and
+    verify says it checked structure, not SHA-256."""
+    p = subprocess.run([lt.launch_bin(), "ckpt", "verify", d, "--json"], capture_output=True,
+                       text=True, timeout=60)
+    try:
+        rep = json.loads(p.stdout)
+    except ValueError:
+        fail("ckpt verify %s: not JSON: %s %s" % (d, p.stdout, p.stderr))
+    st = rep["steps"][0] if rep["steps"] else {}
+    names = os.listdir(os.path.join(d, "step-%d" % STEPS))
+    if (p.returncode != 0 or rep["layout"] != "dcp" or rep["checked"] != "structure" or
+            st.get("name") != "step-%d" % STEPS or st.get("state") != "complete" or
+            st.get("world_size") != 2 or ".metadata" in names or "__1.metadata" not in names):
+        fail("DCP without collectives: ckpt verify exit %d: %s\n%s"
+             % (p.returncode, p.stdout, sorted(names)))
+    print("ok: DCP save(use_collectives=False): %s complete, world size 2, checked %s"
+          % (st["name"], rep["checked"]))
 
 
 def case(py, tmp, name, refs):

@@ -151,7 +151,23 @@ def run_dcp(fsdp):
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
                                                                   cpu_offload=True))
     finished(full)
+    if PHASE == "ref" and not fsdp:
+        save_without_collectives(dcp, model, opt, get_state_dict)
     dist.destroy_process_group()
+
+
+def save_without_collectives(dcp, model, opt, get_state_dict):
+    """OUT/nocoll/step-10: DCP's save(use_collectives=False), one
+    __R.metadata per rank and no .metadata; DCP must load it back (the
+    test then asks `launch ckpt verify` about it)."""
+    msd, osd = get_state_dict(model, opt)
+    path = os.path.join(OUT, "nocoll", "step-%d" % STEPS)
+    dcp.save({"model": msd}, checkpoint_id=path, use_collectives=False)
+    dist.barrier()
+    back = {"model": {k: torch.zeros_like(v) for k, v in msd.items()}}
+    dcp.load(back, checkpoint_id=path)
+    for k, v in msd.items():
+        assert torch.equal(v, back["model"][k]), "DCP without collectives: %s differs" % k
 
 
 # ---- DeepSpeed ZeRO-2 ----------------------------------------------------------------
