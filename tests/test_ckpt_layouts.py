@@ -346,6 +346,19 @@ def test_dcp(tmp):
     check_step(rep, "step-300", "incomplete", ".metadata: missing")
     check_step(rep, "step-400", "incomplete", "__0_0.distcp: 0 bytes")
     check_resume(rep, "step-100")
+    # What launch before issue #22 made of a partial DCP step: its trailing
+    # number is a time, not the newest step.
+    dcp(os.path.join(root, "abandoned-step-500-1796182836408"))
+    rep, _ = verify(root, 1)
+    expect(not any(s["name"].startswith("abandoned-") for s in rep["steps"]),
+           "abandoned-step-N-T taken for a DCP step: %s" % [s["name"] for s in rep["steps"]])
+    check_resume(rep, "step-100")
+    # DCP steps named checkpoint-N (as Hugging Face's are): DCP by content.
+    hfname = os.path.join(tmp, "dcp-hf-names")
+    dcp(os.path.join(hfname, "checkpoint-7"))
+    rep, _ = verify(hfname, 0)
+    expect(rep["layout"] == "dcp", "checkpoint-N with .metadata: %s" % rep["layout"])
+    check_resume(rep, "checkpoint-7")
     # Every pickle protocol (Python 3.8-3.13 write 4, 3.14 writes 5).
     for proto in range(pickle.HIGHEST_PROTOCOL + 1):
         d = os.path.join(tmp, "dcp-proto", "p%d" % proto)
