@@ -30,7 +30,8 @@ Megatron-LM's training loop, not by megatron-core (the skip line says so). Until
 --torch-store rank0 (PyTorch 2.x reads round 0's keys from the agent's
 store in round 1).
 
-Skips (77) when the venv cannot be built (no PyPI). Set LAUNCH_REAL_ONLY to
+The venv is scripts/venv.sh's (LAUNCH_VENV when set; built on the first
+run). Skips (77) when it cannot be built (no PyPI). Set LAUNCH_REAL_ONLY to
 a comma list of case names (CASES) to run some only."""
 import json
 import os
