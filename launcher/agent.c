@@ -743,8 +743,11 @@ static void on_resumed(void *arg, const resume_result_t *res) {
   }
   if (res->step >= 0)
     say(a, "resuming from checkpoint step %" PRId64 " of %s%s%s%s", res->step,
-        a->o->ckpt_dir, res->elastic ? " (another world size: replicated "
-                                       "state)" : "",
+        a->o->ckpt_dir,
+        !res->elastic ? ""
+        : res->layout == CKPT_LAYOUT_LAUNCH
+            ? " (another world size: replicated state)"
+            : " (another world size: DCP reshards on load)",
         res->why[0] ? "; " : "", res->why);
   else
     say(a, "no checkpoint to resume from in %s: a fresh start%s%s",
