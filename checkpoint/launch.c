@@ -94,6 +94,92 @@ static int ck_finalised(const char *dir, int64_t step) {
          ck_exists(p);
 }
 
+/* ---- what is launch's own ------------------------------------------------------ */
+
+/* launch writes, renames and deletes only what it wrote itself: a
+ * directory may hold another trainer's checkpoints (DeepSpeed's `latest`,
+ * a user's `latest -> step-40` symlink, DCP's step-N/), which are
+ * read-only to us whatever the layout detection said (issue #22). */
+
+/* "rank-R.bin" or "rank-R.done". */
+static int ck_launch_name(const char *name, int *done) {
+  const char *p = name + 5, *q;
+  if (strncmp(name, "rank-", 5) != 0 || *p < '0' || *p > '9')
+    return 0;
+  for (q = p; *q >= '0' && *q <= '9'; q++)
+    ;
+  *done = strcmp(q, ".done") == 0;
+  return *done || strcmp(q, ".bin") == 0;
+}
+
+int ck_step_is_ours(const char *dir, int64_t step) {
+  char p[4096], *data = NULL;
+  size_t len;
+  struct stat st;
+  DIR *d;
+  struct dirent *e;
+  int launch = 0, done = 0, other = 0, foreign = 0, is_done, rc;
+  if (ck_step_path(p, sizeof(p), dir, step, NULL) != 0 ||
+      lstat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+    return 0; /* a symlink or a file is nobody's step of ours */
+  if (ck_step_path(p, sizeof(p), dir, step, CK_MANIFEST) == 0 &&
+      (rc = lu_read_file(p, CK_META_MAX, &data, &len)) != -ENOENT) {
+    /* A manifest decides: launch's format, or someone else's file. */
+    ck_manifest_t m;
+    char why[128];
+    int ours = rc == 0 && ck_manifest_decode(data, len, &m, why,
+                                             sizeof(why)) == 0;
+    if (ours)
+      ck_manifest_free(&m);
+    free(data);
+    return ours;
+  }
+  if (ck_step_path(p, sizeof(p), dir, step, NULL) != 0 ||
+      (d = opendir(p)) == NULL)
+    return 0;
+  while ((e = readdir(d)) != NULL) {
+    const char *nm = e->d_name;
+    if (strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0 ||
+        (nm[0] == '.' && strstr(nm, ".tmp") != NULL && !ck_dcp_name(nm) &&
+         strncmp(nm, ".rank-", 6) != 0))
+      continue; /* our temp names: .NAME.tmp-PID-RANDOM */
+    if (strncmp(nm, ".rank-", 6) == 0) {
+      launch++; /* a shard being written (.rank-R.tmp, .rank-R.bin.tmp-*) */
+    } else if (ck_launch_name(nm, &is_done)) {
+      launch++;
+      done += is_done;
+    } else if (ck_dcp_name(nm)) {
+      foreign++;
+    } else {
+      other++;
+    }
+  }
+  closedir(d);
+  /* A partial step of ours holds shards and completion files only, or a
+   * shard named by a completion file ("file"); an empty one is left alone
+   * (nothing to lose, and nothing says whose it is). */
+  return launch > 0 && foreign == 0 && (other == 0 || done > 0);
+}
+
+int ck_latest_owner(const char *dir) {
+  char p[4096], *data;
+  size_t len;
+  struct stat st;
+  int64_t step;
+  int rc;
+  if (ck_join(p, sizeof(p), dir, CK_LATEST) != 0)
+    return -1;
+  if (lstat(p, &st) != 0)
+    return errno == ENOENT ? 0 : -1;
+  if (!S_ISREG(st.st_mode) || st.st_size > 64)
+    return -1; /* a symlink (a user's latest -> step-40), a directory */
+  if (lu_read_file(p, 4096, &data, &len) != 0)
+    return -1;
+  rc = ck_latest_decode(data, len, &step);
+  free(data);
+  return rc == 0 ? 1 : -1;
+}
+
 int ck_read_manifest(const char *dir, int64_t step, ck_manifest_t *m,
                      char *why, size_t whylen) {
   char p[4096], *data;
@@ -465,6 +551,8 @@ static int ck_latest_forward(const char *dir, int64_t step) {
   int rc;
   if ((rc = ck_join(p, sizeof(p), dir, CK_LATEST)) != 0)
     return rc;
+  if (ck_latest_owner(dir) < 0)
+    return 0; /* another program's pointer: never replaced */
   if (lu_read_file(p, 4096, &data, &len) == 0) {
     rc = ck_latest_decode(data, len, &cur);
     free(data);
@@ -548,7 +636,7 @@ static int ck_prune(const char *dir, int64_t upto, int keep,
       kept++;
       continue;
     }
-    if (steps[i] == upto)
+    if (steps[i] == upto || !ck_step_is_ours(dir, steps[i]))
       continue;
     snprintf(name, sizeof(name), "step-%lld", (long long)steps[i]);
     ck_remove(dir, name, log);
@@ -659,7 +747,7 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
   int64_t *steps = NULL;
   size_t n = 0;
   char p[4096];
-  int rc;
+  int rc, owner;
   if ((rc = ck_list_steps(dir, &steps, &n)) != 0) {
     lu_errf(err, errlen, "%s: %s", dir, rdzv_strerror(rc));
     return rc == -ENOENT ? 0 : rc;
@@ -668,6 +756,8 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
     char from[4096], to[4096];
     if (steps[i] <= resume_step)
       break;
+    if (!ck_step_is_ours(dir, steps[i]))
+      continue; /* another trainer's step-N: read-only */
     if (ck_step_path(from, sizeof(from), dir, steps[i], NULL) != 0 ||
         snprintf(to, sizeof(to), "%s/abandoned-step-%lld-%llu", dir,
                  (long long)steps[i],
@@ -683,7 +773,10 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
     return rc;
   if ((rc = ck_join(p, sizeof(p), dir, CK_LATEST)) != 0)
     return rc;
-  if (resume_step >= 0 && ck_finalised(dir, resume_step)) {
+  if ((owner = ck_latest_owner(dir)) < 0) {
+    /* Someone else's `latest`: left as it is. */
+  } else if (resume_step >= 0 && ck_finalised(dir, resume_step) &&
+             ck_step_is_ours(dir, resume_step)) {
     char line[64], *data = NULL;
     size_t len, oldlen;
     len = (size_t)snprintf(line, sizeof(line), "step-%lld\n",
@@ -692,7 +785,7 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
         memcmp(data, line, len) != 0)
       rc = ck_write_atomic(dir, CK_LATEST, line, len);
     free(data);
-  } else if (unlink(p) != 0 && errno != ENOENT) {
+  } else if (owner > 0 && unlink(p) != 0 && errno != ENOENT) {
     rc = -errno;
   }
   if (rc == 0)

@@ -743,8 +743,11 @@ static void on_resumed(void *arg, const resume_result_t *res) {
   }
   if (res->step >= 0)
     say(a, "resuming from checkpoint step %" PRId64 " of %s%s%s%s", res->step,
-        a->o->ckpt_dir, res->elastic ? " (another world size: replicated "
-                                       "state)" : "",
+        a->o->ckpt_dir,
+        !res->elastic ? ""
+        : res->layout == CKPT_LAYOUT_LAUNCH
+            ? " (another world size: replicated state)"
+            : " (another world size: DCP reshards on load)",
         res->why[0] ? "; " : "", res->why);
   else
     say(a, "no checkpoint to resume from in %s: a fresh start%s%s",
@@ -856,7 +859,12 @@ static void ask_lost_steps(agent_t *a) {
     return;
   for (int torch = 0; torch <= 1; torch++) {
     msgpack_packer *pk = ac_begin(a->ac, PROTO_OP_MGET, 2);
-    snprintf(key, sizeof(key), "%s" RDZV_PROGRESS_PREFIX "0", torch ? "/" : "");
+    /* a PyTorch rank's key lies in its round's TCPStore namespace */
+    if (torch)
+      snprintf(key, sizeof(key), RDZV_TORCH_NS "%" PRId64 "//" RDZV_PROGRESS_PREFIX
+               "0", a->round);
+    else
+      snprintf(key, sizeof(key), RDZV_PROGRESS_PREFIX "0");
     msgpack_pack_array(pk, 1);
     proto_pack_str(pk, key);
     msgpack_pack_int64(pk, 0); /* do not wait */

@@ -97,6 +97,20 @@ static void human_bytes(uint64_t b, char *buf, size_t n) {
   snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", v, u[i]);
 }
 
+/* What was checked: SHA-256 exists only in launch's layout; the others are
+ * checked by structure and sizes, whatever the command (issue #22). */
+static const char *checked_json(const ckpt_scan_t *s, int sha) {
+  if (s->layout != CKPT_LAYOUT_LAUNCH)
+    return "structure";
+  return sha ? "sha256" : "size";
+}
+
+static const char *checked_text(const ckpt_scan_t *s, int sha) {
+  if (s->layout != CKPT_LAYOUT_LAUNCH)
+    return "structure and sizes checked; this layout records no checksums";
+  return sha ? "SHA-256 verified" : "sizes checked";
+}
+
 static void print_json(const char *dir, const ckpt_scan_t *s, int sha) {
   lu_buf_t b = LU_BUF_INIT;
   lu_json_t j;
@@ -105,7 +119,7 @@ static void print_json(const char *dir, const ckpt_scan_t *s, int sha) {
   lu_json_obj(&j, NULL);
   lu_json_str(&j, "dir", dir);
   lu_json_str(&j, "layout", ckpt_layout_name(s->layout));
-  lu_json_str(&j, "checked", sha ? "sha256" : "size");
+  lu_json_str(&j, "checked", checked_json(s, sha));
   lu_json_arr(&j, "steps");
   for (size_t i = 0; i < s->nsteps; i++) {
     const ckpt_step_t *st = &s->steps[i];
@@ -165,7 +179,7 @@ static void print_text(const char *dir, const ckpt_scan_t *s, int sha) {
   size_t w = 4;
   printf("%s: %s layout, %zu step%s (%s)\n", dir, ckpt_layout_name(s->layout),
          s->nsteps, s->nsteps == 1 ? "" : "s",
-         sha ? "SHA-256 verified" : "sizes checked");
+         checked_text(s, sha));
   for (size_t i = 0; i < s->nsteps; i++)
     if (strlen(s->steps[i].name) > w)
       w = strlen(s->steps[i].name);

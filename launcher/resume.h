@@ -41,6 +41,7 @@ typedef struct resume_result_s {
   int rc;
   int64_t step;
   int elastic;
+  int layout;    /* ckpt_layout_t this node scanned (auto: what it found) */
   /* step when this node verified (or trusted) the shard of each of its
    * ranks, -1 otherwise: exported as LAUNCH_CKPT_VERIFIED */
   int64_t verified;
