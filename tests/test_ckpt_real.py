@@ -26,9 +26,9 @@ megatron-core is not run: parallel_state initialises with gloo on the CPU,
 but megatron-core 0.16's dist_checkpointing.save (torch_dist) calls
 torch.cuda.synchronize() in filesystem_async.preload_tensors, which fails
 without a GPU; and the iter_NNNNNNN/ layout and its tracker are written by
-Megatron-LM's training loop, not by megatron-core (the skip line says so). Until the store fix of issue #22 lands, the runs use
---torch-store rank0 (PyTorch 2.x reads round 0's keys from the agent's
-store in round 1).
+Megatron-LM's training loop, not by megatron-core (the skip line says so). The runs use
+the default store (--torch-store agent): every round's TCPStore clients
+get a namespace of their own (docs/protocol.md#tcpstore-namespaces).
 
 The venv is scripts/venv.sh's (LAUNCH_VENV when set; built on the first
 run). Skips (77) when it cannot be built (no PyPI). Set LAUNCH_REAL_ONLY to
@@ -86,10 +86,8 @@ def run(py, mode, ck, out, phase, kill, restarts):
     for k in ("LAUNCH_RESUME_STEP", "LAUNCH_CKPT_DIR"):
         env.pop(k, None)
     env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU, even on a GPU machine
-    # --torch-store rank0: until the per-round store of issue #22 is merged
-    # here, PyTorch 2.x's round 1 would read round 0's keys.
     return lt.launch_wait(["--standalone", "--nproc-per-node", "2", "--max-restarts",
-                           str(restarts), "--stop-timeout", "5", "--torch-store", "rank0",
+                           str(restarts), "--stop-timeout", "5",
                            "--ckpt-dir", ck, "--no-python", py, WORKER, mode, ck, out,
                            str(STEPS), str(EVERY)],
                           env=env, name="%s-%s" % (mode, phase), timeout=240)
