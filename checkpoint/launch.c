@@ -102,14 +102,13 @@ int ck_read_manifest(const char *dir, int64_t step, ck_manifest_t *m,
   memset(m, 0, sizeof(*m));
   if ((rc = ck_step_path(p, sizeof(p), dir, step, CK_MANIFEST)) != 0)
     return rc;
-  rc = lu_read_file(p, CK_META_MAX, &data, &len);
+  rc = lu_read_file_safe(p, CK_META_MAX, &data, &len, why, whylen);
   if (rc == -ENOENT) {
     lu_errf(why, whylen, "no %s: the step was never finalised", CK_MANIFEST);
     return CKPT_EINCOMPLETE;
   }
   if (rc != 0) {
-    lu_errf(why, whylen, "%s: %s", CK_MANIFEST, rdzv_strerror(rc));
-    return rc == RDZV_ETOOBIG ? CKPT_EFORMAT : rc;
+    return rc == RDZV_ETOOBIG || rc == RDZV_ENOTREG ? CKPT_EFORMAT : rc;
   }
   {
     char jwhy[256];
@@ -787,13 +786,11 @@ static int ck_read_done(const ckpt_commit_options_t *o, int64_t step,
   snprintf(leaf, sizeof(leaf), "rank-%d.done", rank);
   if ((rc = ck_step_path(p, sizeof(p), o->dir, step, leaf)) != 0)
     return rc;
-  rc = lu_read_file(p, CK_SMALL_MAX, &data, &len);
+  rc = lu_read_file_safe(p, CK_SMALL_MAX, &data, &len, why, n);
   if (rc == -ENOENT)
     return 0;
   if (rc != 0) {
-    lu_errf(why, n, "step-%lld/%s: %s", (long long)step, leaf,
-            rdzv_strerror(rc));
-    return rc == RDZV_ETOOBIG ? CKPT_EFORMAT : rc;
+    return rc == RDZV_ETOOBIG || rc == RDZV_ENOTREG ? CKPT_EFORMAT : rc;
   }
   {
     char jwhy[256];

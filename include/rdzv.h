@@ -73,7 +73,9 @@ extern "C" {
   XX(ERESOLVE, -1018, "host name does not resolve")                            \
   XX(EFULL, -1019, "rendezvous is full (max nodes joined)")                   \
   XX(EDEFERRED, -1020, "a set sent without waiting (rdzv_set_nowait) "        \
-                       "failed: rdzv_last_error says which and why")
+                       "failed: rdzv_last_error says which and why")       \
+  XX(ENOTREG, -1021, "not a regular file (a FIFO, device, socket or "         \
+                     "directory): refused rather than waited on")
 
 typedef enum {
 #define RDZV_XX_ENUM(name, val, msg) RDZV_##name = (val),

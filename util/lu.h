@@ -116,8 +116,26 @@ void lu_sha256_update(lu_sha256_t *s, const void *data, size_t n);
 void lu_sha256_final(lu_sha256_t *s, uint8_t out[LU_SHA256_LEN]);
 void lu_hmac_sha256(const void *key, size_t klen, const void *msg, size_t n,
                     uint8_t out[LU_SHA256_LEN]);
-/* Read a whole small file (<= max bytes). OUT *data malloc'd, NUL-terminated.
- * RET 0 or -errno, RDZV_ETOOBIG. */
+/* Files that other users and programs write (token files, host files,
+ * checkpoint metadata) are opened so that they can never block launch:
+ * O_NONBLOCK (a FIFO's open returns at once), fstat, and only regular files
+ * go on (FIFOs, devices, sockets and directories are refused, err names the
+ * path and its type). Symbolic links are followed unless nofollow.
+ * OUT *st (may be NULL). RET the fd (O_NONBLOCK cleared), or -errno,
+ * -EISDIR, RDZV_ENOTREG (not a regular file). */
+struct stat;
+int lu_open_regular(const char *path, int nofollow, struct stat *st,
+                    char *err, size_t errlen);
+/* "regular file", "FIFO", "character device", ... of an st_mode. */
+const char *lu_file_type(unsigned mode);
+/* Read a whole small file (<= max bytes) through lu_open_regular: a larger
+ * one is refused from its size before anything is read, and memory follows
+ * the file's real size. OUT *data malloc'd, NUL-terminated; err (NULL
+ * allowed) names the file and the limit or type. RET 0 or -errno,
+ * RDZV_ENOTREG (not a regular file), RDZV_ETOOBIG (over max). */
+int lu_read_file_safe(const char *path, size_t max, char **data, size_t *len,
+                      char *err, size_t errlen);
+/* lu_read_file_safe without the message. */
 int lu_read_file(const char *path, size_t max, char **data, size_t *len);
 /* Append s to the ", "-separated list in out[cap] (cut to fit). */
 void lu_list_add(char *out, size_t cap, const char *s);
@@ -127,9 +145,11 @@ size_t lu_rtrim(char *s, size_t len);
  * /sys and /proc values under a root prefix (NULL = "/") that tests fake.
  * RET its length, or -1. */
 int lu_read_line(const char *root, const char *path, char *buf, size_t n);
-/* A secret file (--token-file): at most 4 KiB, trailing newlines cut, not
- * empty. OUT *tok (malloc'd), *len. RET 0, or an error with err saying
+/* A secret file (--token-file): a regular file of at most LU_TOKEN_MAX
+ * bytes (a FIFO or device is refused, never waited on), trailing newlines
+ * cut, not empty; a world-writable one is read with a warning on stderr. OUT *tok (malloc'd), *len. RET 0, or an error with err saying
  * what to do. */
+#define LU_TOKEN_MAX 4096
 int lu_read_token(const char *path, char **tok, size_t *len, char *err,
                   size_t errlen);
 /* mkdir -p, mode 0755. RET 0 or -errno (-ENOTDIR: a file is in the way). */
