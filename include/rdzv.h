@@ -259,14 +259,17 @@ RDZV_EXTERN void rdzv_free_keys(char **keys, size_t n);
  *
  * A trainer reports that it is making progress by setting the key
  * RDZV_PROGRESS_PREFIX "<rank>" (launch/progress/<rank>) to
- * "<step> <unix time in ms>". The agent started with --hang-timeout S reads
- * its local ranks' keys every second; a rank that reported once and then
- * reports nothing new for S seconds is taken for hung (docs/launcher.md#hangs).
- * A PyTorch trainer sets the same key through its TCPStore client, which
- * stores it as "/launch/progress/<rank>"; the agent reads both. */
+ * "<step> <unix time in ms> <LAUNCH_PROGRESS_TAG>" (the tag: the agent's
+ * secret for this worker and round, in its environment). The agent started
+ * with --hang-timeout S reads its local ranks' keys every second; a rank
+ * that reported once with its tag and then reports nothing new for S
+ * seconds is taken for hung (docs/launcher.md#hangs). A PyTorch trainer
+ * sets the same key through its TCPStore client, which stores it as
+ * "/launch/progress/<rank>"; the agent reads both, every time. */
 #define RDZV_PROGRESS_PREFIX "launch/progress/"
 
-/* Report progress: set launch/progress/<rank> to "<step> <unix ms>" (one
+/* Report progress: set launch/progress/<rank> to "<step> <unix ms> <tag>"
+ * (the tag from LAUNCH_PROGRESS_TAG, left out when unset; one
  * round trip, no rate limit: call it once per step, or at most about once
  * a second when steps are shorter). IN rank: the global rank, or -1 for the
  * environment's RANK. RET as rdzv_set, or RDZV_ENOENV when rank is -1 and

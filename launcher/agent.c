@@ -278,6 +278,10 @@ static int build_envs(agent_t *a) {
                              &a->renv[i]);
     if (rc == 0 && a->ck)
       rc = resume_env(a->ck, a->renv[i]);
+    /* The worker's secret for its progress values (hang.h). */
+    if (rc == 0 && hang_tag(a->hang, i))
+      rc = env_set(a->renv[i], "LAUNCH_PROGRESS_TAG", hang_tag(a->hang, i),
+                   ENV_SRC_LAUNCH, "launcher");
     if (rc != 0)
       return rc;
     expand_prefix(a, i, pre, sizeof(pre));

@@ -924,7 +924,8 @@ int rdzv_flush(rdzv_client_t *c, int timeout_ms) {
 }
 
 int rdzv_progress(rdzv_client_t *c, int rank, int64_t step, int timeout_ms) {
-  char key[64], val[64], *end;
+  char key[64], val[96], *end;
+  const char *tag;
   struct timespec ts;
   int n;
   if (c == NULL || step < 0 || rank < -1)
@@ -942,8 +943,14 @@ int rdzv_progress(rdzv_client_t *c, int rank, int64_t step, int timeout_ms) {
   }
   clock_gettime(CLOCK_REALTIME, &ts);
   snprintf(key, sizeof(key), RDZV_PROGRESS_PREFIX "%d", rank);
-  n = snprintf(val, sizeof(val), "%lld %lld", (long long)step,
-               (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+  /* The agent's secret for this worker, when it set one: values without
+   * it cannot arm hang detection (docs/launcher.md#hangs). */
+  tag = getenv("LAUNCH_PROGRESS_TAG");
+  if (tag == NULL || strlen(tag) > 32 || strchr(tag, ' ') != NULL)
+    tag = "";
+  n = snprintf(val, sizeof(val), "%lld %lld%s%s", (long long)step,
+               (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+               tag[0] ? " " : "", tag);
   return rdzv_set(c, key, val, (size_t)n, timeout_ms);
 }
 
