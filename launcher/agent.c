@@ -877,6 +877,14 @@ static void on_connected(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
   (void)ac;
   uv_timer_stop(&a->status_timer);
+  if (status == RDZV_ELIMIT || status == RDZV_EAUTH ||
+      status == RDZV_EVERSION) {
+    /* The server answered and refused: its reason is the whole story. */
+    LU_ERR(&a->log, "%s", ac_last_error(a->ac));
+    a->exit_code = LAUNCH_EXIT_RDZV;
+    finish(a);
+    return;
+  }
   if (status != 0) {
     /* One message: what failed, then what to check. */
     LU_ERR(&a->log, "%s. The agent that hosts the server is the one whose "

@@ -538,6 +538,21 @@ static void addr_put(srv_t *s, srv_addr_t *a) {
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
+/* A job counts against its creator's --max-jobs-per-addr while it is live:
+ * a connection uses it or its store holds data. One with neither (a
+ * finished run, a refused HELLO) waits for the grace without holding the
+ * address's slots, so short jobs in a row never lock their node out. */
+static int job_live(const job_t *j) {
+  return j->nconns > 0 || !store_is_empty(j->store);
+}
+
+static uint32_t addr_live_jobs(const srv_t *s, const srv_addr_t *a) {
+  uint32_t n = 0;
+  for (const job_t *j = s->jobs; j; j = j->next)
+    n += j->creator == a && job_live(j);
+  return n;
+}
+
 job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
                 size_t errcap) {
   job_t *j;
@@ -554,10 +569,13 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
             "server's limit (--max-jobs)", (int)len, name, s->cfg.max_jobs);
     return NULL;
   }
-  if (a && a->njobs >= s->cfg.max_jobs_per_addr) {
+  if (a && a->njobs >= s->cfg.max_jobs_per_addr &&
+      addr_live_jobs(s, a) >= s->cfg.max_jobs_per_addr) {
     lu_errf(err, errcap, "cannot create job '%.*s': %u jobs created from "
-            "%s exist, the per-address limit (--max-jobs-per-addr)",
-            (int)len, name, a->njobs, c->peer);
+            "%s are in use (connected, or holding data), the server's "
+            "per-address limit of %u: end some, or raise it (launch server "
+            "--max-jobs-per-addr N)", (int)len, name, addr_live_jobs(s, a),
+            c->peer, s->cfg.max_jobs_per_addr);
     return NULL;
   }
   if (!mem_fixed_room(s, SRV_JOB_COST)) {
@@ -596,6 +614,8 @@ void srv__job_attach(conn_t *c, job_t *j) {
   j->nconns++;
 }
 
+static void job_free(srv_t *s, job_t *j);
+
 static void job_detach(conn_t *c) {
   job_t *j = c->job;
   srv_t *s = c->srv;
@@ -603,6 +623,18 @@ static void job_detach(conn_t *c) {
     return;
   c->job = NULL;
   if (--j->nconns == 0) {
+    /* Nothing stored, no rendezvous: nothing worth keeping (a HELLO and a
+     * disconnect); it goes now rather than after the grace. */
+    if (store_is_empty(j->store) && j->rounds == NULL && !s->closing) {
+      job_t **pp;
+      for (pp = &s->jobs; *pp && *pp != j; pp = &(*pp)->next)
+        ;
+      if (*pp == j) {
+        *pp = j->next;
+        job_free(s, j); /* the connection's close releases the memory */
+        return;
+      }
+    }
     j->idle_since = srv__now();
     gc_schedule(s, j->idle_since + s->cfg.job_grace_ms);
   }
