@@ -182,6 +182,8 @@ typedef struct cfg_s {
   char topo_export[PATH_MAX];
   unsigned char given[CFG_S_COUNT]; /* set on the command line or from the
                                        environment */
+  const char *given_by[CFG_S_COUNT]; /* the variable a setting came from
+                                        (static), NULL: not from one */
 } cfg_t;
 
 /* How cfg_parse is called. */

@@ -211,6 +211,45 @@ def test_foreign(tmp):
     ls_ends(root, "global_step10", limit)
 
 
+def test_names_and_ids(tmp):
+    """File names with escape codes and bytes that are not UTF-8: `ckpt ls`
+    prints them escaped, `--json` stays valid UTF-8. Run ids that would
+    leave --log-dir are refused where they enter, naming the variable; so
+    are bad PET_* values checked late (--tee, --redirects, ...)."""
+    root = os.path.join(tmp, "names")
+    cl.hf_ckpt(root, 7)
+    evil = os.path.join(root.encode(), b"checkpoint-9\x1b[31m\xff")
+    os.makedirs(evil)
+    p, _ = run(["ckpt", "ls", root])
+    expect("\x1b" not in p.stdout + p.stderr, repr(p.stdout + p.stderr))
+    p = subprocess.run([LAUNCH, "ckpt", "ls", root, "--json"], capture_output=True,
+                       timeout=QUICK)
+    try:
+        json.loads(p.stdout.decode("utf-8"))
+    except ValueError as e:
+        fail("ckpt ls --json: %s: %r" % (e, p.stdout))
+    logs = os.path.join(tmp, "logs")
+    os.makedirs(logs)
+    for var in ("PET_RDZV_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
+        env = {var: "../escaped"}
+        if var == "SLURM_JOB_ID":
+            env.update({"SLURM_STEP_ID": "0", "SLURM_NNODES": "1", "SLURM_NODEID": "0",
+                        "SLURM_JOB_NODELIST": "localhost", "SLURM_NTASKS_PER_NODE": "1"})
+        p, _ = run(["--nnodes", "1", "--nproc-per-node", "1", "--log-dir", logs,
+                    "--rdzv-endpoint", "127.0.0.1:1", "--no-python", "/bin/true"], env=env)
+        if var == "TORCHELASTIC_RUN_ID" and p.returncode == 0:
+            continue  # not a variable launch reads
+        expect(p.returncode == 2 and "is not a job id" in p.stderr and var in p.stderr,
+               "%s: exit %d: %s" % (var, p.returncode, p.stderr))
+    expect(not os.path.exists(os.path.join(tmp, "escaped")) and
+           not [f for f in os.listdir(tmp) if f.startswith("escaped")], os.listdir(tmp))
+    for var, val in (("PET_TEE", "9"), ("PET_REDIRECTS", "7"),
+                     ("PET_LOCAL_RANKS_FILTER", "zz")):
+        p, _ = run(["env", "--nproc-per-node", "1"], env={var: val})
+        expect(p.returncode != 0 and "(from %s)" % var in p.stderr,
+               "%s=%s: %s" % (var, val, p.stderr))
+
+
 def main():
     if not os.path.exists(LAUNCH):
         lt.skip("no launch binary at " + LAUNCH)
@@ -220,6 +259,7 @@ def main():
         test_volcano(tmp)
         test_launch_layout(tmp)
         test_foreign(tmp)
+        test_names_and_ids(tmp)
     finally:
         if not os.environ.get("LAUNCH_TEST_KEEP"):
             shutil.rmtree(tmp)

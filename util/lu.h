@@ -103,6 +103,21 @@ int lu_random(void *buf, size_t n);
 /* Lower-case hex of n bytes into out (2n+1 bytes). */
 void lu_hex(const void *buf, size_t n, char *out);
 
+/* ---- untrusted text (escape.c) ------------------------------------------ */
+
+/* The length (1-4) of the valid UTF-8 sequence at p (n bytes left), 0 when
+ * it is not one (overlong, surrogate, cut, stray continuation byte). */
+size_t lu_utf8_seq(const unsigned char *p, size_t n);
+#define LU_ESC_NEWLINE_INDENT 1u /* '\n' -> "\n    " (a log message's
+                                    continuation), else \x0a */
+/* Text anyone may have chosen (job, host and file names, worker output in
+ * summaries), for a terminal or a log: valid UTF-8 other than controls is
+ * kept; C0/C1 controls (ESC, CR, BEL, ...), DEL and bytes that are not
+ * UTF-8 become \xNN; tabs stay. Cut at a whole character to fit cap
+ * (> 0). RET the length written. */
+size_t lu_escape(const char *in, size_t n, char *out, size_t cap,
+                 unsigned flags);
+
 /* SHA-256 and HMAC-SHA256 (util/sha256.c), without OpenSSL. */
 #define LU_SHA256_LEN 32
 typedef struct lu_sha256_s {
