@@ -173,6 +173,33 @@ def ls_ends(root, step=None, problem=None):
         expect(problem in (s["problem"] or ""), "%s: %r" % (step, s))
 
 
+def test_big_manifest(tmp):
+    """A manifest naming 100,000 shards: memory follows the manifest (once
+    4.7 KB a shard, 2.9 GB for 600,000; a bound of 3.5 KB a shard holds
+    under ASan too)."""
+    d = launch_ckpt(tmp, "many")
+    m = os.path.join(d, "step-2", "manifest.json")
+    man = json.load(open(m))
+    n = 100000
+    one = man["shards"][0]
+    man["world_size"] = n
+    man["shards"] = [{"rank": i, "file": "rank-%d.bin" % i, "size": one["size"],
+                      "sha256": one["sha256"]} for i in range(n)]
+    with open(m, "w") as fh:
+        json.dump(man, fh)
+    probe = ("import resource, subprocess, sys\n"
+             "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL,"
+             " stderr=subprocess.DEVNULL, timeout=120)\n"
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    p = subprocess.run([sys.executable, "-c", probe, LAUNCH, "ckpt", "ls", d],
+                       capture_output=True, text=True, timeout=150)
+    kb = int(p.stdout.strip())
+    print("ckpt ls of %d shards: %d KB max RSS (%.0f bytes a shard)"
+          % (n, kb, kb * 1024.0 / n))
+    expect(kb * 1024 < 3500 * n, "%d KB for %d shards" % (kb, n))
+    shutil.rmtree(d)
+
+
 def test_foreign(tmp):
     import argparse
     limit = "over launch's limit of 1048576 ranks"
@@ -258,6 +285,7 @@ def main():
         test_tokens(tmp)
         test_volcano(tmp)
         test_launch_layout(tmp)
+        test_big_manifest(tmp)
         test_foreign(tmp)
         test_names_and_ids(tmp)
     finally:
