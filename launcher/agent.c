@@ -12,11 +12,13 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -1034,6 +1036,46 @@ static void finish(agent_t *a) {
 
 /* ---- signals ---------------------------------------------------------------------------------------- */
 
+/* A stop that does not end: what the loop waits for can be a checkpoint
+ * scan on a pool thread blocked in the file system (a hung NFS mount), which
+ * nothing interrupts. By then the workers had their grace and SIGKILL (and
+ * die with the agent anyway: PR_SET_PDEATHSIG), so the agent goes. */
+typedef struct stop_dog_s {
+  uint64_t ms;
+  int sig;
+  lu_log_t log;
+} stop_dog_t;
+
+static void *stop_dog_main(void *arg) {
+  stop_dog_t *d = arg;
+  struct timespec ts = {(time_t)(d->ms / 1000), (long)(d->ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+  LU_ERR(&d->log, "still running %.1f s after %s (--stop-timeout, then "
+         "close_timeout): something does not return, e.g. a checkpoint scan "
+         "on a hung file system; exiting without waiting for it",
+         (double)d->ms / 1000.0, sum_signal_name(d->sig));
+  _exit(128 + d->sig);
+  return NULL;
+}
+
+static void start_stop_dog(agent_t *a, int sig) {
+  stop_dog_t *d = malloc(sizeof(*d)); /* the thread's until the exit */
+  pthread_attr_t at;
+  pthread_t t;
+  if (d == NULL)
+    return;
+  d->ms = (uint64_t)a->o->stop_grace_ms + (uint64_t)a->o->close_timeout_ms +
+          2000;
+  d->sig = sig;
+  d->log = a->log;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &at, stop_dog_main, d) != 0)
+    free(d);
+  pthread_attr_destroy(&at);
+}
+
 static void on_signal(uv_signal_t *h, int sig) {
   agent_t *a = h->data;
   if (sig == SIGUSR1 || sig == SIGUSR2) {
@@ -1055,6 +1097,7 @@ static void on_signal(uv_signal_t *h, int sig) {
   a->finish_ok = 0;
   LU_WARN(&a->log, "received %s: forwarding it to the workers and stopping",
           sum_signal_name(sig));
+  start_stop_dog(a, sig);
   if (a->ac && a->state != A_FINISH) {
     msg_leave_t l;
     snprintf(l.reason, sizeof(l.reason), "agent received %s",

@@ -15,7 +15,7 @@ of them may hang launch or blow it up.
 import json
 import os
 import shutil
-import stat
+import signal
 import subprocess
 import sys
 import tempfile
@@ -178,15 +178,8 @@ def test_big_manifest(tmp):
     4.7 KB a shard, 2.9 GB for 600,000; a bound of 3.5 KB a shard holds
     under ASan too)."""
     d = launch_ckpt(tmp, "many")
-    m = os.path.join(d, "step-2", "manifest.json")
-    man = json.load(open(m))
     n = 100000
-    one = man["shards"][0]
-    man["world_size"] = n
-    man["shards"] = [{"rank": i, "file": "rank-%d.bin" % i, "size": one["size"],
-                      "sha256": one["sha256"]} for i in range(n)]
-    with open(m, "w") as fh:
-        json.dump(man, fh)
+    many_shards(d, n)
     probe = ("import resource, subprocess, sys\n"
              "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL,"
              " stderr=subprocess.DEVNULL, timeout=120)\n"
@@ -198,6 +191,47 @@ def test_big_manifest(tmp):
           % (n, kb, kb * 1024.0 / n))
     expect(kb * 1024 < 3500 * n, "%d KB for %d shards" % (kb, n))
     shutil.rmtree(d)
+
+
+def many_shards(d, n):
+    """Make step-2's manifest of the launch checkpoint d name n shards."""
+    m = os.path.join(d, "step-2", "manifest.json")
+    man = json.load(open(m))
+    one = man["shards"][0]
+    man["world_size"] = n
+    man["shards"] = [{"rank": i, "file": "rank-%d.bin" % i, "size": one["size"],
+                      "sha256": one["sha256"]} for i in range(n)]
+    with open(m, "w") as fh:
+        json.dump(man, fh)
+
+
+def test_agent_ckpt_dir(tmp):
+    """The agent's own scan of --ckpt-dir: FIFOs as latest and manifest.json
+    do not keep it from starting its workers; SIGTERM during a long scan (a
+    manifest of 450,000 shards, 61 MB: about 20 s under ASan) ends it within
+    --stop-timeout + close_timeout + 2 s."""
+    d = launch_ckpt(tmp, "agentfifo")
+    fifo(os.path.join(d, "latest"))
+    fifo(os.path.join(d, "step-2", "manifest.json"))
+    p, took = run(["--standalone", "--nproc-per-node", "1", "--ckpt-dir", d,
+                   "--no-python", "/bin/true"], timeout=60)
+    expect(p.returncode == 0, "agent: exit %d: %s" % (p.returncode, p.stderr))
+    d = launch_ckpt(tmp, "agentslow")
+    many_shards(d, 450000)
+    a = lt.launch(["--standalone", "--nproc-per-node", "1", "--ckpt-dir", d,
+                   "--stop-timeout", "1", "--rdzv-conf", "close_timeout=1",
+                   "--no-python", "/bin/sleep", "60"])
+    try:
+        time.sleep(3)
+        t0 = time.monotonic()
+        a.signal(signal.SIGTERM)
+        rc = a.wait(60)
+        took = time.monotonic() - t0
+        print("SIGTERM during the scan: exit %d after %.1f s" % (rc, took))
+        expect(rc == 128 + signal.SIGTERM and took < 8, "exit %d after %.1f s: %s"
+               % (rc, took, a.output()))
+    finally:
+        a.kill()
 
 
 def test_foreign(tmp):
@@ -286,6 +320,7 @@ def main():
         test_volcano(tmp)
         test_launch_layout(tmp)
         test_big_manifest(tmp)
+        test_agent_ckpt_dir(tmp)
         test_foreign(tmp)
         test_names_and_ids(tmp)
     finally:
