@@ -1792,6 +1792,12 @@ static int tls_pump(conn_t *c) {
     r = tls_read(c->tls, c->in + c->in_len, room);
     if (tls_out_pending(c->tls) > 0)
       mark_dirty(c); /* handshake messages */
+    if (c->tls_state == 1 && tls_established(c->tls)) {
+      c->tls_state = 2;
+      c->srv->tls_handshaking--;
+      if (c->addr)
+        c->addr->ntls_hs--;
+    }
     if (r > 0) {
       c->in_len += (size_t)r;
       got = 1;
@@ -1913,9 +1919,38 @@ static void read_cb_locked(uv_stream_t *st, ssize_t nread,
     c->in_len += (size_t)nread;
     if (c->dialect == NULL && c->srv->tls &&
         c->peer_addr.ss_family != AF_UNIX && c->in[0] == 0x16) {
-      /* A TLS ClientHello: what follows is decrypted into c->in. */
-      if (tls_new(c->srv->tls, NULL, &c->tls) != 0 ||
-          tls_feed(c->tls, c->in, c->in_len) != 0) {
+      /* A TLS ClientHello: what follows is decrypted into c->in. OpenSSL's
+       * state is charged, and handshakes in progress are capped. */
+      srv_t *s = c->srv;
+      if (s->tls_handshaking >= SRV_TLS_HANDSHAKES ||
+          (c->addr && c->addr->ntls_hs >= SRV_TLS_HANDSHAKES_PER_ADDR)) {
+        srv__bad_input(c, "%u TLS handshakes in progress (%u from this "
+                          "address), the server's limit is %u (%u per "
+                          "address): closing (retry)", s->tls_handshaking,
+                       c->addr ? c->addr->ntls_hs : 0, SRV_TLS_HANDSHAKES,
+                       SRV_TLS_HANDSHAKES_PER_ADDR);
+        srv__conn_close(c);
+        return;
+      }
+      if (!mem_fixed_room(s, SRV_TLS_COST)) {
+        srv__bad_input(c, "connections and jobs hold their quarter of "
+                          "--max-memory %zu (a TLS connection costs %u KiB "
+                          "more): closing", s->cfg.max_memory,
+                       (SRV_CONN_COST + SRV_TLS_COST) >> 10);
+        srv__conn_close(c);
+        return;
+      }
+      if (tls_new(s->tls, NULL, &c->tls) != 0) {
+        srv__conn_close(c);
+        return;
+      }
+      c->tls_state = 1;
+      s->tls_handshaking++;
+      if (c->addr)
+        c->addr->ntls_hs++;
+      s->mem.conns += SRV_TLS_COST;
+      mem_update(s);
+      if (tls_feed(c->tls, c->in, c->in_len) != 0) {
         srv__conn_close(c);
         return;
       }
@@ -2163,6 +2198,14 @@ static int conn_teardown(conn_t *c) {
   list_remove(&c->link);
   if (c->paused)
     s->stats.paused--;
+  if (c->tls_state == 1) {
+    s->tls_handshaking--;
+    if (c->addr)
+      c->addr->ntls_hs--;
+  }
+  if (c->tls_state != 0)
+    s->mem.conns -= SRV_TLS_COST;
+  c->tls_state = 0;
   if (c->addr) {
     c->addr->nconns--;
     addr_put(s, c->addr);
