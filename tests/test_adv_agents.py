@@ -11,6 +11,7 @@
   itself: its job finishes with exit 0."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -156,7 +157,39 @@ def test_host_resumes_after_a_stop():
         a.kill()
 
 
+def test_job_slots_refusal():
+    """Issue #24: throw-away jobs do not use up an address's job slots (a
+    sweep of short jobs), and when the slots of jobs in use are all taken
+    the agent's error is the server's reason (the limit and the flag), not
+    a hint about which agent hosts the server."""
+    d = tempfile.mkdtemp()
+    with lt.Server("--max-jobs-per-addr", "2") as srv:
+        for i in range(5):  # one at a time: each job ends, its slot comes back
+            st = subprocess.run([lt.launch_bin(), "status", "--rdzv-endpoint",
+                                 "127.0.0.1:%d" % srv.port, "--rdzv-id", "sweep%d" % i,
+                                 "--timeout", "5"], capture_output=True, text=True,
+                                timeout=30)
+            assert "per-address limit" not in st.stderr, st.stderr
+        # two agents waiting for a second node hold two jobs
+        ags = [agent(srv.port, 2, "held%d" % i, d, "hold", extra=["--local-addr", "127.0.0.1"])
+               for i in range(2)]
+        try:
+            time.sleep(2)  # both joined: their jobs are in use
+            late = agent(srv.port, 2, "late", d, "hold", nnodes="1",
+                         extra=["--local-addr", "127.0.0.1"])
+            rc = late.wait(60)
+            out = late.output()
+            assert rc != 0, out
+            assert "per-address limit of 2" in out and "--max-jobs-per-addr" in out, out
+            assert "hosts the server" not in out, out
+        finally:
+            for a in ags:
+                a.kill()
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
+    test_job_slots_refusal()
     test_standalone_server_with_job_keys()
     test_mutual_tls()
     test_stopped_host_is_noticed()
