@@ -538,6 +538,8 @@ static void addr_put(srv_t *s, srv_addr_t *a) {
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
+static void job_free(srv_t *s, job_t *j);
+
 /* A job counts against its creator's --max-jobs-per-addr while it is live:
  * a connection uses it or its store holds data. One with neither (a
  * finished run, a refused HELLO) waits for the grace without holding the
@@ -568,6 +570,22 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
     lu_errf(err, errcap, "cannot create job '%.*s': %u jobs exist, the "
             "server's limit (--max-jobs)", (int)len, name, s->cfg.max_jobs);
     return NULL;
+  }
+  /* At the limit, the address's oldest job not in use (a finished run's
+   * rendezvous state waiting for its grace) makes room: an address never
+   * holds more than its limit, and only jobs in use can refuse it. */
+  if (a && a->njobs >= s->cfg.max_jobs_per_addr &&
+      addr_live_jobs(s, a) < s->cfg.max_jobs_per_addr) {
+    job_t **pp, **oldest = NULL;
+    for (pp = &s->jobs; *pp; pp = &(*pp)->next)
+      if ((*pp)->creator == a && !job_live(*pp) &&
+          (oldest == NULL || (*pp)->idle_since < (*oldest)->idle_since))
+        oldest = pp;
+    if (oldest) {
+      job_t *old = *oldest;
+      *oldest = old->next;
+      job_free(s, old);
+    }
   }
   if (a && a->njobs >= s->cfg.max_jobs_per_addr &&
       addr_live_jobs(s, a) >= s->cfg.max_jobs_per_addr) {
@@ -613,8 +631,6 @@ void srv__job_attach(conn_t *c, job_t *j) {
   c->job = j;
   j->nconns++;
 }
-
-static void job_free(srv_t *s, job_t *j);
 
 static void job_detach(conn_t *c) {
   job_t *j = c->job;
