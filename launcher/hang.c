@@ -130,9 +130,8 @@ static const char *state_words(char st) {
 
 /* ---- values ------------------------------------------------------------------------------ */
 
-/* "<step> <unix ms>[ <tag>]". OUT *tag: the tag ("" none). RET 0 or -1. */
-static int parse_value(const char *p, size_t n, int64_t *step, int64_t *ms,
-                       char *tag, size_t tagcap) {
+int hang_parse_value(const char *p, size_t n, int64_t *step, int64_t *ms,
+                     char *tag, size_t tagcap) {
   char buf[96], *end;
   long long a, b;
   tag[0] = '\0';
@@ -174,7 +173,7 @@ static void observe(hang_t *h, int lr, int form, const char *p, size_t n) {
   memcpy(f->val, p, n);
   f->vlen = n;
   f->have_val = 1;
-  parsed = parse_value(p, n, &step, &ms, tag, sizeof(tag)) == 0;
+  parsed = hang_parse_value(p, n, &step, &ms, tag, sizeof(tag)) == 0;
   own = parsed && strcmp(tag, r->tag) == 0;
   if (!parsed && !r->warned) {
     r->warned = 1;

@@ -78,6 +78,13 @@ void hang_close(hang_t *h);
 /* After the loop ended. NULL is a no-op. */
 void hang_free(hang_t *h);
 
+/* A progress key's value, anyone's: "<step> <unix ms>[ <tag>]" (decimal
+ * step and time, the tag whatever follows the second space). OUT *tag
+ * (tagcap > 0): the tag, "" none, "?" when longer than tagcap - 1. RET 0,
+ * or -1 when it is not that form (then nothing else is set). */
+int hang_parse_value(const char *p, size_t n, int64_t *step, int64_t *ms,
+                     char *tag, size_t tagcap);
+
 /* "SIGUSR1", "usr1", "10", "none" (0). RET the signal, 0 for none, -1
  * when s is none of these. */
 int hang_parse_signal(const char *s);
