@@ -103,6 +103,19 @@ def test_volcano(tmp):
     expect("FIFO" not in p.stdout, p.stdout)  # it ended: the FIFO was skipped
 
 
+def test_torch_version_fifo(tmp):
+    """torch/version.py a FIFO in a PYTHONPATH directory: finding the
+    workers' PyTorch version skips it instead of blocking."""
+    d = os.path.join(tmp, "pypath")
+    os.makedirs(os.path.join(d, "torch"))
+    fifo(os.path.join(d, "torch", "version.py"))
+    prog = os.path.join(d, "x.py")
+    with open(prog, "w") as fh:
+        fh.write("print(1)\n")
+    p, _ = run(["env", "--nproc-per-node", "1", prog], env={"PYTHONPATH": d})
+    expect(p.returncode == 0, p.stderr)
+
+
 def launch_ckpt(tmp, name):
     d = os.path.join(tmp, name)
     subprocess.run([os.path.join(BUILD, "tests", "ckpt_writer"), d, "--mode", "single",
@@ -318,6 +331,7 @@ def main():
     try:
         test_tokens(tmp)
         test_volcano(tmp)
+        test_torch_version_fifo(tmp)
         test_launch_layout(tmp)
         test_big_manifest(tmp)
         test_agent_ckpt_dir(tmp)
