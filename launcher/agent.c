@@ -174,8 +174,13 @@ static void expand_prefix(const agent_t *a, int local_rank, char *out,
   snprintf(p.num[0], sizeof(p.num[0]), "%d", a->base_rank + local_rank);
   snprintf(p.num[1], sizeof(p.num[1]), "%d", local_rank);
   snprintf(p.num[2], sizeof(p.num[2]), "%d", a->node_rank);
-  if (prof_expand(a->o->line_prefix, prefix_var, &p, out, cap, NULL, 0) != 0)
-    lu_strlcpy(out, a->o->line_prefix, cap);
+  char raw[512];
+  if (prof_expand(a->o->line_prefix, prefix_var, &p, raw, sizeof(raw), NULL,
+                  0) != 0)
+    lu_strlcpy(raw, a->o->line_prefix, sizeof(raw));
+  /* On every worker line: the host name (anyone's) never carries an
+   * escape code to the terminal (issue #24). */
+  lu_escape(raw, strlen(raw), out, cap, 0);
 }
 
 /* ---- workers ------------------------------------------------------------------------------------- */

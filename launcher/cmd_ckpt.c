@@ -162,10 +162,7 @@ static void print_json(const char *dir, const ckpt_scan_t *s, int sha) {
 }
 
 /* File and directory names are anyone's: escaped for the terminal. */
-static const char *esc(const char *s, char *buf, size_t n) {
-  lu_escape(s, strlen(s), buf, n, 0);
-  return buf;
-}
+#define esc lu_esc
 
 static void print_text(const char *dir, const ckpt_scan_t *s, int sha) {
   size_t w = 4;

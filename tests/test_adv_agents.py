@@ -195,7 +195,39 @@ def test_job_slots_refusal():
     shutil.rmtree(d, ignore_errors=True)
 
 
+def test_hostile_host_name():
+    """Issue #24: a host name with terminal escape codes and a newline is
+    shown escaped by `launch status` (and the agents' logs); --json stays
+    valid."""
+    d = tempfile.mkdtemp()
+    with lt.Server() as srv:
+        a = lt.launch(["--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-endpoint",
+                       "127.0.0.1:%d" % srv.port, "--rdzv-id", "evil",
+                       "--rdzv-conf", "last_call_timeout=3",
+                       "--no-python", "/bin/echo", "worker line"],
+                      env={"LAUNCH_HOSTNAME": "evil\x1b[31m\x1b]0;pwned\x07\nfake"},
+                      name="evil")
+        try:
+            time.sleep(2)
+            p = subprocess.run([lt.launch_bin(), "status", "--rdzv-endpoint",
+                                "127.0.0.1:%d" % srv.port, "--rdzv-id", "evil",
+                                "--timeout", "5"], capture_output=True, timeout=30)
+            out = p.stdout.decode("utf-8", "replace")
+            assert p.returncode == 0 and "evil" in out, out
+            assert "\x1b" not in out and "\x07" not in out, repr(out)
+            assert "\\x1b[31m" in out, repr(out)
+            st = status(srv.port, "evil")  # parses as JSON
+            assert st["members"][0]["host"].startswith("evil\x1b"), st
+            assert a.wait(60) == 0, a.output()
+        finally:
+            a.kill()
+        assert "\x1b" not in a.output(), repr(a.output())
+        assert "\\x1b[31m" in a.output() and "worker line" in a.output(), a.output()
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
+    test_hostile_host_name()
     test_job_slots_refusal()
     test_standalone_server_with_job_keys()
     test_mutual_tls()

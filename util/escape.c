@@ -92,3 +92,10 @@ size_t lu_escape(const char *in, size_t n, char *out, size_t cap,
   out[o] = '\0';
   return o;
 }
+
+const char *lu_esc(const char *s, char *buf, size_t cap) {
+  if (s == NULL)
+    s = "";
+  lu_escape(s, strlen(s), buf, cap, 0);
+  return buf;
+}

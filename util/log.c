@@ -51,10 +51,13 @@ void lu_log_init(lu_log_t *log, const char *who) {
 }
 
 void lu_log_set_who(lu_log_t *log, const char *fmt, ...) {
+  char who[sizeof(log->who)];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(log->who, sizeof(log->who), fmt, ap);
+  vsnprintf(who, sizeof(who), fmt, ap);
   va_end(ap);
+  /* A host name is anyone's (LAUNCH_HOSTNAME, the scheduler's). */
+  lu_escape(who, strlen(who), log->who, sizeof(log->who), 0);
 }
 
 void lu_log_write(const lu_log_t *log, int level, const char *fmt, ...) {

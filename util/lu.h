@@ -117,6 +117,8 @@ size_t lu_utf8_seq(const unsigned char *p, size_t n);
  * (> 0). RET the length written. */
 size_t lu_escape(const char *in, size_t n, char *out, size_t cap,
                  unsigned flags);
+/* lu_escape of a string (NULL: ""), for a printf argument. RET buf. */
+const char *lu_esc(const char *s, char *buf, size_t cap);
 
 /* SHA-256 and HMAC-SHA256 (util/sha256.c), without OpenSSL. */
 #define LU_SHA256_LEN 32
