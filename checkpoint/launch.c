@@ -12,6 +12,7 @@
  * manifest and shards are all there. */
 #include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -188,14 +189,13 @@ int ck_read_manifest(const char *dir, int64_t step, ck_manifest_t *m,
   memset(m, 0, sizeof(*m));
   if ((rc = ck_step_path(p, sizeof(p), dir, step, CK_MANIFEST)) != 0)
     return rc;
-  rc = lu_read_file(p, CK_META_MAX, &data, &len);
+  rc = lu_read_file_safe(p, CK_META_MAX, &data, &len, why, whylen);
   if (rc == -ENOENT) {
     lu_errf(why, whylen, "no %s: the step was never finalised", CK_MANIFEST);
     return CKPT_EINCOMPLETE;
   }
   if (rc != 0) {
-    lu_errf(why, whylen, "%s: %s", CK_MANIFEST, rdzv_strerror(rc));
-    return rc == RDZV_ETOOBIG ? CKPT_EFORMAT : rc;
+    return rc == RDZV_ETOOBIG || rc == RDZV_ENOTREG ? CKPT_EFORMAT : rc;
   }
   {
     char jwhy[256];
@@ -217,8 +217,13 @@ int ck_read_manifest(const char *dir, int64_t step, ck_manifest_t *m,
 
 /* ---- checking a step ------------------------------------------------------------ */
 
+/* One per shard of the manifest: small, so that memory follows the
+ * manifest (600,000 shards once took 2.9 GB with a path and a problem
+ * buffer in each); the path is built when the shard is checked, the
+ * problem allocated only for a bad shard. */
 typedef struct ck_job_s {
-  char path[4096];
+  const char *dir;     /* the checkpoint directory */
+  int64_t step;
   const ck_record_t *rec;
   int want;     /* a rank this node must hold */
   int sha;      /* hash it */
@@ -227,8 +232,19 @@ typedef struct ck_job_s {
   int hashed, trusted; /* how a good shard's SHA-256 was checked */
   uint64_t size;
   ckpt_trust_t *trust; /* NULL: no cache */
-  char problem[CKPT_PROBLEM_MAX];
+  char *problem;       /* NULL: none */
 } ck_job_t;
+
+static void job_problem(ck_job_t *j, const char *fmt, ...) LU_PRINTF(2, 3);
+static void job_problem(ck_job_t *j, const char *fmt, ...) {
+  va_list ap;
+  free(j->problem);
+  if ((j->problem = malloc(CKPT_PROBLEM_MAX)) == NULL)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(j->problem, CKPT_PROBLEM_MAX, fmt, ap);
+  va_end(ap);
+}
 
 typedef struct ck_pool_s {
   ck_job_t *jobs;
@@ -243,46 +259,46 @@ static void ck_check_one(ck_job_t *j) {
   uint64_t size;
   ck_fid_t id;
   int rc, stable = 0;
-  if (stat(j->path, &st) != 0) {
+  char path[4096], leaf[CKPT_NAME_MAX];
+  lu_strlcpy(leaf, j->rec->file, sizeof(leaf));
+  if (ck_step_path(path, sizeof(path), j->dir, j->step, leaf) != 0)
+    path[0] = '\0';
+  if (stat(path, &st) != 0) {
     if (errno == ENOENT)
-      snprintf(j->problem, sizeof(j->problem), "%s: missing", j->rec->file);
+      job_problem(j, "%s: missing", j->rec->file);
     else
-      snprintf(j->problem, sizeof(j->problem), "%s: %s", j->rec->file,
-               strerror(errno));
+      job_problem(j, "%s: %s", j->rec->file, strerror(errno));
     return;
   }
   j->present = 1;
   j->size = (uint64_t)st.st_size;
   if ((uint64_t)st.st_size != j->rec->size) {
-    snprintf(j->problem, sizeof(j->problem),
-             "%s: %llu bytes, the manifest says %llu", j->rec->file,
-             (unsigned long long)st.st_size,
-             (unsigned long long)j->rec->size);
+    job_problem(j, "%s: %llu bytes, the manifest says %llu", j->rec->file,
+                (unsigned long long)st.st_size,
+                (unsigned long long)j->rec->size);
     return;
   }
   if (j->sha && j->trust) {
     ck_fid_of(&st, &id);
-    if (ck_trust_has(j->trust, j->path, &id, j->rec->sha)) {
+    if (ck_trust_has(j->trust, path, &id, j->rec->sha)) {
       j->trusted = 1;
       j->ok = 1;
       return;
     }
   }
   if (j->sha) {
-    if ((rc = ck_hash_file_id(j->path, &size, sha, &id, &stable)) != 0) {
-      snprintf(j->problem, sizeof(j->problem), "%s: %s", j->rec->file,
-               rdzv_strerror(rc));
+    if ((rc = ck_hash_file_id(path, &size, sha, &id, &stable)) != 0) {
+      job_problem(j, "%s: %s", j->rec->file, rdzv_strerror(rc));
       return;
     }
     if (size != j->rec->size || strcmp(sha, j->rec->sha) != 0) {
-      snprintf(j->problem, sizeof(j->problem),
-               "%s: SHA-256 %.12s... does not match the manifest's %.12s...",
-               j->rec->file, sha, j->rec->sha);
+      job_problem(j, "%s: SHA-256 %.12s... does not match the manifest's "
+                  "%.12s...", j->rec->file, sha, j->rec->sha);
       return;
     }
     j->hashed = 1;
     if (stable)
-      ck_trust_put(j->trust, j->path, &id, sha);
+      ck_trust_put(j->trust, path, &id, sha);
   }
   j->ok = 1;
 }
@@ -330,16 +346,13 @@ static int ck_check_step(const char *dir, const ck_manifest_t *m,
         want[o->ranks[i]] = 1;
   }
   for (size_t r = 0; r < W; r++) {
-    char leaf[CKPT_NAME_MAX];
     jobs[r].rec = &m->shards[r];
     jobs[r].want = want[r];
     jobs[r].trust = trust;
     jobs[r].sha = (o->flags & CKPT_SCAN_SHA) && want[r];
     hashed += jobs[r].sha;
-    lu_strlcpy(leaf, m->shards[r].file, sizeof(leaf));
-    if (ck_step_path(jobs[r].path, sizeof(jobs[r].path), dir, m->step,
-                     leaf) != 0)
-      jobs[r].path[0] = '\0';
+    jobs[r].dir = dir;
+    jobs[r].step = m->step;
   }
   memset(&pool, 0, sizeof(pool));
   pool.jobs = jobs;
@@ -386,7 +399,8 @@ static int ck_check_step(const char *dir, const ck_manifest_t *m,
   /* Name the first bad file: a corrupt one before a missing one. */
   for (size_t r = 0; r < W && st->state == CKPT_STEP_CORRUPT; r++)
     if (jobs[r].want && jobs[r].present && !jobs[r].ok) {
-      ck_problem(st->problem, sizeof(st->problem), "%s", jobs[r].problem);
+      ck_problem(st->problem, sizeof(st->problem), "%s",
+                 jobs[r].problem ? jobs[r].problem : "?");
       break;
     }
   for (size_t r = 0; r < W && st->state == CKPT_STEP_INCOMPLETE; r++)
@@ -396,7 +410,8 @@ static int ck_check_step(const char *dir, const ck_manifest_t *m,
                    "%s (and %d more shards) missing", jobs[r].rec->file,
                    missing_wanted - 1);
       else
-        ck_problem(st->problem, sizeof(st->problem), "%s", jobs[r].problem);
+        ck_problem(st->problem, sizeof(st->problem), "%s",
+                   jobs[r].problem ? jobs[r].problem : "?");
       break;
     }
   if (st->state == CKPT_STEP_COMPLETE && good == 0) {
@@ -404,6 +419,8 @@ static int ck_check_step(const char *dir, const ck_manifest_t *m,
     ck_problem(st->problem, sizeof(st->problem), "no shard of this step is "
                "here");
   }
+  for (size_t r = 0; r < W; r++)
+    free(jobs[r].problem);
   free(jobs);
   free(want);
   return 0;
@@ -880,13 +897,11 @@ static int ck_read_done(const ckpt_commit_options_t *o, int64_t step,
   snprintf(leaf, sizeof(leaf), "rank-%d.done", rank);
   if ((rc = ck_step_path(p, sizeof(p), o->dir, step, leaf)) != 0)
     return rc;
-  rc = lu_read_file(p, CK_SMALL_MAX, &data, &len);
+  rc = lu_read_file_safe(p, CK_SMALL_MAX, &data, &len, why, n);
   if (rc == -ENOENT)
     return 0;
   if (rc != 0) {
-    lu_errf(why, n, "step-%lld/%s: %s", (long long)step, leaf,
-            rdzv_strerror(rc));
-    return rc == RDZV_ETOOBIG ? CKPT_EFORMAT : rc;
+    return rc == RDZV_ETOOBIG || rc == RDZV_ENOTREG ? CKPT_EFORMAT : rc;
   }
   {
     char jwhy[256];

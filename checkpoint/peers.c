@@ -618,6 +618,12 @@ static int meg_parse(const char *name, int64_t idx[3]) {
   return k;
 }
 
+/* a x b x c ranks, each at least 1, within CK_MAX_WORLD (no overflow). */
+static int world_ok(int64_t a, int64_t b, int64_t c) {
+  return a >= 1 && b >= 1 && c >= 1 && a <= CK_MAX_WORLD &&
+         b <= CK_MAX_WORLD / a && c <= CK_MAX_WORLD / (a * b);
+}
+
 /* A name that does not fit is left empty (it names no file). */
 static void meg_name(char *buf, size_t n, int dims, const int64_t *i) {
   int w;
@@ -635,7 +641,7 @@ static void meg_name(char *buf, size_t n, int dims, const int64_t *i) {
 
 static int megatron_step(const char *dir, ckpt_step_t *st) {
   char **names;
-  size_t n;
+  size_t n, missing = 0;
   int dims = 0, rc;
   int64_t size[3] = {1, 1, 1}, idx[3];
   char first[CKPT_NAME_MAX] = "", from[160] = "";
@@ -737,6 +743,16 @@ static int megatron_step(const char *dir, ckpt_step_t *st) {
       free(pkl);
     }
   }
+  /* Bounded before anything is walked: metadata (or a directory name)
+   * claiming billions of ranks must not keep the scan busy for hours. */
+  if (!world_ok(size[0], dims >= 2 ? size[1] : 1, dims == 3 ? size[2] : 1)) {
+    bad(st, CKPT_STEP_CORRUPT, "tensor %lld x pipeline %lld x expert %lld "
+        "ranks%s: over launch's limit of %d ranks in a checkpoint",
+        (long long)size[0], (long long)size[1], (long long)size[2],
+        from[0] ? from : " (from the mp_rank directory names)", CK_MAX_WORLD);
+    ck_free_names(names, n);
+    return 0;
+  }
   st->world_size = (int)(size[0] * size[1] * size[2]);
   /* Megatron checks the tensor and pipeline sizes on load; the
    * data-parallel size may change: any multiple of the grid loads. */
@@ -750,6 +766,10 @@ static int megatron_step(const char *dir, ckpt_step_t *st) {
         if (!has_name(names, n, d)) {
           bad(st, CKPT_STEP_INCOMPLETE, "%s/: missing%s", d,
               from[0] ? from : " (the other mp_rank directories promise it)");
+          /* More missing than there are entries: the step is incomplete
+           * whatever follows; time stays proportional to what is there. */
+          if (++missing > n)
+            goto done;
           continue;
         }
         if (ck_join(p, sizeof(p), dir, d) != 0)
@@ -763,6 +783,7 @@ static int megatron_step(const char *dir, ckpt_step_t *st) {
           check_torch(p, MEG_DISTOPT, label, st, NULL, NULL);
         }
       }
+done:
   ck_free_names(names, n);
   return 0;
 }
@@ -863,7 +884,7 @@ static int ds_parse(const char *name, int64_t *dp, int64_t *mp, char *prefix,
 
 static int deepspeed_step(const char *dir, ckpt_step_t *st) {
   char **names, prefix[8] = "", pfx[8], from[200] = "", legacy[4] = "_";
-  size_t n;
+  size_t n, missing = 0;
   int64_t maxdp = -1, maxmp = -1, dp_ws = 0, mp_ws = 0, d, m;
   int have_model = 0, have_zmodel = 0, have_optim = 0, rc;
   if ((rc = list_dir(dir, &names, &n)) != 0)
@@ -938,31 +959,41 @@ static int deepspeed_step(const char *dir, ckpt_step_t *st) {
   if (!from[0] && (have_zmodel || have_optim))
     snprintf(from, sizeof(from), " (ranks up to %lld are there)",
              (long long)maxdp);
+  if (!world_ok(dp_ws > 0 ? dp_ws : 1, mp_ws > 0 ? mp_ws : 1, 1)) {
+    bad(st, CKPT_STEP_CORRUPT, "dp_world_size %lld x mp_world_size %lld%s: "
+        "over launch's limit of %d ranks in a checkpoint", (long long)dp_ws,
+        (long long)mp_ws, from, CK_MAX_WORLD);
+    ck_free_names(names, n);
+    return 0;
+  }
   st->world_size = (int)((dp_ws > 0 ? dp_ws : 1) * mp_ws);
-  for (m = 0; m < mp_ws; m++) {
+  for (m = 0; m < mp_ws && missing <= n; m++) {
     char f[160];
     if (have_model) {
       snprintf(f, sizeof(f), "mp_rank_%02lld_model_states.pt", (long long)m);
       if (m > 0)
         check_torch(dir, f, f, st, NULL, NULL);
     }
-    for (d = 0; d < dp_ws && (have_zmodel || have_optim); d++) {
+    for (d = 0; d < dp_ws && (have_zmodel || have_optim) && missing <= n;
+         d++) {
       if (have_zmodel) {
         snprintf(f, sizeof(f), "zero_pp_rank_%lld_mp_rank_%02lld_model_"
                  "states.pt", (long long)d, (long long)m);
         if (d + m > 0 || have_model) {
-          if (!has_name(names, n, f))
+          if (!has_name(names, n, f)) {
             bad(st, CKPT_STEP_INCOMPLETE, "%s: missing%s", f, from);
-          else
+            missing++;
+          } else
             check_torch(dir, f, f, st, NULL, NULL);
         }
       }
       if (have_optim) {
         snprintf(f, sizeof(f), "%szero_pp_rank_%lld_mp_rank_%02lld%soptim_"
                  "states.pt", prefix, (long long)d, (long long)m, legacy);
-        if (!has_name(names, n, f))
+        if (!has_name(names, n, f)) {
           bad(st, CKPT_STEP_INCOMPLETE, "%s: missing%s", f, from);
-        else
+          missing++;
+        } else
           check_torch(dir, f, f, st, NULL, NULL);
       }
     }

@@ -1,6 +1,7 @@
 """Progress reports from a PyTorch trainer for launch's hang detection
 (`launch --hang-timeout S`, docs/launcher.md#hangs): each step sets the
-job's store key launch/progress/<RANK> to "<step> <unix time in ms>".
+job's store key launch/progress/<RANK> to "<step> <unix time in ms>
+<LAUNCH_PROGRESS_TAG>".
 LAUNCH_RDZV_ENDPOINT is launch's server, which speaks TCPStore; under the
 default --torch-store agent it is also MASTER_ADDR:MASTER_PORT.
 
@@ -16,7 +17,11 @@ def progress_reporter():
     host, port = os.environ["LAUNCH_RDZV_ENDPOINT"].rsplit(":", 1)
     store = dist.TCPStore(host.strip("[]"), int(port), is_master=False)
     key = "launch/progress/" + os.environ["RANK"]
-    return lambda step: store.set(key, "%d %d" % (step, time.time() * 1000))
+    # The agent's secret for this worker: without it a value cannot arm
+    # hang detection (something else could have written it).
+    tag = os.environ.get("LAUNCH_PROGRESS_TAG", "")
+    tag = " " + tag if tag else ""
+    return lambda step: store.set(key, "%d %d%s" % (step, time.time() * 1000, tag))
 
 
 if __name__ == "__main__":

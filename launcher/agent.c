@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -203,8 +204,13 @@ static void expand_prefix(const agent_t *a, int local_rank, char *out,
   snprintf(p.num[0], sizeof(p.num[0]), "%d", a->base_rank + local_rank);
   snprintf(p.num[1], sizeof(p.num[1]), "%d", local_rank);
   snprintf(p.num[2], sizeof(p.num[2]), "%d", a->node_rank);
-  if (prof_expand(a->o->line_prefix, prefix_var, &p, out, cap, NULL, 0) != 0)
-    lu_strlcpy(out, a->o->line_prefix, cap);
+  char raw[512];
+  if (prof_expand(a->o->line_prefix, prefix_var, &p, raw, sizeof(raw), NULL,
+                  0) != 0)
+    lu_strlcpy(raw, a->o->line_prefix, sizeof(raw));
+  /* On every worker line: the host name (anyone's) never carries an
+   * escape code to the terminal (issue #24). */
+  lu_escape(raw, strlen(raw), out, cap, 0);
 }
 
 /* ---- workers ------------------------------------------------------------------------------------- */
@@ -277,6 +283,8 @@ static void clear_failures(agent_t *a) {
 static int build_envs(agent_t *a) {
   cfg_t *o = a->o;
   launch_round_t r;
+  const char **tags = NULL;
+  int rc = 0;
   free_round(a);
   a->renv = calloc((size_t)o->nproc, sizeof(*a->renv));
   a->prefixes = calloc((size_t)o->nproc, sizeof(char *));
@@ -303,20 +311,29 @@ static int build_envs(agent_t *a) {
   r.resume_step = r.ckpt_verified = -1;
   if (a->ck)
     resume_round(a->ck, &r.resume_step, &r.ckpt_verified);
+  /* The workers' secrets for their progress values (hang.h). */
+  if (a->hang && (tags = calloc((size_t)o->nproc, sizeof(*tags))) == NULL)
+    return RDZV_ENOMEM;
+  for (int i = 0; tags && i < o->nproc; i++)
+    tags[i] = hang_tag(a->hang, i);
+  r.progress_tags = tags;
   for (int i = 0; i < o->nproc; i++) {
     char pre[512];
     /* Every change the profile makes is logged once: rank 0, round 0. */
-    int rc = launch_rank_env(o, &a->node, &r, i,
+    rc = launch_rank_env(o, &a->node, &r, i,
                              (i == 0 && a->round == 0 && !o->quiet) ? &a->log
                                                                    : NULL,
                              &a->renv[i]);
     if (rc != 0)
-      return rc;
+      break;
     expand_prefix(a, i, pre, sizeof(pre));
-    if ((a->prefixes[i] = strdup(pre)) == NULL)
-      return RDZV_ENOMEM;
+    if ((a->prefixes[i] = strdup(pre)) == NULL) {
+      rc = RDZV_ENOMEM;
+      break;
+    }
   }
-  return 0;
+  free(tags);
+  return rc;
 }
 
 /* In the child between fork and exec: the rank's CPU and memory binding. */
@@ -993,6 +1010,14 @@ static void on_connected(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
   (void)ac;
   uv_timer_stop(&a->status_timer);
+  if (status == RDZV_ELIMIT || status == RDZV_EAUTH ||
+      status == RDZV_EVERSION) {
+    /* The server answered and refused: its reason is the whole story. */
+    LU_ERR(&a->log, "%s", ac_last_error(a->ac));
+    a->exit_code = LAUNCH_EXIT_RDZV;
+    finish(a);
+    return;
+  }
   if (status != 0) {
     /* One message: what failed, then what to check. */
     if (a->port_taken)
@@ -1205,6 +1230,46 @@ static void finish(agent_t *a) {
 
 /* ---- signals ---------------------------------------------------------------------------------------- */
 
+/* A stop that does not end: what the loop waits for can be a checkpoint
+ * scan on a pool thread blocked in the file system (a hung NFS mount), which
+ * nothing interrupts. By then the workers had their grace and SIGKILL (and
+ * die with the agent anyway: PR_SET_PDEATHSIG), so the agent goes. */
+typedef struct stop_dog_s {
+  uint64_t ms;
+  int sig;
+  lu_log_t log;
+} stop_dog_t;
+
+static void *stop_dog_main(void *arg) {
+  stop_dog_t *d = arg;
+  struct timespec ts = {(time_t)(d->ms / 1000), (long)(d->ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+  LU_ERR(&d->log, "still running %.1f s after %s (--stop-timeout, then "
+         "close_timeout): something does not return, e.g. a checkpoint scan "
+         "on a hung file system; exiting without waiting for it",
+         (double)d->ms / 1000.0, sum_signal_name(d->sig));
+  _exit(128 + d->sig);
+  return NULL;
+}
+
+static void start_stop_dog(agent_t *a, int sig) {
+  stop_dog_t *d = malloc(sizeof(*d)); /* the thread's until the exit */
+  pthread_attr_t at;
+  pthread_t t;
+  if (d == NULL)
+    return;
+  d->ms = (uint64_t)a->o->stop_grace_ms + (uint64_t)a->o->close_timeout_ms +
+          2000;
+  d->sig = sig;
+  d->log = a->log;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &at, stop_dog_main, d) != 0)
+    free(d);
+  pthread_attr_destroy(&at);
+}
+
 static void on_signal(uv_signal_t *h, int sig) {
   agent_t *a = h->data;
   if (sig == SIGUSR1 || sig == SIGUSR2) {
@@ -1226,6 +1291,7 @@ static void on_signal(uv_signal_t *h, int sig) {
   a->finish_ok = 0;
   LU_WARN(&a->log, "received %s: forwarding it to the workers and stopping",
           sum_signal_name(sig));
+  start_stop_dog(a, sig);
   if (a->ac && a->state != A_FINISH) {
     msg_leave_t l;
     snprintf(l.reason, sizeof(l.reason), "agent received %s",

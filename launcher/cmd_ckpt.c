@@ -175,9 +175,14 @@ static void print_json(const char *dir, const ckpt_scan_t *s, int sha) {
   }
 }
 
+/* File and directory names are anyone's: escaped for the terminal. */
+#define esc lu_esc
+
 static void print_text(const char *dir, const ckpt_scan_t *s, int sha) {
   size_t w = 4;
-  printf("%s: %s layout, %zu step%s (%s)\n", dir, ckpt_layout_name(s->layout),
+  char e1[4 * CKPT_NAME_MAX], e2[4 * CKPT_PROBLEM_MAX];
+  printf("%s: %s layout, %zu step%s (%s)\n", esc(dir, e2, sizeof(e2)),
+         ckpt_layout_name(s->layout),
          s->nsteps, s->nsteps == 1 ? "" : "s",
          checked_text(s, sha));
   for (size_t i = 0; i < s->nsteps; i++)
@@ -187,19 +192,20 @@ static void print_text(const char *dir, const ckpt_scan_t *s, int sha) {
     const ckpt_step_t *st = &s->steps[i];
     char sz[32];
     human_bytes(st->bytes, sz, sizeof(sz));
-    printf("  %-*s  %-10s  ", (int)w, st->name, state_name(st->state));
+    printf("  %-*s  %-10s  ", (int)w, esc(st->name, e1, sizeof(e1)),
+           state_name(st->state));
     if (st->state == CKPT_STEP_UNCHECKED)
       printf("-");
     else if (st->problem[0])
-      printf("%s", st->problem);
+      printf("%s", esc(st->problem, e2, sizeof(e2)));
     else
       printf("%u files, %s", st->files, sz);
     printf("%s\n", st->is_latest ? "  <- latest" : "");
   }
   if (s->latest_problem[0])
-    printf("%s\n", s->latest_problem);
+    printf("%s\n", esc(s->latest_problem, e2, sizeof(e2)));
   if (s->resume >= 0)
-    printf("resume: %s\n", s->steps[s->resume].name);
+    printf("resume: %s\n", esc(s->steps[s->resume].name, e1, sizeof(e1)));
   else
     printf("resume: none (a restart starts fresh)\n");
 }
@@ -213,7 +219,7 @@ int launch_cmd_ckpt(int argc, char **argv) {
   ckpt_scan_options_t so = CKPT_SCAN_OPTIONS_INIT;
   ckpt_scan_t *s = NULL;
   const char *verb, *dir;
-  char err[1024];
+  char err[1024], e[4096];
   int opt, json = 0, sha, rc, ret;
   int *ranks = NULL;
   size_t nranks = 0;
@@ -276,16 +282,20 @@ int launch_cmd_ckpt(int argc, char **argv) {
   }
   /* A step newer than the one a restart takes is skipped: say why. */
   for (int i = 0; i < (s->resume >= 0 ? s->resume : (int)s->nsteps); i++)
-    if (s->steps[i].state != CKPT_STEP_UNCHECKED)
+    if (s->steps[i].state != CKPT_STEP_UNCHECKED) {
+      char e1[4 * CKPT_NAME_MAX], e2[4 * CKPT_PROBLEM_MAX];
       fprintf(stderr, "launch ckpt: warning: %s skipped: %s\n",
-              s->steps[i].name, s->steps[i].problem);
+              esc(s->steps[i].name, e1, sizeof(e1)),
+              esc(s->steps[i].problem, e2, sizeof(e2)));
+    }
   if (json)
     print_json(dir, s, sha);
   else
     print_text(dir, s, sha);
   ret = s->resume == 0 && s->latest_problem[0] == '\0' ? 0 : 1;
   if (s->nsteps == 0)
-    fprintf(stderr, "launch ckpt: no checkpoint step in %s\n", dir);
+    fprintf(stderr, "launch ckpt: no checkpoint step in %s\n",
+            esc(dir, e, sizeof(e)));
   ckpt_scan_free(s);
   return ret;
 }

@@ -57,22 +57,26 @@ static void print_json(const msg_status_t *st) {
   free(text);
 }
 
+/* Job and host names, addresses and reasons come from the agents: escaped
+ * for the terminal (issue #24). */
 static void print_table(const msg_status_t *st) {
+  char e1[1100], e2[256], e3[4100];
   /* While re-forming, the server's round is the one that ended: the
    * agents already say they restart into the next. */
   if (!strcmp(st->state, "forming") && st->round >= 0)
     printf("job %s: forming round %lld (round %lld ended), restarts %lld of "
-           "%lld (nnodes %lld:%lld)\n", st->job, (long long)st->round + 1,
-           (long long)st->round, (long long)st->restarts,
-           (long long)st->max_restarts, (long long)st->min,
-           (long long)st->max);
+           "%lld (nnodes %lld:%lld)\n", lu_esc(st->job, e1, sizeof(e1)),
+           (long long)st->round + 1, (long long)st->round,
+           (long long)st->restarts, (long long)st->max_restarts,
+           (long long)st->min, (long long)st->max);
   else
     printf("job %s: %s, round %lld, restarts %lld of %lld (nnodes "
-           "%lld:%lld)\n", st->job, st->state, (long long)st->round,
+           "%lld:%lld)\n", lu_esc(st->job, e1, sizeof(e1)),
+           lu_esc(st->state, e2, sizeof(e2)), (long long)st->round,
            (long long)st->restarts, (long long)st->max_restarts,
            (long long)st->min, (long long)st->max);
   if (st->reason && st->reason[0])
-    printf("last event: %s\n", st->reason);
+    printf("last event: %s\n", lu_esc(st->reason, e3, sizeof(e3)));
   if (!strcmp(st->state, "forming"))
     printf("forming for %.1f s\n", st->waited_ms / 1000.0);
   if (st->nmembers == 0) {
@@ -92,8 +96,10 @@ static void print_table(const msg_status_t *st) {
       snprintf(node, sizeof(node), "-");
       snprintf(ranks, sizeof(ranks), "(%lld procs)", (long long)n->nproc);
     }
-    printf("%-5s %-24s %-16s %-12s %-11s %.1f s ago\n", node, n->host, n->addr,
-           ranks, n->state, n->heartbeat_age_ms / 1000.0);
+    printf("%-5s %-24s %-16s %-12s %-11s %.1f s ago\n", node,
+           lu_esc(n->host, e1, sizeof(e1)), lu_esc(n->addr, e3, sizeof(e3)),
+           ranks, lu_esc(n->state, e2, sizeof(e2)),
+           n->heartbeat_age_ms / 1000.0);
   }
 }
 

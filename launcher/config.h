@@ -197,6 +197,8 @@ typedef struct cfg_s {
                                 line each, printed by the agent at start */
   unsigned char given[CFG_S_COUNT]; /* set on the command line or from the
                                        environment */
+  const char *given_by[CFG_S_COUNT]; /* the variable a setting came from
+                                        (static), NULL: not from one */
 } cfg_t;
 
 /* How cfg_parse is called. */

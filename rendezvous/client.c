@@ -915,21 +915,29 @@ int rdzv_flush(rdzv_client_t *c, int timeout_ms) {
 }
 
 int rdzv_progress(rdzv_client_t *c, int rank, int64_t step, int timeout_ms) {
-  char key[64], val[64];
+  char key[64], val[96];
+  const char *tag;
+  rdzv_env_t env;
   struct timespec ts;
   int n;
   if (c == NULL || step < 0 || rank < -1)
     return RDZV_EINVAL;
+  rdzv_env_parse(NULL, &env, NULL, 0);
   if (rank == -1) {
-    rdzv_env_t env;
-    if (rdzv_env_parse(NULL, &env, NULL, 0) != 0 || env.rank < 0)
+    if (env.rank < 0)
       return RDZV_ENOENV;
     rank = env.rank;
   }
   clock_gettime(CLOCK_REALTIME, &ts);
   snprintf(key, sizeof(key), RDZV_PROGRESS_PREFIX "%d", rank);
-  n = snprintf(val, sizeof(val), "%lld %lld", (long long)step,
-               (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+  /* The agent's secret for this worker, when it set one: values without
+   * it cannot arm hang detection (docs/launcher.md#hangs). */
+  tag = env.progress_tag;
+  if (tag == NULL || strlen(tag) > 32 || strchr(tag, ' ') != NULL)
+    tag = "";
+  n = snprintf(val, sizeof(val), "%lld %lld%s%s", (long long)step,
+               (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+               tag[0] ? " " : "", tag);
   return rdzv_set(c, key, val, (size_t)n, timeout_ms);
 }
 
