@@ -1098,8 +1098,16 @@ static int train(run_t *r) {
       printf("\n");
       fflush(stdout);
     }
-    if ((rc = rt_progress(r->rt, r->st.step)) != 0)
-      return runtime_failed("the progress report", rc);
+    {
+      /* Every scalar the agent shows (metrics, events, launch status). */
+      rdzv_scalars_t sc = {RDZV_HAS_LOSS | RDZV_HAS_GRAD_NORM | RDZV_HAS_LR |
+                               RDZV_HAS_STEP_TIME | RDZV_HAS_TOKENS |
+                               RDZV_HAS_TOTAL_STEPS,
+                           (double)loss, (double)norm, (double)lr, dt,
+                           (int64_t)tokens, o->steps};
+      if ((rc = rt_progress_ex(r->rt, r->st.step, &sc)) != 0)
+        return runtime_failed("the progress report", rc);
+    }
     if ((rc = ckpt_step(r)) != EXIT_OK)
       return rc;
     if (r->val_windows > 0 &&

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "hang.h"
+#include "msg.h"
 #include "rdzv.h"
 #include "summary.h"
 
@@ -19,7 +20,7 @@ enum { K_UNKNOWN = 0, K_NATIVE = 1, K_TORCH = 2 }; /* which key form a rank uses
 
 typedef struct hrank_s {
   int key;              /* K_* */
-  char val[128];        /* the last value seen (truncated) */
+  char val[MSG_PROGRESS_MAX]; /* the last value seen (truncated) */
   size_t vlen;
   int have_val;
   int fresh;            /* reported progress in this round */
@@ -30,6 +31,9 @@ typedef struct hrank_s {
   int killed;
   char reason[512];
   int warned;           /* the value does not parse: said once */
+  msg_progress_t prog;  /* the last value that parsed (fresh ones only) */
+  int have_prog;
+  double rate;          /* steps per second between the last two steps */
 } hrank_t;
 
 struct hang_s {
@@ -119,50 +123,37 @@ static const char *state_words(char st) {
 
 /* ---- values ------------------------------------------------------------------------------ */
 
-/* "<step> <unix ms>". RET 0 or -1. */
-static int parse_value(const char *p, size_t n, int64_t *step, int64_t *ms) {
-  char buf[64], *end;
-  long long a, b;
-  if (n == 0 || n >= sizeof(buf))
-    return -1;
-  memcpy(buf, p, n);
-  buf[n] = '\0';
-  if (!isdigit((unsigned char)buf[0]))
-    return -1;
-  errno = 0;
-  a = strtoll(buf, &end, 10);
-  if (errno || *end != ' ' || !isdigit((unsigned char)end[1]))
-    return -1;
-  b = strtoll(end + 1, &end, 10);
-  if (errno || *end != '\0')
-    return -1;
-  *step = a;
-  *ms = b;
-  return 0;
-}
-
 static void observe(hang_t *h, int lr, const char *p, size_t n) {
   hrank_t *r = &h->r[lr];
-  int64_t step = -1, ms = 0;
+  msg_progress_t pg;
+  char err[128];
   int parsed;
+  size_t full = n;
   if (n >= sizeof(r->val))
     n = sizeof(r->val) - 1;
   if (r->have_val && n == r->vlen && memcmp(p, r->val, n) == 0)
     return; /* no news */
-  parsed = parse_value(p, n, &step, &ms) == 0;
+  parsed = msg_progress_decode(p, full, &pg, err, sizeof(err)) == 0;
   if (!parsed && !r->warned) {
     r->warned = 1;
-    LU_WARN(h->cfg.log, "the progress key of rank %d holds '%.*s', not "
-            "'<step> <unix time in ms>' (see docs/launcher.md#hangs): every "
-            "change of it still counts as progress", h->base_rank + lr,
-            (int)LU_MIN(n, 40), p);
+    LU_WARN(h->cfg.log, "the progress key of rank %d does not parse (%s; "
+            "see docs/events.md#progress): every change of it still counts "
+            "as progress", h->base_rank + lr, err);
   }
   /* The first value seen may be an earlier round's: written before this
    * round's workers started, it is not their progress. */
-  if (r->have_val || !parsed || ms >= h->spawn_unix_ms) {
+  if (r->have_val || !parsed || pg.time_ms >= h->spawn_unix_ms) {
     r->fresh = 1;
     r->changed = uv_now(h->loop);
-    r->step = parsed ? step : -1;
+    r->step = parsed ? pg.step : -1;
+    if (parsed) {
+      if (r->have_prog && pg.step > r->prog.step &&
+          pg.time_ms > r->prog.time_ms)
+        r->rate = (double)(pg.step - r->prog.step) * 1000.0 /
+                  (double)(pg.time_ms - r->prog.time_ms);
+      r->prog = pg;
+      r->have_prog = 1;
+    }
   }
   memcpy(r->val, p, n);
   r->vlen = n;
@@ -341,8 +332,8 @@ static void judge(hang_t *h, uint64_t now) {
       end_grace(h);
     return;
   }
-  if (!h->hooks.running(h->hooks.arg))
-    return;
+  if (h->cfg.timeout_ms <= 0 || !h->hooks.running(h->hooks.arg))
+    return; /* reading progress for metrics and events only */
   for (int i = 0; i < nproc; i++) {
     hrank_t *r = &h->r[i];
     if (r->fresh && !r->exited && now - r->changed >= (uint64_t)h->cfg.timeout_ms)
@@ -418,7 +409,9 @@ void hang_start(hang_t *h, int base_rank) {
   if (h == NULL || !h->timer_live)
     return;
   /* A tick per second, more often for short timeouts (tests). */
-  every = (uint64_t)LU_MAX(100, LU_MIN(1000, h->cfg.timeout_ms / 4));
+  every = h->cfg.timeout_ms > 0
+              ? (uint64_t)LU_MAX(100, LU_MIN(1000, h->cfg.timeout_ms / 4))
+              : 1000;
   h->gen++;
   h->base_rank = base_rank;
   h->spawn_unix_ms = (int64_t)(lu_wall_s() * 1000.0);
@@ -434,6 +427,31 @@ int hang_exited(hang_t *h, int local_rank) {
   h->r[local_rank].exited = 1;
   return h->r[local_rank].hung;
 }
+
+int hang_progress(const hang_t *h, int local_rank, hang_progress_t *out) {
+  const hrank_t *r;
+  memset(out, 0, sizeof(*out));
+  if (h == NULL || local_rank < 0 || local_rank >= h->cfg.nproc)
+    return -1;
+  r = &h->r[local_rank];
+  out->rank = h->base_rank + local_rank;
+  out->hung = r->hung;
+  if (!r->fresh)
+    return 0;
+  out->seen = 1;
+  out->age_s = (double)(uv_now(h->loop) - r->changed) / 1000.0;
+  if (r->have_prog) {
+    out->has_prog = 1;
+    out->prog = r->prog;
+    out->steps_per_s = r->rate;
+  } else {
+    msg_progress_init(&out->prog);
+    out->prog.step = r->step;
+  }
+  return 0;
+}
+
+int hang_nproc(const hang_t *h) { return h ? h->cfg.nproc : 0; }
 
 const char *hang_reason(const hang_t *h, int local_rank) {
   if (h == NULL || local_rank < 0 || local_rank >= h->cfg.nproc ||
