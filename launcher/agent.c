@@ -7,6 +7,7 @@
  * and the end of the job are pushed by the server. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <ftw.h>
 #include <ifaddrs.h>
 #include <inttypes.h>
@@ -25,7 +26,9 @@
 #include "ckpt.h"
 #include "agent.h"
 #include "env.h"
+#include "events.h"
 #include "hang.h"
+#include "metrics.h"
 #include "launch.h"
 #include "lu.h"
 #include "msg.h"
@@ -99,6 +102,24 @@ typedef struct agent_s {
   int closing_handles;
   resume_t *ck; /* --ckpt-dir: the resume agreement and commits */
   int64_t done_round; /* the round whose success report waits for a commit */
+  /* --event-log, --event-log-handler console (events.h) */
+  ev_log_t *ev;
+  double join_sent_s, resume_started_s;
+  double down_since_s;    /* wall clock of this outage's first sign, 0 none */
+  char restart_reason[512];
+  int64_t steps_before;   /* the highest step seen before the restart */
+  int64_t resume_step;    /* the step this round resumed from, -1 none */
+  int64_t committed;      /* the newest committed step seen, -1 none */
+  int ran_once;           /* workers were started before */
+  int nrestarts;          /* rounds after the first (this agent saw) */
+  double downtime_s;      /* failure -> workers running again, summed */
+  int64_t steps_redone;
+  double agree_s;         /* checkpoint agreements, summed */
+  int nagree;
+  int nhangs;
+  /* --metrics-port (metrics.h) */
+  met_t *met;
+  uv_timer_t met_timer;
 } agent_t;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -109,6 +130,158 @@ typedef struct agent_s {
     if (!(a)->o->quiet)                                                        \
       LU_INFO(&(a)->log, __VA_ARGS__);                                         \
   } while (0)
+
+/* ---- events (events.h, docs/events.md) ------------------------------------------------------ */
+
+/* The highest step this node's ranks reported in this round, -1 none. */
+static int64_t max_step(const agent_t *a) {
+  int64_t best = -1;
+  for (int i = 0; i < hang_nproc(a->hang); i++) {
+    hang_progress_t p;
+    if (hang_progress(a->hang, i, &p) == 0 && p.seen && p.prog.step > best)
+      best = p.prog.step;
+  }
+  return best;
+}
+
+/* The first sign of an outage (a failed worker, a hang, a restart). */
+static void mark_down(agent_t *a, double wall_s) {
+  if (a->down_since_s == 0) {
+    /* The ranks got at least as far as the last checkpoint seen. */
+    a->down_since_s = wall_s;
+    a->steps_before = LU_MAX(max_step(a), a->committed);
+  }
+}
+
+static void ev_failure_fields(lu_json_t *j, const sum_failure_t *f) {
+  lu_json_str(j, "host", f->host);
+  lu_json_int(j, "rank", f->rank);
+  lu_json_int(j, "local_rank", f->local_rank);
+  lu_json_int(j, "pid", f->pid);
+  if (f->signal)
+    lu_json_str(j, "signal", sum_signal_name(f->signal));
+  else
+    lu_json_int(j, "exit_code", f->exit_code);
+  if (f->error_message)
+    lu_json_str(j, "error", f->error_message);
+}
+
+static void on_committed(void *arg, int64_t step) {
+  agent_t *a = arg;
+  lu_json_t *j = ev_begin(a->ev, EV_checkpoint_committed);
+  a->committed = step;
+  if (j) {
+    lu_json_int(j, "round", a->round);
+    lu_json_int(j, "step", step);
+    lu_json_str(j, "dir", a->o->ckpt_dir);
+    ev_end(a->ev);
+  }
+}
+
+/* ---- metrics (metrics.h, docs/monitoring.md) ----------------------------------------------- */
+
+static const char *state_name(int st) {
+  static const char *const n[] = {"connecting", "joining", "resuming",
+                                  "running", "reported", "stopping",
+                                  "finishing", "closed"};
+  return st >= A_CONNECT && st <= A_CLOSED ? n[st - A_CONNECT] : "starting";
+}
+
+/* The job's series, rendered on the loop once a second. */
+static void render_metrics(agent_t *a) {
+  static const char *const states[] = {"connecting", "joining", "resuming",
+                                       "running", "reported", "stopping",
+                                       "finishing"};
+  /* per rank: name, help, and which value */
+  static const struct { const char *name, *type, *help; } rf[] = {
+      {"launch_rank_step", "gauge", "the last step the rank reported"},
+      {"launch_rank_progress_age_seconds", "gauge",
+       "seconds since the rank's progress key last changed"},
+      {"launch_rank_steps_per_second", "gauge",
+       "steps per second between the rank's last two reports"},
+      {"launch_rank_tokens_per_second", "gauge",
+       "tokens per second of the last step (tokens / step time)"},
+      {"launch_rank_loss", "gauge", "training loss of the last step (NaN kept)"},
+      {"launch_rank_grad_norm", "gauge", "gradient norm of the last step"},
+      {"launch_rank_learning_rate", "gauge", "learning rate of the last step"},
+      {"launch_rank_step_seconds", "gauge", "seconds the last step took"},
+      {"launch_rank_total_steps", "gauge", "steps the run will take"}};
+  lu_buf_t b = LU_BUF_INIT;
+  char job[300], node[300], base[700], lab[800], *text;
+  const char *cur = state_name(a->state);
+  if (a->met == NULL)
+    return;
+  met_label_escape(a->o->run_id, job, sizeof(job));
+  met_label_escape(a->o->host, node, sizeof(node));
+  snprintf(base, sizeof(base), "job=\"%s\",node=\"%s\"", job, node);
+  met_family(&b, "launch_job_state", "gauge",
+             "the agent's state: 1 for the current one");
+  for (size_t i = 0; i < LU_ARRAY_SIZE(states); i++) {
+    snprintf(lab, sizeof(lab), "%s,state=\"%s\"", base, states[i]);
+    met_sample(&b, "launch_job_state", lab, !strcmp(cur, states[i]));
+  }
+#define JOB(name, type, help, v)                                               \
+  met_family(&b, name, type, help);                                            \
+  met_sample(&b, name, base, (double)(v))
+  JOB("launch_job_round", "gauge", "the restart generation this node is in",
+      a->round);
+  JOB("launch_job_restarts_total", "counter",
+      "rounds this agent started after a failure, a hang or a change of nodes",
+      a->nrestarts);
+  JOB("launch_job_workers", "gauge", "workers of this node (--nproc-per-node)",
+      a->o->nproc);
+  JOB("launch_job_workers_up", "gauge", "workers of this node alive",
+      a->wg ? wk_live(a->wg) : 0);
+  JOB("launch_job_hangs_total", "counter",
+      "hangs found on this node (--hang-timeout)", a->nhangs);
+  JOB("launch_job_downtime_seconds_total", "counter",
+      "seconds from a failure to the restarted workers, summed",
+      a->downtime_s);
+  JOB("launch_job_steps_redone_total", "counter",
+      "steps trained again after restarts (a lower bound, docs/events.md)",
+      a->steps_redone);
+  if (a->committed >= 0) {
+    JOB("launch_checkpoint_step", "gauge",
+        "the newest committed checkpoint step (--ckpt-dir)", a->committed);
+  }
+#undef JOB
+  for (size_t k = 0; k < LU_ARRAY_SIZE(rf); k++) {
+    int header = 0;
+    for (int i = 0; i < hang_nproc(a->hang); i++) {
+      hang_progress_t p;
+      const msg_progress_t *g = &p.prog;
+      double v = NAN;
+      int have = 0;
+      if (hang_progress(a->hang, i, &p) != 0 || !p.seen)
+        continue;
+      switch (k) {
+      case 0: v = (double)g->step, have = g->step >= 0; break;
+      case 1: v = p.age_s, have = 1; break;
+      case 2: v = p.steps_per_s, have = p.steps_per_s > 0; break;
+      case 3:
+        have = g->has_tokens && g->has_step_time && g->step_time > 0;
+        if (have)
+          v = (double)g->tokens / g->step_time;
+        break;
+      case 4: v = g->loss, have = g->has_loss; break;
+      case 5: v = g->grad_norm, have = g->has_grad_norm; break;
+      case 6: v = g->lr, have = g->has_lr; break;
+      case 7: v = g->step_time, have = g->has_step_time; break;
+      case 8: v = (double)g->total_steps, have = g->has_total_steps; break;
+      }
+      if (!have)
+        continue;
+      if (!header++)
+        met_family(&b, rf[k].name, rf[k].type, rf[k].help);
+      snprintf(lab, sizeof(lab), "%s,rank=\"%d\"", base, p.rank);
+      met_sample(&b, rf[k].name, lab, v);
+    }
+  }
+  if (lu_buf_finish(&b, &text, NULL) == 0)
+    met_publish(a->met, text);
+}
+
+static void met_cb(uv_timer_t *t) { render_metrics(t->data); }
 
 static void finish(agent_t *a);
 static void finished_stopping(wk_group_t *g, void *arg);
@@ -377,6 +550,13 @@ static void report(agent_t *a, const sum_failure_t *f) {
   r.round = a->round;
   r.ok = f == NULL;
   if (f) {
+    lu_json_t *j = ev_begin(a->ev, EV_failure);
+    if (j) {
+      lu_json_int(j, "round", a->round);
+      ev_failure_fields(j, f);
+      ev_end(a->ev);
+    }
+    mark_down(a, f->wall_s);
     msg_failure_t *m = &r.failure;
     r.has_failure = 1;
     lu_strlcpy(m->host, f->host, sizeof(m->host));
@@ -412,6 +592,11 @@ static void barrier_cb(uv_timer_t *t) {
 /* A failure that every attempt would repeat (end_reason says it): leave
  * the rendezvous and end with code. */
 static void leave_job(agent_t *a, int code) {
+  lu_json_t *j = ev_begin(a->ev, EV_node_left);
+  if (j) {
+    lu_json_str(j, "reason", a->end_reason);
+    ev_end(a->ev);
+  }
   a->exit_code = code;
   a->finish_ok = 0;
   if (a->ac) {
@@ -438,7 +623,20 @@ static void report_done(void *arg) {
 static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
   agent_t *a = arg;
   int hung = hang_exited(a->hang, ex->local_rank);
+  lu_json_t *j = ev_begin(a->ev, EV_worker_exited);
   (void)g;
+  if (j) {
+    lu_json_int(j, "round", a->round);
+    lu_json_int(j, "rank", a->base_rank + ex->local_rank);
+    lu_json_int(j, "local_rank", ex->local_rank);
+    lu_json_int(j, "pid", ex->pid);
+    if (ex->signal)
+      lu_json_str(j, "signal", sum_signal_name(ex->signal));
+    else
+      lu_json_int(j, "exit_code", ex->exit_code);
+    lu_json_bool(j, "expected", a->state != A_RUN && a->state != A_REPORTED);
+    ev_end(a->ev);
+  }
   a->exited++;
   if (a->state != A_RUN && a->state != A_REPORTED)
     return; /* stopping: exits are expected */
@@ -516,8 +714,20 @@ static void hang_found(void *arg, int local_rank, const char *reason,
                        double wall_s) {
   agent_t *a = arg;
   sum_failure_t f;
+  hang_progress_t hp;
+  lu_json_t *j;
   if (a->state != A_RUN)
     return;
+  a->nhangs++;
+  if ((j = ev_begin(a->ev, EV_hang_detected)) != NULL) {
+    hang_progress(a->hang, local_rank, &hp);
+    lu_json_int(j, "round", a->round);
+    lu_json_int(j, "rank", a->base_rank + local_rank);
+    lu_json_int(j, "last_step", hp.prog.step);
+    lu_json_num(j, "age_s", hp.age_s);
+    lu_json_str(j, "reason", reason);
+    ev_end(a->ev);
+  }
   a->state = A_REPORTED;
   for (size_t i = 0; i < a->nfails; i++)
     if (a->fails[i].local_rank == local_rank) {
@@ -616,6 +826,13 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     else if (status != RDZV_ECANCELED && status != RDZV_ECLOSED)
       LU_ERR(&a->log, "cannot join job %s: %s", a->o->run_id,
              ac_last_error(a->ac));
+    if (status != RDZV_ECANCELED && status != RDZV_ECLOSED) {
+      lu_json_t *j = ev_begin(a->ev, EV_node_refused);
+      if (j) {
+        lu_json_str(j, "reason", err[0] ? err : ac_last_error(a->ac));
+        ev_end(a->ev);
+      }
+    }
     a->exit_code = status == RDZV_EMISMATCH ? LAUNCH_EXIT_MISMATCH
                                             : LAUNCH_EXIT_RDZV;
     a->finish_ok = 0;
@@ -631,10 +848,26 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   a->base_rank = (int)r.base_rank;
   a->master_port = (int)r.master_port;
   lu_strlcpy(a->node0_addr, r.node0_addr, sizeof(a->node0_addr));
+  {
+    lu_json_t *j = ev_begin(a->ev, EV_round_formed);
+    if (j) {
+      lu_json_int(j, "round", a->round);
+      lu_json_int(j, "node_rank", a->node_rank);
+      lu_json_int(j, "nnodes", a->nnodes);
+      lu_json_int(j, "world_size", a->world_size);
+      lu_json_int(j, "base_rank", a->base_rank);
+      lu_json_str(j, "node0", r.node0_host);
+      lu_json_int(j, "restarts", r.restarts);
+      lu_json_num(j, "seconds", lu_wall_s() - a->join_sent_s);
+      ev_end(a->ev);
+    }
+  }
+  a->resume_step = -1;
   if (a->ck) {
     resume_round_t rr = {a->round, a->node_rank, a->nnodes, a->world_size,
                          a->base_rank, a->o->nproc, a->o->host};
     a->state = A_RESUME;
+    a->resume_started_s = lu_wall_s();
     resume_agree(a->ck, &rr, on_resumed, a);
     return;
   }
@@ -663,6 +896,37 @@ static void run_round(agent_t *a) {
     report_start_failure(a, "launch could not start the workers on this node");
     return;
   }
+  if (a->ran_once) { /* a restart: what it cost */
+    lu_json_t *j = ev_begin(a->ev, EV_restart);
+    double down = a->down_since_s > 0 ? lu_wall_s() - a->down_since_s : 0;
+    int64_t redone = 0;
+    if (a->steps_before >= 0)
+      redone = LU_MAX(0, a->steps_before - LU_MAX(a->resume_step, 0));
+    if (j) {
+      lu_json_int(j, "round", a->round);
+      lu_json_str(j, "reason", a->restart_reason);
+      lu_json_num(j, "downtime_s", down);
+      lu_json_int(j, "last_step", a->steps_before);
+      if (a->resume_step >= 0)
+        lu_json_int(j, "resume_step", a->resume_step);
+      lu_json_int(j, "steps_redone", redone);
+      ev_end(a->ev);
+    }
+    a->nrestarts++;
+    a->downtime_s += down;
+    a->steps_redone += redone;
+  }
+  for (int i = 0; a->ev && i < a->o->nproc; i++) {
+    lu_json_t *j = ev_begin(a->ev, EV_worker_started);
+    lu_json_int(j, "round", a->round);
+    lu_json_int(j, "rank", a->base_rank + i);
+    lu_json_int(j, "local_rank", i);
+    lu_json_int(j, "pid", wk_pid(a->wg, i));
+    ev_end(a->ev);
+  }
+  a->ran_once = 1;
+  a->down_since_s = 0;
+  a->steps_before = -1;
   /* The start line: one per round. */
   {
     const env_var_t *omp = a->renv ? env_find(a->renv[0], "OMP_NUM_THREADS")
@@ -702,6 +966,23 @@ static void on_resumed(void *arg, const resume_result_t *res) {
     report_start_failure(a, res->why);
     return;
   }
+  {
+    lu_json_t *j = ev_begin(a->ev, EV_resume_agreed);
+    double took = lu_wall_s() - a->resume_started_s;
+    a->agree_s += took;
+    a->nagree++;
+    if (j) {
+      lu_json_int(j, "round", a->round);
+      if (res->step >= 0)
+        lu_json_int(j, "step", res->step);
+      else
+        lu_json_null(j, "step");
+      lu_json_bool(j, "elastic", res->elastic);
+      lu_json_num(j, "seconds", took);
+      ev_end(a->ev);
+    }
+  }
+  a->resume_step = res->step;
   if (res->step >= 0)
     say(a, "resuming from checkpoint step %" PRId64 " of %s%s%s%s", res->step,
         a->o->ckpt_dir, res->elastic ? " (another world size: replicated "
@@ -736,6 +1017,15 @@ static void send_join(agent_t *a) {
   j.expected = o->expected_hosts;
   j.nexpected = o->nexpected;
   j.fingerprint = a->fp_text;
+  a->join_sent_s = lu_wall_s();
+  {
+    lu_json_t *e = ev_begin(a->ev, EV_node_joined);
+    if (e) {
+      lu_json_str(e, "addr", j.addr);
+      lu_json_int(e, "nproc", j.nproc);
+      ev_end(a->ev);
+    }
+  }
   msg_join_pack(ac_begin(a->ac, PROTO_OP_JOIN, 1), &j);
   if (ac_send(a->ac, join_reply, a) != 0) {
     LU_ERR(&a->log, "cannot send JOIN: %s", ac_last_error(a->ac));
@@ -794,6 +1084,9 @@ static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
       return;
     say(a, "restarting the workers (round %" PRId64 "): %s", r.round,
         r.reason ? r.reason : "");
+    lu_strlcpy(a->restart_reason, r.reason ? r.reason : "",
+               sizeof(a->restart_reason));
+    mark_down(a, lu_wall_s());
     msg_restart_free(&r);
     uv_timer_stop(&a->barrier_timer);
     if (a->state == A_RESUME) { /* no workers yet: on_resumed joins */
@@ -912,6 +1205,7 @@ static void close_all(agent_t *a) {
   close_handle(a, (uv_handle_t *)&a->status_timer);
   close_handle(a, (uv_handle_t *)&a->barrier_timer);
   close_handle(a, (uv_handle_t *)&a->linger_timer);
+  close_handle(a, (uv_handle_t *)&a->met_timer);
   hang_close(a->hang);
   for (int i = 0; i < a->nsigs; i++)
     close_handle(a, (uv_handle_t *)&a->sigs[i]);
@@ -941,7 +1235,47 @@ static void linger_cb(uv_timer_t *t) {
   close_all(a);
 }
 
+/* job_end and summary events, and the summary line. */
+static void end_events(agent_t *a) {
+  lu_json_t *j;
+  double mean = a->nrestarts ? a->downtime_s / a->nrestarts : 0;
+  if (a->ev == NULL && (a->nrestarts == 0 || a->o->quiet))
+    return;
+  if ((j = ev_begin(a->ev, EV_job_end)) != NULL) {
+    lu_json_bool(j, "ok", a->finish_ok);
+    lu_json_int(j, "exit_code", a->exit_code);
+    lu_json_int(j, "round", a->round);
+    if (a->end_reason[0])
+      lu_json_str(j, "reason", a->end_reason);
+    if (a->signaled)
+      lu_json_str(j, "stopped_by", sum_signal_name(a->signaled));
+    if (a->have_root) {
+      lu_json_obj(j, "root_cause");
+      ev_failure_fields(j, &a->root);
+      lu_json_end_obj(j);
+    }
+    ev_end(a->ev);
+  }
+  if ((j = ev_begin(a->ev, EV_summary)) != NULL) {
+    lu_json_int(j, "restarts", a->nrestarts);
+    lu_json_num(j, "downtime_s", a->downtime_s);
+    lu_json_int(j, "steps_redone", a->steps_redone);
+    lu_json_num(j, "mean_resume_s", mean);
+    if (a->nagree)
+      lu_json_num(j, "mean_agreement_s", a->agree_s / a->nagree);
+    if (a->committed >= 0)
+      lu_json_int(j, "last_checkpoint", a->committed);
+    ev_end(a->ev);
+  }
+  if (!a->o->quiet)
+    LU_INFO(&a->log, "job %s summary: %d restart%s, %.1f s down, %" PRId64
+            " step%s redone, %.1f s mean resume", a->o->run_id, a->nrestarts,
+            a->nrestarts == 1 ? "" : "s", a->downtime_s, a->steps_redone,
+            a->steps_redone == 1 ? "" : "s", mean);
+}
+
 static void print_end(agent_t *a) {
+  end_events(a);
   if (a->finish_ok) {
     say(a, "job %s finished: %s", a->o->run_id,
         a->end_reason[0] ? a->end_reason : "every worker exited 0");
@@ -1266,6 +1600,8 @@ int agent_run(cfg_t *o) {
   uv_timer_init(&loop, &a->status_timer);
   uv_timer_init(&loop, &a->barrier_timer);
   uv_timer_init(&loop, &a->linger_timer);
+  uv_timer_init(&loop, &a->met_timer);
+  a->met_timer.data = a;
   a->hb_timer.data = a->status_timer.data = a->barrier_timer.data =
       a->linger_timer.data = a;
   for (size_t i = 0; i < LU_ARRAY_SIZE(all_sigs); i++) {
@@ -1315,6 +1651,31 @@ int agent_run(cfg_t *o) {
   }
   if (o->torch_store == CFG_STORE_RANK0)
     a->my_master_port = free_port(o->local_addr);
+  a->committed = -1;
+  a->steps_before = -1;
+  if ((rc = ev_open(o->event_log, o->event_handler == 1, o->run_id, o->host,
+                    &a->ev)) != 0) {
+    LU_ERR(&a->log, "cannot open the event log %s: %s (check --event-log)",
+           o->event_log, rdzv_strerror(rc));
+    a->exit_code = LAUNCH_EXIT_USAGE;
+    goto out;
+  } else {
+    lu_json_t *j = ev_begin(a->ev, EV_job_start);
+    if (j) {
+      lu_json_int(j, "nproc", o->nproc);
+      lu_json_int(j, "min_nodes", o->min_nodes);
+      lu_json_int(j, "max_nodes", o->max_nodes);
+      lu_json_int(j, "max_restarts", o->max_restarts);
+      lu_json_str(j, "endpoint", o->endpoint_host);
+      lu_json_int(j, "port", a->ep_port);
+      lu_json_bool(j, "hosting", a->hosting);
+      if (o->ckpt_dir[0])
+        lu_json_str(j, "ckpt_dir", o->ckpt_dir);
+      lu_json_str(j, "program", a->argv[0]);
+      lu_json_int(j, "pid", getpid());
+      ev_end(a->ev);
+    }
+  }
   if (o->ckpt_dir[0]) {
     char ep[300];
     snprintf(ep, sizeof(ep), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
@@ -1324,6 +1685,22 @@ int agent_run(cfg_t *o) {
       a->exit_code = 1;
       goto out;
     }
+    resume_on_commit(a->ck, on_committed, a);
+  }
+  if (o->metrics_port >= 0) {
+    if ((rc = met_start(o->metrics_addr, o->metrics_port, o->host,
+                        &a->met)) != 0) {
+      LU_ERR(&a->log, "cannot serve metrics on %s:%d: %s%s",
+             o->metrics_addr[0] ? o->metrics_addr : "*", o->metrics_port,
+             rdzv_strerror(rc), rc == RDZV_ENOTSUP
+                 ? " (this launch was built without libmicrohttpd)" : "");
+      a->exit_code = LAUNCH_EXIT_USAGE;
+      goto out;
+    }
+    LU_INFO(&a->log, "metrics of job %s on http://%s:%d/metrics", o->run_id,
+        o->metrics_addr[0] ? o->metrics_addr : o->host, met_port(a->met));
+    render_metrics(a);
+    uv_timer_start(&a->met_timer, met_cb, 1000, 1000);
   }
   memset(&acfg, 0, sizeof(acfg));
   acfg.host = a->ep_host;
@@ -1343,7 +1720,8 @@ int agent_run(cfg_t *o) {
   acfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
   acfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
   if ((rc = ac_new(&loop, &acfg, on_push, on_lost, a, &a->ac)) != 0 ||
-      (o->hang_timeout_ms > 0 && (rc = new_hang(a)) != 0) ||
+      ((o->hang_timeout_ms > 0 || a->ev || a->met) &&
+       (rc = new_hang(a)) != 0) ||
       (rc = ac_connect(a->ac, on_connected)) != 0) {
     a->exit_code = 1;
     goto out;
@@ -1367,7 +1745,9 @@ done:
     sum_failure_free(&a->root);
   free_rank_argv(a);
   launch_argv_free(a->argv);
+  met_stop(a->met);
   hang_free(a->hang);
+  ev_close(a->ev);
   if (a->run_dir_is_temp && rc == 0 && a->run_dir[0] &&
       nftw(a->run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
     /* Nothing to look at after a success: the temporary logs go. */

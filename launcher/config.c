@@ -431,6 +431,34 @@ static int set_program(cfg_t *c, int id, const char *v, char *err, size_t n) {
   return 0;
 }
 
+/* --metrics-port [ADDR:]PORT|off. */
+static int set_metrics_port(cfg_t *c, int id, const char *v, char *err,
+                            size_t n) {
+  const char *colon = strrchr(v, ':');
+  char addr[64] = "";
+  int port;
+  if (!strcmp(v, "off")) {
+    c->metrics_port = -1;
+    return 0;
+  }
+  if (colon) {
+    size_t len = (size_t)(colon - v);
+    if (len > 1 && v[0] == '[' && v[len - 1] == ']')
+      v++, len -= 2;
+    if (len == 0 || len >= sizeof(addr))
+      return fail(err, n, "--metrics-port: '%s' is not [ADDR:]PORT", v);
+    memcpy(addr, v, len);
+    addr[len] = '\0';
+    v = colon + 1;
+  }
+  if (lu_parse_int(v, 0, 65535, &port) != 0)
+    return fail(err, n, "--metrics-port: '%s' is not a port (0-65535; 0 "
+                        "picks a free one)", v);
+  c->metrics_port = port;
+  lu_strlcpy(c->metrics_addr, addr, sizeof(c->metrics_addr));
+  return 0;
+}
+
 static int set_monitor(cfg_t *c, int id, const char *v, char *err, size_t n) {
   (void)c;
   (void)v;
@@ -547,8 +575,17 @@ static const setting_t settings[CFG_S_COUNT] = {
     STR(LINE_PREFIX, "--log-line-prefix", NULL, "TEMPLATE", line_prefix, 0,
         LOGS, "prefix of each line (default '[${host}:${rank}]: '; also "
         "${local_rank}, ${role_name}, ${node_rank}; 'none')"),
-    CHECK(EVENT_LOG, "--event-log-handler", T_CHOICE, 0, "null", LOGS,
-          "torchrun's event log: only null (none) is supported"),
+    CHOICE(EVENT_LOG, "--event-log-handler", T_CHOICE, event_handler,
+           "null|console", LOGS,
+           "torchrun's event handler: console writes the job's events "
+           "(docs/events.md) to stderr as JSON Lines; null (default) none"),
+    FN(METRICS_PORT, "--metrics-port", NULL, "[ADDR:]PORT", set_metrics_port,
+       LOGS, "serve Prometheus metrics on http://ADDR:PORT/metrics (0: a "
+       "free port, printed; default off; docs/monitoring.md)"),
+    STR(EVENT_FILE, "--event-log", NULL, "FILE", event_log, 1, LOGS,
+        "append the job's events to FILE as JSON Lines: rounds, workers, "
+        "failures, restarts with downtime, checkpoints, resumes, hangs, a "
+        "summary (docs/events.md)"),
     FN(LOGS_SPECS, "--logs-specs", NULL, "NAME", set_logs_specs, LOGS, NULL),
     BOOL(QUIET, "--quiet", "-q", quiet, LOGS, "fewer agent messages"),
     BOOL(NO_LOG_TIME, "--no-log-time", NULL, no_log_time, LOGS,
@@ -858,6 +895,7 @@ static void defaults(cfg_t *c, char *const *envp) {
   c->is_host = -1;
   c->stop_grace_ms = 30000;
   c->hang_signal = SIGUSR1;
+  c->metrics_port = -1;
   c->exit_barrier_ms = 300000;
   c->ckpt_keep = 3;
   c->signals_mask = (1u << SIGTERM) | (1u << SIGINT) | (1u << SIGHUP) |

@@ -42,7 +42,7 @@ typedef enum {
   CFG_S_HANG_TIMEOUT, CFG_S_HANG_SIGNAL, /* hang.c */
   CFG_S_ROLE, CFG_S_MODULE, CFG_S_NO_PYTHON, CFG_S_RUN_PATH, CFG_S_LOG_DIR,
   CFG_S_REDIRECTS, CFG_S_TEE, CFG_S_RANKS_FILTER, CFG_S_LINE_PREFIX,
-  CFG_S_EVENT_LOG, CFG_S_LOGS_SPECS, CFG_S_TORCH_STORE, CFG_S_TOKEN_FILE,
+  CFG_S_EVENT_LOG, CFG_S_EVENT_FILE, CFG_S_METRICS_PORT, CFG_S_LOGS_SPECS, CFG_S_TORCH_STORE, CFG_S_TOKEN_FILE,
   CFG_S_TLS_CA, CFG_S_TLS_CERT, CFG_S_TLS_KEY, CFG_S_TCPSTORE_ALLOW,
   CFG_S_CPU_BIND, CFG_S_NUMA_BINDING, CFG_S_MEM_BIND,
   CFG_S_REPORT_BINDINGS, CFG_S_TOPOLOGY, CFG_S_NCCL_PROFILE,
@@ -114,6 +114,10 @@ typedef struct cfg_s {
   char role[64];
   int64_t hang_timeout_ms;   /* --hang-timeout: 0 = off */
   int hang_signal;           /* --hang-signal: the dump signal, 0 none */
+  char event_log[PATH_MAX];  /* --event-log FILE ("" none; events.h) */
+  int event_handler;         /* --event-log-handler: 0 null, 1 console */
+  int metrics_port;          /* --metrics-port: -1 off, 0 any free port */
+  char metrics_addr[64];     /* its address ("" every address) */
   /* logs */
   char log_dir[PATH_MAX];
   unsigned redirects[CFG_MAX_NPROC], tee[CFG_MAX_NPROC]; /* per local rank */

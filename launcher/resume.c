@@ -67,6 +67,12 @@ struct resume_s {
   uint64_t agree_ns;
   ckpt_verify_stats_t vstats;
   int verify_mode;       /* 0 none (no step), 1 SHA-256, 2 sizes only */
+  /* resume_on_commit: `latest` as the last commit saw it (pool thread),
+   * and the newest step told (loop) */
+  int64_t latest;
+  int64_t latest_told;
+  void (*commit_cb)(void *, int64_t);
+  void *commit_arg;
 };
 
 /* ---- the store connection (pool thread) --------------------------------------- */
@@ -505,6 +511,8 @@ static void commit_work(uv_work_t *w) {
   co.timeout_ms = 10000;
   rc = ckpt_agent_scan_commit(&co, &r->finalised, r->commit_err,
                               sizeof(r->commit_err));
+  if (r->commit_cb && ckpt_latest_step(r->o->ckpt_dir, &r->latest) != 0)
+    r->latest = -1;
   learn_latest(r, ranks);
   if (rc != 0 && rc != -ENOENT) {
     if (r->commit_err[0] == '\0')
@@ -561,6 +569,10 @@ static void after_work(uv_work_t *w, int status) {
     else if (r->finalised >= 0 && !r->o->quiet)
       LU_INFO(r->log, "checkpoint step %" PRId64 " of %s is final",
               r->finalised, r->o->ckpt_dir);
+    if (r->commit_cb && r->latest > r->latest_told) {
+      r->latest_told = r->latest;
+      r->commit_cb(r->commit_arg, r->latest);
+    }
     if (r->final_cb && !r->commit_pending) {
       void (*done)(void *) = r->final_cb;
       r->final_cb = NULL;
@@ -573,6 +585,7 @@ static void after_work(uv_work_t *w, int status) {
       r->have_round = 1;
       r->step = r->res.step;
       r->verified = r->res.verified;
+      r->latest_told = LU_MAX(r->latest_told, r->res.step);
       log_agreement(r);
     }
     if (cb)
@@ -738,4 +751,11 @@ int resume_env(const resume_t *r, env_t *e) {
     env_unset(e, "LAUNCH_CKPT_VERIFIED");
   }
   return rc ? RDZV_ENOMEM : 0;
+}
+
+void resume_on_commit(resume_t *r, void (*cb)(void *arg, int64_t step),
+                      void *arg) {
+  r->commit_cb = cb;
+  r->commit_arg = arg;
+  r->latest = r->latest_told = -1;
 }

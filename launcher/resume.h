@@ -73,6 +73,13 @@ void resume_commit_stop(resume_t *r);
  * closes every connection when the job ends). */
 void resume_commit_final(resume_t *r, void (*done)(void *), void *arg);
 
+/* Tell cb (on the loop) each time a commit finds `latest` naming a newer
+ * step than the agreed one and those told before (the launch layout; a
+ * trainer that commits itself is seen within the 2 s of the commit
+ * timer; two steps inside one period are told as the newer one). */
+void resume_on_commit(resume_t *r, void (*cb)(void *arg, int64_t step),
+                      void *arg);
+
 /* The worker environment of the agreed step: LAUNCH_CKPT_DIR,
  * LAUNCH_RESUME_STEP (unset on a fresh start), LAUNCH_CKPT_VERIFIED (the
  * same step when this node verified its shards; else unset),

@@ -1,0 +1,359 @@
+/* metrics.c - the agent's Prometheus endpoint (metrics.h): libmicrohttpd
+ * with its own polling thread; the job's text swapped in under a mutex;
+ * the node's series read at scrape time on that thread. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "metrics.h"
+#include "rdzv.h"
+
+#ifdef LAUNCH_HAVE_MHD
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#endif
+
+/* ---- NVML, loaded at run time ------------------------------------------------------- */
+
+typedef struct { unsigned gpu, memory; } nvml_util_t;
+typedef struct { unsigned long long total, free, used; } nvml_mem_t;
+
+typedef struct nvml_s {
+  void *lib;
+  int ok;
+  unsigned count;
+  int (*init)(void);
+  int (*shutdown)(void);
+  int (*count_fn)(unsigned *);
+  int (*handle)(unsigned, void **);
+  int (*util)(void *, nvml_util_t *);
+  int (*mem)(void *, nvml_mem_t *);
+  int (*power)(void *, unsigned *);       /* mW */
+  int (*temp)(void *, int, unsigned *);   /* sensor 0: the GPU */
+  int (*clock)(void *, int, unsigned *);  /* 0 graphics, 2 memory; MHz */
+} nvml_t;
+
+#ifdef LAUNCH_HAVE_MHD
+static void nvml_open(nvml_t *n) {
+  const char *lib = getenv("LAUNCH_NVML_LIBRARY");
+  memset(n, 0, sizeof(*n));
+  n->lib = dlopen(lib && lib[0] ? lib : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (n->lib == NULL)
+    return;
+#define SYM(f, name) *(void **)&n->f = dlsym(n->lib, name)
+  SYM(init, "nvmlInit_v2");
+  SYM(shutdown, "nvmlShutdown");
+  SYM(count_fn, "nvmlDeviceGetCount_v2");
+  SYM(handle, "nvmlDeviceGetHandleByIndex_v2");
+  SYM(util, "nvmlDeviceGetUtilizationRates");
+  SYM(mem, "nvmlDeviceGetMemoryInfo");
+  SYM(power, "nvmlDeviceGetPowerUsage");
+  SYM(temp, "nvmlDeviceGetTemperature");
+  SYM(clock, "nvmlDeviceGetClockInfo");
+#undef SYM
+  if (n->init && n->count_fn && n->handle && n->init() == 0) {
+    n->ok = n->count_fn(&n->count) == 0;
+    if (!n->ok && n->shutdown)
+      n->shutdown();
+  }
+  if (!n->ok) {
+    dlclose(n->lib);
+    n->lib = NULL;
+  }
+}
+
+static void nvml_close(nvml_t *n) {
+  if (n->ok && n->shutdown)
+    n->shutdown();
+  if (n->lib)
+    dlclose(n->lib);
+  memset(n, 0, sizeof(*n));
+}
+#endif
+
+/* ---- the text format ------------------------------------------------------------------ */
+
+void met_family(lu_buf_t *b, const char *name, const char *type,
+                const char *help) {
+  lu_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void met_sample(lu_buf_t *b, const char *name, const char *labels, double v) {
+  if (labels && labels[0])
+    lu_buf_printf(b, "%s{%s} ", name, labels);
+  else
+    lu_buf_printf(b, "%s ", name);
+  if (isnan(v))
+    lu_buf_puts(b, "NaN\n");
+  else if (isinf(v))
+    lu_buf_puts(b, v > 0 ? "+Inf\n" : "-Inf\n");
+  else if (v == (double)(long long)v && fabs(v) < 1e15)
+    lu_buf_printf(b, "%lld\n", (long long)v);
+  else
+    lu_buf_printf(b, "%.9g\n", v);
+}
+
+void met_label_escape(const char *s, char *out, size_t cap) {
+  size_t o = 0;
+  for (; *s && o + 3 < cap; s++) {
+    if (*s == '\\' || *s == '"') {
+      out[o++] = '\\';
+      out[o++] = *s;
+    } else if (*s == '\n') {
+      out[o++] = '\\';
+      out[o++] = 'n';
+    } else {
+      out[o++] = *s;
+    }
+  }
+  out[o] = '\0';
+}
+
+/* ---- the node ----------------------------------------------------------------------- */
+
+struct met_s {
+  pthread_mutex_t mu;
+  char *text;        /* the job's, from the loop */
+  char node[256];    /* escaped */
+  nvml_t nvml;
+  int port;
+#ifdef LAUNCH_HAVE_MHD
+  struct MHD_Daemon *d;
+#endif
+};
+
+static void node_cpu(const met_t *m, lu_buf_t *b) {
+  static const char *const modes[] = {"user", "nice", "system", "idle",
+                                      "iowait", "irq", "softirq", "steal"};
+  unsigned long long v[8] = {0};
+  long hz = sysconf(_SC_CLK_TCK);
+  char line[512], lab[400];
+  FILE *f = fopen("/proc/stat", "r");
+  if (f == NULL)
+    return;
+  if (fgets(line, sizeof(line), f) == NULL ||
+      sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+             &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) < 4) {
+    fclose(f);
+    return;
+  }
+  fclose(f);
+  if (hz <= 0)
+    hz = 100;
+  met_family(b, "launch_node_cpu_seconds_total", "counter",
+             "CPU time of the node (all CPUs), by mode, from /proc/stat");
+  for (int i = 0; i < 8; i++) {
+    snprintf(lab, sizeof(lab), "node=\"%s\",mode=\"%s\"", m->node, modes[i]);
+    met_sample(b, "launch_node_cpu_seconds_total", lab, (double)v[i] / (double)hz);
+  }
+}
+
+static void node_mem(const met_t *m, lu_buf_t *b) {
+  unsigned long long total = 0, avail = 0, kb;
+  char line[256], key[64], lab[300];
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f == NULL)
+    return;
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "%63[^:]: %llu", key, &kb) == 2) {
+      if (!strcmp(key, "MemTotal"))
+        total = kb * 1024;
+      else if (!strcmp(key, "MemAvailable"))
+        avail = kb * 1024;
+    }
+  fclose(f);
+  if (total == 0)
+    return;
+  snprintf(lab, sizeof(lab), "node=\"%s\"", m->node);
+  met_family(b, "launch_node_memory_total_bytes", "gauge",
+             "memory of the node (MemTotal)");
+  met_sample(b, "launch_node_memory_total_bytes", lab, (double)total);
+  met_family(b, "launch_node_memory_available_bytes", "gauge",
+             "memory available for new work (MemAvailable)");
+  met_sample(b, "launch_node_memory_available_bytes", lab, (double)avail);
+}
+
+static void node_gpus(met_t *m, lu_buf_t *b) {
+  static const struct { const char *name, *type, *help; } fam[] = {
+      {"launch_gpu_utilization_ratio", "gauge",
+       "fraction of the last sample period a kernel ran (NVML)"},
+      {"launch_gpu_memory_used_bytes", "gauge", "GPU memory in use"},
+      {"launch_gpu_memory_total_bytes", "gauge", "GPU memory"},
+      {"launch_gpu_power_watts", "gauge", "GPU power draw"},
+      {"launch_gpu_temperature_celsius", "gauge", "GPU core temperature"},
+      {"launch_gpu_sm_clock_hertz", "gauge", "GPU graphics (SM) clock"}};
+  nvml_t *n = &m->nvml;
+  if (!n->ok || n->count == 0)
+    return; /* no GPU series, and no error */
+  for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
+    met_family(b, fam[k].name, fam[k].type, fam[k].help);
+    for (unsigned g = 0; g < n->count; g++) {
+      void *h;
+      char lab[320];
+      double v = NAN;
+      nvml_util_t u;
+      nvml_mem_t mem;
+      unsigned x;
+      if (n->handle(g, &h) != 0)
+        continue;
+      if (k == 0 && n->util && n->util(h, &u) == 0)
+        v = u.gpu / 100.0;
+      else if ((k == 1 || k == 2) && n->mem && n->mem(h, &mem) == 0)
+        v = (double)(k == 1 ? mem.used : mem.total);
+      else if (k == 3 && n->power && n->power(h, &x) == 0)
+        v = x / 1000.0;
+      else if (k == 4 && n->temp && n->temp(h, 0, &x) == 0)
+        v = x;
+      else if (k == 5 && n->clock && n->clock(h, 0, &x) == 0)
+        v = x * 1e6;
+      if (isnan(v))
+        continue;
+      snprintf(lab, sizeof(lab), "node=\"%s\",gpu=\"%u\"", m->node, g);
+      met_sample(b, fam[k].name, lab, v);
+    }
+  }
+}
+
+void met_node(met_t *m, lu_buf_t *b) {
+  node_cpu(m, b);
+  node_mem(m, b);
+  node_gpus(m, b);
+}
+
+void met_publish(met_t *m, char *text) {
+  char *old;
+  if (m == NULL) {
+    free(text);
+    return;
+  }
+  pthread_mutex_lock(&m->mu);
+  old = m->text;
+  m->text = text;
+  pthread_mutex_unlock(&m->mu);
+  free(old);
+}
+
+int met_port(const met_t *m) { return m ? m->port : 0; }
+
+#ifdef LAUNCH_HAVE_MHD
+
+static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
+                              const char *url, const char *method,
+                              const char *version, const char *upload,
+                              size_t *upload_len, void **state) {
+  met_t *m = cls;
+  lu_buf_t b = LU_BUF_INIT;
+  struct MHD_Response *r;
+  enum MHD_Result rc;
+  unsigned code = MHD_HTTP_OK;
+  char *text;
+  size_t len;
+  (void)version, (void)upload, (void)upload_len, (void)state;
+  if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+    lu_buf_puts(&b, "only GET\n");
+    code = MHD_HTTP_METHOD_NOT_ALLOWED;
+  } else if (strcmp(url, "/metrics") == 0) {
+    pthread_mutex_lock(&m->mu);
+    if (m->text)
+      lu_buf_puts(&b, m->text);
+    pthread_mutex_unlock(&m->mu);
+    met_node(m, &b);
+  } else if (strcmp(url, "/") == 0) {
+    lu_buf_puts(&b, "launch agent: the metrics are at /metrics "
+                    "(docs/monitoring.md)\n");
+  } else {
+    lu_buf_puts(&b, "not found: try /metrics\n");
+    code = MHD_HTTP_NOT_FOUND;
+  }
+  if (lu_buf_finish(&b, &text, &len) != 0)
+    return MHD_NO;
+  r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+  if (r == NULL) {
+    free(text);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, "Content-Type",
+                          code == MHD_HTTP_OK && url[1] == 'm'
+                              ? "text/plain; version=0.0.4; charset=utf-8"
+                              : "text/plain; charset=utf-8");
+  rc = MHD_queue_response(c, code, r);
+  MHD_destroy_response(r);
+  return rc;
+}
+
+int met_start(const char *addr, int port, const char *node, met_t **out) {
+  met_t *m = calloc(1, sizeof(*m));
+  struct sockaddr_in6 sa6;
+  struct sockaddr_in sa4;
+  const struct sockaddr *sa = NULL;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+  const union MHD_DaemonInfo *info;
+  *out = NULL;
+  if (m == NULL)
+    return -ENOMEM;
+  pthread_mutex_init(&m->mu, NULL);
+  met_label_escape(node, m->node, sizeof(m->node));
+  memset(&sa4, 0, sizeof(sa4));
+  memset(&sa6, 0, sizeof(sa6));
+  if (addr && addr[0]) {
+    if (inet_pton(AF_INET, addr, &sa4.sin_addr) == 1) {
+      sa4.sin_family = AF_INET;
+      sa4.sin_port = htons((uint16_t)port);
+      sa = (const struct sockaddr *)&sa4;
+    } else if (inet_pton(AF_INET6, addr, &sa6.sin6_addr) == 1) {
+      sa6.sin6_family = AF_INET6;
+      sa6.sin6_port = htons((uint16_t)port);
+      sa = (const struct sockaddr *)&sa6;
+      flags |= MHD_USE_IPv6;
+    } else {
+      pthread_mutex_destroy(&m->mu);
+      free(m);
+      return -EINVAL;
+    }
+  }
+  nvml_open(&m->nvml);
+  m->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, answer, m,
+                          MHD_OPTION_CONNECTION_LIMIT, 16u,
+                          MHD_OPTION_CONNECTION_TIMEOUT, 10u,
+                          sa ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, sa,
+                          MHD_OPTION_END);
+  if (m->d == NULL) {
+    int err = errno ? errno : EADDRINUSE;
+    nvml_close(&m->nvml);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+    return -err;
+  }
+  info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_BIND_PORT);
+  m->port = info ? info->port : port;
+  *out = m;
+  return 0;
+}
+
+void met_stop(met_t *m) {
+  if (m == NULL)
+    return;
+  MHD_stop_daemon(m->d);
+  nvml_close(&m->nvml);
+  pthread_mutex_destroy(&m->mu);
+  free(m->text);
+  free(m);
+}
+
+#else /* !LAUNCH_HAVE_MHD */
+
+int met_start(const char *addr, int port, const char *node, met_t **out) {
+  (void)addr, (void)port, (void)node;
+  *out = NULL;
+  return RDZV_ENOTSUP;
+}
+
+void met_stop(met_t *m) { (void)m; }
+
+#endif
