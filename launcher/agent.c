@@ -932,10 +932,18 @@ static void run_round(agent_t *a) {
     const env_var_t *omp = a->renv ? env_find(a->renv[0], "OMP_NUM_THREADS")
                                    : NULL;
     int omp_set = a->round == 0 && omp && omp->src == ENV_SRC_LAUNCH;
-    say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d%s",
+    char where[1200] = "";
+    /* A standalone job's made-up id and free port: what `launch status`
+     * needs to find it. */
+    if (a->o->standalone && a->round == 0)
+      snprintf(where, sizeof(where), "; standalone server %s:%d (launch "
+               "status --rdzv-endpoint %s:%d --rdzv-id %s)", a->ep_host,
+               a->ep_port, a->ep_host, a->ep_port, a->o->run_id);
+    say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d%s%s",
         a->round, a->o->run_id, a->node_rank, a->nnodes, a->base_rank,
         a->base_rank + a->o->nproc - 1, a->world_size,
-        omp_set ? "; OMP_NUM_THREADS=1 for each worker (set it to tune)" : "");
+        omp_set ? "; OMP_NUM_THREADS=1 for each worker (set it to tune)" : "",
+        where);
   }
   a->state = A_RUN;
   if (a->ck) {

@@ -8,7 +8,10 @@
 - a real Prometheus (Debian's), started on loopback with its own
   configuration and storage in a temporary directory, scrapes the agent
   during the job; its HTTP API returns the series with the agent's labels
-  and values that move (the step grows).
+  and values that move (the step grows);
+- the standalone start line (round 0) names the job's endpoint and id, and `launch
+  status` there shows each rank's step, age, steps/s, ETA and loss, and
+  in --json a straggler score per rank.
 Skips when launch was built without libmicrohttpd, or when promtool or
 prometheus are missing."""
 import json
@@ -169,6 +172,37 @@ def test_prometheus(port, d):
     return True
 
 
+def test_status(agent):
+    """`launch status` against the endpoint the standalone start line
+    printed: each rank's step, age, steps/s, ETA, loss, and in --json a
+    straggler score against the median step time."""
+    m = re.search(r"round 0 of job (\S+): .*; standalone server (\S+):(\d+) "
+                  r"\(launch status --rdzv-endpoint \S+ --rdzv-id (\S+)\)",
+                  agent.output())
+    assert m and m.group(1) == JOB and m.group(4) == JOB, agent.output()
+    ep = ["--rdzv-endpoint", "%s:%s" % (m.group(2), m.group(3)),
+          "--rdzv-id", JOB]
+    p = lt.Proc([lt.launch_bin(), "status"] + ep, name="status")
+    assert p.wait(30) == 0, p.output()
+    out = p.output()
+    rows = dict((int(x.group(1)), x) for x in re.finditer(
+        r"^(\d+)\s+(\d+)/100000\s+([\d.]+) s\s+([\d.]+)\s+(\S+)\s+"
+        r"([\d.]+)\s+([\d.]+) s$", out, re.M))
+    assert sorted(rows) == [0, 1], out
+    assert float(rows[0].group(4)) > 0 and 0 < float(rows[0].group(6)) < 20, out
+    p = lt.Proc([lt.launch_bin(), "status", "--json"] + ep, name="status")
+    assert p.wait(30) == 0, p.output()
+    j = json.loads(p.output())
+    ranks = j["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1], j
+    for r in ranks:
+        assert r["step"] >= 1 and r["total_steps"] == 100000, r
+        assert 0 < r["loss"] < 20 and r["step_time"] > 0, r
+        assert 0 < r["straggler_score"] < 10, r
+    print("status: per-rank step, age, steps/s, ETA, loss; straggler "
+          "scores %s" % [round(r["straggler_score"], 2) for r in ranks])
+
+
 def main():
     d = tempfile.mkdtemp(prefix="launch-metrics-")
     try:
@@ -176,6 +210,7 @@ def main():
             agent, port = start_job(c)
             test_scrape_and_promtool(port, d)
             test_prometheus(port, d)
+            test_status(agent)
             agent.signal(signal.SIGTERM)
             agent.wait(60)
     finally:
