@@ -15,7 +15,7 @@ import os
 import struct
 import time
 
-FLOATS = ("loss", "grad_norm", "lr", "step_time")
+FLOATS = ("loss", "grad_norm", "lr", "step_time", "compute_time")
 INTS = ("tokens", "total_steps")
 
 

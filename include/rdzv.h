@@ -282,7 +282,8 @@ enum {
   RDZV_HAS_LR = 1 << 2,
   RDZV_HAS_STEP_TIME = 1 << 3,
   RDZV_HAS_TOKENS = 1 << 4,
-  RDZV_HAS_TOTAL_STEPS = 1 << 5
+  RDZV_HAS_TOTAL_STEPS = 1 << 5,
+  RDZV_HAS_COMPUTE_TIME = 1 << 6
 };
 typedef struct rdzv_scalars_s {
   unsigned has;          /* RDZV_HAS_* bits */
@@ -292,6 +293,9 @@ typedef struct rdzv_scalars_s {
   double step_time;      /* seconds the step took */
   int64_t tokens;        /* tokens the step consumed, all ranks together */
   int64_t total_steps;   /* the steps the run will take */
+  double compute_time;   /* seconds of the step spent computing, without the
+                            waits for other ranks (collectives): the agent's
+                            straggler score compares it across ranks */
 } rdzv_scalars_t;
 
 /* rdzv_progress with scalars (s may be NULL: the step alone). The key then

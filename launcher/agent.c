@@ -117,6 +117,12 @@ typedef struct agent_s {
   double agree_s;         /* checkpoint agreements, summed */
   int nagree;
   int nhangs;
+  /* stragglers: per local rank, its score (time / the median), seconds
+   * in a row over the threshold, flagged in this round */
+  double *score;
+  int *slow_for;
+  char *flagged;
+  int nstragglers;
   /* --metrics-port (metrics.h) */
   met_t *met;
   uv_timer_t met_timer;
@@ -205,7 +211,9 @@ static void render_metrics(agent_t *a) {
       {"launch_rank_grad_norm", "gauge", "gradient norm of the last step"},
       {"launch_rank_learning_rate", "gauge", "learning rate of the last step"},
       {"launch_rank_step_seconds", "gauge", "seconds the last step took"},
-      {"launch_rank_total_steps", "gauge", "steps the run will take"}};
+      {"launch_rank_total_steps", "gauge", "steps the run will take"},
+      {"launch_rank_straggler_score", "gauge",
+       "time per step against the median of this node's ranks (1 = median)"}};
   lu_buf_t b = LU_BUF_INIT;
   char job[300], node[300], base[700], lab[800], *text;
   const char *cur = state_name(a->state);
@@ -234,6 +242,9 @@ static void render_metrics(agent_t *a) {
       a->wg ? wk_live(a->wg) : 0);
   JOB("launch_job_hangs_total", "counter",
       "hangs found on this node (--hang-timeout)", a->nhangs);
+  JOB("launch_job_stragglers_total", "counter",
+      "ranks flagged as stragglers on this node, once per round",
+      a->nstragglers);
   JOB("launch_job_downtime_seconds_total", "counter",
       "seconds from a failure to the restarted workers, summed",
       a->downtime_s);
@@ -268,6 +279,7 @@ static void render_metrics(agent_t *a) {
       case 6: v = g->lr, have = g->has_lr; break;
       case 7: v = g->step_time, have = g->has_step_time; break;
       case 8: v = (double)g->total_steps, have = g->has_total_steps; break;
+      case 9: v = a->score[i], have = a->score[i] > 0; break;
       }
       if (!have)
         continue;
@@ -281,7 +293,67 @@ static void render_metrics(agent_t *a) {
     met_publish(a->met, text);
 }
 
-static void met_cb(uv_timer_t *t) { render_metrics(t->data); }
+/* A rank whose time per step (compute_time, else step_time) is this many
+ * times the median of this node's ranks for this many seconds in a row is
+ * flagged (docs/events.md#stragglers). */
+#define STRAGGLER_RATIO 1.2
+#define STRAGGLER_SECONDS 5
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+static void check_stragglers(agent_t *a) {
+  int n = hang_nproc(a->hang), k = 0;
+  double t[CFG_MAX_NPROC], sorted[CFG_MAX_NPROC], med;
+  hang_progress_t p;
+  for (int i = 0; i < n && i < CFG_MAX_NPROC; i++) {
+    t[i] = 0;
+    a->score[i] = 0;
+    if (hang_progress(a->hang, i, &p) != 0 || !p.seen || p.age_s > 60)
+      continue;
+    if (p.prog.has_compute_time && p.prog.compute_time > 0)
+      t[i] = p.prog.compute_time;
+    else if (p.prog.has_step_time && p.prog.step_time > 0)
+      t[i] = p.prog.step_time;
+    if (t[i] > 0)
+      sorted[k++] = t[i];
+  }
+  if (k < 2 || a->state != A_RUN)
+    return;
+  qsort(sorted, (size_t)k, sizeof(double), cmp_double);
+  med = k % 2 ? sorted[k / 2] : (sorted[k / 2 - 1] + sorted[k / 2]) / 2;
+  for (int i = 0; i < n && i < CFG_MAX_NPROC; i++) {
+    lu_json_t *j;
+    if (t[i] <= 0 || med <= 0)
+      continue;
+    a->score[i] = t[i] / med;
+    a->slow_for[i] = a->score[i] >= STRAGGLER_RATIO ? a->slow_for[i] + 1 : 0;
+    if (a->slow_for[i] < STRAGGLER_SECONDS || a->flagged[i])
+      continue;
+    a->flagged[i] = 1;
+    a->nstragglers++;
+    LU_WARN(&a->log, "rank %d is a straggler: %.3f s a step, %.2fx the "
+            "median %.3f s of this node's ranks for %d s", a->base_rank + i,
+            t[i], a->score[i], med, a->slow_for[i]);
+    if ((j = ev_begin(a->ev, EV_straggler_flagged)) != NULL) {
+      lu_json_int(j, "round", a->round);
+      lu_json_int(j, "rank", a->base_rank + i);
+      lu_json_num(j, "score", a->score[i]);
+      lu_json_num(j, "seconds_per_step", t[i]);
+      lu_json_num(j, "median_seconds_per_step", med);
+      lu_json_num(j, "threshold", STRAGGLER_RATIO);
+      ev_end(a->ev);
+    }
+  }
+}
+
+static void met_cb(uv_timer_t *t) {
+  agent_t *a = t->data;
+  check_stragglers(a);
+  render_metrics(a);
+}
 
 static void finish(agent_t *a);
 static void finished_stopping(wk_group_t *g, void *arg);
@@ -925,6 +997,8 @@ static void run_round(agent_t *a) {
     ev_end(a->ev);
   }
   a->ran_once = 1;
+  memset(a->flagged, 0, (size_t)a->o->nproc);
+  memset(a->slow_for, 0, (size_t)a->o->nproc * sizeof(int));
   a->down_since_s = 0;
   a->steps_before = -1;
   /* The start line: one per round. */
@@ -1661,6 +1735,13 @@ int agent_run(cfg_t *o) {
     a->my_master_port = free_port(o->local_addr);
   a->committed = -1;
   a->steps_before = -1;
+  a->score = calloc((size_t)o->nproc + 1, sizeof(double));
+  a->slow_for = calloc((size_t)o->nproc + 1, sizeof(int));
+  a->flagged = calloc((size_t)o->nproc + 1, 1);
+  if (a->score == NULL || a->slow_for == NULL || a->flagged == NULL) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    goto out;
+  }
   if ((rc = ev_open(o->event_log, o->event_handler == 1, o->run_id, o->host,
                     &a->ev)) != 0) {
     LU_ERR(&a->log, "cannot open the event log %s: %s (check --event-log)",
@@ -1708,8 +1789,9 @@ int agent_run(cfg_t *o) {
     LU_INFO(&a->log, "metrics of job %s on http://%s:%d/metrics", o->run_id,
         o->metrics_addr[0] ? o->metrics_addr : o->host, met_port(a->met));
     render_metrics(a);
-    uv_timer_start(&a->met_timer, met_cb, 1000, 1000);
   }
+  if (a->met || a->ev)
+    uv_timer_start(&a->met_timer, met_cb, 1000, 1000);
   memset(&acfg, 0, sizeof(acfg));
   acfg.host = a->ep_host;
   acfg.port = a->ep_port;
@@ -1754,6 +1836,9 @@ done:
   free_rank_argv(a);
   launch_argv_free(a->argv);
   met_stop(a->met);
+  free(a->score);
+  free(a->slow_for);
+  free(a->flagged);
   hang_free(a->hang);
   ev_close(a->ev);
   if (a->run_dir_is_temp && rc == 0 && a->run_dir[0] &&

@@ -29,6 +29,7 @@
   X(failure, "a worker failed: the root cause of a restart or the end")       \
   X(checkpoint_committed, "a checkpoint step became the newest complete one") \
   X(hang_detected, "a rank made no progress for --hang-timeout")               \
+  X(straggler_flagged, "a rank stayed slower than the node's median")          \
   X(job_end, "the job ended")                                                  \
   X(summary, "restarts, downtime, steps redone, resume time of the job")
 

@@ -968,6 +968,7 @@ int rdzv_progress_ex(rdzv_client_t *c, int rank, int64_t step,
     TAKE(RDZV_HAS_STEP_TIME, step_time)
     TAKE(RDZV_HAS_TOKENS, tokens)
     TAKE(RDZV_HAS_TOTAL_STEPS, total_steps)
+    TAKE(RDZV_HAS_COMPUTE_TIME, compute_time)
 #undef TAKE
     if ((n = (int)msg_progress_encode(&m, val, sizeof(val))) == 0)
       return RDZV_EINVAL;

@@ -125,6 +125,7 @@ static const mfield_t progress_f[] = {
     OF64(msg_progress_t, loss),        OF64(msg_progress_t, grad_norm),
     OF64(msg_progress_t, lr),          OF64(msg_progress_t, step_time),
     OI64(msg_progress_t, tokens),      OI64(msg_progress_t, total_steps),
+    OF64(msg_progress_t, compute_time),
 };
 static const mdesc_t progress_d = DESC("PROGRESS", progress_f);
 

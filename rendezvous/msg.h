@@ -142,8 +142,10 @@ typedef struct msg_progress_s {
   double step_time;         /* seconds the last step took */
   int64_t tokens;           /* tokens the last step consumed (all ranks) */
   int64_t total_steps;      /* the steps the run will take; 0 unknown */
+  double compute_time;      /* seconds of the step spent computing, not
+                               waiting for other ranks: straggler scores */
   int has_loss, has_grad_norm, has_lr, has_step_time, has_tokens,
-      has_total_steps;
+      has_total_steps, has_compute_time;
 } msg_progress_t;
 
 #define MSG_DECLARE(name, type)                                                \

@@ -11,7 +11,9 @@
  *   run    nothing special
  *   spin   rank 1 spins without progress from step 5 (the others wait in
  *          the barrier)
- *   quiet  no rank reports progress; each sleeps STEPS x 100 ms, exits 0 */
+ *   quiet  no rank reports progress; each sleeps STEPS x 100 ms, exits 0
+ *   slow   every rank reports progress scalars (loss, step time, compute
+ *          time); rank 1's compute time is 3x the others' (a straggler) */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +59,7 @@ int main(int argc, char **argv) {
   int steps, rank, world, round, rc;
   const char *mode, *dir;
   if (argc != 4) {
-    fprintf(stderr, "usage: hang_worker STEPS run|spin|quiet DIR\n");
+    fprintf(stderr, "usage: hang_worker STEPS run|spin|quiet|slow DIR\n");
     return 2;
   }
   steps = atoi(argv[1]);
@@ -81,7 +83,15 @@ int main(int argc, char **argv) {
     if (round == 0 && rank == 1 && step == 5 && strcmp(mode, "spin") == 0)
       for (volatile unsigned long x = 0;; x++) /* a loop that never ends */
         ;
-    if ((rc = rdzv_progress(c, -1, step, 10000)) != 0) {
+    rdzv_scalars_t sc = {RDZV_HAS_LOSS | RDZV_HAS_STEP_TIME |
+                             RDZV_HAS_COMPUTE_TIME | RDZV_HAS_TOTAL_STEPS,
+                         10.0 / step, 0, 0, 0.1, 0, steps,
+                         rank == 1 ? 0.09 : 0.03};
+    if (strcmp(mode, "slow") == 0)
+      rc = rdzv_progress_ex(c, -1, step, &sc, 10000);
+    else
+      rc = rdzv_progress(c, -1, step, 10000);
+    if (rc != 0) {
       fprintf(stderr, "hang_worker: progress: %s\n", rdzv_strerror(rc));
       return 1;
     }

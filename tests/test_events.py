@@ -4,7 +4,8 @@ commit; the job resumes from the checkpoint and finishes. The file holds
 exactly the documented sequence of events, each line a JSON object with
 the schema version, and the restart and the summary carry the reason,
 downtime, steps redone and resume step. --event-log-handler console
-writes the same lines to stderr."""
+writes the same lines to stderr. A rank 3x slower than the others is
+flagged as a straggler once."""
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ def read_events(path):
 def test_kill_and_resume(d):
     evp = os.path.join(d, "events.jsonl")
     ck = os.path.join(d, "ck")
-    steps = 60
+    steps = 150
     with lt.Cleanup() as c:
         agent = c.add(lt.launch(
             ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
@@ -127,10 +128,35 @@ def test_console(d):
     print("console: the same lines on stderr")
 
 
+def test_straggler(d):
+    """4 ranks of tests/hang_worker in its slow mode: rank 1's compute time
+    is 3x the others'. It is flagged once, with its score against the
+    node's median; the others are not."""
+    evp = os.path.join(d, "strag.jsonl")
+    hw = os.path.join(os.path.dirname(lt.launch_bin()), "..", "tests",
+                      "hang_worker")
+    agent = lt.launch(["--standalone", "--nproc-per-node", "4", "--event-log",
+                       evp, "--no-python", hw, "80", "slow", d],
+                      name="straggler")
+    rc = agent.wait(120)
+    assert rc == 0, agent.output()
+    flagged = [e for e in read_events(evp)
+               if e["event"] == "straggler_flagged"]
+    assert len(flagged) == 1 and flagged[0]["rank"] == 1, flagged
+    f = flagged[0]
+    assert abs(f["score"] - 3.0) < 1e-6 and f["threshold"] == 1.2, f
+    assert abs(f["seconds_per_step"] - 0.09) < 1e-9 and \
+        abs(f["median_seconds_per_step"] - 0.03) < 1e-9, f
+    assert "rank 1 is a straggler: 0.090 s a step, 3.00x the median" in \
+        agent.output(), agent.output()
+    print("straggler: rank 1 flagged once, score %.2f" % f["score"])
+
+
 def main():
     d = tempfile.mkdtemp(prefix="launch-events-")
     try:
         test_console(d)
+        test_straggler(d)
         test_kill_and_resume(d)
     finally:
         shutil.rmtree(d)

@@ -347,6 +347,7 @@ static void test_progress(void) {
   a.step_time = 0.125, a.has_step_time = 1;
   a.tokens = 65536, a.has_tokens = 1;
   a.total_steps = 1000, a.has_total_steps = 1;
+  a.compute_time = 0.0625, a.has_compute_time = 1;
   n = msg_progress_encode(&a, buf, sizeof(buf));
   ASSERT(n > 0 && n <= MSG_PROGRESS_MAX);
   ASSERT_EQ(0, msg_progress_decode(buf, n, &b, err, sizeof(err)));
@@ -356,6 +357,7 @@ static void test_progress(void) {
   ASSERT(b.has_lr && b.lr == 6e-4 && b.has_step_time && b.step_time == 0.125);
   ASSERT(b.has_tokens && b.tokens == 65536);
   ASSERT(b.has_total_steps && b.total_steps == 1000);
+  ASSERT(b.has_compute_time && b.compute_time == 0.0625);
   ASSERT_EQ(0, msg_progress_encode(&a, buf, 10)); /* too small */
   /* absent scalars stay absent; NaN loss is a value */
   msg_progress_init(&a);
