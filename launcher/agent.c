@@ -29,6 +29,7 @@
 #include "events.h"
 #include "hang.h"
 #include "metrics.h"
+#include "page.h"
 #include "launch.h"
 #include "lu.h"
 #include "msg.h"
@@ -126,6 +127,7 @@ typedef struct agent_s {
   /* --metrics-port (metrics.h) */
   met_t *met;
   uv_timer_t met_timer;
+  page_t *page;     /* GET / on the metrics port: the loss curve */
 } agent_t;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -191,6 +193,40 @@ static const char *state_name(int st) {
                                   "running", "reported", "stopping",
                                   "finishing", "closed"};
   return st >= A_CONNECT && st <= A_CLOSED ? n[st - A_CONNECT] : "starting";
+}
+
+/* The page (page.h): the curve gets the lowest local rank's loss. */
+static void render_page(agent_t *a) {
+  page_rank_t *r;
+  size_t n = 0;
+  lu_buf_t b = LU_BUF_INIT;
+  char *html;
+  page_info_t in = {a->o->run_id, a->o->host, state_name(a->state), a->round,
+                    a->nrestarts, a->downtime_s, a->steps_redone, a->committed};
+  if (a->page == NULL ||
+      (r = calloc((size_t)a->o->nproc + 1, sizeof(*r))) == NULL)
+    return;
+  for (int i = 0; i < hang_nproc(a->hang); i++) {
+    hang_progress_t p;
+    const msg_progress_t *g = &p.prog;
+    if (hang_progress(a->hang, i, &p) != 0 || !p.seen)
+      continue;
+    if (n == 0 && g->has_loss && g->step >= 0)
+      page_point(a->page, g->step, g->loss);
+    r[n].rank = p.rank;
+    r[n].step = g->step;
+    r[n].total_steps = g->has_total_steps ? g->total_steps : -1;
+    r[n].age_s = p.age_s;
+    r[n].steps_per_s = p.steps_per_s > 0 ? p.steps_per_s : NAN;
+    r[n].loss = g->has_loss ? g->loss : NAN;
+    r[n].step_time = g->has_step_time ? g->step_time : NAN;
+    r[n].score = a->score[i] > 0 ? a->score[i] : NAN;
+    n++;
+  }
+  page_render(a->page, &in, r, n, &b);
+  free(r);
+  if (lu_buf_finish(&b, &html, NULL) == 0)
+    met_publish_page(a->met, html);
 }
 
 /* The job's series, rendered on the loop once a second. */
@@ -291,6 +327,7 @@ static void render_metrics(agent_t *a) {
   }
   if (lu_buf_finish(&b, &text, NULL) == 0)
     met_publish(a->met, text);
+  render_page(a);
 }
 
 /* A rank whose time per step (compute_time, else step_time) is this many
@@ -985,6 +1022,8 @@ static void run_round(agent_t *a) {
       ev_end(a->ev);
     }
     a->nrestarts++;
+    if (a->page)
+      page_restart(a->page, a->round, LU_MAX(a->resume_step, 0));
     a->downtime_s += down;
     a->steps_redone += redone;
   }
@@ -1788,6 +1827,10 @@ int agent_run(cfg_t *o) {
     }
     LU_INFO(&a->log, "metrics of job %s on http://%s:%d/metrics", o->run_id,
         o->metrics_addr[0] ? o->metrics_addr : o->host, met_port(a->met));
+    if ((a->page = page_new()) == NULL) {
+      a->exit_code = LAUNCH_EXIT_INTERNAL;
+      goto out;
+    }
     render_metrics(a);
   }
   if (a->met || a->ev)
@@ -1836,6 +1879,7 @@ done:
   free_rank_argv(a);
   launch_argv_free(a->argv);
   met_stop(a->met);
+  page_free(a->page);
   free(a->score);
   free(a->slow_for);
   free(a->flagged);

@@ -120,6 +120,7 @@ void met_label_escape(const char *s, char *out, size_t cap) {
 struct met_s {
   pthread_mutex_t mu;
   char *text;        /* the job's, from the loop */
+  char *page;        /* GET /, from the loop */
   char node[256];    /* escaped */
   nvml_t nvml;
   int port;
@@ -226,17 +227,26 @@ void met_node(met_t *m, lu_buf_t *b) {
   node_gpus(m, b);
 }
 
-void met_publish(met_t *m, char *text) {
+/* Put text in *slot under the lock, free what was there. */
+static void swap_text(met_t *m, char **slot, char *text) {
   char *old;
   if (m == NULL) {
     free(text);
     return;
   }
   pthread_mutex_lock(&m->mu);
-  old = m->text;
-  m->text = text;
+  old = *slot;
+  *slot = text;
   pthread_mutex_unlock(&m->mu);
   free(old);
+}
+
+void met_publish(met_t *m, char *text) {
+  swap_text(m, m ? &m->text : NULL, text);
+}
+
+void met_publish_page(met_t *m, char *html) {
+  swap_text(m, m ? &m->page : NULL, html);
 }
 
 int met_port(const met_t *m) { return m ? m->port : 0; }
@@ -252,6 +262,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
   struct MHD_Response *r;
   enum MHD_Result rc;
   unsigned code = MHD_HTTP_OK;
+  int html = 0;
   char *text;
   size_t len;
   (void)version, (void)upload, (void)upload_len, (void)state;
@@ -265,8 +276,15 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
     pthread_mutex_unlock(&m->mu);
     met_node(m, &b);
   } else if (strcmp(url, "/") == 0) {
-    lu_buf_puts(&b, "launch agent: the metrics are at /metrics "
-                    "(docs/monitoring.md)\n");
+    pthread_mutex_lock(&m->mu);
+    if (m->page) {
+      lu_buf_puts(&b, m->page);
+      html = 1;
+    } else {
+      lu_buf_puts(&b, "launch agent: the metrics are at /metrics "
+                      "(docs/monitoring.md)\n");
+    }
+    pthread_mutex_unlock(&m->mu);
   } else {
     lu_buf_puts(&b, "not found: try /metrics\n");
     code = MHD_HTTP_NOT_FOUND;
@@ -279,7 +297,8 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
     return MHD_NO;
   }
   MHD_add_response_header(r, "Content-Type",
-                          code == MHD_HTTP_OK && url[1] == 'm'
+                          html ? "text/html; charset=utf-8"
+                          : code == MHD_HTTP_OK && url[1] == 'm'
                               ? "text/plain; version=0.0.4; charset=utf-8"
                               : "text/plain; charset=utf-8");
   rc = MHD_queue_response(c, code, r);
@@ -343,6 +362,7 @@ void met_stop(met_t *m) {
   nvml_close(&m->nvml);
   pthread_mutex_destroy(&m->mu);
   free(m->text);
+  free(m->page);
   free(m);
 }
 

@@ -27,6 +27,9 @@ int met_port(const met_t *m);
 /* Take text (malloc'd, NUL-terminated; m owns it) as the job's metrics.
  * Any thread. */
 void met_publish(met_t *m, char *text);
+/* Take html (malloc'd; m owns it) as the page GET / answers (page.h).
+ * Any thread. */
+void met_publish_page(met_t *m, char *html);
 /* Stop the server (waits for a scrape in flight) and free. NULL no-op. */
 void met_stop(met_t *m);
 

@@ -10,7 +10,7 @@ BUILD_PKGS=(build-essential cmake ninja-build pkg-config git
             libmicrohttpd-dev)
 TEST_PKGS=(python3 python3-torch hwloc numactl iproute2 procps clang
            libclang-rt-14-dev slurm-wlm munge python3-yaml util-linux
-           prometheus)
+           prometheus chromium)
 
 want=("${BUILD_PKGS[@]}")
 if [ "${1:-}" = "--test" ]; then
