@@ -9,55 +9,24 @@ default --torch-store agent it is also MASTER_ADDR:MASTER_PORT.
 
     launch --standalone --nproc-per-node 2 --hang-timeout 60 examples/torch_progress.py
 
-The encoder needs nothing but the standard library (no msgpack package).
+The encoder is launch_progress's (python/ in launch's tree, pip-installable),
+which needs nothing but the standard library.
 """
 import os
-import struct
+import sys
 import time
 
-FLOATS = ("loss", "grad_norm", "lr", "step_time", "compute_time")
-INTS = ("tokens", "total_steps")
-
-
-def _str(s):
-    b = s.encode()
-    return bytes([0xA0 | len(b)]) + b  # fixstr: every key is under 32 bytes
-
-
-def encode_progress(step, time_ms=None, **scalars):
-    """The bytes of a progress key: the codec's PROGRESS map (msg.h)."""
-    if time_ms is None:
-        time_ms = int(time.time() * 1000)
-    if not scalars:
-        return b"%d %d" % (step, time_ms)
-    fields = [("step", int(step)), ("time_ms", int(time_ms))]
-    for name in FLOATS + INTS:
-        if scalars.get(name) is not None:
-            fields.append((name, scalars.pop(name)))
-    if scalars:
-        raise TypeError("unknown progress scalars: %s" % ", ".join(scalars))
-    out = bytes([0x80 | len(fields)])
-    for name, v in fields:
-        out += _str(name)
-        if name in INTS or name in ("step", "time_ms"):
-            out += b"\xd3" + struct.pack(">q", int(v))
-        else:
-            out += b"\xcb" + struct.pack(">d", float(v))
-    return out
+# The reporter lives in launch's pure-Python package (pip install python/);
+# from the source tree it is found next to this file.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "python"))
+from launch_progress import Reporter, encode_progress  # noqa: E402,F401
 
 
 def progress_reporter():
-    import torch.distributed as dist
-
-    host, port = os.environ["LAUNCH_RDZV_ENDPOINT"].rsplit(":", 1)
-    store = dist.TCPStore(host.strip("[]"), int(port), is_master=False)
-    key = "launch/progress/" + os.environ["RANK"]
-
-    def report(step, **scalars):
-        store.set(key, encode_progress(step, **scalars))
-
-    report(0)  # at once: a trainer that loads for minutes is not taken for hung
-    return report
+    """report(step, **scalars) over the job's TCPStore (reports step 0 at
+    once)."""
+    return Reporter()
 
 
 if __name__ == "__main__":
