@@ -128,6 +128,7 @@ typedef struct agent_s {
   met_t *met;
   uv_timer_t met_timer;
   page_t *page;     /* GET / on the metrics port: the loss curve */
+  size_t srv_max_memory; /* the hosted server's --max-memory */
 } agent_t;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -287,6 +288,12 @@ static void render_metrics(agent_t *a) {
   JOB("launch_job_steps_redone_total", "counter",
       "steps trained again after restarts (a lower bound, docs/events.md)",
       a->steps_redone);
+  if (a->srv) { /* this agent hosts the job's server */
+    srv_stats_t ss;
+    srv_get_stats(a->srv, &ss);
+    snprintf(lab, sizeof(lab), "node=\"%s\"", node);
+    met_server(&b, lab, &ss, (double)a->srv_max_memory);
+  }
   if (a->committed >= 0) {
     JOB("launch_checkpoint_step", "gauge",
         "the newest committed checkpoint step (--ckpt-dir)", a->committed);
@@ -1666,6 +1673,7 @@ static int maybe_host(agent_t *a) {
   if (a->srv_log.level > LU_LOG_WARN && !a->srv_log.debug)
     a->srv_log.level = LU_LOG_WARN;
   cfg.log = &a->srv_log;
+  a->srv_max_memory = cfg.max_memory;
   rc = srv_new(a->loop, &cfg, &a->srv);
   if (rc != 0)
     return rc;

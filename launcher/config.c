@@ -431,32 +431,35 @@ static int set_program(cfg_t *c, int id, const char *v, char *err, size_t n) {
   return 0;
 }
 
-/* --metrics-port [ADDR:]PORT|off. */
-static int set_metrics_port(cfg_t *c, int id, const char *v, char *err,
-                            size_t n) {
-  const char *colon = strrchr(v, ':');
-  char addr[64] = "";
-  int port;
+int cfg_parse_metrics_port(const char *v, char *addr, size_t cap, int *port,
+                           char *err, size_t n) {
+  const char *colon = strrchr(v, ':'), *whole = v;
+  addr[0] = '\0';
   if (!strcmp(v, "off")) {
-    c->metrics_port = -1;
+    *port = -1;
     return 0;
   }
   if (colon) {
     size_t len = (size_t)(colon - v);
     if (len > 1 && v[0] == '[' && v[len - 1] == ']')
       v++, len -= 2;
-    if (len == 0 || len >= sizeof(addr))
-      return fail(err, n, "--metrics-port: '%s' is not [ADDR:]PORT", v);
+    if (len == 0 || len >= cap)
+      return fail(err, n, "--metrics-port: '%s' is not [ADDR:]PORT", whole);
     memcpy(addr, v, len);
     addr[len] = '\0';
     v = colon + 1;
   }
-  if (lu_parse_int(v, 0, 65535, &port) != 0)
+  if (lu_parse_int(v, 0, 65535, port) != 0)
     return fail(err, n, "--metrics-port: '%s' is not a port (0-65535; 0 "
-                        "picks a free one)", v);
-  c->metrics_port = port;
-  lu_strlcpy(c->metrics_addr, addr, sizeof(c->metrics_addr));
+                        "picks a free one)", whole);
   return 0;
+}
+
+/* --metrics-port [ADDR:]PORT|off. */
+static int set_metrics_port(cfg_t *c, int id, const char *v, char *err,
+                            size_t n) {
+  return cfg_parse_metrics_port(v, c->metrics_addr, sizeof(c->metrics_addr),
+                                &c->metrics_port, err, n);
 }
 
 static int set_monitor(cfg_t *c, int id, const char *v, char *err, size_t n) {

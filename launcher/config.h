@@ -245,4 +245,9 @@ int sched_slurm_port(long long job_id, long long step_id);
  * only on failure: the exit code. */
 int launch_from_tasks(cfg_t *c);
 
+/* --metrics-port [ADDR:]PORT|off (the agent's and launch server's): OUT
+ * addr ("" every address), *port (-1 off). RET 0, or -1 with err. */
+int cfg_parse_metrics_port(const char *v, char *addr, size_t cap, int *port,
+                           char *err, size_t n);
+
 #endif /* CONFIG_H */

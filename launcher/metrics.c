@@ -12,6 +12,7 @@
 
 #include "metrics.h"
 #include "rdzv.h"
+#include "server.h"
 
 #ifdef LAUNCH_HAVE_MHD
 #include <arpa/inet.h>
@@ -113,6 +114,38 @@ void met_label_escape(const char *s, char *out, size_t cap) {
     }
   }
   out[o] = '\0';
+}
+
+/* ---- the server ------------------------------------------------------------------------ */
+
+void met_server(lu_buf_t *b, const char *labels, const srv_stats_t *st,
+                double max_memory) {
+  static const struct { const char *name, *type, *help; } f[] = {
+      {"launch_server_connections", "gauge", "client connections open"},
+      {"launch_server_connections_total", "counter", "connections accepted"},
+      {"launch_server_refused_connections_total", "counter",
+       "connections refused by a limit"},
+      {"launch_server_requests_total", "counter", "requests served"},
+      {"launch_server_bad_input_total", "counter",
+       "requests or frames refused as malformed"},
+      {"launch_server_pending_waits", "gauge", "WAIT requests not answered yet"},
+      {"launch_server_buffered_request_bytes", "gauge",
+       "request bytes buffered now"},
+      {"launch_server_jobs", "gauge", "jobs the server holds"},
+      {"launch_server_memory_bytes", "gauge",
+       "memory counted against --max-memory"},
+      {"launch_server_memory_limit_bytes", "gauge", "--max-memory"},
+      {"launch_server_paused_connections", "gauge",
+       "connections waiting for their replies to drain or for memory"}};
+  double v[] = {(double)st->conns_open, (double)st->conns_total,
+                (double)st->conns_refused, (double)st->requests,
+                (double)st->bad_input, (double)st->waits_pending,
+                (double)st->in_bytes, (double)st->jobs,
+                (double)st->mem_used, max_memory, (double)st->paused};
+  for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+    met_family(b, f[i].name, f[i].type, f[i].help);
+    met_sample(b, f[i].name, labels, v[i]);
+  }
 }
 
 /* ---- the node ----------------------------------------------------------------------- */

@@ -42,6 +42,12 @@ void met_sample(lu_buf_t *b, const char *name, const char *labels, double v);
 /* s with \ " and newline escaped for a label value, cut to cap. */
 void met_label_escape(const char *s, char *out, size_t cap);
 
+/* The rendezvous server's series (server.h's srv_stats_t; max_memory its
+ * --max-memory) into b, with labels (met_sample's). */
+struct srv_stats_s;
+void met_server(lu_buf_t *b, const char *labels,
+                const struct srv_stats_s *st, double max_memory);
+
 /* The node's series (CPU, memory, GPUs) into b. */
 void met_node(met_t *m, lu_buf_t *b);
 

@@ -7,7 +7,7 @@
   the text;
 - a real Prometheus (Debian's), started on loopback with its own
   configuration and storage in a temporary directory, scrapes the agent
-  during the job; its HTTP API returns the series with the agent's labels
+  during the job, and a `launch server --metrics-port` with a job on it; its HTTP API returns the series with the agent's labels
   and values that move (the step grows);
 - the standalone start line (round 0) names the job's endpoint and id, and `launch
   status` there shows each rank's step, age, steps/s, ETA and loss, and
@@ -105,6 +105,11 @@ def test_scrape_and_promtool(port, d):
     assert s[("launch_node_memory_total_bytes",
               frozenset({("node", "methost")}))] > 0
     assert "# TYPE launch_job_restarts_total counter" in text
+    # this agent hosts the job's server: its series too
+    node = frozenset({("node", "methost")})
+    assert s[("launch_server_jobs", node)] >= 1, text
+    assert s[("launch_server_requests_total", node)] > 0, text
+    assert s[("launch_server_memory_limit_bytes", node)] > 0, text
     assert not get("http://127.0.0.1:%d/" % port).startswith("#")
     promtool = shutil.which("promtool")
     if promtool is None:
@@ -116,7 +121,29 @@ def test_scrape_and_promtool(port, d):
     print("scrape: job, rank and node series; promtool check metrics: ok")
 
 
-def test_prometheus(port, d):
+def start_server(c):
+    """`launch server --metrics-port` and a job of one sleeping worker on
+    it: the server's metrics port, and its rendezvous port."""
+    srv = c.add(lt.Proc([lt.launch_bin(), "server", "--host", "127.0.0.1",
+                         "--port", "0", "--metrics-port", "127.0.0.1:0"],
+                        name="server"))
+    ports = {}
+
+    def up():
+        out = srv.output()
+        m = re.search(r"listening on 127\.0\.0\.1 port (\d+)", out)
+        n = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", out)
+        if m and n:
+            ports["rdzv"], ports["met"] = int(m.group(1)), int(n.group(1))
+        return bool(ports)
+    lt.wait_until(up, 30, "the server's ports")
+    c.add(lt.launch(["--rdzv-endpoint", "127.0.0.1:%d" % ports["rdzv"],
+                     "--rdzv-id", "srvjob", "--nproc-per-node", "1",
+                     "--no-python", "sleep", "60"], name="srvjob"))
+    return ports
+
+
+def test_prometheus(port, d, server):
     prom = shutil.which("prometheus")
     if prom is None:
         print("prometheus missing: not scraped by a real one")
@@ -127,7 +154,8 @@ def test_prometheus(port, d):
         f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
                 "scrape_configs:\n  - job_name: launch\n    honor_labels: true\n"
                 "    static_configs:\n"
-                "      - targets: ['127.0.0.1:%d']\n" % port)
+                "      - targets: ['127.0.0.1:%d', '127.0.0.1:%d']\n" %
+                (port, server["met"]))
     with lt.Cleanup() as c:
         p = c.add(lt.Proc([prom, "--config.file", cfg, "--storage.tsdb.path",
                            os.path.join(d, "tsdb"), "--web.listen-address",
@@ -167,8 +195,18 @@ def test_prometheus(port, d):
         assert [float(x["value"][1]) for x in up] == [2.0], up
         mem = query("launch_node_memory_available_bytes")
         assert mem and float(mem[0]["value"][1]) > 0, mem
-        print("prometheus: scraped the agent; step %d -> grows, loss %s" %
-              (step0, loss[0]["value"][1]))
+        # `launch server`: the job on it, its connections and requests
+        inst = 'instance="127.0.0.1:%d"' % server["met"]
+        lt.wait_until(lambda: [x for x in query("launch_server_jobs{%s}" % inst)
+                               if float(x["value"][1]) == 1], 30,
+                      "launch server's one job in prometheus")
+        conns = query("launch_server_connections{%s}" % inst)
+        reqs = query("launch_server_requests_total{%s}" % inst)
+        assert float(conns[0]["value"][1]) >= 1, conns
+        assert float(reqs[0]["value"][1]) >= 1, reqs
+        print("prometheus: scraped the agent (step %d -> grows, loss %s) "
+              "and launch server (1 job, %s requests)" %
+              (step0, loss[0]["value"][1], reqs[0]["value"][1]))
     return True
 
 
@@ -209,7 +247,8 @@ def main():
         with lt.Cleanup() as c:
             agent, port = start_job(c)
             test_scrape_and_promtool(port, d)
-            test_prometheus(port, d)
+            server = start_server(c)
+            test_prometheus(port, d, server)
             test_status(agent)
             agent.signal(signal.SIGTERM)
             agent.wait(60)
