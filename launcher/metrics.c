@@ -40,7 +40,6 @@ typedef struct nvml_s {
   int (*clock)(void *, int, unsigned *);  /* 0 graphics, 2 memory; MHz */
 } nvml_t;
 
-#ifdef LAUNCH_HAVE_MHD
 static void nvml_open(nvml_t *n) {
   const char *lib = getenv("LAUNCH_NVML_LIBRARY");
   memset(n, 0, sizeof(*n));
@@ -76,7 +75,6 @@ static void nvml_close(nvml_t *n) {
     dlclose(n->lib);
   memset(n, 0, sizeof(*n));
 }
-#endif
 
 /* ---- the text format ------------------------------------------------------------------ */
 
@@ -284,6 +282,40 @@ void met_publish_page(met_t *m, char *html) {
 
 int met_port(const met_t *m) { return m ? m->port : 0; }
 
+int met_local(const char *node, met_t **out) {
+  met_t *m = calloc(1, sizeof(*m));
+  *out = NULL;
+  if (m == NULL)
+    return -ENOMEM;
+  pthread_mutex_init(&m->mu, NULL);
+  met_label_escape(node, m->node, sizeof(m->node));
+  nvml_open(&m->nvml);
+  *out = m;
+  return 0;
+}
+
+void met_render(met_t *m, lu_buf_t *b) {
+  pthread_mutex_lock(&m->mu);
+  if (m->text)
+    lu_buf_puts(b, m->text);
+  pthread_mutex_unlock(&m->mu);
+  met_node(m, b);
+}
+
+void met_stop(met_t *m) {
+  if (m == NULL)
+    return;
+#ifdef LAUNCH_HAVE_MHD
+  if (m->d)
+    MHD_stop_daemon(m->d);
+#endif
+  nvml_close(&m->nvml);
+  pthread_mutex_destroy(&m->mu);
+  free(m->text);
+  free(m->page);
+  free(m);
+}
+
 #ifdef LAUNCH_HAVE_MHD
 
 static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
@@ -303,11 +335,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
     lu_buf_puts(&b, "only GET\n");
     code = MHD_HTTP_METHOD_NOT_ALLOWED;
   } else if (strcmp(url, "/metrics") == 0) {
-    pthread_mutex_lock(&m->mu);
-    if (m->text)
-      lu_buf_puts(&b, m->text);
-    pthread_mutex_unlock(&m->mu);
-    met_node(m, &b);
+    met_render(m, &b);
   } else if (strcmp(url, "/") == 0) {
     pthread_mutex_lock(&m->mu);
     if (m->page) {
@@ -340,17 +368,16 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
 }
 
 int met_start(const char *addr, int port, const char *node, met_t **out) {
-  met_t *m = calloc(1, sizeof(*m));
+  met_t *m;
   struct sockaddr_in6 sa6;
   struct sockaddr_in sa4;
   const struct sockaddr *sa = NULL;
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
   const union MHD_DaemonInfo *info;
+  int rc;
   *out = NULL;
-  if (m == NULL)
-    return -ENOMEM;
-  pthread_mutex_init(&m->mu, NULL);
-  met_label_escape(node, m->node, sizeof(m->node));
+  if ((rc = met_local(node, &m)) != 0)
+    return rc;
   memset(&sa4, 0, sizeof(sa4));
   memset(&sa6, 0, sizeof(sa6));
   if (addr && addr[0]) {
@@ -364,12 +391,10 @@ int met_start(const char *addr, int port, const char *node, met_t **out) {
       sa = (const struct sockaddr *)&sa6;
       flags |= MHD_USE_IPv6;
     } else {
-      pthread_mutex_destroy(&m->mu);
-      free(m);
+      met_stop(m);
       return -EINVAL;
     }
   }
-  nvml_open(&m->nvml);
   m->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, answer, m,
                           MHD_OPTION_CONNECTION_LIMIT, 16u,
                           MHD_OPTION_CONNECTION_TIMEOUT, 10u,
@@ -377,26 +402,13 @@ int met_start(const char *addr, int port, const char *node, met_t **out) {
                           MHD_OPTION_END);
   if (m->d == NULL) {
     int err = errno ? errno : EADDRINUSE;
-    nvml_close(&m->nvml);
-    pthread_mutex_destroy(&m->mu);
-    free(m);
+    met_stop(m);
     return -err;
   }
   info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_BIND_PORT);
   m->port = info ? info->port : port;
   *out = m;
   return 0;
-}
-
-void met_stop(met_t *m) {
-  if (m == NULL)
-    return;
-  MHD_stop_daemon(m->d);
-  nvml_close(&m->nvml);
-  pthread_mutex_destroy(&m->mu);
-  free(m->text);
-  free(m->page);
-  free(m);
 }
 
 #else /* !LAUNCH_HAVE_MHD */
@@ -406,7 +418,5 @@ int met_start(const char *addr, int port, const char *node, met_t **out) {
   *out = NULL;
   return RDZV_ENOTSUP;
 }
-
-void met_stop(met_t *m) { (void)m; }
 
 #endif

@@ -22,6 +22,10 @@ typedef struct met_s met_t;
  * node: the node label of the node series (copied). OUT *out.
  * RET 0, RDZV_ENOTSUP (built without libmicrohttpd), -errno. */
 int met_start(const char *addr, int port, const char *node, met_t **out);
+/* The same object serving nothing (any build): met_render gives what a
+ * scrape would answer. For tests, and the GPU's series anywhere. */
+int met_local(const char *node, met_t **out);
+void met_render(met_t *m, lu_buf_t *b);
 /* The port it listens on. */
 int met_port(const met_t *m);
 /* Take text (malloc'd, NUL-terminated; m owns it) as the job's metrics.
