@@ -1,6 +1,7 @@
 /* metrics.c - the agent's Prometheus endpoint (metrics.h): libmicrohttpd
  * with its own polling thread; the job's text swapped in under a mutex;
  * the node's series read at scrape time on that thread. */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
@@ -153,6 +154,7 @@ struct met_s {
   char *text;        /* the job's, from the loop */
   char *page;        /* GET /, from the loop */
   char node[256];    /* escaped */
+  char sysfs[512];   /* a test's root for /sys, "" the node's */
   nvml_t nvml;
   int port;
 #ifdef LAUNCH_HAVE_MHD
@@ -252,9 +254,101 @@ static void node_gpus(met_t *m, lu_buf_t *b) {
   }
 }
 
+void met_set_sysfs_root(met_t *m, const char *root) {
+  snprintf(m->sysfs, sizeof(m->sysfs), "%s", root ? root : "");
+}
+
+/* The first line of a small sysfs file, "" when unreadable. */
+static void read_line(const char *path, char *out, size_t cap) {
+  FILE *f = fopen(path, "r");
+  out[0] = '\0';
+  if (f == NULL)
+    return;
+  if (fgets(out, (int)cap, f) == NULL)
+    out[0] = '\0';
+  fclose(f);
+  out[strcspn(out, "\n")] = '\0';
+}
+
+/* Each port of /sys/class/infiniband/DEV/ports/N: up (state ACTIVE), its
+ * rate ("200 Gb/sec (4X HDR)"), and its data counters (in 4-byte words). */
+static void node_ib(const met_t *m, lu_buf_t *b) {
+  static const struct { const char *name, *type, *help; } fam[] = {
+      {"launch_ib_port_up", "gauge", "1 when the port's state is ACTIVE"},
+      {"launch_ib_port_rate_bits_per_second", "gauge",
+       "the port's link rate (sysfs rate)"},
+      {"launch_ib_port_receive_bytes_total", "counter",
+       "bytes received (port_rcv_data x 4)"},
+      {"launch_ib_port_transmit_bytes_total", "counter",
+       "bytes sent (port_xmit_data x 4)"}};
+  char base[600], path[1400], v[128], lab[700], ll[64];
+  struct dirent **devs = NULL;
+  int ndev;
+  lu_buf_t s[4] = {LU_BUF_INIT, LU_BUF_INIT, LU_BUF_INIT, LU_BUF_INIT};
+  int any = 0;
+  snprintf(base, sizeof(base), "%s/sys/class/infiniband", m->sysfs);
+  if ((ndev = scandir(base, &devs, NULL, alphasort)) < 0)
+    return; /* no IB/RoCE here: no series */
+  for (int d = 0; d < ndev; d++) {
+    struct dirent **ports = NULL;
+    int np;
+    if (devs[d]->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof(path), "%s/%s/ports", base, devs[d]->d_name);
+    np = scandir(path, &ports, NULL, alphasort);
+    for (int p = 0; p < np; p++) {
+      const char *dev = devs[d]->d_name, *port = ports[p]->d_name;
+      double rate;
+      unsigned long long x;
+      if (port[0] == '.')
+        continue;
+      snprintf(path, sizeof(path), "%s/%s/ports/%s/link_layer", base, dev,
+               port);
+      read_line(path, ll, sizeof(ll));
+      snprintf(lab, sizeof(lab), "node=\"%s\",device=\"%.64s\",port=\"%.16s\","
+               "link_layer=\"%.32s\"", m->node, dev, port,
+               ll[0] ? ll : "unknown");
+      snprintf(path, sizeof(path), "%s/%s/ports/%s/state", base, dev, port);
+      read_line(path, v, sizeof(v));
+      met_sample(&s[0], fam[0].name, lab, strstr(v, "ACTIVE") != NULL);
+      snprintf(path, sizeof(path), "%s/%s/ports/%s/rate", base, dev, port);
+      read_line(path, v, sizeof(v));
+      if (sscanf(v, "%lf", &rate) == 1)
+        met_sample(&s[1], fam[1].name, lab, rate * 1e9);
+      snprintf(path, sizeof(path), "%s/%s/ports/%s/counters/port_rcv_data",
+               base, dev, port);
+      read_line(path, v, sizeof(v));
+      if (sscanf(v, "%llu", &x) == 1)
+        met_sample(&s[2], fam[2].name, lab, (double)x * 4);
+      snprintf(path, sizeof(path), "%s/%s/ports/%s/counters/port_xmit_data",
+               base, dev, port);
+      read_line(path, v, sizeof(v));
+      if (sscanf(v, "%llu", &x) == 1)
+        met_sample(&s[3], fam[3].name, lab, (double)x * 4);
+      any = 1;
+    }
+    for (int p = 0; p < np; p++)
+      free(ports[p]);
+    free(ports);
+  }
+  for (int d = 0; d < ndev; d++)
+    free(devs[d]);
+  free(devs);
+  for (int k = 0; k < 4; k++) {
+    char *text;
+    if (any && s[k].len > 0) {
+      met_family(b, fam[k].name, fam[k].type, fam[k].help);
+      lu_buf_put(b, s[k].data, s[k].len);
+    }
+    if (lu_buf_finish(&s[k], &text, NULL) == 0)
+      free(text);
+  }
+}
+
 void met_node(met_t *m, lu_buf_t *b) {
   node_cpu(m, b);
   node_mem(m, b);
+  node_ib(m, b);
   node_gpus(m, b);
 }
 

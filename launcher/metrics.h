@@ -52,7 +52,11 @@ struct srv_stats_s;
 void met_server(lu_buf_t *b, const char *labels,
                 const struct srv_stats_s *st, double max_memory);
 
-/* The node's series (CPU, memory, GPUs) into b. */
+/* Read the InfiniBand/RoCE ports under root + /sys/class/infiniband
+ * instead of the node's own /sys (tests). root copied; "" the node's. */
+void met_set_sysfs_root(met_t *m, const char *root);
+
+/* The node's series (CPU, memory, IB/RoCE ports, GPUs) into b. */
 void met_node(met_t *m, lu_buf_t *b);
 
 #endif /* METRICS_H */
