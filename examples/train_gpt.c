@@ -29,6 +29,7 @@
 #include "ckpt.h"
 #include "lu.h"
 #include "rt.h"
+#include "tb.h"
 #ifdef RT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -65,7 +66,7 @@ typedef struct opts_s {
   uint64_t seed;
   int ckpt_every;
   int zero; /* 0, or 1: AdamW state and update sharded over the ranks */
-  const char *data, *dump_params, *ckpt_dir;
+  const char *data, *dump_params, *ckpt_dir, *tb_dir;
   int device; /* RT_DEVICE_* */
   int dtype;  /* GPT_*, or -1 = by device */
 } opts_t;
@@ -146,6 +147,7 @@ typedef struct run_s {
   int ck_pinned;           /* 1 page-locked, -1 it failed, 0 not yet */
   ckpt_header_t ck_head;   /* of the save in flight */
   ck_pre_t *pre;           /* the resume's read, NULL when none runs */
+  tb_t *tb;                /* --tb-dir: rank 0's TensorBoard events */
 } run_t;
 
 
@@ -206,6 +208,8 @@ static void usage(FILE *f) {
 "  --log-every N        a log line every N steps (1)\n"
 "  --peak-tflops X      a device's dense peak for MFU (default: by GPU name)\n"
 "  --dump-params FILE   write the final parameters (raw little-endian fp32)\n"
+"  --tb-dir D           rank 0 writes TensorBoard event files in D: loss, val\n"
+"                       loss, lr, grad norm, tokens/s, MFU (on a GPU) by step\n"
 "checkpoints (docs/checkpoints.md)\n"
 "  --ckpt-dir D         launch's checkpoint layout in D (default: $LAUNCH_CKPT_DIR,\n"
 "                       which launch --ckpt-dir sets); resumes from\n"
@@ -321,6 +325,7 @@ static int parse_flags(int argc, char **argv, opts_t *o) {
     else if (strcmp(f, "--data") == 0) o->data = v;
     else if (strcmp(f, "--dump-params") == 0) o->dump_params = v;
     else if (strcmp(f, "--ckpt-dir") == 0) o->ckpt_dir = v;
+    else if (strcmp(f, "--tb-dir") == 0) o->tb_dir = v;
     else if (strcmp(f, "--ckpt-every") == 0) rc = parse_int(f, v, 0, &o->ckpt_every);
     else if (strcmp(f, "--zero") == 0) {
       if ((rc = parse_int(f, v, 0, &o->zero)) == 0 && o->zero > 1) {
@@ -760,6 +765,7 @@ static void print_setup(const run_t *r) {
 }
 
 static void run_free(run_t *r) {
+  tb_close(r->tb);
   ck_pre_free(r->pre);
   ckpt_close(r->ck); /* waits for the save in flight */
   rdzv_close(r->ck_store);
@@ -1222,8 +1228,34 @@ static int train(run_t *r) {
       printf("\n");
       fflush(stdout);
     }
-    if ((rc = rt_progress(r->rt, r->st.step)) != 0)
-      return runtime_failed("the progress report", rc);
+    {
+      /* Every scalar the agent shows (metrics, events, launch status). */
+      rdzv_scalars_t sc = {RDZV_HAS_LOSS | RDZV_HAS_GRAD_NORM | RDZV_HAS_LR |
+                               RDZV_HAS_STEP_TIME | RDZV_HAS_TOKENS |
+                               RDZV_HAS_TOTAL_STEPS,
+                           (double)loss, (double)norm, (double)lr, dt,
+                           (int64_t)tokens, o->steps, 0};
+      if ((rc = rt_progress_ex(r->rt, r->st.step, &sc)) != 0)
+        return runtime_failed("the progress report", rc);
+    }
+    if (r->tb) {
+      /* The step's scalars; after a resume the curve goes on at the
+       * resumed step (TensorBoard drops the abandoned steps after it). */
+      int w = tb_scalar(r->tb, "loss", r->st.step, loss);
+      w = w ? w : tb_scalar(r->tb, "lr", r->st.step, lr);
+      w = w ? w : tb_scalar(r->tb, "grad_norm", r->st.step, norm);
+      w = w ? w : tb_scalar(r->tb, "tokens_per_s", r->st.step, tokens / dt);
+      if (w == 0 && rt_device(r->rt) >= 0 && r->peak > 0)
+        w = tb_scalar(r->tb, "mfu", r->st.step, flops * tokens / dt /
+                                                   (r->peak * 1e12 * r->world));
+      if (w == 0 && (r->st.step % o->log_every == 0 || r->st.step == o->steps))
+        w = tb_flush(r->tb);
+      if (w != 0) {
+        fail_line("writing the TensorBoard events in %s: %s", o->tb_dir,
+                  strerror(-w));
+        return EXIT_FAIL;
+      }
+    }
     if ((rc = ckpt_step(r)) != EXIT_OK)
       return rc;
     if (r->val_windows > 0 &&
@@ -1235,6 +1267,9 @@ static int train(run_t *r) {
         printf("val   %5" PRId64 "/%d | loss %.6f\n", r->st.step, o->steps,
                (double)val);
         fflush(stdout);
+        if (r->tb && (tb_scalar(r->tb, "val_loss", r->st.step, val) != 0 ||
+                      tb_flush(r->tb) != 0))
+          fail_line("writing the TensorBoard events in %s failed", o->tb_dir);
       }
     }
   }
@@ -1305,6 +1340,14 @@ int main(int argc, char **argv) {
              (t[1] - t[0]) * 1e3, (t[2] - t[1]) * 1e3, (t[3] - t[2]) * 1e3,
              (now_s() - t[3]) * 1e3);
       print_setup(&r);
+    }
+    if (r.rank == 0 && r.o.tb_dir &&
+        (rc = tb_open(r.o.tb_dir, &r.tb)) != 0) {
+      fail_line("--tb-dir %s: %s", r.o.tb_dir,
+                rc == -ENOTSUP ? "this train_gpt was built without protobuf-c"
+                               : strerror(-rc));
+      run_free(&r);
+      return EXIT_USAGE;
     }
     rc = train(&r);
   }

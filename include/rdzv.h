@@ -333,6 +333,39 @@ RDZV_EXTERN int rdzv_env_parse(char *const *envp, rdzv_env_t *out, char *err,
 RDZV_EXTERN int rdzv_progress(rdzv_client_t *c, int rank, int64_t step,
                               int timeout_ms);
 
+/* Named scalars a progress report may carry beside the step: set the
+ * fields and their RDZV_HAS_* bits in `has`; the others are not sent.
+ * The agent shows them in metrics (--metrics-port), events (--event-log)
+ * and `launch status`. docs/events.md#progress has the encoding. */
+enum {
+  RDZV_HAS_LOSS = 1 << 0,
+  RDZV_HAS_GRAD_NORM = 1 << 1,
+  RDZV_HAS_LR = 1 << 2,
+  RDZV_HAS_STEP_TIME = 1 << 3,
+  RDZV_HAS_TOKENS = 1 << 4,
+  RDZV_HAS_TOTAL_STEPS = 1 << 5,
+  RDZV_HAS_COMPUTE_TIME = 1 << 6
+};
+typedef struct rdzv_scalars_s {
+  unsigned has;          /* RDZV_HAS_* bits */
+  double loss;           /* the step's training loss (NaN is reported) */
+  double grad_norm;      /* the global gradient norm before clipping */
+  double lr;             /* the learning rate of the step */
+  double step_time;      /* seconds the step took */
+  int64_t tokens;        /* tokens the step consumed, all ranks together */
+  int64_t total_steps;   /* the steps the run will take */
+  double compute_time;   /* seconds of the step spent computing, without the
+                            waits for other ranks (collectives): the agent's
+                            straggler score compares it across ranks */
+} rdzv_scalars_t;
+
+/* rdzv_progress with scalars (s may be NULL: the step alone). The key then
+ * holds a msgpack map {step, time_ms, loss, ...}; agents of releases
+ * before scalars cannot parse it, warn once, and still take each change
+ * for progress. RET as rdzv_progress. */
+RDZV_EXTERN int rdzv_progress_ex(rdzv_client_t *c, int rank, int64_t step,
+                                 const rdzv_scalars_t *s, int timeout_ms);
+
 /* Round trip with no effect. RET 0. */
 RDZV_EXTERN int rdzv_ping(rdzv_client_t *c, int timeout_ms);
 

@@ -152,6 +152,10 @@ int rt_grads_shard(rt_t *rt, const size_t *part);
 
 /* Report that `step` is done (rate-limited, see above). */
 int rt_progress(rt_t *rt, int64_t step);
+/* rt_progress with named scalars (loss, grad norm, lr, step time, tokens,
+ * total steps: rdzv_scalars_t of rdzv.h; s may be NULL). Rate-limited
+ * alike: the report that is sent carries the scalars of its own step. */
+int rt_progress_ex(rt_t *rt, int64_t step, const rdzv_scalars_t *s);
 
 /* A message for any code the runtime returns. */
 const char *rt_strerror(int err);

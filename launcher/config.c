@@ -524,6 +524,37 @@ static int set_program(cfg_t *c, int id, const char *v, char *err, size_t n) {
   return 0;
 }
 
+int cfg_parse_metrics_port(const char *v, char *addr, size_t cap, int *port,
+                           char *err, size_t n) {
+  const char *colon = strrchr(v, ':'), *whole = v;
+  addr[0] = '\0';
+  if (!strcmp(v, "off")) {
+    *port = -1;
+    return 0;
+  }
+  if (colon) {
+    size_t len = (size_t)(colon - v);
+    if (len > 1 && v[0] == '[' && v[len - 1] == ']')
+      v++, len -= 2;
+    if (len == 0 || len >= cap)
+      return fail(err, n, "--metrics-port: '%s' is not [ADDR:]PORT", whole);
+    memcpy(addr, v, len);
+    addr[len] = '\0';
+    v = colon + 1;
+  }
+  if (lu_parse_int(v, 0, 65535, port) != 0)
+    return fail(err, n, "--metrics-port: '%s' is not a port (0-65535; 0 "
+                        "picks a free one)", whole);
+  return 0;
+}
+
+/* --metrics-port [ADDR:]PORT|off. */
+static int set_metrics_port(cfg_t *c, int id, const char *v, char *err,
+                            size_t n) {
+  return cfg_parse_metrics_port(v, c->metrics_addr, sizeof(c->metrics_addr),
+                                &c->metrics_port, err, n);
+}
+
 static int set_monitor(cfg_t *c, int id, const char *v, char *err, size_t n) {
   int64_t ms;
   (void)id;
@@ -650,8 +681,17 @@ static const setting_t settings[CFG_S_COUNT] = {
     STR(LINE_PREFIX, "--log-line-prefix", NULL, "TEMPLATE", line_prefix, 0,
         LOGS, "prefix of each line (default '[${host}:${rank}]: '; also "
         "${local_rank}, ${role_name}, ${node_rank}; 'none')"),
-    CHECK(EVENT_LOG, "--event-log-handler", T_CHOICE, 0, "null", LOGS,
-          "torchrun's event log: only null (none) is supported"),
+    CHOICE(EVENT_LOG, "--event-log-handler", T_CHOICE, event_handler,
+           "null|console", LOGS,
+           "torchrun's event handler: console writes the job's events "
+           "(docs/events.md) to stderr as JSON Lines; null (default) none"),
+    FN(METRICS_PORT, "--metrics-port", NULL, "[ADDR:]PORT", set_metrics_port,
+       LOGS, "serve Prometheus metrics on http://ADDR:PORT/metrics (0: a "
+       "free port, printed; default off; docs/monitoring.md)"),
+    STR(EVENT_FILE, "--event-log", NULL, "FILE", event_log, 1, LOGS,
+        "append the job's events to FILE as JSON Lines: rounds, workers, "
+        "failures, restarts with downtime, checkpoints, resumes, hangs, a "
+        "summary (docs/events.md)"),
     FN(LOGS_SPECS, "--logs-specs", NULL, "NAME", set_logs_specs, LOGS, NULL),
     BOOL(QUIET, "--quiet", "-q", quiet, LOGS, "fewer agent messages"),
     BOOL(NO_LOG_TIME, "--no-log-time", NULL, no_log_time, LOGS,
@@ -1011,6 +1051,7 @@ static void defaults(cfg_t *c, char *const *envp) {
   c->is_host = -1;
   c->stop_grace_ms = 30000;
   c->hang_signal = SIGUSR1;
+  c->metrics_port = -1;
   c->exit_barrier_ms = 300000;
   c->ckpt_keep = 3;
   c->signals_mask = (1u << SIGTERM) | (1u << SIGINT) | (1u << SIGHUP) |

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "hang.h"
+#include "msg.h"
 #include "rdzv.h"
 #include "summary.h"
 
@@ -23,7 +24,7 @@ enum { K_NATIVE = 0, K_TORCH = 1, K_FORMS }; /* the two key forms */
 
 typedef struct hform_s {
   int exists;           /* a CHECK found it: the MGET reads it */
-  char val[128];        /* the last value seen (truncated) */
+  char val[MSG_PROGRESS_MAX]; /* the last value seen (truncated) */
   size_t vlen;
   int have_val;
   int64_t ms;           /* the time in the last value, -1 none */
@@ -41,6 +42,9 @@ typedef struct hrank_s {
   char reason[512];
   int warned;           /* the value does not parse: said once */
   int warned_foreign;   /* a value not its worker's: said once */
+  msg_progress_t prog;  /* the last value that parsed (fresh ones only) */
+  int have_prog;
+  double rate;          /* steps per second between the last two steps */
 } hrank_t;
 
 struct hang_s {
@@ -131,42 +135,35 @@ static const char *state_words(char st) {
 
 /* ---- values ------------------------------------------------------------------------------ */
 
+/* The decoder of a progress value (msg_progress_decode: the codec's
+ * PROGRESS map, or "<step> <unix ms> [<tag>]"): its step, time and tag. */
 int hang_parse_value(const char *p, size_t n, int64_t *step, int64_t *ms,
                      char *tag, size_t tagcap) {
-  char buf[96], *end;
-  long long a, b;
-  tag[0] = '\0';
-  if (n == 0 || n >= sizeof(buf))
+  msg_progress_t m;
+  char err[128];
+  if (tagcap)
+    tag[0] = '\0';
+  if (msg_progress_decode(p, n, &m, err, sizeof(err)) != 0)
     return -1;
-  memcpy(buf, p, n);
-  buf[n] = '\0';
-  if (!isdigit((unsigned char)buf[0]))
-    return -1;
-  errno = 0;
-  a = strtoll(buf, &end, 10);
-  if (errno || *end != ' ' || !isdigit((unsigned char)end[1]))
-    return -1;
-  b = strtoll(end + 1, &end, 10);
-  if (errno || (*end != '\0' && *end != ' '))
-    return -1;
-  if (*end == ' ' && lu_strlcpy(tag, end + 1, tagcap) >= tagcap)
+  *step = m.step;
+  *ms = m.time_ms;
+  if (tagcap && lu_strlcpy(tag, m.tag, tagcap) >= tagcap)
     tag[0] = '?'; /* too long: no worker's */
-  *step = a;
-  *ms = b;
   return 0;
 }
 
 /* A value of key form `form` of local rank lr. Progress is a change of
  * either form; only a value carrying the worker's own LAUNCH_PROGRESS_TAG
  * arms the watch (a key anyone else wrote, or an earlier round's, can keep
- * a rank alive but never get it killed); the step shown is that of the
- * newest value. */
+ * a rank alive but never get it killed); the step and scalars shown are
+ * those of the newest value of its own. */
 static void observe(hang_t *h, int lr, int form, const char *p, size_t n) {
   hrank_t *r = &h->r[lr];
   hform_t *f = &r->f[form];
-  int64_t step = -1, ms = -1;
-  char tag[TAG_LEN + 8];
+  msg_progress_t pg;
+  char err[128];
   int parsed, first = !f->have_val, own;
+  size_t full = n;
   if (n >= sizeof(f->val))
     n = sizeof(f->val) - 1;
   if (f->have_val && n == f->vlen && memcmp(p, f->val, n) == 0)
@@ -174,26 +171,25 @@ static void observe(hang_t *h, int lr, int form, const char *p, size_t n) {
   memcpy(f->val, p, n);
   f->vlen = n;
   f->have_val = 1;
-  parsed = hang_parse_value(p, n, &step, &ms, tag, sizeof(tag)) == 0;
-  own = parsed && strcmp(tag, r->tag) == 0;
+  parsed = msg_progress_decode(p, full, &pg, err, sizeof(err)) == 0;
+  own = parsed && strcmp(pg.tag, r->tag) == 0;
   if (!parsed && !r->warned) {
     r->warned = 1;
-    LU_WARN(h->cfg.log, "the progress key of rank %d holds '%.*s', not "
-            "'<step> <unix time in ms> <LAUNCH_PROGRESS_TAG>' (see "
-            "docs/launcher.md#hangs): it is not taken as the worker's",
-            h->base_rank + lr, (int)LU_MIN(n, 40), p);
+    LU_WARN(h->cfg.log, "the progress key of rank %d does not parse (%s; "
+            "see docs/events.md#progress): it is not taken as the worker's",
+            h->base_rank + lr, err);
   } else if (parsed && !own && !r->warned_foreign &&
-             (tag[0] || ms >= h->spawn_unix_ms)) {
+             (pg.tag[0] || pg.time_ms >= h->spawn_unix_ms)) {
     r->warned_foreign = 1;
     LU_WARN(h->cfg.log, "the progress key of rank %d (%s) was written by "
             "something other than its worker (%s LAUNCH_PROGRESS_TAG): it "
             "can keep the rank alive, never get it killed",
             h->base_rank + lr, form == K_TORCH ? "TCPStore form" : "native",
-            tag[0] ? "a wrong" : "no");
+            pg.tag[0] ? "a wrong" : "no");
   }
   /* The first value seen may be an earlier round's: written before this
    * round's workers started, it is not their progress. */
-  if (first && (!parsed || ms < h->spawn_unix_ms) && !own)
+  if (first && (!parsed || pg.time_ms < h->spawn_unix_ms) && !own)
     return;
   if (own)
     r->fresh = 1;
@@ -201,11 +197,18 @@ static void observe(hang_t *h, int lr, int form, const char *p, size_t n) {
     return;
   r->changed = uv_now(h->loop);
   /* Both forms may be written (a C and a Python reporter): the newest
-   * value's step is the one shown. */
+   * value's step and scalars are the ones shown. */
   if (parsed && own) {
-    f->ms = ms;
-    if (ms >= r->f[!form].ms || !r->f[!form].have_val)
-      r->step = step;
+    f->ms = pg.time_ms;
+    if (pg.time_ms >= r->f[!form].ms || !r->f[!form].have_val) {
+      r->step = pg.step;
+      if (r->have_prog && pg.step > r->prog.step &&
+          pg.time_ms > r->prog.time_ms)
+        r->rate = (double)(pg.step - r->prog.step) * 1000.0 /
+                  (double)(pg.time_ms - r->prog.time_ms);
+      r->prog = pg;
+      r->have_prog = 1;
+    }
   }
 }
 
@@ -421,8 +424,8 @@ static void judge(hang_t *h, uint64_t now) {
       end_grace(h);
     return;
   }
-  if (!h->hooks.running(h->hooks.arg))
-    return;
+  if (h->cfg.timeout_ms <= 0 || !h->hooks.running(h->hooks.arg))
+    return; /* reading progress for metrics and events only */
   for (int i = 0; i < nproc; i++) {
     hrank_t *r = &h->r[i];
     if (r->fresh && !r->exited && now - r->changed >= (uint64_t)h->cfg.timeout_ms)
@@ -499,7 +502,9 @@ void hang_start(hang_t *h, int base_rank, int64_t round) {
   if (h == NULL || !h->timer_live)
     return;
   /* A tick per second, more often for short timeouts (tests). */
-  every = (uint64_t)LU_MAX(100, LU_MIN(1000, h->cfg.timeout_ms / 4));
+  every = h->cfg.timeout_ms > 0
+              ? (uint64_t)LU_MAX(100, LU_MIN(1000, h->cfg.timeout_ms / 4))
+              : 1000;
   h->gen++;
   h->base_rank = base_rank;
   h->round = round;
@@ -533,6 +538,31 @@ int hang_exited(hang_t *h, int local_rank) {
   h->r[local_rank].exited = 1;
   return h->r[local_rank].hung;
 }
+
+int hang_progress(const hang_t *h, int local_rank, hang_progress_t *out) {
+  const hrank_t *r;
+  memset(out, 0, sizeof(*out));
+  if (h == NULL || local_rank < 0 || local_rank >= h->cfg.nproc)
+    return -1;
+  r = &h->r[local_rank];
+  out->rank = h->base_rank + local_rank;
+  out->hung = r->hung;
+  if (!r->fresh)
+    return 0;
+  out->seen = 1;
+  out->age_s = (double)(uv_now(h->loop) - r->changed) / 1000.0;
+  if (r->have_prog) {
+    out->has_prog = 1;
+    out->prog = r->prog;
+    out->steps_per_s = r->rate;
+  } else {
+    msg_progress_init(&out->prog);
+    out->prog.step = r->step;
+  }
+  return 0;
+}
+
+int hang_nproc(const hang_t *h) { return h ? h->cfg.nproc : 0; }
 
 const char *hang_reason(const hang_t *h, int local_rank) {
   if (h == NULL || local_rank < 0 || local_rank >= h->cfg.nproc ||

@@ -26,6 +26,7 @@
 #include <uv.h>
 
 #include "aclient.h"
+#include "msg.h"
 #include "lu.h"
 #include "workers.h"
 
@@ -45,7 +46,8 @@ typedef struct hang_hooks_s {
 } hang_hooks_t;
 
 typedef struct hang_config_s {
-  int64_t timeout_ms;  /* > 0 */
+  int64_t timeout_ms;  /* > 0; 0: read progress (metrics, events), judge
+                          no hang */
   int signal;          /* the dump signal; 0: none, kill at once */
   int64_t grace_ms;    /* from the dump signal to the report and SIGKILL */
   const char *host;    /* this node, for messages */
@@ -72,6 +74,20 @@ const char *hang_tag(const hang_t *h, int local_rank);
 /* A worker of this round exited. RET 1 when it was found hung (its exit
  * is the watcher's to report: do not report it), else 0. */
 int hang_exited(hang_t *h, int local_rank);
+/* What a rank reported in this round (the scalars of its progress key,
+ * docs/events.md#progress). seen: it reported; has_prog: the value parsed
+ * (else prog.step is -1). age_s: since the value last changed;
+ * steps_per_s: between its last two reports (0 before two). RET 0, -1
+ * for a bad local_rank or h NULL (out zeroed). */
+typedef struct hang_progress_s {
+  int rank;
+  int seen, has_prog, hung;
+  msg_progress_t prog;
+  double age_s, steps_per_s;
+} hang_progress_t;
+int hang_progress(const hang_t *h, int local_rank, hang_progress_t *out);
+int hang_nproc(const hang_t *h);
+
 /* One line on why local_rank was taken for hung, NULL if it was not. */
 const char *hang_reason(const hang_t *h, int local_rank);
 /* Stop watching and close the timer (the loop is ending). */

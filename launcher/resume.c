@@ -70,6 +70,12 @@ struct resume_s {
   /* The layout this node's last scan found (--ckpt-layout, or what auto
    * detected); pool thread. Only launch's own is ever written to. */
   int layout;
+  /* resume_on_commit: `latest` as the last commit saw it (pool thread),
+   * and the newest step told (loop) */
+  int64_t latest;
+  int64_t latest_told;
+  void (*commit_cb)(void *, int64_t);
+  void *commit_arg;
 };
 
 /* launch's own layout here: the one thing the agent may write, roll back
@@ -560,6 +566,8 @@ static void commit_work(uv_work_t *w) {
   co.timeout_ms = 10000;
   rc = ckpt_agent_scan_commit(&co, &r->finalised, r->commit_err,
                               sizeof(r->commit_err));
+  if (r->commit_cb && ckpt_latest_step(r->o->ckpt_dir, &r->latest) != 0)
+    r->latest = -1;
   learn_latest(r, ranks);
   if (rc != 0 && rc != -ENOENT) {
     if (r->commit_err[0] == '\0')
@@ -622,6 +630,10 @@ static void after_work(uv_work_t *w, int status) {
     else if (r->finalised >= 0 && !r->o->quiet)
       LU_INFO(r->log, "checkpoint step %" PRId64 " of %s is final",
               r->finalised, r->o->ckpt_dir);
+    if (r->commit_cb && r->latest > r->latest_told) {
+      r->latest_told = r->latest;
+      r->commit_cb(r->commit_arg, r->latest);
+    }
     if (r->final_cb && !r->commit_pending) {
       void (*done)(void *) = r->final_cb;
       r->final_cb = NULL;
@@ -634,6 +646,7 @@ static void after_work(uv_work_t *w, int status) {
       r->have_round = 1;
       r->step = r->res.step;
       r->verified = r->res.verified;
+      r->latest_told = LU_MAX(r->latest_told, r->res.step);
       log_agreement(r);
     }
     if (cb)
@@ -788,4 +801,11 @@ void resume_round(const resume_t *r, int64_t *step, int64_t *verified) {
     if (r->verified == r->step)
       *verified = r->step;
   }
+}
+
+void resume_on_commit(resume_t *r, void (*cb)(void *arg, int64_t step),
+                      void *arg) {
+  r->commit_cb = cb;
+  r->commit_arg = arg;
+  r->latest = r->latest_told = -1;
 }

@@ -557,6 +557,10 @@ int rt_grads_wait(rt_t *rt) {
 /* ---- progress ------------------------------------------------------------------------------------ */
 
 int rt_progress(rt_t *rt, int64_t step) {
+  return rt_progress_ex(rt, step, NULL);
+}
+
+int rt_progress_ex(rt_t *rt, int64_t step, const rdzv_scalars_t *s) {
   int64_t now = mono_ms();
   int rc;
   if (rt->store == NULL)
@@ -564,7 +568,7 @@ int rt_progress(rt_t *rt, int64_t step) {
   if (rt->last_progress != 0 && now - rt->last_progress < rt->opt.progress_ms)
     return 0;
   rt->last_progress = now;
-  rc = rdzv_progress(rt->store, rt->rank, step, rt->opt.timeout_ms);
+  rc = rdzv_progress_ex(rt->store, rt->rank, step, s, rt->opt.timeout_ms);
   if (rc != 0)
     rt__logf(&rt->who, "progress report to the store failed: %s",
              rdzv_strerror(rc));

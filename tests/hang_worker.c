@@ -18,7 +18,10 @@
  *          worker would (the TCPStore form without a tag, the native form
  *          with rank 0's own tag), then every rank starts reporting 3 s late
  *   stale  rank 0 first writes rank 1's TCPStore-form key as an earlier run
- *          would have left it, then as spin, every rank reporting 2 s late */
+ *          would have left it, then as spin, every rank reporting 2 s late
+
+ *   slow   every rank reports progress scalars (loss, step time, compute
+ *          time); rank 1's compute time is 3x the others' (a straggler) */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,8 +69,8 @@ int main(int argc, char **argv) {
   int steps, rank, world, round, rc;
   const char *mode, *dir;
   if (argc != 4) {
-    fprintf(stderr, "usage: hang_worker STEPS run|spin|quiet|tie|spoof|stale "
-                    "DIR\n");
+    fprintf(stderr, "usage: hang_worker STEPS run|spin|quiet|tie|spoof|stale|"
+                    "slow DIR\n");
     return 2;
   }
   steps = atoi(argv[1]);
@@ -116,7 +119,15 @@ int main(int argc, char **argv) {
         (strcmp(mode, "spin") == 0 || strcmp(mode, "stale") == 0))
       for (volatile unsigned long x = 0;; x++) /* a loop that never ends */
         ;
-    if ((rc = rdzv_progress(c, -1, step, 10000)) != 0) {
+    rdzv_scalars_t sc = {RDZV_HAS_LOSS | RDZV_HAS_STEP_TIME |
+                             RDZV_HAS_COMPUTE_TIME | RDZV_HAS_TOTAL_STEPS,
+                         10.0 / step, 0, 0, 0.1, 0, steps,
+                         rank == 1 ? 0.09 : 0.03};
+    if (strcmp(mode, "slow") == 0)
+      rc = rdzv_progress_ex(c, -1, step, &sc, 10000);
+    else
+      rc = rdzv_progress(c, -1, step, 10000);
+    if (rc != 0) {
       fprintf(stderr, "hang_worker: progress: %s\n", rdzv_strerror(rc));
       return 1;
     }
