@@ -279,14 +279,17 @@ static void on_mget(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
 
 static void on_list(ac_t *ac, int status, const proto_msg_t *m, void *arg);
 
-/* LIST launch/progress/, then /launch/progress/ (TCPStore writers), then
- * one MGET of every key found. */
+/* LIST launch/progress/, then the TCPStore writers' /launch/progress/ in
+ * the round's namespace (docs/protocol.md#tcpstore-namespaces), then one
+ * MGET of every key found. */
 static void ask_list(st_t *st) {
   msgpack_packer *pk;
+  char prefix[96];
   if (st->lists < 2) {
+    snprintf(prefix, sizeof(prefix), RDZV_TORCH_NS "%lld//" RDZV_PROGRESS_PREFIX,
+             (long long)(st->s.round >= 0 ? st->s.round : 0));
     pk = ac_begin(st->ac, PROTO_OP_LIST, 1);
-    proto_pack_str(pk, st->lists == 0 ? RDZV_PROGRESS_PREFIX
-                                      : "/" RDZV_PROGRESS_PREFIX);
+    proto_pack_str(pk, st->lists == 0 ? RDZV_PROGRESS_PREFIX : prefix);
     if (ac_send(st->ac, on_list, st) != 0)
       print_all(st);
     return;

@@ -366,13 +366,26 @@ static void test_progress(void) {
   n = msg_progress_encode(&a, buf, sizeof(buf));
   ASSERT_EQ(0, msg_progress_decode(buf, n, &b, err, sizeof(err)));
   ASSERT(b.has_loss && isnan(b.loss) && !b.has_lr && !b.has_tokens);
+  /* the tag travels in the map too, and only when set */
+  snprintf(a.tag, sizeof(a.tag), "%s", "0123456789abcdef");
+  n = msg_progress_encode(&a, buf, sizeof(buf));
+  ASSERT_EQ(0, msg_progress_decode(buf, n, &b, err, sizeof(err)));
+  ASSERT_STR_EQ("0123456789abcdef", b.tag);
+  a.tag[0] = '\0';
+  n = msg_progress_encode(&a, buf, sizeof(buf));
+  ASSERT(memmem(buf, n, "tag", 3) == NULL);
   /* the bare step of older writers */
   ASSERT_EQ(0, msg_progress_decode("17 1700000000000", 16, &b, err,
                                    sizeof(err)));
   ASSERT(b.step == 17 && b.time_ms == 1700000000000 && !b.has_loss);
   ASSERT_EQ(RDZV_EPROTO, msg_progress_decode("17", 2, &b, err, sizeof(err)));
-  ASSERT_CONTAINS(err, "is not '<step> <unix ms>'");
-  ASSERT_EQ(RDZV_EPROTO, msg_progress_decode("17 5 x", 6, &b, err,
+  ASSERT_CONTAINS(err, "is not '<step> <unix ms> [<tag>]'");
+  /* the worker's tag after the time (LAUNCH_PROGRESS_TAG, issue #24) */
+  ASSERT_EQ(0, msg_progress_decode("17 5 x", 6, &b, err, sizeof(err)));
+  ASSERT(b.step == 17 && b.time_ms == 5 && strcmp(b.tag, "x") == 0);
+  ASSERT_EQ(RDZV_EPROTO, msg_progress_decode("17 5 x y", 8, &b, err,
+                                             sizeof(err)));
+  ASSERT_EQ(RDZV_EPROTO, msg_progress_decode("17 5 ", 5, &b, err,
                                              sizeof(err)));
   ASSERT_EQ(RDZV_EPROTO, msg_progress_decode("step", 4, &b, err, sizeof(err)));
   ASSERT_EQ(RDZV_EPROTO, msg_progress_decode("", 0, &b, err, sizeof(err)));
