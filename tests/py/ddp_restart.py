@@ -50,4 +50,11 @@ dist.all_reduce(t)
 total = sum(float(p.sum()) for p in model.parameters())
 with open(os.path.join(outdir, "done.%d.%d" % (rank, rnd)), "w") as f:
     f.write("%r %r %s\n" % (total, float(t), torch.__version__))
-dist.destroy_process_group()
+# Leave without gloo's teardown: with PyTorch 2.15 a rank that tears its
+# pairs down while its peer is still tearing down aborts now and then
+# ("terminate called without an active exception", 2 runs in 20 under
+# load, after both ranks had finished): a race inside PyTorch, with or
+# without a launcher, that this test is not about.
+dist.barrier()
+sys.stdout.flush()
+os._exit(0)
