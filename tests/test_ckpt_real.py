@@ -5,15 +5,28 @@ checkpoint flags (issue #22): current PyTorch from PyPI (scripts/venv.sh),
 (tests/py/real_ckpt.py):
 
   dcp-ddp     DCP + DDP, step-N/, rank 0 killed inside the save of step 8
-  dcp-fsdp2   DCP + FSDP2, checkpoint-N/, rank 1 killed at step 7
+              (data files written, .metadata not); dcp-ddp-after: rank 1
+              killed at step 7
+  dcp-fsdp2   DCP + FSDP2, checkpoint-N/, rank 1 killed at step 7;
+              dcp-fsdp2-save: rank 0 killed inside the save of step 8
   deepspeed   ZeRO-2 (CPU accelerator), rank 1 killed at step 7; resumes
               with engine.load_checkpoint(dir), which must land on the step
-              launch agreed; then rank 1 killed inside the save of step 8,
-              after rank 0 wrote `latest`: launch warns that latest names a
-              partial step, the trainer loads the agreed step by its tag
+              launch agreed; then (deepspeed-save) rank 1 killed inside the
+              save of step 8, after rank 0 wrote `latest`: launch warns that
+              latest names a partial step, the trainer loads the agreed step
+              by its tag
   hf          Hugging Face Trainer, rank 0 killed inside the save of step 8
+              (model and optimizer written, RNG states and
+              trainer_state.json not); hf-after: rank 1 killed at step 7
+  megatron    megatron-core dist_checkpointing, torch_dist, in Megatron-LM's
+              iter_NNNNNNN/ layout with its tracker, rank 1 killed at step
+              7; megatron-save: rank 0 (DCP's coordinator) killed inside the
+              save of step 8 (common.pt and every rank's .distcp written,
+              .metadata and metadata.json not)
 
-and DCP's save(use_collectives=False) (one __R.metadata per rank), which DCP
+Every library is killed once after a complete step and once inside a save;
+the two cases of a library share one uninterrupted reference run. And
+DCP's save(use_collectives=False) (one __R.metadata per rank), which DCP
 loads back and `launch ckpt verify` must call complete, world size 2.
 
 For each: `launch --ckpt-dir D` (layout detected) restarts the job; the
@@ -22,12 +35,16 @@ new round finds is byte for byte the one the kill left (hashed by the
 killed rank just before it died, and by rank 0 at the next start); the
 final parameters equal an uninterrupted run's bit for bit.
 
-megatron-core is not run: parallel_state initialises with gloo on the CPU,
-but megatron-core 0.16's dist_checkpointing.save (torch_dist) calls
-torch.cuda.synchronize() in filesystem_async.preload_tensors, which fails
-without a GPU; and the iter_NNNNNNN/ layout and its tracker are written by
-Megatron-LM's training loop, not by megatron-core (the skip line says so). The runs use
-the default store (--torch-store agent): every round's TCPStore clients
+megatron-core 0.16 assumes CUDA in a synchronous torch_dist save
+(torch.cuda.synchronize() in FileSystemWriterAsync.preload_tensors, a
+flag tensor on torch.cuda.current_device() in
+save_state_dict_async_finalize): the worker, without CUDA, makes the
+first a no-op and the second the CPU, in its own process only. The
+tracker latest_checkpointed_iteration.txt is Megatron-LM's training
+loop's, not megatron-core's: the worker writes it as that loop does, after
+every rank finished a save.
+
+The runs use the default store (--torch-store agent): every round's TCPStore clients
 get a namespace of their own (docs/protocol.md#tcpstore-namespaces).
 
 The venv is scripts/venv.sh's (LAUNCH_VENV when set; built on the first
@@ -52,7 +69,9 @@ STEPS, EVERY = 10, 2
 # launch's output it needs)
 CASES = {
     "dcp-ddp": ("dcp-ddp", "save:8:0", 6, None),
+    "dcp-ddp-after": ("dcp-ddp", "after:7:1", 6, None),
     "dcp-fsdp2": ("dcp-fsdp2", "after:7:1", 6, None),
+    "dcp-fsdp2-save": ("dcp-fsdp2", "save:8:0", 6, None),
     "deepspeed": ("deepspeed", "after:7:1", 6, None),
     # Rank 1 dies inside the save of step 8 after rank 0 wrote its files
     # and `latest`: latest names a partial step, launch says so, the
@@ -60,6 +79,9 @@ CASES = {
     "deepspeed-save": ("deepspeed", "save:8:1", 6,
                        "latest names global_step8, which is incomplete"),
     "hf": ("hf", "save:8:0", 6, None),
+    "hf-after": ("hf", "after:7:1", 6, None),
+    "megatron": ("megatron", "after:7:1", 6, None),
+    "megatron-save": ("megatron", "save:8:0", 6, None),
 }
 
 
@@ -184,9 +206,6 @@ def main():
                 case(py, tmp, name, refs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("skipped: megatron-core: dist_checkpointing.save (torch_dist) calls "
-          "torch.cuda.synchronize() (filesystem_async.preload_tensors), so it cannot "
-          "save on the CPU with gloo")
     print("PASS")
 
 

@@ -4,7 +4,8 @@ tests/test_ckpt_real.py (run by the venv's current PyTorch, under launch).
 
   real_ckpt.py MODE CKDIR OUT STEPS EVERY
   MODE: dcp-ddp (DCP, DDP, step-N/), dcp-fsdp2 (DCP, FSDP2, checkpoint-N/),
-        deepspeed (ZeRO-2 on the CPU accelerator), hf (Hugging Face Trainer)
+        deepspeed (ZeRO-2 on the CPU accelerator), hf (Hugging Face Trainer),
+        megatron (megatron-core dist_checkpointing, torch_dist, iter_NNNNNNN/)
 
 It trains STEPS steps of a tiny model built here (no downloads), saves every
 EVERY steps in the library's own layout, and at start loads the step launch
@@ -12,9 +13,10 @@ agreed on (LAUNCH_RESUME_STEP; DeepSpeed the usual way, load_checkpoint(dir),
 which must land on the same step). Environment:
   PHASE       a name for the files below
   KILL        "after:S:R": rank R SIGKILLs itself at the start of step S
-              (every save before it complete); "save:S:0": rank 0 SIGKILLs
+              (every save before it complete); "save:S:R": rank R SIGKILLs
               itself inside the save of step S (data written, the library's
-              last file not). Only in round 0 (LAUNCH_ROUND) of the phase.
+              last file not; R is 0 but for DeepSpeed). Only in round 0
+              (LAUNCH_ROUND) of the phase.
 Files in OUT: start-PHASE-rROUND.json (rank 0: the resume step it was
 given and the checkpoint tree's hashes as it found it), kill-PHASE.json
 (the tree just before the kill), final-PHASE.txt (SHA-256 of the final
@@ -97,6 +99,19 @@ def batch(step, rank):
     return torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)
 
 
+def train(model, opt, start, save):
+    """Steps start..STEPS of Adam on the batches above, save(step) every
+    EVERY steps."""
+    for step in range(start, STEPS + 1):
+        maybe_die_before(step)
+        x, y = batch(step, RANK)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        if step % EVERY == 0:
+            save(step)
+
+
 # ---- DCP: DDP and FSDP2 ------------------------------------------------------------
 
 def run_dcp(fsdp):
@@ -135,19 +150,15 @@ def run_dcp(fsdp):
         set_state_dict(model, opt, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
         start = int(RESUME) + 1
-    for step in range(start, STEPS + 1):
-        maybe_die_before(step)
-        x, y = batch(step, RANK)
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-        if step % EVERY == 0:
-            msd, osd = get_state_dict(model, opt)
-            path = os.path.join(CK, name % step)
-            if KIND == "save" and step == KSTEP:
-                dcp.save({"model": msd, "optim": osd}, storage_writer=KillingWriter(path))
-            else:
-                dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+
+    def save(step):
+        msd, osd = get_state_dict(model, opt)
+        path = os.path.join(CK, name % step)
+        if KIND == "save" and step == KSTEP:
+            dcp.save({"model": msd, "optim": osd}, storage_writer=KillingWriter(path))
+        else:
+            dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+    train(model, opt, start, save)
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
                                                                   cpu_offload=True))
     finished(full)
@@ -226,6 +237,108 @@ def run_deepspeed():
     finished(dict(engine.module.named_parameters()))
 
 
+# ---- megatron-core dist_checkpointing (torch_dist) ---------------------------------
+
+def run_megatron():
+    """megatron-core's dist_checkpointing in Megatron-LM's layout:
+    iter_NNNNNNN/ saved with the torch_dist strategy (common.pt, DCP's
+    __R_I.distcp and .metadata, then metadata.json), and the tracker
+    latest_checkpointed_iteration.txt that Megatron-LM's training loop
+    writes after a complete save (written here the same way). Each rank
+    saves its half (dim 0) of every model tensor and of Adam's moments, as
+    tensor-parallel shards; a resume loads them whole on every rank
+    (megatron-core reshards)."""
+    if not torch.cuda.is_available():
+        # megatron-core 0.16 assumes CUDA in two places of a synchronous
+        # torch_dist save: FileSystemWriterAsync.preload_tensors calls
+        # torch.cuda.synchronize() after copying the tensors to the CPU
+        # (on the CPU the copies are synchronous: nothing to wait for), and
+        # save_state_dict_async_finalize broadcasts its failure flag in a
+        # tensor on torch.cuda.current_device() (gloo broadcasts it from
+        # the CPU). This process only, without CUDA.
+        torch.cuda.synchronize = lambda device=None: None
+        torch.cuda.current_device = lambda: "cpu"
+    from megatron.core import dist_checkpointing, parallel_state
+    from megatron.core.dist_checkpointing import ShardedTensor
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+    dist.init_process_group("gloo")
+    parallel_state.initialize_model_parallel(1, 1)
+    world = dist.get_world_size()
+    model = torch.nn.parallel.DistributedDataParallel(net())
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    names = [n for n, _ in model.module.named_parameters()]
+
+    def sharded(step):
+        """This rank's halves of the parameters and Adam's moments."""
+        sd = {"iteration": step}
+        st = opt.state_dict()["state"]
+        for i, (n, p) in enumerate(model.module.named_parameters()):
+            parts = {"model." + n: p.detach()}
+            if i in st:
+                parts["optim.exp_avg." + n] = st[i]["exp_avg"]
+                parts["optim.exp_avg_sq." + n] = st[i]["exp_avg_sq"]
+                sd["optim.step." + n] = st[i]["step"]
+            for k, t in parts.items():
+                sd[k] = ShardedTensor.from_rank_offsets(
+                    k, t.chunk(world)[RANK].clone(), (0, RANK, world), replica_id=0)
+        return sd
+
+    if KIND == "save" and RANK == KRANK:
+        orig = filesystem_async.FileSystemWriterAsync.finish
+
+        def finish_then_die(self, metadata, results):
+            # Inside the save of step KSTEP, on DCP's coordinator: every
+            # rank's .distcp written, DCP's .metadata and megatron-core's
+            # metadata.json not.
+            if "iter_%07d" % KSTEP in str(self.path):
+                dump("kill-%s.json" % PHASE, launchtest.tree_hash(CK))
+                sys.stdout.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return orig(self, metadata, results)
+        filesystem_async.FileSystemWriterAsync.finish = finish_then_die
+
+    started()
+    start = 1
+    if RESUME:
+        step = int(RESUME)
+        with open(os.path.join(CK, "latest_checkpointed_iteration.txt")) as f:
+            assert int(f.read()) == step, "Megatron's tracker is not at the agreed step"
+        tmpl = {"iteration": 0}
+        for n, p in model.module.named_parameters():
+            for k in ("model." + n, "optim.exp_avg." + n, "optim.exp_avg_sq." + n):
+                tmpl[k] = ShardedTensor.from_rank_offsets(k, torch.zeros_like(p),
+                                                          replica_id=RANK)
+        sd = dist_checkpointing.load(tmpl, os.path.join(CK, "iter_%07d" % step))
+        assert sd["iteration"] == step, sd["iteration"]
+        with torch.no_grad():
+            for n, p in model.module.named_parameters():
+                p.copy_(sd["model." + n])
+        osd = opt.state_dict()
+        osd["state"] = {i: {"step": sd["optim.step." + n], "exp_avg": sd["optim.exp_avg." + n],
+                            "exp_avg_sq": sd["optim.exp_avg_sq." + n]}
+                        for i, n in enumerate(names)}
+        opt.load_state_dict(osd)
+        start = step + 1
+
+    def save(step):
+        d = os.path.join(CK, "iter_%07d" % step)
+        if RANK == 0:
+            os.makedirs(d, exist_ok=True)
+        dist.barrier()
+        dist_checkpointing.save(sharded(step), d, sharded_strategy=("torch_dist", 1))
+        dist.barrier()
+        if RANK == 0:
+            # Megatron-LM's training.save_checkpoint, after every rank
+            # finished: the tracker names the new iteration.
+            with open(os.path.join(CK, "latest_checkpointed_iteration.txt"), "w") as f:
+                f.write(str(step))
+        dist.barrier()
+    train(model, opt, start, save)
+    finished(dict(model.module.named_parameters()))
+    parallel_state.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
 # ---- Hugging Face Trainer -----------------------------------------------------------
 
 def run_hf():
@@ -277,4 +390,4 @@ def run_hf():
 
 if __name__ == "__main__":
     {"dcp-ddp": lambda: run_dcp(False), "dcp-fsdp2": lambda: run_dcp(True),
-     "deepspeed": run_deepspeed, "hf": run_hf}[MODE]()
+     "deepspeed": run_deepspeed, "hf": run_hf, "megatron": run_megatron}[MODE]()
