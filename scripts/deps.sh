@@ -8,7 +8,7 @@ set -euo pipefail
 BUILD_PKGS=(build-essential cmake ninja-build pkg-config git
             libuv1-dev libmsgpack-dev libssl-dev libhwloc-dev libnuma-dev)
 TEST_PKGS=(python3 python3-torch hwloc numactl iproute2 procps clang
-           libclang-rt-14-dev slurm-wlm munge python3-yaml util-linux)
+           libclang-rt-14-dev slurm-wlm munge python3-yaml util-linux nftables)
 
 want=("${BUILD_PKGS[@]}")
 if [ "${1:-}" = "--test" ]; then
