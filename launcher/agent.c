@@ -46,6 +46,8 @@ enum {
   A_RUN,         /* workers running */
   A_REPORTED,    /* this node's result reported; waiting for the others */
   A_STOP,        /* stopping workers for a restart */
+  A_FAILOVER,    /* the host was lost: stopping workers, then moving to the
+                    successor host (docs/rendezvous.md#host-failover) */
   A_FINISH,      /* the job ended: stopping, printing, closing */
   A_CLOSED
 };
@@ -111,6 +113,15 @@ typedef struct agent_s {
   int closing_handles;
   resume_t *ck; /* --ckpt-dir: the resume agreement and commits */
   int64_t done_round; /* the round whose success report waits for a commit */
+  /* host failover: the last round's successors (by node rank, without
+   * the host), this node's address as the server saw it, node 0's name */
+  char **succ_hosts, **succ_addrs;
+  size_t nsucc;
+  char my_addr[INET6_ADDRSTRLEN + 8];
+  char node0_host[256];
+  int64_t fo_prev_round, fo_prev_restarts, fo_survivors; /* the next JOIN's */
+  int failovers;
+  uint64_t fo_started_ms;
 } agent_t;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -127,6 +138,7 @@ static void finished_stopping(wk_group_t *g, void *arg);
 static void send_join(agent_t *a);
 static void run_round(agent_t *a);
 static void on_resumed(void *arg, const resume_result_t *res);
+static void failover_stopped(wk_group_t *g, void *arg);
 
 /* A free TCP port on addr (bind 0, read it, close): for rank 0's own
  * TCPStore in --torch-store rank0 mode, as torchrun does. */
@@ -222,6 +234,17 @@ static void free_round(agent_t *a) {
 
 /* torchrun substitutes ${local_rank} in the program's arguments: each
  * rank's argv when one holds it (a->rank_argv stays NULL otherwise). */
+static void free_succ(agent_t *a) {
+  for (size_t i = 0; i < a->nsucc; i++) {
+    free(a->succ_hosts[i]);
+    free(a->succ_addrs[i]);
+  }
+  free(a->succ_hosts);
+  free(a->succ_addrs);
+  a->succ_hosts = a->succ_addrs = NULL;
+  a->nsucc = 0;
+}
+
 static int make_rank_argv(agent_t *a) {
   static const char macro[] = "${local_rank}";
   int any = 0, n = 0;
@@ -670,6 +693,26 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   a->base_rank = (int)r.base_rank;
   a->master_port = (int)r.master_port;
   lu_strlcpy(a->node0_addr, r.node0_addr, sizeof(a->node0_addr));
+  lu_strlcpy(a->node0_host, r.node0_host, sizeof(a->node0_host));
+  lu_strlcpy(a->my_addr, r.addr, sizeof(a->my_addr));
+  /* The successors of this round's host: the lists are ours now. */
+  free_succ(a);
+  if (r.nsucc_hosts == r.nsucc_addrs) {
+    a->succ_hosts = r.succ_hosts;
+    a->succ_addrs = r.succ_addrs;
+    a->nsucc = r.nsucc_hosts;
+    r.succ_hosts = r.succ_addrs = NULL;
+    r.nsucc_hosts = r.nsucc_addrs = 0;
+  }
+  msg_round_free(&r);
+  if (a->fo_prev_round >= 0) {
+    say(a, "job %s re-formed under the new host %s:%d: round %" PRId64
+           ", %d nodes, %.3f s after the host was lost", a->o->run_id,
+        a->ep_host, a->ep_port, a->round, a->nnodes,
+        (uv_now(a->loop) - a->fo_started_ms) / 1000.0);
+    a->fo_prev_round = -1;
+    a->fo_survivors = a->fo_prev_restarts = 0;
+  }
   if (a->ck) {
     resume_round_t rr = {a->round, a->node_rank, a->nnodes, a->world_size,
                          a->base_rank, a->o->nproc, a->o->host};
@@ -775,6 +818,10 @@ static void send_join(agent_t *a) {
   j.expected = o->expected_hosts;
   j.nexpected = o->nexpected;
   j.fingerprint = a->fp_text;
+  j.hosting = a->hosting;
+  j.prev_round = a->fo_prev_round;
+  j.prev_restarts = a->fo_prev_restarts;
+  j.survivors = a->fo_survivors;
   msg_join_pack(ac_begin(a->ac, PROTO_OP_JOIN, 1), &j);
   if (ac_send(a->ac, join_reply, a) != 0) {
     LU_ERR(&a->log, "cannot send JOIN: %s", ac_last_error(a->ac));
@@ -794,6 +841,10 @@ static void restart_stopped(wk_group_t *g, void *arg) {
   (void)g;
   if (a->state == A_FINISH) { /* the job ended while they stopped */
     finished_stopping(g, a);
+    return;
+  }
+  if (a->state == A_FAILOVER) { /* the host was lost while they stopped */
+    failover_stopped(g, a);
     return;
   }
   if (a->state != A_STOP)
@@ -932,12 +983,142 @@ static const char *port_taken_hint(const agent_t *a) {
   return buf;
 }
 
+/* ---- host failover (docs/rendezvous.md#host-failover) ------------------------------------------------- */
+
+static int start_server(agent_t *a, const char *ip, int port);
+static int new_client(agent_t *a);
+static void on_connected(ac_t *ac, int status, void *arg);
+
+/* The checkpoint agreement talks to the server at ep_host:ep_port. */
+static int new_resume(agent_t *a) {
+  char ep[300];
+  snprintf(ep, sizeof(ep), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
+           a->ep_host, a->ep_port);
+  return resume_new(a->loop, a->o, &a->log, ep, a->token, a->token_len,
+                    &a->ck);
+}
+
+/* Does the loss of the server's connection move the job to a successor?
+ * Only when the host's kernel closed it (its agent died, the machine did
+ * not, and its workers died with it): a silent host (a stop, a partition)
+ * still ends the job here, as no majority rule guards against two sides
+ * both going on (issue #28). A static job keeps its fixed node ranks and
+ * its endpoint: not moved either. */
+static int can_fail_over(const agent_t *a, int status) {
+  if (a->hosting || a->round < 0 || a->nsucc == 0 ||
+      a->o->backend == CFG_BACKEND_STATIC || a->o->standalone)
+    return 0;
+  if (status != RDZV_ECLOSED && status != UV_ECONNRESET)
+    return 0;
+  return a->state == A_JOIN || a->state == A_RESUME || a->state == A_RUN ||
+         a->state == A_REPORTED || a->state == A_STOP;
+}
+
+/* The workers stopped: host the server here when this node is the first
+ * successor, else join the first successor's. */
+static void failover_stopped(wk_group_t *g, void *arg) {
+  agent_t *a = arg;
+  char lost[300], lost_host[256];
+  const char *new_addr, *new_host;
+  int here, rc;
+  if (a->state == A_FINISH) {
+    finished_stopping(g, a);
+    return;
+  }
+  if (a->state != A_FAILOVER)
+    return;
+  clear_failures(a);
+  snprintf(lost, sizeof(lost), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
+           a->ep_host, a->ep_port);
+  lu_strlcpy(lost_host, strcmp(a->node0_addr, a->ep_host) == 0
+                            ? a->node0_host : a->ep_host, sizeof(lost_host));
+  new_addr = a->succ_addrs[0];
+  new_host = a->succ_hosts[0];
+  here = strcmp(new_addr, a->my_addr) == 0;
+  a->failovers++;
+  /* The one line an operator needs: who was lost, who hosts now. */
+  LU_WARN(&a->log, "rendezvous host %s (%s) lost: its connection was "
+                   "closed; the new host is %s (%s:%d)%s; failover %d of "
+                   "job %s", lost_host, lost, new_host, new_addr, a->ep_port,
+          here ? ", this node" : "", a->failovers, a->o->run_id);
+  a->fo_prev_round = a->round;
+  a->fo_prev_restarts = a->restarts_spent;
+  a->fo_survivors = (int64_t)a->nsucc;
+  if (a->ac) {
+    ac_close(a->ac, NULL, NULL);
+    a->ac = NULL;
+  }
+  hang_set_ac(a->hang, NULL);
+  if (a->ck) {
+    resume_free(a->ck);
+    a->ck = NULL;
+  }
+  if (here) {
+    rc = start_server(a, new_addr, a->ep_port);
+    if (rc != 0) {
+      LU_ERR(&a->log, "cannot host the rendezvous server on %s:%d after the "
+             "host was lost: %s", new_addr, a->ep_port,
+             rc < -1000 ? rdzv_strerror(rc) : uv_strerror(rc));
+      if (a->srv) {
+        srv_close(a->srv, NULL, NULL);
+        a->srv = NULL;
+      }
+      a->exit_code = LAUNCH_EXIT_RDZV;
+      a->finish_ok = 0;
+      finish(a);
+      return;
+    }
+    a->hosting = 1;
+  }
+  lu_strlcpy(a->ep_host, new_addr, sizeof(a->ep_host));
+  /* The workers' store moves with the server. */
+  lu_strlcpy(a->store_host, new_addr, sizeof(a->store_host));
+  if ((a->o->ckpt_dir[0] && new_resume(a) != 0) || new_client(a) != 0 ||
+      ac_connect(a->ac, on_connected) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    a->finish_ok = 0;
+    finish(a);
+    return;
+  }
+  hang_set_ac(a->hang, a->ac);
+  a->state = A_CONNECT;
+  a->join_started_ms = uv_now(a->loop);
+}
+
+/* The host's connection was closed by its kernel: stop the workers, then
+ * move (failover_stopped). */
+static void fail_over(agent_t *a) {
+  int was = a->state;
+  a->fo_started_ms = uv_now(a->loop);
+  a->state = A_FAILOVER;
+  uv_timer_stop(&a->hb_timer);
+  uv_timer_stop(&a->status_timer);
+  uv_timer_stop(&a->barrier_timer);
+  if (was == A_STOP)
+    return; /* a restart's stop is under way: restart_stopped goes on */
+  if (a->ck) {
+    if (was == A_RESUME)
+      resume_cancel(a->ck);
+    else
+      resume_commit_stop(a->ck);
+  }
+  if (a->wg && wk_live(a->wg) > 0)
+    wk_stop(a->wg, SIGTERM, (int)a->o->stop_grace_ms, failover_stopped, a);
+  else
+    failover_stopped(a->wg, a);
+}
+
 static void on_lost(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
   (void)ac;
-  (void)status;
   if (a->state == A_FINISH || a->state == A_CLOSED)
     return;
+  if (can_fail_over(a, status)) {
+    LU_WARN(&a->log, "%s; stopping the workers, moving to the next host",
+            ac_last_error(a->ac));
+    fail_over(a);
+    return;
+  }
   LU_ERR(&a->log, "%s; stopping the workers%s", ac_last_error(a->ac),
          port_taken_hint(a));
   /* the rendezvous is gone: another try may work (docs/exit-codes.md) */
@@ -1312,11 +1493,63 @@ static int new_hang(agent_t *a) {
   return hang_new(a->loop, &hc, &hooks, &a->hang);
 }
 
+/* Create the server on ip:port and listen. RET 0; or an error with a->srv
+ * NULL (it could not be made), or the listen error with a->srv still to
+ * close (the caller says why). */
+static int start_server(agent_t *a, const char *ip, int port) {
+  cfg_t *o = a->o;
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  int rc;
+  cfg.host = ip;
+  cfg.port = port;
+  /* Connections may hold a quarter of --max-memory at 16 KiB each: the
+   * default admits 8,192. Room for every agent of the largest round and
+   * every worker's store client (a cap, not an allocation). */
+  cfg.max_memory = LU_MAX(cfg.max_memory,
+                          ((size_t)o->max_nodes * (size_t)(1 + o->nproc) + 64) *
+                              (64u << 10));
+  cfg.token = a->token;
+  cfg.token_len = a->token_len;
+  {
+    /* LAUNCH_HANDSHAKE_TIMEOUT: the hosted server's --handshake-timeout
+     * (tests make it short) */
+    const char *v = sched_getenv(o->environ, "LAUNCH_HANDSHAKE_TIMEOUT");
+    int64_t ms;
+    if (v && lu_parse_duration_ms(v, &ms) == 0 && ms > 0 && ms < INT32_MAX)
+      cfg.handshake_ms = (uint32_t)ms;
+  }
+  cfg.tcpstore_job = o->run_id;
+  cfg.tcpstore_allow = o->tcpstore_allow[0] ? o->tcpstore_allow : NULL;
+  if (o->tls_ca[0] && !o->tls_cert[0]) {
+    LU_ERR(&a->log, "hosting the rendezvous server with TLS needs this "
+           "node's certificate: give --tls-cert and --tls-key "
+           "(docs/protocol.md#tls)");
+    return RDZV_EINVAL; /* a->srv stays NULL */
+  }
+  /* With a certificate of its own, the node requires one of every client
+   * (mutual TLS), signed by --tls-ca. */
+  cfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
+  cfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
+  cfg.tls_ca = o->tls_cert[0] && o->tls_ca[0] ? o->tls_ca : NULL;
+  /* The agent says what happens; the server it hosts only warns. */
+  a->srv_log = a->log;
+  if (a->srv_log.level > LU_LOG_WARN && !a->srv_log.debug)
+    a->srv_log.level = LU_LOG_WARN;
+  cfg.log = &a->srv_log;
+  rc = srv_new(a->loop, &cfg, &a->srv);
+  if (rc != 0) {
+    a->srv = NULL;
+    return rc;
+  }
+  rounds_install(a->srv);
+  rc = srv_listen(a->srv);
+  return rc;
+}
+
 /* Host the server here? Then start it. RET 0 or an error. */
 static int maybe_host(agent_t *a) {
   cfg_t *o = a->o;
   char ip[INET6_ADDRSTRLEN] = "";
-  srv_config_t cfg = SRV_CONFIG_INIT;
   char who[128] = "";
   int want, rc, pid = 0, is_launch = 0;
   if (o->standalone) {
@@ -1359,47 +1592,9 @@ static int maybe_host(agent_t *a) {
   }
   if (!want)
     return 0;
-  cfg.host = ip;
-  cfg.port = o->endpoint_port;
-  /* Connections may hold a quarter of --max-memory at 16 KiB each: the
-   * default admits 8,192. Room for every agent of the largest round and
-   * every worker's store client (a cap, not an allocation). */
-  cfg.max_memory = LU_MAX(cfg.max_memory,
-                          ((size_t)o->max_nodes * (size_t)(1 + o->nproc) + 64) *
-                              (64u << 10));
-  cfg.token = a->token;
-  cfg.token_len = a->token_len;
-  {
-    /* LAUNCH_HANDSHAKE_TIMEOUT: the hosted server's --handshake-timeout
-     * (tests make it short) */
-    const char *v = sched_getenv(o->environ, "LAUNCH_HANDSHAKE_TIMEOUT");
-    int64_t ms;
-    if (v && lu_parse_duration_ms(v, &ms) == 0 && ms > 0 && ms < INT32_MAX)
-      cfg.handshake_ms = (uint32_t)ms;
-  }
-  cfg.tcpstore_job = o->run_id;
-  cfg.tcpstore_allow = o->tcpstore_allow[0] ? o->tcpstore_allow : NULL;
-  if (o->tls_ca[0] && !o->tls_cert[0]) {
-    LU_ERR(&a->log, "hosting the rendezvous server with TLS needs this "
-           "node's certificate: give --tls-cert and --tls-key "
-           "(docs/protocol.md#tls)");
-    return RDZV_EINVAL;
-  }
-  /* With a certificate of its own, the node requires one of every client
-   * (mutual TLS), signed by --tls-ca. */
-  cfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
-  cfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
-  cfg.tls_ca = o->tls_cert[0] && o->tls_ca[0] ? o->tls_ca : NULL;
-  /* The agent says what happens; the server it hosts only warns. */
-  a->srv_log = a->log;
-  if (a->srv_log.level > LU_LOG_WARN && !a->srv_log.debug)
-    a->srv_log.level = LU_LOG_WARN;
-  cfg.log = &a->srv_log;
-  rc = srv_new(a->loop, &cfg, &a->srv);
-  if (rc != 0)
+  rc = start_server(a, ip, o->endpoint_port);
+  if (rc != 0 && a->srv == NULL)
     return rc;
-  rounds_install(a->srv);
-  rc = srv_listen(a->srv);
   if (rc == UV_EADDRINUSE) {
     pid = launch_port_holder(o->endpoint_port, who, sizeof(who));
     is_launch = pid > 0 && strncmp(who, "launch ", 7) == 0;
@@ -1443,10 +1638,33 @@ static int maybe_host(agent_t *a) {
   return 0;
 }
 
+/* The connection to the server at ep_host:ep_port. RET 0 or an error. */
+static int new_client(agent_t *a) {
+  cfg_t *o = a->o;
+  ac_config_t acfg;
+  memset(&acfg, 0, sizeof(acfg));
+  acfg.host = a->ep_host;
+  acfg.port = a->ep_port;
+  acfg.local_addr = o->local_addr;
+  acfg.job = o->run_id;
+  acfg.role = "agent";
+  acfg.token = a->token;
+  acfg.token_len = a->token_len;
+  acfg.connect_timeout_ms = (int)LU_MIN(connect_limit_ms(a), INT32_MAX);
+  acfg.log = &a->log;
+  /* A silent server is noticed within the bound that drops a silent
+   * member: three heartbeats (or read_timeout when shorter). */
+  acfg.reply_timeout_ms =
+      (int)LU_MIN(o->read_timeout_ms, 3 * o->heartbeat_ms);
+  acfg.tls_ca = o->tls_ca[0] ? o->tls_ca : NULL;
+  acfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
+  acfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
+  return ac_new(a->loop, &acfg, on_push, on_lost, a, &a->ac);
+}
+
 int agent_run(cfg_t *o) {
   agent_t *a = calloc(1, sizeof(*a));
   uv_loop_t loop;
-  ac_config_t acfg;
   int rc;
   static const int all_sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1,
                                  SIGUSR2};
@@ -1455,6 +1673,7 @@ int agent_run(cfg_t *o) {
   a->o = o;
   a->loop = &loop;
   a->round = -1;
+  a->fo_prev_round = -1;
   a->run_lock = -1;
   a->exit_code = 1;
   uv_loop_init(&loop);
@@ -1554,34 +1773,11 @@ int agent_run(cfg_t *o) {
   }
   if (o->torch_store == CFG_STORE_RANK0)
     a->my_master_port = free_port(o->local_addr);
-  if (o->ckpt_dir[0]) {
-    char ep[300];
-    snprintf(ep, sizeof(ep), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
-             a->ep_host, a->ep_port);
-    if ((rc = resume_new(&loop, o, &a->log, ep, a->token, a->token_len,
-                         &a->ck)) != 0) {
-      a->exit_code = 1;
-      goto out;
-    }
+  if (o->ckpt_dir[0] && (rc = new_resume(a)) != 0) {
+    a->exit_code = 1;
+    goto out;
   }
-  memset(&acfg, 0, sizeof(acfg));
-  acfg.host = a->ep_host;
-  acfg.port = a->ep_port;
-  acfg.local_addr = o->local_addr;
-  acfg.job = o->run_id;
-  acfg.role = "agent";
-  acfg.token = a->token;
-  acfg.token_len = a->token_len;
-  acfg.connect_timeout_ms = (int)LU_MIN(connect_limit_ms(a), INT32_MAX);
-  acfg.log = &a->log;
-  /* A silent server is noticed within the bound that drops a silent
-   * member: three heartbeats (or read_timeout when shorter). */
-  acfg.reply_timeout_ms =
-      (int)LU_MIN(o->read_timeout_ms, 3 * o->heartbeat_ms);
-  acfg.tls_ca = o->tls_ca[0] ? o->tls_ca : NULL;
-  acfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
-  acfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
-  if ((rc = ac_new(&loop, &acfg, on_push, on_lost, a, &a->ac)) != 0 ||
+  if ((rc = new_client(a)) != 0 ||
       (o->hang_timeout_ms > 0 && (rc = new_hang(a)) != 0) ||
       (rc = ac_connect(a->ac, on_connected)) != 0) {
     a->exit_code = 1;
@@ -1601,6 +1797,7 @@ done:
   if (uv_loop_close(&loop) != 0)
     LU_WARN(&a->log, "event loop closed with live handles");
   free_round(a);
+  free_succ(a);
   clear_failures(a);
   if (a->have_root)
     sum_failure_free(&a->root);

@@ -46,6 +46,7 @@ typedef struct rounds_member_s {
   uint64_t last_hb;
   env_fp_t *fp;     /* fingerprint, NULL none */
   int master_port;
+  int hosting;      /* its agent hosts this server: no successor */
 } rounds_member_t;
 
 typedef struct rounds_job_s {
@@ -75,6 +76,9 @@ typedef struct rounds_job_s {
   int has_root;
   msg_failure_t root; /* the root cause of failed_round */
   char reason[1024]; /* why the last restart or the end happened */
+  int failover_expect; /* a job taken over from a lost host: the nodes of
+                          its last round that survived, awaited before the
+                          round forms (docs/rendezvous.md#host-failover) */
 } rounds_job_t;
 
 /* ---- helpers -------------------------------------------------------------------------- */
@@ -257,7 +261,8 @@ static int cmp_select(const void *a, const void *b) {
 }
 
 static void reply_round(rounds_job_t *rj, rounds_member_t *m,
-                        const rounds_member_t *node0, int n, int world) {
+                        const rounds_member_t *node0, int n, int world,
+                        char **succ_hosts, char **succ_addrs, size_t nsucc) {
   msg_round_t r;
   /* Each reply carries this node's place and node 0's address only (rank
    * 0's store in --torch-store rank0 mode): O(1) per node, not O(nodes);
@@ -275,6 +280,10 @@ static void reply_round(rounds_job_t *rj, rounds_member_t *m,
     lu_strlcpy(r.node0_addr, node0->addr, sizeof(r.node0_addr));
     lu_strlcpy(r.node0_host, node0->host, sizeof(r.node0_host));
   }
+  r.succ_hosts = succ_hosts;
+  r.nsucc_hosts = nsucc;
+  r.succ_addrs = succ_addrs;
+  r.nsucc_addrs = nsucc;
   srv__reply_begin(m->c, m->join_id, 0, 1);
   msg_round_pack(&m->c->out.pk, &r);
   srv__reply_end(m->c);
@@ -324,7 +333,9 @@ static int refuse_mismatch(rounds_job_t *rj, rounds_member_t *node0,
 static int form_round(rounds_job_t *rj) {
   srv_t *s = rj->job->srv;
   int n = rj->nstate[M_JOINING], k = 0, world = 0;
-  rounds_member_t **all, **sel, *node0 = NULL;
+  rounds_member_t **all, **sel, *node0 = NULL, **by_rank;
+  char **succ_hosts, **succ_addrs;
+  size_t nsucc = 0;
   unsigned char *taken;
   if (n <= 0 || (all = calloc((size_t)n, sizeof(*all))) == NULL)
     return 0;
@@ -417,31 +428,43 @@ static int form_round(rounds_job_t *rj) {
   }
   /* Global ranks, contiguous per node in node-rank order (node ranks are
    * 0..n-1, each once: all[] is reordered by them). */
-  {
-    rounds_member_t **by_rank = calloc((size_t)n, sizeof(*by_rank));
-    if (by_rank == NULL) {
-      free(all);
-      return 0;
-    }
-    for (int i = 0; i < n; i++)
-      by_rank[sel[i]->node_rank] = sel[i];
-    for (int r = 0; r < n; r++) {
-      by_rank[r]->base_rank = world;
-      world += by_rank[r]->nproc;
-    }
+  by_rank = calloc((size_t)n, sizeof(*by_rank));
+  succ_hosts = calloc((size_t)n, sizeof(*succ_hosts));
+  succ_addrs = calloc((size_t)n, sizeof(*succ_addrs));
+  if (by_rank == NULL || succ_hosts == NULL || succ_addrs == NULL) {
     free(by_rank);
+    free(succ_hosts);
+    free(succ_addrs);
+    free(all);
+    return 0;
   }
+  for (int i = 0; i < n; i++)
+    by_rank[sel[i]->node_rank] = sel[i];
+  for (int r = 0; r < n; r++) {
+    by_rank[r]->base_rank = world;
+    world += by_rank[r]->nproc;
+    /* The successors: every member but the one that hosts this server,
+     * by node rank (the strings stay the members' own) */
+    if (!by_rank[r]->hosting) {
+      succ_hosts[nsucc] = by_rank[r]->host;
+      succ_addrs[nsucc++] = by_rank[r]->addr;
+    }
+  }
+  free(by_rank);
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next)
     set_in_round(LIST_ENTRY(it, rounds_member_t, link), 0);
   rj->round++;
+  rj->failover_expect = 0;
   rj->refused[0] = '\0'; /* a round formed: the refusals are answered */
   rj->state = R_RUNNING;
   srv__ts_new_round(rj->job, rj->round);
   for (int i = 0; i < n; i++) {
     sel[i]->last_hb = srv__now();
     set_member(sel[i], M_RUNNING, 1, sel[i]->c);
-    reply_round(rj, sel[i], node0, n, world);
+    reply_round(rj, sel[i], node0, n, world, succ_hosts, succ_addrs, nsucc);
   }
+  free(succ_hosts);
+  free(succ_addrs);
   LU_INFO(&s->log, "job %s: round %" PRId64 " formed: %d nodes, world size "
           "%d", rj->job->name, rj->round, n, world);
   free(all);
@@ -493,7 +516,9 @@ static void evaluate(rounds_job_t *rj) {
       rj->min_since = now;
     if (n < rj->min)
       rj->min_since = 0;
-    if (n >= rj->max || (rj->round >= 0 && rejoined && n >= rj->min) ||
+    if (n >= rj->max ||
+        (rj->round >= 0 && rejoined && n >= rj->min &&
+         n >= rj->failover_expect) ||
         (n >= rj->min && rj->min_since &&
          now >= rj->min_since + (uint64_t)rj->last_call_ms)) {
       if (form_round(rj))
@@ -613,6 +638,13 @@ static int configure(rounds_job_t *rj, msg_join_t *j, char *err, size_t cap) {
   j->expected = NULL;
   j->nexpected = 0;
   rj->configured = 1;
+  if (j->prev_round >= 0) {
+    /* Taken over from a lost host: go on from its last round and its
+     * restarts, and wait for the survivors of that round. */
+    rj->round = j->prev_round;
+    rj->failures = (int)LU_MAX(0, LU_MIN(j->prev_restarts, 1 << 30));
+    rj->failover_expect = (int)LU_MAX(0, LU_MIN(j->survivors, rj->max));
+  }
   return 0;
 }
 
@@ -679,6 +711,7 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
     m->nproc = (int)j.nproc;
     m->pref_rank = (int)LU_MAX(-1, LU_MIN(j.rank, 1 << 20));
     m->master_port = (int)j.master_port;
+    m->hosting = j.hosting;
     env_fp_free(m->fp);
     m->fp = fp;
     fp = NULL;
