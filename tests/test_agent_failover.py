@@ -63,7 +63,7 @@ def kill_host_and_watch(n, nnodes, run_id, extra=()):
         print("figure: host failover, %d nodes (%s, 2 workers each, heartbeat 0.3 s): "
               "kill -9 of the host -> the new round's last worker started in %.2f s"
               % (n, nnodes, took))
-        return gen1, outs
+        return gen1, outs, took
     finally:
         for a in ags:
             a.kill()
@@ -86,7 +86,7 @@ def test_checkpoint_agreement_after_failover():
     from test_ckpt_resume import write_step
     ck = tempfile.mkdtemp()
     write_step(ck, 7, 4, True)
-    gen1, outs = kill_host_and_watch(2, "1:2", "fock", ["--ckpt-dir", ck])
+    gen1, outs, _ = kill_host_and_watch(2, "1:2", "fock", ["--ckpt-dir", ck])
     for r in gen1:
         assert r["env"]["LAUNCH_RESUME_STEP"] == "7", r["env"]
     assert outs[0].count("resuming from checkpoint step 7") == 2, outs[0]

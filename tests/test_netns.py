@@ -30,9 +30,14 @@ def agent(c, i, nnodes, conf, prog, run_id):
 
 
 def test_rendezvous_under_loss():
-    n = int(os.environ.get("LAUNCH_NETNS_NODES", "16"))
+    rendezvous_under_loss(int(os.environ.get("LAUNCH_NETNS_NODES", "16")))
+
+
+def rendezvous_under_loss(n, delay_ms=25, loss_pct=2):
+    """n agents in n namespaces running /bin/true; RET (the seconds until
+    the last one was in its round, until all ended, what was applied)."""
     with netns.Cluster(n) as c:
-        applied = [c.degrade(i, delay_ms=25, loss_pct=2) for i in range(n)]
+        applied = [c.degrade(i, delay_ms=delay_ms, loss_pct=loss_pct) for i in range(n)]
         t0 = time.time()
         ags = [agent(c, i, str(n), "join_timeout=120,last_call_timeout=1", ["/bin/true"],
                      "nn%d" % n) for i in range(n)]
@@ -60,6 +65,7 @@ def test_rendezvous_under_loss():
         print("figure: netns rendezvous, %d nodes, each eth0: %s; last node in its "
               "round %.2f s after the start, all agents done %.2f s; load %.1f on %d "
               "cores" % (n, applied[0], max(formed.values()), total, load, cores))
+        return max(formed.values()), total, applied[0]
 
 
 def test_partition_worker_node():
