@@ -120,6 +120,8 @@ typedef struct agent_s {
   char my_addr[INET6_ADDRSTRLEN + 8];
   char node0_host[256];
   int64_t fo_prev_round, fo_prev_restarts, fo_survivors; /* the next JOIN's */
+  int64_t fo_quorum;
+  int fo_silent;     /* the host went silent (no closed connection) */
   int failovers;
   uint64_t fo_started_ms;
 } agent_t;
@@ -711,7 +713,7 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
         a->ep_host, a->ep_port, a->round, a->nnodes,
         (uv_now(a->loop) - a->fo_started_ms) / 1000.0);
     a->fo_prev_round = -1;
-    a->fo_survivors = a->fo_prev_restarts = 0;
+    a->fo_survivors = a->fo_prev_restarts = a->fo_quorum = 0;
   }
   if (a->ck) {
     resume_round_t rr = {a->round, a->node_rank, a->nnodes, a->world_size,
@@ -822,6 +824,7 @@ static void send_join(agent_t *a) {
   j.prev_round = a->fo_prev_round;
   j.prev_restarts = a->fo_prev_restarts;
   j.survivors = a->fo_survivors;
+  j.quorum = a->fo_quorum;
   msg_join_pack(ac_begin(a->ac, PROTO_OP_JOIN, 1), &j);
   if (ac_send(a->ac, join_reply, a) != 0) {
     LU_ERR(&a->log, "cannot send JOIN: %s", ac_last_error(a->ac));
@@ -986,7 +989,8 @@ static const char *port_taken_hint(const agent_t *a) {
 /* ---- host failover (docs/rendezvous.md#host-failover) ------------------------------------------------- */
 
 static int start_server(agent_t *a, const char *ip, int port);
-static int new_client(agent_t *a);
+static int new_client(agent_t *a, int64_t connect_ms);
+static int64_t connect_limit_ms(const agent_t *a);
 static void on_connected(ac_t *ac, int status, void *arg);
 
 /* The checkpoint agreement talks to the server at ep_host:ep_port. */
@@ -998,29 +1002,60 @@ static int new_resume(agent_t *a) {
                     &a->ck);
 }
 
-/* Does the loss of the server's connection move the job to a successor?
- * Only when the host's kernel closed it (its agent died, the machine did
- * not, and its workers died with it): a silent host (a stop, a partition)
- * still ends the job here, as no majority rule guards against two sides
- * both going on (issue #28). A static job keeps its fixed node ranks and
- * its endpoint: not moved either. */
-static int can_fail_over(const agent_t *a, int status) {
+/* Does the loss of the server move the job to a successor? When the
+ * host's kernel closed the connection (its agent died, or the host dropped
+ * this node: the probe in failover_stopped tells them apart), always; when
+ * the host went silent (stopped, frozen, cut off), only when the survivors
+ * are a majority of the last round, as the host may still run on with the
+ * others (no split brain; docs/rendezvous.md#host-failover). A static job
+ * keeps its fixed node ranks and endpoint: not moved. OUT *silent. */
+static int can_fail_over(const agent_t *a, int status, int *silent,
+                         char *why, size_t cap) {
+  why[0] = '\0';
+  *silent = status == -ETIMEDOUT;
   if (a->hosting || a->round < 0 || a->nsucc == 0 ||
       a->o->backend == CFG_BACKEND_STATIC || a->o->standalone)
     return 0;
-  if (status != RDZV_ECLOSED && status != UV_ECONNRESET)
+  if (status != RDZV_ECLOSED && status != UV_ECONNRESET && !*silent)
     return 0;
+  if (*silent && (int)a->nsucc < a->nnodes / 2 + 1) {
+    snprintf(why, cap, "; the %d other nodes are no majority of the last "
+             "round's %d, so none takes over from a host that may still "
+             "run (no split brain)", (int)a->nsucc, a->nnodes);
+    return 0;
+  }
   return a->state == A_JOIN || a->state == A_RESUME || a->state == A_RUN ||
          a->state == A_REPORTED || a->state == A_STOP;
+}
+
+static void move_to_successor(agent_t *a);
+
+/* The probe of the old host: it answers (it had dropped this node, it is
+ * alive): join it again as any node; else move to the successor. */
+static void probe_done(ac_t *ac, int status, void *arg) {
+  agent_t *a = arg;
+  (void)ac;
+  if (a->state != A_FAILOVER)
+    return;
+  if (status == 0) {
+    say(a, "the rendezvous host %s:%d answers: joining it again", a->ep_host,
+        a->ep_port);
+    a->fo_prev_round = -1;
+    uv_timer_start(&a->hb_timer, hb_cb, (uint64_t)a->o->heartbeat_ms,
+                   (uint64_t)a->o->heartbeat_ms);
+    hang_set_ac(a->hang, a->ac);
+    send_join(a);
+    return;
+  }
+  ac_close(a->ac, NULL, NULL);
+  a->ac = NULL;
+  move_to_successor(a);
 }
 
 /* The workers stopped: host the server here when this node is the first
  * successor, else join the first successor's. */
 static void failover_stopped(wk_group_t *g, void *arg) {
   agent_t *a = arg;
-  char lost[300], lost_host[256];
-  const char *new_addr, *new_host;
-  int here, rc;
   if (a->state == A_FINISH) {
     finished_stopping(g, a);
     return;
@@ -1028,6 +1063,29 @@ static void failover_stopped(wk_group_t *g, void *arg) {
   if (a->state != A_FAILOVER)
     return;
   clear_failures(a);
+  if (a->ac) {
+    ac_close(a->ac, NULL, NULL);
+    a->ac = NULL;
+  }
+  hang_set_ac(a->hang, NULL);
+  /* A closed connection: a dead agent refuses a new one at once, a live
+   * host that dropped this node takes it. A silent host is not asked. */
+  if (!a->fo_silent &&
+      new_client(a, LU_MIN(1000, a->o->heartbeat_ms)) == 0) {
+    if (ac_connect(a->ac, probe_done) == 0)
+      return;
+    ac_close(a->ac, NULL, NULL);
+    a->ac = NULL;
+  }
+  move_to_successor(a);
+}
+
+/* Host the server here when this node is the first successor, else join
+ * the first successor's. */
+static void move_to_successor(agent_t *a) {
+  char lost[300], lost_host[256];
+  const char *new_addr, *new_host;
+  int here, rc;
   snprintf(lost, sizeof(lost), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
            a->ep_host, a->ep_port);
   lu_strlcpy(lost_host, strcmp(a->node0_addr, a->ep_host) == 0
@@ -1037,18 +1095,16 @@ static void failover_stopped(wk_group_t *g, void *arg) {
   here = strcmp(new_addr, a->my_addr) == 0;
   a->failovers++;
   /* The one line an operator needs: who was lost, who hosts now. */
-  LU_WARN(&a->log, "rendezvous host %s (%s) lost: its connection was "
-                   "closed; the new host is %s (%s:%d)%s; failover %d of "
-                   "job %s", lost_host, lost, new_host, new_addr, a->ep_port,
-          here ? ", this node" : "", a->failovers, a->o->run_id);
+  LU_WARN(&a->log, "rendezvous host %s (%s) lost: %s; the new host is %s "
+                   "(%s:%d)%s; failover %d of job %s", lost_host, lost,
+          a->fo_silent ? "it went silent" : "its connection was closed",
+          new_host, new_addr, a->ep_port, here ? ", this node" : "",
+          a->failovers, a->o->run_id);
   a->fo_prev_round = a->round;
   a->fo_prev_restarts = a->restarts_spent;
   a->fo_survivors = (int64_t)a->nsucc;
-  if (a->ac) {
-    ac_close(a->ac, NULL, NULL);
-    a->ac = NULL;
-  }
-  hang_set_ac(a->hang, NULL);
+  /* After a silent host, a majority of the last round must be there. */
+  a->fo_quorum = a->fo_silent ? a->nnodes / 2 + 1 : 0;
   if (a->ck) {
     resume_free(a->ck);
     a->ck = NULL;
@@ -1073,7 +1129,8 @@ static void failover_stopped(wk_group_t *g, void *arg) {
   lu_strlcpy(a->ep_host, new_addr, sizeof(a->ep_host));
   /* The workers' store moves with the server. */
   lu_strlcpy(a->store_host, new_addr, sizeof(a->store_host));
-  if ((a->o->ckpt_dir[0] && new_resume(a) != 0) || new_client(a) != 0 ||
+  if ((a->o->ckpt_dir[0] && new_resume(a) != 0) ||
+      new_client(a, connect_limit_ms(a)) != 0 ||
       ac_connect(a->ac, on_connected) != 0) {
     a->exit_code = LAUNCH_EXIT_INTERNAL;
     a->finish_ok = 0;
@@ -1087,8 +1144,9 @@ static void failover_stopped(wk_group_t *g, void *arg) {
 
 /* The host's connection was closed by its kernel: stop the workers, then
  * move (failover_stopped). */
-static void fail_over(agent_t *a) {
+static void fail_over(agent_t *a, int silent) {
   int was = a->state;
+  a->fo_silent = silent;
   a->fo_started_ms = uv_now(a->loop);
   a->state = A_FAILOVER;
   uv_timer_stop(&a->hb_timer);
@@ -1110,17 +1168,19 @@ static void fail_over(agent_t *a) {
 
 static void on_lost(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
+  char why[300];
+  int silent;
   (void)ac;
   if (a->state == A_FINISH || a->state == A_CLOSED)
     return;
-  if (can_fail_over(a, status)) {
+  if (can_fail_over(a, status, &silent, why, sizeof(why))) {
     LU_WARN(&a->log, "%s; stopping the workers, moving to the next host",
             ac_last_error(a->ac));
-    fail_over(a);
+    fail_over(a, silent);
     return;
   }
-  LU_ERR(&a->log, "%s; stopping the workers%s", ac_last_error(a->ac),
-         port_taken_hint(a));
+  LU_ERR(&a->log, "%s; stopping the workers%s%s", ac_last_error(a->ac),
+         port_taken_hint(a), why);
   /* the rendezvous is gone: another try may work (docs/exit-codes.md) */
   a->exit_code = LAUNCH_EXIT_RDZV;
   a->finish_ok = 0;
@@ -1639,7 +1699,7 @@ static int maybe_host(agent_t *a) {
 }
 
 /* The connection to the server at ep_host:ep_port. RET 0 or an error. */
-static int new_client(agent_t *a) {
+static int new_client(agent_t *a, int64_t connect_ms) {
   cfg_t *o = a->o;
   ac_config_t acfg;
   memset(&acfg, 0, sizeof(acfg));
@@ -1650,7 +1710,7 @@ static int new_client(agent_t *a) {
   acfg.role = "agent";
   acfg.token = a->token;
   acfg.token_len = a->token_len;
-  acfg.connect_timeout_ms = (int)LU_MIN(connect_limit_ms(a), INT32_MAX);
+  acfg.connect_timeout_ms = (int)LU_MIN(connect_ms, INT32_MAX);
   acfg.log = &a->log;
   /* A silent server is noticed within the bound that drops a silent
    * member: three heartbeats (or read_timeout when shorter). */
@@ -1777,7 +1837,7 @@ int agent_run(cfg_t *o) {
     a->exit_code = 1;
     goto out;
   }
-  if ((rc = new_client(a)) != 0 ||
+  if ((rc = new_client(a, connect_limit_ms(a))) != 0 ||
       (o->hang_timeout_ms > 0 && (rc = new_hang(a)) != 0) ||
       (rc = ac_connect(a->ac, on_connected)) != 0) {
     a->exit_code = 1;

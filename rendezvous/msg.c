@@ -66,6 +66,7 @@ static const mfield_t join_f[] = {
     STRV(msg_join_t, expected),      DSTR(msg_join_t, fingerprint),
     BOOL(msg_join_t, hosting),       I64(msg_join_t, prev_round, -1),
     I64(msg_join_t, prev_restarts, 0), I64(msg_join_t, survivors, 0),
+    I64(msg_join_t, quorum, 0),
 };
 static const mdesc_t join_d = DESC("JOIN", join_f);
 

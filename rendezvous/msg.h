@@ -69,6 +69,9 @@ typedef struct msg_join_s {
    * many nodes of that round survived; -1, 0, 0 otherwise. The new server
    * goes on from there instead of from round 0. */
   int64_t prev_round, prev_restarts, survivors;
+  int64_t quorum;           /* the host went silent: the new round needs
+                               this many nodes (a majority of the lost
+                               round's); 0 none */
 } msg_join_t;
 
 /* The reply to JOIN: the round this node is part of. */

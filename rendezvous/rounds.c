@@ -47,6 +47,7 @@ typedef struct rounds_member_s {
   env_fp_t *fp;     /* fingerprint, NULL none */
   int master_port;
   int hosting;      /* its agent hosts this server: no successor */
+  int silent;       /* dropped for missed heartbeats */
 } rounds_member_t;
 
 typedef struct rounds_job_s {
@@ -79,6 +80,11 @@ typedef struct rounds_job_s {
   int failover_expect; /* a job taken over from a lost host: the nodes of
                           its last round that survived, awaited before the
                           round forms (docs/rendezvous.md#host-failover) */
+  int last_n;          /* nodes of the last round */
+  int quorum;          /* nodes the next round needs: a majority of the
+                          last round's once a member went silent (it may
+                          run on under another host: no split brain) */
+  int quorum_said;
 } rounds_job_t;
 
 /* ---- helpers -------------------------------------------------------------------------- */
@@ -455,6 +461,9 @@ static int form_round(rounds_job_t *rj) {
     set_in_round(LIST_ENTRY(it, rounds_member_t, link), 0);
   rj->round++;
   rj->failover_expect = 0;
+  rj->quorum = 0;
+  rj->quorum_said = 0;
+  rj->last_n = n;
   rj->refused[0] = '\0'; /* a round formed: the refusals are answered */
   rj->state = R_RUNNING;
   srv__ts_new_round(rj->job, rj->round);
@@ -512,6 +521,18 @@ static void evaluate(rounds_job_t *rj) {
   for (;;) {
     n = rj->nstate[M_JOINING];
     rejoined = rj->nround_state[M_RESTARTING] == 0;
+    if (n < rj->quorum) {
+      /* A member went silent: it may run on elsewhere with the others.
+       * Only a majority of the last round goes on. */
+      if (!rj->quorum_said && n > 0) {
+        rj->quorum_said = 1;
+        LU_WARN(&s->log, "job %s: %d of the last round's %d nodes are here: "
+                "a new round needs a majority (%d), as the silent ones may "
+                "go on under another host; waiting", rj->job->name, n,
+                rj->last_n, rj->quorum);
+      }
+      break;
+    }
     if (n >= rj->min && rj->min_since == 0)
       rj->min_since = now;
     if (n < rj->min)
@@ -559,13 +580,18 @@ static void evaluate(rounds_job_t *rj) {
 }
 
 /* A member is gone (closed connection, missed heartbeats, LEAVE). */
-static void member_lost(rounds_member_t *m, const char *why) {
+static void member_lost(rounds_member_t *m, const char *why, int silent) {
   rounds_job_t *rj = m->rj;
   int was_in_round = m->in_round;
   int was_live = m->state == M_RUNNING || m->state == M_DONE ||
                  m->state == M_RESTARTING;
   char host[256];
   lu_strlcpy(host, m->host, sizeof(host));
+  /* A silent member may be alive behind a partition, or have moved on
+   * under a successor host while this one was stopped: the next round
+   * needs a majority of the last. A closed connection is a dead agent. */
+  if (silent && was_in_round && rj->last_n > 0)
+    rj->quorum = LU_MAX(rj->quorum, rj->last_n / 2 + 1);
   member_free(m);
   if (rj->state == R_RUNNING && was_in_round && was_live) {
     if (rj->nround > 0)
@@ -586,6 +612,7 @@ static void member_lost(rounds_member_t *m, const char *why) {
     rj->failures = 0;
     rj->failed_round = -1;
     rj->configured = 0;
+    rj->quorum = rj->last_n = rj->failover_expect = 0;
     msg_failure_free(&rj->root);
     rj->has_root = 0;
   }
@@ -644,6 +671,8 @@ static int configure(rounds_job_t *rj, msg_join_t *j, char *err, size_t cap) {
     rj->round = j->prev_round;
     rj->failures = (int)LU_MAX(0, LU_MIN(j->prev_restarts, 1 << 30));
     rj->failover_expect = (int)LU_MAX(0, LU_MIN(j->survivors, rj->max));
+    rj->quorum = (int)LU_MAX(0, LU_MIN(j->quorum, rj->max));
+    rj->last_n = (int)LU_MAX(0, LU_MIN(2 * j->quorum - 1, rj->max));
   }
   return 0;
 }
@@ -751,7 +780,7 @@ static void op_leave(conn_t *c, const proto_msg_t *msg) {
     lu_strlcpy(l.reason, "left", sizeof(l.reason));
   srv__reply_ok(c, msg->id);
   if (m)
-    member_lost(m, l.reason);
+    member_lost(m, l.reason, 0);
 }
 
 /* The first failure of round r: the root cause, one restart spent. */
@@ -868,8 +897,13 @@ static void rounds_conn_closed(conn_t *c) {
     return;
   set_member(m, m->state, m->in_round, NULL);
   c->rounds = NULL;
+  /* Closed right after this loop stood still (the host was stopped):
+   * the peer may have given up on a silent host, not died. */
   if (!c->srv->closing)
-    member_lost(m, "connection closed");
+    member_lost(m, m->silent ? "missed heartbeats" : "connection closed",
+                m->silent || (c->srv->rounds_stall &&
+                              srv__now() - c->srv->rounds_stall <
+                                  3 * (uint64_t)m->rj->hb_ms));
   else
     member_free(m);
 }
@@ -891,6 +925,7 @@ static void rounds_timer_cb(uv_timer_t *t) {
      * next decide, not the stall. */
     LU_WARN(&s->log, "the server's loop stalled for %.1f s (was this host "
             "stopped?): every member gets 3 more heartbeats", late / 1000.0);
+    s->rounds_stall = now;
     for (job_t *j = s->jobs; j; j = j->next) {
       rounds_job_t *rj = j->rounds;
       for (list_t *it = rj ? rj->members.next : NULL; rj && it != &rj->members;
@@ -915,6 +950,7 @@ static void rounds_timer_cb(uv_timer_t *t) {
               "dropping it", j->name, m->host, rj->hb_ms * 3 / 1000.0);
       /* Closing the connection runs member_lost (which may restart the
        * round and so change the list): look at the head again. */
+      m->silent = 1;
       srv__conn_close(m->c);
       /* Still there: its connection was already closing. */
       if (rj->watch.next == &m->watch_link)

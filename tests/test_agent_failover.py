@@ -31,12 +31,34 @@ def agents(n, port, nnodes, d, run_id, extra=()):
     return out
 
 
+class Job:
+    """n agents (node1 hosts), started and at work in round 0 on entry;
+    every agent continued and killed, by pid, on exit."""
+
+    def __init__(self, n, nnodes, run_id, extra=()):
+        self.d = tempfile.mkdtemp()
+        self.port = lt.free_port()
+        self.ags = agents(n, self.port, nnodes, self.d, run_id, extra)
+        self.n = n
+
+    def __enter__(self):
+        try:
+            lt.wait_until(lambda: len(lt.records(self.d, 0)) == 2 * self.n, 60,
+                          "round 0's workers")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *a):
+        for p in self.ags:
+            p.signal(signal.SIGCONT)
+            p.kill()
+
+
 def kill_host_and_watch(n, nnodes, run_id, extra=()):
-    d = tempfile.mkdtemp()
-    port = lt.free_port()
-    ags = agents(n, port, nnodes, d, run_id, extra)
-    try:
-        lt.wait_until(lambda: len(lt.records(d, 0)) == 2 * n, 60, "round 0's workers")
+    with Job(n, nnodes, run_id, extra) as j:
+        d, port, ags = j.d, j.port, j.ags
         t0 = time.time()
         ags[0].signal(signal.SIGKILL)
         ags[0].wait(10)
@@ -64,9 +86,6 @@ def kill_host_and_watch(n, nnodes, run_id, extra=()):
               "kill -9 of the host -> the new round's last worker started in %.2f s"
               % (n, nnodes, took))
         return gen1, outs, took
-    finally:
-        for a in ags:
-            a.kill()
 
 
 def test_two_nodes_kill_host():
@@ -92,9 +111,62 @@ def test_checkpoint_agreement_after_failover():
     assert outs[0].count("resuming from checkpoint step 7") == 2, outs[0]
 
 
+def test_stopped_host_no_split_brain():
+    """A host stopped (SIGSTOP) for longer than the silent-server bound: the
+    two others are a majority of 3 and re-form under node2; the host,
+    resumed, finds itself alone, and a round needs a majority: it waits and
+    never trains again on its own, although --nnodes 1:3 would allow one."""
+    with Job(3, "1:3", "fostop") as j:
+        d, port, ags = j.d, j.port, j.ags
+        ags[0].signal(signal.SIGSTOP)
+        try:
+            lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 60,
+                          "round 1 on node2 and node3")
+        finally:
+            ags[0].signal(signal.SIGCONT)
+        assert [a.wait(60) for a in ags[1:]] == [0, 0], [a.output() for a in ags]
+        for o in (a.output() for a in ags[1:]):
+            assert "rendezvous host node1 (127.0.0.1:%d) lost: it went silent" % port in o, o
+        lt.wait_until(lambda: "a new round needs a majority (2)" in ags[0].output(), 30,
+                      "the resumed host to say why it waits")
+        time.sleep(1)
+        assert ags[0].running(), ags[0].output()
+        hosts = [r["env"]["LAUNCH_HOSTNAME"] for r in lt.records(d) if
+                 r["env"]["LAUNCH_ROUND"] != "0"]
+        assert "node1" not in hosts, hosts
+
+
+def test_two_nodes_stopped_host_minority():
+    """2 nodes: the one left is no majority; it takes nothing over and says
+    why (the host may still run)."""
+    with Job(2, "1:2", "fomin") as j:
+        j.ags[0].signal(signal.SIGSTOP)
+        rc = j.ags[1].wait(60)
+        out = j.ags[1].output()
+        assert rc != 0 and "no majority of the last round's 2" in out, out
+        assert "new host" not in out, out
+
+
+def test_dropped_node_rejoins_live_host():
+    """A node stopped long enough to be dropped reads the closed connection
+    when it resumes: the host is alive (it answers), so it joins it again
+    rather than taking over; the job re-forms with both nodes."""
+    with Job(2, "1:2", "forejoin") as j:
+        d, ags = j.d, j.ags
+        ags[1].signal(signal.SIGSTOP)
+        lt.wait_until(lambda: "missed 3 heartbeats" in ags[0].output(), 30, "the drop")
+        ags[1].signal(signal.SIGCONT)
+        assert [a.wait(60) for a in ags] == [0, 0], [a.output() for a in ags]
+        out = ags[1].output()
+        assert "answers: joining it again" in out and "new host" not in out, out
+        last = max(int(r["env"]["LAUNCH_ROUND"]) for r in lt.records(d))
+        assert len(lt.records(d, last)) == 4, lt.records(d, last)
+
+
 if __name__ == "__main__":
     for t in (test_two_nodes_kill_host, test_three_nodes_kill_host,
-              test_checkpoint_agreement_after_failover):
+              test_checkpoint_agreement_after_failover, test_stopped_host_no_split_brain,
+              test_two_nodes_stopped_host_minority, test_dropped_node_rejoins_live_host):
         print("== " + t.__name__, flush=True)
         t()
     print("ok")

@@ -1,8 +1,9 @@
 """Agents in network namespaces under real network faults (tests/py/netns.py):
 a 16-node rendezvous with 2 % loss (and 50 ms RTT where the kernel has
 netem), one worker node of an elastic job partitioned away (named, the job
-re-forms without it), and the host's link going down and up (the job carries
-on). Skips (77) where namespaces cannot be made. Times are printed as
+re-forms without it), the host partitioned from the others (they take over,
+it waits: no split brain), and the host's link going down and up (the job
+carries on). Skips (77) where namespaces cannot be made. Times are printed as
 `figure:` lines for docs/BENCHMARKS.md, never asserted.
 
 LAUNCH_NETNS_NODES sets the node count of the first case (16)."""
@@ -68,13 +69,18 @@ def rendezvous_under_loss(n, delay_ms=25, loss_pct=2):
         return max(formed.values()), total, applied[0]
 
 
+def three(c, d, nnodes, conf, run_id):
+    """3 agents of `hold` workers, at work in round 0."""
+    ags = [agent(c, i, nnodes, conf, [PY, WORKER, d, "hold"], run_id) for i in range(3)]
+    lt.wait_until(lambda: len(lt.records(d, 0)) == 3, 60, "3 workers of round 0")
+    return ags
+
+
 def test_partition_worker_node():
     d = tempfile.mkdtemp()
     with netns.Cluster(3) as c:
-        conf = "join_timeout=60,last_call_timeout=1,heartbeat=0.3"
-        ags = [agent(c, i, "2:3", conf, [PY, WORKER, d, "hold"], "part")
-               for i in range(3)]
-        lt.wait_until(lambda: len(lt.records(d, 0)) == 3, 60, "3 workers of round 0")
+        ags = three(c, d, "2:3", "join_timeout=60,last_call_timeout=1,heartbeat=0.3,"
+                    "read_timeout=8", "part")
         t0 = time.time()
         c.partition(2)
         # the host names the lost node; the two others run round 1 and finish
@@ -87,13 +93,45 @@ def test_partition_worker_node():
         assert len(gen1) == 2, gen1
         for r in gen1:
             assert r["env"]["WORLD_SIZE"] == "2" and r["env"]["LAUNCH_HOSTNAME"] != "node2"
-        # the cut-off node hears nothing: it gives up on its own, exit 75
+        # the cut-off node hears nothing: from where it stands the host went
+        # silent, and it may try the successor; it reaches nobody, forms no
+        # round of its own (a majority is needed) and gives up, exit 75
         rc2 = ags[2].wait(60)
         assert rc2 != 0, ags[2].output()
+        assert not [r for r in lt.records(d) if r["env"]["LAUNCH_HOSTNAME"] == "node2"
+                    and r["env"]["LAUNCH_ROUND"] != "0"], "node2 trained alone"
         assert "node2" not in [r["env"]["LAUNCH_HOSTNAME"] for r in gen1]
         c.heal(2)
         print("figure: netns partition of a worker node (heartbeat 0.3 s): the "
               "two others finished round 1 %.2f s after the cut" % took)
+
+
+def test_partition_host():
+    """The host cut off from the two others (nftables, the links stay up):
+    they are a majority of 3, node1 hosts at its own address and both
+    finish round 1; the host's side, alone, waits and says why, and never
+    trains again (no split brain)."""
+    d = tempfile.mkdtemp()
+    with netns.Cluster(3) as c:
+        ags = three(c, d, "1:3", "join_timeout=60,last_call_timeout=1,heartbeat=0.3", "phost")
+        t0 = time.time()
+        c.partition(0)
+        assert [a.wait(60) for a in ags[1:]] == [0, 0], [a.output() for a in ags]
+        took = time.time() - t0
+        for a in ags[1:]:
+            out = a.output()
+            assert "lost: it went silent; the new host is node1 (%s:%d)" % (c.addr(1), PORT) \
+                in out, out
+        gen1 = lt.records(d, 1)
+        assert len(gen1) == 2 and all(r["env"]["MASTER_ADDR"] == c.addr(1) for r in gen1), gen1
+        lt.wait_until(lambda: "a new round needs a majority (2)" in ags[0].output(), 30,
+                      "the host to say why it waits")
+        assert ags[0].running(), ags[0].output()
+        assert "node0" not in [r["env"]["LAUNCH_HOSTNAME"] for r in lt.records(d)
+                               if r["env"]["LAUNCH_ROUND"] != "0"]
+        c.heal(0)
+        print("figure: netns partition of the host (heartbeat 0.3 s): the majority "
+              "finished round 1 under node1 %.2f s after the cut" % took)
 
 
 def test_host_link_flap():
@@ -119,7 +157,8 @@ def test_host_link_flap():
 
 if __name__ == "__main__":
     netns.need_netns()
-    cases = [test_rendezvous_under_loss, test_partition_worker_node, test_host_link_flap]
+    cases = [test_rendezvous_under_loss, test_partition_worker_node, test_partition_host,
+             test_host_link_flap]
     only = sys.argv[1:]
     for t in cases:
         if only and t.__name__ not in only:
