@@ -7,7 +7,9 @@ failover: kill -9 of the agent hosting the server -> the last worker of the
 new round started on the survivors (2 nodes 1:2, 3 nodes 2:3; 2 workers per
 node, heartbeat 0.3 s; loopback). netns: 16 agents in 16 namespaces, 2 %
 loss on every eth0 (and 25 ms delay each way where the kernel has netem),
-start -> the last agent in its round (needs root; skipped otherwise)."""
+start -> the last agent in its round; the host of 3 partitioned by nftables,
+cut -> the majority done under the successor (needs root; skipped
+otherwise)."""
 import os
 import statistics
 import sys
@@ -29,6 +31,10 @@ def main():
     if netns.can_make():
         print("netns: skipped: " + netns.can_make())
         return
+    t = [tn.test_partition_host() for _ in range(runs)]
+    print("netns host partitioned, 3 nodes 1:3 (heartbeat 0.3 s): cut -> the majority "
+          "finished round 1 under node1: median %.3f s, min %.3f, max %.3f (%d runs)"
+          % (statistics.median(t), min(t), max(t), runs))
     formed, total = [], []
     for _ in range(runs):
         f, a, applied = tn.rendezvous_under_loss(16)

@@ -132,6 +132,7 @@ def test_partition_host():
         c.heal(0)
         print("figure: netns partition of the host (heartbeat 0.3 s): the majority "
               "finished round 1 under node1 %.2f s after the cut" % took)
+        return took
 
 
 def test_host_link_flap():
