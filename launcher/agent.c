@@ -124,6 +124,9 @@ typedef struct agent_s {
   int fo_silent;     /* the host went silent (no closed connection) */
   int failovers;
   uint64_t fo_started_ms;
+  ac_t *probe;       /* a host left alone looks for the job elsewhere */
+  size_t probe_idx;
+  char probe_addr[INET6_ADDRSTRLEN + 8];
 } agent_t;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -635,12 +638,15 @@ static void status_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) 
   msg_status_free(&st);
 }
 
+static void probe_majority(agent_t *a);
+
 static void status_cb(uv_timer_t *t) {
   agent_t *a = t->data;
   if (a->state != A_JOIN)
     return;
   ac_begin(a->ac, PROTO_OP_STATUS, 0);
   ac_send(a->ac, status_reply, a);
+  probe_majority(a);
 }
 
 static void hb_cb(uv_timer_t *t) {
@@ -921,7 +927,8 @@ static void ask_lost_steps(agent_t *a) {
 static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
   agent_t *a = arg;
   const msgpack_object *body = m->nargs > 0 ? &m->args[0] : NULL;
-  (void)ac;
+  if (ac != a->ac)
+    return; /* a probe's */
   if (m->op == PROTO_EV_RESTART) {
     msg_restart_t r;
     if ((a->state != A_RUN && a->state != A_REPORTED &&
@@ -990,6 +997,8 @@ static const char *port_taken_hint(const agent_t *a) {
 
 static int start_server(agent_t *a, const char *ip, int port);
 static int new_client(agent_t *a, int64_t connect_ms);
+static int open_client(agent_t *a, const char *host, int64_t connect_ms,
+                       ac_t **out);
 static int64_t connect_limit_ms(const agent_t *a);
 static void on_connected(ac_t *ac, int status, void *arg);
 
@@ -1166,11 +1175,97 @@ static void fail_over(agent_t *a, int silent) {
     failover_stopped(a->wg, a);
 }
 
+/* ---- a host left alone rejoins the majority --------------------------------------------------------- */
+
+/* The job runs on under another host: join it, closing this node's server
+ * (nobody else is connected to it: they went silent). */
+static void join_majority(agent_t *a, int64_t round) {
+  ac_t *old = a->ac;
+  LU_WARN(&a->log, "job %s runs on under %s:%d (round %" PRId64 "), without "
+          "this node since it was cut off or stopped: joining it, and closing "
+          "the server here", a->o->run_id, a->probe_addr, a->ep_port, round);
+  a->state = A_CONNECT; /* the JOIN cancelled below is not an error */
+  uv_timer_stop(&a->status_timer);
+  a->ac = a->probe;
+  a->probe = NULL;
+  ac_close(old, NULL, NULL);
+  if (a->srv) {
+    srv_close(a->srv, NULL, NULL);
+    a->srv = NULL;
+  }
+  a->hosting = 0;
+  lu_strlcpy(a->ep_host, a->probe_addr, sizeof(a->ep_host));
+  lu_strlcpy(a->store_host, a->probe_addr, sizeof(a->store_host));
+  hang_set_ac(a->hang, a->ac);
+  if (a->ck) {
+    resume_free(a->ck);
+    a->ck = NULL;
+    if (new_resume(a) != 0) {
+      a->exit_code = LAUNCH_EXIT_INTERNAL;
+      finish(a);
+      return;
+    }
+  }
+  on_connected(a->ac, 0, a);
+}
+
+static void probe_status(ac_t *ac, int status, const proto_msg_t *m,
+                         void *arg) {
+  agent_t *a = arg;
+  msg_status_t st;
+  int64_t round;
+  int live;
+  if (ac != a->probe || status != 0 || a->state != A_JOIN || m->nargs < 1 ||
+      msg_status_unpack(&m->args[0], &st, NULL, 0) != 0)
+    return;
+  live = !strcmp(st.state, "running") || !strcmp(st.state, "forming");
+  round = st.round;
+  msg_status_free(&st);
+  /* A later round than this node's last: the others went on there. */
+  if (live && round > a->round)
+    join_majority(a, round);
+}
+
+static void probe_connected(ac_t *ac, int status, void *arg) {
+  agent_t *a = arg;
+  if (ac != a->probe || status != 0 || a->state != A_JOIN)
+    return;
+  ac_begin(ac, PROTO_OP_STATUS, 0);
+  ac_send(ac, probe_status, a);
+}
+
+/* While this node hosts and waits in a rejoin for longer than the silent
+ * bound (its server wants a majority that went silent), ask the last
+ * round's successors, one per status tick, whether one of them hosts the
+ * job now. A successor that hosts nothing refuses at once. */
+static void probe_majority(agent_t *a) {
+  const char *addr;
+  if (a->probe) {
+    ac_close(a->probe, NULL, NULL);
+    a->probe = NULL;
+  }
+  if (!a->hosting || a->round < 0 || a->nsucc == 0 || a->o->standalone ||
+      a->o->backend == CFG_BACKEND_STATIC ||
+      uv_now(a->loop) - a->join_started_ms < 3 * (uint64_t)a->o->heartbeat_ms)
+    return;
+  addr = a->succ_addrs[a->probe_idx++ % a->nsucc];
+  if (!strcmp(addr, a->my_addr))
+    return;
+  lu_strlcpy(a->probe_addr, addr, sizeof(a->probe_addr));
+  if (open_client(a, addr, 1000, &a->probe) != 0)
+    return;
+  if (ac_connect(a->probe, probe_connected) != 0) {
+    ac_close(a->probe, NULL, NULL);
+    a->probe = NULL;
+  }
+}
+
 static void on_lost(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
   char why[300];
   int silent;
-  (void)ac;
+  if (ac != a->ac)
+    return; /* a probe's */
   if (a->state == A_FINISH || a->state == A_CLOSED)
     return;
   if (can_fail_over(a, status, &silent, why, sizeof(why))) {
@@ -1274,6 +1369,10 @@ static void close_all(agent_t *a) {
   if (a->ac) {
     ac_close(a->ac, NULL, NULL);
     a->ac = NULL;
+  }
+  if (a->probe) {
+    ac_close(a->probe, NULL, NULL);
+    a->probe = NULL;
   }
   if (a->srv) {
     srv_close(a->srv, NULL, NULL);
@@ -1699,11 +1798,12 @@ static int maybe_host(agent_t *a) {
 }
 
 /* The connection to the server at ep_host:ep_port. RET 0 or an error. */
-static int new_client(agent_t *a, int64_t connect_ms) {
+static int open_client(agent_t *a, const char *host, int64_t connect_ms,
+                       ac_t **out) {
   cfg_t *o = a->o;
   ac_config_t acfg;
   memset(&acfg, 0, sizeof(acfg));
-  acfg.host = a->ep_host;
+  acfg.host = host;
   acfg.port = a->ep_port;
   acfg.local_addr = o->local_addr;
   acfg.job = o->run_id;
@@ -1719,7 +1819,11 @@ static int new_client(agent_t *a, int64_t connect_ms) {
   acfg.tls_ca = o->tls_ca[0] ? o->tls_ca : NULL;
   acfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
   acfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
-  return ac_new(a->loop, &acfg, on_push, on_lost, a, &a->ac);
+  return ac_new(a->loop, &acfg, on_push, on_lost, a, out);
+}
+
+static int new_client(agent_t *a, int64_t connect_ms) {
+  return open_client(a, a->ep_host, connect_ms, &a->ac);
 }
 
 int agent_run(cfg_t *o) {

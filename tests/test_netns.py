@@ -2,7 +2,7 @@
 a 16-node rendezvous with 2 % loss (and 50 ms RTT where the kernel has
 netem), one worker node of an elastic job partitioned away (named, the job
 re-forms without it), the host partitioned from the others (they take over,
-it waits: no split brain), and the host's link going down and up (the job
+it waits: no split brain; when the network heals it joins them), and the host's link going down and up (the job
 carries on). Skips (77) where namespaces cannot be made. Times are printed as
 `figure:` lines for docs/BENCHMARKS.md, never asserted.
 
@@ -69,9 +69,9 @@ def rendezvous_under_loss(n, delay_ms=25, loss_pct=2):
         return max(formed.values()), total, applied[0]
 
 
-def three(c, d, nnodes, conf, run_id):
+def three(c, d, nnodes, conf, run_id, mode="hold"):
     """3 agents of `hold` workers, at work in round 0."""
-    ags = [agent(c, i, nnodes, conf, [PY, WORKER, d, "hold"], run_id) for i in range(3)]
+    ags = [agent(c, i, nnodes, conf, [PY, WORKER, d, mode], run_id) for i in range(3)]
     lt.wait_until(lambda: len(lt.records(d, 0)) == 3, 60, "3 workers of round 0")
     return ags
 
@@ -135,6 +135,35 @@ def test_partition_host():
         return took
 
 
+def test_partition_host_heals():
+    """The host cut off, the two others go on under node1; when the network
+    heals, the host (waiting alone) finds the job under node1 and joins it:
+    the job re-forms with all three nodes there."""
+    d = tempfile.mkdtemp()
+    with netns.Cluster(3) as c:
+        ags = three(c, d, "1:3", "join_timeout=60,last_call_timeout=1,heartbeat=0.3",
+                    "heal", mode="hold-all")
+        c.partition(0)
+        lt.wait_until(lambda: len(lt.records(d, 1)) == 2, 60, "round 1 under node1")
+        lt.wait_until(lambda: "a new round needs a majority (2)" in ags[0].output(), 30,
+                      "the host to wait")
+        t0 = time.time()
+        c.heal(0)
+        try:
+            lt.wait_until(lambda: len(lt.records(d, 2)) == 3, 60, "round 2 with all three")
+        except AssertionError:
+            raise AssertionError("\n".join(a.output() for a in ags))
+        took = time.time() - t0
+        gen2 = lt.records(d, 2)
+        assert all(r["env"]["MASTER_ADDR"] == c.addr(1) for r in gen2), gen2
+        assert "runs on under %s:%d (round 1)" % (c.addr(1), PORT) in ags[0].output(), \
+            ags[0].output()
+        open(os.path.join(d, "release"), "w").close()
+        assert [a.wait(60) for a in ags] == [0, 0, 0], [a.output() for a in ags]
+        print("figure: netns partition of the host healed: all three in one round "
+              "again %.2f s after the heal" % took)
+
+
 def test_host_link_flap():
     d = tempfile.mkdtemp()
     with netns.Cluster(2) as c:
@@ -159,7 +188,7 @@ def test_host_link_flap():
 if __name__ == "__main__":
     netns.need_netns()
     cases = [test_rendezvous_under_loss, test_partition_worker_node, test_partition_host,
-             test_host_link_flap]
+             test_partition_host_heals, test_host_link_flap]
     only = sys.argv[1:]
     for t in cases:
         if only and t.__name__ not in only:
