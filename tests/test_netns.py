@@ -2,12 +2,14 @@
 a 16-node rendezvous with 2 % loss (and 50 ms RTT where the kernel has
 netem), one worker node of an elastic job partitioned away (named, the job
 re-forms without it), the host partitioned from the others (they take over,
-it waits: no split brain; when the network heals it joins them), and the host's link going down and up (the job
-carries on). Skips (77) where namespaces cannot be made. Times are printed as
+it waits: no split brain; when the network heals it joins them), an agent
+restarted on its node while its old connection lingers on the host, and the
+host's link going down and up (the job carries on). Skips (77) where namespaces cannot be made. Times are printed as
 `figure:` lines for docs/BENCHMARKS.md, never asserted.
 
 LAUNCH_NETNS_NODES sets the node count of the first case (16)."""
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -164,6 +166,37 @@ def test_partition_host_heals():
               "again %.2f s after the heal" % took)
 
 
+def test_restarted_agent_old_connection_lingers():
+    """node2's agent is killed while cut off (its connection's end never
+    reaches the host: it lingers there) and started again at once after the
+    heal, as a scheduler would: the new agent is taken into the job, which
+    re-forms with three nodes, and every node finishes."""
+    d = tempfile.mkdtemp()
+    conf = "join_timeout=60,last_call_timeout=1,heartbeat=1"
+    with netns.Cluster(3) as c:
+        ags = three(c, d, "2:3", conf, "linger", mode="hold-all")
+        c.partition(2)
+        ags[2].signal(signal.SIGKILL)
+        ags[2].wait(10)
+        c.heal(2)
+        new = agent(c, 2, "2:3", conf, [PY, WORKER, d, "hold-all"], "linger")
+
+        def full_round():
+            last = max(int(r["env"]["LAUNCH_ROUND"]) for r in lt.records(d))
+            return last > 0 and len(lt.records(d, last)) == 3
+        try:
+            lt.wait_until(full_round, 60, "a round with the new agent")
+        except AssertionError:
+            raise AssertionError("\n".join(a.output() for a in ags[:2] + [new]))
+        last = max(int(r["env"]["LAUNCH_ROUND"]) for r in lt.records(d))
+        assert any(r["env"]["LAUNCH_HOSTNAME"] == "node2" for r in lt.records(d, last))
+        open(os.path.join(d, "release"), "w").close()
+        rcs = [a.wait(60) for a in (ags[0], ags[1], new)]
+        assert rcs == [0, 0, 0], [a.output() for a in (ags[0], ags[1], new)]
+        if "-v" in sys.argv:
+            print(ags[0].output())
+
+
 def test_host_link_flap():
     d = tempfile.mkdtemp()
     with netns.Cluster(2) as c:
@@ -188,7 +221,8 @@ def test_host_link_flap():
 if __name__ == "__main__":
     netns.need_netns()
     cases = [test_rendezvous_under_loss, test_partition_worker_node, test_partition_host,
-             test_partition_host_heals, test_host_link_flap]
+             test_partition_host_heals, test_restarted_agent_old_connection_lingers,
+             test_host_link_flap]
     only = sys.argv[1:]
     for t in cases:
         if only and t.__name__ not in only:
