@@ -32,7 +32,7 @@ def main():
         print("netns: skipped: " + netns.can_make())
         return
     t = [tn.test_partition_host() for _ in range(runs)]
-    print("netns host partitioned, 3 nodes 1:3 (heartbeat 0.3 s): cut -> the majority "
+    print("netns host partitioned, 3 nodes 1:3 (heartbeat 1 s): cut -> the majority "
           "finished round 1 under node1: median %.3f s, min %.3f, max %.3f (%d runs)"
           % (statistics.median(t), min(t), max(t), runs))
     formed, total = [], []

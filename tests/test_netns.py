@@ -115,7 +115,7 @@ def test_partition_host():
     trains again (no split brain)."""
     d = tempfile.mkdtemp()
     with netns.Cluster(3) as c:
-        ags = three(c, d, "1:3", "join_timeout=60,last_call_timeout=1,heartbeat=0.3", "phost")
+        ags = three(c, d, "1:3", "join_timeout=60,last_call_timeout=1,heartbeat=1", "phost")
         t0 = time.time()
         c.partition(0)
         assert [a.wait(60) for a in ags[1:]] == [0, 0], [a.output() for a in ags]
@@ -132,7 +132,7 @@ def test_partition_host():
         assert "node0" not in [r["env"]["LAUNCH_HOSTNAME"] for r in lt.records(d)
                                if r["env"]["LAUNCH_ROUND"] != "0"]
         c.heal(0)
-        print("figure: netns partition of the host (heartbeat 0.3 s): the majority "
+        print("figure: netns partition of the host (heartbeat 1 s): the majority "
               "finished round 1 under node1 %.2f s after the cut" % took)
         return took
 
@@ -143,7 +143,7 @@ def test_partition_host_heals():
     the job re-forms with all three nodes there."""
     d = tempfile.mkdtemp()
     with netns.Cluster(3) as c:
-        ags = three(c, d, "1:3", "join_timeout=60,last_call_timeout=1,heartbeat=0.3",
+        ags = three(c, d, "1:3", "join_timeout=60,last_call_timeout=1,heartbeat=1",
                     "heal", mode="hold-all")
         c.partition(0)
         lt.wait_until(lambda: len(lt.records(d, 1)) == 2, 60, "round 1 under node1")
