@@ -655,11 +655,14 @@ static void hb_cb(uv_timer_t *t) {
   if (a->ac == NULL || a->state == A_FINISH || a->state == A_CLOSED)
     return;
   /* A heartbeat asks for a reply only when nothing came from the server
-   * for two heartbeats: the reply watch still hears a live server in
+   * for about two heartbeats: the reply watch still hears a live server in
    * time, a stopped one is noticed at most one heartbeat later, and the
-   * server writes to each agent half as often (docs/rendezvous.md). */
+   * server writes to each agent half as often (docs/rendezvous.md). The
+   * threshold is one and a half: a tick a little early must not leave the
+   * asking to the tick at three, when the watch (3 heartbeats) already
+   * fires; a JOIN that waits long for a majority met that race. */
   heard = uv_now(a->loop) - ac_last_rx_ms(a->ac);
-  if (heard < 2 * (uint64_t)a->o->heartbeat_ms) {
+  if (2 * heard < 3 * (uint64_t)a->o->heartbeat_ms) {
     msgpack_pack_uint8(ac_begin(a->ac, PROTO_OP_HEARTBEAT, 1),
                        ROUNDS_HEARTBEAT_QUIET);
     ac_send_noreply(a->ac);
