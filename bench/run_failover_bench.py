@@ -35,6 +35,10 @@ def main():
     print("netns host partitioned, 3 nodes 1:3 (heartbeat 1 s): cut -> the majority "
           "finished round 1 under node1: median %.3f s, min %.3f, max %.3f (%d runs)"
           % (statistics.median(t), min(t), max(t), runs))
+    t = [tn.test_partition_host_heals() for _ in range(runs)]
+    print("netns host partition healed (heartbeat 1 s): heal -> all three in one round "
+          "under node1: median %.3f s, min %.3f, max %.3f (%d runs)"
+          % (statistics.median(t), min(t), max(t), runs))
     formed, total = [], []
     for _ in range(runs):
         f, a, applied = tn.rendezvous_under_loss(16)
