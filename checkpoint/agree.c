@@ -63,6 +63,18 @@ static int step_usable(const ckpt_node_view_t *nodes, size_t n, int world,
   }
   if (first == NULL)
     return 0;
+  /* Megatron's model-parallel grid: the data-parallel size may change, the
+   * grid may not. */
+  if (first->replicated == CKPT_REPL_MULTIPLE && first->world_size > 0 &&
+      world % first->world_size != 0) {
+    lu_errf(why, whylen, "Megatron step %lld was written with a model-"
+            "parallel grid of %d ranks (tensor x pipeline x expert sizes in "
+            "its args) and this job has %d ranks, not a multiple of %d: "
+            "Megatron cannot load it; run with a multiple of %d ranks "
+            "(docs/checkpoints.md)", (long long)s, first->world_size, world,
+            first->world_size, first->world_size);
+    return -1;
+  }
   /* Written by another world size: only replicated state may load. */
   if (first->world_size > 0 && first->world_size != world &&
       !first->replicated) {
@@ -159,7 +171,8 @@ int ckpt_agree(const ckpt_node_view_t *nodes, size_t n, int world_size,
       for (size_t k = 0; k < n && h == NULL; k++)
         h = find_step(&nodes[k], cand[i]);
       out->step = cand[i];
-      out->elastic = h && h->world_size > 0 && h->world_size != world_size;
+      out->elastic = h && h->world_size > 0 && h->world_size != world_size &&
+                     h->replicated != CKPT_REPL_MULTIPLE;
       break;
     }
     if (out->why[0] == '\0')
@@ -212,8 +225,21 @@ int ckpt_view_encode(const ckpt_scan_t *s, char **text) {
     }
     if (!any)
       continue;
+    /* Other layouts enter with the world size they record (DeepSpeed's
+     * dp x mp sizes, DCP's ranks), not 0 ("any"): a step DeepSpeed cannot
+     * load at this size must be refused, not handed over (issue #22).
+     * Megatron's legacy steps enter with their model-parallel grid (any
+     * multiple of it loads); Hugging Face's files say nothing a resume
+     * may rely on (it loads at another data-parallel size). */
     lu_buf_printf(&b, "%lld %d %d ", (long long)st->step,
-                  st->have ? st->world_size : 0, st->replicated ? 1 : 0);
+                  st->have || s->layout == CKPT_LAYOUT_DEEPSPEED ||
+                          s->layout == CKPT_LAYOUT_DCP ||
+                          st->replicated == CKPT_REPL_MULTIPLE
+                      ? st->world_size
+                      : 0,
+                  st->replicated == CKPT_REPL_MULTIPLE ? CKPT_REPL_MULTIPLE
+                  : st->replicated                     ? 1
+                                                       : 0);
     if (all)
       lu_buf_puts(&b, "*");
     else
@@ -296,7 +322,7 @@ int ckpt_view_decode(const char *text, size_t len, ckpt_have_t **steps,
         take_num(&p, eol, &step) != 0 || p >= eol || *p++ != ' ' ||
         take_num(&p, eol, &world) != 0 || world > CK_MAX_WORLD ||
         p >= eol || *p++ != ' ' || take_num(&p, eol, &repl) != 0 ||
-        repl > 1 || p >= eol || *p++ != ' ') {
+        repl > CKPT_REPL_MULTIPLE || p >= eol || *p++ != ' ') {
       rc = CKPT_EFORMAT;
       break;
     }

@@ -280,6 +280,17 @@ int ck_scan_launch(const char *dir, const ckpt_scan_options_t *o,
                    ckpt_scan_t *s, char *err, size_t errlen);
 /* Read and check a step's manifest. RET 0, CKPT_EINCOMPLETE (none),
  * CKPT_EFORMAT. */
+/* step-N of dir is launch's own: its manifest.json is launch's format, or
+ * (partial) it holds rank-R.bin/.done files and nothing DCP writes.
+ * RET 1 or 0. */
+int ck_step_is_ours(const char *dir, int64_t step);
+/* "__R.metadata" (DCP saved without collectives): RET 0 and *rank, or -1. */
+int ck_dcp_rank_meta(const char *name, int64_t *rank);
+/* A file only DCP writes: .metadata, __R.metadata, __R_I.distcp. */
+int ck_dcp_name(const char *name);
+/* dir/latest: RET 0 absent, 1 launch's ("step-N\n", a regular file),
+ * -1 someone else's (a symlink, DeepSpeed's tag, unreadable). */
+int ck_latest_owner(const char *dir);
 int ck_read_manifest(const char *dir, int64_t step, ck_manifest_t *m,
                      char *why, size_t whylen);
 

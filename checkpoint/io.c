@@ -629,13 +629,8 @@ static int ck_read_into(const char *path, const struct iovec *iov,
   int fd, rc = 0;
   for (int i = 0; i < iovcnt; i++)
     total += iov[i].iov_len;
-  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-    return -errno;
-  if (fstat(fd, &st) != 0) {
-    rc = -errno;
-    close(fd);
-    return rc;
-  }
+  if ((fd = lu_open_regular(path, 0, &st, NULL, 0)) < 0)
+    return fd;
   if ((uint64_t)st.st_size != total) {
     close(fd);
     return CKPT_ESIZE;
@@ -756,10 +751,9 @@ int ck_read_plain(const char *path, const struct iovec *iov, int iovcnt) {
     r.total += iov[i].iov_len;
   if (r.total < CK_PAR_MIN)
     return ck_read_into(path, iov, iovcnt, NULL);
-  if ((r.fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-    return -errno;
-  rc = fstat(r.fd, &st) != 0 ? -errno
-       : (uint64_t)st.st_size != r.total ? CKPT_ESIZE : 0;
+  if ((r.fd = lu_open_regular(path, 0, &st, NULL, 0)) < 0)
+    return r.fd;
+  rc = (uint64_t)st.st_size != r.total ? CKPT_ESIZE : 0;
   if (rc != 0) {
     close(r.fd);
     return rc;
@@ -800,13 +794,11 @@ int ck_hash_file_id(const char *path, uint64_t *size, char *sha,
   int fd, rc = 0;
   if (stable)
     *stable = 0;
-  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-    return -errno;
-  if (fstat(fd, &st) != 0) {
-    rc = -errno;
-    close(fd);
-    return rc;
-  }
+  /* Regular files only (a FIFO would block, /dev/zero never ends), and no
+   * more than one byte past the size fstat gave: a file that keeps growing
+   * is reported as changed, not hashed for ever. */
+  if ((fd = lu_open_regular(path, 0, &st, NULL, 0)) < 0)
+    return fd;
   ck_fid_of(&st, &before);
   (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   if ((buf = malloc(cap)) == NULL || (ctx = EVP_MD_CTX_new()) == NULL ||
@@ -817,7 +809,9 @@ int ck_hash_file_id(const char *path, uint64_t *size, char *sha,
   for (;;) {
     ssize_t r;
     ck_read_ahead(fd, total + cap, before.size);
-    r = read(fd, buf, cap);
+    if (total > before.size)
+      break;
+    r = read(fd, buf, (size_t)LU_MIN((uint64_t)cap, before.size + 1 - total));
     if (r < 0) {
       if (errno == EINTR)
         continue;

@@ -12,6 +12,7 @@
  * manifest and shards are all there. */
 #include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -94,6 +95,92 @@ static int ck_finalised(const char *dir, int64_t step) {
          ck_exists(p);
 }
 
+/* ---- what is launch's own ------------------------------------------------------ */
+
+/* launch writes, renames and deletes only what it wrote itself: a
+ * directory may hold another trainer's checkpoints (DeepSpeed's `latest`,
+ * a user's `latest -> step-40` symlink, DCP's step-N/), which are
+ * read-only to us whatever the layout detection said (issue #22). */
+
+/* "rank-R.bin" or "rank-R.done". */
+static int ck_launch_name(const char *name, int *done) {
+  const char *p = name + 5, *q;
+  if (strncmp(name, "rank-", 5) != 0 || *p < '0' || *p > '9')
+    return 0;
+  for (q = p; *q >= '0' && *q <= '9'; q++)
+    ;
+  *done = strcmp(q, ".done") == 0;
+  return *done || strcmp(q, ".bin") == 0;
+}
+
+int ck_step_is_ours(const char *dir, int64_t step) {
+  char p[4096], *data = NULL;
+  size_t len;
+  struct stat st;
+  DIR *d;
+  struct dirent *e;
+  int launch = 0, done = 0, other = 0, foreign = 0, is_done, rc;
+  if (ck_step_path(p, sizeof(p), dir, step, NULL) != 0 ||
+      lstat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+    return 0; /* a symlink or a file is nobody's step of ours */
+  if (ck_step_path(p, sizeof(p), dir, step, CK_MANIFEST) == 0 &&
+      (rc = lu_read_file(p, CK_META_MAX, &data, &len)) != -ENOENT) {
+    /* A manifest decides: launch's format, or someone else's file. */
+    ck_manifest_t m;
+    char why[128];
+    int ours = rc == 0 && ck_manifest_decode(data, len, &m, why,
+                                             sizeof(why)) == 0;
+    if (ours)
+      ck_manifest_free(&m);
+    free(data);
+    return ours;
+  }
+  if (ck_step_path(p, sizeof(p), dir, step, NULL) != 0 ||
+      (d = opendir(p)) == NULL)
+    return 0;
+  while ((e = readdir(d)) != NULL) {
+    const char *nm = e->d_name;
+    if (strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0 ||
+        (nm[0] == '.' && strstr(nm, ".tmp") != NULL && !ck_dcp_name(nm) &&
+         strncmp(nm, ".rank-", 6) != 0))
+      continue; /* our temp names: .NAME.tmp-PID-RANDOM */
+    if (strncmp(nm, ".rank-", 6) == 0) {
+      launch++; /* a shard being written (.rank-R.tmp, .rank-R.bin.tmp-*) */
+    } else if (ck_launch_name(nm, &is_done)) {
+      launch++;
+      done += is_done;
+    } else if (ck_dcp_name(nm)) {
+      foreign++;
+    } else {
+      other++;
+    }
+  }
+  closedir(d);
+  /* A partial step of ours holds shards and completion files only, or a
+   * shard named by a completion file ("file"); an empty one is left alone
+   * (nothing to lose, and nothing says whose it is). */
+  return launch > 0 && foreign == 0 && (other == 0 || done > 0);
+}
+
+int ck_latest_owner(const char *dir) {
+  char p[4096], *data;
+  size_t len;
+  struct stat st;
+  int64_t step;
+  int rc;
+  if (ck_join(p, sizeof(p), dir, CK_LATEST) != 0)
+    return -1;
+  if (lstat(p, &st) != 0)
+    return errno == ENOENT ? 0 : -1;
+  if (!S_ISREG(st.st_mode) || st.st_size > 64)
+    return -1; /* a symlink (a user's latest -> step-40), a directory */
+  if (lu_read_file(p, 4096, &data, &len) != 0)
+    return -1;
+  rc = ck_latest_decode(data, len, &step);
+  free(data);
+  return rc == 0 ? 1 : -1;
+}
+
 int ck_read_manifest(const char *dir, int64_t step, ck_manifest_t *m,
                      char *why, size_t whylen) {
   char p[4096], *data;
@@ -102,14 +189,13 @@ int ck_read_manifest(const char *dir, int64_t step, ck_manifest_t *m,
   memset(m, 0, sizeof(*m));
   if ((rc = ck_step_path(p, sizeof(p), dir, step, CK_MANIFEST)) != 0)
     return rc;
-  rc = lu_read_file(p, CK_META_MAX, &data, &len);
+  rc = lu_read_file_safe(p, CK_META_MAX, &data, &len, why, whylen);
   if (rc == -ENOENT) {
     lu_errf(why, whylen, "no %s: the step was never finalised", CK_MANIFEST);
     return CKPT_EINCOMPLETE;
   }
   if (rc != 0) {
-    lu_errf(why, whylen, "%s: %s", CK_MANIFEST, rdzv_strerror(rc));
-    return rc == RDZV_ETOOBIG ? CKPT_EFORMAT : rc;
+    return rc == RDZV_ETOOBIG || rc == RDZV_ENOTREG ? CKPT_EFORMAT : rc;
   }
   {
     char jwhy[256];
@@ -131,8 +217,13 @@ int ck_read_manifest(const char *dir, int64_t step, ck_manifest_t *m,
 
 /* ---- checking a step ------------------------------------------------------------ */
 
+/* One per shard of the manifest: small, so that memory follows the
+ * manifest (600,000 shards once took 2.9 GB with a path and a problem
+ * buffer in each); the path is built when the shard is checked, the
+ * problem allocated only for a bad shard. */
 typedef struct ck_job_s {
-  char path[4096];
+  const char *dir;     /* the checkpoint directory */
+  int64_t step;
   const ck_record_t *rec;
   int want;     /* a rank this node must hold */
   int sha;      /* hash it */
@@ -141,8 +232,19 @@ typedef struct ck_job_s {
   int hashed, trusted; /* how a good shard's SHA-256 was checked */
   uint64_t size;
   ckpt_trust_t *trust; /* NULL: no cache */
-  char problem[CKPT_PROBLEM_MAX];
+  char *problem;       /* NULL: none */
 } ck_job_t;
+
+static void job_problem(ck_job_t *j, const char *fmt, ...) LU_PRINTF(2, 3);
+static void job_problem(ck_job_t *j, const char *fmt, ...) {
+  va_list ap;
+  free(j->problem);
+  if ((j->problem = malloc(CKPT_PROBLEM_MAX)) == NULL)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(j->problem, CKPT_PROBLEM_MAX, fmt, ap);
+  va_end(ap);
+}
 
 typedef struct ck_pool_s {
   ck_job_t *jobs;
@@ -157,46 +259,46 @@ static void ck_check_one(ck_job_t *j) {
   uint64_t size;
   ck_fid_t id;
   int rc, stable = 0;
-  if (stat(j->path, &st) != 0) {
+  char path[4096], leaf[CKPT_NAME_MAX];
+  lu_strlcpy(leaf, j->rec->file, sizeof(leaf));
+  if (ck_step_path(path, sizeof(path), j->dir, j->step, leaf) != 0)
+    path[0] = '\0';
+  if (stat(path, &st) != 0) {
     if (errno == ENOENT)
-      snprintf(j->problem, sizeof(j->problem), "%s: missing", j->rec->file);
+      job_problem(j, "%s: missing", j->rec->file);
     else
-      snprintf(j->problem, sizeof(j->problem), "%s: %s", j->rec->file,
-               strerror(errno));
+      job_problem(j, "%s: %s", j->rec->file, strerror(errno));
     return;
   }
   j->present = 1;
   j->size = (uint64_t)st.st_size;
   if ((uint64_t)st.st_size != j->rec->size) {
-    snprintf(j->problem, sizeof(j->problem),
-             "%s: %llu bytes, the manifest says %llu", j->rec->file,
-             (unsigned long long)st.st_size,
-             (unsigned long long)j->rec->size);
+    job_problem(j, "%s: %llu bytes, the manifest says %llu", j->rec->file,
+                (unsigned long long)st.st_size,
+                (unsigned long long)j->rec->size);
     return;
   }
   if (j->sha && j->trust) {
     ck_fid_of(&st, &id);
-    if (ck_trust_has(j->trust, j->path, &id, j->rec->sha)) {
+    if (ck_trust_has(j->trust, path, &id, j->rec->sha)) {
       j->trusted = 1;
       j->ok = 1;
       return;
     }
   }
   if (j->sha) {
-    if ((rc = ck_hash_file_id(j->path, &size, sha, &id, &stable)) != 0) {
-      snprintf(j->problem, sizeof(j->problem), "%s: %s", j->rec->file,
-               rdzv_strerror(rc));
+    if ((rc = ck_hash_file_id(path, &size, sha, &id, &stable)) != 0) {
+      job_problem(j, "%s: %s", j->rec->file, rdzv_strerror(rc));
       return;
     }
     if (size != j->rec->size || strcmp(sha, j->rec->sha) != 0) {
-      snprintf(j->problem, sizeof(j->problem),
-               "%s: SHA-256 %.12s... does not match the manifest's %.12s...",
-               j->rec->file, sha, j->rec->sha);
+      job_problem(j, "%s: SHA-256 %.12s... does not match the manifest's "
+                  "%.12s...", j->rec->file, sha, j->rec->sha);
       return;
     }
     j->hashed = 1;
     if (stable)
-      ck_trust_put(j->trust, j->path, &id, sha);
+      ck_trust_put(j->trust, path, &id, sha);
   }
   j->ok = 1;
 }
@@ -244,16 +346,13 @@ static int ck_check_step(const char *dir, const ck_manifest_t *m,
         want[o->ranks[i]] = 1;
   }
   for (size_t r = 0; r < W; r++) {
-    char leaf[CKPT_NAME_MAX];
     jobs[r].rec = &m->shards[r];
     jobs[r].want = want[r];
     jobs[r].trust = trust;
     jobs[r].sha = (o->flags & CKPT_SCAN_SHA) && want[r];
     hashed += jobs[r].sha;
-    lu_strlcpy(leaf, m->shards[r].file, sizeof(leaf));
-    if (ck_step_path(jobs[r].path, sizeof(jobs[r].path), dir, m->step,
-                     leaf) != 0)
-      jobs[r].path[0] = '\0';
+    jobs[r].dir = dir;
+    jobs[r].step = m->step;
   }
   memset(&pool, 0, sizeof(pool));
   pool.jobs = jobs;
@@ -300,7 +399,8 @@ static int ck_check_step(const char *dir, const ck_manifest_t *m,
   /* Name the first bad file: a corrupt one before a missing one. */
   for (size_t r = 0; r < W && st->state == CKPT_STEP_CORRUPT; r++)
     if (jobs[r].want && jobs[r].present && !jobs[r].ok) {
-      ck_problem(st->problem, sizeof(st->problem), "%s", jobs[r].problem);
+      ck_problem(st->problem, sizeof(st->problem), "%s",
+                 jobs[r].problem ? jobs[r].problem : "?");
       break;
     }
   for (size_t r = 0; r < W && st->state == CKPT_STEP_INCOMPLETE; r++)
@@ -310,7 +410,8 @@ static int ck_check_step(const char *dir, const ck_manifest_t *m,
                    "%s (and %d more shards) missing", jobs[r].rec->file,
                    missing_wanted - 1);
       else
-        ck_problem(st->problem, sizeof(st->problem), "%s", jobs[r].problem);
+        ck_problem(st->problem, sizeof(st->problem), "%s",
+                   jobs[r].problem ? jobs[r].problem : "?");
       break;
     }
   if (st->state == CKPT_STEP_COMPLETE && good == 0) {
@@ -318,6 +419,8 @@ static int ck_check_step(const char *dir, const ck_manifest_t *m,
     ck_problem(st->problem, sizeof(st->problem), "no shard of this step is "
                "here");
   }
+  for (size_t r = 0; r < W; r++)
+    free(jobs[r].problem);
   free(jobs);
   free(want);
   return 0;
@@ -465,6 +568,8 @@ static int ck_latest_forward(const char *dir, int64_t step) {
   int rc;
   if ((rc = ck_join(p, sizeof(p), dir, CK_LATEST)) != 0)
     return rc;
+  if (ck_latest_owner(dir) < 0)
+    return 0; /* another program's pointer: never replaced */
   if (lu_read_file(p, 4096, &data, &len) == 0) {
     rc = ck_latest_decode(data, len, &cur);
     free(data);
@@ -548,7 +653,7 @@ static int ck_prune(const char *dir, int64_t upto, int keep,
       kept++;
       continue;
     }
-    if (steps[i] == upto)
+    if (steps[i] == upto || !ck_step_is_ours(dir, steps[i]))
       continue;
     snprintf(name, sizeof(name), "step-%lld", (long long)steps[i]);
     ck_remove(dir, name, log);
@@ -659,7 +764,7 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
   int64_t *steps = NULL;
   size_t n = 0;
   char p[4096];
-  int rc;
+  int rc, owner;
   if ((rc = ck_list_steps(dir, &steps, &n)) != 0) {
     lu_errf(err, errlen, "%s: %s", dir, rdzv_strerror(rc));
     return rc == -ENOENT ? 0 : rc;
@@ -668,6 +773,8 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
     char from[4096], to[4096];
     if (steps[i] <= resume_step)
       break;
+    if (!ck_step_is_ours(dir, steps[i]))
+      continue; /* another trainer's step-N: read-only */
     if (ck_step_path(from, sizeof(from), dir, steps[i], NULL) != 0 ||
         snprintf(to, sizeof(to), "%s/abandoned-step-%lld-%llu", dir,
                  (long long)steps[i],
@@ -683,7 +790,10 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
     return rc;
   if ((rc = ck_join(p, sizeof(p), dir, CK_LATEST)) != 0)
     return rc;
-  if (resume_step >= 0 && ck_finalised(dir, resume_step)) {
+  if ((owner = ck_latest_owner(dir)) < 0) {
+    /* Someone else's `latest`: left as it is. */
+  } else if (resume_step >= 0 && ck_finalised(dir, resume_step) &&
+             ck_step_is_ours(dir, resume_step)) {
     char line[64], *data = NULL;
     size_t len, oldlen;
     len = (size_t)snprintf(line, sizeof(line), "step-%lld\n",
@@ -692,7 +802,7 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
         memcmp(data, line, len) != 0)
       rc = ck_write_atomic(dir, CK_LATEST, line, len);
     free(data);
-  } else if (unlink(p) != 0 && errno != ENOENT) {
+  } else if (owner > 0 && unlink(p) != 0 && errno != ENOENT) {
     rc = -errno;
   }
   if (rc == 0)
@@ -787,13 +897,11 @@ static int ck_read_done(const ckpt_commit_options_t *o, int64_t step,
   snprintf(leaf, sizeof(leaf), "rank-%d.done", rank);
   if ((rc = ck_step_path(p, sizeof(p), o->dir, step, leaf)) != 0)
     return rc;
-  rc = lu_read_file(p, CK_SMALL_MAX, &data, &len);
+  rc = lu_read_file_safe(p, CK_SMALL_MAX, &data, &len, why, n);
   if (rc == -ENOENT)
     return 0;
   if (rc != 0) {
-    lu_errf(why, n, "step-%lld/%s: %s", (long long)step, leaf,
-            rdzv_strerror(rc));
-    return rc == RDZV_ETOOBIG ? CKPT_EFORMAT : rc;
+    return rc == RDZV_ETOOBIG || rc == RDZV_ENOTREG ? CKPT_EFORMAT : rc;
   }
   {
     char jwhy[256];

@@ -347,36 +347,46 @@ static void dcp_by_names(const char *dir, char **names, size_t n,
   free(seen);
 }
 
-/* One DCP checkpoint directory. */
-static int dcp_step(const char *dir, ckpt_step_t *st) {
-  char **names, *meta = NULL;
-  size_t n, len;
+/* "__R.metadata" (DCP's save(use_collectives=False): one per rank): R. */
+int ck_dcp_rank_meta(const char *name, int64_t *rank) {
+  char buf[24];
+  size_t n = strlen(name), k;
+  if (n < 12 || strncmp(name, "__", 2) != 0 ||
+      strcmp(name + n - 9, DCP_META) != 0 || (k = n - 11) >= sizeof(buf))
+    return -1;
+  memcpy(buf, name + 2, k);
+  buf[k] = '\0';
+  return all_digits(buf, rank) ? 0 : -1;
+}
+
+/* The files one metadata file (meta: .metadata or __R.metadata) names
+ * must hold the bytes its storage records place in them. OUT *maxr: the
+ * largest R of the __R_I.distcp files checked, -1 none.
+ * RET 0 (verdicts in st) or RDZV_ENOMEM. */
+static int dcp_check_meta(const char *dir, char **names, size_t n,
+                          const char *meta_name, ckpt_step_t *st,
+                          int64_t *maxr) {
+  char *meta = NULL;
+  size_t len;
   pk_storage_t *recs = NULL;
   size_t nrecs = 0;
   int rc;
-  if ((rc = list_dir(dir, &names, &n)) != 0)
-    return rc;
-  if (!has_name(names, n, DCP_META)) {
-    bad(st, CKPT_STEP_INCOMPLETE, "%s: missing (DCP writes it last: the save "
-        "did not finish)", DCP_META);
-    goto out;
-  }
-  rc = read_small(dir, DCP_META, CK_META_MAX, &meta, &len);
+  *maxr = -1;
+  rc = read_small(dir, meta_name, CK_META_MAX, &meta, &len);
   if (rc == CKPT_EFORMAT) {
     /* Larger than we read: judge by the file names. */
-    rc = 0;
     dcp_by_names(dir, names, n, st);
-    goto out;
+    *maxr = st->world_size - 1;
+    return 0;
   }
   if (rc != 0) {
-    bad(st, state_of(rc), "%s: %s", DCP_META, rdzv_strerror(rc));
-    rc = 0;
-    goto out;
+    bad(st, state_of(rc), "%s: %s", meta_name, rdzv_strerror(rc));
+    return 0;
   }
   st->files++;
   st->bytes += len;
   if (len == 0) {
-    bad(st, CKPT_STEP_INCOMPLETE, "%s: empty file", DCP_META);
+    bad(st, CKPT_STEP_INCOMPLETE, "%s: empty file", meta_name);
     goto out;
   }
   rc = pk_dcp_storage((unsigned char *)meta, len, &recs, &nrecs);
@@ -384,60 +394,124 @@ static int dcp_step(const char *dir, ckpt_step_t *st) {
     goto out;
   if (rc != 0) {
     rc = 0;
-    bad(st, CKPT_STEP_CORRUPT, "%s: not a complete pickle", DCP_META);
+    bad(st, CKPT_STEP_CORRUPT, "%s: not a complete pickle", meta_name);
     goto out;
   }
   if (nrecs == 0) {
     dcp_by_names(dir, names, n, st);
+    *maxr = st->world_size - 1;
     goto out;
   }
-  /* Every file the storage records name must hold the bytes they place
-   * in it. */
   qsort(recs, nrecs, sizeof(*recs), cmp_storage);
-  {
-    int64_t maxr = -1;
-    for (size_t i = 0; i < nrecs;) {
-      char file[CKPT_NAME_MAX], p[4096];
-      int64_t need = 0, r;
-      size_t j = i;
-      struct stat sb;
-      for (; j < nrecs && cmp_storage(&recs[i], &recs[j]) == 0; j++)
-        if (recs[j].offset >= 0 && recs[j].length >= 0 &&
-            recs[j].offset <= INT64_MAX - recs[j].length &&
-            recs[j].offset + recs[j].length > need)
-          need = recs[j].offset + recs[j].length;
-      if (recs[i].plen >= sizeof(file)) {
-        bad(st, CKPT_STEP_CORRUPT, "%s: a storage path is too long", DCP_META);
-        break;
-      }
-      memcpy(file, recs[i].path, recs[i].plen);
-      file[recs[i].plen] = '\0';
-      i = j;
-      if (!ck_name_ok(file)) {
-        bad(st, CKPT_STEP_CORRUPT, "%s: storage path '%.60s' is not a file "
-            "of this directory", DCP_META, file);
-        break;
-      }
-      if (dcp_file_rank(file, &r) == 0 && r > maxr)
-        maxr = r;
-      if (ck_join(p, sizeof(p), dir, file) != 0 || stat(p, &sb) != 0) {
-        bad(st, CKPT_STEP_INCOMPLETE, "%s: missing (named by %s)", file,
-            DCP_META);
-        continue;
-      }
-      st->files++;
-      st->bytes += (uint64_t)sb.st_size;
-      if (sb.st_size == 0 || (int64_t)sb.st_size < need)
-        bad(st, CKPT_STEP_INCOMPLETE, "%s: %lld bytes, %s places data up to "
-            "byte %lld (truncated)", file, (long long)sb.st_size, DCP_META,
-            (long long)need);
+  for (size_t i = 0; i < nrecs;) {
+    char file[CKPT_NAME_MAX], p[4096];
+    int64_t need = 0, r;
+    size_t j = i;
+    struct stat sb;
+    for (; j < nrecs && cmp_storage(&recs[i], &recs[j]) == 0; j++)
+      if (recs[j].offset >= 0 && recs[j].length >= 0 &&
+          recs[j].offset <= INT64_MAX - recs[j].length &&
+          recs[j].offset + recs[j].length > need)
+        need = recs[j].offset + recs[j].length;
+    if (recs[i].plen >= sizeof(file)) {
+      bad(st, CKPT_STEP_CORRUPT, "%s: a storage path is too long", meta_name);
+      break;
     }
-    if (maxr >= 0)
-      st->world_size = (int)(maxr + 1);
+    memcpy(file, recs[i].path, recs[i].plen);
+    file[recs[i].plen] = '\0';
+    i = j;
+    if (!ck_name_ok(file)) {
+      bad(st, CKPT_STEP_CORRUPT, "%s: storage path '%.60s' is not a file "
+          "of this directory", meta_name, file);
+      break;
+    }
+    if (dcp_file_rank(file, &r) == 0 && r > *maxr)
+      *maxr = r;
+    if (ck_join(p, sizeof(p), dir, file) != 0 || stat(p, &sb) != 0) {
+      bad(st, CKPT_STEP_INCOMPLETE, "%s: missing (named by %s)", file,
+          meta_name);
+      continue;
+    }
+    st->files++;
+    st->bytes += (uint64_t)sb.st_size;
+    if (sb.st_size == 0 || (int64_t)sb.st_size < need)
+      bad(st, CKPT_STEP_INCOMPLETE, "%s: %lld bytes, %s places data up to "
+          "byte %lld (truncated)", file, (long long)sb.st_size, meta_name,
+          (long long)need);
   }
 out:
   free(recs);
   free(meta);
+  return rc == RDZV_ENOMEM ? rc : 0;
+}
+
+int ck_dcp_name(const char *name) {
+  int64_t r;
+  return strcmp(name, DCP_META) == 0 || dcp_file_rank(name, &r) == 0 ||
+         ck_dcp_rank_meta(name, &r) == 0;
+}
+
+/* save(use_collectives=False): no .metadata, but __R.metadata of every
+ * rank R, each naming that rank's files; each rank loads its own, so the
+ * step needs the world size that wrote it. */
+static int dcp_per_rank(const char *dir, char **names, size_t n,
+                        ckpt_step_t *st) {
+  int64_t nmeta = -1, maxfile = -1, r, mr;
+  int rc = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (ck_dcp_rank_meta(names[i], &r) == 0 && r + 1 > nmeta)
+      nmeta = r + 1;
+    if (dcp_file_rank(names[i], &r) == 0 && r > maxfile)
+      maxfile = r;
+  }
+  if (nmeta > CK_MAX_WORLD) {
+    bad(st, CKPT_STEP_CORRUPT, "__%lld.metadata: rank out of range",
+        (long long)nmeta - 1);
+    return 0;
+  }
+  for (int64_t k = 0; k < nmeta && rc == 0; k++) {
+    char f[48];
+    snprintf(f, sizeof(f), "__%lld%s", (long long)k, DCP_META);
+    if (!has_name(names, n, f)) {
+      bad(st, CKPT_STEP_INCOMPLETE, "%s: missing (DCP without collectives: "
+          "every rank writes its own, last)", f);
+      continue;
+    }
+    rc = dcp_check_meta(dir, names, n, f, st, &mr);
+  }
+  if (maxfile >= nmeta)
+    bad(st, CKPT_STEP_INCOMPLETE, "__%lld%s: missing (rank %lld wrote data "
+        "files but not its metadata: the save did not finish)",
+        (long long)maxfile, DCP_META, (long long)maxfile);
+  st->world_size = (int)nmeta;
+  st->replicated = 0;
+  return rc;
+}
+
+/* One DCP checkpoint directory. */
+static int dcp_step(const char *dir, ckpt_step_t *st) {
+  char **names;
+  size_t n;
+  int64_t maxr = -1, r;
+  int rc, per_rank = 0;
+  if ((rc = list_dir(dir, &names, &n)) != 0)
+    return rc;
+  for (size_t i = 0; i < n && !per_rank; i++)
+    per_rank = ck_dcp_rank_meta(names[i], &r) == 0;
+  if (!has_name(names, n, DCP_META)) {
+    if (per_rank)
+      rc = dcp_per_rank(dir, names, n, st);
+    else
+      bad(st, CKPT_STEP_INCOMPLETE, "%s: missing (DCP writes it last: the "
+          "save did not finish)", DCP_META);
+    goto out;
+  }
+  rc = dcp_check_meta(dir, names, n, DCP_META, st, &maxr);
+  /* DCP reshards on load: any world size may resume from this step. */
+  if (maxr >= 0)
+    st->world_size = (int)(maxr + 1);
+  st->replicated = 1;
+out:
   ck_free_names(names, n);
   return rc == RDZV_ENOMEM ? rc : 0;
 }
@@ -446,12 +520,10 @@ static int dcp_like(const char *dir) {
   char **names;
   size_t n;
   int found = 0;
-  int64_t r;
   if (list_dir(dir, &names, &n) != 0)
     return 0;
   for (size_t i = 0; i < n && !found; i++)
-    found = strcmp(names[i], DCP_META) == 0 ||
-            dcp_file_rank(names[i], &r) == 0;
+    found = ck_dcp_name(names[i]);
   ck_free_names(names, n);
   return found;
 }
@@ -476,7 +548,10 @@ int ck_scan_dcp(const char *dir, const ckpt_scan_options_t *o, ckpt_scan_t *s,
   for (size_t i = 0; i < n && rc == 0; i++) {
     char p[4096];
     ckpt_step_t *st;
-    if (names[i][0] == '.' || !is_dir(dir, names[i]) ||
+    /* abandoned-step-N-T: what launch before issue #22 set aside here;
+     * its trailing number is a time, not a step. */
+    if (names[i][0] == '.' || strncmp(names[i], "abandoned-", 10) == 0 ||
+        !is_dir(dir, names[i]) ||
         ck_join(p, sizeof(p), dir, names[i]) != 0 || !dcp_like(p))
       continue;
     if ((st = ck_scan_add(s)) == NULL) {
@@ -543,6 +618,12 @@ static int meg_parse(const char *name, int64_t idx[3]) {
   return k;
 }
 
+/* a x b x c ranks, each at least 1, within CK_MAX_WORLD (no overflow). */
+static int world_ok(int64_t a, int64_t b, int64_t c) {
+  return a >= 1 && b >= 1 && c >= 1 && a <= CK_MAX_WORLD &&
+         b <= CK_MAX_WORLD / a && c <= CK_MAX_WORLD / (a * b);
+}
+
 /* A name that does not fit is left empty (it names no file). */
 static void meg_name(char *buf, size_t n, int dims, const int64_t *i) {
   int w;
@@ -560,7 +641,7 @@ static void meg_name(char *buf, size_t n, int dims, const int64_t *i) {
 
 static int megatron_step(const char *dir, ckpt_step_t *st) {
   char **names;
-  size_t n;
+  size_t n, missing = 0;
   int dims = 0, rc;
   int64_t size[3] = {1, 1, 1}, idx[3];
   char first[CKPT_NAME_MAX] = "", from[160] = "";
@@ -662,7 +743,20 @@ static int megatron_step(const char *dir, ckpt_step_t *st) {
       free(pkl);
     }
   }
+  /* Bounded before anything is walked: metadata (or a directory name)
+   * claiming billions of ranks must not keep the scan busy for hours. */
+  if (!world_ok(size[0], dims >= 2 ? size[1] : 1, dims == 3 ? size[2] : 1)) {
+    bad(st, CKPT_STEP_CORRUPT, "tensor %lld x pipeline %lld x expert %lld "
+        "ranks%s: over launch's limit of %d ranks in a checkpoint",
+        (long long)size[0], (long long)size[1], (long long)size[2],
+        from[0] ? from : " (from the mp_rank directory names)", CK_MAX_WORLD);
+    ck_free_names(names, n);
+    return 0;
+  }
   st->world_size = (int)(size[0] * size[1] * size[2]);
+  /* Megatron checks the tensor and pipeline sizes on load; the
+   * data-parallel size may change: any multiple of the grid loads. */
+  st->replicated = CKPT_REPL_MULTIPLE;
   for (int64_t a = 0; a < size[0]; a++)
     for (int64_t b = 0; b < (dims >= 2 ? size[1] : 1); b++)
       for (int64_t c = 0; c < (dims == 3 ? size[2] : 1); c++) {
@@ -672,6 +766,10 @@ static int megatron_step(const char *dir, ckpt_step_t *st) {
         if (!has_name(names, n, d)) {
           bad(st, CKPT_STEP_INCOMPLETE, "%s/: missing%s", d,
               from[0] ? from : " (the other mp_rank directories promise it)");
+          /* More missing than there are entries: the step is incomplete
+           * whatever follows; time stays proportional to what is there. */
+          if (++missing > n)
+            goto done;
           continue;
         }
         if (ck_join(p, sizeof(p), dir, d) != 0)
@@ -685,6 +783,7 @@ static int megatron_step(const char *dir, ckpt_step_t *st) {
           check_torch(p, MEG_DISTOPT, label, st, NULL, NULL);
         }
       }
+done:
   ck_free_names(names, n);
   return 0;
 }
@@ -785,7 +884,7 @@ static int ds_parse(const char *name, int64_t *dp, int64_t *mp, char *prefix,
 
 static int deepspeed_step(const char *dir, ckpt_step_t *st) {
   char **names, prefix[8] = "", pfx[8], from[200] = "", legacy[4] = "_";
-  size_t n;
+  size_t n, missing = 0;
   int64_t maxdp = -1, maxmp = -1, dp_ws = 0, mp_ws = 0, d, m;
   int have_model = 0, have_zmodel = 0, have_optim = 0, rc;
   if ((rc = list_dir(dir, &names, &n)) != 0)
@@ -860,31 +959,41 @@ static int deepspeed_step(const char *dir, ckpt_step_t *st) {
   if (!from[0] && (have_zmodel || have_optim))
     snprintf(from, sizeof(from), " (ranks up to %lld are there)",
              (long long)maxdp);
+  if (!world_ok(dp_ws > 0 ? dp_ws : 1, mp_ws > 0 ? mp_ws : 1, 1)) {
+    bad(st, CKPT_STEP_CORRUPT, "dp_world_size %lld x mp_world_size %lld%s: "
+        "over launch's limit of %d ranks in a checkpoint", (long long)dp_ws,
+        (long long)mp_ws, from, CK_MAX_WORLD);
+    ck_free_names(names, n);
+    return 0;
+  }
   st->world_size = (int)((dp_ws > 0 ? dp_ws : 1) * mp_ws);
-  for (m = 0; m < mp_ws; m++) {
+  for (m = 0; m < mp_ws && missing <= n; m++) {
     char f[160];
     if (have_model) {
       snprintf(f, sizeof(f), "mp_rank_%02lld_model_states.pt", (long long)m);
       if (m > 0)
         check_torch(dir, f, f, st, NULL, NULL);
     }
-    for (d = 0; d < dp_ws && (have_zmodel || have_optim); d++) {
+    for (d = 0; d < dp_ws && (have_zmodel || have_optim) && missing <= n;
+         d++) {
       if (have_zmodel) {
         snprintf(f, sizeof(f), "zero_pp_rank_%lld_mp_rank_%02lld_model_"
                  "states.pt", (long long)d, (long long)m);
         if (d + m > 0 || have_model) {
-          if (!has_name(names, n, f))
+          if (!has_name(names, n, f)) {
             bad(st, CKPT_STEP_INCOMPLETE, "%s: missing%s", f, from);
-          else
+            missing++;
+          } else
             check_torch(dir, f, f, st, NULL, NULL);
         }
       }
       if (have_optim) {
         snprintf(f, sizeof(f), "%szero_pp_rank_%lld_mp_rank_%02lld%soptim_"
                  "states.pt", prefix, (long long)d, (long long)m, legacy);
-        if (!has_name(names, n, f))
+        if (!has_name(names, n, f)) {
           bad(st, CKPT_STEP_INCOMPLETE, "%s: missing%s", f, from);
-        else
+          missing++;
+        } else
           check_torch(dir, f, f, st, NULL, NULL);
       }
     }

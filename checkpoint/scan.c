@@ -105,12 +105,10 @@ static unsigned ck_detect_sub(const char *path) {
   if (d == NULL)
     return 0;
   while ((e = readdir(d)) != NULL) {
-    size_t n = strlen(e->d_name);
     if (strcmp(e->d_name, CK_MANIFEST) == 0 ||
         strncmp(e->d_name, "rank-", 5) == 0)
       m |= 1u << CKPT_LAYOUT_LAUNCH;
-    else if (strcmp(e->d_name, ".metadata") == 0 ||
-             (n > 7 && strcmp(e->d_name + n - 7, ".distcp") == 0))
+    else if (ck_dcp_name(e->d_name))
       m |= 1u << CKPT_LAYOUT_DCP;
   }
   closedir(d);
@@ -127,7 +125,6 @@ static unsigned ck_detect(const char *dir) {
     return 0;
   while ((e = readdir(d)) != NULL) {
     const char *nm = e->d_name;
-    size_t n = strlen(nm);
     int64_t step;
     struct stat st;
     if (strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0 ||
@@ -154,8 +151,7 @@ static unsigned ck_detect(const char *dir) {
         }
       } else if (strcmp(nm, "latest_checkpointed_iteration.txt") == 0) {
         m |= 1u << CKPT_LAYOUT_MEGATRON;
-      } else if (strcmp(nm, ".metadata") == 0 ||
-                 (n > 7 && strcmp(nm + n - 7, ".distcp") == 0)) {
+      } else if (ck_dcp_name(nm)) {
         m |= 1u << CKPT_LAYOUT_DCP;
       }
       continue;
@@ -167,14 +163,18 @@ static unsigned ck_detect(const char *dir) {
     else if (ck_digits_after(nm, "global_step"))
       m |= 1u << CKPT_LAYOUT_DEEPSPEED;
     else if (ck_digits_after(nm, "checkpoint-"))
-      m |= 1u << CKPT_LAYOUT_HF;
+      /* By content, not by name: DCP steps are often called checkpoint-N
+       * too. */
+      m |= (ck_detect_sub(p) & (1u << CKPT_LAYOUT_DCP)) ? 1u << CKPT_LAYOUT_DCP
+                                                       : 1u << CKPT_LAYOUT_HF;
     else if (ck_parse_step_name(nm, &step) == 0) {
       unsigned sub = ck_detect_sub(p);
       if (sub)
         m |= sub;
       else
         bare_steps = 1; /* an empty step: launch's, being written */
-    } else if (nm[0] != '.' && (ck_detect_sub(p) & (1u << CKPT_LAYOUT_DCP)))
+    } else if (nm[0] != '.' && strncmp(nm, "abandoned-", 10) != 0 &&
+               (ck_detect_sub(p) & (1u << CKPT_LAYOUT_DCP)))
       m |= 1u << CKPT_LAYOUT_DCP;
   }
   closedir(d);

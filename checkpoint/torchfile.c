@@ -64,14 +64,9 @@ static int fd_pread(void *ctx, void *buf, size_t n, uint64_t off) {
 
 int ck_src_file(ck_src_t *s, const char *path) {
   struct stat st;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = lu_open_regular(path, 0, &st, NULL, 0);
   if (fd < 0)
-    return -errno;
-  if (fstat(fd, &st) != 0) {
-    int e = -errno;
-    close(fd);
-    return e;
-  }
+    return fd;
   s->pread = fd_pread;
   s->ctx = (void *)(intptr_t)fd;
   s->size = (uint64_t)st.st_size;

@@ -177,7 +177,7 @@ int ckpt_latest_step(const char *dir, int64_t *step) {
   if ((rc = ck_join(p, sizeof(p), dir, CK_LATEST)) != 0)
     return rc;
   if ((rc = lu_read_file(p, CK_SMALL_MAX, &data, &len)) != 0)
-    return rc == RDZV_ETOOBIG ? CKPT_EFORMAT : rc;
+    return rc == RDZV_ETOOBIG || rc == RDZV_ENOTREG ? CKPT_EFORMAT : rc;
   rc = ck_latest_decode(data, len, step);
   free(data);
   if (rc != 0)

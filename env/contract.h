@@ -57,6 +57,7 @@
   X(LAUNCH_NNODES, INT, launch_nnodes, NULL, SET, launch)                      \
   X(LAUNCH_HOSTNAME, STR, hostname, NULL, SET, launch)                         \
   X(LAUNCH_ATTEMPT_DIR, STR, attempt_dir, NULL, SET, launch)                   \
+  X(LAUNCH_PROGRESS_TAG, STR, progress_tag, NULL, OWN, launch)                 \
   X(LAUNCH_CKPT_DIR, STR, ckpt_dir, NULL, SET, ckpt)                           \
   X(LAUNCH_CKPT_KEEP, INT, ckpt_keep, NULL, SET, ckpt)                         \
   X(LAUNCH_RESUME_STEP, I64, resume_step, NULL, OWN, ckpt)                     \

@@ -127,10 +127,14 @@ int env_sha256_file(const char *path, char hex[65]) {
   EVP_MD_CTX *ctx = NULL;
   lu_sha256_t small;
   struct stat sb;
-  int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
+  /* Regular files only (a FIFO would block, /dev/zero never ends), read to
+   * the size fstat gave plus one byte (issue #24). */
+  int fd = lu_open_regular(path, 0, &sb, NULL, 0), rc = 0;
+  uint64_t left;
   if (fd < 0)
-    return -errno;
-  if (fstat(fd, &sb) == 0 && sb.st_size <= (off_t)FP_SMALL_FILE) {
+    return fd;
+  left = (uint64_t)sb.st_size + 1;
+  if (sb.st_size <= (off_t)FP_SMALL_FILE) {
     lu_sha256_init(&small);
   } else if ((ctx = EVP_MD_CTX_new()) == NULL) {
     close(fd);
@@ -138,8 +142,8 @@ int env_sha256_file(const char *path, char hex[65]) {
   } else if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
     rc = RDZV_ENOMEM;
   }
-  while (rc == 0) {
-    ssize_t r = read(fd, buf, sizeof(buf));
+  while (rc == 0 && left > 0) {
+    ssize_t r = read(fd, buf, (size_t)LU_MIN((uint64_t)sizeof(buf), left));
     if (r < 0) {
       if (errno == EINTR)
         continue;
@@ -148,6 +152,7 @@ int env_sha256_file(const char *path, char hex[65]) {
     }
     if (r == 0)
       break;
+    left -= (uint64_t)r;
     if (ctx == NULL)
       lu_sha256_update(&small, buf, (size_t)r);
     else if (EVP_DigestUpdate(ctx, buf, (size_t)r) != 1)

@@ -29,6 +29,7 @@
 #include "ckpt.h"
 #include "lu.h"
 #include "rt.h"
+#include "tb.h"
 #ifdef RT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -64,7 +65,8 @@ typedef struct opts_s {
   float loss_scale, peak_tflops, val_fraction, bucket_mb;
   uint64_t seed;
   int ckpt_every;
-  const char *data, *dump_params, *ckpt_dir;
+  int zero; /* 0, or 1: AdamW state and update sharded over the ranks */
+  const char *data, *dump_params, *ckpt_dir, *tb_dir;
   int device; /* RT_DEVICE_* */
   int dtype;  /* GPT_*, or -1 = by device */
 } opts_t;
@@ -85,7 +87,9 @@ typedef struct ckpt_header_s {
   char magic[8]; /* "TGPTCK1" */
   int32_t layers, heads, channels, max_seq, vocab, padded_vocab;
   int32_t seq_len, batch, accum, steps, world;
-  int32_t pad_;
+  int32_t zero; /* --zero of the run that saved (0 in older files); the
+                   moments are whole either way: a ZeRO-1 run gathers
+                   them on save */
   uint64_t params;
   train_state_t st;
 } ckpt_header_t;
@@ -128,6 +132,10 @@ typedef struct run_s {
   int inited; /* the parameters are set (initialised or loaded) */
   int32_t *tok, *tgt;
   size_t *seg_off, *seg_count;
+  /* --zero 1: rank k owns parameters [part[k], part[k+1]), cut at the
+   * edges of the norm's blocks (bpart[k] = part[k] / block) */
+  size_t *part, *bpart, nblocks;
+  double *norm_parts; /* the blocks' sums of squares, all ranks' */
   uint64_t train_windows, val_windows;
   train_state_t st;
   double peak; /* dense TFLOPS of one device, 0 when unknown */
@@ -139,6 +147,7 @@ typedef struct run_s {
   int ck_pinned;           /* 1 page-locked, -1 it failed, 0 not yet */
   ckpt_header_t ck_head;   /* of the save in flight */
   ck_pre_t *pre;           /* the resume's read, NULL when none runs */
+  tb_t *tb;                /* --tb-dir: rank 0's TensorBoard events */
 } run_t;
 
 
@@ -193,10 +202,14 @@ static void usage(FILE *f) {
 "                       older GPUs, fp32 on the CPU, which computes in fp32 only)\n"
 "  --threads N          CPU threads per rank (OMP_NUM_THREADS, else the CPU set)\n"
 "  --bucket-mb X        gradient all-reduce buckets in MiB (0 = per layer)\n"
+"  --zero N             0: every rank holds the AdamW state (default); 1: ZeRO-1,\n"
+"                       each rank holds and updates a 1/ranks shard of it\n"
 "output\n"
 "  --log-every N        a log line every N steps (1)\n"
 "  --peak-tflops X      a device's dense peak for MFU (default: by GPU name)\n"
 "  --dump-params FILE   write the final parameters (raw little-endian fp32)\n"
+"  --tb-dir D           rank 0 writes TensorBoard event files in D: loss, val\n"
+"                       loss, lr, grad norm, tokens/s, MFU (on a GPU) by step\n"
 "checkpoints (docs/checkpoints.md)\n"
 "  --ckpt-dir D         launch's checkpoint layout in D (default: $LAUNCH_CKPT_DIR,\n"
 "                       which launch --ckpt-dir sets); resumes from\n"
@@ -312,7 +325,14 @@ static int parse_flags(int argc, char **argv, opts_t *o) {
     else if (strcmp(f, "--data") == 0) o->data = v;
     else if (strcmp(f, "--dump-params") == 0) o->dump_params = v;
     else if (strcmp(f, "--ckpt-dir") == 0) o->ckpt_dir = v;
+    else if (strcmp(f, "--tb-dir") == 0) o->tb_dir = v;
     else if (strcmp(f, "--ckpt-every") == 0) rc = parse_int(f, v, 0, &o->ckpt_every);
+    else if (strcmp(f, "--zero") == 0) {
+      if ((rc = parse_int(f, v, 0, &o->zero)) == 0 && o->zero > 1) {
+        fail_line("--zero %s: use 0 (no sharding) or 1 (the AdamW state)", v);
+        return -1;
+      }
+    }
     else if (strcmp(f, "--seed") == 0) {
       int64_t s;
       if (lu_parse_i64(v, strlen(v), &s) != 0 || s < 0) {
@@ -369,6 +389,8 @@ static int parse_flags(int argc, char **argv, opts_t *o) {
 }
 
 /* ---- set-up ------------------------------------------------------------------ */
+
+static int runtime_failed(const char *what, int rc);
 
 static double now_s(void) {
   struct timespec ts;
@@ -597,6 +619,37 @@ static int init_params(run_t *r) {
   return EXIT_OK;
 }
 
+/* ZeRO-1: cut the parameters into one shard per rank at the edges of the
+ * gradient norm's blocks, and keep the AdamW moments of this rank's shard
+ * only. RET an exit code. */
+static int setup_zero(run_t *r) {
+  size_t n = gpt_num_params(&r->cfg), block;
+  int rc, W = r->world;
+  if (r->ops->shard == NULL || r->ops->norm_block == NULL ||
+      r->ops->grad_sumsq == NULL || r->ops->param_buffer == NULL) {
+    fail_line("--zero 1: the %s backend cannot shard the AdamW state yet "
+              "(issue #26): use --zero 0", r->ops->name);
+    return EXIT_USAGE;
+  }
+  block = r->ops->norm_block(r->model);
+  r->nblocks = (n + block - 1) / block;
+  r->part = malloc(((size_t)W + 1) * sizeof(size_t));
+  r->bpart = malloc(((size_t)W + 1) * sizeof(size_t));
+  r->norm_parts = malloc((r->nblocks + 1) * sizeof(double));
+  if (!r->part || !r->bpart || !r->norm_parts) {
+    fail_line("out of memory for the shards of %d ranks", W);
+    return EXIT_FAIL;
+  }
+  for (int k = 0; k <= W; k++) {
+    r->bpart[k] = r->nblocks * (size_t)k / (size_t)W;
+    r->part[k] = r->bpart[k] * block < n ? r->bpart[k] * block : n;
+  }
+  rc = r->ops->shard(r->model, r->part[r->rank], r->part[r->rank + 1]);
+  if (rc != 0)
+    return runtime_failed("shard", rc);
+  return EXIT_OK;
+}
+
 static int setup_model(run_t *r) {
   const opts_t *o = &r->o;
   size_t n;
@@ -639,6 +692,8 @@ static int setup_model(run_t *r) {
               o->seq_len, rt_strerror(rc));
     return EXIT_FAIL;
   }
+  if (o->zero && (rc = setup_zero(r)) != EXIT_OK)
+    return rc;
   /* A resume loads every parameter: no initialisation to throw away. */
   if (!ck_pre_resuming(r) && (rc = init_params(r)) != EXIT_OK)
     return rc;
@@ -648,6 +703,10 @@ static int setup_model(run_t *r) {
     int gdtype = GPT_FP32;
     void *g = r->ops->grad_buffer(r->model, &gdtype);
     rc = rt_grads_register(r->rt, g, gdtype, nseg, r->seg_off, r->seg_count);
+    /* ZeRO-1: each bucket reduce-scattered into the shards, overlapped
+     * with backward as the all-reduce is */
+    if (rc == 0 && o->zero)
+      rc = rt_grads_shard(r->rt, r->part);
     if (rc != 0) {
       fail_line("registering the gradients: %s", rt_strerror(rc));
       return EXIT_FAIL;
@@ -688,6 +747,17 @@ static void print_setup(const run_t *r) {
          "decay %g, clip %g, seed %" PRIu64 "\n", o->steps, (double)o->lr,
          o->warmup, (double)(o->lr * o->min_lr_frac), (double)o->weight_decay,
          (double)o->clip, o->seed);
+  {
+    size_t n = gpt_num_params(&r->cfg);
+    size_t mine = r->part ? r->part[1] - r->part[0] : n;
+    if (o->zero)
+      printf("train_gpt: AdamW state: %.2f MiB on rank 0 (--zero 1: a shard "
+             "of %zu of %zu parameters per rank)\n",
+             (double)mine * 8.0 / 1048576.0, mine, n);
+    else
+      printf("train_gpt: AdamW state: %.2f MiB per rank (--zero 0: all %zu "
+             "parameters on every rank)\n", (double)n * 8.0 / 1048576.0, n);
+  }
   if (r->val_windows == 0)
     printf("train_gpt: validation: off (the data leaves fewer than %d tokens "
            "for it)\n", o->seq_len + 1);
@@ -695,6 +765,7 @@ static void print_setup(const run_t *r) {
 }
 
 static void run_free(run_t *r) {
+  tb_close(r->tb);
   ck_pre_free(r->pre);
   ckpt_close(r->ck); /* waits for the save in flight */
   rdzv_close(r->ck_store);
@@ -712,11 +783,12 @@ static void run_free(run_t *r) {
   free(r->tgt);
   free(r->seg_off);
   free(r->seg_count);
+  free(r->part);
+  free(r->bpart);
+  free(r->norm_parts);
 }
 
 /* ---- checkpoints ------------------------------------------------------------- */
-
-static int runtime_failed(const char *what, int rc);
 
 static void ckpt_header(const run_t *r, ckpt_header_t *h) {
   memset(h, 0, sizeof(*h));
@@ -732,8 +804,14 @@ static void ckpt_header(const run_t *r, ckpt_header_t *h) {
   h->accum = r->o.accum;
   h->steps = r->o.steps;
   h->world = r->world;
+  h->zero = r->o.zero;
   h->params = gpt_num_params(&r->cfg);
   h->st = r->st;
+}
+
+/* The first parameter of this rank's AdamW shard (0 without --zero). */
+static size_t shard_lo(const run_t *r) {
+  return r->part ? r->part[r->rank] : 0;
 }
 
 /* The shard: the header, then parameters, AdamW m and v. */
@@ -860,8 +938,13 @@ static int ckpt_setup(run_t *r) {
             "run continues it with --batch %d --accum %d --steps %d on %d\n",
             step, h.batch, h.accum, h.steps, h.world, want.batch, want.accum,
             want.steps, want.world);
-  if ((rc = r->ops->set_state(r->model, r->ck_buf, r->ck_buf + n,
-                              r->ck_buf + 2 * n)) != 0)
+  if (r->rank == 0 && (h.world != want.world || h.zero != want.zero))
+    printf("train_gpt: checkpoint step %" PRId64 " was saved by %d ranks "
+           "with --zero %d; the AdamW state is re-sharded for %d ranks with "
+           "--zero %d\n", step, h.world, h.zero, want.world, want.zero);
+  /* the file holds whole moments: a shard takes its slice */
+  if ((rc = r->ops->set_state(r->model, r->ck_buf, r->ck_buf + n + shard_lo(r),
+                              r->ck_buf + 2 * n + shard_lo(r))) != 0)
     return runtime_failed("set_state", rc);
   r->inited = 1;
   r->st = h.st;
@@ -905,9 +988,16 @@ static int ckpt_step(run_t *r) {
     }
   }
 #endif
-  if ((rc = r->ops->get_state(r->model, r->ck_buf, r->ck_buf + n,
-                              r->ck_buf + 2 * n)) != 0)
+  if ((rc = r->ops->get_state(r->model, r->ck_buf, r->ck_buf + n + shard_lo(r),
+                              r->ck_buf + 2 * n + shard_lo(r))) != 0)
     return runtime_failed("get_state", rc);
+  /* ZeRO-1 gathers the moments: the file is the one --zero 0 writes, so
+   * any rank count, sharded or not, resumes from it */
+  if (r->part && ((rc = rt_allgather(r->rt, r->ck_buf + n, r->part,
+                                     sizeof(float))) != 0 ||
+                  (rc = rt_allgather(r->rt, r->ck_buf + 2 * n, r->part,
+                                     sizeof(float))) != 0))
+    return runtime_failed("gathering the AdamW state", rc);
   ckpt_header(r, &r->ck_head);
   ckpt_iov(r, &r->ck_head, iov);
   if ((rc = ckpt_save_async(r->ck, r->st.step, iov, 4)) != 0) {
@@ -966,6 +1056,22 @@ static int runtime_failed(const char *what, int rc) {
   return EXIT_FAIL;
 }
 
+/* ZeRO-1's gradient norm: each rank sums the squares of its shard's
+ * blocks, the blocks' sums are gathered and added in block order, as
+ * grad_norm adds them: bitwise grad_norm's result. RET 0 or a code. */
+static int zero_grad_norm(run_t *r, float scale, float *norm) {
+  size_t b0 = r->bpart[r->rank], b1 = r->bpart[r->rank + 1];
+  double total = 0.0;
+  int rc = r->ops->grad_sumsq(r->model, b0, b1, r->norm_parts + b0);
+  if (rc != 0 ||
+      (rc = rt_allgather(r->rt, r->norm_parts, r->bpart, sizeof(double))) != 0)
+    return rc;
+  for (size_t i = 0; i < r->nblocks; i++)
+    total += r->norm_parts[i];
+  *norm = (float)(sqrt(total) * (double)scale);
+  return 0;
+}
+
 /* One step. OUT *loss, *norm, *skipped. RET an exit code. */
 static int train_step(run_t *r, float lr, float *loss, float *norm,
                       int *skipped) {
@@ -990,12 +1096,16 @@ static int train_step(run_t *r, float lr, float *loss, float *norm,
       return runtime_failed("backward", rc);
   }
   if (r->world > 1 && (rc = rt_grads_wait(r->rt)) != 0)
-    return runtime_failed("the gradient all-reduce", rc);
+    return runtime_failed(o->zero ? "the gradient reduce-scatter"
+                                  : "the gradient all-reduce", rc);
   if ((rc = rt_allreduce_host(r->rt, &lsum, 1)) != 0)
     return runtime_failed("the loss all-reduce", rc);
   r->st.sample += (uint64_t)o->accum * (uint64_t)r->world;
   *loss = lsum / denom;
-  rc = r->ops->grad_norm(r->model, 1.0f / (denom * r->st.loss_scale), norm);
+  if (o->zero)
+    rc = zero_grad_norm(r, 1.0f / (denom * r->st.loss_scale), norm);
+  else
+    rc = r->ops->grad_norm(r->model, 1.0f / (denom * r->st.loss_scale), norm);
   if (rc != 0)
     return runtime_failed("grad_norm", rc);
   if (!isfinite(*loss)) {
@@ -1041,6 +1151,10 @@ static int train_step(run_t *r, float lr, float *loss, float *norm,
   a.t = (int)++r->st.adam_step;
   if ((rc = r->ops->adamw(r->model, &a)) != 0)
     return runtime_failed("adamw", rc);
+  /* ZeRO-1: each rank updated its shard; every rank gets all of them */
+  if (o->zero && (rc = rt_allgather(r->rt, r->ops->param_buffer(r->model),
+                                    r->part, sizeof(float))) != 0)
+    return runtime_failed("the parameter all-gather", rc);
   if (r->dtype == GPT_FP16 && ++r->st.good_steps >= o->loss_scale_window) {
     r->st.loss_scale *= 2;
     r->st.good_steps = 0;
@@ -1060,6 +1174,20 @@ static int dump_params(run_t *r) {
     return EXIT_FAIL;
   }
   return EXIT_OK;
+}
+
+/* VmHWM of /proc/self/status in KiB (0 when unknown). */
+static long peak_rss_kib(void) {
+  char line[256];
+  long kib = 0;
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL)
+    return 0;
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "VmHWM: %ld", &kib) == 1)
+      break;
+  fclose(f);
+  return kib;
 }
 
 static int train(run_t *r) {
@@ -1100,8 +1228,34 @@ static int train(run_t *r) {
       printf("\n");
       fflush(stdout);
     }
-    if ((rc = rt_progress(r->rt, r->st.step)) != 0)
-      return runtime_failed("the progress report", rc);
+    {
+      /* Every scalar the agent shows (metrics, events, launch status). */
+      rdzv_scalars_t sc = {RDZV_HAS_LOSS | RDZV_HAS_GRAD_NORM | RDZV_HAS_LR |
+                               RDZV_HAS_STEP_TIME | RDZV_HAS_TOKENS |
+                               RDZV_HAS_TOTAL_STEPS,
+                           (double)loss, (double)norm, (double)lr, dt,
+                           (int64_t)tokens, o->steps, 0};
+      if ((rc = rt_progress_ex(r->rt, r->st.step, &sc)) != 0)
+        return runtime_failed("the progress report", rc);
+    }
+    if (r->tb) {
+      /* The step's scalars; after a resume the curve goes on at the
+       * resumed step (TensorBoard drops the abandoned steps after it). */
+      int w = tb_scalar(r->tb, "loss", r->st.step, loss);
+      w = w ? w : tb_scalar(r->tb, "lr", r->st.step, lr);
+      w = w ? w : tb_scalar(r->tb, "grad_norm", r->st.step, norm);
+      w = w ? w : tb_scalar(r->tb, "tokens_per_s", r->st.step, tokens / dt);
+      if (w == 0 && rt_device(r->rt) >= 0 && r->peak > 0)
+        w = tb_scalar(r->tb, "mfu", r->st.step, flops * tokens / dt /
+                                                   (r->peak * 1e12 * r->world));
+      if (w == 0 && (r->st.step % o->log_every == 0 || r->st.step == o->steps))
+        w = tb_flush(r->tb);
+      if (w != 0) {
+        fail_line("writing the TensorBoard events in %s: %s", o->tb_dir,
+                  strerror(-w));
+        return EXIT_FAIL;
+      }
+    }
     if ((rc = ckpt_step(r)) != EXIT_OK)
       return rc;
     if (r->val_windows > 0 &&
@@ -1113,6 +1267,9 @@ static int train(run_t *r) {
         printf("val   %5" PRId64 "/%d | loss %.6f\n", r->st.step, o->steps,
                (double)val);
         fflush(stdout);
+        if (r->tb && (tb_scalar(r->tb, "val_loss", r->st.step, val) != 0 ||
+                      tb_flush(r->tb) != 0))
+          fail_line("writing the TensorBoard events in %s failed", o->tb_dir);
       }
     }
   }
@@ -1123,6 +1280,8 @@ static int train(run_t *r) {
       printf(" | %.2f ms/step, %.0f tok/s (steps 2..%" PRId64 ")",
              t_sum / timed * 1e3, tokens * timed / t_sum, r->st.step);
     printf("\n");
+    printf("train_gpt: peak memory of rank 0: %.1f MiB resident\n",
+           (double)peak_rss_kib() / 1024.0);
     fflush(stdout);
     if (o->dump_params && (rc = dump_params(r)) != EXIT_OK)
       return rc;
@@ -1181,6 +1340,14 @@ int main(int argc, char **argv) {
              (t[1] - t[0]) * 1e3, (t[2] - t[1]) * 1e3, (t[3] - t[2]) * 1e3,
              (now_s() - t[3]) * 1e3);
       print_setup(&r);
+    }
+    if (r.rank == 0 && r.o.tb_dir &&
+        (rc = tb_open(r.o.tb_dir, &r.tb)) != 0) {
+      fail_line("--tb-dir %s: %s", r.o.tb_dir,
+                rc == -ENOTSUP ? "this train_gpt was built without protobuf-c"
+                               : strerror(-rc));
+      run_free(&r);
+      return EXIT_USAGE;
     }
     rc = train(&r);
   }

@@ -2,7 +2,8 @@
  * where a checkpoint is and what it holds: launch's `latest`, Megatron's
  * latest_checkpointed_iteration.txt and metadata.json, DeepSpeed's
  * `latest`, the Hugging Face Trainer's trainer_state.json and
- * *.index.json (checkpoint/record.c, checkpoint/peers.c). Each input goes
+ * *.index.json, and DCP's __R.metadata file names (checkpoint/record.c,
+ * checkpoint/peers.c). Each input goes
  * through every reader: any bytes give a clean error or a value that is
  * safe to use (a non-negative step, a tag or shard name that stays inside
  * the checkpoint directory). Seeds: fuzz/corpus/ckpt_pointers/. */
@@ -32,6 +33,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (ck_megatron_metadata(buf, size, name, sizeof(name)) == 0)
     FUZZ_CHECK(strlen(name) < sizeof(name));
+  /* DCP's file names: a directory entry, NUL-terminated. */
+  {
+    char *z = malloc(size + 1);
+    FUZZ_CHECK(z != NULL);
+    memcpy(z, data, size);
+    z[size] = '\0';
+    if (ck_dcp_rank_meta(z, &step) == 0)
+      FUZZ_CHECK(step >= 0 && ck_dcp_name(z));
+    free(z);
+  }
   free(buf);
   return 0;
 }

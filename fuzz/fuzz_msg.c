@@ -4,7 +4,8 @@
  * rest is one msgpack object. Invariants: unpack never reads outside the
  * object; what unpacks packs again, and that unpacks and packs to the same
  * bytes (a round trip loses nothing and invents nothing); free releases
- * everything (LeakSanitizer). */
+ * everything (LeakSanitizer). A first byte 0xff feeds the rest to
+ * msg_progress_decode as a progress key's value. */
 #include "fuzz.h"
 #include "msg.h"
 #include "proto.h"
@@ -47,10 +48,11 @@ ROUND_TRIP(shutdown, msg_shutdown_t)
 ROUND_TRIP(status, msg_status_t)
 ROUND_TRIP(failure, msg_failure_t)
 ROUND_TRIP(member, msg_member_t)
+ROUND_TRIP(progress, msg_progress_t)
 
 static void (*const targets[])(const msgpack_object *) = {
     rt_join, rt_round, rt_report, rt_leave, rt_restart,
-    rt_shutdown, rt_status, rt_failure, rt_member};
+    rt_shutdown, rt_status, rt_failure, rt_member, rt_progress};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   proto_limits_t lim = PROTO_LIMITS_DEFAULT;
@@ -58,6 +60,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t *body;
   if (size < 1)
     return 0;
+  /* A progress key's raw bytes (text or map), as the agent reads them. */
+  if (data[0] == 0xff) {
+    msg_progress_t p;
+    uint8_t out[MSG_PROGRESS_MAX];
+    body = fuzz_dup(data + 1, size - 1);
+    if (msg_progress_decode(body, size - 1, &p, NULL, 0) == 0)
+      (void)msg_progress_encode(&p, out, sizeof(out));
+    free(body);
+    return 0;
+  }
   /* The limits the server and the agent apply before decoding. */
   if (proto_scan(data + 1, size - 1, &lim) != 0)
     return 0;

@@ -98,7 +98,9 @@ typedef struct ckpt_step_s {
   ckpt_state_t state;
   char problem[CKPT_PROBLEM_MAX]; /* first bad file and why; "" if none */
   int world_size;            /* ranks (or shards) that wrote it; 0 unknown */
-  int replicated;            /* launch layout: declared replicated */
+  int replicated;            /* launch layout: declared replicated; DCP:
+                                1, reshards on load; Megatron's legacy
+                                format: CKPT_REPL_MULTIPLE */
   uint32_t files;            /* files checked */
   uint64_t bytes;            /* their total size */
   int is_latest;             /* named by the layout's latest pointer */
@@ -205,10 +207,15 @@ CKPT_EXTERN int ckpt_verify_step_trusted(const char *dir, int64_t step,
 /* ---- agreement between nodes -------------------------------------------------- */
 
 /* One step as one node sees it. */
+/* ckpt_have_t.replicated (and ckpt_step_t's): loads at any world size
+ * that is a multiple of world_size (Megatron: the tensor x pipeline x
+ * expert grid its args declare; data parallelism may change). */
+#define CKPT_REPL_MULTIPLE 2
+
 typedef struct ckpt_have_s {
   int64_t step;
   int world_size;             /* ranks that wrote it */
-  int replicated;
+  int replicated;             /* 0, 1 (any world size), CKPT_REPL_MULTIPLE */
   /* world_size bits: the shards here that check out; NULL = all of them
    * (other layouts: the step is complete here). */
   const unsigned char *ranks;

@@ -73,7 +73,9 @@ extern "C" {
   XX(ERESOLVE, -1018, "host name does not resolve")                            \
   XX(EFULL, -1019, "rendezvous is full (max nodes joined)")                   \
   XX(EDEFERRED, -1020, "a set sent without waiting (rdzv_set_nowait) "        \
-                       "failed: rdzv_last_error says which and why")
+                       "failed: rdzv_last_error says which and why")       \
+  XX(ENOTREG, -1021, "not a regular file (a FIFO, device, socket or "         \
+                     "directory): refused rather than waited on")
 
 typedef enum {
 #define RDZV_XX_ENUM(name, val, msg) RDZV_##name = (val),
@@ -282,6 +284,7 @@ typedef struct rdzv_env_s {
   int64_t round;           /* LAUNCH_ROUND: the generation */
   int launch_node_rank, launch_nnodes;
   const char *hostname, *attempt_dir;
+  const char *progress_tag; /* LAUNCH_PROGRESS_TAG: this worker's secret */
   const char *ckpt_dir;    /* LAUNCH_CKPT_DIR (--ckpt-dir) */
   int ckpt_keep;
   int64_t resume_step;     /* LAUNCH_RESUME_STEP: the agreed step */
@@ -301,11 +304,14 @@ RDZV_EXTERN int rdzv_env_parse(char *const *envp, rdzv_env_t *out, char *err,
  *
  * A trainer reports that it is making progress by setting the key
  * RDZV_PROGRESS_PREFIX "<rank>" (launch/progress/<rank>) to
- * "<step> <unix time in ms>". The agent started with --hang-timeout S reads
- * its local ranks' keys every second; a rank that reported once and then
- * reports nothing new for S seconds is taken for hung (docs/launcher.md#hangs).
- * A PyTorch trainer sets the same key through its TCPStore client, which
- * sends it as "/launch/progress/<rank>"; the agent reads both. */
+ * "<step> <unix time in ms> <LAUNCH_PROGRESS_TAG>" (the tag: the agent's
+ * secret for this worker and round, in its environment). The agent started
+ * with --hang-timeout S reads its local ranks' keys every second; a rank
+ * that reported once with its tag and then reports nothing new for S
+ * seconds is taken for hung (docs/launcher.md#hangs). A PyTorch trainer
+ * sets the same key through its TCPStore client, which stores it as
+ * "/launch/progress/<rank>" in its round's namespace (RDZV_TORCH_NS); the
+ * agent reads both, every time. */
 #define RDZV_PROGRESS_PREFIX "launch/progress/"
 
 /* A job under agents gives every round's TCPStore clients a store of their
@@ -313,17 +319,52 @@ RDZV_EXTERN int rdzv_env_parse(char *const *envp, rdzv_env_t *out, char *err,
  * connects during round R reads and writes its keys under
  * RDZV_TORCH_NS "<R>/" (its key "/k" is the native key
  * "launch/torch/R//k"), never sees an earlier round's, and the server drops
- * the earlier rounds' keys when a round forms (docs/protocol.md#tcpstore-namespaces).
- * A job without rounds (a plain `launch server`) has no namespace. */
+ * the earlier rounds' keys when a round forms
+ * (docs/protocol.md#tcpstore-namespaces). A job without rounds (a plain
+ * `launch server`) has no namespace. */
 #define RDZV_TORCH_NS "launch/torch/"
 
-/* Report progress: set launch/progress/<rank> to "<step> <unix ms>" (one
+/* Report progress: set launch/progress/<rank> to "<step> <unix ms> <tag>"
+ * (the tag from LAUNCH_PROGRESS_TAG, left out when unset; one
  * round trip, no rate limit: call it once per step, or at most about once
  * a second when steps are shorter). IN rank: the global rank, or -1 for the
  * environment's RANK. RET as rdzv_set, or RDZV_ENOENV when rank is -1 and
  * RANK is unset or not a number, RDZV_EINVAL for a step below 0. */
 RDZV_EXTERN int rdzv_progress(rdzv_client_t *c, int rank, int64_t step,
                               int timeout_ms);
+
+/* Named scalars a progress report may carry beside the step: set the
+ * fields and their RDZV_HAS_* bits in `has`; the others are not sent.
+ * The agent shows them in metrics (--metrics-port), events (--event-log)
+ * and `launch status`. docs/events.md#progress has the encoding. */
+enum {
+  RDZV_HAS_LOSS = 1 << 0,
+  RDZV_HAS_GRAD_NORM = 1 << 1,
+  RDZV_HAS_LR = 1 << 2,
+  RDZV_HAS_STEP_TIME = 1 << 3,
+  RDZV_HAS_TOKENS = 1 << 4,
+  RDZV_HAS_TOTAL_STEPS = 1 << 5,
+  RDZV_HAS_COMPUTE_TIME = 1 << 6
+};
+typedef struct rdzv_scalars_s {
+  unsigned has;          /* RDZV_HAS_* bits */
+  double loss;           /* the step's training loss (NaN is reported) */
+  double grad_norm;      /* the global gradient norm before clipping */
+  double lr;             /* the learning rate of the step */
+  double step_time;      /* seconds the step took */
+  int64_t tokens;        /* tokens the step consumed, all ranks together */
+  int64_t total_steps;   /* the steps the run will take */
+  double compute_time;   /* seconds of the step spent computing, without the
+                            waits for other ranks (collectives): the agent's
+                            straggler score compares it across ranks */
+} rdzv_scalars_t;
+
+/* rdzv_progress with scalars (s may be NULL: the step alone). The key then
+ * holds a msgpack map {step, time_ms, loss, ...}; agents of releases
+ * before scalars cannot parse it, warn once, and still take each change
+ * for progress. RET as rdzv_progress. */
+RDZV_EXTERN int rdzv_progress_ex(rdzv_client_t *c, int rank, int64_t step,
+                                 const rdzv_scalars_t *s, int timeout_ms);
 
 /* Round trip with no effect. RET 0. */
 RDZV_EXTERN int rdzv_ping(rdzv_client_t *c, int timeout_ms);

@@ -108,6 +108,19 @@ int rt_allreduce(rt_t *rt, void *buf, size_t count, int dtype);
 int rt_allreduce_host(rt_t *rt, float *buf, size_t count);
 /* Copy bytes of root's buf to every rank's buf. Blocks. */
 int rt_broadcast(rt_t *rt, void *buf, size_t bytes, int root);
+/* The halves of the all-reduce, for sharded optimizer state (ZeRO-1).
+ * part: world + 1 ascending offsets in elements; rank r's part of buf is
+ * [part[r], part[r+1]) (parts of any sizes, empty ones too). Both block.
+ * rt_reduce_scatter: this rank's part of buf becomes the sum over ranks
+ * (on the CPU in rank order, as rt_allreduce); the rest of buf is left in
+ * an unspecified state. RT_FP32 only on the CPU.
+ * rt_allgather: every rank's part of buf is copied into every rank's buf;
+ * elements of esize bytes, copied without arithmetic (any bits).
+ * On GPUs: ncclReduceScatter / ncclAllGather in place when all parts have
+ * one size, else one ncclReduce / ncclBroadcast per rank in a group.
+ * RET 0, RDZV_EINVAL (bad part or dtype), or a collective's error. */
+int rt_reduce_scatter(rt_t *rt, void *buf, const size_t *part, int dtype);
+int rt_allgather(rt_t *rt, void *buf, const size_t *part, size_t esize);
 /* Return when every rank has entered. */
 int rt_barrier(rt_t *rt);
 
@@ -128,9 +141,21 @@ int rt_grads_ready(void *rt, int seg, void *stream_event);
 /* Segments not reported this step are all-reduced here (on a GPU, the
  * caller synchronises its stream first). */
 int rt_grads_wait(rt_t *rt);
+/* ZeRO-1: from now on the registered gradient is reduce-scattered, not
+ * all-reduced, bucket by bucket as backward reports it: after
+ * rt_grads_wait() elements [part[rank], part[rank+1]) of the gradient
+ * hold the sum over ranks (on the CPU in rank order, bitwise the
+ * all-reduce's), the rest is unspecified. part: world + 1 ascending
+ * offsets into the whole gradient, copied; NULL goes back to the
+ * all-reduce. Call between steps. RET 0, RDZV_EINVAL, RDZV_ENOMEM. */
+int rt_grads_shard(rt_t *rt, const size_t *part);
 
 /* Report that `step` is done (rate-limited, see above). */
 int rt_progress(rt_t *rt, int64_t step);
+/* rt_progress with named scalars (loss, grad norm, lr, step time, tokens,
+ * total steps: rdzv_scalars_t of rdzv.h; s may be NULL). Rate-limited
+ * alike: the report that is sent carries the scalars of its own step. */
+int rt_progress_ex(rt_t *rt, int64_t step, const rdzv_scalars_t *s);
 
 /* A message for any code the runtime returns. */
 const char *rt_strerror(int err);

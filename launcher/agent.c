@@ -9,11 +9,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <ftw.h>
 #include <ifaddrs.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -29,7 +31,10 @@
 #include "ckpt.h"
 #include "agent.h"
 #include "env.h"
+#include "events.h"
 #include "hang.h"
+#include "metrics.h"
+#include "page.h"
 #include "launch.h"
 #include "lu.h"
 #include "msg.h"
@@ -127,6 +132,32 @@ typedef struct agent_s {
   ac_t *probe;       /* a host left alone looks for the job elsewhere */
   size_t probe_idx;
   char probe_addr[INET6_ADDRSTRLEN + 8];
+  /* --event-log, --event-log-handler console (events.h) */
+  ev_log_t *ev;
+  double join_sent_s, resume_started_s;
+  double down_since_s;    /* wall clock of this outage's first sign, 0 none */
+  char restart_reason[512];
+  int64_t steps_before;   /* the highest step seen before the restart */
+  int64_t resume_step;    /* the step this round resumed from, -1 none */
+  int64_t committed;      /* the newest committed step seen, -1 none */
+  int ran_once;           /* workers were started before */
+  int nrestarts;          /* rounds after the first (this agent saw) */
+  double downtime_s;      /* failure -> workers running again, summed */
+  int64_t steps_redone;
+  double agree_s;         /* checkpoint agreements, summed */
+  int nagree;
+  int nhangs;
+  /* stragglers: per local rank, its score (time / the median), seconds
+   * in a row over the threshold, flagged in this round */
+  double *score;
+  int *slow_for;
+  char *flagged;
+  int nstragglers;
+  /* --metrics-port (metrics.h) */
+  met_t *met;
+  uv_timer_t met_timer;
+  page_t *page;     /* GET / on the metrics port: the loss curve */
+  size_t srv_max_memory; /* the hosted server's --max-memory */
 } agent_t;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -137,6 +168,269 @@ typedef struct agent_s {
     if (!(a)->o->quiet)                                                        \
       LU_INFO(&(a)->log, __VA_ARGS__);                                         \
   } while (0)
+
+/* ---- events (events.h, docs/events.md) ------------------------------------------------------ */
+
+/* The highest step this node's ranks reported in this round, -1 none. */
+static int64_t max_step(const agent_t *a) {
+  int64_t best = -1;
+  for (int i = 0; i < hang_nproc(a->hang); i++) {
+    hang_progress_t p;
+    if (hang_progress(a->hang, i, &p) == 0 && p.seen && p.prog.step > best)
+      best = p.prog.step;
+  }
+  return best;
+}
+
+/* The first sign of an outage (a failed worker, a hang, a restart). */
+static void mark_down(agent_t *a, double wall_s) {
+  if (a->down_since_s == 0) {
+    /* The ranks got at least as far as the last checkpoint seen. */
+    a->down_since_s = wall_s;
+    a->steps_before = LU_MAX(max_step(a), a->committed);
+  }
+}
+
+static void ev_failure_fields(lu_json_t *j, const sum_failure_t *f) {
+  lu_json_str(j, "host", f->host);
+  lu_json_int(j, "rank", f->rank);
+  lu_json_int(j, "local_rank", f->local_rank);
+  lu_json_int(j, "pid", f->pid);
+  if (f->signal)
+    lu_json_str(j, "signal", sum_signal_name(f->signal));
+  else
+    lu_json_int(j, "exit_code", f->exit_code);
+  if (f->error_message)
+    lu_json_str(j, "error", f->error_message);
+}
+
+static void on_committed(void *arg, int64_t step) {
+  agent_t *a = arg;
+  lu_json_t *j = ev_begin(a->ev, EV_checkpoint_committed);
+  a->committed = step;
+  if (j) {
+    lu_json_int(j, "round", a->round);
+    lu_json_int(j, "step", step);
+    lu_json_str(j, "dir", a->o->ckpt_dir);
+    ev_end(a->ev);
+  }
+}
+
+/* ---- metrics (metrics.h, docs/monitoring.md) ----------------------------------------------- */
+
+static const char *state_name(int st) {
+  /* A_FAILOVER stops the workers too: "stopping" for the metrics */
+  static const char *const n[] = {"connecting", "joining", "resuming",
+                                  "running", "reported", "stopping",
+                                  "stopping", "finishing", "closed"};
+  return st >= A_CONNECT && st <= A_CLOSED ? n[st - A_CONNECT] : "starting";
+}
+
+/* The page (page.h): the curve gets the lowest local rank's loss. */
+static void render_page(agent_t *a) {
+  page_rank_t *r;
+  size_t n = 0;
+  lu_buf_t b = LU_BUF_INIT;
+  char *html;
+  page_info_t in = {a->o->run_id, a->o->host, state_name(a->state), a->round,
+                    a->nrestarts, a->downtime_s, a->steps_redone, a->committed};
+  if (a->page == NULL ||
+      (r = calloc((size_t)a->o->nproc + 1, sizeof(*r))) == NULL)
+    return;
+  for (int i = 0; i < hang_nproc(a->hang); i++) {
+    hang_progress_t p;
+    const msg_progress_t *g = &p.prog;
+    if (hang_progress(a->hang, i, &p) != 0 || !p.seen)
+      continue;
+    if (n == 0 && g->has_loss && g->step >= 0)
+      page_point(a->page, g->step, g->loss);
+    r[n].rank = p.rank;
+    r[n].step = g->step;
+    r[n].total_steps = g->has_total_steps ? g->total_steps : -1;
+    r[n].age_s = p.age_s;
+    r[n].steps_per_s = p.steps_per_s > 0 ? p.steps_per_s : NAN;
+    r[n].loss = g->has_loss ? g->loss : NAN;
+    r[n].step_time = g->has_step_time ? g->step_time : NAN;
+    r[n].score = a->score[i] > 0 ? a->score[i] : NAN;
+    n++;
+  }
+  page_render(a->page, &in, r, n, &b);
+  free(r);
+  if (lu_buf_finish(&b, &html, NULL) == 0)
+    met_publish_page(a->met, html);
+}
+
+/* The job's series, rendered on the loop once a second. */
+static void render_metrics(agent_t *a) {
+  static const char *const states[] = {"connecting", "joining", "resuming",
+                                       "running", "reported", "stopping",
+                                       "finishing"};
+  /* per rank: name, help, and which value */
+  static const struct { const char *name, *type, *help; } rf[] = {
+      {"launch_rank_step", "gauge", "the last step the rank reported"},
+      {"launch_rank_progress_age_seconds", "gauge",
+       "seconds since the rank's progress key last changed"},
+      {"launch_rank_steps_per_second", "gauge",
+       "steps per second between the rank's last two reports"},
+      {"launch_rank_tokens_per_second", "gauge",
+       "tokens per second of the last step (tokens / step time)"},
+      {"launch_rank_loss", "gauge", "training loss of the last step (NaN kept)"},
+      {"launch_rank_grad_norm", "gauge", "gradient norm of the last step"},
+      {"launch_rank_learning_rate", "gauge", "learning rate of the last step"},
+      {"launch_rank_step_seconds", "gauge", "seconds the last step took"},
+      {"launch_rank_total_steps", "gauge", "steps the run will take"},
+      {"launch_rank_straggler_score", "gauge",
+       "time per step against the median of this node's ranks (1 = median)"}};
+  lu_buf_t b = LU_BUF_INIT;
+  char job[300], node[300], base[700], lab[800], *text;
+  const char *cur = state_name(a->state);
+  if (a->met == NULL)
+    return;
+  met_label_escape(a->o->run_id, job, sizeof(job));
+  met_label_escape(a->o->host, node, sizeof(node));
+  snprintf(base, sizeof(base), "job=\"%s\",node=\"%s\"", job, node);
+  met_family(&b, "launch_job_state", "gauge",
+             "the agent's state: 1 for the current one");
+  for (size_t i = 0; i < LU_ARRAY_SIZE(states); i++) {
+    snprintf(lab, sizeof(lab), "%s,state=\"%s\"", base, states[i]);
+    met_sample(&b, "launch_job_state", lab, !strcmp(cur, states[i]));
+  }
+#define JOB(name, type, help, v)                                               \
+  met_family(&b, name, type, help);                                            \
+  met_sample(&b, name, base, (double)(v))
+  JOB("launch_job_round", "gauge", "the restart generation this node is in",
+      a->round);
+  JOB("launch_job_restarts_total", "counter",
+      "rounds this agent started after a failure, a hang or a change of nodes",
+      a->nrestarts);
+  JOB("launch_job_workers", "gauge", "workers of this node (--nproc-per-node)",
+      a->o->nproc);
+  JOB("launch_job_workers_up", "gauge", "workers of this node alive",
+      a->wg ? wk_live(a->wg) : 0);
+  JOB("launch_job_hangs_total", "counter",
+      "hangs found on this node (--hang-timeout)", a->nhangs);
+  JOB("launch_job_failovers_total", "counter",
+      "times the rendezvous host was lost and this node moved to another",
+      a->failovers);
+  JOB("launch_job_stragglers_total", "counter",
+      "ranks flagged as stragglers on this node, once per round",
+      a->nstragglers);
+  JOB("launch_job_downtime_seconds_total", "counter",
+      "seconds from a failure to the restarted workers, summed",
+      a->downtime_s);
+  JOB("launch_job_steps_redone_total", "counter",
+      "steps trained again after restarts (a lower bound, docs/events.md)",
+      a->steps_redone);
+  if (a->srv) { /* this agent hosts the job's server */
+    srv_stats_t ss;
+    srv_get_stats(a->srv, &ss);
+    snprintf(lab, sizeof(lab), "node=\"%s\"", node);
+    met_server(&b, lab, &ss, (double)a->srv_max_memory);
+  }
+  if (a->committed >= 0) {
+    JOB("launch_checkpoint_step", "gauge",
+        "the newest committed checkpoint step (--ckpt-dir)", a->committed);
+  }
+#undef JOB
+  for (size_t k = 0; k < LU_ARRAY_SIZE(rf); k++) {
+    int header = 0;
+    for (int i = 0; i < hang_nproc(a->hang); i++) {
+      hang_progress_t p;
+      const msg_progress_t *g = &p.prog;
+      double v = NAN;
+      int have = 0;
+      if (hang_progress(a->hang, i, &p) != 0 || !p.seen)
+        continue;
+      switch (k) {
+      case 0: v = (double)g->step, have = g->step >= 0; break;
+      case 1: v = p.age_s, have = 1; break;
+      case 2: v = p.steps_per_s, have = p.steps_per_s > 0; break;
+      case 3:
+        have = g->has_tokens && g->has_step_time && g->step_time > 0;
+        if (have)
+          v = (double)g->tokens / g->step_time;
+        break;
+      case 4: v = g->loss, have = g->has_loss; break;
+      case 5: v = g->grad_norm, have = g->has_grad_norm; break;
+      case 6: v = g->lr, have = g->has_lr; break;
+      case 7: v = g->step_time, have = g->has_step_time; break;
+      case 8: v = (double)g->total_steps, have = g->has_total_steps; break;
+      case 9: v = a->score[i], have = a->score[i] > 0; break;
+      }
+      if (!have)
+        continue;
+      if (!header++)
+        met_family(&b, rf[k].name, rf[k].type, rf[k].help);
+      snprintf(lab, sizeof(lab), "%s,rank=\"%d\"", base, p.rank);
+      met_sample(&b, rf[k].name, lab, v);
+    }
+  }
+  if (lu_buf_finish(&b, &text, NULL) == 0)
+    met_publish(a->met, text);
+  render_page(a);
+}
+
+/* A rank whose time per step (compute_time, else step_time) is this many
+ * times the median of this node's ranks for this many seconds in a row is
+ * flagged (docs/events.md#stragglers). */
+#define STRAGGLER_RATIO 1.2
+#define STRAGGLER_SECONDS 5
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+static void check_stragglers(agent_t *a) {
+  int n = hang_nproc(a->hang), k = 0;
+  double t[CFG_MAX_NPROC], sorted[CFG_MAX_NPROC], med;
+  hang_progress_t p;
+  for (int i = 0; i < n && i < CFG_MAX_NPROC; i++) {
+    t[i] = 0;
+    a->score[i] = 0;
+    if (hang_progress(a->hang, i, &p) != 0 || !p.seen || p.age_s > 60)
+      continue;
+    if (p.prog.has_compute_time && p.prog.compute_time > 0)
+      t[i] = p.prog.compute_time;
+    else if (p.prog.has_step_time && p.prog.step_time > 0)
+      t[i] = p.prog.step_time;
+    if (t[i] > 0)
+      sorted[k++] = t[i];
+  }
+  if (k < 2 || a->state != A_RUN)
+    return;
+  qsort(sorted, (size_t)k, sizeof(double), cmp_double);
+  med = k % 2 ? sorted[k / 2] : (sorted[k / 2 - 1] + sorted[k / 2]) / 2;
+  for (int i = 0; i < n && i < CFG_MAX_NPROC; i++) {
+    lu_json_t *j;
+    if (t[i] <= 0 || med <= 0)
+      continue;
+    a->score[i] = t[i] / med;
+    a->slow_for[i] = a->score[i] >= STRAGGLER_RATIO ? a->slow_for[i] + 1 : 0;
+    if (a->slow_for[i] < STRAGGLER_SECONDS || a->flagged[i])
+      continue;
+    a->flagged[i] = 1;
+    a->nstragglers++;
+    LU_WARN(&a->log, "rank %d is a straggler: %.3f s a step, %.2fx the "
+            "median %.3f s of this node's ranks for %d s", a->base_rank + i,
+            t[i], a->score[i], med, a->slow_for[i]);
+    if ((j = ev_begin(a->ev, EV_straggler_flagged)) != NULL) {
+      lu_json_int(j, "round", a->round);
+      lu_json_int(j, "rank", a->base_rank + i);
+      lu_json_num(j, "score", a->score[i]);
+      lu_json_num(j, "seconds_per_step", t[i]);
+      lu_json_num(j, "median_seconds_per_step", med);
+      lu_json_num(j, "threshold", STRAGGLER_RATIO);
+      ev_end(a->ev);
+    }
+  }
+}
+
+static void met_cb(uv_timer_t *t) {
+  agent_t *a = t->data;
+  check_stragglers(a);
+  render_metrics(a);
+}
 
 static void finish(agent_t *a);
 static void finished_stopping(wk_group_t *g, void *arg);
@@ -220,8 +514,13 @@ static void expand_prefix(const agent_t *a, int local_rank, char *out,
   snprintf(p.num[0], sizeof(p.num[0]), "%d", a->base_rank + local_rank);
   snprintf(p.num[1], sizeof(p.num[1]), "%d", local_rank);
   snprintf(p.num[2], sizeof(p.num[2]), "%d", a->node_rank);
-  if (prof_expand(a->o->line_prefix, prefix_var, &p, out, cap, NULL, 0) != 0)
-    lu_strlcpy(out, a->o->line_prefix, cap);
+  char raw[512];
+  if (prof_expand(a->o->line_prefix, prefix_var, &p, raw, sizeof(raw), NULL,
+                  0) != 0)
+    lu_strlcpy(raw, a->o->line_prefix, sizeof(raw));
+  /* On every worker line: the host name (anyone's) never carries an
+   * escape code to the terminal (issue #24). */
+  lu_escape(raw, strlen(raw), out, cap, 0);
 }
 
 /* ---- workers ------------------------------------------------------------------------------------- */
@@ -305,6 +604,8 @@ static void clear_failures(agent_t *a) {
 static int build_envs(agent_t *a) {
   cfg_t *o = a->o;
   launch_round_t r;
+  const char **tags = NULL;
+  int rc = 0;
   free_round(a);
   a->renv = calloc((size_t)o->nproc, sizeof(*a->renv));
   a->prefixes = calloc((size_t)o->nproc, sizeof(char *));
@@ -331,20 +632,29 @@ static int build_envs(agent_t *a) {
   r.resume_step = r.ckpt_verified = -1;
   if (a->ck)
     resume_round(a->ck, &r.resume_step, &r.ckpt_verified);
+  /* The workers' secrets for their progress values (hang.h). */
+  if (a->hang && (tags = calloc((size_t)o->nproc, sizeof(*tags))) == NULL)
+    return RDZV_ENOMEM;
+  for (int i = 0; tags && i < o->nproc; i++)
+    tags[i] = hang_tag(a->hang, i);
+  r.progress_tags = tags;
   for (int i = 0; i < o->nproc; i++) {
     char pre[512];
     /* Every change the profile makes is logged once: rank 0, round 0. */
-    int rc = launch_rank_env(o, &a->node, &r, i,
+    rc = launch_rank_env(o, &a->node, &r, i,
                              (i == 0 && a->round == 0 && !o->quiet) ? &a->log
                                                                    : NULL,
                              &a->renv[i]);
     if (rc != 0)
-      return rc;
+      break;
     expand_prefix(a, i, pre, sizeof(pre));
-    if ((a->prefixes[i] = strdup(pre)) == NULL)
-      return RDZV_ENOMEM;
+    if ((a->prefixes[i] = strdup(pre)) == NULL) {
+      rc = RDZV_ENOMEM;
+      break;
+    }
   }
-  return 0;
+  free(tags);
+  return rc;
 }
 
 /* In the child between fork and exec: the rank's CPU and memory binding. */
@@ -439,6 +749,13 @@ static void report(agent_t *a, const sum_failure_t *f) {
   r.round = a->round;
   r.ok = f == NULL;
   if (f) {
+    lu_json_t *j = ev_begin(a->ev, EV_failure);
+    if (j) {
+      lu_json_int(j, "round", a->round);
+      ev_failure_fields(j, f);
+      ev_end(a->ev);
+    }
+    mark_down(a, f->wall_s);
     msg_failure_t *m = &r.failure;
     r.has_failure = 1;
     lu_strlcpy(m->host, f->host, sizeof(m->host));
@@ -477,6 +794,11 @@ static void barrier_cb(uv_timer_t *t) {
 /* A failure that every attempt would repeat (end_reason says it): leave
  * the rendezvous and end with code. */
 static void leave_job(agent_t *a, int code) {
+  lu_json_t *j = ev_begin(a->ev, EV_node_left);
+  if (j) {
+    lu_json_str(j, "reason", a->end_reason);
+    ev_end(a->ev);
+  }
   a->exit_code = code;
   a->finish_ok = 0;
   if (a->ac) {
@@ -503,7 +825,20 @@ static void report_done(void *arg) {
 static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
   agent_t *a = arg;
   int hung = hang_exited(a->hang, ex->local_rank);
+  lu_json_t *j = ev_begin(a->ev, EV_worker_exited);
   (void)g;
+  if (j) {
+    lu_json_int(j, "round", a->round);
+    lu_json_int(j, "rank", a->base_rank + ex->local_rank);
+    lu_json_int(j, "local_rank", ex->local_rank);
+    lu_json_int(j, "pid", ex->pid);
+    if (ex->signal)
+      lu_json_str(j, "signal", sum_signal_name(ex->signal));
+    else
+      lu_json_int(j, "exit_code", ex->exit_code);
+    lu_json_bool(j, "expected", a->state != A_RUN && a->state != A_REPORTED);
+    ev_end(a->ev);
+  }
   a->exited++;
   if (a->state != A_RUN && a->state != A_REPORTED)
     return; /* stopping: exits are expected */
@@ -582,8 +917,20 @@ static void hang_found(void *arg, int local_rank, const char *reason,
                        double wall_s) {
   agent_t *a = arg;
   sum_failure_t f;
+  hang_progress_t hp;
+  lu_json_t *j;
   if (a->state != A_RUN)
     return;
+  a->nhangs++;
+  if ((j = ev_begin(a->ev, EV_hang_detected)) != NULL) {
+    hang_progress(a->hang, local_rank, &hp);
+    lu_json_int(j, "round", a->round);
+    lu_json_int(j, "rank", a->base_rank + local_rank);
+    lu_json_int(j, "last_step", hp.prog.step);
+    lu_json_num(j, "age_s", hp.age_s);
+    lu_json_str(j, "reason", reason);
+    ev_end(a->ev);
+  }
   a->state = A_REPORTED;
   for (size_t i = 0; i < a->nfails; i++)
     if (a->fails[i].local_rank == local_rank) {
@@ -689,6 +1036,13 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     else if (status != RDZV_ECANCELED && status != RDZV_ECLOSED)
       LU_ERR(&a->log, "cannot join job %s: %s", a->o->run_id,
              ac_last_error(a->ac));
+    if (status != RDZV_ECANCELED && status != RDZV_ECLOSED) {
+      lu_json_t *j = ev_begin(a->ev, EV_node_refused);
+      if (j) {
+        lu_json_str(j, "reason", err[0] ? err : ac_last_error(a->ac));
+        ev_end(a->ev);
+      }
+    }
     a->exit_code = status == RDZV_EMISMATCH ? LAUNCH_EXIT_MISMATCH
                                             : LAUNCH_EXIT_RDZV;
     a->finish_ok = 0;
@@ -704,6 +1058,21 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   a->base_rank = (int)r.base_rank;
   a->master_port = (int)r.master_port;
   lu_strlcpy(a->node0_addr, r.node0_addr, sizeof(a->node0_addr));
+  {
+    lu_json_t *j = ev_begin(a->ev, EV_round_formed);
+    if (j) {
+      lu_json_int(j, "round", a->round);
+      lu_json_int(j, "node_rank", a->node_rank);
+      lu_json_int(j, "nnodes", a->nnodes);
+      lu_json_int(j, "world_size", a->world_size);
+      lu_json_int(j, "base_rank", a->base_rank);
+      lu_json_str(j, "node0", r.node0_host);
+      lu_json_int(j, "restarts", r.restarts);
+      lu_json_num(j, "seconds", lu_wall_s() - a->join_sent_s);
+      ev_end(a->ev);
+    }
+  }
+  a->resume_step = -1;
   lu_strlcpy(a->node0_host, r.node0_host, sizeof(a->node0_host));
   lu_strlcpy(a->my_addr, r.addr, sizeof(a->my_addr));
   /* The successors of this round's host: the lists are ours now. */
@@ -728,6 +1097,7 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     resume_round_t rr = {a->round, a->node_rank, a->nnodes, a->world_size,
                          a->base_rank, a->o->nproc, a->o->host};
     a->state = A_RESUME;
+    a->resume_started_s = lu_wall_s();
     resume_agree(a->ck, &rr, on_resumed, a);
     return;
   }
@@ -756,15 +1126,58 @@ static void run_round(agent_t *a) {
     report_start_failure(a, "launch could not start the workers on this node");
     return;
   }
+  if (a->ran_once) { /* a restart: what it cost */
+    lu_json_t *j = ev_begin(a->ev, EV_restart);
+    double down = a->down_since_s > 0 ? lu_wall_s() - a->down_since_s : 0;
+    int64_t redone = 0;
+    if (a->steps_before >= 0)
+      redone = LU_MAX(0, a->steps_before - LU_MAX(a->resume_step, 0));
+    if (j) {
+      lu_json_int(j, "round", a->round);
+      lu_json_str(j, "reason", a->restart_reason);
+      lu_json_num(j, "downtime_s", down);
+      lu_json_int(j, "last_step", a->steps_before);
+      if (a->resume_step >= 0)
+        lu_json_int(j, "resume_step", a->resume_step);
+      lu_json_int(j, "steps_redone", redone);
+      ev_end(a->ev);
+    }
+    a->nrestarts++;
+    if (a->page)
+      page_restart(a->page, a->round, LU_MAX(a->resume_step, 0));
+    a->downtime_s += down;
+    a->steps_redone += redone;
+  }
+  for (int i = 0; a->ev && i < a->o->nproc; i++) {
+    lu_json_t *j = ev_begin(a->ev, EV_worker_started);
+    lu_json_int(j, "round", a->round);
+    lu_json_int(j, "rank", a->base_rank + i);
+    lu_json_int(j, "local_rank", i);
+    lu_json_int(j, "pid", wk_pid(a->wg, i));
+    ev_end(a->ev);
+  }
+  a->ran_once = 1;
+  memset(a->flagged, 0, (size_t)a->o->nproc);
+  memset(a->slow_for, 0, (size_t)a->o->nproc * sizeof(int));
+  a->down_since_s = 0;
+  a->steps_before = -1;
   /* The start line: one per round. */
   {
     const env_var_t *omp = a->renv ? env_find(a->renv[0], "OMP_NUM_THREADS")
                                    : NULL;
     int omp_set = a->round == 0 && omp && omp->src == ENV_SRC_LAUNCH;
-    say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d%s",
+    char where[1200] = "";
+    /* A standalone job's made-up id and free port: what `launch status`
+     * needs to find it. */
+    if (a->o->standalone && a->round == 0)
+      snprintf(where, sizeof(where), "; standalone server %s:%d (launch "
+               "status --rdzv-endpoint %s:%d --rdzv-id %s)", a->ep_host,
+               a->ep_port, a->ep_host, a->ep_port, a->o->run_id);
+    say(a, "round %" PRId64 " of job %s: node %d of %d, ranks %d-%d of %d%s%s",
         a->round, a->o->run_id, a->node_rank, a->nnodes, a->base_rank,
         a->base_rank + a->o->nproc - 1, a->world_size,
-        omp_set ? "; OMP_NUM_THREADS=1 for each worker (set it to tune)" : "");
+        omp_set ? "; OMP_NUM_THREADS=1 for each worker (set it to tune)" : "",
+        where);
   }
   a->state = A_RUN;
   if (a->ck) {
@@ -795,10 +1208,30 @@ static void on_resumed(void *arg, const resume_result_t *res) {
     report_start_failure(a, res->why);
     return;
   }
+  {
+    lu_json_t *j = ev_begin(a->ev, EV_resume_agreed);
+    double took = lu_wall_s() - a->resume_started_s;
+    a->agree_s += took;
+    a->nagree++;
+    if (j) {
+      lu_json_int(j, "round", a->round);
+      if (res->step >= 0)
+        lu_json_int(j, "step", res->step);
+      else
+        lu_json_null(j, "step");
+      lu_json_bool(j, "elastic", res->elastic);
+      lu_json_num(j, "seconds", took);
+      ev_end(a->ev);
+    }
+  }
+  a->resume_step = res->step;
   if (res->step >= 0)
     say(a, "resuming from checkpoint step %" PRId64 " of %s%s%s%s", res->step,
-        a->o->ckpt_dir, res->elastic ? " (another world size: replicated "
-                                       "state)" : "",
+        a->o->ckpt_dir,
+        !res->elastic ? ""
+        : res->layout == CKPT_LAYOUT_LAUNCH
+            ? " (another world size: replicated state)"
+            : " (another world size: DCP reshards on load)",
         res->why[0] ? "; " : "", res->why);
   else
     say(a, "no checkpoint to resume from in %s: a fresh start%s%s",
@@ -834,6 +1267,15 @@ static void send_join(agent_t *a) {
   j.prev_restarts = a->fo_prev_restarts;
   j.survivors = a->fo_survivors;
   j.quorum = a->fo_quorum;
+  a->join_sent_s = lu_wall_s();
+  {
+    lu_json_t *e = ev_begin(a->ev, EV_node_joined);
+    if (e) {
+      lu_json_str(e, "addr", j.addr);
+      lu_json_int(e, "nproc", j.nproc);
+      ev_end(a->ev);
+    }
+  }
   msg_join_pack(ac_begin(a->ac, PROTO_OP_JOIN, 1), &j);
   if (ac_send(a->ac, join_reply, a) != 0) {
     LU_ERR(&a->log, "cannot send JOIN: %s", ac_last_error(a->ac));
@@ -919,7 +1361,12 @@ static void ask_lost_steps(agent_t *a) {
     return;
   for (int torch = 0; torch <= 1; torch++) {
     msgpack_packer *pk = ac_begin(a->ac, PROTO_OP_MGET, 2);
-    snprintf(key, sizeof(key), "%s" RDZV_PROGRESS_PREFIX "0", torch ? "/" : "");
+    /* a PyTorch rank's key lies in its round's TCPStore namespace */
+    if (torch)
+      snprintf(key, sizeof(key), RDZV_TORCH_NS "%" PRId64 "//" RDZV_PROGRESS_PREFIX
+               "0", a->round);
+    else
+      snprintf(key, sizeof(key), RDZV_PROGRESS_PREFIX "0");
     msgpack_pack_array(pk, 1);
     proto_pack_str(pk, key);
     msgpack_pack_int64(pk, 0); /* do not wait */
@@ -940,6 +1387,9 @@ static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
       return;
     say(a, "restarting the workers (round %" PRId64 "): %s", r.round,
         r.reason ? r.reason : "");
+    lu_strlcpy(a->restart_reason, r.reason ? r.reason : "",
+               sizeof(a->restart_reason));
+    mark_down(a, lu_wall_s());
     msg_restart_free(&r);
     uv_timer_stop(&a->barrier_timer);
     if (a->state == A_RESUME) { /* no workers yet: on_resumed joins */
@@ -1008,10 +1458,13 @@ static void on_connected(ac_t *ac, int status, void *arg);
 /* The checkpoint agreement talks to the server at ep_host:ep_port. */
 static int new_resume(agent_t *a) {
   char ep[300];
+  int rc;
   snprintf(ep, sizeof(ep), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
            a->ep_host, a->ep_port);
-  return resume_new(a->loop, a->o, &a->log, ep, a->token, a->token_len,
-                    &a->ck);
+  rc = resume_new(a->loop, a->o, &a->log, ep, a->token, a->token_len, &a->ck);
+  if (rc == 0)
+    resume_on_commit(a->ck, on_committed, a);
+  return rc;
 }
 
 /* Does the loss of the server move the job to a successor? When the
@@ -1112,6 +1565,21 @@ static void move_to_successor(agent_t *a) {
           a->fo_silent ? "it went silent" : "its connection was closed",
           new_host, new_addr, a->ep_port, here ? ", this node" : "",
           a->failovers, a->o->run_id);
+  {
+    lu_json_t *e = ev_begin(a->ev, EV_host_failover);
+    if (e) {
+      lu_json_str(e, "lost_host", lost_host);
+      lu_json_str(e, "lost_endpoint", lost);
+      lu_json_str(e, "new_host", new_host);
+      lu_json_str(e, "new_addr", new_addr);
+      lu_json_int(e, "port", a->ep_port);
+      lu_json_bool(e, "here", here);
+      lu_json_bool(e, "silent", a->fo_silent);
+      lu_json_int(e, "round", a->round);
+      lu_json_int(e, "failovers", a->failovers);
+      ev_end(a->ev);
+    }
+  }
   a->fo_prev_round = a->round;
   a->fo_prev_restarts = a->restarts_spent;
   a->fo_survivors = (int64_t)a->nsucc;
@@ -1324,6 +1792,14 @@ static void on_connected(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
   (void)ac;
   uv_timer_stop(&a->status_timer);
+  if (status == RDZV_ELIMIT || status == RDZV_EAUTH ||
+      status == RDZV_EVERSION) {
+    /* The server answered and refused: its reason is the whole story. */
+    LU_ERR(&a->log, "%s", ac_last_error(a->ac));
+    a->exit_code = LAUNCH_EXIT_RDZV;
+    finish(a);
+    return;
+  }
   if (status != 0) {
     /* One message: what failed, then what to check. */
     if (a->port_taken)
@@ -1366,6 +1842,7 @@ static void close_all(agent_t *a) {
   close_handle(a, (uv_handle_t *)&a->status_timer);
   close_handle(a, (uv_handle_t *)&a->barrier_timer);
   close_handle(a, (uv_handle_t *)&a->linger_timer);
+  close_handle(a, (uv_handle_t *)&a->met_timer);
   hang_close(a->hang);
   for (int i = 0; i < a->nsigs; i++)
     close_handle(a, (uv_handle_t *)&a->sigs[i]);
@@ -1448,7 +1925,47 @@ static void remove_tree(agent_t *a, const char *path) {
             strerror(errno));
 }
 
+/* job_end and summary events, and the summary line. */
+static void end_events(agent_t *a) {
+  lu_json_t *j;
+  double mean = a->nrestarts ? a->downtime_s / a->nrestarts : 0;
+  if (a->ev == NULL && (a->nrestarts == 0 || a->o->quiet))
+    return;
+  if ((j = ev_begin(a->ev, EV_job_end)) != NULL) {
+    lu_json_bool(j, "ok", a->finish_ok);
+    lu_json_int(j, "exit_code", a->exit_code);
+    lu_json_int(j, "round", a->round);
+    if (a->end_reason[0])
+      lu_json_str(j, "reason", a->end_reason);
+    if (a->signaled)
+      lu_json_str(j, "stopped_by", sum_signal_name(a->signaled));
+    if (a->have_root) {
+      lu_json_obj(j, "root_cause");
+      ev_failure_fields(j, &a->root);
+      lu_json_end_obj(j);
+    }
+    ev_end(a->ev);
+  }
+  if ((j = ev_begin(a->ev, EV_summary)) != NULL) {
+    lu_json_int(j, "restarts", a->nrestarts);
+    lu_json_num(j, "downtime_s", a->downtime_s);
+    lu_json_int(j, "steps_redone", a->steps_redone);
+    lu_json_num(j, "mean_resume_s", mean);
+    if (a->nagree)
+      lu_json_num(j, "mean_agreement_s", a->agree_s / a->nagree);
+    if (a->committed >= 0)
+      lu_json_int(j, "last_checkpoint", a->committed);
+    ev_end(a->ev);
+  }
+  if (!a->o->quiet)
+    LU_INFO(&a->log, "job %s summary: %d restart%s, %.1f s down, %" PRId64
+            " step%s redone, %.1f s mean resume", a->o->run_id, a->nrestarts,
+            a->nrestarts == 1 ? "" : "s", a->downtime_s, a->steps_redone,
+            a->steps_redone == 1 ? "" : "s", mean);
+}
+
 static void print_end(agent_t *a) {
+  end_events(a);
   if (a->finish_ok) {
     say(a, "job %s finished: %s", a->o->run_id,
         a->end_reason[0] ? a->end_reason : "every worker exited 0");
@@ -1540,6 +2057,46 @@ static void finish(agent_t *a) {
 
 /* ---- signals ---------------------------------------------------------------------------------------- */
 
+/* A stop that does not end: what the loop waits for can be a checkpoint
+ * scan on a pool thread blocked in the file system (a hung NFS mount), which
+ * nothing interrupts. By then the workers had their grace and SIGKILL (and
+ * die with the agent anyway: PR_SET_PDEATHSIG), so the agent goes. */
+typedef struct stop_dog_s {
+  uint64_t ms;
+  int sig;
+  lu_log_t log;
+} stop_dog_t;
+
+static void *stop_dog_main(void *arg) {
+  stop_dog_t *d = arg;
+  struct timespec ts = {(time_t)(d->ms / 1000), (long)(d->ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+  LU_ERR(&d->log, "still running %.1f s after %s (--stop-timeout, then "
+         "close_timeout): something does not return, e.g. a checkpoint scan "
+         "on a hung file system; exiting without waiting for it",
+         (double)d->ms / 1000.0, sum_signal_name(d->sig));
+  _exit(128 + d->sig);
+  return NULL;
+}
+
+static void start_stop_dog(agent_t *a, int sig) {
+  stop_dog_t *d = malloc(sizeof(*d)); /* the thread's until the exit */
+  pthread_attr_t at;
+  pthread_t t;
+  if (d == NULL)
+    return;
+  d->ms = (uint64_t)a->o->stop_grace_ms + (uint64_t)a->o->close_timeout_ms +
+          2000;
+  d->sig = sig;
+  d->log = a->log;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &at, stop_dog_main, d) != 0)
+    free(d);
+  pthread_attr_destroy(&at);
+}
+
 static void on_signal(uv_signal_t *h, int sig) {
   agent_t *a = h->data;
   if (sig == SIGUSR1 || sig == SIGUSR2) {
@@ -1561,6 +2118,7 @@ static void on_signal(uv_signal_t *h, int sig) {
   a->finish_ok = 0;
   LU_WARN(&a->log, "received %s: forwarding it to the workers and stopping",
           sum_signal_name(sig));
+  start_stop_dog(a, sig);
   if (a->ac && a->state != A_FINISH) {
     msg_leave_t l;
     snprintf(l.reason, sizeof(l.reason), "agent received %s",
@@ -1698,6 +2256,7 @@ static int start_server(agent_t *a, const char *ip, int port) {
   if (a->srv_log.level > LU_LOG_WARN && !a->srv_log.debug)
     a->srv_log.level = LU_LOG_WARN;
   cfg.log = &a->srv_log;
+  a->srv_max_memory = cfg.max_memory;
   rc = srv_new(a->loop, &cfg, &a->srv);
   if (rc != 0) {
     a->srv = NULL;
@@ -1865,6 +2424,8 @@ int agent_run(cfg_t *o) {
   uv_timer_init(&loop, &a->status_timer);
   uv_timer_init(&loop, &a->barrier_timer);
   uv_timer_init(&loop, &a->linger_timer);
+  uv_timer_init(&loop, &a->met_timer);
+  a->met_timer.data = a;
   a->hb_timer.data = a->status_timer.data = a->barrier_timer.data =
       a->linger_timer.data = a;
   for (size_t i = 0; i < LU_ARRAY_SIZE(all_sigs); i++) {
@@ -1940,12 +2501,65 @@ int agent_run(cfg_t *o) {
   }
   if (o->torch_store == CFG_STORE_RANK0)
     a->my_master_port = free_port(o->local_addr);
+  a->committed = -1;
+  a->steps_before = -1;
+  a->score = calloc((size_t)o->nproc + 1, sizeof(double));
+  a->slow_for = calloc((size_t)o->nproc + 1, sizeof(int));
+  a->flagged = calloc((size_t)o->nproc + 1, 1);
+  if (a->score == NULL || a->slow_for == NULL || a->flagged == NULL) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    goto out;
+  }
+  if ((rc = ev_open(o->event_log, o->event_handler == 1, o->run_id, o->host,
+                    &a->ev)) != 0) {
+    LU_ERR(&a->log, "cannot open the event log %s: %s (check --event-log)",
+           o->event_log, rdzv_strerror(rc));
+    a->exit_code = LAUNCH_EXIT_USAGE;
+    goto out;
+  } else {
+    lu_json_t *j = ev_begin(a->ev, EV_job_start);
+    if (j) {
+      lu_json_int(j, "nproc", o->nproc);
+      lu_json_int(j, "min_nodes", o->min_nodes);
+      lu_json_int(j, "max_nodes", o->max_nodes);
+      lu_json_int(j, "max_restarts", o->max_restarts);
+      lu_json_str(j, "endpoint", o->endpoint_host);
+      lu_json_int(j, "port", a->ep_port);
+      lu_json_bool(j, "hosting", a->hosting);
+      if (o->ckpt_dir[0])
+        lu_json_str(j, "ckpt_dir", o->ckpt_dir);
+      lu_json_str(j, "program", a->argv[0]);
+      lu_json_int(j, "pid", getpid());
+      ev_end(a->ev);
+    }
+  }
   if (o->ckpt_dir[0] && (rc = new_resume(a)) != 0) {
     a->exit_code = 1;
     goto out;
   }
+  if (o->metrics_port >= 0) {
+    if ((rc = met_start(o->metrics_addr, o->metrics_port, o->host,
+                        &a->met)) != 0) {
+      LU_ERR(&a->log, "cannot serve metrics on %s:%d: %s%s",
+             o->metrics_addr[0] ? o->metrics_addr : "*", o->metrics_port,
+             rdzv_strerror(rc), rc == RDZV_ENOTSUP
+                 ? " (this launch was built without libmicrohttpd)" : "");
+      a->exit_code = LAUNCH_EXIT_USAGE;
+      goto out;
+    }
+    LU_INFO(&a->log, "metrics of job %s on http://%s:%d/metrics", o->run_id,
+        o->metrics_addr[0] ? o->metrics_addr : o->host, met_port(a->met));
+    if ((a->page = page_new()) == NULL) {
+      a->exit_code = LAUNCH_EXIT_INTERNAL;
+      goto out;
+    }
+    render_metrics(a);
+  }
+  if (a->met || a->ev)
+    uv_timer_start(&a->met_timer, met_cb, 1000, 1000);
   if ((rc = new_client(a, connect_limit_ms(a))) != 0 ||
-      (o->hang_timeout_ms > 0 && (rc = new_hang(a)) != 0) ||
+      ((o->hang_timeout_ms > 0 || a->ev || a->met) &&
+       (rc = new_hang(a)) != 0) ||
       (rc = ac_connect(a->ac, on_connected)) != 0) {
     a->exit_code = 1;
     goto out;
@@ -1970,6 +2584,11 @@ done:
     sum_failure_free(&a->root);
   free_rank_argv(a);
   launch_argv_free(a->argv);
+  met_stop(a->met);
+  page_free(a->page);
+  free(a->score);
+  free(a->slow_for);
+  free(a->flagged);
   hang_free(a->hang);
   if (a->run_lock >= 0)
     close(a->run_lock);
@@ -1978,6 +2597,7 @@ done:
   if (a->run_dir_is_temp && a->run_dir[0] &&
       (rc == 0 || !dir_has_content(a->run_dir)))
     remove_tree(a, a->run_dir);
+  ev_close(a->ev);
   launch_node_close(&a->node);
   free(a->fp_text);
   free(a->token);

@@ -97,6 +97,20 @@ static void human_bytes(uint64_t b, char *buf, size_t n) {
   snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", v, u[i]);
 }
 
+/* What was checked: SHA-256 exists only in launch's layout; the others are
+ * checked by structure and sizes, whatever the command (issue #22). */
+static const char *checked_json(const ckpt_scan_t *s, int sha) {
+  if (s->layout != CKPT_LAYOUT_LAUNCH)
+    return "structure";
+  return sha ? "sha256" : "size";
+}
+
+static const char *checked_text(const ckpt_scan_t *s, int sha) {
+  if (s->layout != CKPT_LAYOUT_LAUNCH)
+    return "structure and sizes checked; this layout records no checksums";
+  return sha ? "SHA-256 verified" : "sizes checked";
+}
+
 static void print_json(const char *dir, const ckpt_scan_t *s, int sha) {
   lu_buf_t b = LU_BUF_INIT;
   lu_json_t j;
@@ -105,7 +119,7 @@ static void print_json(const char *dir, const ckpt_scan_t *s, int sha) {
   lu_json_obj(&j, NULL);
   lu_json_str(&j, "dir", dir);
   lu_json_str(&j, "layout", ckpt_layout_name(s->layout));
-  lu_json_str(&j, "checked", sha ? "sha256" : "size");
+  lu_json_str(&j, "checked", checked_json(s, sha));
   lu_json_arr(&j, "steps");
   for (size_t i = 0; i < s->nsteps; i++) {
     const ckpt_step_t *st = &s->steps[i];
@@ -161,11 +175,16 @@ static void print_json(const char *dir, const ckpt_scan_t *s, int sha) {
   }
 }
 
+/* File and directory names are anyone's: escaped for the terminal. */
+#define esc lu_esc
+
 static void print_text(const char *dir, const ckpt_scan_t *s, int sha) {
   size_t w = 4;
-  printf("%s: %s layout, %zu step%s (%s)\n", dir, ckpt_layout_name(s->layout),
+  char e1[4 * CKPT_NAME_MAX], e2[4 * CKPT_PROBLEM_MAX];
+  printf("%s: %s layout, %zu step%s (%s)\n", esc(dir, e2, sizeof(e2)),
+         ckpt_layout_name(s->layout),
          s->nsteps, s->nsteps == 1 ? "" : "s",
-         sha ? "SHA-256 verified" : "sizes checked");
+         checked_text(s, sha));
   for (size_t i = 0; i < s->nsteps; i++)
     if (strlen(s->steps[i].name) > w)
       w = strlen(s->steps[i].name);
@@ -173,19 +192,20 @@ static void print_text(const char *dir, const ckpt_scan_t *s, int sha) {
     const ckpt_step_t *st = &s->steps[i];
     char sz[32];
     human_bytes(st->bytes, sz, sizeof(sz));
-    printf("  %-*s  %-10s  ", (int)w, st->name, state_name(st->state));
+    printf("  %-*s  %-10s  ", (int)w, esc(st->name, e1, sizeof(e1)),
+           state_name(st->state));
     if (st->state == CKPT_STEP_UNCHECKED)
       printf("-");
     else if (st->problem[0])
-      printf("%s", st->problem);
+      printf("%s", esc(st->problem, e2, sizeof(e2)));
     else
       printf("%u files, %s", st->files, sz);
     printf("%s\n", st->is_latest ? "  <- latest" : "");
   }
   if (s->latest_problem[0])
-    printf("%s\n", s->latest_problem);
+    printf("%s\n", esc(s->latest_problem, e2, sizeof(e2)));
   if (s->resume >= 0)
-    printf("resume: %s\n", s->steps[s->resume].name);
+    printf("resume: %s\n", esc(s->steps[s->resume].name, e1, sizeof(e1)));
   else
     printf("resume: none (a restart starts fresh)\n");
 }
@@ -199,7 +219,7 @@ int launch_cmd_ckpt(int argc, char **argv) {
   ckpt_scan_options_t so = CKPT_SCAN_OPTIONS_INIT;
   ckpt_scan_t *s = NULL;
   const char *verb, *dir;
-  char err[1024];
+  char err[1024], e[4096];
   int opt, json = 0, sha, rc, ret;
   int *ranks = NULL;
   size_t nranks = 0;
@@ -262,16 +282,20 @@ int launch_cmd_ckpt(int argc, char **argv) {
   }
   /* A step newer than the one a restart takes is skipped: say why. */
   for (int i = 0; i < (s->resume >= 0 ? s->resume : (int)s->nsteps); i++)
-    if (s->steps[i].state != CKPT_STEP_UNCHECKED)
+    if (s->steps[i].state != CKPT_STEP_UNCHECKED) {
+      char e1[4 * CKPT_NAME_MAX], e2[4 * CKPT_PROBLEM_MAX];
       fprintf(stderr, "launch ckpt: warning: %s skipped: %s\n",
-              s->steps[i].name, s->steps[i].problem);
+              esc(s->steps[i].name, e1, sizeof(e1)),
+              esc(s->steps[i].problem, e2, sizeof(e2)));
+    }
   if (json)
     print_json(dir, s, sha);
   else
     print_text(dir, s, sha);
   ret = s->resume == 0 && s->latest_problem[0] == '\0' ? 0 : 1;
   if (s->nsteps == 0)
-    fprintf(stderr, "launch ckpt: no checkpoint step in %s\n", dir);
+    fprintf(stderr, "launch ckpt: no checkpoint step in %s\n",
+            esc(dir, e, sizeof(e)));
   ckpt_scan_free(s);
   return ret;
 }

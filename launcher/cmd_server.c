@@ -12,7 +12,9 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "config.h"
 #include "launch.h"
+#include "metrics.h"
 #include "proto.h"
 #include "server.h"
 
@@ -50,6 +52,8 @@ static const char server_help[] =
     "                        TCPStore has no authentication (nor TLS): with a\n"
     "                        token or TLS and no allow list, TCPStore clients\n"
     "                        are refused.\n"
+    "  --metrics-port [ADDR:]PORT  serve Prometheus metrics there (0: a free\n"
+    "                        port, printed; docs/monitoring.md)\n"
     "  --threads N           event loops serving connections (default a\n"
     "                        quarter of the online cores, at most 8, at\n"
     "                        least 1; env LAUNCH_SERVER_THREADS)\n"
@@ -87,12 +91,32 @@ typedef struct server_main_s {
   srv_t *srv;
   lu_log_t log;
   int stopping;
+  met_t *met;           /* --metrics-port (metrics.h) */
+  uv_timer_t met_timer;
+  char met_labels[300];
+  size_t max_memory;
 } server_main_t;
 
 static void on_closed(void *arg) {
   server_main_t *m = arg;
   uv_close((uv_handle_t *)&m->sigint, NULL);
   uv_close((uv_handle_t *)&m->sigterm, NULL);
+  if (m->met)
+    uv_close((uv_handle_t *)&m->met_timer, NULL);
+}
+
+/* The server's series, once a second (docs/monitoring.md). */
+static void met_cb(uv_timer_t *t) {
+  server_main_t *m = t->data;
+  lu_buf_t b = LU_BUF_INIT;
+  srv_stats_t st;
+  char *text;
+  if (m->stopping)
+    return;
+  srv_get_stats(m->srv, &st);
+  met_server(&b, m->met_labels, &st, (double)m->max_memory);
+  if (lu_buf_finish(&b, &text, NULL) == 0)
+    met_publish(m->met, text);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -234,6 +258,7 @@ int launch_cmd_server(int argc, char **argv) {
       {"tcpstore-job", required_argument, 0, 'j'},
       {"tcpstore-allow", required_argument, 0, 'a'},
       {"threads", required_argument, 0, 'T'},
+      {"metrics-port", required_argument, 0, 'M'},
       {"help", no_argument, 0, 'H'}};
   srv_config_t cfg = SRV_CONFIG_INIT;
   server_main_t m;
@@ -241,6 +266,8 @@ int launch_cmd_server(int argc, char **argv) {
   char *token = NULL;
   size_t token_len = 0, nfixed = 0;
   int opt, rc, port = RDZV_DEFAULT_PORT, threads = srv_default_threads();
+  int mport = -1;
+  char met_addr[64] = "";
   const char *threads_env = getenv("LAUNCH_SERVER_THREADS");
 
   while (opts[nfixed].name)
@@ -284,6 +311,15 @@ int launch_cmd_server(int argc, char **argv) {
         return 2;
       }
       break;
+    case 'M': {
+      char err[256];
+      if (cfg_parse_metrics_port(optarg, met_addr, sizeof(met_addr),
+                                 &mport, err, sizeof(err)) != 0) {
+        launch_usage_error("%s", err);
+        return 2;
+      }
+      break;
+    }
     case 'H':
       fputs(server_help, stdout);
       return 0;
@@ -358,6 +394,26 @@ int launch_cmd_server(int argc, char **argv) {
   fflush(stdout);
   if (port_file)
     write_port_file(&m, port_file);
+  if (mport >= 0) {
+    char host[256] = "localhost", esc[256];
+    gethostname(host, sizeof(host) - 1);
+    if ((rc = met_start(met_addr, mport, host, &m.met)) != 0)
+      LU_ERR(&m.log, "cannot serve metrics on %s:%d: %s%s (serving without)",
+             met_addr[0] ? met_addr : "*", mport, rdzv_strerror(rc),
+             rc == RDZV_ENOTSUP ? " (built without libmicrohttpd)" : "");
+    if (m.met) {
+      met_label_escape(host, esc, sizeof(esc));
+      snprintf(m.met_labels, sizeof(m.met_labels), "node=\"%s\"", esc);
+      m.max_memory = cfg.max_memory;
+      printf("launch server metrics on http://%s:%d/metrics\n",
+             met_addr[0] ? met_addr : host, met_port(m.met));
+      fflush(stdout);
+      uv_timer_init(&m.loop, &m.met_timer);
+      m.met_timer.data = &m;
+      met_cb(&m.met_timer);
+      uv_timer_start(&m.met_timer, met_cb, 1000, 1000);
+    }
+  }
   m.sigint.data = m.sigterm.data = &m;
   uv_signal_init(&m.loop, &m.sigint);
   uv_signal_init(&m.loop, &m.sigterm);
@@ -365,6 +421,7 @@ int launch_cmd_server(int argc, char **argv) {
   uv_signal_start(&m.sigterm, on_signal, SIGTERM);
   uv_run(&m.loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(&m.loop);
+  met_stop(m.met);
   if (token) {
     memset(token, 0, token_len);
     free(token);

@@ -1,5 +1,6 @@
 /* cmd_status.c - `launch status`: the round, nodes, ranks, restart count
- * and each node's last heartbeat of a running job. */
+ * and each node's last heartbeat of a running job; then each rank's
+ * progress key (step, age, steps/s, ETA, loss, the slowest ranks). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,15 +10,148 @@
 #include "launch.h"
 #include "lu_buf.h"
 #include "msg.h"
+#include "proto.h"
+#include "rdzv.h"
+
+/* One rank's progress key (docs/events.md#progress). */
+typedef struct rk_s {
+  int rank;
+  msg_progress_t p;
+} rk_t;
 
 typedef struct st_s {
   ac_t *ac;
   int json;
   int rc;
   const char *job;
+  msg_status_t s;     /* the STATUS reply, while the keys are read */
+  char **keys;        /* progress keys listed */
+  size_t nkeys;
+  int lists;          /* LIST replies so far (native, then TCPStore form) */
+  rk_t *rk;
+  size_t nrk;
 } st_t;
 
-static void print_json(const msg_status_t *st) {
+/* ---- per rank: the progress keys -------------------------------------------------- */
+
+static int by_rank(const void *x, const void *y) {
+  const rk_t *a = x, *b = y;
+  return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+static int by_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+/* The median step time of the ranks that report one, 0 none. */
+static double median_step_time(const st_t *st) {
+  double *v = calloc(st->nrk + 1, sizeof(double)), med = 0;
+  size_t n = 0;
+  if (v == NULL)
+    return 0;
+  for (size_t i = 0; i < st->nrk; i++)
+    if (st->rk[i].p.has_step_time && st->rk[i].p.step_time > 0)
+      v[n++] = st->rk[i].p.step_time;
+  if (n > 0) {
+    qsort(v, n, sizeof(double), by_double);
+    med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  }
+  free(v);
+  return med;
+}
+
+static void fmt_duration(double s, char *out, size_t cap) {
+  if (s < 0 || s != s)
+    snprintf(out, cap, "-");
+  else if (s < 120)
+    snprintf(out, cap, "%.0fs", s);
+  else if (s < 7200)
+    snprintf(out, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+  else
+    snprintf(out, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
+static void print_ranks_table(const st_t *st) {
+  double med = median_step_time(st), now_ms = lu_wall_s() * 1000.0;
+  int order[3] = {-1, -1, -1};
+  if (st->nrk == 0)
+    return;
+  printf("%-5s %-14s %-8s %-8s %-9s %-10s %s\n", "rank", "step", "age",
+         "steps/s", "ETA", "loss", "step time");
+  for (size_t i = 0; i < st->nrk; i++) {
+    const msg_progress_t *p = &st->rk[i].p;
+    char step[40], rate[16] = "-", eta[16] = "-", loss[24] = "-",
+         stime[24] = "-";
+    if (p->has_total_steps)
+      snprintf(step, sizeof(step), "%lld/%lld", (long long)p->step,
+               (long long)p->total_steps);
+    else
+      snprintf(step, sizeof(step), "%lld", (long long)p->step);
+    if (p->has_step_time && p->step_time > 0) {
+      snprintf(rate, sizeof(rate), "%.2f", 1.0 / p->step_time);
+      snprintf(stime, sizeof(stime), "%.3f s", p->step_time);
+      if (p->has_total_steps && p->total_steps >= p->step)
+        fmt_duration((double)(p->total_steps - p->step) * p->step_time, eta,
+                     sizeof(eta));
+    }
+    if (p->has_loss)
+      snprintf(loss, sizeof(loss), "%.4f", p->loss);
+    char age[24];
+    snprintf(age, sizeof(age), "%.1f s", (now_ms - (double)p->time_ms) / 1000.0);
+    printf("%-5d %-14s %-8s %-8s %-9s %-10s %s\n", st->rk[i].rank, step, age,
+           rate, eta, loss, stime);
+  }
+  /* The slowest ranks: step time against the job's median (a straggler
+   * score, as NVIDIA's ft_launcher gives). */
+  for (size_t i = 0; med > 0 && i < st->nrk; i++) {
+    const msg_progress_t *p = &st->rk[i].p;
+    if (!p->has_step_time || p->step_time <= med)
+      continue; /* the slower half only */
+    for (int k = 0; k < 3; k++)
+      if (order[k] < 0 || p->step_time > st->rk[order[k]].p.step_time) {
+        memmove(&order[k + 1], &order[k], (size_t)(2 - k) * sizeof(int));
+        order[k] = (int)i;
+        break;
+      }
+  }
+  if (order[0] >= 0 && st->nrk > 1) {
+    printf("slowest:");
+    for (int k = 0; k < 3 && order[k] >= 0; k++)
+      printf("%s rank %d (%.2fx the median step time)", k ? "," : "",
+             st->rk[order[k]].rank, st->rk[order[k]].p.step_time / med);
+    printf("\n");
+  }
+}
+
+static void json_ranks(lu_json_t *j, const st_t *st) {
+  double med = median_step_time(st);
+  lu_json_arr(j, "ranks");
+  for (size_t i = 0; i < st->nrk; i++) {
+    const msg_progress_t *p = &st->rk[i].p;
+    lu_json_obj(j, NULL);
+    lu_json_int(j, "rank", st->rk[i].rank);
+    lu_json_int(j, "step", p->step);
+    lu_json_int(j, "time_ms", p->time_ms);
+#define OPT(f)                                                                 \
+  if (p->has_##f)                                                              \
+    lu_json_num(j, #f, (double)p->f);
+    OPT(loss)
+    OPT(grad_norm)
+    OPT(lr)
+    OPT(step_time)
+    OPT(tokens)
+    OPT(total_steps)
+#undef OPT
+    if (med > 0 && p->has_step_time && p->step_time > 0)
+      lu_json_num(j, "straggler_score", p->step_time / med);
+    lu_json_end_obj(j);
+  }
+  lu_json_end_arr(j);
+}
+
+
+static void print_json(const msg_status_t *st, const st_t *sx) {
   lu_buf_t b = LU_BUF_INIT;
   lu_json_t j;
   char *text = NULL;
@@ -51,28 +185,34 @@ static void print_json(const msg_status_t *st) {
     lu_json_end_obj(&j);
   }
   lu_json_end_arr(&j);
+  if (sx)
+    json_ranks(&j, sx);
   lu_json_end_obj(&j);
   if (lu_buf_finish(&b, &text, NULL) == 0)
     printf("%s\n", text);
   free(text);
 }
 
+/* Job and host names, addresses and reasons come from the agents: escaped
+ * for the terminal (issue #24). */
 static void print_table(const msg_status_t *st) {
+  char e1[1100], e2[256], e3[4100];
   /* While re-forming, the server's round is the one that ended: the
    * agents already say they restart into the next. */
   if (!strcmp(st->state, "forming") && st->round >= 0)
     printf("job %s: forming round %lld (round %lld ended), restarts %lld of "
-           "%lld (nnodes %lld:%lld)\n", st->job, (long long)st->round + 1,
-           (long long)st->round, (long long)st->restarts,
-           (long long)st->max_restarts, (long long)st->min,
-           (long long)st->max);
+           "%lld (nnodes %lld:%lld)\n", lu_esc(st->job, e1, sizeof(e1)),
+           (long long)st->round + 1, (long long)st->round,
+           (long long)st->restarts, (long long)st->max_restarts,
+           (long long)st->min, (long long)st->max);
   else
     printf("job %s: %s, round %lld, restarts %lld of %lld (nnodes "
-           "%lld:%lld)\n", st->job, st->state, (long long)st->round,
+           "%lld:%lld)\n", lu_esc(st->job, e1, sizeof(e1)),
+           lu_esc(st->state, e2, sizeof(e2)), (long long)st->round,
            (long long)st->restarts, (long long)st->max_restarts,
            (long long)st->min, (long long)st->max);
   if (st->reason && st->reason[0])
-    printf("last event: %s\n", st->reason);
+    printf("last event: %s\n", lu_esc(st->reason, e3, sizeof(e3)));
   if (!strcmp(st->state, "forming"))
     printf("forming for %.1f s\n", st->waited_ms / 1000.0);
   if (st->nmembers == 0) {
@@ -92,9 +232,102 @@ static void print_table(const msg_status_t *st) {
       snprintf(node, sizeof(node), "-");
       snprintf(ranks, sizeof(ranks), "(%lld procs)", (long long)n->nproc);
     }
-    printf("%-5s %-24s %-16s %-12s %-11s %.1f s ago\n", node, n->host, n->addr,
-           ranks, n->state, n->heartbeat_age_ms / 1000.0);
+    printf("%-5s %-24s %-16s %-12s %-11s %.1f s ago\n", node,
+           lu_esc(n->host, e1, sizeof(e1)), lu_esc(n->addr, e3, sizeof(e3)),
+           ranks, lu_esc(n->state, e2, sizeof(e2)),
+           n->heartbeat_age_ms / 1000.0);
   }
+}
+
+static void print_all(st_t *st) {
+  if (st->json) {
+    print_json(&st->s, st);
+  } else {
+    print_table(&st->s);
+    print_ranks_table(st);
+  }
+  msg_status_free(&st->s);
+  rdzv_free_keys(st->keys, st->nkeys);
+  st->keys = NULL;
+  free(st->rk);
+  st->rk = NULL;
+  ac_close(st->ac, NULL, NULL);
+}
+
+/* The values of the keys listed: decoded, sorted by rank. */
+static void on_mget(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
+  st_t *st = arg;
+  const msgpack_object *items;
+  uint32_t cnt;
+  (void)ac;
+  if (status == 0 && proto_arg_array(m, 0, &items, &cnt) == 0 &&
+      cnt == st->nkeys && (st->rk = calloc(cnt + 1, sizeof(rk_t))) != NULL) {
+    for (uint32_t i = 0; i < cnt; i++) {
+      const char *p, *k = strrchr(st->keys[i], '/');
+      size_t n;
+      int r;
+      if (proto_obj_bytes(&items[i], &p, &n) != 0 || k == NULL ||
+          lu_parse_int(k + 1, 0, 1 << 30, &r) != 0 ||
+          msg_progress_decode(p, n, &st->rk[st->nrk].p, NULL, 0) != 0)
+        continue;
+      st->rk[st->nrk++].rank = r;
+    }
+    qsort(st->rk, st->nrk, sizeof(rk_t), by_rank);
+  }
+  print_all(st);
+}
+
+static void on_list(ac_t *ac, int status, const proto_msg_t *m, void *arg);
+
+/* LIST launch/progress/, then the TCPStore writers' /launch/progress/ in
+ * the round's namespace (docs/protocol.md#tcpstore-namespaces), then one
+ * MGET of every key found. */
+static void ask_list(st_t *st) {
+  msgpack_packer *pk;
+  char prefix[96];
+  if (st->lists < 2) {
+    snprintf(prefix, sizeof(prefix), RDZV_TORCH_NS "%lld//" RDZV_PROGRESS_PREFIX,
+             (long long)(st->s.round >= 0 ? st->s.round : 0));
+    pk = ac_begin(st->ac, PROTO_OP_LIST, 1);
+    proto_pack_str(pk, st->lists == 0 ? RDZV_PROGRESS_PREFIX : prefix);
+    if (ac_send(st->ac, on_list, st) != 0)
+      print_all(st);
+    return;
+  }
+  if (st->nkeys == 0) {
+    print_all(st);
+    return;
+  }
+  pk = ac_begin(st->ac, PROTO_OP_MGET, 2);
+  msgpack_pack_array(pk, (uint32_t)st->nkeys);
+  for (size_t i = 0; i < st->nkeys; i++)
+    proto_pack_str(pk, st->keys[i]);
+  msgpack_pack_int64(pk, 0); /* do not wait */
+  if (ac_send(st->ac, on_mget, st) != 0)
+    print_all(st);
+}
+
+static void on_list(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
+  st_t *st = arg;
+  const msgpack_object *items;
+  uint32_t cnt;
+  (void)ac;
+  st->lists++;
+  if (status == 0 && proto_arg_array(m, 0, &items, &cnt) == 0 && cnt > 0) {
+    char **k = realloc(st->keys, (st->nkeys + cnt + 1) * sizeof(char *));
+    if (k != NULL) {
+      st->keys = k;
+      for (uint32_t i = 0; i < cnt && st->nkeys < 65536; i++) {
+        const char *p;
+        size_t n;
+        if (proto_obj_bytes(&items[i], &p, &n) != 0 ||
+            (k[st->nkeys] = strndup(p, n)) == NULL)
+          continue;
+        st->nkeys++;
+      }
+    }
+  }
+  ask_list(st);
 }
 
 static void on_status(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
@@ -113,19 +346,17 @@ static void on_status(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     } else if (!strcmp(s.state, "idle")) {
       /* The server knows no such job: nothing ever joined it. */
       if (st->json)
-        print_json(&s);
+        print_json(&s, NULL);
       fprintf(stderr, "launch status: the server knows no job '%s' (no node "
                       "has joined it): check --rdzv-id and --rdzv-endpoint\n",
               st->job);
       msg_status_free(&s);
       st->rc = 1;
     } else {
-      if (st->json)
-        print_json(&s);
-      else
-        print_table(&s);
-      msg_status_free(&s);
+      st->s = s; /* the ranks' progress next, then print */
       st->rc = 0;
+      ask_list(st);
+      return;
     }
   }
   ac_close(ac, NULL, NULL);
@@ -149,7 +380,7 @@ static void on_connected(ac_t *ac, int status, void *arg) {
 int launch_cmd_status(int argc, char **argv) {
   char *token = NULL, err[1024];
   size_t token_len = 0;
-  st_t st = {NULL, 0, 1, NULL};
+  st_t st;
   uv_loop_t loop;
   ac_config_t cfg;
   lu_log_t log;
@@ -165,6 +396,8 @@ int launch_cmd_status(int argc, char **argv) {
     return rc < 0 ? 2 : 0;
   }
   memset(&cfg, 0, sizeof(cfg));
+  memset(&st, 0, sizeof(st));
+  st.rc = 1;
   lu_log_init(&log, "launch status");
   uv_loop_init(&loop);
   cfg.host = c.endpoint_host;

@@ -524,6 +524,37 @@ static int set_program(cfg_t *c, int id, const char *v, char *err, size_t n) {
   return 0;
 }
 
+int cfg_parse_metrics_port(const char *v, char *addr, size_t cap, int *port,
+                           char *err, size_t n) {
+  const char *colon = strrchr(v, ':'), *whole = v;
+  addr[0] = '\0';
+  if (!strcmp(v, "off")) {
+    *port = -1;
+    return 0;
+  }
+  if (colon) {
+    size_t len = (size_t)(colon - v);
+    if (len > 1 && v[0] == '[' && v[len - 1] == ']')
+      v++, len -= 2;
+    if (len == 0 || len >= cap)
+      return fail(err, n, "--metrics-port: '%s' is not [ADDR:]PORT", whole);
+    memcpy(addr, v, len);
+    addr[len] = '\0';
+    v = colon + 1;
+  }
+  if (lu_parse_int(v, 0, 65535, port) != 0)
+    return fail(err, n, "--metrics-port: '%s' is not a port (0-65535; 0 "
+                        "picks a free one)", whole);
+  return 0;
+}
+
+/* --metrics-port [ADDR:]PORT|off. */
+static int set_metrics_port(cfg_t *c, int id, const char *v, char *err,
+                            size_t n) {
+  return cfg_parse_metrics_port(v, c->metrics_addr, sizeof(c->metrics_addr),
+                                &c->metrics_port, err, n);
+}
+
 static int set_monitor(cfg_t *c, int id, const char *v, char *err, size_t n) {
   int64_t ms;
   (void)id;
@@ -650,8 +681,17 @@ static const setting_t settings[CFG_S_COUNT] = {
     STR(LINE_PREFIX, "--log-line-prefix", NULL, "TEMPLATE", line_prefix, 0,
         LOGS, "prefix of each line (default '[${host}:${rank}]: '; also "
         "${local_rank}, ${role_name}, ${node_rank}; 'none')"),
-    CHECK(EVENT_LOG, "--event-log-handler", T_CHOICE, 0, "null", LOGS,
-          "torchrun's event log: only null (none) is supported"),
+    CHOICE(EVENT_LOG, "--event-log-handler", T_CHOICE, event_handler,
+           "null|console", LOGS,
+           "torchrun's event handler: console writes the job's events "
+           "(docs/events.md) to stderr as JSON Lines; null (default) none"),
+    FN(METRICS_PORT, "--metrics-port", NULL, "[ADDR:]PORT", set_metrics_port,
+       LOGS, "serve Prometheus metrics on http://ADDR:PORT/metrics (0: a "
+       "free port, printed; default off; docs/monitoring.md)"),
+    STR(EVENT_FILE, "--event-log", NULL, "FILE", event_log, 1, LOGS,
+        "append the job's events to FILE as JSON Lines: rounds, workers, "
+        "failures, restarts with downtime, checkpoints, resumes, hangs, a "
+        "summary (docs/events.md)"),
     FN(LOGS_SPECS, "--logs-specs", NULL, "NAME", set_logs_specs, LOGS, NULL),
     BOOL(QUIET, "--quiet", "-q", quiet, LOGS, "fewer agent messages"),
     BOOL(NO_LOG_TIME, "--no-log-time", NULL, no_log_time, LOGS,
@@ -803,6 +843,19 @@ static const char *setting_name(int id) {
   return settings[id].flag ? settings[id].flag : "the value";
 }
 
+/* A run id names the workers' log directory (<log-dir>/<id>_XXXXXX) and
+ * the job on the server: no '/', no leading '.', nothing that a terminal
+ * or a log line would take for more than text. */
+static int run_id_ok(const char *v) {
+  size_t n = strlen(v);
+  if (n == 0 || n > 255 || v[0] == '.')
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum((unsigned char)v[i]) && !strchr("._:@+=-", v[i]))
+      return 0;
+  return 1;
+}
+
 /* Apply value v to setting id. */
 static int apply(cfg_t *c, int id, const char *v, char *err, size_t n) {
   const setting_t *s = &settings[id];
@@ -824,6 +877,11 @@ static int apply(cfg_t *c, int id, const char *v, char *err, size_t n) {
     if (strlen(v) >= s->size)
       return fail(err, n, "%s: '%.40s...' is too long (at most %zu "
                           "characters)", name, v, s->size - 1);
+    if (id == CFG_S_ID && !run_id_ok(v))
+      return fail(err, n, "%s: '%.60s' is not a job id: use letters, digits "
+                          "and . _ : @ + = - (not starting with '.', at "
+                          "most 255), as it names files under --log-dir",
+                  name, v);
     lu_strlcpy(field, v, s->size);
     return 0;
   case T_INT:
@@ -993,6 +1051,7 @@ static void defaults(cfg_t *c, char *const *envp) {
   c->is_host = -1;
   c->stop_grace_ms = 30000;
   c->hang_signal = SIGUSR1;
+  c->metrics_port = -1;
   c->exit_barrier_ms = 300000;
   c->ckpt_keep = 3;
   c->signals_mask = (1u << SIGTERM) | (1u << SIGINT) | (1u << SIGHUP) |
@@ -1021,8 +1080,12 @@ typedef struct env_ctx_s {
 static int apply_env(void *ctx, int id, const char *var, const char *v,
                      char *err, size_t n) {
   env_ctx_t *e = ctx;
-  if (!takes(id, e->flags) || apply(e->c, id, v, err, n) == 0)
+  if (!takes(id, e->flags))
     return 0;
+  if (apply(e->c, id, v, err, n) == 0) {
+    e->c->given_by[id] = var; /* for the checks that come later */
+    return 0;
+  }
   if (settings[id].flag) {
     size_t l = strlen(err);
     snprintf(err + l, n - l, " (from %s)", var);
@@ -1034,6 +1097,16 @@ static int apply_env(void *ctx, int id, const char *var, const char *v,
   return -1;
 }
 
+/* " (from VAR)" when setting id came from an environment variable. The
+ * buffer is static: one call per message. */
+static const char *from_var(const cfg_t *c, int id) {
+  static __thread char b[96];
+  if (c->given_by[id] == NULL)
+    return "";
+  snprintf(b, sizeof(b), " (from %.80s)", c->given_by[id]);
+  return b;
+}
+
 /* Per-rank output settings, once nproc is known. */
 static int finish_output(cfg_t *c, char *err, size_t n) {
   const char *p = c->ranks_filter_spec;
@@ -1042,11 +1115,12 @@ static int finish_output(cfg_t *c, char *err, size_t n) {
   if (c->redirects_spec[0] &&
       parse_std_spec(c->redirects_spec, c->nproc, c->redirects) != 0)
     return fail(err, n, "--redirects: '%s' is not 0-3 or a list like 0:1,1:2 "
-                        "with local ranks below %d", c->redirects_spec,
-                c->nproc);
+                        "with local ranks below %d%s", c->redirects_spec,
+                c->nproc, from_var(c, CFG_S_REDIRECTS));
   if (c->tee_spec[0] && parse_std_spec(c->tee_spec, c->nproc, c->tee) != 0)
     return fail(err, n, "--tee: '%s' is not 0-3 or a list like 0:1,1:2 with "
-                        "local ranks below %d", c->tee_spec, c->nproc);
+                        "local ranks below %d%s", c->tee_spec, c->nproc,
+                from_var(c, CFG_S_TEE));
   /* --log-dir alone keeps a file per rank for both streams */
   if (c->log_dir[0] && !c->redirects_spec[0] && !c->tee_spec[0])
     for (int i = 0; i < c->nproc; i++)
@@ -1056,12 +1130,14 @@ static int finish_output(cfg_t *c, char *err, size_t n) {
   while ((got = next_item(&p, item, sizeof(item))) > 0) {
     if (lu_parse_int(item, 0, c->nproc - 1, &r) != 0)
       return fail(err, n, "--local-ranks-filter: '%s' is not a local rank "
-                          "below %d", item, c->nproc);
+                          "below %d%s", item, c->nproc,
+                  from_var(c, CFG_S_RANKS_FILTER));
     c->console[r] = 1;
   }
   if (got < 0)
     return fail(err, n, "--local-ranks-filter: '%s' is not a list of local "
-                        "ranks like 0,3", c->ranks_filter_spec);
+                        "ranks like 0,3%s", c->ranks_filter_spec,
+                from_var(c, CFG_S_RANKS_FILTER));
   if (!strcmp(c->line_prefix, "none"))
     c->line_prefix[0] = '\0';
   return 0;

@@ -43,7 +43,7 @@ typedef enum {
   CFG_S_NO_RESTART_CODES,
   CFG_S_ROLE, CFG_S_MODULE, CFG_S_NO_PYTHON, CFG_S_RUN_PATH, CFG_S_LOG_DIR,
   CFG_S_REDIRECTS, CFG_S_TEE, CFG_S_RANKS_FILTER, CFG_S_LINE_PREFIX,
-  CFG_S_EVENT_LOG, CFG_S_LOGS_SPECS, CFG_S_TORCH_STORE, CFG_S_TOKEN_FILE,
+  CFG_S_EVENT_LOG, CFG_S_EVENT_FILE, CFG_S_METRICS_PORT, CFG_S_LOGS_SPECS, CFG_S_TORCH_STORE, CFG_S_TOKEN_FILE,
   CFG_S_TLS_CA, CFG_S_TLS_CERT, CFG_S_TLS_KEY, CFG_S_TCPSTORE_ALLOW,
   CFG_S_CPU_BIND, CFG_S_NUMA_BINDING, CFG_S_MEM_BIND,
   CFG_S_REPORT_BINDINGS, CFG_S_TOPOLOGY, CFG_S_NCCL_PROFILE,
@@ -124,6 +124,10 @@ typedef struct cfg_s {
   int hang_signal;           /* --hang-signal: the dump signal, 0 none */
   unsigned char no_restart[256]; /* --no-restart-exit-codes: 1 for each exit
                                     code that ends the job at once */
+  char event_log[PATH_MAX];  /* --event-log FILE ("" none; events.h) */
+  int event_handler;         /* --event-log-handler: 0 null, 1 console */
+  int metrics_port;          /* --metrics-port: -1 off, 0 any free port */
+  char metrics_addr[64];     /* its address ("" every address) */
   /* logs */
   char log_dir[PATH_MAX];
   unsigned redirects[CFG_MAX_NPROC], tee[CFG_MAX_NPROC]; /* per local rank */
@@ -197,6 +201,8 @@ typedef struct cfg_s {
                                 line each, printed by the agent at start */
   unsigned char given[CFG_S_COUNT]; /* set on the command line or from the
                                        environment */
+  const char *given_by[CFG_S_COUNT]; /* the variable a setting came from
+                                        (static), NULL: not from one */
 } cfg_t;
 
 /* How cfg_parse is called. */
@@ -255,5 +261,10 @@ int sched_slurm_port(long long job_id, long long step_id);
  * lock), bind it, let task 0 host the job's store, exec PROGRAM. Returns
  * only on failure: the exit code. */
 int launch_from_tasks(cfg_t *c);
+
+/* --metrics-port [ADDR:]PORT|off (the agent's and launch server's): OUT
+ * addr ("" every address), *port (-1 off). RET 0, or -1 with err. */
+int cfg_parse_metrics_port(const char *v, char *addr, size_t cap, int *port,
+                           char *err, size_t n);
 
 #endif /* CONFIG_H */

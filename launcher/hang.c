@@ -1,7 +1,9 @@
 /* hang.c - hang detection for the agent (hang.h). One timer: each tick
  * first judges what the last replies showed, then asks the store again:
- * one MGET of the keys known to exist, one CHECK per key form of a rank not
- * seen yet (a rank that never reports costs two small requests a tick). */
+ * one MGET of the keys known to exist, one CHECK per key form not seen yet
+ * (a rank that never reports costs two small requests a tick). Both forms
+ * of every rank are read every time: a write of one form never hides the
+ * other (issue #24). */
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -12,17 +14,26 @@
 #include <sys/types.h>
 
 #include "hang.h"
+#include "msg.h"
 #include "rdzv.h"
 #include "summary.h"
 
-enum { K_UNKNOWN = 0, K_NATIVE = 1, K_TORCH = 2 }; /* which key form a rank uses */
+enum { K_NATIVE = 0, K_TORCH = 1, K_FORMS }; /* the two key forms */
 
-typedef struct hrank_s {
-  int key;              /* K_* */
-  char val[128];        /* the last value seen (truncated) */
+#define TAG_LEN 16 /* hex digits of a worker's LAUNCH_PROGRESS_TAG */
+
+typedef struct hform_s {
+  int exists;           /* a CHECK found it: the MGET reads it */
+  char val[MSG_PROGRESS_MAX]; /* the last value seen (truncated) */
   size_t vlen;
   int have_val;
-  int fresh;            /* reported progress in this round */
+  int64_t ms;           /* the time in the last value, -1 none */
+} hform_t;
+
+typedef struct hrank_s {
+  hform_t f[K_FORMS];
+  char tag[TAG_LEN + 1]; /* this round's LAUNCH_PROGRESS_TAG of the worker */
+  int fresh;            /* its own worker reported progress in this round */
   int64_t step;         /* its last step (-1: the value has none) */
   uint64_t changed;     /* uv_now when the value last changed */
   int exited;
@@ -30,6 +41,10 @@ typedef struct hrank_s {
   int killed;
   char reason[512];
   int warned;           /* the value does not parse: said once */
+  int warned_foreign;   /* a value not its worker's: said once */
+  msg_progress_t prog;  /* the last value that parsed (fresh ones only) */
+  int have_prog;
+  double rate;          /* steps per second between the last two steps */
 } hrank_t;
 
 struct hang_s {
@@ -57,8 +72,8 @@ typedef struct req_s {
   uint64_t gen;
   int check;            /* a CHECK of one key (else an MGET) */
   int n;
-  int ranks[];          /* MGET: the ranks of its keys in order; CHECK:
-                           the local rank and the key form */
+  int ranks[];          /* MGET: (local rank, key form) of its keys in
+                           order; CHECK: the local rank and the key form */
 } req_t;
 
 /* ---- signals --------------------------------------------------------------------------- */
@@ -120,54 +135,81 @@ static const char *state_words(char st) {
 
 /* ---- values ------------------------------------------------------------------------------ */
 
-/* "<step> <unix ms>". RET 0 or -1. */
-static int parse_value(const char *p, size_t n, int64_t *step, int64_t *ms) {
-  char buf[64], *end;
-  long long a, b;
-  if (n == 0 || n >= sizeof(buf))
+/* The decoder of a progress value (msg_progress_decode: the codec's
+ * PROGRESS map, or "<step> <unix ms> [<tag>]"): its step, time and tag. */
+int hang_parse_value(const char *p, size_t n, int64_t *step, int64_t *ms,
+                     char *tag, size_t tagcap) {
+  msg_progress_t m;
+  char err[128];
+  if (tagcap)
+    tag[0] = '\0';
+  if (msg_progress_decode(p, n, &m, err, sizeof(err)) != 0)
     return -1;
-  memcpy(buf, p, n);
-  buf[n] = '\0';
-  if (!isdigit((unsigned char)buf[0]))
-    return -1;
-  errno = 0;
-  a = strtoll(buf, &end, 10);
-  if (errno || *end != ' ' || !isdigit((unsigned char)end[1]))
-    return -1;
-  b = strtoll(end + 1, &end, 10);
-  if (errno || *end != '\0')
-    return -1;
-  *step = a;
-  *ms = b;
+  *step = m.step;
+  *ms = m.time_ms;
+  if (tagcap && lu_strlcpy(tag, m.tag, tagcap) >= tagcap)
+    tag[0] = '?'; /* too long: no worker's */
   return 0;
 }
 
-static void observe(hang_t *h, int lr, const char *p, size_t n) {
+/* A value of key form `form` of local rank lr. Progress is a change of
+ * either form; only a value carrying the worker's own LAUNCH_PROGRESS_TAG
+ * arms the watch (a key anyone else wrote, or an earlier round's, can keep
+ * a rank alive but never get it killed); the step and scalars shown are
+ * those of the newest value of its own. */
+static void observe(hang_t *h, int lr, int form, const char *p, size_t n) {
   hrank_t *r = &h->r[lr];
-  int64_t step = -1, ms = 0;
-  int parsed;
-  if (n >= sizeof(r->val))
-    n = sizeof(r->val) - 1;
-  if (r->have_val && n == r->vlen && memcmp(p, r->val, n) == 0)
+  hform_t *f = &r->f[form];
+  msg_progress_t pg;
+  char err[128];
+  int parsed, first = !f->have_val, own;
+  size_t full = n;
+  if (n >= sizeof(f->val))
+    n = sizeof(f->val) - 1;
+  if (f->have_val && n == f->vlen && memcmp(p, f->val, n) == 0)
     return; /* no news */
-  parsed = parse_value(p, n, &step, &ms) == 0;
+  memcpy(f->val, p, n);
+  f->vlen = n;
+  f->have_val = 1;
+  parsed = msg_progress_decode(p, full, &pg, err, sizeof(err)) == 0;
+  own = parsed && strcmp(pg.tag, r->tag) == 0;
   if (!parsed && !r->warned) {
     r->warned = 1;
-    LU_WARN(h->cfg.log, "the progress key of rank %d holds '%.*s', not "
-            "'<step> <unix time in ms>' (see docs/launcher.md#hangs): every "
-            "change of it still counts as progress", h->base_rank + lr,
-            (int)LU_MIN(n, 40), p);
+    LU_WARN(h->cfg.log, "the progress key of rank %d does not parse (%s; "
+            "see docs/events.md#progress): it is not taken as the worker's",
+            h->base_rank + lr, err);
+  } else if (parsed && !own && !r->warned_foreign &&
+             (pg.tag[0] || pg.time_ms >= h->spawn_unix_ms)) {
+    r->warned_foreign = 1;
+    LU_WARN(h->cfg.log, "the progress key of rank %d (%s) was written by "
+            "something other than its worker (%s LAUNCH_PROGRESS_TAG): it "
+            "can keep the rank alive, never get it killed",
+            h->base_rank + lr, form == K_TORCH ? "TCPStore form" : "native",
+            pg.tag[0] ? "a wrong" : "no");
   }
   /* The first value seen may be an earlier round's: written before this
    * round's workers started, it is not their progress. */
-  if (r->have_val || !parsed || ms >= h->spawn_unix_ms) {
+  if (first && (!parsed || pg.time_ms < h->spawn_unix_ms) && !own)
+    return;
+  if (own)
     r->fresh = 1;
-    r->changed = uv_now(h->loop);
-    r->step = parsed ? step : -1;
+  if (!r->fresh)
+    return;
+  r->changed = uv_now(h->loop);
+  /* Both forms may be written (a C and a Python reporter): the newest
+   * value's step and scalars are the ones shown. */
+  if (parsed && own) {
+    f->ms = pg.time_ms;
+    if (pg.time_ms >= r->f[!form].ms || !r->f[!form].have_val) {
+      r->step = pg.step;
+      if (r->have_prog && pg.step > r->prog.step &&
+          pg.time_ms > r->prog.time_ms)
+        r->rate = (double)(pg.step - r->prog.step) * 1000.0 /
+                  (double)(pg.time_ms - r->prog.time_ms);
+      r->prog = pg;
+      r->have_prog = 1;
+    }
   }
-  memcpy(r->val, p, n);
-  r->vlen = n;
-  r->have_val = 1;
 }
 
 /* ---- requests ------------------------------------------------------------------------------ */
@@ -204,11 +246,11 @@ static void got_many(hang_t *h, const req_t *q, int status,
       cnt == (uint32_t)q->n) {
     for (int i = 0; i < q->n; i++)
       if (proto_obj_bytes(&items[i], &p, &n) == 0)
-        observe(h, q->ranks[i], p, n);
+        observe(h, q->ranks[2 * i], q->ranks[2 * i + 1], p, n);
   } else if (status != RDZV_ECANCELED && status != RDZV_ECLOSED) {
     /* A key went away (deleted): look for each again. */
     for (int i = 0; i < q->n; i++)
-      h->r[q->ranks[i]].key = K_UNKNOWN;
+      h->r[q->ranks[2 * i]].f[q->ranks[2 * i + 1]].exists = 0;
   }
 }
 
@@ -218,9 +260,8 @@ static void got_one(hang_t *h, const req_t *q, int status,
                     const proto_msg_t *m) {
   hrank_t *r = &h->r[q->ranks[0]];
   if (status == 0 && m->nargs >= 1 &&
-      m->args[0].type == MSGPACK_OBJECT_BOOLEAN && m->args[0].via.boolean &&
-      r->key == K_UNKNOWN)
-    r->key = q->ranks[1];
+      m->args[0].type == MSGPACK_OBJECT_BOOLEAN && m->args[0].via.boolean)
+    r->f[q->ranks[1]].exists = 1;
 }
 
 static void on_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
@@ -237,16 +278,20 @@ static void ask(hang_t *h) {
   req_t *q;
   char key[64];
   for (int i = 0; i < nproc; i++)
-    nknown += h->r[i].key != K_UNKNOWN && !h->r[i].exited;
-  if (nknown > 0 && (q = req_new(h, 0, nknown)) != NULL) {
+    for (int form = 0; form < K_FORMS; form++)
+      nknown += h->r[i].f[form].exists && !h->r[i].exited;
+  if (nknown > 0 && (q = req_new(h, 0, 2 * nknown)) != NULL) {
     msgpack_packer *pk = ac_begin(h->cfg.ac, PROTO_OP_MGET, 2);
     msgpack_pack_array(pk, (size_t)nknown);
     for (int i = 0; i < nproc; i++)
-      if (h->r[i].key != K_UNKNOWN && !h->r[i].exited) {
-        key_of(h, h->r[i].key, h->base_rank + i, key, sizeof(key));
-        proto_pack_str(pk, key);
-        q->ranks[q->n++] = i;
-      }
+      for (int form = 0; form < K_FORMS; form++)
+        if (h->r[i].f[form].exists && !h->r[i].exited) {
+          key_of(h, form, h->base_rank + i, key, sizeof(key));
+          proto_pack_str(pk, key);
+          q->ranks[2 * q->n] = i;
+          q->ranks[2 * q->n + 1] = form;
+          q->n++;
+        }
     msgpack_pack_int64(pk, 0); /* do not wait */
     if (ac_send(h->cfg.ac, on_reply, q) == 0)
       h->inflight++;
@@ -254,10 +299,12 @@ static void ask(hang_t *h) {
       free(q);
   }
   for (int i = 0; i < nproc; i++) {
-    if (h->r[i].key != K_UNKNOWN || h->r[i].exited)
+    if (h->r[i].exited)
       continue;
-    for (int form = K_NATIVE; form <= K_TORCH; form++) {
+    for (int form = 0; form < K_FORMS; form++) {
       msgpack_packer *pk;
+      if (h->r[i].f[form].exists)
+        continue;
       if ((q = req_new(h, 1, 2)) == NULL)
         return;
       q->ranks[0] = i;
@@ -377,8 +424,8 @@ static void judge(hang_t *h, uint64_t now) {
       end_grace(h);
     return;
   }
-  if (!h->hooks.running(h->hooks.arg))
-    return;
+  if (h->cfg.timeout_ms <= 0 || !h->hooks.running(h->hooks.arg))
+    return; /* reading progress for metrics and events only */
   for (int i = 0; i < nproc; i++) {
     hrank_t *r = &h->r[i];
     if (r->fresh && !r->exited && now - r->changed >= (uint64_t)h->cfg.timeout_ms)
@@ -455,7 +502,9 @@ void hang_start(hang_t *h, int base_rank, int64_t round) {
   if (h == NULL || !h->timer_live)
     return;
   /* A tick per second, more often for short timeouts (tests). */
-  every = (uint64_t)LU_MAX(100, LU_MIN(1000, h->cfg.timeout_ms / 4));
+  every = h->cfg.timeout_ms > 0
+              ? (uint64_t)LU_MAX(100, LU_MIN(1000, h->cfg.timeout_ms / 4))
+              : 1000;
   h->gen++;
   h->base_rank = base_rank;
   h->round = round;
@@ -463,7 +512,24 @@ void hang_start(hang_t *h, int base_rank, int64_t round) {
   h->primary = -1;
   h->reported = 0;
   memset(h->r, 0, (size_t)h->cfg.nproc * sizeof(*h->r));
+  /* A new secret per worker and round: only the worker knows its own, so
+   * only its values (and none of an earlier round's) can arm the watch. */
+  for (int i = 0; i < h->cfg.nproc; i++) {
+    unsigned char b[TAG_LEN / 2];
+    h->r[i].f[K_NATIVE].ms = h->r[i].f[K_TORCH].ms = -1;
+    if (lu_random(b, sizeof(b)) != 0)
+      for (size_t k = 0; k < sizeof(b); k++) /* no getrandom: still unique */
+        b[k] = (unsigned char)((uint64_t)lu_now_ns() >> (k * 3)) ^
+               (unsigned char)(i * 131 + (int)h->gen);
+    lu_hex(b, sizeof(b), h->r[i].tag);
+  }
   uv_timer_start(&h->timer, tick, every, every);
+}
+
+const char *hang_tag(const hang_t *h, int local_rank) {
+  if (h == NULL || local_rank < 0 || local_rank >= h->cfg.nproc)
+    return NULL;
+  return h->r[local_rank].tag;
 }
 
 int hang_exited(hang_t *h, int local_rank) {
@@ -472,6 +538,31 @@ int hang_exited(hang_t *h, int local_rank) {
   h->r[local_rank].exited = 1;
   return h->r[local_rank].hung;
 }
+
+int hang_progress(const hang_t *h, int local_rank, hang_progress_t *out) {
+  const hrank_t *r;
+  memset(out, 0, sizeof(*out));
+  if (h == NULL || local_rank < 0 || local_rank >= h->cfg.nproc)
+    return -1;
+  r = &h->r[local_rank];
+  out->rank = h->base_rank + local_rank;
+  out->hung = r->hung;
+  if (!r->fresh)
+    return 0;
+  out->seen = 1;
+  out->age_s = (double)(uv_now(h->loop) - r->changed) / 1000.0;
+  if (r->have_prog) {
+    out->has_prog = 1;
+    out->prog = r->prog;
+    out->steps_per_s = r->rate;
+  } else {
+    msg_progress_init(&out->prog);
+    out->prog.step = r->step;
+  }
+  return 0;
+}
+
+int hang_nproc(const hang_t *h) { return h ? h->cfg.nproc : 0; }
 
 const char *hang_reason(const hang_t *h, int local_rank) {
   if (h == NULL || local_rank < 0 || local_rank >= h->cfg.nproc ||

@@ -68,6 +68,7 @@ typedef struct launch_round_s {
   char attempt_dir[PATH_MAX];
   int64_t resume_step;    /* the agreed step (LAUNCH_RESUME_STEP), -1 none */
   int64_t ckpt_verified;  /* this node verified that step's shards, -1 */
+  const char *const *progress_tags; /* per local rank (hang_tag), or NULL */
 } launch_round_t;
 
 /* The round the flags promise before the rendezvous: round 0, the node

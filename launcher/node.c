@@ -125,6 +125,8 @@ int launch_rank_env(const cfg_t *c, const launch_node_t *n,
   k.round = r->round;
   k.hostname = c->host;
   k.attempt_dir = r->attempt_dir;
+  if (r->progress_tags)
+    k.progress_tag = r->progress_tags[local_rank];
   /* --ckpt-dir: the same for the agent, `launch env` and --from-tasks; the
    * agreed step only where an agent agreed on one. */
   if (c->ckpt_dir[0]) {

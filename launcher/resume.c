@@ -67,7 +67,22 @@ struct resume_s {
   uint64_t agree_ns;
   ckpt_verify_stats_t vstats;
   int verify_mode;       /* 0 none (no step), 1 SHA-256, 2 sizes only */
+  /* The layout this node's last scan found (--ckpt-layout, or what auto
+   * detected); pool thread. Only launch's own is ever written to. */
+  int layout;
+  /* resume_on_commit: `latest` as the last commit saw it (pool thread),
+   * and the newest step told (loop) */
+  int64_t latest;
+  int64_t latest_told;
+  void (*commit_cb)(void *, int64_t);
+  void *commit_arg;
 };
+
+/* launch's own layout here: the one thing the agent may write, roll back
+ * or prune. Every other layout is read-only (issue #22). */
+static int own_layout(const resume_t *r) {
+  return r->layout == CKPT_LAYOUT_LAUNCH;
+}
 
 /* ---- the store connection (pool thread) --------------------------------------- */
 
@@ -213,12 +228,28 @@ static int my_view(resume_t *r, const int *ranks, char **out, char *why,
   so.nranks = (size_t)r->rr.nproc;
   rc = ckpt_scan(r->o->ckpt_dir, &so, &s, err, sizeof(err));
   if (rc == -ENOENT) {
-    text = strdup(""); /* no directory yet: a fresh start here */
+    /* No directory yet: a fresh start here, in the layout asked for
+     * (auto: launch's, as ckpt_scan says of an empty directory). */
+    r->layout = so.layout == CKPT_LAYOUT_AUTO ? CKPT_LAYOUT_LAUNCH
+                                              : (int)so.layout;
+    text = strdup("");
     rc = text ? 0 : RDZV_ENOMEM;
   } else if (rc != 0) {
     lu_errf(why, n, "%s", err[0] ? err : ckpt_strerror(rc));
     return rc;
   } else {
+    r->layout = (int)s->layout;
+    /* Another trainer's pointer (DeepSpeed's latest, Megatron's tracker)
+     * naming a partial step: launch may not fix it, and a trainer that
+     * follows it loads what is not there. */
+    if (!own_layout(r) && s->latest_problem[0])
+      LU_WARN(r->log, "checkpoint %s: %s; the workers get the newest step "
+              "every rank can load in LAUNCH_RESUME_STEP: load that one%s",
+              r->o->ckpt_dir, s->latest_problem,
+              s->layout == CKPT_LAYOUT_DEEPSPEED
+                  ? " (engine.load_checkpoint(dir, tag=\"global_step\" + "
+                    "os.environ[\"LAUNCH_RESUME_STEP\"]))"
+                  : "");
     /* A corrupt step is news; a partial one is what a kill during a save
      * leaves, and the rollback sets it aside. */
     for (size_t i = 0; i < s->nsteps; i++)
@@ -257,7 +288,7 @@ static int verify_here(resume_t *r, const resume_view_t *me, int64_t s,
   for (size_t i = 0; i < me->nsteps; i++)
     if (me->steps[i].step == s)
       h = &me->steps[i];
-  if (h == NULL || r->o->ckpt_layout > CKPT_LAYOUT_LAUNCH)
+  if (h == NULL || !own_layout(r))
     return 0; /* not held here (replicated) or not launch's layout */
   for (int i = 0; i < r->rr.nproc && k < CFG_MAX_NPROC; i++) {
     int rank = r->rr.base_rank + i;
@@ -281,6 +312,32 @@ static int verify_here(resume_t *r, const resume_view_t *me, int64_t s,
   if (rc != 0)
     *all_mine = 0;
   return rc;
+}
+
+/* The refusal for another trainer's step of another world size: what
+ * the layout records, and what to do (launch's own advice, declaring
+ * replicated state, is no help there). */
+static void foreign_world(const resume_t *r, const ckpt_agreement_t *ag,
+                          char *why, size_t n) {
+  long long step = -1;
+  int w = 0;
+  if (sscanf(ag->why, "step %lld was written by %d ranks", &step, &w) != 2) {
+    lu_strlcpy(why, ag->why, n);
+    return;
+  }
+  if (r->layout == CKPT_LAYOUT_DEEPSPEED)
+    lu_errf(why, n, "DeepSpeed step %lld was written by %d ranks "
+            "(dp_world_size x mp_world_size in its mp_rank_00_model_states.pt) "
+            "and this job has %d; DeepSpeed loads ZeRO partitions only at the "
+            "size that wrote them: run with %d ranks, or convert the step to a "
+            "universal checkpoint (DeepSpeed's ds_to_universal.py) and load "
+            "that (docs/checkpoints.md)", step, w, r->rr.world_size, w);
+  else
+    lu_errf(why, n, "%s step %lld was written by %d ranks, each loading its "
+            "own files (DCP saved without collectives: one __R.metadata per "
+            "rank), and this job has %d: run with %d ranks "
+            "(docs/checkpoints.md)", ckpt_layout_name((ckpt_layout_t)r->layout),
+            step, w, r->rr.world_size, w);
 }
 
 /* Every node's launch/ckpt/gG/LEAF/N into vals (keys: room for nnodes).
@@ -367,6 +424,11 @@ static void agree_work(uv_work_t *w) {
       nv[i].nranks = views[i].nranks;
     }
     rc = ckpt_agree(nv, (size_t)rr->nnodes, rr->world_size, &ag);
+    res->layout = r->layout;
+    if (rc == CKPT_EWORLD && !own_layout(r)) {
+      foreign_world(r, &ag, res->why, sizeof(res->why));
+      goto out;
+    }
     if (rc != 0) {
       lu_strlcpy(res->why, ag.why[0] ? ag.why : ckpt_strerror(rc),
                  sizeof(res->why));
@@ -382,8 +444,7 @@ static void agree_work(uv_work_t *w) {
       break;
     vrc = verify_here(r, &views[rr->node_rank], ag.step, &all_mine, problem,
                       sizeof(problem));
-    if (vrc == 0 && all_mine && !ag.elastic &&
-        r->o->ckpt_layout <= CKPT_LAYOUT_LAUNCH)
+    if (vrc == 0 && all_mine && !ag.elastic && own_layout(r))
       res->verified = ag.step;
     if (vrc != 0)
       snprintf(mine_v, sizeof(mine_v), "bad %s",
@@ -415,7 +476,7 @@ static void agree_work(uv_work_t *w) {
       break;
   }
   /* Every node rolls back before any worker starts. */
-  if (r->o->ckpt_layout <= CKPT_LAYOUT_LAUNCH) {
+  if (own_layout(r)) {
     char err[CKPT_PROBLEM_MAX] = "";
     int64_t sv = res->step;
     if ((rc = ckpt_rollback(r->o->ckpt_dir, sv, err, sizeof(err))) != 0) {
@@ -473,7 +534,7 @@ out:
  * a stat per shard, and only when `latest` moved. */
 static void learn_latest(resume_t *r, const int *ranks) {
   int64_t step;
-  if (r->trust == NULL || r->o->ckpt_layout > CKPT_LAYOUT_LAUNCH ||
+  if (r->trust == NULL || !own_layout(r) ||
       ckpt_latest_step(r->o->ckpt_dir, &step) != 0 || step == r->learnt_step)
     return;
   if (ckpt_trust_learn(r->trust, r->o->ckpt_dir, step, ranks,
@@ -488,7 +549,7 @@ static void commit_work(uv_work_t *w) {
   char why[512] = "";
   r->commit_err[0] = '\0';
   r->finalised = -1;
-  if (r->o->ckpt_layout > CKPT_LAYOUT_LAUNCH)
+  if (!own_layout(r))
     return; /* other layouts commit themselves */
   if (connect_store(r, r->commit_err, sizeof(r->commit_err)) != 0)
     return;
@@ -505,6 +566,8 @@ static void commit_work(uv_work_t *w) {
   co.timeout_ms = 10000;
   rc = ckpt_agent_scan_commit(&co, &r->finalised, r->commit_err,
                               sizeof(r->commit_err));
+  if (r->commit_cb && ckpt_latest_step(r->o->ckpt_dir, &r->latest) != 0)
+    r->latest = -1;
   learn_latest(r, ranks);
   if (rc != 0 && rc != -ENOENT) {
     if (r->commit_err[0] == '\0')
@@ -567,6 +630,10 @@ static void after_work(uv_work_t *w, int status) {
     else if (r->finalised >= 0 && !r->o->quiet)
       LU_INFO(r->log, "checkpoint step %" PRId64 " of %s is final",
               r->finalised, r->o->ckpt_dir);
+    if (r->commit_cb && r->latest > r->latest_told) {
+      r->latest_told = r->latest;
+      r->commit_cb(r->commit_arg, r->latest);
+    }
     if (r->final_cb && !r->commit_pending) {
       void (*done)(void *) = r->final_cb;
       r->final_cb = NULL;
@@ -579,6 +646,7 @@ static void after_work(uv_work_t *w, int status) {
       r->have_round = 1;
       r->step = r->res.step;
       r->verified = r->res.verified;
+      r->latest_told = LU_MAX(r->latest_told, r->res.step);
       log_agreement(r);
     }
     if (cb)
@@ -641,6 +709,7 @@ int resume_new(uv_loop_t *loop, const cfg_t *o, lu_log_t *log,
   r->step = -1;
   r->verified = -1;
   r->learnt_step = -1;
+  r->layout = o->ckpt_layout;
   if (ckpt_trust_new(&r->trust) != 0) {
     free(r);
     return RDZV_ENOMEM;
@@ -732,4 +801,11 @@ void resume_round(const resume_t *r, int64_t *step, int64_t *verified) {
     if (r->verified == r->step)
       *verified = r->step;
   }
+}
+
+void resume_on_commit(resume_t *r, void (*cb)(void *arg, int64_t step),
+                      void *arg) {
+  r->commit_cb = cb;
+  r->commit_arg = arg;
+  r->latest = r->latest_told = -1;
 }

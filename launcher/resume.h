@@ -41,6 +41,7 @@ typedef struct resume_result_s {
   int rc;
   int64_t step;
   int elastic;
+  int layout;    /* ckpt_layout_t this node scanned (auto: what it found) */
   /* step when this node verified (or trusted) the shard of each of its
    * ranks, -1 otherwise: exported as LAUNCH_CKPT_VERIFIED */
   int64_t verified;
@@ -77,6 +78,13 @@ void resume_commit_final(resume_t *r, void (*done)(void *), void *arg);
  * (LAUNCH_RESUME_STEP; -1 on a fresh start), *verified (the same step when
  * this node verified its shards just now, else -1). */
 void resume_round(const resume_t *r, int64_t *step, int64_t *verified);
+
+/* Tell cb (on the loop) each time a commit finds `latest` naming a newer
+ * step than the agreed one and those told before (the launch layout; a
+ * trainer that commits itself is seen within the 2 s of the commit
+ * timer; two steps inside one period are told as the newer one). */
+void resume_on_commit(resume_t *r, void (*cb)(void *arg, int64_t step),
+                      void *arg);
 
 /* A node's view as the store holds it: "FIRST NRANKS HOST\n", then
  * ckpt_view_encode's lines. Comes from another node: checked. */

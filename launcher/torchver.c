@@ -36,10 +36,22 @@ static int is_dir(const char *p) {
   return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* fopen(path, "r") of a regular file only: a FIFO planted in a sys.path
+ * directory must not block launch (issue #24). */
+static FILE *fopen_regular(const char *path) {
+  int fd = lu_open_regular(path, 0, NULL, NULL, 0);
+  FILE *f;
+  if (fd < 0)
+    return NULL;
+  if ((f = fdopen(fd, "r")) == NULL)
+    close(fd);
+  return f;
+}
+
 /* The first line of path starting with key, after it, into out. */
 static int line_value(const char *path, const char *key, char *out,
                       size_t cap) {
-  FILE *f = fopen(path, "r");
+  FILE *f = fopen_regular(path);
   char line[512];
   size_t kl = strlen(key);
   int found = 0;
@@ -109,7 +121,7 @@ static int which(char *const *envp, const char *name, char *out, size_t cap) {
 
 /* The interpreter of a script's "#!" line, into out. RET 0 or -1. */
 static int shebang(const char *file, char *out, size_t cap) {
-  FILE *f = fopen(file, "r");
+  FILE *f = fopen_regular(file);
   char line[512], *p, *arg;
   if (f == NULL)
     return -1;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "lu.h"
+#include "msg.h"
 #include "proto.h"
 #include "client_int.h"
 #include "rdzv.h"
@@ -915,21 +916,59 @@ int rdzv_flush(rdzv_client_t *c, int timeout_ms) {
 }
 
 int rdzv_progress(rdzv_client_t *c, int rank, int64_t step, int timeout_ms) {
-  char key[64], val[64];
+  return rdzv_progress_ex(c, rank, step, NULL, timeout_ms);
+}
+
+int rdzv_progress_ex(rdzv_client_t *c, int rank, int64_t step,
+                     const rdzv_scalars_t *s, int timeout_ms) {
+  char key[64], val[MSG_PROGRESS_MAX];
+  const char *tag;
+  rdzv_env_t env;
   struct timespec ts;
   int n;
   if (c == NULL || step < 0 || rank < -1)
     return RDZV_EINVAL;
+  rdzv_env_parse(NULL, &env, NULL, 0);
   if (rank == -1) {
-    rdzv_env_t env;
-    if (rdzv_env_parse(NULL, &env, NULL, 0) != 0 || env.rank < 0)
+    if (env.rank < 0)
       return RDZV_ENOENV;
     rank = env.rank;
   }
   clock_gettime(CLOCK_REALTIME, &ts);
   snprintf(key, sizeof(key), RDZV_PROGRESS_PREFIX "%d", rank);
-  n = snprintf(val, sizeof(val), "%lld %lld", (long long)step,
-               (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+  /* The agent's secret for this worker, when it set one: values without
+   * it cannot arm hang detection (docs/launcher.md#hangs). */
+  tag = env.progress_tag;
+  if (tag == NULL || strlen(tag) >= sizeof(((msg_progress_t *)0)->tag) ||
+      strchr(tag, ' ') != NULL)
+    tag = "";
+  if (s == NULL || s->has == 0) {
+    /* The bare step (and the tag): every agent release reads it. */
+    n = snprintf(val, sizeof(val), "%lld %lld%s%s", (long long)step,
+                 (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+                 tag[0] ? " " : "", tag);
+  } else {
+    msg_progress_t m;
+    msg_progress_init(&m);
+    m.step = step;
+    m.time_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    lu_strlcpy(m.tag, tag, sizeof(m.tag));
+#define TAKE(bit, f)                                                           \
+  if (s->has & (bit)) {                                                        \
+    m.f = s->f;                                                                \
+    m.has_##f = 1;                                                             \
+  }
+    TAKE(RDZV_HAS_LOSS, loss)
+    TAKE(RDZV_HAS_GRAD_NORM, grad_norm)
+    TAKE(RDZV_HAS_LR, lr)
+    TAKE(RDZV_HAS_STEP_TIME, step_time)
+    TAKE(RDZV_HAS_TOKENS, tokens)
+    TAKE(RDZV_HAS_TOTAL_STEPS, total_steps)
+    TAKE(RDZV_HAS_COMPUTE_TIME, compute_time)
+#undef TAKE
+    if ((n = (int)msg_progress_encode(&m, val, sizeof(val))) == 0)
+      return RDZV_EINVAL;
+  }
   return rdzv_set(c, key, val, (size_t)n, timeout_ms);
 }
 

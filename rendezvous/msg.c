@@ -10,7 +10,12 @@
 #include "msg.h"
 #include "proto.h"
 
-typedef enum { F_I64, F_BOOL, F_F64, F_STR, F_DSTR, F_STRV, F_SUB, F_ARR } ftype_t;
+/* F_OI64, F_OF64: optional numbers, packed only when the int at aux (the
+ * has_ flag) is set; unpack sets it. */
+typedef enum {
+  F_I64, F_BOOL, F_F64, F_STR, F_DSTR, F_STRV, F_SUB, F_ARR, F_OI64, F_OF64,
+  F_OSTR /* as F_STR, left out when empty */
+} ftype_t;
 
 typedef struct mdesc_s mdesc_t;
 
@@ -35,12 +40,15 @@ struct mdesc_s {
 #define BOOL(T, f) {#f, F_BOOL, offsetof(T, f), 0, 0, NULL, 0}
 #define F64(T, f) {#f, F_F64, offsetof(T, f), 0, 0, NULL, 0}
 #define STR(T, f) {#f, F_STR, MEMBER(T, f), 0, NULL, 0}
+#define OSTR(T, f) {#f, F_OSTR, MEMBER(T, f), 0, NULL, 0}
 #define DSTR(T, f) {#f, F_DSTR, offsetof(T, f), 0, 0, NULL, 0}
 #define STRV(T, f) {#f, F_STRV, offsetof(T, f), 0, offsetof(T, n##f), NULL, 0}
 #define SUB(T, f, has, D)                                                      \
   {#f, F_SUB, MEMBER(T, f), offsetof(T, has), &D, 0}
 #define ARR(T, f, E, D)                                                        \
   {#f, F_ARR, offsetof(T, f), sizeof(E), offsetof(T, n##f), &D, 0}
+#define OI64(T, f) {#f, F_OI64, offsetof(T, f), 0, offsetof(T, has_##f), NULL, 0}
+#define OF64(T, f) {#f, F_OF64, offsetof(T, f), 0, offsetof(T, has_##f), NULL, 0}
 #define DESC(name, rows) {name, rows, sizeof(rows) / sizeof(rows[0])}
 
 static const mfield_t failure_f[] = {
@@ -118,6 +126,15 @@ static const mfield_t status_f[] = {
 };
 static const mdesc_t status_d = DESC("STATUS", status_f);
 
+static const mfield_t progress_f[] = {
+    I64(msg_progress_t, step, 0),      I64(msg_progress_t, time_ms, 0),
+    OF64(msg_progress_t, loss),        OF64(msg_progress_t, grad_norm),
+    OF64(msg_progress_t, lr),          OF64(msg_progress_t, step_time),
+    OI64(msg_progress_t, tokens),      OI64(msg_progress_t, total_steps),
+    OF64(msg_progress_t, compute_time), OSTR(msg_progress_t, tag),
+};
+static const mdesc_t progress_d = DESC("PROGRESS", progress_f);
+
 /* Lists longer than this are refused (a job of this many nodes). */
 #define MSG_MAX_LIST 65536
 
@@ -173,8 +190,10 @@ static void release(const mdesc_t *d, void *m) {
 static int present(const mfield_t *f, const void *m) {
   if (f->type == F_DSTR)
     return *AT(m, f, char *const) != NULL;
-  if (f->type == F_SUB)
+  if (f->type == F_SUB || f->type == F_OI64 || f->type == F_OF64)
     return *HAS(m, f);
+  if (f->type == F_OSTR)
+    return AT(m, f, const char)[0] != '\0';
   return 1;
 }
 
@@ -190,6 +209,7 @@ static void pack(msgpack_packer *pk, const mdesc_t *d, const void *m) {
     proto_pack_str(pk, f->key);
     switch (f->type) {
     case F_I64:
+    case F_OI64:
       msgpack_pack_int64(pk, *AT(m, f, const int64_t));
       break;
     case F_BOOL:
@@ -199,9 +219,11 @@ static void pack(msgpack_packer *pk, const mdesc_t *d, const void *m) {
         msgpack_pack_false(pk);
       break;
     case F_F64:
+    case F_OF64:
       msgpack_pack_double(pk, *AT(m, f, const double));
       break;
     case F_STR:
+    case F_OSTR:
       proto_pack_str(pk, AT(m, f, const char));
       break;
     case F_DSTR:
@@ -267,8 +289,11 @@ static int unpack_field(const msgpack_object *v, const mdesc_t *d,
   int rc;
   switch (f->type) {
   case F_I64:
+  case F_OI64:
     if (proto_obj_i64(v, AT(m, f, int64_t)) != 0)
       return bad(err, n, "%s: '%s' is not an integer", d->name, f->key);
+    if (f->type == F_OI64)
+      *HAS(m, f) = 1;
     return 0;
   case F_BOOL:
     if (v->type == MSGPACK_OBJECT_BOOLEAN)
@@ -279,14 +304,20 @@ static int unpack_field(const msgpack_object *v, const mdesc_t *d,
       return bad(err, n, "%s: '%s' is not true or false", d->name, f->key);
     return 0;
   case F_F64:
+  case F_OF64:
     if (v->type == MSGPACK_OBJECT_FLOAT64 || v->type == MSGPACK_OBJECT_FLOAT32)
       *AT(m, f, double) = v->via.f64;
     else if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
       *AT(m, f, double) = (double)v->via.u64;
+    else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+      *AT(m, f, double) = (double)v->via.i64;
     else
       return bad(err, n, "%s: '%s' is not a number", d->name, f->key);
+    if (f->type == F_OF64)
+      *HAS(m, f) = 1;
     return 0;
   case F_STR:
+  case F_OSTR:
     if (text(v, &p, &len) != 0 || len >= f->size)
       return bad(err, n, "%s: '%s' is not a string of at most %zu bytes",
                  d->name, f->key, f->size - 1);
@@ -380,6 +411,88 @@ MSG_DEFINE(restart, msg_restart_t, restart_d)
 MSG_DEFINE(shutdown, msg_shutdown_t, shutdown_d)
 MSG_DEFINE(member, msg_member_t, member_d)
 MSG_DEFINE(status, msg_status_t, status_d)
+MSG_DEFINE(progress, msg_progress_t, progress_d)
+
+/* "<step> <unix ms>[ <tag>]", the writers before scalars (the tag:
+ * LAUNCH_PROGRESS_TAG, no space in it). */
+static int progress_text(const char *p, size_t n, msg_progress_t *m) {
+  int64_t v[2] = {0, 0};
+  size_t i = 0;
+  for (int k = 0; k < 2; k++) {
+    size_t start = i;
+    if (k == 1) {
+      if (i >= n || p[i] != ' ')
+        return -1;
+      start = ++i;
+    }
+    while (i < n && p[i] >= '0' && p[i] <= '9') {
+      if (v[k] > (INT64_MAX - 9) / 10)
+        return -1;
+      v[k] = v[k] * 10 + (p[i++] - '0');
+    }
+    if (i == start)
+      return -1;
+  }
+  if (i < n && p[i] == ' ') {
+    size_t t = n - i - 1;
+    if (t == 0 || t >= sizeof(m->tag) || memchr(p + i + 1, ' ', t) ||
+        memchr(p + i + 1, '\0', t))
+      return -1;
+    memcpy(m->tag, p + i + 1, t);
+    m->tag[t] = '\0';
+    i = n;
+  }
+  if (i != n)
+    return -1;
+  m->step = v[0];
+  m->time_ms = v[1];
+  return 0;
+}
+
+int msg_progress_decode(const void *p, size_t n, msg_progress_t *m,
+                        char *err, size_t errlen) {
+  msgpack_unpacked u;
+  size_t off = 0;
+  int rc;
+  msg_progress_init(m);
+  if (n > 0 && ((const char *)p)[0] >= '0' && ((const char *)p)[0] <= '9')
+    return progress_text(p, n, m) == 0
+               ? 0
+               : bad(err, errlen, "PROGRESS: '%.*s' is not '<step> <unix ms> "
+                     "[<tag>]'",
+                     (int)LU_MIN(n, 40), (const char *)p);
+  /* A map of at most 8 small fields: checked before decoding. */
+  if (n == 0 || n > 4 * MSG_PROGRESS_MAX ||
+      (((const uint8_t *)p)[0] & 0xf0) != 0x80)
+    return bad(err, errlen, "PROGRESS: neither a msgpack map of at most 15 "
+               "fields nor '<step> <unix ms>'");
+  msgpack_unpacked_init(&u);
+  if (msgpack_unpack_next(&u, p, n, &off) != MSGPACK_UNPACK_SUCCESS ||
+      off != n) {
+    msgpack_unpacked_destroy(&u);
+    return bad(err, errlen, "PROGRESS: not one msgpack map");
+  }
+  rc = msg_progress_unpack(&u.data, m, err, errlen);
+  msgpack_unpacked_destroy(&u);
+  if (rc == 0 && (m->step < 0 || m->time_ms < 0))
+    rc = bad(err, errlen, "PROGRESS: a negative step or time");
+  return rc;
+}
+
+size_t msg_progress_encode(const msg_progress_t *m, void *buf, size_t cap) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  size_t n = 0;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msg_progress_pack(&pk, m);
+  if (sb.data != NULL && sb.size <= cap) {
+    memcpy(buf, sb.data, sb.size);
+    n = sb.size;
+  }
+  msgpack_sbuffer_destroy(&sb);
+  return n;
+}
 
 int msg_failure_copy(msg_failure_t *dst, const msg_failure_t *src) {
   *dst = *src;

@@ -149,6 +149,26 @@ typedef struct msg_status_s {
   size_t nmembers;
 } msg_status_t;
 
+/* PROGRESS: the value of a rank's progress key launch/progress/<rank>
+ * (written by rdzv_progress_ex, rt_progress_ex, the Python reporter; read
+ * by the agent for hang detection, metrics, events). The step and the
+ * writer's wall clock, then optional named scalars, each with its has_
+ * flag (absent keys are not packed). docs/events.md#progress. */
+typedef struct msg_progress_s {
+  int64_t step;             /* the last completed step, >= 0 */
+  int64_t time_ms;          /* unix time in ms when written */
+  double loss, grad_norm, lr;
+  double step_time;         /* seconds the last step took */
+  int64_t tokens;           /* tokens the last step consumed (all ranks) */
+  int64_t total_steps;      /* the steps the run will take; 0 unknown */
+  double compute_time;      /* seconds of the step spent computing, not
+                               waiting for other ranks: straggler scores */
+  int has_loss, has_grad_norm, has_lr, has_step_time, has_tokens,
+      has_total_steps, has_compute_time;
+  char tag[40]; /* the worker's LAUNCH_PROGRESS_TAG ("": none), so that a
+                   value anything else wrote cannot get the rank killed */
+} msg_progress_t;
+
 #define MSG_DECLARE(name, type)                                                \
   void msg_##name##_init(type *m);                                             \
   void msg_##name##_pack(msgpack_packer *pk, const type *m);                   \
@@ -165,6 +185,18 @@ MSG_DECLARE(restart, msg_restart_t)
 MSG_DECLARE(shutdown, msg_shutdown_t)
 MSG_DECLARE(member, msg_member_t)
 MSG_DECLARE(status, msg_status_t)
+MSG_DECLARE(progress, msg_progress_t)
+
+/* A progress key's bytes: either the msgpack map above, or the bare
+ * "<step> <unix ms>" text of writers before scalars (both are read; the
+ * map starts with a msgpack map byte, the text with a digit). RET 0, or
+ * RDZV_EPROTO (err says why). m holds no allocation either way. */
+int msg_progress_decode(const void *p, size_t n, msg_progress_t *m,
+                        char *err, size_t errlen);
+/* Encode m as the msgpack map into buf. RET the bytes written, or 0 when
+ * cap is too small (MSG_PROGRESS_MAX always fits). */
+#define MSG_PROGRESS_MAX 192
+size_t msg_progress_encode(const msg_progress_t *m, void *buf, size_t cap);
 
 /* Copy a failure (its strings duplicated). RET 0 or RDZV_ENOMEM (dst is
  * then empty). */

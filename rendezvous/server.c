@@ -538,6 +538,23 @@ static void addr_put(srv_t *s, srv_addr_t *a) {
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
+static void job_free(srv_t *s, job_t *j);
+
+/* A job counts against its creator's --max-jobs-per-addr while it is live:
+ * a connection uses it or its store holds data. One with neither (a
+ * finished run, a refused HELLO) waits for the grace without holding the
+ * address's slots, so short jobs in a row never lock their node out. */
+static int job_live(const job_t *j) {
+  return j->nconns > 0 || !store_is_empty(j->store);
+}
+
+static uint32_t addr_live_jobs(const srv_t *s, const srv_addr_t *a) {
+  uint32_t n = 0;
+  for (const job_t *j = s->jobs; j; j = j->next)
+    n += j->creator == a && job_live(j);
+  return n;
+}
+
 job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
                 size_t errcap) {
   job_t *j;
@@ -554,10 +571,29 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
             "server's limit (--max-jobs)", (int)len, name, s->cfg.max_jobs);
     return NULL;
   }
-  if (a && a->njobs >= s->cfg.max_jobs_per_addr) {
+  /* At the limit, the address's oldest job not in use (a finished run's
+   * rendezvous state waiting for its grace) makes room: an address never
+   * holds more than its limit, and only jobs in use can refuse it. */
+  if (a && a->njobs >= s->cfg.max_jobs_per_addr &&
+      addr_live_jobs(s, a) < s->cfg.max_jobs_per_addr) {
+    job_t **pp, **oldest = NULL;
+    for (pp = &s->jobs; *pp; pp = &(*pp)->next)
+      if ((*pp)->creator == a && !job_live(*pp) &&
+          (oldest == NULL || (*pp)->idle_since < (*oldest)->idle_since))
+        oldest = pp;
+    if (oldest) {
+      job_t *old = *oldest;
+      *oldest = old->next;
+      job_free(s, old);
+    }
+  }
+  if (a && a->njobs >= s->cfg.max_jobs_per_addr &&
+      addr_live_jobs(s, a) >= s->cfg.max_jobs_per_addr) {
     lu_errf(err, errcap, "cannot create job '%.*s': %u jobs created from "
-            "%s exist, the per-address limit (--max-jobs-per-addr)",
-            (int)len, name, a->njobs, c->peer);
+            "%s are in use (connected, or holding data), the server's "
+            "per-address limit of %u: end some, or raise it (launch server "
+            "--max-jobs-per-addr N)", (int)len, name, addr_live_jobs(s, a),
+            c->peer, s->cfg.max_jobs_per_addr);
     return NULL;
   }
   if (!mem_fixed_room(s, SRV_JOB_COST)) {
@@ -604,6 +640,18 @@ static void job_detach(conn_t *c) {
     return;
   c->job = NULL;
   if (--j->nconns == 0) {
+    /* Nothing stored, no rendezvous: nothing worth keeping (a HELLO and a
+     * disconnect); it goes now rather than after the grace. */
+    if (store_is_empty(j->store) && j->rounds == NULL && !s->closing) {
+      job_t **pp;
+      for (pp = &s->jobs; *pp && *pp != j; pp = &(*pp)->next)
+        ;
+      if (*pp == j) {
+        *pp = j->next;
+        job_free(s, j); /* the connection's close releases the memory */
+        return;
+      }
+    }
     j->idle_since = srv__now();
     gc_schedule(s, j->idle_since + s->cfg.job_grace_ms);
   }
@@ -1809,6 +1857,12 @@ static int tls_pump(conn_t *c) {
     r = tls_read(c->tls, c->in + c->in_len, room);
     if (tls_out_pending(c->tls) > 0)
       mark_dirty(c); /* handshake messages */
+    if (c->tls_state == 1 && tls_established(c->tls)) {
+      c->tls_state = 2;
+      c->srv->tls_handshaking--;
+      if (c->addr)
+        c->addr->ntls_hs--;
+    }
     if (r > 0) {
       c->in_len += (size_t)r;
       got = 1;
@@ -1931,9 +1985,38 @@ static void read_cb_locked(uv_stream_t *st, ssize_t nread,
     c->in_len += (size_t)nread;
     if (c->dialect == NULL && c->srv->tls &&
         c->peer_addr.ss_family != AF_UNIX && c->in[0] == 0x16) {
-      /* A TLS ClientHello: what follows is decrypted into c->in. */
-      if (tls_new(c->srv->tls, NULL, &c->tls) != 0 ||
-          tls_feed(c->tls, c->in, c->in_len) != 0) {
+      /* A TLS ClientHello: what follows is decrypted into c->in. OpenSSL's
+       * state is charged, and handshakes in progress are capped. */
+      srv_t *s = c->srv;
+      if (s->tls_handshaking >= SRV_TLS_HANDSHAKES ||
+          (c->addr && c->addr->ntls_hs >= SRV_TLS_HANDSHAKES_PER_ADDR)) {
+        srv__bad_input(c, "%u TLS handshakes in progress (%u from this "
+                          "address), the server's limit is %u (%u per "
+                          "address): closing (retry)", s->tls_handshaking,
+                       c->addr ? c->addr->ntls_hs : 0, SRV_TLS_HANDSHAKES,
+                       SRV_TLS_HANDSHAKES_PER_ADDR);
+        srv__conn_close(c);
+        return;
+      }
+      if (!mem_fixed_room(s, SRV_TLS_COST)) {
+        srv__bad_input(c, "connections and jobs hold their quarter of "
+                          "--max-memory %zu (a TLS connection costs %u KiB "
+                          "more): closing", s->cfg.max_memory,
+                       (SRV_CONN_COST + SRV_TLS_COST) >> 10);
+        srv__conn_close(c);
+        return;
+      }
+      if (tls_new(s->tls, NULL, &c->tls) != 0) {
+        srv__conn_close(c);
+        return;
+      }
+      c->tls_state = 1;
+      s->tls_handshaking++;
+      if (c->addr)
+        c->addr->ntls_hs++;
+      s->mem.conns += SRV_TLS_COST;
+      mem_update(s);
+      if (tls_feed(c->tls, c->in, c->in_len) != 0) {
         srv__conn_close(c);
         return;
       }
@@ -2183,6 +2266,14 @@ static int conn_teardown(conn_t *c) {
   list_remove(&c->link);
   if (c->paused)
     s->stats.paused--;
+  if (c->tls_state == 1) {
+    s->tls_handshaking--;
+    if (c->addr)
+      c->addr->ntls_hs--;
+  }
+  if (c->tls_state != 0)
+    s->mem.conns -= SRV_TLS_COST;
+  c->tls_state = 0;
   if (c->addr) {
     c->addr->nconns--;
     addr_put(s, c->addr);

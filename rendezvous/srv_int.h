@@ -33,6 +33,14 @@
 #define SRV_IN_RESERVE (8u << 10)
 #define SRV_OUT_RESERVE (4u << 10)
 #define SRV_CONN_COST (16u << 10)
+/* A TLS connection also holds OpenSSL's state: about 47 KB while its
+ * handshake is half done (measured, issue #24). It is charged this much on
+ * top of SRV_CONN_COST from its ClientHello to its close, and at most
+ * SRV_TLS_HANDSHAKES handshakes run at once: a ClientHello beyond either is
+ * answered by closing the connection (the client retries). */
+#define SRV_TLS_COST (48u << 10)
+#define SRV_TLS_HANDSHAKES 256
+#define SRV_TLS_HANDSHAKES_PER_ADDR 64 /* from one client address */
 /* A job: its structures, and its store's first SRV_STORE_FLOOR bytes
  * (store_budget_t.floor), which no other job's data can take: a new job
  * stores its first keys however full the others are. */
@@ -151,6 +159,7 @@ struct srv_addr_s {
   srv_addr_t *next;
   uint8_t a[16]; /* IPv4 as v4-mapped IPv6 */
   uint32_t nconns, njobs;
+  uint32_t ntls_hs; /* its TLS handshakes in progress */
 };
 
 enum {
@@ -254,6 +263,9 @@ struct conn_s {
   size_t out_deferred;  /* bytes a dialect holds to write in its resume */
   size_t out_charged;   /* counted in srv->mem.out */
   tls_t *tls;           /* TLS session, or NULL */
+  int tls_state;        /* 0: none; 1: handshake (counted in
+                           srv->tls_handshaking); 2: established. 1 and 2
+                           are charged SRV_TLS_COST in srv->mem.conns */
   /* TCPStore state. */
   store_waiter_t **ts_waits; /* outstanding TCPStore waits */
   uint32_t ts_nwaits, ts_capwaits;
@@ -294,6 +306,7 @@ struct srv_s {
   char *host, *unix_path, *tcpstore_job;
   uint8_t *token;
   tls_ctx_t *tls;       /* TLS listener when set */
+  uint32_t tls_handshaking; /* connections with tls_state 1 */
   /* TCPStore allow list */
   struct {
     struct sockaddr_storage net;

@@ -527,32 +527,42 @@ void cpu_adamw(cpu_pool_t *p, float *params, const float *grads, float *m,
 
 typedef struct sq_s {
   const float *x;
-  size_t n, block;
+  size_t n, block, b0;
   double *part;
 } sq_t;
 
 static void sumsq_task(void *ctx, size_t lo, size_t hi, int tid) {
   const sq_t *s = ctx;
-  for (size_t blk = lo; blk < hi; blk++) {
+  for (size_t i = lo; i < hi; i++) {
+    size_t blk = s->b0 + i;
     size_t a = blk * s->block, b = a + s->block < s->n ? a + s->block : s->n;
     double acc = 0.0;
-    for (size_t i = a; i < b; i++)
-      acc += (double)s->x[i] * (double)s->x[i];
-    s->part[blk] = acc;
+    for (size_t j = a; j < b; j++)
+      acc += (double)s->x[j] * (double)s->x[j];
+    s->part[i] = acc;
   }
+}
+
+size_t cpu_sumsq_block(size_t n) {
+  size_t block = (n + SUMSQ_BLOCKS - 1) / SUMSQ_BLOCKS;
+  return block < 4096 ? 4096 : block;
+}
+
+void cpu_sumsq_blocks(cpu_pool_t *p, const float *x, size_t n, size_t b0,
+                      size_t b1, double *part) {
+  sq_t s = {.x = x, .n = n, .block = cpu_sumsq_block(n), .b0 = b0,
+            .part = part};
+  if (b1 > b0)
+    cpu_parallel(p, b1 - b0, 1, sumsq_task, &s);
 }
 
 double cpu_sumsq(cpu_pool_t *p, const float *x, size_t n) {
   double part[SUMSQ_BLOCKS], total = 0.0;
-  sq_t s = {.x = x, .n = n, .part = part};
   size_t nb;
   if (n == 0)
     return 0.0;
-  s.block = (n + SUMSQ_BLOCKS - 1) / SUMSQ_BLOCKS;
-  if (s.block < 4096)
-    s.block = 4096;
-  nb = (n + s.block - 1) / s.block;
-  cpu_parallel(p, nb, 1, sumsq_task, &s);
+  nb = (n + cpu_sumsq_block(n) - 1) / cpu_sumsq_block(n);
+  cpu_sumsq_blocks(p, x, n, 0, nb, part);
   for (size_t i = 0; i < nb; i++)
     total += part[i];
   return total;

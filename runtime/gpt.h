@@ -129,6 +129,25 @@ typedef struct gpt_backend_ops_s {
   int (*adamw)(gpt_backend_t *m, const gpt_adamw_t *a);
   /* Wait for the device (timing, before reading results). */
   int (*sync)(gpt_backend_t *m);
+
+  /* ---- ZeRO-1, sharded AdamW state (docs/runtime.md); NULL in a backend
+   * without it (train_gpt --zero 1 then refuses it). */
+  /* grad_norm's sum of squares is taken in blocks of norm_block() elements
+   * (the last one shorter), their sums added in block order; a sharded
+   * trainer cuts the shards at block edges, gathers the blocks' sums and
+   * adds them in that order, so its norm is bitwise grad_norm's. */
+  size_t (*norm_block)(gpt_backend_t *m);
+  /* The sums of squares (double) of blocks b0 .. b1-1 of the accumulated
+   * gradient into part[0 .. b1-b0), host memory; reads only those blocks. */
+  int (*grad_sumsq)(gpt_backend_t *m, size_t b0, size_t b1, double *part);
+  /* Keep the AdamW moments of parameters [lo, hi) only, free the rest
+   * (once, before training). From then on set_state/get_state's adam_m and
+   * adam_v hold hi - lo floats, those of [lo, hi), and adamw updates the
+   * parameters [lo, hi) only, from the gradient's [lo, hi). */
+  int (*shard)(gpt_backend_t *m, size_t lo, size_t hi);
+  /* The fp32 master parameters where the collectives run (host memory on
+   * the CPU): the trainer all-gathers the updated shards in it. */
+  void *(*param_buffer)(gpt_backend_t *m);
 } gpt_backend_ops_t;
 
 extern const gpt_backend_ops_t gpt_cpu_ops;

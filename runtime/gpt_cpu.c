@@ -29,6 +29,7 @@ struct gpt_backend_s {
   size_t n; /* parameters */
   cpu_pool_t *pool;
   float *params, *m, *v, *grads, *gmicro;
+  size_t lo, hi; /* the AdamW moments m and v are of params [lo, hi) */
   float *acts; /* one allocation for everything below */
   float *encoded, *lnf, *lnf_mean, *lnf_rstd, *probs, *losses;
   layer_acts_t *layer;
@@ -87,6 +88,8 @@ static int cpu_create(const gpt_config_t *c, int B, int T, int dtype,
   m->B = B;
   m->T = T;
   m->n = gpt_num_params(c);
+  m->lo = 0;
+  m->hi = m->n;
   /* the attention's scratch now, so that no step fails for it later */
   if ((rc = cpu_pool_create(threads, &m->pool)) != 0 ||
       (rc = cpu__pool_reserve(m->pool, cpu__attention_scratch(T))) != 0) {
@@ -154,25 +157,25 @@ static void cpu_destroy(gpt_backend_t *m) { backend_free(m); }
 
 static int cpu_set_state(gpt_backend_t *m, const float *params,
                          const float *adam_m, const float *adam_v) {
-  size_t bytes = m->n * sizeof(float);
+  size_t mbytes = (m->hi - m->lo) * sizeof(float);
   if (params)
-    memcpy(m->params, params, bytes);
-  if (adam_m)
-    memcpy(m->m, adam_m, bytes);
-  if (adam_v)
-    memcpy(m->v, adam_v, bytes);
+    memcpy(m->params, params, m->n * sizeof(float));
+  if (adam_m && mbytes)
+    memcpy(m->m, adam_m, mbytes);
+  if (adam_v && mbytes)
+    memcpy(m->v, adam_v, mbytes);
   return 0;
 }
 
 static int cpu_get_state(gpt_backend_t *m, float *params, float *adam_m,
                          float *adam_v) {
-  size_t bytes = m->n * sizeof(float);
+  size_t mbytes = (m->hi - m->lo) * sizeof(float);
   if (params)
-    memcpy(params, m->params, bytes);
-  if (adam_m)
-    memcpy(adam_m, m->m, bytes);
-  if (adam_v)
-    memcpy(adam_v, m->v, bytes);
+    memcpy(params, m->params, m->n * sizeof(float));
+  if (adam_m && mbytes)
+    memcpy(adam_m, m->m, mbytes);
+  if (adam_v && mbytes)
+    memcpy(adam_v, m->v, mbytes);
   return 0;
 }
 
@@ -376,8 +379,14 @@ static int cpu_adamw_step(gpt_backend_t *m, const gpt_adamw_t *a) {
       for (int i = 0; i < count; i++) {
         int which = pass == 0 ? embed[i] : pass == 2 ? fin[i] : first + i;
         size_t n, off = gpt_tensor_offset(&m->c, which, l, &n);
-        cpu_adamw(m->pool, m->params + off, m->grads + off, m->m + off,
-                  m->v + off, n, a, decayed(which) ? a->weight_decay : 0.0f);
+        /* the tensor's elements within the shard (all when unsharded) */
+        size_t lo = off > m->lo ? off : m->lo;
+        size_t hi = off + n < m->hi ? off + n : m->hi;
+        if (lo >= hi)
+          continue;
+        cpu_adamw(m->pool, m->params + lo, m->grads + lo, m->m + (lo - m->lo),
+                  m->v + (lo - m->lo), hi - lo, a,
+                  decayed(which) ? a->weight_decay : 0.0f);
       }
     }
   }
@@ -385,6 +394,36 @@ static int cpu_adamw_step(gpt_backend_t *m, const gpt_adamw_t *a) {
 }
 
 static int cpu_sync(gpt_backend_t *m) { return 0; }
+
+static size_t cpu_norm_block(gpt_backend_t *m) { return cpu_sumsq_block(m->n); }
+
+static int cpu_grad_sumsq(gpt_backend_t *m, size_t b0, size_t b1,
+                          double *part) {
+  size_t block = cpu_sumsq_block(m->n);
+  if (b0 > b1 || b1 > (m->n + block - 1) / block)
+    return -EINVAL;
+  cpu_sumsq_blocks(m->pool, m->grads, m->n, b0, b1, part);
+  return 0;
+}
+
+static int cpu_shard(gpt_backend_t *m, size_t lo, size_t hi) {
+  float *am, *av;
+  if (lo > hi || hi > m->n || m->lo != 0 || m->hi != m->n)
+    return -EINVAL;
+  /* moved down and shrunk in place: never the whole and the shard at
+   * once (at least one float: a rank may hold an empty shard) */
+  memmove(m->m, m->m + lo, (hi - lo) * sizeof(float));
+  memmove(m->v, m->v + lo, (hi - lo) * sizeof(float));
+  if ((am = realloc(m->m, (hi - lo + 1) * sizeof(float))) != NULL)
+    m->m = am;
+  if ((av = realloc(m->v, (hi - lo + 1) * sizeof(float))) != NULL)
+    m->v = av;
+  m->lo = lo;
+  m->hi = hi;
+  return 0;
+}
+
+static void *cpu_param_buffer(gpt_backend_t *m) { return m->params; }
 
 const gpt_backend_ops_t gpt_cpu_ops = {
     .name = "cpu",
@@ -399,4 +438,8 @@ const gpt_backend_ops_t gpt_cpu_ops = {
     .grad_norm = cpu_grad_norm,
     .adamw = cpu_adamw_step,
     .sync = cpu_sync,
+    .norm_block = cpu_norm_block,
+    .grad_sumsq = cpu_grad_sumsq,
+    .shard = cpu_shard,
+    .param_buffer = cpu_param_buffer,
 };

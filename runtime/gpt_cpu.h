@@ -142,6 +142,14 @@ void cpu_adamw(cpu_pool_t *p, float *params, const float *grads, float *m,
 /* Σ x[i]² in double, summed in blocks fixed by n alone (deterministic for
  * any thread count). */
 double cpu_sumsq(cpu_pool_t *p, const float *x, size_t n);
+/* cpu_sumsq's blocks: block b holds x[b·B .. min(n, (b+1)·B)), B =
+ * cpu_sumsq_block(n) (at most 4096 blocks); cpu_sumsq adds their sums in
+ * block order. cpu_sumsq_blocks writes the sums of blocks b0 .. b1-1 to
+ * part[0 .. b1-b0), reading only those blocks of x (ZeRO-1's norm: each
+ * rank sums the blocks of its shard). */
+size_t cpu_sumsq_block(size_t n);
+void cpu_sumsq_blocks(cpu_pool_t *p, const float *x, size_t n, size_t b0,
+                      size_t b1, double *part);
 
 /* y[i] += x[i] (the accumulation of gpt.h's "Accumulation order"). */
 void cpu_add(cpu_pool_t *p, float *y, const float *x, size_t n);

@@ -17,14 +17,17 @@
 
 #define RT_MAGIC 0x72747274u
 #define QUEUE_CAP 64
+#define RT_SUB_MAX 64 /* ranks whose bucket parts fit on the stack */
 
-enum { OP_ALLREDUCE, OP_BROADCAST };
+enum { OP_ALLREDUCE, OP_BROADCAST, OP_REDUCE_SCATTER, OP_ALLGATHER };
 
 /* One collective for the communication thread. */
 typedef struct op_s {
   int kind, root;
   void *buf;
-  size_t n; /* floats (all-reduce) or bytes (broadcast) */
+  size_t n; /* floats (all-reduce), bytes (broadcast), element size
+               (all-gather) */
+  const size_t *part; /* reduce-scatter, all-gather: world + 1 offsets */
 } op_t;
 
 struct rt_s {
@@ -50,6 +53,8 @@ struct rt_s {
   char *grads;
   int gdtype, nseg, nreported;
   size_t *goff, *gcount;
+  size_t *gpart;    /* rt_grads_shard: world + 1 offsets, or NULL */
+  size_t *subparts; /* a bucket's parts, QUEUE_CAP slots of world + 1 */
   unsigned char *reported;
   size_t pend_off, pend_count;
   void *pend_event;
@@ -144,6 +149,10 @@ bad:
 static int run_op(rt_t *rt, const op_t *op) {
   if (op->kind == OP_ALLREDUCE)
     return rt__mesh_allreduce(rt->mesh, op->buf, op->n);
+  if (op->kind == OP_REDUCE_SCATTER)
+    return rt__mesh_reduce_scatter(rt->mesh, op->buf, op->part);
+  if (op->kind == OP_ALLGATHER)
+    return rt__mesh_allgather(rt->mesh, op->buf, op->part, op->n);
   return rt__mesh_broadcast(rt->mesh, op->buf, op->n, op->root);
 }
 
@@ -172,13 +181,20 @@ static void *comm_main(void *arg) {
   return NULL;
 }
 
-/* Queue op; RET the count of completed ops at which it is done. */
-static uint64_t push_op(rt_t *rt, const op_t *op) {
+/* Queue op; RET the count of completed ops at which it is done. A bucket's
+ * reduce-scatter (op->part NULL, sub not) gets its parts copied into the
+ * queue slot's own, free once the slot is. */
+static uint64_t push_op(rt_t *rt, const op_t *op, const size_t *sub) {
   uint64_t seq;
   pthread_mutex_lock(&rt->mu);
   while (rt->pushed - rt->completed >= QUEUE_CAP)
     pthread_cond_wait(&rt->done, &rt->mu);
   rt->q[rt->pushed % QUEUE_CAP] = *op;
+  if (sub) {
+    size_t *slot = rt->subparts + (rt->pushed % QUEUE_CAP) * ((size_t)rt->world + 1);
+    memcpy(slot, sub, ((size_t)rt->world + 1) * sizeof(size_t));
+    rt->q[rt->pushed % QUEUE_CAP].part = slot;
+  }
   seq = ++rt->pushed;
   pthread_cond_signal(&rt->work);
   pthread_mutex_unlock(&rt->mu);
@@ -212,6 +228,8 @@ void rt_finalize(rt_t *rt) {
   rdzv_close(rt->store);
   free(rt->goff);
   free(rt->gcount);
+  free(rt->gpart);
+  free(rt->subparts);
   free(rt->reported);
   pthread_cond_destroy(&rt->work);
   pthread_cond_destroy(&rt->done);
@@ -311,7 +329,7 @@ static int dtype_size(int dtype) {
 }
 
 int rt_allreduce(rt_t *rt, void *buf, size_t count, int dtype) {
-  op_t op = {OP_ALLREDUCE, 0, buf, count};
+  op_t op = {OP_ALLREDUCE, 0, buf, count, NULL};
   int rc;
   if (dtype_size(dtype) == 0 || (rt->gpu == NULL && dtype != RT_FP32))
     return RDZV_EINVAL;
@@ -322,7 +340,7 @@ int rt_allreduce(rt_t *rt, void *buf, size_t count, int dtype) {
       return rc;
     return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
   }
-  return wait_op(rt, push_op(rt, &op));
+  return wait_op(rt, push_op(rt, &op, NULL));
 }
 
 int rt_allreduce_host(rt_t *rt, float *buf, size_t count) {
@@ -332,7 +350,7 @@ int rt_allreduce_host(rt_t *rt, float *buf, size_t count) {
 }
 
 int rt_broadcast(rt_t *rt, void *buf, size_t bytes, int root) {
-  op_t op = {OP_BROADCAST, root, buf, bytes};
+  op_t op = {OP_BROADCAST, root, buf, bytes, NULL};
   int rc;
   if (root < 0 || root >= rt->world)
     return RDZV_EINVAL;
@@ -343,7 +361,48 @@ int rt_broadcast(rt_t *rt, void *buf, size_t bytes, int root) {
       return rc;
     return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
   }
-  return wait_op(rt, push_op(rt, &op));
+  return wait_op(rt, push_op(rt, &op, NULL));
+}
+
+/* part: world + 1 offsets, ascending. */
+static int valid_part(const rt_t *rt, const size_t *part) {
+  if (part == NULL)
+    return 0;
+  for (int r = 0; r < rt->world; r++)
+    if (part[r + 1] < part[r])
+      return 0;
+  return 1;
+}
+
+int rt_reduce_scatter(rt_t *rt, void *buf, const size_t *part, int dtype) {
+  op_t op = {OP_REDUCE_SCATTER, 0, buf, 0, part};
+  int rc;
+  if (dtype_size(dtype) == 0 || (rt->gpu == NULL && dtype != RT_FP32) ||
+      !valid_part(rt, part))
+    return RDZV_EINVAL;
+  if (rt->world == 1)
+    return 0;
+  if (rt->gpu) {
+    if ((rc = rt__gpu_reduce_scatter(rt->gpu, buf, part, dtype, NULL)) != 0)
+      return rc;
+    return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
+  }
+  return wait_op(rt, push_op(rt, &op, NULL));
+}
+
+int rt_allgather(rt_t *rt, void *buf, const size_t *part, size_t esize) {
+  op_t op = {OP_ALLGATHER, 0, buf, esize, part};
+  int rc;
+  if (esize == 0 || !valid_part(rt, part))
+    return RDZV_EINVAL;
+  if (rt->world == 1)
+    return 0;
+  if (rt->gpu) {
+    if ((rc = rt__gpu_allgather(rt->gpu, buf, part, esize)) != 0)
+      return rc;
+    return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
+  }
+  return wait_op(rt, push_op(rt, &op, NULL));
 }
 
 int rt_barrier(rt_t *rt) {
@@ -390,19 +449,61 @@ int rt_grads_register(rt_t *rt, void *grads, int dtype, int nseg,
   return 0;
 }
 
-/* Start the all-reduce of the pending bucket. */
+int rt_grads_shard(rt_t *rt, const size_t *part) {
+  size_t *gp = NULL, *sp = NULL, w1 = (size_t)rt->world + 1;
+  if (part && !valid_part(rt, part))
+    return RDZV_EINVAL;
+  if (part && ((gp = malloc(w1 * sizeof(size_t))) == NULL ||
+               (sp = malloc(QUEUE_CAP * w1 * sizeof(size_t))) == NULL)) {
+    free(gp);
+    return RDZV_ENOMEM;
+  }
+  if (gp)
+    memcpy(gp, part, w1 * sizeof(size_t));
+  /* the queue is empty between steps: no op reads the old slots */
+  if (rt->thread_started)
+    wait_op(rt, rt->pushed);
+  free(rt->gpart);
+  free(rt->subparts);
+  rt->gpart = gp;
+  rt->subparts = sp;
+  return 0;
+}
+
+/* Start the all-reduce of the pending bucket, or with rt_grads_shard its
+ * reduce-scatter: the shards' parts that fall in the bucket. */
 static int flush(rt_t *rt) {
   size_t es = (size_t)dtype_size(rt->gdtype);
   void *p = rt->grads + rt->pend_off * es;
-  size_t n = rt->pend_count;
+  size_t n = rt->pend_count, a = rt->pend_off, sub[RT_SUB_MAX + 1];
+  size_t *sp = sub;
+  int rc = 0;
   rt->pend_count = 0;
   if (n == 0)
     return 0;
-  if (rt->gpu)
-    return rt__gpu_allreduce(rt->gpu, p, n, rt->gdtype, rt->pend_event);
-  op_t op = {OP_ALLREDUCE, 0, p, n};
-  push_op(rt, &op);
-  return 0;
+  if (rt->gpart == NULL) {
+    op_t op = {OP_ALLREDUCE, 0, p, n, NULL};
+    if (rt->gpu)
+      return rt__gpu_allreduce(rt->gpu, p, n, rt->gdtype, rt->pend_event);
+    push_op(rt, &op, NULL);
+    return 0;
+  }
+  if (rt->world > RT_SUB_MAX &&
+      (sp = malloc(((size_t)rt->world + 1) * sizeof(size_t))) == NULL)
+    return RDZV_ENOMEM;
+  for (int r = 0; r <= rt->world; r++) {
+    size_t x = rt->gpart[r] < a ? a : rt->gpart[r];
+    sp[r] = (x > a + n ? a + n : x) - a;
+  }
+  if (rt->gpu) {
+    rc = rt__gpu_reduce_scatter(rt->gpu, p, sp, rt->gdtype, rt->pend_event);
+  } else {
+    op_t op = {OP_REDUCE_SCATTER, 0, p, 0, NULL};
+    push_op(rt, &op, sp);
+  }
+  if (sp != sub)
+    free(sp);
+  return rc;
 }
 
 int rt_grads_ready(void *arg, int seg, void *stream_event) {
@@ -456,6 +557,10 @@ int rt_grads_wait(rt_t *rt) {
 /* ---- progress ------------------------------------------------------------------------------------ */
 
 int rt_progress(rt_t *rt, int64_t step) {
+  return rt_progress_ex(rt, step, NULL);
+}
+
+int rt_progress_ex(rt_t *rt, int64_t step, const rdzv_scalars_t *s) {
   int64_t now = mono_ms();
   int rc;
   if (rt->store == NULL)
@@ -463,7 +568,7 @@ int rt_progress(rt_t *rt, int64_t step) {
   if (rt->last_progress != 0 && now - rt->last_progress < rt->opt.progress_ms)
     return 0;
   rt->last_progress = now;
-  rc = rdzv_progress(rt->store, rt->rank, step, rt->opt.timeout_ms);
+  rc = rdzv_progress_ex(rt->store, rt->rank, step, s, rt->opt.timeout_ms);
   if (rc != 0)
     rt__logf(&rt->who, "progress report to the store failed: %s",
              rdzv_strerror(rc));

@@ -39,6 +39,7 @@ struct rt_gpu_s {
   void *cuda, *nccl;
   int dev, cc, timeout_ms;
   int cu_dev;
+  int rank, world; /* of the communicator */
   void *ctx, *stream, *comm;
   cu_ptr_t stage;
   size_t stage_bytes;
@@ -62,6 +63,13 @@ struct rt_gpu_s {
   int (*cuGetErrorName)(int, const char **);
   int (*ncclAllReduce)(const void *, void *, size_t, int, int, void *, void *);
   int (*ncclBroadcast)(const void *, void *, size_t, int, int, void *, void *);
+  int (*ncclReduce)(const void *, void *, size_t, int, int, int, void *,
+                    void *);
+  int (*ncclReduceScatter)(const void *, void *, size_t, int, int, void *,
+                           void *);
+  int (*ncclAllGather)(const void *, void *, size_t, int, void *, void *);
+  int (*ncclGroupStart)(void);
+  int (*ncclGroupEnd)(void);
   int (*ncclCommDestroy)(void *);
   int (*ncclCommAbort)(void *);
   int (*ncclCommGetAsyncError)(void *, int *);
@@ -193,6 +201,8 @@ int rt__gpu_nccl_init(rt_gpu_t *g, rdzv_client_t *store, int rank, int world,
   const char *lib = getenv("LAUNCH_NCCL_LIBRARY");
   int rc;
   g->timeout_ms = timeout_ms;
+  g->rank = rank;
+  g->world = world;
   /* the same library librdzv bootstraps the communicator with */
   g->nccl = dlopen(lib && *lib ? lib : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
   if (g->nccl == NULL) {
@@ -203,6 +213,11 @@ int rt__gpu_nccl_init(rt_gpu_t *g, rdzv_client_t *store, int rank, int world,
   }
   if (!(SYM(nccl, ncclAllReduce, "ncclAllReduce") &&
         SYM(nccl, ncclBroadcast, "ncclBroadcast") &&
+        SYM(nccl, ncclReduce, "ncclReduce") &&
+        SYM(nccl, ncclReduceScatter, "ncclReduceScatter") &&
+        SYM(nccl, ncclAllGather, "ncclAllGather") &&
+        SYM(nccl, ncclGroupStart, "ncclGroupStart") &&
+        SYM(nccl, ncclGroupEnd, "ncclGroupEnd") &&
         SYM(nccl, ncclCommDestroy, "ncclCommDestroy") &&
         SYM(nccl, ncclCommAbort, "ncclCommAbort") &&
         SYM(nccl, ncclCommGetAsyncError, "ncclCommGetAsyncError") &&
@@ -246,6 +261,70 @@ int rt__gpu_broadcast(rt_gpu_t *g, void *dptr, size_t bytes, int root) {
   NCCL(g->ncclBroadcast(dptr, dptr, bytes, 1 /* ncclUint8 */, root, g->comm,
                         g->stream),
        "ncclBroadcast");
+  return 0;
+}
+
+static int nccl_esize(int dtype) { return dtype == RT_FP32 ? 4 : 2; }
+
+/* Whether every part has the same size (NCCL's own collectives). */
+static int even_parts(const rt_gpu_t *g, const size_t *part) {
+  for (int r = 1; r < g->world; r++)
+    if (part[r + 1] - part[r] != part[1] - part[0])
+      return 0;
+  return 1;
+}
+
+int rt__gpu_reduce_scatter(rt_gpu_t *g, void *dptr, const size_t *part,
+                           int dtype, void *event) {
+  char *p = dptr;
+  size_t es = (size_t)nccl_esize(dtype), cnt = part[1] - part[0];
+  int rc = NCCL_SUCCESS;
+  if (g->comm == NULL)
+    return 0;
+  if (event)
+    CU(g->cuStreamWaitEvent(g->stream, event, 0), "cuStreamWaitEvent");
+  if (even_parts(g, part)) {
+    /* in place: the receive buffer is this rank's part of the send buffer */
+    NCCL(g->ncclReduceScatter(p + part[0] * es, p + part[g->rank] * es, cnt,
+                              nccl_type(dtype), NCCL_SUM, g->comm, g->stream),
+         "ncclReduceScatter");
+    return 0;
+  }
+  NCCL(g->ncclGroupStart(), "ncclGroupStart");
+  for (int r = 0; r < g->world && (rc == NCCL_SUCCESS || rc == NCCL_IN_PROGRESS);
+       r++)
+    if (part[r + 1] > part[r])
+      rc = g->ncclReduce(p + part[r] * es, p + part[r] * es,
+                         part[r + 1] - part[r], nccl_type(dtype), NCCL_SUM, r,
+                         g->comm, g->stream);
+  /* the group is closed even after a failed call */
+  NCCL(g->ncclGroupEnd(), "ncclGroupEnd(reduce-scatter)");
+  NCCL(rc, "ncclReduce(reduce-scatter)");
+  return 0;
+}
+
+int rt__gpu_allgather(rt_gpu_t *g, void *dptr, const size_t *part,
+                      size_t esize) {
+  char *p = dptr;
+  int rc = NCCL_SUCCESS;
+  if (g->comm == NULL)
+    return 0;
+  if (even_parts(g, part)) {
+    NCCL(g->ncclAllGather(p + part[g->rank] * esize, p + part[0] * esize,
+                          (part[1] - part[0]) * esize, 1 /* ncclUint8 */,
+                          g->comm, g->stream),
+         "ncclAllGather");
+    return 0;
+  }
+  NCCL(g->ncclGroupStart(), "ncclGroupStart");
+  for (int r = 0; r < g->world && (rc == NCCL_SUCCESS || rc == NCCL_IN_PROGRESS);
+       r++)
+    if (part[r + 1] > part[r])
+      rc = g->ncclBroadcast(p + part[r] * esize, p + part[r] * esize,
+                            (part[r + 1] - part[r]) * esize, 1 /* ncclUint8 */,
+                            r, g->comm, g->stream);
+  NCCL(g->ncclGroupEnd(), "ncclGroupEnd(all-gather)");
+  NCCL(rc, "ncclBroadcast(all-gather)");
   return 0;
 }
 

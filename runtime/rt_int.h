@@ -32,6 +32,13 @@ void rt__mesh_close(rt_mesh_t *m);
 /* Sum in rank order for every element; in place. One thread at a time. */
 int rt__mesh_allreduce(rt_mesh_t *m, float *buf, size_t count);
 int rt__mesh_broadcast(rt_mesh_t *m, void *buf, size_t bytes, int root);
+/* part[0..world]: rank r's part of buf is elements [part[r], part[r+1]).
+ * Reduce-scatter: rank r's part ends as the sum over ranks, in rank order;
+ * the rest of buf is left as it was. All-gather: every rank's part is
+ * copied to every rank (elements of esize bytes). */
+int rt__mesh_reduce_scatter(rt_mesh_t *m, float *buf, const size_t *part);
+int rt__mesh_allgather(rt_mesh_t *m, void *buf, const size_t *part,
+                       size_t esize);
 
 /* ---- GPU: CUDA driver API and NCCL, dlopen'ed --------------------------- */
 
@@ -54,6 +61,14 @@ int rt__gpu_nccl_init(rt_gpu_t *g, rdzv_client_t *store, int rank, int world,
 int rt__gpu_allreduce(rt_gpu_t *g, void *dptr, size_t count, int dtype,
                       void *event);
 int rt__gpu_broadcast(rt_gpu_t *g, void *dptr, size_t bytes, int root);
+/* rt__mesh_reduce_scatter and rt__mesh_allgather on NCCL (enqueued, the
+ * reduce-scatter after `event` when not NULL): ncclReduceScatter /
+ * ncclAllGather when every part has the same size, else one ncclReduce /
+ * ncclBroadcast per rank in a group. */
+int rt__gpu_reduce_scatter(rt_gpu_t *g, void *dptr, const size_t *part,
+                           int dtype, void *event);
+int rt__gpu_allgather(rt_gpu_t *g, void *dptr, const size_t *part,
+                      size_t esize);
 /* Host floats through a device staging buffer (blocks). */
 int rt__gpu_allreduce_host(rt_gpu_t *g, float *buf, size_t count);
 /* Wait for the runtime's stream, watching NCCL for asynchronous errors and

@@ -7,7 +7,9 @@
  * + ..., then sends the sum to every rank (all-gather). Each rank sends and
  * receives (W-1)/W of the buffer twice, as a ring does, and every element
  * is summed in the same order whatever the chunking: the result is bitwise
- * that of accumulating the ranks' contributions one after the other. */
+ * that of accumulating the ranks' contributions one after the other.
+ * The two halves are collectives of their own (rt_reduce_scatter,
+ * rt_allgather: ZeRO-1's), with parts of any sizes. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +31,7 @@
 
 #define HELLO_MAGIC 0x52544d31u /* "RTM1" */
 #define SUM_BLOCK 1024
+#define PIECE ((size_t)1 << 18) /* floats: 1 MiB a rank */
 
 struct rt_mesh_s {
   const rt_who_t *who;
@@ -469,13 +472,19 @@ static size_t chunk_lo(size_t count, int world, int r) {
   return (size_t)((unsigned __int128)count * (unsigned)r / (unsigned)world);
 }
 
-int rt__mesh_allreduce(rt_mesh_t *m, float *buf, size_t count) {
-  int W = m->world, me = m->rank, rc;
-  size_t lo = chunk_lo(count, W, me), hi = chunk_lo(count, W, me + 1);
-  size_t mine = hi - lo, need = mine * (size_t)W;
+/* Rank r's part of buf is [part[r], part[r+1]): rank r receives every
+ * rank's copy of it (a direct reduce-scatter) and adds them in rank order,
+ * block by block, into buf. The parts move in pieces of at most
+ * PIECE elements, so that the scratch (a piece from every rank) stays
+ * small however big the parts are (ZeRO-1 reduce-scatters the whole
+ * gradient at once). */
+int rt__mesh_reduce_scatter(rt_mesh_t *m, float *buf, const size_t *part) {
+  int W = m->world, me = m->rank, rc = 0;
+  size_t lo = part[me], mine = part[me + 1] - lo, most = 0;
+  size_t cap = mine < PIECE ? mine : PIECE, need = cap * (size_t)W;
   xfer_t *x;
   const float **src;
-  if (W == 1 || count == 0)
+  if (W == 1)
     return 0;
   if (need > m->scratch_cap) {
     float *s = realloc(m->scratch, need * sizeof(float));
@@ -491,45 +500,80 @@ int rt__mesh_allreduce(rt_mesh_t *m, float *buf, size_t count) {
     free(src);
     return RDZV_ENOMEM;
   }
-  /* reduce-scatter: chunk r goes to rank r */
-  for (int r = 0; r < W; r++) {
-    size_t a = chunk_lo(count, W, r), b = chunk_lo(count, W, r + 1);
-    if (r == me)
-      continue;
-    x[r].sbuf = (const char *)(buf + a);
-    x[r].slen = (b - a) * sizeof(float);
-    x[r].rbuf = (char *)(m->scratch + (size_t)r * mine);
-    x[r].rlen = mine * sizeof(float);
-  }
-  if ((rc = exchange(m, x)) != 0)
-    goto done;
-  /* the sum of this rank's chunk, in rank order, block by block */
   for (int r = 0; r < W; r++)
-    src[r] = r == me ? buf + lo : m->scratch + (size_t)r * mine;
-  for (size_t b0 = 0; b0 < mine; b0 += SUM_BLOCK) {
-    size_t n = mine - b0 < SUM_BLOCK ? mine - b0 : SUM_BLOCK;
-    float acc[SUM_BLOCK];
-    memcpy(acc, src[0] + b0, n * sizeof(float));
-    for (int r = 1; r < W; r++)
-      for (size_t i = 0; i < n; i++)
-        acc[i] += src[r][b0 + i];
-    memcpy(buf + lo + b0, acc, n * sizeof(float));
+    if (part[r + 1] - part[r] > most)
+      most = part[r + 1] - part[r];
+  /* piece k of every part, all ranks at once, until the biggest is done */
+  for (size_t p0 = 0; p0 < most && rc == 0; p0 += PIECE) {
+    size_t got = mine > p0 ? mine - p0 : 0;
+    if (got > PIECE)
+      got = PIECE;
+    for (int r = 0; r < W; r++) {
+      size_t len = part[r + 1] - part[r];
+      len = len > p0 ? len - p0 : 0;
+      memset(&x[r], 0, sizeof(x[r]));
+      if (r == me)
+        continue;
+      x[r].sbuf = (const char *)(buf + part[r] + p0);
+      x[r].slen = (len < PIECE ? len : PIECE) * sizeof(float);
+      x[r].rbuf = (char *)(m->scratch + (size_t)r * cap);
+      x[r].rlen = got * sizeof(float);
+    }
+    if ((rc = exchange(m, x)) != 0)
+      break;
+    for (int r = 0; r < W; r++)
+      src[r] = r == me ? buf + lo + p0 : m->scratch + (size_t)r * cap;
+    for (size_t b0 = 0; b0 < got; b0 += SUM_BLOCK) {
+      size_t n = got - b0 < SUM_BLOCK ? got - b0 : SUM_BLOCK;
+      float acc[SUM_BLOCK];
+      memcpy(acc, src[0] + b0, n * sizeof(float));
+      for (int r = 1; r < W; r++)
+        for (size_t i = 0; i < n; i++)
+          acc[i] += src[r][b0 + i];
+      memcpy(buf + lo + p0 + b0, acc, n * sizeof(float));
+    }
   }
-  /* all-gather: this rank's sum to everyone */
-  memset(x, 0, (size_t)W * sizeof(*x));
-  for (int r = 0; r < W; r++) {
-    size_t a = chunk_lo(count, W, r), b = chunk_lo(count, W, r + 1);
-    if (r == me)
-      continue;
-    x[r].sbuf = (const char *)(buf + lo);
-    x[r].slen = mine * sizeof(float);
-    x[r].rbuf = (char *)(buf + a);
-    x[r].rlen = (b - a) * sizeof(float);
-  }
-  rc = exchange(m, x);
-done:
   free(x);
   free(src);
+  return rc;
+}
+
+/* Rank r's part [part[r], part[r+1]) (elements of esize bytes) goes to
+ * every rank: a copy, no arithmetic. */
+int rt__mesh_allgather(rt_mesh_t *m, void *buf, const size_t *part,
+                       size_t esize) {
+  int W = m->world, me = m->rank, rc;
+  char *b = buf;
+  xfer_t *x;
+  if (W == 1)
+    return 0;
+  if ((x = calloc((size_t)W, sizeof(*x))) == NULL)
+    return RDZV_ENOMEM;
+  for (int r = 0; r < W; r++) {
+    if (r == me)
+      continue;
+    x[r].sbuf = b + part[me] * esize;
+    x[r].slen = (part[me + 1] - part[me]) * esize;
+    x[r].rbuf = b + part[r] * esize;
+    x[r].rlen = (part[r + 1] - part[r]) * esize;
+  }
+  rc = exchange(m, x);
+  free(x);
+  return rc;
+}
+
+int rt__mesh_allreduce(rt_mesh_t *m, float *buf, size_t count) {
+  int W = m->world, rc;
+  size_t *part;
+  if (W == 1 || count == 0)
+    return 0;
+  if ((part = malloc(((size_t)W + 1) * sizeof(size_t))) == NULL)
+    return RDZV_ENOMEM;
+  for (int r = 0; r <= W; r++)
+    part[r] = chunk_lo(count, W, r);
+  if ((rc = rt__mesh_reduce_scatter(m, buf, part)) == 0)
+    rc = rt__mesh_allgather(m, buf, part, sizeof(float));
+  free(part);
   return rc;
 }
 

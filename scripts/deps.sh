@@ -6,9 +6,11 @@
 set -euo pipefail
 
 BUILD_PKGS=(build-essential cmake ninja-build pkg-config git
-            libuv1-dev libmsgpack-dev libssl-dev libhwloc-dev libnuma-dev)
+            libuv1-dev libmsgpack-dev libssl-dev libhwloc-dev libnuma-dev
+            libmicrohttpd-dev libprotobuf-c-dev protobuf-c-compiler)
 TEST_PKGS=(python3 python3-torch hwloc numactl iproute2 procps clang
-           libclang-rt-14-dev slurm-wlm munge python3-yaml util-linux nftables)
+           libclang-rt-14-dev slurm-wlm munge python3-yaml util-linux
+           prometheus chromium nftables)
 
 want=("${BUILD_PKGS[@]}")
 if [ "${1:-}" = "--test" ]; then

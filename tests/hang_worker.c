@@ -13,11 +13,21 @@
  *          the barrier)
  *   quiet  no rank reports progress; each sleeps STEPS x 100 ms, exits 0
  *   tie    rank 1 reports step 5, then sleeps (stuck in data loading): the
- *          others report step 5 too and wait in the barrier */
+ *          others report step 5 too and wait in the barrier
+ *   spoof  rank 0 first writes rank 1's keys as something other than its
+ *          worker would (the TCPStore form without a tag, the native form
+ *          with rank 0's own tag), then every rank starts reporting 3 s late
+ *   stale  rank 0 first writes rank 1's TCPStore-form key as an earlier run
+ *          would have left it, then as spin, every rank reporting 2 s late
+
+ *   slow   every rank reports progress scalars (loss, step time, compute
+ *          time); rank 1's compute time is 3x the others' (a straggler) */
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rdzv.h"
@@ -59,7 +69,8 @@ int main(int argc, char **argv) {
   int steps, rank, world, round, rc;
   const char *mode, *dir;
   if (argc != 4) {
-    fprintf(stderr, "usage: hang_worker STEPS run|spin|quiet|tie DIR\n");
+    fprintf(stderr, "usage: hang_worker STEPS run|spin|quiet|tie|spoof|stale|"
+                    "slow DIR\n");
     return 2;
   }
   steps = atoi(argv[1]);
@@ -78,12 +89,45 @@ int main(int argc, char **argv) {
     fprintf(stderr, "hang_worker: connect: %s\n", rdzv_strerror(rc));
     return 1;
   }
+  if (round == 0 && rank == 0 &&
+      (strcmp(mode, "spoof") == 0 || strcmp(mode, "stale") == 0)) {
+    const char *tag = getenv("LAUNCH_PROGRESS_TAG");
+    char v[128];
+    long long now = (long long)time(NULL) * 1000;
+    int n;
+    if (strcmp(mode, "spoof") == 0) {
+      n = snprintf(v, sizeof(v), "1 %lld", now);
+      rc = rdzv_set(c, "/" RDZV_PROGRESS_PREFIX "1", v, (size_t)n, 10000);
+      n = snprintf(v, sizeof(v), "1 %lld %s", now, tag ? tag : "x");
+      if (rc == 0)
+        rc = rdzv_set(c, RDZV_PROGRESS_PREFIX "1", v, (size_t)n, 10000);
+    } else {
+      n = snprintf(v, sizeof(v), "3 %lld", now - 3600 * 1000);
+      rc = rdzv_set(c, "/" RDZV_PROGRESS_PREFIX "1", v, (size_t)n, 10000);
+    }
+    if (rc != 0) {
+      fprintf(stderr, "hang_worker: spoof: %s\n", rdzv_strerror(rc));
+      return 1;
+    }
+  }
+  if (round == 0)
+    usleep(strcmp(mode, "spoof") == 0 ? 3000000
+           : strcmp(mode, "stale") == 0 ? 2000000 : 0);
   for (int step = 1; step <= steps; step++) {
     char name[64];
-    if (round == 0 && rank == 1 && step == 5 && strcmp(mode, "spin") == 0)
+    if (round == 0 && rank == 1 && step == 5 &&
+        (strcmp(mode, "spin") == 0 || strcmp(mode, "stale") == 0))
       for (volatile unsigned long x = 0;; x++) /* a loop that never ends */
         ;
-    if ((rc = rdzv_progress(c, -1, step, 10000)) != 0) {
+    rdzv_scalars_t sc = {RDZV_HAS_LOSS | RDZV_HAS_STEP_TIME |
+                             RDZV_HAS_COMPUTE_TIME | RDZV_HAS_TOTAL_STEPS,
+                         10.0 / step, 0, 0, 0.1, 0, steps,
+                         rank == 1 ? 0.09 : 0.03};
+    if (strcmp(mode, "slow") == 0)
+      rc = rdzv_progress_ex(c, -1, step, &sc, 10000);
+    else
+      rc = rdzv_progress(c, -1, step, 10000);
+    if (rc != 0) {
       fprintf(stderr, "hang_worker: progress: %s\n", rdzv_strerror(rc));
       return 1;
     }

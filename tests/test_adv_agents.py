@@ -11,6 +11,7 @@
   itself: its job finishes with exit 0."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -156,7 +157,78 @@ def test_host_resumes_after_a_stop():
         a.kill()
 
 
+def test_job_slots_refusal():
+    """Issue #24: throw-away jobs do not use up an address's job slots (a
+    sweep of short jobs), and when the slots of jobs in use are all taken
+    the agent's error is the server's reason (the limit and the flag), not
+    a hint about which agent hosts the server."""
+    d = tempfile.mkdtemp()
+    with lt.Server("--max-jobs-per-addr", "2") as srv:
+        for i in range(4):  # one at a time: each run ends, its slot comes back
+            st = subprocess.run([lt.launch_bin(), "status", "--rdzv-endpoint",
+                                 "127.0.0.1:%d" % srv.port, "--rdzv-id", "sweep%d" % i,
+                                 "--timeout", "5"], capture_output=True, text=True,
+                                timeout=30)
+            assert "per-address limit" not in st.stderr, st.stderr
+            # a real one-node run leaves rendezvous state behind: the oldest
+            # such job makes room for the next
+            run = lt.launch(["--nnodes", "1", "--nproc-per-node", "1", "--rdzv-endpoint",
+                             "127.0.0.1:%d" % srv.port, "--rdzv-id", "run%d" % i,
+                             "--no-python", "/bin/true"], name="run%d" % i)
+            rc = run.wait(60)
+            assert rc == 0, run.output()
+        # two agents waiting for a second node hold two jobs
+        ags = [agent(srv.port, 2, "held%d" % i, d, "hold", extra=["--local-addr", "127.0.0.1"])
+               for i in range(2)]
+        try:
+            time.sleep(2)  # both joined: their jobs are in use
+            late = agent(srv.port, 2, "late", d, "hold", nnodes="1",
+                         extra=["--local-addr", "127.0.0.1"])
+            rc = late.wait(60)
+            out = late.output()
+            assert rc != 0, out
+            assert "per-address limit of 2" in out and "--max-jobs-per-addr" in out, out
+            assert "hosts the server" not in out, out
+        finally:
+            for a in ags:
+                a.kill()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_hostile_host_name():
+    """Issue #24: a host name with terminal escape codes and a newline is
+    shown escaped by `launch status` (and the agents' logs); --json stays
+    valid."""
+    d = tempfile.mkdtemp()
+    with lt.Server() as srv:
+        a = lt.launch(["--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-endpoint",
+                       "127.0.0.1:%d" % srv.port, "--rdzv-id", "evil",
+                       "--rdzv-conf", "last_call_timeout=3",
+                       "--no-python", "/bin/echo", "worker line"],
+                      env={"LAUNCH_HOSTNAME": "evil\x1b[31m\x1b]0;pwned\x07\nfake"},
+                      name="evil")
+        try:
+            time.sleep(2)
+            p = subprocess.run([lt.launch_bin(), "status", "--rdzv-endpoint",
+                                "127.0.0.1:%d" % srv.port, "--rdzv-id", "evil",
+                                "--timeout", "5"], capture_output=True, timeout=30)
+            out = p.stdout.decode("utf-8", "replace")
+            assert p.returncode == 0 and "evil" in out, out
+            assert "\x1b" not in out and "\x07" not in out, repr(out)
+            assert "\\x1b[31m" in out, repr(out)
+            st = status(srv.port, "evil")  # parses as JSON
+            assert st["members"][0]["host"].startswith("evil\x1b"), st
+            assert a.wait(60) == 0, a.output()
+        finally:
+            a.kill()
+        assert "\x1b" not in a.output(), repr(a.output())
+        assert "\\x1b[31m" in a.output() and "worker line" in a.output(), a.output()
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
+    test_hostile_host_name()
+    test_job_slots_refusal()
     test_standalone_server_with_job_keys()
     test_mutual_tls()
     test_stopped_host_is_noticed()

@@ -155,6 +155,32 @@ int main(void) {
   ASSERT(!tcpstore_ping(port));
   test_stop_server(pid);
 
+  /* Issue #24: half-done handshakes (a ClientHello's record header, then
+   * silence) are capped per address and in all, and charged what OpenSSL
+   * holds: one address's 100 leave 64 waiting, the others are closed at
+   * once, and a client from another address is served. */
+  printf("TLS server under half-done handshakes:\n");
+  {
+    static const unsigned char hello[] = {0x16, 0x03, 0x01, 0x02, 0x00};
+    int fds[100], closed = 0;
+    port = tls_server(&pid, "server.pem", NULL, NULL);
+    for (int i = 0; i < 100; i++) {
+      fds[i] = test_connect_from("127.0.0.22", port);
+      ASSERT(fds[i] >= 0);
+      ASSERT_OK(test_send_all(fds[i], hello, sizeof(hello)));
+    }
+    usleep(300000);
+    for (int i = 0; i < 100; i++)
+      closed += test_peer_closed(fds[i], 1);
+    printf("  100 half-done handshakes from one address: %d closed at "
+           "once\n", closed);
+    ASSERT_EQ(36, closed);
+    ASSERT_OK(try_tls("127.0.0.1", port, "ca.pem", NULL, err, sizeof(err)));
+    for (int i = 0; i < 100; i++)
+      close(fds[i]);
+    test_stop_server(pid);
+  }
+
   printf("TLS server with an expired certificate:\n");
   port = tls_server(&pid, "expired.pem", NULL, NULL);
   ASSERT_EQ(RDZV_EAUTH,

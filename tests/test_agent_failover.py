@@ -5,6 +5,7 @@ it, the job re-forms without the lost node, and the workers' store moves with
 it (MASTER_ADDR, MASTER_PORT, LAUNCH_RDZV_ENDPOINT). Agents on loopback:
 127.0.0.x stand for hosts. The time from the kill to the first worker of the
 new round is printed as a `figure:` line, never asserted."""
+import json
 import os
 import signal
 import sys
@@ -26,7 +27,8 @@ def agents(n, port, nnodes, d, run_id, extra=()):
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:%d" % port,
                 "--rdzv-id", run_id, "--local-addr", "127.0.0.%d" % i,
                 "--rdzv-conf", "join_timeout=60,last_call_timeout=1,heartbeat=0.3",
-                "--stop-timeout", "5"] + list(extra) + ["--no-python", PY, WORKER, d, "hold"]
+                "--stop-timeout", "5", "--event-log", os.path.join(d, "events%d.jsonl" % i)
+                ] + list(extra) + ["--no-python", PY, WORKER, d, "hold"]
         out.append(lt.launch(args, env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i))
     return out
 
@@ -82,6 +84,12 @@ def kill_host_and_watch(n, nnodes, run_id, extra=()):
             assert env["MASTER_PORT"] == str(port), env
             assert env["LAUNCH_RDZV_ENDPOINT"] == "127.0.0.2:%d" % port, env
         assert sorted(int(r["env"]["RANK"]) for r in gen1) == list(range(2 * (n - 1)))
+        # an event on every survivor (docs/events.md)
+        for i in range(2, n + 1):
+            with open(os.path.join(d, "events%d.jsonl" % i)) as f:
+                evs = [json.loads(x) for x in f if '"host_failover"' in x]
+            assert len(evs) == 1 and evs[0]["new_host"] == "node2", evs
+            assert evs[0]["lost_host"] == "node1" and evs[0]["here"] == (i == 2), evs
         print("figure: host failover, %d nodes (%s, 2 workers each, heartbeat 0.3 s): "
               "kill -9 of the host -> the new round's last worker started in %.2f s"
               % (n, nnodes, took))

@@ -417,18 +417,37 @@ static void test_agree(void) {
     ASSERT_EQ(RDZV_EINVAL, ckpt_agree(bad, 1, 8, &a));
     ASSERT_EQ(RDZV_EINVAL, ckpt_agree(NULL, 0, 0, &a));
   }
+
+  /* Megatron's grid of 4 (tensor x pipeline): any multiple of 4 ranks
+   * loads it, as it is (not elastic); 6 ranks cannot. */
+  {
+    ckpt_have_t h[1] = {{100, 4, CKPT_REPL_MULTIPLE, NULL}};
+    ckpt_node_view_t one[1] = {{"a", h, 1, 0, 8}};
+    ASSERT_OK(ckpt_agree(one, 1, 8, &a));
+    ASSERT_EQ(100, a.step);
+    ASSERT_EQ(0, a.elastic);
+    one[0].nranks = 4;
+    ASSERT_OK(ckpt_agree(one, 1, 4, &a));
+    ASSERT_EQ(100, a.step);
+    one[0].nranks = 6;
+    ASSERT_EQ(CKPT_EWORLD, ckpt_agree(one, 1, 6, &a));
+    ASSERT_EQ(-1, a.step);
+    ASSERT_CONTAINS(a.why, "grid of 4 ranks");
+    ASSERT_CONTAINS(a.why, "not a multiple of 4");
+  }
 }
 
 static void test_view_text(void) {
-  static const char *bad[] = {"1 2 0\n", "1 2 2 *\n", "1 2 0 2\n",
+  static const char *bad[] = {"1 2 0\n", "1 2 3 *\n", "1 2 0 2\n",
                               "1 2 0 1-0\n", "x 2 0 *\n", "1  2 0 *\n",
                               "01 2 0 *\n", "1 2 0 0,\n", "1 2000000 0 0\n",
                               "1 0 0 0\n"};
   ckpt_have_t *h;
   size_t n;
-  const char *ok = "300 8 0 0-3,6\n200 8 1 *\n100 0 0 *";
+  const char *ok = "300 8 0 0-3,6\n200 8 1 *\n100 0 0 *\n50 4 2 *";
   ASSERT_OK(ckpt_view_decode(ok, strlen(ok), &h, &n));
-  ASSERT_EQ(3, n);
+  ASSERT_EQ(4, n);
+  ASSERT_EQ(CKPT_REPL_MULTIPLE, h[3].replicated);
   ASSERT_EQ(300, h[0].step);
   ASSERT_EQ(0x4f, h[0].ranks[0]);
   ASSERT(h[1].ranks == NULL && h[1].replicated == 1);

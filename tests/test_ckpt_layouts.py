@@ -222,6 +222,10 @@ def test_deepspeed(tmp):
     write(os.path.join(root, "latest"), "global_step10")
     rep, _ = verify(root, 0)
     expect(rep["layout"] == "deepspeed", rep["layout"])
+    # No checksums in this layout: verify must not claim SHA-256.
+    expect(rep["checked"] == "structure", "deepspeed checked: %s" % rep["checked"])
+    out = run("verify", root).stdout
+    expect("SHA-256" not in out and "records no checksums" in out, out)
     s = check_step(rep, "global_step10", "complete")
     expect(s["world_size"] == 4 and s["files"] == 5, "step 10: %s" % s)
     # The last ZeRO shard missing: only dp_world_size in the model states
@@ -342,6 +346,19 @@ def test_dcp(tmp):
     check_step(rep, "step-300", "incomplete", ".metadata: missing")
     check_step(rep, "step-400", "incomplete", "__0_0.distcp: 0 bytes")
     check_resume(rep, "step-100")
+    # What launch before issue #22 made of a partial DCP step: its trailing
+    # number is a time, not the newest step.
+    dcp(os.path.join(root, "abandoned-step-500-1796182836408"))
+    rep, _ = verify(root, 1)
+    expect(not any(s["name"].startswith("abandoned-") for s in rep["steps"]),
+           "abandoned-step-N-T taken for a DCP step: %s" % [s["name"] for s in rep["steps"]])
+    check_resume(rep, "step-100")
+    # DCP steps named checkpoint-N (as Hugging Face's are): DCP by content.
+    hfname = os.path.join(tmp, "dcp-hf-names")
+    dcp(os.path.join(hfname, "checkpoint-7"))
+    rep, _ = verify(hfname, 0)
+    expect(rep["layout"] == "dcp", "checkpoint-N with .metadata: %s" % rep["layout"])
+    check_resume(rep, "checkpoint-7")
     # Every pickle protocol (Python 3.8-3.13 write 4, 3.14 writes 5).
     for proto in range(pickle.HIGHEST_PROTOCOL + 1):
         d = os.path.join(tmp, "dcp-proto", "p%d" % proto)

@@ -1,6 +1,8 @@
 /* test_env_fp.c - the node fingerprint: what goes in (templated values as
  * their template), serialise/parse round trip, strict parsing of wire
  * input, the diff naming the differing items and nodes, SHA-256. */
+#include <sys/stat.h>
+
 #include "env.h"
 #include "test.h"
 
@@ -57,6 +59,15 @@ static void test_sha256(void) {
   ASSERT_EQ(0, env_sha256_file(write_file("empty", ""), hex));
   ASSERT_STR_EQ(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   ASSERT_EQ(-ENOENT, env_sha256_file("/nonexistent/train.py", hex));
+  /* Issue #24: a FIFO or a device in place of a program is refused at
+   * once, never waited on or read for ever. */
+  {
+    char fifo[600];
+    snprintf(fifo, sizeof(fifo), "%s/fifo.py", test_tmpdir());
+    ASSERT_EQ(0, mkfifo(fifo, 0600));
+    ASSERT_EQ(RDZV_ENOTREG, env_sha256_file(fifo, hex));
+    ASSERT_EQ(RDZV_ENOTREG, env_sha256_file("/dev/zero", hex));
+  }
 }
 
 static void test_contents(void) {

@@ -379,8 +379,86 @@ static void test_init_in_order(void) {
   }
 }
 
+/* ZeRO-1's operations: a model sharded to [lo, hi) (cut inside tensors)
+ * updates bitwise the parameters and moments of the whole model's
+ * [lo, hi) and leaves the rest alone; the blocks' sums of squares added
+ * in order give grad_norm bit for bit; an empty shard updates nothing. */
+static void test_shard(void) {
+  const gpt_backend_ops_t *o = &gpt_cpu_ops;
+  size_t n = gpt_num_params(&cfg), lo = n / 3 + 1, hi = 2 * n / 3 + 5;
+  size_t block, nb;
+  float *p = random_params(n), *pw = malloc(n * sizeof(float));
+  float *mw = malloc(n * sizeof(float)), *vw = malloc(n * sizeof(float));
+  float *ps = malloc(n * sizeof(float)), *ms = malloc(n * sizeof(float));
+  float *vs = malloc(n * sizeof(float)), *p0 = malloc(n * sizeof(float));
+  float norm = 0, loss = 0;
+  double *part, total = 0;
+  int32_t tok[B * T], tgt[B * T];
+  gpt_adamw_t a = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                   .weight_decay = 0.1f, .grad_scale = 0.5f};
+  gpt_backend_t *whole = make(1, p), *sh = make(2, p), *empty = make(1, p);
+  ASSERT(pw && mw && vw && ps && ms && vs && p0);
+  ASSERT_EQ(-EINVAL, o->shard(sh, hi, lo));
+  ASSERT_EQ(0, o->shard(sh, lo, hi));
+  ASSERT_EQ(-EINVAL, o->shard(sh, lo, hi)); /* once */
+  ASSERT_EQ(0, o->shard(empty, n, n));
+  ASSERT(o->param_buffer(sh) != NULL);
+  batch(tok, tgt);
+  for (int t = 1; t <= 2; t++) {
+    gpt_backend_t *ms3[3] = {whole, sh, empty};
+    for (int i = 0; i < 3; i++) {
+      ASSERT_EQ(0, o->zero_grad(ms3[i]));
+      ASSERT_EQ(0, o->forward(ms3[i], tok, tgt, &loss));
+      ASSERT_EQ(0, o->backward(ms3[i], 1.0f, 1, NULL, NULL));
+    }
+    a.t = t;
+    ASSERT_EQ(0, o->get_state(sh, p0, NULL, NULL)); /* this step's start */
+    ASSERT_EQ(0, o->adamw(whole, &a));
+    ASSERT_EQ(0, o->adamw(sh, &a));
+    ASSERT_EQ(0, o->adamw(empty, &a));
+    /* the sharded model's other parameters are the whole one's (the
+     * trainer's all-gather) before the next forward */
+    ASSERT_EQ(0, o->get_state(whole, pw, NULL, NULL));
+    ASSERT_EQ(0, o->get_state(sh, ps, ms, vs));
+    ASSERT(memcmp(ps + lo, pw + lo, (hi - lo) * sizeof(float)) == 0);
+    ASSERT(memcmp(ps, p0, lo * sizeof(float)) == 0);
+    ASSERT(memcmp(ps + hi, p0 + hi, (n - hi) * sizeof(float)) == 0);
+    ASSERT_EQ(0, o->set_state(sh, pw, NULL, NULL));
+  }
+  ASSERT_EQ(0, o->get_state(whole, pw, mw, vw));
+  ASSERT_EQ(0, o->get_state(sh, ps, ms, vs));
+  ASSERT(memcmp(ms, mw + lo, (hi - lo) * sizeof(float)) == 0);
+  ASSERT(memcmp(vs, vw + lo, (hi - lo) * sizeof(float)) == 0);
+  ASSERT_EQ(0, o->get_state(empty, ps, NULL, NULL));
+  ASSERT(memcmp(ps, p, n * sizeof(float)) == 0);
+  /* the moments of a shard go back in as hi - lo floats */
+  ASSERT_EQ(0, o->set_state(sh, NULL, vw + lo, mw + lo));
+  ASSERT_EQ(0, o->get_state(sh, NULL, ms, vs));
+  ASSERT(memcmp(ms, vw + lo, (hi - lo) * sizeof(float)) == 0);
+  /* the norm from the blocks' sums */
+  block = o->norm_block(sh);
+  nb = (n + block - 1) / block;
+  part = malloc(nb * sizeof(double));
+  ASSERT(part != NULL && block >= 4096);
+  ASSERT_EQ(-EINVAL, o->grad_sumsq(sh, 0, nb + 1, part));
+  ASSERT_EQ(0, o->grad_sumsq(sh, 0, nb, part));
+  for (size_t i = 0; i < nb; i++)
+    total += part[i];
+  ASSERT_EQ(0, o->grad_norm(sh, 0.25f, &norm));
+  {
+    float mine = (float)(sqrt(total) * 0.25);
+    ASSERT(memcmp(&mine, &norm, sizeof(float)) == 0 && norm > 0);
+  }
+  o->destroy(whole);
+  o->destroy(sh);
+  o->destroy(empty);
+  free(part);
+  free(p), free(pw), free(mw), free(vw), free(ps), free(ms), free(vs), free(p0);
+}
+
 int main(void) {
   ASSERT_STR_EQ("cpu", gpt_cpu_ops.name);
+  test_shard();
   test_init_in_order();
   test_gradient();
   test_accumulation();

@@ -258,6 +258,43 @@ def test_no_progress_reports_not_watched():
         shutil.rmtree(d)
 
 
+def test_spoofed_keys_kill_nobody():
+    """Issue #24: rank 0 writes rank 1's keys before rank 1 reports (the
+    TCPStore form without the worker's tag, the native form with rank 0's
+    own), and rank 1 starts reporting 3 s late under --hang-timeout 2: the
+    spoofed values never start the watch, so the healthy rank 1 is not
+    killed and the job ends 0; the foreign write is logged once."""
+    d = tempfile.mkdtemp(prefix="launch-hang-")
+    p = agent(["--nproc-per-node", "2", "--max-restarts", "0", "--hang-timeout", "2",
+               WORKER, "30", "spoof", d], d)
+    try:
+        rc, out = finish(p, 120)
+        assert rc == 0, out
+        assert not hang_lines(out), out
+        assert "written by something other than its worker" in out, out
+    finally:
+        p.kill()
+        shutil.rmtree(d)
+
+
+def test_stale_key_other_form():
+    """Issue #24: a stale TCPStore-form key of rank 1 (an earlier run's,
+    an hour old) is there before rank 1's native reports start; rank 1
+    then spins: it is still caught, and the job restarts and succeeds."""
+    d = tempfile.mkdtemp(prefix="launch-hang-")
+    p = agent(["--nproc-per-node", "2", "--max-restarts", "1", "--hang-timeout", "2",
+               WORKER, "20", "stale", d], d)
+    try:
+        rc, out = finish(p, 120)
+        assert rc == 0, out
+        lines = hang_lines(out)
+        assert lines and "hang: rank 1 " in lines[0], out
+        assert "restarting the workers (round 1)" in out, out
+    finally:
+        p.kill()
+        shutil.rmtree(d)
+
+
 def test_env_and_off():
     """LAUNCH_HANG_TIMEOUT turns it on like the flag; --hang-timeout off
     (the default) leaves a spinning rank alone until the job is stopped."""

@@ -2,6 +2,7 @@
  * comes back from pack and unpack as it was, missing keys take their
  * defaults, unknown keys are ignored (a newer peer's fields), and a field of
  * the wrong type is refused with a message naming it. */
+#include <math.h>
 #include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -357,12 +358,93 @@ static void test_strict_and_lenient(void) {
   wire_free(&w);
 }
 
+static int unhex(const char *h, uint8_t *out) {
+  int n = 0;
+  for (; h[0] && h[1]; h += 2)
+    out[n++] = (uint8_t)strtol((char[]){h[0], h[1], 0}, NULL, 16);
+  return n;
+}
+
+/* The progress key: the map with its optional scalars, the bare text of
+ * older writers, the bytes examples/torch_progress.py writes. */
+static void test_progress(void) {
+  msg_progress_t a, b;
+  uint8_t buf[MSG_PROGRESS_MAX], py[256];
+  char err[256];
+  size_t n;
+  int np;
+  msg_progress_init(&a);
+  a.step = 42;
+  a.time_ms = 1700000000123;
+  a.loss = 3.25, a.has_loss = 1;
+  a.grad_norm = 0.5, a.has_grad_norm = 1;
+  a.lr = 6e-4, a.has_lr = 1;
+  a.step_time = 0.125, a.has_step_time = 1;
+  a.tokens = 65536, a.has_tokens = 1;
+  a.total_steps = 1000, a.has_total_steps = 1;
+  a.compute_time = 0.0625, a.has_compute_time = 1;
+  n = msg_progress_encode(&a, buf, sizeof(buf));
+  ASSERT(n > 0 && n <= MSG_PROGRESS_MAX);
+  ASSERT_EQ(0, msg_progress_decode(buf, n, &b, err, sizeof(err)));
+  ASSERT_EQ(42, b.step);
+  ASSERT_EQ(1700000000123, b.time_ms);
+  ASSERT(b.has_loss && b.loss == 3.25 && b.has_grad_norm && b.grad_norm == 0.5);
+  ASSERT(b.has_lr && b.lr == 6e-4 && b.has_step_time && b.step_time == 0.125);
+  ASSERT(b.has_tokens && b.tokens == 65536);
+  ASSERT(b.has_total_steps && b.total_steps == 1000);
+  ASSERT(b.has_compute_time && b.compute_time == 0.0625);
+  ASSERT_EQ(0, msg_progress_encode(&a, buf, 10)); /* too small */
+  /* absent scalars stay absent; NaN loss is a value */
+  msg_progress_init(&a);
+  a.step = 1;
+  a.loss = NAN, a.has_loss = 1;
+  n = msg_progress_encode(&a, buf, sizeof(buf));
+  ASSERT_EQ(0, msg_progress_decode(buf, n, &b, err, sizeof(err)));
+  ASSERT(b.has_loss && isnan(b.loss) && !b.has_lr && !b.has_tokens);
+  /* the tag travels in the map too, and only when set */
+  snprintf(a.tag, sizeof(a.tag), "%s", "0123456789abcdef");
+  n = msg_progress_encode(&a, buf, sizeof(buf));
+  ASSERT_EQ(0, msg_progress_decode(buf, n, &b, err, sizeof(err)));
+  ASSERT_STR_EQ("0123456789abcdef", b.tag);
+  a.tag[0] = '\0';
+  n = msg_progress_encode(&a, buf, sizeof(buf));
+  ASSERT(memmem(buf, n, "tag", 3) == NULL);
+  /* the bare step of older writers */
+  ASSERT_EQ(0, msg_progress_decode("17 1700000000000", 16, &b, err,
+                                   sizeof(err)));
+  ASSERT(b.step == 17 && b.time_ms == 1700000000000 && !b.has_loss);
+  ASSERT_EQ(RDZV_EPROTO, msg_progress_decode("17", 2, &b, err, sizeof(err)));
+  ASSERT_CONTAINS(err, "is not '<step> <unix ms> [<tag>]'");
+  /* the worker's tag after the time (LAUNCH_PROGRESS_TAG, issue #24) */
+  ASSERT_EQ(0, msg_progress_decode("17 5 x", 6, &b, err, sizeof(err)));
+  ASSERT(b.step == 17 && b.time_ms == 5 && strcmp(b.tag, "x") == 0);
+  ASSERT_EQ(RDZV_EPROTO, msg_progress_decode("17 5 x y", 8, &b, err,
+                                             sizeof(err)));
+  ASSERT_EQ(RDZV_EPROTO, msg_progress_decode("17 5 ", 5, &b, err,
+                                             sizeof(err)));
+  ASSERT_EQ(RDZV_EPROTO, msg_progress_decode("step", 4, &b, err, sizeof(err)));
+  ASSERT_EQ(RDZV_EPROTO, msg_progress_decode("", 0, &b, err, sizeof(err)));
+  /* trailing bytes after the map are refused */
+  n = msg_progress_encode(&a, buf, sizeof(buf));
+  buf[n] = 0;
+  ASSERT_EQ(RDZV_EPROTO, msg_progress_decode(buf, n + 1, &b, err, sizeof(err)));
+  /* encode_progress(7, 1700000000000, loss=2.5, lr=0.001, tokens=4096) of
+   * examples/torch_progress.py */
+  np = unhex("85a473746570d30000000000000007a774696d655f6d73d30000018bcfe56800"
+             "a46c6f7373cb4004000000000000a26c72cb3f50624dd2f1a9fca6746f6b656e"
+             "73d30000000000001000", py);
+  ASSERT_EQ(0, msg_progress_decode(py, (size_t)np, &b, err, sizeof(err)));
+  ASSERT(b.step == 7 && b.time_ms == 1700000000000 && b.loss == 2.5 &&
+         b.lr == 0.001 && b.tokens == 4096 && !b.has_grad_norm);
+}
+
 int main(void) {
   test_join();
   test_round_and_restart();
   test_report_and_shutdown();
   test_status();
   test_strict_and_lenient();
+  test_progress();
   printf("test_msg: ok\n");
   return 0;
 }

@@ -59,10 +59,45 @@ static void check_allreduce(rt_t *rt, size_t n) {
   free(buf);
 }
 
+/* Reduce-scatter then all-gather with uneven parts (one empty, one that
+ * starts past 0, one of several of the mesh's pieces of 2^18 floats, the
+ * others of fewer): each rank's part is the rank-order sum after the first,
+ * every part on every rank after the second; outside the parts buf is
+ * left alone. */
+static void check_reduce_scatter(rt_t *rt) {
+  size_t part[WORLD + 1] = {5, 1005, 1005, 600000, 700001}, n = 700010;
+  int me = rt_rank(rt);
+  float *buf = malloc(n * sizeof(float));
+  ASSERT(buf != NULL);
+  for (size_t i = 0; i < n; i++)
+    buf[i] = value(me, i);
+  ASSERT_EQ(0, rt_reduce_scatter(rt, buf, part, RT_FP32));
+  for (size_t i = part[me]; i < part[me + 1]; i++) {
+    float want = rank_order_sum(i);
+    if (memcmp(&want, &buf[i], sizeof(float)) != 0)
+      TEST_FAIL("rank %d: reduce-scatter element %zu is %.9g, the rank-order "
+                "sum %.9g", me, i, (double)buf[i], (double)want);
+  }
+  ASSERT_EQ(0, rt_allgather(rt, buf, part, sizeof(float)));
+  for (size_t i = 0; i < n; i++) {
+    float want = i < part[0] || i >= part[WORLD] ? value(me, i)
+                                                 : rank_order_sum(i);
+    if (memcmp(&want, &buf[i], sizeof(float)) != 0)
+      TEST_FAIL("rank %d: all-gather element %zu is %.9g, not %.9g", me, i,
+                (double)buf[i], (double)want);
+  }
+  part[2] = 0; /* not ascending */
+  ASSERT_EQ(RDZV_EINVAL, rt_reduce_scatter(rt, buf, part, RT_FP32));
+  ASSERT_EQ(RDZV_EINVAL, rt_allgather(rt, buf, part, sizeof(float)));
+  free(buf);
+}
+
 /* Segments laid out as gpt.h's: segment 0 highest in memory. Step 1
  * reports them (or not: rt_grads_wait() does it then), step 2 starts from
- * equal buffers on every rank. */
-static void check_grads(rt_t *rt, int report) {
+ * equal buffers on every rank. shard: reduce-scattered (rt_grads_shard)
+ * into parts cut inside segments, one empty: only this rank's part is
+ * checked. */
+static void check_grads(rt_t *rt, int report, int shard) {
   enum { NSEG = 5 };
   size_t off[NSEG], cnt[NSEG] = {1000, 3, 70000, 1, 513}, n = 0;
   float *g;
@@ -71,18 +106,24 @@ static void check_grads(rt_t *rt, int report) {
     off[s] = n;
     n += cnt[s];
   }
+  size_t part[WORLD + 1] = {0, 600, 600, 40001, n}, lo = 0, hi = n;
   g = malloc(n * sizeof(float));
   ASSERT(g != NULL);
   for (size_t i = 0; i < n; i++)
     g[i] = value(me, i);
   ASSERT_EQ(0, rt_grads_register(rt, g, RT_FP32, NSEG, off, cnt));
+  if (shard) {
+    ASSERT_EQ(0, rt_grads_shard(rt, part));
+    lo = part[me];
+    hi = part[me + 1];
+  }
   for (int step = 0; step < 2; step++) {
     for (int s = 0; s < NSEG && report; s++)
       ASSERT_EQ(0, rt_grads_ready(rt, s, NULL));
     if (report) /* twice in one step */
       ASSERT(rt_grads_ready(rt, 0, NULL) < 0);
     ASSERT_EQ(0, rt_grads_wait(rt));
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = lo; i < hi; i++) {
       float want = step == 0 ? rank_order_sum(i) : (float)(i % 7) * 4.0f;
       if (memcmp(&want, &g[i], sizeof(float)) != 0)
         TEST_FAIL("rank %d step %d: gradient %zu is %.9g, want %.9g", me, step,
@@ -90,6 +131,11 @@ static void check_grads(rt_t *rt, int report) {
     }
     for (size_t i = 0; i < n; i++)
       g[i] = (float)(i % 7);
+  }
+  if (shard) {
+    part[1] = n + 1; /* not ascending */
+    ASSERT_EQ(RDZV_EINVAL, rt_grads_shard(rt, part));
+    ASSERT_EQ(0, rt_grads_shard(rt, NULL));
   }
   free(g);
 }
@@ -150,6 +196,7 @@ static int worker(const char *mode) {
   check_allreduce(rt, 3);
   check_allreduce(rt, 4);
   check_allreduce(rt, 1000003);
+  check_reduce_scatter(rt);
   {
     char msg[40000];
     for (size_t i = 0; i < sizeof(msg); i++)
@@ -160,8 +207,11 @@ static int worker(const char *mode) {
     ASSERT(rt_broadcast(rt, msg, 1, WORLD) < 0);
   }
   ASSERT_EQ(0, rt_barrier(rt));
-  check_grads(rt, 1);
-  check_grads(rt, 0);
+  check_grads(rt, 1, 0);
+  check_grads(rt, 0, 0);
+  check_grads(rt, 1, 1);
+  check_grads(rt, 0, 1);
+  check_grads(rt, 1, 0); /* the all-reduce again */
   {
     float h[2] = {(float)me, 1.0f};
     ASSERT_EQ(0, rt_allreduce_host(rt, h, 2));

@@ -44,7 +44,8 @@ def pythons():
 def trial(py, n):
     d = tempfile.mkdtemp(prefix="launch-torchrestart-")
     try:
-        env = dict(os.environ, PYTHON_EXEC=py, OMP_NUM_THREADS="1")
+        # launch's run directory goes under d too, removed with it
+        env = dict(os.environ, PYTHON_EXEC=py, OMP_NUM_THREADS="1", TMPDIR=d)
         t0 = time.time()
         p = subprocess.run(
             [lt.launch_bin(), "--standalone", "--nproc-per-node", "2",

@@ -52,6 +52,8 @@ grep -q "vocabulary 300 (padded 384)" "$T/out" || { cat "$T/out"; fail "padded v
 expect 2 "does not divide --channels 64" --heads 5
 expect 2 "--layers 0: expected an integer >= 1" --layers 0
 expect 2 "--batch -1: expected an integer >= 1" --batch -1
+expect 2 "--zero 2: use 0 (no sharding) or 1 (the AdamW state)" --zero 2
+expect 2 "--zero x: expected an integer >= 0" --zero x
 expect 2 "--steps abc" --steps abc
 expect 2 "--lr -1: expected a number >= 0" --lr -1
 expect 2 "--seq-len 0" --seq-len 0
@@ -75,7 +77,8 @@ expect 3 "the loss is -*\(nan\|inf\) at step [0-9]*: training diverged" --lr 1e3
 # --help lists the flags and exits 0
 "$TG" --help >"$T/help" || fail "--help exit code"
 for f in --preset --layers --heads --channels --seq-len --vocab --data --steps --batch \
-         --accum --lr --seed --val-every --dtype --device --dump-params --stop-grad-norm; do
+         --accum --lr --seed --val-every --dtype --device --dump-params --stop-grad-norm \
+         --zero; do
   grep -q -- "$f" "$T/help" || fail "--help lacks $f"
 done
 echo "test_train_gpt_input: ok"

@@ -7,6 +7,8 @@
  * the containment the machine allows (cgroup v2 here when it may) and with
  * the subreaper fallback. On a build without containment every case
  * fails: group signals never reach a sleeper in another session. */
+#include <sys/stat.h>
+
 #include "wk_test.h"
 
 static int cases;
@@ -60,7 +62,7 @@ static void one(int subreaper, const char *how, const char *end) {
   if (strcmp(end, "kill9") == 0) {
     /* The subreaper's /proc scan runs once a second while workers run:
      * give it that, this test is about what happens after. */
-    if (strcmp(mode, "subreaper") == 0)
+    if (strcmp(mode, "subreaper") == 0 || strcmp(how, "cgdaemon") == 0)
       usleep((useconds_t)test_ms(1600) * 1000);
     ASSERT_EQ(0, kill(helper, SIGKILL));
     status = test_wait(helper, test_ms(5000));
@@ -81,8 +83,47 @@ static void one(int subreaper, const char *how, const char *end) {
     TEST_FAIL("%s (%s): the escaped sleeper %d outlived the end (%s)", tag,
               mode, (int)sleeper, end);
   }
+  if (strcmp(how, "subcg") == 0) {
+    /* The sub-cgroups the worker made went with it, deepest first. */
+    char cgf[700], *top;
+    struct stat sb;
+    snprintf(cgf, sizeof(cgf), "%s.cg", file);
+    ASSERT((top = test_read_file(cgf)) != NULL);
+    top[strcspn(top, "\n")] = '\0';
+    for (int t = 0; t < test_ms(3000) && stat(top, &sb) == 0; t += 10)
+      usleep(10000);
+    if (stat(top, &sb) == 0)
+      TEST_FAIL("%s (%s): the worker's sub-cgroup %s is left behind", tag,
+                mode, top);
+    free(top);
+  }
   printf("%-28s %-9s: the escaped sleeper is gone\n", tag, mode);
   cases++;
+}
+
+/* Issue #24, as root with cgroup v2 only: a root worker's daemon that
+ * moves itself into the root cgroup, and one in sub-cgroups its worker
+ * made, are gone after each end, and so are the sub-cgroups. RET the cases
+ * run, 0 when skipped. */
+static int cgroup_escapes(void) {
+  static const char *const ends[] = {"kill9", "term", "exit"};
+  char probe[600], mode[32];
+  int before = cases;
+  if (geteuid() != 0) {
+    printf("cgroup escapes: skipped (not root)\n");
+    return 0;
+  }
+  snprintf(probe, sizeof(probe), "%s/a-setsid-exit.pids", test_tmpdir());
+  mode_of(probe, mode, sizeof(mode));
+  if (strcmp(mode, "cgroup") != 0) {
+    printf("cgroup escapes: skipped (containment here: %s)\n", mode);
+    return 0;
+  }
+  for (size_t e = 0; e < 3; e++) {
+    one(0, "cgdaemon", ends[e]);
+    one(0, "subcg", ends[e]);
+  }
+  return cases - before;
 }
 
 int main(void) {
@@ -98,6 +139,8 @@ int main(void) {
     for (size_t h = 0; h < 2; h++)
       for (size_t e = 0; e < 3; e++)
         one(sr, hows[h], ends[e]);
+  ASSERT_EQ(12, cases);
+  cases -= cgroup_escapes();
   ASSERT_EQ(12, cases);
   while (waitpid(-1, &status, WNOHANG) > 0)
     ;

@@ -13,12 +13,16 @@
  *                      and write its pid to FILE (atomically): HOW setsid
  *                      (a child in a session of its own) or daemon (fork,
  *                      setsid, fork, the middle one exits: the classic
- *                      daemon, orphaned and in its own session); THEN
+ *                      daemon, orphaned and in its own session), cgdaemon
+ *                      (a daemon that moves itself to the root cgroup) or
+ *                      subcg (a daemon in sub-cgroups it made under its
+ *                      worker's, their top written to FILE.cg); THEN
  *                      wait (sleep until killed) or exit (exit 0) */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -26,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -113,6 +118,46 @@ static void write_pid(const char *file, pid_t pid) {
     _exit(92);
 }
 
+/* The cgroup2 mount point and this process's cgroup under it. RET 0. */
+static int my_cgroup(char *root, size_t rn, char *dir, size_t dn) {
+  char line[4096], cg[2048] = "";
+  FILE *f = fopen("/proc/self/cgroup", "r");
+  if (f == NULL)
+    return -1;
+  while (fgets(line, sizeof(line), f))
+    if (strncmp(line, "0::", 3) == 0) {
+      line[strcspn(line, "\n")] = '\0';
+      snprintf(cg, sizeof(cg), "%s", line + 3);
+    }
+  fclose(f);
+  if ((f = fopen("/proc/self/mounts", "r")) == NULL || cg[0] == '\0')
+    return -1;
+  root[0] = '\0';
+  while (fgets(line, sizeof(line), f)) {
+    char dev[256], mnt[2048], type[64];
+    if (sscanf(line, "%255s %2047s %63s", dev, mnt, type) == 3 &&
+        strcmp(type, "cgroup2") == 0) {
+      snprintf(root, rn, "%s", mnt);
+      break;
+    }
+  }
+  fclose(f);
+  if (root[0] == '\0')
+    return -1;
+  snprintf(dir, dn, "%s%s", root, strcmp(cg, "/") ? cg : "");
+  return 0;
+}
+
+static int write_str(const char *path, const char *s) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  ssize_t r;
+  if (fd < 0)
+    return -1;
+  r = write(fd, s, strlen(s));
+  close(fd);
+  return r == (ssize_t)strlen(s) ? 0 : -1;
+}
+
 static int escape(const char *how, const char *file, const char *then) {
   pid_t p = fork();
   if (p < 0)
@@ -124,16 +169,44 @@ static int escape(const char *how, const char *file, const char *then) {
     dup2(null, 1);
     dup2(null, 2);
     setsid();
-    if (strcmp(how, "daemon") == 0) {
+    if (strcmp(how, "daemon") == 0 || strcmp(how, "cgdaemon") == 0 ||
+        strcmp(how, "subcg") == 0) {
       pid_t q = fork();
       if (q != 0)
         _exit(q < 0 ? 94 : 0);
+    }
+    if (strcmp(how, "cgdaemon") == 0 || strcmp(how, "subcg") == 0) {
+      /* A root worker's daemon that leaves its cgroup: to the root one
+       * (cgdaemon), or into sub-cgroups it makes two levels down (subcg,
+       * whose top directory is written to FILE.cg). */
+      char root[2048], dir[4096], sub[4200], cgf[4300];
+      if (my_cgroup(root, sizeof(root), dir, sizeof(dir)) != 0)
+        _exit(95);
+      if (strcmp(how, "cgdaemon") == 0) {
+        snprintf(sub, sizeof(sub), "%s", root);
+      } else {
+        char top[4200];
+        FILE *f;
+        snprintf(top, sizeof(top), "%s/sub", dir);
+        snprintf(sub, sizeof(sub), "%s/sub/deeper", dir);
+        if ((mkdir(top, 0755) != 0 && errno != EEXIST) ||
+            (mkdir(sub, 0755) != 0 && errno != EEXIST))
+          _exit(96);
+        snprintf(cgf, sizeof(cgf), "%s.cg", file);
+        if ((f = fopen(cgf, "w")) == NULL)
+          _exit(97);
+        fprintf(f, "%s\n", top);
+        fclose(f);
+      }
+      snprintf(cgf, sizeof(cgf), "%s/cgroup.procs", sub);
+      if (write_str(cgf, "0") != 0)
+        _exit(98);
     }
     write_pid(file, getpid());
     for (;;)
       pause();
   }
-  if (strcmp(how, "daemon") == 0)
+  if (strcmp(how, "setsid") != 0)
     waitpid(p, NULL, 0); /* the middle process: gone at once */
   /* The sleeper is up (its pid written) before the worker goes on. */
   for (int i = 0; i < 10000 && access(file, F_OK) != 0; i++)

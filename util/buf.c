@@ -71,6 +71,18 @@ void lu_buf_json_str(lu_buf_t *b, const char *s) {
   }
   lu_buf_put(b, "\"", 1);
   for (; *p; p++) {
+    /* Always valid UTF-8: a byte that is not part of a UTF-8 sequence (a
+     * file name in another encoding) becomes U+FFFD. */
+    if (*p >= 0x80) {
+      size_t len = lu_utf8_seq(p, strnlen((const char *)p, 4));
+      if (len == 0) {
+        lu_buf_put(b, "\\ufffd", 6);
+      } else {
+        lu_buf_put(b, (const char *)p, len);
+        p += len - 1;
+      }
+      continue;
+    }
     switch (*p) {
     case '"': lu_buf_put(b, "\\\"", 2); break;
     case '\\': lu_buf_put(b, "\\\\", 2); break;

@@ -51,15 +51,18 @@ void lu_log_init(lu_log_t *log, const char *who) {
 }
 
 void lu_log_set_who(lu_log_t *log, const char *fmt, ...) {
+  char who[sizeof(log->who)];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(log->who, sizeof(log->who), fmt, ap);
+  vsnprintf(who, sizeof(who), fmt, ap);
   va_end(ap);
+  /* A host name is anyone's (LAUNCH_HOSTNAME, the scheduler's). */
+  lu_escape(who, strlen(who), log->who, sizeof(log->who), 0);
 }
 
 void lu_log_write(const lu_log_t *log, int level, const char *fmt, ...) {
   static const char *const tags[] = {"error", "warning", "info", "debug"};
-  char line[2048];
+  char line[4096], msg[2048];
   int n;
   va_list ap;
   FILE *out = log->out ? log->out : stderr;
@@ -74,8 +77,13 @@ void lu_log_write(const lu_log_t *log, int level, const char *fmt, ...) {
   if (n < 0 || (size_t)n >= sizeof(line))
     n = 0;
   va_start(ap, fmt);
-  vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  /* Messages quote what clients, workers and files say (job and host
+   * names, paths): no escape code reaches the terminal, and no newline in
+   * them starts what would look like a line of launch's own. */
+  lu_escape(msg, strlen(msg), line + n, sizeof(line) - 1 - (size_t)n,
+            LU_ESC_NEWLINE_INDENT);
   /* One fputs per line so that lines of concurrent writers do not mix. */
   n = (int)strlen(line);
   if (n + 1 < (int)sizeof(line)) {

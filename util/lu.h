@@ -103,6 +103,23 @@ int lu_random(void *buf, size_t n);
 /* Lower-case hex of n bytes into out (2n+1 bytes). */
 void lu_hex(const void *buf, size_t n, char *out);
 
+/* ---- untrusted text (escape.c) ------------------------------------------ */
+
+/* The length (1-4) of the valid UTF-8 sequence at p (n bytes left), 0 when
+ * it is not one (overlong, surrogate, cut, stray continuation byte). */
+size_t lu_utf8_seq(const unsigned char *p, size_t n);
+#define LU_ESC_NEWLINE_INDENT 1u /* '\n' -> "\n    " (a log message's
+                                    continuation), else \x0a */
+/* Text anyone may have chosen (job, host and file names, worker output in
+ * summaries), for a terminal or a log: valid UTF-8 other than controls is
+ * kept; C0/C1 controls (ESC, CR, BEL, ...), DEL and bytes that are not
+ * UTF-8 become \xNN; tabs stay. Cut at a whole character to fit cap
+ * (> 0). RET the length written. */
+size_t lu_escape(const char *in, size_t n, char *out, size_t cap,
+                 unsigned flags);
+/* lu_escape of a string (NULL: ""), for a printf argument. RET buf. */
+const char *lu_esc(const char *s, char *buf, size_t cap);
+
 /* SHA-256 and HMAC-SHA256 (util/sha256.c), without OpenSSL. */
 #define LU_SHA256_LEN 32
 typedef struct lu_sha256_s {
@@ -116,8 +133,26 @@ void lu_sha256_update(lu_sha256_t *s, const void *data, size_t n);
 void lu_sha256_final(lu_sha256_t *s, uint8_t out[LU_SHA256_LEN]);
 void lu_hmac_sha256(const void *key, size_t klen, const void *msg, size_t n,
                     uint8_t out[LU_SHA256_LEN]);
-/* Read a whole small file (<= max bytes). OUT *data malloc'd, NUL-terminated.
- * RET 0 or -errno, RDZV_ETOOBIG. */
+/* Files that other users and programs write (token files, host files,
+ * checkpoint metadata) are opened so that they can never block launch:
+ * O_NONBLOCK (a FIFO's open returns at once), fstat, and only regular files
+ * go on (FIFOs, devices, sockets and directories are refused, err names the
+ * path and its type). Symbolic links are followed unless nofollow.
+ * OUT *st (may be NULL). RET the fd (O_NONBLOCK cleared), or -errno,
+ * -EISDIR, RDZV_ENOTREG (not a regular file). */
+struct stat;
+int lu_open_regular(const char *path, int nofollow, struct stat *st,
+                    char *err, size_t errlen);
+/* "regular file", "FIFO", "character device", ... of an st_mode. */
+const char *lu_file_type(unsigned mode);
+/* Read a whole small file (<= max bytes) through lu_open_regular: a larger
+ * one is refused from its size before anything is read, and memory follows
+ * the file's real size. OUT *data malloc'd, NUL-terminated; err (NULL
+ * allowed) names the file and the limit or type. RET 0 or -errno,
+ * RDZV_ENOTREG (not a regular file), RDZV_ETOOBIG (over max). */
+int lu_read_file_safe(const char *path, size_t max, char **data, size_t *len,
+                      char *err, size_t errlen);
+/* lu_read_file_safe without the message. */
 int lu_read_file(const char *path, size_t max, char **data, size_t *len);
 /* Append s to the ", "-separated list in out[cap] (cut to fit). */
 void lu_list_add(char *out, size_t cap, const char *s);
@@ -130,9 +165,11 @@ size_t lu_rtrim(char *s, size_t len);
  * /sys and /proc values under a root prefix (NULL = "/") that tests fake.
  * RET its length, or -1. */
 int lu_read_line(const char *root, const char *path, char *buf, size_t n);
-/* A secret file (--token-file): at most 4 KiB, trailing newlines cut, not
- * empty. OUT *tok (malloc'd), *len. RET 0, or an error with err saying
+/* A secret file (--token-file): a regular file of at most LU_TOKEN_MAX
+ * bytes (a FIFO or device is refused, never waited on), trailing newlines
+ * cut, not empty; a world-writable one is read with a warning on stderr. OUT *tok (malloc'd), *len. RET 0, or an error with err saying
  * what to do. */
+#define LU_TOKEN_MAX 4096
 int lu_read_token(const char *path, char **tok, size_t *len, char *err,
                   size_t errlen);
 /* mkdir -p, mode 0755. RET 0 or -errno (-ENOTDIR: a file is in the way). */

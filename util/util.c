@@ -228,24 +228,86 @@ void lu_hex(const void *buf, size_t n, char *out) {
   out[2 * n] = '\0';
 }
 
-int lu_read_file(const char *path, size_t max, char **data, size_t *len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+const char *lu_file_type(unsigned mode) {
+  switch (mode & S_IFMT) {
+  case S_IFREG: return "regular file";
+  case S_IFDIR: return "directory";
+  case S_IFIFO: return "FIFO";
+  case S_IFCHR: return "character device";
+  case S_IFBLK: return "block device";
+  case S_IFSOCK: return "socket";
+  case S_IFLNK: return "symbolic link";
+  default: return "special file";
+  }
+}
+
+int lu_open_regular(const char *path, int nofollow, struct stat *st,
+                    char *err, size_t errlen) {
+  struct stat sb;
+  int fd, flags;
+  if (st == NULL)
+    st = &sb;
+  /* O_NONBLOCK: opening a FIFO for reading waits for a writer, for ever
+   * when none comes; with it the open returns at once and fstat says
+   * what the path really is. */
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY |
+                      (nofollow ? O_NOFOLLOW : 0));
+  if (fd < 0) {
+    int e = errno;
+    if (e == ELOOP && nofollow)
+      lu_errf(err, errlen, "%s is a symbolic link: refused here", path);
+    else
+      lu_errf(err, errlen, "%s: %s", path, strerror(e));
+    return -e;
+  }
+  if (fstat(fd, st) != 0) {
+    int e = errno;
+    lu_errf(err, errlen, "%s: fstat: %s", path, strerror(e));
+    close(fd);
+    return -e;
+  }
+  if (!S_ISREG(st->st_mode)) {
+    lu_errf(err, errlen, "%s is a %s, not a regular file: refused", path,
+            lu_file_type(st->st_mode));
+    close(fd);
+    return S_ISDIR(st->st_mode) ? -EISDIR : RDZV_ENOTREG;
+  }
+  /* Regular files never block; reads then behave as usual. */
+  if ((flags = fcntl(fd, F_GETFL)) >= 0)
+    (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+int lu_read_file_safe(const char *path, size_t max, char **data, size_t *len,
+                      char *err, size_t errlen) {
+  struct stat st;
   char *buf = NULL;
-  size_t cap = 0, used = 0;
-  int rc = 0;
-  if (fd < 0)
-    return -errno;
+  size_t cap, used = 0;
+  int fd, rc = 0;
+  if ((fd = lu_open_regular(path, 0, &st, err, errlen)) < 0)
+    return fd;
+  if (st.st_size > 0 && (uint64_t)st.st_size > max) {
+    lu_errf(err, errlen, "%s is %llu bytes, over the %zu-byte limit for "
+            "this file", path, (unsigned long long)st.st_size, max);
+    close(fd);
+    return RDZV_ETOOBIG;
+  }
+  /* What fstat says (0 for /proc and /sys files) sizes the buffer, so
+   * memory follows what is really there; a file that grows while it is
+   * read still stops at max. */
+  cap = (size_t)st.st_size + 2; /* + 1 spare byte to see the end */
+  if (cap < 4096)
+    cap = LU_MIN(max + 1, (size_t)4096);
   for (;;) {
     ssize_t r;
-    if (used + 1 >= cap) {
-      size_t ncap = cap ? cap * 2 : 4096;
+    if (buf == NULL || used + 1 >= cap) {
+      size_t ncap = buf == NULL ? cap : LU_MIN(cap * 2, max + 2);
       char *nb;
-      if (cap > max + 1) {
+      if (buf != NULL && ncap <= cap) {
         rc = RDZV_ETOOBIG;
         break;
       }
-      nb = realloc(buf, ncap);
-      if (nb == NULL) {
+      if ((nb = realloc(buf, ncap)) == NULL) {
         rc = RDZV_ENOMEM;
         break;
       }
@@ -269,16 +331,25 @@ int lu_read_file(const char *path, size_t max, char **data, size_t *len) {
   }
   close(fd);
   if (rc != 0) {
+    if (rc == RDZV_ETOOBIG)
+      lu_errf(err, errlen, "%s is over the %zu-byte limit for this file",
+              path, max);
+    else if (rc == RDZV_ENOMEM)
+      lu_errf(err, errlen, "%s: out of memory", path);
+    else
+      lu_errf(err, errlen, "%s: read: %s", path, strerror(-rc));
     free(buf);
     return rc;
   }
-  if (buf == NULL && (buf = malloc(1)) == NULL)
-    return RDZV_ENOMEM;
   buf[used] = '\0';
   *data = buf;
   if (len)
     *len = used;
   return 0;
+}
+
+int lu_read_file(const char *path, size_t max, char **data, size_t *len) {
+  return lu_read_file_safe(path, max, data, len, NULL, 0);
 }
 
 void lu_list_add(char *out, size_t cap, const char *s) {
@@ -338,9 +409,13 @@ int lu_read_line(const char *root, const char *path, char *buf, size_t n) {
 
 int lu_read_token(const char *path, char **tok, size_t *len, char *err,
                   size_t errlen) {
-  int rc = lu_read_file(path, 4096, tok, len);
+  char why[1024];
+  struct stat st;
+  int rc = lu_read_file_safe(path, LU_TOKEN_MAX, tok, len, why, sizeof(why));
   if (rc != 0) {
-    lu_errf(err, errlen, "--token-file %s: %s", path, rdzv_strerror(rc));
+    lu_errf(err, errlen, "--token-file %s%s", why,
+            rc == RDZV_ETOOBIG ? " (a token file holds one secret of at "
+                                 "most 4096 bytes)" : "");
     return rc;
   }
   if ((*len = lu_rtrim(*tok, *len)) == 0) {
@@ -349,6 +424,15 @@ int lu_read_token(const char *path, char **tok, size_t *len, char *err,
     free(*tok);
     *tok = NULL;
     return RDZV_EINVAL;
+  }
+  /* Anyone who can write the secret can join or hijack the job (sshd
+   * refuses such key files; a warning keeps shared test setups going). */
+  if (stat(path, &st) == 0 && (st.st_mode & S_IWOTH)) {
+    lu_log_t log;
+    lu_log_init(&log, "launch");
+    LU_WARN(&log, "--token-file %s is writable by every user (mode %03o): "
+            "anyone on this host can change the job's secret; chmod 600 it",
+            path, (unsigned)(st.st_mode & 0777));
   }
   return 0;
 }

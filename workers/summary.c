@@ -142,12 +142,23 @@ int sum_exit_status(const sum_failure_t *root) {
   return 1; /* a failure never exits 0 */
 }
 
+/* n bytes of a worker's text: no escape code reaches the terminal (issue
+ * #24). */
+static void sum_put(FILE *out, const char *p, size_t n) {
+  char small[1024], *b = n * 4 < sizeof(small) ? small : malloc(n * 4 + 1);
+  if (b == NULL)
+    return;
+  fwrite(b, 1, lu_escape(p, n, b, n * 4 + 1, 0), out);
+  if (b != small)
+    free(b);
+}
+
 /* Print text with every line after the first indented by `indent`. */
 static void sum_indented(FILE *out, const char *text, int indent) {
   const char *p = text;
   for (;;) {
     size_t n = strcspn(p, "\n");
-    fwrite(p, 1, n, out);
+    sum_put(out, p, n);
     fputc('\n', out);
     if (p[n] == '\0')
       break;
@@ -170,8 +181,11 @@ static void sum_tail(FILE *out, const char *tail, int keep) {
     fprintf(out, "    | (%d earlier line%s)\n", skip, skip == 1 ? "" : "s");
   for (int i = 0; *p; i++) {
     size_t n = strcspn(p, "\n");
-    if (i >= skip)
-      fprintf(out, "    | %.*s\n", (int)n, p);
+    if (i >= skip) {
+      fputs("    | ", out);
+      sum_put(out, p, n);
+      fputc('\n', out);
+    }
     p += n;
     if (*p == '\n')
       p++;

@@ -376,6 +376,47 @@ static void wk_cg_path(char *buf, size_t cap, const char *base, int rank,
   wk_cat_u(buf, at, cap, (unsigned long long)attempt);
 }
 
+/* rmdir a cgroup and every cgroup under it, deepest first: a worker may
+ * have made sub-cgroups (and moved processes into them), which an rmdir of
+ * its own cgroup alone leaves behind for good. Async-signal-safe (the
+ * guardian calls it): getdents64 on a stack buffer, no malloc. depth
+ * bounds the recursion. RET 0 when dir is gone (or never was). */
+static int wk_cg_rmdir_deep(const char *dir, int depth) {
+  char buf[4096];
+  int fd;
+  long r;
+  if (rmdir(dir) == 0 || errno == ENOENT)
+    return 0;
+  if (errno != EBUSY && errno != ENOTEMPTY)
+    return -1;
+  if (depth <= 0 ||
+      (fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+    return -1;
+  while ((r = syscall(SYS_getdents64, fd, buf, sizeof(buf))) > 0) {
+    for (long off = 0; off < r;) {
+      struct {
+        uint64_t ino;
+        int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[];
+      } *e = (void *)(buf + off);
+      off += e->reclen;
+      if (e->type == DT_DIR && e->name[0] != '.') {
+        char sub[PATH_MAX + 256];
+        size_t at = wk_cat(sub, 0, sizeof(sub), dir);
+        at = wk_cat(sub, at, sizeof(sub), "/");
+        if (wk_cat(sub, at, sizeof(sub), e->name) < sizeof(sub) - 1)
+          (void)wk_cg_rmdir_deep(sub, depth - 1);
+      }
+    }
+  }
+  close(fd);
+  return rmdir(dir) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+#define WK_CG_DEPTH 16 /* sub-cgroup levels removed under a worker's */
+
 /* rmdir the worker cgroups att[k] (attempt + 1; 0: none) and the base; a
  * cgroup whose last process is still exiting refuses for a moment: try
  * for up to `ms`. */
@@ -389,7 +430,7 @@ static void wk_cg_rmdir_all(const char *base, const uint32_t *att, int n,
       if (att[k] == 0)
         continue;
       wk_cg_path(path, sizeof(path), base, k, att[k] - 1);
-      if (rmdir(path) != 0 && errno != ENOENT)
+      if (wk_cg_rmdir_deep(path, WK_CG_DEPTH) != 0)
         left = 1;
     }
     if (!left && (rmdir(base) == 0 || errno == ENOENT))
@@ -917,21 +958,10 @@ static int wk_cg_self_dir(char *out, size_t n, char *why, size_t wn) {
 
 #endif
 
-/* rmdir dir's sub-cgroups (empty ones: no process) and dir. */
+/* rmdir dir's sub-cgroups (empty ones: no process), deepest first, and
+ * dir. */
 static void wk_cg_rmdir_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  while (d && (e = readdir(d)) != NULL) {
-    char path[PATH_MAX + 256];
-    if (e->d_type != DT_DIR || e->d_name[0] == '.')
-      continue;
-    int w = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-    if (w > 0 && (size_t)w < sizeof(path))
-      (void)rmdir(path);
-  }
-  if (d)
-    closedir(d);
-  (void)rmdir(dir);
+  (void)wk_cg_rmdir_deep(dir, WK_CG_DEPTH + 1);
 }
 
 #ifdef WK_HAVE_CLONE3
@@ -1263,14 +1293,16 @@ static void wk_escaped_signal(wk_group_t *g, int sig) {
       /* An empty cgroup goes at once (the usual end: every worker exited
        * and left nothing); one that still holds processes refuses. */
       wk_cg_path(path, sizeof(path), g->cg_base, k, g->cg_attempt);
-      if (sig == SIGKILL && (rmdir(path) == 0 || errno == ENOENT))
+      if (sig == SIGKILL && wk_cg_rmdir_deep(path, WK_CG_DEPTH) == 0)
         continue;
       wk_cg_signal(g, k, sig);
     }
+    /* What left its cgroup too (a root worker's daemon that moved itself
+     * to another cgroup) came here, as we are the subreaper: the scan
+     * tracks it like in subreaper mode. */
+  } else if (g->contain != WK_CONTAIN_SUBREAPER) {
     return;
   }
-  if (g->contain != WK_CONTAIN_SUBREAPER)
-    return;
   wk_scan(g);
   for (int k = 0; k < g->nesc; k++)
     if (wk_start_time(g->esc[k].pid) == g->esc[k].start)
@@ -1313,7 +1345,7 @@ static void wk_sweep(wk_group_t *g) {
       return;
   }
   wk_escaped_signal(g, SIGKILL);
-  if (g->contain == WK_CONTAIN_SUBREAPER && g->own_subreaper) {
+  if (g->own_subreaper) {
     /* Reap what died of it (orphans came here). */
     struct timespec ts = {0, 1000000};
     for (int t = 0; t < 20; t++) {
@@ -1334,6 +1366,9 @@ static void wk_contain_setup(wk_group_t *g) {
 #ifdef WK_HAVE_CLONE3
   if (g->contain_req == WK_CONTAIN_AUTO && wk_cg_setup(g, why, sizeof(why)) == 0) {
     g->contain = WK_CONTAIN_CGROUP;
+    /* The cgroup holds what stays inside; the subreaper and the scan catch
+     * what leaves it (issue #24). */
+    wk_become_subreaper(g);
     return;
   }
 #else
@@ -1348,17 +1383,17 @@ static void wk_contain_setup(wk_group_t *g) {
 
 /* After the fork loop: the subreaper when in use, and the one line. */
 static void wk_contain_started(wk_group_t *g, int first) {
-  if (g->contain == WK_CONTAIN_SUBREAPER) {
-    if (g->cg_base[0])
-      wk_cg_teardown(g, 0);
+  if (g->contain == WK_CONTAIN_SUBREAPER && g->cg_base[0])
+    wk_cg_teardown(g, 0);
+  if (g->contain == WK_CONTAIN_SUBREAPER || g->contain == WK_CONTAIN_CGROUP)
     uv_timer_start(&g->scan_timer, wk_on_scan, WK_SCAN_MS, WK_SCAN_MS);
-  }
   if (!first)
     return;
   if (g->contain == WK_CONTAIN_CGROUP) {
     char why[sizeof(g->contain_what)];
-    snprintf(why, sizeof(why), "workers contained by cgroup v2 in %s: each "
-             "worker and whatever it starts is stopped and killed as a whole",
+    snprintf(why, sizeof(why), "workers contained by cgroup v2 in %.1000s: each "
+             "worker and whatever it starts is stopped and killed as a whole "
+             "(what leaves its cgroup: by the subreaper and a /proc scan)",
              g->cg_base);
     lu_strlcpy(g->contain_what, why, sizeof(g->contain_what));
   } else {

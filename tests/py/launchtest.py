@@ -138,6 +138,17 @@ def launch(args, env=None, name="agent"):
     return Proc([launch_bin()] + list(args), env=env, name=name)
 
 
+def launch_wait(args, env=None, name="agent", timeout=120):
+    """Run `launch ARGS...` to its end (killed by pid after timeout s).
+    RET (exit status, output)."""
+    a = launch(args, env=env, name=name)
+    try:
+        rc = a.wait(timeout)
+        return rc, a.output()
+    finally:
+        a.kill()
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
@@ -203,3 +214,29 @@ def records(d, gen=None):
                                        r["env"]["TORCHELASTIC_RESTART_COUNT"]) == str(gen):
             out.append(r)
     return out
+
+
+def tree_hash(root):
+    """{relative path: what it is} for everything under root: a file's
+    SHA-256, a symlink's target, "dir". Two calls compare equal when nothing
+    was written, renamed or deleted in between."""
+    import hashlib
+    out = {}
+    for base, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(base, name)
+            rel = os.path.relpath(p, root)
+            if os.path.islink(p):
+                out[rel] = "link " + os.readlink(p)
+            elif os.path.isdir(p):
+                out[rel] = "dir"
+            else:
+                with open(p, "rb") as f:
+                    out[rel] = "file " + hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def tree_diff(before, after):
+    """The paths added, removed or changed between two tree_hash results."""
+    return sorted(set(before) ^ set(after)) + sorted(
+        k for k in set(before) & set(after) if before[k] != after[k])

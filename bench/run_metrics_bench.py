@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""What --metrics-port costs the agent (issue #23). Never part of the tests.
+
+    python3 bench/run_metrics_bench.py [--build build] [--nproc 8] [--seconds 20]
+
+The job: NPROC ranks of tests/hang_worker in its slow mode (every rank
+reports progress with scalars 10 times a second and meets the others in a
+store barrier each step), under `launch --standalone`, twice: metrics off,
+then --metrics-port 127.0.0.1:0 with a scrape a second (as Prometheus would).
+Measures, in the steady state (from 3 s after the start for SECONDS):
+  1. the agent's CPU time (utime + stime of /proc/PID/stat) per second of
+     wall time, off and on: the metrics' share is the difference;
+  2. the agent's peak RSS (VmHWM), off and on;
+  3. the latency of a scrape of /metrics on a kept-alive connection (500
+     in a row after the steady state: p50, p99, max), and its size.
+Goals (issue #23): < 1 % of a core at 1 Hz with 8 workers; a scrape < 1 ms;
+the agent under 8 MB with metrics on."""
+import argparse
+import http.client
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+
+def cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def hwm_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1))
+
+
+def run(build, nproc, seconds, metrics):
+    d = tempfile.mkdtemp(prefix="launch-metbench-")
+    hw = os.path.join(build, "tests", "hang_worker")
+    args = [os.path.join(build, "bin", "launch"), "--standalone",
+            "--nproc-per-node", str(nproc), "-q"]
+    if metrics:
+        args += ["--metrics-port", "127.0.0.1:0"]
+    args += ["--no-python", hw, "100000", "slow", d]
+    log = open(os.path.join(d, "out"), "w+")
+    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    res = {}
+    try:
+        port = None
+        t_end = time.time() + 20
+        while metrics and port is None and time.time() < t_end:
+            log.flush()
+            m = re.search(r"on http://127\.0\.0\.1:(\d+)/metrics",
+                          open(log.name).read())
+            port = int(m.group(1)) if m else None
+            time.sleep(0.05)
+        time.sleep(3)
+        conn = http.client.HTTPConnection("127.0.0.1", port) if metrics else None
+        c0, w0 = cpu_s(p.pid), time.time()
+        while time.time() - w0 < seconds:
+            if conn:
+                conn.request("GET", "/metrics")
+                body = conn.getresponse().read()
+            time.sleep(1)
+        res["cpu_per_s"] = (cpu_s(p.pid) - c0) / (time.time() - w0)
+        if conn:
+            lat = []
+            for _ in range(500):
+                t0 = time.perf_counter()
+                conn.request("GET", "/metrics")
+                body = conn.getresponse().read()
+                lat.append(time.perf_counter() - t0)
+            lat.sort()
+            res["scrape_ms"] = (lat[250] * 1e3, lat[495] * 1e3, lat[-1] * 1e3)
+            res["bytes"] = len(body)
+            res["series"] = sum(1 for x in body.decode().splitlines()
+                                if x and not x.startswith("#"))
+            conn.close()
+        res["hwm_kb"] = hwm_kb(p.pid)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        shutil.rmtree(d)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--nproc", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=20)
+    a = ap.parse_args()
+    off = run(a.build, a.nproc, a.seconds, False)
+    on = run(a.build, a.nproc, a.seconds, True)
+    print("agent, %d workers reporting 10 Hz, %g s steady state" %
+          (a.nproc, a.seconds))
+    print("  CPU: off %.2f %% of a core, on (1 scrape/s) %.2f %%: metrics "
+          "%.2f %% (goal < 1 %%)" % (off["cpu_per_s"] * 100,
+                                    on["cpu_per_s"] * 100,
+                                    (on["cpu_per_s"] - off["cpu_per_s"]) * 100))
+    print("  peak RSS: off %.1f MB, on %.1f MB (goal < 8 MB on)" %
+          (off["hwm_kb"] / 1024, on["hwm_kb"] / 1024))
+    print("  scrape of /metrics (%d series, %d bytes, kept-alive): p50 %.3f "
+          "ms, p99 %.3f ms, max %.3f ms (goal < 1 ms)" %
+          ((on["series"], on["bytes"]) + on["scrape_ms"]))
+
+
+if __name__ == "__main__":
+    main()

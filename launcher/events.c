@@ -1,0 +1,106 @@
+/* events.c - the job's event log (events.h): JSON Lines written with the
+ * util JSON writer, one write and flush per event so that a reader
+ * tailing the file sees whole lines. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "events.h"
+#include "lu.h"
+
+struct ev_log_s {
+  int fd;        /* the file, -1 none */
+  int console;
+  char job[256];
+  char node[256];
+  lu_buf_t b;
+  lu_json_t j;
+};
+
+static const char *const names[EV_COUNT] = {
+#define EV_NAME(k, d) #k,
+    EV_KINDS(EV_NAME)
+#undef EV_NAME
+};
+
+const char *ev_name(ev_kind_t kind) {
+  return (unsigned)kind < EV_COUNT ? names[kind] : "unknown";
+}
+
+int ev_open(const char *path, int console, const char *job, const char *node,
+            ev_log_t **out) {
+  ev_log_t *e;
+  *out = NULL;
+  if ((path == NULL || path[0] == '\0') && !console)
+    return 0;
+  if ((e = calloc(1, sizeof(*e))) == NULL)
+    return -ENOMEM;
+  e->fd = -1;
+  e->console = console;
+  lu_strlcpy(e->job, job, sizeof(e->job));
+  lu_strlcpy(e->node, node, sizeof(e->node));
+  if (path && path[0] &&
+      (e->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) <
+          0) {
+    int rc = -errno;
+    free(e);
+    return rc;
+  }
+  *out = e;
+  return 0;
+}
+
+void ev_close(ev_log_t *e) {
+  if (e == NULL)
+    return;
+  if (e->fd >= 0)
+    close(e->fd);
+  lu_buf_free(&e->b);
+  free(e);
+}
+
+lu_json_t *ev_begin(ev_log_t *e, ev_kind_t kind) {
+  if (e == NULL)
+    return NULL;
+  lu_buf_free(&e->b);
+  lu_json_init(&e->j, &e->b, 0);
+  lu_json_obj(&e->j, NULL);
+  lu_json_int(&e->j, "v", EV_VERSION);
+  lu_buf_printf(&e->b, ",\"time\":%.3f", lu_wall_s());
+  lu_json_str(&e->j, "event", ev_name(kind));
+  lu_json_str(&e->j, "job", e->job);
+  lu_json_str(&e->j, "node", e->node);
+  return &e->j;
+}
+
+static void write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return; /* a full disk loses events, never the job */
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+void ev_end(ev_log_t *e) {
+  char *line;
+  size_t n;
+  if (e == NULL)
+    return;
+  lu_json_end_obj(&e->j);
+  lu_buf_put(&e->b, "\n", 1);
+  if (lu_buf_finish(&e->b, &line, &n) != 0)
+    return;
+  if (e->fd >= 0)
+    write_all(e->fd, line, n);
+  if (e->console) {
+    fflush(stderr);
+    write_all(STDERR_FILENO, line, n);
+  }
+  free(line);
+}

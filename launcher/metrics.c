@@ -1,0 +1,516 @@
+/* metrics.c - the agent's Prometheus endpoint (metrics.h): libmicrohttpd
+ * with its own polling thread; the job's text swapped in under a mutex;
+ * the node's series read at scrape time on that thread. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "metrics.h"
+#include "rdzv.h"
+#include "server.h"
+
+#ifdef LAUNCH_HAVE_MHD
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#endif
+
+/* ---- NVML, loaded at run time ------------------------------------------------------- */
+
+typedef struct { unsigned gpu, memory; } nvml_util_t;
+typedef struct { unsigned long long total, free, used; } nvml_mem_t;
+
+typedef struct nvml_s {
+  void *lib;
+  int ok;
+  unsigned count;
+  int (*init)(void);
+  int (*shutdown)(void);
+  int (*count_fn)(unsigned *);
+  int (*handle)(unsigned, void **);
+  int (*util)(void *, nvml_util_t *);
+  int (*mem)(void *, nvml_mem_t *);
+  int (*power)(void *, unsigned *);       /* mW */
+  int (*temp)(void *, int, unsigned *);   /* sensor 0: the GPU */
+  int (*clock)(void *, int, unsigned *);  /* 0 graphics, 2 memory; MHz */
+} nvml_t;
+
+static void nvml_open(nvml_t *n) {
+  const char *lib = getenv("LAUNCH_NVML_LIBRARY");
+  memset(n, 0, sizeof(*n));
+  n->lib = dlopen(lib && lib[0] ? lib : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (n->lib == NULL)
+    return;
+#define SYM(f, name) *(void **)&n->f = dlsym(n->lib, name)
+  SYM(init, "nvmlInit_v2");
+  SYM(shutdown, "nvmlShutdown");
+  SYM(count_fn, "nvmlDeviceGetCount_v2");
+  SYM(handle, "nvmlDeviceGetHandleByIndex_v2");
+  SYM(util, "nvmlDeviceGetUtilizationRates");
+  SYM(mem, "nvmlDeviceGetMemoryInfo");
+  SYM(power, "nvmlDeviceGetPowerUsage");
+  SYM(temp, "nvmlDeviceGetTemperature");
+  SYM(clock, "nvmlDeviceGetClockInfo");
+#undef SYM
+  if (n->init && n->count_fn && n->handle && n->init() == 0) {
+    n->ok = n->count_fn(&n->count) == 0;
+    if (!n->ok && n->shutdown)
+      n->shutdown();
+  }
+  if (!n->ok) {
+    dlclose(n->lib);
+    n->lib = NULL;
+  }
+}
+
+static void nvml_close(nvml_t *n) {
+  if (n->ok && n->shutdown)
+    n->shutdown();
+  if (n->lib)
+    dlclose(n->lib);
+  memset(n, 0, sizeof(*n));
+}
+
+/* ---- the text format ------------------------------------------------------------------ */
+
+void met_family(lu_buf_t *b, const char *name, const char *type,
+                const char *help) {
+  lu_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void met_sample(lu_buf_t *b, const char *name, const char *labels, double v) {
+  if (labels && labels[0])
+    lu_buf_printf(b, "%s{%s} ", name, labels);
+  else
+    lu_buf_printf(b, "%s ", name);
+  if (isnan(v))
+    lu_buf_puts(b, "NaN\n");
+  else if (isinf(v))
+    lu_buf_puts(b, v > 0 ? "+Inf\n" : "-Inf\n");
+  else if (v == (double)(long long)v && fabs(v) < 1e15)
+    lu_buf_printf(b, "%lld\n", (long long)v);
+  else
+    lu_buf_printf(b, "%.9g\n", v);
+}
+
+void met_label_escape(const char *s, char *out, size_t cap) {
+  size_t o = 0;
+  for (; *s && o + 3 < cap; s++) {
+    if (*s == '\\' || *s == '"') {
+      out[o++] = '\\';
+      out[o++] = *s;
+    } else if (*s == '\n') {
+      out[o++] = '\\';
+      out[o++] = 'n';
+    } else {
+      out[o++] = *s;
+    }
+  }
+  out[o] = '\0';
+}
+
+/* ---- the server ------------------------------------------------------------------------ */
+
+void met_server(lu_buf_t *b, const char *labels, const srv_stats_t *st,
+                double max_memory) {
+  static const struct { const char *name, *type, *help; } f[] = {
+      {"launch_server_connections", "gauge", "client connections open"},
+      {"launch_server_connections_total", "counter", "connections accepted"},
+      {"launch_server_refused_connections_total", "counter",
+       "connections refused by a limit"},
+      {"launch_server_requests_total", "counter", "requests served"},
+      {"launch_server_bad_input_total", "counter",
+       "requests or frames refused as malformed"},
+      {"launch_server_pending_waits", "gauge", "WAIT requests not answered yet"},
+      {"launch_server_buffered_request_bytes", "gauge",
+       "request bytes buffered now"},
+      {"launch_server_jobs", "gauge", "jobs the server holds"},
+      {"launch_server_memory_bytes", "gauge",
+       "memory counted against --max-memory"},
+      {"launch_server_memory_limit_bytes", "gauge", "--max-memory"},
+      {"launch_server_paused_connections", "gauge",
+       "connections waiting for their replies to drain or for memory"}};
+  double v[] = {(double)st->conns_open, (double)st->conns_total,
+                (double)st->conns_refused, (double)st->requests,
+                (double)st->bad_input, (double)st->waits_pending,
+                (double)st->in_bytes, (double)st->jobs,
+                (double)st->mem_used, max_memory, (double)st->paused};
+  for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+    met_family(b, f[i].name, f[i].type, f[i].help);
+    met_sample(b, f[i].name, labels, v[i]);
+  }
+}
+
+/* ---- the node ----------------------------------------------------------------------- */
+
+struct met_s {
+  pthread_mutex_t mu;
+  char *text;        /* the job's, from the loop */
+  char *page;        /* GET /, from the loop */
+  char node[256];    /* escaped */
+  char sysfs[512];   /* a test's root for /sys, "" the node's */
+  nvml_t nvml;
+  int port;
+#ifdef LAUNCH_HAVE_MHD
+  struct MHD_Daemon *d;
+#endif
+};
+
+static void node_cpu(const met_t *m, lu_buf_t *b) {
+  static const char *const modes[] = {"user", "nice", "system", "idle",
+                                      "iowait", "irq", "softirq", "steal"};
+  unsigned long long v[8] = {0};
+  long hz = sysconf(_SC_CLK_TCK);
+  char line[512], lab[400];
+  FILE *f = fopen("/proc/stat", "r");
+  if (f == NULL)
+    return;
+  if (fgets(line, sizeof(line), f) == NULL ||
+      sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+             &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) < 4) {
+    fclose(f);
+    return;
+  }
+  fclose(f);
+  if (hz <= 0)
+    hz = 100;
+  met_family(b, "launch_node_cpu_seconds_total", "counter",
+             "CPU time of the node (all CPUs), by mode, from /proc/stat");
+  for (int i = 0; i < 8; i++) {
+    snprintf(lab, sizeof(lab), "node=\"%s\",mode=\"%s\"", m->node, modes[i]);
+    met_sample(b, "launch_node_cpu_seconds_total", lab, (double)v[i] / (double)hz);
+  }
+}
+
+static void node_mem(const met_t *m, lu_buf_t *b) {
+  unsigned long long total = 0, avail = 0, kb;
+  char line[256], key[64], lab[300];
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f == NULL)
+    return;
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "%63[^:]: %llu", key, &kb) == 2) {
+      if (!strcmp(key, "MemTotal"))
+        total = kb * 1024;
+      else if (!strcmp(key, "MemAvailable"))
+        avail = kb * 1024;
+    }
+  fclose(f);
+  if (total == 0)
+    return;
+  snprintf(lab, sizeof(lab), "node=\"%s\"", m->node);
+  met_family(b, "launch_node_memory_total_bytes", "gauge",
+             "memory of the node (MemTotal)");
+  met_sample(b, "launch_node_memory_total_bytes", lab, (double)total);
+  met_family(b, "launch_node_memory_available_bytes", "gauge",
+             "memory available for new work (MemAvailable)");
+  met_sample(b, "launch_node_memory_available_bytes", lab, (double)avail);
+}
+
+static void node_gpus(met_t *m, lu_buf_t *b) {
+  static const struct { const char *name, *type, *help; } fam[] = {
+      {"launch_gpu_utilization_ratio", "gauge",
+       "fraction of the last sample period a kernel ran (NVML)"},
+      {"launch_gpu_memory_used_bytes", "gauge", "GPU memory in use"},
+      {"launch_gpu_memory_total_bytes", "gauge", "GPU memory"},
+      {"launch_gpu_power_watts", "gauge", "GPU power draw"},
+      {"launch_gpu_temperature_celsius", "gauge", "GPU core temperature"},
+      {"launch_gpu_sm_clock_hertz", "gauge", "GPU graphics (SM) clock"}};
+  nvml_t *n = &m->nvml;
+  if (!n->ok || n->count == 0)
+    return; /* no GPU series, and no error */
+  for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
+    met_family(b, fam[k].name, fam[k].type, fam[k].help);
+    for (unsigned g = 0; g < n->count; g++) {
+      void *h;
+      char lab[320];
+      double v = NAN;
+      nvml_util_t u;
+      nvml_mem_t mem;
+      unsigned x;
+      if (n->handle(g, &h) != 0)
+        continue;
+      if (k == 0 && n->util && n->util(h, &u) == 0)
+        v = u.gpu / 100.0;
+      else if ((k == 1 || k == 2) && n->mem && n->mem(h, &mem) == 0)
+        v = (double)(k == 1 ? mem.used : mem.total);
+      else if (k == 3 && n->power && n->power(h, &x) == 0)
+        v = x / 1000.0;
+      else if (k == 4 && n->temp && n->temp(h, 0, &x) == 0)
+        v = x;
+      else if (k == 5 && n->clock && n->clock(h, 0, &x) == 0)
+        v = x * 1e6;
+      if (isnan(v))
+        continue;
+      snprintf(lab, sizeof(lab), "node=\"%s\",gpu=\"%u\"", m->node, g);
+      met_sample(b, fam[k].name, lab, v);
+    }
+  }
+}
+
+void met_set_sysfs_root(met_t *m, const char *root) {
+  snprintf(m->sysfs, sizeof(m->sysfs), "%s", root ? root : "");
+}
+
+/* The first line of a small sysfs file, "" when unreadable. */
+static void read_line(const char *path, char *out, size_t cap) {
+  FILE *f = fopen(path, "r");
+  out[0] = '\0';
+  if (f == NULL)
+    return;
+  if (fgets(out, (int)cap, f) == NULL)
+    out[0] = '\0';
+  fclose(f);
+  out[strcspn(out, "\n")] = '\0';
+}
+
+/* Each port of /sys/class/infiniband/DEV/ports/N: up (state ACTIVE), its
+ * rate ("200 Gb/sec (4X HDR)"), and its data counters (in 4-byte words). */
+static void node_ib(const met_t *m, lu_buf_t *b) {
+  static const struct { const char *name, *type, *help; } fam[] = {
+      {"launch_ib_port_up", "gauge", "1 when the port's state is ACTIVE"},
+      {"launch_ib_port_rate_bits_per_second", "gauge",
+       "the port's link rate (sysfs rate)"},
+      {"launch_ib_port_receive_bytes_total", "counter",
+       "bytes received (port_rcv_data x 4)"},
+      {"launch_ib_port_transmit_bytes_total", "counter",
+       "bytes sent (port_xmit_data x 4)"}};
+  char base[600], path[1400], v[128], lab[700], ll[64];
+  struct dirent **devs = NULL;
+  int ndev;
+  lu_buf_t s[4] = {LU_BUF_INIT, LU_BUF_INIT, LU_BUF_INIT, LU_BUF_INIT};
+  int any = 0;
+  snprintf(base, sizeof(base), "%s/sys/class/infiniband", m->sysfs);
+  if ((ndev = scandir(base, &devs, NULL, alphasort)) < 0)
+    return; /* no IB/RoCE here: no series */
+  for (int d = 0; d < ndev; d++) {
+    struct dirent **ports = NULL;
+    int np;
+    if (devs[d]->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof(path), "%s/%s/ports", base, devs[d]->d_name);
+    np = scandir(path, &ports, NULL, alphasort);
+    for (int p = 0; p < np; p++) {
+      const char *dev = devs[d]->d_name, *port = ports[p]->d_name;
+      double rate;
+      unsigned long long x;
+      if (port[0] == '.')
+        continue;
+      snprintf(path, sizeof(path), "%s/%s/ports/%s/link_layer", base, dev,
+               port);
+      read_line(path, ll, sizeof(ll));
+      snprintf(lab, sizeof(lab), "node=\"%s\",device=\"%.64s\",port=\"%.16s\","
+               "link_layer=\"%.32s\"", m->node, dev, port,
+               ll[0] ? ll : "unknown");
+      snprintf(path, sizeof(path), "%s/%s/ports/%s/state", base, dev, port);
+      read_line(path, v, sizeof(v));
+      met_sample(&s[0], fam[0].name, lab, strstr(v, "ACTIVE") != NULL);
+      snprintf(path, sizeof(path), "%s/%s/ports/%s/rate", base, dev, port);
+      read_line(path, v, sizeof(v));
+      if (sscanf(v, "%lf", &rate) == 1)
+        met_sample(&s[1], fam[1].name, lab, rate * 1e9);
+      snprintf(path, sizeof(path), "%s/%s/ports/%s/counters/port_rcv_data",
+               base, dev, port);
+      read_line(path, v, sizeof(v));
+      if (sscanf(v, "%llu", &x) == 1)
+        met_sample(&s[2], fam[2].name, lab, (double)x * 4);
+      snprintf(path, sizeof(path), "%s/%s/ports/%s/counters/port_xmit_data",
+               base, dev, port);
+      read_line(path, v, sizeof(v));
+      if (sscanf(v, "%llu", &x) == 1)
+        met_sample(&s[3], fam[3].name, lab, (double)x * 4);
+      any = 1;
+    }
+    for (int p = 0; p < np; p++)
+      free(ports[p]);
+    free(ports);
+  }
+  for (int d = 0; d < ndev; d++)
+    free(devs[d]);
+  free(devs);
+  for (int k = 0; k < 4; k++) {
+    char *text;
+    if (any && s[k].len > 0) {
+      met_family(b, fam[k].name, fam[k].type, fam[k].help);
+      lu_buf_put(b, s[k].data, s[k].len);
+    }
+    if (lu_buf_finish(&s[k], &text, NULL) == 0)
+      free(text);
+  }
+}
+
+void met_node(met_t *m, lu_buf_t *b) {
+  node_cpu(m, b);
+  node_mem(m, b);
+  node_ib(m, b);
+  node_gpus(m, b);
+}
+
+/* Put text in *slot under the lock, free what was there. */
+static void swap_text(met_t *m, char **slot, char *text) {
+  char *old;
+  if (m == NULL) {
+    free(text);
+    return;
+  }
+  pthread_mutex_lock(&m->mu);
+  old = *slot;
+  *slot = text;
+  pthread_mutex_unlock(&m->mu);
+  free(old);
+}
+
+void met_publish(met_t *m, char *text) {
+  swap_text(m, m ? &m->text : NULL, text);
+}
+
+void met_publish_page(met_t *m, char *html) {
+  swap_text(m, m ? &m->page : NULL, html);
+}
+
+int met_port(const met_t *m) { return m ? m->port : 0; }
+
+int met_local(const char *node, met_t **out) {
+  met_t *m = calloc(1, sizeof(*m));
+  *out = NULL;
+  if (m == NULL)
+    return -ENOMEM;
+  pthread_mutex_init(&m->mu, NULL);
+  met_label_escape(node, m->node, sizeof(m->node));
+  nvml_open(&m->nvml);
+  *out = m;
+  return 0;
+}
+
+void met_render(met_t *m, lu_buf_t *b) {
+  pthread_mutex_lock(&m->mu);
+  if (m->text)
+    lu_buf_puts(b, m->text);
+  pthread_mutex_unlock(&m->mu);
+  met_node(m, b);
+}
+
+void met_stop(met_t *m) {
+  if (m == NULL)
+    return;
+#ifdef LAUNCH_HAVE_MHD
+  if (m->d)
+    MHD_stop_daemon(m->d);
+#endif
+  nvml_close(&m->nvml);
+  pthread_mutex_destroy(&m->mu);
+  free(m->text);
+  free(m->page);
+  free(m);
+}
+
+#ifdef LAUNCH_HAVE_MHD
+
+static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
+                              const char *url, const char *method,
+                              const char *version, const char *upload,
+                              size_t *upload_len, void **state) {
+  met_t *m = cls;
+  lu_buf_t b = LU_BUF_INIT;
+  struct MHD_Response *r;
+  enum MHD_Result rc;
+  unsigned code = MHD_HTTP_OK;
+  int html = 0;
+  char *text;
+  size_t len;
+  (void)version, (void)upload, (void)upload_len, (void)state;
+  if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+    lu_buf_puts(&b, "only GET\n");
+    code = MHD_HTTP_METHOD_NOT_ALLOWED;
+  } else if (strcmp(url, "/metrics") == 0) {
+    met_render(m, &b);
+  } else if (strcmp(url, "/") == 0) {
+    pthread_mutex_lock(&m->mu);
+    if (m->page) {
+      lu_buf_puts(&b, m->page);
+      html = 1;
+    } else {
+      lu_buf_puts(&b, "launch agent: the metrics are at /metrics "
+                      "(docs/monitoring.md)\n");
+    }
+    pthread_mutex_unlock(&m->mu);
+  } else {
+    lu_buf_puts(&b, "not found: try /metrics\n");
+    code = MHD_HTTP_NOT_FOUND;
+  }
+  if (lu_buf_finish(&b, &text, &len) != 0)
+    return MHD_NO;
+  r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+  if (r == NULL) {
+    free(text);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, "Content-Type",
+                          html ? "text/html; charset=utf-8"
+                          : code == MHD_HTTP_OK && url[1] == 'm'
+                              ? "text/plain; version=0.0.4; charset=utf-8"
+                              : "text/plain; charset=utf-8");
+  rc = MHD_queue_response(c, code, r);
+  MHD_destroy_response(r);
+  return rc;
+}
+
+int met_start(const char *addr, int port, const char *node, met_t **out) {
+  met_t *m;
+  struct sockaddr_in6 sa6;
+  struct sockaddr_in sa4;
+  const struct sockaddr *sa = NULL;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+  const union MHD_DaemonInfo *info;
+  int rc;
+  *out = NULL;
+  if ((rc = met_local(node, &m)) != 0)
+    return rc;
+  memset(&sa4, 0, sizeof(sa4));
+  memset(&sa6, 0, sizeof(sa6));
+  if (addr && addr[0]) {
+    if (inet_pton(AF_INET, addr, &sa4.sin_addr) == 1) {
+      sa4.sin_family = AF_INET;
+      sa4.sin_port = htons((uint16_t)port);
+      sa = (const struct sockaddr *)&sa4;
+    } else if (inet_pton(AF_INET6, addr, &sa6.sin6_addr) == 1) {
+      sa6.sin6_family = AF_INET6;
+      sa6.sin6_port = htons((uint16_t)port);
+      sa = (const struct sockaddr *)&sa6;
+      flags |= MHD_USE_IPv6;
+    } else {
+      met_stop(m);
+      return -EINVAL;
+    }
+  }
+  m->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, answer, m,
+                          MHD_OPTION_CONNECTION_LIMIT, 16u,
+                          MHD_OPTION_CONNECTION_TIMEOUT, 10u,
+                          sa ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, sa,
+                          MHD_OPTION_END);
+  if (m->d == NULL) {
+    int err = errno ? errno : EADDRINUSE;
+    met_stop(m);
+    return -err;
+  }
+  info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_BIND_PORT);
+  m->port = info ? info->port : port;
+  *out = m;
+  return 0;
+}
+
+#else /* !LAUNCH_HAVE_MHD */
+
+int met_start(const char *addr, int port, const char *node, met_t **out) {
+  (void)addr, (void)port, (void)node;
+  *out = NULL;
+  return RDZV_ENOTSUP;
+}
+
+#endif

@@ -1,0 +1,62 @@
+/* metrics.h - Prometheus metrics of the agent (launch --metrics-port,
+ * docs/monitoring.md), served by libmicrohttpd on a thread of its own.
+ *
+ * The job's metrics live on the loop: the agent renders them into text
+ * once a second and hands the text over (met_publish); a scrape answers
+ * with the last text handed over plus the node's metrics (CPU, memory
+ * from /proc; GPUs through NVML, loaded at run time: no NVML or no GPU
+ * gives no GPU series), read on the server thread at scrape time. So a
+ * scrape never waits for the loop, and the loop never for NVML.
+ *
+ * Built without libmicrohttpd (LAUNCH_HAVE_MHD unset) met_start returns
+ * RDZV_ENOTSUP. Prefix met_. */
+#ifndef METRICS_H
+#define METRICS_H
+
+#include "lu.h"
+#include "lu_buf.h"
+
+typedef struct met_s met_t;
+
+/* Serve on addr ("" or NULL: every address) and port (0: a free one).
+ * node: the node label of the node series (copied). OUT *out.
+ * RET 0, RDZV_ENOTSUP (built without libmicrohttpd), -errno. */
+int met_start(const char *addr, int port, const char *node, met_t **out);
+/* The same object serving nothing (any build): met_render gives what a
+ * scrape would answer. For tests, and the GPU's series anywhere. */
+int met_local(const char *node, met_t **out);
+void met_render(met_t *m, lu_buf_t *b);
+/* The port it listens on. */
+int met_port(const met_t *m);
+/* Take text (malloc'd, NUL-terminated; m owns it) as the job's metrics.
+ * Any thread. */
+void met_publish(met_t *m, char *text);
+/* Take html (malloc'd; m owns it) as the page GET / answers (page.h).
+ * Any thread. */
+void met_publish_page(met_t *m, char *html);
+/* Stop the server (waits for a scrape in flight) and free. NULL no-op. */
+void met_stop(met_t *m);
+
+/* Writers for the text format (version 0.0.4). One family: met_family
+ * once, then met_sample for each series. labels: `job="x",rank="0"`
+ * (already escaped: met_label_escape), "" none. */
+void met_family(lu_buf_t *b, const char *name, const char *type,
+                const char *help);
+void met_sample(lu_buf_t *b, const char *name, const char *labels, double v);
+/* s with \ " and newline escaped for a label value, cut to cap. */
+void met_label_escape(const char *s, char *out, size_t cap);
+
+/* The rendezvous server's series (server.h's srv_stats_t; max_memory its
+ * --max-memory) into b, with labels (met_sample's). */
+struct srv_stats_s;
+void met_server(lu_buf_t *b, const char *labels,
+                const struct srv_stats_s *st, double max_memory);
+
+/* Read the InfiniBand/RoCE ports under root + /sys/class/infiniband
+ * instead of the node's own /sys (tests). root copied; "" the node's. */
+void met_set_sysfs_root(met_t *m, const char *root);
+
+/* The node's series (CPU, memory, IB/RoCE ports, GPUs) into b. */
+void met_node(met_t *m, lu_buf_t *b);
+
+#endif /* METRICS_H */

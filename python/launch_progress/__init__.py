@@ -1,0 +1,109 @@
+"""Progress reports, the resume step and the checkpoint directory for a
+trainer started by launch (docs/events.md#progress in launch's tree).
+
+    from launch_progress import Reporter, resume_step
+    report = Reporter()
+    report(step, loss=2.31, lr=3e-4)
+
+A report sets the job's store key launch/progress/<RANK> to the codec's
+PROGRESS message: one msgpack map {step, time_ms, loss, grad_norm, lr,
+step_time, tokens, total_steps, compute_time, tag} (only the scalars given),
+or "<step> <unix ms> <tag>" when none are; the tag is LAUNCH_PROGRESS_TAG. The encoder needs only the standard
+library."""
+import os
+import struct
+import time
+
+__all__ = ["Reporter", "encode_progress", "resume_step", "ckpt_dir",
+           "FLOATS", "INTS"]
+__version__ = "0.1.0"
+
+FLOATS = ("loss", "grad_norm", "lr", "step_time", "compute_time")
+INTS = ("tokens", "total_steps")
+
+
+def _str(s):
+    b = s.encode()
+    return bytes([0xA0 | len(b)]) + b  # fixstr: every key is under 32 bytes
+
+
+def encode_progress(step, time_ms=None, tag=None, **scalars):
+    """The bytes of a progress key (rendezvous/msg.h, msg_progress_t). tag:
+    the worker's LAUNCH_PROGRESS_TAG (default: from the environment), the
+    agent's secret without which a value never arms hang detection."""
+    if time_ms is None:
+        time_ms = int(time.time() * 1000)
+    if step < 0:
+        raise ValueError("a step is >= 0")
+    if tag is None:
+        tag = os.environ.get("LAUNCH_PROGRESS_TAG", "")
+    if len(tag) >= 32 or " " in tag:
+        tag = ""  # not the agent's: left out
+    if not scalars or all(v is None for v in scalars.values()):
+        return b"%d %d" % (step, time_ms) + (b" " + tag.encode() if tag else b"")
+    fields = [("step", int(step)), ("time_ms", int(time_ms))]
+    for name in FLOATS + INTS:
+        if scalars.get(name) is not None:
+            fields.append((name, scalars.pop(name)))
+        else:
+            scalars.pop(name, None)
+    if scalars:
+        raise TypeError("unknown progress scalars: %s" % ", ".join(scalars))
+    if tag:
+        fields.append(("tag", tag))
+    out = bytes([0x80 | len(fields)])
+    for name, v in fields:
+        out += _str(name)
+        if name == "tag":
+            out += _str(v)
+        elif name in FLOATS:
+            out += b"\xcb" + struct.pack(">d", float(v))
+        else:
+            out += b"\xd3" + struct.pack(">q", int(v))
+    return out
+
+
+def resume_step():
+    """The step launch --ckpt-dir agreed to resume from, None for a fresh
+    start."""
+    v = os.environ.get("LAUNCH_RESUME_STEP", "")
+    return int(v) if v else None
+
+
+def ckpt_dir():
+    """launch's --ckpt-dir (LAUNCH_CKPT_DIR), None without one."""
+    return os.environ.get("LAUNCH_CKPT_DIR") or None
+
+
+def _store():
+    import torch.distributed as dist
+
+    host, port = os.environ["LAUNCH_RDZV_ENDPOINT"].rsplit(":", 1)
+    return dist.TCPStore(host.strip("[]"), int(port), is_master=False)
+
+
+class Reporter:
+    """report(step, **scalars) sets this rank's progress key. store: any
+    object with set(key, bytes) (default: a TCPStore client of launch's
+    server at LAUNCH_RDZV_ENDPOINT). Reports step 0 when created, so that
+    a trainer that loads for minutes is seen alive. min_interval: least
+    seconds between two reports (the last one of a burst is dropped; 0
+    sends every one)."""
+
+    def __init__(self, store=None, rank=None, min_interval=0.0,
+                 first_step=0):
+        self.store = store if store is not None else _store()
+        rank = os.environ["RANK"] if rank is None else rank
+        self.key = "launch/progress/%d" % int(rank)
+        self.min_interval = min_interval
+        self.last = 0.0
+        self(first_step)
+
+    def __call__(self, step, **scalars):
+        now = time.monotonic()
+        if self.min_interval and self.last and \
+                now - self.last < self.min_interval:
+            return False
+        self.last = now
+        self.store.set(self.key, encode_progress(step, **scalars))
+        return True
