@@ -102,6 +102,7 @@ void lm_classify(const proto_msg_t *m, uint64_t hello_id, uint64_t join_id,
     if (msg_round_unpack(&m->args[0], &r, NULL, 0) == 0) {
       out->round = r.round;
       out->node_rank = r.node_rank;
+      msg_round_free(&r); /* the successor lists */
     }
   }
 }

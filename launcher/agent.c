@@ -51,6 +51,8 @@ enum {
   A_RUN,         /* workers running */
   A_REPORTED,    /* this node's result reported; waiting for the others */
   A_STOP,        /* stopping workers for a restart */
+  A_FAILOVER,    /* the host was lost: stopping workers, then moving to the
+                    successor host (docs/rendezvous.md#host-failover) */
   A_FINISH,      /* the job ended: stopping, printing, closing */
   A_CLOSED
 };
@@ -116,6 +118,20 @@ typedef struct agent_s {
   int closing_handles;
   resume_t *ck; /* --ckpt-dir: the resume agreement and commits */
   int64_t done_round; /* the round whose success report waits for a commit */
+  /* host failover: the last round's successors (by node rank, without
+   * the host), this node's address as the server saw it, node 0's name */
+  char **succ_hosts, **succ_addrs;
+  size_t nsucc;
+  char my_addr[INET6_ADDRSTRLEN + 8];
+  char node0_host[256];
+  int64_t fo_prev_round, fo_prev_restarts, fo_survivors; /* the next JOIN's */
+  int64_t fo_quorum;
+  int fo_silent;     /* the host went silent (no closed connection) */
+  int failovers;
+  uint64_t fo_started_ms;
+  ac_t *probe;       /* a host left alone looks for the job elsewhere */
+  size_t probe_idx;
+  char probe_addr[INET6_ADDRSTRLEN + 8];
   /* --event-log, --event-log-handler console (events.h) */
   ev_log_t *ev;
   double join_sent_s, resume_started_s;
@@ -203,9 +219,10 @@ static void on_committed(void *arg, int64_t step) {
 /* ---- metrics (metrics.h, docs/monitoring.md) ----------------------------------------------- */
 
 static const char *state_name(int st) {
+  /* A_FAILOVER stops the workers too: "stopping" for the metrics */
   static const char *const n[] = {"connecting", "joining", "resuming",
                                   "running", "reported", "stopping",
-                                  "finishing", "closed"};
+                                  "stopping", "finishing", "closed"};
   return st >= A_CONNECT && st <= A_CLOSED ? n[st - A_CONNECT] : "starting";
 }
 
@@ -292,6 +309,9 @@ static void render_metrics(agent_t *a) {
       a->wg ? wk_live(a->wg) : 0);
   JOB("launch_job_hangs_total", "counter",
       "hangs found on this node (--hang-timeout)", a->nhangs);
+  JOB("launch_job_failovers_total", "counter",
+      "times the rendezvous host was lost and this node moved to another",
+      a->failovers);
   JOB("launch_job_stragglers_total", "counter",
       "ranks flagged as stragglers on this node, once per round",
       a->nstragglers);
@@ -417,6 +437,7 @@ static void finished_stopping(wk_group_t *g, void *arg);
 static void send_join(agent_t *a);
 static void run_round(agent_t *a);
 static void on_resumed(void *arg, const resume_result_t *res);
+static void failover_stopped(wk_group_t *g, void *arg);
 
 /* A free TCP port on addr (bind 0, read it, close): for rank 0's own
  * TCPStore in --torch-store rank0 mode, as torchrun does. */
@@ -517,6 +538,17 @@ static void free_round(agent_t *a) {
 
 /* torchrun substitutes ${local_rank} in the program's arguments: each
  * rank's argv when one holds it (a->rank_argv stays NULL otherwise). */
+static void free_succ(agent_t *a) {
+  for (size_t i = 0; i < a->nsucc; i++) {
+    free(a->succ_hosts[i]);
+    free(a->succ_addrs[i]);
+  }
+  free(a->succ_hosts);
+  free(a->succ_addrs);
+  a->succ_hosts = a->succ_addrs = NULL;
+  a->nsucc = 0;
+}
+
 static int make_rank_argv(agent_t *a) {
   static const char macro[] = "${local_rank}";
   int any = 0, n = 0;
@@ -953,12 +985,15 @@ static void status_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) 
   msg_status_free(&st);
 }
 
+static void probe_majority(agent_t *a);
+
 static void status_cb(uv_timer_t *t) {
   agent_t *a = t->data;
   if (a->state != A_JOIN)
     return;
   ac_begin(a->ac, PROTO_OP_STATUS, 0);
   ac_send(a->ac, status_reply, a);
+  probe_majority(a);
 }
 
 static void hb_cb(uv_timer_t *t) {
@@ -967,11 +1002,14 @@ static void hb_cb(uv_timer_t *t) {
   if (a->ac == NULL || a->state == A_FINISH || a->state == A_CLOSED)
     return;
   /* A heartbeat asks for a reply only when nothing came from the server
-   * for two heartbeats: the reply watch still hears a live server in
+   * for about two heartbeats: the reply watch still hears a live server in
    * time, a stopped one is noticed at most one heartbeat later, and the
-   * server writes to each agent half as often (docs/rendezvous.md). */
+   * server writes to each agent half as often (docs/rendezvous.md). The
+   * threshold is one and a half: a tick a little early must not leave the
+   * asking to the tick at three, when the watch (3 heartbeats) already
+   * fires; a JOIN that waits long for a majority met that race. */
   heard = uv_now(a->loop) - ac_last_rx_ms(a->ac);
-  if (heard < 2 * (uint64_t)a->o->heartbeat_ms) {
+  if (2 * heard < 3 * (uint64_t)a->o->heartbeat_ms) {
     msgpack_pack_uint8(ac_begin(a->ac, PROTO_OP_HEARTBEAT, 1),
                        ROUNDS_HEARTBEAT_QUIET);
     ac_send_noreply(a->ac);
@@ -1035,6 +1073,26 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     }
   }
   a->resume_step = -1;
+  lu_strlcpy(a->node0_host, r.node0_host, sizeof(a->node0_host));
+  lu_strlcpy(a->my_addr, r.addr, sizeof(a->my_addr));
+  /* The successors of this round's host: the lists are ours now. */
+  free_succ(a);
+  if (r.nsucc_hosts == r.nsucc_addrs) {
+    a->succ_hosts = r.succ_hosts;
+    a->succ_addrs = r.succ_addrs;
+    a->nsucc = r.nsucc_hosts;
+    r.succ_hosts = r.succ_addrs = NULL;
+    r.nsucc_hosts = r.nsucc_addrs = 0;
+  }
+  msg_round_free(&r);
+  if (a->fo_prev_round >= 0) {
+    say(a, "job %s re-formed under the new host %s:%d: round %" PRId64
+           ", %d nodes, %.3f s after the host was lost", a->o->run_id,
+        a->ep_host, a->ep_port, a->round, a->nnodes,
+        (uv_now(a->loop) - a->fo_started_ms) / 1000.0);
+    a->fo_prev_round = -1;
+    a->fo_survivors = a->fo_prev_restarts = a->fo_quorum = 0;
+  }
   if (a->ck) {
     resume_round_t rr = {a->round, a->node_rank, a->nnodes, a->world_size,
                          a->base_rank, a->o->nproc, a->o->host};
@@ -1204,6 +1262,11 @@ static void send_join(agent_t *a) {
   j.expected = o->expected_hosts;
   j.nexpected = o->nexpected;
   j.fingerprint = a->fp_text;
+  j.hosting = a->hosting;
+  j.prev_round = a->fo_prev_round;
+  j.prev_restarts = a->fo_prev_restarts;
+  j.survivors = a->fo_survivors;
+  j.quorum = a->fo_quorum;
   a->join_sent_s = lu_wall_s();
   {
     lu_json_t *e = ev_begin(a->ev, EV_node_joined);
@@ -1232,6 +1295,10 @@ static void restart_stopped(wk_group_t *g, void *arg) {
   (void)g;
   if (a->state == A_FINISH) { /* the job ended while they stopped */
     finished_stopping(g, a);
+    return;
+  }
+  if (a->state == A_FAILOVER) { /* the host was lost while they stopped */
+    failover_stopped(g, a);
     return;
   }
   if (a->state != A_STOP)
@@ -1310,7 +1377,8 @@ static void ask_lost_steps(agent_t *a) {
 static void on_push(ac_t *ac, const proto_msg_t *m, void *arg) {
   agent_t *a = arg;
   const msgpack_object *body = m->nargs > 0 ? &m->args[0] : NULL;
-  (void)ac;
+  if (ac != a->ac)
+    return; /* a probe's */
   if (m->op == PROTO_EV_RESTART) {
     msg_restart_t r;
     if ((a->state != A_RUN && a->state != A_REPORTED &&
@@ -1378,14 +1446,307 @@ static const char *port_taken_hint(const agent_t *a) {
   return buf;
 }
 
-static void on_lost(ac_t *ac, int status, void *arg) {
+/* ---- host failover (docs/rendezvous.md#host-failover) ------------------------------------------------- */
+
+static int start_server(agent_t *a, const char *ip, int port);
+static int new_client(agent_t *a, int64_t connect_ms);
+static int open_client(agent_t *a, const char *host, int64_t connect_ms,
+                       ac_t **out);
+static int64_t connect_limit_ms(const agent_t *a);
+static void on_connected(ac_t *ac, int status, void *arg);
+
+/* The checkpoint agreement talks to the server at ep_host:ep_port. */
+static int new_resume(agent_t *a) {
+  char ep[300];
+  int rc;
+  snprintf(ep, sizeof(ep), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
+           a->ep_host, a->ep_port);
+  rc = resume_new(a->loop, a->o, &a->log, ep, a->token, a->token_len, &a->ck);
+  if (rc == 0)
+    resume_on_commit(a->ck, on_committed, a);
+  return rc;
+}
+
+/* Does the loss of the server move the job to a successor? When the
+ * host's kernel closed the connection (its agent died, or the host dropped
+ * this node: the probe in failover_stopped tells them apart), always; when
+ * the host went silent (stopped, frozen, cut off), only when the survivors
+ * are a majority of the last round, as the host may still run on with the
+ * others (no split brain; docs/rendezvous.md#host-failover). A static job
+ * keeps its fixed node ranks and endpoint: not moved. OUT *silent. */
+static int can_fail_over(const agent_t *a, int status, int *silent,
+                         char *why, size_t cap) {
+  why[0] = '\0';
+  *silent = status == -ETIMEDOUT;
+  if (a->hosting || a->round < 0 || a->nsucc == 0 ||
+      a->o->backend == CFG_BACKEND_STATIC || a->o->standalone)
+    return 0;
+  if (status != RDZV_ECLOSED && status != UV_ECONNRESET && !*silent)
+    return 0;
+  if (*silent && (int)a->nsucc < a->nnodes / 2 + 1) {
+    snprintf(why, cap, "; the %d other nodes are no majority of the last "
+             "round's %d, so none takes over from a host that may still "
+             "run (no split brain)", (int)a->nsucc, a->nnodes);
+    return 0;
+  }
+  return a->state == A_JOIN || a->state == A_RESUME || a->state == A_RUN ||
+         a->state == A_REPORTED || a->state == A_STOP;
+}
+
+static void move_to_successor(agent_t *a);
+
+/* The probe of the old host: it answers (it had dropped this node, it is
+ * alive): join it again as any node; else move to the successor. */
+static void probe_done(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
   (void)ac;
-  (void)status;
+  if (a->state != A_FAILOVER)
+    return;
+  if (status == 0) {
+    say(a, "the rendezvous host %s:%d answers: joining it again", a->ep_host,
+        a->ep_port);
+    a->fo_prev_round = -1;
+    uv_timer_start(&a->hb_timer, hb_cb, (uint64_t)a->o->heartbeat_ms,
+                   (uint64_t)a->o->heartbeat_ms);
+    hang_set_ac(a->hang, a->ac);
+    send_join(a);
+    return;
+  }
+  ac_close(a->ac, NULL, NULL);
+  a->ac = NULL;
+  move_to_successor(a);
+}
+
+/* The workers stopped: host the server here when this node is the first
+ * successor, else join the first successor's. */
+static void failover_stopped(wk_group_t *g, void *arg) {
+  agent_t *a = arg;
+  if (a->state == A_FINISH) {
+    finished_stopping(g, a);
+    return;
+  }
+  if (a->state != A_FAILOVER)
+    return;
+  clear_failures(a);
+  if (a->ac) {
+    ac_close(a->ac, NULL, NULL);
+    a->ac = NULL;
+  }
+  hang_set_ac(a->hang, NULL);
+  /* A closed connection: a dead agent refuses a new one at once, a live
+   * host that dropped this node takes it. A silent host is not asked. */
+  if (!a->fo_silent &&
+      new_client(a, LU_MIN(1000, a->o->heartbeat_ms)) == 0) {
+    if (ac_connect(a->ac, probe_done) == 0)
+      return;
+    ac_close(a->ac, NULL, NULL);
+    a->ac = NULL;
+  }
+  move_to_successor(a);
+}
+
+/* Host the server here when this node is the first successor, else join
+ * the first successor's. */
+static void move_to_successor(agent_t *a) {
+  char lost[300], lost_host[256];
+  const char *new_addr, *new_host;
+  int here, rc;
+  snprintf(lost, sizeof(lost), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
+           a->ep_host, a->ep_port);
+  lu_strlcpy(lost_host, strcmp(a->node0_addr, a->ep_host) == 0
+                            ? a->node0_host : a->ep_host, sizeof(lost_host));
+  new_addr = a->succ_addrs[0];
+  new_host = a->succ_hosts[0];
+  here = strcmp(new_addr, a->my_addr) == 0;
+  a->failovers++;
+  /* The one line an operator needs: who was lost, who hosts now. */
+  LU_WARN(&a->log, "rendezvous host %s (%s) lost: %s; the new host is %s "
+                   "(%s:%d)%s; failover %d of job %s", lost_host, lost,
+          a->fo_silent ? "it went silent" : "its connection was closed",
+          new_host, new_addr, a->ep_port, here ? ", this node" : "",
+          a->failovers, a->o->run_id);
+  {
+    lu_json_t *e = ev_begin(a->ev, EV_host_failover);
+    if (e) {
+      lu_json_str(e, "lost_host", lost_host);
+      lu_json_str(e, "lost_endpoint", lost);
+      lu_json_str(e, "new_host", new_host);
+      lu_json_str(e, "new_addr", new_addr);
+      lu_json_int(e, "port", a->ep_port);
+      lu_json_bool(e, "here", here);
+      lu_json_bool(e, "silent", a->fo_silent);
+      lu_json_int(e, "round", a->round);
+      lu_json_int(e, "failovers", a->failovers);
+      ev_end(a->ev);
+    }
+  }
+  a->fo_prev_round = a->round;
+  a->fo_prev_restarts = a->restarts_spent;
+  a->fo_survivors = (int64_t)a->nsucc;
+  /* After a silent host, a majority of the last round must be there. */
+  a->fo_quorum = a->fo_silent ? a->nnodes / 2 + 1 : 0;
+  if (a->ck) {
+    resume_free(a->ck);
+    a->ck = NULL;
+  }
+  if (here) {
+    rc = start_server(a, new_addr, a->ep_port);
+    if (rc != 0) {
+      LU_ERR(&a->log, "cannot host the rendezvous server on %s:%d after the "
+             "host was lost: %s", new_addr, a->ep_port,
+             rc < -1000 ? rdzv_strerror(rc) : uv_strerror(rc));
+      if (a->srv) {
+        srv_close(a->srv, NULL, NULL);
+        a->srv = NULL;
+      }
+      a->exit_code = LAUNCH_EXIT_RDZV;
+      a->finish_ok = 0;
+      finish(a);
+      return;
+    }
+    a->hosting = 1;
+  }
+  lu_strlcpy(a->ep_host, new_addr, sizeof(a->ep_host));
+  /* The workers' store moves with the server. */
+  lu_strlcpy(a->store_host, new_addr, sizeof(a->store_host));
+  if ((a->o->ckpt_dir[0] && new_resume(a) != 0) ||
+      new_client(a, connect_limit_ms(a)) != 0 ||
+      ac_connect(a->ac, on_connected) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    a->finish_ok = 0;
+    finish(a);
+    return;
+  }
+  hang_set_ac(a->hang, a->ac);
+  a->state = A_CONNECT;
+  a->join_started_ms = uv_now(a->loop);
+}
+
+/* The host's connection was closed by its kernel: stop the workers, then
+ * move (failover_stopped). */
+static void fail_over(agent_t *a, int silent) {
+  int was = a->state;
+  a->fo_silent = silent;
+  a->fo_started_ms = uv_now(a->loop);
+  a->state = A_FAILOVER;
+  uv_timer_stop(&a->hb_timer);
+  uv_timer_stop(&a->status_timer);
+  uv_timer_stop(&a->barrier_timer);
+  if (was == A_STOP)
+    return; /* a restart's stop is under way: restart_stopped goes on */
+  if (a->ck) {
+    if (was == A_RESUME)
+      resume_cancel(a->ck);
+    else
+      resume_commit_stop(a->ck);
+  }
+  if (a->wg && wk_live(a->wg) > 0)
+    wk_stop(a->wg, SIGTERM, (int)a->o->stop_grace_ms, failover_stopped, a);
+  else
+    failover_stopped(a->wg, a);
+}
+
+/* ---- a host left alone rejoins the majority --------------------------------------------------------- */
+
+/* The job runs on under another host: join it, closing this node's server
+ * (nobody else is connected to it: they went silent). */
+static void join_majority(agent_t *a, int64_t round) {
+  ac_t *old = a->ac;
+  LU_WARN(&a->log, "job %s runs on under %s:%d (round %" PRId64 "), without "
+          "this node since it was cut off or stopped: joining it, and closing "
+          "the server here", a->o->run_id, a->probe_addr, a->ep_port, round);
+  a->state = A_CONNECT; /* the JOIN cancelled below is not an error */
+  uv_timer_stop(&a->status_timer);
+  a->ac = a->probe;
+  a->probe = NULL;
+  ac_close(old, NULL, NULL);
+  if (a->srv) {
+    srv_close(a->srv, NULL, NULL);
+    a->srv = NULL;
+  }
+  a->hosting = 0;
+  lu_strlcpy(a->ep_host, a->probe_addr, sizeof(a->ep_host));
+  lu_strlcpy(a->store_host, a->probe_addr, sizeof(a->store_host));
+  hang_set_ac(a->hang, a->ac);
+  if (a->ck) {
+    resume_free(a->ck);
+    a->ck = NULL;
+    if (new_resume(a) != 0) {
+      a->exit_code = LAUNCH_EXIT_INTERNAL;
+      finish(a);
+      return;
+    }
+  }
+  on_connected(a->ac, 0, a);
+}
+
+static void probe_status(ac_t *ac, int status, const proto_msg_t *m,
+                         void *arg) {
+  agent_t *a = arg;
+  msg_status_t st;
+  int64_t round;
+  int live;
+  if (ac != a->probe || status != 0 || a->state != A_JOIN || m->nargs < 1 ||
+      msg_status_unpack(&m->args[0], &st, NULL, 0) != 0)
+    return;
+  live = !strcmp(st.state, "running") || !strcmp(st.state, "forming");
+  round = st.round;
+  msg_status_free(&st);
+  /* A later round than this node's last: the others went on there. */
+  if (live && round > a->round)
+    join_majority(a, round);
+}
+
+static void probe_connected(ac_t *ac, int status, void *arg) {
+  agent_t *a = arg;
+  if (ac != a->probe || status != 0 || a->state != A_JOIN)
+    return;
+  ac_begin(ac, PROTO_OP_STATUS, 0);
+  ac_send(ac, probe_status, a);
+}
+
+/* While this node hosts and waits in a rejoin for longer than the silent
+ * bound (its server wants a majority that went silent), ask the last
+ * round's successors, one per status tick, whether one of them hosts the
+ * job now. A successor that hosts nothing refuses at once. */
+static void probe_majority(agent_t *a) {
+  const char *addr;
+  if (a->probe) {
+    ac_close(a->probe, NULL, NULL);
+    a->probe = NULL;
+  }
+  if (!a->hosting || a->round < 0 || a->nsucc == 0 || a->o->standalone ||
+      a->o->backend == CFG_BACKEND_STATIC ||
+      uv_now(a->loop) - a->join_started_ms < 3 * (uint64_t)a->o->heartbeat_ms)
+    return;
+  addr = a->succ_addrs[a->probe_idx++ % a->nsucc];
+  if (!strcmp(addr, a->my_addr))
+    return;
+  lu_strlcpy(a->probe_addr, addr, sizeof(a->probe_addr));
+  if (open_client(a, addr, 1000, &a->probe) != 0)
+    return;
+  if (ac_connect(a->probe, probe_connected) != 0) {
+    ac_close(a->probe, NULL, NULL);
+    a->probe = NULL;
+  }
+}
+
+static void on_lost(ac_t *ac, int status, void *arg) {
+  agent_t *a = arg;
+  char why[300];
+  int silent;
+  if (ac != a->ac)
+    return; /* a probe's */
   if (a->state == A_FINISH || a->state == A_CLOSED)
     return;
-  LU_ERR(&a->log, "%s; stopping the workers%s", ac_last_error(a->ac),
-         port_taken_hint(a));
+  if (can_fail_over(a, status, &silent, why, sizeof(why))) {
+    LU_WARN(&a->log, "%s; stopping the workers, moving to the next host",
+            ac_last_error(a->ac));
+    fail_over(a, silent);
+    return;
+  }
+  LU_ERR(&a->log, "%s; stopping the workers%s%s", ac_last_error(a->ac),
+         port_taken_hint(a), why);
   /* the rendezvous is gone: another try may work (docs/exit-codes.md) */
   a->exit_code = LAUNCH_EXIT_RDZV;
   a->finish_ok = 0;
@@ -1488,6 +1849,10 @@ static void close_all(agent_t *a) {
   if (a->ac) {
     ac_close(a->ac, NULL, NULL);
     a->ac = NULL;
+  }
+  if (a->probe) {
+    ac_close(a->probe, NULL, NULL);
+    a->probe = NULL;
   }
   if (a->srv) {
     srv_close(a->srv, NULL, NULL);
@@ -1848,11 +2213,64 @@ static int new_hang(agent_t *a) {
   return hang_new(a->loop, &hc, &hooks, &a->hang);
 }
 
+/* Create the server on ip:port and listen. RET 0; or an error with a->srv
+ * NULL (it could not be made), or the listen error with a->srv still to
+ * close (the caller says why). */
+static int start_server(agent_t *a, const char *ip, int port) {
+  cfg_t *o = a->o;
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  int rc;
+  cfg.host = ip;
+  cfg.port = port;
+  /* Connections may hold a quarter of --max-memory at 16 KiB each: the
+   * default admits 8,192. Room for every agent of the largest round and
+   * every worker's store client (a cap, not an allocation). */
+  cfg.max_memory = LU_MAX(cfg.max_memory,
+                          ((size_t)o->max_nodes * (size_t)(1 + o->nproc) + 64) *
+                              (64u << 10));
+  cfg.token = a->token;
+  cfg.token_len = a->token_len;
+  {
+    /* LAUNCH_HANDSHAKE_TIMEOUT: the hosted server's --handshake-timeout
+     * (tests make it short) */
+    const char *v = sched_getenv(o->environ, "LAUNCH_HANDSHAKE_TIMEOUT");
+    int64_t ms;
+    if (v && lu_parse_duration_ms(v, &ms) == 0 && ms > 0 && ms < INT32_MAX)
+      cfg.handshake_ms = (uint32_t)ms;
+  }
+  cfg.tcpstore_job = o->run_id;
+  cfg.tcpstore_allow = o->tcpstore_allow[0] ? o->tcpstore_allow : NULL;
+  if (o->tls_ca[0] && !o->tls_cert[0]) {
+    LU_ERR(&a->log, "hosting the rendezvous server with TLS needs this "
+           "node's certificate: give --tls-cert and --tls-key "
+           "(docs/protocol.md#tls)");
+    return RDZV_EINVAL; /* a->srv stays NULL */
+  }
+  /* With a certificate of its own, the node requires one of every client
+   * (mutual TLS), signed by --tls-ca. */
+  cfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
+  cfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
+  cfg.tls_ca = o->tls_cert[0] && o->tls_ca[0] ? o->tls_ca : NULL;
+  /* The agent says what happens; the server it hosts only warns. */
+  a->srv_log = a->log;
+  if (a->srv_log.level > LU_LOG_WARN && !a->srv_log.debug)
+    a->srv_log.level = LU_LOG_WARN;
+  cfg.log = &a->srv_log;
+  a->srv_max_memory = cfg.max_memory;
+  rc = srv_new(a->loop, &cfg, &a->srv);
+  if (rc != 0) {
+    a->srv = NULL;
+    return rc;
+  }
+  rounds_install(a->srv);
+  rc = srv_listen(a->srv);
+  return rc;
+}
+
 /* Host the server here? Then start it. RET 0 or an error. */
 static int maybe_host(agent_t *a) {
   cfg_t *o = a->o;
   char ip[INET6_ADDRSTRLEN] = "";
-  srv_config_t cfg = SRV_CONFIG_INIT;
   char who[128] = "";
   int want, rc, pid = 0, is_launch = 0;
   if (o->standalone) {
@@ -1895,48 +2313,9 @@ static int maybe_host(agent_t *a) {
   }
   if (!want)
     return 0;
-  cfg.host = ip;
-  cfg.port = o->endpoint_port;
-  /* Connections may hold a quarter of --max-memory at 16 KiB each: the
-   * default admits 8,192. Room for every agent of the largest round and
-   * every worker's store client (a cap, not an allocation). */
-  cfg.max_memory = LU_MAX(cfg.max_memory,
-                          ((size_t)o->max_nodes * (size_t)(1 + o->nproc) + 64) *
-                              (64u << 10));
-  cfg.token = a->token;
-  cfg.token_len = a->token_len;
-  {
-    /* LAUNCH_HANDSHAKE_TIMEOUT: the hosted server's --handshake-timeout
-     * (tests make it short) */
-    const char *v = sched_getenv(o->environ, "LAUNCH_HANDSHAKE_TIMEOUT");
-    int64_t ms;
-    if (v && lu_parse_duration_ms(v, &ms) == 0 && ms > 0 && ms < INT32_MAX)
-      cfg.handshake_ms = (uint32_t)ms;
-  }
-  cfg.tcpstore_job = o->run_id;
-  cfg.tcpstore_allow = o->tcpstore_allow[0] ? o->tcpstore_allow : NULL;
-  if (o->tls_ca[0] && !o->tls_cert[0]) {
-    LU_ERR(&a->log, "hosting the rendezvous server with TLS needs this "
-           "node's certificate: give --tls-cert and --tls-key "
-           "(docs/protocol.md#tls)");
-    return RDZV_EINVAL;
-  }
-  /* With a certificate of its own, the node requires one of every client
-   * (mutual TLS), signed by --tls-ca. */
-  cfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
-  cfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
-  cfg.tls_ca = o->tls_cert[0] && o->tls_ca[0] ? o->tls_ca : NULL;
-  /* The agent says what happens; the server it hosts only warns. */
-  a->srv_log = a->log;
-  if (a->srv_log.level > LU_LOG_WARN && !a->srv_log.debug)
-    a->srv_log.level = LU_LOG_WARN;
-  cfg.log = &a->srv_log;
-  a->srv_max_memory = cfg.max_memory;
-  rc = srv_new(a->loop, &cfg, &a->srv);
-  if (rc != 0)
+  rc = start_server(a, ip, o->endpoint_port);
+  if (rc != 0 && a->srv == NULL)
     return rc;
-  rounds_install(a->srv);
-  rc = srv_listen(a->srv);
   if (rc == UV_EADDRINUSE) {
     pid = launch_port_holder(o->endpoint_port, who, sizeof(who));
     is_launch = pid > 0 && strncmp(who, "launch ", 7) == 0;
@@ -1980,10 +2359,38 @@ static int maybe_host(agent_t *a) {
   return 0;
 }
 
+/* The connection to the server at ep_host:ep_port. RET 0 or an error. */
+static int open_client(agent_t *a, const char *host, int64_t connect_ms,
+                       ac_t **out) {
+  cfg_t *o = a->o;
+  ac_config_t acfg;
+  memset(&acfg, 0, sizeof(acfg));
+  acfg.host = host;
+  acfg.port = a->ep_port;
+  acfg.local_addr = o->local_addr;
+  acfg.job = o->run_id;
+  acfg.role = "agent";
+  acfg.token = a->token;
+  acfg.token_len = a->token_len;
+  acfg.connect_timeout_ms = (int)LU_MIN(connect_ms, INT32_MAX);
+  acfg.log = &a->log;
+  /* A silent server is noticed within the bound that drops a silent
+   * member: three heartbeats (or read_timeout when shorter). */
+  acfg.reply_timeout_ms =
+      (int)LU_MIN(o->read_timeout_ms, 3 * o->heartbeat_ms);
+  acfg.tls_ca = o->tls_ca[0] ? o->tls_ca : NULL;
+  acfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
+  acfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
+  return ac_new(a->loop, &acfg, on_push, on_lost, a, out);
+}
+
+static int new_client(agent_t *a, int64_t connect_ms) {
+  return open_client(a, a->ep_host, connect_ms, &a->ac);
+}
+
 int agent_run(cfg_t *o) {
   agent_t *a = calloc(1, sizeof(*a));
   uv_loop_t loop;
-  ac_config_t acfg;
   int rc;
   static const int all_sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1,
                                  SIGUSR2};
@@ -1992,6 +2399,7 @@ int agent_run(cfg_t *o) {
   a->o = o;
   a->loop = &loop;
   a->round = -1;
+  a->fo_prev_round = -1;
   a->run_lock = -1;
   a->exit_code = 1;
   uv_loop_init(&loop);
@@ -2125,16 +2533,9 @@ int agent_run(cfg_t *o) {
       ev_end(a->ev);
     }
   }
-  if (o->ckpt_dir[0]) {
-    char ep[300];
-    snprintf(ep, sizeof(ep), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
-             a->ep_host, a->ep_port);
-    if ((rc = resume_new(&loop, o, &a->log, ep, a->token, a->token_len,
-                         &a->ck)) != 0) {
-      a->exit_code = 1;
-      goto out;
-    }
-    resume_on_commit(a->ck, on_committed, a);
+  if (o->ckpt_dir[0] && (rc = new_resume(a)) != 0) {
+    a->exit_code = 1;
+    goto out;
   }
   if (o->metrics_port >= 0) {
     if ((rc = met_start(o->metrics_addr, o->metrics_port, o->host,
@@ -2156,24 +2557,7 @@ int agent_run(cfg_t *o) {
   }
   if (a->met || a->ev)
     uv_timer_start(&a->met_timer, met_cb, 1000, 1000);
-  memset(&acfg, 0, sizeof(acfg));
-  acfg.host = a->ep_host;
-  acfg.port = a->ep_port;
-  acfg.local_addr = o->local_addr;
-  acfg.job = o->run_id;
-  acfg.role = "agent";
-  acfg.token = a->token;
-  acfg.token_len = a->token_len;
-  acfg.connect_timeout_ms = (int)LU_MIN(connect_limit_ms(a), INT32_MAX);
-  acfg.log = &a->log;
-  /* A silent server is noticed within the bound that drops a silent
-   * member: three heartbeats (or read_timeout when shorter). */
-  acfg.reply_timeout_ms =
-      (int)LU_MIN(o->read_timeout_ms, 3 * o->heartbeat_ms);
-  acfg.tls_ca = o->tls_ca[0] ? o->tls_ca : NULL;
-  acfg.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
-  acfg.tls_key = o->tls_key[0] ? o->tls_key : NULL;
-  if ((rc = ac_new(&loop, &acfg, on_push, on_lost, a, &a->ac)) != 0 ||
+  if ((rc = new_client(a, connect_limit_ms(a))) != 0 ||
       ((o->hang_timeout_ms > 0 || a->ev || a->met) &&
        (rc = new_hang(a)) != 0) ||
       (rc = ac_connect(a->ac, on_connected)) != 0) {
@@ -2194,6 +2578,7 @@ done:
   if (uv_loop_close(&loop) != 0)
     LU_WARN(&a->log, "event loop closed with live handles");
   free_round(a);
+  free_succ(a);
   clear_failures(a);
   if (a->have_root)
     sum_failure_free(&a->root);

@@ -30,6 +30,7 @@
   X(checkpoint_committed, "a checkpoint step became the newest complete one") \
   X(hang_detected, "a rank made no progress for --hang-timeout")               \
   X(straggler_flagged, "a rank stayed slower than the node's median")          \
+  X(host_failover, "the rendezvous host was lost: this node moves to another") \
   X(job_end, "the job ended")                                                  \
   X(summary, "restarts, downtime, steps redone, resume time of the job")
 

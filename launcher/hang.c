@@ -571,6 +571,11 @@ const char *hang_reason(const hang_t *h, int local_rank) {
   return h->r[local_rank].reason;
 }
 
+void hang_set_ac(hang_t *h, ac_t *ac) {
+  if (h)
+    h->cfg.ac = ac;
+}
+
 void hang_close(hang_t *h) {
   if (h == NULL || !h->timer_live)
     return;

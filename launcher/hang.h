@@ -92,6 +92,9 @@ int hang_nproc(const hang_t *h);
 const char *hang_reason(const hang_t *h, int local_rank);
 /* Stop watching and close the timer (the loop is ending). */
 void hang_close(hang_t *h);
+/* The agent's connection moved (a host failover): read the store there.
+ * NULL h is fine. */
+void hang_set_ac(hang_t *h, ac_t *ac);
 /* After the loop ended. NULL is a no-op. */
 void hang_free(hang_t *h);
 

@@ -72,6 +72,9 @@ static const mfield_t join_f[] = {
     {"static", F_BOOL, offsetof(msg_join_t, is_static), 0, 0, NULL, 0},
     BOOL(msg_join_t, allow_mismatch), I64(msg_join_t, master_port, 0),
     STRV(msg_join_t, expected),      DSTR(msg_join_t, fingerprint),
+    BOOL(msg_join_t, hosting),       I64(msg_join_t, prev_round, -1),
+    I64(msg_join_t, prev_restarts, 0), I64(msg_join_t, survivors, 0),
+    I64(msg_join_t, quorum, 0),
 };
 static const mdesc_t join_d = DESC("JOIN", join_f);
 
@@ -81,6 +84,7 @@ static const mfield_t round_f[] = {
     I64(msg_round_t, base_rank, 0), I64(msg_round_t, master_port, 0),
     STR(msg_round_t, addr),         STR(msg_round_t, node0_addr),
     STR(msg_round_t, node0_host),   I64(msg_round_t, restarts, 0),
+    STRV(msg_round_t, succ_hosts),  STRV(msg_round_t, succ_addrs),
 };
 static const mdesc_t round_d = DESC("round", round_f);
 

@@ -62,6 +62,16 @@ typedef struct msg_join_s {
   char **expected;          /* host names expected in the job */
   size_t nexpected;
   char *fingerprint;        /* env_fp_serialize() text; NULL none */
+  int hosting;              /* this agent hosts the server: it is no
+                               successor (its loss is the server's) */
+  /* After a host failover (docs/rendezvous.md#host-failover): the round
+   * this node ran under the lost host, the restarts spent then, and how
+   * many nodes of that round survived; -1, 0, 0 otherwise. The new server
+   * goes on from there instead of from round 0. */
+  int64_t prev_round, prev_restarts, survivors;
+  int64_t quorum;           /* the host went silent: the new round needs
+                               this many nodes (a majority of the lost
+                               round's); 0 none */
 } msg_join_t;
 
 /* The reply to JOIN: the round this node is part of. */
@@ -74,6 +84,13 @@ typedef struct msg_round_s {
   char node0_host[MSG_HOST_MAX];
   int64_t restarts;         /* restarts spent on failures so far (a node
                                joining or leaving spends none) */
+  /* Who hosts the server if its host is lost: the members of the round
+   * that do not host it, by node rank, with the addresses they were
+   * reached at (parallel lists; O(nodes) per reply). */
+  char **succ_hosts;
+  size_t nsucc_hosts;
+  char **succ_addrs;
+  size_t nsucc_addrs;
 } msg_round_t;
 
 /* REPORT (agent -> server): this node's workers finished the round. */

@@ -46,6 +46,8 @@ typedef struct rounds_member_s {
   uint64_t last_hb;
   env_fp_t *fp;     /* fingerprint, NULL none */
   int master_port;
+  int hosting;      /* its agent hosts this server: no successor */
+  int silent;       /* dropped for missed heartbeats */
 } rounds_member_t;
 
 typedef struct rounds_job_s {
@@ -75,6 +77,14 @@ typedef struct rounds_job_s {
   int has_root;
   msg_failure_t root; /* the root cause of failed_round */
   char reason[1024]; /* why the last restart or the end happened */
+  int failover_expect; /* a job taken over from a lost host: the nodes of
+                          its last round that survived, awaited before the
+                          round forms (docs/rendezvous.md#host-failover) */
+  int last_n;          /* nodes of the last round */
+  int quorum;          /* nodes the next round needs: a majority of the
+                          last round's once a member went silent (it may
+                          run on under another host: no split brain) */
+  int quorum_said;
 } rounds_job_t;
 
 /* ---- helpers -------------------------------------------------------------------------- */
@@ -257,7 +267,8 @@ static int cmp_select(const void *a, const void *b) {
 }
 
 static void reply_round(rounds_job_t *rj, rounds_member_t *m,
-                        const rounds_member_t *node0, int n, int world) {
+                        const rounds_member_t *node0, int n, int world,
+                        char **succ_hosts, char **succ_addrs, size_t nsucc) {
   msg_round_t r;
   /* Each reply carries this node's place and node 0's address only (rank
    * 0's store in --torch-store rank0 mode): O(1) per node, not O(nodes);
@@ -275,6 +286,10 @@ static void reply_round(rounds_job_t *rj, rounds_member_t *m,
     lu_strlcpy(r.node0_addr, node0->addr, sizeof(r.node0_addr));
     lu_strlcpy(r.node0_host, node0->host, sizeof(r.node0_host));
   }
+  r.succ_hosts = succ_hosts;
+  r.nsucc_hosts = nsucc;
+  r.succ_addrs = succ_addrs;
+  r.nsucc_addrs = nsucc;
   srv__reply_begin(m->c, m->join_id, 0, 1);
   msg_round_pack(&m->c->out.pk, &r);
   srv__reply_end(m->c);
@@ -324,7 +339,9 @@ static int refuse_mismatch(rounds_job_t *rj, rounds_member_t *node0,
 static int form_round(rounds_job_t *rj) {
   srv_t *s = rj->job->srv;
   int n = rj->nstate[M_JOINING], k = 0, world = 0;
-  rounds_member_t **all, **sel, *node0 = NULL;
+  rounds_member_t **all, **sel, *node0 = NULL, **by_rank;
+  char **succ_hosts, **succ_addrs;
+  size_t nsucc = 0;
   unsigned char *taken;
   if (n <= 0 || (all = calloc((size_t)n, sizeof(*all))) == NULL)
     return 0;
@@ -417,31 +434,46 @@ static int form_round(rounds_job_t *rj) {
   }
   /* Global ranks, contiguous per node in node-rank order (node ranks are
    * 0..n-1, each once: all[] is reordered by them). */
-  {
-    rounds_member_t **by_rank = calloc((size_t)n, sizeof(*by_rank));
-    if (by_rank == NULL) {
-      free(all);
-      return 0;
-    }
-    for (int i = 0; i < n; i++)
-      by_rank[sel[i]->node_rank] = sel[i];
-    for (int r = 0; r < n; r++) {
-      by_rank[r]->base_rank = world;
-      world += by_rank[r]->nproc;
-    }
+  by_rank = calloc((size_t)n, sizeof(*by_rank));
+  succ_hosts = calloc((size_t)n, sizeof(*succ_hosts));
+  succ_addrs = calloc((size_t)n, sizeof(*succ_addrs));
+  if (by_rank == NULL || succ_hosts == NULL || succ_addrs == NULL) {
     free(by_rank);
+    free(succ_hosts);
+    free(succ_addrs);
+    free(all);
+    return 0;
   }
+  for (int i = 0; i < n; i++)
+    by_rank[sel[i]->node_rank] = sel[i];
+  for (int r = 0; r < n; r++) {
+    by_rank[r]->base_rank = world;
+    world += by_rank[r]->nproc;
+    /* The successors: every member but the one that hosts this server,
+     * by node rank (the strings stay the members' own) */
+    if (!by_rank[r]->hosting) {
+      succ_hosts[nsucc] = by_rank[r]->host;
+      succ_addrs[nsucc++] = by_rank[r]->addr;
+    }
+  }
+  free(by_rank);
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next)
     set_in_round(LIST_ENTRY(it, rounds_member_t, link), 0);
   rj->round++;
+  rj->failover_expect = 0;
+  rj->quorum = 0;
+  rj->quorum_said = 0;
+  rj->last_n = n;
   rj->refused[0] = '\0'; /* a round formed: the refusals are answered */
   rj->state = R_RUNNING;
   srv__ts_new_round(rj->job, rj->round);
   for (int i = 0; i < n; i++) {
     sel[i]->last_hb = srv__now();
     set_member(sel[i], M_RUNNING, 1, sel[i]->c);
-    reply_round(rj, sel[i], node0, n, world);
+    reply_round(rj, sel[i], node0, n, world, succ_hosts, succ_addrs, nsucc);
   }
+  free(succ_hosts);
+  free(succ_addrs);
   LU_INFO(&s->log, "job %s: round %" PRId64 " formed: %d nodes, world size "
           "%d", rj->job->name, rj->round, n, world);
   free(all);
@@ -489,11 +521,25 @@ static void evaluate(rounds_job_t *rj) {
   for (;;) {
     n = rj->nstate[M_JOINING];
     rejoined = rj->nround_state[M_RESTARTING] == 0;
+    if (n < rj->quorum) {
+      /* A member went silent: it may run on elsewhere with the others.
+       * Only a majority of the last round goes on. */
+      if (!rj->quorum_said && n > 0) {
+        rj->quorum_said = 1;
+        LU_WARN(&s->log, "job %s: %d of the last round's %d nodes are here: "
+                "a new round needs a majority (%d), as the silent ones may "
+                "go on under another host; waiting", rj->job->name, n,
+                rj->last_n, rj->quorum);
+      }
+      break;
+    }
     if (n >= rj->min && rj->min_since == 0)
       rj->min_since = now;
     if (n < rj->min)
       rj->min_since = 0;
-    if (n >= rj->max || (rj->round >= 0 && rejoined && n >= rj->min) ||
+    if (n >= rj->max ||
+        (rj->round >= 0 && rejoined && n >= rj->min &&
+         n >= rj->failover_expect) ||
         (n >= rj->min && rj->min_since &&
          now >= rj->min_since + (uint64_t)rj->last_call_ms)) {
       if (form_round(rj))
@@ -534,13 +580,18 @@ static void evaluate(rounds_job_t *rj) {
 }
 
 /* A member is gone (closed connection, missed heartbeats, LEAVE). */
-static void member_lost(rounds_member_t *m, const char *why) {
+static void member_lost(rounds_member_t *m, const char *why, int silent) {
   rounds_job_t *rj = m->rj;
   int was_in_round = m->in_round;
   int was_live = m->state == M_RUNNING || m->state == M_DONE ||
                  m->state == M_RESTARTING;
   char host[256];
   lu_strlcpy(host, m->host, sizeof(host));
+  /* A silent member may be alive behind a partition, or have moved on
+   * under a successor host while this one was stopped: the next round
+   * needs a majority of the last. A closed connection is a dead agent. */
+  if (silent && was_in_round && rj->last_n > 0)
+    rj->quorum = LU_MAX(rj->quorum, rj->last_n / 2 + 1);
   member_free(m);
   if (rj->state == R_RUNNING && was_in_round && was_live) {
     if (rj->nround > 0)
@@ -561,6 +612,7 @@ static void member_lost(rounds_member_t *m, const char *why) {
     rj->failures = 0;
     rj->failed_round = -1;
     rj->configured = 0;
+    rj->quorum = rj->last_n = rj->failover_expect = 0;
     msg_failure_free(&rj->root);
     rj->has_root = 0;
   }
@@ -613,6 +665,15 @@ static int configure(rounds_job_t *rj, msg_join_t *j, char *err, size_t cap) {
   j->expected = NULL;
   j->nexpected = 0;
   rj->configured = 1;
+  if (j->prev_round >= 0) {
+    /* Taken over from a lost host: go on from its last round and its
+     * restarts, and wait for the survivors of that round. */
+    rj->round = j->prev_round;
+    rj->failures = (int)LU_MAX(0, LU_MIN(j->prev_restarts, 1 << 30));
+    rj->failover_expect = (int)LU_MAX(0, LU_MIN(j->survivors, rj->max));
+    rj->quorum = (int)LU_MAX(0, LU_MIN(j->quorum, rj->max));
+    rj->last_n = (int)LU_MAX(0, LU_MIN(2 * j->quorum - 1, rj->max));
+  }
   return 0;
 }
 
@@ -679,6 +740,7 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
     m->nproc = (int)j.nproc;
     m->pref_rank = (int)LU_MAX(-1, LU_MIN(j.rank, 1 << 20));
     m->master_port = (int)j.master_port;
+    m->hosting = j.hosting;
     env_fp_free(m->fp);
     m->fp = fp;
     fp = NULL;
@@ -718,7 +780,7 @@ static void op_leave(conn_t *c, const proto_msg_t *msg) {
     lu_strlcpy(l.reason, "left", sizeof(l.reason));
   srv__reply_ok(c, msg->id);
   if (m)
-    member_lost(m, l.reason);
+    member_lost(m, l.reason, 0);
 }
 
 /* The first failure of round r: the root cause, one restart spent. */
@@ -835,8 +897,13 @@ static void rounds_conn_closed(conn_t *c) {
     return;
   set_member(m, m->state, m->in_round, NULL);
   c->rounds = NULL;
+  /* Closed right after this loop stood still (the host was stopped):
+   * the peer may have given up on a silent host, not died. */
   if (!c->srv->closing)
-    member_lost(m, "connection closed");
+    member_lost(m, m->silent ? "missed heartbeats" : "connection closed",
+                m->silent || (c->srv->rounds_stall &&
+                              srv__now() - c->srv->rounds_stall <
+                                  3 * (uint64_t)m->rj->hb_ms));
   else
     member_free(m);
 }
@@ -858,6 +925,7 @@ static void rounds_timer_cb(uv_timer_t *t) {
      * next decide, not the stall. */
     LU_WARN(&s->log, "the server's loop stalled for %.1f s (was this host "
             "stopped?): every member gets 3 more heartbeats", late / 1000.0);
+    s->rounds_stall = now;
     for (job_t *j = s->jobs; j; j = j->next) {
       rounds_job_t *rj = j->rounds;
       for (list_t *it = rj ? rj->members.next : NULL; rj && it != &rj->members;
@@ -882,6 +950,7 @@ static void rounds_timer_cb(uv_timer_t *t) {
               "dropping it", j->name, m->host, rj->hb_ms * 3 / 1000.0);
       /* Closing the connection runs member_lost (which may restart the
        * round and so change the list): look at the head again. */
+      m->silent = 1;
       srv__conn_close(m->c);
       /* Still there: its connection was already closing. */
       if (rj->watch.next == &m->watch_link)

@@ -377,6 +377,7 @@ struct srv_s {
   void (*rounds_schedule)(srv_t *s); /* re-arm rounds_timer (loop 0) */
   uv_timer_t rounds_timer; /* rendezvous deadlines (armed by the module) */
   uint64_t rounds_due;     /* when rounds_timer was due (loop stalls show late) */
+  uint64_t rounds_stall;   /* when the last stall of the loop was seen */
   void *rounds_data;
   /* LAUNCH_SERVER_TRACE_MS: the longest callback (lock waits left out)
    * and the one that used the most CPU. */

@@ -10,7 +10,7 @@ BUILD_PKGS=(build-essential cmake ninja-build pkg-config git
             libmicrohttpd-dev libprotobuf-c-dev protobuf-c-compiler)
 TEST_PKGS=(python3 python3-torch hwloc numactl iproute2 procps clang
            libclang-rt-14-dev slurm-wlm munge python3-yaml util-linux
-           prometheus chromium)
+           prometheus chromium nftables)
 
 want=("${BUILD_PKGS[@]}")
 if [ "${1:-}" = "--test" ]; then

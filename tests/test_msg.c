@@ -6,6 +6,7 @@
 #include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "msg.h"
@@ -87,6 +88,10 @@ static void test_join(void) {
   j.expected = hosts;
   j.nexpected = 3;
   j.fingerprint = (char *)"launch-fingerprint 1\nprofile=auto\n";
+  j.hosting = 1;
+  j.prev_round = 4;
+  j.prev_restarts = 2;
+  j.survivors = 3;
   wire_init(&w);
   msg_join_pack(&w.pk, &j);
   ASSERT_EQ(0, msg_join_unpack(wire_obj(&w), &back, err, sizeof(err)));
@@ -106,6 +111,10 @@ static void test_join(void) {
   ASSERT_EQ(3, (int)back.nexpected);
   ASSERT_STR_EQ("node2", back.expected[2]);
   ASSERT_STR_EQ(j.fingerprint, back.fingerprint);
+  ASSERT_EQ(1, back.hosting);
+  ASSERT_EQ(4, back.prev_round);
+  ASSERT_EQ(2, back.prev_restarts);
+  ASSERT_EQ(3, back.survivors);
   msg_join_free(&back);
   ASSERT(back.expected == NULL && back.fingerprint == NULL);
   wire_free(&w);
@@ -117,6 +126,8 @@ static void test_join(void) {
   ASSERT_EQ(0, msg_join_unpack(wire_obj(&w), &back, err, sizeof(err)));
   ASSERT_EQ(1, back.is_static);
   ASSERT_EQ(-1, back.rank); /* defaults for the rest */
+  ASSERT_EQ(-1, back.prev_round);
+  ASSERT_EQ(0, back.survivors);
   ASSERT_EQ(1, back.nproc);
   ASSERT_EQ(600000, back.join_timeout_ms);
   ASSERT(back.fingerprint == NULL);
@@ -142,8 +153,32 @@ static void test_round_and_restart(void) {
   wire_init(&w);
   msg_round_pack(&w.pk, &r);
   ASSERT_EQ(0, msg_round_unpack(wire_obj(&w), &rb, NULL, 0));
-  ASSERT_EQ(0, memcmp(&r, &rb, sizeof(r)));
+  ASSERT_EQ(0, memcmp(&r, &rb, offsetof(msg_round_t, succ_hosts)));
+  ASSERT_EQ(0, rb.nsucc_hosts);
+  ASSERT_EQ(0, rb.nsucc_addrs);
+  msg_round_free(&rb);
   wire_free(&w);
+  {
+    /* the successor hosts of a host failover: by node rank, with the
+     * addresses they were reached at */
+    char *hosts[] = {(char *)"node1", (char *)"node2"};
+    char *addrs[] = {(char *)"192.0.2.2", (char *)"192.0.2.3"};
+    r.succ_hosts = hosts;
+    r.nsucc_hosts = 2;
+    r.succ_addrs = addrs;
+    r.nsucc_addrs = 2;
+    wire_init(&w);
+    msg_round_pack(&w.pk, &r);
+    ASSERT_EQ(0, msg_round_unpack(wire_obj(&w), &rb, NULL, 0));
+    ASSERT_EQ(2, rb.nsucc_hosts);
+    ASSERT_EQ(2, rb.nsucc_addrs);
+    ASSERT_STR_EQ("node2", rb.succ_hosts[1]);
+    ASSERT_STR_EQ("192.0.2.2", rb.succ_addrs[0]);
+    msg_round_free(&rb);
+    wire_free(&w);
+    r.succ_hosts = r.succ_addrs = NULL;
+    r.nsucc_hosts = r.nsucc_addrs = 0;
+  }
   x.round = 7;
   x.reason = (char *)"lost node node2 (connection closed)";
   wire_init(&w);

@@ -10,6 +10,7 @@ environment and argv, then:
     fail-rank R N rank R exits N in generation 0 (others wait for a restart)
     hold          generation 0 waits (until killed or OUTDIR/release exists);
                   later generations exit 0
+    hold-all      every generation waits (until killed or OUTDIR/release exists)
     forever       wait until killed
     trap-int      on SIGINT write OUTDIR/sigint.<RANK> and exit 3; else wait
     ignore-term   ignore SIGTERM and SIGINT; wait until killed
@@ -62,6 +63,9 @@ elif mode == "fail-rank":
 elif mode == "hold":
     if gen == 0:
         wait_release()
+    sys.exit(0)
+elif mode == "hold-all":
+    wait_release()
     sys.exit(0)
 elif mode == "forever":
     while True:

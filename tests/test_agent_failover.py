@@ -1,0 +1,180 @@
+"""Host failover in the embedded mode (issue #28, docs/rendezvous.md#host-failover):
+`kill -9` of the agent that hosts the server does not end the job. The first
+successor (by node rank) hosts the server at its own address, the others join
+it, the job re-forms without the lost node, and the workers' store moves with
+it (MASTER_ADDR, MASTER_PORT, LAUNCH_RDZV_ENDPOINT). Agents on loopback:
+127.0.0.x stand for hosts. The time from the kill to the first worker of the
+new round is printed as a `figure:` line, never asserted."""
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
+import launchtest as lt  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "py", "worker.py")
+PY = sys.executable
+
+
+def agents(n, port, nnodes, d, run_id, extra=()):
+    out = []
+    for i in range(1, n + 1):
+        args = ["--nnodes", nnodes, "--nproc-per-node", "2",
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:%d" % port,
+                "--rdzv-id", run_id, "--local-addr", "127.0.0.%d" % i,
+                "--rdzv-conf", "join_timeout=60,last_call_timeout=1,heartbeat=0.3",
+                "--stop-timeout", "5", "--event-log", os.path.join(d, "events%d.jsonl" % i)
+                ] + list(extra) + ["--no-python", PY, WORKER, d, "hold"]
+        out.append(lt.launch(args, env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i))
+    return out
+
+
+class Job:
+    """n agents (node1 hosts), started and at work in round 0 on entry;
+    every agent continued and killed, by pid, on exit."""
+
+    def __init__(self, n, nnodes, run_id, extra=()):
+        self.d = tempfile.mkdtemp()
+        self.port = lt.free_port()
+        self.ags = agents(n, self.port, nnodes, self.d, run_id, extra)
+        self.n = n
+
+    def __enter__(self):
+        try:
+            lt.wait_until(lambda: len(lt.records(self.d, 0)) == 2 * self.n, 60,
+                          "round 0's workers")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *a):
+        for p in self.ags:
+            p.signal(signal.SIGCONT)
+            p.kill()
+
+
+def kill_host_and_watch(n, nnodes, run_id, extra=()):
+    with Job(n, nnodes, run_id, extra) as j:
+        d, port, ags = j.d, j.port, j.ags
+        t0 = time.time()
+        ags[0].signal(signal.SIGKILL)
+        ags[0].wait(10)
+        lt.wait_until(lambda: len(lt.records(d, 1)) == 2 * (n - 1), 60,
+                      "round 1's workers on the survivors")
+        took = time.time() - t0
+        rcs = [a.wait(60) for a in ags[1:]]
+        assert rcs == [0] * (n - 1), [a.output() for a in ags[1:]]
+        outs = [a.output() for a in ags[1:]]
+        # one line names the lost and the new host, on every survivor
+        for o in outs:
+            assert "rendezvous host node1 (127.0.0.1:%d) lost" % port in o, o
+            assert "the new host is node2 (127.0.0.2:%d)" % port in o, o
+        assert "this node" in [l for l in outs[0].splitlines() if "new host is" in l][0]
+        gen1 = lt.records(d, 1)
+        for r in gen1:
+            env = r["env"]
+            assert env["LAUNCH_HOSTNAME"] != "node1", env
+            assert env["WORLD_SIZE"] == str(2 * (n - 1)), env
+            assert env["MASTER_ADDR"] == "127.0.0.2", env
+            assert env["MASTER_PORT"] == str(port), env
+            assert env["LAUNCH_RDZV_ENDPOINT"] == "127.0.0.2:%d" % port, env
+        assert sorted(int(r["env"]["RANK"]) for r in gen1) == list(range(2 * (n - 1)))
+        # an event on every survivor (docs/events.md)
+        for i in range(2, n + 1):
+            with open(os.path.join(d, "events%d.jsonl" % i)) as f:
+                evs = [json.loads(x) for x in f if '"host_failover"' in x]
+            assert len(evs) == 1 and evs[0]["new_host"] == "node2", evs
+            assert evs[0]["lost_host"] == "node1" and evs[0]["here"] == (i == 2), evs
+        print("figure: host failover, %d nodes (%s, 2 workers each, heartbeat 0.3 s): "
+              "kill -9 of the host -> the new round's last worker started in %.2f s"
+              % (n, nnodes, took))
+        return gen1, outs, took
+
+
+def test_two_nodes_kill_host():
+    """The case of the issue: --nnodes 1:2, the hosting agent killed."""
+    kill_host_and_watch(2, "1:2", "fo2")
+
+
+def test_three_nodes_kill_host():
+    """node2 hosts, node3 joins it; the round waits for both survivors."""
+    kill_host_and_watch(3, "2:3", "fo3")
+
+
+def test_checkpoint_agreement_after_failover():
+    """--ckpt-dir: the survivors agree on the newest step again under the
+    new host (a replicated step 7 of 4 ranks, resumed by the 2 left)."""
+    sys.path.insert(0, HERE)
+    from test_ckpt_resume import write_step
+    ck = tempfile.mkdtemp()
+    write_step(ck, 7, 4, True)
+    gen1, outs, _ = kill_host_and_watch(2, "1:2", "fock", ["--ckpt-dir", ck])
+    for r in gen1:
+        assert r["env"]["LAUNCH_RESUME_STEP"] == "7", r["env"]
+    assert outs[0].count("resuming from checkpoint step 7") == 2, outs[0]
+
+
+def test_stopped_host_no_split_brain():
+    """A host stopped (SIGSTOP) for longer than the silent-server bound: the
+    two others are a majority of 3 and re-form under node2; the host,
+    resumed, finds itself alone, and a round needs a majority: it waits and
+    never trains again on its own, although --nnodes 1:3 would allow one."""
+    with Job(3, "1:3", "fostop") as j:
+        d, port, ags = j.d, j.port, j.ags
+        ags[0].signal(signal.SIGSTOP)
+        try:
+            lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 60,
+                          "round 1 on node2 and node3")
+        finally:
+            ags[0].signal(signal.SIGCONT)
+        assert [a.wait(60) for a in ags[1:]] == [0, 0], [a.output() for a in ags]
+        for o in (a.output() for a in ags[1:]):
+            assert "rendezvous host node1 (127.0.0.1:%d) lost: it went silent" % port in o, o
+        lt.wait_until(lambda: "a new round needs a majority (2)" in ags[0].output(), 30,
+                      "the resumed host to say why it waits")
+        time.sleep(1)
+        assert ags[0].running(), ags[0].output()
+        hosts = [r["env"]["LAUNCH_HOSTNAME"] for r in lt.records(d) if
+                 r["env"]["LAUNCH_ROUND"] != "0"]
+        assert "node1" not in hosts, hosts
+
+
+def test_two_nodes_stopped_host_minority():
+    """2 nodes: the one left is no majority; it takes nothing over and says
+    why (the host may still run)."""
+    with Job(2, "1:2", "fomin") as j:
+        j.ags[0].signal(signal.SIGSTOP)
+        rc = j.ags[1].wait(60)
+        out = j.ags[1].output()
+        assert rc != 0 and "no majority of the last round's 2" in out, out
+        assert "new host" not in out, out
+
+
+def test_dropped_node_rejoins_live_host():
+    """A node stopped long enough to be dropped reads the closed connection
+    when it resumes: the host is alive (it answers), so it joins it again
+    rather than taking over; the job re-forms with both nodes."""
+    with Job(2, "1:2", "forejoin") as j:
+        d, ags = j.d, j.ags
+        ags[1].signal(signal.SIGSTOP)
+        lt.wait_until(lambda: "missed 3 heartbeats" in ags[0].output(), 30, "the drop")
+        ags[1].signal(signal.SIGCONT)
+        assert [a.wait(60) for a in ags] == [0, 0], [a.output() for a in ags]
+        out = ags[1].output()
+        assert "answers: joining it again" in out and "new host" not in out, out
+        last = max(int(r["env"]["LAUNCH_ROUND"]) for r in lt.records(d))
+        assert len(lt.records(d, last)) == 4, lt.records(d, last)
+
+
+if __name__ == "__main__":
+    for t in (test_two_nodes_kill_host, test_three_nodes_kill_host,
+              test_checkpoint_agreement_after_failover, test_stopped_host_no_split_brain,
+              test_two_nodes_stopped_host_minority, test_dropped_node_rejoins_live_host):
+        print("== " + t.__name__, flush=True)
+        t()
+    print("ok")

@@ -1,0 +1,233 @@
+"""Agents in network namespaces under real network faults (tests/py/netns.py):
+a 16-node rendezvous with 2 % loss (and 50 ms RTT where the kernel has
+netem), one worker node of an elastic job partitioned away (named, the job
+re-forms without it), the host partitioned from the others (they take over,
+it waits: no split brain; when the network heals it joins them), an agent
+restarted on its node while its old connection lingers on the host, and the
+host's link going down and up (the job carries on). Skips (77) where namespaces cannot be made. Times are printed as
+`figure:` lines for docs/BENCHMARKS.md, never asserted.
+
+LAUNCH_NETNS_NODES sets the node count of the first case (16)."""
+import os
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
+import launchtest as lt  # noqa: E402
+import netns  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "py", "worker.py")
+PY = sys.executable
+PORT = 29400
+
+
+def agent(c, i, nnodes, conf, prog, run_id):
+    args = ["--nnodes", nnodes, "--nproc-per-node", "1",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", "%s:%d" % (c.addr(0), PORT),
+            "--rdzv-id", run_id, "--local-addr", c.addr(i), "--rdzv-conf", conf,
+            "--stop-timeout", "5", "--no-python"] + prog
+    return c.launch(i, args, env={"LAUNCH_HOSTNAME": "node%d" % i}, name="node%d" % i)
+
+
+def test_rendezvous_under_loss():
+    rendezvous_under_loss(int(os.environ.get("LAUNCH_NETNS_NODES", "16")))
+
+
+def rendezvous_under_loss(n, delay_ms=25, loss_pct=2):
+    """n agents in n namespaces running /bin/true; RET (the seconds until
+    the last one was in its round, until all ended, what was applied)."""
+    with netns.Cluster(n) as c:
+        applied = [c.degrade(i, delay_ms=delay_ms, loss_pct=loss_pct) for i in range(n)]
+        t0 = time.time()
+        ags = [agent(c, i, str(n), "join_timeout=120,last_call_timeout=1", ["/bin/true"],
+                     "nn%d" % n) for i in range(n)]
+        formed = {}
+        deadline = t0 + 150
+        while len(formed) < n and time.time() < deadline:
+            for i, a in enumerate(ags):
+                if i not in formed and "round 0 of job" in a.output():
+                    formed[i] = time.time() - t0
+                if i not in formed and not a.running():
+                    raise AssertionError("node%d ended before its round:\n%s" % (i, a.output()))
+            time.sleep(0.02)
+        rcs = [a.wait(120) for a in ags]
+        total = time.time() - t0
+        assert rcs == [0] * n, [(i, a.output()) for i, a in enumerate(ags) if a.proc.returncode]
+        assert len(formed) == n
+        # every node got its own node rank of n
+        ranks = set()
+        for a in ags:
+            line = [x for x in a.output().splitlines() if "round 0 of job" in x][0]
+            ranks.add(line.split(": node ")[1].split(" of ")[0])
+            assert (" of %d, ranks" % n) in line, line
+        assert ranks == set(str(i) for i in range(n)), ranks
+        load, cores = netns.load()
+        print("figure: netns rendezvous, %d nodes, each eth0: %s; last node in its "
+              "round %.2f s after the start, all agents done %.2f s; load %.1f on %d "
+              "cores" % (n, applied[0], max(formed.values()), total, load, cores))
+        return max(formed.values()), total, applied[0]
+
+
+def three(c, d, nnodes, conf, run_id, mode="hold"):
+    """3 agents of `hold` workers, at work in round 0."""
+    ags = [agent(c, i, nnodes, conf, [PY, WORKER, d, mode], run_id) for i in range(3)]
+    lt.wait_until(lambda: len(lt.records(d, 0)) == 3, 60, "3 workers of round 0")
+    return ags
+
+
+def test_partition_worker_node():
+    d = tempfile.mkdtemp()
+    with netns.Cluster(3) as c:
+        ags = three(c, d, "2:3", "join_timeout=60,last_call_timeout=1,heartbeat=0.3,"
+                    "read_timeout=8", "part")
+        t0 = time.time()
+        c.partition(2)
+        # the host names the lost node; the two others run round 1 and finish
+        assert ags[0].wait(60) == 0, ags[0].output()
+        assert ags[1].wait(60) == 0, ags[1].output()
+        took = time.time() - t0
+        out0 = ags[0].output()
+        assert "lost node node2" in out0, out0
+        gen1 = lt.records(d, 1)
+        assert len(gen1) == 2, gen1
+        for r in gen1:
+            assert r["env"]["WORLD_SIZE"] == "2" and r["env"]["LAUNCH_HOSTNAME"] != "node2"
+        # the cut-off node hears nothing: from where it stands the host went
+        # silent, and it may try the successor; it reaches nobody, forms no
+        # round of its own (a majority is needed) and gives up, exit 75
+        rc2 = ags[2].wait(60)
+        assert rc2 != 0, ags[2].output()
+        assert not [r for r in lt.records(d) if r["env"]["LAUNCH_HOSTNAME"] == "node2"
+                    and r["env"]["LAUNCH_ROUND"] != "0"], "node2 trained alone"
+        assert "node2" not in [r["env"]["LAUNCH_HOSTNAME"] for r in gen1]
+        c.heal(2)
+        print("figure: netns partition of a worker node (heartbeat 0.3 s): the "
+              "two others finished round 1 %.2f s after the cut" % took)
+
+
+def test_partition_host():
+    """The host cut off from the two others (nftables, the links stay up):
+    they are a majority of 3, node1 hosts at its own address and both
+    finish round 1; the host's side, alone, waits and says why, and never
+    trains again (no split brain)."""
+    d = tempfile.mkdtemp()
+    with netns.Cluster(3) as c:
+        ags = three(c, d, "1:3", "join_timeout=60,last_call_timeout=1,heartbeat=1", "phost")
+        t0 = time.time()
+        c.partition(0)
+        assert [a.wait(60) for a in ags[1:]] == [0, 0], [a.output() for a in ags]
+        took = time.time() - t0
+        for a in ags[1:]:
+            out = a.output()
+            assert "lost: it went silent; the new host is node1 (%s:%d)" % (c.addr(1), PORT) \
+                in out, out
+        gen1 = lt.records(d, 1)
+        assert len(gen1) == 2 and all(r["env"]["MASTER_ADDR"] == c.addr(1) for r in gen1), gen1
+        lt.wait_until(lambda: "a new round needs a majority (2)" in ags[0].output(), 30,
+                      "the host to say why it waits")
+        assert ags[0].running(), ags[0].output()
+        assert "node0" not in [r["env"]["LAUNCH_HOSTNAME"] for r in lt.records(d)
+                               if r["env"]["LAUNCH_ROUND"] != "0"]
+        c.heal(0)
+        print("figure: netns partition of the host (heartbeat 1 s): the majority "
+              "finished round 1 under node1 %.2f s after the cut" % took)
+        return took
+
+
+def test_partition_host_heals():
+    """The host cut off, the two others go on under node1; when the network
+    heals, the host (waiting alone) finds the job under node1 and joins it:
+    the job re-forms with all three nodes there."""
+    d = tempfile.mkdtemp()
+    with netns.Cluster(3) as c:
+        ags = three(c, d, "1:3", "join_timeout=60,last_call_timeout=1,heartbeat=1",
+                    "heal", mode="hold-all")
+        c.partition(0)
+        lt.wait_until(lambda: len(lt.records(d, 1)) == 2, 60, "round 1 under node1")
+        lt.wait_until(lambda: "a new round needs a majority (2)" in ags[0].output(), 30,
+                      "the host to wait")
+        t0 = time.time()
+        c.heal(0)
+        try:
+            lt.wait_until(lambda: len(lt.records(d, 2)) == 3, 60, "round 2 with all three")
+        except AssertionError:
+            raise AssertionError("\n".join(a.output() for a in ags))
+        took = time.time() - t0
+        gen2 = lt.records(d, 2)
+        assert all(r["env"]["MASTER_ADDR"] == c.addr(1) for r in gen2), gen2
+        assert "runs on under %s:%d (round 1)" % (c.addr(1), PORT) in ags[0].output(), \
+            ags[0].output()
+        open(os.path.join(d, "release"), "w").close()
+        assert [a.wait(60) for a in ags] == [0, 0, 0], [a.output() for a in ags]
+        print("figure: netns partition of the host healed: all three in one round "
+              "again %.2f s after the heal" % took)
+        return took
+
+
+def test_restarted_agent_old_connection_lingers():
+    """node2's agent is killed while cut off (its connection's end never
+    reaches the host: it lingers there) and started again at once after the
+    heal, as a scheduler would: the new agent is taken into the job, which
+    re-forms with three nodes, and every node finishes."""
+    d = tempfile.mkdtemp()
+    conf = "join_timeout=60,last_call_timeout=1,heartbeat=1"
+    with netns.Cluster(3) as c:
+        ags = three(c, d, "2:3", conf, "linger", mode="hold-all")
+        c.partition(2)
+        ags[2].signal(signal.SIGKILL)
+        ags[2].wait(10)
+        c.heal(2)
+        new = agent(c, 2, "2:3", conf, [PY, WORKER, d, "hold-all"], "linger")
+
+        def full_round():
+            last = max(int(r["env"]["LAUNCH_ROUND"]) for r in lt.records(d))
+            return last > 0 and len(lt.records(d, last)) == 3
+        try:
+            lt.wait_until(full_round, 60, "a round with the new agent")
+        except AssertionError:
+            raise AssertionError("\n".join(a.output() for a in ags[:2] + [new]))
+        last = max(int(r["env"]["LAUNCH_ROUND"]) for r in lt.records(d))
+        assert any(r["env"]["LAUNCH_HOSTNAME"] == "node2" for r in lt.records(d, last))
+        open(os.path.join(d, "release"), "w").close()
+        rcs = [a.wait(60) for a in (ags[0], ags[1], new)]
+        assert rcs == [0, 0, 0], [a.output() for a in (ags[0], ags[1], new)]
+        if "-v" in sys.argv:
+            print(ags[0].output())
+
+
+def test_host_link_flap():
+    d = tempfile.mkdtemp()
+    with netns.Cluster(2) as c:
+        conf = "join_timeout=60,last_call_timeout=1,heartbeat=1"
+        ags = [agent(c, i, "2", conf, [PY, WORKER, d, "hold"], "flap") for i in range(2)]
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 2, 60, "2 workers of round 0")
+        # down for less than the silent-server bound (3 heartbeats): TCP
+        # retransmits what was sent meanwhile, nothing restarts
+        c.link(0, up=False)
+        time.sleep(1.0)
+        c.link(0, up=True)
+        time.sleep(2.0)
+        assert all(a.running() for a in ags), [a.output() for a in ags]
+        open(os.path.join(d, "release"), "w").close()
+        rcs = [a.wait(60) for a in ags]
+        assert rcs == [0, 0], [a.output() for a in ags]
+        assert len(lt.records(d, 1)) == 0, "a restart happened"
+        for a in ags:
+            assert "restarting" not in a.output(), a.output()
+
+
+if __name__ == "__main__":
+    netns.need_netns()
+    cases = [test_rendezvous_under_loss, test_partition_worker_node, test_partition_host,
+             test_partition_host_heals, test_restarted_agent_old_connection_lingers,
+             test_host_link_flap]
+    only = sys.argv[1:]
+    for t in cases:
+        if only and t.__name__ not in only:
+            continue
+        print("== " + t.__name__, flush=True)
+        t()
+    print("ok")
