@@ -120,7 +120,7 @@ static void write_pid(const char *file, pid_t pid) {
 
 /* The cgroup2 mount point and this process's cgroup under it. RET 0. */
 static int my_cgroup(char *root, size_t rn, char *dir, size_t dn) {
-  char line[4096], cg[2048] = "";
+  char line[4096], cg[4096] = "";
   FILE *f = fopen("/proc/self/cgroup", "r");
   if (f == NULL)
     return -1;
