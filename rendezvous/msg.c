@@ -466,6 +466,13 @@ int msg_progress_decode(const void *p, size_t n, msg_progress_t *m,
       (((const uint8_t *)p)[0] & 0xf0) != 0x80)
     return bad(err, errlen, "PROGRESS: neither a msgpack map of at most 15 "
                "fields nor '<step> <unix ms>'");
+  /* Walked before msgpack-c allocates: a field declaring an array of 2^31
+   * items in a few bytes must not make it allocate for them. */
+  {
+    proto_limits_t lim = {4 * MSG_PROGRESS_MAX, 64, 2};
+    if (proto_scan(p, n, &lim) != 0)
+      return bad(err, errlen, "PROGRESS: not one msgpack map of scalars");
+  }
   msgpack_unpacked_init(&u);
   if (msgpack_unpack_next(&u, p, n, &off) != MSGPACK_UNPACK_SUCCESS ||
       off != n) {
