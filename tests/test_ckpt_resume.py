@@ -114,23 +114,53 @@ def children(pid):
     return out
 
 
+def latest_step(ck):
+    try:
+        with open(os.path.join(ck, "latest")) as f:
+            return int(f.read().strip().split("-")[-1])
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def wait_latest_past(ck, last, n, job, timeout=120):
+    """Waits until `latest` in ck names a step at least n past `last` (or
+    any step when last is None). Returns that step, or None when the job
+    ended first; fails when nothing moves for `timeout` seconds."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        out = "".join(a.output() for a in job.agents.values())
+        if "train_gpt: final" in out or \
+                not all(a.running() for a in job.agents.values()):
+            return None
+        cur = latest_step(ck)
+        if cur is not None and (last is None or cur >= last + n):
+            return cur
+        time.sleep(0.01)
+    raise AssertionError("no checkpoint past step %s in %d s\n%s"
+                         % (last, timeout, job.output()))
+
+
 def test_chaos(srv, d):
     rng = random.Random(int(os.environ.get("CHAOS_SEED", "0")) or None)
     seed = rng.randrange(1 << 30)
     rng = random.Random(seed)
-    steps = 90
+    steps = 120
     ref = reference(d, steps)
     ck = os.path.join(d, "chaos-ck")
     job = Job(srv, d, "chaos", steps, 3, {2: ck, 3: ck})
     job.start_all()
     kills = []
     try:
+        last = None
         while len(kills) < 10:
-            time.sleep(rng.uniform(0.5, 2.5))
-            out = "".join(a.output() for a in job.agents.values())
-            if "train_gpt: final" in out or \
-                    not all(a.running() for a in job.agents.values()):
+            # Kill once the job made 3-6 steps since the last kill (a
+            # random point inside a step after that): a fast machine
+            # cannot finish the job before the tenth kill, a slow one
+            # is not killed before it made progress.
+            last = wait_latest_past(ck, last, rng.choice((3, 6)), job)
+            if last is None:
                 break
+            time.sleep(rng.uniform(0.0, 0.3))
             h = rng.choice(job.hosts)
             agent = job.agents[h]
             workers = children(agent.pid)
@@ -373,11 +403,16 @@ def test_crash_consistency(srv, d):
     job.start_all()
     seen = []
     try:
+        last = None
         while len(seen) < 50:
-            time.sleep(rng.uniform(0.3, 1.0))
-            agent = job.agents[2]
-            if "train_gpt: final" in agent.output() or not agent.running():
+            # 1-3 committed steps between kills, then a random point inside
+            # the next step (mid-write included): 50 kills fit in 300 steps
+            # whatever the machine's speed
+            last = wait_latest_past(ck, last, rng.randint(1, 3), job)
+            if last is None:
                 break
+            time.sleep(rng.uniform(0.0, 0.1))
+            agent = job.agents[2]
             workers = children(agent.pid)
             if not workers:
                 continue
