@@ -77,11 +77,20 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static row_t *rows;
 static size_t nrows, cap_rows;
 static uint64_t first_ns, skip_ns, win_lo, win_hi, total_ns;
+static uint64_t buffers, records, skipped;
 static int ready;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+static void report(void);
+/* atexit from the first buffer CUPTI asks for, not from the constructor:
+ * handlers run in reverse order, and CUPTI's and the CUDA runtime's own,
+ * registered by then, would otherwise finish before the table is read */
+static void at_exit(void) { atexit(report); }
 
 #define BUF_SIZE (8u << 20)
 
 static void on_request(uint8_t **buf, size_t *size, size_t *max_records) {
+  pthread_once(&exit_once, at_exit);
   *buf = aligned_alloc(8, BUF_SIZE);
   *size = *buf ? BUF_SIZE : 0;
   *max_records = 0;
@@ -103,17 +112,44 @@ static row_t *row_for(const char *name) {
   return &rows[nrows++];
 }
 
+/* every record, kept until the end: buffers arrive out of order, so the
+ * window (after KPROF_SKIP_S) is known only then */
+typedef struct {
+  uint32_t row;
+  uint64_t start, end;
+} span_t;
+static span_t *spans;
+static size_t nspans, cap_spans;
+
 static void count(const char *name, uint64_t start, uint64_t end) {
   if (end <= start) return;
-  if (first_ns == 0) first_ns = start;
-  if (start < first_ns + skip_ns) return;
   row_t *r = row_for(name);
   if (r == NULL) return;
-  r->ns += end - start;
-  r->calls++;
-  total_ns += end - start;
-  if (win_lo == 0 || start < win_lo) win_lo = start;
-  if (end > win_hi) win_hi = end;
+  if (nspans == cap_spans) {
+    size_t n = cap_spans ? cap_spans * 2 : 65536;
+    span_t *p = realloc(spans, n * sizeof *p);
+    if (p == NULL) return;
+    spans = p;
+    cap_spans = n;
+  }
+  spans[nspans++] = (span_t){(uint32_t)(r - rows), start, end};
+}
+
+static void tally(void) {
+  for (size_t i = 0; i < nspans; i++)
+    if (first_ns == 0 || spans[i].start < first_ns) first_ns = spans[i].start;
+  for (size_t i = 0; i < nspans; i++) {
+    const span_t *p = &spans[i];
+    if (p->start < first_ns + skip_ns) {
+      skipped++;
+      continue;
+    }
+    rows[p->row].ns += p->end - p->start;
+    rows[p->row].calls++;
+    total_ns += p->end - p->start;
+    if (win_lo == 0 || p->start < win_lo) win_lo = p->start;
+    if (p->end > win_hi) win_hi = p->end;
+  }
 }
 
 static void on_done(void *ctx, uint32_t stream, uint8_t *buf, size_t size,
@@ -121,8 +157,10 @@ static void on_done(void *ctx, uint32_t stream, uint8_t *buf, size_t size,
   (void)ctx, (void)stream, (void)size;
   void *rec = NULL;
   pthread_mutex_lock(&mu);
+  buffers++;
   while (valid > 0 && cupti.next_record(buf, valid, &rec) == 0) {
     uint32_t kind = *(const uint32_t *)rec;
+    records++;
     if (kind == K_KERNEL || kind == K_CONC_KERNEL) {
       const kernel_rec_t *k = rec;
       count(k->name ? k->name : "(unnamed kernel)", k->start, k->end);
@@ -147,20 +185,24 @@ static void report(void) {
   const char *path = getenv("KPROF_OUT");
   FILE *f = path && *path ? fopen(path, "w") : NULL;
   FILE *out = f ? f : stderr;
+  tally();
   const char *t = getenv("KPROF_TOP");
   size_t top = t && atoi(t) > 0 ? (size_t)atoi(t) : 30;
   qsort(rows, nrows, sizeof *rows, by_time);
   double span = win_hi > win_lo ? (double)(win_hi - win_lo) : 0;
   fprintf(out,
           "kprof: %zu kernels/copies, %.3f s of GPU time in a window of "
-          "%.3f s (busy %.1f %%; the first %.1f s skipped)\n",
+          "%.3f s (busy %.1f %%; the first %.1f s skipped: %llu records of "
+          "%llu in %llu buffers)\n",
           nrows, (double)total_ns / 1e9, span / 1e9,
           span > 0 ? 100.0 * (double)total_ns / span : 0.0,
-          (double)skip_ns / 1e9);
+          (double)skip_ns / 1e9, (unsigned long long)skipped,
+          (unsigned long long)records, (unsigned long long)buffers);
   fprintf(out, "%7s %10s %9s %10s  %s\n", "share", "total ms", "calls",
           "mean us", "kernel");
   for (size_t i = 0; i < nrows && i < top; i++) {
     const row_t *r = &rows[i];
+    if (r->calls == 0) break;
     fprintf(out, "%6.2f%% %10.2f %9llu %10.2f  %.110s\n",
             total_ns ? 100.0 * (double)r->ns / (double)total_ns : 0.0,
             (double)r->ns / 1e6, (unsigned long long)r->calls,
@@ -209,5 +251,4 @@ __attribute__((constructor)) static void kprof_init(void) {
   }
   if (cupti.flush_period) cupti.flush_period(500);
   ready = 1;
-  atexit(report);
 }
