@@ -452,8 +452,8 @@ static void ck_describe_partial(const char *dir, int64_t step,
              "%s (%d shards, %d completion files here)", why, shards, done);
 }
 
-int ck_scan_launch(const char *dir, const ckpt_scan_options_t *o,
-                   ckpt_scan_t *s, char *err, size_t errlen) {
+static int ck_scan_launch(const char *dir, const ckpt_scan_options_t *o,
+                          ckpt_scan_t *s, char *err, size_t errlen) {
   int64_t *steps = NULL, latest = -1;
   size_t n = 0;
   char p[4096], *data;
@@ -1041,3 +1041,103 @@ int ckpt_agent_scan_commit(const ckpt_commit_options_t *o, int64_t *finalised,
   free(steps);
   return rc;
 }
+
+/* ---- what the trust cache learns from a commit (ckpt.h) ----------------------- */
+
+static int64_t ck_ctime_ns(const struct stat *st) {
+  return (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+int ckpt_trust_learn(ckpt_trust_t *t, const char *dir, int64_t step,
+                     const int *ranks, size_t nranks, int *learnt) {
+  ck_manifest_t m;
+  char p[4096], why[CKPT_PROBLEM_MAX];
+  struct stat mst;
+  int rc, k;
+  if (learnt)
+    *learnt = 0;
+  if (t == NULL || dir == NULL || step < 0)
+    return RDZV_EINVAL;
+  if ((rc = ck_read_manifest(dir, step, &m, why, sizeof(why))) != 0)
+    return rc;
+  k = snprintf(p, sizeof(p), "%s/step-%lld/%s", dir, (long long)step,
+               CK_MANIFEST);
+  if (k < 0 || (size_t)k >= sizeof(p)) {
+    ck_manifest_free(&m);
+    return -ENAMETOOLONG;
+  }
+  if (stat(p, &mst) != 0) {
+    rc = -errno;
+    ck_manifest_free(&m);
+    return rc;
+  }
+  for (size_t i = 0; i < (ranks ? nranks : (size_t)m.world_size); i++) {
+    int r = ranks ? ranks[i] : (int)i;
+    const ck_record_t *rec;
+    struct stat st;
+    ck_fid_t id;
+    if (r < 0 || r >= m.world_size)
+      continue;
+    rec = &m.shards[r];
+    k = snprintf(p, sizeof(p), "%s/step-%lld/%s", dir, (long long)step,
+                 rec->file);
+    if (k < 0 || (size_t)k >= sizeof(p) || lstat(p, &st) != 0 ||
+        !S_ISREG(st.st_mode) || (uint64_t)st.st_size != rec->size)
+      continue; /* not here, or not what the manifest says: hash later */
+    /* Changed at or after the manifest's creation: maybe after the
+     * commit. The clock's tick makes "at" ambiguous: left out too. */
+    if (ck_ctime_ns(&st) >= ck_ctime_ns(&mst))
+      continue;
+    ck_fid_of(&st, &id);
+    ck_trust_put(t, p, &id, rec->sha);
+    if (learnt)
+      (*learnt)++;
+  }
+  ck_manifest_free(&m);
+  return 0;
+}
+
+int ckpt_latest_step(const char *dir, int64_t *step) {
+  char p[4096], *data;
+  size_t len;
+  int rc;
+  *step = -1;
+  if ((rc = ck_join(p, sizeof(p), dir, CK_LATEST)) != 0)
+    return rc;
+  if ((rc = lu_read_file(p, CK_SMALL_MAX, &data, &len)) != 0)
+    return rc == RDZV_ETOOBIG || rc == RDZV_ENOTREG ? CKPT_EFORMAT : rc;
+  rc = ck_latest_decode(data, len, step);
+  free(data);
+  if (rc != 0)
+    *step = -1;
+  return rc;
+}
+
+/* ---- the row of the layout table (scan.c) ------------------------------------ */
+
+/* A file only launch writes in a step directory. */
+static int ck_launch_file(const char *name) {
+  return strcmp(name, CK_MANIFEST) == 0 || strncmp(name, "rank-", 5) == 0;
+}
+
+static ck_seen_t ck_launch_detect(const ck_entry_t *e) {
+  char *data;
+  size_t len;
+  int64_t step;
+  ck_seen_t seen;
+  if (e->is_dir) {
+    if (ck_parse_step_name(e->name, &step) != 0)
+      return CK_SEEN_NO;
+    /* An empty step: launch's, being written, when nothing else is seen. */
+    return ck_dir_any(e->path, ck_launch_file) ? CK_SEEN_YES : CK_SEEN_WEAK;
+  }
+  if (strcmp(e->name, CK_LATEST) != 0 ||
+      lu_read_file(e->path, 4096, &data, &len) != 0)
+    return CK_SEEN_NO;
+  seen = ck_latest_decode(data, len, &step) == 0 ? CK_SEEN_YES : CK_SEEN_NO;
+  free(data);
+  return seen;
+}
+
+const ck_layout_t ck_layout_launch = {CKPT_LAYOUT_LAUNCH, "launch", CK_LATEST,
+                                      ck_launch_detect, ck_scan_launch};
