@@ -218,7 +218,11 @@ typedef struct ck_record_s {
 typedef struct ck_manifest_s {
   char job[CKPT_NAME_MAX];
   int64_t step;
-  int64_t generation;
+  union {
+    int64_t round; /* the round that wrote it; on disk "generation", the
+                    * format's name, kept so that manifests stay readable */
+    int64_t generation; /* the old name */
+  };
   int world_size;
   int replicated;
   double time;
@@ -329,7 +333,7 @@ typedef struct ck_final_s {
   const char *dir;
   const char *job;
   int64_t step;
-  int64_t generation;
+  int64_t round;
   int world_size;
   int keep; /* -1 all */
   const ck_record_t *recs;
@@ -337,15 +341,16 @@ typedef struct ck_final_s {
 int ck_finalise(const ck_final_t *f, const ck_log_t *log, char *err,
                 size_t errlen);
 
-/* The store keys of a step's commit: "launch/ckpt/g<gen>/s<step>/<leaf>". */
-void ck_store_key(char *buf, size_t n, int64_t gen, int64_t step,
+/* The store keys of a step's commit: "launch/ckpt/g<round>/s<step>/<leaf>"
+ * (the "g" is the wire name, kept for agents of earlier versions). */
+void ck_store_key(char *buf, size_t n, int64_t round, int64_t step,
                   const char *leaf);
 /* Publish one rank's record once (compare-and-set) and count it. OUT
  * *count: ranks committed so far (after this one). */
-int ck_store_commit(rdzv_client_t *c, int64_t gen, int64_t step,
+int ck_store_commit(rdzv_client_t *c, int64_t round, int64_t step,
                     const ck_record_t *r, int64_t *count, int timeout_ms);
 /* Fetch the world_size records of a step. OUT recs[world_size]. */
-int ck_store_records(rdzv_client_t *c, int64_t gen, int64_t step,
+int ck_store_records(rdzv_client_t *c, int64_t round, int64_t step,
                      int world_size, ck_record_t *recs, int timeout_ms,
                      char *err, size_t errlen);
 

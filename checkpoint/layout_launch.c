@@ -720,7 +720,7 @@ int ck_finalise(const ck_final_t *f, const ck_log_t *log, char *err,
   memset(&m, 0, sizeof(m));
   lu_strlcpy(m.job, f->job ? f->job : "", sizeof(m.job));
   m.step = f->step;
-  m.generation = f->generation;
+  m.round = f->round;
   m.world_size = f->world_size;
   /* Replicated only when every rank says so. */
   m.replicated = 1;
@@ -814,13 +814,13 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
 
 /* ---- the store ------------------------------------------------------------------------ */
 
-void ck_store_key(char *buf, size_t n, int64_t gen, int64_t step,
+void ck_store_key(char *buf, size_t n, int64_t round, int64_t step,
                   const char *leaf) {
-  snprintf(buf, n, "launch/ckpt/g%lld/s%lld/%s", (long long)gen,
+  snprintf(buf, n, "launch/ckpt/g%lld/s%lld/%s", (long long)round,
            (long long)step, leaf);
 }
 
-int ck_store_commit(rdzv_client_t *c, int64_t gen, int64_t step,
+int ck_store_commit(rdzv_client_t *c, int64_t round, int64_t step,
                     const ck_record_t *r, int64_t *count, int timeout_ms) {
   char key[128], leaf[32], *val;
   size_t len;
@@ -828,7 +828,7 @@ int ck_store_commit(rdzv_client_t *c, int64_t gen, int64_t step,
   if ((rc = ck_record_encode(r, &val, &len)) != 0)
     return rc;
   snprintf(leaf, sizeof(leaf), "r%d", r->rank);
-  ck_store_key(key, sizeof(key), gen, step, leaf);
+  ck_store_key(key, sizeof(key), round, step, leaf);
   /* Set once: a rank committed twice (its agent and itself, or a retry)
    * counts once. */
   rc = rdzv_compare_set(c, key, NULL, 0, val, len, NULL, NULL, &swapped,
@@ -836,11 +836,11 @@ int ck_store_commit(rdzv_client_t *c, int64_t gen, int64_t step,
   free(val);
   if (rc != 0)
     return rc;
-  ck_store_key(key, sizeof(key), gen, step, "n");
+  ck_store_key(key, sizeof(key), round, step, "n");
   return rdzv_add(c, key, swapped ? 1 : 0, count, timeout_ms);
 }
 
-int ck_store_records(rdzv_client_t *c, int64_t gen, int64_t step,
+int ck_store_records(rdzv_client_t *c, int64_t round, int64_t step,
                      int world_size, ck_record_t *recs, int timeout_ms,
                      char *err, size_t errlen) {
   char **keys = calloc((size_t)world_size, sizeof(char *));
@@ -857,7 +857,7 @@ int ck_store_records(rdzv_client_t *c, int64_t gen, int64_t step,
       goto out;
     }
     snprintf(leaf, sizeof(leaf), "r%d", r);
-    ck_store_key(keys[r], 96, gen, step, leaf);
+    ck_store_key(keys[r], 96, round, step, leaf);
   }
   rc = rdzv_multi_get(c, (const char *const *)keys, (size_t)world_size, vals,
                       timeout_ms);
@@ -1008,7 +1008,7 @@ int ckpt_agent_scan_commit(const ckpt_commit_options_t *o, int64_t *finalised,
     if (o->client) {
       for (int k = 0; k < nmine && rc == 0; k++) {
         int r = mine ? mine[k] : k;
-        rc = ck_store_commit(o->client, o->generation, step, &recs[r], &count,
+        rc = ck_store_commit(o->client, o->round, step, &recs[r], &count,
                              timeout);
       }
       if (rc != 0) {
@@ -1018,13 +1018,13 @@ int ckpt_agent_scan_commit(const ckpt_commit_options_t *o, int64_t *finalised,
       }
       if (count < o->world_size)
         continue;
-      rc = ck_store_records(o->client, o->generation, step, o->world_size,
+      rc = ck_store_records(o->client, o->round, step, o->world_size,
                             recs, timeout, err, errlen);
       if (rc != 0)
         break;
     }
     {
-      ck_final_t f = {o->dir, o->job, step, o->generation, o->world_size,
+      ck_final_t f = {o->dir, o->job, step, o->round, o->world_size,
                       o->keep == 0 ? 3 : o->keep, recs};
       char ferr[CKPT_PROBLEM_MAX];
       int frc = ck_finalise(&f, &log, ferr, sizeof(ferr));
