@@ -1,4 +1,4 @@
-/* launch.c - launch's own layout (docs/checkpoints.md):
+/* layout_launch.c - launch's own layout (docs/checkpoints.md):
  *
  *   DIR/latest                 "step-N\n", replaced atomically
  *   DIR/step-N/rank-R.bin      one shard per rank

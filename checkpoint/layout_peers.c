@@ -1,4 +1,4 @@
-/* peers.c - other trainers' checkpoint layouts, read-only.
+/* layout_peers.c - other trainers' checkpoint layouts, read-only.
  *
  * For each layout: list its steps, and for each step decide whether every
  * file the layout's own metadata promises is there, non-empty and whole
