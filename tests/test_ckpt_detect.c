@@ -15,12 +15,19 @@
 #include "ck_int.h"
 #include "test.h"
 
+/* "a/b" into p (1024 bytes). */
+static void join(char *p, const char *a, const char *b) {
+  int k = snprintf(p, 1024, "%s/%s", a, b);
+  if (k < 0 || k >= 1024)
+    TEST_FAIL("%s/%s: path too long", a, b);
+}
+
 /* dir/rel (its directories made) holding text. */
 static void put(const char *dir, const char *rel, const char *text) {
   char p[1024], d[1024];
   const char *slash;
   int fd;
-  snprintf(p, sizeof(p), "%s/%s", dir, rel);
+  join(p, dir, rel);
   if ((slash = strrchr(p, '/')) != NULL) {
     snprintf(d, sizeof(d), "%.*s", (int)(slash - p), p);
     test_mkdirs(d);
@@ -34,7 +41,7 @@ static void put(const char *dir, const char *rel, const char *text) {
 /* A fresh directory for one case. */
 static const char *fresh(const char *name) {
   static char p[1024];
-  snprintf(p, sizeof(p), "%s/%s", test_tmpdir(), name);
+  join(p, test_tmpdir(), name);
   test_mkdirs(p);
   return p;
 }
@@ -137,7 +144,7 @@ static void test_cases(void) {
       size_t n = strlen(c->files[k]);
       if (c->files[k][n - 1] == '/') {
         char p[1024];
-        snprintf(p, sizeof(p), "%s/%s", d, c->files[k]);
+        join(p, d, c->files[k]);
         test_mkdirs(p);
       } else {
         put(d, c->files[k], c->files[k + 1]);
