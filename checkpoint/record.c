@@ -199,7 +199,7 @@ int ck_manifest_encode(const ck_manifest_t *m, char **out, size_t *len) {
   lu_json_int(&j, "version", CK_VERSION);
   lu_json_str(&j, "job", m->job);
   lu_json_int(&j, "step", (long long)m->step);
-  lu_json_int(&j, "generation", (long long)m->generation);
+  lu_json_int(&j, "generation", (long long)m->round);
   lu_json_int(&j, "world_size", m->world_size);
   lu_json_bool(&j, "replicated", m->replicated);
   lu_json_str(&j, "time", iso);
@@ -267,7 +267,7 @@ int ck_manifest_decode(const char *buf, size_t len, ck_manifest_t *m,
     memcpy(m->job, v->s, v->slen + 1);
   }
   if ((v = cj_get(root, "generation")) != NULL &&
-      cj_int(v, 0, INT64_MAX, &m->generation) != 0) {
+      cj_int(v, 0, INT64_MAX, &m->round) != 0) {
     lu_errf(why, whylen, "\"generation\" is not a non-negative integer");
     goto out;
   }

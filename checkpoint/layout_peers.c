@@ -1,4 +1,4 @@
-/* peers.c - other trainers' checkpoint layouts, read-only.
+/* layout_peers.c - other trainers' checkpoint layouts, read-only.
  *
  * For each layout: list its steps, and for each step decide whether every
  * file the layout's own metadata promises is there, non-empty and whole
@@ -29,7 +29,7 @@
 #define MEG_DISTOPT "distrib_optim.pt"
 #define DS_LATEST "latest"
 #define HF_STATE "trainer_state.json"
-#define DCP_META ".metadata"
+#define DCP_META CK_DCP_META
 
 /* ---- small helpers --------------------------------------------------------------- */
 
@@ -87,17 +87,6 @@ static int is_dir(const char *dir, const char *name) {
   struct stat st;
   return ck_join(p, sizeof(p), dir, name) == 0 && stat(p, &st) == 0 &&
          S_ISDIR(st.st_mode);
-}
-
-/* Digits only, at least one, no more than 18. */
-static int all_digits(const char *s, int64_t *v) {
-  size_t n = strlen(s);
-  if (n == 0 || n > 18)
-    return 0;
-  for (size_t i = 0; i < n; i++)
-    if (s[i] < '0' || s[i] > '9')
-      return 0;
-  return lu_parse_i64(s, n, v) == 0;
 }
 
 /* A problem on a step: the first one names the file and sets the state. */
@@ -193,23 +182,6 @@ static void mark_latest(ckpt_scan_t *s, const char *name) {
       s->steps[i].is_latest = 1;
 }
 
-/* After the steps are checked: say when the pointer is not usable. */
-static void latest_verdict(ckpt_scan_t *s, const char *pointer) {
-  if (s->latest_name[0] == '\0' || s->latest_problem[0])
-    return;
-  if (s->latest < 0) {
-    ck_problem(s->latest_problem, sizeof(s->latest_problem),
-               "%s names %s, which does not exist", pointer, s->latest_name);
-    return;
-  }
-  if (s->steps[s->latest].state != CKPT_STEP_COMPLETE)
-    ck_problem(s->latest_problem, sizeof(s->latest_problem),
-               "%s names %s, which is %s: %s", pointer, s->latest_name,
-               s->steps[s->latest].state == CKPT_STEP_CORRUPT ? "corrupt"
-                                                              : "incomplete",
-               s->steps[s->latest].problem);
-}
-
 /* The trimmed text of a pointer file. */
 static size_t trim(const char *buf, size_t len, const char **start) {
   while (len > 0 && (*buf == ' ' || *buf == '\t' || *buf == '\n' ||
@@ -244,7 +216,7 @@ static int scan_steps(const char *dir, ckpt_scan_t *s, const char *prefix,
     char p[4096];
     ckpt_step_t *st;
     if (!(strncmp(names[i], prefix, pl) == 0 &&
-          all_digits(names[i] + pl, &step)) &&
+          ck_all_digits(names[i] + pl, &step)) &&
         !(also && strcmp(names[i], also) == 0))
       continue;
     if (!is_dir(dir, names[i]) || ck_join(p, sizeof(p), dir, names[i]) != 0)
@@ -285,29 +257,6 @@ static void read_pointer(const char *dir, const char *file, ckpt_scan_t *s,
 
 /* ---- DCP --------------------------------------------------------------------------- */
 
-/* "__R_I.distcp": R into *rank. */
-static int dcp_file_rank(const char *name, int64_t *rank) {
-  char buf[64];
-  const char *us;
-  size_t n = strlen(name);
-  if (n < 12 || n >= sizeof(buf) || strncmp(name, "__", 2) != 0 ||
-      strcmp(name + n - 7, ".distcp") != 0)
-    return -1;
-  us = strchr(name + 2, '_');
-  if (us == NULL || us == name + 2 || (size_t)(us - name) > n - 8)
-    return -1;
-  memcpy(buf, name + 2, (size_t)(us - name - 2));
-  buf[us - name - 2] = '\0';
-  if (!all_digits(buf, rank))
-    return -1;
-  memcpy(buf, us + 1, (size_t)(name + n - 7 - us - 1));
-  buf[name + n - 7 - us - 1] = '\0';
-  {
-    int64_t idx;
-    return all_digits(buf, &idx) ? 0 : -1;
-  }
-}
-
 static int cmp_storage(const void *a, const void *b) {
   const pk_storage_t *x = a, *y = b;
   size_t n = x->plen < y->plen ? x->plen : y->plen;
@@ -321,7 +270,7 @@ static void dcp_by_names(const char *dir, char **names, size_t n,
   int64_t maxr = -1, r;
   unsigned char *seen;
   for (size_t i = 0; i < n; i++)
-    if (dcp_file_rank(names[i], &r) == 0 && r > maxr)
+    if (ck_dcp_file_rank(names[i], &r) == 0 && r > maxr)
       maxr = r;
   if (maxr < 0) {
     bad(st, CKPT_STEP_INCOMPLETE, "no __R_I.distcp file");
@@ -333,7 +282,7 @@ static void dcp_by_names(const char *dir, char **names, size_t n,
     return;
   }
   for (size_t i = 0; i < n; i++)
-    if (dcp_file_rank(names[i], &r) == 0) {
+    if (ck_dcp_file_rank(names[i], &r) == 0) {
       seen[r] = 1;
       check_nonempty(dir, names[i], st);
     }
@@ -345,18 +294,6 @@ static void dcp_by_names(const char *dir, char **names, size_t n,
     }
   st->world_size = (int)maxr + 1;
   free(seen);
-}
-
-/* "__R.metadata" (DCP's save(use_collectives=False): one per rank): R. */
-int ck_dcp_rank_meta(const char *name, int64_t *rank) {
-  char buf[24];
-  size_t n = strlen(name), k;
-  if (n < 12 || strncmp(name, "__", 2) != 0 ||
-      strcmp(name + n - 9, DCP_META) != 0 || (k = n - 11) >= sizeof(buf))
-    return -1;
-  memcpy(buf, name + 2, k);
-  buf[k] = '\0';
-  return all_digits(buf, rank) ? 0 : -1;
 }
 
 /* The files one metadata file (meta: .metadata or __R.metadata) names
@@ -425,7 +362,7 @@ static int dcp_check_meta(const char *dir, char **names, size_t n,
           "of this directory", meta_name, file);
       break;
     }
-    if (dcp_file_rank(file, &r) == 0 && r > *maxr)
+    if (ck_dcp_file_rank(file, &r) == 0 && r > *maxr)
       *maxr = r;
     if (ck_join(p, sizeof(p), dir, file) != 0 || stat(p, &sb) != 0) {
       bad(st, CKPT_STEP_INCOMPLETE, "%s: missing (named by %s)", file,
@@ -445,12 +382,6 @@ out:
   return rc == RDZV_ENOMEM ? rc : 0;
 }
 
-int ck_dcp_name(const char *name) {
-  int64_t r;
-  return strcmp(name, DCP_META) == 0 || dcp_file_rank(name, &r) == 0 ||
-         ck_dcp_rank_meta(name, &r) == 0;
-}
-
 /* save(use_collectives=False): no .metadata, but __R.metadata of every
  * rank R, each naming that rank's files; each rank loads its own, so the
  * step needs the world size that wrote it. */
@@ -461,7 +392,7 @@ static int dcp_per_rank(const char *dir, char **names, size_t n,
   for (size_t i = 0; i < n; i++) {
     if (ck_dcp_rank_meta(names[i], &r) == 0 && r + 1 > nmeta)
       nmeta = r + 1;
-    if (dcp_file_rank(names[i], &r) == 0 && r > maxfile)
+    if (ck_dcp_file_rank(names[i], &r) == 0 && r > maxfile)
       maxfile = r;
   }
   if (nmeta > CK_MAX_WORLD) {
@@ -528,8 +459,8 @@ static int dcp_like(const char *dir) {
   return found;
 }
 
-int ck_scan_dcp(const char *dir, const ckpt_scan_options_t *o, ckpt_scan_t *s,
-                char *err, size_t errlen) {
+static int scan_dcp(const char *dir, const ckpt_scan_options_t *o,
+                    ckpt_scan_t *s, char *err, size_t errlen) {
   char **names;
   size_t n;
   int rc;
@@ -611,7 +542,7 @@ static int meg_parse(const char *name, int64_t idx[3]) {
       lu_strlcpy(buf, name + 8, sizeof(buf)) >= sizeof(buf))
     return 0;
   for (tok = strtok_r(buf, "_", &save); tok; tok = strtok_r(NULL, "_", &save)) {
-    if (k == 3 || !all_digits(tok, &idx[k]))
+    if (k == 3 || !ck_all_digits(tok, &idx[k]))
       return 0;
     k++;
   }
@@ -801,8 +732,8 @@ static int meg_pointer(const char *buf, size_t len, char *name, size_t n) {
   return 0;
 }
 
-int ck_scan_megatron(const char *dir, const ckpt_scan_options_t *o,
-                     ckpt_scan_t *s, char *err, size_t errlen) {
+static int scan_megatron(const char *dir, const ckpt_scan_options_t *o,
+                         ckpt_scan_t *s, char *err, size_t errlen) {
   (void)o;
   read_pointer(dir, MEG_TRACKER, s, meg_pointer,
                "does not hold an iteration number (empty or cut short: "
@@ -844,7 +775,7 @@ static int take_digits(const char **p, int64_t *v) {
     k++;
   }
   num[k] = '\0';
-  if (k == 0 || !all_digits(num, v))
+  if (k == 0 || !ck_all_digits(num, v))
     return 0;
   *p += k;
   return 1;
@@ -1002,8 +933,8 @@ static int deepspeed_step(const char *dir, ckpt_step_t *st) {
   return 0;
 }
 
-int ck_scan_deepspeed(const char *dir, const ckpt_scan_options_t *o,
-                      ckpt_scan_t *s, char *err, size_t errlen) {
+static int scan_deepspeed(const char *dir, const ckpt_scan_options_t *o,
+                          ckpt_scan_t *s, char *err, size_t errlen) {
   (void)o;
   read_pointer(dir, DS_LATEST, s, ck_deepspeed_latest,
                "does not name a tag directory");
@@ -1189,7 +1120,7 @@ static int hf_step(const char *dir, ckpt_step_t *st) {
     int64_t k;
     char p[4096];
     if (strncmp(names[i], "global_step", 11) == 0 &&
-        all_digits(names[i] + 11, &k) && is_dir(dir, names[i]) &&
+        ck_all_digits(names[i] + 11, &k) && is_dir(dir, names[i]) &&
         ck_join(p, sizeof(p), dir, names[i]) == 0) {
       ckpt_step_t sub;
       memset(&sub, 0, sizeof(sub));
@@ -1248,7 +1179,7 @@ static int hf_step(const char *dir, ckpt_step_t *st) {
       continue;
     memcpy(num, names[i] + 10, l - 14);
     num[l - 14] = '\0';
-    if (all_digits(num, &k) && k > maxr && k < CK_MAX_WORLD)
+    if (ck_all_digits(num, &k) && k > maxr && k < CK_MAX_WORLD)
       maxr = k;
   }
   for (int64_t k = 0; k <= maxr; k++) {
@@ -1269,8 +1200,8 @@ out:
   return rc;
 }
 
-int ck_scan_hf(const char *dir, const ckpt_scan_options_t *o, ckpt_scan_t *s,
-               char *err, size_t errlen) {
+static int scan_hf(const char *dir, const ckpt_scan_options_t *o,
+                   ckpt_scan_t *s, char *err, size_t errlen) {
   int rc;
   (void)o;
   if ((rc = scan_steps(dir, s, "checkpoint-", NULL, hf_step, err, errlen)) !=
@@ -1289,22 +1220,63 @@ int ck_scan_hf(const char *dir, const ckpt_scan_options_t *o, ckpt_scan_t *s,
   return 0;
 }
 
-void ck_peer_latest_verdict(ckpt_scan_t *s) {
-  switch (s->layout) {
-  case CKPT_LAYOUT_MEGATRON:
-    latest_verdict(s, MEG_TRACKER);
-    break;
-  case CKPT_LAYOUT_DEEPSPEED:
-    latest_verdict(s, DS_LATEST);
-    break;
-  case CKPT_LAYOUT_HF:
-    latest_verdict(s, "the highest checkpoint-N (what resume_from_checkpoint="
-                      "True takes)");
-    break;
-  case CKPT_LAYOUT_LAUNCH:
-    latest_verdict(s, CK_LATEST);
-    break;
-  default:
-    break;
-  }
+/* ---- the rows of the layout table (scan.c) ------------------------------------ */
+
+static ck_seen_t megatron_detect(const ck_entry_t *e) {
+  if (e->is_dir) /* a torch_dist iter_N holds DCP's files too: ours alone */
+    return ck_digits_after(e->name, "iter_") || strcmp(e->name, "release") == 0
+               ? CK_SEEN_OWN
+               : CK_SEEN_NO;
+  return strcmp(e->name, MEG_TRACKER) == 0 ? CK_SEEN_YES : CK_SEEN_NO;
 }
+
+static ck_seen_t deepspeed_detect(const ck_entry_t *e) {
+  char *data, tag[CKPT_NAME_MAX];
+  size_t len;
+  int64_t step;
+  ck_seen_t seen = CK_SEEN_NO;
+  if (e->is_dir)
+    return ck_digits_after(e->name, "global_step") ? CK_SEEN_OWN : CK_SEEN_NO;
+  if (strcmp(e->name, DS_LATEST) != 0 ||
+      lu_read_file(e->path, 4096, &data, &len) != 0)
+    return CK_SEEN_NO;
+  /* DeepSpeed's names its tag directory (launch's says "step-N");
+   * anything else in a file called latest is nobody's pointer. */
+  if (ck_latest_decode(data, len, &step) != 0 &&
+      ck_deepspeed_latest(data, len, tag, sizeof(tag)) == 0 &&
+      is_dir(e->dir, tag))
+    seen = CK_SEEN_YES;
+  free(data);
+  return seen;
+}
+
+static ck_seen_t hf_detect(const ck_entry_t *e) {
+  /* By content, not by name: DCP steps are often called checkpoint-N too. */
+  return e->is_dir && ck_digits_after(e->name, "checkpoint-") &&
+                 !ck_dir_any(e->path, ck_dcp_name)
+             ? CK_SEEN_YES
+             : CK_SEEN_NO;
+}
+
+static ck_seen_t dcp_detect(const ck_entry_t *e) {
+  if (!e->is_dir)
+    return ck_dcp_name(e->name) ? CK_SEEN_YES : CK_SEEN_NO;
+  /* abandoned-step-N-T: what launch before issue #22 set aside. */
+  return e->name[0] != '.' && strncmp(e->name, "abandoned-", 10) != 0 &&
+                 ck_dir_any(e->path, ck_dcp_name)
+             ? CK_SEEN_YES
+             : CK_SEEN_NO;
+}
+
+const ck_layout_t ck_layout_megatron = {CKPT_LAYOUT_MEGATRON, "megatron",
+                                        MEG_TRACKER, megatron_detect,
+                                        scan_megatron};
+const ck_layout_t ck_layout_deepspeed = {CKPT_LAYOUT_DEEPSPEED, "deepspeed",
+                                         DS_LATEST, deepspeed_detect,
+                                         scan_deepspeed};
+const ck_layout_t ck_layout_hf = {
+    CKPT_LAYOUT_HF, "hf",
+    "the highest checkpoint-N (what resume_from_checkpoint=True takes)",
+    hf_detect, scan_hf};
+const ck_layout_t ck_layout_dcp = {CKPT_LAYOUT_DCP, "dcp", NULL, dcp_detect,
+                                   scan_dcp};

@@ -1,4 +1,4 @@
-/* launch.c - launch's own layout (docs/checkpoints.md):
+/* layout_launch.c - launch's own layout (docs/checkpoints.md):
  *
  *   DIR/latest                 "step-N\n", replaced atomically
  *   DIR/step-N/rank-R.bin      one shard per rank
@@ -452,8 +452,8 @@ static void ck_describe_partial(const char *dir, int64_t step,
              "%s (%d shards, %d completion files here)", why, shards, done);
 }
 
-int ck_scan_launch(const char *dir, const ckpt_scan_options_t *o,
-                   ckpt_scan_t *s, char *err, size_t errlen) {
+static int ck_scan_launch(const char *dir, const ckpt_scan_options_t *o,
+                          ckpt_scan_t *s, char *err, size_t errlen) {
   int64_t *steps = NULL, latest = -1;
   size_t n = 0;
   char p[4096], *data;
@@ -720,7 +720,7 @@ int ck_finalise(const ck_final_t *f, const ck_log_t *log, char *err,
   memset(&m, 0, sizeof(m));
   lu_strlcpy(m.job, f->job ? f->job : "", sizeof(m.job));
   m.step = f->step;
-  m.generation = f->generation;
+  m.round = f->round;
   m.world_size = f->world_size;
   /* Replicated only when every rank says so. */
   m.replicated = 1;
@@ -814,13 +814,13 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
 
 /* ---- the store ------------------------------------------------------------------------ */
 
-void ck_store_key(char *buf, size_t n, int64_t gen, int64_t step,
+void ck_store_key(char *buf, size_t n, int64_t round, int64_t step,
                   const char *leaf) {
-  snprintf(buf, n, "launch/ckpt/g%lld/s%lld/%s", (long long)gen,
+  snprintf(buf, n, "launch/ckpt/g%lld/s%lld/%s", (long long)round,
            (long long)step, leaf);
 }
 
-int ck_store_commit(rdzv_client_t *c, int64_t gen, int64_t step,
+int ck_store_commit(rdzv_client_t *c, int64_t round, int64_t step,
                     const ck_record_t *r, int64_t *count, int timeout_ms) {
   char key[128], leaf[32], *val;
   size_t len;
@@ -828,7 +828,7 @@ int ck_store_commit(rdzv_client_t *c, int64_t gen, int64_t step,
   if ((rc = ck_record_encode(r, &val, &len)) != 0)
     return rc;
   snprintf(leaf, sizeof(leaf), "r%d", r->rank);
-  ck_store_key(key, sizeof(key), gen, step, leaf);
+  ck_store_key(key, sizeof(key), round, step, leaf);
   /* Set once: a rank committed twice (its agent and itself, or a retry)
    * counts once. */
   rc = rdzv_compare_set(c, key, NULL, 0, val, len, NULL, NULL, &swapped,
@@ -836,11 +836,11 @@ int ck_store_commit(rdzv_client_t *c, int64_t gen, int64_t step,
   free(val);
   if (rc != 0)
     return rc;
-  ck_store_key(key, sizeof(key), gen, step, "n");
+  ck_store_key(key, sizeof(key), round, step, "n");
   return rdzv_add(c, key, swapped ? 1 : 0, count, timeout_ms);
 }
 
-int ck_store_records(rdzv_client_t *c, int64_t gen, int64_t step,
+int ck_store_records(rdzv_client_t *c, int64_t round, int64_t step,
                      int world_size, ck_record_t *recs, int timeout_ms,
                      char *err, size_t errlen) {
   char **keys = calloc((size_t)world_size, sizeof(char *));
@@ -857,7 +857,7 @@ int ck_store_records(rdzv_client_t *c, int64_t gen, int64_t step,
       goto out;
     }
     snprintf(leaf, sizeof(leaf), "r%d", r);
-    ck_store_key(keys[r], 96, gen, step, leaf);
+    ck_store_key(keys[r], 96, round, step, leaf);
   }
   rc = rdzv_multi_get(c, (const char *const *)keys, (size_t)world_size, vals,
                       timeout_ms);
@@ -1008,7 +1008,7 @@ int ckpt_agent_scan_commit(const ckpt_commit_options_t *o, int64_t *finalised,
     if (o->client) {
       for (int k = 0; k < nmine && rc == 0; k++) {
         int r = mine ? mine[k] : k;
-        rc = ck_store_commit(o->client, o->generation, step, &recs[r], &count,
+        rc = ck_store_commit(o->client, o->round, step, &recs[r], &count,
                              timeout);
       }
       if (rc != 0) {
@@ -1018,13 +1018,13 @@ int ckpt_agent_scan_commit(const ckpt_commit_options_t *o, int64_t *finalised,
       }
       if (count < o->world_size)
         continue;
-      rc = ck_store_records(o->client, o->generation, step, o->world_size,
+      rc = ck_store_records(o->client, o->round, step, o->world_size,
                             recs, timeout, err, errlen);
       if (rc != 0)
         break;
     }
     {
-      ck_final_t f = {o->dir, o->job, step, o->generation, o->world_size,
+      ck_final_t f = {o->dir, o->job, step, o->round, o->world_size,
                       o->keep == 0 ? 3 : o->keep, recs};
       char ferr[CKPT_PROBLEM_MAX];
       int frc = ck_finalise(&f, &log, ferr, sizeof(ferr));
@@ -1041,3 +1041,103 @@ int ckpt_agent_scan_commit(const ckpt_commit_options_t *o, int64_t *finalised,
   free(steps);
   return rc;
 }
+
+/* ---- what the trust cache learns from a commit (ckpt.h) ----------------------- */
+
+static int64_t ck_ctime_ns(const struct stat *st) {
+  return (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+int ckpt_trust_learn(ckpt_trust_t *t, const char *dir, int64_t step,
+                     const int *ranks, size_t nranks, int *learnt) {
+  ck_manifest_t m;
+  char p[4096], why[CKPT_PROBLEM_MAX];
+  struct stat mst;
+  int rc, k;
+  if (learnt)
+    *learnt = 0;
+  if (t == NULL || dir == NULL || step < 0)
+    return RDZV_EINVAL;
+  if ((rc = ck_read_manifest(dir, step, &m, why, sizeof(why))) != 0)
+    return rc;
+  k = snprintf(p, sizeof(p), "%s/step-%lld/%s", dir, (long long)step,
+               CK_MANIFEST);
+  if (k < 0 || (size_t)k >= sizeof(p)) {
+    ck_manifest_free(&m);
+    return -ENAMETOOLONG;
+  }
+  if (stat(p, &mst) != 0) {
+    rc = -errno;
+    ck_manifest_free(&m);
+    return rc;
+  }
+  for (size_t i = 0; i < (ranks ? nranks : (size_t)m.world_size); i++) {
+    int r = ranks ? ranks[i] : (int)i;
+    const ck_record_t *rec;
+    struct stat st;
+    ck_fid_t id;
+    if (r < 0 || r >= m.world_size)
+      continue;
+    rec = &m.shards[r];
+    k = snprintf(p, sizeof(p), "%s/step-%lld/%s", dir, (long long)step,
+                 rec->file);
+    if (k < 0 || (size_t)k >= sizeof(p) || lstat(p, &st) != 0 ||
+        !S_ISREG(st.st_mode) || (uint64_t)st.st_size != rec->size)
+      continue; /* not here, or not what the manifest says: hash later */
+    /* Changed at or after the manifest's creation: maybe after the
+     * commit. The clock's tick makes "at" ambiguous: left out too. */
+    if (ck_ctime_ns(&st) >= ck_ctime_ns(&mst))
+      continue;
+    ck_fid_of(&st, &id);
+    ck_trust_put(t, p, &id, rec->sha);
+    if (learnt)
+      (*learnt)++;
+  }
+  ck_manifest_free(&m);
+  return 0;
+}
+
+int ckpt_latest_step(const char *dir, int64_t *step) {
+  char p[4096], *data;
+  size_t len;
+  int rc;
+  *step = -1;
+  if ((rc = ck_join(p, sizeof(p), dir, CK_LATEST)) != 0)
+    return rc;
+  if ((rc = lu_read_file(p, CK_SMALL_MAX, &data, &len)) != 0)
+    return rc == RDZV_ETOOBIG || rc == RDZV_ENOTREG ? CKPT_EFORMAT : rc;
+  rc = ck_latest_decode(data, len, step);
+  free(data);
+  if (rc != 0)
+    *step = -1;
+  return rc;
+}
+
+/* ---- the row of the layout table (scan.c) ------------------------------------ */
+
+/* A file only launch writes in a step directory. */
+static int ck_launch_file(const char *name) {
+  return strcmp(name, CK_MANIFEST) == 0 || strncmp(name, "rank-", 5) == 0;
+}
+
+static ck_seen_t ck_launch_detect(const ck_entry_t *e) {
+  char *data;
+  size_t len;
+  int64_t step;
+  ck_seen_t seen;
+  if (e->is_dir) {
+    if (ck_parse_step_name(e->name, &step) != 0)
+      return CK_SEEN_NO;
+    /* An empty step: launch's, being written, when nothing else is seen. */
+    return ck_dir_any(e->path, ck_launch_file) ? CK_SEEN_YES : CK_SEEN_WEAK;
+  }
+  if (strcmp(e->name, CK_LATEST) != 0 ||
+      lu_read_file(e->path, 4096, &data, &len) != 0)
+    return CK_SEEN_NO;
+  seen = ck_latest_decode(data, len, &step) == 0 ? CK_SEEN_YES : CK_SEEN_NO;
+  free(data);
+  return seen;
+}
+
+const ck_layout_t ck_layout_launch = {CKPT_LAYOUT_LAUNCH, "launch", CK_LATEST,
+                                      ck_launch_detect, ck_scan_launch};
