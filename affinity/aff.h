@@ -302,7 +302,13 @@ typedef struct aff_binding_s {
   char hca[32];            /* closest HCA, "" none */
   int hca_port;
   char netdev[32];         /* closest netdev, "" none */
-  /* "LAUNCH_CPUS=..." ...: see aff_binding_envv(). */
+  /* The values of the worker contract's binding rows (env/contract.h):
+   * LAUNCH_CPUS is cpulist, LAUNCH_HCA hca, LAUNCH_NETDEV netdev. */
+  char numa_str[12];       /* LAUNCH_NUMA_NODE: the node, "-1" unknown */
+  char hca_port_str[12];   /* LAUNCH_HCA_PORT: "" without an HCA */
+  const char *busid;       /* LAUNCH_GPU_BUSID: "" without a GPU */
+  const char *hcas;        /* LAUNCH_HCAS (points into the topology) */
+  /* The same as "KEY=VALUE": see aff_binding_envv(). */
   char env_buf[AFF_ENV_COUNT][AFF_CPULIST_LEN + 32];
   const char *envv[AFF_ENV_COUNT + 1];
   /* Written to errfd by aff_apply_child() when applying fails. */
@@ -330,7 +336,9 @@ int aff_plan_nwarnings(const aff_plan_t *plan);
 const char *aff_plan_warning(const aff_plan_t *plan, int i);
 const aff_policy_t *aff_plan_policy(const aff_plan_t *plan);
 
-/* NULL-terminated "KEY=VALUE" strings for the worker environment:
+/* NULL-terminated "KEY=VALUE" strings of the values above, for reports
+ * and tests (the worker environment takes the values through the
+ * contract's rows, env/contract.h):
  * LAUNCH_CPUS (cpulist), LAUNCH_NUMA_NODE (node or -1), LAUNCH_GPU_BUSID,
  * LAUNCH_HCA, LAUNCH_HCA_PORT, LAUNCH_NETDEV (empty when none),
  * LAUNCH_HCAS (every GPU-attached HCA of the node, comma-separated; the

@@ -817,11 +817,11 @@ static void check_nccl_env(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *s
   env_node_t *node = NULL;
   env_finding_t *f = NULL;
   env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
+  env_contract_t kc;
   char err[512];
   int nf = 0;
   doc_item_t *it;
-  const char *launch[3] = {NULL, NULL, NULL};
-  char hcas[256] = "", first[96] = "", buf1[320], buf2[320];
+  char hcas[256] = "", first[96] = "";
   (void)h;
   if (o->nccl_profile && prof_load(o->nccl_profile, &p, err, sizeof(err)) != 0) {
     if ((it = item(c, "nccl.profile", "NCCL profile", DOC_FAIL, 1))) {
@@ -837,15 +837,16 @@ static void check_nccl_env(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *s
     if (h[k].active)
       snprintf(hcas + strlen(hcas), sizeof(hcas) - strlen(hcas), "%s%.64s",
                hcas[0] ? "," : "", h[k].name);
+  /* The worker contract's binding rows that a node-wide check can fill,
+   * through the agent's builder (env_build_rank). */
+  env_contract_init(&kc);
   if (hcas[0]) {
-    snprintf(buf1, sizeof(buf1), "LAUNCH_HCAS=%s", hcas);
     snprintf(first, sizeof(first), "%.*s", (int)strcspn(hcas, ","), hcas);
-    snprintf(buf2, sizeof(buf2), "LAUNCH_HCA=%s", first);
-    launch[0] = buf1;
-    launch[1] = buf2;
+    kc.hcas = hcas;
+    kc.hca = first;
   }
   ro.base = o->environ;
-  ro.launch = launch;
+  ro.contract = &kc;
   ro.profile = p;
   if (env_build_rank(&ro, &e) != 0 || (node = malloc(sizeof(*node))) == NULL) {
     c->oom = 1;

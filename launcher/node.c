@@ -135,11 +135,20 @@ int launch_rank_env(const cfg_t *c, const launch_node_t *n,
     k.resume_step = r->resume_step;
     k.ckpt_verified = r->ckpt_verified;
   }
+  /* The binding's rows, when the workers are bound. */
+  if (n->plan && !n->report_only) {
+    const aff_binding_t *b = aff_plan_rank(n->plan, local_rank);
+    k.cpus = b->cpulist;
+    k.numa_node = b->numa_str;
+    k.gpu_busid = b->busid;
+    k.hca = b->hca;
+    k.hca_port = b->hca_port_str;
+    k.netdev = b->netdev;
+    k.hcas = b->hcas;
+  }
+  k.nccl_profile = n->prof ? prof_name(n->prof) : NULL;
   ro.base = c->environ;
   ro.contract = &k;
-  ro.binding = n->plan && !n->report_only
-                   ? aff_binding_envv(aff_plan_rank(n->plan, local_rank))
-                   : NULL;
   ro.profile = n->prof;
   ro.allow_override = c->allow_env_override;
   ro.log = log;
