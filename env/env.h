@@ -226,9 +226,13 @@ typedef struct env_node_s {
                             findings are warnings */
 } env_node_t;
 
-/* Network interfaces (/sys/class/net) and RDMA devices with their ports
- * (/sys/class/infiniband) under root (NULL = "/"). has_nvlink = -1,
- * nccl_version = 0: the caller fills them. RET 0. */
+/* The names the lint checks against, from the node's facts that affinity/
+ * read (aff_facts_t, aff.h): network interfaces, RDMA devices and their
+ * ports. has_nvlink = -1, nccl_version = 0: the caller fills them. */
+struct aff_facts_s;
+void env_node_from_facts(env_node_t *n, const struct aff_facts_s *f);
+/* The same from sysfs under root (NULL = "/"), read now (aff_facts_probe).
+ * RET 0, RDZV_ENOMEM. */
 int env_node_probe(env_node_t *n, const char *root);
 
 /* ---- lint ------------------------------------------------------------------------- */

@@ -22,8 +22,10 @@ int launch_node_open(const cfg_t *c, int want_topo, const char *root,
     lu_errf(err, errlen, "--nccl-profile: %s", why);
     return rc;
   }
-  if ((n->pol = calloc(1, sizeof(*n->pol))) == NULL)
+  if ((n->pol = calloc(1, sizeof(*n->pol))) == NULL ||
+      (n->facts = malloc(sizeof(*n->facts))) == NULL)
     return RDZV_ENOMEM;
+  aff_facts_probe(n->facts, root);
   if (aff_policy_parse(c->cpu_bind, c->mem_bind, n->pol, err, errlen) != 0)
     return RDZV_EINVAL;
   bind = n->pol->cpu != AFF_CPU_NONE || n->pol->mem != AFF_MEM_NONE;
@@ -59,6 +61,7 @@ void launch_node_close(launch_node_t *n) {
   aff_plan_free(n->plan);
   aff_topo_free(n->topo);
   free(n->pol);
+  free(n->facts);
   prof_free(n->prof);
   memset(n, 0, sizeof(*n));
 }
@@ -161,7 +164,7 @@ int launch_lint(const launch_node_t *n, const env_t *e, env_finding_t **f,
   int rc;
   if (node == NULL)
     return RDZV_ENOMEM;
-  env_node_probe(node, n->root);
+  env_node_from_facts(node, n->facts);
   /* Another machine's topology: this node's interfaces are not its. */
   if (n->foreign)
     node->probed = 0;
