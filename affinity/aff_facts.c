@@ -91,7 +91,7 @@ static void probe_gpus(aff_facts_t *f, const char *root) {
     char dir[128], path[192], buf[64];
     unsigned long cls;
     aff_facts_gpu_t *g = &f->gpus[f->ngpus];
-    snprintf(dir, sizeof(dir), "/sys/bus/pci/devices/%s", devs[i]);
+    snprintf(dir, sizeof(dir), "/sys/bus/pci/devices/%.63s", devs[i]);
     snprintf(path, sizeof(path), "%s/vendor", dir);
     if (lu_read_line(root_of(root), path, buf, sizeof(buf)) <= 0 ||
         strtoul(buf, NULL, 16) != 0x10de)
@@ -123,7 +123,7 @@ static void probe_hcas(aff_facts_t *f, const char *root) {
     char dir[128], path[192];
     memset(h, 0, sizeof(*h));
     lu_strlcpy(h->name, names[i], sizeof(h->name));
-    snprintf(dir, sizeof(dir), "/sys/class/infiniband/%s/device", names[i]);
+    snprintf(dir, sizeof(dir), "/sys/class/infiniband/%.63s/device", names[i]);
     snprintf(path, sizeof(path), "%s/numa_node", dir);
     h->numa = read_int(root, path, -1);
     aff_pcie_read(root, dir, &h->link);

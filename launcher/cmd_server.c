@@ -86,7 +86,7 @@ static int issue_key(const char *token, size_t token_len, const char *job) {
 
 static void write_port_file(server_main_t *m, const char *port_file) {
   /* Write then rename, so that a reader never sees a partial file. */
-  char tmp[4096];
+  char tmp[PATH_MAX + 32]; /* port_file: at most PATH_MAX - 1 */
   FILE *f;
   snprintf(tmp, sizeof(tmp), "%s.tmp%d", port_file, (int)getpid());
   if ((f = fopen(tmp, "w")) != NULL) {
