@@ -33,30 +33,22 @@
 #define OUT_FLUSH_NOW (64u << 10) /* hand this much output to the kernel at once */
 #define TLS_RBUF (64u << 10)  /* ciphertext read at a time */
 #define TLS_IN_MAX (128u << 10) /* ciphertext not yet decrypted */
-/* A connection runs its requests for this long at most, then the others
- * get their turn: a client that pipelines thousands of large requests
- * must not hold up one that sends a small one. LAUNCH_SERVER_TURN_US
- * changes it (for benchmarks: bench/run_adv_latency.sh). With several
+/* A connection runs its requests for cfg.turn_us at most (500 us), then
+ * the others get their turn: a client that pipelines thousands of large
+ * requests must not hold up one that sends a small one. With several
  * loops sharing one lock, a loop may wait for the others' turns one after
  * another: 0.5 ms (it was 2 ms) keeps their sum short. */
-#define TURN_NS (500u * 1000)
-static uint64_t turn_ns = TURN_NS;
+#define TURN_NS(s) ((uint64_t)(s)->cfg.turn_us * 1000u)
 /* A loop's pass runs the large requests (and the connections resumed) for
- * this long, or one piece, after the small ones: the rest waits for the
- * next pass, after the poll has read what came meanwhile. A small request
- * waits for one pass's large work on its loop at most.
- * LAUNCH_SERVER_PASS_US changes it (benchmarks). */
-#define PASS_NS (1000u * 1000)
-static uint64_t pass_ns = PASS_NS;
+ * cfg.pass_us (1 ms), or one piece, after the small ones: the rest waits
+ * for the next pass, after the poll has read what came meanwhile. A small
+ * request waits for one pass's large work on its loop at most. These and
+ * the lock's knobs (cfg.lock_plain: no hungry waiters; cfg.lock_spins:
+ * pause-spins before a waiter sleeps) are rows of `launch server
+ * --help-debug` (LAUNCH_SERVER_*), for benchmarks that compare. */
+#define PASS_NS(s) ((uint64_t)(s)->cfg.pass_us * 1000u)
 /* What a connection has read is small: its requests run first. */
 #define SMALL_IN (4u << 10)
-/* LAUNCH_SERVER_PLAIN_LOCK=1: no hungry waiters (srv__lock), for
- * benchmarks that compare. */
-static int lock_plain;
-/* LAUNCH_SERVER_LOCK_SPINS=N: pause-spins before a waiter sleeps
- * (default LOCK_SPINS), for benchmarks that compare. */
-#define LOCK_SPINS 200
-static int lock_spins = LOCK_SPINS;
 
 static void conn_process(conn_t *c);
 static void conn_run_read(conn_t *c);
@@ -83,12 +75,13 @@ int srv__on_main(const srv_t *s) {
 
 uint64_t srv__now(void) { return uv_hrtime() / 1000000u; }
 
-/* ---- tracing: LAUNCH_SERVER_TRACE_MS=N logs every callback of an event
- * loop that ran N ms or more (wall time), with its thread's CPU time, the
- * time it waited for the lock and the connection it served; at close, the
- * longest. Off (one branch per callback) when unset. -------- */
+/* ---- tracing: cfg.trace_us (LAUNCH_SERVER_TRACE_MS) logs every callback
+ * of an event loop that ran that long or more (wall time), with its
+ * thread's CPU time, the time it waited for the lock and the connection it
+ * served; at close, the longest. Off (one branch per callback) at 0. The
+ * record is the thread's: tr.depth > 0 only inside a traced callback. ---- */
 
-static uint64_t trace_ns; /* the threshold; 0: off (set by srv_new) */
+#define TRACE_NS(s) ((uint64_t)(s)->cfg.trace_us * 1000u)
 
 typedef struct {
   const char *what;
@@ -149,7 +142,7 @@ static void switches(long *vol, long *invol) {
 }
 
 static void trace_begin(const srv_t *s, const char *what, const conn_t *c) {
-  if (trace_ns == 0 || tr.depth++ > 0)
+  if (s->cfg.trace_us == 0 || tr.depth++ > 0)
     return;
   tr.what = what;
   tr.conn = c ? c->id : 0;
@@ -168,7 +161,7 @@ static void trace_begin(const srv_t *s, const char *what, const conn_t *c) {
 static void trace_end(srv_t *s) {
   uint64_t wall, cpu;
   char what[96];
-  if (trace_ns == 0 || tr.depth == 0 || --tr.depth > 0)
+  if (s->cfg.trace_us == 0 || tr.depth == 0 || --tr.depth > 0)
     return;
   wall = uv_hrtime() - tr.w0;
   cpu = cpu_ns() - tr.c0;
@@ -186,7 +179,7 @@ static void trace_end(srv_t *s) {
     memcpy(s->trace_max.what_cpu, what, sizeof(what));
   }
   pthread_mutex_unlock(&s->trace_mu);
-  if (wall >= trace_ns) {
+  if (wall >= TRACE_NS(s)) {
     long vol, invol;
     uint64_t queued = queued_ns() - tr.q0;
     switches(&vol, &invol);
@@ -203,7 +196,7 @@ static void trace_end(srv_t *s) {
 }
 
 uint64_t srv__trace_now(void) {
-  return trace_ns && tr.depth > 0 ? uv_hrtime() : 0;
+  return tr.depth > 0 ? uv_hrtime() : 0;
 }
 
 void srv__trace_req(const char *op, uint64_t t0) {
@@ -251,10 +244,10 @@ static int lock_take(srv_t *s, int hungry) {
  * (uv_hrtime(); 0: none). */
 static int lock_slow(srv_t *s, int urgent, uint64_t deadline) {
   uint64_t t0 = uv_hrtime();
-  int hungry = urgent && !lock_plain, got;
+  int hungry = urgent && !s->cfg.lock_plain, got;
   if (hungry)
     atomic_fetch_add(&s->lock_hungry, 1);
-  for (int i = 0; i < lock_spins; i++) {
+  for (int i = 0; i < s->cfg.lock_spins; i++) {
     cpu_relax();
     if (lock_take(s, hungry)) {
       if (hungry)
@@ -271,7 +264,7 @@ static int lock_slow(srv_t *s, int urgent, uint64_t deadline) {
     uint64_t now = uv_hrtime(), wait = LOCK_HUNGRY_NS;
     if (deadline != 0 && now >= deadline)
       break;
-    if (!hungry && !lock_plain && now - t0 >= LOCK_HUNGRY_NS) {
+    if (!hungry && !s->cfg.lock_plain && now - t0 >= LOCK_HUNGRY_NS) {
       hungry = 1;
       atomic_fetch_add(&s->lock_hungry, 1);
       continue;
@@ -300,7 +293,7 @@ static int lock_slow(srv_t *s, int urgent, uint64_t deadline) {
 
 static int lock_wait(srv_t *s, int urgent, uint64_t deadline) {
   int got;
-  if (trace_ns && tr.depth > 0) {
+  if (tr.depth > 0) {
     uint64_t t0 = uv_hrtime();
     got = lock_slow(s, urgent, deadline);
     tr.lock_ns += uv_hrtime() - t0;
@@ -438,17 +431,15 @@ static size_t mem_free_out(const srv_t *s) {
   return u < dynamic_limit(s) ? dynamic_limit(s) - u : 0;
 }
 
-/* LAUNCH_SERVER_BIG_CACHE_MB=N: the cache's bound (16 MiB; 0: no cache),
- * for tests that measure what the server keeps, and comparisons. */
-static size_t big_cache_max = (size_t)16 << 20;
-
 /* Freed big buffers kept warm for reuse (lu_big_*): an eighth of
- * max_memory, big_cache_max at most, and never more than the room left, so
+ * max_memory, cfg.big_cache_mb at most (16 MiB; 0: no cache, for tests
+ * that measure what the server keeps: LAUNCH_SERVER_BIG_CACHE_MB), and never more than the room left, so
  * that what the server holds, cached blocks included, stays within its
  * budget. One bound for the process (the last server to update it sets
  * it). */
 static void big_cache_update(const srv_t *s) {
-  lu_big_set_limit(LU_MIN(LU_MIN(big_cache_max, s->cfg.max_memory / 8),
+  lu_big_set_limit(LU_MIN(LU_MIN((size_t)s->cfg.big_cache_mb << 20,
+                                 s->cfg.max_memory / 8),
                           mem_free(s)));
 }
 
@@ -1605,7 +1596,7 @@ static void check_cb(uv_check_t *h) {
    * pass, for PASS_NS of work or one piece: what is left runs on the
    * next pass, after the poll has read what came meanwhile. */
   t0 = uv_hrtime();
-  while (held && !list_empty(&big) && uv_hrtime() - t0 < pass_ns) {
+  while (held && !list_empty(&big) && uv_hrtime() - t0 < PASS_NS(s)) {
     conn_t *c = LIST_ENTRY(big.next, conn_t, read_link);
     list_remove(&c->read_link);
     held = pass_run(lp, c, PASS_LARGE);
@@ -1619,7 +1610,7 @@ static void check_cb(uv_check_t *h) {
     list_move(&lp->run, &lp->resume);
   }
   for (int n = 0; held && !list_empty(&lp->run) &&
-                  (n == 0 || uv_hrtime() - t0 < pass_ns);
+                  (n == 0 || uv_hrtime() - t0 < PASS_NS(s));
        n++) {
     conn_t *c = LIST_ENTRY(lp->run.next, conn_t, resume_link);
     list_remove(&c->resume_link);
@@ -2143,7 +2134,7 @@ static void conn_process(conn_t *c) {
   srv_t *s = c->srv;
   size_t store0 = s->mem.store.used;
   int moved = 0;
-  c->lp->turn_end = uv_hrtime() + turn_ns;
+  c->lp->turn_end = uv_hrtime() + TURN_NS(s);
   c->in_need = 0;
   while (off < c->in_len && c->state != CONN_CLOSING &&
          !c->close_after_flush && !c->paused) {
@@ -2644,35 +2635,6 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   s->cfg = *cfg;
   s->nloops = 1;
   pthread_mutex_init(&s->trace_mu, NULL);
-  {
-    /* Benchmarks' knobs, read before any loop runs (the same for every
-     * server of the process: written only when they change). */
-    const char *t = getenv("LAUNCH_SERVER_TRACE_MS");
-    const char *u = getenv("LAUNCH_SERVER_TURN_US");
-    const char *pu = getenv("LAUNCH_SERVER_PASS_US");
-    const char *l = getenv("LAUNCH_SERVER_PLAIN_LOCK");
-    const char *sp = getenv("LAUNCH_SERVER_LOCK_SPINS");
-    const char *bc = getenv("LAUNCH_SERVER_BIG_CACHE_MB");
-    size_t bcmax = bc && *bc && atoi(bc) >= 0 ? (size_t)atoi(bc) << 20
-                                             : (size_t)16 << 20;
-    int spins = sp && atoi(sp) >= 0 ? atoi(sp) : LOCK_SPINS;
-    uint64_t ns = t && atof(t) > 0 ? (uint64_t)(atof(t) * 1e6) : 0;
-    uint64_t tn = u && atoi(u) > 0 ? (uint64_t)atoi(u) * 1000 : TURN_NS;
-    uint64_t pn = pu && atoi(pu) > 0 ? (uint64_t)atoi(pu) * 1000 : PASS_NS;
-    int plain = l && atoi(l) > 0;
-    if (ns != trace_ns)
-      trace_ns = ns;
-    if (tn != turn_ns)
-      turn_ns = tn;
-    if (pn != pass_ns)
-      pass_ns = pn;
-    if (plain != lock_plain)
-      lock_plain = plain;
-    if (spins != lock_spins)
-      lock_spins = spins;
-    if (bcmax != big_cache_max)
-      big_cache_max = bcmax;
-  }
   if (cfg->log)
     s->log = *cfg->log;
   else
@@ -2946,7 +2908,7 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
   assert(s->magic == SRV_MAGIC);
   if (s->closing)
     return;
-  if (trace_ns) {
+  if (s->cfg.trace_us) {
     pthread_mutex_lock(&s->trace_mu);
     LU_WARN(&s->log, "trace: longest callback: %s: %.2f ms wall (lock "
             "waits left out), %.2f ms CPU", s->trace_max.what,

@@ -61,6 +61,18 @@ typedef struct srv_config_s {
   const char *tls_ca;         /* require client certificates of this CA */
   uint32_t threads;           /* event loops (0 or 1: the caller's only);
                                  TCP connections are spread over them */
+  /* Knobs for benchmarks and debugging (`launch server --help-debug`,
+   * LAUNCH_SERVER_*); SRV_CONFIG_INIT gives the product's values. */
+  uint32_t trace_us;          /* log every event-loop callback this long or
+                                 longer, and the longest at close; 0 off */
+  uint32_t turn_us;           /* a connection runs its requests this long
+                                 at most before the others get a turn */
+  uint32_t pass_us;           /* a loop's pass runs large requests this
+                                 long (or one piece) after the small ones */
+  int lock_plain;             /* 1: the loops' lock without hungry waiters */
+  int lock_spins;             /* pause-spins before a lock waiter sleeps */
+  int big_cache_mb;           /* bound of the cache of freed big buffers
+                                 (MiB; 0 none) */
 } srv_config_t;
 
 /* The default of `launch server --threads`: a quarter of the cores, 8 at
@@ -84,7 +96,11 @@ int srv_default_threads(void);
    .max_conns_per_addr = 1024,                                                 \
    .max_jobs_per_addr = 64,                                                    \
    .handshake_ms = 10000,                                                      \
-   .job_grace_ms = 60000}
+   .job_grace_ms = 60000,                                                      \
+   .turn_us = 500,                                                             \
+   .pass_us = 1000,                                                            \
+   .lock_spins = 200,                                                          \
+   .big_cache_mb = 16}
 
 /* IN loop, cfg (copied). OUT *out. RET 0, RDZV_EINVAL (a bad option,
  * logged), RDZV_ENOMEM. The rendezvous module is installed. */
