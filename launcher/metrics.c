@@ -1,6 +1,7 @@
 /* metrics.c - the agent's Prometheus endpoint (metrics.h): libmicrohttpd
  * with its own polling thread; the job's text swapped in under a mutex;
  * the node's series read at scrape time on that thread. */
+#include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -13,7 +14,9 @@
 
 #include "metrics.h"
 #include "rdzv.h"
+#include "proto.h"
 #include "server.h"
+#include "tcpstore.h"
 
 #ifdef LAUNCH_HAVE_MHD
 #include <arpa/inet.h>
@@ -117,6 +120,56 @@ void met_label_escape(const char *s, char *out, size_t cap) {
 
 /* ---- the server ------------------------------------------------------------------------ */
 
+/* A TCPStore op's name as a label value: "compare_set", "watch_key". */
+static void ts_label(int op, char *out, size_t cap) {
+  const char *n = ts_op_name(op == SRV_TS_WATCH ? TS_WATCH_KEY : op);
+  size_t i = 0;
+  for (; n[i] && i + 1 < cap; i++)
+    out[i] = (char)tolower((unsigned char)n[i]);
+  out[i] = '\0';
+}
+
+/* launch_server_requests_total{op,protocol}: every native op proto.h
+ * names and every TCPStore op, so that rate() sees a series from 0. */
+static void server_requests(lu_buf_t *b, const char *labels,
+                            const srv_stats_t *st) {
+  char lab[640], name[32];
+  const char *sep = labels && labels[0] ? "," : "";
+  met_family(b, "launch_server_requests_total", "counter",
+             "requests served, by protocol and op");
+  for (int op = 0; op < SRV_NATIVE_OPS; op++) {
+    const char *n = proto_op_name(op);
+    if (op != 0 && (n == NULL || !strcmp(n, "unknown")))
+      continue;
+    if (op == 0 && st->native_ops[0] == 0)
+      continue; /* the unknown: only once seen */
+    snprintf(lab, sizeof(lab), "%s%sprotocol=\"native\",op=\"%s\"",
+             labels ? labels : "", sep, op == 0 ? "unknown" : n);
+    met_sample(b, "launch_server_requests_total", lab,
+               (double)st->native_ops[op]);
+  }
+  for (int op = 0; op < SRV_TS_OPS; op++) {
+    ts_label(op, name, sizeof(name));
+    snprintf(lab, sizeof(lab), "%s%sprotocol=\"tcpstore\",op=\"%s\"",
+             labels ? labels : "", sep, name);
+    met_sample(b, "launch_server_requests_total", lab, (double)st->ts_ops[op]);
+  }
+}
+
+static void server_refusals(lu_buf_t *b, const char *labels,
+                            const srv_stats_t *st) {
+  char lab[640];
+  const char *sep = labels && labels[0] ? "," : "";
+  met_family(b, "launch_server_refusals_total", "counter",
+             "connections, jobs or requests refused, by the limit that "
+             "refused them");
+  for (int l = 0; l < SRV_LIMIT_COUNT; l++) {
+    snprintf(lab, sizeof(lab), "%s%slimit=\"%s\"", labels ? labels : "", sep,
+             srv_limit_name(l));
+    met_sample(b, "launch_server_refusals_total", lab, (double)st->refused[l]);
+  }
+}
+
 void met_server(lu_buf_t *b, const char *labels, const srv_stats_t *st,
                 double max_memory) {
   static const struct { const char *name, *type, *help; } f[] = {
@@ -124,7 +177,6 @@ void met_server(lu_buf_t *b, const char *labels, const srv_stats_t *st,
       {"launch_server_connections_total", "counter", "connections accepted"},
       {"launch_server_refused_connections_total", "counter",
        "connections refused by a limit"},
-      {"launch_server_requests_total", "counter", "requests served"},
       {"launch_server_bad_input_total", "counter",
        "requests or frames refused as malformed"},
       {"launch_server_pending_waits", "gauge", "WAIT requests not answered yet"},
@@ -137,14 +189,16 @@ void met_server(lu_buf_t *b, const char *labels, const srv_stats_t *st,
       {"launch_server_paused_connections", "gauge",
        "connections waiting for their replies to drain or for memory"}};
   double v[] = {(double)st->conns_open, (double)st->conns_total,
-                (double)st->conns_refused, (double)st->requests,
-                (double)st->bad_input, (double)st->waits_pending,
-                (double)st->in_bytes, (double)st->jobs,
-                (double)st->mem_used, max_memory, (double)st->paused};
+                (double)st->conns_refused, (double)st->bad_input,
+                (double)st->waits_pending, (double)st->in_bytes,
+                (double)st->jobs, (double)st->mem_used, max_memory,
+                (double)st->paused};
   for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
     met_family(b, f[i].name, f[i].type, f[i].help);
     met_sample(b, f[i].name, labels, v[i]);
   }
+  server_requests(b, labels, st);
+  server_refusals(b, labels, st);
 }
 
 /* ---- the node ----------------------------------------------------------------------- */
