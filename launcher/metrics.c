@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "metrics.h"
@@ -209,6 +211,8 @@ struct met_s {
   char *page;        /* GET /, from the loop */
   char node[256];    /* escaped */
   char sysfs[512];   /* a test's root for /sys, "" the node's */
+  int disk;          /* 1: disk_maj:disk_min holds --ckpt-dir */
+  unsigned disk_maj, disk_min;
   nvml_t nvml;
   int port;
 #ifdef LAUNCH_HAVE_MHD
@@ -399,9 +403,171 @@ static void node_ib(const met_t *m, lu_buf_t *b) {
   }
 }
 
+/* ---- NUMA and the checkpoint disk -------------------------------------------------- */
+
+int met_parse_numastat(const char *line, met_numa_t *out) {
+  static const char *const keys[] = {"numa_hit", "numa_miss", "numa_foreign",
+                                     "other_node"};
+  unsigned long long *f[] = {&out->hit, &out->miss, &out->foreign,
+                             &out->other_node};
+  char key[32];
+  unsigned long long v;
+  if (sscanf(line, "%31s %llu", key, &v) != 2)
+    return 0;
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+    if (strcmp(key, keys[i]) == 0) {
+      *f[i] = v;
+      return 1;
+    }
+  return 0;
+}
+
+/* Each NUMA node's page allocation counters (numastat). */
+static void node_numa(const met_t *m, lu_buf_t *b) {
+  static const struct { const char *name, *help; } fam[] = {
+      {"launch_node_numa_hit_pages_total",
+       "pages allocated on this NUMA node as intended (numa_hit)"},
+      {"launch_node_numa_miss_pages_total",
+       "pages allocated here that were meant for another node (numa_miss)"},
+      {"launch_node_numa_foreign_pages_total",
+       "pages meant for this node allocated on another (numa_foreign)"},
+      {"launch_node_numa_other_node_pages_total",
+       "pages allocated here by a process running on another node "
+       "(other_node)"}};
+  char base[600], path[700], line[128], lab[400];
+  struct dirent **nodes = NULL;
+  met_numa_t v[64];
+  unsigned id[64];
+  int n, k = 0;
+  snprintf(base, sizeof(base), "%s/sys/devices/system/node", m->sysfs);
+  if ((n = scandir(base, &nodes, NULL, alphasort)) < 0)
+    return; /* no NUMA information: no series */
+  for (int i = 0; i < n; i++) {
+    char *end;
+    unsigned long x;
+    FILE *f;
+    int got = 0;
+    const char *d = nodes[i]->d_name;
+    if (strncmp(d, "node", 4) == 0 && d[4] >= '0' && d[4] <= '9' && k < 64 &&
+        (x = strtoul(d + 4, &end, 10), *end == '\0')) {
+      snprintf(path, sizeof(path), "%s/%.32s/numastat", base, d);
+      if ((f = fopen(path, "r")) != NULL) {
+        memset(&v[k], 0, sizeof(v[k]));
+        while (fgets(line, sizeof(line), f))
+          got += met_parse_numastat(line, &v[k]);
+        fclose(f);
+        if (got > 0)
+          id[k++] = (unsigned)x;
+      }
+    }
+    free(nodes[i]);
+  }
+  free(nodes);
+  for (size_t j = 0; j < sizeof(fam) / sizeof(fam[0]) && k > 0; j++) {
+    met_family(b, fam[j].name, "counter", fam[j].help);
+    for (int i = 0; i < k; i++) {
+      unsigned long long x = j == 0   ? v[i].hit
+                             : j == 1 ? v[i].miss
+                             : j == 2 ? v[i].foreign
+                                      : v[i].other_node;
+      snprintf(lab, sizeof(lab), "node=\"%s\",numa=\"%u\"", m->node, id[i]);
+      met_sample(b, fam[j].name, lab, (double)x);
+    }
+  }
+}
+
+int met_parse_diskstats(const char *line, unsigned maj, unsigned min,
+                        met_disk_t *out) {
+  unsigned a, b;
+  met_disk_t d;
+  unsigned long long merged, ms, inflight;
+  memset(&d, 0, sizeof(d));
+  if (sscanf(line, "%u %u %31s %llu %llu %llu %llu %llu %llu %llu %llu %llu "
+             "%llu", &a, &b, d.name, &d.reads, &merged, &d.read_sectors, &ms,
+             &d.writes, &merged, &d.write_sectors, &ms, &inflight,
+             &d.io_ms) != 13 || a != maj || b != min)
+    return 0;
+  *out = d;
+  return 1;
+}
+
+int met_set_ckpt_dir(met_t *m, const char *dir) {
+  struct stat st;
+  char p[1024];
+  char *slash;
+  int found = 0, rc;
+  /* Not made yet (the first checkpoint makes it): its nearest ancestor. */
+  snprintf(p, sizeof(p), "%s", dir ? dir : "");
+  while ((rc = stat(p, &st)) != 0 && (slash = strrchr(p, '/')) != NULL &&
+         strcmp(p, "/") != 0) {
+    if (slash == p)
+      p[1] = '\0'; /* "/x": "/" */
+    else
+      *slash = '\0';
+  }
+  pthread_mutex_lock(&m->mu);
+  m->disk = 0;
+  /* Major 0: an anonymous device (tmpfs, overlay, NFS, btrfs subvolumes)
+   * that /proc/diskstats does not list. */
+  if (p[0] && rc == 0 && major(st.st_dev) != 0) {
+    m->disk = found = 1;
+    m->disk_maj = major(st.st_dev);
+    m->disk_min = minor(st.st_dev);
+  }
+  pthread_mutex_unlock(&m->mu);
+  return found;
+}
+
+/* The row of the device holding --ckpt-dir: bytes read and written (512-
+ * byte sectors, whatever the device's block size), I/O time. */
+static void node_ckpt_disk(met_t *m, lu_buf_t *b) {
+  char path[600], line[512], lab[400];
+  unsigned maj, min;
+  met_disk_t d;
+  int have = 0;
+  FILE *f;
+  pthread_mutex_lock(&m->mu);
+  have = m->disk;
+  maj = m->disk_maj, min = m->disk_min;
+  pthread_mutex_unlock(&m->mu);
+  if (!have)
+    return;
+  snprintf(path, sizeof(path), "%s/proc/diskstats", m->sysfs);
+  if ((f = fopen(path, "r")) == NULL)
+    return;
+  have = 0;
+  while (!have && fgets(line, sizeof(line), f))
+    have = met_parse_diskstats(line, maj, min, &d);
+  fclose(f);
+  if (!have)
+    return; /* not a device the kernel counts: no series */
+  met_label_escape(d.name, path, sizeof(path));
+  snprintf(lab, sizeof(lab), "node=\"%s\",device=\"%.64s\"", m->node, path);
+  met_family(b, "launch_node_ckpt_disk_read_bytes_total", "counter",
+             "bytes read from the device holding --ckpt-dir (/proc/diskstats)");
+  met_sample(b, "launch_node_ckpt_disk_read_bytes_total", lab,
+             (double)d.read_sectors * 512);
+  met_family(b, "launch_node_ckpt_disk_written_bytes_total", "counter",
+             "bytes written to the device holding --ckpt-dir");
+  met_sample(b, "launch_node_ckpt_disk_written_bytes_total", lab,
+             (double)d.write_sectors * 512);
+  met_family(b, "launch_node_ckpt_disk_reads_total", "counter",
+             "reads completed by the device holding --ckpt-dir");
+  met_sample(b, "launch_node_ckpt_disk_reads_total", lab, (double)d.reads);
+  met_family(b, "launch_node_ckpt_disk_writes_total", "counter",
+             "writes completed by the device holding --ckpt-dir");
+  met_sample(b, "launch_node_ckpt_disk_writes_total", lab, (double)d.writes);
+  met_family(b, "launch_node_ckpt_disk_io_seconds_total", "counter",
+             "time the device holding --ckpt-dir was busy with I/O");
+  met_sample(b, "launch_node_ckpt_disk_io_seconds_total", lab,
+             (double)d.io_ms / 1000.0);
+}
+
 void met_node(met_t *m, lu_buf_t *b) {
   node_cpu(m, b);
   node_mem(m, b);
+  node_numa(m, b);
+  node_ckpt_disk(m, b);
   node_ib(m, b);
   node_gpus(m, b);
 }

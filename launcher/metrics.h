@@ -52,9 +52,35 @@ struct srv_stats_s;
 void met_server(lu_buf_t *b, const char *labels,
                 const struct srv_stats_s *st, double max_memory);
 
-/* Read the InfiniBand/RoCE ports under root + /sys/class/infiniband
- * instead of the node's own /sys (tests). root copied; "" the node's. */
+/* Read the InfiniBand/RoCE ports under root + /sys/class/infiniband,
+ * NUMA nodes under root + /sys/devices/system/node and root +
+ * /proc/diskstats instead of the node's own (tests). root copied; "" the
+ * node's. Before serving, or any thread. */
 void met_set_sysfs_root(met_t *m, const char *root);
+
+/* The checkpoint directory (--ckpt-dir): the block device that holds it
+ * (stat's st_dev, its /proc/diskstats row: a partition's own row) gives
+ * launch_node_ckpt_disk_*; a file system on no block device (tmpfs,
+ * overlay, NFS) or a dir that does not exist gives no series. Any thread.
+ * RET 1 when a device was found, 0 when none. */
+int met_set_ckpt_dir(met_t *m, const char *dir);
+
+/* One /proc/diskstats line: "MAJ MIN NAME reads merged sectors ms writes
+ * merged sectors ms inflight io_ms ...". RET 1 when it is the row of
+ * maj:min (out filled), else 0. Pure: any input (fuzz_nodestat). */
+typedef struct met_disk_s {
+  char name[32];
+  unsigned long long reads, read_sectors, writes, write_sectors, io_ms;
+} met_disk_t;
+int met_parse_diskstats(const char *line, unsigned maj, unsigned min,
+                        met_disk_t *out);
+
+/* One line of /sys/devices/system/node/nodeN/numastat ("numa_hit 123").
+ * RET 1 when it is one of the counters kept (out's field set), else 0. */
+typedef struct met_numa_s {
+  unsigned long long hit, miss, foreign, other_node;
+} met_numa_t;
+int met_parse_numastat(const char *line, met_numa_t *out);
 
 /* The node's series (CPU, memory, IB/RoCE ports, GPUs) into b. */
 void met_node(met_t *m, lu_buf_t *b);

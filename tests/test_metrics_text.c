@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include "lu_buf.h"
 #include "metrics.h"
@@ -27,9 +29,17 @@ static void put(const char *root, const char *rel, const char *text) {
   fclose(f);
 }
 
+/* What a scrape would answer now (malloc'd). */
+static char *render(met_t *m) {
+  lu_buf_t b = LU_BUF_INIT;
+  char *text;
+  met_render(m, &b);
+  ASSERT_EQ(0, lu_buf_finish(&b, &text, NULL));
+  return text;
+}
+
 static void test_ib(met_t *m) {
   char root[] = "/tmp/launch-ib-XXXXXX", cmd[200], *text;
-  lu_buf_t b = LU_BUF_INIT;
   const char *p0 = "sys/class/infiniband/mlx5_0/ports/1/";
   const char *p1 = "sys/class/infiniband/mlx5_1/ports/1/";
   char rel[200];
@@ -45,8 +55,7 @@ static void test_ib(met_t *m) {
   PUT(p1, "link_layer", "Ethernet\n");
 #undef PUT
   met_set_sysfs_root(m, root);
-  met_render(m, &b);
-  ASSERT_EQ(0, lu_buf_finish(&b, &text, NULL));
+  text = render(m);
   ASSERT_CONTAINS(text, "# TYPE launch_ib_port_up gauge\n");
   ASSERT_CONTAINS(text, "launch_ib_port_up{node=\"node\\\"1\",device=\"mlx5_0\","
                         "port=\"1\",link_layer=\"InfiniBand\"} 1\n");
@@ -67,11 +76,79 @@ static void test_ib(met_t *m) {
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
   ASSERT_EQ(0, system(cmd));
   met_set_sysfs_root(m, "/nonexistent-launch-root");
-  met_render(m, &b); /* no IB: no series, no error */
-  ASSERT_EQ(0, lu_buf_finish(&b, &text, NULL));
+  text = render(m); /* no IB: no series, no error */
   ASSERT(strstr(text, "launch_ib_") == NULL);
   free(text);
   printf("IB/RoCE ports from a fake sysfs: up, rate, byte counters\n");
+}
+
+/* NUMA nodes and the checkpoint disk from a fake root: node0 and node1's
+ * numastat; a /proc/diskstats with the row of the device that holds the
+ * test's own dir (its real major:minor), a partition among others. */
+static void test_numa_disk(met_t *m) {
+  char root[] = "/tmp/launch-numa-XXXXXX", cmd[200], *text, row[256];
+  char want[300];
+  struct stat st;
+  ASSERT(mkdtemp(root) != NULL);
+  ASSERT_EQ(0, stat(root, &st));
+  put(root, "sys/devices/system/node/node0/numastat",
+      "numa_hit 1000\nnuma_miss 7\nnuma_foreign 3\ninterleave_hit 1\n"
+      "local_node 990\nother_node 10\n");
+  put(root, "sys/devices/system/node/node1/numastat",
+      "numa_hit 500\nnuma_miss 0\nnuma_foreign 7\nother_node 0\n");
+  put(root, "sys/devices/system/node/online", "0-1\n");
+  snprintf(row, sizeof(row),
+           "   7       0 loop0 1 0 2 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
+           " %4u %7u ckptdev 100 5 2048 40 200 9 4096 80 0 1500 120 0 0 0 0\n"
+           " %4u %7u other 1 0 8 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+           major(st.st_dev), minor(st.st_dev), major(st.st_dev),
+           minor(st.st_dev) + 1);
+  put(root, "proc/diskstats", row);
+  met_set_sysfs_root(m, root);
+  ASSERT_EQ(1, met_set_ckpt_dir(m, root));
+  text = render(m);
+  ASSERT_CONTAINS(text, "# TYPE launch_node_numa_hit_pages_total counter\n");
+  ASSERT_CONTAINS(text, "launch_node_numa_hit_pages_total{node=\"node\\\"1\","
+                        "numa=\"0\"} 1000\n");
+  ASSERT_CONTAINS(text, "launch_node_numa_hit_pages_total{node=\"node\\\"1\","
+                        "numa=\"1\"} 500\n");
+  ASSERT_CONTAINS(text, "launch_node_numa_miss_pages_total{node=\"node\\\"1\","
+                        "numa=\"0\"} 7\n");
+  ASSERT_CONTAINS(text, "launch_node_numa_foreign_pages_total{node=\"node\\\"1\","
+                        "numa=\"1\"} 7\n");
+  ASSERT_CONTAINS(text, "launch_node_numa_other_node_pages_total{node=\"node\\\"1\","
+                        "numa=\"0\"} 10\n");
+  snprintf(want, sizeof(want), "launch_node_ckpt_disk_read_bytes_total{node="
+           "\"node\\\"1\",device=\"ckptdev\"} %d\n", 2048 * 512);
+  ASSERT_CONTAINS(text, want);
+  snprintf(want, sizeof(want), "launch_node_ckpt_disk_written_bytes_total{node="
+           "\"node\\\"1\",device=\"ckptdev\"} %d\n", 4096 * 512);
+  ASSERT_CONTAINS(text, want);
+  ASSERT_CONTAINS(text, "launch_node_ckpt_disk_reads_total{node=\"node\\\"1\","
+                        "device=\"ckptdev\"} 100\n");
+  ASSERT_CONTAINS(text, "launch_node_ckpt_disk_writes_total{node=\"node\\\"1\","
+                        "device=\"ckptdev\"} 200\n");
+  ASSERT_CONTAINS(text, "launch_node_ckpt_disk_io_seconds_total{node=\"node\\\"1\","
+                        "device=\"ckptdev\"} 1.5\n");
+  ASSERT(strstr(text, "device=\"other\"") == NULL);
+  free(text);
+  /* A dir not made yet: the device of its nearest ancestor. */
+  snprintf(want, sizeof(want), "%s/not/yet", root);
+  ASSERT_EQ(1, met_set_ckpt_dir(m, want));
+  /* /proc: an anonymous device (as tmpfs, overlay): no disk series. */
+  ASSERT_EQ(0, met_set_ckpt_dir(m, "/proc"));
+  text = render(m);
+  ASSERT(strstr(text, "launch_node_ckpt_disk_") == NULL);
+  ASSERT_CONTAINS(text, "launch_node_numa_hit_pages_total{");
+  free(text);
+  /* No NUMA directory: no NUMA series, no error. */
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+  ASSERT_EQ(0, system(cmd));
+  text = render(m);
+  ASSERT(strstr(text, "launch_node_numa_") == NULL);
+  free(text);
+  met_set_sysfs_root(m, "");
+  printf("NUMA numastat and the checkpoint disk's diskstats from a fake root\n");
 }
 
 int main(void) {
@@ -100,8 +177,7 @@ int main(void) {
   met_publish(m, text); /* m owns it */
   ASSERT_EQ(0, lu_buf_finish(&b, &page, NULL)); /* empty */
   met_publish_page(m, page);
-  met_render(m, &b);
-  ASSERT_EQ(0, lu_buf_finish(&b, &text, NULL));
+  text = render(m);
   ASSERT(strncmp(text, "# HELP launch_rank_loss loss\n", 29) == 0);
   ASSERT_CONTAINS(text, "launch_node_memory_total_bytes{node=\"node\\\"1\"} ");
   ASSERT_CONTAINS(text, "launch_node_cpu_seconds_total{node=\"node\\\"1\","
@@ -119,6 +195,7 @@ int main(void) {
   }
   free(text);
   test_ib(m);
+  test_numa_disk(m);
   met_stop(m);
   met_stop(NULL);
   printf("test_metrics_text: ok\n");
