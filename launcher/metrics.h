@@ -82,7 +82,13 @@ typedef struct met_numa_s {
 } met_numa_t;
 int met_parse_numastat(const char *line, met_numa_t *out);
 
-/* The node's series (CPU, memory, IB/RoCE ports, GPUs) into b. */
+/* The node's series (CPU, memory, NUMA, the checkpoint disk, IB/RoCE
+ * ports, GPUs) into b. The thread that scrapes (one at a time). */
 void met_node(met_t *m, lu_buf_t *b);
+/* Read the slow values (NVML's PCIe throughput, a 20 ms sample per GPU
+ * and direction) that the next met_render shows: the HTTP server calls it
+ * after a scrape's reply went out, so a scrape never waits for them. The
+ * thread that scrapes. */
+void met_refresh(met_t *m);
 
 #endif /* METRICS_H */

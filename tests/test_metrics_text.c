@@ -151,6 +151,71 @@ static void test_numa_disk(met_t *m) {
   printf("NUMA numastat and the checkpoint disk's diskstats from a fake root\n");
 }
 
+/* promtool check metrics on text, when promtool is installed: the format
+ * and Prometheus' naming rules (units, _total on counters). */
+static void promtool_check(const char *text) {
+  FILE *p;
+  if (system("command -v promtool >/dev/null 2>&1") != 0) {
+    printf("promtool missing: the text is not checked by it\n");
+    return;
+  }
+  ASSERT((p = popen("promtool check metrics", "w")) != NULL);
+  fputs(text, p);
+  ASSERT_EQ(0, pclose(p));
+}
+
+/* The GPU series from a fake NVML (fake_nvml.c): two GPUs; ECC on GPU 0
+ * only; XIDs 79, 48, 79 queued; clocks held by power cap and HW thermal
+ * on GPU 0, idle on GPU 1. */
+static void test_fake_nvml(void) {
+#ifdef FAKE_NVML
+  met_t *m;
+  char *text;
+  const char *g0 = "node=\"n\",gpu=\"0\"", *g1 = "node=\"n\",gpu=\"1\"";
+  char want[300];
+  ASSERT_EQ(0, setenv("LAUNCH_NVML_LIBRARY", FAKE_NVML, 1));
+  ASSERT_EQ(0, met_local("n", &m));
+  ASSERT_EQ(0, unsetenv("LAUNCH_NVML_LIBRARY"));
+  text = render(m);
+#define HAS(fmt, lab)                                                  \
+  do {                                                                 \
+    snprintf(want, sizeof(want), fmt, lab);                            \
+    ASSERT_CONTAINS(text, want);                                       \
+  } while (0)
+  HAS("launch_gpu_utilization_ratio{%s} 0.97\n", g0);
+  HAS("launch_gpu_utilization_ratio{%s} 0.12\n", g1);
+  HAS("launch_gpu_power_watts{%s} 650.5\n", g0);
+  HAS("launch_gpu_memory_total_bytes{%s} 85899345920\n", g1);
+  HAS("launch_gpu_pcie_transmit_bytes_per_second{%s} 1536000\n", g0);
+  HAS("launch_gpu_pcie_receive_bytes_per_second{%s} 256000\n", g0);
+  HAS("launch_gpu_pcie_receive_bytes_per_second{%s} 1280000\n", g1);
+  HAS("launch_gpu_ecc_errors_total{%s,type=\"corrected\",scope=\"volatile\"} "
+      "5\n", g0);
+  HAS("launch_gpu_ecc_errors_total{%s,type=\"uncorrected\",scope=\"aggregate\"}"
+      " 10\n", g0);
+  ASSERT(strstr(text, "launch_gpu_ecc_errors_total{node=\"n\",gpu=\"1\"") ==
+         NULL); /* ECC off: no series */
+  HAS("launch_gpu_xid_errors_total{%s,xid=\"79\"} 2\n", g0);
+  HAS("launch_gpu_xid_errors_total{%s,xid=\"48\"} 1\n", g1);
+  HAS("launch_gpu_throttle_reason{%s,reason=\"sw_power_cap\"} 1\n", g0);
+  HAS("launch_gpu_throttle_reason{%s,reason=\"hw_thermal_slowdown\"} 1\n", g0);
+  HAS("launch_gpu_throttle_reason{%s,reason=\"hw_slowdown\"} 0\n", g0);
+  HAS("launch_gpu_throttle_reason{%s,reason=\"gpu_idle\"} 1\n", g1);
+  HAS("launch_gpu_throttle_reason{%s,reason=\"sw_power_cap\"} 0\n", g1);
+  promtool_check(text);
+  free(text);
+  /* The events were taken once: the counts stay, nothing counted twice. */
+  met_refresh(m);
+  text = render(m);
+  HAS("launch_gpu_xid_errors_total{%s,xid=\"79\"} 2\n", g0);
+  HAS("launch_gpu_xid_errors_total{%s,xid=\"48\"} 1\n", g1);
+#undef HAS
+  free(text);
+  met_stop(m);
+  printf("GPU series from a fake NVML: PCIe, ECC, XID, throttle reasons\n");
+#endif
+}
+
 int main(void) {
   lu_buf_t b = LU_BUF_INIT;
   met_t *m;
@@ -196,6 +261,10 @@ int main(void) {
   free(text);
   test_ib(m);
   test_numa_disk(m);
+  text = render(m);
+  promtool_check(text);
+  free(text);
+  test_fake_nvml();
   met_stop(m);
   met_stop(NULL);
   printf("test_metrics_text: ok\n");
