@@ -2543,7 +2543,7 @@ int agent_run(cfg_t *o) {
       LU_ERR(&a->log, "cannot serve metrics on %s:%d: %s%s",
              o->metrics_addr[0] ? o->metrics_addr : "*", o->metrics_port,
              rdzv_strerror(rc), rc == RDZV_ENOTSUP
-                 ? " (this launch was built without libmicrohttpd)" : "");
+                 ? " (launch was built without libmicrohttpd, or libmicrohttpd12 is not installed)" : "");
       a->exit_code = LAUNCH_EXIT_USAGE;
       goto out;
     }

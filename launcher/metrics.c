@@ -24,6 +24,52 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+
+/* libmicrohttpd, loaded when a port is served (met_start), like NVML:
+ * Debian's links GnuTLS, whose libraries and initialisation are about
+ * 2.5 MB of an agent's resident memory (docs/BENCHMARKS.md), so an agent
+ * or a server without --metrics-port never maps them. */
+typedef struct mhd_s {
+  void *lib;
+  struct MHD_Daemon *(*start)(unsigned, uint16_t, MHD_AcceptPolicyCallback,
+                              void *, MHD_AccessHandlerCallback, void *, ...);
+  void (*stop)(struct MHD_Daemon *);
+  const union MHD_DaemonInfo *(*info)(struct MHD_Daemon *,
+                                      enum MHD_DaemonInfoType, ...);
+  struct MHD_Response *(*from_buffer)(size_t, void *,
+                                      enum MHD_ResponseMemoryMode);
+  enum MHD_Result (*header)(struct MHD_Response *, const char *,
+                            const char *);
+  enum MHD_Result (*queue)(struct MHD_Connection *, unsigned,
+                           struct MHD_Response *);
+  void (*destroy)(struct MHD_Response *);
+} mhd_t;
+
+/* RET 0, RDZV_ENOTSUP (no such library, or one without these symbols). */
+static int mhd_open(mhd_t *h) {
+  const char *lib = getenv("LAUNCH_MHD_LIBRARY");
+  memset(h, 0, sizeof(*h));
+  h->lib = dlopen(lib && lib[0] ? lib : "libmicrohttpd.so.12",
+                  RTLD_NOW | RTLD_LOCAL);
+  if (h->lib == NULL)
+    return RDZV_ENOTSUP;
+#define SYM(f, name) *(void **)&h->f = dlsym(h->lib, name)
+  SYM(start, "MHD_start_daemon");
+  SYM(stop, "MHD_stop_daemon");
+  SYM(info, "MHD_get_daemon_info");
+  SYM(from_buffer, "MHD_create_response_from_buffer");
+  SYM(header, "MHD_add_response_header");
+  SYM(queue, "MHD_queue_response");
+  SYM(destroy, "MHD_destroy_response");
+#undef SYM
+  if (!h->start || !h->stop || !h->info || !h->from_buffer || !h->header ||
+      !h->queue || !h->destroy) {
+    dlclose(h->lib);
+    h->lib = NULL;
+    return RDZV_ENOTSUP;
+  }
+  return 0;
+}
 #endif
 
 /* ---- NVML, loaded at run time ------------------------------------------------------- */
@@ -318,6 +364,7 @@ struct met_s {
   nvml_t nvml;
   int port;
 #ifdef LAUNCH_HAVE_MHD
+  mhd_t mhd;
   struct MHD_Daemon *d;
 #endif
 };
@@ -839,7 +886,9 @@ void met_stop(met_t *m) {
     return;
 #ifdef LAUNCH_HAVE_MHD
   if (m->d)
-    MHD_stop_daemon(m->d);
+    m->mhd.stop(m->d);
+  if (m->mhd.lib)
+    dlclose(m->mhd.lib);
 #endif
   nvml_close(&m->nvml);
   pthread_mutex_destroy(&m->mu);
@@ -885,18 +934,18 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
   }
   if (lu_buf_finish(&b, &text, &len) != 0)
     return MHD_NO;
-  r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+  r = m->mhd.from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
   if (r == NULL) {
     free(text);
     return MHD_NO;
   }
-  MHD_add_response_header(r, "Content-Type",
-                          html ? "text/html; charset=utf-8"
-                          : code == MHD_HTTP_OK && url[1] == 'm'
-                              ? "text/plain; version=0.0.4; charset=utf-8"
-                              : "text/plain; charset=utf-8");
-  rc = MHD_queue_response(c, code, r);
-  MHD_destroy_response(r);
+  m->mhd.header(r, "Content-Type",
+                html ? "text/html; charset=utf-8"
+                : code == MHD_HTTP_OK && url[1] == 'm'
+                    ? "text/plain; version=0.0.4; charset=utf-8"
+                    : "text/plain; charset=utf-8");
+  rc = m->mhd.queue(c, code, r);
+  m->mhd.destroy(r);
   return rc;
 }
 
@@ -921,6 +970,10 @@ int met_start(const char *addr, int port, const char *node, met_t **out) {
   *out = NULL;
   if ((rc = met_local(node, &m)) != 0)
     return rc;
+  if ((rc = mhd_open(&m->mhd)) != 0) {
+    met_stop(m);
+    return rc;
+  }
   memset(&sa4, 0, sizeof(sa4));
   memset(&sa6, 0, sizeof(sa6));
   if (addr && addr[0]) {
@@ -938,18 +991,18 @@ int met_start(const char *addr, int port, const char *node, met_t **out) {
       return -EINVAL;
     }
   }
-  m->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, answer, m,
-                          MHD_OPTION_CONNECTION_LIMIT, 16u,
-                          MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-                          MHD_OPTION_NOTIFY_COMPLETED, done, m,
-                          sa ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, sa,
-                          MHD_OPTION_END);
+  m->d = m->mhd.start(flags, (uint16_t)port, NULL, NULL, answer, m,
+                       MHD_OPTION_CONNECTION_LIMIT, 16u,
+                       MHD_OPTION_CONNECTION_TIMEOUT, 10u,
+                       MHD_OPTION_NOTIFY_COMPLETED, done, m,
+                       sa ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, sa,
+                       MHD_OPTION_END);
   if (m->d == NULL) {
     int err = errno ? errno : EADDRINUSE;
     met_stop(m);
     return -err;
   }
-  info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_BIND_PORT);
+  info = m->mhd.info(m->d, MHD_DAEMON_INFO_BIND_PORT);
   m->port = info ? info->port : port;
   *out = m;
   return 0;

@@ -8,7 +8,10 @@
  * gives no GPU series), read on the server thread at scrape time. So a
  * scrape never waits for the loop, and the loop never for NVML.
  *
- * Built without libmicrohttpd (LAUNCH_HAVE_MHD unset) met_start returns
+ * libmicrohttpd is loaded by met_start (libmicrohttpd.so.12, or the file
+ * LAUNCH_MHD_LIBRARY names), not linked: an agent without --metrics-port
+ * never maps it and GnuTLS. Built without its header (LAUNCH_HAVE_MHD
+ * unset), or the library missing at run time, met_start returns
  * RDZV_ENOTSUP. Prefix met_. */
 #ifndef METRICS_H
 #define METRICS_H
@@ -20,7 +23,8 @@ typedef struct met_s met_t;
 
 /* Serve on addr ("" or NULL: every address) and port (0: a free one).
  * node: the node label of the node series (copied). OUT *out.
- * RET 0, RDZV_ENOTSUP (built without libmicrohttpd), -errno. */
+ * RET 0, RDZV_ENOTSUP (built without libmicrohttpd, or libmicrohttpd.so.12
+ * not installed), -errno. */
 int met_start(const char *addr, int port, const char *node, met_t **out);
 /* The same object serving nothing (any build): met_render gives what a
  * scrape would answer. For tests, and the GPU's series anywhere. */

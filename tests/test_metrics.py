@@ -152,6 +152,26 @@ def start_server(c):
     return ports
 
 
+def maps(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return f.read()
+
+
+def test_loaded_on_demand(c, agent):
+    """libmicrohttpd (and the GnuTLS it links, 2.5 MB of resident memory)
+    is loaded by --metrics-port only: a server without it never maps it."""
+    assert "libmicrohttpd" in maps(agent.pid)
+    srv = c.add(lt.Proc([lt.launch_bin(), "server", "--host", "127.0.0.1",
+                         "--port", "0"], name="server-nomet"))
+    lt.wait_until(lambda: "listening on 127.0.0.1 port" in srv.output(), 30,
+                  "the server without metrics")
+    assert "libmicrohttpd" not in maps(srv.pid), maps(srv.pid)
+    assert "libgnutls" not in maps(srv.pid), maps(srv.pid)
+    srv.signal(signal.SIGTERM)
+    srv.wait(30)
+    print("libmicrohttpd mapped with --metrics-port, not without")
+
+
 def test_prometheus(port, d, server):
     prom = shutil.which("prometheus")
     if prom is None:
@@ -262,6 +282,7 @@ def main():
         with lt.Cleanup() as c:
             agent, port = start_job(c)
             test_scrape_and_promtool(port, d)
+            test_loaded_on_demand(c, agent)
             server = start_server(c)
             test_prometheus(port, d, server)
             test_status(agent)
