@@ -2543,10 +2543,12 @@ int agent_run(cfg_t *o) {
       LU_ERR(&a->log, "cannot serve metrics on %s:%d: %s%s",
              o->metrics_addr[0] ? o->metrics_addr : "*", o->metrics_port,
              rdzv_strerror(rc), rc == RDZV_ENOTSUP
-                 ? " (this launch was built without libmicrohttpd)" : "");
+                 ? " (launch was built without libmicrohttpd, or libmicrohttpd12 is not installed)" : "");
       a->exit_code = LAUNCH_EXIT_USAGE;
       goto out;
     }
+    if (o->ckpt_dir[0])
+      met_set_ckpt_dir(a->met, o->ckpt_dir); /* none: no disk series */
     LU_INFO(&a->log, "metrics of job %s on http://%s:%d/metrics", o->run_id,
         o->metrics_addr[0] ? o->metrics_addr : o->host, met_port(a->met));
     if ((a->page = page_new()) == NULL) {

@@ -558,6 +558,7 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
     return NULL;
   }
   if (s->njobs >= s->cfg.max_jobs) {
+    SRV_REFUSED(s, MAX_JOBS);
     lu_errf(err, errcap, "cannot create job '%.*s': %u jobs exist, the "
             "server's limit (--max-jobs)", (int)len, name, s->cfg.max_jobs);
     return NULL;
@@ -580,6 +581,7 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
   }
   if (a && a->njobs >= s->cfg.max_jobs_per_addr &&
       addr_live_jobs(s, a) >= s->cfg.max_jobs_per_addr) {
+    SRV_REFUSED(s, JOBS_PER_ADDR);
     lu_errf(err, errcap, "cannot create job '%.*s': %u jobs created from "
             "%s are in use (connected, or holding data), the server's "
             "per-address limit of %u: end some, or raise it (launch server "
@@ -588,6 +590,7 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
     return NULL;
   }
   if (!mem_fixed_room(s, SRV_JOB_COST)) {
+    SRV_REFUSED(s, MAX_MEMORY);
     lu_errf(err, errcap, "cannot create job '%.*s': connections and jobs "
             "hold their quarter of --max-memory %zu", (int)len, name,
             s->cfg.max_memory);
@@ -1981,6 +1984,7 @@ static void read_cb_locked(uv_stream_t *st, ssize_t nread,
       srv_t *s = c->srv;
       if (s->tls_handshaking >= SRV_TLS_HANDSHAKES ||
           (c->addr && c->addr->ntls_hs >= SRV_TLS_HANDSHAKES_PER_ADDR)) {
+        SRV_REFUSED(s, TLS_HANDSHAKES);
         srv__bad_input(c, "%u TLS handshakes in progress (%u from this "
                           "address), the server's limit is %u (%u per "
                           "address): closing (retry)", s->tls_handshaking,
@@ -1990,6 +1994,7 @@ static void read_cb_locked(uv_stream_t *st, ssize_t nread,
         return;
       }
       if (!mem_fixed_room(s, SRV_TLS_COST)) {
+        SRV_REFUSED(s, MAX_MEMORY);
         srv__bad_input(c, "connections and jobs hold their quarter of "
                           "--max-memory %zu (a TLS connection costs %u KiB "
                           "more): closing", s->cfg.max_memory,
@@ -2126,6 +2131,8 @@ static ssize_t sniff(conn_t *c) {
   lu_strlcpy(c->role, "tcpstore", sizeof(c->role));
   c->state = CONN_READY;
   srv__conn_authenticated(c);
+  if (c->dialect == &srv__dialect_ts_v2)
+    SRV_COUNT_TS(s, TS_VALIDATE); /* consumed here, not by ts_input */
   return c->dialect == &srv__dialect_ts_v2 ? 5 : 0;
 }
 
@@ -2394,12 +2401,14 @@ static void on_connection_locked(uv_stream_t *server, int status) {
   if (!mem_fixed_room(s, SRV_CONN_COST))
     evict_silent(s, NULL);
   if (s->stats.conns_open >= s->cfg.max_conns) {
+    SRV_REFUSED(s, MAX_CONNS);
     log_refused(s, "%u connections open, the limit (raise it with "
                    "--max-conns)", s->cfg.max_conns);
     refuse_accept(server);
     return;
   }
   if (!mem_fixed_room(s, SRV_CONN_COST)) {
+    SRV_REFUSED(s, MAX_MEMORY);
     log_refused(s, "connections and jobs hold their quarter of "
                    "--max-memory %zu (16 KiB a connection): raise "
                    "--max-memory", s->cfg.max_memory);
@@ -2455,6 +2464,7 @@ static void on_connection_locked(uv_stream_t *server, int status) {
     if (a != NULL && a->nconns >= s->cfg.max_conns_per_addr)
       evict_silent(s, a);
     if (a == NULL || a->nconns >= s->cfg.max_conns_per_addr) {
+      SRV_REFUSED(s, CONNS_PER_ADDR);
       log_refused(s, "%s has %u connections open, the per-address limit "
                      "(--max-conns-per-addr)", c->peer,
                   a ? a->nconns : 0);
@@ -2851,6 +2861,15 @@ int srv_listen(srv_t *s) {
 }
 
 int srv_port(const srv_t *s) { return s->port; }
+
+const char *srv_limit_name(int limit) {
+  static const char *const names[] = {
+#define SRV_XX(name, str) str,
+      SRV_LIMIT_MAP(SRV_XX)
+#undef SRV_XX
+  };
+  return limit >= 0 && limit < SRV_LIMIT_COUNT ? names[limit] : NULL;
+}
 
 void srv_get_stats(const srv_t *s, srv_stats_t *st) {
   srv__lock((srv_t *)s);

@@ -113,6 +113,37 @@ int srv_port(const srv_t *s);
  * closed, after which s is freed. */
 void srv_close(srv_t *s, void (*cb)(void *arg), void *arg);
 
+/* The limits that refuse a connection, a job or a request: the label of
+ * launch_server_refusals_total{limit} (docs/monitoring.md). */
+#define SRV_LIMIT_MAP(XX)                                                      \
+  XX(MAX_CONNS, "max_conns")                                                   \
+  XX(CONNS_PER_ADDR, "conns_per_addr")                                         \
+  XX(CONNS_PER_JOB, "conns_per_job")                                           \
+  XX(MAX_JOBS, "max_jobs")                                                     \
+  XX(JOBS_PER_ADDR, "jobs_per_addr")                                           \
+  XX(MAX_MEMORY, "max_memory")                                                 \
+  XX(STORE_BYTES, "max_store_bytes")                                           \
+  XX(MAX_FRAME, "max_frame")                                                   \
+  XX(MAX_KEYS, "max_keys")                                                     \
+  XX(MAX_WAITS, "max_waits")                                                   \
+  XX(TLS_HANDSHAKES, "tls_handshakes")
+
+enum {
+#define SRV_XX(name, str) SRV_LIMIT_##name,
+  SRV_LIMIT_MAP(SRV_XX)
+#undef SRV_XX
+  SRV_LIMIT_COUNT
+};
+/* "max_conns" ... for SRV_LIMIT_*, NULL out of range. */
+const char *srv_limit_name(int limit);
+
+/* Requests by kind: native ops by their code (proto.h PROTO_OP_*, below
+ * SRV_NATIVE_OPS; 0 counts the unknown), TCPStore ops by their canonical
+ * number (tcpstore.h TS_*, WATCH_KEY at SRV_TS_WATCH). */
+#define SRV_NATIVE_OPS 64
+#define SRV_TS_OPS 20
+#define SRV_TS_WATCH 19
+
 typedef struct srv_stats_s {
   uint64_t conns_open, conns_total, conns_refused;
   uint64_t requests, bad_input;
@@ -122,6 +153,9 @@ typedef struct srv_stats_s {
   uint64_t mem_used;          /* counted against max_memory */
   uint64_t paused;            /* connections waiting for their replies to
                                  drain or for memory */
+  uint64_t native_ops[SRV_NATIVE_OPS];
+  uint64_t ts_ops[SRV_TS_OPS];
+  uint64_t refused[SRV_LIMIT_COUNT]; /* refusals by limit */
 } srv_stats_t;
 void srv_get_stats(const srv_t *s, srv_stats_t *st);
 

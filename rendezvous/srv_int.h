@@ -418,6 +418,15 @@ void srv__conn_close(conn_t *c);
 void srv__conn_authenticated(conn_t *c);
 /* Log bad input from this connection once, count it. */
 void srv__bad_input(conn_t *c, const char *fmt, ...) LU_PRINTF(2, 3);
+/* Count a refusal by limit L (SRV_LIMIT_L) for launch_server_refusals_total:
+ * one line at each refusal point. Under the server's lock. */
+#define SRV_REFUSED(s, L) ((s)->stats.refused[SRV_LIMIT_##L]++)
+/* Count a request of native op code op / TCPStore canonical op op. */
+#define SRV_COUNT_NATIVE(s, op)                                                \
+  ((s)->stats.native_ops[(uint64_t)(op) < SRV_NATIVE_OPS ? (op) : 0]++)
+#define SRV_COUNT_TS(s, op)                                                    \
+  ((s)->stats.ts_ops[(unsigned)(op) < SRV_TS_WATCH ? (unsigned)(op)            \
+                                                   : SRV_TS_WATCH]++)
 int srv__pend_arm(srv_t *s, pend_t *p, int64_t wait_ms);
 void srv__pend_disarm(srv_t *s, pend_t *p);
 

@@ -98,6 +98,7 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
     return -1;
   }
   if (*n > c->srv->cfg.max_keys) {
+    SRV_REFUSED(c->srv, MAX_KEYS);
     srv__reply_err(c, m->id, RDZV_ETOOBIG, "%s: %u keys over the limit of %u",
                    proto_op_name((int)m->op), *n, c->srv->cfg.max_keys);
     return -1;
@@ -128,6 +129,7 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
 }
 
 static void reply_store_err(conn_t *c, const proto_msg_t *m, int rc) {
+  c->srv->stats.refused[SRV_LIMIT_STORE_BYTES] += rc == RDZV_ETOOBIG;
   if (rc == RDZV_ETOOBIG)
     srv__reply_err(c, m->id, rc, "store of job '%s' is full (%zu bytes, "
                    "waits and barriers included); delete keys or raise "
@@ -280,6 +282,7 @@ static pend_t *pend_new(conn_t *c, const proto_msg_t *m,
   size_t cost = sizeof(*p);
   int rc;
   if (c->npend >= c->srv->cfg.max_waits) {
+    SRV_REFUSED(c->srv, MAX_WAITS);
     srv__reply_err(c, m->id, RDZV_ELIMIT, "more than %u pending waits on one "
                    "connection", c->srv->cfg.max_waits);
     return NULL;
@@ -569,6 +572,7 @@ static int op_mset(conn_t *c, const proto_msg_t *m) {
     return 0;
   }
   if (n / 2 > c->srv->cfg.max_keys) {
+    SRV_REFUSED(c->srv, MAX_KEYS);
     srv__reply_err(c, m->id, RDZV_ETOOBIG, "multi_set: %u keys over the limit "
                    "of %u", n / 2, c->srv->cfg.max_keys);
     return 0;
@@ -844,6 +848,7 @@ static void op_hello(conn_t *c, const proto_msg_t *m) {
     return;
   }
   if (j->nconns >= s->cfg.max_conns_per_job) {
+    SRV_REFUSED(s, CONNS_PER_JOB);
     srv__bad_input(c, "job '%s' has %u connections, the limit", job,
                    j->nconns);
     snprintf(err, sizeof(err), "job '%s' has too many connections (%u)", job,
@@ -1061,6 +1066,8 @@ static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
     srv__reply_err(c, mp->id, RDZV_EPROTO, "unknown op %lld",
                    (long long)mp->op);
   }
+  if (rc != SRV_LATER && mp->kind == PROTO_REQUEST)
+    SRV_COUNT_NATIVE(c->srv, mp->op);
   if (mp == &m)
     proto_msg_free(mp);
   else
@@ -1078,6 +1085,7 @@ static ssize_t native_input(conn_t *c, const uint8_t *b, size_t n) {
     uint32_t limit =
         c->state == CONN_READY ? s->cfg.max_frame : SRV_HELLO_MAX_FRAME;
     if (len > limit) {
+      SRV_REFUSED(s, MAX_FRAME);
       if (c->state == CONN_READY)
         srv__bad_input(c, "frame of %u bytes exceeds the %u-byte limit", len,
                        limit);

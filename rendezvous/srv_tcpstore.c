@@ -82,6 +82,7 @@ static int ts_start_wait(conn_t *c, const store_key_t *keys, uint32_t n,
   rc = store_wait(c->job->store, keys, n, kind, threshold, ts_wait_done, c,
                   &w);
   if (rc == RDZV_ETOOBIG) {
+    SRV_REFUSED(c->srv, STORE_BYTES);
     srv__bad_input(c, "TCPStore wait refused: job '%s' store is full (%zu "
                       "bytes, waits included); closing", c->job->name,
                    store_bytes(c->job->store));
@@ -734,6 +735,7 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
     return -1;
   }
   if (rc == RDZV_ETOOBIG) {
+    SRV_REFUSED(c->srv, STORE_BYTES);
     srv__bad_input(c, "TCPStore %s refused: job '%s' store is full (%zu "
                       "bytes); closing", ts_op_name(r->op), c->job->name,
                    store_bytes(st));
@@ -763,6 +765,7 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
       return -1;
     }
     if (k == TS_TOO_BIG) {
+      SRV_REFUSED(c->srv, MAX_FRAME);
       srv__bad_input(c, "TCPStore %s request over a limit (key %u B, value "
                         "%u B, %u keys, %u B in all)",
                      ts_op_name(r.op), c->srv->cfg.max_key,
@@ -785,6 +788,7 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
     if (rc != 0)
       return -1;
     c->srv->stats.requests++;
+    SRV_COUNT_TS(c->srv, r.op);
     done += (size_t)k;
     if (c->in_moved)
       break; /* the buffer went with a SET's value */
