@@ -2220,6 +2220,13 @@ static int start_server(agent_t *a, const char *ip, int port) {
   cfg_t *o = a->o;
   srv_config_t cfg = SRV_CONFIG_INIT;
   int rc;
+  /* LAUNCH_SERVER_*'s debug knobs (config.c reads them for the agent) */
+  cfg.trace_us = o->srv.trace_us;
+  cfg.turn_us = o->srv.turn_us;
+  cfg.pass_us = o->srv.pass_us;
+  cfg.lock_plain = o->srv.lock_plain;
+  cfg.lock_spins = o->srv.lock_spins;
+  cfg.big_cache_mb = o->srv.big_cache_mb;
   cfg.host = ip;
   cfg.port = port;
   /* Connections may hold a quarter of --max-memory at 16 KiB each: the

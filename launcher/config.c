@@ -1306,7 +1306,13 @@ typedef struct env_ctx_s {
 static int apply_env(void *ctx, int id, const char *var, const char *v,
                      char *err, size_t n) {
   env_ctx_t *e = ctx;
-  if (!takes(id, e->flags))
+  /* The agent's server takes the debug knobs from LAUNCH_SERVER_* too
+   * (only `launch server` has them as flags). */
+  int agent_knob = settings[id].section == SEC_CMD_DEBUG &&
+                   id != CFG_S_HELP_DEBUG &&
+                   !(e->flags & (CFG_SERVER_CMD | CFG_CKPT_CMD | CFG_TOPO_CMD |
+                                 CFG_DOCTOR_CMD | CFG_STATUS_CMD | CFG_ENV_CMD));
+  if (!takes(id, e->flags) && !agent_knob)
     return 0;
   if (apply(e->c, id, v, err, n) == 0) {
     e->c->given_by[id] = var; /* for the checks that come later */

@@ -74,4 +74,14 @@ expect("trace: longest callback" in on, "LAUNCH_SERVER_TRACE_MS reaches the serv
 flag = served_log({"LAUNCH_SERVER_THREADS": "x"}, "--trace-ms", "0.001", "--threads", "2")
 expect("2 event loops" in flag, "--threads beats LAUNCH_SERVER_THREADS:\n" + flag)
 expect("trace: longest callback" in flag, "--trace-ms reaches the server:\n" + flag)
+
+# The server an agent hosts takes the knobs from LAUNCH_SERVER_* as well
+# (the agent has no flags for them); a bad one stops the agent naming it.
+agent = ["--standalone", "--nproc-per-node", "1", "--no-python", "/bin/true"]
+rc, out = run(agent, {"LAUNCH_SERVER_TRACE_MS": "0.001"})
+expect(rc == 0 and "trace: " in out, "the agent's server traces:\n" + out)
+rc, out = run(agent)
+expect(rc == 0 and "trace: " not in out, "no trace without the knob:\n" + out)
+rc, out = run(agent, {"LAUNCH_SERVER_TURN_US": "abc"})
+expect(rc == 2 and "LAUNCH_SERVER_TURN_US" in out, "a bad knob stops the agent: " + out)
 print("ok")
