@@ -11,7 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpt.h"
 #include "rt.h"
 #include "rt_int.h"
 
@@ -69,7 +68,7 @@ void rt__logf(const rt_who_t *who, const char *fmt, ...) {
   fprintf(stderr, "rt: %s: %s\n", who->text, msg);
 }
 
-/* gpt.h's error report: called by the backends, which hold no rt_t, so the
+/* rt.h and gpt.h: called by the model backends, which hold no rt_t, so the
  * rank and host come from the environment launch set. */
 void rt_report_error(const char *lib, const char *call, const char *what,
                      const char *file, int line) {

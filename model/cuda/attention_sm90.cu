@@ -1,7 +1,7 @@
 /* attention_sm90.cu - causal flash attention for Hopper (sm_90a): the
  * matrix products on the warpgroup tensor-core instructions (wgmma), head
  * size 64, bf16/fp16, T a multiple of 128. Compiled for sm_90a only
- * (runtime/cuda/CMakeLists.txt); attention.cu picks these kernels on
+ * (model/cuda/CMakeLists.txt); attention.cu picks these kernels on
  * compute capability 9.0 and keeps its mma.sync kernels for other GPUs.
  *
  * Shared memory tiles are 64 rows of 64 elements (128 bytes), 16-byte

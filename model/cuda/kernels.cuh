@@ -1,5 +1,5 @@
 /* kernels.cuh - the launchers of the CUDA backend's own kernels (everything
- * that is not a cuBLASLt matrix product). Internal to runtime/cuda/ and its
+ * that is not a cuBLASLt matrix product). Internal to model/cuda/ and its
  * tests (tests/gpu/). Each returns 0 or a negative code after reporting a
  * launch failure once (common.cuh). T is float, bf16 or f16; tensors are
  * row-major, B*T rows ("N") of C channels unless said otherwise. */

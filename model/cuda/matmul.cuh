@@ -1,7 +1,7 @@
 /* matmul.cuh - cuBLASLt matrix products with fused epilogues, descriptors
  * and the chosen algorithm cached per shape. Column-major, as cuBLASLt sees
  * them; gpt_cuda.cu wraps the three row-major products of a linear layer.
- * Internal to runtime/cuda/. */
+ * Internal to model/cuda/. */
 #ifndef GPT_CUDA_MATMUL_CUH
 #define GPT_CUDA_MATMUL_CUH
 
