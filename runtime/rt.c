@@ -571,7 +571,7 @@ int rt_grads_shard(rt_t *rt, const size_t *part) {
 static int flush(rt_t *rt) {
   size_t es = (size_t)dtype_size(rt->gdtype);
   void *p = rt->grads + rt->pend_off * es;
-  size_t n = rt->pend_count, a = rt->pend_off, sub[RT_SUB_MAX + 1];
+  size_t n = rt->pend_count, a = rt->pend_off, sub[RT_SUB_MAX + 1] = {0};
   size_t *sp = sub;
   int rc = 0;
   rt->pend_count = 0;
