@@ -26,37 +26,29 @@
 
 /* ---- launchers ----------------------------------------------------------- */
 #ifdef GPT_CUDA_SM90A
-/* attention_sm90.cu (built for sm_90a only): nwg warpgroups of 64 rows a block */
+/* attention_sm90.cu (built for sm_90a only) */
 template <typename T>
-int gc_attention90_fwd(int nwg, int stages, T *out, float *lse, const T *qkv, int B, int Tn,
-                       int NH, float sl2, cudaStream_t s);
+int gc_attention90_fwd(T *out, float *lse, const T *qkv, int B, int Tn, int NH, float sl2,
+                       cudaStream_t s);
 template <typename T>
-int gc_attention90_bwd(int kv_nwg, int q_nwg, int stages, T *dqkv, float *Dsum,
-                       const T *dout, const T *qkv, const T *out, const float *lse, int B,
-                       int Tn, int NH, float sl2, float scale, cudaStream_t s);
+int gc_attention90_bwd(T *dqkv, float *Dsum, const T *dout, const T *qkv, const T *out,
+                       const float *lse, int B, int Tn, int NH, float sl2, float scale,
+                       cudaStream_t s);
 static const int have90 = 1;
 #else
 static const int have90 = 0;
 #endif
-/* Process-wide: the device's compute capability and the kernel variants
- * (compared in tests/gpu and bench; GPT_CUDA_ATTN_FWD / GPT_CUDA_ATTN_BWD
- * name one). The wgmma variants exist where the build has sm_90a code and
- * run on compute capability 9.0 only; they are the default there. */
+/* Process-wide: the device's compute capability and the kernels of the
+ * tensor-core path: 0 mma.sync (128 queries x 64 keys a block forward, 128
+ * keys backward), 1 wgmma (the *_pipe kernels of attention_sm90.cu), which
+ * exist where the build has sm_90a code and run on compute capability 9.0
+ * only, and are the default there. The tile shapes, pipeline depths and
+ * kernels they were chosen against are in lab/cuda/ (README.md). */
 static int g_cc = 90, g_fwd = 0, g_bwd = 0;
-/* tiles the wgmma kernels' copies run ahead of the one in use, plus one
- * (GPT_CUDA_ATTN_STAGES=2|3|4) */
-static int g_stages = 2;
-enum { FWD_MMA = 3, BWD_MMA = 2 }; /* variants below these are mma.sync */
-static const char *fwd_names[] = {"128x64", "128x128", "64x64",
-                                  "wgmma",  "wgmma64", "wgmma-pipe"};
-/* warpgroups a block of the wgmma forward (0: the overlapped one, 64 queries) */
-static const int fwd_nwg[] = {0, 0, 0, 2, 1, 0};
-static const char *bwd_names[] = {"128",        "64",      "wgmma",
-                                  "wgmma-kv64", "wgmma64", "wgmma-pipe"};
-/* warpgroups a block of the wgmma backward's dK/dV and dQ kernels */
-/* (0: the dK/dV kernel overlapping its own products, 64 keys) */
-static const int bwd_kv_nwg[] = {0, 0, 2, 1, 1, 0}, bwd_q_nwg[] = {0, 0, 2, 2, 1, 2};
-static const int n_fwd = 6, n_bwd = 6;
+enum { FWD_MMA = 1, BWD_MMA = 1 }; /* variants below these are mma.sync */
+static const char *fwd_names[] = {"128x64", "wgmma-pipe"};
+static const char *bwd_names[] = {"128", "wgmma-pipe"};
+static const int n_fwd = 2, n_bwd = 2;
 
 static int wgmma_ok(void) { return have90 && g_cc == 90; }
 
@@ -68,22 +60,9 @@ int gc_attention_variants(int *nfwd, int *nbwd) {
 
 void gc_attention_init(int cc) {
   g_cc = cc;
-  /* defaults: the fastest measured in the model on the H200 (docs/BENCHMARKS.md) */
-  g_fwd = wgmma_ok() ? FWD_MMA + 2 : 0; /* wgmma-pipe */
-  g_bwd = wgmma_ok() ? BWD_MMA + 3 : 0; /* wgmma-pipe */
-  int nf, nb;
-  gc_attention_variants(&nf, &nb);
-  const char *f = getenv("GPT_CUDA_ATTN_FWD"), *b = getenv("GPT_CUDA_ATTN_BWD");
-  const char *st = getenv("GPT_CUDA_ATTN_STAGES");
-  g_stages = 2; /* deeper measured no faster (docs/BENCHMARKS.md) */
-  if (st && (!strcmp(st, "2") || !strcmp(st, "3") || !strcmp(st, "4")))
-    g_stages = atoi(st);
-  for (int i = 0; f && i < nf; i++)
-    if (!strcmp(f, fwd_names[i]))
-      g_fwd = i;
-  for (int i = 0; b && i < nb; i++)
-    if (!strcmp(b, bwd_names[i]))
-      g_bwd = i;
+  /* the fastest measured in the model on the H200 (docs/BENCHMARKS.md) */
+  g_fwd = wgmma_ok() ? FWD_MMA : 0;
+  g_bwd = wgmma_ok() ? BWD_MMA : 0;
 }
 
 void gc_attention_variant(int fwd, int bwd) {
@@ -93,13 +72,11 @@ void gc_attention_variant(int fwd, int bwd) {
   g_bwd = bwd >= 0 && bwd < nb ? bwd : 0;
 }
 
-void gc_attention_stages(int stages) { g_stages = stages >= 2 && stages <= 4 ? stages : 2; }
+void gc_attention_stages(int stages) { (void)stages; }
 
 const char *gc_attention_describe(void) {
   static char buf[80];
   snprintf(buf, sizeof(buf), "fwd %s, bwd %s", fwd_names[g_fwd], bwd_names[g_bwd]);
-  if (g_fwd >= FWD_MMA || g_bwd >= BWD_MMA)
-    snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), ", %d stages", g_stages);
   return buf;
 }
 
@@ -121,13 +98,9 @@ int gc_attention_fwd(T *out, float *lse, const T *qkv, int B, int Tn, int NH,
     if (gc_attention_fast(gc_type<T>::dtype, Tn, hd)) {
 #ifdef GPT_CUDA_SM90A
       if (g_fwd >= FWD_MMA)
-        return gc_attention90_fwd<T>(fwd_nwg[g_fwd], g_stages, out, lse, qkv, B, Tn, NH, sl2, s);
+        return gc_attention90_fwd<T>(out, lse, qkv, B, Tn, NH, sl2, s);
 #endif
-      switch (g_fwd) {
-      case 1: return launch_fwd<T, 128, 128>(out, lse, qkv, B, Tn, NH, sl2, s);
-      case 2: return launch_fwd<T, 64, 64>(out, lse, qkv, B, Tn, NH, sl2, s);
-      default: return launch_fwd<T, 128, 64>(out, lse, qkv, B, Tn, NH, sl2, s);
-      }
+      return launch_fwd<T, 128, 64>(out, lse, qkv, B, Tn, NH, sl2, s);
     }
   }
   if (hd > 32 * GMAXD)
@@ -151,8 +124,7 @@ int gc_attention_bwd(T *dqkv, float *scratch, const T *dout, const T *qkv,
 #ifdef GPT_CUDA_SM90A
   if constexpr (!std::is_same<T, float>::value)
     if (fast && g_bwd >= BWD_MMA)
-      return gc_attention90_bwd<T>(bwd_kv_nwg[g_bwd], bwd_q_nwg[g_bwd], g_stages, dqkv, Dsum,
-                                   dout, qkv, out, lse, B, Tn, NH, sl2, scale, s);
+      return gc_attention90_bwd<T>(dqkv, Dsum, dout, qkv, out, lse, B, Tn, NH, sl2, scale, s);
 #endif
   float *dq = scratch + ((size_t)B * NH * Tn + 63) / 64 * 64;
   float *dk = fast ? nullptr : dq + acc, *dv = fast ? nullptr : dq + 2 * acc;
@@ -163,10 +135,7 @@ int gc_attention_bwd(T *dqkv, float *scratch, const T *dout, const T *qkv,
   bool launched = false;
   if constexpr (!std::is_same<T, float>::value) {
     if (fast) {
-      if (g_bwd == 1)
-        GC_TRY(launch_bwd<T, 64>(dqkv, dq, dout, qkv, lse, Dsum, B, Tn, NH, sl2, scale, s));
-      else
-        GC_TRY(launch_bwd<T, 128>(dqkv, dq, dout, qkv, lse, Dsum, B, Tn, NH, sl2, scale, s));
+      GC_TRY(launch_bwd<T, 128>(dqkv, dq, dout, qkv, lse, Dsum, B, Tn, NH, sl2, scale, s));
       launched = true;
     }
   }

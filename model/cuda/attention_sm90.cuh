@@ -1,8 +1,9 @@
-/* attention_sm90.cuh - the device code that attention_sm90.cu's kernels
- * share with the variants they were measured against (lab/cuda/): the
+/* attention_sm90.cuh - the wgmma attention kernels of attention_sm90.cu
+ * (forward and dK/dV overlapping their own products, D, dQ as a template
+ * over its warpgroups and ring depth) and what the variants they were
+ * measured against (lab/cuda/attention_sm90.cu) share with them: the
  * swizzled tiles, the wgmma products, the online softmax, the copy rings,
- * the dQ kernel (a template over its warpgroups and ring depth) and the
- * launch helper. Compile for sm_90a only. Internal to model/cuda/ and
+ * the launch helper. Compile for sm_90a only. Internal to model/cuda/ and
  * lab/cuda/. */
 #ifndef GPT_CUDA_ATTENTION_SM90_CUH
 #define GPT_CUDA_ATTENTION_SM90_CUH
@@ -266,6 +267,130 @@ __device__ __forceinline__ void kv_issue(uint32_t sK, uint32_t sV, const T *kbas
 }
 } // namespace
 
+/* ---- forward, one warpgroup overlapping its own products ------------------
+ * 64 queries a block. The next tile's S = Q K^T is issued before this
+ * tile's O += P V, and its softmax computed while P V runs: the tensor
+ * cores get both products back to back and the softmax hides behind them
+ * (FlashAttention-3's intra-warpgroup overlap). Two P fragments alternate,
+ * since the one in flight must stay intact; three K/V buffers, since V of
+ * the tile in use is read until the next iteration. */
+template <typename T>
+__global__ void __launch_bounds__(128, 3)
+    fa90_fwd_pipe(T *__restrict__ out, float *__restrict__ lse, const T *__restrict__ qkv,
+                  int Tn, int NH, float sl2) {
+#ifdef GC_SM90A
+  constexpr int NT = 128, NS = 3;
+  extern __shared__ unsigned char smem[];
+  const uint32_t sQ = align1k(smem), sK = sQ + TILE, sV = sK + NS * TILE;
+  const int h = blockIdx.x, b = blockIdx.y;
+  const int qb = gridDim.z - 1 - blockIdx.z; /* heaviest blocks first */
+  const int C = NH * HD;
+  const size_t rs = 3 * (size_t)C * sizeof(T);
+  const T *qbase = qkv + (size_t)b * Tn * 3 * C + h * HD;
+  const T *kbase = qbase + C, *vbase = qbase + 2 * C;
+  const int tid = threadIdx.x;
+  const int q0 = qb * 64, nj = qb + 1; /* the last tile is the diagonal one */
+
+  load_rows<NT>(sQ, qbase + (size_t)q0 * 3 * C, rs, 64, tid); /* in tile 0's group */
+  kv_issue<NT, NS>(sK, sV, kbase, vbase, rs, C, 0, nj, tid);
+  kv_issue<NT, NS>(sK, sV, kbase, vbase, rs, C, 1, nj, tid);
+  cp_wait<1>();
+  fence_async();
+  __syncthreads();
+  float o[32], s[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, corr[2];
+#pragma unroll
+  for (int i = 0; i < 32; i++)
+    o[i] = s[i] = 0.f;
+  wg_fence();
+  mma_tile_ss<T>(s, sQ, sK);
+  wg_commit();
+  wg_wait0();
+  pin(s);
+  softmax_tile(s, m, l, corr, nj == 1, sl2);
+  uint32_t pa[4][4], pb[4][4];
+  to_a<T>(pa, s);
+  /* tile j < nj - 1: P_j in pc (in flight during the step), P_{j+1} into pn.
+   * Both product groups are committed unconditionally: ptxas serializes the
+   * products (C7514) when it cannot tell which group a wait retires. */
+  auto step = [&](int j, uint32_t(&pc)[4][4], uint32_t(&pn)[4][4]) {
+    cp_wait<0>(); /* tile j + 1 ready; every thread past tile j - 1, refilled now */
+    fence_async();
+    __syncthreads();
+    kv_issue<NT, NS>(sK, sV, kbase, vbase, rs, C, j + 2, nj, tid);
+    const uint32_t kt = sK + (uint32_t)((j + 1) % NS) * TILE;
+    const uint32_t vt = sV + (uint32_t)(j % NS) * TILE;
+    wg_fence();
+    mma_tile_ss<T>(s, sQ, kt);
+    wg_commit();
+    mma_tile_rs<T>(o, pc, vt);
+    wg_commit();
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); /* S_{j+1} done */
+    pin(s);
+    softmax_tile(s, m, l, corr, j + 1 == nj - 1, sl2);
+    to_a<T>(pn, s);
+    wg_wait0(); /* P_j V_j done */
+    pin(o);
+    pin(pc);
+    rescale(o, corr);
+  };
+  /* the last tile: P V only */
+  auto last = [&](int j, uint32_t(&pc)[4][4]) {
+    const uint32_t vt = sV + (uint32_t)(j % NS) * TILE;
+    wg_fence();
+    mma_tile_rs<T>(o, pc, vt);
+    wg_commit();
+    wg_wait0();
+    pin(o);
+    pin(pc);
+  };
+  int j = 0;
+  for (; j + 2 < nj; j += 2) {
+    step(j, pa, pb);
+    step(j + 1, pb, pa);
+  }
+  if (j + 1 < nj) {
+    step(j, pa, pb);
+    last(j + 1, pb);
+  } else {
+    last(j, pa);
+  }
+  fwd_store<T>(out + ((size_t)b * Tn + q0) * C + h * HD, lse + ((size_t)b * NH + h) * Tn + q0, o,
+               m, l, C);
+#endif
+}
+
+/* ---- backward: D = rowsum(dO * O), one warp per token ------------------- */
+/* A warp reads the token's row of all heads in 512-byte sweeps (each lane 16
+ * bytes, lanes in order: every load is whole cache lines); the 8 lanes of
+ * one head's 64 channels add their sums with three shuffles. (One thread a
+ * (token, head) reading 128 bytes alone touched 32 lines a load, each line
+ * 8 times: lab/cuda/attention_sm90.cu.) */
+template <typename T>
+__global__ void fa90_dsum(float *__restrict__ Dsum, const T *__restrict__ dout,
+                          const T *__restrict__ out, int B, int Tn, int NH) {
+  const long n = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (n >= (long)B * Tn)
+    return; /* the whole warp */
+  const int C = NH * HD, b = (int)(n / Tn), t = (int)(n % Tn);
+  const T *a = dout + (size_t)n * C, *o = out + (size_t)n * C;
+  for (int c0 = 0; c0 < C; c0 += 256) {
+    const int c = c0 + lane * 8;
+    float s = 0.f;
+    if (c < C) {
+      gc_pack8<T> x = gc_load8_cs(a + c), y = gc_load8_cs(o + c);
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        s += gc_tof(x.v[k]) * gc_tof(y.v[k]);
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    if ((lane & 7) == 0 && c < C)
+      Dsum[((size_t)b * NH + c / HD) * Tn + t] = s;
+  }
+}
+
 /* ---- backward: dK, dV ---------------------------------------------------- */
 /* P^T and dS^T of one query tile from S^T (st) and dP^T (dp), in place:
  * rows are the warpgroup's keys, columns the tile's 64 queries, whose L and
@@ -308,6 +433,114 @@ __device__ __forceinline__ void q_issue(uint32_t sQ, uint32_t sO, uint32_t sLD, 
       cp_async16(sLD + NS * 256 + buf * 256 + (tid - 16) * 16, dbase + i * 64 + (tid - 16) * 4);
   }
   cp_commit();
+}
+
+/* dK, dV with one warpgroup (64 keys) overlapping its own products, as
+ * fa90_fwd_pipe: the next query tile's S^T and dP^T run on the tensor cores
+ * with this tile's dV and dK products, and its P^T and dS^T are computed
+ * meanwhile; the fragments in flight alternate, three query buffers. */
+template <typename T>
+__global__ void __launch_bounds__(128, 2)
+    fa90_dkv_pipe(T *__restrict__ dqkv, const T *__restrict__ qkv, const T *__restrict__ dout,
+                  const float *__restrict__ lse, const float *__restrict__ Dsum, int Tn, int NH,
+                  float sl2, float scale) {
+#ifdef GC_SM90A
+  constexpr int NT = 128, NS = 3;
+  extern __shared__ unsigned char smem[];
+  const uint32_t sK = align1k(smem), sV = sK + TILE, sQ = sV + TILE;
+  const uint32_t sO = sQ + NS * TILE, sLD = sO + NS * TILE;
+  const float *fLD = reinterpret_cast<const float *>(smem + (sLD - smem_u32(smem)));
+  const int h = blockIdx.x, b = blockIdx.y, kb = blockIdx.z; /* most query tiles first */
+  const int C = NH * HD;
+  const size_t rs = 3 * (size_t)C * sizeof(T);
+  const T *qbase = qkv + (size_t)b * Tn * 3 * C + h * HD;
+  const T *obase = dout + (size_t)b * Tn * C + h * HD;
+  const float *lbase = lse + ((size_t)b * NH + h) * Tn;
+  const float *dbase = Dsum + ((size_t)b * NH + h) * Tn;
+  const int tid = threadIdx.x, k0 = kb * 64, i0 = kb, nq = Tn / 64;
+
+  load_rows<NT>(sK, qbase + C + (size_t)k0 * 3 * C, rs, 64, tid); /* in the first group */
+  load_rows<NT>(sV, qbase + 2 * C + (size_t)k0 * 3 * C, rs, 64, tid);
+  q_issue<NT, NS>(sQ, sO, sLD, qbase, obase, lbase, dbase, C, i0, i0, nq, tid);
+  q_issue<NT, NS>(sQ, sO, sLD, qbase, obase, lbase, dbase, C, i0 + 1, i0, nq, tid);
+  cp_wait<1>();
+  fence_async();
+  __syncthreads();
+  float dk[32], dv[32], st[32], dp[32];
+#pragma unroll
+  for (int i = 0; i < 32; i++)
+    dk[i] = dv[i] = st[i] = dp[i] = 0.f;
+  /* S^T and dP^T of the query tile in buffer buf, issued (one group) */
+  auto scores = [&](int buf) {
+    const uint32_t qt = sQ + (uint32_t)buf * TILE, ot = sO + (uint32_t)buf * TILE;
+    mma_tile_ss<T>(st, sK, qt);
+    mma_tile_ss<T>(dp, sV, ot);
+    wg_commit();
+  };
+  wg_fence();
+  scores(0);
+  wg_wait0();
+  pin(st);
+  pin(dp);
+  dkv_tile(st, dp, fLD, fLD + NS * 64, true, sl2); /* tile i0: the diagonal */
+  uint32_t pa[4][4], sa[4][4], pb[4][4], sb[4][4];
+  to_a<T>(pa, st);
+  to_a<T>(sa, dp);
+  /* dV += P^T dO and dK += dS^T Q of the tile in buffer buf, issued (one group) */
+  auto grads = [&](int buf, const uint32_t(&cp)[4][4], const uint32_t(&cs)[4][4]) {
+    const uint32_t qt = sQ + (uint32_t)buf * TILE, ot = sO + (uint32_t)buf * TILE;
+    mma_tile_rs<T>(dv, cp, ot);
+    mma_tile_rs<T>(dk, cs, qt);
+    wg_commit();
+  };
+  /* query tile i < nq - 1: its P^T, dS^T in cp, cs (in flight), the next
+   * tile's into np, ns; both groups always committed (see fa90_fwd_pipe) */
+  auto step = [&](int i, uint32_t(&cp)[4][4], uint32_t(&cs)[4][4], uint32_t(&np)[4][4],
+                  uint32_t(&ns)[4][4]) {
+    const int buf = (i - i0) % NS, nbuf = (i + 1 - i0) % NS;
+    cp_wait<0>(); /* tile i + 1 ready; every thread past tile i - 1, refilled now */
+    fence_async();
+    __syncthreads();
+    q_issue<NT, NS>(sQ, sO, sLD, qbase, obase, lbase, dbase, C, i + 2, i0, nq, tid);
+    wg_fence();
+    scores(nbuf);
+    grads(buf, cp, cs);
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); /* the scores */
+    pin(st);
+    pin(dp);
+    dkv_tile(st, dp, fLD + nbuf * 64, fLD + NS * 64 + nbuf * 64, false, sl2);
+    to_a<T>(np, st);
+    to_a<T>(ns, dp);
+    wg_wait0();
+    pin(dv);
+    pin(dk);
+    pin(cp);
+    pin(cs);
+  };
+  auto last = [&](int i, uint32_t(&cp)[4][4], uint32_t(&cs)[4][4]) {
+    wg_fence();
+    grads((i - i0) % NS, cp, cs);
+    wg_wait0();
+    pin(dv);
+    pin(dk);
+    pin(cp);
+    pin(cs);
+  };
+  int i = i0;
+  for (; i + 2 < nq; i += 2) {
+    step(i, pa, sa, pb, sb);
+    step(i + 1, pb, sb, pa, sa);
+  }
+  if (i + 1 < nq) {
+    step(i, pa, sa, pb, sb);
+    last(i + 1, pb, sb);
+  } else {
+    last(i, pa, sa);
+  }
+  T *kp = dqkv + ((size_t)b * Tn + k0) * 3 * C + C + h * HD;
+  store_acc<T>(kp, 3 * (size_t)C, dk, scale, scale);
+  store_acc<T>(kp + C, 3 * (size_t)C, dv, 1.f, 1.f);
+#endif
 }
 
 /* ---- backward: dQ --------------------------------------------------------- */
@@ -389,6 +622,9 @@ __global__ void __launch_bounds__(NWG * 128, 2)
 }
 
 /* ---- launchers ------------------------------------------------------------ */
+/* shared memory of the *_pipe kernels: three K/V (Q/dO) buffers */
+constexpr int FWD_PIPE_SMEM = (1 + 2 * 3) * TILE + 1024;
+constexpr int DKV_PIPE_SMEM = (2 + 2 * 3) * TILE + 1024 + 3 * 512;
 template <int NWG, int NS> constexpr int fwd90_smem() { return (NWG + 2 * NS) * TILE + 1024; }
 template <int NWG, int NS> constexpr int dkv90_smem() {
   return (2 * NWG + 2 * NS) * TILE + 1024 + NS * 512;

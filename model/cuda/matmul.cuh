@@ -45,7 +45,7 @@ int gc_mm_tuned(const gc_mm_t *mm);
  * tuning cache (tune_cache.h; GPT_CUDA_TUNE_CACHE), instead of timing. */
 int gc_mm_cache_hits(const gc_mm_t *mm);
 /* Whether first-use timing is on (default; GPT_CUDA_TUNE=0 turns it off) and fused epilogues
- * are allowed (GPT_CUDA_NO_EPILOGUES unset). */
+ * are allowed (gc_mm_create's allow_fused: the backend's always are; tests compare). */
 int gc_mm_tuning(const gc_mm_t *mm);
 int gc_mm_fused(const gc_mm_t *mm);
 /* A choice between two ways of computing something, made once by timing:
