@@ -446,7 +446,7 @@ static int backward_enqueue(gpt_backend_t *m, float sc, int last, gpt_segment_cb
   /* The weight-gradient products (few output tiles, long reductions over
    * tokens) run on a side stream, overlapping the chain of input gradients;
    * the events order each against the buffers the main stream rewrites.
-   * Serial when profiling (per-class times) or GPT_CUDA_STREAMS=1. */
+   * Serial when profiling (per-class times). */
   const int two = m->st2 && !m->prof_on;
   cudaStream_t s2 = two ? m->st2 : s;
   gc_mm_t *mmw = two ? m->mm2 : m->mm;
@@ -556,7 +556,7 @@ static int backward_t(gpt_backend_t *m, float loss_scale, int last, gpt_segment_
   const float sc = loss_scale / (float)m->N;
   if (!(last && cb) && graph_ready(m, m->warm_bwd)) {
     /* the scale is a kernel argument: part of the key, as is the side
-     * stream (GPT_CUDA_STREAMS=1 captures a serial backward) */
+     * stream */
     uint32_t bits;
     memcpy(&bits, &sc, sizeof(bits));
     bwd_work w = {m, sc};
@@ -645,20 +645,17 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
   } while (0)
   {
     CK(cudaStreamCreateWithFlags(&m->st, cudaStreamNonBlocking));
-    rc = gc_mm_create(&m->mm, 32u << 20, getenv("GPT_CUDA_NO_EPILOGUES") == NULL);
+    rc = gc_mm_create(&m->mm, 32u << 20, 1);
     if (rc < 0)
       goto fail;
-    const char *streams = getenv("GPT_CUDA_STREAMS");
-    if (!(streams && !strcmp(streams, "1"))) {
-      CK(cudaStreamCreateWithFlags(&m->st2, cudaStreamNonBlocking));
-      /* its own cuBLASLt workspace: the two streams' products overlap */
-      rc = gc_mm_create(&m->mm2, 32u << 20, getenv("GPT_CUDA_NO_EPILOGUES") == NULL);
-      if (rc < 0)
-        goto fail;
-      for (int i = 0; i < 4; i++) {
-        CK(cudaEventCreateWithFlags(&m->ev_fork[i], cudaEventDisableTiming));
-        CK(cudaEventCreateWithFlags(&m->ev_join[i], cudaEventDisableTiming));
-      }
+    CK(cudaStreamCreateWithFlags(&m->st2, cudaStreamNonBlocking));
+    /* its own cuBLASLt workspace: the two streams' products overlap */
+    rc = gc_mm_create(&m->mm2, 32u << 20, 1);
+    if (rc < 0)
+      goto fail;
+    for (int i = 0; i < 4; i++) {
+      CK(cudaEventCreateWithFlags(&m->ev_fork[i], cudaEventDisableTiming));
+      CK(cudaEventCreateWithFlags(&m->ev_join[i], cudaEventDisableTiming));
     }
     const size_t ts = tsize(dtype), N = m->N, C = c->channels, L = c->num_layers;
     const size_t Vp = c->padded_vocab, NC = N * C;

@@ -2,7 +2,7 @@
  * row-major terms (out[M][Nout] = inp[M][K] W[Nout][K]^T + bias, as
  * nn.Linear), with their fused epilogues and, where cuBLASLt offers no
  * algorithm for one, the same result from separate kernels. Internal to
- * runtime/cuda/ and tests/gpu/. */
+ * model/cuda/ and tests/gpu/. */
 #ifndef GPT_CUDA_LINEAR_CUH
 #define GPT_CUDA_LINEAR_CUH
 

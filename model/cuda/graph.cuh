@@ -1,7 +1,7 @@
 /* graph.cuh - a piece of the training step captured once as a CUDA graph
  * and replayed, so that its ~100 kernels and cuBLASLt products start
  * back to back instead of one host launch each (issue #7: ~0.5 ms of gaps
- * a step at gpt2-124m). Internal to runtime/cuda/.
+ * a step at gpt2-124m). Internal to model/cuda/.
  *
  * The work is a function that enqueues on one stream (and on side streams
  * it forks from that stream and joins back with events). It must be the

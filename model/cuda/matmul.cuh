@@ -1,7 +1,7 @@
 /* matmul.cuh - cuBLASLt matrix products with fused epilogues, descriptors
  * and the chosen algorithm cached per shape. Column-major, as cuBLASLt sees
  * them; gpt_cuda.cu wraps the three row-major products of a linear layer.
- * Internal to runtime/cuda/. */
+ * Internal to model/cuda/. */
 #ifndef GPT_CUDA_MATMUL_CUH
 #define GPT_CUDA_MATMUL_CUH
 
@@ -45,7 +45,7 @@ int gc_mm_tuned(const gc_mm_t *mm);
  * tuning cache (tune_cache.h; GPT_CUDA_TUNE_CACHE), instead of timing. */
 int gc_mm_cache_hits(const gc_mm_t *mm);
 /* Whether first-use timing is on (default; GPT_CUDA_TUNE=0 turns it off) and fused epilogues
- * are allowed (GPT_CUDA_NO_EPILOGUES unset). */
+ * are allowed (gc_mm_create's allow_fused: the backend's always are; tests compare). */
 int gc_mm_tuning(const gc_mm_t *mm);
 int gc_mm_fused(const gc_mm_t *mm);
 /* A choice between two ways of computing something, made once by timing:

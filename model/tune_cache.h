@@ -1,5 +1,5 @@
 /* tune_cache.h - the persistent cuBLASLt tuning cache: which algorithm the
- * timing of runtime/cuda/matmul.cu chose for a product, per GPU model and
+ * timing of model/cuda/matmul.cu chose for a product, per GPU model and
  * cuBLASLt version, kept in a small text file per user so that the next
  * start (a restart after a failure) does not time the candidates again.
  *

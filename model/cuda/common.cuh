@@ -1,7 +1,7 @@
 /* common.cuh - what every file of the CUDA backend shares: the element types
  * (fp32, bf16, fp16) behind one template parameter, 16-byte vector loads and
  * stores, and the error checks that report a failed CUDA or cuBLAS call once
- * through rt_report_error (gpt.h). Internal to runtime/cuda/. */
+ * through rt_report_error (gpt.h). Internal to model/cuda/. */
 #ifndef GPT_CUDA_COMMON_CUH
 #define GPT_CUDA_COMMON_CUH
 

@@ -1,24 +1,12 @@
-/* attention.cu - fused causal self-attention, forward and backward, in the
- * style of FlashAttention-2: scores and probabilities exist only in
- * registers, tile by tile, with an online softmax; backward recomputes them
- * from the saved log-sum-exp. Never a T x T matrix in memory.
- *
- * Fast path (bf16/fp16, head size 64, T a multiple of 128): tensor cores
- * through mma.sync m16n8k16 with ldmatrix from padded shared memory (row
- * stride 72 elements: 8 rows of an ldmatrix land in distinct banks),
- * cp.async double buffering. Forward: a block of 8 warps takes 128 queries,
- * each warp 16, and walks 64-key tiles up to the diagonal. Backward: a block
- * of 8 warps owns 128 keys (16 per warp, dK and dV in registers) and walks
- * 64-query tiles from the diagonal down; dQ is summed across key blocks with
- * fp32 atomics into a scratch buffer, then scaled into dqkv.
- * On compute capability 9.0, where the build has sm_90a code, the same
- * cases run in attention_sm90.cu's wgmma kernels instead (the default).
- * Other cases (fp32, other head sizes, ragged T): a simple warp-per-query
- * kernel with the same online softmax, for tests and tiny models. */
+/* attention.cuh - the device code of attention.cu (the mma.sync kernels of
+ * the tensor-core path, the generic kernels, backward's pre and post
+ * passes) and their launchers, templates over the tile shape: the product
+ * instantiates one shape (attention.cu), lab/cuda/attention_mma.cu the
+ * others it was compared with. Internal to model/cuda/ and lab/cuda/. */
+#ifndef GPT_CUDA_ATTENTION_CUH
+#define GPT_CUDA_ATTENTION_CUH
+
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include <type_traits>
 
@@ -619,89 +607,6 @@ __global__ void attn_bwd_post(T *dqkv, const float *dq, const float *dk,
   }
 }
 
-/* ---- launchers ----------------------------------------------------------- */
-#ifdef GPT_CUDA_SM90A
-/* attention_sm90.cu (built for sm_90a only): nwg warpgroups of 64 rows a block */
-template <typename T>
-int gc_attention90_fwd(int nwg, int stages, T *out, float *lse, const T *qkv, int B, int Tn,
-                       int NH, float sl2, cudaStream_t s);
-template <typename T>
-int gc_attention90_bwd(int kv_nwg, int q_nwg, int stages, T *dqkv, float *Dsum,
-                       const T *dout, const T *qkv, const T *out, const float *lse, int B,
-                       int Tn, int NH, float sl2, float scale, cudaStream_t s);
-static const int have90 = 1;
-#else
-static const int have90 = 0;
-#endif
-/* Process-wide: the device's compute capability and the kernel variants
- * (compared in tests/gpu and bench; GPT_CUDA_ATTN_FWD / GPT_CUDA_ATTN_BWD
- * name one). The wgmma variants exist where the build has sm_90a code and
- * run on compute capability 9.0 only; they are the default there. */
-static int g_cc = 90, g_fwd = 0, g_bwd = 0;
-/* tiles the wgmma kernels' copies run ahead of the one in use, plus one
- * (GPT_CUDA_ATTN_STAGES=2|3|4) */
-static int g_stages = 2;
-enum { FWD_MMA = 3, BWD_MMA = 2 }; /* variants below these are mma.sync */
-static const char *fwd_names[] = {"128x64", "128x128", "64x64",
-                                  "wgmma",  "wgmma64", "wgmma-pipe"};
-/* warpgroups a block of the wgmma forward (0: the overlapped one, 64 queries) */
-static const int fwd_nwg[] = {0, 0, 0, 2, 1, 0};
-static const char *bwd_names[] = {"128",        "64",      "wgmma",
-                                  "wgmma-kv64", "wgmma64", "wgmma-pipe"};
-/* warpgroups a block of the wgmma backward's dK/dV and dQ kernels */
-/* (0: the dK/dV kernel overlapping its own products, 64 keys) */
-static const int bwd_kv_nwg[] = {0, 0, 2, 1, 1, 0}, bwd_q_nwg[] = {0, 0, 2, 2, 1, 2};
-static const int n_fwd = 6, n_bwd = 6;
-
-static int wgmma_ok(void) { return have90 && g_cc == 90; }
-
-int gc_attention_variants(int *nfwd, int *nbwd) {
-  *nfwd = wgmma_ok() ? n_fwd : FWD_MMA;
-  *nbwd = wgmma_ok() ? n_bwd : BWD_MMA;
-  return wgmma_ok();
-}
-
-void gc_attention_init(int cc) {
-  g_cc = cc;
-  /* defaults: the fastest measured in the model on the H200 (docs/BENCHMARKS.md) */
-  g_fwd = wgmma_ok() ? FWD_MMA + 2 : 0; /* wgmma-pipe */
-  g_bwd = wgmma_ok() ? BWD_MMA + 3 : 0; /* wgmma-pipe */
-  int nf, nb;
-  gc_attention_variants(&nf, &nb);
-  const char *f = getenv("GPT_CUDA_ATTN_FWD"), *b = getenv("GPT_CUDA_ATTN_BWD");
-  const char *st = getenv("GPT_CUDA_ATTN_STAGES");
-  g_stages = 2; /* deeper measured no faster (docs/BENCHMARKS.md) */
-  if (st && (!strcmp(st, "2") || !strcmp(st, "3") || !strcmp(st, "4")))
-    g_stages = atoi(st);
-  for (int i = 0; f && i < nf; i++)
-    if (!strcmp(f, fwd_names[i]))
-      g_fwd = i;
-  for (int i = 0; b && i < nb; i++)
-    if (!strcmp(b, bwd_names[i]))
-      g_bwd = i;
-}
-
-void gc_attention_variant(int fwd, int bwd) {
-  int nf, nb;
-  gc_attention_variants(&nf, &nb);
-  g_fwd = fwd >= 0 && fwd < nf ? fwd : 0;
-  g_bwd = bwd >= 0 && bwd < nb ? bwd : 0;
-}
-
-void gc_attention_stages(int stages) { g_stages = stages >= 2 && stages <= 4 ? stages : 2; }
-
-const char *gc_attention_describe(void) {
-  static char buf[80];
-  snprintf(buf, sizeof(buf), "fwd %s, bwd %s", fwd_names[g_fwd], bwd_names[g_bwd]);
-  if (g_fwd >= FWD_MMA || g_bwd >= BWD_MMA)
-    snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), ", %d stages", g_stages);
-  return buf;
-}
-
-int gc_attention_fast(int dtype, int Tn, int HD_) {
-  return g_cc >= 80 && dtype != GPT_FP32 && HD_ == HD && Tn % 128 == 0;
-}
-
 template <typename T, int FBR, int FBC>
 static int launch_fwd(T *out, float *lse, const T *qkv, int B, int Tn, int NH, float sl2,
                       cudaStream_t s) {
@@ -737,93 +642,8 @@ static int launch_bwd(T *dqkv, float *dq, const T *dout, const T *qkv, const flo
   return 0;
 }
 
-size_t gc_attention_scratch(int dtype, int B, int Tn, int NH, int hd) {
-  size_t stats = ((size_t)B * NH * Tn + 63) / 64 * 64;
-  size_t acc = (size_t)B * Tn * NH * hd;
-  return stats + (gc_attention_fast(dtype, Tn, hd) ? 1 : 3) * acc;
-}
-
 static float softmax_scale_log2(int hd) {
   return (float)(1.0 / sqrt((double)hd) * 1.4426950408889634);
 }
 
-template <typename T>
-int gc_attention_fwd(T *out, float *lse, const T *qkv, int B, int Tn, int NH,
-                     int hd, cudaStream_t s) {
-  const float sl2 = softmax_scale_log2(hd);
-  if constexpr (!std::is_same<T, float>::value) {
-    if (gc_attention_fast(gc_type<T>::dtype, Tn, hd)) {
-#ifdef GPT_CUDA_SM90A
-      if (g_fwd >= FWD_MMA)
-        return gc_attention90_fwd<T>(fwd_nwg[g_fwd], g_stages, out, lse, qkv, B, Tn, NH, sl2, s);
-#endif
-      switch (g_fwd) {
-      case 1: return launch_fwd<T, 128, 128>(out, lse, qkv, B, Tn, NH, sl2, s);
-      case 2: return launch_fwd<T, 64, 64>(out, lse, qkv, B, Tn, NH, sl2, s);
-      default: return launch_fwd<T, 128, 64>(out, lse, qkv, B, Tn, NH, sl2, s);
-      }
-    }
-  }
-  if (hd > 32 * GMAXD)
-    return gc_fail(-EINVAL, "attention", "head size above 256 is not supported",
-                   __FILE__, __LINE__);
-  long warps = (long)B * NH * Tn;
-  attn_fwd_generic<T><<<gc_cdiv(warps, 4), 128, 0, s>>>(out, lse, qkv, B, Tn, NH, hd, sl2);
-  GC_LAUNCH("attn_fwd_generic");
-  return 0;
-}
-
-template <typename T>
-int gc_attention_bwd(T *dqkv, float *scratch, const T *dout, const T *qkv,
-                     const T *out, const float *lse, int B, int Tn, int NH,
-                     int hd, cudaStream_t s) {
-  const float sl2 = softmax_scale_log2(hd);
-  const float scale = (float)(1.0 / sqrt((double)hd));
-  const int fast = gc_attention_fast(gc_type<T>::dtype, Tn, hd);
-  const size_t acc = (size_t)B * Tn * NH * hd;
-  float *Dsum = scratch;
-#ifdef GPT_CUDA_SM90A
-  if constexpr (!std::is_same<T, float>::value)
-    if (fast && g_bwd >= BWD_MMA)
-      return gc_attention90_bwd<T>(bwd_kv_nwg[g_bwd], bwd_q_nwg[g_bwd], g_stages, dqkv, Dsum,
-                                   dout, qkv, out, lse, B, Tn, NH, sl2, scale, s);
-#endif
-  float *dq = scratch + ((size_t)B * NH * Tn + 63) / 64 * 64;
-  float *dk = fast ? nullptr : dq + acc, *dv = fast ? nullptr : dq + 2 * acc;
-  const long rows = (long)B * Tn * NH;
-  attn_bwd_pre<T><<<gc_cdiv(rows, 8), 256, 0, s>>>(Dsum, dq, dk, dv, dout, out, B, Tn,
-                                                   NH, hd);
-  GC_LAUNCH("attn_bwd_pre");
-  bool launched = false;
-  if constexpr (!std::is_same<T, float>::value) {
-    if (fast) {
-      if (g_bwd == 1)
-        GC_TRY(launch_bwd<T, 64>(dqkv, dq, dout, qkv, lse, Dsum, B, Tn, NH, sl2, scale, s));
-      else
-        GC_TRY(launch_bwd<T, 128>(dqkv, dq, dout, qkv, lse, Dsum, B, Tn, NH, sl2, scale, s));
-      launched = true;
-    }
-  }
-  if (!launched) {
-    if (hd > 32 * GMAXD)
-      return gc_fail(-EINVAL, "attention", "head size above 256 is not supported",
-                     __FILE__, __LINE__);
-    attn_bwd_generic<T><<<gc_cdiv(rows, 4), 128, 0, s>>>(dq, dk, dv, qkv, dout, lse,
-                                                        Dsum, B, Tn, NH, hd, sl2);
-    GC_LAUNCH("attn_bwd_generic");
-  }
-  const long n = (long)B * Tn, C = (long)NH * hd;
-  attn_bwd_post<T><<<gc_cdiv(n * C / 8, 256), 256, 0, s>>>(dqkv, dq, dk, dv, scale, scale,
-                                                           n, (int)C);
-  GC_LAUNCH("attn_bwd_post");
-  return 0;
-}
-
-#define GC_INST(T)                                                              \
-  template int gc_attention_fwd<T>(T *, float *, const T *, int, int, int, int,  \
-                                   cudaStream_t);                                \
-  template int gc_attention_bwd<T>(T *, float *, const T *, const T *, const T *, \
-                                   const float *, int, int, int, int, cudaStream_t);
-GC_INST(float)
-GC_INST(bf16)
-GC_INST(f16)
+#endif /* GPT_CUDA_ATTENTION_CUH */

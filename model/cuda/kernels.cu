@@ -140,116 +140,22 @@ __global__ void ln_fwd_kernel(T *out, float *mean, float *rstd, const T *inp,
   }
 }
 
-/* Warps stride over rows; each lane keeps its channels' dw and db partial
+/* LayerNorm backward. Each lane keeps its channels' dw and db partial
  * sums (and, when dsum is given, the column sums of the dinp it writes) in
  * registers; the block adds them in shared memory, laid out [k][vector] so
  * that a warp's lanes hit distinct banks, then once into the fp32 gradient.
  * dsum turns the residual gradient this kernel writes into the bias
  * gradient of the projection that fed that residual: no extra pass.
- * (Measured on the H200: prefetching the next row, or adding the column
- * sums in shared memory per row, was slower than this.) */
-template <typename T, int NI>
-__global__ void __launch_bounds__(256)
-    ln_bwd_kernel(T *dinp, float *dw, float *db, float *dsum, const T *dout, float scale,
-                  const T *inp, const T *w, const float *mean, const float *rstd, int N,
-                  int C, int accumulate) {
-  extern __shared__ float sh[]; /* [3][8][C/8] */
-  const int nv = C >> 3;
-  const int nsh = dsum ? 3 * C : 2 * C;
-  for (int i = threadIdx.x; i < nsh; i += blockDim.x)
-    sh[i] = 0.f;
-  __syncthreads();
-  const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
-  float dwa[NI][8], dba[NI][8], dsa[NI][8];
-#pragma unroll
-  for (int i = 0; i < NI; i++)
-#pragma unroll
-    for (int k = 0; k < 8; k++)
-      dwa[i][k] = dba[i][k] = dsa[i][k] = 0.f;
-  for (int row = blockIdx.x * wpb + (threadIdx.x >> 5); row < N; row += gridDim.x * wpb) {
-    const float mu = mean[row], rs = rstd[row];
-    gc_pack8<T> dp[NI], xp[NI], old[NI];
-    float s1 = 0.f, s2 = 0.f;
-#pragma unroll
-    for (int i = 0; i < NI; i++) {
-      const int v = lane + 32 * i;
-      if (v < nv) {
-        dp[i] = gc_load8_cs(dout + (size_t)row * C + v * 8);
-        xp[i] = gc_load8(inp + (size_t)row * C + v * 8);
-        if (accumulate)
-          old[i] = gc_load8(dinp + (size_t)row * C + v * 8);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < NI; i++) {
-      const int v = lane + 32 * i;
-      if (v < nv) {
-        gc_pack8<T> wp = gc_load8(w + v * 8);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-          const float dy = gc_tof(dp[i].v[k]) * scale;
-          const float xh = (gc_tof(xp[i].v[k]) - mu) * rs;
-          const float dn = dy * gc_tof(wp.v[k]);
-          s1 += dn;
-          s2 += dn * xh;
-          dba[i][k] += dy;
-          dwa[i][k] += dy * xh;
-        }
-      }
-    }
-    s1 = gc_warp_sum(s1) / C;
-    s2 = gc_warp_sum(s2) / C;
-#pragma unroll
-    for (int i = 0; i < NI; i++) {
-      const int v = lane + 32 * i;
-      if (v < nv) {
-        gc_pack8<T> wp = gc_load8(w + v * 8), o;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-          const float dy = gc_tof(dp[i].v[k]) * scale;
-          const float xh = (gc_tof(xp[i].v[k]) - mu) * rs;
-          float dx = (dy * gc_tof(wp.v[k]) - s1 - xh * s2) * rs;
-          if (accumulate)
-            dx += gc_tof(old[i].v[k]);
-          o.v[k] = gc_from<T>(dx);
-          dsa[i][k] += gc_tof(o.v[k]);
-        }
-        gc_store8(dinp + (size_t)row * C + v * 8, o);
-      }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < NI; i++) {
-    const int v = lane + 32 * i;
-    if (v < nv)
-#pragma unroll
-      for (int k = 0; k < 8; k++) {
-        atomicAdd(&sh[k * nv + v], dwa[i][k]);
-        atomicAdd(&sh[C + k * nv + v], dba[i][k]);
-        if (dsum)
-          atomicAdd(&sh[2 * C + k * nv + v], dsa[i][k]);
-      }
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const int j = (c & 7) * nv + (c >> 3);
-    atomicAdd(&dw[c], sh[j]);
-    atomicAdd(&db[c], sh[C + j]);
-    if (dsum)
-      atomicAdd(&dsum[c], sh[2 * C + j]);
-  }
-}
-
-/* The same function with a row spread over tw = ceil(C / 256) warps, one
+ * A row is spread over tw = ceil(C / 256) warps, one
  * 16-byte vector of 8 channels per lane, so that a lane's column sums are
- * 24 registers whatever C is (the kernel above keeps 24 per 256 channels:
+ * 24 registers whatever C is (a warp a row keeps 24 per 256 channels:
  * 206 registers at C = 768, one block of 8 warps per SM, latency-bound at
- * ~1.4 TB/s). A block holds S rows at once (S * tw warps, at most 24); the
+ * ~1.4 TB/s; lab/cuda/layernorm_backward.cu). A block holds S rows at once (S * tw warps, at most 24); the
  * warps of a row meet at a named barrier (id 1 + slot) to add their halves
  * of the two row sums; the next row's loads are issued before this row's
  * arithmetic (into registers: 80 of them, a few bytes spill in bf16).
  * (Measured on the H200 at C = 768, N = 16384: ~52 us a call against ~70
- * for the kernel above; copying two rows ahead into a shared-memory ring
+ * for the warp-per-row kernel; copying two rows ahead into a shared-memory ring
  * with cp.async instead measured the same as this, and was removed.) */
 __device__ __forceinline__ void named_sync(int id, int n) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
@@ -417,38 +323,18 @@ int gc_layernorm_bwd(T *dinp, float *dw, float *db, float *dsum, const T *dout,
                      const float *rstd, int N, int C, int accumulate, int sm_count,
                      cudaStream_t s) {
   GC_TRY(ln_check(C));
-  /* GPT_CUDA_LN_BWD=warp: the warp-per-row kernel (comparisons) */
-  static const int rows_kernel = !(getenv("GPT_CUDA_LN_BWD") &&
-                                   !strcmp(getenv("GPT_CUDA_LN_BWD"), "warp"));
-  if (rows_kernel) {
-    const int tw = gc_cdiv(C / 8, 32), S = LNB_WARPS / tw;
-    static int per_sm = 0;
-    if (!per_sm) {
-      GC_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_bwd_rows_kernel<T>,
-                                                            LNB_WARPS * 32, 0));
-      per_sm = max(per_sm, 1);
-    }
-    const int grid = min(gc_cdiv(N, S), sm_count * per_sm);
-    ln_bwd_rows_kernel<T><<<grid, S * tw * 32, 0, s>>>(dinp, dw, db, dsum, dout, dout_scale,
-                                                        inp, w, mean, rstd, N, C, accumulate,
-                                                        tw, S);
-    GC_LAUNCH("ln_bwd_rows_kernel");
-    return 0;
+  const int tw = gc_cdiv(C / 8, 32), S = LNB_WARPS / tw;
+  static int per_sm = 0;
+  if (!per_sm) {
+    GC_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_bwd_rows_kernel<T>,
+                                                          LNB_WARPS * 32, 0));
+    per_sm = max(per_sm, 1);
   }
-  const int ni = gc_cdiv(C / 8, 32);
-  const size_t sh = 3 * (size_t)C * sizeof(float);
-  /* As many blocks as fit at once: each adds its partial sums only once. */
-#define LNB(NI)                                                                          \
-  do {                                                                                   \
-    int per_sm = 1;                                                                      \
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_bwd_kernel<T, NI>, 256, sh); \
-    const int grid = min(gc_cdiv(N, 8), sm_count * max(per_sm, 1));                      \
-    ln_bwd_kernel<T, NI><<<grid, 256, sh, s>>>(dinp, dw, db, dsum, dout, dout_scale, inp, w, \
-                                               mean, rstd, N, C, accumulate);            \
-  } while (0)
-  LN_DISPATCH(ni, LNB)
-#undef LNB
-  GC_LAUNCH("ln_bwd_kernel");
+  const int grid = min(gc_cdiv(N, S), sm_count * per_sm);
+  ln_bwd_rows_kernel<T><<<grid, S * tw * 32, 0, s>>>(dinp, dw, db, dsum, dout, dout_scale,
+                                                      inp, w, mean, rstd, N, C, accumulate,
+                                                      tw, S);
+  GC_LAUNCH("ln_bwd_rows_kernel");
   return 0;
 }
 
@@ -646,9 +532,7 @@ __global__ void __launch_bounds__(CES_THREADS, 2)
 template <typename T>
 int gc_crossentropy(T *logits, float *losses, const int *targets, int R, int V, int Vp,
                     cudaStream_t s) {
-  /* GPT_CUDA_CE=stream: the two-read kernel (comparisons, and rows too
-   * long for shared memory) */
-  static const int stream = getenv("GPT_CUDA_CE") && !strcmp(getenv("GPT_CUDA_CE"), "stream");
+  /* rows too long for shared memory: the two-read kernel */
   const size_t row_bytes = (size_t)Vp * sizeof(T);
   static int max_smem = -1;
   if (max_smem < 0) {
@@ -657,7 +541,7 @@ int gc_crossentropy(T *logits, float *losses, const int *targets, int R, int V, 
     GC_CUDA(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     max_smem -= 1024; /* the kernel's static shared memory, rounded up */
   }
-  if (!stream && row_bytes <= (size_t)max_smem) {
+  if (row_bytes <= (size_t)max_smem) {
     static size_t attr = 0; /* the dynamic size allowed so far */
     if (row_bytes > attr) {
       GC_CUDA(cudaFuncSetAttribute(ce_smem_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -1,5 +1,5 @@
 /* kernels.cuh - the launchers of the CUDA backend's own kernels (everything
- * that is not a cuBLASLt matrix product). Internal to runtime/cuda/ and its
+ * that is not a cuBLASLt matrix product). Internal to model/cuda/ and its
  * tests (tests/gpu/). Each returns 0 or a negative code after reporting a
  * launch failure once (common.cuh). T is float, bf16 or f16; tensors are
  * row-major, B*T rows ("N") of C channels unless said otherwise. */
@@ -46,19 +46,20 @@ int gc_attention_bwd(T *dqkv, float *scratch, const T *dout, const T *qkv,
 /* The device's compute capability (major*10+minor): the tensor-core kernels
  * need SM80 or newer. Set once per process by the backend (and tests). */
 void gc_attention_init(int cc);
-/* Kernel variants of the tensor-core path (tests and tuning). Forward: 0
- * 128x64, 1 128x128, 2 64x64 (mma.sync, queries x keys a block), 3 wgmma
- * (128 queries a block), 4 wgmma64 (64), 5 wgmma-pipe (64, the next tile's
- * scores overlapping this one's P V); backward: 0 128, 1 64 (mma.sync,
- * keys a block), 2 wgmma, 3 wgmma-kv64, 4 wgmma64 (sm_90a; dK/dV and dQ
- * kernels of 128 or 64 rows a block), 5 wgmma-pipe (dK/dV overlapping its
- * products, 64 keys; dQ of 128). Out-of-range or unavailable values
+/* The kernels of the tensor-core path (tests compare them): forward 0
+ * 128x64 (mma.sync, queries x keys a block), 1 wgmma-pipe (64 queries, the
+ * next tile's scores overlapping this one's P V); backward 0 128 (mma.sync,
+ * keys a block), 1 wgmma-pipe (dK/dV overlapping its products, 64 keys; dQ
+ * of 128 beside it on a second stream). Out-of-range or unavailable values
  * select 0. gc_attention_variants() gives how many this process can run
  * (the wgmma ones need an sm_90a build and compute capability 9.0) and
- * returns 1 when the wgmma kernels are among them. */
+ * returns 1 when the wgmma kernels are among them. The shapes and kernels
+ * they were measured against are in lab/cuda/ (README.md). */
 void gc_attention_variant(int fwd, int bwd);
 int gc_attention_variants(int *nfwd, int *nbwd);
-/* The wgmma kernels' copy pipeline: 2 (default), 3 or 4 tile buffers. */
+/* No effect: the product's wgmma kernels have one copy-ring depth (2 tiles);
+ * lab/cuda/attention_sm90.cu compares 2, 3 and 4. Kept for the GPU tests,
+ * which name a depth. */
 void gc_attention_stages(int stages);
 const char *gc_attention_describe(void);
 /* 1 when the tensor-core kernels serve this case, 0 for the generic one. */

@@ -1,8 +1,8 @@
 /* gpt.h - the GPT-2 model behind one backend-neutral contract.
  *
  * The trainer (examples/train_gpt.c) drives a model through gpt_backend_ops_t;
- * two backends implement it: "cpu" (runtime/gpt_cpu.c, fp32, the reference)
- * and "cuda" (runtime/cuda/, bf16 or fp16 compute with fp32 master weights).
+ * two backends implement it: "cpu" (model/gpt_cpu.c, fp32, the reference)
+ * and "cuda" (model/cuda/, bf16 or fp16 compute with fp32 master weights).
  * Both hold the same parameters in the same order, so a checkpoint written
  * by one loads into the other and every CUDA kernel is tested against the
  * CPU backend's layer functions.
@@ -155,7 +155,9 @@ extern const gpt_backend_ops_t gpt_cpu_ops;
  * missing driver or GPU makes create() fail with a clear message. */
 extern const gpt_backend_ops_t gpt_cuda_ops;
 
-/* Implemented by the runtime (runtime/rt.c): a failed call of a GPU library,
+/* Implemented by the rank runtime (runtime/rt.c, declared in rt.h as well;
+ * the CUDA backend has a fallback for builds without it): a failed call of a
+ * GPU library,
  * reported once with the rank and host, e.g.
  * rt_report_error("cuBLAS", "cublasLtMatmul(qkv)", "CUBLAS_STATUS_...",
  * __FILE__, __LINE__). */

@@ -1,7 +1,7 @@
 /* ptx.cuh - the small PTX pieces both attention files use (attention.cu's
  * mma.sync kernels, attention_sm90.cu's wgmma ones): shared-memory
  * addresses, cp.async, and two floats packed as one 16-bit pair. Internal to
- * runtime/cuda/. */
+ * model/cuda/. */
 #ifndef GPT_CUDA_PTX_CUH
 #define GPT_CUDA_PTX_CUH
 
