@@ -2213,6 +2213,14 @@ static int new_hang(agent_t *a) {
   return hang_new(a->loop, &hc, &hooks, &a->hang);
 }
 
+/* The hosted server's events (node_joined, node_left, node_refused of
+ * every node, limit_hit) into this agent's event log: the server runs on
+ * this loop (one thread), so the log is written by one thread. */
+static void on_srv_event(void *arg, const srv_event_t *ev) {
+  agent_t *a = arg;
+  ev_server_cb(a->ev, ev);
+}
+
 /* Create the server on ip:port and listen. RET 0; or an error with a->srv
  * NULL (it could not be made), or the listen error with a->srv still to
  * close (the caller says why). */
@@ -2256,6 +2264,8 @@ static int start_server(agent_t *a, const char *ip, int port) {
   if (a->srv_log.level > LU_LOG_WARN && !a->srv_log.debug)
     a->srv_log.level = LU_LOG_WARN;
   cfg.log = &a->srv_log;
+  cfg.on_event = on_srv_event;
+  cfg.event_arg = a;
   a->srv_max_memory = cfg.max_memory;
   rc = srv_new(a->loop, &cfg, &a->srv);
   if (rc != 0) {

@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "launch.h"
+#include "events.h"
 #include "metrics.h"
 #include "proto.h"
 #include "server.h"
@@ -79,6 +80,15 @@ static const char server_help[] =
     "                        near a connection limit, oldest first\n"
     "  --job-grace T         a job with no connection and no data is\n"
     "                        forgotten after T (default 60s)\n"
+    "  --keep-ended T        an ended job's state, exit codes and root cause\n"
+    "                        stay visible to launch status for T after its\n"
+    "                        last node left (default 10m; 0: forgotten at\n"
+    "                        once; sooner when the room is needed)\n"
+    "  --event-log FILE      append the server's events (nodes joined, left,\n"
+    "                        refused; limits hit) as JSON Lines\n"
+    "                        (docs/events.md#server)\n"
+    "  --limit-event-interval T  at most one limit_hit event per limit per T,\n"
+    "                        with the count of refusals (default 10s)\n"
     "\n"
     "example:\n"
     "  launch server --port 29400 --token-file /etc/launch/token \\\n"
@@ -92,6 +102,7 @@ typedef struct server_main_s {
   lu_log_t log;
   int stopping;
   met_t *met;           /* --metrics-port (metrics.h) */
+  ev_log_t *ev;         /* --event-log: the server's events */
   uv_timer_t met_timer;
   char met_labels[300];
   size_t max_memory;
@@ -154,7 +165,7 @@ static int parse_size(const char *v, uint64_t *out) {
 }
 
 /* The numeric options: one row each. */
-enum { K_U32, K_SIZE, K_MS };
+enum { K_U32, K_SIZE, K_MS, K_MS0 /* 0 allowed */ };
 typedef struct num_opt_s {
   const char *name;
   int kind;
@@ -176,6 +187,8 @@ static const num_opt_t num_opts[] = {
     NUM("max-jobs-per-addr", K_U32, max_jobs_per_addr),
     NUM("handshake-timeout", K_MS, handshake_ms),
     NUM("job-grace", K_MS, job_grace_ms),
+    NUM("keep-ended", K_MS0, keep_ended_ms),
+    NUM("limit-event-interval", K_MS, limit_event_ms),
 };
 
 /* RET 0, or -1 after saying what is wrong. */
@@ -183,8 +196,9 @@ static int set_num(srv_config_t *cfg, const num_opt_t *o, const char *v) {
   char *field = (char *)cfg + o->off;
   uint64_t x;
   int64_t ms;
-  if (o->kind == K_MS) {
-    if (lu_parse_duration_ms(v, &ms) != 0 || ms <= 0 || ms > UINT32_MAX) {
+  if (o->kind == K_MS || o->kind == K_MS0) {
+    if (lu_parse_duration_ms(v, &ms) != 0 || ms < (o->kind == K_MS0 ? 0 : 1) ||
+        ms > UINT32_MAX) {
       launch_usage_error("--%s: '%s' is not a duration (e.g. 10s, 500ms)",
                          o->name, v);
       return -1;
@@ -259,10 +273,12 @@ int launch_cmd_server(int argc, char **argv) {
       {"tcpstore-allow", required_argument, 0, 'a'},
       {"threads", required_argument, 0, 'T'},
       {"metrics-port", required_argument, 0, 'M'},
+      {"event-log", required_argument, 0, 'E'},
       {"help", no_argument, 0, 'H'}};
   srv_config_t cfg = SRV_CONFIG_INIT;
   server_main_t m;
   const char *port_file = NULL, *token_file = NULL, *issue = NULL;
+  const char *event_log = NULL;
   char *token = NULL;
   size_t token_len = 0, nfixed = 0;
   int opt, rc, port = RDZV_DEFAULT_PORT, threads = srv_default_threads();
@@ -303,6 +319,7 @@ int launch_cmd_server(int argc, char **argv) {
     case 'K': cfg.tls_key = optarg; break;
     case 'A': cfg.tls_ca = optarg; break;
     case 'j': cfg.tcpstore_job = optarg; break;
+    case 'E': event_log = optarg; break;
     case 'a': cfg.tcpstore_allow = optarg; break;
     case 'T':
       if (lu_parse_int(optarg, 1, 64, &threads) != 0) {
@@ -350,6 +367,19 @@ int launch_cmd_server(int argc, char **argv) {
   cfg.token = token;
   cfg.token_len = token_len;
   cfg.log = &m.log;
+  if (event_log) {
+    char host[256] = "localhost";
+    gethostname(host, sizeof(host) - 1);
+    if ((rc = ev_open(event_log, 0, "", host, &m.ev)) != 0) {
+      launch_usage_error("--event-log: cannot open %s: %s", event_log,
+                         strerror(-rc));
+      free(token);
+      return 2;
+    }
+    /* Written under the server's lock, by one loop at a time. */
+    cfg.on_event = ev_server_cb;
+    cfg.event_arg = m.ev;
+  }
   launch_raise_nofile();
   signal(SIGPIPE, SIG_IGN);
   /* Large blocks straight from mmap and back on free: the resident size
@@ -371,6 +401,7 @@ int launch_cmd_server(int argc, char **argv) {
     /* srv_new said what was wrong. */
     uv_loop_close(&m.loop);
     free(token);
+    ev_close(m.ev);
     return 2;
   }
   if (rc != 0) {
@@ -384,6 +415,7 @@ int launch_cmd_server(int argc, char **argv) {
     uv_run(&m.loop, UV_RUN_DEFAULT);
     uv_loop_close(&m.loop);
     free(token);
+    ev_close(m.ev);
     return 1;
   }
   printf("launch server listening on %s port %d%s%s%s, %d event loop%s\n",
@@ -422,6 +454,7 @@ int launch_cmd_server(int argc, char **argv) {
   uv_run(&m.loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(&m.loop);
   met_stop(m.met);
+  ev_close(m.ev);
   if (token) {
     memset(token, 0, token_len);
     free(token);

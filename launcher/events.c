@@ -61,7 +61,7 @@ void ev_close(ev_log_t *e) {
   free(e);
 }
 
-lu_json_t *ev_begin(ev_log_t *e, ev_kind_t kind) {
+static lu_json_t *begin_job(ev_log_t *e, ev_kind_t kind, const char *job) {
   if (e == NULL)
     return NULL;
   lu_buf_free(&e->b);
@@ -70,9 +70,13 @@ lu_json_t *ev_begin(ev_log_t *e, ev_kind_t kind) {
   lu_json_int(&e->j, "v", EV_VERSION);
   lu_buf_printf(&e->b, ",\"time\":%.3f", lu_wall_s());
   lu_json_str(&e->j, "event", ev_name(kind));
-  lu_json_str(&e->j, "job", e->job);
+  lu_json_str(&e->j, "job", job);
   lu_json_str(&e->j, "node", e->node);
   return &e->j;
+}
+
+lu_json_t *ev_begin(ev_log_t *e, ev_kind_t kind) {
+  return e ? begin_job(e, kind, e->job) : NULL;
 }
 
 static void write_all(int fd, const char *p, size_t n) {
@@ -103,4 +107,33 @@ void ev_end(ev_log_t *e) {
     write_all(STDERR_FILENO, line, n);
   }
   free(line);
+}
+
+void ev_server_cb(void *arg, const srv_event_t *ev) {
+  static const ev_kind_t kinds[] = {EV_node_joined, EV_node_left,
+                                    EV_node_refused, EV_limit_hit};
+  ev_log_t *e = arg;
+  lu_json_t *j;
+  if (ev->kind < 0 || ev->kind >= (int)LU_ARRAY_SIZE(kinds) ||
+      (j = begin_job(e, kinds[ev->kind], ev->job ? ev->job : "")) == NULL)
+    return;
+  if (ev->kind == SRV_EV_LIMIT_HIT) {
+    lu_json_str(j, "limit", srv_limit_name(ev->limit));
+    lu_json_int(j, "value", (int64_t)LU_MIN(ev->value, (uint64_t)INT64_MAX));
+    lu_json_str(j, "refused", ev->reason ? ev->reason : "");
+    lu_json_int(j, "count", (int64_t)LU_MIN(ev->count, (uint64_t)INT64_MAX));
+    if (ev->addr)
+      lu_json_str(j, "peer", ev->addr);
+  } else {
+    lu_json_str(j, "source", "server");
+    lu_json_str(j, "host", ev->host ? ev->host : "");
+    lu_json_str(j, "addr", ev->addr ? ev->addr : "");
+    if (ev->kind == SRV_EV_NODE_JOINED)
+      lu_json_int(j, "nproc", ev->nproc);
+    else
+      lu_json_str(j, "reason", ev->reason ? ev->reason : "");
+    if (ev->kind == SRV_EV_NODE_LEFT)
+      lu_json_int(j, "round", ev->round);
+  }
+  ev_end(e);
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "lu_buf.h"
+#include "server.h"
 
 #define EV_VERSION 1
 
@@ -32,7 +33,8 @@
   X(straggler_flagged, "a rank stayed slower than the node's median")          \
   X(host_failover, "the rendezvous host was lost: this node moves to another") \
   X(job_end, "the job ended")                                                  \
-  X(summary, "restarts, downtime, steps redone, resume time of the job")
+  X(summary, "restarts, downtime, steps redone, resume time of the job")      \
+  X(limit_hit, "the server refused something by one of its limits")
 
 typedef enum {
 #define EV_ENUM(k, d) EV_##k,
@@ -57,5 +59,12 @@ lu_json_t *ev_begin(ev_log_t *e, ev_kind_t kind);
 void ev_end(ev_log_t *e);
 
 const char *ev_name(ev_kind_t kind);
+
+/* The server's events (srv_config_t.on_event with event_arg an ev_log_t
+ * opened for the server): node_joined, node_left, node_refused of every
+ * node of its jobs with "source":"server", and limit_hit. The line's "job"
+ * is the event's job. Called under the server's lock (one at a time): the
+ * log must be the server's own, not one another thread writes. */
+void ev_server_cb(void *arg, const srv_event_t *ev);
 
 #endif /* EVENTS_H */

@@ -18,6 +18,65 @@
 
 typedef struct srv_s srv_t;
 
+/* What the server tells its owner through srv_config_t.on_event: the
+ * nodes of its jobs joining, leaving and refused, and requests or
+ * connections refused by a limit (docs/events.md#server). */
+enum {
+  SRV_EV_NODE_JOINED = 0,
+  SRV_EV_NODE_LEFT,
+  SRV_EV_NODE_REFUSED,
+  SRV_EV_LIMIT_HIT
+};
+
+/* The limits a limit_hit names: X(id, the launch server option) */
+#define SRV_LIMITS(X)                                                          \
+  X(MAX_MEMORY, "max-memory")                                                  \
+  X(MAX_CONNS, "max-conns")                                                    \
+  X(MAX_CONNS_PER_ADDR, "max-conns-per-addr")                                  \
+  X(MAX_CONNS_PER_JOB, "max-conns-per-job")                                    \
+  X(MAX_JOBS, "max-jobs")                                                      \
+  X(MAX_JOBS_PER_ADDR, "max-jobs-per-addr")                                    \
+  X(MAX_FRAME, "max-frame")                                                    \
+  X(MAX_KEY, "max-key")                                                        \
+  X(MAX_VALUE, "max-value")                                                    \
+  X(MAX_KEYS, "max-keys")                                                      \
+  X(MAX_WAITS, "max-waits")                                                    \
+  X(MAX_STORE_BYTES, "max-store-bytes")                                        \
+  X(MAX_INPUT_BYTES, "max-input-bytes")                                        \
+  X(MAX_OUT_BYTES, "max-out-bytes")
+
+enum {
+#define SRV_LIMIT_ENUM(id, name) SRV_LIMIT_##id,
+  SRV_LIMITS(SRV_LIMIT_ENUM)
+#undef SRV_LIMIT_ENUM
+  SRV_LIMIT_COUNT
+};
+
+/* The option name of a limit ("max-memory"), "unknown" out of range. */
+const char *srv_limit_name(int limit);
+
+/* One event. Strings live for the call only; NULL: not known. */
+typedef struct srv_event_s {
+  int kind;            /* SRV_EV_* */
+  const char *job;
+  const char *host;    /* node events: the node's host name */
+  const char *addr;    /* node events: its address; limit_hit: the peer */
+  int64_t nproc;       /* node_joined */
+  int64_t round;       /* node_left: the job's round; -1 none */
+  const char *reason;  /* node_left, node_refused: why; limit_hit: what
+                          was refused */
+  int limit;           /* limit_hit: SRV_LIMIT_* */
+  uint64_t value;      /* limit_hit: the limit's value */
+  uint64_t count;      /* limit_hit: refusals by this limit since its last
+                          event, this one included (>= 1) */
+} srv_event_t;
+
+/* Called under the server's lock, on any of its loops' threads, one call
+ * at a time; it must not call the server. limit_hit comes at most once
+ * per limit per srv_config_t.limit_event_ms (the refusals between are
+ * counted into the next). */
+typedef void (*srv_event_cb)(void *arg, const srv_event_t *ev);
+
 typedef struct srv_config_s {
   size_t size;          /* sizeof(srv_config_t) */
   unsigned version;     /* 1 */
@@ -61,6 +120,12 @@ typedef struct srv_config_s {
   const char *tls_ca;         /* require client certificates of this CA */
   uint32_t threads;           /* event loops (0 or 1: the caller's only);
                                  TCP connections are spread over them */
+  srv_event_cb on_event;      /* NULL: none */
+  void *event_arg;
+  uint32_t limit_event_ms;    /* one limit_hit per limit per this; 0 = 10 s */
+  uint32_t keep_ended_ms;     /* an ended job's record (end state, exit
+                                 codes, root cause) stays this long after
+                                 its last node left; 0 = forgotten at once */
 } srv_config_t;
 
 /* The default of `launch server --threads`: a quarter of the cores, 8 at
@@ -84,7 +149,8 @@ int srv_default_threads(void);
    .max_conns_per_addr = 1024,                                                 \
    .max_jobs_per_addr = 64,                                                    \
    .handshake_ms = 10000,                                                      \
-   .job_grace_ms = 60000}
+   .job_grace_ms = 60000,                                                      \
+   .keep_ended_ms = 600000}
 
 /* IN loop, cfg (copied). OUT *out. RET 0, RDZV_EINVAL (a bad option,
  * logged), RDZV_ENOMEM. The rendezvous module is installed. */

@@ -3,13 +3,20 @@ workers under --ckpt-dir, one worker SIGKILLed after the first checkpoint
 commit; the job resumes from the checkpoint and finishes. The file holds
 exactly the documented sequence of events, each line a JSON object with
 the schema version, and the restart and the summary carry the reason,
-downtime, steps redone and resume step. --event-log-handler console
-writes the same lines to stderr. A rank 3x slower than the others is
-flagged as a straggler once."""
+downtime, steps redone and resume step; the hosted server's view of the
+node is in the same file. --event-log-handler console writes the same
+lines to stderr. A rank 3x slower than the others is flagged as a
+straggler once. A standalone `launch server --event-log` writes every
+node of its jobs joining, leaving and refused, and a limit_hit once per
+limit per interval with the count of refusals; it keeps an ended job
+(state, exit codes, root cause) for --keep-ended, which `launch status`
+shows, and a new run with the same id starts while it is kept."""
 import json
 import os
 import shutil
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -65,7 +72,14 @@ def test_kill_and_resume(d):
     # there is at least one before the kill; the rest are checked apart
     commits = [e for e in ev if e["event"] == "checkpoint_committed"]
     assert commits and all(c["dir"] == ck for c in commits), commits
-    seq = [e for e in ev if e["event"] != "checkpoint_committed"]
+    # The hosted server's view of its node: joined for each round, then
+    # left at the end; apart from the agent's own sequence.
+    sv = [(e["event"], e["host"]) for e in ev if e.get("source") == "server"]
+    assert sv == [("node_joined", "evhost"), ("node_joined", "evhost")] or \
+        sv == [("node_joined", "evhost"), ("node_joined", "evhost"),
+               ("node_left", "evhost")], sv
+    seq = [e for e in ev if e["event"] != "checkpoint_committed" and
+           e.get("source") != "server"]
     kinds = [(e["event"], e.get("rank")) for e in seq]
     # The two exits of a round come in either order; the killed rank's is
     # the first of the failed round (it is the root cause).
@@ -120,6 +134,9 @@ def test_console(d):
     out = agent.output()
     assert rc == 0, out
     ev = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    assert [e["event"] for e in ev if e.get("source") == "server"][:1] == \
+        ["node_joined"], out
+    ev = [e for e in ev if e.get("source") != "server"]
     kinds = [e["event"] for e in ev]
     assert kinds == ["job_start", "node_joined", "round_formed",
                      "worker_started", "worker_exited", "job_end",
@@ -152,9 +169,165 @@ def test_straggler(d):
     print("straggler: rank 1 flagged once, score %.2f" % f["score"])
 
 
+def status(port, job, *extra):
+    r = subprocess.run([lt.launch_bin(), "status", "--rdzv-endpoint",
+                        "127.0.0.1:%d" % port, "--rdzv-id", job] +
+                       list(extra), capture_output=True, text=True,
+                       timeout=30)
+    return r.returncode, r.stdout, r.stderr
+
+
+def node(port, job, host, code, extra=()):
+    """One agent of a 2-node job on the standalone server; its worker
+    exits with code."""
+    return lt.launch(["--rdzv-endpoint", "127.0.0.1:%d" % port,
+                      "--rdzv-id", job, "--nnodes", "2",
+                      "--nproc-per-node", "1", "--max-restarts", "0"] +
+                     list(extra) + ["--no-python", "sh", "-c",
+                                    "exit %d" % code],
+                     env={"LAUNCH_HOSTNAME": host}, name=host)
+
+
+def test_server_view(d):
+    """Two nodes on a standalone server: node nb's worker exits 3, the job
+    fails. The server's event log has both nodes joining and leaving;
+    `launch status` still shows the job, failed, with nb's exit code and
+    the root cause; the same id runs again (and succeeds) while the
+    failed run is kept; a node with other flags is refused (node_refused
+    with the reason); after --keep-ended the job is gone."""
+    evp = os.path.join(d, "server.jsonl")
+    with lt.Server("--keep-ended", "10s", "--event-log", evp) as srv, \
+            lt.Cleanup() as c:
+        a = c.add(node(srv.port, "sv1", "na", 0))
+        b = c.add(node(srv.port, "sv1", "nb", 3))
+        assert b.wait(120) != 0, b.output()
+        assert a.wait(120) != 0, a.output()
+        rc, out, err = status(srv.port, "sv1", "--json")
+        assert rc == 0, (out, err)
+        st = json.loads(out)
+        assert st["state"] == "finished" and st["ok"] is False, st
+        assert 0 < st["keep_ms"] <= 10000, st
+        nodes = dict((m["host"], m) for m in st["members"])
+        assert nodes["nb"]["state"] == "failed" and \
+            nodes["nb"]["exit_code"] == 3, st
+        assert (nodes["na"]["state"], nodes["na"]["exit_code"]) in \
+            (("done", 0), ("stopped", -1)), st
+        rc0 = st["root_cause"]
+        assert rc0["host"] == "nb" and rc0["exit_code"] == 3 and \
+            rc0["rank"] == 1, st
+        rc, out, err = status(srv.port, "sv1")
+        assert rc == 0 and "ended: FAILED" in out and \
+            "root cause: rank 1" in out and "exit 3" in out, (out, err)
+
+        # the same id again, while the failed run is kept: a new run
+        a = c.add(node(srv.port, "sv1", "na", 0))
+        b = c.add(node(srv.port, "sv1", "nb", 0))
+        assert b.wait(120) == 0, b.output()
+        assert a.wait(120) == 0, a.output()
+        rc, out, err = status(srv.port, "sv1", "--json")
+        st = json.loads(out)
+        assert rc == 0 and st["ok"] is True and st["restarts"] == 0, st
+        assert sorted((m["host"], m["state"], m["exit_code"])
+                      for m in st["members"]) == \
+            [("na", "done", 0), ("nb", "done", 0)], st
+
+        # a node with other flags than the job's is refused
+        a = c.add(node(srv.port, "sv2", "na", 0))
+        b = c.add(node(srv.port, "sv2", "nb", 0, ("--max-restarts", "3")))
+        assert b.wait(60) != 0, b.output()
+        refused = []
+
+        def seen_refused():
+            refused[:] = [e for e in read_events(evp)
+                          if e["event"] == "node_refused"]
+            return refused
+        lt.wait_until(seen_refused, 30, "node_refused in the server's log")
+        assert refused[0]["host"] == "nb" and refused[0]["job"] == "sv2" and \
+            "same flags" in refused[0]["reason"], refused
+        a.signal(signal.SIGTERM)
+        a.wait(60)
+
+        def gone():
+            return status(srv.port, "sv1")[0] == 1
+        lt.wait_until(gone, 60, "the ended job forgotten after --keep-ended")
+        assert "knows no job 'sv1'" in status(srv.port, "sv1")[2]
+    ev = read_events(evp)
+    assert all(e["v"] == 1 for e in ev), ev
+    sv1 = [(e["event"], e["host"]) for e in ev if e["job"] == "sv1"]
+    for h in ("na", "nb"):  # two runs: each node joined and left twice
+        assert sv1.count(("node_joined", h)) == 2, sv1
+        assert sv1.count(("node_left", h)) == 2, sv1
+    joined = [e for e in ev if e["event"] == "node_joined"][0]
+    assert joined["source"] == "server" and joined["nproc"] == 1 and \
+        joined["addr"] == "127.0.0.1", joined
+    print("server view: %d events; the failed job kept with exit code 3, "
+          "then forgotten" % len(ev))
+
+
+def hold(port):
+    """A connection that said it speaks the native protocol: not silent,
+    so the server does not close it to make room."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"RDZV")
+    return s
+
+
+def refused(port):
+    """Connect; RET True when the server closed it at once (refused)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.settimeout(10)
+        return s.recv(1) == b""
+    except (ConnectionResetError, socket.timeout):
+        return True
+    finally:
+        s.close()
+
+
+def test_limit_hit(d):
+    """--max-conns-per-addr 2: 20 connections over it are refused. The
+    log says limit_hit for max-conns-per-addr, never two within
+    --limit-event-interval, and once the interval passed the next refusal's
+    event counts every refusal not yet reported."""
+    evp = os.path.join(d, "limits.jsonl")
+    with lt.Server("--max-conns-per-addr", "2", "--handshake-timeout", "120s",
+                   "--limit-event-interval", "1s", "--event-log", evp) as srv:
+        held = [hold(srv.port) for _ in range(2)]
+        try:
+            flood = 20
+            assert all(refused(srv.port) for _ in range(flood))
+
+            def hits():
+                return [e for e in read_events(evp)
+                        if e["event"] == "limit_hit"]
+            lt.wait_until(hits, 10, "a limit_hit event")
+            first = hits()[0]
+            # one more refusal once the interval has passed since the last
+            # event: its event carries the rest of the count
+            last = hits()[-1]["time"]
+            lt.wait_until(lambda: time.time() > last + 1.1, 10, "the interval")
+            assert refused(srv.port)
+            lt.wait_until(lambda: sum(e["count"] for e in hits()) ==
+                          flood + 1, 10, "every refusal counted")
+        finally:
+            for s in held:
+                s.close()
+        ev = hits()
+    assert first["limit"] == "max-conns-per-addr" and first["value"] == 2 and \
+        first["count"] == 1 and first["peer"].startswith("127.0.0.1:") and \
+        first["refused"] == "a connection", first
+    assert all(e["limit"] == "max-conns-per-addr" for e in ev), ev
+    times = [e["time"] for e in ev]
+    assert all(b - a >= 0.999 for a, b in zip(times, times[1:])), times
+    assert len(ev) < flood + 1, ev
+    print("limit_hit: %d refusals in %d events" % (flood + 1, len(ev)))
+
+
 def main():
     d = tempfile.mkdtemp(prefix="launch-events-")
     try:
+        test_limit_hit(d)
+        test_server_view(d)
         test_console(d)
         test_straggler(d)
         test_kill_and_resume(d)
