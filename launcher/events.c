@@ -137,3 +137,37 @@ void ev_server_cb(void *arg, const srv_event_t *ev) {
   }
   ev_end(e);
 }
+
+int ev_manifest_stats(const char *buf, size_t len, uint64_t *bytes,
+                      double *write_s) {
+  lu_jdoc_t *doc = NULL;
+  const lu_jv_t *root, *sh;
+  uint64_t sum = 0;
+  int64_t slowest = 0;
+  int rc = -1, all_timed = 1;
+  *bytes = 0;
+  *write_s = 0;
+  if (lu_jv_parse(buf, len, 0, &doc, &root, NULL, 0) != 0)
+    return -1;
+  sh = root->type == LU_JV_OBJ ? lu_jv_get(root, "shards") : NULL;
+  if (sh == NULL || sh->type != LU_JV_ARR || sh->n == 0)
+    goto out;
+  for (const lu_jv_t *s = sh->first; s; s = s->next) {
+    int64_t size, ms;
+    if (s->type != LU_JV_OBJ ||
+        lu_jv_int(lu_jv_get(s, "size"), 0, INT64_MAX, &size) != 0 ||
+        (uint64_t)size > UINT64_MAX - sum)
+      goto out;
+    sum += (uint64_t)size;
+    if (lu_jv_int(lu_jv_get(s, "write_ms"), 0, INT64_MAX, &ms) == 0)
+      slowest = LU_MAX(slowest, ms);
+    else
+      all_timed = 0;
+  }
+  *bytes = sum;
+  *write_s = all_timed ? (double)slowest / 1000.0 : 0;
+  rc = 0;
+out:
+  lu_jv_free(doc);
+  return rc;
+}

@@ -67,4 +67,13 @@ const char *ev_name(ev_kind_t kind);
  * log must be the server's own, not one another thread writes. */
 void ev_server_cb(void *arg, const srv_event_t *ev);
 
+/* checkpoint_committed's size and write time, from the step's
+ * manifest.json (docs/checkpoints.md; any writer may have made it: it is
+ * checked like input). IN buf[0..len). OUT *bytes: the shards' sizes
+ * summed; *write_s: the slowest shard's "write_ms" (the ranks write at
+ * once) in seconds, 0 when a shard does not say (an older writer).
+ * RET 0, or -1 when it is not a manifest with shards (outputs 0). */
+int ev_manifest_stats(const char *buf, size_t len, uint64_t *bytes,
+                      double *write_s);
+
 #endif /* EVENTS_H */

@@ -13,6 +13,7 @@ limit per interval with the count of refusals; it keeps an ended job
 shows, and a new run with the same id starts while it is kept."""
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
 import launchtest as lt  # noqa: E402
@@ -36,6 +38,73 @@ def read_events(path):
     with open(path) as f:
         lines = f.read().splitlines()
     return [json.loads(x) for x in lines]
+
+
+def scrape_checkpoint(agent):
+    """The agent's checkpoint series once it has them (None: built without
+    the metrics server)."""
+    out = {}
+
+    def have():
+        text = agent.output()
+        if "built without libmicrohttpd" in text:
+            return True
+        m = re.search(r"metrics of job \S+ on http://127\.0\.0\.1:(\d+)/", text)
+        if not m:
+            return False
+        url = "http://127.0.0.1:%s/metrics" % m.group(1)
+        with urllib.request.urlopen(url, timeout=5) as r:
+            body = r.read().decode()
+        for name in ("launch_checkpoint_bytes",
+                     "launch_checkpoint_write_seconds"):
+            v = re.search(r"^%s\{[^}]*\} (\S+)$" % name, body, re.M)
+            if v:
+                out[name] = float(v.group(1))
+        return len(out) == 2
+    lt.wait_until(have, 60, "the checkpoint series on the metrics port")
+    return out or None
+
+
+def test_checkpoint_metrics(d):
+    """tests/ckpt_writer saves 3 steps of a 1 MiB shard with the checkpoint
+    library, then waits for a gate file: checkpoint_committed carries the
+    step's bytes, write time and MB/s, and the metrics port the same bytes
+    and write time."""
+    evp = os.path.join(d, "ck-metrics.jsonl")
+    ck = os.path.join(d, "ck-metrics")
+    gate = os.path.join(d, "gate")
+    writer = os.path.join(os.path.dirname(lt.launch_bin()), "..", "tests",
+                          "ckpt_writer")
+    with lt.Cleanup() as c:
+        agent = c.add(lt.launch(
+            ["--standalone", "--nproc-per-node", "1", "--event-log", evp,
+             "--ckpt-dir", ck, "--metrics-port", "127.0.0.1:0",
+             "--no-python", "sh", "-c",
+             '"$0" "$LAUNCH_CKPT_DIR" --mode single --steps 3 --size 1048576 '
+             '&& while [ ! -e "$1" ]; do sleep 0.05; done', writer, gate],
+            name="ckmetrics"))
+
+        def committed():
+            return [e for e in read_events(evp)
+                    if e["event"] == "checkpoint_committed" and
+                    e["step"] == 3]
+        lt.wait_until(committed, 60, "checkpoint_committed of step 3")
+        cm = committed()[0]
+        scraped = scrape_checkpoint(agent)
+        open(gate, "w").close()
+        rc = agent.wait(60)
+        assert rc == 0, agent.output()
+    assert cm["bytes"] == 1048576 and cm["seconds"] > 0, cm
+    assert abs(cm["mb_per_s"] - cm["bytes"] / 1e6 / cm["seconds"]) <= \
+        1e-5 * cm["mb_per_s"], cm  # 6 significant digits
+    if scraped:
+        assert scraped["launch_checkpoint_bytes"] == 1048576 and \
+            abs(scraped["launch_checkpoint_write_seconds"] - cm["seconds"]) \
+            <= 1e-5 * cm["seconds"], (scraped, cm)
+    print("checkpoint: %d bytes in %.3f s, %.1f MB/s%s" % (
+        cm["bytes"], cm["seconds"], cm["mb_per_s"],
+        "; the same on the metrics port" if scraped else
+        " (no metrics server in this build)"))
 
 
 def test_kill_and_resume(d):
@@ -72,6 +141,16 @@ def test_kill_and_resume(d):
     # there is at least one before the kill; the rest are checked apart
     commits = [e for e in ev if e["event"] == "checkpoint_committed"]
     assert commits and all(c["dir"] == ck for c in commits), commits
+    # Size and write time from the step's manifest: every step of this
+    # model has the same shards, those of the newest step on disk.
+    with open(os.path.join(ck, "latest")) as f:
+        newest = os.path.join(ck, f.read().strip())
+    shard_bytes = sum(os.path.getsize(os.path.join(newest, n))
+                      for n in os.listdir(newest) if n.endswith(".bin"))
+    for cm in commits:
+        assert cm["bytes"] == shard_bytes and cm["seconds"] > 0, cm
+        assert abs(cm["mb_per_s"] - cm["bytes"] / 1e6 / cm["seconds"]) <= \
+            1e-5 * cm["mb_per_s"], cm  # 6 significant digits
     # The hosted server's view of its node: joined for each round, then
     # left at the end; apart from the agent's own sequence.
     sv = [(e["event"], e["host"]) for e in ev if e.get("source") == "server"]
@@ -328,6 +407,7 @@ def main():
     try:
         test_limit_hit(d)
         test_server_view(d)
+        test_checkpoint_metrics(d)
         test_console(d)
         test_straggler(d)
         test_kill_and_resume(d)
