@@ -955,70 +955,97 @@ static void op_report(conn_t *c, const proto_msg_t *msg) {
   msg_report_free(&r);
 }
 
-static void op_status(conn_t *c, const proto_msg_t *msg) {
-  rounds_job_t *rj = c->job->rounds;
-  uint64_t now = srv__now();
-  msg_status_t st;
+/* The STATUS of job j into st (msg_status_init'ed by the caller); its
+ * strings and lists are the job's, shallow. RET 1 when st->members was
+ * allocated here (the caller frees it), else 0. */
+static int status_fill(const job_t *j, msg_status_t *st, uint64_t now) {
+  const rounds_job_t *rj = j->rounds;
   size_t k = 0;
   int own = 0;
-  msg_status_init(&st);
-  lu_strlcpy(st.job, c->job->name, sizeof(st.job));
-  lu_strlcpy(st.state, rj ? rstate_names[rj->state] : "idle", sizeof(st.state));
-  if (rj) {
-    st.round = rj->round;
-    st.restarts = rj->failures;
-    st.max_restarts = rj->max_restarts;
-    st.min = rj->min;
-    st.max = rj->max;
-    st.waited_ms = rj->state == R_FORMING ? (int64_t)(now - rj->forming_since) : 0;
-    st.reason = rj->reason;
-    st.expected = rj->expected;
-    st.nexpected = rj->nexpected;
-    if (rj->state == R_DONE) {
-      /* The last failure of a failed job spent no restart (SHUTDOWN's
-       * count). */
-      st.restarts = rj->failures > 0 ? rj->failures - !rj->end_ok : 0;
-      st.ok = rj->end_ok;
-      st.end_time = rj->end_wall;
-      st.has_root = !rj->end_ok && rj->has_root;
-      if (st.has_root)
-        st.root = rj->root; /* a shallow copy: packed, not freed */
-      /* How long it stays: the whole keep while nodes are connected. */
-      uint64_t keep = c->srv->cfg.keep_ended_ms,
-               until = rj->end_gone ? rj->end_gone + keep : now + keep;
-      st.keep_ms = until > now ? (int64_t)(until - now) : 0;
-    }
-    /* An ended job: its last round's nodes as they ended. */
-    if (rj->state == R_DONE && rj->nend > 0) {
-      st.members = rj->end_members;
-      st.nmembers = rj->nend;
-    } else {
-      st.members = calloc((size_t)nmembers(rj) + 1, sizeof(*st.members));
-      own = 1;
-    }
-    for (list_t *it = rj->members.next; own && st.members && it != &rj->members;
-         it = it->next) {
-      rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
-      msg_member_t *o = &st.members[k++];
-      lu_strlcpy(o->host, m->host, sizeof(o->host));
-      lu_strlcpy(o->addr, m->addr, sizeof(o->addr));
-      o->node_rank = m->in_round ? m->node_rank : -1;
-      o->nproc = m->nproc;
-      o->base_rank = m->in_round ? m->base_rank : -1;
-      lu_strlcpy(o->state, mstate_names[m->state], sizeof(o->state));
-      o->heartbeat_age_ms = (int64_t)(now - m->last_hb);
-      o->in_round = m->in_round;
-      o->exit_code = m->reported == 1 ? 0 : m->reported == 2 ? m->exit_code : -1;
-      o->signal = m->reported == 2 ? m->signal : 0;
-    }
-    if (own)
-      st.nmembers = k;
+  lu_strlcpy(st->job, j->name, sizeof(st->job));
+  lu_strlcpy(st->state, rj ? rstate_names[rj->state] : "idle",
+             sizeof(st->state));
+  if (rj == NULL)
+    return 0;
+  st->round = rj->round;
+  st->restarts = rj->failures;
+  st->max_restarts = rj->max_restarts;
+  st->min = rj->min;
+  st->max = rj->max;
+  st->waited_ms =
+      rj->state == R_FORMING ? (int64_t)(now - rj->forming_since) : 0;
+  st->reason = (char *)rj->reason;
+  st->expected = rj->expected;
+  st->nexpected = rj->nexpected;
+  if (rj->state == R_DONE) {
+    /* How long it stays: the whole keep while nodes are connected. */
+    uint64_t keep = j->srv->cfg.keep_ended_ms,
+             until = rj->end_gone ? rj->end_gone + keep : now + keep;
+    /* The last failure of a failed job spent no restart (SHUTDOWN's
+     * count). */
+    st->restarts = rj->failures > 0 ? rj->failures - !rj->end_ok : 0;
+    st->ok = rj->end_ok;
+    st->end_time = rj->end_wall;
+    st->has_root = !rj->end_ok && rj->has_root;
+    if (st->has_root)
+      st->root = rj->root; /* a shallow copy: packed, not freed */
+    st->keep_ms = until > now ? (int64_t)(until - now) : 0;
   }
+  /* An ended job: its last round's nodes as they ended. */
+  if (rj->state == R_DONE && rj->nend > 0) {
+    st->members = rj->end_members;
+    st->nmembers = rj->nend;
+    return 0;
+  }
+  if ((st->members = calloc((size_t)nmembers(rj) + 1,
+                            sizeof(*st->members))) == NULL)
+    return 0;
+  for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
+    const rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
+    msg_member_t *o = &st->members[k++];
+    lu_strlcpy(o->host, m->host, sizeof(o->host));
+    lu_strlcpy(o->addr, m->addr, sizeof(o->addr));
+    o->node_rank = m->in_round ? m->node_rank : -1;
+    o->nproc = m->nproc;
+    o->base_rank = m->in_round ? m->base_rank : -1;
+    lu_strlcpy(o->state, mstate_names[m->state], sizeof(o->state));
+    o->heartbeat_age_ms = (int64_t)(now - m->last_hb);
+    o->in_round = m->in_round;
+    o->exit_code = m->reported == 1 ? 0 : m->reported == 2 ? m->exit_code : -1;
+    o->signal = m->reported == 2 ? m->signal : 0;
+  }
+  st->nmembers = k;
+  own = 1;
+  return own;
+}
+
+static void op_status(conn_t *c, const proto_msg_t *msg) {
+  msg_status_t st;
+  int own;
+  msg_status_init(&st);
+  own = status_fill(c->job, &st, srv__now());
   srv__reply_begin(c, msg->id, 0, 1);
   msg_status_pack(&c->out.pk, &st);
   srv__reply_end(c);
   if (own)
     free(st.members); /* the rest is the job's */
+}
+
+void srv_each_job(srv_t *s, srv_job_cb cb, void *arg) {
+  uint64_t now = srv__now();
+  srv__lock(s);
+  for (const job_t *j = s->jobs; j; j = j->next) {
+    msg_status_t st;
+    int own;
+    if (j->rounds == NULL)
+      continue; /* a store only (TCPStore clients) */
+    msg_status_init(&st);
+    own = status_fill(j, &st, now);
+    cb(arg, &st);
+    if (own)
+      free(st.members);
+  }
+  srv__unlock(s);
 }
 
 static void rounds_op(conn_t *c, const proto_msg_t *m) {

@@ -175,4 +175,12 @@ typedef struct srv_stats_s {
 } srv_stats_t;
 void srv_get_stats(const srv_t *s, srv_stats_t *st);
 
+/* Every job with rendezvous state, as STATUS describes it (msg.h's
+ * msg_status_t: running and ended jobs, their nodes, exit codes and root
+ * cause): cb once per job, under the server's lock, with st valid for the
+ * call only. Loop 0's thread (a status page). */
+struct msg_status_s;
+typedef void (*srv_job_cb)(void *arg, const struct msg_status_s *st);
+void srv_each_job(srv_t *s, srv_job_cb cb, void *arg);
+
 #endif /* SERVER_H */

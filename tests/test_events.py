@@ -267,6 +267,27 @@ def node(port, job, host, code, extra=()):
                      env={"LAUNCH_HOSTNAME": host}, name=host)
 
 
+def server_page(srv, marker):
+    """The page of the server's metrics port once it holds marker (None:
+    built without the metrics server)."""
+    got = []
+
+    def listed():
+        log = srv.logtext()
+        if "built without libmicrohttpd" in log:
+            return True
+        m = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", log)
+        if not m:
+            return False
+        with urllib.request.urlopen("http://127.0.0.1:%s/" % m.group(1),
+                                    timeout=5) as r:
+            page = r.read().decode()
+        got[:] = [page]
+        return marker in page
+    lt.wait_until(listed, 30, "%s on the server's page" % marker)
+    return got[0] if got else None
+
+
 def test_server_view(d):
     """Two nodes on a standalone server: node nb's worker exits 3, the job
     fails. The server's event log has both nodes joining and leaving;
@@ -275,7 +296,8 @@ def test_server_view(d):
     failed run is kept; a node with other flags is refused (node_refused
     with the reason); after --keep-ended the job is gone."""
     evp = os.path.join(d, "server.jsonl")
-    with lt.Server("--keep-ended", "10s", "--event-log", evp) as srv, \
+    with lt.Server("--keep-ended", "10s", "--event-log", evp,
+                   "--metrics-port", "127.0.0.1:0") as srv, \
             lt.Cleanup() as c:
         a = c.add(node(srv.port, "sv1", "na", 0))
         b = c.add(node(srv.port, "sv1", "nb", 3))
@@ -297,6 +319,13 @@ def test_server_view(d):
         rc, out, err = status(srv.port, "sv1")
         assert rc == 0 and "ended: FAILED" in out and \
             "root cause: rank 1" in out and "exit 3" in out, (out, err)
+        page = server_page(srv, '<tr class="job failed" data-job="sv1">')
+        if page is not None:
+            row = re.search(r'<tr class="job failed" data-job="sv1">.*?</tr>',
+                            page).group(0)
+            assert re.search(r'data-host="nb">nb: failed, <span class="exit">'
+                             r'exit 3</span>', row), row
+            assert "root cause: rank 1 on nb" in row, row
 
         # the same id again, while the failed run is kept: a new run
         a = c.add(node(srv.port, "sv1", "na", 0))
