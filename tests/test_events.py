@@ -40,21 +40,31 @@ def read_events(path):
     return [json.loads(x) for x in lines]
 
 
+def get_from(log, port_re, path):
+    """GET path from the metrics port that log names (port_re). RET the
+    body, "" while the log names no port, None when built without the
+    metrics server."""
+    if "built without libmicrohttpd" in log:
+        return None
+    m = re.search(port_re, log)
+    if not m:
+        return ""
+    with urllib.request.urlopen("http://127.0.0.1:%s%s" % (m.group(1), path),
+                                timeout=5) as r:
+        return r.read().decode()
+
+
 def scrape_checkpoint(agent):
     """The agent's checkpoint series once it has them (None: built without
     the metrics server)."""
     out = {}
 
     def have():
-        text = agent.output()
-        if "built without libmicrohttpd" in text:
+        body = get_from(agent.output(),
+                        r"metrics of job \S+ on http://127\.0\.0\.1:(\d+)/",
+                        "/metrics")
+        if body is None:
             return True
-        m = re.search(r"metrics of job \S+ on http://127\.0\.0\.1:(\d+)/", text)
-        if not m:
-            return False
-        url = "http://127.0.0.1:%s/metrics" % m.group(1)
-        with urllib.request.urlopen(url, timeout=5) as r:
-            body = r.read().decode()
         for name in ("launch_checkpoint_bytes",
                      "launch_checkpoint_write_seconds"):
             v = re.search(r"^%s\{[^}]*\} (\S+)$" % name, body, re.M)
@@ -273,15 +283,10 @@ def server_page(srv, marker):
     got = []
 
     def listed():
-        log = srv.logtext()
-        if "built without libmicrohttpd" in log:
+        page = get_from(srv.logtext(),
+                        r"metrics on http://127\.0\.0\.1:(\d+)/metrics", "/")
+        if page is None:
             return True
-        m = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", log)
-        if not m:
-            return False
-        with urllib.request.urlopen("http://127.0.0.1:%s/" % m.group(1),
-                                    timeout=5) as r:
-            page = r.read().decode()
         got[:] = [page]
         return marker in page
     lt.wait_until(listed, 30, "%s on the server's page" % marker)
@@ -341,6 +346,10 @@ def test_server_view(d):
 
         # a node with other flags than the job's is refused
         a = c.add(node(srv.port, "sv2", "na", 0))
+        lt.wait_until(lambda: any(e["event"] == "node_joined" and
+                                  e["job"] == "sv2"
+                                  for e in read_events(evp)),
+                      30, "na joined sv2")  # its flags are the job's
         b = c.add(node(srv.port, "sv2", "nb", 0, ("--max-restarts", "3")))
         assert b.wait(60) != 0, b.output()
         refused = []
