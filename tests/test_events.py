@@ -381,6 +381,24 @@ def test_server_view(d):
           "then forgotten" % len(ev))
 
 
+def test_kept_make_room(d):
+    """--max-jobs 1: a job ended and kept for status never refuses the next
+    job; the kept one goes to make room."""
+    with lt.Server("--max-jobs", "1", "--keep-ended", "10m") as srv:
+        for job in ("k1", "k2"):
+            rc, out = lt.launch_wait(
+                ["--rdzv-endpoint", "127.0.0.1:%d" % srv.port, "--rdzv-id",
+                 job, "--nnodes", "1", "--nproc-per-node", "1",
+                 "--no-python", "true"], name=job, timeout=60)
+            assert rc == 0, out
+            rc, out, err = status(srv.port, job, "--json")
+            assert rc == 0 and json.loads(out)["ok"] is True, (out, err)
+        # k2 took k1's room (and asking for k1 takes k2's)
+        rc, out, err = status(srv.port, "k1")
+        assert rc == 1 and "knows no job 'k1'" in err, (out, err)
+    print("kept jobs make room: a second job under --max-jobs 1 ran")
+
+
 def hold(port):
     """A connection that said it speaks the native protocol: not silent,
     so the server does not close it to make room."""
@@ -445,6 +463,7 @@ def main():
     try:
         test_limit_hit(d)
         test_server_view(d)
+        test_kept_make_room(d)
         test_checkpoint_metrics(d)
         test_console(d)
         test_straggler(d)
