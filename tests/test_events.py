@@ -399,6 +399,50 @@ def test_kept_make_room(d):
     print("kept jobs make room: a second job under --max-jobs 1 ran")
 
 
+TS_FILL = r"""
+import datetime, sys
+import torch.distributed as dist
+s = dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False,
+                  timeout=datetime.timedelta(seconds=10))
+s.set("k1", b"x" * 40000)
+try:
+    s.set("k2", b"y" * 40000)
+    s.get("k2")
+except Exception as e:
+    print("refused:", e)
+"""
+
+
+def test_limit_store(d):
+    """A PyTorch TCPStore client fills its job's store over
+    --max-store-bytes: limit_hit names the limit, its value and the job.
+    Needs PyTorch (LAUNCH_VENV's python, or this one)."""
+    py = os.path.join(os.environ.get("LAUNCH_VENV", ""), "bin", "python")
+    if not os.environ.get("LAUNCH_VENV") or not os.path.exists(py):
+        py = sys.executable
+    if subprocess.run([py, "-c", "import torch.distributed"],
+                      capture_output=True).returncode != 0:
+        print("note: no PyTorch (set LAUNCH_VENV): the TCPStore limit_hit "
+              "is not tested")
+        return
+    evp = os.path.join(d, "store-limit.jsonl")
+    with lt.Server("--max-store-bytes", "64K", "--event-log", evp) as srv:
+        r = subprocess.run([py, "-c", TS_FILL, str(srv.port)],
+                           capture_output=True, text=True, timeout=120)
+        assert "refused:" in r.stdout, (r.stdout, r.stderr)
+        hits = []
+
+        def seen():
+            hits[:] = [e for e in read_events(evp)
+                       if e["event"] == "limit_hit"]
+            return hits
+        lt.wait_until(seen, 10, "limit_hit")
+    h = hits[0]
+    assert h["limit"] == "max-store-bytes" and h["value"] == 65536 and \
+        h["job"] == "default" and h["refused"].startswith("TCPStore SET"), h
+    print("limit_hit from a TCPStore client: %s" % h["refused"])
+
+
 def hold(port):
     """A connection that said it speaks the native protocol: not silent,
     so the server does not close it to make room."""
@@ -462,6 +506,7 @@ def main():
     d = tempfile.mkdtemp(prefix="launch-events-")
     try:
         test_limit_hit(d)
+        test_limit_store(d)
         test_server_view(d)
         test_kept_make_room(d)
         test_checkpoint_metrics(d)
