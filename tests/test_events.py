@@ -258,6 +258,17 @@ def test_straggler(d):
     print("straggler: rank 1 flagged once, score %.2f" % f["score"])
 
 
+def wait_event(path, kind, timeout):
+    """The events of that kind in the log at path, once there is one."""
+    got = []
+
+    def seen():
+        got[:] = [e for e in read_events(path) if e["event"] == kind]
+        return got
+    lt.wait_until(seen, timeout, "%s in %s" % (kind, path))
+    return got
+
+
 def status(port, job, *extra):
     r = subprocess.run([lt.launch_bin(), "status", "--rdzv-endpoint",
                         "127.0.0.1:%d" % port, "--rdzv-id", job] +
@@ -352,13 +363,7 @@ def test_server_view(d):
                       30, "na joined sv2")  # its flags are the job's
         b = c.add(node(srv.port, "sv2", "nb", 0, ("--max-restarts", "3")))
         assert b.wait(60) != 0, b.output()
-        refused = []
-
-        def seen_refused():
-            refused[:] = [e for e in read_events(evp)
-                          if e["event"] == "node_refused"]
-            return refused
-        lt.wait_until(seen_refused, 30, "node_refused in the server's log")
+        refused = wait_event(evp, "node_refused", 30)
         assert refused[0]["host"] == "nb" and refused[0]["job"] == "sv2" and \
             "same flags" in refused[0]["reason"], refused
         a.signal(signal.SIGTERM)
@@ -430,13 +435,7 @@ def test_limit_store(d):
         r = subprocess.run([py, "-c", TS_FILL, str(srv.port)],
                            capture_output=True, text=True, timeout=120)
         assert "refused:" in r.stdout, (r.stdout, r.stderr)
-        hits = []
-
-        def seen():
-            hits[:] = [e for e in read_events(evp)
-                       if e["event"] == "limit_hit"]
-            return hits
-        lt.wait_until(seen, 10, "limit_hit")
+        hits = wait_event(evp, "limit_hit", 10)
     h = hits[0]
     assert h["limit"] == "max-store-bytes" and h["value"] == 65536 and \
         h["job"] == "default" and h["refused"].startswith("TCPStore SET"), h
