@@ -858,6 +858,7 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
     m->fp = fp;
     fp = NULL;
     set_state(m, M_JOINING);
+    m->reported = 0; /* how its workers end is told again each round */
     m->join_id = msg->id;
     m->last_hb = srv__now();
     LU_DBG(&s->log, LU_DBG_ROUNDS, "job %s: %s (%s) joins, %d joining",

@@ -617,14 +617,15 @@ static uint64_t job_due(const srv_t *s, const job_t *j) {
   return keep ? keep : j->idle_since + s->cfg.job_grace_ms;
 }
 
-/* Forget the ended job kept the longest (its record only: no connection,
- * no data) to make room. RET 1 when one went. */
+/* Forget the ended job kept the longest (no connection; every node of it
+ * left, so its keys were the finished run's) to make room. RET 1 when one
+ * went. */
 static int evict_ended(srv_t *s) {
   job_t **pp, **oldest = NULL;
   uint64_t best = UINT64_MAX;
   for (pp = &s->jobs; *pp; pp = &(*pp)->next) {
     uint64_t keep = s->rounds_job_keep ? s->rounds_job_keep(*pp) : 0;
-    if (keep && !job_live(*pp) && keep < best) {
+    if (keep && (*pp)->nconns == 0 && keep < best) {
       best = keep;
       oldest = pp;
     }
@@ -789,11 +790,14 @@ static void gc_cb_locked(uv_timer_t *t) {
   job_t **pp = &s->jobs;
   int freed = 0;
   /* A job with no connection and nothing stored is forgotten after the
-   * grace (throw-away HELLOs, a finished run whose agents left); one that
-   * holds data stays, as TCPStore's keys outlive their clients. */
+   * grace (throw-away HELLOs); one that holds data stays, as TCPStore's
+   * keys outlive their clients, except a finished rendezvous job whose
+   * nodes all left: its keys were that run's, and it goes with its end
+   * after --keep-ended. */
   while (*pp) {
     job_t *j = *pp;
-    if (j->nconns == 0 && store_is_empty(j->store)) {
+    if (j->nconns == 0 && (store_is_empty(j->store) ||
+                           (s->rounds_job_keep && s->rounds_job_keep(j)))) {
       uint64_t due = job_due(s, j);
       if (due <= now) {
         *pp = j->next;

@@ -277,14 +277,14 @@ def status(port, job, *extra):
     return r.returncode, r.stdout, r.stderr
 
 
-def node(port, job, host, code, extra=()):
+def node(port, job, host, code, extra=(), cmd=None):
     """One agent of a 2-node job on the standalone server; its worker
-    exits with code."""
+    exits with code, or runs cmd."""
     return lt.launch(["--rdzv-endpoint", "127.0.0.1:%d" % port,
                       "--rdzv-id", job, "--nnodes", "2",
                       "--nproc-per-node", "1", "--max-restarts", "0"] +
-                     list(extra) + ["--no-python", "sh", "-c",
-                                    "exit %d" % code],
+                     list(extra) + ["--no-python"] +
+                     (cmd or ["sh", "-c", "exit %d" % code]),
                      env={"LAUNCH_HOSTNAME": host}, name=host)
 
 
@@ -343,9 +343,12 @@ def test_server_view(d):
                              r'exit 3</span>', row), row
             assert "root cause: rank 1 on nb" in row, row
 
-        # the same id again, while the failed run is kept: a new run
-        a = c.add(node(srv.port, "sv1", "na", 0))
-        b = c.add(node(srv.port, "sv1", "nb", 0))
+        # the same id again, while the failed run is kept: a new run, whose
+        # workers leave keys in the store (progress, barriers)
+        hw = [os.path.join(os.path.dirname(lt.launch_bin()), "..", "tests",
+                           "hang_worker"), "3", "run", d]
+        a = c.add(node(srv.port, "sv1", "na", 0, cmd=hw))
+        b = c.add(node(srv.port, "sv1", "nb", 0, cmd=hw))
         assert b.wait(120) == 0, b.output()
         assert a.wait(120) == 0, a.output()
         rc, out, err = status(srv.port, "sv1", "--json")
@@ -371,6 +374,7 @@ def test_server_view(d):
 
         def gone():
             return status(srv.port, "sv1")[0] == 1
+        # its workers' keys go with it
         lt.wait_until(gone, 60, "the ended job forgotten after --keep-ended")
         assert "knows no job 'sv1'" in status(srv.port, "sv1")[2]
     ev = read_events(evp)
