@@ -200,9 +200,10 @@ def test_kill_and_resume(d):
     assert "rank 1" in r["reason"] or "SIGKILL" in r["reason"], r
     assert 0 < r["downtime_s"] < 60, r
     # a lower bound: the last step the agent saw (reports are rate-limited
-    # and read once a second) or the last checkpoint committed
-    assert r["last_step"] >= resumed and \
-        r["steps_redone"] == r["last_step"] - resumed, r
+    # and read once a second) or the last checkpoint committed; a commit
+    # after what the agent saw can make the resumed step the newer one
+    assert r["last_step"] >= 0 and \
+        r["steps_redone"] == max(0, r["last_step"] - resumed), r
     assert E[15]["exit_code"] == 0 and E[16]["exit_code"] == 0
     assert E[17]["ok"] is True and E[17]["exit_code"] == 0
     s = E[18]
