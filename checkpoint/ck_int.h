@@ -213,6 +213,8 @@ typedef struct ck_record_s {
   double time;           /* unix seconds of the commit; 0 unknown */
   int world_size;        /* 0 unknown */
   int replicated;
+  double write_s;        /* seconds writing the shard ("write_ms"); 0
+                            unknown (an older writer) */
 } ck_record_t;
 
 typedef struct ck_manifest_s {

@@ -178,6 +178,7 @@ static int ck_do_save(ckpt_t *c, int64_t step, const struct iovec *iov,
                       int iovcnt) {
   char sdir[4096], err[CKPT_PROBLEM_MAX];
   ck_record_t rec;
+  uint64_t t0;
   int rc;
   if (snprintf(sdir, sizeof(sdir), "%s/step-%lld", c->dir, (long long)step) >=
       (int)sizeof(sdir))
@@ -189,6 +190,7 @@ static int ck_do_save(ckpt_t *c, int64_t step, const struct iovec *iov,
   memset(&rec, 0, sizeof(rec));
   rec.rank = c->rank;
   ck_shard_name(c->rank, rec.file, sizeof(rec.file));
+  t0 = lu_now_ns();
   if ((rc = ck_write_shard(sdir, rec.file, iov, iovcnt, &rec.size, rec.sha)) !=
       0) {
     ck_log(&c->log, 0, "writing %s/%s: %s", sdir, rec.file,
@@ -196,6 +198,8 @@ static int ck_do_save(ckpt_t *c, int64_t step, const struct iovec *iov,
     return rc;
   }
   rec.time = lu_wall_s();
+  /* At least a millisecond: 0 says "unknown". */
+  rec.write_s = LU_MAX(1e-3, (double)(lu_now_ns() - t0) / 1e9);
   rec.world_size = c->world;
   rec.replicated = c->replicated;
   if (c->client)

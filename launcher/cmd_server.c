@@ -13,7 +13,9 @@
 
 #include "config.h"
 #include "launch.h"
+#include "events.h"
 #include "metrics.h"
+#include "page.h"
 #include "proto.h"
 #include "server.h"
 
@@ -24,8 +26,10 @@ typedef struct server_main_s {
   lu_log_t log;
   int stopping;
   met_t *met;           /* --metrics-port (metrics.h) */
+  ev_log_t *ev;         /* --event-log: the server's events */
   uv_timer_t met_timer;
   char met_labels[300];
+  char host[256];       /* this host's name (the page's title) */
   size_t max_memory;
 } server_main_t;
 
@@ -37,10 +41,23 @@ static void on_closed(void *arg) {
     uv_close((uv_handle_t *)&m->met_timer, NULL);
 }
 
-/* The server's series, once a second (docs/monitoring.md). */
+typedef struct page_jobs_s {
+  lu_buf_t *b;
+  size_t n;
+} page_jobs_t;
+
+static void page_job_cb(void *arg, const struct msg_status_s *st) {
+  page_jobs_t *pj = arg;
+  page_job(pj->b, st);
+  pj->n++;
+}
+
+/* The server's series, and its page of jobs (page.h), once a second
+ * (docs/monitoring.md). */
 static void met_cb(uv_timer_t *t) {
   server_main_t *m = t->data;
-  lu_buf_t b = LU_BUF_INIT;
+  lu_buf_t b = LU_BUF_INIT, pb = LU_BUF_INIT;
+  page_jobs_t pj = {&pb, 0};
   srv_stats_t st;
   char *text;
   if (m->stopping)
@@ -49,6 +66,11 @@ static void met_cb(uv_timer_t *t) {
   met_server(&b, m->met_labels, &st, (double)m->max_memory);
   if (lu_buf_finish(&b, &text, NULL) == 0)
     met_publish(m->met, text);
+  page_jobs_begin(&pb, m->host);
+  srv_each_job(m->srv, page_job_cb, &pj);
+  page_jobs_end(&pb, pj.n);
+  if (lu_buf_finish(&pb, &text, NULL) == 0)
+    met_publish_page(m->met, text);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -138,6 +160,20 @@ int launch_cmd_server(int argc, char **argv) {
   cfg.token = token;
   cfg.token_len = token_len;
   cfg.log = &m.log;
+  if (c.srv_event_log[0]) {
+    char host[256] = "localhost";
+    gethostname(host, sizeof(host) - 1);
+    if ((rc = ev_open(c.srv_event_log, 0, "", host, &m.ev)) != 0) {
+      launch_usage_error("--event-log: cannot open %s: %s", c.srv_event_log,
+                         strerror(-rc));
+      free(token);
+      cfg_free(&c);
+      return 2;
+    }
+    /* Written under the server's lock, by one loop at a time. */
+    cfg.on_event = ev_server_cb;
+    cfg.event_arg = m.ev;
+  }
   launch_raise_nofile();
   signal(SIGPIPE, SIG_IGN);
   /* Large blocks straight from mmap and back on free: the resident size
@@ -159,6 +195,7 @@ int launch_cmd_server(int argc, char **argv) {
     /* srv_new said what was wrong. */
     uv_loop_close(&m.loop);
     free(token);
+    ev_close(m.ev);
     return 2;
   }
   if (rc != 0) {
@@ -172,6 +209,7 @@ int launch_cmd_server(int argc, char **argv) {
     uv_run(&m.loop, UV_RUN_DEFAULT);
     uv_loop_close(&m.loop);
     free(token);
+    ev_close(m.ev);
     return 1;
   }
   printf("launch server listening on %s port %d%s%s%s, %d event loop%s\n",
@@ -193,6 +231,7 @@ int launch_cmd_server(int argc, char **argv) {
       met_label_escape(host, esc, sizeof(esc));
       snprintf(m.met_labels, sizeof(m.met_labels), "node=\"%s\"", esc);
       m.max_memory = cfg.max_memory;
+      lu_strlcpy(m.host, host, sizeof(m.host));
       printf("launch server metrics on http://%s:%d/metrics\n",
              met_addr[0] ? met_addr : host, met_port(m.met));
       fflush(stdout);
@@ -210,6 +249,7 @@ int launch_cmd_server(int argc, char **argv) {
   uv_run(&m.loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(&m.loop);
   met_stop(m.met);
+  ev_close(m.ev);
   if (token) {
     memset(token, 0, token_len);
     free(token);

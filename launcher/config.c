@@ -947,6 +947,9 @@ static const setting_t settings[CFG_S_COUNT] = {
     FN(SRV_METRICS_PORT, "--metrics-port", NULL, "[ADDR:]PORT",
        set_metrics_port, CMD_SERVER, "serve Prometheus metrics there (0: a "
        "free port, printed; docs/monitoring.md)"),
+    STR(SRV_EVENT_LOG, "--event-log", NULL, "FILE", srv_event_log, 1,
+        CMD_SERVER, "append the server's events (nodes joined, left, "
+        "refused; limits hit) as JSON Lines (docs/events.md#server)"),
     FN(SRV_THREADS, "--threads", NULL, "N", set_srv_threads, CMD_SERVER,
        "event loops serving connections (default a quarter of the online "
        "cores, at most 8, at least 1)"),
@@ -983,6 +986,14 @@ static const setting_t settings[CFG_S_COUNT] = {
     SRV_MS(SRV_JOB_GRACE, "--job-grace", job_grace_ms,
            "a job with no connection and no data is forgotten after T "
            "(default 60s)"),
+    ROW(SRV_KEEP_ENDED, "--keep-ended", NULL, "T", T_MS,
+        SRV_OFF(keep_ended_ms), SRV_SZ(keep_ended_ms), 0, 0, NULL, NULL,
+        CMD_LIMITS, "an ended job's state, exit codes and root cause stay "
+        "visible to launch status for T after its last node left (default "
+        "10m; 0: forgotten at once; sooner when the room is needed)"),
+    SRV_MS(SRV_LIMIT_EVENT, "--limit-event-interval", limit_event_ms,
+           "at most one limit_hit event per limit per T, with the count of "
+           "refusals (default 10s)"),
     FN(SRV_TRACE, "--trace-ms", NULL, "MS", set_srv_trace, CMD_DEBUG,
        "log every event-loop callback that ran this long or longer (wall "
        "time, CPU time, lock waits, the connection), and the longest at "

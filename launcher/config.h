@@ -67,12 +67,13 @@ typedef enum {
   CFG_S_SRV_TOKEN_FILE, CFG_S_SRV_ISSUE_KEY, CFG_S_SRV_TLS_CERT,
   CFG_S_SRV_TLS_KEY, CFG_S_SRV_TLS_CA, CFG_S_SRV_TCPSTORE_JOB,
   CFG_S_SRV_TCPSTORE_ALLOW, CFG_S_SRV_METRICS_PORT, CFG_S_SRV_THREADS,
+  CFG_S_SRV_EVENT_LOG,
   /* its limits (docs/protocol.md#limits) */
   CFG_S_SRV_MAX_MEMORY, CFG_S_SRV_MAX_STORE, CFG_S_SRV_MAX_INPUT,
   CFG_S_SRV_MAX_OUT, CFG_S_SRV_MAX_FRAME, CFG_S_SRV_MAX_VALUE,
   CFG_S_SRV_MAX_WAITS, CFG_S_SRV_MAX_CONNS, CFG_S_SRV_MAX_CONNS_ADDR,
   CFG_S_SRV_MAX_JOBS, CFG_S_SRV_MAX_JOBS_ADDR, CFG_S_SRV_HANDSHAKE,
-  CFG_S_SRV_JOB_GRACE,
+  CFG_S_SRV_JOB_GRACE, CFG_S_SRV_KEEP_ENDED, CFG_S_SRV_LIMIT_EVENT,
   /* its debug knobs (launch server --help-debug; LAUNCH_SERVER_*) */
   CFG_S_SRV_TRACE, CFG_S_SRV_TURN, CFG_S_SRV_PASS, CFG_S_SRV_PLAIN_LOCK,
   CFG_S_SRV_LOCK_SPINS, CFG_S_SRV_BIG_CACHE, CFG_S_HELP_DEBUG,
@@ -218,6 +219,7 @@ typedef struct cfg_s {
   srv_config_t srv;
   char srv_host[256], srv_unix[PATH_MAX], srv_port_file[PATH_MAX];
   char srv_issue_key[256], srv_tcpstore_job[256];
+  char srv_event_log[PATH_MAX]; /* launch server --event-log */
   /* `launch ckpt`'s (CFG_CKPT_CMD): --layout is ckpt_layout above */
   char ckpt_ranks[256];      /* --ranks LIST as given ("" all) */
   /* the positional arguments of a command that takes them among its

@@ -315,7 +315,7 @@ static void server_refusals(lu_buf_t *b, const char *labels,
              "refused them");
   for (int l = 0; l < SRV_LIMIT_COUNT; l++) {
     snprintf(lab, sizeof(lab), "%s%slimit=\"%s\"", labels ? labels : "", sep,
-             srv_limit_name(l));
+             srv_limit_label(l));
     met_sample(b, "launch_server_refusals_total", lab, (double)st->refused[l]);
   }
 }

@@ -456,6 +456,77 @@ static int mem_fixed_room(const srv_t *s, size_t cost) {
   return s->mem.conns + s->mem.jobs + cost <= fixed_share(s);
 }
 
+int srv__mem_job_charge(srv_t *s, size_t n) {
+  if (!mem_fixed_room(s, n))
+    return -1;
+  s->mem.jobs += n;
+  mem_update(s);
+  return 0;
+}
+
+void srv__mem_job_release(srv_t *s, size_t n) {
+  s->mem.jobs -= n;
+  mem_update(s);
+}
+
+/* ---- events for the owner (srv_config_t.on_event) ----------------------------------- */
+
+static const char *const limit_names[SRV_LIMIT_COUNT] = {
+#define SRV_LIMIT_NAME(id, opt, label) opt,
+    SRV_LIMITS(SRV_LIMIT_NAME)
+#undef SRV_LIMIT_NAME
+};
+static const char *const limit_labels[SRV_LIMIT_COUNT] = {
+#define SRV_LIMIT_LABEL(id, opt, label) label,
+    SRV_LIMITS(SRV_LIMIT_LABEL)
+#undef SRV_LIMIT_LABEL
+};
+
+const char *srv_limit_name(int limit) {
+  return limit >= 0 && limit < SRV_LIMIT_COUNT ? limit_names[limit]
+                                               : "unknown";
+}
+
+const char *srv_limit_label(int limit) {
+  return limit >= 0 && limit < SRV_LIMIT_COUNT ? limit_labels[limit] : NULL;
+}
+
+void srv__event(srv_t *s, const srv_event_t *ev) {
+  if (s->cfg.on_event && !s->closing)
+    s->cfg.on_event(s->cfg.event_arg, ev);
+}
+
+void srv__limit_hit(srv_t *s, int limit, uint64_t value, const char *job,
+                    const char *peer, const char *fmt, ...) {
+  uint64_t now = srv__now();
+  char what[512];
+  srv_event_t ev;
+  va_list ap;
+  if (s->cfg.on_event == NULL || limit < 0 || limit >= SRV_LIMIT_COUNT)
+    return;
+  /* A flood of refusals is one line per limit per limit_event_ms, with
+   * their count. */
+  s->limit_ev[limit].pending++;
+  if (s->limit_ev[limit].last_ms != 0 &&
+      now - s->limit_ev[limit].last_ms < s->cfg.limit_event_ms)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  memset(&ev, 0, sizeof(ev));
+  ev.kind = SRV_EV_LIMIT_HIT;
+  ev.job = job;
+  ev.addr = peer;
+  ev.round = -1;
+  ev.reason = what;
+  ev.limit = limit;
+  ev.value = value;
+  ev.count = s->limit_ev[limit].pending;
+  s->limit_ev[limit].last_ms = now;
+  s->limit_ev[limit].pending = 0;
+  srv__event(s, &ev);
+}
+
 /* Memory was freed: connections waiting for it try again this turn. */
 static void mem_released(srv_t *s) {
   mem_update(s);
@@ -539,6 +610,36 @@ static int job_live(const job_t *j) {
   return j->nconns > 0 || !store_is_empty(j->store);
 }
 
+/* When a job with no connection and no data is forgotten: at the end of
+ * its record's keep (an ended job), else after the grace. */
+static uint64_t job_due(const srv_t *s, const job_t *j) {
+  uint64_t keep = s->rounds_job_keep ? s->rounds_job_keep(j) : 0;
+  return keep ? keep : j->idle_since + s->cfg.job_grace_ms;
+}
+
+/* Forget the ended job kept the longest (no connection; every node of it
+ * left, so its keys were the finished run's) to make room. RET 1 when one
+ * went. */
+static int evict_ended(srv_t *s) {
+  job_t **pp, **oldest = NULL;
+  uint64_t best = UINT64_MAX;
+  for (pp = &s->jobs; *pp; pp = &(*pp)->next) {
+    uint64_t keep = s->rounds_job_keep ? s->rounds_job_keep(*pp) : 0;
+    if (keep && (*pp)->nconns == 0 && keep < best) {
+      best = keep;
+      oldest = pp;
+    }
+  }
+  if (oldest) {
+    job_t *old = *oldest;
+    *oldest = old->next;
+    job_free(s, old);
+    mem_update(s);
+    return 1;
+  }
+  return 0;
+}
+
 static uint32_t addr_live_jobs(const srv_t *s, const srv_addr_t *a) {
   uint32_t n = 0;
   for (const job_t *j = s->jobs; j; j = j->next)
@@ -557,10 +658,16 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
     lu_errf(err, errcap, "a job id has 1 to 255 bytes");
     return NULL;
   }
+  /* Ended jobs kept for status make room for a new one. */
+  while ((s->njobs >= s->cfg.max_jobs || !mem_fixed_room(s, SRV_JOB_COST)) &&
+         evict_ended(s))
+    ;
   if (s->njobs >= s->cfg.max_jobs) {
     SRV_REFUSED(s, MAX_JOBS);
     lu_errf(err, errcap, "cannot create job '%.*s': %u jobs exist, the "
             "server's limit (--max-jobs)", (int)len, name, s->cfg.max_jobs);
+    srv__limit_hit(s, SRV_LIMIT_MAX_JOBS, s->cfg.max_jobs, NULL,
+                   c ? c->peer : NULL, "a new job ('%.*s')", (int)len, name);
     return NULL;
   }
   /* At the limit, the address's oldest job not in use (a finished run's
@@ -581,12 +688,14 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
   }
   if (a && a->njobs >= s->cfg.max_jobs_per_addr &&
       addr_live_jobs(s, a) >= s->cfg.max_jobs_per_addr) {
-    SRV_REFUSED(s, JOBS_PER_ADDR);
+    SRV_REFUSED(s, MAX_JOBS_PER_ADDR);
     lu_errf(err, errcap, "cannot create job '%.*s': %u jobs created from "
             "%s are in use (connected, or holding data), the server's "
             "per-address limit of %u: end some, or raise it (launch server "
             "--max-jobs-per-addr N)", (int)len, name, addr_live_jobs(s, a),
             c->peer, s->cfg.max_jobs_per_addr);
+    srv__limit_hit(s, SRV_LIMIT_MAX_JOBS_PER_ADDR, s->cfg.max_jobs_per_addr,
+                   NULL, c->peer, "a new job ('%.*s')", (int)len, name);
     return NULL;
   }
   if (!mem_fixed_room(s, SRV_JOB_COST)) {
@@ -594,6 +703,9 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
     lu_errf(err, errcap, "cannot create job '%.*s': connections and jobs "
             "hold their quarter of --max-memory %zu", (int)len, name,
             s->cfg.max_memory);
+    srv__limit_hit(s, SRV_LIMIT_MAX_MEMORY, s->cfg.max_memory, NULL,
+                   c ? c->peer : NULL, "a new job ('%.*s'): connections and "
+                   "jobs hold their quarter", (int)len, name);
     return NULL;
   }
   if ((j = calloc(1, sizeof(*j) + len + 1)) == NULL ||
@@ -618,7 +730,7 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
   s->mem.jobs += SRV_JOB_COST;
   mem_update(s);
   /* A job nobody attaches to (a refused HELLO) goes after the grace. */
-  gc_schedule(s, j->idle_since + s->cfg.job_grace_ms);
+  gc_schedule(s, job_due(s, j));
   return j;
 }
 
@@ -647,7 +759,7 @@ static void job_detach(conn_t *c) {
       }
     }
     j->idle_since = srv__now();
-    gc_schedule(s, j->idle_since + s->cfg.job_grace_ms);
+    gc_schedule(s, job_due(s, j));
   }
 }
 
@@ -681,12 +793,15 @@ static void gc_cb_locked(uv_timer_t *t) {
   job_t **pp = &s->jobs;
   int freed = 0;
   /* A job with no connection and nothing stored is forgotten after the
-   * grace (throw-away HELLOs, a finished run whose agents left); one that
-   * holds data stays, as TCPStore's keys outlive their clients. */
+   * grace (throw-away HELLOs); one that holds data stays, as TCPStore's
+   * keys outlive their clients, except a finished rendezvous job whose
+   * nodes all left: its keys were that run's, and it goes with its end
+   * after --keep-ended. */
   while (*pp) {
     job_t *j = *pp;
-    if (j->nconns == 0 && store_is_empty(j->store)) {
-      uint64_t due = j->idle_since + s->cfg.job_grace_ms;
+    if (j->nconns == 0 && (store_is_empty(j->store) ||
+                           (s->rounds_job_keep && s->rounds_job_keep(j)))) {
+      uint64_t due = job_due(s, j);
       if (due <= now) {
         *pp = j->next;
         job_free(s, j);
@@ -1769,17 +1884,25 @@ int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,
 /* The input buffer cannot take the next request. */
 static void in_exhausted(conn_t *c) {
   srv_t *s = c->srv;
-  if (c->in_full)
+  if (c->in_full) {
     srv__bad_input(c, "server input budget (%zu bytes of unfinished "
                       "requests, --max-input-bytes) exhausted; closing",
                    s->cfg.max_in_bytes);
-  else if (c->state != CONN_READY)
+    srv__limit_hit(s, SRV_LIMIT_MAX_INPUT_BYTES, s->cfg.max_in_bytes,
+                   c->job ? c->job->name : NULL, c->peer, "a request: the "
+                   "connection was closed");
+  } else if (c->state == CONN_READY) {
+    srv__bad_input(c, "request larger than the %u-byte limit",
+                   s->cfg.max_frame);
+    srv__limit_hit(s, SRV_LIMIT_MAX_FRAME, s->cfg.max_frame,
+                   c->job ? c->job->name : NULL, c->peer, "a request of more "
+                   "than %u bytes: the connection was closed",
+                   s->cfg.max_frame);
+  } else {
     srv__bad_input(c, "%zu bytes before authentication, over the %u-byte "
                       "limit of a HELLO; closing",
                    c->in_len, SRV_HELLO_MAX_FRAME);
-  else
-    srv__bad_input(c, "request larger than the %u-byte limit",
-                   s->cfg.max_frame);
+  }
   srv__conn_close(c);
 }
 
@@ -2404,11 +2527,17 @@ static void on_connection_locked(uv_stream_t *server, int status) {
     SRV_REFUSED(s, MAX_CONNS);
     log_refused(s, "%u connections open, the limit (raise it with "
                    "--max-conns)", s->cfg.max_conns);
+    srv__limit_hit(s, SRV_LIMIT_MAX_CONNS, s->cfg.max_conns, NULL, NULL,
+                   "a connection");
     refuse_accept(server);
     return;
   }
+  if (!mem_fixed_room(s, SRV_CONN_COST))
+    evict_ended(s);
   if (!mem_fixed_room(s, SRV_CONN_COST)) {
     SRV_REFUSED(s, MAX_MEMORY);
+    srv__limit_hit(s, SRV_LIMIT_MAX_MEMORY, s->cfg.max_memory, NULL, NULL,
+                   "a connection: connections and jobs hold their quarter");
     log_refused(s, "connections and jobs hold their quarter of "
                    "--max-memory %zu (16 KiB a connection): raise "
                    "--max-memory", s->cfg.max_memory);
@@ -2464,10 +2593,13 @@ static void on_connection_locked(uv_stream_t *server, int status) {
     if (a != NULL && a->nconns >= s->cfg.max_conns_per_addr)
       evict_silent(s, a);
     if (a == NULL || a->nconns >= s->cfg.max_conns_per_addr) {
-      SRV_REFUSED(s, CONNS_PER_ADDR);
+      SRV_REFUSED(s, MAX_CONNS_PER_ADDR);
       log_refused(s, "%s has %u connections open, the per-address limit "
                      "(--max-conns-per-addr)", c->peer,
                   a ? a->nconns : 0);
+      srv__limit_hit(s, SRV_LIMIT_MAX_CONNS_PER_ADDR,
+                     s->cfg.max_conns_per_addr, NULL, c->peer,
+                     "a connection");
       addr_put(s, a);
       if (c->handle_ready) {
         s->closing_conns++;
@@ -2622,6 +2754,8 @@ static int derive_limits(srv_t *s) {
     c->max_jobs_per_addr = c->max_jobs;
   if (c->handshake_ms == 0)
     c->handshake_ms = 10000;
+  if (c->limit_event_ms == 0)
+    c->limit_event_ms = 10000;
   if ((size_t)c->max_value + (64u << 10) > c->max_out_bytes) {
     LU_ERR(&s->log, "a value of --max-value %u bytes would not fit in the "
                     "%zu bytes of replies one connection may hold (an "
@@ -2861,15 +2995,6 @@ int srv_listen(srv_t *s) {
 }
 
 int srv_port(const srv_t *s) { return s->port; }
-
-const char *srv_limit_name(int limit) {
-  static const char *const names[] = {
-#define SRV_XX(name, str) str,
-      SRV_LIMIT_MAP(SRV_XX)
-#undef SRV_XX
-  };
-  return limit >= 0 && limit < SRV_LIMIT_COUNT ? names[limit] : NULL;
-}
 
 void srv_get_stats(const srv_t *s, srv_stats_t *st) {
   srv__lock((srv_t *)s);

@@ -80,8 +80,8 @@ int main(void) {
   a2 = open_client(port, "a", &rc); /* a second connection to job a */
   ASSERT(rc != 0);
   s1 = stats();
-  ASSERT_EQ(s0.refused[SRV_LIMIT_CONNS_PER_JOB] + 1,
-            s1.refused[SRV_LIMIT_CONNS_PER_JOB]);
+  ASSERT_EQ(s0.refused[SRV_LIMIT_MAX_CONNS_PER_JOB] + 1,
+            s1.refused[SRV_LIMIT_MAX_CONNS_PER_JOB]);
   b = open_client(port, "b", &rc); /* job b */
   ASSERT_EQ(0, rc);
   /* TCPStore ops, by their own names (job ts: the third of three). */
@@ -108,8 +108,8 @@ int main(void) {
   memset(big, 'x', sizeof(big));
   ASSERT(rdzv_set(b, "big", big, sizeof(big), test_ms(5000)) != 0);
   s1 = stats();
-  ASSERT_EQ(s0.refused[SRV_LIMIT_STORE_BYTES] + 1,
-            s1.refused[SRV_LIMIT_STORE_BYTES]);
+  ASSERT_EQ(s0.refused[SRV_LIMIT_MAX_STORE_BYTES] + 1,
+            s1.refused[SRV_LIMIT_MAX_STORE_BYTES]);
   ASSERT_EQ(s0.refused[SRV_LIMIT_MAX_CONNS], s1.refused[SRV_LIMIT_MAX_CONNS]);
   (void)a2;
 
