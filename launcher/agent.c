@@ -33,6 +33,7 @@
 #include "env.h"
 #include "events.h"
 #include "hang.h"
+#include "jobreg.h"
 #include "metrics.h"
 #include "page.h"
 #include "launch.h"
@@ -99,6 +100,9 @@ typedef struct agent_s {
   sum_failure_t root;
   int have_root;
   char end_reason[1024];
+  double started_wall;     /* unix time of the start */
+  char reg_path[PATH_MAX]; /* this job's file in the registry (jobreg.h);
+                              "" when there is none */
   int python;          /* the workers run Python (the @record hint) */
   int run_lock;        /* held while this agent lives: its run directory
                           is not pruned by another agent */
@@ -161,6 +165,8 @@ typedef struct agent_s {
   page_t *page;     /* GET / on the metrics port: the loss curve */
   size_t srv_max_memory; /* the hosted server's --max-memory */
 } agent_t;
+
+static void reg_update(agent_t *a, int ended);
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
@@ -1220,6 +1226,7 @@ static void run_round(agent_t *a) {
         where);
   }
   a->state = A_RUN;
+  reg_update(a, 0); /* the round, and the endpoint after a failover */
   if (a->ck) {
     resume_round_t rr = {a->round, a->node_rank, a->nnodes, a->world_size,
                          a->base_rank, a->o->nproc, a->o->host};
@@ -2004,8 +2011,55 @@ static void end_events(agent_t *a) {
             a->steps_redone == 1 ? "" : "s", mean);
 }
 
+/* This job in the node's registry (jobreg.h), for `launch status` with no
+ * argument: where its server is while it runs, how it ended after. A
+ * registry that cannot be written costs the listing only. */
+static void reg_update(agent_t *a, int ended) {
+  jobreg_t j;
+  int rc;
+  if (a->reg_path[0] == '\0' && a->round > 0 && !ended)
+    return; /* it could not be written at the start */
+  memset(&j, 0, sizeof(j));
+  lu_strlcpy(j.job, a->o->run_id, sizeof(j.job));
+  lu_strlcpy(j.host, a->o->host, sizeof(j.host));
+  lu_strlcpy(j.ep_host, a->ep_host, sizeof(j.ep_host));
+  j.ep_port = a->ep_port;
+  j.pid = (int)getpid();
+  j.standalone = a->o->standalone;
+  j.hosting = a->hosting;
+  j.round = a->round;
+  j.restarts = a->nrestarts;
+  j.nproc = a->o->nproc;
+  j.started = (int64_t)a->started_wall;
+  lu_strlcpy(j.run_dir, a->run_dir, sizeof(j.run_dir));
+  lu_strlcpy(j.program, a->argv && a->argv[0] ? a->argv[0] : "",
+             sizeof(j.program));
+  if (ended) {
+    j.state = JOBREG_ENDED;
+    j.ended = (int64_t)lu_wall_s();
+    j.ok = a->finish_ok;
+    j.exit_code = a->exit_code;
+    lu_strlcpy(j.reason, a->end_reason, sizeof(j.reason));
+  }
+  if (a->reg_path[0] == '\0' && !ended) {
+    /* the first write: forget the node's jobs that ended long ago */
+    jobreg_t *old = NULL;
+    size_t nold;
+    if (jobreg_list(&old, &nold) == 0)
+      free(old);
+  }
+  rc = jobreg_write(&j, a->reg_path, sizeof(a->reg_path));
+  if (rc != 0) {
+    if (a->reg_path[0] || a->round == 0)
+      LU_DBG(&a->log, LU_DBG_AGENT, "the job registry: %s (launch status "
+             "without --rdzv-id will not list this job)", rdzv_strerror(rc));
+    a->reg_path[0] = '\0';
+  }
+}
+
 static void print_end(agent_t *a) {
   end_events(a);
+  reg_update(a, 1);
   if (a->finish_ok) {
     say(a, "job %s finished: %s", a->o->run_id,
         a->end_reason[0] ? a->end_reason : "every worker exited 0");
@@ -2591,6 +2645,8 @@ int agent_run(cfg_t *o) {
       ev_end(a->ev);
     }
   }
+  a->started_wall = lu_wall_s();
+  reg_update(a, 0);
   if (o->ckpt_dir[0] && (rc = new_resume(a)) != 0) {
     a->exit_code = 1;
     goto out;

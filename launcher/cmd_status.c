@@ -2,11 +2,13 @@
  * and each node's last heartbeat of a running job; then each rank's
  * progress key (step, age, steps/s, ETA, loss, the slowest ranks). */
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
 #include "aclient.h"
+#include "jobreg.h"
 #include "launch.h"
 #include "lu_buf.h"
 #include "msg.h"
@@ -456,6 +458,135 @@ static void on_connected(ac_t *ac, int status, void *arg) {
   }
 }
 
+
+/* ---- no endpoint: this node's jobs (jobreg.h) ---------------------------------------- */
+
+static void ago(char *out, size_t n, int64_t secs) {
+  if (secs < 0)
+    secs = 0;
+  if (secs < 120)
+    snprintf(out, n, "%llds", (long long)secs);
+  else if (secs < 7200)
+    snprintf(out, n, "%lldm", (long long)(secs / 60));
+  else
+    snprintf(out, n, "%lldh", (long long)(secs / 3600));
+}
+
+static const char *reg_state(const jobreg_t *j) {
+  return j->state == JOBREG_RUNNING ? "running"
+         : j->state == JOBREG_GONE  ? "gone"
+         : j->ok                    ? "finished"
+                                    : "failed";
+}
+
+static void list_json(const jobreg_t *v, size_t n) {
+  lu_buf_t b = LU_BUF_INIT;
+  lu_json_t j;
+  char *text;
+  lu_json_init(&j, &b, 1);
+  lu_json_obj(&j, NULL);
+  lu_json_arr(&j, "jobs");
+  for (size_t i = 0; i < n; i++) {
+    const jobreg_t *r = &v[i];
+    char ep[300];
+    snprintf(ep, sizeof(ep), "%s:%d", r->ep_host, r->ep_port);
+    lu_json_obj(&j, NULL);
+    lu_json_str(&j, "job", r->job);
+    lu_json_str(&j, "state", reg_state(r));
+    lu_json_str(&j, "host", r->host);
+    lu_json_int(&j, "pid", r->pid);
+    lu_json_str(&j, "endpoint", ep);
+    lu_json_bool(&j, "standalone", r->standalone);
+    lu_json_int(&j, "round", r->round);
+    lu_json_int(&j, "restarts", r->restarts);
+    lu_json_int(&j, "nproc", r->nproc);
+    lu_json_int(&j, "started", r->started);
+    if (r->state != JOBREG_RUNNING)
+      lu_json_int(&j, "ended", r->ended);
+    if (r->state == JOBREG_ENDED) {
+      lu_json_int(&j, "exit_code", r->exit_code);
+      if (r->reason[0])
+        lu_json_str(&j, "reason", r->reason);
+    }
+    lu_json_str(&j, "run_dir", r->run_dir);
+    lu_json_str(&j, "program", r->program);
+    lu_json_end_obj(&j);
+  }
+  lu_json_end_arr(&j);
+  lu_json_end_obj(&j);
+  lu_buf_puts(&b, "\n");
+  if (lu_buf_finish(&b, &text, NULL) == 0) {
+    fputs(text, stdout);
+    free(text);
+  }
+}
+
+static void list_text(const jobreg_t *v, size_t n) {
+  int64_t now = (int64_t)time(NULL);
+  int w = 3;
+  for (size_t i = 0; i < n; i++)
+    w = LU_MAX(w, (int)strlen(v[i].job));
+  printf("%-*s %-8s %7s %-22s %5s %8s %7s %s\n", w, "JOB", "STATE", "PID",
+         "ENDPOINT", "ROUND", "RESTARTS", "SINCE", "EXIT");
+  for (size_t i = 0; i < n; i++) {
+    const jobreg_t *r = &v[i];
+    char ep[300], since[32], ex[300] = "-";
+    snprintf(ep, sizeof(ep), "%s:%d", r->ep_host, r->ep_port);
+    ago(since, sizeof(since),
+        now - (r->state == JOBREG_RUNNING ? r->started : r->ended));
+    if (r->state == JOBREG_ENDED)
+      snprintf(ex, sizeof(ex), "%d%s%.200s", r->exit_code,
+               r->reason[0] ? ": " : "", r->reason);
+    else if (r->state == JOBREG_GONE)
+      snprintf(ex, sizeof(ex), "? (the agent died without an end)");
+    printf("%-*s %-8s %7d %-22s %5lld %8lld %7s %s\n", w, r->job, reg_state(r),
+           r->pid, ep, (long long)r->round, (long long)r->restarts, since,
+           ex);
+  }
+  printf("(a running job's ranks: launch status --rdzv-id JOB; ended jobs "
+         "are listed for %d minutes)\n", JOBREG_KEEP_S / 60);
+}
+
+/* RET -1: go on and ask the server of c->endpoint (set from the registry
+ * for --rdzv-id alone); else the exit code. */
+static int from_registry(cfg_t *c) {
+  jobreg_t *v = NULL;
+  size_t n = 0, k = 0;
+  int want = c->given[CFG_S_ID];
+  int rc = jobreg_list(&v, &n);
+  if (rc != 0) {
+    fprintf(stderr, "launch status: cannot read this node's job registry: "
+            "%s; give --rdzv-endpoint HOST:PORT --rdzv-id ID\n",
+            rdzv_strerror(rc));
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (!want || strcmp(v[i].job, c->run_id) == 0)
+      v[k++] = v[i];
+  if (want && k > 0 && v[0].state == JOBREG_RUNNING) {
+    lu_strlcpy(c->endpoint_host, v[0].ep_host, sizeof(c->endpoint_host));
+    c->endpoint_port = v[0].ep_port;
+    free(v);
+    return -1;
+  }
+  if (want && k == 0) {
+    fprintf(stderr, "launch status: no job %s on this node (launch status "
+            "lists them); for a job of another node give --rdzv-endpoint "
+            "HOST:PORT too\n", c->run_id);
+    free(v);
+    return 1;
+  }
+  if (c->env_json)
+    list_json(v, k);
+  else if (k == 0)
+    printf("no job of this user on this node (started or ended in the "
+           "last %d minutes)\n", JOBREG_KEEP_S / 60);
+  else
+    list_text(v, k);
+  free(v);
+  return 0;
+}
+
 int launch_cmd_status(int argc, char **argv) {
   char *token = NULL, err[1024];
   size_t token_len = 0;
@@ -473,6 +604,11 @@ int launch_cmd_status(int argc, char **argv) {
       launch_usage_error("%s", err);
     cfg_free(&c);
     return rc < 0 ? 2 : 0;
+  }
+  if (!c.endpoint_given && (rc = from_registry(&c)) >= 0) {
+    free(token);
+    cfg_free(&c);
+    return rc;
   }
   memset(&cfg, 0, sizeof(cfg));
   memset(&st, 0, sizeof(st));

@@ -1629,9 +1629,13 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
                             : 0;
   if (!(flags & CFG_STATUS_CMD))
     return finish(c, flags, err, errlen);
-  if (!c->endpoint_given || !seen[CFG_S_ID] || c->prog_argc > 0)
-    return fail(err, errlen, "status needs --rdzv-endpoint HOST:PORT and "
-                             "--rdzv-id ID, and nothing else");
+  /* No endpoint: the jobs of this node's registry (jobreg.h), all of
+   * them, or the one of --rdzv-id. */
+  if ((c->endpoint_given && !seen[CFG_S_ID]) || c->prog_argc > 0)
+    return fail(err, errlen, "status takes --rdzv-endpoint HOST:PORT with "
+                             "--rdzv-id ID, --rdzv-id ID alone (a job of this "
+                             "node), or nothing (every job of this node), "
+                             "and nothing else");
   return 0;
 }
 
@@ -1720,9 +1724,14 @@ static const char env_examples[] =
     "  launch env --show-profile pcie-ib > my.env\n";
 
 static const char status_intro[] =
-    "usage: launch status --rdzv-endpoint HOST[:PORT] --rdzv-id ID [options]\n\n"
+    "usage: launch status --rdzv-endpoint HOST[:PORT] --rdzv-id ID [options]\n"
+    "       launch status [--rdzv-id ID] [--json]\n\n"
     "Shows a job's rendezvous: its state, round (0, one more at each restart),\n"
     "restarts used, and each node with its ranks, state and last heartbeat.\n"
+    "Without --rdzv-endpoint: the jobs this user started on this node (each\n"
+    "agent registers its job in $XDG_RUNTIME_DIR/launch), running ones with\n"
+    "their server, ended ones with their exit code for 10 minutes; with\n"
+    "--rdzv-id alone, that job in full.\n"
     "PET_RDZV_ENDPOINT and PET_RDZV_ID stand for the flags, as for launch.\n\n";
 
 static const char doctor_intro[] =
