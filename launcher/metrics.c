@@ -101,6 +101,7 @@ typedef struct nvml_s {
   unsigned pcie_kbs[NVML_GPUS][2];
   unsigned char pcie_ok[NVML_GPUS];
   int pcie_read;              /* read once at least */
+  uint64_t pcie_at_ms;        /* when (lu_now_ms) */
   int (*init)(void);
   int (*shutdown)(void);
   int (*count_fn)(unsigned *);
@@ -228,6 +229,7 @@ static void nvml_read_pcie(nvml_t *n) {
     n->pcie_ok[g] = n->pcie(n->handle_of[g], 0, &n->pcie_kbs[g][0]) == 0 &&
                     n->pcie(n->handle_of[g], 1, &n->pcie_kbs[g][1]) == 0;
   n->pcie_read = 1;
+  n->pcie_at_ms = lu_now_ms();
 }
 
 /* ---- the text format ------------------------------------------------------------------ */
@@ -572,8 +574,15 @@ static void node_gpus(met_t *m, lu_buf_t *b) {
   gpu_reasons(m, b);
 }
 
+/* NVML samples PCIe throughput for ~20 ms per GPU and direction (42 ms
+ * for one H200): on the HTTP thread after a reply, so read at most every
+ * MET_PCIE_EVERY_MS: scrapes in a row (a dashboard, a benchmark) would
+ * otherwise each wait for the one before's sample. */
+#define MET_PCIE_EVERY_MS 10000
+
 void met_refresh(met_t *m) {
-  if (m->nvml.ok)
+  if (m->nvml.ok && (!m->nvml.pcie_read ||
+                     lu_now_ms() - m->nvml.pcie_at_ms >= MET_PCIE_EVERY_MS))
     nvml_read_pcie(&m->nvml);
 }
 
