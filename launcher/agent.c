@@ -31,6 +31,7 @@
 #include "ckpt.h"
 #include "agent.h"
 #include "env.h"
+#include "etcd_backend.h"
 #include "events.h"
 #include "hang.h"
 #include "metrics.h"
@@ -158,6 +159,7 @@ typedef struct agent_s {
   uv_timer_t met_timer;
   page_t *page;     /* GET / on the metrics port: the loss curve */
   size_t srv_max_memory; /* the hosted server's --max-memory */
+  etb_t *etb;       /* --rdzv-backend etcd (etcd_backend.h); NULL else */
 } agent_t;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -1051,6 +1053,8 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     return;
   }
   a->round = r.round;
+  if (a->etb && a->hosting)
+    etb_record_round(a->etb, a->round); /* fenced by the host key */
   a->restarts_spent = r.restarts;
   a->node_rank = (int)r.node_rank;
   a->nnodes = (int)r.nnodes;
@@ -1483,7 +1487,7 @@ static int can_fail_over(const agent_t *a, int status, int *silent,
     return 0;
   if (status != RDZV_ECLOSED && status != UV_ECONNRESET && !*silent)
     return 0;
-  if (*silent && (int)a->nsucc < a->nnodes / 2 + 1) {
+  if (*silent && a->etb == NULL && (int)a->nsucc < a->nnodes / 2 + 1) {
     snprintf(why, cap, "; the %d other nodes are no majority of the last "
              "round's %d, so none takes over from a host that may still "
              "run (no split brain)", (int)a->nsucc, a->nnodes);
@@ -1545,25 +1549,37 @@ static void failover_stopped(wk_group_t *g, void *arg) {
   move_to_successor(a);
 }
 
+static void move_to(agent_t *a, const char *new_addr, const char *new_host,
+                    int new_port, int here);
+
 /* Host the server here when this node is the first successor, else join
- * the first successor's. */
+ * the first successor's. With etcd, etcd elects the new host
+ * (etcd_event). */
 static void move_to_successor(agent_t *a) {
+  if (a->etb) {
+    say(a, "asking etcd for the new host of job %s", a->o->run_id);
+    etb_elect(a->etb);
+    return;
+  }
+  move_to(a, a->succ_addrs[0], a->succ_hosts[0], a->ep_port,
+          strcmp(a->succ_addrs[0], a->my_addr) == 0);
+}
+
+/* Host the server here (here), else join new_addr:new_port. */
+static void move_to(agent_t *a, const char *new_addr, const char *new_host,
+                    int new_port, int here) {
   char lost[300], lost_host[256];
-  const char *new_addr, *new_host;
-  int here, rc;
+  int rc;
   snprintf(lost, sizeof(lost), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
            a->ep_host, a->ep_port);
   lu_strlcpy(lost_host, strcmp(a->node0_addr, a->ep_host) == 0
                             ? a->node0_host : a->ep_host, sizeof(lost_host));
-  new_addr = a->succ_addrs[0];
-  new_host = a->succ_hosts[0];
-  here = strcmp(new_addr, a->my_addr) == 0;
   a->failovers++;
   /* The one line an operator needs: who was lost, who hosts now. */
   LU_WARN(&a->log, "rendezvous host %s (%s) lost: %s; the new host is %s "
                    "(%s:%d)%s; failover %d of job %s", lost_host, lost,
           a->fo_silent ? "it went silent" : "its connection was closed",
-          new_host, new_addr, a->ep_port, here ? ", this node" : "",
+          new_host, new_addr, new_port, here ? ", this node" : "",
           a->failovers, a->o->run_id);
   {
     lu_json_t *e = ev_begin(a->ev, EV_host_failover);
@@ -1572,7 +1588,7 @@ static void move_to_successor(agent_t *a) {
       lu_json_str(e, "lost_endpoint", lost);
       lu_json_str(e, "new_host", new_host);
       lu_json_str(e, "new_addr", new_addr);
-      lu_json_int(e, "port", a->ep_port);
+      lu_json_int(e, "port", new_port);
       lu_json_bool(e, "here", here);
       lu_json_bool(e, "silent", a->fo_silent);
       lu_json_int(e, "round", a->round);
@@ -1589,6 +1605,7 @@ static void move_to_successor(agent_t *a) {
     resume_free(a->ck);
     a->ck = NULL;
   }
+  a->ep_port = new_port;
   if (here) {
     rc = start_server(a, new_addr, a->ep_port);
     if (rc != 0) {
@@ -1864,6 +1881,8 @@ static void close_all(agent_t *a) {
   }
   resume_free(a->ck);
   a->ck = NULL;
+  etb_close(a->etb);
+  a->etb = NULL;
 }
 
 static void linger_cb(uv_timer_t *t) {
@@ -2388,6 +2407,110 @@ static int new_client(agent_t *a, int64_t connect_ms) {
   return open_client(a, a->ep_host, connect_ms, &a->ac);
 }
 
+/* ---- --rdzv-backend etcd (docs/rendezvous.md#etcd-backend) ---------------------------------------- */
+
+/* The first election's result: host here, or join the elected host. */
+static void etcd_first_host(agent_t *a, const char *addr, int port, int here) {
+  int rc;
+  lu_strlcpy(a->ep_host, addr, sizeof(a->ep_host));
+  lu_strlcpy(a->store_host, addr, sizeof(a->store_host));
+  a->ep_port = port;
+  if (here) {
+    rc = start_server(a, addr, port);
+    if (rc != 0) {
+      LU_ERR(&a->log, "elected by etcd to host job %s, but cannot host the "
+             "rendezvous server on %s:%d: %s (--rdzv-conf store_port sets "
+             "the port)", a->o->run_id, addr, port,
+             rc < -1000 ? rdzv_strerror(rc) : uv_strerror(rc));
+      a->exit_code = LAUNCH_EXIT_RDZV;
+      finish(a);
+      return;
+    }
+    a->hosting = 1;
+  }
+  say(a, "etcd (%s): job %s is hosted by %s:%d%s", etb_members(a->etb),
+      a->o->run_id, addr, port, here ? ", this node" : "");
+  if ((a->o->ckpt_dir[0] && new_resume(a) != 0) ||
+      new_client(a, connect_limit_ms(a)) != 0 ||
+      ac_connect(a->ac, on_connected) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    finish(a);
+    return;
+  }
+  hang_set_ac(a->hang, a->ac);
+  a->join_started_ms = uv_now(a->loop);
+}
+
+static void etcd_event(void *arg, unsigned ev) {
+  agent_t *a = arg;
+  char addr[256], name[256], err[1024];
+  int port, here;
+  if (a->state == A_FINISH || a->state == A_CLOSED)
+    return;
+  if (ev & ETB_FAILED) {
+    LU_ERR(&a->log, "%s", etb_error(a->etb, err, sizeof(err)));
+    a->exit_code = LAUNCH_EXIT_RDZV;
+    a->finish_ok = 0;
+    finish(a);
+    return;
+  }
+  if (ev & ETB_DEPOSED) {
+    /* No split brain: another agent may host the job now. */
+    LU_ERR(&a->log, "this node no longer holds job %s's host key in etcd "
+           "(its lease expired: it was cut off from etcd, or stopped); "
+           "stopping its workers and leaving the job, which runs on under "
+           "the host etcd elects", a->o->run_id);
+    a->exit_code = LAUNCH_EXIT_RDZV;
+    a->finish_ok = 0;
+    finish(a);
+    return;
+  }
+  if ((ev & ETB_HOST_CHANGED) && !a->hosting &&
+      (a->state == A_JOIN || a->state == A_RESUME || a->state == A_RUN ||
+       a->state == A_STOP) && a->round >= 0) {
+    LU_WARN(&a->log, "etcd: the host %s:%d of job %s lost its key (its "
+            "lease expired, or it left); stopping the workers, electing a "
+            "new host", a->ep_host, a->ep_port, a->o->run_id);
+    if (a->ac) {
+      ac_close(a->ac, NULL, NULL);
+      a->ac = NULL;
+    }
+    fail_over(a, 1);
+    return;
+  }
+  if (!(ev & ETB_ELECTED) ||
+      etb_host(a->etb, addr, sizeof(addr), &port, name, sizeof(name),
+               &here) != 0)
+    return;
+  if (a->state == A_FAILOVER)
+    move_to(a, addr, name, port, here);
+  else if (a->state == A_CONNECT && a->ac == NULL && !a->hosting)
+    etcd_first_host(a, addr, port, here);
+}
+
+/* This node's address for the others (--local-addr, else its name's). */
+static int etcd_begin(agent_t *a) {
+  cfg_t *o = a->o;
+  char ip[INET6_ADDRSTRLEN] = "", err[1024] = "";
+  int rc;
+  if (o->local_addr[0])
+    lu_strlcpy(ip, o->local_addr, sizeof(ip));
+  else if (launch_resolve_ip(o->host, ip, sizeof(ip)) != 0) {
+    LU_ERR(&a->log, "--rdzv-backend etcd: this node's name %s does not "
+           "resolve: give --local-addr (the address the other nodes reach "
+           "this one at)", o->host);
+    return RDZV_EINVAL;
+  }
+  rc = etb_start(a->loop, o, &a->log, ip, o->store_port, etcd_event, a,
+                 &a->etb, err, sizeof(err));
+  if (rc != 0) {
+    LU_ERR(&a->log, "%s", err);
+    return rc;
+  }
+  say(a, "asking etcd at %s who hosts job %s", o->endpoint_raw, o->run_id);
+  return 0;
+}
+
 int agent_run(cfg_t *o) {
   agent_t *a = calloc(1, sizeof(*a));
   uv_loop_t loop;
@@ -2469,7 +2592,7 @@ int agent_run(cfg_t *o) {
     goto out;
   }
   wk_set_log(a->wg, &a->log);
-  if ((rc = maybe_host(a)) != 0) {
+  if (o->backend != CFG_BACKEND_ETCD && (rc = maybe_host(a)) != 0) {
     a->exit_code = LAUNCH_EXIT_RDZV;
     goto out;
   }
@@ -2533,7 +2656,8 @@ int agent_run(cfg_t *o) {
       ev_end(a->ev);
     }
   }
-  if (o->ckpt_dir[0] && (rc = new_resume(a)) != 0) {
+  if (o->backend != CFG_BACKEND_ETCD && o->ckpt_dir[0] &&
+      (rc = new_resume(a)) != 0) {
     a->exit_code = 1;
     goto out;
   }
@@ -2557,7 +2681,16 @@ int agent_run(cfg_t *o) {
   }
   if (a->met || a->ev)
     uv_timer_start(&a->met_timer, met_cb, 1000, 1000);
-  if ((rc = new_client(a, connect_limit_ms(a))) != 0 ||
+  if (o->backend == CFG_BACKEND_ETCD) {
+    /* etcd elects the host first (etcd_event) */
+    if (((o->hang_timeout_ms > 0 || a->ev || a->met) &&
+         (rc = new_hang(a)) != 0) ||
+        (rc = etcd_begin(a)) != 0) {
+      a->exit_code = rc == RDZV_ENOTSUP || rc == RDZV_EINVAL
+                         ? LAUNCH_EXIT_USAGE : 1;
+      goto out;
+    }
+  } else if ((rc = new_client(a, connect_limit_ms(a))) != 0 ||
       ((o->hang_timeout_ms > 0 || a->ev || a->met) &&
        (rc = new_hang(a)) != 0) ||
       (rc = ac_connect(a->ac, on_connected)) != 0) {

@@ -1,0 +1,55 @@
+/* etcd_backend.h - the agent's side of --rdzv-backend etcd
+ * (docs/rendezvous.md#etcd-backend): etcd holds the job's membership, the
+ * host election and the round record; the elected agent serves the round's
+ * store from its embedded launch server, as with c10d.
+ *
+ * Keys, under /launch/<job>/: nodes/<host> (each agent, under its lease),
+ * host ("ADDR PORT NAME" of the elected agent, under its lease: it goes
+ * when that agent dies or is cut off from etcd), round (the last round the
+ * host formed, written only while it holds the host key).
+ *
+ * One thread per agent talks to etcd (libcurl blocks); it keeps the lease
+ * alive, watches the host key and runs elections, and tells the agent's
+ * loop what happened through a uv_async (etb_events). */
+#ifndef ETCD_BACKEND_H
+#define ETCD_BACKEND_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "lu.h"
+
+typedef struct etb_s etb_t;
+
+enum {
+  ETB_ELECTED = 1u,      /* an election ended: etb_host says who */
+  ETB_HOST_CHANGED = 2u, /* the host key went or changed hands */
+  ETB_DEPOSED = 4u,      /* this agent held the host key and lost it */
+  ETB_FAILED = 8u,       /* etcd refused this agent (etb_error says why) */
+};
+
+typedef void (*etb_cb)(void *arg, unsigned events);
+
+/* Start the thread and the first election. IN my_addr, my_port: where this
+ * agent's server would listen if elected; name: this node's name. RET 0,
+ * or an error with err saying why (RDZV_ENOTSUP without libcurl). */
+int etb_start(uv_loop_t *loop, const cfg_t *o, const lu_log_t *log,
+              const char *my_addr, int my_port, etb_cb cb, void *arg,
+              etb_t **out, char *err, size_t errlen);
+/* The host the last election chose. RET 0, or -1 when none yet. */
+int etb_host(etb_t *t, char *addr, size_t acap, int *port, char *name,
+             size_t ncap, int *here);
+/* The host was lost: elect another (the key of the lost one must go
+ * first: its lease expires, or it left). ETB_ELECTED when done. */
+void etb_elect(etb_t *t);
+/* The host formed round r: record it (fenced by the host key). */
+void etb_record_round(etb_t *t, int64_t r);
+/* etcd's member list, for messages. */
+const char *etb_members(const etb_t *t);
+const char *etb_error(etb_t *t, char *buf, size_t cap);
+/* Stop the thread, revoke the lease (this node leaves the job's keys),
+ * close the async handle. NULL is a no-op. */
+void etb_close(etb_t *t);
+
+#endif

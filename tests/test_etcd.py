@@ -1,0 +1,316 @@
+"""--rdzv-backend etcd (issue #28, docs/rendezvous.md#etcd-backend) against a
+real 3-member etcd cluster (Debian's etcd-server) on loopback: etcd elects
+the host and holds the job's keys; the elected agent serves the workers'
+store. Agents on loopback: 127.0.0.x stand for hosts.
+
+(a) a 2-node job forms through etcd and finishes;
+(b) the etcd leader is killed while one node waits for the other, and again
+    while the workers run: the job carries on, without a restart;
+(c) the agent that hosts the store is killed -9: etcd elects another once
+    the dead agent's lease expires, the job re-forms there and finishes;
+(d) every etcd member is killed: the agents say they wait, the workers go
+    on; the members restarted, the job finishes.
+
+Every wait is on something observed (a worker's record, a line of an
+agent, etcd's own status), never on a sleep."""
+import base64
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
+import launchtest as lt  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "py", "worker.py")
+PY = sys.executable
+ETCD = "/usr/bin/etcd"
+
+
+def b64(s):
+    return base64.b64encode(s.encode()).decode()
+
+
+def post(port, path, body, timeout=2):
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path),
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+class Etcd:
+    """A 3-member etcd cluster on loopback, data under a mktemp -d (removed
+    with the test's scratch directory); every member stopped by pid."""
+
+    def __init__(self, n=3):
+        self.d = tempfile.mkdtemp(prefix="etcd-")
+        self.n = n
+        self.client = [lt.free_port() for _ in range(n)]
+        self.peer = [lt.free_port() for _ in range(n)]
+        self.procs = [None] * n
+        self.cluster = ",".join("m%d=http://127.0.0.1:%d" % (i + 1, self.peer[i])
+                                for i in range(n))
+        for i in range(n):
+            self.start(i)
+        self.wait_leader()
+
+    def start(self, i):
+        c = "http://127.0.0.1:%d" % self.client[i]
+        p = "http://127.0.0.1:%d" % self.peer[i]
+        self.procs[i] = lt.Proc(
+            [ETCD, "--name", "m%d" % (i + 1), "--data-dir", os.path.join(self.d, "m%d" % (i + 1)),
+             "--listen-client-urls", c, "--advertise-client-urls", c,
+             "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
+             "--initial-cluster", self.cluster, "--initial-cluster-state", "new",
+             "--initial-cluster-token", os.path.basename(self.d),
+             "--heartbeat-interval", "100", "--election-timeout", "1000"],
+            name="etcd-m%d" % (i + 1))
+
+    def endpoints(self):
+        return ",".join("127.0.0.1:%d" % p for p in self.client)
+
+    def status(self, i):
+        try:
+            return post(self.client[i], "/v3/maintenance/status", {})
+        except Exception:
+            return None
+
+    def leader(self):
+        """The index of the leader as a live member sees it, else None."""
+        for i in range(self.n):
+            if self.procs[i] is None or not self.procs[i].running():
+                continue
+            s = self.status(i)
+            if s and s.get("leader") and s["leader"] != "0":
+                for j in range(self.n):
+                    if self.procs[j] and self.procs[j].running():
+                        sj = self.status(j)
+                        if sj and sj["header"]["member_id"] == s["leader"]:
+                            return j
+        return None
+
+    def wait_leader(self, timeout=60):
+        lt.wait_until(lambda: self.leader() is not None, timeout, "an etcd leader")
+        return self.leader()
+
+    def get(self, key):
+        for i in range(self.n):
+            if self.procs[i] and self.procs[i].running():
+                try:
+                    r = post(self.client[i], "/v3/kv/range", {"key": b64(key)})
+                except Exception:
+                    continue
+                kvs = r.get("kvs") or []
+                return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+        return None
+
+    def kill(self, i, sig=signal.SIGKILL):
+        self.procs[i].signal(sig)
+        self.procs[i].wait(30)
+
+    def close(self):
+        for p in self.procs:
+            if p:
+                p.kill()
+
+
+def agents(n, ep, nnodes, d, run_id, port, mode="hold", first=1, extra=()):
+    out = []
+    for i in range(first, first + n):
+        args = ["--nnodes", nnodes, "--nproc-per-node", "2",
+                "--rdzv-backend", "etcd", "--rdzv-endpoint", ep,
+                "--rdzv-id", run_id, "--local-addr", "127.0.0.%d" % i,
+                "--rdzv-conf", "join_timeout=60,last_call_timeout=1,heartbeat=0.3,"
+                               "lease_ttl=3,store_port=%d" % port,
+                "--stop-timeout", "5"] + list(extra) + \
+               ["--no-python", PY, WORKER, d, mode]
+        out.append(lt.launch(args, env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i))
+    return out
+
+
+@contextlib.contextmanager
+def etcd_job(n, nnodes, run_id, mode="hold"):
+    """A fresh cluster and n agents of job run_id; every process ended, by
+    pid, on the way out. Yields (cluster, worker dir, store port, agents)."""
+    e = Etcd()
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = []
+    try:
+        ags += agents(n, e.endpoints(), nnodes, d, run_id, port, mode=mode)
+        yield e, d, port, ags
+    finally:
+        for a in ags:
+            a.kill()
+        e.close()
+
+
+def host_of(e, run_id):
+    v = e.get("/launch/%s/host" % run_id)
+    return v.split() if v else None
+
+
+def release(d):
+    open(os.path.join(d, "release"), "w").close()
+
+
+def test_forms_and_finishes():
+    """(a) a 2-node job: etcd elects one agent; both join its server."""
+    with etcd_job(2, "2", "ea", mode="ok") as (e, d, port, ags):
+        rcs = [a.wait(120) for a in ags]
+        assert rcs == [0, 0], [a.output() for a in ags]
+        recs = lt.records(d, 0)
+        assert len(recs) == 4, recs
+        hosts = {r["env"]["MASTER_ADDR"] for r in recs}
+        assert len(hosts) == 1 and hosts <= {"127.0.0.1", "127.0.0.2"}, hosts
+        for r in recs:
+            assert r["env"]["MASTER_PORT"] == str(port), r["env"]
+            assert r["env"]["WORLD_SIZE"] == "4", r["env"]
+        assert sorted(int(r["env"]["RANK"]) for r in recs) == [0, 1, 2, 3]
+        outs = [a.output() for a in ags]
+        assert sum("this node" in [l for l in o.splitlines() if "is hosted by" in l][0]
+                   for o in outs) == 1, outs
+        # the agents left: their keys went with their leases
+        assert host_of(e, "ea") is None
+
+
+def lease_ttls(e, run_id):
+    """The remaining TTL of each agent's lease (its node key's)."""
+    out = {}
+    for i in range(e.n):
+        if not (e.procs[i] and e.procs[i].running()):
+            continue
+        try:
+            pre = "/launch/%s/nodes/" % run_id
+            end = pre[:-1] + chr(ord(pre[-1]) + 1)
+            r = post(e.client[i], "/v3/kv/range", {"key": b64(pre), "range_end": b64(end)})
+            for kv in r.get("kvs") or []:
+                t = post(e.client[i], "/v3/lease/timetolive", {"ID": kv["lease"]})
+                out[kv["lease"]] = int(t.get("TTL", "-1"))
+            return out
+        except Exception:
+            continue
+    return out
+
+
+def wait_renewed(e, run_id, n):
+    """Each of the n agents renewed its lease since now (observed: its
+    remaining TTL went up), so they talk to the cluster as it is now."""
+    seen = {}
+
+    def renewed():
+        cur = lease_ttls(e, run_id)
+        for k, v in cur.items():
+            if k in seen and v > seen[k]:
+                seen[k] = 1 << 30
+            elif seen.get(k, 1 << 31) != 1 << 30:
+                seen[k] = v
+        return len(cur) == n and all(seen.get(k) == 1 << 30 for k in cur)
+    lt.wait_until(renewed, 60, "every agent renewing its lease")
+
+
+def test_leader_killed():
+    """(b) the etcd leader killed during the rendezvous, and a new leader
+    killed while the workers run: no restart, the job finishes."""
+    with etcd_job(1, "2", "eb") as (e, d, port, ags):
+        lt.wait_until(lambda: "is hosted by" in ags[0].output(), 60, "node1 elected")
+        first = e.wait_leader()
+        e.kill(first)
+        ags += agents(1, e.endpoints(), "2", d, "eb", port, first=2)
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 4, 90, "round 0's workers")
+        # back to 3 members (2 of 3 keep a quorum), then the leader again
+        e.start(first)
+        lt.wait_until(lambda: e.status(first) is not None, 60, "the member back")
+        e.kill(e.wait_leader())
+        e.wait_leader()
+        wait_renewed(e, "eb", 2)
+        release(d)
+        rcs = [a.wait(120) for a in ags]
+        assert rcs == [0, 0], [a.output() for a in ags]
+        assert len(lt.records(d)) == 4, "a restart: %s" % [a.output() for a in ags]
+
+
+def test_host_killed():
+    """(c) kill -9 of the agent that hosts the store: etcd elects one of
+    the two others once the dead agent's lease expired; the job re-forms
+    there (round 1, 2 nodes) and finishes."""
+    with etcd_job(3, "2:3", "ec") as (e, d, port, ags):
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 6, 90, "round 0's workers")
+        h = host_of(e, "ec")
+        assert h is not None
+        dead = int(h[0].split(".")[-1]) - 1
+        ags[dead].signal(signal.SIGKILL)
+        ags[dead].wait(10)
+        lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 90, "round 1's workers")
+        live = [a for i, a in enumerate(ags) if i != dead]
+        rcs = [a.wait(120) for a in live]
+        assert rcs == [0, 0], [a.output() for a in live]
+        gen1 = lt.records(d, 1)
+        addrs = {r["env"]["MASTER_ADDR"] for r in gen1}
+        assert len(addrs) == 1 and h[0] not in addrs, (h, addrs)
+        for r in gen1:
+            assert r["env"]["WORLD_SIZE"] == "4", r["env"]
+            assert r["env"]["LAUNCH_HOSTNAME"] != h[2], r["env"]
+        for a in live:
+            o = a.output()
+            assert "rendezvous host" in o and "lost" in o, o
+
+
+def test_etcd_down_and_back():
+    """(d) every member killed while the workers run: the agents say they
+    wait; the workers go on; the members restarted, the job finishes."""
+    with etcd_job(2, "2", "ed") as (e, d, port, ags):
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 4, 90, "round 0's workers")
+        for i in range(e.n):
+            e.kill(i)
+        line = "unreachable: waiting (the job goes on when it is back)"
+        lt.wait_until(lambda: all(line in a.output() for a in ags), 60,
+                      "the agents' wait line")
+        assert all(a.running() for a in ags)
+        for i in range(e.n):
+            e.start(i)
+        e.wait_leader()
+        lt.wait_until(lambda: all("etcd is back" in a.output() for a in ags), 60,
+                      "the agents seeing etcd back")
+        release(d)
+        rcs = [a.wait(120) for a in ags]
+        assert rcs == [0, 0], [a.output() for a in ags]
+        assert len(lt.records(d)) == 4, "a restart: %s" % [a.output() for a in ags]
+
+
+def test_bad_endpoint():
+    """A member list that does not parse is refused with what to give."""
+    rc, out = lt.launch_wait(["--rdzv-backend", "etcd", "--rdzv-endpoint", "h1:2379,h2:99999",
+                              "--rdzv-id", "x", "--no-python", "/bin/true"], timeout=30)
+    assert rc == 2 and "etcd member 'h2:99999' does not parse" in out, (rc, out)
+    rc, out = lt.launch_wait(["--rdzv-endpoint", "h1:2379,h2:2379", "--rdzv-id", "x",
+                              "--no-python", "/bin/true"], timeout=30)
+    assert rc == 2 and "give --rdzv-backend etcd" in out, (rc, out)
+
+
+if __name__ == "__main__":
+    if not os.access(ETCD, os.X_OK):
+        lt.skip("%s is not installed (Debian's etcd-server)" % ETCD)
+    # a build without libcurl refuses the backend at once
+    probe = lt.launch(["--rdzv-backend", "etcd", "--rdzv-endpoint", "127.0.0.1:1",
+                       "--rdzv-id", "probe", "--no-python", "/bin/true"], name="probe")
+    try:
+        lt.wait_until(lambda: "etcd" in probe.output(), 30, "the probe's first line")
+        if "built without libcurl" in probe.output():
+            lt.skip("this launch was built without libcurl")
+    finally:
+        probe.kill()
+    tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
+             test_host_killed, test_etcd_down_and_back]
+    only = sys.argv[1:]
+    for t in tests:
+        if only and t.__name__ not in only:
+            continue
+        print("==", t.__name__, flush=True)
+        t()
+    print("ok")
