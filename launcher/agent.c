@@ -160,6 +160,8 @@ typedef struct agent_s {
   page_t *page;     /* GET / on the metrics port: the loss curve */
   size_t srv_max_memory; /* the hosted server's --max-memory */
   etb_t *etb;       /* --rdzv-backend etcd (etcd_backend.h); NULL else */
+  int etcd_fenced;  /* its lease was not renewed in time: workers stopped
+                       until etcd is back (etcd_event) */
 } agent_t;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -1557,8 +1559,10 @@ static void move_to(agent_t *a, const char *new_addr, const char *new_host,
  * (etcd_event). */
 static void move_to_successor(agent_t *a) {
   if (a->etb) {
+    if (a->etcd_fenced)
+      return; /* ETB_RESTORED asks etcd */
     say(a, "asking etcd for the new host of job %s", a->o->run_id);
-    etb_elect(a->etb);
+    etb_elect(a->etb, 0);
     return;
   }
   move_to(a, a->succ_addrs[0], a->succ_hosts[0], a->ep_port,
@@ -1606,7 +1610,7 @@ static void move_to(agent_t *a, const char *new_addr, const char *new_host,
     a->ck = NULL;
   }
   a->ep_port = new_port;
-  if (here) {
+  if (here && a->srv == NULL) {
     rc = start_server(a, new_addr, a->ep_port);
     if (rc != 0) {
       LU_ERR(&a->log, "cannot host the rendezvous server on %s:%d after the "
@@ -2441,6 +2445,32 @@ static void etcd_first_host(agent_t *a, const char *addr, int port, int here) {
   a->join_started_ms = uv_now(a->loop);
 }
 
+/* Leave the server now (the workers may still be stopping). */
+static void close_client(agent_t *a) {
+  if (a->ac) {
+    ac_close(a->ac, NULL, NULL);
+    a->ac = NULL;
+  }
+  hang_set_ac(a->hang, NULL);
+}
+
+/* Back from a fence, the host unchanged: join it again as any node. */
+static void etcd_rejoin(agent_t *a) {
+  say(a, "job %s is still hosted by %s:%d: joining it again", a->o->run_id,
+      a->ep_host, a->ep_port);
+  a->etcd_fenced = 0;
+  a->fo_prev_round = -1;
+  if (new_client(a, connect_limit_ms(a)) != 0 ||
+      ac_connect(a->ac, on_connected) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    finish(a);
+    return;
+  }
+  hang_set_ac(a->hang, a->ac);
+  a->state = A_CONNECT;
+  a->join_started_ms = uv_now(a->loop);
+}
+
 static void etcd_event(void *arg, unsigned ev) {
   agent_t *a = arg;
   char addr[256], name[256], err[1024];
@@ -2471,19 +2501,44 @@ static void etcd_event(void *arg, unsigned ev) {
     LU_WARN(&a->log, "etcd: the host %s:%d of job %s lost its key (its "
             "lease expired, or it left); stopping the workers, electing a "
             "new host", a->ep_host, a->ep_port, a->o->run_id);
-    if (a->ac) {
-      ac_close(a->ac, NULL, NULL);
-      a->ac = NULL;
-    }
     fail_over(a, 1);
+    close_client(a); /* after: a JOIN it cancels is no error now */
     return;
+  }
+  if ((ev & ETB_CUT_OFF) && !a->etcd_fenced &&
+      (a->state == A_JOIN || a->state == A_RESUME || a->state == A_RUN ||
+       a->state == A_STOP)) {
+    /* No split brain: etcd may have let this node's lease go, and
+     * another node may host the job by now. */
+    LU_WARN(&a->log, "this node's etcd lease was not renewed for %.0f s "
+            "(etcd unreachable): stopping the workers, as another node may "
+            "take over; they start again when etcd is back",
+            (double)a->o->etcd_ttl_ms / 1000.0);
+    a->etcd_fenced = 1;
+    fail_over(a, 1);
+    close_client(a);
+  }
+  if ((ev & ETB_RESTORED) && a->etcd_fenced) {
+    say(a, "etcd is back and this node's lease lives: asking who hosts job "
+        "%s", a->o->run_id);
+    etb_elect(a->etb, 1);
   }
   if (!(ev & ETB_ELECTED) ||
       etb_host(a->etb, addr, sizeof(addr), &port, name, sizeof(name),
                &here) != 0)
     return;
-  if (a->state == A_FAILOVER)
+  if (a->state == A_FAILOVER && a->wg && wk_live(a->wg) > 0) {
+    etb_elect(a->etb, a->etcd_fenced); /* the workers still stop: again */
+    return;
+  }
+  if (a->state == A_FAILOVER && a->etcd_fenced &&
+      ((here && a->srv) || (!here && !strcmp(addr, a->ep_host) &&
+                            port == a->ep_port))) {
+    etcd_rejoin(a);
+  } else if (a->state == A_FAILOVER) {
+    a->etcd_fenced = 0;
     move_to(a, addr, name, port, here);
+  }
   else if (a->state == A_CONNECT && a->ac == NULL && !a->hosting)
     etcd_first_host(a, addr, port, here);
 }

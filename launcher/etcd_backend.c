@@ -75,6 +75,8 @@ typedef struct {
   uint64_t next_ka;
   int down;          /* etcd is unreachable, and it was said */
   int said_wait;     /* waiting for a lost host's key was said */
+  uint64_t ok_sent;  /* when the last renewal that worked was sent */
+  int fenced;        /* ETB_CUT_OFF was posted */
 } th_t;
 
 /* A call's outcome: unreachable ones are said once, their end too. RET the
@@ -107,9 +109,11 @@ static int seen(etb_t *t, th_t *s, int rc) {
 /* A lease, and this node's key under it. */
 static int register_node(etb_t *t, th_t *s) {
   etcd_reply_t r;
+  uint64_t t0 = lu_now_ms();
   int rc = seen(t, s, etcd_grant(t->e, t->ttl_s, &r));
   if (rc != 0)
     return rc;
+  s->ok_sent = t0;
   s->lease = r.lease_id;
   s->next_ka = lu_now_ms() + (uint64_t)t->ttl_s * 1000 / 3;
   rc = seen(t, s, etcd_put(t->e, t->node_key, t->me, s->lease));
@@ -122,16 +126,28 @@ static int register_node(etb_t *t, th_t *s) {
 
 static void keep_alive(etb_t *t, th_t *s) {
   etcd_reply_t r;
+  uint64_t t0 = lu_now_ms();
   int rc;
-  if (lu_now_ms() < s->next_ka)
+  if (t0 < s->next_ka)
     return;
   rc = seen(t, s, etcd_keepalive(t->e, s->lease, &r));
   if (rc == -EHOSTUNREACH) {
     s->next_ka = lu_now_ms() + TICK_MS;
+    /* etcd counts the TTL from the last renewal it saw: past it, the
+     * lease may be gone and another node may host (no split brain) */
+    if (!s->fenced && lu_now_ms() - s->ok_sent > (uint64_t)t->ttl_s * 1000) {
+      s->fenced = 1;
+      post(t, ETB_CUT_OFF);
+    }
     return;
   }
   if (rc == 0 && r.ttl > 0) {
+    s->ok_sent = t0;
     s->next_ka = lu_now_ms() + (uint64_t)t->ttl_s * 1000 / 3;
+    if (s->fenced) {
+      s->fenced = 0;
+      post(t, ETB_RESTORED);
+    }
     return;
   }
   /* The lease is gone: etcd did not hear from this node for its TTL. */
@@ -247,6 +263,10 @@ static void *etb_main(void *arg) {
           break;
         continue;
       }
+      if (s.fenced) {
+        s.fenced = 0;
+        post(t, ETB_RESTORED);
+      }
     } else {
       keep_alive(t, &s);
     }
@@ -344,9 +364,11 @@ int etb_host(etb_t *t, char *addr, size_t acap, int *port, char *name,
   return 0;
 }
 
-void etb_elect(etb_t *t) {
+void etb_elect(etb_t *t, int any) {
   pthread_mutex_lock(&t->mu);
-  if (t->host_rev > 0)
+  if (any)
+    t->lost_rev = 0;
+  else if (t->host_rev > 0)
     t->lost_rev = t->host_rev;
   t->host_rev = 0;
   t->here = 0;

@@ -27,6 +27,9 @@ enum {
   ETB_HOST_CHANGED = 2u, /* the host key went or changed hands */
   ETB_DEPOSED = 4u,      /* this agent held the host key and lost it */
   ETB_FAILED = 8u,       /* etcd refused this agent (etb_error says why) */
+  ETB_CUT_OFF = 16u,     /* the lease was not renewed for its TTL: etcd
+                            may have let it expire (fence the workers) */
+  ETB_RESTORED = 32u,    /* after ETB_CUT_OFF: a live lease again */
 };
 
 typedef void (*etb_cb)(void *arg, unsigned events);
@@ -41,8 +44,9 @@ int etb_start(uv_loop_t *loop, const cfg_t *o, const lu_log_t *log,
 int etb_host(etb_t *t, char *addr, size_t acap, int *port, char *name,
              size_t ncap, int *here);
 /* The host was lost: elect another (the key of the lost one must go
- * first: its lease expires, or it left). ETB_ELECTED when done. */
-void etb_elect(etb_t *t);
+ * first: its lease expires, or it left); with any, whoever holds the key
+ * (after this node was cut off). ETB_ELECTED when done. */
+void etb_elect(etb_t *t, int any);
 /* The host formed round r: record it (fenced by the host key). */
 void etb_record_round(etb_t *t, int64_t r);
 /* etcd's member list, for messages. */

@@ -126,7 +126,7 @@ def agents(n, ep, nnodes, d, run_id, port, mode="hold", first=1, extra=()):
                 "--rdzv-backend", "etcd", "--rdzv-endpoint", ep,
                 "--rdzv-id", run_id, "--local-addr", "127.0.0.%d" % i,
                 "--rdzv-conf", "join_timeout=60,last_call_timeout=1,heartbeat=0.3,"
-                               "lease_ttl=3,store_port=%d" % port,
+                               "lease_ttl=5,store_port=%d" % port,
                 "--stop-timeout", "5"] + list(extra) + \
                ["--no-python", PY, WORKER, d, mode]
         out.append(lt.launch(args, env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i))
@@ -263,24 +263,33 @@ def test_host_killed():
 
 def test_etcd_down_and_back():
     """(d) every member killed while the workers run: the agents say they
-    wait; the workers go on; the members restarted, the job finishes."""
+    wait; past the lease TTL they stop their workers (etcd may have let
+    their leases go: no split brain); the members restarted, the leases
+    live on and the job re-forms under the same host and finishes."""
     with etcd_job(2, "2", "ed") as (e, d, port, ags):
         lt.wait_until(lambda: len(lt.records(d, 0)) == 4, 90, "round 0's workers")
+        host = host_of(e, "ed")
         for i in range(e.n):
             e.kill(i)
         line = "unreachable: waiting (the job goes on when it is back)"
         lt.wait_until(lambda: all(line in a.output() for a in ags), 60,
                       "the agents' wait line")
-        assert all(a.running() for a in ags)
+        fence = "lease was not renewed for 5 s (etcd unreachable): stopping the workers"
+        lt.wait_until(lambda: all(fence in a.output() for a in ags), 60,
+                      "the agents fencing their workers")
+        assert all(a.running() for a in ags), [(a.proc.poll(), a.output()) for a in ags]
         for i in range(e.n):
             e.start(i)
         e.wait_leader()
-        lt.wait_until(lambda: all("etcd is back" in a.output() for a in ags), 60,
-                      "the agents seeing etcd back")
-        release(d)
         rcs = [a.wait(120) for a in ags]
-        assert rcs == [0, 0], [a.output() for a in ags]
-        assert len(lt.records(d)) == 4, "a restart: %s" % [a.output() for a in ags]
+        outs = [a.output() for a in ags]
+        assert rcs == [0, 0], (rcs, outs)
+        for o in outs:
+            assert "etcd is back" in o and "joining it again" in o, o
+        last = max(int(r["env"]["LAUNCH_ROUND"]) for r in lt.records(d))
+        assert last >= 1 and len(lt.records(d, last)) == 4, lt.records(d, last)
+        for r in lt.records(d, last):
+            assert r["env"]["MASTER_ADDR"] == host[0], (host, r["env"])
 
 
 def test_bad_endpoint():
