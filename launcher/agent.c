@@ -1562,7 +1562,8 @@ static void move_to_successor(agent_t *a) {
     if (a->etcd_fenced)
       return; /* ETB_RESTORED asks etcd */
     say(a, "asking etcd for the new host of job %s", a->o->run_id);
-    etb_elect(a->etb, 0);
+    /* not silent: the probe of the old host failed, its agent died */
+    etb_elect(a->etb, a->fo_silent ? ETB_ELECT_AFTER : ETB_ELECT_DEAD);
     return;
   }
   move_to(a, a->succ_addrs[0], a->succ_hosts[0], a->ep_port,
@@ -2505,6 +2506,15 @@ static void etcd_event(void *arg, unsigned ev) {
     close_client(a); /* after: a JOIN it cancels is no error now */
     return;
   }
+  if ((ev & ETB_HOST_CHANGED) && a->state == A_CONNECT && !a->hosting &&
+      a->ac) {
+    /* the host etcd named went before this node reached it (a host that
+     * died before the job formed): elect again */
+    say(a, "etcd: the host %s:%d of job %s lost its key before this node "
+        "reached it: electing again", a->ep_host, a->ep_port, a->o->run_id);
+    close_client(a);
+    etb_elect(a->etb, ETB_ELECT_AFTER);
+  }
   if ((ev & ETB_CUT_OFF) && !a->etcd_fenced &&
       (a->state == A_JOIN || a->state == A_RESUME || a->state == A_RUN ||
        a->state == A_STOP)) {
@@ -2521,14 +2531,15 @@ static void etcd_event(void *arg, unsigned ev) {
   if ((ev & ETB_RESTORED) && a->etcd_fenced) {
     say(a, "etcd is back and this node's lease lives: asking who hosts job "
         "%s", a->o->run_id);
-    etb_elect(a->etb, 1);
+    etb_elect(a->etb, ETB_ELECT_ANY);
   }
   if (!(ev & ETB_ELECTED) ||
       etb_host(a->etb, addr, sizeof(addr), &port, name, sizeof(name),
                &here) != 0)
     return;
   if (a->state == A_FAILOVER && a->wg && wk_live(a->wg) > 0) {
-    etb_elect(a->etb, a->etcd_fenced); /* the workers still stop: again */
+    /* the workers still stop: again */
+    etb_elect(a->etb, ETB_ELECT_AGAIN);
     return;
   }
   if (a->state == A_FAILOVER && a->etcd_fenced &&

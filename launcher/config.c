@@ -644,8 +644,10 @@ static const setting_t settings[CFG_S_COUNT] = {
     FN(ENDPOINT, "--rdzv-endpoint", NULL, "HOST[:PORT]", set_endpoint, RDZV,
        "the launch server (default port 29400); the agent on HOST hosts it "
        "unless one runs there"),
-    FN(BACKEND, "--rdzv-backend", NULL, "c10d|static", set_backend, RDZV,
-       "c10d when an endpoint is given, else static"),
+    FN(BACKEND, "--rdzv-backend", NULL, "c10d|static|etcd", set_backend, RDZV,
+       "c10d when an endpoint is given, else static; etcd: the endpoint is "
+       "etcd's member list (HOST:PORT,...), etcd elects the agent that "
+       "hosts (docs/rendezvous.md#etcd-backend)"),
     STR(ID, "--rdzv-id", NULL, "ID", run_id, 1, RDZV,
         "job id shared by every node"),
     FN(CONF, "--rdzv-conf", NULL, "K=V,...", set_conf, RDZV,
@@ -659,7 +661,10 @@ static const setting_t settings[CFG_S_COUNT] = {
        "whatever the addresses say; heartbeat_timeout: a node silent this "
        "long is dropped (3 heartbeats); timeout (900 s): how long a static "
        "node waits for node 0; rank: the static node rank (as --node-rank); "
-       "keep_alive_max_attempt: accepted, no effect"),
+       "keep_alive_max_attempt: accepted, no effect. With etcd: lease_ttl "
+       "(10 s), store_port (29400): the elected agent's server port, "
+       "protocol (http|https), cacert, cert, key (PEM files), user "
+       "(NAME[:PASSWORD], else $LAUNCH_ETCD_PASSWORD)"),
     INT(NODE_RANK, "--node-rank", "N", node_rank, 0, 1 << 20, RDZV,
         "rank of this node (static backend; a preference with c10d)"),
     FN(MASTER_ADDR, "--master-addr", NULL, "A", set_master_addr, RDZV,

@@ -34,6 +34,7 @@ struct etb_s {
   int stop;
   int elect;            /* an election is asked for */
   int64_t lost_rev;     /* ... after the host key of this revision goes */
+  int lost_dead;        /* ... which may be removed now (ETB_ELECT_DEAD) */
   int64_t record;       /* a round to record, -1 none */
   unsigned events;      /* for the loop */
   char host[600];       /* the elected host's value */
@@ -167,11 +168,18 @@ static void keep_alive(etb_t *t, th_t *s) {
 
 /* An election step: the host key is held by a live agent (not the lost
  * one), or free and taken here. RET 1 when decided. */
-static int elect_step(etb_t *t, th_t *s, int64_t lost) {
+static int elect_step(etb_t *t, th_t *s, int64_t lost, int dead) {
   etcd_reply_t r;
   int here = 0;
   if (seen(t, s, etcd_get(t->e, t->host_key, &r)) != 0)
     return 0;
+  if (r.found && r.create_rev == lost && dead) {
+    /* its agent died (a refused connection): no need to wait for its
+     * lease; the guard leaves a key another agent took meanwhile */
+    if (seen(t, s, etcd_delete_if(t->e, t->host_key, lost, &r)) != 0 ||
+        seen(t, s, etcd_get(t->e, t->host_key, &r)) != 0)
+      return 0;
+  }
   if (r.found && r.create_rev == lost) {
     if (!s->said_wait)
       LU_INFO(&t->log, "waiting for etcd to let the lost host go (its lease "
@@ -246,12 +254,13 @@ static void *etb_main(void *arg) {
   th_t s;
   memset(&s, 0, sizeof(s));
   for (;;) {
-    int elect, stop;
+    int elect, stop, dead;
     int64_t lost, known, rec;
     pthread_mutex_lock(&t->mu);
     stop = t->stop;
     elect = t->elect;
     lost = t->lost_rev;
+    dead = t->lost_dead;
     known = t->host_rev;
     rec = t->here ? t->record : -1;
     pthread_mutex_unlock(&t->mu);
@@ -272,7 +281,7 @@ static void *etb_main(void *arg) {
     }
     if (s.lease != 0) {
       if (elect)
-        elect_step(t, &s, lost);
+        elect_step(t, &s, lost, dead);
       else if (known > 0)
         watch_host(t, &s, known);
       if (rec >= 0 && known > 0)
@@ -364,12 +373,19 @@ int etb_host(etb_t *t, char *addr, size_t acap, int *port, char *name,
   return 0;
 }
 
-void etb_elect(etb_t *t, int any) {
+void etb_elect(etb_t *t, int how) {
   pthread_mutex_lock(&t->mu);
-  if (any)
+  if (how == ETB_ELECT_AGAIN) {
+    t->elect = 1;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    return;
+  }
+  if (how == ETB_ELECT_ANY)
     t->lost_rev = 0;
   else if (t->host_rev > 0)
     t->lost_rev = t->host_rev;
+  t->lost_dead = how == ETB_ELECT_DEAD;
   t->host_rev = 0;
   t->here = 0;
   t->elect = 1;

@@ -43,10 +43,14 @@ int etb_start(uv_loop_t *loop, const cfg_t *o, const lu_log_t *log,
 /* The host the last election chose. RET 0, or -1 when none yet. */
 int etb_host(etb_t *t, char *addr, size_t acap, int *port, char *name,
              size_t ncap, int *here);
-/* The host was lost: elect another (the key of the lost one must go
- * first: its lease expires, or it left); with any, whoever holds the key
- * (after this node was cut off). ETB_ELECTED when done. */
-void etb_elect(etb_t *t, int any);
+/* The host was lost: elect another. ETB_ELECT_AFTER: the key of the lost
+ * one must go first (its lease expires, or it left); ETB_ELECT_DEAD: the
+ * lost one is known dead (its kernel refused a connection): its key is
+ * removed now, if no other took it meanwhile; ETB_ELECT_ANY: whoever holds
+ * the key (after this node was cut off). ETB_ELECTED when done. */
+enum { ETB_ELECT_AFTER = 0, ETB_ELECT_DEAD = 1, ETB_ELECT_ANY = 2,
+       ETB_ELECT_AGAIN = 3 /* the last election once more, as it was */ };
+void etb_elect(etb_t *t, int how);
 /* The host formed round r: record it (fenced by the host key). */
 void etb_record_round(etb_t *t, int64_t r);
 /* etcd's member list, for messages. */

@@ -393,3 +393,15 @@ int etcd_put_if(etcd_t *e, const char *guard, int64_t guard_rev,
            "}", g, guard_rev, k, v);
   return call(e, "/v3/kv/txn", body, r);
 }
+
+int etcd_delete_if(etcd_t *e, const char *key, int64_t rev, etcd_reply_t *r) {
+  char k[1400], body[4096];
+  if (b64s(key, k, sizeof(k)) != 0)
+    return RDZV_ETOOBIG;
+  snprintf(body, sizeof(body),
+           "{\"compare\":[{\"key\":\"%s\",\"result\":\"EQUAL\","
+           "\"target\":\"CREATE\",\"create_revision\":%" PRId64 "}],"
+           "\"success\":[{\"request_delete_range\":{\"key\":\"%s\"}}]}",
+           k, rev, k);
+  return call(e, "/v3/kv/txn", body, r);
+}

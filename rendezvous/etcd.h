@@ -89,4 +89,8 @@ int etcd_create(etcd_t *e, const char *key, const char *val, int64_t lease,
 int etcd_put_if(etcd_t *e, const char *guard, int64_t guard_rev,
                 const char *key, const char *val, etcd_reply_t *r);
 
+/* Delete key only while its create revision is rev (the holder it had
+ * then). r->succeeded says. */
+int etcd_delete_if(etcd_t *e, const char *key, int64_t rev, etcd_reply_t *r);
+
 #endif

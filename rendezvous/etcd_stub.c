@@ -54,3 +54,7 @@ int etcd_put_if(etcd_t *e, const char *g, int64_t gr, const char *k,
   (void)e, (void)g, (void)gr, (void)k, (void)v, (void)r;
   return RDZV_ENOTSUP;
 }
+int etcd_delete_if(etcd_t *e, const char *k, int64_t rev, etcd_reply_t *r) {
+  (void)e, (void)k, (void)rev, (void)r;
+  return RDZV_ENOTSUP;
+}

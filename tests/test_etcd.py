@@ -6,10 +6,14 @@ store. Agents on loopback: 127.0.0.x stand for hosts.
 (a) a 2-node job forms through etcd and finishes;
 (b) the etcd leader is killed while one node waits for the other, and again
     while the workers run: the job carries on, without a restart;
-(c) the agent that hosts the store is killed -9: etcd elects another once
-    the dead agent's lease expires, the job re-forms there and finishes;
-(d) every etcd member is killed: the agents say they wait, the workers go
-    on; the members restarted, the job finishes.
+(c) the agent that hosts the store is killed -9: the others find it dead
+    (its kernel refuses them), remove its key (guarded by its revision),
+    elect another and re-form there; the job finishes;
+(d) every etcd member is killed: the agents say they wait; past the lease
+    TTL they stop their workers; the members restarted, the job re-forms
+    under the same host and finishes;
+(e) the host agent is stopped (SIGSTOP): the others elect a new host when
+    its lease expires; resumed, it leaves instead of training on.
 
 Every wait is on something observed (a worker's record, a line of an
 agent, etcd's own status), never on a sleep."""
@@ -20,6 +24,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
@@ -244,9 +249,13 @@ def test_host_killed():
         h = host_of(e, "ec")
         assert h is not None
         dead = int(h[0].split(".")[-1]) - 1
+        t0 = time.time()
         ags[dead].signal(signal.SIGKILL)
         ags[dead].wait(10)
         lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 90, "round 1's workers")
+        print("figure: etcd backend, 3 nodes (2:3, 2 workers each, lease_ttl 5 s): "
+              "kill -9 of the host -> the new round's last worker started in %.2f s"
+              % (time.time() - t0), flush=True)
         live = [a for i, a in enumerate(ags) if i != dead]
         rcs = [a.wait(120) for a in live]
         assert rcs == [0, 0], [a.output() for a in live]
@@ -259,6 +268,30 @@ def test_host_killed():
         for a in live:
             o = a.output()
             assert "rendezvous host" in o and "lost" in o, o
+
+
+def test_host_stopped():
+    """(e) the host agent stopped (SIGSTOP: silent, its lease not renewed):
+    etcd lets its key go after the lease TTL, the others elect a new host
+    and re-form; the old host, resumed, finds its key gone and leaves
+    (exit 75) instead of training on: never two jobs."""
+    with etcd_job(3, "2:3", "ee") as (e, d, port, ags):
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 6, 90, "round 0's workers")
+        h = host_of(e, "ee")
+        old = int(h[0].split(".")[-1]) - 1
+        ags[old].signal(signal.SIGSTOP)
+        lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 90, "round 1's workers")
+        new = host_of(e, "ee")
+        assert new is not None and new[0] != h[0], (h, new)
+        ags[old].signal(signal.SIGCONT)
+        assert ags[old].wait(60) == 75, ags[old].output()
+        assert "no longer holds job ee's host key in etcd" in ags[old].output()
+        live = [a for i, a in enumerate(ags) if i != old]
+        rcs = [a.wait(120) for a in live]
+        assert rcs == [0, 0], [a.output() for a in live]
+        for r in lt.records(d, 1):
+            assert r["env"]["MASTER_ADDR"] == new[0], r["env"]
+        assert not [r for r in lt.records(d) if r["env"]["LAUNCH_ROUND"] not in ("0", "1")]
 
 
 def test_etcd_down_and_back():
@@ -315,7 +348,7 @@ if __name__ == "__main__":
     finally:
         probe.kill()
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
-             test_host_killed, test_etcd_down_and_back]
+             test_host_killed, test_host_stopped, test_etcd_down_and_back]
     only = sys.argv[1:]
     for t in tests:
         if only and t.__name__ not in only:
