@@ -253,9 +253,10 @@ def test_host_killed():
         ags[dead].signal(signal.SIGKILL)
         ags[dead].wait(10)
         lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 90, "round 1's workers")
+        took = time.time() - t0
         print("figure: etcd backend, 3 nodes (2:3, 2 workers each, lease_ttl 5 s): "
               "kill -9 of the host -> the new round's last worker started in %.2f s"
-              % (time.time() - t0), flush=True)
+              % took, flush=True)
         live = [a for i, a in enumerate(ags) if i != dead]
         rcs = [a.wait(120) for a in live]
         assert rcs == [0, 0], [a.output() for a in live]
@@ -268,6 +269,7 @@ def test_host_killed():
         for a in live:
             o = a.output()
             assert "rendezvous host" in o and "lost" in o, o
+        return took
 
 
 def test_host_stopped():
@@ -279,8 +281,10 @@ def test_host_stopped():
         lt.wait_until(lambda: len(lt.records(d, 0)) == 6, 90, "round 0's workers")
         h = host_of(e, "ee")
         old = int(h[0].split(".")[-1]) - 1
+        t0 = time.time()
         ags[old].signal(signal.SIGSTOP)
         lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 90, "round 1's workers")
+        took = time.time() - t0
         new = host_of(e, "ee")
         assert new is not None and new[0] != h[0], (h, new)
         ags[old].signal(signal.SIGCONT)
@@ -292,6 +296,7 @@ def test_host_stopped():
         for r in lt.records(d, 1):
             assert r["env"]["MASTER_ADDR"] == new[0], r["env"]
         assert not [r for r in lt.records(d) if r["env"]["LAUNCH_ROUND"] not in ("0", "1")]
+        return took
 
 
 def test_etcd_down_and_back():
@@ -325,6 +330,35 @@ def test_etcd_down_and_back():
             assert r["env"]["MASTER_ADDR"] == host[0], (host, r["env"])
 
 
+def test_auth():
+    """etcd with authentication on: an agent with the user and password
+    (from $LAUNCH_ETCD_PASSWORD) forms the job; a wrong password is refused
+    with etcd's reason (exit 75), not waited on."""
+    e = Etcd()
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = []
+    try:
+        p = e.client[e.wait_leader()]
+        post(p, "/v3/auth/user/add", {"name": "root", "password": "s3cret"})
+        post(p, "/v3/auth/role/add", {"name": "root"})
+        post(p, "/v3/auth/user/grant", {"user": "root", "role": "root"})
+        post(p, "/v3/auth/enable", {})
+        args = ["--nnodes", "1", "--rdzv-backend", "etcd", "--rdzv-endpoint", e.endpoints(),
+                "--rdzv-id", "eauth", "--local-addr", "127.0.0.1",
+                "--rdzv-conf", "user=root,lease_ttl=5,store_port=%d" % port,
+                "--no-python", PY, WORKER, d, "ok"]
+        rc, out = lt.launch_wait(args, env={"LAUNCH_ETCD_PASSWORD": "wrong"}, timeout=60)
+        assert rc == 75 and "etcd refused this node" in out and "authentication failed" in out, (rc, out)
+        ags.append(lt.launch(args, env={"LAUNCH_ETCD_PASSWORD": "s3cret"}))
+        assert ags[0].wait(60) == 0, ags[0].output()
+        assert len(lt.records(d, 0)) == 1
+    finally:
+        for a in ags:
+            a.kill()
+        e.close()
+
+
 def test_bad_endpoint():
     """A member list that does not parse is refused with what to give."""
     rc, out = lt.launch_wait(["--rdzv-backend", "etcd", "--rdzv-endpoint", "h1:2379,h2:99999",
@@ -348,7 +382,7 @@ if __name__ == "__main__":
     finally:
         probe.kill()
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
-             test_host_killed, test_host_stopped, test_etcd_down_and_back]
+             test_host_killed, test_host_stopped, test_etcd_down_and_back, test_auth]
     only = sys.argv[1:]
     for t in tests:
         if only and t.__name__ not in only:
