@@ -162,6 +162,8 @@ typedef struct agent_s {
   etb_t *etb;       /* --rdzv-backend etcd (etcd_backend.h); NULL else */
   int etcd_fenced;  /* its lease was not renewed in time: workers stopped
                        until etcd is back (etcd_event) */
+  int64_t etcd_gated; /* the round whose record in etcd the workers wait
+                         for, -1 none */
 } agent_t;
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -440,6 +442,7 @@ static void finish(agent_t *a);
 static void finished_stopping(wk_group_t *g, void *arg);
 static void send_join(agent_t *a);
 static void run_round(agent_t *a);
+static void begin_round(agent_t *a);
 static void on_resumed(void *arg, const resume_result_t *res);
 static void failover_stopped(wk_group_t *g, void *arg);
 
@@ -1099,6 +1102,19 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     a->fo_prev_round = -1;
     a->fo_survivors = a->fo_prev_restarts = a->fo_quorum = 0;
   }
+  if (a->etb) {
+    /* etcd must hold the round, recorded by the host while it holds the
+     * host key (no split brain): etcd_event goes on */
+    a->etcd_gated = a->round;
+    etb_wait_round(a->etb, a->round);
+    return;
+  }
+  begin_round(a);
+}
+
+/* The round formed: agree on the checkpoint step, then start the
+ * workers. */
+static void begin_round(agent_t *a) {
   if (a->ck) {
     resume_round_t rr = {a->round, a->node_rank, a->nnodes, a->world_size,
                          a->base_rank, a->o->nproc, a->o->host};
@@ -1250,6 +1266,7 @@ static void send_join(agent_t *a) {
   msg_join_t j;
   a->state = A_JOIN;
   a->join_started_ms = uv_now(a->loop);
+  a->etcd_gated = -1;
   msg_join_init(&j);
   lu_strlcpy(j.host, o->host, sizeof(j.host));
   lu_strlcpy(j.addr, o->local_addr[0] ? o->local_addr : ac_local_ip(a->ac),
@@ -2528,6 +2545,12 @@ static void etcd_event(void *arg, unsigned ev) {
     fail_over(a, 1);
     close_client(a);
   }
+  if ((ev & ETB_ROUND_OK) && a->state == A_JOIN && a->etcd_gated >= 0 &&
+      etb_round_ok(a->etb) >= a->etcd_gated) {
+    a->etcd_gated = -1;
+    begin_round(a);
+    return;
+  }
   if ((ev & ETB_RESTORED) && a->etcd_fenced) {
     say(a, "etcd is back and this node's lease lives: asking who hosts job "
         "%s", a->o->run_id);
@@ -2589,6 +2612,7 @@ int agent_run(cfg_t *o) {
   a->loop = &loop;
   a->round = -1;
   a->fo_prev_round = -1;
+  a->etcd_gated = -1;
   a->run_lock = -1;
   a->exit_code = 1;
   uv_loop_init(&loop);

@@ -36,6 +36,9 @@ struct etb_s {
   int64_t lost_rev;     /* ... after the host key of this revision goes */
   int lost_dead;        /* ... which may be removed now (ETB_ELECT_DEAD) */
   int64_t record;       /* a round to record, -1 none */
+  int64_t want_round;   /* etb_wait_round's, -1 none */
+  int64_t round_ok;     /* the last round seen recorded, -1 none */
+  int kick;             /* a request: no nap */
   unsigned events;      /* for the loop */
   char host[600];       /* the elected host's value */
   int64_t host_rev;     /* its key's create revision, 0 none */
@@ -64,8 +67,9 @@ static int nap(etb_t *t, int64_t ms) {
     ts.tv_nsec -= 1000000000L;
   }
   pthread_mutex_lock(&t->mu);
-  if (!t->stop && !t->elect)
+  if (!t->stop && !t->elect && !t->kick)
     pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+  t->kick = 0;
   stop = t->stop;
   pthread_mutex_unlock(&t->mu);
   return stop;
@@ -198,6 +202,7 @@ static int elect_step(etb_t *t, th_t *s, int64_t lost, int dead) {
   pthread_mutex_lock(&t->mu);
   lu_strlcpy(t->host, r.value, sizeof(t->host));
   t->host_rev = r.create_rev;
+  t->round_ok = -1; /* the rounds of the host elected now count */
   t->here = here || (r.lease == s->lease && !strcmp(r.value, t->me));
   t->elect = 0;
   pthread_mutex_unlock(&t->mu);
@@ -229,13 +234,30 @@ static void watch_host(etb_t *t, th_t *s, int64_t known) {
   post(t, ETB_HOST_CHANGED);
 }
 
+/* A round confirmed: tell the loop when it waits for it. */
+static void round_seen(etb_t *t, int64_t round) {
+  int ok;
+  pthread_mutex_lock(&t->mu);
+  if (round > t->round_ok)
+    t->round_ok = round;
+  ok = t->want_round >= 0 && t->round_ok >= t->want_round;
+  if (ok)
+    t->want_round = -1;
+  pthread_mutex_unlock(&t->mu);
+  if (ok)
+    post(t, ETB_ROUND_OK);
+}
+
+/* The record "ROUND HOSTREV", under this host's lease. */
 static void record(etb_t *t, th_t *s, int64_t round, int64_t rev) {
   etcd_reply_t r;
-  char v[32];
-  snprintf(v, sizeof(v), "%" PRId64, round);
-  if (seen(t, s, etcd_put_if(t->e, t->host_key, rev, t->round_key, v, &r)) !=
-      0)
+  char v[64];
+  snprintf(v, sizeof(v), "%" PRId64 " %" PRId64, round, rev);
+  if (seen(t, s, etcd_put_if(t->e, t->host_key, rev, t->round_key, v,
+                             s->lease, &r)) != 0)
     return;
+  if (r.succeeded)
+    round_seen(t, round);
   pthread_mutex_lock(&t->mu);
   if (t->record == round)
     t->record = -1;
@@ -249,13 +271,26 @@ static void record(etb_t *t, th_t *s, int64_t round, int64_t rev) {
   pthread_mutex_unlock(&t->mu);
 }
 
+/* Another agent: has the host it follows recorded the round wanted? */
+static void check_round(etb_t *t, th_t *s, int64_t rev) {
+  etcd_reply_t r;
+  long long round, hrev;
+  char extra;
+  if (seen(t, s, etcd_get(t->e, t->round_key, &r)) != 0 || !r.found)
+    return;
+  if (sscanf(r.value, "%lld %lld%c", &round, &hrev, &extra) != 2)
+    return; /* not ours: the host writes it again */
+  if (hrev == rev)
+    round_seen(t, round);
+}
+
 static void *etb_main(void *arg) {
   etb_t *t = arg;
   th_t s;
   memset(&s, 0, sizeof(s));
   for (;;) {
-    int elect, stop, dead;
-    int64_t lost, known, rec;
+    int elect, stop, dead, here;
+    int64_t lost, known, rec, want;
     pthread_mutex_lock(&t->mu);
     stop = t->stop;
     elect = t->elect;
@@ -263,6 +298,8 @@ static void *etb_main(void *arg) {
     dead = t->lost_dead;
     known = t->host_rev;
     rec = t->here ? t->record : -1;
+    here = t->here;
+    want = t->want_round;
     pthread_mutex_unlock(&t->mu);
     if (stop)
       break;
@@ -286,8 +323,11 @@ static void *etb_main(void *arg) {
         watch_host(t, &s, known);
       if (rec >= 0 && known > 0)
         record(t, &s, rec, known);
+      else if (want >= 0 && known > 0 && !here)
+        check_round(t, &s, known);
     }
-    if (nap(t, s.down ? 1000 : TICK_MS))
+    /* a round waited for is read again soon: the host writes it now */
+    if (nap(t, s.down ? 1000 : want >= 0 && rec < 0 ? 20 : TICK_MS))
       break;
   }
   if (s.lease != 0)
@@ -335,6 +375,8 @@ int etb_start(uv_loop_t *loop, const cfg_t *o, const lu_log_t *log,
   t->log = *log;
   t->ttl_s = LU_MAX(2, (o->etcd_ttl_ms + 999) / 1000);
   t->record = -1;
+  t->want_round = -1;
+  t->round_ok = -1;
   t->elect = 1;
   lu_strlcpy(t->members, o->endpoint_raw, sizeof(t->members));
   snprintf(t->prefix, sizeof(t->prefix), "/launch/%s/", o->run_id);
@@ -396,8 +438,31 @@ void etb_elect(etb_t *t, int how) {
 void etb_record_round(etb_t *t, int64_t r) {
   pthread_mutex_lock(&t->mu);
   t->record = r;
+  t->kick = 1;
   pthread_cond_signal(&t->cv);
   pthread_mutex_unlock(&t->mu);
+}
+
+void etb_wait_round(etb_t *t, int64_t r) {
+  int ok;
+  pthread_mutex_lock(&t->mu);
+  ok = t->round_ok >= r;
+  if (!ok) {
+    t->want_round = r;
+    t->kick = 1;
+    pthread_cond_signal(&t->cv);
+  }
+  pthread_mutex_unlock(&t->mu);
+  if (ok)
+    post(t, ETB_ROUND_OK);
+}
+
+int64_t etb_round_ok(etb_t *t) {
+  int64_t r;
+  pthread_mutex_lock(&t->mu);
+  r = t->round_ok;
+  pthread_mutex_unlock(&t->mu);
+  return r;
 }
 
 const char *etb_members(const etb_t *t) { return t->members; }

@@ -30,6 +30,8 @@ enum {
   ETB_CUT_OFF = 16u,     /* the lease was not renewed for its TTL: etcd
                             may have let it expire (fence the workers) */
   ETB_RESTORED = 32u,    /* after ETB_CUT_OFF: a live lease again */
+  ETB_ROUND_OK = 64u,    /* the round etb_wait_round asked for is recorded
+                            by the host this agent follows */
 };
 
 typedef void (*etb_cb)(void *arg, unsigned events);
@@ -53,6 +55,13 @@ enum { ETB_ELECT_AFTER = 0, ETB_ELECT_DEAD = 1, ETB_ELECT_ANY = 2,
 void etb_elect(etb_t *t, int how);
 /* The host formed round r: record it (fenced by the host key). */
 void etb_record_round(etb_t *t, int64_t r);
+/* Before the workers of round r start: ETB_ROUND_OK once etcd holds the
+ * round record of r (or later) written by the host elected last, while it
+ * held the host key. A host cut off or deposed cannot write it: nobody
+ * starts its rounds' workers (no split brain). */
+void etb_wait_round(etb_t *t, int64_t r);
+/* The round etcd confirmed last, -1 none. */
+int64_t etb_round_ok(etb_t *t);
 /* etcd's member list, for messages. */
 const char *etb_members(const etb_t *t);
 const char *etb_error(etb_t *t, char *buf, size_t cap);

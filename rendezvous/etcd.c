@@ -381,7 +381,8 @@ int etcd_create(etcd_t *e, const char *key, const char *val, int64_t lease,
 }
 
 int etcd_put_if(etcd_t *e, const char *guard, int64_t guard_rev,
-                const char *key, const char *val, etcd_reply_t *r) {
+                const char *key, const char *val, int64_t lease,
+                etcd_reply_t *r) {
   char g[1400], k[1400], v[1400], body[8192];
   if (b64s(guard, g, sizeof(g)) != 0 || b64s(key, k, sizeof(k)) != 0 ||
       b64s(val, v, sizeof(v)) != 0)
@@ -389,8 +390,8 @@ int etcd_put_if(etcd_t *e, const char *guard, int64_t guard_rev,
   snprintf(body, sizeof(body),
            "{\"compare\":[{\"key\":\"%s\",\"result\":\"EQUAL\","
            "\"target\":\"CREATE\",\"create_revision\":%" PRId64 "}],"
-           "\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\"}}]"
-           "}", g, guard_rev, k, v);
+           "\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
+           "\"lease\":%" PRId64 "}}]}", g, guard_rev, k, v, lease);
   return call(e, "/v3/kv/txn", body, r);
 }
 

@@ -84,10 +84,12 @@ int etcd_delete(etcd_t *e, const char *key);
  * r->found/value/create_rev say what holds it. */
 int etcd_create(etcd_t *e, const char *key, const char *val, int64_t lease,
                 etcd_reply_t *r);
-/* Put key = val only while guard's create revision is guard_rev (a fenced
- * write: a deposed holder of guard cannot write). r->succeeded says. */
+/* Put key = val under lease (0: none) only while guard's create revision
+ * is guard_rev (a fenced write: a deposed holder of guard cannot write).
+ * r->succeeded says. */
 int etcd_put_if(etcd_t *e, const char *guard, int64_t guard_rev,
-                const char *key, const char *val, etcd_reply_t *r);
+                const char *key, const char *val, int64_t lease,
+                etcd_reply_t *r);
 
 /* Delete key only while its create revision is rev (the holder it had
  * then). r->succeeded says. */

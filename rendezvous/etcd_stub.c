@@ -50,8 +50,8 @@ int etcd_create(etcd_t *e, const char *k, const char *v, int64_t l,
   return RDZV_ENOTSUP;
 }
 int etcd_put_if(etcd_t *e, const char *g, int64_t gr, const char *k,
-                const char *v, etcd_reply_t *r) {
-  (void)e, (void)g, (void)gr, (void)k, (void)v, (void)r;
+                const char *v, int64_t l, etcd_reply_t *r) {
+  (void)e, (void)g, (void)gr, (void)k, (void)v, (void)l, (void)r;
   return RDZV_ENOTSUP;
 }
 int etcd_delete_if(etcd_t *e, const char *k, int64_t rev, etcd_reply_t *r) {

@@ -13,7 +13,9 @@ store. Agents on loopback: 127.0.0.x stand for hosts.
     TTL they stop their workers; the members restarted, the job re-forms
     under the same host and finishes;
 (e) the host agent is stopped (SIGSTOP): the others elect a new host when
-    its lease expires; resumed, it leaves instead of training on.
+    its lease expires; resumed, it leaves instead of training on;
+(f) the host cut off from etcd alone: the others re-form without it, and it
+    never starts workers of a round etcd did not record.
 
 Every wait is on something observed (a worker's record, a line of an
 agent, etcd's own status), never on a sleep."""
@@ -299,6 +301,46 @@ def test_host_stopped():
         return took
 
 
+def test_host_cut_off_from_etcd():
+    """(f) the host cut off from etcd alone (it talks to member m1 only,
+    which is stopped; the others talk to m2 and m3): its lease expires, the
+    others elect a new host and re-form without it; the old host never
+    starts workers again (its rounds cannot be recorded in etcd: no split
+    brain, though --nnodes 1:3 would let it run alone), and when m1 is
+    back it finds its key gone and leaves, exit 75."""
+    e = Etcd()
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    m1 = "127.0.0.1:%d" % e.client[0]
+    rest = "127.0.0.1:%d,127.0.0.1:%d" % (e.client[1], e.client[2])
+    ags = []
+    try:
+        ags += agents(1, m1, "1:3", d, "ef", port)
+        lt.wait_until(lambda: "this node" in ags[0].output(), 60, "node1 elected")
+        ags += agents(2, rest, "1:3", d, "ef", port, first=2)
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 6, 90, "round 0's workers")
+        e.procs[0].signal(signal.SIGSTOP)
+        lt.wait_until(lambda: [r for r in lt.records(d) if r["env"]["LAUNCH_ROUND"] != "0"
+                               and r["env"]["WORLD_SIZE"] == "4"] and
+                      "lease was not renewed" in ags[0].output(), 90,
+                      "a round of node2 and node3, and node1's fence")
+        e.procs[0].signal(signal.SIGCONT)
+        assert ags[0].wait(60) == 75, ags[0].output()
+        assert "no longer holds job ef's host key in etcd" in ags[0].output()
+        rcs = [a.wait(120) for a in ags[1:]]
+        assert rcs == [0, 0], [a.output() for a in ags[1:]]
+        late = [r for r in lt.records(d) if r["env"]["LAUNCH_ROUND"] != "0"]
+        assert late and all(r["env"]["LAUNCH_HOSTNAME"] != "node1" for r in late), late
+        assert all(r["env"]["MASTER_ADDR"] != "127.0.0.1" for r in late), late
+    finally:
+        for p in e.procs:
+            if p:
+                p.signal(signal.SIGCONT)
+        for a in ags:
+            a.kill()
+        e.close()
+
+
 def test_etcd_down_and_back():
     """(d) every member killed while the workers run: the agents say they
     wait; past the lease TTL they stop their workers (etcd may have let
@@ -382,7 +424,8 @@ if __name__ == "__main__":
     finally:
         probe.kill()
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
-             test_host_killed, test_host_stopped, test_etcd_down_and_back, test_auth]
+             test_host_killed, test_host_stopped, test_etcd_down_and_back,
+             test_host_cut_off_from_etcd, test_auth]
     only = sys.argv[1:]
     for t in tests:
         if only and t.__name__ not in only:
