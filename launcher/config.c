@@ -1189,8 +1189,6 @@ static int finish_output(cfg_t *c, char *err, size_t n) {
 
 /* --rdzv-backend etcd: the members, and what the agent needs besides. */
 static int finish_etcd(cfg_t *c, char *err, size_t n) {
-  if (c->standalone)
-    return fail(err, n, "--standalone and --rdzv-backend etcd: choose one");
   if (!c->endpoint_given)
     return fail(err, n, "--rdzv-backend etcd needs --rdzv-endpoint "
                         "HOST:PORT[,HOST:PORT...] (the etcd members' client "
@@ -1217,6 +1215,8 @@ static int finish_etcd(cfg_t *c, char *err, size_t n) {
 
 /* The rendezvous: standalone, static or c10d, and where the server is. */
 static int finish_rdzv(cfg_t *c, char *err, size_t n) {
+  if (c->standalone && c->backend == CFG_BACKEND_ETCD)
+    return fail(err, n, "--standalone and --rdzv-backend etcd: choose one");
   if (c->standalone) {
     uint8_t r[16];
     char hex[33];
