@@ -224,10 +224,21 @@ static int post_one(etcd_t *e, size_t m, const char *path, const char *body,
   cc = curl_easy_perform(e->curl);
   curl_slist_free_all(h);
   if (cc != CURLE_OK) {
-    snprintf(e->last_error, sizeof(e->last_error), "%s: %s%s", e->members[m],
-             curl_easy_strerror(cc), e->too_big ? " (reply over 1 MiB)" : "");
+    /* a member that wants a client certificate ends the TLS 1.3 session
+     * after the handshake: it looks like a network error */
+    int no_cert = cc == CURLE_RECV_ERROR && e->cert[0] == '\0' &&
+                  !strncmp(e->members[m], "https:", 6);
+    snprintf(e->last_error, sizeof(e->last_error), "%s: %s%s%s",
+             e->members[m], curl_easy_strerror(cc),
+             e->too_big ? " (reply over 1 MiB)" : "",
+             no_cert ? " (if etcd requires client certificates "
+                       "(--client-cert-auth), give --rdzv-conf cert=F,key=F)"
+                     : "");
+    /* TLS that cannot work (a CA or certificate file, the member's
+     * certificate, a handshake the member refuses) is no outage */
     return cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_CERTPROBLEM ||
-                   cc == CURLE_PEER_FAILED_VERIFICATION
+                   cc == CURLE_PEER_FAILED_VERIFICATION ||
+                   cc == CURLE_SSL_CONNECT_ERROR
                ? RDZV_EAUTH
                : -EHOSTUNREACH;
   }

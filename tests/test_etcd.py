@@ -23,7 +23,9 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -401,6 +403,77 @@ def test_auth():
         e.close()
 
 
+def make_certs(d):
+    """A CA, a certificate for 127.0.0.1 (the member) and one for a client,
+    and another CA that signed neither, with the openssl command."""
+    def run(*a):
+        subprocess.run(["openssl"] + list(a), cwd=d, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for ca in ("ca", "other"):
+        run("req", "-x509", *ec, "-keyout", ca + ".key", "-out", ca + ".pem",
+            "-days", "1", "-subj", "/CN=" + ca)
+    for name, usage in (("member", "serverAuth,clientAuth"), ("client", "clientAuth")):
+        with open(os.path.join(d, name + ".ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=%s\n" % usage)
+        run("req", *ec, "-keyout", name + ".key", "-out", name + ".csr",
+            "-subj", "/CN=" + name)
+        run("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", name + ".pem", "-days", "1",
+            "-extfile", name + ".ext")
+
+
+def test_tls():
+    """etcd over TLS with client certificates: the agent with cacert, cert
+    and key forms the job; one that does not trust the member's CA is
+    refused with the reason (exit 75); one without a certificate waits,
+    saying what to give."""
+    if shutil.which("openssl") is None:
+        print("test_tls: skipped: no openssl command")
+        return
+    d = tempfile.mkdtemp()
+    make_certs(d)
+    cp, pp = lt.free_port(), lt.free_port()
+    url, peer = "https://127.0.0.1:%d" % cp, "http://127.0.0.1:%d" % pp
+    m = lt.Proc([ETCD, "--name", "t1", "--data-dir", os.path.join(d, "data"),
+                 "--listen-client-urls", url, "--advertise-client-urls", url,
+                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                 "--initial-cluster", "t1=" + peer,
+                 "--cert-file", os.path.join(d, "member.pem"),
+                 "--key-file", os.path.join(d, "member.key"),
+                 "--trusted-ca-file", os.path.join(d, "ca.pem"), "--client-cert-auth"],
+                name="etcd-tls")
+    port = lt.free_port()
+    work = os.path.join(d, "w")
+    os.mkdir(work)
+
+    def job(conf):
+        return ["--nnodes", "1", "--rdzv-backend", "etcd", "--rdzv-endpoint", "127.0.0.1:%d" % cp,
+                "--rdzv-id", "etls", "--local-addr", "127.0.0.1",
+                "--rdzv-conf", "lease_ttl=5,store_port=%d,%s" % (port, conf),
+                "--no-python", PY, WORKER, work, "ok"]
+    f = lambda n: os.path.join(d, n)  # noqa: E731
+    try:
+        rc, out = lt.launch_wait(job("cacert=%s,cert=%s,key=%s" % (
+            f("ca.pem"), f("client.pem"), f("client.key"))), timeout=90)
+        assert rc == 0, out
+        assert len(lt.records(work, 0)) == 1
+        rc, out = lt.launch_wait(job("cacert=%s,cert=%s,key=%s" % (
+            f("other.pem"), f("client.pem"), f("client.key"))), timeout=60)
+        assert rc == 75 and "etcd refused this node" in out, (rc, out)
+        # no certificate: the member ends the session after the handshake,
+        # which looks like a network error: waited on, with a hint
+        a = lt.launch(job("cacert=%s" % f("ca.pem")), name="nocert")
+        try:
+            lt.wait_until(lambda: "give --rdzv-conf cert=F,key=F" in a.output(), 60,
+                          "the hint for a missing client certificate")
+            assert "unreachable: waiting" in a.output(), a.output()
+        finally:
+            a.kill()
+    finally:
+        m.kill()
+
+
 def test_bad_endpoint():
     """A member list that does not parse is refused with what to give."""
     rc, out = lt.launch_wait(["--rdzv-backend", "etcd", "--rdzv-endpoint", "h1:2379,h2:99999",
@@ -425,7 +498,7 @@ if __name__ == "__main__":
         probe.kill()
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
              test_host_killed, test_host_stopped, test_etcd_down_and_back,
-             test_host_cut_off_from_etcd, test_auth]
+             test_host_cut_off_from_etcd, test_auth, test_tls]
     only = sys.argv[1:]
     for t in tests:
         if only and t.__name__ not in only:
