@@ -81,6 +81,7 @@ typedef struct {
   int down;          /* etcd is unreachable, and it was said */
   int said_wait;     /* waiting for a lost host's key was said */
   uint64_t ok_sent;  /* when the last renewal that worked was sent */
+  uint64_t next_watch; /* when to read the host key again */
   int fenced;        /* ETB_CUT_OFF was posted */
 } th_t;
 
@@ -319,8 +320,12 @@ static void *etb_main(void *arg) {
     if (s.lease != 0) {
       if (elect)
         elect_step(t, &s, lost, dead);
-      else if (known > 0)
+      else if (known > 0 && lu_now_ms() >= s.next_watch) {
+        /* a fifth of the TTL: a lost key is seen well within the time
+         * etcd took to let it go, at 5 requests per TTL per agent */
+        s.next_watch = lu_now_ms() + (uint64_t)t->ttl_s * 1000 / 5;
         watch_host(t, &s, known);
+      }
       if (rec >= 0 && known > 0)
         record(t, &s, rec, known);
       else if (want >= 0 && known > 0 && !here)

@@ -226,7 +226,8 @@ static int post_one(etcd_t *e, size_t m, const char *path, const char *body,
   if (cc != CURLE_OK) {
     /* a member that wants a client certificate ends the TLS 1.3 session
      * after the handshake: it looks like a network error */
-    int no_cert = cc == CURLE_RECV_ERROR && e->cert[0] == '\0' &&
+    int no_cert = (cc == CURLE_RECV_ERROR || cc == CURLE_SEND_ERROR) &&
+                  e->cert[0] == '\0' &&
                   !strncmp(e->members[m], "https:", 6);
     snprintf(e->last_error, sizeof(e->last_error), "%s: %s%s%s",
              e->members[m], curl_easy_strerror(cc),
@@ -363,15 +364,6 @@ int etcd_put(etcd_t *e, const char *key, const char *val, int64_t lease) {
            "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":%" PRId64 "}", k, v,
            lease);
   return call(e, "/v3/kv/put", body, &r);
-}
-
-int etcd_delete(etcd_t *e, const char *key) {
-  char k[1400], body[1500];
-  etcd_reply_t r;
-  if (b64s(key, k, sizeof(k)) != 0)
-    return RDZV_ETOOBIG;
-  snprintf(body, sizeof(body), "{\"key\":\"%s\"}", k);
-  return call(e, "/v3/kv/deleterange", body, &r);
 }
 
 int etcd_create(etcd_t *e, const char *key, const char *val, int64_t lease,

@@ -78,7 +78,6 @@ int etcd_keepalive(etcd_t *e, int64_t lease, etcd_reply_t *r);
 int etcd_revoke(etcd_t *e, int64_t lease);
 int etcd_get(etcd_t *e, const char *key, etcd_reply_t *r);
 int etcd_put(etcd_t *e, const char *key, const char *val, int64_t lease);
-int etcd_delete(etcd_t *e, const char *key);
 /* Create key = val under lease unless key exists: r->succeeded when it was
  * created here (r->create_rev then is the new one, from a read after), else
  * r->found/value/create_rev say what holds it. */

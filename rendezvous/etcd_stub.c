@@ -40,10 +40,6 @@ int etcd_put(etcd_t *e, const char *k, const char *v, int64_t l) {
   (void)e, (void)k, (void)v, (void)l;
   return RDZV_ENOTSUP;
 }
-int etcd_delete(etcd_t *e, const char *k) {
-  (void)e, (void)k;
-  return RDZV_ENOTSUP;
-}
 int etcd_create(etcd_t *e, const char *k, const char *v, int64_t l,
                 etcd_reply_t *r) {
   (void)e, (void)k, (void)v, (void)l, (void)r;
