@@ -5,8 +5,9 @@ tests/test_etcd.py against a real 3-member etcd cluster on loopback, medians.
 
 killed: kill -9 of the agent that hosts the store -> the last worker of the
 new round started on the 2 survivors (3 nodes 2:3, 2 workers each,
-heartbeat 0.3 s, lease_ttl 5 s). stopped: SIGSTOP of that agent -> the
-same (etcd lets its key go when its lease expires: bounded by lease_ttl)."""
+heartbeat 0.3 s, lease_ttl 10 s: the dead agent's key is removed at once).
+stopped: SIGSTOP of that agent -> the same, lease_ttl 5 s (etcd lets its
+key go when its lease expires: bounded by lease_ttl)."""
 import os
 import statistics
 import sys

@@ -128,14 +128,17 @@ class Etcd:
                 p.kill()
 
 
-def agents(n, ep, nnodes, d, run_id, port, mode="hold", first=1, extra=()):
+def agents(n, ep, nnodes, d, run_id, port, mode="hold", first=1, extra=(), ttl=5):
+    """n agents node<first>... of job run_id; ttl: lease_ttl, short where a
+    case waits for a lease to expire, else 10 s (a loaded machine may
+    delay renewals: a lost lease would restart the job)."""
     out = []
     for i in range(first, first + n):
         args = ["--nnodes", nnodes, "--nproc-per-node", "2",
                 "--rdzv-backend", "etcd", "--rdzv-endpoint", ep,
                 "--rdzv-id", run_id, "--local-addr", "127.0.0.%d" % i,
                 "--rdzv-conf", "join_timeout=60,last_call_timeout=1,heartbeat=0.3,"
-                               "lease_ttl=5,store_port=%d" % port,
+                               "lease_ttl=%d,store_port=%d" % (ttl, port),
                 "--stop-timeout", "5"] + list(extra) + \
                ["--no-python", PY, WORKER, d, mode]
         out.append(lt.launch(args, env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i))
@@ -143,7 +146,7 @@ def agents(n, ep, nnodes, d, run_id, port, mode="hold", first=1, extra=()):
 
 
 @contextlib.contextmanager
-def etcd_job(n, nnodes, run_id, mode="hold"):
+def etcd_job(n, nnodes, run_id, mode="hold", ttl=5):
     """A fresh cluster and n agents of job run_id; every process ended, by
     pid, on the way out. Yields (cluster, worker dir, store port, agents)."""
     e = Etcd()
@@ -151,7 +154,7 @@ def etcd_job(n, nnodes, run_id, mode="hold"):
     port = lt.free_port()
     ags = []
     try:
-        ags += agents(n, e.endpoints(), nnodes, d, run_id, port, mode=mode)
+        ags += agents(n, e.endpoints(), nnodes, d, run_id, port, mode=mode, ttl=ttl)
         yield e, d, port, ags
     finally:
         for a in ags:
@@ -170,7 +173,7 @@ def release(d):
 
 def test_forms_and_finishes():
     """(a) a 2-node job: etcd elects one agent; both join its server."""
-    with etcd_job(2, "2", "ea", mode="ok") as (e, d, port, ags):
+    with etcd_job(2, "2", "ea", mode="ok", ttl=10) as (e, d, port, ags):
         rcs = [a.wait(120) for a in ags]
         assert rcs == [0, 0], [a.output() for a in ags]
         recs = lt.records(d, 0)
@@ -226,11 +229,11 @@ def wait_renewed(e, run_id, n):
 def test_leader_killed():
     """(b) the etcd leader killed during the rendezvous, and a new leader
     killed while the workers run: no restart, the job finishes."""
-    with etcd_job(1, "2", "eb") as (e, d, port, ags):
+    with etcd_job(1, "2", "eb", ttl=10) as (e, d, port, ags):
         lt.wait_until(lambda: "is hosted by" in ags[0].output(), 60, "node1 elected")
         first = e.wait_leader()
         e.kill(first)
-        ags += agents(1, e.endpoints(), "2", d, "eb", port, first=2)
+        ags += agents(1, e.endpoints(), "2", d, "eb", port, first=2, ttl=10)
         lt.wait_until(lambda: len(lt.records(d, 0)) == 4, 90, "round 0's workers")
         # back to 3 members (2 of 3 keep a quorum), then the leader again
         e.start(first)
@@ -248,7 +251,7 @@ def test_host_killed():
     """(c) kill -9 of the agent that hosts the store: etcd elects one of
     the two others once the dead agent's lease expired; the job re-forms
     there (round 1, 2 nodes) and finishes."""
-    with etcd_job(3, "2:3", "ec") as (e, d, port, ags):
+    with etcd_job(3, "2:3", "ec", ttl=10) as (e, d, port, ags):
         lt.wait_until(lambda: len(lt.records(d, 0)) == 6, 90, "round 0's workers")
         h = host_of(e, "ec")
         assert h is not None
@@ -258,7 +261,7 @@ def test_host_killed():
         ags[dead].wait(10)
         lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 90, "round 1's workers")
         took = time.time() - t0
-        print("figure: etcd backend, 3 nodes (2:3, 2 workers each, lease_ttl 5 s): "
+        print("figure: etcd backend, 3 nodes (2:3, 2 workers each, lease_ttl 10 s): "
               "kill -9 of the host -> the new round's last worker started in %.2f s"
               % took, flush=True)
         live = [a for i, a in enumerate(ags) if i != dead]
@@ -390,7 +393,7 @@ def test_auth():
         post(p, "/v3/auth/enable", {})
         args = ["--nnodes", "1", "--rdzv-backend", "etcd", "--rdzv-endpoint", e.endpoints(),
                 "--rdzv-id", "eauth", "--local-addr", "127.0.0.1",
-                "--rdzv-conf", "user=root,lease_ttl=5,store_port=%d" % port,
+                "--rdzv-conf", "user=root,lease_ttl=10,store_port=%d" % port,
                 "--no-python", PY, WORKER, d, "ok"]
         rc, out = lt.launch_wait(args, env={"LAUNCH_ETCD_PASSWORD": "wrong"}, timeout=60)
         assert rc == 75 and "etcd refused this node" in out and "authentication failed" in out, (rc, out)
@@ -450,7 +453,7 @@ def test_tls():
     def job(conf):
         return ["--nnodes", "1", "--rdzv-backend", "etcd", "--rdzv-endpoint", "127.0.0.1:%d" % cp,
                 "--rdzv-id", "etls", "--local-addr", "127.0.0.1",
-                "--rdzv-conf", "lease_ttl=5,store_port=%d,%s" % (port, conf),
+                "--rdzv-conf", "lease_ttl=10,store_port=%d,%s" % (port, conf),
                 "--no-python", PY, WORKER, work, "ok"]
     f = lambda n: os.path.join(d, n)  # noqa: E731
     try:
