@@ -146,7 +146,7 @@ def agents(n, ep, nnodes, d, run_id, port, mode="hold", first=1, extra=(), ttl=5
 
 
 @contextlib.contextmanager
-def etcd_job(n, nnodes, run_id, mode="hold", ttl=5):
+def etcd_job(n, nnodes, run_id, mode="hold", ttl=5, extra=()):
     """A fresh cluster and n agents of job run_id; every process ended, by
     pid, on the way out. Yields (cluster, worker dir, store port, agents)."""
     e = Etcd()
@@ -154,7 +154,8 @@ def etcd_job(n, nnodes, run_id, mode="hold", ttl=5):
     port = lt.free_port()
     ags = []
     try:
-        ags += agents(n, e.endpoints(), nnodes, d, run_id, port, mode=mode, ttl=ttl)
+        ags += agents(n, e.endpoints(), nnodes, d, run_id, port, mode=mode, ttl=ttl,
+                      extra=extra)
         yield e, d, port, ags
     finally:
         for a in ags:
@@ -247,13 +248,13 @@ def test_leader_killed():
         assert len(lt.records(d)) == 4, "a restart: %s" % [a.output() for a in ags]
 
 
-def test_host_killed():
-    """(c) kill -9 of the agent that hosts the store: etcd elects one of
-    the two others once the dead agent's lease expired; the job re-forms
-    there (round 1, 2 nodes) and finishes."""
-    with etcd_job(3, "2:3", "ec", ttl=10) as (e, d, port, ags):
+def test_host_killed(run_id="ec", extra=()):
+    """(c) kill -9 of the agent that hosts the store: the others find it
+    dead, remove its key and elect one of them through etcd; the job
+    re-forms there (round 1, 2 nodes) and finishes."""
+    with etcd_job(3, "2:3", run_id, ttl=10, extra=extra) as (e, d, port, ags):
         lt.wait_until(lambda: len(lt.records(d, 0)) == 6, 90, "round 0's workers")
-        h = host_of(e, "ec")
+        h = host_of(e, run_id)
         assert h is not None
         dead = int(h[0].split(".")[-1]) - 1
         t0 = time.time()
@@ -276,7 +277,24 @@ def test_host_killed():
         for a in live:
             o = a.output()
             assert "rendezvous host" in o and "lost" in o, o
+        if extra:
+            return took, gen1, [a.output() for a in live]
         return took
+
+
+def test_host_killed_ckpt():
+    """(c) with --ckpt-dir: the survivors agree on the newest step again
+    under the host etcd elected (a replicated step 7 of 6 ranks, resumed
+    by the 4 left)."""
+    sys.path.insert(0, HERE)
+    from test_ckpt_resume import write_step
+    ck = tempfile.mkdtemp()
+    write_step(ck, 7, 6, True)
+    _, gen1, outs = test_host_killed("eck", ["--ckpt-dir", ck])
+    for r in gen1:
+        assert r["env"]["LAUNCH_RESUME_STEP"] == "7", r["env"]
+    for o in outs:
+        assert o.count("resuming from checkpoint step 7") == 2, o
 
 
 def test_host_stopped():
@@ -507,7 +525,7 @@ if __name__ == "__main__":
     finally:
         probe.kill()
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
-             test_host_killed, test_host_stopped, test_etcd_down_and_back,
+             test_host_killed, test_host_killed_ckpt, test_host_stopped, test_etcd_down_and_back,
              test_host_cut_off_from_etcd, test_auth, test_tls]
     only = sys.argv[1:]
     for t in tests:
