@@ -31,6 +31,7 @@
 #include "ckpt.h"
 #include "agent.h"
 #include "env.h"
+#include "etcd_backend.h"
 #include "events.h"
 #include "hang.h"
 #include "jobreg.h"
@@ -164,6 +165,11 @@ typedef struct agent_s {
   uv_timer_t met_timer;
   page_t *page;     /* GET / on the metrics port: the loss curve */
   size_t srv_max_memory; /* the hosted server's --max-memory */
+  etb_t *etb;       /* --rdzv-backend etcd (etcd_backend.h); NULL else */
+  int etcd_fenced;  /* its lease was not renewed in time: workers stopped
+                       until etcd is back (etcd_event) */
+  int64_t etcd_gated; /* the round whose record in etcd the workers wait
+                         for, -1 none */
 } agent_t;
 
 static void reg_update(agent_t *a, int ended);
@@ -482,6 +488,7 @@ static void finish(agent_t *a);
 static void finished_stopping(wk_group_t *g, void *arg);
 static void send_join(agent_t *a);
 static void run_round(agent_t *a);
+static void begin_round(agent_t *a);
 static void on_resumed(void *arg, const resume_result_t *res);
 static void failover_stopped(wk_group_t *g, void *arg);
 
@@ -1097,6 +1104,8 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     return;
   }
   a->round = r.round;
+  if (a->etb && a->hosting)
+    etb_record_round(a->etb, a->round); /* fenced by the host key */
   a->restarts_spent = r.restarts;
   a->node_rank = (int)r.node_rank;
   a->nnodes = (int)r.nnodes;
@@ -1139,6 +1148,19 @@ static void join_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
     a->fo_prev_round = -1;
     a->fo_survivors = a->fo_prev_restarts = a->fo_quorum = 0;
   }
+  if (a->etb) {
+    /* etcd must hold the round, recorded by the host while it holds the
+     * host key (no split brain): etcd_event goes on */
+    a->etcd_gated = a->round;
+    etb_wait_round(a->etb, a->round);
+    return;
+  }
+  begin_round(a);
+}
+
+/* The round formed: agree on the checkpoint step, then start the
+ * workers. */
+static void begin_round(agent_t *a) {
   if (a->ck) {
     resume_round_t rr = {a->round, a->node_rank, a->nnodes, a->world_size,
                          a->base_rank, a->o->nproc, a->o->host};
@@ -1291,6 +1313,7 @@ static void send_join(agent_t *a) {
   msg_join_t j;
   a->state = A_JOIN;
   a->join_started_ms = uv_now(a->loop);
+  a->etcd_gated = -1;
   msg_join_init(&j);
   lu_strlcpy(j.host, o->host, sizeof(j.host));
   lu_strlcpy(j.addr, o->local_addr[0] ? o->local_addr : ac_local_ip(a->ac),
@@ -1530,7 +1553,7 @@ static int can_fail_over(const agent_t *a, int status, int *silent,
     return 0;
   if (status != RDZV_ECLOSED && status != UV_ECONNRESET && !*silent)
     return 0;
-  if (*silent && (int)a->nsucc < a->nnodes / 2 + 1) {
+  if (*silent && a->etb == NULL && (int)a->nsucc < a->nnodes / 2 + 1) {
     snprintf(why, cap, "; the %d other nodes are no majority of the last "
              "round's %d, so none takes over from a host that may still "
              "run (no split brain)", (int)a->nsucc, a->nnodes);
@@ -1592,25 +1615,40 @@ static void failover_stopped(wk_group_t *g, void *arg) {
   move_to_successor(a);
 }
 
+static void move_to(agent_t *a, const char *new_addr, const char *new_host,
+                    int new_port, int here);
+
 /* Host the server here when this node is the first successor, else join
- * the first successor's. */
+ * the first successor's. With etcd, etcd elects the new host
+ * (etcd_event). */
 static void move_to_successor(agent_t *a) {
+  if (a->etb) {
+    if (a->etcd_fenced)
+      return; /* ETB_RESTORED asks etcd */
+    say(a, "asking etcd for the new host of job %s", a->o->run_id);
+    /* not silent: the probe of the old host failed, its agent died */
+    etb_elect(a->etb, a->fo_silent ? ETB_ELECT_AFTER : ETB_ELECT_DEAD);
+    return;
+  }
+  move_to(a, a->succ_addrs[0], a->succ_hosts[0], a->ep_port,
+          strcmp(a->succ_addrs[0], a->my_addr) == 0);
+}
+
+/* Host the server here (here), else join new_addr:new_port. */
+static void move_to(agent_t *a, const char *new_addr, const char *new_host,
+                    int new_port, int here) {
   char lost[300], lost_host[256];
-  const char *new_addr, *new_host;
-  int here, rc;
+  int rc;
   snprintf(lost, sizeof(lost), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
            a->ep_host, a->ep_port);
   lu_strlcpy(lost_host, strcmp(a->node0_addr, a->ep_host) == 0
                             ? a->node0_host : a->ep_host, sizeof(lost_host));
-  new_addr = a->succ_addrs[0];
-  new_host = a->succ_hosts[0];
-  here = strcmp(new_addr, a->my_addr) == 0;
   a->failovers++;
   /* The one line an operator needs: who was lost, who hosts now. */
   LU_WARN(&a->log, "rendezvous host %s (%s) lost: %s; the new host is %s "
                    "(%s:%d)%s; failover %d of job %s", lost_host, lost,
           a->fo_silent ? "it went silent" : "its connection was closed",
-          new_host, new_addr, a->ep_port, here ? ", this node" : "",
+          new_host, new_addr, new_port, here ? ", this node" : "",
           a->failovers, a->o->run_id);
   {
     lu_json_t *e = ev_begin(a->ev, EV_host_failover);
@@ -1619,7 +1657,7 @@ static void move_to_successor(agent_t *a) {
       lu_json_str(e, "lost_endpoint", lost);
       lu_json_str(e, "new_host", new_host);
       lu_json_str(e, "new_addr", new_addr);
-      lu_json_int(e, "port", a->ep_port);
+      lu_json_int(e, "port", new_port);
       lu_json_bool(e, "here", here);
       lu_json_bool(e, "silent", a->fo_silent);
       lu_json_int(e, "round", a->round);
@@ -1636,7 +1674,8 @@ static void move_to_successor(agent_t *a) {
     resume_free(a->ck);
     a->ck = NULL;
   }
-  if (here) {
+  a->ep_port = new_port;
+  if (here && a->srv == NULL) {
     rc = start_server(a, new_addr, a->ep_port);
     if (rc != 0) {
       LU_ERR(&a->log, "cannot host the rendezvous server on %s:%d after the "
@@ -1911,6 +1950,8 @@ static void close_all(agent_t *a) {
   }
   resume_free(a->ck);
   a->ck = NULL;
+  etb_close(a->etb);
+  a->etb = NULL;
 }
 
 static void linger_cb(uv_timer_t *t) {
@@ -2499,6 +2540,177 @@ static int new_client(agent_t *a, int64_t connect_ms) {
   return open_client(a, a->ep_host, connect_ms, &a->ac);
 }
 
+/* ---- --rdzv-backend etcd (docs/rendezvous.md#etcd-backend) ---------------------------------------- */
+
+/* The first election's result: host here, or join the elected host. */
+static void etcd_first_host(agent_t *a, const char *addr, int port, int here) {
+  int rc;
+  lu_strlcpy(a->ep_host, addr, sizeof(a->ep_host));
+  lu_strlcpy(a->store_host, addr, sizeof(a->store_host));
+  a->ep_port = port;
+  if (here) {
+    rc = start_server(a, addr, port);
+    if (rc != 0) {
+      LU_ERR(&a->log, "elected by etcd to host job %s, but cannot host the "
+             "rendezvous server on %s:%d: %s (--rdzv-conf store_port sets "
+             "the port)", a->o->run_id, addr, port,
+             rc < -1000 ? rdzv_strerror(rc) : uv_strerror(rc));
+      a->exit_code = LAUNCH_EXIT_RDZV;
+      finish(a);
+      return;
+    }
+    a->hosting = 1;
+  }
+  say(a, "etcd (%s): job %s is hosted by %s:%d%s", etb_members(a->etb),
+      a->o->run_id, addr, port, here ? ", this node" : "");
+  if ((a->o->ckpt_dir[0] && new_resume(a) != 0) ||
+      new_client(a, connect_limit_ms(a)) != 0 ||
+      ac_connect(a->ac, on_connected) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    finish(a);
+    return;
+  }
+  hang_set_ac(a->hang, a->ac);
+  a->join_started_ms = uv_now(a->loop);
+}
+
+/* Leave the server now (the workers may still be stopping). */
+static void close_client(agent_t *a) {
+  if (a->ac) {
+    ac_close(a->ac, NULL, NULL);
+    a->ac = NULL;
+  }
+  hang_set_ac(a->hang, NULL);
+}
+
+/* Back from a fence, the host unchanged: join it again as any node. */
+static void etcd_rejoin(agent_t *a) {
+  say(a, "job %s is still hosted by %s:%d: joining it again", a->o->run_id,
+      a->ep_host, a->ep_port);
+  a->etcd_fenced = 0;
+  a->fo_prev_round = -1;
+  if (new_client(a, connect_limit_ms(a)) != 0 ||
+      ac_connect(a->ac, on_connected) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    finish(a);
+    return;
+  }
+  hang_set_ac(a->hang, a->ac);
+  a->state = A_CONNECT;
+  a->join_started_ms = uv_now(a->loop);
+}
+
+static void etcd_event(void *arg, unsigned ev) {
+  agent_t *a = arg;
+  char addr[256], name[256], err[1024];
+  int port, here;
+  if (a->state == A_FINISH || a->state == A_CLOSED)
+    return;
+  if (ev & ETB_FAILED) {
+    LU_ERR(&a->log, "%s", etb_error(a->etb, err, sizeof(err)));
+    a->exit_code = LAUNCH_EXIT_RDZV;
+    a->finish_ok = 0;
+    finish(a);
+    return;
+  }
+  if (ev & ETB_DEPOSED) {
+    /* No split brain: another agent may host the job now. */
+    LU_ERR(&a->log, "this node no longer holds job %s's host key in etcd "
+           "(its lease expired: it was cut off from etcd, or stopped); "
+           "stopping its workers and leaving the job, which runs on under "
+           "the host etcd elects", a->o->run_id);
+    a->exit_code = LAUNCH_EXIT_RDZV;
+    a->finish_ok = 0;
+    finish(a);
+    return;
+  }
+  if ((ev & ETB_HOST_CHANGED) && !a->hosting &&
+      (a->state == A_JOIN || a->state == A_RESUME || a->state == A_RUN ||
+       a->state == A_STOP) && a->round >= 0) {
+    LU_WARN(&a->log, "etcd: the host %s:%d of job %s lost its key (its "
+            "lease expired, or it left); stopping the workers, electing a "
+            "new host", a->ep_host, a->ep_port, a->o->run_id);
+    fail_over(a, 1);
+    close_client(a); /* after: a JOIN it cancels is no error now */
+    return;
+  }
+  if ((ev & ETB_HOST_CHANGED) && a->state == A_CONNECT && !a->hosting &&
+      a->ac) {
+    /* the host etcd named went before this node reached it (a host that
+     * died before the job formed): elect again */
+    say(a, "etcd: the host %s:%d of job %s lost its key before this node "
+        "reached it: electing again", a->ep_host, a->ep_port, a->o->run_id);
+    close_client(a);
+    etb_elect(a->etb, ETB_ELECT_AFTER);
+  }
+  if ((ev & ETB_CUT_OFF) && !a->etcd_fenced &&
+      (a->state == A_JOIN || a->state == A_RESUME || a->state == A_RUN ||
+       a->state == A_STOP)) {
+    /* No split brain: etcd may have let this node's lease go, and
+     * another node may host the job by now. */
+    LU_WARN(&a->log, "this node's etcd lease was not renewed for %.0f s "
+            "(etcd unreachable): stopping the workers, as another node may "
+            "take over; they start again when etcd is back",
+            (double)a->o->etcd_ttl_ms / 1000.0);
+    a->etcd_fenced = 1;
+    fail_over(a, 1);
+    close_client(a);
+  }
+  if ((ev & ETB_ROUND_OK) && a->state == A_JOIN && a->etcd_gated >= 0 &&
+      etb_round_ok(a->etb) >= a->etcd_gated) {
+    a->etcd_gated = -1;
+    begin_round(a);
+    return;
+  }
+  if ((ev & ETB_RESTORED) && a->etcd_fenced) {
+    say(a, "etcd is back and this node's lease lives: asking who hosts job "
+        "%s", a->o->run_id);
+    etb_elect(a->etb, ETB_ELECT_ANY);
+  }
+  if (!(ev & ETB_ELECTED) ||
+      etb_host(a->etb, addr, sizeof(addr), &port, name, sizeof(name),
+               &here) != 0)
+    return;
+  if (a->state == A_FAILOVER && a->wg && wk_live(a->wg) > 0) {
+    /* the workers still stop: again */
+    etb_elect(a->etb, ETB_ELECT_AGAIN);
+    return;
+  }
+  if (a->state == A_FAILOVER && a->etcd_fenced &&
+      ((here && a->srv) || (!here && !strcmp(addr, a->ep_host) &&
+                            port == a->ep_port))) {
+    etcd_rejoin(a);
+  } else if (a->state == A_FAILOVER) {
+    a->etcd_fenced = 0;
+    move_to(a, addr, name, port, here);
+  }
+  else if (a->state == A_CONNECT && a->ac == NULL && !a->hosting)
+    etcd_first_host(a, addr, port, here);
+}
+
+/* This node's address for the others (--local-addr, else its name's). */
+static int etcd_begin(agent_t *a) {
+  cfg_t *o = a->o;
+  char ip[INET6_ADDRSTRLEN] = "", err[1024] = "";
+  int rc;
+  if (o->local_addr[0])
+    lu_strlcpy(ip, o->local_addr, sizeof(ip));
+  else if (launch_resolve_ip(o->host, ip, sizeof(ip)) != 0) {
+    LU_ERR(&a->log, "--rdzv-backend etcd: this node's name %s does not "
+           "resolve: give --local-addr (the address the other nodes reach "
+           "this one at)", o->host);
+    return RDZV_EINVAL;
+  }
+  rc = etb_start(a->loop, o, &a->log, ip, o->store_port, etcd_event, a,
+                 &a->etb, err, sizeof(err));
+  if (rc != 0) {
+    LU_ERR(&a->log, "%s", err);
+    return rc;
+  }
+  say(a, "asking etcd at %s who hosts job %s", o->endpoint_raw, o->run_id);
+  return 0;
+}
+
 int agent_run(cfg_t *o) {
   agent_t *a = calloc(1, sizeof(*a));
   uv_loop_t loop;
@@ -2511,6 +2723,7 @@ int agent_run(cfg_t *o) {
   a->loop = &loop;
   a->round = -1;
   a->fo_prev_round = -1;
+  a->etcd_gated = -1;
   a->run_lock = -1;
   a->exit_code = 1;
   uv_loop_init(&loop);
@@ -2580,7 +2793,7 @@ int agent_run(cfg_t *o) {
     goto out;
   }
   wk_set_log(a->wg, &a->log);
-  if ((rc = maybe_host(a)) != 0) {
+  if (o->backend != CFG_BACKEND_ETCD && (rc = maybe_host(a)) != 0) {
     a->exit_code = LAUNCH_EXIT_RDZV;
     goto out;
   }
@@ -2647,7 +2860,8 @@ int agent_run(cfg_t *o) {
   }
   a->started_wall = lu_wall_s();
   reg_update(a, 0);
-  if (o->ckpt_dir[0] && (rc = new_resume(a)) != 0) {
+  if (o->backend != CFG_BACKEND_ETCD && o->ckpt_dir[0] &&
+      (rc = new_resume(a)) != 0) {
     a->exit_code = 1;
     goto out;
   }
@@ -2673,7 +2887,16 @@ int agent_run(cfg_t *o) {
   }
   if (a->met || a->ev)
     uv_timer_start(&a->met_timer, met_cb, 1000, 1000);
-  if ((rc = new_client(a, connect_limit_ms(a))) != 0 ||
+  if (o->backend == CFG_BACKEND_ETCD) {
+    /* etcd elects the host first (etcd_event) */
+    if (((o->hang_timeout_ms > 0 || a->ev || a->met) &&
+         (rc = new_hang(a)) != 0) ||
+        (rc = etcd_begin(a)) != 0) {
+      a->exit_code = rc == RDZV_ENOTSUP || rc == RDZV_EINVAL
+                         ? LAUNCH_EXIT_USAGE : 1;
+      goto out;
+    }
+  } else if ((rc = new_client(a, connect_limit_ms(a))) != 0 ||
       ((o->hang_timeout_ms > 0 || a->ev || a->met) &&
        (rc = new_hang(a)) != 0) ||
       (rc = ac_connect(a->ac, on_connected)) != 0) {

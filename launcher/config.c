@@ -225,12 +225,11 @@ static int set_backend(cfg_t *c, int id, const char *v, char *err, size_t n) {
     c->backend = CFG_BACKEND_C10D;
   else if (!strcmp(v, "static"))
     c->backend = CFG_BACKEND_STATIC;
-  else if (!strncmp(v, "etcd", 4))
-    return fail(err, n, "--rdzv-backend %s: etcd is not supported; use "
-                        "--rdzv-backend c10d with --rdzv-endpoint HOST:PORT "
-                        "(the launch server replaces etcd)", v);
+  else if (!strcmp(v, "etcd") || !strcmp(v, "etcd-v2"))
+    c->backend = CFG_BACKEND_ETCD; /* torchrun's names; etcd v3 either way */
   else
-    return fail(err, n, "--rdzv-backend: '%s' is not c10d or static", v);
+    return fail(err, n, "--rdzv-backend: '%s' is not c10d, static or etcd",
+                v);
   return 0;
 }
 
@@ -239,6 +238,13 @@ static int set_endpoint(cfg_t *c, int id, const char *v, char *err, size_t n) {
   if (*v == '\0')
     return fail(err, n, "--rdzv-endpoint is empty: give HOST[:PORT] of the "
                         "launch server, or --standalone for one node");
+  if (strlen(v) >= sizeof(c->endpoint_raw))
+    return fail(err, n, "--rdzv-endpoint: longer than %zu characters",
+                sizeof(c->endpoint_raw) - 1);
+  lu_strlcpy(c->endpoint_raw, v, sizeof(c->endpoint_raw));
+  c->endpoint_given = 1;
+  if (strchr(v, ',') || !strncmp(v, "http://", 7) || !strncmp(v, "https://", 8))
+    return 0; /* etcd's member list: checked by finish_rdzv */
   if (lu_endpoint_parse(v, RDZV_DEFAULT_PORT, &ep) != 0 || ep.is_unix)
     return fail(err, n, "--rdzv-endpoint: '%s' does not parse: use HOST, "
                         "HOST:PORT or [IPV6]:PORT (port 0-65535)", v);
@@ -266,6 +272,14 @@ static const struct {
     {"rank", 0, 0},
     {"is_host", 0, 0},
     {"store_type", 0, 0},
+    /* --rdzv-backend etcd (torchrun's etcd keys, and launch's) */
+    {"protocol", 0, 0},
+    {"cacert", 0, 0},
+    {"cert", 0, 0},
+    {"key", 0, 0},
+    {"user", 0, 0},
+    {"lease_ttl", offsetof(cfg_t, etcd_ttl_ms), 2000},
+    {"store_port", 0, 0},
 };
 
 /* One line of c->notes (a setting accepted that has no effect here). */
@@ -304,7 +318,9 @@ static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
                           "join_timeout, last_call_timeout, close_timeout, "
                           "heartbeat, heartbeat_timeout, keep_alive_interval, "
                           "keep_alive_max_attempt, read_timeout, timeout, "
-                          "rank, is_host, store_type)", item);
+                          "rank, is_host, store_type; with etcd: protocol, "
+                          "cacert, cert, key, user, lease_ttl, store_port)",
+                  item);
     if (!strcmp(item, "rank")) {
       char *end;
       long r = strtol(eq, &end, 10);
@@ -329,6 +345,29 @@ static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
     } else if (!strcmp(item, "is_host")) {
       if (parse_bool(eq, &c->is_host) != 0)
         return fail(err, n, "--rdzv-conf is_host: '%s' is not true/false", eq);
+    } else if (!strcmp(item, "protocol")) {
+      if (strcmp(eq, "http") != 0 && strcmp(eq, "https") != 0)
+        return fail(err, n, "--rdzv-conf protocol=%s: use http or https "
+                            "(how etcd is reached)", eq);
+      c->etcd_https = !strcmp(eq, "https");
+    } else if (!strcmp(item, "cacert") || !strcmp(item, "cert") ||
+               !strcmp(item, "key")) {
+      char *dst = item[1] == 'a'   ? c->etcd_cacert
+                  : item[0] == 'c' ? c->etcd_cert : c->etcd_key;
+      if (strlen(eq) >= PATH_MAX)
+        return fail(err, n, "--rdzv-conf %s: path too long", item);
+      lu_strlcpy(dst, eq, PATH_MAX);
+    } else if (!strcmp(item, "user")) {
+      if (strlen(eq) >= sizeof(c->etcd_user))
+        return fail(err, n, "--rdzv-conf user: too long");
+      lu_strlcpy(c->etcd_user, eq, sizeof(c->etcd_user));
+    } else if (!strcmp(item, "store_port")) {
+      char *end;
+      long p = strtol(eq, &end, 10);
+      if (*end != '\0' || end == eq || p < 1 || p > 65535)
+        return fail(err, n, "--rdzv-conf store_port: '%s' is not a port "
+                            "(1-65535)", eq);
+      c->store_port = (int)p;
     } else if (!strcmp(item, "store_type")) {
       if (strcmp(eq, "tcp") != 0)
         return fail(err, n, "--rdzv-conf store_type=%s: only tcp is "
@@ -519,8 +558,8 @@ static int set_expected(cfg_t *c, int id, const char *v, char *err, size_t n) {
  * named the rendezvous (sched.c skips the row then). */
 static int set_sched_endpoint(cfg_t *c, int id, const char *v, char *err,
                               size_t n) {
-  if (c->backend == CFG_BACKEND_STATIC)
-    return 0; /* --rdzv-backend static: --master-addr says where */
+  if (c->backend == CFG_BACKEND_STATIC || c->backend == CFG_BACKEND_ETCD)
+    return 0; /* static: --master-addr says where; etcd: the members */
   if (set_endpoint(c, CFG_S_ENDPOINT, v, err, n) != 0)
     return -1;
   c->sched_endpoint = 1;
@@ -699,8 +738,10 @@ static const setting_t settings[CFG_S_COUNT] = {
     FN(ENDPOINT, "--rdzv-endpoint", NULL, "HOST[:PORT]", set_endpoint, RDZV,
        "the launch server (default port 29400); the agent on HOST hosts it "
        "unless one runs there"),
-    FN(BACKEND, "--rdzv-backend", NULL, "c10d|static", set_backend, RDZV,
-       "c10d when an endpoint is given, else static"),
+    FN(BACKEND, "--rdzv-backend", NULL, "c10d|static|etcd", set_backend, RDZV,
+       "c10d when an endpoint is given, else static; etcd: the endpoint is "
+       "etcd's member list (HOST:PORT,...), etcd elects the agent that "
+       "hosts (docs/rendezvous.md#etcd-backend)"),
     STR(ID, "--rdzv-id", NULL, "ID", run_id, 1, RDZV,
         "job id shared by every node"),
     FN(CONF, "--rdzv-conf", NULL, "K=V,...", set_conf, RDZV,
@@ -714,7 +755,10 @@ static const setting_t settings[CFG_S_COUNT] = {
        "whatever the addresses say; heartbeat_timeout: a node silent this "
        "long is dropped (3 heartbeats); timeout (900 s): how long a static "
        "node waits for node 0; rank: the static node rank (as --node-rank); "
-       "keep_alive_max_attempt: accepted, no effect"),
+       "keep_alive_max_attempt: accepted, no effect. With etcd: lease_ttl "
+       "(10 s), store_port (29400): the elected agent's server port, "
+       "protocol (http|https), cacert, cert, key (PEM files), user "
+       "(NAME[:PASSWORD], else $LAUNCH_ETCD_PASSWORD)"),
     INT(NODE_RANK, "--node-rank", "N", node_rank, 0, 1 << 20, RDZV,
         "rank of this node (static backend; a preference with c10d)"),
     FN(MASTER_ADDR, "--master-addr", NULL, "A", set_master_addr, RDZV,
@@ -1390,8 +1434,36 @@ static int finish_output(cfg_t *c, char *err, size_t n) {
   return 0;
 }
 
+/* --rdzv-backend etcd: the members, and what the agent needs besides. */
+static int finish_etcd(cfg_t *c, char *err, size_t n) {
+  if (!c->endpoint_given)
+    return fail(err, n, "--rdzv-backend etcd needs --rdzv-endpoint "
+                        "HOST:PORT[,HOST:PORT...] (the etcd members' client "
+                        "addresses, port 2379 by default)");
+  if (c->etcd_ttl_ms <= 0)
+    c->etcd_ttl_ms = 10000;
+  if (c->etcd_ttl_ms > 3600000)
+    return fail(err, n, "--rdzv-conf lease_ttl: at most an hour");
+  if (c->store_port <= 0)
+    c->store_port = RDZV_DEFAULT_PORT;
+  if ((c->etcd_cert[0] != 0) != (c->etcd_key[0] != 0))
+    return fail(err, n, "--rdzv-conf cert and key go together (this node's "
+                        "client certificate for etcd)");
+  if (c->etcd_cacert[0] || c->etcd_cert[0])
+    c->etcd_https = 1;
+  /* The embedded server of the elected host: its address comes from etcd
+   * when the agent runs (docs/rendezvous.md#etcd-backend). */
+  c->endpoint_host[0] = '\0';
+  c->endpoint_port = c->store_port;
+  c->pref_node_rank = c->node_rank >= 0 ? c->node_rank : c->sched_node_index;
+  c->sched_host = -1;
+  return 0;
+}
+
 /* The rendezvous: standalone, static or c10d, and where the server is. */
 static int finish_rdzv(cfg_t *c, char *err, size_t n) {
+  if (c->standalone && c->backend == CFG_BACKEND_ETCD)
+    return fail(err, n, "--standalone and --rdzv-backend etcd: choose one");
   if (c->standalone) {
     uint8_t r[16];
     char hex[33];
@@ -1411,6 +1483,12 @@ static int finish_rdzv(cfg_t *c, char *err, size_t n) {
   }
   if (c->backend < 0)
     c->backend = c->endpoint_given ? CFG_BACKEND_C10D : CFG_BACKEND_STATIC;
+  if (c->backend == CFG_BACKEND_ETCD)
+    return finish_etcd(c, err, n);
+  if (c->endpoint_given && c->endpoint_host[0] == '\0')
+    return fail(err, n, "--rdzv-endpoint %s: a list of members, or a URL, "
+                        "is etcd's: give --rdzv-backend etcd, or one "
+                        "HOST:PORT of the launch server", c->endpoint_raw);
   if (c->backend == CFG_BACKEND_STATIC) {
     if (c->min_nodes != c->max_nodes)
       return fail(err, n, "--nnodes %d:%d: static rendezvous needs a fixed "

@@ -24,7 +24,7 @@
 
 #include "server.h"
 
-enum { CFG_BACKEND_C10D = 0, CFG_BACKEND_STATIC = 1 };
+enum { CFG_BACKEND_C10D = 0, CFG_BACKEND_STATIC = 1, CFG_BACKEND_ETCD = 2 };
 enum { CFG_STORE_AGENT = 0, CFG_STORE_RANK0 = 1 };
 enum { CFG_PROG_AUTO = 0, CFG_PROG_MODULE, CFG_PROG_NO_PYTHON, CFG_PROG_RUN_PATH };
 enum { CFG_LINT_ERROR = 0, CFG_LINT_WARN, CFG_LINT_OFF };
@@ -125,6 +125,16 @@ typedef struct cfg_s {
                                 rank); -1 when not given */
   int conf_heartbeat;        /* --rdzv-conf heartbeat was given */
   int conf_timeout;          /* --rdzv-conf timeout was given */
+  /* --rdzv-backend etcd (docs/rendezvous.md#etcd-backend) */
+  char endpoint_raw[1024];   /* --rdzv-endpoint as given (etcd: a list) */
+  char etcd_cacert[PATH_MAX]; /* --rdzv-conf cacert/cert/key */
+  char etcd_cert[PATH_MAX];
+  char etcd_key[PATH_MAX];
+  char etcd_user[256];       /* --rdzv-conf user=NAME[:PASSWORD] */
+  int etcd_https;            /* --rdzv-conf protocol=https */
+  int64_t etcd_ttl_ms;       /* --rdzv-conf lease_ttl (default 10 s) */
+  int store_port;            /* --rdzv-conf store_port: the embedded
+                                server's port under etcd (default 29400) */
   int is_host;               /* -1 auto, 0, 1 (rdzv-conf is_host, else the
                                 scheduler's sched_host) */
   int sched_endpoint;        /* the endpoint is the scheduler's (the first

@@ -255,6 +255,54 @@ static void test_conf_values(void) {
   cfg_free(&c);
 }
 
+/* --rdzv-backend etcd (docs/rendezvous.md#etcd-backend): the endpoint is
+ * etcd's member list; torchrun's names and etcd keys; what is refused. */
+static void test_etcd_conf(void) {
+  cfg_t c;
+  char err[512];
+  ASSERT_EQ(0, parse(&c, ARGS("--rdzv-backend", "etcd-v2", "--rdzv-endpoint",
+                              "e1:2379,e2:2379,[::1]:2379", "--rdzv-conf",
+                              "cacert=/ca.pem,cert=/c.pem,key=/k.pem,"
+                              "user=root,lease_ttl=4,store_port=29555",
+                              "--nnodes", "1:3", "x"),
+                     no_env, err, sizeof(err)));
+  ASSERT_EQ(CFG_BACKEND_ETCD, c.backend);
+  ASSERT_STR_EQ("e1:2379,e2:2379,[::1]:2379", c.endpoint_raw);
+  ASSERT_STR_EQ("/ca.pem", c.etcd_cacert);
+  ASSERT_STR_EQ("/c.pem", c.etcd_cert);
+  ASSERT_STR_EQ("/k.pem", c.etcd_key);
+  ASSERT_STR_EQ("root", c.etcd_user);
+  ASSERT_EQ(1, c.etcd_https); /* a CA or a certificate: https */
+  ASSERT_EQ(4000, c.etcd_ttl_ms);
+  ASSERT_EQ(29555, c.endpoint_port);
+  cfg_free(&c);
+  /* defaults: a 10 s lease, the server on 29400, plain http */
+  ASSERT_EQ(0, parse(&c, ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint",
+                              "e1", "x"), no_env, err, sizeof(err)));
+  ASSERT_EQ(10000, c.etcd_ttl_ms);
+  ASSERT_EQ(RDZV_DEFAULT_PORT, c.endpoint_port);
+  ASSERT_EQ(0, c.etcd_https);
+  cfg_free(&c);
+  expect_error(ARGS("--rdzv-backend", "etcd", "x"), no_env,
+               "--rdzv-backend etcd needs --rdzv-endpoint");
+  expect_error(ARGS("--rdzv-endpoint", "e1:2379,e2:2379", "x"), no_env,
+               "give --rdzv-backend etcd");
+  expect_error(ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint", "e1",
+                    "--rdzv-conf", "cert=/c.pem", "x"),
+               no_env, "cert and key go together");
+  expect_error(ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint", "e1",
+                    "--rdzv-conf", "protocol=grpc", "x"),
+               no_env, "use http or https");
+  expect_error(ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint", "e1",
+                    "--rdzv-conf", "lease_ttl=1", "x"),
+               no_env, "lease_ttl: at least 2000 ms");
+  expect_error(ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint", "e1",
+                    "--standalone", "x"),
+               no_env, "choose one");
+  expect_error(ARGS("--rdzv-backend", "zookeeper", "x"), no_env,
+               "not c10d, static or etcd");
+}
+
 /* --hang-timeout / --hang-signal and their variables (launcher/hang.c):
  * off by default, the dump signal SIGUSR1, the flag beats the variable. */
 static void test_hang(void) {
@@ -695,6 +743,7 @@ int main(void) {
   test_binding_defaults();
   test_errors();
   test_conf_values();
+  test_etcd_conf();
   test_torchrun_keys();
   test_sbatch_without_srun();
   test_hang();

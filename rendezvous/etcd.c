@@ -1,0 +1,411 @@
+/* etcd.c - the etcd v3 JSON gateway through libcurl (etcd.h). Blocking;
+ * one client per thread. Built only when CMake finds libcurl: without it,
+ * etcd_new says so (etcd_stub.c). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "etcd.h"
+#include "lu.h"
+#include "rdzv.h"
+
+#define ETCD_MAX_MEMBERS 16
+#define ETCD_MAX_BODY (1u << 20)
+
+struct etcd_s {
+  CURL *curl;
+  char members[ETCD_MAX_MEMBERS][300]; /* "http://host:port" */
+  size_t nmembers, cur;
+  char cacert[4096], cert[4096], key[4096];
+  char user[256], password[256];
+  char token[512];
+  char auth_header[600];
+  int64_t timeout_ms;
+  char last_error[1024];
+  /* the reply being read */
+  char *body;
+  size_t len;
+  int too_big;
+};
+
+int etcd_supported(void) { return 1; }
+
+static size_t on_data(char *p, size_t sz, size_t nm, void *arg) {
+  etcd_t *e = arg;
+  size_t n = sz * nm;
+  char *nb;
+  if (e->len + n > ETCD_MAX_BODY) {
+    e->too_big = 1;
+    return 0;
+  }
+  nb = realloc(e->body, e->len + n + 1);
+  if (nb == NULL)
+    return 0;
+  e->body = nb;
+  memcpy(e->body + e->len, p, n);
+  e->len += n;
+  e->body[e->len] = '\0';
+  return n;
+}
+
+/* One member of the list: a URL, or HOST[:PORT] (2379). */
+static int add_member(etcd_t *e, const char *item, int https, char *err,
+                      size_t n) {
+  lu_endpoint_t ep;
+  size_t l = strlen(item);
+  if (e->nmembers == ETCD_MAX_MEMBERS) {
+    snprintf(err, n, "--rdzv-endpoint: more than %d etcd members",
+             ETCD_MAX_MEMBERS);
+    return RDZV_EINVAL;
+  }
+  if (!strncmp(item, "http://", 7) || !strncmp(item, "https://", 8)) {
+    if (l >= sizeof(e->members[0]) || strpbrk(item, " \"\\") != NULL) {
+      snprintf(err, n, "--rdzv-endpoint: etcd member '%s' is not a URL "
+                       "(http://HOST:PORT)", item);
+      return RDZV_EINVAL;
+    }
+    lu_strlcpy(e->members[e->nmembers], item, sizeof(e->members[0]));
+    l = strlen(e->members[e->nmembers]);
+    while (l > 0 && e->members[e->nmembers][l - 1] == '/')
+      e->members[e->nmembers][--l] = '\0';
+  } else {
+    if (lu_endpoint_parse(item, 2379, &ep) != 0 || ep.is_unix ||
+        ep.host[0] == '\0' || ep.port == 0) {
+      snprintf(err, n, "--rdzv-endpoint: etcd member '%s' does not parse: "
+                       "use HOST:PORT (2379 by default), [IPV6]:PORT or a "
+                       "URL, comma-separated", item);
+      return RDZV_EINVAL;
+    }
+    snprintf(e->members[e->nmembers], sizeof(e->members[0]),
+             strchr(ep.host, ':') ? "%s://[%s]:%d" : "%s://%s:%d",
+             https ? "https" : "http", ep.host, ep.port);
+  }
+  e->nmembers++;
+  return 0;
+}
+
+int etcd_new(const etcd_config_t *cfg, etcd_t **out, char *err, size_t n) {
+  etcd_t *e;
+  const char *p = cfg->endpoints, *c;
+  char item[300];
+  static int inited; /* curl_global_init: once, before any thread */
+  if (!inited) {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+      snprintf(err, n, "libcurl does not initialise");
+      return RDZV_ENOMEM;
+    }
+    inited = 1;
+  }
+  if ((e = calloc(1, sizeof(*e))) == NULL)
+    return RDZV_ENOMEM;
+  for (;;) {
+    size_t l;
+    c = strchr(p, ',');
+    l = c ? (size_t)(c - p) : strlen(p);
+    if (l >= sizeof(item)) {
+      snprintf(err, n, "--rdzv-endpoint: an etcd member is too long");
+      free(e);
+      return RDZV_EINVAL;
+    }
+    if (l > 0) {
+      memcpy(item, p, l);
+      item[l] = '\0';
+      if (add_member(e, item, cfg->https, err, n) != 0) {
+        free(e);
+        return RDZV_EINVAL;
+      }
+    }
+    if (c == NULL)
+      break;
+    p = c + 1;
+  }
+  if (e->nmembers == 0) {
+    snprintf(err, n, "--rdzv-endpoint: no etcd member given");
+    free(e);
+    return RDZV_EINVAL;
+  }
+  if (cfg->cacert)
+    lu_strlcpy(e->cacert, cfg->cacert, sizeof(e->cacert));
+  if (cfg->cert)
+    lu_strlcpy(e->cert, cfg->cert, sizeof(e->cert));
+  if (cfg->key)
+    lu_strlcpy(e->key, cfg->key, sizeof(e->key));
+  if (cfg->user && cfg->user[0]) {
+    const char *colon = strchr(cfg->user, ':');
+    size_t ul = colon ? (size_t)(colon - cfg->user) : strlen(cfg->user);
+    if (ul >= sizeof(e->user))
+      ul = sizeof(e->user) - 1;
+    memcpy(e->user, cfg->user, ul);
+    e->user[ul] = '\0';
+    lu_strlcpy(e->password, colon ? colon + 1
+                                  : cfg->password ? cfg->password : "",
+               sizeof(e->password));
+  }
+  e->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 2000;
+  if ((e->curl = curl_easy_init()) == NULL) {
+    free(e);
+    return RDZV_ENOMEM;
+  }
+  *out = e;
+  return 0;
+}
+
+void etcd_free(etcd_t *e) {
+  if (e == NULL)
+    return;
+  curl_easy_cleanup(e->curl);
+  free(e->body);
+  free(e);
+}
+
+const char *etcd_last_error(const etcd_t *e) { return e->last_error; }
+const char *etcd_member(const etcd_t *e) { return e->members[e->cur]; }
+
+/* A JSON string's inside: quote, backslash and control characters
+ * escaped. RET 0, -1 when it does not fit. */
+static int json_escape(const char *s, char *out, size_t cap) {
+  size_t o = 0;
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (o + 7 >= cap)
+      return -1;
+    if (c == '"' || c == '\\') {
+      out[o++] = '\\';
+      out[o++] = (char)c;
+    } else if (c < 0x20) {
+      o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
+    } else {
+      out[o++] = (char)c;
+    }
+  }
+  out[o] = '\0';
+  return 0;
+}
+
+/* POST body to one member. RET 0 (decoded into r), -EHOSTUNREACH (it did
+ * not answer), RDZV_EPROTO. last_error says what happened. */
+static int post_one(etcd_t *e, size_t m, const char *path, const char *body,
+                    etcd_reply_t *r) {
+  char url[400], derr[256];
+  struct curl_slist *h = NULL;
+  CURLcode cc;
+  long status = 0;
+  int rc;
+  snprintf(url, sizeof(url), "%s%s", e->members[m], path);
+  curl_easy_reset(e->curl);
+  e->len = 0;
+  e->too_big = 0;
+  h = curl_slist_append(h, "Content-Type: application/json");
+  if (e->token[0]) {
+    snprintf(e->auth_header, sizeof(e->auth_header), "Authorization: %s",
+             e->token);
+    h = curl_slist_append(h, e->auth_header);
+  }
+  curl_easy_setopt(e->curl, CURLOPT_URL, url);
+  curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, body);
+  curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, h);
+  curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e->curl, CURLOPT_NOPROXY, "*");
+  curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS,
+                   (long)LU_MIN(e->timeout_ms, 1000));
+  curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
+  curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_data);
+  curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, e);
+  if (e->cacert[0])
+    curl_easy_setopt(e->curl, CURLOPT_CAINFO, e->cacert);
+  if (e->cert[0])
+    curl_easy_setopt(e->curl, CURLOPT_SSLCERT, e->cert);
+  if (e->key[0])
+    curl_easy_setopt(e->curl, CURLOPT_SSLKEY, e->key);
+  cc = curl_easy_perform(e->curl);
+  curl_slist_free_all(h);
+  if (cc != CURLE_OK) {
+    /* a member that wants a client certificate ends the TLS 1.3 session
+     * after the handshake: it looks like a network error */
+    int no_cert = (cc == CURLE_RECV_ERROR || cc == CURLE_SEND_ERROR) &&
+                  e->cert[0] == '\0' &&
+                  !strncmp(e->members[m], "https:", 6);
+    snprintf(e->last_error, sizeof(e->last_error), "%s: %s%s%s",
+             e->members[m], curl_easy_strerror(cc),
+             e->too_big ? " (reply over 1 MiB)" : "",
+             no_cert ? " (if etcd requires client certificates "
+                       "(--client-cert-auth), give --rdzv-conf cert=F,key=F)"
+                     : "");
+    /* TLS that cannot work (a CA or certificate file, the member's
+     * certificate, a handshake the member refuses) is no outage */
+    return cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_CERTPROBLEM ||
+                   cc == CURLE_PEER_FAILED_VERIFICATION ||
+                   cc == CURLE_SSL_CONNECT_ERROR
+               ? RDZV_EAUTH
+               : -EHOSTUNREACH;
+  }
+  curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
+  rc = etcd_decode(e->body ? e->body : "", e->len, r, derr, sizeof(derr));
+  if (rc != 0) {
+    snprintf(e->last_error, sizeof(e->last_error), "%s%s: HTTP %ld: %s",
+             e->members[m], path, status, derr);
+    /* a member still starting answers from its gateway without JSON */
+    return status >= 500 ? -EHOSTUNREACH : RDZV_EPROTO;
+  }
+  if (r->error)
+    snprintf(e->last_error, sizeof(e->last_error), "%s%s: %s (code %" PRId64
+             ")", e->members[m], path, r->message, r->code);
+  return 0;
+}
+
+static int authenticate(etcd_t *e, size_t m);
+
+/* POST to the members, starting with the one that answered last; a member
+ * that does not answer, or has no leader, passes it on. */
+static int call(etcd_t *e, const char *path, const char *body,
+                etcd_reply_t *r) {
+  int rc = -EHOSTUNREACH, reauth = 0;
+  for (size_t i = 0; i < e->nmembers; i++) {
+    size_t m = (e->cur + i) % e->nmembers;
+    if (e->user[0] && e->token[0] == '\0') {
+      rc = authenticate(e, m);
+      if (rc == -EHOSTUNREACH)
+        continue;
+      if (rc != 0)
+        return rc;
+    }
+    rc = post_one(e, m, path, body, r);
+    if (rc == -EHOSTUNREACH)
+      continue;
+    if (rc != 0)
+      return rc;
+    if (r->error && (r->code == 14 || r->code == 4 ||
+                     strstr(r->message, "leader") != NULL)) {
+      rc = -EHOSTUNREACH; /* unavailable, no leader, timed out: next */
+      continue;
+    }
+    if (r->error && e->user[0] && !reauth &&
+        (r->code == 16 || strstr(r->message, "token") != NULL)) {
+      e->token[0] = '\0'; /* expired: once more with a new one */
+      reauth = 1;
+      i--;
+      continue;
+    }
+    e->cur = m;
+    if (r->error)
+      return r->code == 16 || r->code == 7 ? RDZV_EAUTH : RDZV_EPROTO;
+    return 0;
+  }
+  return rc;
+}
+
+static int authenticate(etcd_t *e, size_t m) {
+  char u[600], p[600], body[1400];
+  etcd_reply_t r;
+  int rc;
+  if (json_escape(e->user, u, sizeof(u)) != 0 ||
+      json_escape(e->password, p, sizeof(p)) != 0)
+    return RDZV_EINVAL;
+  snprintf(body, sizeof(body), "{\"name\":\"%s\",\"password\":\"%s\"}", u, p);
+  rc = post_one(e, m, "/v3/auth/authenticate", body, &r);
+  if (rc != 0)
+    return rc;
+  if (r.error) {
+    if (r.code == 14 || strstr(r.message, "leader"))
+      return -EHOSTUNREACH;
+    return RDZV_EAUTH;
+  }
+  if (r.token[0] == '\0') {
+    snprintf(e->last_error, sizeof(e->last_error), "%s: etcd gave no token "
+             "for user %s (is authentication enabled there?)", e->members[m],
+             e->user);
+    return RDZV_EAUTH;
+  }
+  lu_strlcpy(e->token, r.token, sizeof(e->token));
+  return 0;
+}
+
+static int b64s(const char *s, char *out, size_t cap) {
+  return etcd_b64(s, strlen(s), out, cap) < 0 ? RDZV_ETOOBIG : 0;
+}
+
+int etcd_grant(etcd_t *e, int64_t ttl_s, etcd_reply_t *r) {
+  char body[64];
+  snprintf(body, sizeof(body), "{\"TTL\":%" PRId64 "}", ttl_s);
+  return call(e, "/v3/lease/grant", body, r);
+}
+
+int etcd_keepalive(etcd_t *e, int64_t lease, etcd_reply_t *r) {
+  char body[64];
+  snprintf(body, sizeof(body), "{\"ID\":%" PRId64 "}", lease);
+  return call(e, "/v3/lease/keepalive", body, r);
+}
+
+int etcd_revoke(etcd_t *e, int64_t lease) {
+  char body[64];
+  etcd_reply_t r;
+  snprintf(body, sizeof(body), "{\"ID\":%" PRId64 "}", lease);
+  return call(e, "/v3/lease/revoke", body, &r);
+}
+
+int etcd_get(etcd_t *e, const char *key, etcd_reply_t *r) {
+  char k[1400], body[1500];
+  if (b64s(key, k, sizeof(k)) != 0)
+    return RDZV_ETOOBIG;
+  snprintf(body, sizeof(body), "{\"key\":\"%s\"}", k);
+  return call(e, "/v3/kv/range", body, r);
+}
+
+int etcd_put(etcd_t *e, const char *key, const char *val, int64_t lease) {
+  char k[1400], v[1400], body[4096];
+  etcd_reply_t r;
+  if (b64s(key, k, sizeof(k)) != 0 || b64s(val, v, sizeof(v)) != 0)
+    return RDZV_ETOOBIG;
+  snprintf(body, sizeof(body),
+           "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":%" PRId64 "}", k, v,
+           lease);
+  return call(e, "/v3/kv/put", body, &r);
+}
+
+int etcd_create(etcd_t *e, const char *key, const char *val, int64_t lease,
+                etcd_reply_t *r) {
+  char k[1400], v[1400], body[8192];
+  int rc;
+  if (b64s(key, k, sizeof(k)) != 0 || b64s(val, v, sizeof(v)) != 0)
+    return RDZV_ETOOBIG;
+  snprintf(body, sizeof(body),
+           "{\"compare\":[{\"key\":\"%s\",\"result\":\"EQUAL\","
+           "\"target\":\"CREATE\",\"create_revision\":0}],"
+           "\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
+           "\"lease\":%" PRId64 "}},{\"request_range\":{\"key\":\"%s\"}}],"
+           "\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
+           k, k, v, lease, k, k);
+  rc = call(e, "/v3/kv/txn", body, r);
+  return rc;
+}
+
+int etcd_put_if(etcd_t *e, const char *guard, int64_t guard_rev,
+                const char *key, const char *val, int64_t lease,
+                etcd_reply_t *r) {
+  char g[1400], k[1400], v[1400], body[8192];
+  if (b64s(guard, g, sizeof(g)) != 0 || b64s(key, k, sizeof(k)) != 0 ||
+      b64s(val, v, sizeof(v)) != 0)
+    return RDZV_ETOOBIG;
+  snprintf(body, sizeof(body),
+           "{\"compare\":[{\"key\":\"%s\",\"result\":\"EQUAL\","
+           "\"target\":\"CREATE\",\"create_revision\":%" PRId64 "}],"
+           "\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
+           "\"lease\":%" PRId64 "}}]}", g, guard_rev, k, v, lease);
+  return call(e, "/v3/kv/txn", body, r);
+}
+
+int etcd_delete_if(etcd_t *e, const char *key, int64_t rev, etcd_reply_t *r) {
+  char k[1400], body[4096];
+  if (b64s(key, k, sizeof(k)) != 0)
+    return RDZV_ETOOBIG;
+  snprintf(body, sizeof(body),
+           "{\"compare\":[{\"key\":\"%s\",\"result\":\"EQUAL\","
+           "\"target\":\"CREATE\",\"create_revision\":%" PRId64 "}],"
+           "\"success\":[{\"request_delete_range\":{\"key\":\"%s\"}}]}",
+           k, rev, k);
+  return call(e, "/v3/kv/txn", body, r);
+}

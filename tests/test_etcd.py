@@ -1,0 +1,536 @@
+"""--rdzv-backend etcd (issue #28, docs/rendezvous.md#etcd-backend) against a
+real 3-member etcd cluster (Debian's etcd-server) on loopback: etcd elects
+the host and holds the job's keys; the elected agent serves the workers'
+store. Agents on loopback: 127.0.0.x stand for hosts.
+
+(a) a 2-node job forms through etcd and finishes;
+(b) the etcd leader is killed while one node waits for the other, and again
+    while the workers run: the job carries on, without a restart;
+(c) the agent that hosts the store is killed -9: the others find it dead
+    (its kernel refuses them), remove its key (guarded by its revision),
+    elect another and re-form there; the job finishes;
+(d) every etcd member is killed: the agents say they wait; past the lease
+    TTL they stop their workers; the members restarted, the job re-forms
+    under the same host and finishes;
+(e) the host agent is stopped (SIGSTOP): the others elect a new host when
+    its lease expires; resumed, it leaves instead of training on;
+(f) the host cut off from etcd alone: the others re-form without it, and it
+    never starts workers of a round etcd did not record.
+
+Every wait is on something observed (a worker's record, a line of an
+agent, etcd's own status), never on a sleep."""
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
+import launchtest as lt  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "py", "worker.py")
+PY = sys.executable
+ETCD = "/usr/bin/etcd"
+
+
+def b64(s):
+    return base64.b64encode(s.encode()).decode()
+
+
+def post(port, path, body, timeout=2):
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path),
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+class Etcd:
+    """A 3-member etcd cluster on loopback, data under a mktemp -d (removed
+    with the test's scratch directory); every member stopped by pid."""
+
+    def __init__(self, n=3):
+        self.d = tempfile.mkdtemp(prefix="etcd-")
+        self.n = n
+        self.client = [lt.free_port() for _ in range(n)]
+        self.peer = [lt.free_port() for _ in range(n)]
+        self.procs = [None] * n
+        self.cluster = ",".join("m%d=http://127.0.0.1:%d" % (i + 1, self.peer[i])
+                                for i in range(n))
+        for i in range(n):
+            self.start(i)
+        self.wait_leader()
+
+    def start(self, i):
+        c = "http://127.0.0.1:%d" % self.client[i]
+        p = "http://127.0.0.1:%d" % self.peer[i]
+        self.procs[i] = lt.Proc(
+            [ETCD, "--name", "m%d" % (i + 1), "--data-dir", os.path.join(self.d, "m%d" % (i + 1)),
+             "--listen-client-urls", c, "--advertise-client-urls", c,
+             "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
+             "--initial-cluster", self.cluster, "--initial-cluster-state", "new",
+             "--initial-cluster-token", os.path.basename(self.d),
+             "--heartbeat-interval", "100", "--election-timeout", "1000"],
+            name="etcd-m%d" % (i + 1))
+
+    def endpoints(self):
+        return ",".join("127.0.0.1:%d" % p for p in self.client)
+
+    def status(self, i):
+        try:
+            return post(self.client[i], "/v3/maintenance/status", {})
+        except Exception:
+            return None
+
+    def leader(self):
+        """The index of the leader as a live member sees it, else None."""
+        for i in range(self.n):
+            if self.procs[i] is None or not self.procs[i].running():
+                continue
+            s = self.status(i)
+            if s and s.get("leader") and s["leader"] != "0":
+                for j in range(self.n):
+                    if self.procs[j] and self.procs[j].running():
+                        sj = self.status(j)
+                        if sj and sj["header"]["member_id"] == s["leader"]:
+                            return j
+        return None
+
+    def wait_leader(self, timeout=60):
+        lt.wait_until(lambda: self.leader() is not None, timeout, "an etcd leader")
+        return self.leader()
+
+    def get(self, key):
+        for i in range(self.n):
+            if self.procs[i] and self.procs[i].running():
+                try:
+                    r = post(self.client[i], "/v3/kv/range", {"key": b64(key)})
+                except Exception:
+                    continue
+                kvs = r.get("kvs") or []
+                return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+        return None
+
+    def kill(self, i, sig=signal.SIGKILL):
+        self.procs[i].signal(sig)
+        self.procs[i].wait(30)
+
+    def close(self):
+        for p in self.procs:
+            if p:
+                p.kill()
+
+
+def agents(n, ep, nnodes, d, run_id, port, mode="hold", first=1, extra=(), ttl=5):
+    """n agents node<first>... of job run_id; ttl: lease_ttl, short where a
+    case waits for a lease to expire, else 10 s (a loaded machine may
+    delay renewals: a lost lease would restart the job)."""
+    out = []
+    for i in range(first, first + n):
+        args = ["--nnodes", nnodes, "--nproc-per-node", "2",
+                "--rdzv-backend", "etcd", "--rdzv-endpoint", ep,
+                "--rdzv-id", run_id, "--local-addr", "127.0.0.%d" % i,
+                "--rdzv-conf", "join_timeout=60,last_call_timeout=1,heartbeat=0.3,"
+                               "lease_ttl=%d,store_port=%d" % (ttl, port),
+                "--stop-timeout", "5"] + list(extra) + \
+               ["--no-python", PY, WORKER, d, mode]
+        out.append(lt.launch(args, env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i))
+    return out
+
+
+@contextlib.contextmanager
+def etcd_job(n, nnodes, run_id, mode="hold", ttl=5, extra=()):
+    """A fresh cluster and n agents of job run_id; every process ended, by
+    pid, on the way out. Yields (cluster, worker dir, store port, agents)."""
+    e = Etcd()
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = []
+    try:
+        ags += agents(n, e.endpoints(), nnodes, d, run_id, port, mode=mode, ttl=ttl,
+                      extra=extra)
+        yield e, d, port, ags
+    finally:
+        for a in ags:
+            a.kill()
+        e.close()
+
+
+def host_of(e, run_id):
+    v = e.get("/launch/%s/host" % run_id)
+    return v.split() if v else None
+
+
+def release(d):
+    open(os.path.join(d, "release"), "w").close()
+
+
+def test_forms_and_finishes():
+    """(a) a 2-node job: etcd elects one agent; both join its server."""
+    with etcd_job(2, "2", "ea", mode="ok", ttl=10) as (e, d, port, ags):
+        rcs = [a.wait(120) for a in ags]
+        assert rcs == [0, 0], [a.output() for a in ags]
+        recs = lt.records(d, 0)
+        assert len(recs) == 4, recs
+        hosts = {r["env"]["MASTER_ADDR"] for r in recs}
+        assert len(hosts) == 1 and hosts <= {"127.0.0.1", "127.0.0.2"}, hosts
+        for r in recs:
+            assert r["env"]["MASTER_PORT"] == str(port), r["env"]
+            assert r["env"]["WORLD_SIZE"] == "4", r["env"]
+        assert sorted(int(r["env"]["RANK"]) for r in recs) == [0, 1, 2, 3]
+        outs = [a.output() for a in ags]
+        assert sum("this node" in [l for l in o.splitlines() if "is hosted by" in l][0]
+                   for o in outs) == 1, outs
+        # the agents left: their keys went with their leases
+        assert host_of(e, "ea") is None
+
+
+def lease_ttls(e, run_id):
+    """The remaining TTL of each agent's lease (its node key's)."""
+    out = {}
+    for i in range(e.n):
+        if not (e.procs[i] and e.procs[i].running()):
+            continue
+        try:
+            pre = "/launch/%s/nodes/" % run_id
+            end = pre[:-1] + chr(ord(pre[-1]) + 1)
+            r = post(e.client[i], "/v3/kv/range", {"key": b64(pre), "range_end": b64(end)})
+            for kv in r.get("kvs") or []:
+                t = post(e.client[i], "/v3/lease/timetolive", {"ID": kv["lease"]})
+                out[kv["lease"]] = int(t.get("TTL", "-1"))
+            return out
+        except Exception:
+            continue
+    return out
+
+
+def wait_renewed(e, run_id, n):
+    """Each of the n agents renewed its lease since now (observed: its
+    remaining TTL went up), so they talk to the cluster as it is now."""
+    seen = {}
+
+    def renewed():
+        cur = lease_ttls(e, run_id)
+        for k, v in cur.items():
+            if k in seen and v > seen[k]:
+                seen[k] = 1 << 30
+            elif seen.get(k, 1 << 31) != 1 << 30:
+                seen[k] = v
+        return len(cur) == n and all(seen.get(k) == 1 << 30 for k in cur)
+    lt.wait_until(renewed, 60, "every agent renewing its lease")
+
+
+def test_leader_killed():
+    """(b) the etcd leader killed during the rendezvous, and a new leader
+    killed while the workers run: no restart, the job finishes."""
+    with etcd_job(1, "2", "eb", ttl=10) as (e, d, port, ags):
+        lt.wait_until(lambda: "is hosted by" in ags[0].output(), 60, "node1 elected")
+        first = e.wait_leader()
+        e.kill(first)
+        ags += agents(1, e.endpoints(), "2", d, "eb", port, first=2, ttl=10)
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 4, 90, "round 0's workers")
+        # back to 3 members (2 of 3 keep a quorum), then the leader again
+        e.start(first)
+        lt.wait_until(lambda: e.status(first) is not None, 60, "the member back")
+        e.kill(e.wait_leader())
+        e.wait_leader()
+        wait_renewed(e, "eb", 2)
+        release(d)
+        rcs = [a.wait(120) for a in ags]
+        assert rcs == [0, 0], [a.output() for a in ags]
+        assert len(lt.records(d)) == 4, "a restart: %s" % [a.output() for a in ags]
+
+
+def test_host_killed(run_id="ec", extra=()):
+    """(c) kill -9 of the agent that hosts the store: the others find it
+    dead, remove its key and elect one of them through etcd; the job
+    re-forms there (round 1, 2 nodes) and finishes."""
+    with etcd_job(3, "2:3", run_id, ttl=10, extra=extra) as (e, d, port, ags):
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 6, 90, "round 0's workers")
+        h = host_of(e, run_id)
+        assert h is not None
+        dead = int(h[0].split(".")[-1]) - 1
+        t0 = time.time()
+        ags[dead].signal(signal.SIGKILL)
+        ags[dead].wait(10)
+        lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 90, "round 1's workers")
+        took = time.time() - t0
+        print("figure: etcd backend, 3 nodes (2:3, 2 workers each, lease_ttl 10 s): "
+              "kill -9 of the host -> the new round's last worker started in %.2f s"
+              % took, flush=True)
+        live = [a for i, a in enumerate(ags) if i != dead]
+        rcs = [a.wait(120) for a in live]
+        assert rcs == [0, 0], [a.output() for a in live]
+        gen1 = lt.records(d, 1)
+        addrs = {r["env"]["MASTER_ADDR"] for r in gen1}
+        assert len(addrs) == 1 and h[0] not in addrs, (h, addrs)
+        for r in gen1:
+            assert r["env"]["WORLD_SIZE"] == "4", r["env"]
+            assert r["env"]["LAUNCH_HOSTNAME"] != h[2], r["env"]
+        for a in live:
+            o = a.output()
+            assert "rendezvous host" in o and "lost" in o, o
+        if extra:
+            return took, gen1, [a.output() for a in live]
+        return took
+
+
+def test_host_killed_ckpt():
+    """(c) with --ckpt-dir: the survivors agree on the newest step again
+    under the host etcd elected (a replicated step 7 of 6 ranks, resumed
+    by the 4 left)."""
+    sys.path.insert(0, HERE)
+    from test_ckpt_resume import write_step
+    ck = tempfile.mkdtemp()
+    write_step(ck, 7, 6, True)
+    _, gen1, outs = test_host_killed("eck", ["--ckpt-dir", ck])
+    for r in gen1:
+        assert r["env"]["LAUNCH_RESUME_STEP"] == "7", r["env"]
+    for o in outs:
+        assert o.count("resuming from checkpoint step 7") == 2, o
+
+
+def test_host_stopped():
+    """(e) the host agent stopped (SIGSTOP: silent, its lease not renewed):
+    etcd lets its key go after the lease TTL, the others elect a new host
+    and re-form; the old host, resumed, finds its key gone and leaves
+    (exit 75) instead of training on: never two jobs."""
+    with etcd_job(3, "2:3", "ee") as (e, d, port, ags):
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 6, 90, "round 0's workers")
+        h = host_of(e, "ee")
+        old = int(h[0].split(".")[-1]) - 1
+        t0 = time.time()
+        ags[old].signal(signal.SIGSTOP)
+        lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 90, "round 1's workers")
+        took = time.time() - t0
+        new = host_of(e, "ee")
+        assert new is not None and new[0] != h[0], (h, new)
+        ags[old].signal(signal.SIGCONT)
+        assert ags[old].wait(60) == 75, ags[old].output()
+        assert "no longer holds job ee's host key in etcd" in ags[old].output()
+        live = [a for i, a in enumerate(ags) if i != old]
+        rcs = [a.wait(120) for a in live]
+        assert rcs == [0, 0], [a.output() for a in live]
+        for r in lt.records(d, 1):
+            assert r["env"]["MASTER_ADDR"] == new[0], r["env"]
+        assert not [r for r in lt.records(d) if r["env"]["LAUNCH_ROUND"] not in ("0", "1")]
+        return took
+
+
+def test_host_cut_off_from_etcd():
+    """(f) the host cut off from etcd alone (it talks to member m1 only,
+    which is stopped; the others talk to m2 and m3): its lease expires, the
+    others elect a new host and re-form without it; the old host never
+    starts workers again (its rounds cannot be recorded in etcd: no split
+    brain, though --nnodes 1:3 would let it run alone), and when m1 is
+    back it finds its key gone and leaves, exit 75."""
+    e = Etcd()
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    m1 = "127.0.0.1:%d" % e.client[0]
+    rest = "127.0.0.1:%d,127.0.0.1:%d" % (e.client[1], e.client[2])
+    ags = []
+    try:
+        ags += agents(1, m1, "1:3", d, "ef", port)
+        lt.wait_until(lambda: "this node" in ags[0].output(), 60, "node1 elected")
+        ags += agents(2, rest, "1:3", d, "ef", port, first=2)
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 6, 90, "round 0's workers")
+        e.procs[0].signal(signal.SIGSTOP)
+        lt.wait_until(lambda: [r for r in lt.records(d) if r["env"]["LAUNCH_ROUND"] != "0"
+                               and r["env"]["WORLD_SIZE"] == "4"] and
+                      "lease was not renewed" in ags[0].output(), 90,
+                      "a round of node2 and node3, and node1's fence")
+        e.procs[0].signal(signal.SIGCONT)
+        assert ags[0].wait(60) == 75, ags[0].output()
+        assert "no longer holds job ef's host key in etcd" in ags[0].output()
+        rcs = [a.wait(120) for a in ags[1:]]
+        assert rcs == [0, 0], [a.output() for a in ags[1:]]
+        late = [r for r in lt.records(d) if r["env"]["LAUNCH_ROUND"] != "0"]
+        assert late and all(r["env"]["LAUNCH_HOSTNAME"] != "node1" for r in late), late
+        assert all(r["env"]["MASTER_ADDR"] != "127.0.0.1" for r in late), late
+    finally:
+        for p in e.procs:
+            if p:
+                p.signal(signal.SIGCONT)
+        for a in ags:
+            a.kill()
+        e.close()
+
+
+def test_etcd_down_and_back():
+    """(d) every member killed while the workers run: the agents say they
+    wait; past the lease TTL they stop their workers (etcd may have let
+    their leases go: no split brain); the members restarted, the leases
+    live on and the job re-forms under the same host and finishes."""
+    with etcd_job(2, "2", "ed") as (e, d, port, ags):
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 4, 90, "round 0's workers")
+        host = host_of(e, "ed")
+        for i in range(e.n):
+            e.kill(i)
+        line = "unreachable: waiting (the job goes on when it is back)"
+        lt.wait_until(lambda: all(line in a.output() for a in ags), 60,
+                      "the agents' wait line")
+        fence = "lease was not renewed for 5 s (etcd unreachable): stopping the workers"
+        lt.wait_until(lambda: all(fence in a.output() for a in ags), 60,
+                      "the agents fencing their workers")
+        assert all(a.running() for a in ags), [(a.proc.poll(), a.output()) for a in ags]
+        for i in range(e.n):
+            e.start(i)
+        e.wait_leader()
+        rcs = [a.wait(120) for a in ags]
+        outs = [a.output() for a in ags]
+        assert rcs == [0, 0], (rcs, outs)
+        for o in outs:
+            assert "etcd is back" in o and "joining it again" in o, o
+        last = max(int(r["env"]["LAUNCH_ROUND"]) for r in lt.records(d))
+        assert last >= 1 and len(lt.records(d, last)) == 4, lt.records(d, last)
+        for r in lt.records(d, last):
+            assert r["env"]["MASTER_ADDR"] == host[0], (host, r["env"])
+
+
+def test_auth():
+    """etcd with authentication on: an agent with the user and password
+    (from $LAUNCH_ETCD_PASSWORD) forms the job; a wrong password is refused
+    with etcd's reason (exit 75), not waited on."""
+    e = Etcd()
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = []
+    try:
+        p = e.client[e.wait_leader()]
+        post(p, "/v3/auth/user/add", {"name": "root", "password": "s3cret"})
+        post(p, "/v3/auth/role/add", {"name": "root"})
+        post(p, "/v3/auth/user/grant", {"user": "root", "role": "root"})
+        post(p, "/v3/auth/enable", {})
+        args = ["--nnodes", "1", "--rdzv-backend", "etcd", "--rdzv-endpoint", e.endpoints(),
+                "--rdzv-id", "eauth", "--local-addr", "127.0.0.1",
+                "--rdzv-conf", "user=root,lease_ttl=10,store_port=%d" % port,
+                "--no-python", PY, WORKER, d, "ok"]
+        rc, out = lt.launch_wait(args, env={"LAUNCH_ETCD_PASSWORD": "wrong"}, timeout=60)
+        assert rc == 75 and "etcd refused this node" in out and "authentication failed" in out, (rc, out)
+        ags.append(lt.launch(args, env={"LAUNCH_ETCD_PASSWORD": "s3cret"}))
+        assert ags[0].wait(60) == 0, ags[0].output()
+        assert len(lt.records(d, 0)) == 1
+    finally:
+        for a in ags:
+            a.kill()
+        e.close()
+
+
+def make_certs(d):
+    """A CA, a certificate for 127.0.0.1 (the member) and one for a client,
+    and another CA that signed neither, with the openssl command."""
+    def run(*a):
+        subprocess.run(["openssl"] + list(a), cwd=d, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for ca in ("ca", "other"):
+        run("req", "-x509", *ec, "-keyout", ca + ".key", "-out", ca + ".pem",
+            "-days", "1", "-subj", "/CN=" + ca)
+    for name, usage in (("member", "serverAuth,clientAuth"), ("client", "clientAuth")):
+        with open(os.path.join(d, name + ".ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=%s\n" % usage)
+        run("req", *ec, "-keyout", name + ".key", "-out", name + ".csr",
+            "-subj", "/CN=" + name)
+        run("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", name + ".pem", "-days", "1",
+            "-extfile", name + ".ext")
+
+
+def test_tls():
+    """etcd over TLS with client certificates: the agent with cacert, cert
+    and key forms the job; one that does not trust the member's CA is
+    refused with the reason (exit 75); one without a certificate waits,
+    saying what to give."""
+    if shutil.which("openssl") is None:
+        print("test_tls: skipped: no openssl command")
+        return
+    d = tempfile.mkdtemp()
+    make_certs(d)
+    cp, pp = lt.free_port(), lt.free_port()
+    url, peer = "https://127.0.0.1:%d" % cp, "http://127.0.0.1:%d" % pp
+    m = lt.Proc([ETCD, "--name", "t1", "--data-dir", os.path.join(d, "data"),
+                 "--listen-client-urls", url, "--advertise-client-urls", url,
+                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                 "--initial-cluster", "t1=" + peer,
+                 "--cert-file", os.path.join(d, "member.pem"),
+                 "--key-file", os.path.join(d, "member.key"),
+                 "--trusted-ca-file", os.path.join(d, "ca.pem"), "--client-cert-auth"],
+                name="etcd-tls")
+    port = lt.free_port()
+    work = os.path.join(d, "w")
+    os.mkdir(work)
+
+    def job(conf):
+        return ["--nnodes", "1", "--rdzv-backend", "etcd", "--rdzv-endpoint", "127.0.0.1:%d" % cp,
+                "--rdzv-id", "etls", "--local-addr", "127.0.0.1",
+                "--rdzv-conf", "lease_ttl=10,store_port=%d,%s" % (port, conf),
+                "--no-python", PY, WORKER, work, "ok"]
+    f = lambda n: os.path.join(d, n)  # noqa: E731
+    try:
+        rc, out = lt.launch_wait(job("cacert=%s,cert=%s,key=%s" % (
+            f("ca.pem"), f("client.pem"), f("client.key"))), timeout=90)
+        assert rc == 0, out
+        assert len(lt.records(work, 0)) == 1
+        rc, out = lt.launch_wait(job("cacert=%s,cert=%s,key=%s" % (
+            f("other.pem"), f("client.pem"), f("client.key"))), timeout=60)
+        assert rc == 75 and "etcd refused this node" in out, (rc, out)
+        # no certificate: the member refuses the handshake (exit 75), or,
+        # with TLS 1.3, ends the session after it, which looks like a
+        # network error: waited on, with a hint
+        a = lt.launch(job("cacert=%s" % f("ca.pem")), name="nocert")
+        try:
+            try:
+                lt.wait_until(lambda: "give --rdzv-conf cert=F,key=F" in a.output() or
+                              not a.running(), 60, "the refusal, or the hint")
+            except AssertionError:
+                raise AssertionError(a.output())
+            if a.running():
+                assert "unreachable: waiting" in a.output(), a.output()
+            else:
+                assert a.wait() == 75 and "etcd refused this node" in a.output(), a.output()
+        finally:
+            a.kill()
+    finally:
+        m.kill()
+
+
+def test_bad_endpoint():
+    """A member list that does not parse is refused with what to give."""
+    rc, out = lt.launch_wait(["--rdzv-backend", "etcd", "--rdzv-endpoint", "h1:2379,h2:99999",
+                              "--rdzv-id", "x", "--no-python", "/bin/true"], timeout=30)
+    assert rc == 2 and "etcd member 'h2:99999' does not parse" in out, (rc, out)
+    rc, out = lt.launch_wait(["--rdzv-endpoint", "h1:2379,h2:2379", "--rdzv-id", "x",
+                              "--no-python", "/bin/true"], timeout=30)
+    assert rc == 2 and "give --rdzv-backend etcd" in out, (rc, out)
+
+
+if __name__ == "__main__":
+    if not os.access(ETCD, os.X_OK):
+        lt.skip("%s is not installed (Debian's etcd-server)" % ETCD)
+    # a build without libcurl refuses the backend at once
+    probe = lt.launch(["--rdzv-backend", "etcd", "--rdzv-endpoint", "127.0.0.1:1",
+                       "--rdzv-id", "probe", "--no-python", "/bin/true"], name="probe")
+    try:
+        lt.wait_until(lambda: "etcd" in probe.output(), 30, "the probe's first line")
+        if "built without libcurl" in probe.output():
+            lt.skip("this launch was built without libcurl")
+    finally:
+        probe.kill()
+    tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
+             test_host_killed, test_host_killed_ckpt, test_host_stopped, test_etcd_down_and_back,
+             test_host_cut_off_from_etcd, test_auth, test_tls]
+    only = sys.argv[1:]
+    for t in tests:
+        if only and t.__name__ not in only:
+            continue
+        print("==", t.__name__, flush=True)
+        t()
+    print("ok")
