@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "ck_int.h"
+#include "ck_store.h"
+#include "msg.h"
 #include "lu_buf.h"
 
 #define CK_VIEW_LINES 10000
@@ -207,43 +209,58 @@ static void put_ranges(lu_buf_t *b, const unsigned char *bits, int world) {
   }
 }
 
+/* Step i of s as views carry it. RET 0 to leave it out (no good shard),
+ * 1 with *world, *repl and *all (every shard good: ranks "*"). */
+static int view_step(const ckpt_scan_t *s, size_t i, int *world, int *repl,
+                     int *all) {
+  const ckpt_step_t *st = &s->steps[i];
+  int any = 0;
+  *all = 1;
+  if (st->step < 0)
+    return 0;
+  if (st->have && st->world_size > 0) {
+    for (int r = 0; r < st->world_size; r++) {
+      any |= bit(st->have, r);
+      *all &= bit(st->have, r);
+    }
+  } else {
+    any = *all = st->state == CKPT_STEP_COMPLETE;
+  }
+  /* Other layouts enter with the world size they record (DeepSpeed's
+   * dp x mp sizes, DCP's ranks), not 0 ("any"): a step DeepSpeed cannot
+   * load at this size must be refused, not handed over (issue #22).
+   * Megatron's legacy steps enter with their model-parallel grid (any
+   * multiple of it loads); Hugging Face's files say nothing a resume
+   * may rely on (it loads at another data-parallel size). */
+  *world = st->have || s->layout == CKPT_LAYOUT_DEEPSPEED ||
+                   s->layout == CKPT_LAYOUT_DCP ||
+                   st->replicated == CKPT_REPL_MULTIPLE
+               ? st->world_size
+               : 0;
+  *repl = st->replicated == CKPT_REPL_MULTIPLE ? CKPT_REPL_MULTIPLE
+          : st->replicated                     ? 1
+                                               : 0;
+  return any;
+}
+
+/* The good shards of step i: "*" or ranges. */
+static void put_have(lu_buf_t *b, const ckpt_scan_t *s, size_t i, int all) {
+  if (all)
+    lu_buf_puts(b, "*");
+  else
+    put_ranges(b, s->steps[i].have, s->steps[i].world_size);
+}
+
 int ckpt_view_encode(const ckpt_scan_t *s, char **text) {
   lu_buf_t b = LU_BUF_INIT;
   lu_buf_puts(&b, "");
   for (size_t i = 0; i < s->nsteps; i++) {
-    const ckpt_step_t *st = &s->steps[i];
-    int any = 0, all = 1;
-    if (st->step < 0)
+    int world, repl, all;
+    if (!view_step(s, i, &world, &repl, &all))
       continue;
-    if (st->have && st->world_size > 0) {
-      for (int r = 0; r < st->world_size; r++) {
-        any |= bit(st->have, r);
-        all &= bit(st->have, r);
-      }
-    } else {
-      any = all = st->state == CKPT_STEP_COMPLETE;
-    }
-    if (!any)
-      continue;
-    /* Other layouts enter with the world size they record (DeepSpeed's
-     * dp x mp sizes, DCP's ranks), not 0 ("any"): a step DeepSpeed cannot
-     * load at this size must be refused, not handed over (issue #22).
-     * Megatron's legacy steps enter with their model-parallel grid (any
-     * multiple of it loads); Hugging Face's files say nothing a resume
-     * may rely on (it loads at another data-parallel size). */
-    lu_buf_printf(&b, "%lld %d %d ", (long long)st->step,
-                  st->have || s->layout == CKPT_LAYOUT_DEEPSPEED ||
-                          s->layout == CKPT_LAYOUT_DCP ||
-                          st->replicated == CKPT_REPL_MULTIPLE
-                      ? st->world_size
-                      : 0,
-                  st->replicated == CKPT_REPL_MULTIPLE ? CKPT_REPL_MULTIPLE
-                  : st->replicated                     ? 1
-                                                       : 0);
-    if (all)
-      lu_buf_puts(&b, "*");
-    else
-      put_ranges(&b, st->have, st->world_size);
+    lu_buf_printf(&b, "%lld %d %d ", (long long)s->steps[i].step, world,
+                  repl);
+    put_have(&b, s, i, all);
     lu_buf_puts(&b, "\n");
   }
   return lu_buf_finish(&b, text, NULL);
@@ -352,5 +369,141 @@ int ckpt_view_decode(const char *text, size_t len, ckpt_have_t **steps,
   }
   *steps = v;
   *n = k;
+  return 0;
+}
+
+/* ---- the store form: the codec's VIEW and VERDICT maps --------------------------- */
+
+static void msg_steps_free(msg_ckpt_step_t *m, size_t n) {
+  for (size_t i = 0; m && i < n; i++)
+    msg_ckpt_step_free(&m[i]);
+  free(m);
+}
+
+int ck_view_pack(const ckpt_scan_t *s, const char *host, int first,
+                 int nranks, char **buf, size_t *len) {
+  msg_ckpt_view_t m;
+  size_t n = s ? s->nsteps : 0;
+  int rc = 0;
+  msg_ckpt_view_init(&m);
+  lu_strlcpy(m.host, host, sizeof(m.host));
+  m.first = first;
+  m.nranks = nranks;
+  if (n > 0 && (m.steps = calloc(n, sizeof(*m.steps))) == NULL)
+    return RDZV_ENOMEM;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    msg_ckpt_step_t *ms = &m.steps[m.nsteps];
+    lu_buf_t b = LU_BUF_INIT;
+    int world, repl, all;
+    if (!view_step(s, i, &world, &repl, &all))
+      continue;
+    msg_ckpt_step_init(ms);
+    ms->step = s->steps[i].step;
+    ms->world_size = world;
+    ms->replicated = repl;
+    lu_buf_puts(&b, "");
+    put_have(&b, s, i, all);
+    rc = lu_buf_finish(&b, &ms->ranks, NULL);
+    m.nsteps++;
+  }
+  if (rc == 0)
+    rc = msg_ckpt_view_encode(&m, buf, len);
+  msg_steps_free(m.steps, m.nsteps);
+  return rc;
+}
+
+/* One step of another node's view into h; *bytes counts the bitmaps. */
+static int have_from(const msg_ckpt_step_t *m, ckpt_have_t *h, size_t *bytes,
+                     char *err, size_t errlen) {
+  unsigned char *bits = NULL;
+  int rc;
+  if (m->step < 0 || m->world_size < 0 || m->world_size > CK_MAX_WORLD ||
+      m->replicated < 0 || m->replicated > CKPT_REPL_MULTIPLE ||
+      m->ranks == NULL) {
+    lu_errf(err, errlen, "step %lld: a negative step, a world size outside "
+            "0..%d, a replication outside 0..%d or no ranks",
+            (long long)m->step, CK_MAX_WORLD, CKPT_REPL_MULTIPLE);
+    return CKPT_EFORMAT;
+  }
+  *bytes += ((size_t)m->world_size + 7) / 8;
+  if (*bytes > CK_VIEW_BITS_MAX) {
+    lu_errf(err, errlen, "its rank bitmaps exceed %u bytes",
+            CK_VIEW_BITS_MAX);
+    return CKPT_EFORMAT;
+  }
+  rc = parse_ranks(m->ranks, m->ranks + strlen(m->ranks), (int)m->world_size,
+                   &bits);
+  if (rc == CKPT_EFORMAT)
+    lu_errf(err, errlen, "step %lld: ranks '%.40s' are neither '*' nor "
+            "ranges below its world size %lld", (long long)m->step, m->ranks,
+            (long long)m->world_size);
+  if (rc != 0)
+    return rc;
+  h->step = m->step;
+  h->world_size = (int)m->world_size;
+  h->replicated = (int)m->replicated;
+  h->ranks = bits;
+  return 0;
+}
+
+int ck_view_unpack(const void *p, size_t n, ck_view_t *v, char *err,
+                   size_t errlen) {
+  msg_ckpt_view_t m;
+  size_t bytes = 0;
+  int rc;
+  memset(v, 0, sizeof(*v));
+  if (msg_ckpt_view_decode(p, n, &m, err, errlen) != 0)
+    return CKPT_EFORMAT;
+  rc = CKPT_EFORMAT;
+  if (m.first < 0 || m.nranks < 0 || m.first > (1 << 24) ||
+      m.nranks > (1 << 24) || m.host[0] == '\0' ||
+      m.nsteps > CK_VIEW_LINES) {
+    lu_errf(err, errlen, "VIEW: ranks outside 0..%d, no host name or more "
+            "than %d steps", 1 << 24, CK_VIEW_LINES);
+    goto out;
+  }
+  if (m.nsteps > 0 &&
+      (v->steps = calloc(m.nsteps, sizeof(*v->steps))) == NULL) {
+    rc = RDZV_ENOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < m.nsteps; i++) {
+    if ((rc = have_from(&m.steps[i], &v->steps[i], &bytes, err, errlen)) != 0)
+      goto out;
+    v->nsteps = i + 1;
+  }
+  lu_strlcpy(v->host, m.host, sizeof(v->host));
+  v->first = (int)m.first;
+  v->nranks = (int)m.nranks;
+  rc = 0;
+out:
+  if (rc != 0) {
+    ckpt_view_free(v->steps, v->nsteps);
+    memset(v, 0, sizeof(*v));
+  }
+  msg_ckpt_view_free(&m);
+  return rc;
+}
+
+int ck_verdict_pack(const char *problem, char **buf, size_t *len) {
+  msg_ckpt_verdict_t m;
+  msg_ckpt_verdict_init(&m);
+  m.ok = problem == NULL;
+  m.problem = (char *)problem; /* pack only reads it */
+  return msg_ckpt_verdict_encode(&m, buf, len);
+}
+
+int ck_verdict_unpack(const void *p, size_t n, int *ok, char *problem,
+                      size_t plen) {
+  msg_ckpt_verdict_t m;
+  char err[200];
+  *ok = 0;
+  if (msg_ckpt_verdict_decode(p, n, &m, err, sizeof(err)) != 0) {
+    lu_strlcpy(problem, err, plen);
+    return CKPT_EFORMAT;
+  }
+  *ok = m.ok;
+  lu_strlcpy(problem, m.ok || m.problem == NULL ? "" : m.problem, plen);
+  msg_ckpt_verdict_free(&m);
   return 0;
 }

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "ck_store.h"
 #include "ckpt.h"
 #include "lu.h"
 
@@ -343,10 +344,7 @@ typedef struct ck_final_s {
 int ck_finalise(const ck_final_t *f, const ck_log_t *log, char *err,
                 size_t errlen);
 
-/* The store keys of a step's commit: "launch/ckpt/g<round>/s<step>/<leaf>"
- * (the "g" is the wire name, kept for agents of earlier versions). */
-void ck_store_key(char *buf, size_t n, int64_t round, int64_t step,
-                  const char *leaf);
+/* The store keys of a step's commit: ck_store_key (ck_store.h). */
 /* Publish one rank's record once (compare-and-set) and count it. OUT
  * *count: ranks committed so far (after this one). */
 int ck_store_commit(rdzv_client_t *c, int64_t round, int64_t step,

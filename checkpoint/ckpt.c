@@ -130,7 +130,7 @@ const char *ckpt_dir(const ckpt_t *c) { return c->dir; }
 /* ---- one save ------------------------------------------------------------------ */
 
 static int ck_commit_store(ckpt_t *c, int64_t step, const ck_record_t *rec) {
-  char key[128], err[CKPT_PROBLEM_MAX];
+  char key[CK_KEY_MAX], err[CKPT_PROBLEM_MAX];
   int64_t count = 0;
   void *val = NULL;
   size_t len;

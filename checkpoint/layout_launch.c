@@ -814,15 +814,9 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
 
 /* ---- the store ------------------------------------------------------------------------ */
 
-void ck_store_key(char *buf, size_t n, int64_t round, int64_t step,
-                  const char *leaf) {
-  snprintf(buf, n, "launch/ckpt/g%lld/s%lld/%s", (long long)round,
-           (long long)step, leaf);
-}
-
 int ck_store_commit(rdzv_client_t *c, int64_t round, int64_t step,
                     const ck_record_t *r, int64_t *count, int timeout_ms) {
-  char key[128], leaf[32], *val;
+  char key[CK_KEY_MAX], leaf[32], *val;
   size_t len;
   int swapped = 0, rc;
   if ((rc = ck_record_encode(r, &val, &len)) != 0)
@@ -852,12 +846,12 @@ int ck_store_records(rdzv_client_t *c, int64_t round, int64_t step,
   }
   for (int r = 0; r < world_size; r++) {
     char leaf[32];
-    if ((keys[r] = malloc(96)) == NULL) {
+    if ((keys[r] = malloc(CK_KEY_MAX)) == NULL) {
       rc = RDZV_ENOMEM;
       goto out;
     }
     snprintf(leaf, sizeof(leaf), "r%d", r);
-    ck_store_key(keys[r], 96, round, step, leaf);
+    ck_store_key(keys[r], CK_KEY_MAX, round, step, leaf);
   }
   rc = rdzv_multi_get(c, (const char *const *)keys, (size_t)world_size, vals,
                       timeout_ms);

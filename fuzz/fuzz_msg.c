@@ -1,7 +1,9 @@
 /* fuzz_msg.c - libFuzzer target for the rendezvous messages (rendezvous/
  * msg.c), which decode what agents send the server and what the server
- * sends agents and `launch status`. The first byte picks the message, the
- * rest is one msgpack object. Invariants: unpack never reads outside the
+ * sends agents and `launch status`, and the checkpoint agreement's VIEW
+ * and VERDICT maps that agents leave in the store (first bytes 10 and
+ * 11). The first byte picks the message, the rest is one msgpack
+ * object. Invariants: unpack never reads outside the
  * object; what unpacks packs again, and that unpacks and packs to the same
  * bytes (a round trip loses nothing and invents nothing); free releases
  * everything (LeakSanitizer). A first byte 0xff feeds the rest to
@@ -49,10 +51,13 @@ ROUND_TRIP(status, msg_status_t)
 ROUND_TRIP(failure, msg_failure_t)
 ROUND_TRIP(member, msg_member_t)
 ROUND_TRIP(progress, msg_progress_t)
+ROUND_TRIP(ckpt_view, msg_ckpt_view_t)
+ROUND_TRIP(ckpt_verdict, msg_ckpt_verdict_t)
 
 static void (*const targets[])(const msgpack_object *) = {
     rt_join, rt_round, rt_report, rt_leave, rt_restart,
-    rt_shutdown, rt_status, rt_failure, rt_member, rt_progress};
+    rt_shutdown, rt_status, rt_failure, rt_member, rt_progress,
+    rt_ckpt_view, rt_ckpt_verdict};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   proto_limits_t lim = PROTO_LIMITS_DEFAULT;

@@ -21,6 +21,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "py"))
 import ckptfix  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_corpus import mp  # noqa: E402
+
 SHA = "ab" * 32
 
 
@@ -74,6 +77,27 @@ def views():
     yield "bad_range.txt", b"1 4 0 3-1\n"
     yield "leading_zero.txt", b"01 4 0 *\n"
     yield "huge_world.txt", b"1 1048576 0 0-1048575\n"
+
+
+def resume_views():
+    """VIEW and VERDICT maps as agents put them in the store
+    (checkpoint/ck_store.h), packed the way msgpack-c packs."""
+    def step(s, world, repl, ranks):
+        return {"step": s, "world_size": world, "replicated": repl, "ranks": ranks}
+    yield "two_steps", mp({"host": "h2", "first": 0, "nranks": 2,
+                           "steps": [step(15, 4, 1, "*"), step(10, 4, 1, "0-1")]})
+    yield "node_local", mp({"host": "node003", "first": 4, "nranks": 4,
+                            "steps": [step(300, 8, 0, "0-3,6"), step(200, 8, 0, "4-7")]})
+    yield "megatron", mp({"host": "m", "first": 0, "nranks": 8,
+                          "steps": [step(50, 4, 2, "*")]})
+    yield "empty", mp({"host": "h", "first": 0, "nranks": 1, "steps": []})
+    yield "no_host", mp({"first": 0, "nranks": 1, "steps": []})
+    yield "bad_range", mp({"host": "h", "first": 0, "nranks": 1,
+                           "steps": [step(1, 4, 0, "3-1")]})
+    yield "deep", mp({"host": "h", "steps": [{"step": 1, "ranks": [["*"]]}]})
+    yield "verdict_ok", mp({"ok": True})
+    yield "verdict_bad", mp({"ok": False, "problem": "rank-3.bin: SHA-256 differs"})
+    yield "text_view", b"0 2 h2\n15 4 1 *\n"
 
 
 # ---- pickles --------------------------------------------------------------------------
@@ -152,7 +176,8 @@ def pointers():
 
 
 TARGETS = {"ckpt_manifest": manifests, "ckpt_record": records, "ckpt_view": views,
-           "ckpt_pickle": pickles, "ckpt_torchfile": torchfiles, "ckpt_pointers": pointers}
+           "ckpt_pickle": pickles, "ckpt_torchfile": torchfiles, "ckpt_pointers": pointers,
+           "resume_view": resume_views}
 
 
 def main():

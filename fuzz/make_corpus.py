@@ -416,6 +416,12 @@ def msg_seeds():
     s["status_unknown_keys"] = bytes([6]) + mp({"x": [1, {"y": None}],
                                                  "members": []})
     s["failure_negative_time"] = bytes([7]) + mp(dict(FAILURE, time=-1))
+    # The checkpoint agreement's store values (10: VIEW, 11: VERDICT).
+    s["ckpt_view"] = bytes([10]) + mp({"host": "node1", "first": 4, "nranks": 4,
+                                       "steps": [{"step": 300, "world_size": 8,
+                                                  "replicated": 0, "ranks": "0-3,6"}]})
+    s["ckpt_view_bad_step"] = bytes([10]) + mp({"steps": [{"step": "x"}, 3]})
+    s["ckpt_verdict"] = bytes([11]) + mp({"ok": False, "problem": "rank-2.bin: SHA-256"})
     return s
 
 

@@ -2,15 +2,13 @@
  * agrees on at each (re)start, the rollback to it, and the commit of
  * completion files while the workers run (resume.h, docs/checkpoints.md).
  *
- * Store keys, in the job's namespace, of round (generation) G:
- *   launch/ckpt/gG/view/N      node N's view: "FIRST NRANKS HOST\n" and
- *                              ckpt_view_encode's lines
- *   launch/ckpt/gG/vI/N        node N's verification of the I-th candidate:
- *                              "ok", or "bad PROBLEM"
- *   launch/ckpt/gG/rolled      nodes that rolled back (add)
- *   launch/ckpt/gG/rolled_all  set by the last of them
- * Every node reads every view and runs ckpt_agree itself: a pure function
- * of the same input, so the same candidate everywhere, with no leader. */
+ * Each node publishes its view (a VIEW map of the message codec) under
+ * the round's keys (checkpoint/ck_store.h spells them all), reads every
+ * node's and runs ckpt_agree itself: a pure function of the same input,
+ * so the same candidate everywhere, with no leader. Each then checks the
+ * candidate's SHA-256 here and publishes a VERDICT; a bad one drops the
+ * step from that node's view and the agreement runs again. Last, every
+ * node rolls back and waits for the others (the rollback barrier). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -18,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ck_store.h"
 #include "ckpt.h"
 #include "resume.h"
 
@@ -156,41 +155,19 @@ static void views_free(resume_view_t *v, size_t n) {
   free(v);
 }
 
-/* A decimal in [0, 1 << 24] ending at a space. RET 0 or -1. */
-static int take_int(const char **p, const char *end, int *out) {
-  long long v = 0;
-  const char *q = *p;
-  while (q < end && *q >= '0' && *q <= '9' && v <= (1 << 24))
-    v = v * 10 + (*q++ - '0');
-  if (q == *p || q >= end || *q != ' ' || v > (1 << 24))
-    return -1;
-  *out = (int)v;
-  *p = q + 1;
-  return 0;
-}
-
-int resume_view_parse(const char *s, size_t len, resume_view_t *v) {
-  const char *nl = memchr(s, '\n', len), *p = s;
-  size_t hl;
-  int rc;
+int resume_view_parse(const char *s, size_t len, resume_view_t *v, char *err,
+                      size_t errlen) {
+  ck_view_t cv;
+  int rc = ck_view_unpack(s, len, &cv, err, errlen);
   memset(v, 0, sizeof(*v));
-  if (nl == NULL || take_int(&p, nl, &v->first) != 0 ||
-      take_int(&p, nl, &v->nranks) != 0)
-    return CKPT_EFORMAT;
-  hl = (size_t)(nl - p);
-  if (hl == 0 || hl >= sizeof(v->host) || memchr(p, ' ', hl) ||
-      memchr(p, '\0', hl))
-    return CKPT_EFORMAT;
-  memcpy(v->host, p, hl);
-  v->host[hl] = '\0';
-  rc = ckpt_view_decode(nl + 1, len - (size_t)(nl + 1 - s), &v->steps,
-                        &v->nsteps);
-  if (rc != 0) {
-    v->steps = NULL;
-    v->nsteps = 0;
-  }
-  v->nalloc = v->nsteps;
-  return rc;
+  if (rc != 0)
+    return rc;
+  lu_strlcpy(v->host, cv.host, sizeof(v->host));
+  v->first = cv.first;
+  v->nranks = cv.nranks;
+  v->steps = cv.steps;
+  v->nsteps = v->nalloc = cv.nsteps;
+  return 0;
 }
 
 /* Drop step s from a view (a node found one of its files bad). */
@@ -206,22 +183,12 @@ static void view_drop(resume_view_t *v, int64_t s) {
     }
 }
 
-static void key(char *buf, size_t n, int64_t g, const char *fmt, ...)
-    LU_PRINTF(4, 5);
-static void key(char *buf, size_t n, int64_t g, const char *fmt, ...) {
-  va_list ap;
-  int k = snprintf(buf, n, "launch/ckpt/g%" PRId64 "/", g);
-  va_start(ap, fmt);
-  vsnprintf(buf + k, n - (size_t)k, fmt, ap);
-  va_end(ap);
-}
-
-/* This node's scan by sizes, as view text with its header. */
-static int my_view(resume_t *r, const int *ranks, char **out, char *why,
-                   size_t n) {
+/* This node's scan by sizes, as its VIEW. */
+static int my_view(resume_t *r, const int *ranks, char **out, size_t *outlen,
+                   char *why, size_t n) {
   ckpt_scan_options_t so = CKPT_SCAN_OPTIONS_INIT;
   ckpt_scan_t *s = NULL;
-  char err[CKPT_PROBLEM_MAX] = "", *text = NULL;
+  char err[CKPT_PROBLEM_MAX] = "";
   int rc;
   so.layout = (ckpt_layout_t)r->o->ckpt_layout;
   so.ranks = ranks;
@@ -232,8 +199,8 @@ static int my_view(resume_t *r, const int *ranks, char **out, char *why,
      * (auto: launch's, as ckpt_scan says of an empty directory). */
     r->layout = so.layout == CKPT_LAYOUT_AUTO ? CKPT_LAYOUT_LAUNCH
                                               : (int)so.layout;
-    text = strdup("");
-    rc = text ? 0 : RDZV_ENOMEM;
+    s = NULL;
+    rc = 0;
   } else if (rc != 0) {
     lu_errf(why, n, "%s", err[0] ? err : ckpt_strerror(rc));
     return rc;
@@ -259,18 +226,9 @@ static int my_view(resume_t *r, const int *ranks, char **out, char *why,
       else if (s->steps[i].state == CKPT_STEP_INCOMPLETE && !r->o->quiet)
         LU_INFO(r->log, "checkpoint %s/%s is partial: %s", r->o->ckpt_dir,
                 s->steps[i].name, s->steps[i].problem);
-    rc = ckpt_view_encode(s, &text);
-    ckpt_scan_free(s);
   }
-  if (rc == 0) {
-    size_t len = strlen(text) + 300;
-    if ((*out = malloc(len)) == NULL)
-      rc = RDZV_ENOMEM;
-    else
-      snprintf(*out, len, "%d %d %s\n%s", r->rr.base_rank, r->rr.nproc,
-               r->host, text);
-  }
-  free(text);
+  rc = ck_view_pack(s, r->host, r->rr.base_rank, r->rr.nproc, out, outlen);
+  ckpt_scan_free(s);
   return rc;
 }
 
@@ -340,14 +298,18 @@ static void foreign_world(const resume_t *r, const ckpt_agreement_t *ag,
             step, w, r->rr.world_size, w);
 }
 
-/* Every node's launch/ckpt/gG/LEAF/N into vals (keys: room for nnodes).
- * RET 0 or an error (res.why says it, unless cancelled). */
-static int gather(resume_t *r, char **keys, const char *leaf,
-                  rdzv_value_t *vals, const char *what) {
+/* Every node's view (iter < 0) or verdict on the iter-th candidate into
+ * vals (keys: room for nnodes). RET 0 or an error (res.why says it,
+ * unless cancelled). */
+static int gather(resume_t *r, char **keys, int iter, rdzv_value_t *vals,
+                  const char *what) {
   int rc = 0;
   for (int i = 0; i < r->rr.nnodes; i++) {
-    char k[160];
-    key(k, sizeof(k), r->rr.round, "%s/%d", leaf, i);
+    char k[CK_KEY_MAX];
+    if (iter < 0)
+      ck_key_view(k, sizeof(k), r->rr.round, i);
+    else
+      ck_key_verdict(k, sizeof(k), r->rr.round, iter, i);
     free(keys[i]);
     if ((keys[i] = strdup(k)) == NULL)
       return RDZV_ENOMEM;
@@ -366,7 +328,8 @@ static void agree_work(uv_work_t *w) {
   resume_result_t *res = &r->res;
   const resume_round_t *rr = &r->rr;
   int64_t g = rr->round;
-  char *mine = NULL, k[160];
+  char *mine = NULL, k[CK_KEY_MAX];
+  size_t minelen = 0;
   char **keys = NULL;
   rdzv_value_t *vals = NULL;
   resume_view_t *views = NULL;
@@ -381,12 +344,13 @@ static void agree_work(uv_work_t *w) {
   memset(&r->vstats, 0, sizeof(r->vstats));
   for (int i = 0; i < rr->nproc && i < CFG_MAX_NPROC; i++)
     ranks[i] = rr->base_rank + i;
-  if ((rc = my_view(r, ranks, &mine, res->why, sizeof(res->why))) != 0)
+  if ((rc = my_view(r, ranks, &mine, &minelen, res->why,
+                    sizeof(res->why))) != 0)
     goto out;
   if ((rc = connect_store(r, res->why, sizeof(res->why))) != 0)
     goto out;
-  key(k, sizeof(k), g, "view/%d", rr->node_rank);
-  if ((rc = rdzv_set(r->client, k, mine, strlen(mine), 30000)) != 0) {
+  ck_key_view(k, sizeof(k), g, rr->node_rank);
+  if ((rc = rdzv_set(r->client, k, mine, minelen, 30000)) != 0) {
     store_failed(r, rc, "publishing this node's view", res->why,
                  sizeof(res->why));
     goto out;
@@ -399,22 +363,26 @@ static void agree_work(uv_work_t *w) {
     rc = RDZV_ENOMEM;
     goto out;
   }
-  if ((rc = gather(r, keys, "view", vals, "the other nodes' views")) != 0)
+  if ((rc = gather(r, keys, -1, vals, "the other nodes' views")) != 0)
     goto out;
   for (int i = 0; i < rr->nnodes; i++) {
-    int prc = resume_view_parse(vals[i].data, vals[i].len, &views[i]);
+    char err[300] = "";
+    int prc = resume_view_parse(vals[i].data, vals[i].len, &views[i], err,
+                                sizeof(err));
     rdzv_free(vals[i].data);
     vals[i].data = NULL;
     if (prc != 0) {
       rc = prc;
       lu_errf(res->why, sizeof(res->why), "checkpoint agreement: node %d's "
-              "view does not parse (%s)", i, ckpt_strerror(prc));
+              "view does not parse (%s): are all agents the same launch "
+              "version?", i, err[0] ? err : ckpt_strerror(prc));
       goto out;
     }
   }
   for (int iter = 0;; iter++) {
     ckpt_agreement_t ag;
-    char problem[CKPT_PROBLEM_MAX] = "", mine_v[CKPT_PROBLEM_MAX + 8];
+    char problem[CKPT_PROBLEM_MAX] = "", *verdict = NULL;
+    size_t vlen = 0;
     int vrc, bad = 0, all_mine = 0;
     for (int i = 0; i < rr->nnodes; i++) {
       nv[i].name = views[i].host;
@@ -446,32 +414,41 @@ static void agree_work(uv_work_t *w) {
                       sizeof(problem));
     if (vrc == 0 && all_mine && !ag.elastic && own_layout(r))
       res->verified = ag.step;
-    if (vrc != 0)
-      snprintf(mine_v, sizeof(mine_v), "bad %s",
-               problem[0] ? problem : ckpt_strerror(vrc));
-    else
-      lu_strlcpy(mine_v, "ok", sizeof(mine_v));
-    key(k, sizeof(k), g, "v%d/%d", iter, rr->node_rank);
-    if ((rc = rdzv_set(r->client, k, mine_v, strlen(mine_v), 30000)) != 0) {
+    if (vrc != 0 && problem[0] == '\0')
+      lu_strlcpy(problem, ckpt_strerror(vrc), sizeof(problem));
+    if ((rc = ck_verdict_pack(vrc != 0 ? problem : NULL, &verdict,
+                              &vlen)) != 0)
+      goto out;
+    ck_key_verdict(k, sizeof(k), g, iter, rr->node_rank);
+    rc = rdzv_set(r->client, k, verdict, vlen, 30000);
+    free(verdict);
+    if (rc != 0) {
       store_failed(r, rc, "publishing this node's verification", res->why,
                    sizeof(res->why));
       goto out;
     }
-    snprintf(k, sizeof(k), "v%d", iter);
-    if ((rc = gather(r, keys, k, vals, "the other nodes' verification")) != 0)
+    if ((rc = gather(r, keys, iter, vals,
+                     "the other nodes' verification")) != 0)
       goto out;
-    for (int i = 0; i < rr->nnodes; i++) {
-      const char *v = vals[i].data;
-      if (vals[i].len >= 4 && memcmp(v, "bad ", 4) == 0) {
-        bad++;
-        LU_WARN(r->log, "checkpoint step %" PRId64 " on %s is not usable: "
-                "%.*s; falling back to an older step", ag.step,
-                views[i].host, (int)LU_MIN(vals[i].len - 4, 900), v + 4);
-        view_drop(&views[i], ag.step);
-      }
+    for (int i = 0; i < rr->nnodes && rc == 0; i++) {
+      int ok;
+      rc = ck_verdict_unpack(vals[i].data, vals[i].len, &ok, problem,
+                             sizeof(problem));
       rdzv_free(vals[i].data);
       vals[i].data = NULL;
+      if (rc != 0) {
+        lu_errf(res->why, sizeof(res->why), "checkpoint agreement: node "
+                "%d's verdict does not parse (%s)", i, problem);
+      } else if (!ok) {
+        bad++;
+        LU_WARN(r->log, "checkpoint step %" PRId64 " on %s is not usable: "
+                "%.900s; falling back to an older step", ag.step,
+                views[i].host, problem[0] ? problem : "(no reason given)");
+        view_drop(&views[i], ag.step);
+      }
     }
+    if (rc != 0)
+      goto out;
     if (!bad)
       break;
   }
@@ -485,12 +462,12 @@ static void agree_work(uv_work_t *w) {
       goto out;
     }
   }
-  key(k, sizeof(k), g, "rolled");
+  ck_key_rolled(k, sizeof(k), g, 0);
   if ((rc = rdzv_add(r->client, k, 1, &count, 30000)) != 0) {
     store_failed(r, rc, "the rollback barrier", res->why, sizeof(res->why));
     goto out;
   }
-  key(k, sizeof(k), g, "rolled_all");
+  ck_key_rolled(k, sizeof(k), g, 1);
   if (count == rr->nnodes &&
       (rc = rdzv_set(r->client, k, "1", 1, 30000)) != 0) {
     store_failed(r, rc, "the rollback barrier", res->why, sizeof(res->why));

@@ -86,8 +86,8 @@ void resume_round(const resume_t *r, int64_t *step, int64_t *verified);
 void resume_on_commit(resume_t *r, void (*cb)(void *arg, int64_t step),
                       void *arg);
 
-/* A node's view as the store holds it: "FIRST NRANKS HOST\n", then
- * ckpt_view_encode's lines. Comes from another node: checked. */
+/* A node's view as the store holds it: a VIEW map (checkpoint/ck_store.h,
+ * ck_view_unpack). Comes from another node: checked. */
 typedef struct resume_view_s {
   char host[256];
   int first, nranks;
@@ -97,8 +97,9 @@ typedef struct resume_view_s {
 } resume_view_t;
 
 /* OUT *v (free with resume_view_free, also after a failure).
- * RET 0, CKPT_EFORMAT, RDZV_ENOMEM. */
-int resume_view_parse(const char *s, size_t len, resume_view_t *v);
+ * RET 0, CKPT_EFORMAT (err says why), RDZV_ENOMEM. */
+int resume_view_parse(const char *s, size_t len, resume_view_t *v, char *err,
+                      size_t errlen);
 void resume_view_free(resume_view_t *v);
 
 #endif /* RESUME_H */

@@ -139,6 +139,24 @@ static const mfield_t progress_f[] = {
 };
 static const mdesc_t progress_d = DESC("PROGRESS", progress_f);
 
+static const mfield_t ckpt_step_f[] = {
+    I64(msg_ckpt_step_t, step, 0), I64(msg_ckpt_step_t, world_size, 0),
+    I64(msg_ckpt_step_t, replicated, 0), DSTR(msg_ckpt_step_t, ranks),
+};
+static const mdesc_t ckpt_step_d = DESC("checkpoint step", ckpt_step_f);
+
+static const mfield_t ckpt_view_f[] = {
+    STR(msg_ckpt_view_t, host), I64(msg_ckpt_view_t, first, 0),
+    I64(msg_ckpt_view_t, nranks, 0),
+    ARR(msg_ckpt_view_t, steps, msg_ckpt_step_t, ckpt_step_d),
+};
+static const mdesc_t ckpt_view_d = DESC("VIEW", ckpt_view_f);
+
+static const mfield_t ckpt_verdict_f[] = {
+    BOOL(msg_ckpt_verdict_t, ok), DSTR(msg_ckpt_verdict_t, problem),
+};
+static const mdesc_t ckpt_verdict_d = DESC("VERDICT", ckpt_verdict_f);
+
 /* Lists longer than this are refused (a job of this many nodes). */
 #define MSG_MAX_LIST 65536
 
@@ -416,6 +434,9 @@ MSG_DEFINE(shutdown, msg_shutdown_t, shutdown_d)
 MSG_DEFINE(member, msg_member_t, member_d)
 MSG_DEFINE(status, msg_status_t, status_d)
 MSG_DEFINE(progress, msg_progress_t, progress_d)
+MSG_DEFINE(ckpt_step, msg_ckpt_step_t, ckpt_step_d)
+MSG_DEFINE(ckpt_view, msg_ckpt_view_t, ckpt_view_d)
+MSG_DEFINE(ckpt_verdict, msg_ckpt_verdict_t, ckpt_verdict_d)
 
 /* "<step> <unix ms>[ <tag>]", the writers before scalars (the tag:
  * LAUNCH_PROGRESS_TAG, no space in it). */
@@ -503,6 +524,77 @@ size_t msg_progress_encode(const msg_progress_t *m, void *buf, size_t cap) {
   }
   msgpack_sbuffer_destroy(&sb);
   return n;
+}
+
+/* ---- messages as store values --------------------------------------------------- */
+
+static int encode(const mdesc_t *d, const void *m, char **buf, size_t *len) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  pack(&pk, d, m);
+  *len = sb.size;
+  if ((*buf = msgpack_sbuffer_release(&sb)) == NULL)
+    return RDZV_ENOMEM;
+  return 0;
+}
+
+/* One map of d filling p[0..n), walked within lim before msgpack-c
+ * allocates anything for it. On failure m holds what was read so far. */
+static int decode(const mdesc_t *d, const void *p, size_t n,
+                  const proto_limits_t *lim, void *m, char *err,
+                  size_t errlen) {
+  msgpack_unpacked u;
+  size_t off = 0;
+  int rc;
+  init(d, m);
+  if (n == 0 || n > lim->max_frame || proto_scan(p, n, lim) != 0)
+    return bad(err, errlen, "%s: not one msgpack map of at most %u bytes, "
+               "%u objects and %u levels", d->name, lim->max_frame,
+               lim->max_items, lim->max_depth);
+  msgpack_unpacked_init(&u);
+  if (msgpack_unpack_next(&u, p, n, &off) != MSGPACK_UNPACK_SUCCESS ||
+      off != n) {
+    msgpack_unpacked_destroy(&u);
+    return bad(err, errlen, "%s: not one msgpack map", d->name);
+  }
+  rc = unpack(&u.data, d, m, err, errlen);
+  msgpack_unpacked_destroy(&u);
+  return rc;
+}
+
+/* A view: a map holding a list of step maps, each of 4 fields. */
+#define MSG_CKPT_VIEW_BYTES (16u << 20)
+#define MSG_CKPT_VIEW_ITEMS (16u + 10u * 10000u)
+
+int msg_ckpt_view_encode(const msg_ckpt_view_t *m, char **buf, size_t *len) {
+  return encode(&ckpt_view_d, m, buf, len);
+}
+
+int msg_ckpt_view_decode(const void *p, size_t n, msg_ckpt_view_t *m,
+                         char *err, size_t errlen) {
+  proto_limits_t lim = {MSG_CKPT_VIEW_BYTES, MSG_CKPT_VIEW_ITEMS, 3};
+  int rc;
+  memset(m, 0, sizeof(*m));
+  if ((rc = decode(&ckpt_view_d, p, n, &lim, m, err, errlen)) != 0)
+    msg_ckpt_view_free(m);
+  return rc;
+}
+
+int msg_ckpt_verdict_encode(const msg_ckpt_verdict_t *m, char **buf,
+                            size_t *len) {
+  return encode(&ckpt_verdict_d, m, buf, len);
+}
+
+int msg_ckpt_verdict_decode(const void *p, size_t n, msg_ckpt_verdict_t *m,
+                            char *err, size_t errlen) {
+  proto_limits_t lim = {64u << 10, 8, 1};
+  int rc;
+  memset(m, 0, sizeof(*m));
+  if ((rc = decode(&ckpt_verdict_d, p, n, &lim, m, err, errlen)) != 0)
+    msg_ckpt_verdict_free(m);
+  return rc;
 }
 
 int msg_failure_copy(msg_failure_t *dst, const msg_failure_t *src) {

@@ -7,9 +7,10 @@
  * field tables of msg.c; a field's key is its name in the struct. Unknown
  * keys are ignored and missing ones keep their default (msg_X_init), so a
  * message grows by one struct member and one table row, and peers of the
- * previous release still understand each other (the checkpoint step that
- * agents will report at the join, and the resume step the round reply will
- * carry, are such fields).
+ * previous release still understand each other. The checkpoint
+ * agreement's store values (VIEW, VERDICT) are maps of the same codec,
+ * read and written by the agents (launcher/resume.c): the rounds carry
+ * no checkpoint field (docs/design.md#checkpoints says why).
  *
  *   msg_X_init(&m)                  defaults
  *   msg_X_pack(pk, &m)              one map onto a packer
@@ -182,6 +183,32 @@ typedef struct msg_progress_s {
                    value anything else wrote cannot get the rank killed */
 } msg_progress_t;
 
+/* The checkpoint agreement's store values (launcher/resume.c,
+ * checkpoint/ck_store.h has their keys): not requests of the protocol but
+ * maps of the same codec, written by each agent at a (re)start and read
+ * by every other. A step as one node holds it: */
+typedef struct msg_ckpt_step_s {
+  int64_t step;             /* >= 0 */
+  int64_t world_size;       /* ranks that wrote it; 0 any */
+  int64_t replicated;       /* 0, 1 any world size, 2 a multiple of it */
+  char *ranks;              /* the shards here that check out: "*" all, or
+                               ranges "0-3,8" (checkpoint/agree.c) */
+} msg_ckpt_step_t;
+
+/* VIEW: a node's steps and the ranks it runs in the new round. */
+typedef struct msg_ckpt_view_s {
+  char host[MSG_HOST_MAX];
+  int64_t first, nranks;    /* its global ranks first .. first+nranks-1 */
+  msg_ckpt_step_t *steps;
+  size_t nsteps;
+} msg_ckpt_view_t;
+
+/* VERDICT: a node's SHA-256 check of the candidate step. */
+typedef struct msg_ckpt_verdict_s {
+  int ok;
+  char *problem;            /* when !ok: what is wrong; NULL none */
+} msg_ckpt_verdict_t;
+
 #define MSG_DECLARE(name, type)                                                \
   void msg_##name##_init(type *m);                                             \
   void msg_##name##_pack(msgpack_packer *pk, const type *m);                   \
@@ -199,6 +226,9 @@ MSG_DECLARE(shutdown, msg_shutdown_t)
 MSG_DECLARE(member, msg_member_t)
 MSG_DECLARE(status, msg_status_t)
 MSG_DECLARE(progress, msg_progress_t)
+MSG_DECLARE(ckpt_step, msg_ckpt_step_t)
+MSG_DECLARE(ckpt_view, msg_ckpt_view_t)
+MSG_DECLARE(ckpt_verdict, msg_ckpt_verdict_t)
 
 /* A progress key's bytes: either the msgpack map above, or the bare
  * "<step> <unix ms>" text of writers before scalars (both are read; the
@@ -210,6 +240,18 @@ int msg_progress_decode(const void *p, size_t n, msg_progress_t *m,
  * cap is too small (MSG_PROGRESS_MAX always fits). */
 #define MSG_PROGRESS_MAX 192
 size_t msg_progress_encode(const msg_progress_t *m, void *buf, size_t cap);
+
+/* A message as a value of its own (a store value, not a request): the
+ * bytes of msg_X_pack, and back. encode: OUT *buf malloc'd, *len; RET 0
+ * or RDZV_ENOMEM. decode: one map filling all n bytes; RET as
+ * msg_X_unpack (err names what is wrong); free m with msg_X_free. */
+int msg_ckpt_view_encode(const msg_ckpt_view_t *m, char **buf, size_t *len);
+int msg_ckpt_view_decode(const void *p, size_t n, msg_ckpt_view_t *m,
+                         char *err, size_t errlen);
+int msg_ckpt_verdict_encode(const msg_ckpt_verdict_t *m, char **buf,
+                            size_t *len);
+int msg_ckpt_verdict_decode(const void *p, size_t n, msg_ckpt_verdict_t *m,
+                            char *err, size_t errlen);
 
 /* Copy a failure (its strings duplicated). RET 0 or RDZV_ENOMEM (dst is
  * then empty). */

@@ -33,6 +33,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
+import ckptfix  # noqa: E402
 import launchtest as lt  # noqa: E402
 
 BIN = os.path.dirname(os.path.abspath(lt.launch_bin()))
@@ -328,24 +329,7 @@ def test_node_local(srv, d):
 
 
 def write_step(ck, step, world, replicated):
-    """A final step of launch's layout written as the manifest spec says."""
-    sd = os.path.join(ck, "step-%d" % step)
-    os.makedirs(sd)
-    shards = []
-    for r in range(world):
-        data = b"state of rank %d" % r
-        with open(os.path.join(sd, "rank-%d.bin" % r), "wb") as f:
-            f.write(data)
-        shards.append({"rank": r, "file": "rank-%d.bin" % r, "size": len(data),
-                       "sha256": hashlib.sha256(data).hexdigest()})
-    m = {"format": "launch-checkpoint", "version": 1, "job": "x", "step": step,
-         "generation": 0, "world_size": world, "replicated": replicated,
-         "time": "2026-12-01T00:00:00.000Z", "time_ms": 1796083200000,
-         "shards": shards}
-    with open(os.path.join(sd, "manifest.json"), "w") as f:
-        json.dump(m, f)
-    with open(os.path.join(ck, "latest"), "w") as f:
-        f.write("step-%d\n" % step)
+    ckptfix.launch_step(ck, step, world, replicated)
 
 
 def test_world_size_change(srv, d):

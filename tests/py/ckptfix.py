@@ -1,11 +1,14 @@
 """Pieces of other trainers' checkpoint files, written without their
 libraries: DCP's .metadata classes (as pickle sees them: launch's reader
 never imports anything, so the module names do not matter), safetensors
-files, torch.save-style zip archives. Shared by tests/test_ckpt_layouts.py
-and fuzz/make_ckpt_corpus.py."""
+files, torch.save-style zip archives, and a final step of launch's own
+layout. Shared by tests/test_ckpt_layouts.py, tests/test_ckpt_resume.py,
+fuzz/make_ckpt_corpus.py and bench/run_agree_bench.py."""
 import dataclasses
+import hashlib
 import io
 import json
+import os
 import pickle
 import struct
 import zipfile
@@ -67,3 +70,25 @@ def torch_zip_bytes(obj, name="archive", method=zipfile.ZIP_STORED):
             info.compress_type = method
             z.writestr(info, data)
     return buf.getvalue()
+
+
+def launch_step(ck, step, world, replicated, job="x"):
+    """A final step of launch's layout written as the manifest spec says
+    (docs/checkpoints.md): one small shard per rank, `latest` naming it."""
+    sd = os.path.join(ck, "step-%d" % step)
+    os.makedirs(sd)
+    shards = []
+    for r in range(world):
+        data = b"state of rank %d" % r
+        with open(os.path.join(sd, "rank-%d.bin" % r), "wb") as f:
+            f.write(data)
+        shards.append({"rank": r, "file": "rank-%d.bin" % r, "size": len(data),
+                       "sha256": hashlib.sha256(data).hexdigest()})
+    m = {"format": "launch-checkpoint", "version": 1, "job": job, "step": step,
+         "generation": 0, "world_size": world, "replicated": replicated,
+         "time": "2026-12-01T00:00:00.000Z", "time_ms": 1796083200000,
+         "shards": shards}
+    with open(os.path.join(sd, "manifest.json"), "w") as f:
+        json.dump(m, f)
+    with open(os.path.join(ck, "latest"), "w") as f:
+        f.write("step-%d\n" % step)
