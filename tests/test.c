@@ -71,6 +71,9 @@ long test_rss_kib(pid_t pid) {
 static struct {
   uv_loop_t loop;
   uv_async_t stop;
+  uv_async_t stats;     /* test_server_stats: read on the server's thread */
+  uv_sem_t stats_done;
+  srv_stats_t *stats_out;
   pthread_t thread;
   srv_t *srv;
   int port;
@@ -81,6 +84,13 @@ static struct {
 static void srv_closed(void *arg) {
   (void)arg;
   uv_close((uv_handle_t *)&ts.stop, NULL);
+  uv_close((uv_handle_t *)&ts.stats, NULL);
+}
+
+static void on_stats(uv_async_t *a) {
+  (void)a;
+  srv_get_stats(ts.srv, ts.stats_out);
+  uv_sem_post(&ts.stats_done);
 }
 
 static void on_stop(uv_async_t *a) {
@@ -110,6 +120,8 @@ int test_server_start(const struct srv_config_s *cfg_in) {
     cfg.log = &log;
   ASSERT_EQ(0, uv_loop_init(&ts.loop));
   ASSERT_EQ(0, uv_async_init(&ts.loop, &ts.stop, on_stop));
+  ASSERT_EQ(0, uv_async_init(&ts.loop, &ts.stats, on_stats));
+  ASSERT_EQ(0, uv_sem_init(&ts.stats_done, 0));
   ASSERT_EQ(0, srv_new(&ts.loop, &cfg, &ts.srv));
   ASSERT_EQ(0, srv_listen(ts.srv));
   ts.port = srv_port(ts.srv);
@@ -126,11 +138,20 @@ void test_server_stop(void) {
   uv_async_send(&ts.stop);
   pthread_join(ts.thread, NULL);
   ASSERT_EQ(0, uv_loop_close(&ts.loop));
+  uv_sem_destroy(&ts.stats_done);
 }
 
 const char *test_server_endpoint(void) { return ts.endpoint; }
 
 struct srv_s *test_server_srv(void) { return ts.srv; }
+
+/* The server's counters, read on its loop's thread: with one loop the
+ * server takes no lock, so another thread may not read them directly. */
+void test_server_stats(srv_stats_t *out) {
+  ts.stats_out = out;
+  ASSERT_EQ(0, uv_async_send(&ts.stats));
+  uv_sem_wait(&ts.stats_done);
+}
 
 /* ---- children ---------------------------------------------------------------------- */
 

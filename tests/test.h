@@ -79,8 +79,11 @@ int test_server_start(const struct srv_config_s *cfg);
 void test_server_stop(void);
 /* "127.0.0.1:PORT" of the running server. */
 const char *test_server_endpoint(void);
-/* The in-process server (srv_get_stats from the test's thread). */
+/* The in-process server. */
 struct srv_s *test_server_srv(void);
+/* Its counters (srv_get_stats), read on the server's own thread. */
+struct srv_stats_s;
+void test_server_stats(struct srv_stats_s *out);
 
 /* ---- child processes ---------------------------------------------------------- */
 /* Spawn argv with stdout+stderr to `log` (NULL = inherit). The pid is

@@ -16,7 +16,7 @@
 
 static srv_stats_t stats(void) {
   srv_stats_t st;
-  srv_get_stats(test_server_srv(), &st);
+  test_server_stats(&st);
   return st;
 }
 

@@ -42,7 +42,7 @@ static rdzv_client_t *open_client(const char *job) {
 
 static uint64_t waits_pending(void) {
   srv_stats_t st;
-  srv_get_stats(test_server_srv(), &st);
+  test_server_stats(&st);
   return st.waits_pending;
 }
 
