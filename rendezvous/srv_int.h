@@ -499,6 +499,62 @@ void srv__in_spent(conn_t *c, uint8_t *buf);
 int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,
                    size_t vlen);
 
+/* ---- moved out of server.c: called from another file now ---------------- */
+
+#define TLS_RBUF (64u << 10)  /* ciphertext read at a time */
+
+/* srv_loop.c */
+int srv__lp_here(const srv_loop_t *lp);
+void srv__trace_thread_end(void);
+void srv__trace_begin(const srv_t *s, const char *what, const conn_t *c);
+void srv__trace_end(srv_t *s);
+void srv__lock_urgent(srv_t *s);
+int srv__lock_large(srv_loop_t *lp);
+int srv__lock_yield(srv_loop_t *lp);
+void srv__kick_main(srv_t *s);
+void srv__worker_main(void *arg);
+
+/* srv_mem.c */
+size_t srv__mem_used(const srv_t *s);
+size_t srv__mem_free(const srv_t *s);
+size_t srv__mem_free_out(const srv_t *s);
+void srv__mem_update(srv_t *s);
+int srv__mem_fixed_room(const srv_t *s, size_t cost);
+
+/* srv_jobs.c */
+void srv__mem_released(srv_t *s);
+srv_addr_t *srv__addr_get(srv_t *s, const struct sockaddr_storage *ss);
+void srv__addr_put(srv_t *s, srv_addr_t *a);
+int srv__evict_ended(srv_t *s);
+void srv__job_detach(conn_t *c);
+void srv__job_free(srv_t *s, job_t *j);
+void srv__gc_schedule(srv_t *s, uint64_t due);
+
+/* server.c */
+int srv__ts_allowed(const srv_t *s, const conn_t *c);
+void srv__loop_shutdown(srv_loop_t *lp);
+void srv__maybe_finish_close(srv_t *s);
+
+/* srv_timers.c */
+void srv__idle_cb(uv_idle_t *h);
+void srv__rearm(srv_t *s);
+void srv__hs_timer_cb(uv_timer_t *t);
+int srv__evict_silent(srv_t *s, const srv_addr_t *a);
+
+/* srv_io.c */
+void srv__wake_loop(srv_loop_t *lp);
+void srv__out_init(proto_enc_t *o);
+void srv__adopt_incoming(srv_loop_t *lp);
+void srv__check_cb(uv_check_t *h);
+void srv__in_release(conn_t *c);
+void srv__conn_start_read(conn_t *c);
+
+/* srv_conn.c */
+void srv__conn_free(conn_t *c);
+void srv__on_conn_closed(uv_handle_t *h);
+int srv__conn_teardown(conn_t *c);
+void srv__on_connection(uv_stream_t *server, int status);
+
 /* ---- srv_native.c ---------------------------------------------------------- */
 /* Has c's input a large frame (whole or not) to decode ahead? A look at
  * the frames' headers only. */
