@@ -27,7 +27,8 @@ void srv__conn_free(conn_t *c) {
   list_unlink(&c->read_link); /* on its loop's thread */
   list_unlink(&c->written_link);
   list_unlink(&c->prep_link);
-  srv__pre_drop(c);
+  if (c->dialect != NULL && c->dialect->pre_drop != NULL)
+    c->dialect->pre_drop(c);
   srv__in_release(c);
   proto_enc_destroy(&c->out);
   tls_free(c->tls);

@@ -185,14 +185,34 @@ typedef struct srv_dialect_s {
   void (*resume)(conn_t *c);
   /* Release the connection's waits and registrations. */
   void (*closed)(conn_t *c);
+  /* The sniffer chose this dialect for c: the native dialect sends its
+   * HELLO challenge; TCPStore (attached to its job by then) takes the
+   * namespace of the job's current round. */
+  void (*start)(conn_t *c);
+  /* Decoding ahead (c->pre): the work of a large request spread over the
+   * passes that read it. NULL for a dialect without it (TCPStore).
+   * prepare_due: has c's input a large frame (whole or not) to decode
+   * ahead? A look at the frames' headers only. prepare: without the lock,
+   * on c's loop, before its requests run: decode a slice of that frame,
+   * as far as it came; reads only c's input and what is fixed at start
+   * (limits, s->store_seed). pre_shift: the input's first cut bytes went
+   * (ran, or moved away): c->pre follows its frame, or goes with it.
+   * pre_done: after the requests ran, forget c->pre once decoded (run or
+   * not). pre_drop: forget c->pre (c is freed). */
+  int (*prepare_due)(conn_t *c);
+  void (*prepare)(conn_t *c);
+  void (*pre_shift)(conn_t *c, size_t cut);
+  void (*pre_done)(conn_t *c);
+  void (*pre_drop)(conn_t *c);
+  /* A waiting request of c's (pend_t: GET/WAIT/MGET with a wait, BARRIER)
+   * reached its deadline; the deadlines' heap has let it go. Under the
+   * lock, on loop 0. NULL for a dialect whose waits have no deadline. */
+  void (*pend_timeout)(pend_t *p);
 } srv_dialect_t;
 
 extern const srv_dialect_t srv__dialect_native;
 extern const srv_dialect_t srv__dialect_ts_v2;
 extern const srv_dialect_t srv__dialect_ts_v1;
-/* A TCPStore client attached to c->job: it works in the namespace of the
- * job's current round (none for a job without rounds). */
-void srv__ts_attach(conn_t *c);
 /* Round `round` of job j formed: TCPStore clients that attach from now on
  * get its namespace, and the earlier rounds' namespaces are dropped (their
  * workers are gone: every node stopped them before it joined). */
@@ -253,7 +273,7 @@ struct conn_s {
   int in_full;          /* the input budget stopped this buffer growing */
   int in_memwait;       /* --max-memory stopped it: wait for memory */
   srv_pre_t *pre;       /* a large request decoded ahead, without the
-                            lock (srv__native_prepare); its loop's only */
+                            lock (the dialect's prepare); its loop's only */
   /* Output: replies not yet handed to the kernel. */
   proto_enc_t out;
   size_t inflight;      /* bytes in uv_write requests */
@@ -334,7 +354,7 @@ struct srv_s {
   size_t naddr_buckets;
   uint64_t addr_seed;
   uint64_t store_seed; /* every job's store's (set at start, then read
-                          without the lock: srv__native_prepare) */
+                          without the lock: the dialect's prepare) */
   list_t conns;
   list_t memwait;
   list_t preauth;       /* oldest first: deadlines in accept order */
@@ -556,31 +576,12 @@ int srv__conn_teardown(conn_t *c);
 void srv__on_connection(uv_stream_t *server, int status);
 
 /* ---- srv_native.c ---------------------------------------------------------- */
-/* Has c's input a large frame (whole or not) to decode ahead? A look at
- * the frames' headers only. */
-int srv__native_prepare_due(conn_t *c);
-/* Without the lock, on the connection's loop, before its requests run:
- * go on decoding that frame, as far as it came, if it is an MGET, WAIT or
- * CHECK, and hash its keys (c->pre) for native_frame to use: the work of
- * a request of 8 MiB of keys spread over the passes that read it. Reads
- * only the connection's input and what is fixed at start (limits,
- * s->store_seed). */
-void srv__native_prepare(conn_t *c);
 /* The frame c->pre decodes came whole but is not decoded yet: its
- * connection goes on after the others (srv__native_prepare on the next
+ * connection goes on after the others (the dialect's prepare on the next
  * pass). Under the lock. */
 void srv__conn_yield(conn_t *c);
 /* The connection waits for its request's decoding ahead: the loop's next
  * passes decode it, before their lock (after srv__conn_yield). */
 void srv__prepare_later(conn_t *c);
-/* Forget c->pre. */
-void srv__pre_drop(conn_t *c);
-/* After the requests ran: forget c->pre once decoded (run or not). */
-void srv__pre_done(conn_t *c);
-/* The input's first cut bytes went (ran, or moved away): c->pre follows
- * its frame, or goes with it. */
-void srv__pre_shift(conn_t *c, size_t cut);
-void srv__native_hello_challenge(conn_t *c);
-void srv__native_pend_timeout(pend_t *p);
 
 #endif /* SRV_INT_H */

@@ -408,8 +408,8 @@ void srv__adopt_incoming(srv_loop_t *lp) {
 /* Has c a large request to decode ahead (only its loop's thread touches a
  * connection's input)? */
 static int conn_prepare_due(conn_t *c) {
-  return c->dialect == &srv__dialect_native && c->tls == NULL &&
-         c->in_len >= PROTO_HDR && srv__native_prepare_due(c);
+  return c->dialect != NULL && c->dialect->prepare_due != NULL &&
+         c->tls == NULL && c->in_len >= PROTO_HDR && c->dialect->prepare_due(c);
 }
 
 /* Read a few KiB at most, nothing to decode ahead: run first. */
@@ -418,12 +418,12 @@ static int conn_small(conn_t *c) {
 }
 
 /* When due, decode a slice of it as far as it came, before the loop
- * takes the lock (srv__native_prepare); RET 1 when more is due. */
+ * takes the lock (the dialect's prepare); RET 1 when more is due. */
 static int conn_prepare(srv_t *s, conn_t *c) {
   if (!conn_prepare_due(c))
     return 0;
   srv__trace_begin(s, "prepare", c);
-  srv__native_prepare(c);
+  c->dialect->prepare(c);
   srv__trace_end(s);
   return conn_prepare_due(c);
 }
@@ -732,6 +732,12 @@ void srv__in_release(conn_t *c) {
   c->in_cap = c->in_len = 0;
 }
 
+/* The input's first cut bytes went: the dialect's decoding ahead follows. */
+static void conn_pre_shift(conn_t *c, size_t cut) {
+  if (c->dialect != NULL && c->dialect->pre_shift != NULL)
+    c->dialect->pre_shift(c, cut);
+}
+
 #define TAKE_MIN (256u << 10)  /* values this large are taken, not copied */
 #define TAKE_TAIL (64u << 10)  /* bytes after the request copied at most */
 
@@ -757,7 +763,7 @@ uint8_t *srv__in_take(conn_t *c, const uint8_t *val, size_t n,
       return NULL;
     memcpy(nb, end, tail);
   }
-  srv__pre_shift(c, (size_t)(end - buf));
+  conn_pre_shift(c, (size_t)(end - buf));
   /* Counted as input until the request ran (the store's share stays what
    * it was while it decides); conn_process updates the shares after. */
   s->mem.in = s->mem.in - c->in_charged + charge;
@@ -934,7 +940,8 @@ static void conn_input(conn_t *c) {
   for (;;) {
     size_t before;
     conn_process(c);
-    srv__pre_done(c);
+    if (c->dialect != NULL && c->dialect->pre_done != NULL)
+      c->dialect->pre_done(c);
     if (c->state == CONN_CLOSING || c->paused || c->close_after_flush ||
         c->tls == NULL)
       return;
@@ -1136,7 +1143,7 @@ static ssize_t sniff(conn_t *c) {
     }
     c->dialect = &srv__dialect_native;
     c->state = CONN_HELLO;
-    srv__native_hello_challenge(c);
+    c->dialect->start(c);
     return PROTO_MAGIC_LEN;
   }
   if (c->tls) {
@@ -1177,7 +1184,7 @@ static ssize_t sniff(conn_t *c) {
     return -1;
   }
   srv__job_attach(c, j);
-  srv__ts_attach(c);
+  c->dialect->start(c);
   lu_strlcpy(c->role, "tcpstore", sizeof(c->role));
   c->state = CONN_READY;
   srv__conn_authenticated(c);
@@ -1229,7 +1236,7 @@ static void conn_process(conn_t *c) {
   if (c->state == CONN_CLOSING)
     return;
   if (off > 0) {
-    srv__pre_shift(c, off);
+    conn_pre_shift(c, off);
     memmove(c->in, c->in + off, c->in_len - off);
     c->in_len -= off;
   }

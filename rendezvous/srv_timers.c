@@ -122,7 +122,7 @@ static void timer_cb(uv_timer_t *t) {
   while (s->heap_len > 0 && s->heap[0]->deadline_ms <= now) {
     pend_t *p = s->heap[0];
     srv__pend_disarm(s, p);
-    srv__native_pend_timeout(p);
+    p->c->dialect->pend_timeout(p);
   }
   srv__rearm(s);
   srv__unlock(s);
