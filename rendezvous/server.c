@@ -1,17 +1,9 @@
-/* server.c - the connection core of the rendezvous server: listeners,
- * protocol sniffing, TLS, input and output buffers and the memory they may
- * use, replies and pushes, handshake and wait deadlines, jobs and their
- * per-address limits, shutdown. The dialects (srv_native.c,
- * srv_tcpstore.c) turn bytes into requests through srv_dialect_t.
- *
- * Memory: everything a client can make the server hold is counted against
- * cfg.max_memory (docs/protocol.md#limits): a fixed cost per connection
- * (which reserves a small input buffer and a small reply), per job, the
- * stores of all jobs (half of it at most), unfinished requests beyond the
- * reserve (--max-input-bytes) and unsent replies beyond the reserve. A
- * reply is counted before it is built: when it does not fit, the request
- * stays unread in the buffer and the connection is paused until its
- * replies drained or memory was freed. */
+/* server.c - the rendezvous server's configuration, lifecycle and public
+ * API (server.h): srv_new, srv_listen, srv_close, the stats. The rest of
+ * the server lives in srv_*.c, in the layers srv_int.h lists: the loops
+ * and their lock, memory, jobs, the connection core (deadlines, input and
+ * output, connections), the dialects (srv_native.c, srv_tcpstore.c,
+ * through srv_dialect_t) and the rounds module (rounds.c). */
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
@@ -71,53 +63,6 @@ static int parse_allow(srv_t *s, const char *list) {
     p += n;
     if (*p == ',')
       p++;
-  }
-  return 0;
-}
-
-static int prefix_match(const uint8_t *a, const uint8_t *b, int bits) {
-  int full = bits / 8, rem = bits % 8;
-  if (memcmp(a, b, (size_t)full) != 0)
-    return 0;
-  if (rem == 0)
-    return 1;
-  return ((a[full] ^ b[full]) & (0xff << (8 - rem))) == 0;
-}
-
-/* Is this peer allowed to speak TCPStore, which has neither
- * authentication nor TLS? Only in the allow list while the server has a
- * token or TLS. */
-int srv__ts_allowed(const srv_t *s, const conn_t *c) {
-  const struct sockaddr_storage *pa = &c->peer_addr;
-  uint8_t v4[4];
-  const uint8_t *v6 = NULL;
-  int have4 = 0;
-  if (s->token == NULL && s->tls == NULL)
-    return 1;
-  if (pa->ss_family == AF_UNIX)
-    return 1; /* file permissions guard a unix socket */
-  if (pa->ss_family == AF_INET) {
-    memcpy(v4, &((const struct sockaddr_in *)pa)->sin_addr, 4);
-    have4 = 1;
-  } else if (pa->ss_family == AF_INET6) {
-    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)pa)->sin6_addr;
-    v6 = a6->s6_addr;
-    if (IN6_IS_ADDR_V4MAPPED(a6)) {
-      memcpy(v4, a6->s6_addr + 12, 4);
-      have4 = 1;
-    }
-  }
-  for (int i = 0; i < s->nallow; i++) {
-    const struct sockaddr_storage *n = &s->allow[i].net;
-    if (n->ss_family == AF_INET && have4 &&
-        prefix_match(v4,
-                     (const uint8_t *)&((const struct sockaddr_in *)n)->sin_addr,
-                     s->allow[i].prefix))
-      return 1;
-    if (n->ss_family == AF_INET6 && v6 &&
-        prefix_match(v6, ((const struct sockaddr_in6 *)n)->sin6_addr.s6_addr,
-                     s->allow[i].prefix))
-      return 1;
   }
   return 0;
 }
@@ -198,28 +143,6 @@ static int loops_new(srv_t *s, uv_loop_t *loop) {
   return 0;
 }
 
-/* On the loop's own thread, at srv_close: close its connections and
- * handles; its uv_run returns once they are gone. */
-void srv__loop_shutdown(srv_loop_t *lp) {
-  srv_t *s = lp->srv;
-  list_t *it, *next;
-  for (it = s->conns.next; it != &s->conns; it = next) {
-    conn_t *c = LIST_ENTRY(it, conn_t, link);
-    next = it->next;
-    if (c->lp == lp)
-      srv__conn_close(c);
-  }
-  srv__adopt_incoming(lp); /* frees those closed on their way */
-  while (!list_empty(&lp->closeq)) {
-    conn_t *c = LIST_ENTRY(lp->closeq.next, conn_t, io_link);
-    list_remove(&c->io_link);
-    uv_close(&c->h.handle, srv__on_conn_closed);
-  }
-  uv_close((uv_handle_t *)&lp->async, NULL);
-  uv_close((uv_handle_t *)&lp->check, NULL);
-  uv_close((uv_handle_t *)&lp->idle, NULL);
-}
-
 /* Derive the limits left at 0 from max_memory and check that they fit
  * together. RET 0 or RDZV_EINVAL (logged). */
 static int derive_limits(srv_t *s) {
@@ -250,6 +173,8 @@ static int derive_limits(srv_t *s) {
   return 0;
 }
 
+static void maybe_finish_close(srv_t *s);
+
 int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   srv_t *s;
   proto_limits_t pl = PROTO_LIMITS_DEFAULT;
@@ -259,6 +184,7 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   if ((s = calloc(1, sizeof(*s))) == NULL)
     return RDZV_ENOMEM;
   s->magic = SRV_MAGIC;
+  s->finish_close = maybe_finish_close;
   s->loop = loop;
   s->cfg = *cfg;
   s->nloops = 1;
@@ -507,7 +433,7 @@ static void free_all(srv_t *s) {
   free(s);
 }
 
-void srv__maybe_finish_close(srv_t *s) {
+static void maybe_finish_close(srv_t *s) {
   if (s->pending_closes == 0 && s->closing_conns == 0 && s->closing == 1) {
     void (*cb)(void *) = s->close_cb;
     void *arg = s->close_arg;
@@ -521,7 +447,7 @@ void srv__maybe_finish_close(srv_t *s) {
 static void on_handle_closed(uv_handle_t *h) {
   srv_t *s = h->data;
   s->pending_closes--;
-  srv__maybe_finish_close(s);
+  maybe_finish_close(s);
 }
 
 static void on_conn_closed_final(uv_handle_t *h) {
@@ -529,7 +455,7 @@ static void on_conn_closed_final(uv_handle_t *h) {
   srv_t *s = c->srv;
   srv__conn_free(c);
   s->pending_closes--;
-  srv__maybe_finish_close(s);
+  maybe_finish_close(s);
 }
 
 void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
@@ -604,5 +530,5 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
     uv_close(hs[i], on_handle_closed);
   }
   s->pending_closes--;
-  srv__maybe_finish_close(s);
+  maybe_finish_close(s);
 }

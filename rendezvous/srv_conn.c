@@ -53,7 +53,7 @@ void srv__on_conn_closed(uv_handle_t *h) {
   srv__trace_end(s);
   /* Only loop 0 finishes: the other loops were joined by then. */
   if (closing && srv__on_main(s))
-    srv__maybe_finish_close(s);
+    s->finish_close(s);
 }
 
 /* Take the connection out of every list and release what it holds;
@@ -316,4 +316,26 @@ static void on_connection_locked(uv_stream_t *server, int status) {
     list_insert_tail(&lp->incoming, &c->io_link);
     uv_async_send(&lp->async);
   }
+}
+
+/* On the loop's own thread, at srv_close: close its connections and
+ * handles; its uv_run returns once they are gone. */
+void srv__loop_shutdown(srv_loop_t *lp) {
+  srv_t *s = lp->srv;
+  list_t *it, *next;
+  for (it = s->conns.next; it != &s->conns; it = next) {
+    conn_t *c = LIST_ENTRY(it, conn_t, link);
+    next = it->next;
+    if (c->lp == lp)
+      srv__conn_close(c);
+  }
+  srv__adopt_incoming(lp); /* frees those closed on their way */
+  while (!list_empty(&lp->closeq)) {
+    conn_t *c = LIST_ENTRY(lp->closeq.next, conn_t, io_link);
+    list_remove(&c->io_link);
+    uv_close(&c->h.handle, srv__on_conn_closed);
+  }
+  uv_close((uv_handle_t *)&lp->async, NULL);
+  uv_close((uv_handle_t *)&lp->check, NULL);
+  uv_close((uv_handle_t *)&lp->idle, NULL);
 }

@@ -53,18 +53,6 @@ typedef struct wreq_s {
   size_t len;
 } wreq_t;
 
-/* The loop has work for its check handle: on its own thread, an active
- * idle handle keeps it from blocking in poll before the check runs; from
- * another thread, its async handle wakes it. */
-void srv__wake_loop(srv_loop_t *lp) {
-  if (lp->srv->closing)
-    return;
-  if (!srv__lp_here(lp))
-    uv_async_send(&lp->async);
-  else if (!uv_is_active((uv_handle_t *)&lp->idle))
-    uv_idle_start(&lp->idle, srv__idle_cb);
-}
-
 static void mark_dirty(conn_t *c) {
   if (c->state == CONN_CLOSING || !list_empty(&c->dirty_link))
     return;
@@ -1116,6 +1104,53 @@ void srv__bad_input(conn_t *c, const char *fmt, ...) {
           (unsigned long long)c->id, c->peer, msg);
 }
 
+static int prefix_match(const uint8_t *a, const uint8_t *b, int bits) {
+  int full = bits / 8, rem = bits % 8;
+  if (memcmp(a, b, (size_t)full) != 0)
+    return 0;
+  if (rem == 0)
+    return 1;
+  return ((a[full] ^ b[full]) & (0xff << (8 - rem))) == 0;
+}
+
+/* Is this peer allowed to speak TCPStore, which has neither
+ * authentication nor TLS? Only in the allow list while the server has a
+ * token or TLS. */
+static int ts_allowed(const srv_t *s, const conn_t *c) {
+  const struct sockaddr_storage *pa = &c->peer_addr;
+  uint8_t v4[4];
+  const uint8_t *v6 = NULL;
+  int have4 = 0;
+  if (s->token == NULL && s->tls == NULL)
+    return 1;
+  if (pa->ss_family == AF_UNIX)
+    return 1; /* file permissions guard a unix socket */
+  if (pa->ss_family == AF_INET) {
+    memcpy(v4, &((const struct sockaddr_in *)pa)->sin_addr, 4);
+    have4 = 1;
+  } else if (pa->ss_family == AF_INET6) {
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)pa)->sin6_addr;
+    v6 = a6->s6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(a6)) {
+      memcpy(v4, a6->s6_addr + 12, 4);
+      have4 = 1;
+    }
+  }
+  for (int i = 0; i < s->nallow; i++) {
+    const struct sockaddr_storage *n = &s->allow[i].net;
+    if (n->ss_family == AF_INET && have4 &&
+        prefix_match(v4,
+                     (const uint8_t *)&((const struct sockaddr_in *)n)->sin_addr,
+                     s->allow[i].prefix))
+      return 1;
+    if (n->ss_family == AF_INET6 && v6 &&
+        prefix_match(v6, ((const struct sockaddr_in6 *)n)->sin6_addr.s6_addr,
+                     s->allow[i].prefix))
+      return 1;
+  }
+  return 0;
+}
+
 /* Decide the protocol from the first bytes (of the plaintext, inside TLS).
  * RET bytes consumed, 0 when more are needed, -1 to close. */
 static ssize_t sniff(conn_t *c) {
@@ -1161,7 +1196,7 @@ static ssize_t sniff(conn_t *c) {
      * cannot be confused. */
     return 0;
   }
-  if (!srv__ts_allowed(s, c)) {
+  if (!ts_allowed(s, c)) {
     srv__bad_input(c, "TCPStore client refused: this server requires %s "
                       "and TCPStore has neither (allow trusted addresses "
                       "with --tcpstore-allow)",

@@ -347,6 +347,20 @@ int srv_default_threads(void) {
   return n / 4 > 8 ? 8 : (int)(n / 4);
 }
 
+void srv__idle_cb(uv_idle_t *h) { (void)h; }
+
+/* The loop has work for its check handle: on its own thread, an active
+ * idle handle keeps it from blocking in poll before the check runs; from
+ * another thread, its async handle wakes it. */
+void srv__wake_loop(srv_loop_t *lp) {
+  if (lp->srv->closing)
+    return;
+  if (!srv__lp_here(lp))
+    uv_async_send(&lp->async);
+  else if (!uv_is_active((uv_handle_t *)&lp->idle))
+    uv_idle_start(&lp->idle, srv__idle_cb);
+}
+
 void srv__worker_main(void *arg) {
   srv_loop_t *lp = arg;
   tl_lp = lp;

@@ -1,6 +1,14 @@
 /* srv_mem.c - what the rendezvous server holds, counted against
- * --max-memory, and the cache of big buffers. Moved out of server.c
- * (issue #25). */
+ * --max-memory, and the cache of big buffers.
+ *
+ * Memory: everything a client can make the server hold is counted against
+ * cfg.max_memory (docs/protocol.md#limits): a fixed cost per connection
+ * (which reserves a small input buffer and a small reply), per job, the
+ * stores of all jobs (half of it at most), unfinished requests beyond the
+ * reserve (--max-input-bytes) and unsent replies beyond the reserve. A
+ * reply is counted before it is built: when it does not fit, the request
+ * stays unread in the buffer and the connection is paused until its
+ * replies drained or memory was freed. */
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>

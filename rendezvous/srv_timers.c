@@ -54,8 +54,6 @@ static void heap_down(srv_t *s, size_t i) {
 }
 
 static void timer_cb(uv_timer_t *t);
-void srv__idle_cb(uv_idle_t *h) { (void)h; }
-
 void srv__rearm(srv_t *s) {
   uint64_t now = srv__now();
   if (s->closing)
