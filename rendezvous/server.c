@@ -6,12 +6,8 @@
  * through srv_dialect_t) and the rounds module (rounds.c). */
 #include <arpa/inet.h>
 #include <assert.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
-#include <sched.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>

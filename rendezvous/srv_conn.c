@@ -2,20 +2,12 @@
  * (with the limits on how many), closing and freeing them. Moved out of
  * server.c (issue #25). */
 #include <arpa/inet.h>
-#include <assert.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <sched.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
-#include "lu_bigbuf.h"
-#include "rounds.h"
 #include "srv_int.h"
 
 

@@ -1,17 +1,9 @@
 /* srv_io.c - a connection's output (replies, pushes, writes) and input
  * (reads, TLS, sniffing, running its requests), and the loops' passes
  * that run them. Moved out of server.c (issue #25). */
-#include <arpa/inet.h>
-#include <assert.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <sched.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "lu_bigbuf.h"

@@ -1,21 +1,12 @@
 /* srv_loop.c - the rendezvous server's event loops and the lock they
  * share, and the tracing of their callbacks (LAUNCH_SERVER_TRACE_MS).
  * Moved out of server.c (issue #25). */
-#include <arpa/inet.h>
-#include <assert.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "lu_bigbuf.h"
-#include "rounds.h"
 #include "srv_int.h"
 
 

@@ -9,21 +9,8 @@
  * reply is counted before it is built: when it does not fit, the request
  * stays unread in the buffer and the connection is paused until its
  * replies drained or memory was freed. */
-#include <arpa/inet.h>
-#include <assert.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <sched.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include "lu_bigbuf.h"
-#include "rounds.h"
 #include "srv_int.h"
 
 

@@ -1,21 +1,8 @@
 /* srv_timers.c - the rendezvous server's deadlines: a heap of waiting
  * native requests, and the handshake deadlines of new connections. Moved
  * out of server.c (issue #25). */
-#include <arpa/inet.h>
-#include <assert.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <sched.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
-#include "lu_bigbuf.h"
-#include "rounds.h"
 #include "srv_int.h"
 
 
