@@ -1,11 +1,13 @@
-/* srv_int.h - internals shared by server.c (the connection core),
- * srv_native.c and srv_tcpstore.c (the dialects) and the rendezvous
- * module (rounds.c).
+/* srv_int.h - internals shared by the rendezvous server's files: the
+ * connection core (srv_loop.c, srv_mem.c, srv_jobs.c, srv_timers.c,
+ * srv_io.c, srv_conn.c), the dialects (srv_native.c, srv_tcpstore.c), the
+ * rounds module (rounds.c) and server.c (config, lifecycle, public API).
+ * Their layers are listed at "the connection core" below.
  *
  * The core owns connections: sniffing, TLS, input and output buffers, the
  * memory they may use, replies and pushes. A dialect (srv_dialect_t) turns
- * the bytes of a connection into requests; the core never names a
- * dialect's functions. */
+ * the bytes of a connection into requests; the core reaches a dialect only
+ * through its table (it names the tables when it sniffs, to pick one). */
 #ifndef SRV_INT_H
 #define SRV_INT_H
 
@@ -185,14 +187,34 @@ typedef struct srv_dialect_s {
   void (*resume)(conn_t *c);
   /* Release the connection's waits and registrations. */
   void (*closed)(conn_t *c);
+  /* The sniffer chose this dialect for c: the native dialect sends its
+   * HELLO challenge; TCPStore (attached to its job by then) takes the
+   * namespace of the job's current round. */
+  void (*start)(conn_t *c);
+  /* Decoding ahead (c->pre): the work of a large request spread over the
+   * passes that read it. NULL for a dialect without it (TCPStore).
+   * prepare_due: has c's input a large frame (whole or not) to decode
+   * ahead? A look at the frames' headers only. prepare: without the lock,
+   * on c's loop, before its requests run: decode a slice of that frame,
+   * as far as it came; reads only c's input and what is fixed at start
+   * (limits, s->store_seed). pre_shift: the input's first cut bytes went
+   * (ran, or moved away): c->pre follows its frame, or goes with it.
+   * pre_done: after the requests ran, forget c->pre once decoded (run or
+   * not). pre_drop: forget c->pre (c is freed). */
+  int (*prepare_due)(conn_t *c);
+  void (*prepare)(conn_t *c);
+  void (*pre_shift)(conn_t *c, size_t cut);
+  void (*pre_done)(conn_t *c);
+  void (*pre_drop)(conn_t *c);
+  /* A waiting request of c's (pend_t: GET/WAIT/MGET with a wait, BARRIER)
+   * reached its deadline; the deadlines' heap has let it go. Under the
+   * lock, on loop 0. NULL for a dialect whose waits have no deadline. */
+  void (*pend_timeout)(pend_t *p);
 } srv_dialect_t;
 
 extern const srv_dialect_t srv__dialect_native;
 extern const srv_dialect_t srv__dialect_ts_v2;
 extern const srv_dialect_t srv__dialect_ts_v1;
-/* A TCPStore client attached to c->job: it works in the namespace of the
- * job's current round (none for a job without rounds). */
-void srv__ts_attach(conn_t *c);
 /* Round `round` of job j formed: TCPStore clients that attach from now on
  * get its namespace, and the earlier rounds' namespaces are dropped (their
  * workers are gone: every node stopped them before it joined). */
@@ -253,7 +275,7 @@ struct conn_s {
   int in_full;          /* the input budget stopped this buffer growing */
   int in_memwait;       /* --max-memory stopped it: wait for memory */
   srv_pre_t *pre;       /* a large request decoded ahead, without the
-                            lock (srv__native_prepare); its loop's only */
+                            lock (the dialect's prepare); its loop's only */
   /* Output: replies not yet handed to the kernel. */
   proto_enc_t out;
   size_t inflight;      /* bytes in uv_write requests */
@@ -334,7 +356,7 @@ struct srv_s {
   size_t naddr_buckets;
   uint64_t addr_seed;
   uint64_t store_seed; /* every job's store's (set at start, then read
-                          without the lock: srv__native_prepare) */
+                          without the lock: the dialect's prepare) */
   list_t conns;
   list_t memwait;
   list_t preauth;       /* oldest first: deadlines in accept order */
@@ -396,33 +418,101 @@ struct srv_s {
   int pending_closes;
   int closing_conns; /* connections between uv_close and its callback */
   void (*close_cb)(void *arg);
+  /* server.c's: once nothing is left to close, free the server and call
+   * close_cb. The core calls it when a connection's close completes during
+   * srv_close (set by srv_new: the core calls up only through hooks). */
+  void (*finish_close)(srv_t *s);
   void *close_arg;
 };
 
-/* ---- server.c: the connection core ---------------------------------------- */
+/* ---- the connection core ------------------------------------------------- */
+/* Layers, lowest first: each file calls only the files of its layer and
+ * those below. A layer above is reached through hooks it installs
+ * (srv_dialect_t, s->rounds_*, s->finish_close), never by name.
+ *   1. srv_loop.c    the loops, their lock, tracing
+ *   2. srv_mem.c     memory counted against --max-memory
+ *   3. srv_jobs.c    jobs, per-address counts, events for the owner
+ *   4. srv_timers.c, srv_io.c, srv_conn.c: the connection core, one layer
+ *      (they call each other): deadlines, input and output, connections
+ *   5. srv_native.c, srv_tcpstore.c: the dialects (srv_dialect_t)
+ *   6. rounds.c      the rendezvous module (s->rounds_*; it calls
+ *                    srv__ts_new_round of the TCPStore dialect)
+ *   7. server.c      config, lifecycle, the public API (srv_new installs
+ *                    the rounds module and finish_close) */
+
+/* ---- srv_loop.c: the loops and the lock ------------------------------------ */
 
 /* Milliseconds of a monotonic clock, the same on every loop's thread. */
 uint64_t srv__now(void);
 /* Is the calling thread loop 0's (where the timers live)? */
 int srv__on_main(const srv_t *s);
+/* Is the calling thread lp's? */
+int srv__lp_here(const srv_loop_t *lp);
 /* From another loop: ask loop 0 to re-arm the rendezvous timer. */
 void srv__kick_rounds(srv_t *s);
+/* Wake loop 0 for what the others asked of it (s->kick_*). */
+void srv__kick_main(srv_t *s);
+/* The loop has work for its check handle: wake it (any thread). */
+void srv__wake_loop(srv_loop_t *lp);
+/* The idle handle's callback: none (its being active keeps the loop from
+ * blocking in poll). */
+void srv__idle_cb(uv_idle_t *h);
+/* The thread of a loop other than loop 0. */
+void srv__worker_main(void *arg);
 /* LAUNCH_SERVER_TRACE_MS: a request's start (0 when not tracing) and its
  * end, for the traced callback's longest request. */
 uint64_t srv__trace_now(void);
 void srv__trace_req(const char *op, uint64_t t0);
+/* A traced callback's start and end (c: NULL when none), and the end of a
+ * thread that traced. */
+void srv__trace_begin(const srv_t *s, const char *what, const conn_t *c);
+void srv__trace_end(srv_t *s);
+void srv__trace_thread_end(void);
 void srv__lock(srv_t *s);
 void srv__unlock(srv_t *s);
+/* The lock for a short hold that a client's small request waits on. */
+void srv__lock_urgent(srv_t *s);
+/* The lock for a loop's large work: RET 1 with it, or 0 when it did not
+ * come soon (the loop polls and tries on its next pass). Between two
+ * pieces of large work: let a hungry waiter go first; RET 1 with the lock
+ * again, 0 without it. */
+int srv__lock_large(srv_loop_t *lp);
+int srv__lock_yield(srv_loop_t *lp);
+
+/* ---- srv_mem.c: memory ----------------------------------------------------- */
+
+/* Memory of a job's records beyond SRV_JOB_COST (an ended job's nodes),
+ * charged to the jobs' share of --max-memory. RET 0, or -1: no room. */
+int srv__mem_job_charge(srv_t *s, size_t n);
+void srv__mem_job_release(srv_t *s, size_t n);
+/* All that is counted; room left for stores, input and output; room left
+ * for replies. */
+size_t srv__mem_used(const srv_t *s);
+size_t srv__mem_free(const srv_t *s);
+size_t srv__mem_free_out(const srv_t *s);
+/* After the counts changed: the stores' share follows. */
+void srv__mem_update(srv_t *s);
+/* RET 1 when a fixed cost (a connection, a job) fits. */
+int srv__mem_fixed_room(const srv_t *s, size_t cost);
+
+/* ---- srv_jobs.c: jobs, client addresses, events ---------------------------- */
 
 /* The job of that name, created if needed by connection c (its address is
  * the creator). RET NULL with a message in err when a limit refuses it. */
 job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
                 size_t errcap);
 void srv__job_attach(conn_t *c, job_t *j);
-/* Memory of a job's records beyond SRV_JOB_COST (an ended job's nodes),
- * charged to the jobs' share of --max-memory. RET 0, or -1: no room. */
-int srv__mem_job_charge(srv_t *s, size_t n);
-void srv__mem_job_release(srv_t *s, size_t n);
+void srv__job_detach(conn_t *c);
+void srv__job_free(srv_t *s, job_t *j);
+/* Forget the ended job kept the longest; RET 1 when one went. */
+int srv__evict_ended(srv_t *s);
+/* Look for idle jobs to forget by srv__now() `due` at the latest (loop
+ * 0's gc timer; another loop asks loop 0). */
+void srv__gc_schedule(srv_t *s, uint64_t due);
+/* The counts of a client address, made when first needed (NULL: not an
+ * IP peer, or no memory), and forgetting it once nothing is counted. */
+srv_addr_t *srv__addr_get(srv_t *s, const struct sockaddr_storage *ss);
+void srv__addr_put(srv_t *s, srv_addr_t *a);
 /* Hand an event to the owner (cfg.on_event), if any. */
 void srv__event(srv_t *s, const srv_event_t *ev);
 /* A limit refused something: a limit_hit event, once per limit per
@@ -430,11 +520,8 @@ void srv__event(srv_t *s, const srv_event_t *ev);
  * job, peer: NULL when not known. Under the lock. */
 void srv__limit_hit(srv_t *s, int limit, uint64_t value, const char *job,
                     const char *peer, const char *fmt, ...) LU_PRINTF(6, 7);
-void srv__conn_close(conn_t *c);
-/* The connection passed its handshake: it may send full-sized requests. */
-void srv__conn_authenticated(conn_t *c);
-/* Log bad input from this connection once, count it. */
-void srv__bad_input(conn_t *c, const char *fmt, ...) LU_PRINTF(2, 3);
+/* Memory was freed: connections waiting for it try again this turn. */
+void srv__mem_released(srv_t *s);
 /* Count a refusal by limit L (SRV_LIMIT_L) for launch_server_refusals_total:
  * one line at each refusal point. Under the server's lock. */
 #define SRV_REFUSED(s, L) ((s)->stats.refused[SRV_LIMIT_##L]++)
@@ -444,8 +531,25 @@ void srv__bad_input(conn_t *c, const char *fmt, ...) LU_PRINTF(2, 3);
 #define SRV_COUNT_TS(s, op)                                                    \
   ((s)->stats.ts_ops[(unsigned)(op) < SRV_TS_WATCH ? (unsigned)(op)            \
                                                    : SRV_TS_WATCH]++)
+
+/* ---- srv_timers.c: deadlines ----------------------------------------------- */
+
+/* A native wait's deadline in the heap (wait_ms < 0: none), and out of it. */
 int srv__pend_arm(srv_t *s, pend_t *p, int64_t wait_ms);
 void srv__pend_disarm(srv_t *s, pend_t *p);
+/* Re-arm the deadlines' timer (from another loop: ask loop 0). */
+void srv__rearm(srv_t *s);
+/* The handshake deadlines' timer. */
+void srv__hs_timer_cb(uv_timer_t *t);
+/* The connection passed its handshake: it may send full-sized requests. */
+void srv__conn_authenticated(conn_t *c);
+/* Close the oldest connection kept past its handshake deadline (of
+ * address a first, when not NULL); RET 1 when one was. */
+int srv__evict_silent(srv_t *s, const srv_addr_t *a);
+
+/* ---- srv_io.c: output and input -------------------------------------------- */
+
+#define TLS_RBUF (64u << 10)  /* ciphertext read at a time */
 
 /* Output. Before building a reply of about n bytes a handler asks for room:
  * SRV_ROOM_OK: build it now; SRV_ROOM_LATER: the connection is paused
@@ -499,32 +603,34 @@ void srv__in_spent(conn_t *c, uint8_t *buf);
 int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,
                    size_t vlen);
 
-/* ---- srv_native.c ---------------------------------------------------------- */
-/* Has c's input a large frame (whole or not) to decode ahead? A look at
- * the frames' headers only. */
-int srv__native_prepare_due(conn_t *c);
-/* Without the lock, on the connection's loop, before its requests run:
- * go on decoding that frame, as far as it came, if it is an MGET, WAIT or
- * CHECK, and hash its keys (c->pre) for native_frame to use: the work of
- * a request of 8 MiB of keys spread over the passes that read it. Reads
- * only the connection's input and what is fixed at start (limits,
- * s->store_seed). */
-void srv__native_prepare(conn_t *c);
 /* The frame c->pre decodes came whole but is not decoded yet: its
- * connection goes on after the others (srv__native_prepare on the next
+ * connection goes on after the others (the dialect's prepare on the next
  * pass). Under the lock. */
 void srv__conn_yield(conn_t *c);
 /* The connection waits for its request's decoding ahead: the loop's next
  * passes decode it, before their lock (after srv__conn_yield). */
 void srv__prepare_later(conn_t *c);
-/* Forget c->pre. */
-void srv__pre_drop(conn_t *c);
-/* After the requests ran: forget c->pre once decoded (run or not). */
-void srv__pre_done(conn_t *c);
-/* The input's first cut bytes went (ran, or moved away): c->pre follows
- * its frame, or goes with it. */
-void srv__pre_shift(conn_t *c, size_t cut);
-void srv__native_hello_challenge(conn_t *c);
-void srv__native_pend_timeout(pend_t *p);
+/* Log bad input from this connection once, count it. */
+void srv__bad_input(conn_t *c, const char *fmt, ...) LU_PRINTF(2, 3);
+void srv__out_init(proto_enc_t *o);
+void srv__in_release(conn_t *c);
+void srv__conn_start_read(conn_t *c);
+/* Connections accepted on loop 0 for this loop: make their handles. */
+void srv__adopt_incoming(srv_loop_t *lp);
+/* A loop's check handle: its pass (the lists, input, output). */
+void srv__check_cb(uv_check_t *h);
+
+/* ---- srv_conn.c: connections ----------------------------------------------- */
+
+void srv__on_connection(uv_stream_t *server, int status);
+void srv__conn_close(conn_t *c);
+/* Take the connection out of every list and release what it holds; RET 1
+ * the first time. */
+int srv__conn_teardown(conn_t *c);
+void srv__on_conn_closed(uv_handle_t *h);
+void srv__conn_free(conn_t *c);
+/* On the loop's own thread, at srv_close: close its connections and
+ * handles. */
+void srv__loop_shutdown(srv_loop_t *lp);
 
 #endif /* SRV_INT_H */

@@ -66,7 +66,7 @@ static int arg_int(conn_t *c, const proto_msg_t *m, uint32_t i, int64_t *v) {
   return 0;
 }
 
-/* A large request decoded ahead (srv__native_prepare), while it comes. */
+/* A large request decoded ahead (native_prepare), while it comes. */
 enum { PRE_ON, PRE_READY, PRE_OFF };
 struct srv_pre_s {
   size_t fo;         /* the frame's offset in c->in (its length first) */
@@ -89,7 +89,7 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
   store_key_t *k;
   srv_pre_t *pre = c->pre;
   if (i == 0 && pre != NULL && m == &pre->m) {
-    /* Decoded, checked and hashed before the lock (srv__native_prepare). */
+    /* Decoded, checked and hashed before the lock (native_prepare). */
     *keys = pre->keys;
     *n = pre->kl.nk;
     pre->keys = NULL;
@@ -277,7 +277,7 @@ static void pend_barrier_open(store_bwait_t *b, void *data) {
   pend_free(p);
 }
 
-void srv__native_pend_timeout(pend_t *p) {
+static void native_pend_timeout(pend_t *p) {
   conn_t *c = p->c;
   uint32_t missing = p->w ? store_wait_remaining(p->w) : 0;
   pend_cancel_waits(p);
@@ -761,7 +761,7 @@ static op_fn op_table(int64_t op) {
 
 /* ---- HELLO ------------------------------------------------------------------------- */
 
-void srv__native_hello_challenge(conn_t *c) {
+static void native_hello_challenge(conn_t *c) {
   if (lu_random(c->nonce, sizeof(c->nonce)) != 0) {
     /* Without randomness authentication is meaningless; refuse. */
     c->broken = 1;
@@ -917,7 +917,7 @@ static int native_decode(conn_t *c, const uint8_t *body, size_t n,
   return proto_decode(body, n, &c->srv->plim, m);
 }
 
-void srv__pre_drop(conn_t *c) {
+static void pre_drop(conn_t *c) {
   if (c->pre == NULL)
     return;
   lu_big_free(c->pre->keys);
@@ -925,28 +925,29 @@ void srv__pre_drop(conn_t *c) {
   c->pre = NULL;
 }
 
-void srv__pre_done(conn_t *c) {
+static void pre_done(conn_t *c) {
   if (c->pre != NULL && c->pre->state == PRE_READY)
-    srv__pre_drop(c);
+    pre_drop(c);
 }
 
-void srv__pre_shift(conn_t *c, size_t cut) {
+static void pre_shift(conn_t *c, size_t cut) {
   srv_pre_t *pre = c->pre;
   if (pre == NULL || (c->req_end != NULL &&
                       c->in + pre->fo + PROTO_HDR + pre->n == c->req_end))
     return; /* the request running (native_frame drops it after) */
   if (pre->state == PRE_READY || pre->fo < cut)
-    srv__pre_drop(c); /* pointers into the bytes that moved, or run */
+    pre_drop(c); /* pointers into the bytes that moved, or run */
   else
     pre->fo -= cut;
 }
 
 /* Frames looked at for a large one (their headers only). */
 #define PREPARE_SCAN 64
-/* Work of a call of srv__native_prepare: bytes of keys, 64 a key. */
+/* Work of a call of native_prepare: bytes of keys, 64 a key. */
 #define PREPARE_SLICE (256u << 10)
 
-int srv__native_prepare_due(conn_t *c) {
+/* The dialect's prepare_due: a look at the frames' headers only. */
+static int native_prepare_due(conn_t *c) {
   srv_t *s = c->srv;
   size_t off = 0, avail = c->in_len;
   if (c->pre != NULL)
@@ -982,7 +983,11 @@ static int pre_wanted(const msgpack_object *h) {
           h[2].via.u64 == PROTO_OP_CHECK);
 }
 
-void srv__native_prepare(conn_t *c) {
+/* The dialect's prepare: go on decoding the large frame, as far as it
+ * came, if it is an MGET, WAIT or CHECK, and hash its keys (c->pre) for
+ * native_frame to use: the work of a request of 8 MiB of keys spread over
+ * the passes that read it. */
+static void native_prepare(conn_t *c) {
   srv_t *s = c->srv;
   srv_pre_t *pre = c->pre;
   const uint8_t *body;
@@ -993,7 +998,7 @@ void srv__native_prepare(conn_t *c) {
     size_t off = 0;
     uint32_t len;
     while ((len = proto_get_len(c->in + off)) < KEYLIST_MIN)
-      off += PROTO_HDR + (size_t)len; /* as srv__native_prepare_due found */
+      off += PROTO_HDR + (size_t)len; /* as native_prepare_due found */
     if ((pre = calloc(1, sizeof(*pre))) == NULL)
       return;
     pre->fo = off;
@@ -1099,7 +1104,7 @@ static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
   if (mp == &m)
     proto_msg_free(mp);
   else
-    srv__pre_drop(c); /* used */
+    pre_drop(c); /* used */
   return rc;
 }
 
@@ -1178,5 +1183,16 @@ static void native_closed(conn_t *c) {
   c->srv->rounds_conn_closed(c);
 }
 
-const srv_dialect_t srv__dialect_native = {"native", native_input,
-                                           native_resume, native_closed};
+const srv_dialect_t srv__dialect_native = {
+    .name = "native",
+    .input = native_input,
+    .resume = native_resume,
+    .closed = native_closed,
+    .start = native_hello_challenge,
+    .prepare_due = native_prepare_due,
+    .prepare = native_prepare,
+    .pre_shift = pre_shift,
+    .pre_done = pre_done,
+    .pre_drop = pre_drop,
+    .pend_timeout = native_pend_timeout,
+};

@@ -128,7 +128,10 @@ static void ts_cancel_waits(conn_t *c) {
  * read with that prefix, and the keys it is shown (LIST_KEYS, watch
  * events, the key count) are its namespace's, without it. */
 
-void srv__ts_attach(conn_t *c) {
+/* A TCPStore client attached to c->job (the dialect's start): it works in
+ * the namespace of the job's current round (none for a job without
+ * rounds). */
+static void ts_attach(conn_t *c) {
   int n = 0;
   if (c->job->ts_round >= 0)
     n = snprintf(c->ts_ns, sizeof(c->ts_ns), RDZV_TORCH_NS "%" PRId64 "/",
@@ -832,7 +835,16 @@ static void ts_closed(conn_t *c) {
   c->ts_capwaits = c->ts_capwatches = 0;
 }
 
-const srv_dialect_t srv__dialect_ts_v2 = {"TCPStore 2.x", ts_input, NULL,
-                                          ts_closed};
-const srv_dialect_t srv__dialect_ts_v1 = {"TCPStore 1.13", ts_input,
-                                          ts_resume, ts_closed};
+const srv_dialect_t srv__dialect_ts_v2 = {
+    .name = "TCPStore 2.x",
+    .input = ts_input,
+    .closed = ts_closed,
+    .start = ts_attach,
+};
+const srv_dialect_t srv__dialect_ts_v1 = {
+    .name = "TCPStore 1.13",
+    .input = ts_input,
+    .resume = ts_resume,
+    .closed = ts_closed,
+    .start = ts_attach,
+};
