@@ -1,13 +1,84 @@
 /* etcd.c - the etcd v3 JSON gateway through libcurl (etcd.h). Blocking;
- * one client per thread. Built only when CMake finds libcurl: without it,
- * etcd_new says so (etcd_stub.c). */
+ * one client per thread. Built only when CMake finds libcurl's header:
+ * without it, etcd_new says so (etcd_stub.c). libcurl itself is loaded at
+ * run time, by the first etcd_new: linked, it and its twenty libraries
+ * (GnuTLS, Kerberos, LDAP...) would be loaded by every launch process,
+ * with or without etcd. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* the functions, not the type-checking macros around them */
+#define CURL_DISABLE_TYPECHECK 1
 #include <curl/curl.h>
+
+static struct {
+  CURLcode (*global_init)(long);
+  CURL *(*easy_init)(void);
+  void (*easy_cleanup)(CURL *);
+  void (*easy_reset)(CURL *);
+  CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
+  CURLcode (*easy_perform)(CURL *);
+  CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
+  const char *(*easy_strerror)(CURLcode);
+  struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+  void (*slist_free_all)(struct curl_slist *);
+} cu;
+static char cu_error[512]; /* why libcurl did not load; "" when it did */
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+
+#define curl_global_init cu.global_init
+#define curl_easy_init cu.easy_init
+#define curl_easy_cleanup cu.easy_cleanup
+#define curl_easy_reset cu.easy_reset
+#undef curl_easy_setopt
+#undef curl_easy_getinfo
+#define curl_easy_setopt cu.easy_setopt
+#define curl_easy_perform cu.easy_perform
+#define curl_easy_getinfo cu.easy_getinfo
+#define curl_easy_strerror cu.easy_strerror
+#define curl_slist_append cu.slist_append
+#define curl_slist_free_all cu.slist_free_all
+
+/* libcurl (LAUNCH_CURL_LIBRARY names another file), and its global init,
+ * which must run once before any thread uses it. */
+static void cu_load(void) {
+  const char *name = getenv("LAUNCH_CURL_LIBRARY");
+  void *h = dlopen(name && name[0] ? name : "libcurl.so.4",
+                   RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    snprintf(cu_error, sizeof(cu_error), "the etcd backend needs libcurl "
+             "(Debian's libcurl4): %s", dlerror());
+    return;
+  }
+#define CU_SYM(f, n) *(void **)&cu.f = dlsym(h, n)
+  CU_SYM(global_init, "curl_global_init");
+  CU_SYM(easy_init, "curl_easy_init");
+  CU_SYM(easy_cleanup, "curl_easy_cleanup");
+  CU_SYM(easy_reset, "curl_easy_reset");
+  CU_SYM(easy_setopt, "curl_easy_setopt");
+  CU_SYM(easy_perform, "curl_easy_perform");
+  CU_SYM(easy_getinfo, "curl_easy_getinfo");
+  CU_SYM(easy_strerror, "curl_easy_strerror");
+  CU_SYM(slist_append, "curl_slist_append");
+  CU_SYM(slist_free_all, "curl_slist_free_all");
+#undef CU_SYM
+  if (!cu.global_init || !cu.easy_init || !cu.easy_cleanup ||
+      !cu.easy_reset || !cu.easy_setopt || !cu.easy_perform ||
+      !cu.easy_getinfo || !cu.easy_strerror || !cu.slist_append ||
+      !cu.slist_free_all) {
+    snprintf(cu_error, sizeof(cu_error), "%s is not a libcurl the etcd "
+             "backend can use (a function is missing)",
+             name && name[0] ? name : "libcurl.so.4");
+    return;
+  }
+  if (cu.global_init(CURL_GLOBAL_DEFAULT) != 0)
+    snprintf(cu_error, sizeof(cu_error), "libcurl does not initialise");
+}
 
 #include "etcd.h"
 #include "lu.h"
@@ -92,13 +163,10 @@ int etcd_new(const etcd_config_t *cfg, etcd_t **out, char *err, size_t n) {
   etcd_t *e;
   const char *p = cfg->endpoints, *c;
   char item[300];
-  static int inited; /* curl_global_init: once, before any thread */
-  if (!inited) {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
-      snprintf(err, n, "libcurl does not initialise");
-      return RDZV_ENOMEM;
-    }
-    inited = 1;
+  pthread_once(&cu_once, cu_load);
+  if (cu_error[0]) {
+    snprintf(err, n, "%s", cu_error);
+    return RDZV_ENOTSUP;
   }
   if ((e = calloc(1, sizeof(*e))) == NULL)
     return RDZV_ENOMEM;
