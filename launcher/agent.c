@@ -129,8 +129,14 @@ typedef struct agent_s {
   int fo_silent;     /* the host went silent (no closed connection) */
   int failovers;
   uint64_t fo_started_ms;
-  ac_t *probe;       /* a host left alone looks for the job elsewhere */
+  size_t fo_idx;     /* the successor tried now (the walk of the list) */
+  int fo_unsure;     /* a successor passed over did not answer at all: it
+                        may live behind a partition (majority rule) */
+  int fo_wait;       /* no majority here: waiting for the job's host */
+  char fo_lost_addr[INET6_ADDRSTRLEN + 8]; /* the lost host's address */
+  ac_t *probe;       /* a node left alone looks for the job elsewhere */
   size_t probe_idx;
+  int probe_lost;    /* the probe asks the lost host's address */
   char probe_addr[INET6_ADDRSTRLEN + 8];
   /* --event-log, --event-log-handler console (events.h) */
   ev_log_t *ev;
@@ -1472,28 +1478,32 @@ static int new_resume(agent_t *a) {
  * this node: the probe in failover_stopped tells them apart), always; when
  * the host went silent (stopped, frozen, cut off), only when the survivors
  * are a majority of the last round, as the host may still run on with the
- * others (no split brain; docs/rendezvous.md#host-failover). A static job
- * keeps its fixed node ranks and endpoint: not moved. OUT *silent. */
+ * others (no split brain; docs/rendezvous.md#host-failover): a minority
+ * waits for the job's host instead. A static job keeps its fixed node
+ * ranks and endpoint: not moved. OUT *silent. RET FO_END, FO_MOVE or
+ * FO_WAIT. */
+enum { FO_END = 0, FO_MOVE, FO_WAIT };
 static int can_fail_over(const agent_t *a, int status, int *silent,
                          char *why, size_t cap) {
+  int live = a->state == A_JOIN || a->state == A_RESUME ||
+             a->state == A_RUN || a->state == A_REPORTED || a->state == A_STOP;
   why[0] = '\0';
   *silent = status == -ETIMEDOUT;
   if (a->hosting || a->round < 0 || a->nsucc == 0 ||
       a->o->backend == CFG_BACKEND_STATIC || a->o->standalone)
-    return 0;
+    return FO_END;
   if (status != RDZV_ECLOSED && status != UV_ECONNRESET && !*silent)
-    return 0;
+    return FO_END;
   if (*silent && (int)a->nsucc < a->nnodes / 2 + 1) {
-    snprintf(why, cap, "; the %d other nodes are no majority of the last "
+    snprintf(why, cap, "the %d other nodes are no majority of the last "
              "round's %d, so none takes over from a host that may still "
              "run (no split brain)", (int)a->nsucc, a->nnodes);
-    return 0;
+    return live ? FO_WAIT : FO_END;
   }
-  return a->state == A_JOIN || a->state == A_RESUME || a->state == A_RUN ||
-         a->state == A_REPORTED || a->state == A_STOP;
+  return live ? FO_MOVE : FO_END;
 }
 
-static void move_to_successor(agent_t *a);
+static void move_to_successor(agent_t *a, const char *passed);
 
 /* The probe of the old host: it answers (it had dropped this node, it is
  * alive): join it again as any node; else move to the successor. */
@@ -1514,11 +1524,36 @@ static void probe_done(ac_t *ac, int status, void *arg) {
   }
   ac_close(a->ac, NULL, NULL);
   a->ac = NULL;
-  move_to_successor(a);
+  move_to_successor(a, NULL);
+}
+
+/* How often a node that waits for the job's host asks where it runs. */
+static uint64_t probe_every_ms(const agent_t *a) {
+  return (uint64_t)LU_MAX(1000, LU_MIN(5000, a->o->join_timeout_ms / 4));
+}
+
+/* No majority here: ask the lost host and the last round's successors,
+ * one per tick, whether one of them hosts the job, until join_timeout. */
+static void wait_cb(uv_timer_t *t) {
+  agent_t *a = t->data;
+  if (a->state != A_FAILOVER || !a->fo_wait)
+    return;
+  if (uv_now(a->loop) - a->join_started_ms >= (uint64_t)a->o->join_timeout_ms) {
+    LU_ERR(&a->log, "no host of job %s answered within %.0f s (--rdzv-conf "
+           "join_timeout): neither %s nor the last round's other nodes host "
+           "it; giving up", a->o->run_id, a->o->join_timeout_ms / 1000.0,
+           a->fo_lost_addr);
+    a->exit_code = LAUNCH_EXIT_RDZV;
+    a->finish_ok = 0;
+    finish(a);
+    return;
+  }
+  probe_majority(a);
 }
 
 /* The workers stopped: host the server here when this node is the first
- * successor, else join the first successor's. */
+ * successor, else join the first successor's; or, with no majority here,
+ * wait for the job's host. */
 static void failover_stopped(wk_group_t *g, void *arg) {
   agent_t *a = arg;
   if (a->state == A_FINISH) {
@@ -1533,6 +1568,12 @@ static void failover_stopped(wk_group_t *g, void *arg) {
     a->ac = NULL;
   }
   hang_set_ac(a->hang, NULL);
+  if (a->fo_wait) {
+    a->join_started_ms = uv_now(a->loop);
+    uv_timer_start(&a->status_timer, wait_cb, probe_every_ms(a),
+                   probe_every_ms(a));
+    return;
+  }
   /* A closed connection: a dead agent refuses a new one at once, a live
    * host that dropped this node takes it. A silent host is not asked. */
   if (!a->fo_silent &&
@@ -1542,29 +1583,49 @@ static void failover_stopped(wk_group_t *g, void *arg) {
     ac_close(a->ac, NULL, NULL);
     a->ac = NULL;
   }
-  move_to_successor(a);
+  move_to_successor(a, NULL);
 }
 
-/* Host the server here when this node is the first successor, else join
- * the first successor's. */
-static void move_to_successor(agent_t *a) {
+/* How long a successor that lives takes to host, seen from another node:
+ * it may notice the loss up to the silent-server bound later, stop its
+ * workers for up to --stop-timeout, and ask the old host for a second.
+ * A successor that does not host within it is passed over. */
+static int64_t walk_limit_ms(const agent_t *a) {
+  return LU_MIN(a->o->read_timeout_ms, 3 * (int64_t)a->o->heartbeat_ms) +
+         a->o->stop_grace_ms + LU_MIN(1000, a->o->heartbeat_ms);
+}
+
+/* Host the server here when this node is the successor tried now (the
+ * first, or the next after `passed`, why the one before did not host),
+ * else join that successor's. */
+static void move_to_successor(agent_t *a, const char *passed) {
   char lost[300], lost_host[256];
   const char *new_addr, *new_host;
   int here, rc;
   snprintf(lost, sizeof(lost), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
            a->ep_host, a->ep_port);
-  lu_strlcpy(lost_host, strcmp(a->node0_addr, a->ep_host) == 0
-                            ? a->node0_host : a->ep_host, sizeof(lost_host));
-  new_addr = a->succ_addrs[0];
-  new_host = a->succ_hosts[0];
+  if (passed)
+    lu_strlcpy(lost_host, a->succ_hosts[a->fo_idx - 1], sizeof(lost_host));
+  else
+    lu_strlcpy(lost_host, strcmp(a->node0_addr, a->ep_host) == 0
+                              ? a->node0_host : a->ep_host, sizeof(lost_host));
+  new_addr = a->succ_addrs[a->fo_idx];
+  new_host = a->succ_hosts[a->fo_idx];
   here = strcmp(new_addr, a->my_addr) == 0;
-  a->failovers++;
+  if (!passed)
+    a->failovers++;
   /* The one line an operator needs: who was lost, who hosts now. */
-  LU_WARN(&a->log, "rendezvous host %s (%s) lost: %s; the new host is %s "
-                   "(%s:%d)%s; failover %d of job %s", lost_host, lost,
-          a->fo_silent ? "it went silent" : "its connection was closed",
-          new_host, new_addr, a->ep_port, here ? ", this node" : "",
-          a->failovers, a->o->run_id);
+  if (passed)
+    LU_WARN(&a->log, "successor %s (%s) did not host within %.1f s: %s; the "
+            "new host is %s (%s:%d)%s; failover %d of job %s", lost_host,
+            lost, walk_limit_ms(a) / 1000.0, passed, new_host, new_addr,
+            a->ep_port, here ? ", this node" : "", a->failovers, a->o->run_id);
+  else
+    LU_WARN(&a->log, "rendezvous host %s (%s) lost: %s; the new host is %s "
+                     "(%s:%d)%s; failover %d of job %s", lost_host, lost,
+            a->fo_silent ? "it went silent" : "its connection was closed",
+            new_host, new_addr, a->ep_port, here ? ", this node" : "",
+            a->failovers, a->o->run_id);
   {
     lu_json_t *e = ev_begin(a->ev, EV_host_failover);
     if (e) {
@@ -1582,9 +1643,12 @@ static void move_to_successor(agent_t *a) {
   }
   a->fo_prev_round = a->round;
   a->fo_prev_restarts = a->restarts_spent;
-  a->fo_survivors = (int64_t)a->nsucc;
-  /* After a silent host, a majority of the last round must be there. */
-  a->fo_quorum = a->fo_silent ? a->nnodes / 2 + 1 : 0;
+  /* The successors passed over are gone. */
+  a->fo_survivors = (int64_t)(a->nsucc - a->fo_idx);
+  /* After a silent host, or a successor passed over that did not answer
+   * at all (it may live behind a partition), a majority of the last round
+   * must be there. */
+  a->fo_quorum = a->fo_silent || a->fo_unsure ? a->nnodes / 2 + 1 : 0;
   if (a->ck) {
     resume_free(a->ck);
     a->ck = NULL;
@@ -1610,7 +1674,7 @@ static void move_to_successor(agent_t *a) {
   /* The workers' store moves with the server. */
   lu_strlcpy(a->store_host, new_addr, sizeof(a->store_host));
   if ((a->o->ckpt_dir[0] && new_resume(a) != 0) ||
-      new_client(a, connect_limit_ms(a)) != 0 ||
+      new_client(a, here ? connect_limit_ms(a) : walk_limit_ms(a)) != 0 ||
       ac_connect(a->ac, on_connected) != 0) {
     a->exit_code = LAUNCH_EXIT_INTERNAL;
     a->finish_ok = 0;
@@ -1622,12 +1686,30 @@ static void move_to_successor(agent_t *a) {
   a->join_started_ms = uv_now(a->loop);
 }
 
-/* The host's connection was closed by its kernel: stop the workers, then
- * move (failover_stopped). */
+/* The successor tried now did not host within the bound: pass it over and
+ * try the next (every node walks the same list in the same order, and the
+ * last it reaches is itself). */
+static void next_successor(agent_t *a) {
+  char why[400];
+  if (!ac_wait_refused(a->ac))
+    a->fo_unsure = 1;
+  snprintf(why, sizeof(why), "%s", ac_wait_reason(a->ac, NULL));
+  ac_close(a->ac, NULL, NULL);
+  a->ac = NULL;
+  hang_set_ac(a->hang, NULL);
+  a->fo_idx++;
+  move_to_successor(a, why);
+}
+
+/* The host's connection was closed by its kernel, or it went silent: stop
+ * the workers, then move or wait (failover_stopped). */
 static void fail_over(agent_t *a, int silent) {
   int was = a->state;
   a->fo_silent = silent;
   a->fo_started_ms = uv_now(a->loop);
+  a->fo_idx = 0;
+  a->fo_unsure = 0;
+  lu_strlcpy(a->fo_lost_addr, a->ep_host, sizeof(a->fo_lost_addr));
   a->state = A_FAILOVER;
   uv_timer_stop(&a->hb_timer);
   uv_timer_stop(&a->status_timer);
@@ -1646,38 +1728,67 @@ static void fail_over(agent_t *a, int silent) {
     failover_stopped(a->wg, a);
 }
 
-/* ---- a host left alone rejoins the majority --------------------------------------------------------- */
+/* ---- a node left alone rejoins the majority --------------------------------------------------------- */
 
 /* The job runs on under another host: join it, closing this node's server
  * (nobody else is connected to it: they went silent). */
 static void join_majority(agent_t *a, int64_t round) {
   ac_t *old = a->ac;
-  LU_WARN(&a->log, "job %s runs on under %s:%d (round %" PRId64 "), without "
-          "this node since it was cut off or stopped: joining it, and closing "
-          "the server here", a->o->run_id, a->probe_addr, a->ep_port, round);
+  if (a->hosting && a->round < 0)
+    LU_WARN(&a->log, "job %s runs on under %s:%d (round %" PRId64 "), as "
+            "its host there left word here: joining it, and closing the "
+            "server here", a->o->run_id, a->probe_addr, a->ep_port, round);
+  else if (a->hosting)
+    LU_WARN(&a->log, "job %s runs on under %s:%d (round %" PRId64 "), "
+            "without this node since it was cut off or stopped: joining it, "
+            "and closing the server here", a->o->run_id, a->probe_addr,
+            a->ep_port, round);
+  else
+    LU_WARN(&a->log, "job %s runs on under %s:%d (round %" PRId64 "): "
+            "joining it", a->o->run_id, a->probe_addr, a->ep_port, round);
   a->state = A_CONNECT; /* the JOIN cancelled below is not an error */
   uv_timer_stop(&a->status_timer);
   a->ac = a->probe;
   a->probe = NULL;
-  ac_close(old, NULL, NULL);
+  if (old)
+    ac_close(old, NULL, NULL);
   if (a->srv) {
     srv_close(a->srv, NULL, NULL);
     a->srv = NULL;
   }
   a->hosting = 0;
+  a->fo_wait = 0;
+  a->fo_prev_round = -1; /* a job that runs: joined as any node */
+  a->fo_survivors = a->fo_prev_restarts = a->fo_quorum = 0;
   lu_strlcpy(a->ep_host, a->probe_addr, sizeof(a->ep_host));
   lu_strlcpy(a->store_host, a->probe_addr, sizeof(a->store_host));
   hang_set_ac(a->hang, a->ac);
   if (a->ck) {
     resume_free(a->ck);
     a->ck = NULL;
-    if (new_resume(a) != 0) {
-      a->exit_code = LAUNCH_EXIT_INTERNAL;
-      finish(a);
-      return;
-    }
+  }
+  if (a->o->ckpt_dir[0] && new_resume(a) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    finish(a);
+    return;
   }
   on_connected(a->ac, 0, a);
+}
+
+/* The key a host left at the lost host's address for an agent started
+ * there again: where the job runs now. */
+#define MOVED_KEY "launch/moved_to"
+
+static int probe_waiting(const agent_t *a) {
+  return a->state == A_JOIN || (a->state == A_FAILOVER && a->fo_wait);
+}
+
+/* This node's place among the successors (their count when not one). */
+static size_t succ_index(const agent_t *a, const char *addr) {
+  size_t i = 0;
+  while (i < a->nsucc && strcmp(a->succ_addrs[i], addr))
+    i++;
+  return i;
 }
 
 static void probe_status(ac_t *ac, int status, const proto_msg_t *m,
@@ -1685,44 +1796,58 @@ static void probe_status(ac_t *ac, int status, const proto_msg_t *m,
   agent_t *a = arg;
   msg_status_t st;
   int64_t round;
-  int live;
-  if (ac != a->probe || status != 0 || a->state != A_JOIN || m->nargs < 1 ||
+  int live, join;
+  if (ac != a->probe || status != 0 || !probe_waiting(a) || m->nargs < 1 ||
       msg_status_unpack(&m->args[0], &st, NULL, 0) != 0)
     return;
   live = !strcmp(st.state, "running") || !strcmp(st.state, "forming");
   round = st.round;
   msg_status_free(&st);
-  /* A later round than this node's last: the others went on there. */
-  if (live && round > a->round)
+  if (!live)
+    return;
+  if (a->probe_lost && a->hosting) {
+    if (round < a->round) {
+      /* An agent started again at the lost host's address hosts a fresh
+       * server: tell it where the job runs. */
+      msgpack_packer *pk = ac_begin(ac, PROTO_OP_SET, 2);
+      char where[300];
+      snprintf(where, sizeof(where), "%s", a->ep_host);
+      proto_pack_str(pk, MOVED_KEY);
+      proto_pack_bytes(pk, where, strlen(where));
+      ac_send(ac, NULL, NULL);
+      say(a, "an agent hosts job %s at the lost host's address %s again: "
+          "told it that the job runs on here", a->o->run_id, a->probe_addr);
+      return;
+    }
+    /* The old host went on in a later round (the majority stayed with
+     * it): join it. In the same round, it waits alone too: it joins us. */
+    join = round > a->round;
+  } else if (a->hosting) {
+    /* Two hosts waiting in the same round: the one earlier in the list
+     * of successors (the old host is in none) keeps the job. */
+    join = round > a->round ||
+           (round == a->round && succ_index(a, a->probe_addr) <
+                                     succ_index(a, a->my_addr));
+    /* Others joined this server meanwhile: they would lose it. */
+    join = join && rounds_connected_members(a->srv, a->o->run_id) <= 1;
+  } else {
+    join = round >= a->round; /* this node waits alone: any host will do */
+  }
+  if (join)
     join_majority(a, round);
 }
 
 static void probe_connected(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
-  if (ac != a->probe || status != 0 || a->state != A_JOIN)
+  if (ac != a->probe || status != 0 || !probe_waiting(a))
     return;
   ac_begin(ac, PROTO_OP_STATUS, 0);
   ac_send(ac, probe_status, a);
 }
 
-/* While this node hosts and waits in a rejoin for longer than the silent
- * bound (its server wants a majority that went silent), ask the last
- * round's successors, one per status tick, whether one of them hosts the
- * job now. A successor that hosts nothing refuses at once. */
-static void probe_majority(agent_t *a) {
-  const char *addr;
-  if (a->probe) {
-    ac_close(a->probe, NULL, NULL);
-    a->probe = NULL;
-  }
-  if (!a->hosting || a->round < 0 || a->nsucc == 0 || a->o->standalone ||
-      a->o->backend == CFG_BACKEND_STATIC ||
-      uv_now(a->loop) - a->join_started_ms < 3 * (uint64_t)a->o->heartbeat_ms)
-    return;
-  addr = a->succ_addrs[a->probe_idx++ % a->nsucc];
-  if (!strcmp(addr, a->my_addr))
-    return;
+static void probe_at(agent_t *a, const char *addr, int lost) {
   lu_strlcpy(a->probe_addr, addr, sizeof(a->probe_addr));
+  a->probe_lost = lost;
   if (open_client(a, addr, 1000, &a->probe) != 0)
     return;
   if (ac_connect(a->probe, probe_connected) != 0) {
@@ -1731,22 +1856,99 @@ static void probe_majority(agent_t *a) {
   }
 }
 
+/* A fresh host (no round yet) reads whether a host of the job left word
+ * that the job runs elsewhere: an agent started again at a lost host's
+ * address, after the others moved on. */
+static void moved_reply(ac_t *ac, int status, const proto_msg_t *m,
+                        void *arg) {
+  agent_t *a = arg;
+  const msgpack_object *items;
+  uint32_t cnt;
+  const char *p;
+  size_t n;
+  char addr[INET6_ADDRSTRLEN + 8];
+  (void)ac;
+  if (status != 0 || a->state != A_JOIN || a->round >= 0 || a->probe ||
+      proto_arg_array(m, 0, &items, &cnt) != 0 || cnt != 1 ||
+      proto_obj_bytes(&items[0], &p, &n) != 0 || n == 0 || n >= sizeof(addr))
+    return;
+  memcpy(addr, p, n);
+  addr[n] = '\0';
+  probe_at(a, addr, 0);
+}
+
+static void ask_moved(agent_t *a) {
+  msgpack_packer *pk = ac_begin(a->ac, PROTO_OP_MGET, 2);
+  msgpack_pack_array(pk, 1);
+  proto_pack_str(pk, MOVED_KEY);
+  msgpack_pack_int64(pk, 0); /* do not wait */
+  ac_send(a->ac, moved_reply, a);
+}
+
+/* While this node waits without a round it can form (it hosts a server
+ * that wants a majority that went silent, for longer than the silent
+ * bound; or it is no majority and hosts nothing), ask the lost host and
+ * the last round's successors, one per tick, whether one of them hosts
+ * the job now. A node that hosts nothing refuses at once. A fresh host
+ * asks its own store whether the job moved. */
+static void probe_majority(agent_t *a) {
+  size_t slot;
+  if (a->probe) {
+    ac_close(a->probe, NULL, NULL);
+    a->probe = NULL;
+  }
+  if (a->o->standalone || a->o->backend == CFG_BACKEND_STATIC)
+    return;
+  if (a->hosting && a->round < 0 && a->state == A_JOIN && a->ac) {
+    ask_moved(a);
+    return;
+  }
+  if (a->round < 0 || a->nsucc == 0 || (!a->hosting && !a->fo_wait) ||
+      (a->hosting &&
+       uv_now(a->loop) - a->join_started_ms < 3 * (uint64_t)a->o->heartbeat_ms))
+    return;
+  /* The successors first, then the lost host's address; not this node. */
+  for (size_t tries = 0; tries <= a->nsucc; tries++) {
+    slot = a->probe_idx++ % (a->nsucc + 1);
+    if (slot == a->nsucc) {
+      if (a->fo_lost_addr[0] && strcmp(a->fo_lost_addr, a->my_addr)) {
+        probe_at(a, a->fo_lost_addr, 1);
+        return;
+      }
+    } else if (strcmp(a->succ_addrs[slot], a->my_addr)) {
+      probe_at(a, a->succ_addrs[slot], 0);
+      return;
+    }
+  }
+}
+
 static void on_lost(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
   char why[300];
-  int silent;
+  int silent, fo;
   if (ac != a->ac)
     return; /* a probe's */
   if (a->state == A_FINISH || a->state == A_CLOSED)
     return;
-  if (can_fail_over(a, status, &silent, why, sizeof(why))) {
+  fo = can_fail_over(a, status, &silent, why, sizeof(why));
+  if (fo == FO_MOVE) {
     LU_WARN(&a->log, "%s; stopping the workers, moving to the next host",
             ac_last_error(a->ac));
     fail_over(a, silent);
     return;
   }
-  LU_ERR(&a->log, "%s; stopping the workers%s%s", ac_last_error(a->ac),
-         port_taken_hint(a), why);
+  if (fo == FO_WAIT) {
+    /* One line: why this node neither takes over nor ends. */
+    LU_WARN(&a->log, "%s; stopping the workers and waiting: %s; asking the "
+            "host and the others every %.0f s whether the job runs on, for "
+            "up to %.0f s (--rdzv-conf join_timeout)", ac_last_error(a->ac),
+            why, probe_every_ms(a) / 1000.0, a->o->join_timeout_ms / 1000.0);
+    a->fo_wait = 1;
+    fail_over(a, silent);
+    return;
+  }
+  LU_ERR(&a->log, "%s; stopping the workers%s%s%s", ac_last_error(a->ac),
+         port_taken_hint(a), why[0] ? "; " : "", why);
   /* the rendezvous is gone: another try may work (docs/exit-codes.md) */
   a->exit_code = LAUNCH_EXIT_RDZV;
   a->finish_ok = 0;
@@ -1798,6 +2000,11 @@ static void on_connected(ac_t *ac, int status, void *arg) {
     LU_ERR(&a->log, "%s", ac_last_error(a->ac));
     a->exit_code = LAUNCH_EXIT_RDZV;
     finish(a);
+    return;
+  }
+  if (status == -ETIMEDOUT && a->fo_prev_round >= 0 && !a->hosting &&
+      a->fo_idx + 1 < a->nsucc) {
+    next_successor(a);
     return;
   }
   if (status != 0) {

@@ -145,14 +145,108 @@ def test_stopped_host_no_split_brain():
 
 
 def test_two_nodes_stopped_host_minority():
-    """2 nodes: the one left is no majority; it takes nothing over and says
-    why (the host may still run)."""
+    """2 nodes: the one left is no majority; it takes nothing over, says
+    why and waits (the host may still run). Once the host is resumed, the
+    waiting node finds the job there and both re-form and finish."""
     with Job(2, "1:2", "fomin") as j:
-        j.ags[0].signal(signal.SIGSTOP)
-        rc = j.ags[1].wait(60)
-        out = j.ags[1].output()
-        assert rc != 0 and "no majority of the last round's 2" in out, out
+        d, ags = j.d, j.ags
+        ags[0].signal(signal.SIGSTOP)
+        try:
+            lt.wait_until(lambda: "stopping the workers and waiting" in ags[1].output(),
+                          60, "node2 to say why it waits")
+        finally:
+            ags[0].signal(signal.SIGCONT)
+        out = ags[1].output()
+        assert "no majority of the last round's 2" in out, out
         assert "new host" not in out, out
+        lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 60,
+                      "round 1 with both nodes again")
+        assert [a.wait(60) for a in ags] == [0, 0], [a.output() for a in ags]
+        assert "job fomin runs on under 127.0.0.1:%d (round 0): joining it" % j.port \
+            in ags[1].output(), ags[1].output()
+        assert "new host" not in ags[0].output(), ags[0].output()
+
+
+def test_four_nodes_kill_host_and_first_successor():
+    """kill -9 of the host and of the first successor together: node3 does
+    not reach node2 within the bound and hosts itself; node4 passes node2
+    over the same way and joins node3; the job re-forms on the two and
+    finishes."""
+    with Job(4, "2:4", "fo4") as j:
+        d, port, ags = j.d, j.port, j.ags
+        ags[0].signal(signal.SIGKILL)
+        ags[1].signal(signal.SIGKILL)
+        ags[0].wait(10)
+        ags[1].wait(10)
+        lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 90,
+                      "round 1's workers on node3 and node4")
+        rcs = [a.wait(60) for a in ags[2:]]
+        assert rcs == [0, 0], [a.output() for a in ags[2:]]
+        for i, a in ((3, ags[2]), (4, ags[3])):
+            out = a.output()
+            assert "the new host is node2 (127.0.0.2:%d)" % port in out, out
+            assert "successor node2 (127.0.0.2:%d) did not host" % port in out, out
+            assert "the new host is node3 (127.0.0.3:%d)%s" % (
+                port, ", this node" if i == 3 else "") in out, out
+        for r in lt.records(d, 1):
+            env = r["env"]
+            assert env["LAUNCH_HOSTNAME"] in ("node3", "node4"), env
+            assert env["MASTER_ADDR"] == "127.0.0.3" and env["WORLD_SIZE"] == "4", env
+
+
+def test_static_stopped_host():
+    """The issue's case: --nnodes 3 (no elastic range), the host stopped
+    until the two others moved to node2 (there they wait for a third
+    node), then resumed: it finds the job under node2 and joins it; every
+    agent reaches the same decision, and the job carries on with all three."""
+    with Job(3, "3", "fost3") as j:
+        d, port, ags = j.d, j.port, j.ags
+        ags[0].signal(signal.SIGSTOP)
+        try:
+            for a in ags[1:]:
+                lt.wait_until(lambda: "the new host is node2" in a.output(), 60,
+                              "the others to move to node2")
+        finally:
+            ags[0].signal(signal.SIGCONT)
+        try:
+            lt.wait_until(lambda: len(lt.records(d, 1)) == 6, 90, "round 1 with all three")
+        except AssertionError:
+            raise AssertionError("\n".join(a.output() for a in ags))
+        assert [a.wait(60) for a in ags] == [0, 0, 0], [a.output() for a in ags]
+        assert "runs on under 127.0.0.2:%d (round 0)" % port in ags[0].output(), \
+            ags[0].output()
+        for r in lt.records(d, 1):
+            assert r["env"]["MASTER_ADDR"] == "127.0.0.2", r["env"]
+
+
+def test_static_kill_host_replacement():
+    """--nnodes 3: kill -9 of the host; the two others move to node2 and
+    wait for a third node. A replacement agent started on node1 with the
+    same command hosts a fresh server at the old endpoint; node2 finds it
+    there and leaves word where the job runs; the replacement joins node2
+    and the job re-forms there with three nodes and finishes."""
+    with Job(3, "3", "forepl") as j:
+        d, port, ags = j.d, j.port, j.ags
+        ags[0].signal(signal.SIGKILL)
+        ags[0].wait(10)
+        for a in ags[1:]:
+            lt.wait_until(lambda: "the new host is node2" in a.output(), 60,
+                          "the others to move to node2")
+        new = agents(1, port, "3", d, "forepl")[0]
+        j.ags.append(new)
+        try:
+            lt.wait_until(lambda: len(lt.records(d, 1)) == 6, 90,
+                          "round 1 with the replacement")
+        except AssertionError:
+            raise AssertionError("\n".join(a.output() for a in ags[1:] + [new]))
+        rcs = [a.wait(60) for a in (ags[1], ags[2], new)]
+        assert rcs == [0, 0, 0], [a.output() for a in (ags[1], ags[2], new)]
+        assert "runs on under 127.0.0.2:%d (round 0), as its host there left word" \
+            % port in new.output(), new.output()
+        for r in lt.records(d, 1):
+            assert r["env"]["MASTER_ADDR"] == "127.0.0.2", r["env"]
+        assert sorted(r["env"]["LAUNCH_HOSTNAME"] for r in lt.records(d, 1)) == \
+            ["node1", "node1", "node2", "node2", "node3", "node3"]
 
 
 def test_dropped_node_rejoins_live_host():
@@ -172,9 +266,14 @@ def test_dropped_node_rejoins_live_host():
 
 
 if __name__ == "__main__":
+    only = sys.argv[1:]
     for t in (test_two_nodes_kill_host, test_three_nodes_kill_host,
               test_checkpoint_agreement_after_failover, test_stopped_host_no_split_brain,
-              test_two_nodes_stopped_host_minority, test_dropped_node_rejoins_live_host):
+              test_two_nodes_stopped_host_minority, test_dropped_node_rejoins_live_host,
+              test_four_nodes_kill_host_and_first_successor, test_static_stopped_host,
+              test_static_kill_host_replacement):
+        if only and t.__name__ not in only:
+            continue
         print("== " + t.__name__, flush=True)
         t()
     print("ok")
