@@ -1,6 +1,9 @@
 """Agents in network namespaces under real network faults (tests/py/netns.py):
-a 16-node rendezvous with 2 % loss (and 50 ms RTT where the kernel has
-netem), one worker node of an elastic job partitioned away (named, the job
+a 16-node rendezvous with 2 % loss and 50 ms RTT (25 ms on each node's
+egress: tc netem where the kernel has it; else, as on the development VM,
+an iptables NFQUEUE rule and tests/nfq_delay holding each packet, with the
+loss by nftables; the delay is checked by a connect's round trip and its
+mechanism printed in the figure line), one worker node of an elastic job partitioned away (named, the job
 re-forms without it; it waits, and rejoins when the network heals), the host partitioned from the others (they take over,
 it waits: no split brain; when the network heals it joins them), an agent
 restarted on its node while its old connection lingers on the host, and the
@@ -41,6 +44,13 @@ def rendezvous_under_loss(n, delay_ms=25, loss_pct=2):
     the last one was in its round, until all ended, what was applied)."""
     with netns.Cluster(n) as c:
         applied = [c.degrade(i, delay_ms=delay_ms, loss_pct=loss_pct) for i in range(n)]
+        rtt = "RTT not measured"
+        if delay_ms and "no delay" not in applied[0]:
+            # every packet is held delay_ms on each side: a connect takes at
+            # least two of them (what the delayer promises, not a speed)
+            ms = c.rtt_ms(0, n - 1)
+            assert ms[0] >= 2 * delay_ms - 0.5, (applied[0], ms)
+            rtt = "connect RTT node0 -> node%d median %.1f ms" % (n - 1, ms[len(ms) // 2])
         t0 = time.time()
         ags = [agent(c, i, str(n), "join_timeout=120,last_call_timeout=1", ["/bin/true"],
                      "nn%d" % n) for i in range(n)]
@@ -65,9 +75,9 @@ def rendezvous_under_loss(n, delay_ms=25, loss_pct=2):
             assert (" of %d, ranks" % n) in line, line
         assert ranks == set(str(i) for i in range(n)), ranks
         load, cores = netns.load()
-        print("figure: netns rendezvous, %d nodes, each eth0: %s; last node in its "
-              "round %.2f s after the start, all agents done %.2f s; load %.1f on %d "
-              "cores" % (n, applied[0], max(formed.values()), total, load, cores))
+        print("figure: netns rendezvous, %d nodes, each eth0: %s (%s); last node in "
+              "its round %.2f s after the start, all agents done %.2f s; load %.1f on "
+              "%d cores" % (n, applied[0], rtt, max(formed.values()), total, load, cores))
         return max(formed.values()), total, applied[0]
 
 
