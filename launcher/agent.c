@@ -1810,10 +1810,8 @@ static void probe_status(ac_t *ac, int status, const proto_msg_t *m,
       /* An agent started again at the lost host's address hosts a fresh
        * server: tell it where the job runs. */
       msgpack_packer *pk = ac_begin(ac, PROTO_OP_SET, 2);
-      char where[300];
-      snprintf(where, sizeof(where), "%s", a->ep_host);
       proto_pack_str(pk, MOVED_KEY);
-      proto_pack_bytes(pk, where, strlen(where));
+      proto_pack_bytes(pk, a->ep_host, strlen(a->ep_host));
       ac_send(ac, NULL, NULL);
       say(a, "an agent hosts job %s at the lost host's address %s again: "
           "told it that the job runs on here", a->o->run_id, a->probe_addr);
@@ -1828,11 +1826,16 @@ static void probe_status(ac_t *ac, int status, const proto_msg_t *m,
     join = round > a->round ||
            (round == a->round && succ_index(a, a->probe_addr) <
                                      succ_index(a, a->my_addr));
-    /* Others joined this server meanwhile: they would lose it. */
-    join = join && rounds_connected_members(a->srv, a->o->run_id) <= 1;
-  } else {
+  } else if (a->fo_wait) {
     join = round >= a->round; /* this node waits alone: any host will do */
+  } else {
+    /* In a new host's round that cannot form: only a later round
+     * elsewhere (the others went on there) is worth the move. */
+    join = round > a->round;
   }
+  /* Others joined this server meanwhile: they would lose it. */
+  if (join && a->hosting && rounds_connected_members(a->srv, a->o->run_id) > 1)
+    join = 0;
   if (join)
     join_majority(a, round);
 }
@@ -1903,20 +1906,22 @@ static void probe_majority(agent_t *a) {
     ask_moved(a);
     return;
   }
-  if (a->round < 0 || a->nsucc == 0 || (!a->hosting && !a->fo_wait) ||
-      (a->hosting &&
+  /* Waiting: hosting (or joined to a new host's round) for longer than
+   * the silent bound, or attached nowhere. */
+  if (a->round < 0 || a->nsucc == 0 ||
+      (!a->hosting && !a->fo_wait && a->fo_prev_round < 0) ||
+      (!a->fo_wait &&
        uv_now(a->loop) - a->join_started_ms < 3 * (uint64_t)a->o->heartbeat_ms))
     return;
-  /* The successors first, then the lost host's address; not this node. */
+  /* The successors first, then the lost host's address; not this node,
+   * nor the host it is joined to. */
   for (size_t tries = 0; tries <= a->nsucc; tries++) {
+    const char *addr;
     slot = a->probe_idx++ % (a->nsucc + 1);
-    if (slot == a->nsucc) {
-      if (a->fo_lost_addr[0] && strcmp(a->fo_lost_addr, a->my_addr)) {
-        probe_at(a, a->fo_lost_addr, 1);
-        return;
-      }
-    } else if (strcmp(a->succ_addrs[slot], a->my_addr)) {
-      probe_at(a, a->succ_addrs[slot], 0);
+    addr = slot == a->nsucc ? a->fo_lost_addr : a->succ_addrs[slot];
+    if (addr[0] && strcmp(addr, a->my_addr) &&
+        (a->hosting || a->fo_wait || strcmp(addr, a->ep_host))) {
+      probe_at(a, addr, slot == a->nsucc);
       return;
     }
   }
