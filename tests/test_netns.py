@@ -89,11 +89,11 @@ def three(c, d, nnodes, conf, run_id, mode="hold"):
 
 
 def wait_full_round(d, after, limit, what, ags):
-    """Until a round later than `after` has the workers of all 3 nodes;
-    the agents' consoles in the error when none comes."""
+    """Until a round later than `after` has the workers of all the nodes
+    of `ags` (one each); their consoles in the error when none comes."""
     def full():
         last = max(int(r["env"]["LAUNCH_ROUND"]) for r in lt.records(d))
-        return last > after and len(lt.records(d, last)) == 3
+        return last > after and len(lt.records(d, last)) == len(ags)
     try:
         lt.wait_until(full, limit, what)
     except AssertionError:
@@ -136,6 +136,40 @@ def test_partition_worker_node():
         print("figure: netns partition of a worker node (heartbeat 0.3 s): the "
               "two others in round 1 %.2f s after the cut; node2 in a round again "
               "%.2f s after the heal" % (took, back))
+
+
+def test_partition_two_of_five():
+    """Two worker nodes of a 1:5 job cut off (each alone): the host and two
+    others, a majority, run round 1. Each cut-off node hears nothing, walks
+    the successor list (none answers), hosts alone, needs a majority (3)
+    and waits: neither trains, although --nnodes 1:5 would allow one node.
+    When the network heals, both find the job under the host and join it:
+    one round with all five."""
+    d = tempfile.mkdtemp()
+    conf = "join_timeout=180,last_call_timeout=1,heartbeat=1"
+    with netns.Cluster(5) as c:
+        ags = [agent(c, i, "1:5", conf, [PY, WORKER, d, "hold-all"], "five")
+               for i in range(5)]
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 5, 60, "5 workers of round 0")
+        c.partition(3)
+        c.partition(4)
+        lt.wait_until(lambda: len(lt.records(d, 1)) == 3, 60, "round 1 on nodes 0-2")
+        for i in (3, 4):
+            lt.wait_until(lambda: "a new round needs a majority (3)" in ags[i].output(),
+                          120, "node%d to say why it waits" % i)
+        assert not [r for r in lt.records(d) if r["env"]["LAUNCH_ROUND"] != "0" and
+                    r["env"]["LAUNCH_HOSTNAME"] in ("node3", "node4")], "a minority trained"
+        t0 = time.time()
+        c.heal(3)
+        c.heal(4)
+        wait_full_round(d, 1, 120, "a round with all five", ags)
+        took = time.time() - t0
+        last = max(int(r["env"]["LAUNCH_ROUND"]) for r in lt.records(d))
+        assert all(r["env"]["MASTER_ADDR"] == c.addr(0) for r in lt.records(d, last))
+        open(os.path.join(d, "release"), "w").close()
+        assert [a.wait(60) for a in ags] == [0] * 5, [a.output() for a in ags]
+        print("figure: netns, two of five nodes cut off, then healed (heartbeat 1 s): "
+              "all five in one round %.2f s after the heal" % took)
 
 
 def test_partition_host():
@@ -244,7 +278,8 @@ def test_host_link_flap():
 
 if __name__ == "__main__":
     netns.need_netns()
-    cases = [test_rendezvous_under_loss, test_partition_worker_node, test_partition_host,
+    cases = [test_rendezvous_under_loss, test_partition_worker_node,
+             test_partition_two_of_five, test_partition_host,
              test_partition_host_heals, test_restarted_agent_old_connection_lingers,
              test_host_link_flap]
     only = sys.argv[1:]
