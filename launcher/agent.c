@@ -1877,6 +1877,17 @@ static void moved_reply(ac_t *ac, int status, const proto_msg_t *m,
     return;
   memcpy(addr, p, n);
   addr[n] = '\0';
+  /* Written by a host of this job: an address or a host name. */
+  if (strspn(addr, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQR"
+                   "STUVWXYZ.:-_") != n) {
+    LU_WARN(&a->log, "the key " MOVED_KEY " of job %s holds no address "
+            "(%zu bytes): deleted. A host of this job writes it after a "
+            "failover; a worker or a tool of the job wrote this one",
+            a->o->run_id, n);
+    proto_pack_str(ac_begin(a->ac, PROTO_OP_DELETE, 1), MOVED_KEY);
+    ac_send(a->ac, NULL, NULL);
+    return;
+  }
   probe_at(a, addr, 0);
 }
 

@@ -8,6 +8,7 @@ new round is printed as a `figure:` line, never asserted."""
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -20,9 +21,11 @@ WORKER = os.path.join(HERE, "py", "worker.py")
 PY = sys.executable
 
 
-def agents(n, port, nnodes, d, run_id, extra=()):
+def agents(n, port, nnodes, d, run_id, extra=(), first=1):
+    """Agents node<first>..node<n> on 127.0.0.<i>; node1's address is the
+    endpoint's: it hosts."""
     out = []
-    for i in range(1, n + 1):
+    for i in range(first, n + 1):
         args = ["--nnodes", nnodes, "--nproc-per-node", "2",
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:%d" % port,
                 "--rdzv-id", run_id, "--local-addr", "127.0.0.%d" % i,
@@ -276,13 +279,70 @@ def test_dropped_node_rejoins_live_host():
         assert len(lt.records(d, last)) == 4, lt.records(d, last)
 
 
+SET_KEY = """
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+c = ctypes.c_void_p()
+rc = lib.rdzv_connect_from_env(ctypes.byref(c))
+assert rc == 0, rc
+val = sys.argv[3].encode()
+rc = lib.rdzv_set(c, sys.argv[2].encode(), val, ctypes.c_size_t(len(val)), 10000)
+lib.rdzv_close(c)
+sys.exit(0 if rc == 0 else 1)
+"""
+
+
+def store_set(port, run_id, key, value):
+    """key = value in job run_id's store at 127.0.0.1:port, through
+    librdzv (ctypes; with the sanitizers' runtimes preloaded when the
+    library was built with them)."""
+    lib = os.path.join(os.environ.get("LAUNCH_BUILD_DIR", os.path.join(
+        os.path.dirname(os.path.abspath(lt.launch_bin())), "..")), "lib", "librdzv.so")
+    if not os.path.exists(lib):
+        lt.skip("no librdzv.so at " + lib)
+    env = dict(os.environ, LAUNCH_RDZV_ENDPOINT="127.0.0.1:%d" % port,
+               LAUNCH_RDZV_ID=run_id, ASAN_OPTIONS="detect_leaks=0")
+    ldd = subprocess.run(["ldd", lib], stdout=subprocess.PIPE, text=True).stdout
+    pre = [x.split("=>")[1].split()[0] for x in ldd.splitlines()
+           if ("libasan" in x or "libubsan" in x) and "=>" in x]
+    if pre:
+        env["LD_PRELOAD"] = " ".join(pre)
+    r = subprocess.run([PY, "-c", SET_KEY, lib, key, value], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+def test_moved_key_not_an_address():
+    """The key a new host reads to find where the job moved holds garbage
+    (a worker or a tool of the job wrote it): the fresh host says so,
+    deletes it and goes on; the job forms when its second node comes."""
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = agents(1, port, "2", d, "fomk")
+    try:
+        lt.wait_until(lambda: "waiting for nodes of job fomk" in ags[0].output(), 30,
+                      "node1 to wait for node2")
+        store_set(port, "fomk", "launch/moved_to", "not an address!")
+        lt.wait_until(lambda: "holds no address" in ags[0].output(), 30,
+                      "node1 to refuse the key")
+        assert ags[0].running(), ags[0].output()
+        ags += agents(2, port, "2", d, "fomk", first=2)
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 4, 60, "round 0 with both nodes")
+        open(os.path.join(d, "release"), "w").close()
+        assert [a.wait(60) for a in ags] == [0, 0], [a.output() for a in ags]
+        assert ags[0].output().count("holds no address") == 1, ags[0].output()
+    finally:
+        for a in ags:
+            a.kill()
+
+
 if __name__ == "__main__":
     only = sys.argv[1:]
     for t in (test_two_nodes_kill_host, test_three_nodes_kill_host,
               test_checkpoint_agreement_after_failover, test_stopped_host_no_split_brain,
               test_two_nodes_stopped_host_minority, test_dropped_node_rejoins_live_host,
               test_four_nodes_kill_host_and_first_successor, test_static_stopped_host,
-              test_static_kill_host_replacement):
+              test_static_kill_host_replacement, test_moved_key_not_an_address):
         if only and t.__name__ not in only:
             continue
         print("== " + t.__name__, flush=True)
