@@ -1460,6 +1460,7 @@ static int open_client(agent_t *a, const char *host, int64_t connect_ms,
                        ac_t **out);
 static int64_t connect_limit_ms(const agent_t *a);
 static void on_connected(ac_t *ac, int status, void *arg);
+static void connect_wait_cb(uv_timer_t *t);
 
 /* The checkpoint agreement talks to the server at ep_host:ep_port. */
 static int new_resume(agent_t *a) {
@@ -1684,6 +1685,8 @@ static void move_to_successor(agent_t *a, const char *passed) {
   hang_set_ac(a->hang, a->ac);
   a->state = A_CONNECT;
   a->join_started_ms = uv_now(a->loop);
+  if (!here) /* what is tried while the successor does not answer */
+    uv_timer_start(&a->status_timer, connect_wait_cb, 5000, 15000);
 }
 
 /* The successor tried now did not host within the bound: pass it over and
@@ -1998,12 +2001,19 @@ static void connect_wait_cb(uv_timer_t *t) {
   why = ac_wait_reason(a->ac, &attempts);
   if (why[0] == '\0')
     return; /* still on its first attempt */
-  say(a, "waiting for the rendezvous server %s:%d of job %s: %s; %d "
-         "attempts in %.0f s, giving up after %.0f s (--rdzv-conf %s)",
-      a->ep_host, a->ep_port, a->o->run_id, why, attempts,
-      (uv_now(a->loop) - a->join_started_ms) / 1000.0,
-      connect_limit_ms(a) / 1000.0,
-      static_waiter(a) ? "timeout" : "read_timeout");
+  if (a->fo_prev_round >= 0 && !a->hosting) /* a successor, in the walk */
+    say(a, "waiting for the successor %s:%d to host job %s: %s; %d attempts "
+           "in %.0f s, passing it over after %.1f s", a->ep_host, a->ep_port,
+        a->o->run_id, why, attempts,
+        (uv_now(a->loop) - a->join_started_ms) / 1000.0,
+        walk_limit_ms(a) / 1000.0);
+  else
+    say(a, "waiting for the rendezvous server %s:%d of job %s: %s; %d "
+           "attempts in %.0f s, giving up after %.0f s (--rdzv-conf %s)",
+        a->ep_host, a->ep_port, a->o->run_id, why, attempts,
+        (uv_now(a->loop) - a->join_started_ms) / 1000.0,
+        connect_limit_ms(a) / 1000.0,
+        static_waiter(a) ? "timeout" : "read_timeout");
 }
 
 static void on_connected(ac_t *ac, int status, void *arg) {
