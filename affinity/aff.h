@@ -302,7 +302,13 @@ typedef struct aff_binding_s {
   char hca[32];            /* closest HCA, "" none */
   int hca_port;
   char netdev[32];         /* closest netdev, "" none */
-  /* "LAUNCH_CPUS=..." ...: see aff_binding_envv(). */
+  /* The values of the worker contract's binding rows (env/contract.h):
+   * LAUNCH_CPUS is cpulist, LAUNCH_HCA hca, LAUNCH_NETDEV netdev. */
+  char numa_str[12];       /* LAUNCH_NUMA_NODE: the node, "-1" unknown */
+  char hca_port_str[12];   /* LAUNCH_HCA_PORT: "" without an HCA */
+  const char *busid;       /* LAUNCH_GPU_BUSID: "" without a GPU */
+  const char *hcas;        /* LAUNCH_HCAS (points into the topology) */
+  /* The same as "KEY=VALUE": see aff_binding_envv(). */
   char env_buf[AFF_ENV_COUNT][AFF_CPULIST_LEN + 32];
   const char *envv[AFF_ENV_COUNT + 1];
   /* Written to errfd by aff_apply_child() when applying fails. */
@@ -330,7 +336,9 @@ int aff_plan_nwarnings(const aff_plan_t *plan);
 const char *aff_plan_warning(const aff_plan_t *plan, int i);
 const aff_policy_t *aff_plan_policy(const aff_plan_t *plan);
 
-/* NULL-terminated "KEY=VALUE" strings for the worker environment:
+/* NULL-terminated "KEY=VALUE" strings of the values above, for reports
+ * and tests (the worker environment takes the values through the
+ * contract's rows, env/contract.h):
  * LAUNCH_CPUS (cpulist), LAUNCH_NUMA_NODE (node or -1), LAUNCH_GPU_BUSID,
  * LAUNCH_HCA, LAUNCH_HCA_PORT, LAUNCH_NETDEV (empty when none),
  * LAUNCH_HCAS (every GPU-attached HCA of the node, comma-separated; the
@@ -360,6 +368,59 @@ int aff_apply_child(const aff_binding_t *b, int errfd);
  * RDZV_ENOMEM. */
 int aff_report_text(const aff_topo_t *t, const aff_plan_t *plan, char **out);
 int aff_report_json(const aff_topo_t *t, const aff_plan_t *plan, char **out);
+
+/* ---- node facts (aff_facts.c) ------------------------------------------------
+ * What this node's sysfs says about its GPUs, their PCIe links, its RDMA
+ * devices (HCAs) and their ports, and its network interfaces: read once,
+ * here, under a root prefix (a copy of another node's /sys, or a test's),
+ * and read from this struct by the agent (the lint, launch_node_t), `launch
+ * env` and `launch doctor`. The topology (aff_topo_load) reads IB ports
+ * with the same reader, aff_ib_port_read. Plain data: no allocation. */
+
+#define AFF_FACTS_MAX 64       /* GPUs, HCAs and netdevs each */
+#define AFF_FACTS_PORTS 8      /* ports per HCA */
+
+typedef struct aff_ib_port_s {
+  int state;           /* 4 ACTIVE, 1 DOWN, 2 INIT, 3 ARMED; -1 unreadable */
+  char rate[48];       /* "200 Gb/sec (4X HDR)", "" unreadable */
+  char link_layer[16]; /* "InfiniBand", "Ethernet" (RoCE), "" unreadable */
+} aff_ib_port_t;
+
+typedef struct aff_facts_hca_s {
+  char name[64];       /* "mlx5_0" */
+  int numa;            /* -1 unknown */
+  aff_pcie_t link;     /* its PCIe link (gbps left 0) */
+  int nports;          /* ports 1..nports: each has a state or a rate */
+  aff_ib_port_t ports[AFF_FACTS_PORTS];
+} aff_facts_hca_t;
+
+typedef struct aff_facts_gpu_s {
+  char busid[64];      /* as /sys/bus/pci/devices names it */
+  unsigned device;     /* PCI device id */
+  int numa;            /* -1 unknown */
+  aff_pcie_t link;     /* gbps left 0 */
+} aff_facts_gpu_t;
+
+typedef struct aff_facts_s {
+  int probed;          /* /sys/class/net was readable: names are known */
+  int ngpus, nhcas, nnetdevs;
+  aff_facts_gpu_t gpus[AFF_FACTS_MAX]; /* every NVIDIA display/3D controller
+                                          of the PCI bus, bus id order */
+  aff_facts_hca_t hcas[AFF_FACTS_MAX]; /* /sys/class/infiniband, by name */
+  char netdevs[AFF_FACTS_MAX][32];     /* /sys/class/net, by name */
+} aff_facts_t;
+
+/* Fill f from sysfs under root (NULL or "/" = this machine). Never fails:
+ * what cannot be read is absent. Large (about 70 KiB): allocate it. */
+void aff_facts_probe(aff_facts_t *f, const char *root);
+/* Port `port` (1-based) of RDMA device hca under root (NULL = "/"). RET 1
+ * when the port has a state or a rate, else 0. */
+int aff_ib_port_read(const char *root, const char *hca, int port,
+                     aff_ib_port_t *p);
+/* The PCIe link of the device at sysfs directory dir under root (its
+ * current_link_width, max_link_width, current_link_speed, max_link_speed)
+ * over what l holds. */
+void aff_pcie_read(const char *root, const char *dir, aff_pcie_t *l);
 
 /* ---- GPU software stack (dlopen at run time; nothing at build time) ---------- */
 

@@ -157,18 +157,22 @@ static void fill_strings(const aff_topo_t *t, aff_binding_t *b) {
   const aff_cpuset_t *shown = b->bind_cpus ? &b->cpus : &t->allowed;
   const char *busid = b->gpu >= 0 ? t->gpus[b->gpu].busid : "";
   aff_cpulist_format(shown, b->cpulist, sizeof(b->cpulist));
+  snprintf(b->numa_str, sizeof(b->numa_str), "%d", b->numa);
+  if (b->hca[0])
+    snprintf(b->hca_port_str, sizeof(b->hca_port_str), "%d", b->hca_port);
+  else
+    b->hca_port_str[0] = '\0';
+  b->busid = busid;
+  b->hcas = t->gpu_hcas[0] ? t->gpu_hcas : b->hca;
   snprintf(b->env_buf[0], sizeof(b->env_buf[0]), "LAUNCH_CPUS=%s", b->cpulist);
-  snprintf(b->env_buf[1], sizeof(b->env_buf[1]), "LAUNCH_NUMA_NODE=%d", b->numa);
+  snprintf(b->env_buf[1], sizeof(b->env_buf[1]), "LAUNCH_NUMA_NODE=%s",
+           b->numa_str);
   snprintf(b->env_buf[2], sizeof(b->env_buf[2]), "LAUNCH_GPU_BUSID=%s", busid);
   snprintf(b->env_buf[3], sizeof(b->env_buf[3]), "LAUNCH_HCA=%s", b->hca);
-  if (b->hca[0])
-    snprintf(b->env_buf[4], sizeof(b->env_buf[4]), "LAUNCH_HCA_PORT=%d",
-             b->hca_port);
-  else
-    snprintf(b->env_buf[4], sizeof(b->env_buf[4]), "LAUNCH_HCA_PORT=");
+  snprintf(b->env_buf[4], sizeof(b->env_buf[4]), "LAUNCH_HCA_PORT=%s",
+           b->hca_port_str);
   snprintf(b->env_buf[5], sizeof(b->env_buf[5]), "LAUNCH_NETDEV=%s", b->netdev);
-  snprintf(b->env_buf[6], sizeof(b->env_buf[6]), "LAUNCH_HCAS=%s",
-           t->gpu_hcas[0] ? t->gpu_hcas : b->hca);
+  snprintf(b->env_buf[6], sizeof(b->env_buf[6]), "LAUNCH_HCAS=%s", b->hcas);
   for (int i = 0; i < AFF_ENV_COUNT; i++)
     b->envv[i] = b->env_buf[i];
   b->envv[AFF_ENV_COUNT] = NULL;

@@ -651,7 +651,7 @@ int aff__tcache_decode(aff_topo_t *t, const char *key, const char *text,
 
 /* ---- the file -------------------------------------------------------------------- */
 
-static int tc_path(char *out, size_t n) {
+static int topo_cache_path(char *out, size_t n) {
   char dir[400];
   return aff__cache_dir(dir, sizeof(dir)) == 0 &&
                  (size_t)snprintf(out, n, "%s/launch-topo-%u.topo", dir,
@@ -663,7 +663,7 @@ static int tc_path(char *out, size_t n) {
 int aff__tcache_load(aff_topo_t *t, const char *key, lu_log_t *log) {
   char path[512], *text;
   size_t len = 0;
-  if (tc_path(path, sizeof(path)) != 0)
+  if (topo_cache_path(path, sizeof(path)) != 0)
     return 0;
   if ((text = aff__cache_read(path, TC_MAX, &len)) == NULL) {
     if (log)
@@ -689,7 +689,7 @@ int aff__tcache_store(const aff_topo_t *t, const char *key, lu_log_t *log) {
   char path[512], *text = NULL;
   size_t len = 0;
   int rc;
-  if (tc_path(path, sizeof(path)) != 0 ||
+  if (topo_cache_path(path, sizeof(path)) != 0 ||
       aff__tcache_encode(t, key, &text, &len) != 0)
     return -1;
   rc = aff__cache_write(path, text, len);

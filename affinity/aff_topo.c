@@ -130,23 +130,11 @@ double aff__pcie_gbps(double gts, int width) {
 }
 
 void aff__pcie_sysfs(const aff_topo_t *t, const char *busid, aff_pcie_t *l) {
-  char path[256], buf[64];
+  char dir[64];
   if (busid == NULL || busid[0] == '\0')
     return;
-  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/current_link_width",
-           busid);
-  if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
-    l->width = (int)lead_num(buf);
-  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/max_link_width", busid);
-  if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
-    l->width_max = (int)lead_num(buf);
-  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/current_link_speed",
-           busid);
-  if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
-    l->gts = lead_num(buf);
-  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/max_link_speed", busid);
-  if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
-    l->gts_max = lead_num(buf);
+  snprintf(dir, sizeof(dir), "/sys/bus/pci/devices/%.16s", busid);
+  aff_pcie_read(t->root, dir, l);
 }
 
 /* PCIe link: hwloc's GB/s, launch's info attributes (an export made by
@@ -463,7 +451,7 @@ static const char *const port_states[] = {"NOP",   "DOWN",   "INIT",
                                           "ARMED", "ACTIVE", "ACTIVE_DEFER"};
 
 void aff__nic_ports(aff_topo_t *t, hwloc_obj_t hca, aff_nic_t *n) {
-  char key[32], path[256], buf[128];
+  char key[32];
   int first_active = 0;
   n->nports = 0;
   n->port_state = -1;
@@ -484,18 +472,14 @@ void aff__nic_ports(aff_topo_t *t, hwloc_obj_t hca, aff_nic_t *n) {
     if (ll)
       lu_strlcpy(sll, ll, sizeof(sll));
     if (t->sysfs_reads) {
-      snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/state",
-               n->hca, p);
-      if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
-        state = atoi(buf); /* "4: ACTIVE" */
-      snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/rate",
-               n->hca, p);
-      if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
-        lu_strlcpy(srate, buf, sizeof(srate));
-      snprintf(path, sizeof(path),
-               "/sys/class/infiniband/%s/ports/%d/link_layer", n->hca, p);
-      if (aff__read_line(t->root, path, buf, sizeof(buf)) > 0)
-        lu_strlcpy(sll, buf, sizeof(sll));
+      aff_ib_port_t port; /* sysfs wins over what hwloc recorded */
+      aff_ib_port_read(t->root, n->hca, p, &port);
+      if (port.state >= 0)
+        state = port.state;
+      if (port.rate[0])
+        lu_strlcpy(srate, port.rate, sizeof(srate));
+      if (port.link_layer[0])
+        lu_strlcpy(sll, port.link_layer, sizeof(sll));
     }
     if (state < 0 && srate[0] == '\0')
       break;
@@ -1256,21 +1240,19 @@ int aff_topo_export_xml(const aff_topo_t *tc, const char *path, char *err,
     hwloc_obj_t o = t->nic_obj[k];
     add_link_infos(o, &n->link);
     for (hwloc_obj_t c = o ? o->io_first_child : NULL; c; c = c->next_sibling) {
-      char key[32], p[256], buf[64];
+      char key[32];
       if (c->type != HWLOC_OBJ_OS_DEVICE ||
           c->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS || c->name == NULL)
         continue;
       for (int port = 1; port <= n->nports; port++) {
-        snprintf(p, sizeof(p), "/sys/class/infiniband/%s/ports/%d/rate", c->name,
-                 port);
+        aff_ib_port_t pt;
+        aff_ib_port_read(t->root, c->name, port, &pt);
         snprintf(key, sizeof(key), "Port%dRate", port);
-        if (aff__read_line(t->root, p, buf, sizeof(buf)) > 0)
-          add_info_once(c, key, buf);
-        snprintf(p, sizeof(p), "/sys/class/infiniband/%s/ports/%d/link_layer",
-                 c->name, port);
+        if (pt.rate[0])
+          add_info_once(c, key, pt.rate);
         snprintf(key, sizeof(key), "Port%dLinkLayer", port);
-        if (aff__read_line(t->root, p, buf, sizeof(buf)) > 0)
-          add_info_once(c, key, buf);
+        if (pt.link_layer[0])
+          add_info_once(c, key, pt.link_layer);
       }
     }
   }

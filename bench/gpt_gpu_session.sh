@@ -2,9 +2,10 @@
 # What runs on the GPU machine for issue #7's GPU half, from a folder DIR
 # holding gpt_bench, test_gpt_cuda_kernels, test_gpt_cuda_model and
 # torch_gpt2.py (built elsewhere and carried): machine facts, the GPU tests
-# (with the attention variants timed), the benchmark with this build's
-# defaults and with each kernel switched back to the one it replaced (one
-# binary, environment switches, docs/cuda.md), then PyTorch eager and
+# (with the attention kernels timed), the benchmark with this build's
+# defaults and with fewer classifier chunks, the kernels the product was
+# measured against (lab/cuda/'s programs, where DIR holds them: a build
+# with -DLAUNCH_LAB=ON; lab/cuda/README.md), then PyTorch eager and
 # torch.compile on the same model while the time budget allows. Results in
 # OUT (at most 8 files; summary.txt last). NVLink multicast stays off.
 # usage: bench/gpt_gpu_session.sh DIR [OUT]
@@ -40,22 +41,15 @@ bench() {
   env "$@" timeout 60 "$DIR/gpt_bench" --steps "$STEPS" --warmup "$WARMUP" --profile "$prof" 2>&1
   echo "rc=$?"
 }
-OLD_ATT="GPT_CUDA_ATTN_FWD=128x64 GPT_CUDA_ATTN_BWD=128"
 {
   bench "default" 5
-  before="before: mma.sync attention, warp-per-row LayerNorm bwd, two-read cross-entropy"
-  # shellcheck disable=SC2086
-  bench "$before, 7 classifier chunks" 5 $OLD_ATT GPT_CUDA_LN_BWD=warp GPT_CUDA_CE=stream \
-    GPT_CUDA_LOGITS_MIB=256
-  # shellcheck disable=SC2086
-  bench "mma.sync attention, the rest new" 0 $OLD_ATT
-  bench "wgmma attention without the overlap" 0 GPT_CUDA_ATTN_FWD=wgmma64 \
-    GPT_CUDA_ATTN_BWD=wgmma-kv64
-  bench "dQ after dK/dV on one stream" 0 GPT_CUDA_ATTN_SERIAL=1
-  bench "warp-per-row LayerNorm bwd" 0 GPT_CUDA_LN_BWD=warp
-  bench "two-read cross-entropy" 0 GPT_CUDA_CE=stream
   bench "7 classifier chunks (256 MiB)" 0 GPT_CUDA_LOGITS_MIB=256
-  bench "backward on one stream" 0 GPT_CUDA_STREAMS=1
+  for p in attention_sm90 attention_mma layernorm_backward; do
+    [ -x "$DIR/$p" ] || continue
+    echo "== lab/cuda/$p"
+    timeout 60 "$DIR/$p" 2>&1
+    echo "rc=$?"
+  done
 } >"$OUT/bench.txt" 2>&1
 
 # PyTorch, the same model and shapes, while the budget allows

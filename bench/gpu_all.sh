@@ -7,14 +7,14 @@
 # limit are left of BUDGET_S; PARTS picks parts (default: all).
 #   bench/gpu_all.sh BUILD_DIR [OUT]      (BUILD_DIR/bin holds the binaries)
 # environment: PARTS (tests gpt resume launch topo store load agents ckpt
-# adv torchlaunch), BUDGET_S (560), LAUNCH_BENCH_ONLY (run_launch_bench --only).
+# adv torchlaunch metrics), BUDGET_S (560), LAUNCH_BENCH_ONLY (run_launch_bench --only).
 # A part whose binary is not in BUILD_DIR/bin fails with rc=127 and the
 # others go on.
 set -u
 B=${1:?usage: gpu_all.sh BUILD_DIR [OUT]}
 OUT=${2:-${OUT:-/tmp/out}}
 BUDGET=${BUDGET_S:-560}
-PARTS=${PARTS:-"tests gpt resume launch topo store load agents ckpt adv torchlaunch"}
+PARTS=${PARTS:-"tests gpt resume launch topo store load agents ckpt adv torchlaunch metrics"}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 . bench/gpu_lib.sh
@@ -73,4 +73,8 @@ step() { # PART LABEL SECONDS COMMAND...
     ADV_TEST_BIN="$PWD/$B/bin/test_adv_memory" BENCH_RUNS=${ADV_RUNS:-8} bash bench/run_adv_latency.sh "$B"
   step torchlaunch "test_torch_launch with torch 2.11" 200 env LAUNCH_BIN="$B/bin/launch" \
     LAUNCH_BUILD_DIR="$B" LAUNCH_SOURCE_DIR="$PWD" "$PY" tests/test_torch_launch.py
+  step metrics "metrics collection cost with and without NVML (#23)" 60 \
+    bash bench/run_metrics_collect.sh "$B" 2000
+  step metrics "test_metrics_text with the GPU's NVML" 30 env LAUNCH_TEST_EXPECT_GPU=1 \
+    "$B/tests/test_metrics_text"
 } 2>&1 | tee "$OUT/gpu_all.txt"

@@ -37,6 +37,23 @@ def hwm_kb(pid):
         return int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1))
 
 
+def rss_kb(pid):
+    """VmRSS now, and smaps_rollup's private and shared (file) parts."""
+    with open("/proc/%d/status" % pid) as f:
+        rss = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+    roll = {}
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                m = re.match(r"(\w+):\s+(\d+) kB", line)
+                if m:
+                    roll[m.group(1)] = int(m.group(2))
+    except OSError:
+        pass
+    return rss, roll.get("Private_Clean", 0) + roll.get("Private_Dirty", 0), \
+        roll.get("Shared_Clean", 0) + roll.get("Shared_Dirty", 0)
+
+
 def run(build, nproc, seconds, metrics):
     d = tempfile.mkdtemp(prefix="launch-metbench-")
     hw = os.path.join(build, "tests", "hang_worker")
@@ -80,6 +97,7 @@ def run(build, nproc, seconds, metrics):
                                 if x and not x.startswith("#"))
             conn.close()
         res["hwm_kb"] = hwm_kb(p.pid)
+        res["rss_kb"] = rss_kb(p.pid)
     finally:
         p.send_signal(signal.SIGTERM)
         try:
@@ -105,8 +123,13 @@ def main():
           "%.2f %% (goal < 1 %%)" % (off["cpu_per_s"] * 100,
                                     on["cpu_per_s"] * 100,
                                     (on["cpu_per_s"] - off["cpu_per_s"]) * 100))
-    print("  peak RSS: off %.1f MB, on %.1f MB (goal < 8 MB on)" %
+    print("  peak RSS: off %.2f MB, on %.2f MB (goal < 8 MB on)" %
           (off["hwm_kb"] / 1024, on["hwm_kb"] / 1024))
+    for name, r in (("off", off), ("on", on)):
+        rss, priv, shared = r["rss_kb"]
+        print("  RSS at the end, %s: %.2f MB (private %.2f MB, shared %.2f "
+              "MB: smaps_rollup)" % (name, rss / 1024, priv / 1024,
+                                     shared / 1024))
     print("  scrape of /metrics (%d series, %d bytes, kept-alive): p50 %.3f "
           "ms, p99 %.3f ms, max %.3f ms (goal < 1 ms)" %
           ((on["series"], on["bytes"]) + on["scrape_ms"]))

@@ -4,12 +4,19 @@
  * torchfile.c torch.save zip archives, safetensors headers
  * io.c        durable writes, the hashing writer and reader, tree removal
  * record.c    manifest, completion file, store record, `latest`
- * launch.c    launch's layout: scan, finalise, prune, rollback, agent commit
- * peers.c     Megatron-LM, DeepSpeed, Hugging Face, DCP: read-only checks
- * scan.c      layout detection, the scan driver, ckpt_strerror
+ * trust.c     the cache of what a long-lived agent already verified
+ * steps.c     the scan result every layout fills, names layouts share
+ * layout_launch.c  launch's layout: scan, finalise, prune, rollback,
+ *             agent commit, what the trust cache learns from a commit
+ * layout_peers.c   Megatron-LM, DeepSpeed, Hugging Face, DCP: read-only
+ * scan.c      the layout table, detection, the scan driver, ckpt_strerror
  * agree.c     the resume-step agreement and its text form
  * ckpt.c      the trainer's API (save, background save, resume, load)
- * trust.c     what a long-lived agent already verified (stat identity)
+ *
+ * Layers: a file calls only files listed above it (pickle.c below
+ * torchfile.c; io.c, record.c, trust.c and steps.c below the layouts; the
+ * layouts call each other only through steps.c; scan.c above them all).
+ * agree.c calls none of them.
  */
 #ifndef CK_INT_H
 #define CK_INT_H
@@ -24,6 +31,7 @@
 
 #define CK_MANIFEST "manifest.json"
 #define CK_LATEST "latest"
+#define CK_DCP_META ".metadata"     /* DCP's: launch must not take it */
 #define CK_SHA_HEX 65              /* 64 hex digits + NUL */
 #define CK_MAX_WORLD (1 << 20)     /* ranks in a manifest */
 #define CK_META_MAX (64u << 20)    /* bytes of a metadata file we read */
@@ -180,6 +188,8 @@ int ck_trust_has(ckpt_trust_t *t, const char *path, const ck_fid_t *id,
 /* Remember it (replaces the path's entry). */
 void ck_trust_put(ckpt_trust_t *t, const char *path, const ck_fid_t *id,
                   const char *sha);
+/* ---- small helpers (io.c) ------------------------------------------------------- */
+
 /* Remove a directory tree we own (no symlink followed). RET 0 or -errno. */
 int ck_rm_tree(const char *path);
 /* "a/b" into buf; RET 0 or -ENAMETOOLONG. */
@@ -203,12 +213,18 @@ typedef struct ck_record_s {
   double time;           /* unix seconds of the commit; 0 unknown */
   int world_size;        /* 0 unknown */
   int replicated;
+  double write_s;        /* seconds writing the shard ("write_ms"); 0
+                            unknown (an older writer) */
 } ck_record_t;
 
 typedef struct ck_manifest_s {
   char job[CKPT_NAME_MAX];
   int64_t step;
-  int64_t generation;
+  union {
+    int64_t round; /* the round that wrote it; on disk "generation", the
+                    * format's name, kept so that manifests stay readable */
+    int64_t generation; /* the old name */
+  };
   int world_size;
   int replicated;
   double time;
@@ -241,7 +257,71 @@ int ck_latest_decode(const char *buf, size_t len, int64_t *step);
 /* "step-N" with N a decimal without sign or leading zeros. RET 0 or -1. */
 int ck_parse_step_name(const char *name, int64_t *step);
 
-/* ---- launch's layout (launch.c) ------------------------------------------------- */
+/* ---- the scan result and shared names (steps.c) ------------------------------ */
+
+/* Append a step (zeroed, step -1) to s. RET it or NULL (ENOMEM). */
+ckpt_step_t *ck_scan_add(ckpt_scan_t *s);
+/* Sort newest first (unknown steps last, then by name), set latest/resume
+ * from is_latest/state. */
+void ck_scan_sort(ckpt_scan_t *s);
+/* After sorting: say in latest_problem when the layout's pointer (what
+ * names the latest step) names a step that is missing or not complete. */
+void ck_latest_verdict(ckpt_scan_t *s, const char *pointer);
+/* Trailing decimal number of a name ("iter_0000100" -> 100), or -1. */
+int64_t ck_trailing_number(const char *name);
+/* name is prefix followed by at least one digit and nothing else. */
+int ck_digits_after(const char *name, const char *prefix);
+/* Digits only, at least one, no more than 18: RET 1 and *v, or 0. */
+int ck_all_digits(const char *s, int64_t *v);
+/* "__R.metadata" (DCP saved without collectives): RET 0 and *rank, or -1. */
+int ck_dcp_rank_meta(const char *name, int64_t *rank);
+/* "__R_I.distcp": RET 0 and *rank, or -1. */
+int ck_dcp_file_rank(const char *name, int64_t *rank);
+/* A file only DCP writes: .metadata, __R.metadata, __R_I.distcp. */
+int ck_dcp_name(const char *name);
+/* RET 1 when an entry of directory path satisfies pred, else 0. */
+int ck_dir_any(const char *path, int (*pred)(const char *name));
+
+/* ---- the layout table (rows in the layout files, the table in scan.c) -------- */
+
+/* What one entry of a checkpoint directory says about a layout. */
+typedef enum {
+  CK_SEEN_NO = 0,
+  CK_SEEN_WEAK, /* the layout's when no layout is seen anywhere else
+                 * (launch's empty step-N, being written) */
+  CK_SEEN_YES,
+  CK_SEEN_OWN   /* the layout's alone: other claims on the entry do not
+                 * count (a Megatron torch_dist iter_N holds DCP files) */
+} ck_seen_t;
+
+/* An entry of the directory being detected: a regular file or a
+ * directory (symlinks followed; anything else is not shown). */
+typedef struct ck_entry_s {
+  const char *dir;  /* the checkpoint directory */
+  const char *name; /* the entry's name in it */
+  const char *path; /* dir/name */
+  int is_dir;
+} ck_entry_t;
+
+typedef struct ck_layout_s {
+  ckpt_layout_t id;
+  const char *name;    /* --layout NAME, ckpt_layout_name */
+  const char *pointer; /* what names the latest step, for ck_latest_verdict
+                        * (NULL: none) */
+  ck_seen_t (*detect)(const ck_entry_t *e);
+  /* Fill s with the layout's steps (unsorted). RET 0, or an error with err
+   * set. */
+  int (*scan)(const char *dir, const ckpt_scan_options_t *o, ckpt_scan_t *s,
+              char *err, size_t errlen);
+} ck_layout_t;
+
+extern const ck_layout_t ck_layout_launch;    /* layout_launch.c */
+extern const ck_layout_t ck_layout_megatron;  /* layout_peers.c */
+extern const ck_layout_t ck_layout_deepspeed; /* layout_peers.c */
+extern const ck_layout_t ck_layout_hf;        /* layout_peers.c */
+extern const ck_layout_t ck_layout_dcp;       /* layout_peers.c */
+
+/* ---- launch's layout (layout_launch.c) ------------------------------------------ */
 
 typedef struct ck_log_s {
   ckpt_log_cb cb; /* NULL: stderr */
@@ -255,7 +335,7 @@ typedef struct ck_final_s {
   const char *dir;
   const char *job;
   int64_t step;
-  int64_t generation;
+  int64_t round;
   int world_size;
   int keep; /* -1 all */
   const ck_record_t *recs;
@@ -263,51 +343,32 @@ typedef struct ck_final_s {
 int ck_finalise(const ck_final_t *f, const ck_log_t *log, char *err,
                 size_t errlen);
 
-/* The store keys of a step's commit: "launch/ckpt/g<gen>/s<step>/<leaf>". */
-void ck_store_key(char *buf, size_t n, int64_t gen, int64_t step,
+/* The store keys of a step's commit: "launch/ckpt/g<round>/s<step>/<leaf>"
+ * (the "g" is the wire name, kept for agents of earlier versions). */
+void ck_store_key(char *buf, size_t n, int64_t round, int64_t step,
                   const char *leaf);
 /* Publish one rank's record once (compare-and-set) and count it. OUT
  * *count: ranks committed so far (after this one). */
-int ck_store_commit(rdzv_client_t *c, int64_t gen, int64_t step,
+int ck_store_commit(rdzv_client_t *c, int64_t round, int64_t step,
                     const ck_record_t *r, int64_t *count, int timeout_ms);
 /* Fetch the world_size records of a step. OUT recs[world_size]. */
-int ck_store_records(rdzv_client_t *c, int64_t gen, int64_t step,
+int ck_store_records(rdzv_client_t *c, int64_t round, int64_t step,
                      int world_size, ck_record_t *recs, int timeout_ms,
                      char *err, size_t errlen);
 
-/* Scan launch's layout into s (steps newest first). */
-int ck_scan_launch(const char *dir, const ckpt_scan_options_t *o,
-                   ckpt_scan_t *s, char *err, size_t errlen);
 /* Read and check a step's manifest. RET 0, CKPT_EINCOMPLETE (none),
  * CKPT_EFORMAT. */
 /* step-N of dir is launch's own: its manifest.json is launch's format, or
  * (partial) it holds rank-R.bin/.done files and nothing DCP writes.
  * RET 1 or 0. */
 int ck_step_is_ours(const char *dir, int64_t step);
-/* "__R.metadata" (DCP saved without collectives): RET 0 and *rank, or -1. */
-int ck_dcp_rank_meta(const char *name, int64_t *rank);
-/* A file only DCP writes: .metadata, __R.metadata, __R_I.distcp. */
-int ck_dcp_name(const char *name);
 /* dir/latest: RET 0 absent, 1 launch's ("step-N\n", a regular file),
  * -1 someone else's (a symlink, DeepSpeed's tag, unreadable). */
 int ck_latest_owner(const char *dir);
 int ck_read_manifest(const char *dir, int64_t step, ck_manifest_t *m,
                      char *why, size_t whylen);
 
-/* ---- the other layouts (peers.c) ---------------------------------------------- */
-
-int ck_scan_megatron(const char *dir, const ckpt_scan_options_t *o,
-                     ckpt_scan_t *s, char *err, size_t errlen);
-int ck_scan_deepspeed(const char *dir, const ckpt_scan_options_t *o,
-                      ckpt_scan_t *s, char *err, size_t errlen);
-int ck_scan_hf(const char *dir, const ckpt_scan_options_t *o, ckpt_scan_t *s,
-               char *err, size_t errlen);
-int ck_scan_dcp(const char *dir, const ckpt_scan_options_t *o, ckpt_scan_t *s,
-                char *err, size_t errlen);
-
-/* After sorting: say in latest_problem when the layout's pointer names a
- * step that is missing or not complete. */
-void ck_peer_latest_verdict(ckpt_scan_t *s);
+/* ---- the other layouts (layout_peers.c) --------------------------------------- */
 
 /* Pointer files of the peers, exposed for the fuzz targets:
  * Megatron's latest_checkpointed_iteration.txt ("N" or "release": *step 0,
@@ -324,15 +385,5 @@ int ck_hf_index(const char *buf, size_t len, char ***names, size_t *n,
                 char *why, size_t whylen);
 void ck_free_names(char **names, size_t n);
 int ck_megatron_metadata(const char *buf, size_t len, char *backend, size_t n);
-
-/* ---- scan helpers (scan.c) ------------------------------------------------------ */
-
-/* Append a step (zeroed, step -1) to s. RET it or NULL (ENOMEM). */
-ckpt_step_t *ck_scan_add(ckpt_scan_t *s);
-/* Sort newest first (unknown steps last, then by name), set latest/resume
- * from is_latest/state. */
-void ck_scan_sort(ckpt_scan_t *s);
-/* Trailing decimal number of a name ("iter_0000100" -> 100), or -1. */
-int64_t ck_trailing_number(const char *name);
 
 #endif /* CK_INT_H */

@@ -17,7 +17,7 @@ struct ckpt_s {
   char *dir;
   char *job;
   int rank, world, local_rank, keep, replicated, commit_timeout_ms;
-  int64_t gen;
+  int64_t round;
   rdzv_client_t *client;
   ck_log_t log;
   /* The background save: one at a time. */
@@ -78,7 +78,7 @@ int ckpt_open(const ckpt_options_t *opt, ckpt_t **out) {
   c->rank = o.rank;
   c->world = o.world_size;
   c->local_rank = o.local_rank;
-  c->gen = o.generation;
+  c->round = o.round;
   /* the options first, then the contract (unset: rank 0 of 1, round 0) */
   if (c->rank < 0)
     c->rank = env.rank >= 0 ? env.rank : 0;
@@ -86,15 +86,15 @@ int ckpt_open(const ckpt_options_t *opt, ckpt_t **out) {
     c->world = env.world_size >= 0 ? env.world_size : 1;
   if (c->local_rank < 0)
     c->local_rank = env.local_rank >= 0 ? env.local_rank : 0;
-  if (c->gen < 0)
-    c->gen = env.round >= 0 ? env.round : 0;
+  if (c->round < 0)
+    c->round = env.round >= 0 ? env.round : 0;
   c->keep = o.keep;
   if (c->keep == 0)
     c->keep = env.ckpt_keep >= 0 ? env.ckpt_keep : 3;
   if (rc != 0)
     ck_log(&c->log, 0, "%s", bad);
   if (rc != 0 || c->world < 1 || c->world > CK_MAX_WORLD || c->rank < 0 ||
-      c->rank >= c->world || c->gen < 0) {
+      c->rank >= c->world || c->round < 0) {
     ck_log(&c->log, 0, "rank %d of world size %d (from the options or RANK, "
            "WORLD_SIZE, LAUNCH_ROUND) is not valid", c->rank, c->world);
     free(c);
@@ -135,14 +135,14 @@ static int ck_commit_store(ckpt_t *c, int64_t step, const ck_record_t *rec) {
   void *val = NULL;
   size_t len;
   ck_record_t *recs;
-  int rc = ck_store_commit(c->client, c->gen, step, rec, &count,
+  int rc = ck_store_commit(c->client, c->round, step, rec, &count,
                            CK_STORE_TIMEOUT_MS);
   if (rc != 0) {
     ck_log(&c->log, 0, "step %lld: committing rank %d through the store: %s",
            (long long)step, c->rank, rdzv_strerror(rc));
     return rc;
   }
-  ck_store_key(key, sizeof(key), c->gen, step, "all");
+  ck_store_key(key, sizeof(key), c->round, step, "all");
   /* The rank that completes the count tells the finalisers. */
   if (count >= c->world &&
       (rc = rdzv_set(c->client, key, "1", 1, CK_STORE_TIMEOUT_MS)) != 0) {
@@ -162,10 +162,10 @@ static int ck_commit_store(ckpt_t *c, int64_t step, const ck_record_t *rec) {
   }
   if ((recs = calloc((size_t)c->world, sizeof(*recs))) == NULL)
     return RDZV_ENOMEM;
-  rc = ck_store_records(c->client, c->gen, step, c->world, recs,
+  rc = ck_store_records(c->client, c->round, step, c->world, recs,
                         CK_STORE_TIMEOUT_MS, err, sizeof(err));
   if (rc == 0) {
-    ck_final_t f = {c->dir, c->job, step, c->gen, c->world, c->keep, recs};
+    ck_final_t f = {c->dir, c->job, step, c->round, c->world, c->keep, recs};
     rc = ck_finalise(&f, &c->log, err, sizeof(err));
   }
   if (rc != 0)
@@ -178,6 +178,7 @@ static int ck_do_save(ckpt_t *c, int64_t step, const struct iovec *iov,
                       int iovcnt) {
   char sdir[4096], err[CKPT_PROBLEM_MAX];
   ck_record_t rec;
+  uint64_t t0;
   int rc;
   if (snprintf(sdir, sizeof(sdir), "%s/step-%lld", c->dir, (long long)step) >=
       (int)sizeof(sdir))
@@ -189,6 +190,7 @@ static int ck_do_save(ckpt_t *c, int64_t step, const struct iovec *iov,
   memset(&rec, 0, sizeof(rec));
   rec.rank = c->rank;
   ck_shard_name(c->rank, rec.file, sizeof(rec.file));
+  t0 = lu_now_ns();
   if ((rc = ck_write_shard(sdir, rec.file, iov, iovcnt, &rec.size, rec.sha)) !=
       0) {
     ck_log(&c->log, 0, "writing %s/%s: %s", sdir, rec.file,
@@ -196,12 +198,14 @@ static int ck_do_save(ckpt_t *c, int64_t step, const struct iovec *iov,
     return rc;
   }
   rec.time = lu_wall_s();
+  /* At least a millisecond: 0 says "unknown". */
+  rec.write_s = LU_MAX(1e-3, (double)(lu_now_ns() - t0) / 1e9);
   rec.world_size = c->world;
   rec.replicated = c->replicated;
   if (c->client)
     return ck_commit_store(c, step, &rec);
   if (c->world == 1) {
-    ck_final_t f = {c->dir, c->job, step, c->gen, 1, c->keep, &rec};
+    ck_final_t f = {c->dir, c->job, step, c->round, 1, c->keep, &rec};
     if ((rc = ck_finalise(&f, &c->log, err, sizeof(err))) != 0)
       ck_log(&c->log, 0, "%s", err);
     return rc;

@@ -54,6 +54,8 @@ int ck_record_encode(const ck_record_t *r, char **out, size_t *len) {
   if (r->world_size > 0)
     lu_json_int(&j, "world_size", r->world_size);
   lu_json_bool(&j, "replicated", r->replicated);
+  if (r->write_s > 0)
+    lu_json_int(&j, "write_ms", (long long)ck_ms(r->write_s));
   lu_json_end_obj(&j);
   return lu_buf_finish(&b, out, len);
 }
@@ -172,6 +174,13 @@ int ck_record_decode(const char *buf, size_t len, int rank_hint,
     goto out;
   if (ck_opt_time(root, &r->time, why, whylen) != 0)
     goto out;
+  if ((v = cj_get(root, "write_ms")) != NULL) {
+    if (cj_int(v, 0, INT64_MAX, &x) != 0) {
+      lu_errf(why, whylen, "\"write_ms\" is not a non-negative integer");
+      goto out;
+    }
+    r->write_s = (double)x / 1000.0;
+  }
   if ((v = cj_get(root, "world_size")) != NULL) {
     if (cj_int(v, 1, CK_MAX_WORLD, &x) != 0) {
       lu_errf(why, whylen, "\"world_size\" is not an integer in 1..%d",
@@ -199,7 +208,7 @@ int ck_manifest_encode(const ck_manifest_t *m, char **out, size_t *len) {
   lu_json_int(&j, "version", CK_VERSION);
   lu_json_str(&j, "job", m->job);
   lu_json_int(&j, "step", (long long)m->step);
-  lu_json_int(&j, "generation", (long long)m->generation);
+  lu_json_int(&j, "generation", (long long)m->round);
   lu_json_int(&j, "world_size", m->world_size);
   lu_json_bool(&j, "replicated", m->replicated);
   lu_json_str(&j, "time", iso);
@@ -212,6 +221,8 @@ int ck_manifest_encode(const ck_manifest_t *m, char **out, size_t *len) {
     lu_json_str(&j, "file", s->file);
     lu_json_int(&j, "size", (long long)s->size);
     lu_json_str(&j, "sha256", s->sha);
+    if (s->write_s > 0)
+      lu_json_int(&j, "write_ms", (long long)ck_ms(s->write_s));
     lu_json_end_obj(&j);
   }
   lu_json_end_arr(&j);
@@ -267,7 +278,7 @@ int ck_manifest_decode(const char *buf, size_t len, ck_manifest_t *m,
     memcpy(m->job, v->s, v->slen + 1);
   }
   if ((v = cj_get(root, "generation")) != NULL &&
-      cj_int(v, 0, INT64_MAX, &m->generation) != 0) {
+      cj_int(v, 0, INT64_MAX, &m->round) != 0) {
     lu_errf(why, whylen, "\"generation\" is not a non-negative integer");
     goto out;
   }

@@ -47,6 +47,8 @@ const char *doc_status_name(doc_status_t s) {
 typedef struct ctx_s {
   doc_report_t *r;
   const char *root; /* "" for / */
+  const aff_facts_t *facts; /* GPUs, PCIe links, HCAs and ports, netdevs
+                               under root, read once (affinity/) */
   int oom;
 } ctx_t;
 
@@ -297,59 +299,20 @@ typedef struct gpu_s {
   double gts, gts_max;
 } gpu_t;
 
-static void pci_link(ctx_t *c, const char *devdir, int *w, int *wm, double *g,
-                     double *gm) {
-  char path[768], buf[64];
-  *w = *wm = 0;
-  *g = *gm = 0;
-  snprintf(path, sizeof(path), "%s/current_link_width", devdir);
-  if (rd(c, path, buf, sizeof(buf)) > 0)
-    *w = atoi(buf);
-  snprintf(path, sizeof(path), "%s/max_link_width", devdir);
-  if (rd(c, path, buf, sizeof(buf)) > 0)
-    *wm = atoi(buf);
-  snprintf(path, sizeof(path), "%s/current_link_speed", devdir);
-  if (rd(c, path, buf, sizeof(buf)) > 0)
-    *g = strtod(buf, NULL);
-  snprintf(path, sizeof(path), "%s/max_link_speed", devdir);
-  if (rd(c, path, buf, sizeof(buf)) > 0)
-    *gm = strtod(buf, NULL);
-}
-
+/* The node's GPUs, as affinity/ read them. */
 static int scan_gpus(ctx_t *c, gpu_t *g, int max) {
-  char (*devs)[64] = calloc(1024, sizeof(*devs));
-  int n, ng = 0;
-  if (devs == NULL) {
-    c->oom = 1;
-    return 0;
-  }
-  n = list_dir(c, "/sys/bus/pci/devices", devs, 1024);
-  for (int i = 0; i < n && ng < max; i++) {
-    char path[640], buf[64], dir[512];
-    unsigned long cls;
-    snprintf(dir, sizeof(dir), "/sys/bus/pci/devices/%s", devs[i]);
-    snprintf(path, sizeof(path), "%s/vendor", dir);
-    if (rd(c, path, buf, sizeof(buf)) <= 0 || strtoul(buf, NULL, 16) != 0x10de)
-      continue;
-    snprintf(path, sizeof(path), "%s/class", dir);
-    if (rd(c, path, buf, sizeof(buf)) <= 0)
-      continue;
-    cls = strtoul(buf, NULL, 16) >> 8;
-    if (cls != 0x0300 && cls != 0x0302)
-      continue;
+  int ng = 0;
+  for (int i = 0; i < c->facts->ngpus && ng < max; i++, ng++) {
+    const aff_facts_gpu_t *f = &c->facts->gpus[i];
     memset(&g[ng], 0, sizeof(g[ng]));
-    lu_strlcpy(g[ng].busid, devs[i], sizeof(g[ng].busid));
-    snprintf(path, sizeof(path), "%s/device", dir);
-    if (rd(c, path, buf, sizeof(buf)) > 0)
-      g[ng].device = (unsigned)strtoul(buf, NULL, 16);
-    g[ng].numa = -1;
-    snprintf(path, sizeof(path), "%s/numa_node", dir);
-    if (rd(c, path, buf, sizeof(buf)) > 0)
-      g[ng].numa = atoi(buf);
-    pci_link(c, dir, &g[ng].width, &g[ng].width_max, &g[ng].gts, &g[ng].gts_max);
-    ng++;
+    lu_strlcpy(g[ng].busid, f->busid, sizeof(g[ng].busid));
+    g[ng].device = f->device;
+    g[ng].numa = f->numa;
+    g[ng].width = f->link.width;
+    g[ng].width_max = f->link.width_max;
+    g[ng].gts = f->link.gts;
+    g[ng].gts_max = f->link.gts_max;
   }
-  free(devs);
   return ng;
 }
 
@@ -554,36 +517,22 @@ static const char *port_state_text(int s) {
 }
 
 static int check_ib(ctx_t *c, hca_t *hcas, int max) {
-  char names[64][64], ports[16][64];
-  int n = list_dir(c, "/sys/class/infiniband", names, 64), nh = 0, best_rate = 0;
+  const aff_facts_t *fa = c->facts;
+  int nh = 0, best_rate = 0;
   doc_item_t *it;
   /* the fastest port sets what "slow" means */
   for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < n; i++) {
-      char dir[256], path[640], buf[128];
-      int np;
-      snprintf(dir, sizeof(dir), "/sys/class/infiniband/%.64s", names[i]);
-      snprintf(path, sizeof(path), "%s/ports", dir);
-      np = list_dir(c, path, ports, 16);
+    for (int i = 0; i < fa->nhcas; i++) {
+      const aff_facts_hca_t *fh = &fa->hcas[i];
       if (pass == 1 && nh < max) {
         memset(&hcas[nh], 0, sizeof(hcas[nh]));
-        lu_strlcpy(hcas[nh].name, names[i], sizeof(hcas[nh].name));
-        hcas[nh].numa = -1;
-        snprintf(path, sizeof(path), "%s/device/numa_node", dir);
-        if (rd(c, path, buf, sizeof(buf)) > 0)
-          hcas[nh].numa = atoi(buf);
+        lu_strlcpy(hcas[nh].name, fh->name, sizeof(hcas[nh].name));
+        hcas[nh].numa = fh->numa;
       }
-      for (int p = 0; p < np; p++) {
-        char state[64] = "", rate[64] = "", ll[32] = "", id[160], title[160];
-        int st, r;
-        snprintf(path, sizeof(path), "%s/ports/%s/state", dir, ports[p]);
-        rd(c, path, state, sizeof(state));
-        snprintf(path, sizeof(path), "%s/ports/%s/rate", dir, ports[p]);
-        rd(c, path, rate, sizeof(rate));
-        snprintf(path, sizeof(path), "%s/ports/%s/link_layer", dir, ports[p]);
-        rd(c, path, ll, sizeof(ll));
-        st = state[0] ? atoi(state) : -1;
-        r = atoi(rate);
+      for (int p = 0; p < fh->nports; p++) {
+        const aff_ib_port_t *pt = &fh->ports[p];
+        char id[160], title[160];
+        int st = pt->state, r = atoi(pt->rate);
         if (pass == 0) {
           if (st == 4 && r > best_rate)
             best_rate = r;
@@ -591,19 +540,20 @@ static int check_ib(ctx_t *c, hca_t *hcas, int max) {
         }
         if (nh < max && st == 4)
           hcas[nh].active = 1;
-        snprintf(id, sizeof(id), "ib.%.64s.%.64s", names[i], ports[p]);
-        snprintf(title, sizeof(title), "IB %.64s port %.64s", names[i], ports[p]);
+        snprintf(id, sizeof(id), "ib.%.64s.%d", fh->name, p + 1);
+        snprintf(title, sizeof(title), "IB %.64s port %d", fh->name, p + 1);
         if (!(it = item(c, id, title, st == 4 ? DOC_PASS : DOC_FAIL, 0)))
           return nh;
-        VALUE(it, "%s, %s, %s", port_state_text(st), rate[0] ? rate : "rate unknown",
-              ll[0] ? ll : "link layer unknown");
+        VALUE(it, "%s, %s, %s", port_state_text(st),
+              pt->rate[0] ? pt->rate : "rate unknown",
+              pt->link_layer[0] ? pt->link_layer : "link layer unknown");
         if (st != 4) {
           REASON(it, "the port is %s: NCCL uses Active ports only",
                  port_state_text(st));
           FIX(it, "check the cable and the switch port LED, that a subnet "
                   "manager runs (sminfo; opensm or the switch's SM), then "
                   "ibstat %s",
-              names[i]);
+              fh->name);
         } else if (best_rate > 0 && r > 0 && r < best_rate) {
           it->status = DOC_WARN;
           REASON(it, "%d Gb/s while other ports run %d Gb/s: a half-speed "
@@ -614,16 +564,13 @@ static int check_ib(ctx_t *c, hca_t *hcas, int max) {
         }
         /* the HCA's own PCIe link */
         if (p == 0) {
-          int w, wm;
-          double g, gm;
-          snprintf(path, sizeof(path), "%s/device", dir);
-          pci_link(c, path, &w, &wm, &g, &gm);
+          int w = fh->link.width, wm = fh->link.width_max;
           if (w > 0 && wm > 0 && w < wm) {
-            char pid[128], pt[96];
+            char pid[128], ptt[96];
             doc_item_t *pi;
-            snprintf(pid, sizeof(pid), "ib.%.64s.pcie", names[i]);
-            snprintf(pt, sizeof(pt), "IB %.64s PCIe", names[i]);
-            if ((pi = item(c, pid, pt, DOC_WARN, 0))) {
+            snprintf(pid, sizeof(pid), "ib.%.64s.pcie", fh->name);
+            snprintf(ptt, sizeof(ptt), "IB %.64s PCIe", fh->name);
+            if ((pi = item(c, pid, ptt, DOC_WARN, 0))) {
               VALUE(pi, "x%d of x%d", w, wm);
               REASON(pi, "the HCA runs at PCIe x%d but supports x%d: %d%% of the "
                          "bandwidth",
@@ -817,11 +764,11 @@ static void check_nccl_env(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *s
   env_node_t *node = NULL;
   env_finding_t *f = NULL;
   env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
+  env_contract_t kc;
   char err[512];
   int nf = 0;
   doc_item_t *it;
-  const char *launch[3] = {NULL, NULL, NULL};
-  char hcas[256] = "", first[96] = "", buf1[320], buf2[320];
+  char hcas[256] = "", first[96] = "";
   (void)h;
   if (o->nccl_profile && prof_load(o->nccl_profile, &p, err, sizeof(err)) != 0) {
     if ((it = item(c, "nccl.profile", "NCCL profile", DOC_FAIL, 1))) {
@@ -837,21 +784,22 @@ static void check_nccl_env(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *s
     if (h[k].active)
       snprintf(hcas + strlen(hcas), sizeof(hcas) - strlen(hcas), "%s%.64s",
                hcas[0] ? "," : "", h[k].name);
+  /* The worker contract's binding rows that a node-wide check can fill,
+   * through the agent's builder (env_build_rank). */
+  env_contract_init(&kc);
   if (hcas[0]) {
-    snprintf(buf1, sizeof(buf1), "LAUNCH_HCAS=%s", hcas);
     snprintf(first, sizeof(first), "%.*s", (int)strcspn(hcas, ","), hcas);
-    snprintf(buf2, sizeof(buf2), "LAUNCH_HCA=%s", first);
-    launch[0] = buf1;
-    launch[1] = buf2;
+    kc.hcas = hcas;
+    kc.hca = first;
   }
   ro.base = o->environ;
-  ro.launch = launch;
+  ro.contract = &kc;
   ro.profile = p;
   if (env_build_rank(&ro, &e) != 0 || (node = malloc(sizeof(*node))) == NULL) {
     c->oom = 1;
     goto out;
   }
-  env_node_probe(node, c->root[0] ? c->root : NULL);
+  env_node_from_facts(node, c->facts);
   node->nccl_version = si->nccl;
   if (env_lint(e, node, &f, &nf) != 0) {
     c->oom = 1;
@@ -919,6 +867,7 @@ int doc_collect(const doc_opts_t *opts, doc_report_t **out) {
   ctx_t c;
   aff_sysinfo_t si;
   gpu_t *gpus;
+  aff_facts_t *facts = NULL;
   hca_t hcas[64];
   int ng = 0, nh;
   if (opts)
@@ -928,10 +877,14 @@ int doc_collect(const doc_opts_t *opts, doc_report_t **out) {
   c.root = o.root && strcmp(o.root, "/") != 0 ? o.root : "";
   if ((c.r = calloc(1, sizeof(*c.r))) == NULL)
     return RDZV_ENOMEM;
-  if ((gpus = calloc(64, sizeof(*gpus))) == NULL) {
+  if ((gpus = calloc(64, sizeof(*gpus))) == NULL ||
+      (facts = malloc(sizeof(*facts))) == NULL) {
+    free(gpus);
     free(c.r);
     return RDZV_ENOMEM;
   }
+  aff_facts_probe(facts, c.root[0] ? c.root : NULL);
+  c.facts = facts;
   memset(&si, 0, sizeof(si));
   si.ngpus = -1;
   si.persistence = -1;
@@ -964,6 +917,7 @@ int doc_collect(const doc_opts_t *opts, doc_report_t **out) {
   check_rdzv(&c, &o);
   check_nccl_env(&c, &o, &si, hcas, nh);
   free(gpus);
+  free(facts);
   if (c.oom) {
     doc_free(c.r);
     return RDZV_ENOMEM;

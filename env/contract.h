@@ -19,7 +19,16 @@
  *           an inherited value is removed when the field is unset: a value
  *           of this round only)
  * BY        who sets it: torchrun (torchrun's contract, same name and
- *           meaning), launch (launch's own), ckpt (--ckpt-dir)
+ *           meaning), launch (launch's own), ckpt (--ckpt-dir), binding
+ *           (the rank's binding: affinity/ plans it, aff_binding_t holds
+ *           the values; unset when nothing is bound), profile (the NCCL
+ *           profile's name)
+ *
+ * The NCCL profile's own variables are not rows: a profile is itself a
+ * table (prof_t, env/profiles/NAME.env, `launch env --show-profile`) applied
+ * after these rows, its templates seeing them (${LAUNCH_HCA}); the lock
+ * (env_locked_key) comes last. env/nccl_vars.def lists what NCCL reads,
+ * for the lint.
  *
  * One rule when reading: an unset or empty variable is unset (then its
  * fallback is read); a value that does not parse is an error naming the
@@ -61,4 +70,12 @@
   X(LAUNCH_CKPT_DIR, STR, ckpt_dir, NULL, SET, ckpt)                           \
   X(LAUNCH_CKPT_KEEP, INT, ckpt_keep, NULL, SET, ckpt)                         \
   X(LAUNCH_RESUME_STEP, I64, resume_step, NULL, OWN, ckpt)                     \
-  X(LAUNCH_CKPT_VERIFIED, I64, ckpt_verified, NULL, OWN, ckpt)
+  X(LAUNCH_CKPT_VERIFIED, I64, ckpt_verified, NULL, OWN, ckpt)               \
+  X(LAUNCH_CPUS, STR, cpus, NULL, SET, binding)                                \
+  X(LAUNCH_NUMA_NODE, STR, numa_node, NULL, SET, binding)                      \
+  X(LAUNCH_GPU_BUSID, STR, gpu_busid, NULL, SET, binding)                      \
+  X(LAUNCH_HCA, STR, hca, NULL, SET, binding)                                  \
+  X(LAUNCH_HCA_PORT, STR, hca_port, NULL, SET, binding)                        \
+  X(LAUNCH_NETDEV, STR, netdev, NULL, SET, binding)                            \
+  X(LAUNCH_HCAS, STR, hcas, NULL, SET, binding)                                \
+  X(LAUNCH_NCCL_PROFILE, STR, nccl_profile, NULL, SET, profile)

@@ -166,8 +166,9 @@ const char *env_locked_value(int i);
  *
  *   base      the agent's environment, inherited
  *   launch    extra "KEY=VALUE" of the caller
- *   contract  torchrun's variables and launch's own (env_contract_t)
- *   binding   aff_binding_envv(): LAUNCH_CPUS, LAUNCH_HCA, ...
+ *   contract  the rows of env/contract.h (env_contract_t): torchrun's
+ *             variables, launch's own, the binding's (LAUNCH_CPUS,
+ *             LAUNCH_HCA, ...) and the profile's name
  *   profile   the NCCL profile (its templates see everything above)
  *   lock      NVLink multicast off
  *
@@ -186,8 +187,8 @@ typedef struct env_rank_opts_s {
   unsigned version;         /* 1 */
   char *const *base;        /* inherited environment (NULL = none) */
   const char *const *launch;  /* more "KEY=VALUE" set by the caller */
-  const char *const *binding; /* aff_binding_envv() of the rank (or NULL) */
-  const prof_t *profile;    /* NULL = none */
+  const prof_t *profile;    /* NULL = none; LAUNCH_NCCL_PROFILE is its name
+                               unless the contract gives one */
   int allow_override;       /* --allow-env-override */
   lu_log_t *log;            /* changes and warnings; NULL = quiet (the agent
                                logs rank 0 of the first round only) */
@@ -195,7 +196,7 @@ typedef struct env_rank_opts_s {
 } env_rank_opts_t;
 
 #define ENV_RANK_OPTS_INIT                                                     \
-  { sizeof(env_rank_opts_t), 1, NULL, NULL, NULL, NULL, 0, NULL, NULL }
+  { sizeof(env_rank_opts_t), 1, NULL, NULL, NULL, 0, NULL, NULL }
 
 /* OUT *out: free with env_free(). RET 0, RDZV_EINVAL (a bad name in
  * launch), RDZV_ENOMEM. */
@@ -225,9 +226,13 @@ typedef struct env_node_s {
                             findings are warnings */
 } env_node_t;
 
-/* Network interfaces (/sys/class/net) and RDMA devices with their ports
- * (/sys/class/infiniband) under root (NULL = "/"). has_nvlink = -1,
- * nccl_version = 0: the caller fills them. RET 0. */
+/* The names the lint checks against, from the node's facts that affinity/
+ * read (aff_facts_t, aff.h): network interfaces, RDMA devices and their
+ * ports. has_nvlink = -1, nccl_version = 0: the caller fills them. */
+struct aff_facts_s;
+void env_node_from_facts(env_node_t *n, const struct aff_facts_s *f);
+/* The same from sysfs under root (NULL = "/"), read now (aff_facts_probe).
+ * RET 0, RDZV_ENOMEM. */
 int env_node_probe(env_node_t *n, const char *root);
 
 /* ---- lint ------------------------------------------------------------------------- */

@@ -1,57 +1,40 @@
 /* node.c - what the lint checks names against: this node's network
- * interfaces and RDMA devices, read from sysfs under a root prefix. */
-#include <dirent.h>
-#include <stdio.h>
+ * interfaces and RDMA devices, from the facts affinity/ read (aff_facts_t). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "aff.h"
 #include "env.h"
 
-static int cmp_name(const void *a, const void *b) {
-  return strcmp((const char *)a, (const char *)b);
+void env_node_from_facts(env_node_t *n, const aff_facts_t *f) {
+  memset(n, 0, sizeof(*n));
+  n->has_nvlink = -1;
+  n->probed = f->probed;
+  for (int i = 0; i < f->nnetdevs && n->nnetdevs < ENV_NODE_MAX; i++)
+    lu_strlcpy(n->netdevs[n->nnetdevs++], f->netdevs[i], sizeof(n->netdevs[0]));
+  for (int i = 0; i < f->nhcas && n->nhcas < ENV_NODE_MAX; i++) {
+    const aff_facts_hca_t *fh = &f->hcas[i];
+    env_hca_t *h = &n->hcas[n->nhcas++];
+    lu_strlcpy(h->name, fh->name, sizeof(h->name));
+    /* the ports up to the first without a state, as the lint counts them */
+    for (int p = 0; p < fh->nports && fh->ports[p].state >= 0; p++) {
+      h->nports = p + 1;
+      h->state[p] = fh->ports[p].state;
+      lu_strlcpy(h->link_layer[p], fh->ports[p].link_layer,
+                 sizeof(h->link_layer[0]));
+    }
+  }
 }
 
 int env_node_probe(env_node_t *n, const char *root) {
-  char dir[256];
-  DIR *d;
-  struct dirent *e;
-  memset(n, 0, sizeof(*n));
-  n->has_nvlink = -1;
-  if (root == NULL || strcmp(root, "/") == 0)
-    root = "";
-  snprintf(dir, sizeof(dir), "%s/sys/class/net", root);
-  if ((d = opendir(dir)) != NULL) {
-    n->probed = 1;
-    while ((e = readdir(d)) != NULL && n->nnetdevs < ENV_NODE_MAX)
-      if (e->d_name[0] != '.')
-        lu_strlcpy(n->netdevs[n->nnetdevs++], e->d_name, sizeof(n->netdevs[0]));
-    closedir(d);
-    qsort(n->netdevs, (size_t)n->nnetdevs, sizeof(n->netdevs[0]), cmp_name);
+  aff_facts_t *f = malloc(sizeof(*f));
+  if (f == NULL) {
+    memset(n, 0, sizeof(*n));
+    n->has_nvlink = -1;
+    return RDZV_ENOMEM;
   }
-  snprintf(dir, sizeof(dir), "%s/sys/class/infiniband", root);
-  if ((d = opendir(dir)) != NULL) {
-    while ((e = readdir(d)) != NULL && n->nhcas < ENV_NODE_MAX) {
-      env_hca_t *h;
-      if (e->d_name[0] == '.')
-        continue;
-      h = &n->hcas[n->nhcas++];
-      memset(h, 0, sizeof(*h));
-      lu_strlcpy(h->name, e->d_name, sizeof(h->name));
-      for (int p = 1; p <= 8; p++) {
-        char path[1024], buf[64];
-        snprintf(path, sizeof(path), "%s/%s/ports/%d/state", dir, e->d_name, p);
-        if (lu_read_line(NULL, path, buf, sizeof(buf)) < 0)
-          break;
-        h->nports = p;
-        h->state[p - 1] = atoi(buf);
-        snprintf(path, sizeof(path), "%s/%s/ports/%d/link_layer", dir, e->d_name,
-                 p);
-        if (lu_read_line(NULL, path, buf, sizeof(buf)) > 0)
-          lu_strlcpy(h->link_layer[p - 1], buf, sizeof(h->link_layer[0]));
-      }
-    }
-    closedir(d);
-    qsort(n->hcas, (size_t)n->nhcas, sizeof(n->hcas[0]), cmp_name);
-  }
+  aff_facts_probe(f, root);
+  env_node_from_facts(n, f);
+  free(f);
   return 0;
 }

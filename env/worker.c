@@ -59,21 +59,29 @@ static int set_contract(env_t *e, const env_contract_t *k, lu_log_t *log) {
 
 int env_build_rank(const env_rank_opts_t *opts, env_t **out) {
   env_rank_opts_t o = ENV_RANK_OPTS_INIT;
+  env_contract_t k;
   env_t *e;
   int rc;
   if (opts)
     memcpy(&o, opts, LU_MIN(sizeof(o), opts->size ? opts->size : sizeof(o)));
   *out = NULL;
+  /* The profile's name is a row of the contract too. */
+  if (o.contract)
+    k = *o.contract;
+  else
+    env_contract_init(&k);
+  if (o.profile && k.nccl_profile == NULL)
+    k.nccl_profile = prof_name(o.profile);
   if ((rc = env_new(&e)) != 0)
     return rc;
   if ((rc = env_import(e, o.base, ENV_SRC_INHERITED)) == 0 &&
       (rc = env_import(e, (char *const *)o.launch, ENV_SRC_LAUNCH)) == 0 &&
-      (!o.contract || (rc = set_contract(e, o.contract, o.log)) == 0) &&
-      (rc = env_import(e, (char *const *)o.binding, ENV_SRC_LAUNCH)) == 0 &&
+      (!o.contract || (rc = set_contract(e, &k, o.log)) == 0) &&
       (!o.profile ||
        (rc = env_apply_profile(e, o.profile, o.allow_override, o.log)) >= 0) &&
-      (!o.profile || (rc = env_set(e, "LAUNCH_NCCL_PROFILE", prof_name(o.profile),
-                                   ENV_SRC_LAUNCH, "launcher")) == 0))
+      (o.contract || !o.profile ||
+       (rc = env_set(e, "LAUNCH_NCCL_PROFILE", k.nccl_profile, ENV_SRC_LAUNCH,
+                     "launcher")) == 0))
     rc = env_lock(e, o.log);
   if (rc < 0) {
     env_free(e);

@@ -30,7 +30,7 @@
 #include "lu.h"
 #include "rt.h"
 #include "tb.h"
-#ifdef RT_HAVE_CUDA
+#ifdef GPT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
@@ -657,7 +657,7 @@ static int setup_model(run_t *r) {
   r->ops = &gpt_cpu_ops;
   r->dtype = o->dtype < 0 ? GPT_FP32 : o->dtype;
   if (rt_device(r->rt) >= 0) {
-#ifdef RT_HAVE_CUDA
+#ifdef GPT_HAVE_CUDA
     int cc = rt_device_cc(r->rt);
     r->ops = &gpt_cuda_ops;
     r->dtype = o->dtype >= 0 ? o->dtype : cc >= 80 ? GPT_BF16 : GPT_FP16;
@@ -769,7 +769,7 @@ static void run_free(run_t *r) {
   ck_pre_free(r->pre);
   ckpt_close(r->ck); /* waits for the save in flight */
   rdzv_close(r->ck_store);
-#ifdef RT_HAVE_CUDA
+#ifdef GPT_HAVE_CUDA
   if (r->ck_pinned > 0)
     cudaHostUnregister(r->ck_buf);
 #endif
@@ -976,7 +976,7 @@ static int ckpt_step(run_t *r) {
               ckpt_strerror(rc));
     return EXIT_FAIL;
   }
-#ifdef RT_HAVE_CUDA
+#ifdef GPT_HAVE_CUDA
   /* Page-locked at the first save, not at start-up (a resume's time): the
    * copy out of device memory is then the save's only stall. On this
    * thread, between steps: never beside a stream capture. */
@@ -1300,7 +1300,7 @@ int main(int argc, char **argv) {
       usage(stdout);
     return rc > 0 ? EXIT_OK : EXIT_USAGE;
   }
-#ifndef RT_HAVE_CUDA
+#ifndef GPT_HAVE_CUDA
   if (r.o.device == RT_DEVICE_CUDA) {
     fail_line("--device cuda: this train_gpt was built without CUDA "
               "(docs/runtime.md says how to build with it)");

@@ -3,7 +3,7 @@
  * latest_checkpointed_iteration.txt and metadata.json, DeepSpeed's
  * `latest`, the Hugging Face Trainer's trainer_state.json and
  * *.index.json, and DCP's __R.metadata file names (checkpoint/record.c,
- * checkpoint/peers.c). Each input goes
+ * checkpoint/layout_peers.c). Each input goes
  * through every reader: any bytes give a clean error or a value that is
  * safe to use (a non-negative step, a tag or shard name that stays inside
  * the checkpoint directory). Seeds: fuzz/corpus/ckpt_pointers/. */

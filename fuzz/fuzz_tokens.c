@@ -1,5 +1,5 @@
 /* fuzz_tokens.c - libFuzzer target for train_gpt's data files
- * (gpt_data_parse, runtime/gpt_data.h): an llm.c token file's header and
+ * (gpt_data_parse, model/gpt_data.h): an llm.c token file's header and
  * size, or text. Invariants: a file that parses as tokens holds exactly
  * its header's count of ids after the 1024-byte header; text is one token
  * per byte; a refusal always says why; an empty file is refused. */

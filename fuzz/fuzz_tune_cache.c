@@ -1,5 +1,5 @@
 /* fuzz_tune_cache.c - libFuzzer target for the persistent cuBLASLt tuning
- * cache (runtime/tune_cache.c, tc_parse): a file in the user's cache
+ * cache (model/tune_cache.c, tc_parse): a file in the user's cache
  * directory that another version, another process or a full disk may have
  * left in any state. Any bytes give a table whose entries fit the format
  * (device key of allowed characters, keys >= 0), or -EINVAL with an empty
@@ -8,7 +8,7 @@
  * Seeds: fuzz/corpus/tune_cache/. */
 #include <errno.h>
 
-#include "../runtime/tune_cache.h"
+#include "../model/tune_cache.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

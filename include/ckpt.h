@@ -275,7 +275,10 @@ typedef struct ckpt_commit_options_s {
    * node-local storage). NULL: all world_size ranks. */
   const int *ranks;
   size_t nranks;
-  int64_t generation;    /* the restart generation (scopes the store keys) */
+  union {
+    int64_t round;       /* the round (LAUNCH_ROUND; scopes the store keys) */
+    int64_t generation;  /* its old name, kept for source compatibility */
+  };
   int keep;              /* finalised steps kept; 0: 3; -1: all */
   /* With a client, the records go through the store and every agent
    * finalises its own directory once all world_size ranks committed.
@@ -285,7 +288,7 @@ typedef struct ckpt_commit_options_s {
 } ckpt_commit_options_t;
 
 #define CKPT_COMMIT_OPTIONS_INIT                                               \
-  { sizeof(ckpt_commit_options_t), 1, NULL, NULL, 0, NULL, 0, 0, 0, NULL, 0 }
+  { sizeof(ckpt_commit_options_t), 1, NULL, NULL, 0, NULL, 0, {0}, 0, NULL, 0 }
 
 /* Look for steps without a manifest whose completion files
  * (step-N/rank-R.done, docs/checkpoints.md) are there for this agent's
@@ -315,8 +318,11 @@ typedef struct ckpt_options_s {
   int rank;              /* -1: $RANK (0 when unset) */
   int world_size;        /* -1: $WORLD_SIZE (1 when unset) */
   int local_rank;        /* -1: $LOCAL_RANK (0 when unset) */
-  int64_t generation;    /* -1: $LAUNCH_ROUND, $TORCHELASTIC_RESTART_COUNT,
+  union {
+    int64_t round;       /* -1: $LAUNCH_ROUND, $TORCHELASTIC_RESTART_COUNT,
                             0 */
+    int64_t generation;  /* its old name, kept for source compatibility */
+  };
   int keep;              /* finalised steps kept; 0: $LAUNCH_CKPT_KEEP or 3;
                             -1: all */
   int replicated;        /* every rank's state is the same (data parallel):
@@ -336,7 +342,7 @@ typedef struct ckpt_options_s {
 } ckpt_options_t;
 
 #define CKPT_OPTIONS_INIT                                                      \
-  { sizeof(ckpt_options_t), 1, NULL, NULL, -1, -1, -1, -1, 0, 0, NULL, 0,    \
+  { sizeof(ckpt_options_t), 1, NULL, NULL, -1, -1, -1, {-1}, 0, 0, NULL, 0,  \
     NULL, NULL }
 
 /* IN opt: copied. OUT *out: close with ckpt_close().

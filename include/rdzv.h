@@ -289,6 +289,14 @@ typedef struct rdzv_env_s {
   int ckpt_keep;
   int64_t resume_step;     /* LAUNCH_RESUME_STEP: the agreed step */
   int64_t ckpt_verified;   /* LAUNCH_CKPT_VERIFIED */
+  /* the binding (as written: "" when the node has none, LAUNCH_NUMA_NODE
+   * "-1" when unknown) and the NCCL profile's name */
+  const char *cpus;        /* LAUNCH_CPUS: a cpulist */
+  const char *numa_node;   /* LAUNCH_NUMA_NODE */
+  const char *gpu_busid;   /* LAUNCH_GPU_BUSID */
+  const char *hca, *hca_port, *netdev; /* the closest NIC */
+  const char *hcas;        /* LAUNCH_HCAS: every GPU-attached HCA */
+  const char *nccl_profile; /* LAUNCH_NCCL_PROFILE */
 } rdzv_env_t;
 
 /* Parse envp (NULL-terminated "NAME=VALUE" strings; NULL: the process's

@@ -160,6 +160,14 @@ int rt_progress_ex(rt_t *rt, int64_t step, const rdzv_scalars_t *s);
 /* A message for any code the runtime returns. */
 const char *rt_strerror(int err);
 
+/* A failed call of a GPU library, printed once to stderr with the rank and
+ * host launch gave this worker, e.g. rt_report_error("cuBLAS",
+ * "cublasLtMatmul(qkv)", "CUBLAS_STATUS_...", __FILE__, __LINE__). The
+ * model's backends hold no rt_t and call it too: model/gpt.h declares the
+ * same function, which the runtime implements. */
+void rt_report_error(const char *lib, const char *call, const char *what,
+                     const char *file, int line);
+
 #ifdef __cplusplus
 }
 #endif

@@ -146,6 +146,8 @@ typedef struct agent_s {
   int64_t steps_before;   /* the highest step seen before the restart */
   int64_t resume_step;    /* the step this round resumed from, -1 none */
   int64_t committed;      /* the newest committed step seen, -1 none */
+  int64_t ck_bytes;       /* its shards' bytes (manifest), -1 unknown */
+  double ck_write_s;      /* its slowest shard's write, 0 unknown */
   int ran_once;           /* workers were started before */
   int nrestarts;          /* rounds after the first (this agent saw) */
   double downtime_s;      /* failure -> workers running again, summed */
@@ -210,14 +212,42 @@ static void ev_failure_fields(lu_json_t *j, const sum_failure_t *f) {
     lu_json_str(j, "error", f->error_message);
 }
 
+/* The step's size and write time from its manifest (a small file; the
+ * commit watcher saw it complete): a->ck_bytes, a->ck_write_s, -1 and 0
+ * when it does not say (a layout without launch's manifest). */
+static void committed_stats(agent_t *a, int64_t step) {
+  char path[4200], *text = NULL;
+  size_t len;
+  uint64_t bytes;
+  double write_s;
+  a->ck_bytes = -1;
+  a->ck_write_s = 0;
+  if (snprintf(path, sizeof(path), "%s/step-%lld/manifest.json",
+               a->o->ckpt_dir, (long long)step) >= (int)sizeof(path) ||
+      lu_read_file(path, 16u << 20, &text, &len) != 0)
+    return;
+  if (ev_manifest_stats(text, len, &bytes, &write_s) == 0) {
+    a->ck_bytes = (int64_t)LU_MIN(bytes, (uint64_t)INT64_MAX);
+    a->ck_write_s = write_s;
+  }
+  free(text);
+}
+
 static void on_committed(void *arg, int64_t step) {
   agent_t *a = arg;
   lu_json_t *j = ev_begin(a->ev, EV_checkpoint_committed);
   a->committed = step;
+  committed_stats(a, step);
   if (j) {
     lu_json_int(j, "round", a->round);
     lu_json_int(j, "step", step);
     lu_json_str(j, "dir", a->o->ckpt_dir);
+    if (a->ck_bytes >= 0)
+      lu_json_int(j, "bytes", a->ck_bytes);
+    if (a->ck_write_s > 0) {
+      lu_json_num(j, "seconds", a->ck_write_s);
+      lu_json_num(j, "mb_per_s", (double)a->ck_bytes / 1e6 / a->ck_write_s);
+    }
     ev_end(a->ev);
   }
 }
@@ -336,6 +366,16 @@ static void render_metrics(agent_t *a) {
   if (a->committed >= 0) {
     JOB("launch_checkpoint_step", "gauge",
         "the newest committed checkpoint step (--ckpt-dir)", a->committed);
+  }
+  if (a->committed >= 0 && a->ck_bytes >= 0) {
+    JOB("launch_checkpoint_bytes", "gauge",
+        "bytes of the newest committed checkpoint step, all shards",
+        a->ck_bytes);
+  }
+  if (a->committed >= 0 && a->ck_write_s > 0) {
+    JOB("launch_checkpoint_write_seconds", "gauge",
+        "seconds the newest committed step took to write (its slowest "
+        "shard)", a->ck_write_s);
   }
 #undef JOB
   for (size_t k = 0; k < LU_ARRAY_SIZE(rf); k++) {
@@ -2446,6 +2486,14 @@ static int new_hang(agent_t *a) {
   return hang_new(a->loop, &hc, &hooks, &a->hang);
 }
 
+/* The hosted server's events (node_joined, node_left, node_refused of
+ * every node, limit_hit) into this agent's event log: the server runs on
+ * this loop (one thread), so the log is written by one thread. */
+static void on_srv_event(void *arg, const srv_event_t *ev) {
+  agent_t *a = arg;
+  ev_server_cb(a->ev, ev);
+}
+
 /* Create the server on ip:port and listen. RET 0; or an error with a->srv
  * NULL (it could not be made), or the listen error with a->srv still to
  * close (the caller says why). */
@@ -2453,6 +2501,13 @@ static int start_server(agent_t *a, const char *ip, int port) {
   cfg_t *o = a->o;
   srv_config_t cfg = SRV_CONFIG_INIT;
   int rc;
+  /* LAUNCH_SERVER_*'s debug knobs (config.c reads them for the agent) */
+  cfg.trace_us = o->srv.trace_us;
+  cfg.turn_us = o->srv.turn_us;
+  cfg.pass_us = o->srv.pass_us;
+  cfg.lock_plain = o->srv.lock_plain;
+  cfg.lock_spins = o->srv.lock_spins;
+  cfg.big_cache_mb = o->srv.big_cache_mb;
   cfg.host = ip;
   cfg.port = port;
   /* Connections may hold a quarter of --max-memory at 16 KiB each: the
@@ -2489,6 +2544,8 @@ static int start_server(agent_t *a, const char *ip, int port) {
   if (a->srv_log.level > LU_LOG_WARN && !a->srv_log.debug)
     a->srv_log.level = LU_LOG_WARN;
   cfg.log = &a->srv_log;
+  cfg.on_event = on_srv_event;
+  cfg.event_arg = a;
   a->srv_max_memory = cfg.max_memory;
   rc = srv_new(a->loop, &cfg, &a->srv);
   if (rc != 0) {
@@ -2735,6 +2792,7 @@ int agent_run(cfg_t *o) {
   if (o->torch_store == CFG_STORE_RANK0)
     a->my_master_port = free_port(o->local_addr);
   a->committed = -1;
+  a->ck_bytes = -1;
   a->steps_before = -1;
   a->score = calloc((size_t)o->nproc + 1, sizeof(double));
   a->slow_for = calloc((size_t)o->nproc + 1, sizeof(int));
@@ -2776,10 +2834,12 @@ int agent_run(cfg_t *o) {
       LU_ERR(&a->log, "cannot serve metrics on %s:%d: %s%s",
              o->metrics_addr[0] ? o->metrics_addr : "*", o->metrics_port,
              rdzv_strerror(rc), rc == RDZV_ENOTSUP
-                 ? " (this launch was built without libmicrohttpd)" : "");
+                 ? " (launch was built without libmicrohttpd, or libmicrohttpd12 is not installed)" : "");
       a->exit_code = LAUNCH_EXIT_USAGE;
       goto out;
     }
+    if (o->ckpt_dir[0])
+      met_set_ckpt_dir(a->met, o->ckpt_dir); /* none: no disk series */
     LU_INFO(&a->log, "metrics of job %s on http://%s:%d/metrics", o->run_id,
         o->metrics_addr[0] ? o->metrics_addr : o->host, met_port(a->met));
     if ((a->page = page_new()) == NULL) {

@@ -1,37 +1,15 @@
 /* cmd_ckpt.c - `launch ckpt ls|verify DIR`: the steps of a checkpoint
  * directory (launch's layout or another trainer's), whether each is
  * complete, and the step a restart would resume from. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt.h"
+#include "config.h"
 #include "launch.h"
 #include "lu_buf.h"
-
-static const char ckpt_help[] =
-    "usage: launch ckpt ls|verify DIR [options]\n"
-    "\n"
-    "Lists the checkpoint steps in DIR, newest first, says whether each one\n"
-    "is complete, names the first missing or damaged file of each one that\n"
-    "is not, and prints the step a restart would resume from.\n"
-    "\n"
-    "  ls       sizes and structure only (fast)\n"
-    "  verify   also every shard's SHA-256 against the manifest (launch's\n"
-    "           layout); other layouts are checked as far as their metadata\n"
-    "           allows (docs/checkpoints.md)\n"
-    "\n"
-    "options:\n"
-    "  --layout L    auto | launch | megatron | deepspeed | hf | dcp\n"
-    "                (default auto: detected from DIR's contents)\n"
-    "  --ranks LIST  launch layout on node-local storage: the ranks this node\n"
-    "                must hold, e.g. 0-3 (default: all)\n"
-    "  --json        machine-readable output\n"
-    "\n"
-    "exit status: 0 the newest step is complete and is what a restart would\n"
-    "use; 1 it is not (the output names the step a restart would use, if\n"
-    "any) or there is no step; 2 usage error or DIR unreadable.\n";
 
 static const char *state_name(ckpt_state_t s) {
   switch (s) {
@@ -211,59 +189,40 @@ static void print_text(const char *dir, const ckpt_scan_t *s, int sha) {
 }
 
 int launch_cmd_ckpt(int argc, char **argv) {
-  static const struct option opts[] = {{"layout", required_argument, 0, 'l'},
-                                       {"ranks", required_argument, 0, 'r'},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  /* The options are rows of config.c's table (launch ckpt --help); VERB
+   * and DIR may come among them. */
+  cfg_t c;
   ckpt_scan_options_t so = CKPT_SCAN_OPTIONS_INIT;
   ckpt_scan_t *s = NULL;
   const char *verb, *dir;
   char err[1024], e[4096];
-  int opt, json = 0, sha, rc, ret;
+  int json, sha, rc, ret;
   int *ranks = NULL;
   size_t nranks = 0;
 
-  optind = 1;
-  opterr = 0;
-  while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    switch (opt) {
-    case 'l':
-      if (ckpt_layout_parse(optarg, &so.layout) != 0) {
-        launch_usage_error("--layout: '%s' is not one of auto, launch, "
-                           "megatron, deepspeed, hf, dcp", optarg);
-        free(ranks);
-        return 2;
-      }
-      break;
-    case 'r':
-      free(ranks);
-      if (parse_ranks(optarg, &ranks, &nranks) != 0) {
-        launch_usage_error("--ranks: '%s' is not a rank list such as 0-3,8",
-                           optarg);
-        return 2;
-      }
-      break;
-    case 'j': json = 1; break;
-    case 'h':
-      fputs(ckpt_help, stdout);
-      free(ranks);
-      return 0;
-    default:
-      launch_usage_error("ckpt: unknown or incomplete option '%s' (see launch "
-                         "ckpt --help)", argv[optind - 1]);
-      free(ranks);
-      return 2;
-    }
+  rc = cfg_parse(argc, argv, environ, CFG_CKPT_CMD, &c, err, sizeof(err));
+  if (rc != 0) {
+    if (rc < 0)
+      launch_usage_error("%s", err);
+    cfg_free(&c);
+    return rc < 0 ? 2 : 0;
   }
-  if (argc - optind != 2) {
+  json = c.env_json;
+  so.layout = (ckpt_layout_t)c.ckpt_layout;
+  if (c.given[CFG_S_CKPT_CMD_RANKS] &&
+      parse_ranks(c.ckpt_ranks, &ranks, &nranks) != 0) {
+    launch_usage_error("--ranks: '%s' is not a rank list such as 0-3,8",
+                       c.ckpt_ranks);
+    return 2;
+  }
+  if (c.nargs != 2) {
     launch_usage_error("ckpt: expected ls|verify and a directory (see launch "
                        "ckpt --help)");
     free(ranks);
     return 2;
   }
-  verb = argv[optind];
-  dir = argv[optind + 1];
+  verb = c.args[0];
+  dir = c.args[1];
   if (strcmp(verb, "ls") != 0 && strcmp(verb, "verify") != 0) {
     launch_usage_error("ckpt: '%s' is not ls or verify", verb);
     free(ranks);

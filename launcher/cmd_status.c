@@ -12,6 +12,7 @@
 #include "msg.h"
 #include "proto.h"
 #include "rdzv.h"
+#include "summary.h"
 
 /* One rank's progress key (docs/events.md#progress). */
 typedef struct rk_s {
@@ -151,6 +152,47 @@ static void json_ranks(lu_json_t *j, const st_t *st) {
 }
 
 
+/* "exit_code": N, or "signal": "SIGKILL" when a signal ended it. */
+static void json_exit(lu_json_t *j, int64_t code, int64_t sig) {
+  if (sig)
+    lu_json_str(j, "signal", sum_signal_name((int)sig));
+  else
+    lu_json_int(j, "exit_code", code);
+}
+
+/* How a node's or a rank's workers ended, for the table. */
+static void fmt_exit(const char *state, int64_t code, int64_t sig, char *out,
+                     size_t cap) {
+  if (sig)
+    snprintf(out, cap, "%s", sum_signal_name((int)sig));
+  else if (code >= 0)
+    snprintf(out, cap, "exit %lld", (long long)code);
+  else if (!strcmp(state, "stopped"))
+    snprintf(out, cap, "stopped");
+  else
+    snprintf(out, cap, "-");
+}
+
+/* An ended job: ok or failed, when, how long the server keeps it, and
+ * the root cause of a failure. */
+static void print_end(const msg_status_t *st) {
+  char when[32], keep[32], e1[300], e2[1100], code[40];
+  if (st->ok < 0)
+    return;
+  fmt_duration(lu_wall_s() - st->end_time, when, sizeof(when));
+  fmt_duration(st->keep_ms / 1000.0, keep, sizeof(keep));
+  printf("ended: %s %s ago (the server keeps it %s more)\n",
+         st->ok == 1 ? "ok" : "FAILED", when, keep);
+  if (st->has_root) {
+    const msg_failure_t *f = &st->root;
+    fmt_exit("", f->exit_code, f->signal, code, sizeof(code));
+    printf("root cause: rank %lld (local %lld, pid %lld) on %s: %s%s%s\n",
+           (long long)f->rank, (long long)f->local_rank, (long long)f->pid,
+           lu_esc(f->host, e1, sizeof(e1)), code, f->error ? ": " : "",
+           f->error ? lu_esc(f->error, e2, sizeof(e2)) : "");
+  }
+}
+
 static void print_json(const msg_status_t *st, const st_t *sx) {
   lu_buf_t b = LU_BUF_INIT;
   lu_json_t j;
@@ -182,9 +224,29 @@ static void print_json(const msg_status_t *st, const st_t *sx) {
     lu_json_str(&j, "state", m->state);
     lu_json_int(&j, "heartbeat_age_ms", m->heartbeat_age_ms);
     lu_json_bool(&j, "in_round", m->in_round);
+    if (st->ok >= 0 || m->exit_code >= 0 || m->signal)
+      json_exit(&j, m->exit_code, m->signal);
     lu_json_end_obj(&j);
   }
   lu_json_end_arr(&j);
+  if (st->ok >= 0) {
+    lu_json_bool(&j, "ok", st->ok == 1);
+    lu_json_int(&j, "end_time_ms", (long long)(st->end_time * 1000.0));
+    lu_json_num(&j, "ended_ago_s", lu_wall_s() - st->end_time);
+    lu_json_int(&j, "keep_ms", st->keep_ms);
+  }
+  if (st->has_root) {
+    const msg_failure_t *f = &st->root;
+    lu_json_obj(&j, "root_cause");
+    lu_json_str(&j, "host", f->host);
+    lu_json_int(&j, "rank", f->rank);
+    lu_json_int(&j, "local_rank", f->local_rank);
+    lu_json_int(&j, "pid", f->pid);
+    json_exit(&j, f->exit_code, f->signal);
+    if (f->error)
+      lu_json_str(&j, "error", f->error);
+    lu_json_end_obj(&j);
+  }
   if (sx)
     json_ranks(&j, sx);
   lu_json_end_obj(&j);
@@ -215,8 +277,24 @@ static void print_table(const msg_status_t *st) {
     printf("last event: %s\n", lu_esc(st->reason, e3, sizeof(e3)));
   if (!strcmp(st->state, "forming"))
     printf("forming for %.1f s\n", st->waited_ms / 1000.0);
+  print_end(st);
   if (st->nmembers == 0) {
     printf("no node has joined\n");
+    return;
+  }
+  if (st->ok >= 0) { /* ended: how each node's workers ended */
+    printf("%-5s %-24s %-16s %-12s %-11s %s\n", "node", "host", "address",
+           "ranks", "state", "exit");
+    for (size_t i = 0; i < st->nmembers; i++) {
+      const msg_member_t *n = &st->members[i];
+      char ranks[64], code[40];
+      snprintf(ranks, sizeof(ranks), "%lld-%lld", (long long)n->base_rank,
+               (long long)(n->base_rank + n->nproc - 1));
+      fmt_exit(n->state, n->exit_code, n->signal, code, sizeof(code));
+      printf("%-5lld %-24s %-16s %-12s %-11s %s\n", (long long)n->node_rank,
+             lu_esc(n->host, e1, sizeof(e1)), lu_esc(n->addr, e3, sizeof(e3)),
+             ranks, lu_esc(n->state, e2, sizeof(e2)), code);
+    }
     return;
   }
   printf("%-5s %-24s %-16s %-12s %-11s %s\n", "node", "host", "address",
@@ -348,8 +426,9 @@ static void on_status(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
       if (st->json)
         print_json(&s, NULL);
       fprintf(stderr, "launch status: the server knows no job '%s' (no node "
-                      "has joined it): check --rdzv-id and --rdzv-endpoint\n",
-              st->job);
+                      "has joined it, or it ended longer ago than the "
+                      "server's --keep-ended): check --rdzv-id and "
+                      "--rdzv-endpoint\n", st->job);
       msg_status_free(&s);
       st->rc = 1;
     } else {

@@ -2,6 +2,7 @@
  * help), the command line and the environment read into it in one pass,
  * and what follows from them. */
 #include <ctype.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,14 +17,27 @@
 #include "launch.h"
 #include "lu.h"
 
-typedef enum { T_BOOL, T_STR, T_INT, T_MS, T_CHOICE, T_WORD, T_FN } type_t;
+/* T_SIZE: bytes with an optional K, M, G suffix into a size_t or uint32_t
+ * field; T_MS into an int64_t, or a uint32_t (then positive). */
+typedef enum { T_BOOL, T_STR, T_INT, T_MS, T_CHOICE, T_WORD, T_SIZE, T_FN } type_t;
 
+/* SEC_CMD_DEBUG: knobs for benchmarks and debugging, listed only by
+ * --help-debug (as Redis flags its DEBUG_CONFIG rows). */
 enum { SEC_NODES, SEC_RDZV, SEC_SUPERVISION, SEC_PROGRAM, SEC_LOGS, SEC_OWN,
-       SEC_CMD_ENV, SEC_CMD_STATUS, SEC_CMD_DOCTOR, SEC_CMD_TOPO, SEC_ENV };
+       SEC_CMD_ENV, SEC_CMD_STATUS, SEC_CMD_DOCTOR, SEC_CMD_TOPO,
+       SEC_CMD_SERVER, SEC_CMD_LIMITS, SEC_CMD_DEBUG, SEC_CMD_CKPT, SEC_ENV };
 
-static const char *const section_names[] = {
-    "nodes and processes", "rendezvous", "supervision", "program", "logs",
-    "launch's own"};
+/* The headings of --help; a command's own without one go under
+ * "options". */
+static const char *const section_names[SEC_ENV] = {
+    [SEC_NODES] = "nodes and processes", [SEC_RDZV] = "rendezvous",
+    [SEC_SUPERVISION] = "supervision", [SEC_PROGRAM] = "program",
+    [SEC_LOGS] = "logs", [SEC_OWN] = "launch's own",
+    [SEC_CMD_LIMITS] = "limits (sizes take K, M, G suffixes; "
+                       "docs/protocol.md#limits)",
+    [SEC_CMD_DEBUG] = "debugging (benchmarks and bug reports; each also "
+                      "from its LAUNCH_SERVER_* variable; not for "
+                      "production)"};
 
 typedef int (*set_fn)(cfg_t *c, int id, const char *v, char *err, size_t n);
 
@@ -70,6 +84,18 @@ typedef struct setting_s {
 /* Checked, and nothing kept. */
 #define CHECK(id, flag, type, min, choices, sec, help)                         \
   ROW(id, flag, NULL, choices, type, 0, 0, min, 0, choices, NULL, sec, help)
+/* `launch server`'s: a field of cfg.srv. */
+#define SRV_OFF(f) (OFF(srv) + offsetof(srv_config_t, f))
+#define SRV_SZ(f) sizeof(((srv_config_t *)0)->f)
+#define SIZE(id, flag, arg, f, sec, help)                                      \
+  ROW(id, flag, NULL, arg, T_SIZE, SRV_OFF(f), SRV_SZ(f), 0, 0, NULL, NULL,   \
+      sec, help)
+#define SRV_MS(id, flag, f, help)                                              \
+  ROW(id, flag, NULL, "T", T_MS, SRV_OFF(f), SRV_SZ(f), 1, 0, NULL, NULL,     \
+      CMD_LIMITS, help)
+#define SRV_INT(id, flag, arg, f, min, max, help)                              \
+  ROW(id, flag, NULL, arg, T_INT, SRV_OFF(f), SRV_SZ(f), min, max, NULL,      \
+      NULL, CMD_DEBUG, help)
 static const setting_t settings[CFG_S_COUNT];
 
 #define fail(err, n, ...) (lu_errf(err, n, __VA_ARGS__), -1)
@@ -594,6 +620,74 @@ static int set_torch_version(cfg_t *c, int id, const char *v, char *err,
   return 0;
 }
 
+/* ---- `launch server`'s and `launch ckpt`'s --------------------------------------- */
+
+/* "512M", "1G", "65536", "4KiB" -> bytes. RET 0 or -1. */
+static int parse_size(const char *v, uint64_t *out) {
+  char *end;
+  unsigned long long x;
+  int shift = 0;
+  errno = 0;
+  x = strtoull(v, &end, 10);
+  if (errno || end == v || *v == '-')
+    return -1;
+  switch (*end) {
+  case 'K': case 'k': shift = 10; end++; break;
+  case 'M': case 'm': shift = 20; end++; break;
+  case 'G': case 'g': shift = 30; end++; break;
+  default: break;
+  }
+  if (shift && *end == 'i')
+    end++;
+  if (*end == 'B')
+    end++;
+  if (*end != '\0' || x == 0 || x > (UINT64_MAX >> shift))
+    return -1;
+  *out = (uint64_t)x << shift;
+  return 0;
+}
+
+static int set_srv_port(cfg_t *c, int id, const char *v, char *err,
+                        size_t n) {
+  if (lu_parse_int(v, 0, 65535, &c->srv.port) != 0)
+    return fail(err, n, "--port: '%s' is not a port number (0-65535)", v);
+  return 0;
+}
+
+static int set_srv_threads(cfg_t *c, int id, const char *v, char *err,
+                           size_t n) {
+  int k;
+  if (lu_parse_int(v, 1, 64, &k) != 0)
+    return fail(err, n, "--threads: '%s' is not a number of event loops "
+                        "(1-64)", v);
+  c->srv.threads = (uint32_t)k;
+  return 0;
+}
+
+/* Milliseconds, fractions too (0.5): the tracing threshold. */
+static int set_srv_trace(cfg_t *c, int id, const char *v, char *err,
+                         size_t n) {
+  char *end;
+  double ms;
+  errno = 0;
+  ms = strtod(v, &end);
+  if (errno || end == v || *end != '\0' || !(ms >= 0) || ms > 3600e3)
+    return fail(err, n, "--trace-ms: '%s' is not a number of milliseconds "
+                        "(0 off, fractions allowed)", v);
+  c->srv.trace_us = (uint32_t)(ms * 1000);
+  return 0;
+}
+
+static int set_ckpt_layout(cfg_t *c, int id, const char *v, char *err,
+                           size_t n) {
+  int k = choice_index(settings[CFG_S_CKPT_LAYOUT].choices, v);
+  if (k < 0)
+    return fail(err, n, "--layout: '%s' is not one of auto, launch, "
+                        "megatron, deepspeed, hf, dcp", v);
+  c->ckpt_layout = k;
+  return 0;
+}
+
 static const setting_t settings[CFG_S_COUNT] = {
     FN(NNODES, "--nnodes", NULL, "N|MIN:MAX", set_nnodes, NODES,
        "nodes of the job (default 1)"),
@@ -821,6 +915,111 @@ static const setting_t settings[CFG_S_COUNT] = {
     STR(TOPO_EXPORT, "--export", NULL, "FILE.xml", topo_export, 1, CMD_TOPO,
         "write this machine's topology as hwloc XML, with the PCIe link "
         "widths/speeds and IB port rates launch reads from sysfs, and exit"),
+    STR(SRV_HOST, "--host", NULL, "H", srv_host, 0, CMD_SERVER,
+        "listen address (default: every address, IPv4 and IPv6)"),
+    FN(SRV_PORT, "--port", NULL, "P", set_srv_port, CMD_SERVER,
+       "TCP port (default 29400; 0 picks a free port and prints it)"),
+    STR(SRV_UNIX, "--unix", NULL, "PATH", srv_unix, 1, CMD_SERVER,
+        "also listen on a unix socket"),
+    STR(SRV_PORT_FILE, "--port-file", NULL, "F", srv_port_file, 1,
+        CMD_SERVER, "write the bound port to F once listening"),
+    STR(SRV_TOKEN_FILE, "--token-file", NULL, "F", token_file, 1, CMD_SERVER,
+        "the server's secret: a client proves it holds it, or holds the key "
+        "of its job (HMAC-SHA256 challenge; no secret crosses the wire)"),
+    STR(SRV_ISSUE_KEY, "--issue-key", NULL, "JOB", srv_issue_key, 0,
+        CMD_SERVER, "print the key of JOB (derived from the secret of "
+        "--token-file) and exit: give it to that job's agents as their "
+        "--token-file; it opens that job and no other"),
+    STR(SRV_TLS_CERT, "--tls-cert", NULL, "F", tls_cert, 0, CMD_SERVER,
+        "PEM certificate: every TCP client must speak TLS"),
+    STR(SRV_TLS_KEY, "--tls-key", NULL, "F", tls_key, 0, CMD_SERVER,
+        "its private key (default: in --tls-cert)"),
+    STR(SRV_TLS_CA, "--tls-ca", NULL, "F", tls_ca, 0, CMD_SERVER,
+        "require client certificates signed by this CA (mutual TLS)"),
+    STR(SRV_TCPSTORE_JOB, "--tcpstore-job", NULL, "JOB", srv_tcpstore_job, 0,
+        CMD_SERVER, "job whose keys TCPStore clients see (default "
+        "\"default\")"),
+    STR(SRV_TCPSTORE_ALLOW, "--tcpstore-allow", NULL, "LIST", tcpstore_allow,
+        0, CMD_SERVER, "addresses or CIDR ranges allowed to speak TCPStore "
+        "while a token or TLS is set, e.g. 127.0.0.0/8,::1. TCPStore has no "
+        "authentication (nor TLS): with a token or TLS and no allow list, "
+        "TCPStore clients are refused."),
+    FN(SRV_METRICS_PORT, "--metrics-port", NULL, "[ADDR:]PORT",
+       set_metrics_port, CMD_SERVER, "serve Prometheus metrics there (0: a "
+       "free port, printed; docs/monitoring.md)"),
+    STR(SRV_EVENT_LOG, "--event-log", NULL, "FILE", srv_event_log, 1,
+        CMD_SERVER, "append the server's events (nodes joined, left, "
+        "refused; limits hit) as JSON Lines (docs/events.md#server)"),
+    FN(SRV_THREADS, "--threads", NULL, "N", set_srv_threads, CMD_SERVER,
+       "event loops serving connections (default a quarter of the online "
+       "cores, at most 8, at least 1)"),
+    SIZE(SRV_MAX_MEMORY, "--max-memory", "B", max_memory, CMD_LIMITS,
+         "all the server holds for its clients: stores, buffers, "
+         "connections, jobs (default 512M)"),
+    SIZE(SRV_MAX_STORE, "--max-store-bytes", "B", max_store_bytes,
+         CMD_LIMITS, "keys + values + waits per job (default half of "
+         "--max-memory; all jobs together get that half)"),
+    SIZE(SRV_MAX_INPUT, "--max-input-bytes", "B", max_in_bytes, CMD_LIMITS,
+         "unfinished requests buffered over all connections (default "
+         "--max-memory / 8)"),
+    SIZE(SRV_MAX_OUT, "--max-out-bytes", "B", max_out_bytes, CMD_LIMITS,
+         "unsent replies of one connection before it is paused (default "
+         "--max-memory / 8, at most 64M)"),
+    SIZE(SRV_MAX_FRAME, "--max-frame", "B", max_frame, CMD_LIMITS,
+         "largest request (default 16M)"),
+    SIZE(SRV_MAX_VALUE, "--max-value", "B", max_value, CMD_LIMITS,
+         "largest value (default 8M)"),
+    SIZE(SRV_MAX_WAITS, "--max-waits", "N", max_waits, CMD_LIMITS,
+         "pending waits per connection (default 1024)"),
+    SIZE(SRV_MAX_CONNS, "--max-conns", "N", max_conns, CMD_LIMITS,
+         "connections in all (default 65536)"),
+    SIZE(SRV_MAX_CONNS_ADDR, "--max-conns-per-addr", "N", max_conns_per_addr,
+         CMD_LIMITS, "connections of one client address (default 1024)"),
+    SIZE(SRV_MAX_JOBS, "--max-jobs", "N", max_jobs, CMD_LIMITS,
+         "jobs in all (default 4096)"),
+    SIZE(SRV_MAX_JOBS_ADDR, "--max-jobs-per-addr", "N", max_jobs_per_addr,
+         CMD_LIMITS, "jobs one client address may create (default 64)"),
+    SRV_MS(SRV_HANDSHAKE, "--handshake-timeout", handshake_ms,
+           "a connection not authenticated after T is closed (default 10s); "
+           "one that sent nothing is closed only near a connection limit, "
+           "oldest first"),
+    SRV_MS(SRV_JOB_GRACE, "--job-grace", job_grace_ms,
+           "a job with no connection and no data is forgotten after T "
+           "(default 60s)"),
+    ROW(SRV_KEEP_ENDED, "--keep-ended", NULL, "T", T_MS,
+        SRV_OFF(keep_ended_ms), SRV_SZ(keep_ended_ms), 0, 0, NULL, NULL,
+        CMD_LIMITS, "an ended job's state, exit codes and root cause stay "
+        "visible to launch status for T after its last node left (default "
+        "10m; 0: forgotten at once; sooner when the room is needed)"),
+    SRV_MS(SRV_LIMIT_EVENT, "--limit-event-interval", limit_event_ms,
+           "at most one limit_hit event per limit per T, with the count of "
+           "refusals (default 10s)"),
+    FN(SRV_TRACE, "--trace-ms", NULL, "MS", set_srv_trace, CMD_DEBUG,
+       "log every event-loop callback that ran this long or longer (wall "
+       "time, CPU time, lock waits, the connection), and the longest at "
+       "exit (default 0: off; bench/run_adv_latency.sh)"),
+    SRV_INT(SRV_TURN, "--turn-us", "US", turn_us, 1, 1000000,
+            "how long a connection runs its requests before the others get "
+            "a turn (default 500)"),
+    SRV_INT(SRV_PASS, "--pass-us", "US", pass_us, 1, 1000000,
+            "how long a loop's pass runs large requests after the small ones "
+            "(default 1000)"),
+    ROW(SRV_PLAIN_LOCK, "--plain-lock", NULL, NULL, T_BOOL,
+        SRV_OFF(lock_plain), SRV_SZ(lock_plain), 0, 0, NULL, NULL, CMD_DEBUG,
+        "the loops' lock without its hungry waiters (to compare)"),
+    SRV_INT(SRV_LOCK_SPINS, "--lock-spins", "N", lock_spins, 0, 1 << 20,
+            "pause-spins before a lock waiter sleeps (default 200)"),
+    SRV_INT(SRV_BIG_CACHE, "--big-cache-mb", "MB", big_cache_mb, 0, 1 << 20,
+            "bound of the cache of freed big buffers (default 16; 0: none, "
+            "for tests that measure what the server keeps)"),
+    ROW(HELP_DEBUG, "--help-debug", NULL, NULL, T_BOOL, 0, 0, 0, 0, NULL,
+        NULL, CMD_SERVER, "this text with the debug knobs"),
+    FN(CKPT_CMD_LAYOUT, "--layout", NULL, "L", set_ckpt_layout, CMD_CKPT,
+       "auto | launch | megatron | deepspeed | hf | dcp (default auto: "
+       "detected from DIR's contents)"),
+    STR(CKPT_CMD_RANKS, "--ranks", NULL, "LIST", ckpt_ranks, 1, CMD_CKPT,
+        "launch layout on node-local storage: the ranks this node must hold, "
+        "e.g. 0-3 (default: all)"),
     STR(HOSTNAME, NULL, NULL, NULL, host, 1, ENV, NULL),
     FN(EXPECTED_HOSTS, NULL, NULL, NULL, set_expected, ENV, NULL),
     INT(NODE_INDEX, NULL, NULL, sched_node_index, 0, 1 << 20, ENV, NULL),
@@ -896,9 +1095,30 @@ static int apply(cfg_t *c, int id, const char *v, char *err, size_t n) {
                           "unit: 500ms, 30s, 2m)", name, v);
     if (s->min > 0 && ms <= 0)
       return fail(err, n, "%s: must be positive", name);
-    if (s->size)
+    if (s->size == sizeof(uint32_t)) {
+      uint32_t ms32 = (uint32_t)ms;
+      if (ms > UINT32_MAX)
+        return fail(err, n, "%s: '%s' is too long (at most 49 days)", name, v);
+      memcpy(field, &ms32, sizeof(ms32));
+    } else if (s->size) {
       memcpy(field, &ms, sizeof(ms));
+    }
     return 0;
+  case T_SIZE: {
+    uint64_t x;
+    if (parse_size(v, &x) != 0 ||
+        (s->size == sizeof(uint32_t) && x > UINT32_MAX))
+      return fail(err, n, "%s: '%s' is not a positive %s", name, v,
+                  s->size == sizeof(uint32_t) ? "number" : "size (e.g. 512M)");
+    if (s->size == sizeof(uint32_t)) {
+      uint32_t x32 = (uint32_t)x;
+      memcpy(field, &x32, sizeof(x32));
+    } else {
+      size_t xs = (size_t)x;
+      memcpy(field, &xs, sizeof(xs));
+    }
+    return 0;
+  }
   case T_CHOICE:
   case T_WORD:
     if ((iv = choice_index(s->choices, v)) < 0) {
@@ -938,6 +1158,11 @@ static int name_prefix(const char *name, const char *arg, size_t len) {
  * server. */
 static int takes(int id, unsigned flags) {
   int sec = settings[id].section;
+  if (flags & CFG_SERVER_CMD)
+    return sec == SEC_CMD_SERVER || sec == SEC_CMD_LIMITS ||
+           sec == SEC_CMD_DEBUG || id == CFG_S_HELP;
+  if (flags & CFG_CKPT_CMD)
+    return sec == SEC_CMD_CKPT || id == CFG_S_ENV_JSON || id == CFG_S_HELP;
   if (flags & CFG_TOPO_CMD)
     return sec == SEC_CMD_TOPO || id == CFG_S_TOPOLOGY || id == CFG_S_NPROC ||
            id == CFG_S_CPU_BIND || id == CFG_S_MEM_BIND ||
@@ -985,6 +1210,13 @@ static int closest_flag(const char *arg, size_t len, unsigned flags,
   return best < 3;
 }
 
+/* The subcommand of flags, for messages. */
+static const char *cmd_word(unsigned flags) {
+  return (flags & CFG_SERVER_CMD) ? "server"
+         : (flags & CFG_CKPT_CMD) ? "ckpt"
+                                  : "launch";
+}
+
 static int find_flag(const char *arg, size_t len, unsigned flags, char *err,
                      size_t n) {
   int match = -1, nprefix = 0;
@@ -1017,6 +1249,9 @@ static int find_flag(const char *arg, size_t len, unsigned flags, char *err,
   if (nprefix > 1)
     lu_errf(err, n, "option '%.*s' is ambiguous: it could be %s; write more "
                  "of its name", (int)len, arg, cands);
+  else if (flags & (CFG_SERVER_CMD | CFG_CKPT_CMD))
+    lu_errf(err, n, "%s: unknown or incomplete option '%.*s' (see launch %s "
+                 "--help)", cmd_word(flags), (int)len, arg, cmd_word(flags));
   else if (closest_flag(arg, len, flags, cands, sizeof(cands)))
     lu_errf(err, n, "unknown option '%.*s': did you mean %s? (see launch "
                  "--help)", (int)len, arg, cands);
@@ -1067,6 +1302,8 @@ static void defaults(cfg_t *c, char *const *envp) {
   c->doc_expect_gpus = -1;
   c->doc_timeout_ms = 3000;
   c->doc_join_timeout_ms = 60000;
+  c->srv = (srv_config_t)SRV_CONFIG_INIT;
+  lu_strlcpy(c->srv_tcpstore_job, "default", sizeof(c->srv_tcpstore_job));
   c->environ = envp;
 }
 
@@ -1080,13 +1317,23 @@ typedef struct env_ctx_s {
 static int apply_env(void *ctx, int id, const char *var, const char *v,
                      char *err, size_t n) {
   env_ctx_t *e = ctx;
-  if (!takes(id, e->flags))
+  /* The agent's server takes the debug knobs from LAUNCH_SERVER_* too
+   * (only `launch server` has them as flags). */
+  int agent_knob = settings[id].section == SEC_CMD_DEBUG &&
+                   id != CFG_S_HELP_DEBUG &&
+                   !(e->flags & (CFG_SERVER_CMD | CFG_CKPT_CMD | CFG_TOPO_CMD |
+                                 CFG_DOCTOR_CMD | CFG_STATUS_CMD | CFG_ENV_CMD));
+  if (!takes(id, e->flags) && !agent_knob)
     return 0;
   if (apply(e->c, id, v, err, n) == 0) {
     e->c->given_by[id] = var; /* for the checks that come later */
     return 0;
   }
-  if (settings[id].flag) {
+  if (e->flags & (CFG_SERVER_CMD | CFG_CKPT_CMD)) {
+    char why[512];
+    lu_strlcpy(why, err, sizeof(why));
+    lu_errf(err, n, "%s='%s': %s", var, v, why);
+  } else if (settings[id].flag) {
     size_t l = strlen(err);
     snprintf(err + l, n - l, " (from %s)", var);
   } else {
@@ -1318,8 +1565,15 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
     const char *a = argv[i], *eq, *val;
     size_t len;
     int id;
-    if (a[0] != '-' || a[1] == '\0')
-      break; /* the program */
+    if (a[0] != '-' || a[1] == '\0') {
+      if (!(flags & CFG_CKPT_CMD))
+        break; /* the program */
+      if (c->nargs == (int)LU_ARRAY_SIZE(c->args))
+        return fail(err, errlen, "%s: unexpected argument '%s'",
+                    cmd_word(flags), a);
+      c->args[c->nargs++] = argv[i];
+      continue;
+    }
     if (!strcmp(a, "--")) {
       i++;
       break;
@@ -1328,8 +1582,8 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
     len = eq ? (size_t)(eq - a) : strlen(a);
     if ((id = find_flag(a, len, flags, err, errlen)) < 0)
       return -1;
-    if (id == CFG_S_HELP) {
-      cfg_help(stdout, flags);
+    if (id == CFG_S_HELP || id == CFG_S_HELP_DEBUG) {
+      cfg_help(stdout, flags | (id == CFG_S_HELP_DEBUG ? CFG_HELP_DEBUG : 0));
       return 1;
     }
     if (id == CFG_S_VERSION) {
@@ -1351,6 +1605,20 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
   }
   c->prog_argv = argv + i;
   c->prog_argc = argc - i;
+  if (flags & (CFG_SERVER_CMD | CFG_CKPT_CMD)) {
+    /* Outside a job: launch's own variables, no scheduler's. */
+    for (; i < argc && (flags & CFG_CKPT_CMD); i++) {
+      if (c->nargs == (int)LU_ARRAY_SIZE(c->args))
+        return fail(err, errlen, "%s: unexpected argument '%s'",
+                    cmd_word(flags), argv[i]);
+      c->args[c->nargs++] = argv[i];
+    }
+    if ((flags & CFG_SERVER_CMD) && c->prog_argc > 0)
+      return fail(err, errlen, "%s: unexpected argument '%s'",
+                  cmd_word(flags), c->prog_argv[0]);
+    return sched_read_own(envp, seen, apply_env, &(env_ctx_t){c, flags}, err,
+                          errlen);
+  }
   if (sched_read(envp, seen, apply_env, &(env_ctx_t){c, flags}, err, errlen))
     return -1;
   if (c->host[0] == '\0' && gethostname(c->host, sizeof(c->host)) != 0)
@@ -1365,6 +1633,20 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
     return fail(err, errlen, "status needs --rdzv-endpoint HOST:PORT and "
                              "--rdzv-id ID, and nothing else");
   return 0;
+}
+
+void cfg_server_config(cfg_t *c) {
+  srv_config_t *s = &c->srv;
+  s->host = c->given[CFG_S_SRV_HOST] ? c->srv_host : NULL;
+  s->unix_path = c->given[CFG_S_SRV_UNIX] ? c->srv_unix : NULL;
+  s->tcpstore_job = c->srv_tcpstore_job;
+  s->tcpstore_allow = c->given[CFG_S_SRV_TCPSTORE_ALLOW] ? c->tcpstore_allow
+                                                          : NULL;
+  s->tls_cert = c->given[CFG_S_SRV_TLS_CERT] ? c->tls_cert : NULL;
+  s->tls_key = c->given[CFG_S_SRV_TLS_KEY] ? c->tls_key : NULL;
+  s->tls_ca = c->given[CFG_S_SRV_TLS_CA] ? c->tls_ca : NULL;
+  if (!c->given[CFG_S_SRV_THREADS])
+    s->threads = (uint32_t)srv_default_threads();
 }
 
 void cfg_free(cfg_t *c) {
@@ -1473,42 +1755,94 @@ static const char topo_examples[] =
     "  launch topo --topology tests/topo/dgx-a100.xml --nproc-per-node 8\n"
     "  launch topo --cpu-bind 0-3:4-7 --mem-bind none --nproc-per-node 2\n";
 
+static const char server_intro[] =
+    "usage: launch server [options]\n"
+    "       launch server --token-file F --issue-key JOB\n\n"
+    "Runs the rendezvous server: a key/value store per job for launch agents,\n"
+    "librdzv clients and PyTorch TCPStore clients (1.13 and >= 2.2), all on\n"
+    "one port, with the rendezvous of launch agents (docs/rendezvous.md).\n"
+    "Stops cleanly on SIGINT or SIGTERM. --threads also comes from\n"
+    "LAUNCH_SERVER_THREADS; --help-debug lists the knobs for benchmarks and\n"
+    "debugging.\n\n";
+static const char server_examples[] =
+    "\nexample:\n"
+    "  launch server --port 29400 --token-file /etc/launch/token \\\n"
+    "                --tcpstore-allow 10.0.0.0/8\n"
+    "  launch server --token-file /etc/launch/token --issue-key job42 > k42\n";
+
+static const char ckpt_intro[] =
+    "usage: launch ckpt ls|verify DIR [options]\n\n"
+    "Lists the checkpoint steps in DIR, newest first, says whether each one\n"
+    "is complete, names the first missing or damaged file of each one that\n"
+    "is not, and prints the step a restart would resume from.\n\n"
+    "  ls       sizes and structure only (fast)\n"
+    "  verify   also every shard's SHA-256 against the manifest (launch's\n"
+    "           layout); other layouts are checked as far as their metadata\n"
+    "           allows (docs/checkpoints.md)\n\n";
+static const char ckpt_examples[] =
+    "\nexit status: 0 the newest step is complete and is what a restart would\n"
+    "use; 1 it is not (the output names the step a restart would use, if\n"
+    "any) or there is no step; 2 usage error or DIR unreadable.\n";
+
+/* One row of --help: the flag and its value, the help wrapped beside. */
+static void help_row(FILE *out, const setting_t *s, int col) {
+  char left[96];
+  int w = snprintf(left, sizeof(left), "  %s%s%s%s%s", s->alt ? s->alt : "",
+                   s->alt ? ", " : "", s->flag, s->arg ? " " : "",
+                   s->arg ? s->arg : "");
+  if (w > col - 2)
+    fprintf(out, "%s\n%*s", left, col, "");
+  else
+    fprintf(out, "%s%*s", left, col - w, "");
+  wrap(out, s->help, col);
+}
+
 void cfg_help(FILE *out, unsigned flags) {
   enum { COL = 30 };
   int agent = !(flags & (CFG_ENV_CMD | CFG_STATUS_CMD | CFG_DOCTOR_CMD |
-                          CFG_TOPO_CMD));
+                          CFG_TOPO_CMD | CFG_SERVER_CMD | CFG_CKPT_CMD));
   fputs(agent                       ? agent_intro
         : (flags & CFG_ENV_CMD)    ? env_intro
         : (flags & CFG_STATUS_CMD) ? status_intro
         : (flags & CFG_TOPO_CMD)   ? topo_intro
+        : (flags & CFG_SERVER_CMD) ? server_intro
+        : (flags & CFG_CKPT_CMD)   ? ckpt_intro
                                    : doctor_intro,
         out);
   for (int sec = SEC_NODES, any = 0; sec < SEC_ENV; sec++) {
     int header = 0;
+    /* the debug knobs only when asked for (Redis' DEBUG_CONFIG) */
+    if (sec == SEC_CMD_DEBUG && !(flags & CFG_HELP_DEBUG))
+      continue;
     for (int i = 0; i < CFG_S_COUNT; i++) {
       const setting_t *s = &settings[i];
-      char left[96];
-      int w;
+      /* A command's rows go under "options", but for the sections of
+       * its own that have a heading (the server's limits). */
+      const char *title = agent || sec == SEC_CMD_LIMITS ||
+                                  sec == SEC_CMD_DEBUG
+                              ? section_names[sec]
+                              : NULL;
       /* `launch env` lists its own: launch --help has the others */
       if (s->section != sec || s->help == NULL || !takes(i, flags) ||
           ((flags & CFG_ENV_CMD) && sec != SEC_CMD_ENV))
         continue;
-      if (agent ? !header++ : !any++)
-        fprintf(out, "%s:\n", agent ? section_names[sec] : "options");
-      w = snprintf(left, sizeof(left), "  %s%s%s%s%s", s->alt ? s->alt : "",
-                   s->alt ? ", " : "", s->flag, s->arg ? " " : "",
-                   s->arg ? s->arg : "");
-      if (w > COL - 2)
-        fprintf(out, "%s\n%*s", left, COL, "");
-      else
-        fprintf(out, "%s%*s", left, COL - w, "");
-      wrap(out, s->help, COL);
+      if (!header++) {
+        if (title)
+          fprintf(out, "%s%s:\n", !agent && any++ ? "\n" : "", title);
+        else if (!any++)
+          fputs("options:\n", out);
+      }
+      help_row(out, s, COL);
+      if (sec == SEC_CMD_DEBUG && sched_own_var(i))
+        fprintf(out, "%*s(%s)\n", COL, "", sched_own_var(i));
     }
   }
   fputs(agent                       ? agent_examples
         : (flags & CFG_ENV_CMD)    ? env_examples
         : (flags & CFG_DOCTOR_CMD) ? doctor_examples
         : (flags & CFG_TOPO_CMD)   ? topo_examples
+        : (flags & CFG_SERVER_CMD) ? server_examples
+        : (flags & CFG_CKPT_CMD)   ? ckpt_examples
                                    : "",
         out);
 }

@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "server.h"
+
 enum { CFG_BACKEND_C10D = 0, CFG_BACKEND_STATIC = 1 };
 enum { CFG_STORE_AGENT = 0, CFG_STORE_RANK0 = 1 };
 enum { CFG_PROG_AUTO = 0, CFG_PROG_MODULE, CFG_PROG_NO_PYTHON, CFG_PROG_RUN_PATH };
@@ -60,6 +62,23 @@ typedef enum {
   CFG_S_DOC_TIMEOUT, CFG_S_DOC_JOIN_TIMEOUT, CFG_S_DOC_COMPACT,
   /* `launch topo`'s */
   CFG_S_TOPO_CVD, CFG_S_TOPO_GPU_PROBE, CFG_S_TOPO_EXPORT,
+  /* `launch server`'s: what srv_new takes (cfg.srv) */
+  CFG_S_SRV_HOST, CFG_S_SRV_PORT, CFG_S_SRV_UNIX, CFG_S_SRV_PORT_FILE,
+  CFG_S_SRV_TOKEN_FILE, CFG_S_SRV_ISSUE_KEY, CFG_S_SRV_TLS_CERT,
+  CFG_S_SRV_TLS_KEY, CFG_S_SRV_TLS_CA, CFG_S_SRV_TCPSTORE_JOB,
+  CFG_S_SRV_TCPSTORE_ALLOW, CFG_S_SRV_METRICS_PORT, CFG_S_SRV_THREADS,
+  CFG_S_SRV_EVENT_LOG,
+  /* its limits (docs/protocol.md#limits) */
+  CFG_S_SRV_MAX_MEMORY, CFG_S_SRV_MAX_STORE, CFG_S_SRV_MAX_INPUT,
+  CFG_S_SRV_MAX_OUT, CFG_S_SRV_MAX_FRAME, CFG_S_SRV_MAX_VALUE,
+  CFG_S_SRV_MAX_WAITS, CFG_S_SRV_MAX_CONNS, CFG_S_SRV_MAX_CONNS_ADDR,
+  CFG_S_SRV_MAX_JOBS, CFG_S_SRV_MAX_JOBS_ADDR, CFG_S_SRV_HANDSHAKE,
+  CFG_S_SRV_JOB_GRACE, CFG_S_SRV_KEEP_ENDED, CFG_S_SRV_LIMIT_EVENT,
+  /* its debug knobs (launch server --help-debug; LAUNCH_SERVER_*) */
+  CFG_S_SRV_TRACE, CFG_S_SRV_TURN, CFG_S_SRV_PASS, CFG_S_SRV_PLAIN_LOCK,
+  CFG_S_SRV_LOCK_SPINS, CFG_S_SRV_BIG_CACHE, CFG_S_HELP_DEBUG,
+  /* `launch ckpt`'s */
+  CFG_S_CKPT_CMD_LAYOUT, CFG_S_CKPT_CMD_RANKS,
   CFG_S_HELP, CFG_S_VERSION, CFG_S_FROM_TASKS,
   /* from the environment only */
   CFG_S_HOSTNAME, CFG_S_EXPECTED_HOSTS, CFG_S_NODE_INDEX, CFG_S_PYTHON,
@@ -194,6 +213,19 @@ typedef struct cfg_s {
   char topo_cvd[256];        /* --cuda-visible-devices */
   int topo_gpu_probe;        /* sysfs, nvml, pci, check */
   char topo_export[PATH_MAX];
+  /* `launch server`'s (CFG_SERVER_CMD): srv is what srv_new takes, its
+   * strings point here (cfg_server_config); --token-file, the TLS files,
+   * --tcpstore-allow and --metrics-port are the agent's fields above */
+  srv_config_t srv;
+  char srv_host[256], srv_unix[PATH_MAX], srv_port_file[PATH_MAX];
+  char srv_issue_key[256], srv_tcpstore_job[256];
+  char srv_event_log[PATH_MAX]; /* launch server --event-log */
+  /* `launch ckpt`'s (CFG_CKPT_CMD): --layout is ckpt_layout above */
+  char ckpt_ranks[256];      /* --ranks LIST as given ("" all) */
+  /* the positional arguments of a command that takes them among its
+   * options (`launch ckpt ls DIR --json`) */
+  char *args[4];
+  int nargs;
   char warning[512];         /* a setup that runs, but not as meant (an
                                 sbatch script without srun): printed by the
                                 agent at start */
@@ -214,6 +246,11 @@ enum {
   CFG_DOCTOR_CMD = 1 << 3,   /* `launch doctor`: its own, the rendezvous'
                                 and the NCCL profile */
   CFG_TOPO_CMD = 1 << 4,     /* `launch topo`: its own and the binding's */
+  CFG_SERVER_CMD = 1 << 5,   /* `launch server`: its own, from the command
+                                line and LAUNCH_SERVER_* only */
+  CFG_CKPT_CMD = 1 << 6,     /* `launch ckpt`: its own; VERB DIR anywhere
+                                among them (c->args) */
+  CFG_HELP_DEBUG = 1 << 7,   /* cfg_help: the debug knobs too */
 };
 
 /* Fill c from argv (argv[0] is the program name) and envp (NULL-terminated
@@ -224,11 +261,15 @@ enum {
 int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
               cfg_t *c, char *err, size_t errlen);
 void cfg_free(cfg_t *c);
-/* --help of the agent, or (flags) of `launch env`, `status` or `doctor`. */
+/* --help of the agent, or (flags) of `launch env`, `status`, `doctor`,
+ * `topo`, `server` or `ckpt`; CFG_HELP_DEBUG adds the debug knobs. */
 void cfg_help(FILE *out, unsigned flags);
 /* A PyTorch version ("1.13.1", "2.11.0+cu128", "2.2") as major * 100 +
  * minor. RET 0 or -1. */
 int cfg_parse_torch_version(const char *v, int *out);
+/* `launch server`: point c->srv's strings at what was given (NULL for what
+ * was not). Call once after cfg_parse; c must not move afterwards. */
+void cfg_server_config(cfg_t *c);
 
 
 /* ---- sched.c: the environment --------------------------------------------
@@ -251,6 +292,13 @@ typedef int (*sched_apply_fn)(void *ctx, int setting, const char *var,
  * scheduler's facts do not add up, or the first non-zero apply result. */
 int sched_read(char *const *envp, unsigned char *seen, sched_apply_fn apply,
                void *ctx, char *err, size_t errlen);
+/* The same with launch's own variables only, for the commands that run
+ * outside a job (`launch server`, `launch ckpt`): no scheduler's. */
+int sched_read_own(char *const *envp, unsigned char *seen,
+                   sched_apply_fn apply, void *ctx, char *err, size_t errlen);
+/* The variable of launch's own that feeds setting, NULL when none (for
+ * --help). */
+const char *sched_own_var(int setting);
 /* Slurm's default rendezvous port of a job step: 29400 + (8 x job id +
  * step id) mod 1000, so that steps and jobs sharing a node differ. */
 int sched_slurm_port(long long job_id, long long step_id);

@@ -61,7 +61,7 @@ void ev_close(ev_log_t *e) {
   free(e);
 }
 
-lu_json_t *ev_begin(ev_log_t *e, ev_kind_t kind) {
+static lu_json_t *begin_job(ev_log_t *e, ev_kind_t kind, const char *job) {
   if (e == NULL)
     return NULL;
   lu_buf_free(&e->b);
@@ -70,9 +70,13 @@ lu_json_t *ev_begin(ev_log_t *e, ev_kind_t kind) {
   lu_json_int(&e->j, "v", EV_VERSION);
   lu_buf_printf(&e->b, ",\"time\":%.3f", lu_wall_s());
   lu_json_str(&e->j, "event", ev_name(kind));
-  lu_json_str(&e->j, "job", e->job);
+  lu_json_str(&e->j, "job", job);
   lu_json_str(&e->j, "node", e->node);
   return &e->j;
+}
+
+lu_json_t *ev_begin(ev_log_t *e, ev_kind_t kind) {
+  return e ? begin_job(e, kind, e->job) : NULL;
 }
 
 static void write_all(int fd, const char *p, size_t n) {
@@ -103,4 +107,67 @@ void ev_end(ev_log_t *e) {
     write_all(STDERR_FILENO, line, n);
   }
   free(line);
+}
+
+void ev_server_cb(void *arg, const srv_event_t *ev) {
+  static const ev_kind_t kinds[] = {EV_node_joined, EV_node_left,
+                                    EV_node_refused, EV_limit_hit};
+  ev_log_t *e = arg;
+  lu_json_t *j;
+  if (ev->kind < 0 || ev->kind >= (int)LU_ARRAY_SIZE(kinds) ||
+      (j = begin_job(e, kinds[ev->kind], ev->job ? ev->job : "")) == NULL)
+    return;
+  if (ev->kind == SRV_EV_LIMIT_HIT) {
+    lu_json_str(j, "limit", srv_limit_name(ev->limit));
+    lu_json_int(j, "value", (int64_t)LU_MIN(ev->value, (uint64_t)INT64_MAX));
+    lu_json_str(j, "refused", ev->reason ? ev->reason : "");
+    lu_json_int(j, "count", (int64_t)LU_MIN(ev->count, (uint64_t)INT64_MAX));
+    if (ev->addr)
+      lu_json_str(j, "peer", ev->addr);
+  } else {
+    lu_json_str(j, "source", "server");
+    lu_json_str(j, "host", ev->host ? ev->host : "");
+    lu_json_str(j, "addr", ev->addr ? ev->addr : "");
+    if (ev->kind == SRV_EV_NODE_JOINED)
+      lu_json_int(j, "nproc", ev->nproc);
+    else
+      lu_json_str(j, "reason", ev->reason ? ev->reason : "");
+    if (ev->kind == SRV_EV_NODE_LEFT)
+      lu_json_int(j, "round", ev->round);
+  }
+  ev_end(e);
+}
+
+int ev_manifest_stats(const char *buf, size_t len, uint64_t *bytes,
+                      double *write_s) {
+  lu_jdoc_t *doc = NULL;
+  const lu_jv_t *root, *sh;
+  uint64_t sum = 0;
+  int64_t slowest = 0;
+  int rc = -1, all_timed = 1;
+  *bytes = 0;
+  *write_s = 0;
+  if (lu_jv_parse(buf, len, 0, &doc, &root, NULL, 0) != 0)
+    return -1;
+  sh = root->type == LU_JV_OBJ ? lu_jv_get(root, "shards") : NULL;
+  if (sh == NULL || sh->type != LU_JV_ARR || sh->n == 0)
+    goto out;
+  for (const lu_jv_t *s = sh->first; s; s = s->next) {
+    int64_t size, ms;
+    if (s->type != LU_JV_OBJ ||
+        lu_jv_int(lu_jv_get(s, "size"), 0, INT64_MAX, &size) != 0 ||
+        (uint64_t)size > UINT64_MAX - sum)
+      goto out;
+    sum += (uint64_t)size;
+    if (lu_jv_int(lu_jv_get(s, "write_ms"), 0, INT64_MAX, &ms) == 0)
+      slowest = LU_MAX(slowest, ms);
+    else
+      all_timed = 0;
+  }
+  *bytes = sum;
+  *write_s = all_timed ? (double)slowest / 1000.0 : 0;
+  rc = 0;
+out:
+  lu_jv_free(doc);
+  return rc;
 }

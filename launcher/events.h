@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "lu_buf.h"
+#include "server.h"
 
 #define EV_VERSION 1
 
@@ -32,7 +33,8 @@
   X(straggler_flagged, "a rank stayed slower than the node's median")          \
   X(host_failover, "the rendezvous host was lost: this node moves to another") \
   X(job_end, "the job ended")                                                  \
-  X(summary, "restarts, downtime, steps redone, resume time of the job")
+  X(summary, "restarts, downtime, steps redone, resume time of the job")      \
+  X(limit_hit, "the server refused something by one of its limits")
 
 typedef enum {
 #define EV_ENUM(k, d) EV_##k,
@@ -57,5 +59,21 @@ lu_json_t *ev_begin(ev_log_t *e, ev_kind_t kind);
 void ev_end(ev_log_t *e);
 
 const char *ev_name(ev_kind_t kind);
+
+/* The server's events (srv_config_t.on_event with event_arg an ev_log_t
+ * opened for the server): node_joined, node_left, node_refused of every
+ * node of its jobs with "source":"server", and limit_hit. The line's "job"
+ * is the event's job. Called under the server's lock (one at a time): the
+ * log must be the server's own, not one another thread writes. */
+void ev_server_cb(void *arg, const srv_event_t *ev);
+
+/* checkpoint_committed's size and write time, from the step's
+ * manifest.json (docs/checkpoints.md; any writer may have made it: it is
+ * checked like input). IN buf[0..len). OUT *bytes: the shards' sizes
+ * summed; *write_s: the slowest shard's "write_ms" (the ranks write at
+ * once) in seconds, 0 when a shard does not say (an older writer).
+ * RET 0, or -1 when it is not a manifest with shards (outputs 0). */
+int ev_manifest_stats(const char *buf, size_t len, uint64_t *bytes,
+                      double *write_s);
 
 #endif /* EVENTS_H */

@@ -40,6 +40,8 @@ typedef struct launch_node_s {
   aff_topo_t *topo;   /* NULL when nothing needed it */
   aff_plan_t *plan;   /* NULL: the workers are not bound */
   aff_sysinfo_t si;   /* probed where there are GPUs (or under root) */
+  aff_facts_t *facts; /* this node's GPUs, HCAs and ports, netdevs
+                         (under root), read once at open: the lint's */
   const char *root;   /* /sys and /proc prefix of the lint (NULL = /) */
   int foreign;        /* the topology is another machine's (--topology) */
   int torch_version;  /* the workers' PyTorch (cfg_t's), for the lint */
@@ -48,8 +50,8 @@ typedef struct launch_node_s {
                          workers are neither bound nor told */
 } launch_node_t;
 
-/* Load the profile, the topology (when binding, --report-bindings,
- * --topology or want_topo ask for it) and the plan. Blocking (hwloc, and
+/* Load the profile, the node's facts, the topology (when binding,
+ * --report-bindings, --topology or want_topo ask for it) and the plan. Blocking (hwloc, and
  * NVML where there are GPUs); once at start. Messages go to log (NULL:
  * quiet). RET 0, or an error with err naming the flag to fix. Close n
  * whatever it returned. */

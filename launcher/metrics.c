@@ -1,6 +1,7 @@
 /* metrics.c - the agent's Prometheus endpoint (metrics.h): libmicrohttpd
  * with its own polling thread; the job's text swapped in under a mutex;
  * the node's series read at scrape time on that thread. */
+#include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -9,27 +10,97 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "metrics.h"
 #include "rdzv.h"
+#include "proto.h"
 #include "server.h"
+#include "tcpstore.h"
 
 #ifdef LAUNCH_HAVE_MHD
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+
+/* libmicrohttpd, loaded when a port is served (met_start), like NVML:
+ * Debian's links GnuTLS, whose libraries and initialisation are about
+ * 2.5 MB of an agent's resident memory (docs/BENCHMARKS.md), so an agent
+ * or a server without --metrics-port never maps them. */
+typedef struct mhd_s {
+  void *lib;
+  struct MHD_Daemon *(*start)(unsigned, uint16_t, MHD_AcceptPolicyCallback,
+                              void *, MHD_AccessHandlerCallback, void *, ...);
+  void (*stop)(struct MHD_Daemon *);
+  const union MHD_DaemonInfo *(*info)(struct MHD_Daemon *,
+                                      enum MHD_DaemonInfoType, ...);
+  struct MHD_Response *(*from_buffer)(size_t, void *,
+                                      enum MHD_ResponseMemoryMode);
+  enum MHD_Result (*header)(struct MHD_Response *, const char *,
+                            const char *);
+  enum MHD_Result (*queue)(struct MHD_Connection *, unsigned,
+                           struct MHD_Response *);
+  void (*destroy)(struct MHD_Response *);
+} mhd_t;
+
+/* RET 0, RDZV_ENOTSUP (no such library, or one without these symbols). */
+static int mhd_open(mhd_t *h) {
+  const char *lib = getenv("LAUNCH_MHD_LIBRARY");
+  memset(h, 0, sizeof(*h));
+  h->lib = dlopen(lib && lib[0] ? lib : "libmicrohttpd.so.12",
+                  RTLD_NOW | RTLD_LOCAL);
+  if (h->lib == NULL)
+    return RDZV_ENOTSUP;
+#define SYM(f, name) *(void **)&h->f = dlsym(h->lib, name)
+  SYM(start, "MHD_start_daemon");
+  SYM(stop, "MHD_stop_daemon");
+  SYM(info, "MHD_get_daemon_info");
+  SYM(from_buffer, "MHD_create_response_from_buffer");
+  SYM(header, "MHD_add_response_header");
+  SYM(queue, "MHD_queue_response");
+  SYM(destroy, "MHD_destroy_response");
+#undef SYM
+  if (!h->start || !h->stop || !h->info || !h->from_buffer || !h->header ||
+      !h->queue || !h->destroy) {
+    dlclose(h->lib);
+    h->lib = NULL;
+    return RDZV_ENOTSUP;
+  }
+  return 0;
+}
 #endif
 
 /* ---- NVML, loaded at run time ------------------------------------------------------- */
 
+/* Only the prototypes used, from nvml.h (NVML_API_VERSION 11 and later). */
 typedef struct { unsigned gpu, memory; } nvml_util_t;
 typedef struct { unsigned long long total, free, used; } nvml_mem_t;
+typedef struct {
+  void *device;
+  unsigned long long type, data;      /* data: the XID */
+  unsigned gpu_instance, compute_instance;
+} nvml_event_t;
+
+#define NVML_GPUS 64          /* handles kept; more GPUs are not served */
+#define NVML_XIDS 64          /* distinct (GPU, XID) pairs counted */
+#define NVML_ERROR_TIMEOUT 10
+#define NVML_EVENT_XID 0x8ull /* nvmlEventTypeXidCriticalError */
 
 typedef struct nvml_s {
   void *lib;
   int ok;
-  unsigned count;
+  unsigned count;             /* GPUs served: handle[0..count) */
+  void *handle_of[NVML_GPUS];
+  void *events;               /* nvmlEventSet_t, NULL without XID events */
+  struct { unsigned gpu; unsigned long long xid, n; } xid[NVML_XIDS];
+  unsigned nxid;
+  /* PCIe throughput, refreshed after a scrape is answered (met_refresh):
+   * NVML samples it over 20 ms. */
+  unsigned pcie_kbs[NVML_GPUS][2];
+  unsigned char pcie_ok[NVML_GPUS];
+  int pcie_read;              /* read once at least */
   int (*init)(void);
   int (*shutdown)(void);
   int (*count_fn)(unsigned *);
@@ -39,10 +110,36 @@ typedef struct nvml_s {
   int (*power)(void *, unsigned *);       /* mW */
   int (*temp)(void *, int, unsigned *);   /* sensor 0: the GPU */
   int (*clock)(void *, int, unsigned *);  /* 0 graphics, 2 memory; MHz */
+  int (*pcie)(void *, int, unsigned *);   /* 0 TX, 1 RX; KB/s */
+  /* error type 0 corrected, 1 uncorrected; counter 0 volatile, 1 aggregate */
+  int (*ecc)(void *, int, int, unsigned long long *);
+  int (*reasons)(void *, unsigned long long *);
+  int (*ev_create)(void **);
+  int (*ev_register)(void *, unsigned long long, void *);
+  int (*ev_wait)(void *, nvml_event_t *, unsigned);
+  int (*ev_free)(void *);
 } nvml_t;
+
+/* An XID event set over every GPU that supports it; none: no XID series. */
+static void nvml_events_open(nvml_t *n) {
+  unsigned registered = 0;
+  if (!n->ev_create || !n->ev_register || !n->ev_wait || !n->ev_free ||
+      n->ev_create(&n->events) != 0) {
+    n->events = NULL;
+    return;
+  }
+  for (unsigned g = 0; g < n->count; g++)
+    registered += n->ev_register(n->handle_of[g], NVML_EVENT_XID,
+                                 n->events) == 0;
+  if (registered == 0) {
+    n->ev_free(n->events);
+    n->events = NULL;
+  }
+}
 
 static void nvml_open(nvml_t *n) {
   const char *lib = getenv("LAUNCH_NVML_LIBRARY");
+  unsigned count = 0;
   memset(n, 0, sizeof(*n));
   n->lib = dlopen(lib && lib[0] ? lib : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (n->lib == NULL)
@@ -57,24 +154,80 @@ static void nvml_open(nvml_t *n) {
   SYM(power, "nvmlDeviceGetPowerUsage");
   SYM(temp, "nvmlDeviceGetTemperature");
   SYM(clock, "nvmlDeviceGetClockInfo");
+  SYM(pcie, "nvmlDeviceGetPcieThroughput");
+  SYM(ecc, "nvmlDeviceGetTotalEccErrors");
+  SYM(reasons, "nvmlDeviceGetCurrentClocksEventReasons");
+  if (n->reasons == NULL) /* its name before CUDA 12.2's NVML */
+    SYM(reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  SYM(ev_create, "nvmlEventSetCreate");
+  SYM(ev_register, "nvmlDeviceRegisterEvents");
+  SYM(ev_wait, "nvmlEventSetWait_v2");
+  SYM(ev_free, "nvmlEventSetFree");
 #undef SYM
   if (n->init && n->count_fn && n->handle && n->init() == 0) {
-    n->ok = n->count_fn(&n->count) == 0;
+    n->ok = n->count_fn(&count) == 0;
+    /* Handles once: a GPU whose handle fails ends the list served. */
+    for (; n->ok && n->count < count && n->count < NVML_GPUS; n->count++)
+      if (n->handle(n->count, &n->handle_of[n->count]) != 0)
+        break;
     if (!n->ok && n->shutdown)
       n->shutdown();
   }
   if (!n->ok) {
     dlclose(n->lib);
     n->lib = NULL;
+    return;
   }
+  nvml_events_open(n);
 }
 
 static void nvml_close(nvml_t *n) {
+  if (n->events)
+    n->ev_free(n->events);
   if (n->ok && n->shutdown)
     n->shutdown();
   if (n->lib)
     dlclose(n->lib);
   memset(n, 0, sizeof(*n));
+}
+
+/* Take the XID events that came since the last scrape (never waits). */
+static void nvml_poll_xids(nvml_t *n) {
+  nvml_event_t e;
+  if (n->events == NULL)
+    return;
+  for (int k = 0; k < 1024; k++) {
+    unsigned g, i;
+    memset(&e, 0, sizeof(e));
+    if (n->ev_wait(n->events, &e, 0) != 0)
+      return; /* NVML_ERROR_TIMEOUT: none left */
+    if (!(e.type & NVML_EVENT_XID))
+      continue;
+    for (g = 0; g < n->count && n->handle_of[g] != e.device; g++)
+      ;
+    if (g == n->count)
+      continue;
+    for (i = 0; i < n->nxid; i++)
+      if (n->xid[i].gpu == g && n->xid[i].xid == e.data)
+        break;
+    if (i == n->nxid) {
+      if (n->nxid == NVML_XIDS)
+        continue; /* 64 distinct pairs: a GPU that bad is known already */
+      n->xid[n->nxid].gpu = g;
+      n->xid[n->nxid].xid = e.data;
+      n->xid[n->nxid++].n = 0;
+    }
+    n->xid[i].n++;
+  }
+}
+
+static void nvml_read_pcie(nvml_t *n) {
+  if (n->pcie == NULL)
+    return;
+  for (unsigned g = 0; g < n->count; g++)
+    n->pcie_ok[g] = n->pcie(n->handle_of[g], 0, &n->pcie_kbs[g][0]) == 0 &&
+                    n->pcie(n->handle_of[g], 1, &n->pcie_kbs[g][1]) == 0;
+  n->pcie_read = 1;
 }
 
 /* ---- the text format ------------------------------------------------------------------ */
@@ -117,6 +270,56 @@ void met_label_escape(const char *s, char *out, size_t cap) {
 
 /* ---- the server ------------------------------------------------------------------------ */
 
+/* A TCPStore op's name as a label value: "compare_set", "watch_key". */
+static void ts_label(int op, char *out, size_t cap) {
+  const char *n = ts_op_name(op == SRV_TS_WATCH ? TS_WATCH_KEY : op);
+  size_t i = 0;
+  for (; n[i] && i + 1 < cap; i++)
+    out[i] = (char)tolower((unsigned char)n[i]);
+  out[i] = '\0';
+}
+
+/* launch_server_requests_total{op,protocol}: every native op proto.h
+ * names and every TCPStore op, so that rate() sees a series from 0. */
+static void server_requests(lu_buf_t *b, const char *labels,
+                            const srv_stats_t *st) {
+  char lab[640], name[32];
+  const char *sep = labels && labels[0] ? "," : "";
+  met_family(b, "launch_server_requests_total", "counter",
+             "requests served, by protocol and op");
+  for (int op = 0; op < SRV_NATIVE_OPS; op++) {
+    const char *n = proto_op_name(op);
+    if (op != 0 && (n == NULL || !strcmp(n, "unknown")))
+      continue;
+    if (op == 0 && st->native_ops[0] == 0)
+      continue; /* the unknown: only once seen */
+    snprintf(lab, sizeof(lab), "%s%sprotocol=\"native\",op=\"%s\"",
+             labels ? labels : "", sep, op == 0 ? "unknown" : n);
+    met_sample(b, "launch_server_requests_total", lab,
+               (double)st->native_ops[op]);
+  }
+  for (int op = 0; op < SRV_TS_OPS; op++) {
+    ts_label(op, name, sizeof(name));
+    snprintf(lab, sizeof(lab), "%s%sprotocol=\"tcpstore\",op=\"%s\"",
+             labels ? labels : "", sep, name);
+    met_sample(b, "launch_server_requests_total", lab, (double)st->ts_ops[op]);
+  }
+}
+
+static void server_refusals(lu_buf_t *b, const char *labels,
+                            const srv_stats_t *st) {
+  char lab[640];
+  const char *sep = labels && labels[0] ? "," : "";
+  met_family(b, "launch_server_refusals_total", "counter",
+             "connections, jobs or requests refused, by the limit that "
+             "refused them");
+  for (int l = 0; l < SRV_LIMIT_COUNT; l++) {
+    snprintf(lab, sizeof(lab), "%s%slimit=\"%s\"", labels ? labels : "", sep,
+             srv_limit_label(l));
+    met_sample(b, "launch_server_refusals_total", lab, (double)st->refused[l]);
+  }
+}
+
 void met_server(lu_buf_t *b, const char *labels, const srv_stats_t *st,
                 double max_memory) {
   static const struct { const char *name, *type, *help; } f[] = {
@@ -124,7 +327,6 @@ void met_server(lu_buf_t *b, const char *labels, const srv_stats_t *st,
       {"launch_server_connections_total", "counter", "connections accepted"},
       {"launch_server_refused_connections_total", "counter",
        "connections refused by a limit"},
-      {"launch_server_requests_total", "counter", "requests served"},
       {"launch_server_bad_input_total", "counter",
        "requests or frames refused as malformed"},
       {"launch_server_pending_waits", "gauge", "WAIT requests not answered yet"},
@@ -137,14 +339,16 @@ void met_server(lu_buf_t *b, const char *labels, const srv_stats_t *st,
       {"launch_server_paused_connections", "gauge",
        "connections waiting for their replies to drain or for memory"}};
   double v[] = {(double)st->conns_open, (double)st->conns_total,
-                (double)st->conns_refused, (double)st->requests,
-                (double)st->bad_input, (double)st->waits_pending,
-                (double)st->in_bytes, (double)st->jobs,
-                (double)st->mem_used, max_memory, (double)st->paused};
+                (double)st->conns_refused, (double)st->bad_input,
+                (double)st->waits_pending, (double)st->in_bytes,
+                (double)st->jobs, (double)st->mem_used, max_memory,
+                (double)st->paused};
   for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
     met_family(b, f[i].name, f[i].type, f[i].help);
     met_sample(b, f[i].name, labels, v[i]);
   }
+  server_requests(b, labels, st);
+  server_refusals(b, labels, st);
 }
 
 /* ---- the node ----------------------------------------------------------------------- */
@@ -155,9 +359,12 @@ struct met_s {
   char *page;        /* GET /, from the loop */
   char node[256];    /* escaped */
   char sysfs[512];   /* a test's root for /sys, "" the node's */
+  int disk;          /* 1: disk_maj:disk_min holds --ckpt-dir */
+  unsigned disk_maj, disk_min;
   nvml_t nvml;
   int port;
 #ifdef LAUNCH_HAVE_MHD
+  mhd_t mhd;
   struct MHD_Daemon *d;
 #endif
 };
@@ -213,7 +420,11 @@ static void node_mem(const met_t *m, lu_buf_t *b) {
   met_sample(b, "launch_node_memory_available_bytes", lab, (double)avail);
 }
 
-static void node_gpus(met_t *m, lu_buf_t *b) {
+static void gpu_label(const met_t *m, unsigned g, char *lab, size_t cap) {
+  snprintf(lab, cap, "node=\"%s\",gpu=\"%u\"", m->node, g);
+}
+
+static void gpu_basic(met_t *m, lu_buf_t *b) {
   static const struct { const char *name, *type, *help; } fam[] = {
       {"launch_gpu_utilization_ratio", "gauge",
        "fraction of the last sample period a kernel ran (NVML)"},
@@ -223,19 +434,15 @@ static void node_gpus(met_t *m, lu_buf_t *b) {
       {"launch_gpu_temperature_celsius", "gauge", "GPU core temperature"},
       {"launch_gpu_sm_clock_hertz", "gauge", "GPU graphics (SM) clock"}};
   nvml_t *n = &m->nvml;
-  if (!n->ok || n->count == 0)
-    return; /* no GPU series, and no error */
   for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
     met_family(b, fam[k].name, fam[k].type, fam[k].help);
     for (unsigned g = 0; g < n->count; g++) {
-      void *h;
+      void *h = n->handle_of[g];
       char lab[320];
       double v = NAN;
       nvml_util_t u;
       nvml_mem_t mem;
       unsigned x;
-      if (n->handle(g, &h) != 0)
-        continue;
       if (k == 0 && n->util && n->util(h, &u) == 0)
         v = u.gpu / 100.0;
       else if ((k == 1 || k == 2) && n->mem && n->mem(h, &mem) == 0)
@@ -248,10 +455,126 @@ static void node_gpus(met_t *m, lu_buf_t *b) {
         v = x * 1e6;
       if (isnan(v))
         continue;
-      snprintf(lab, sizeof(lab), "node=\"%s\",gpu=\"%u\"", m->node, g);
+      gpu_label(m, g, lab, sizeof(lab));
       met_sample(b, fam[k].name, lab, v);
     }
   }
+}
+
+/* PCIe throughput as last read (after the previous scrape: met_refresh). */
+static void gpu_pcie(met_t *m, lu_buf_t *b) {
+  static const char *const name[2] = {
+      "launch_gpu_pcie_transmit_bytes_per_second",
+      "launch_gpu_pcie_receive_bytes_per_second"};
+  nvml_t *n = &m->nvml;
+  char lab[320];
+  unsigned any = 0;
+  if (!n->pcie_read)
+    nvml_read_pcie(n);
+  for (unsigned g = 0; g < n->count; g++)
+    any += n->pcie_ok[g];
+  for (int d = 0; d < 2 && any > 0; d++) {
+    met_family(b, name[d], "gauge", d == 0
+               ? "PCIe bytes sent by the GPU per second (NVML, a 20 ms sample)"
+               : "PCIe bytes received by the GPU per second (NVML, a 20 ms "
+                 "sample)");
+    for (unsigned g = 0; g < n->count; g++)
+      if (n->pcie_ok[g]) {
+        gpu_label(m, g, lab, sizeof(lab));
+        met_sample(b, name[d], lab, (double)n->pcie_kbs[g][d] * 1024);
+      }
+  }
+}
+
+/* ECC errors: corrected and uncorrected, since the driver loaded
+ * (volatile) and over the GPU's life (aggregate). ECC off: no series. */
+static void gpu_ecc(met_t *m, lu_buf_t *b) {
+  static const char *const type[2] = {"corrected", "uncorrected"};
+  static const char *const scope[2] = {"volatile", "aggregate"};
+  nvml_t *n = &m->nvml;
+  int header = 0;
+  if (n->ecc == NULL)
+    return;
+  for (unsigned g = 0; g < n->count; g++)
+    for (int t = 0; t < 2; t++)
+      for (int c = 0; c < 2; c++) {
+        unsigned long long v;
+        char lab[400];
+        if (n->ecc(n->handle_of[g], t, c, &v) != 0)
+          continue;
+        if (!header++)
+          met_family(b, "launch_gpu_ecc_errors_total", "counter",
+                     "GPU memory ECC errors (NVML), by type and scope");
+        snprintf(lab, sizeof(lab), "node=\"%s\",gpu=\"%u\",type=\"%s\","
+                 "scope=\"%s\"", m->node, g, type[t], scope[c]);
+        met_sample(b, "launch_gpu_ecc_errors_total", lab, (double)v);
+      }
+}
+
+/* XID critical errors seen since the agent started, by GPU and code. */
+static void gpu_xids(met_t *m, lu_buf_t *b) {
+  nvml_t *n = &m->nvml;
+  nvml_poll_xids(n);
+  if (n->events == NULL)
+    return;
+  met_family(b, "launch_gpu_xid_errors_total", "counter",
+             "XID critical errors of the GPU since the agent started "
+             "(NVML events), by XID code");
+  for (unsigned i = 0; i < n->nxid; i++) {
+    char lab[400];
+    snprintf(lab, sizeof(lab), "node=\"%s\",gpu=\"%u\",xid=\"%llu\"",
+             m->node, n->xid[i].gpu, n->xid[i].xid);
+    met_sample(b, "launch_gpu_xid_errors_total", lab, (double)n->xid[i].n);
+  }
+}
+
+/* Why the clocks are held down now: 1 per active reason (nvml.h's
+ * nvmlClocksEventReason* bits). */
+static void gpu_reasons(met_t *m, lu_buf_t *b) {
+  static const struct { unsigned long long bit; const char *name; } r[] = {
+      {0x1, "gpu_idle"},
+      {0x2, "applications_clocks_setting"},
+      {0x4, "sw_power_cap"},
+      {0x8, "hw_slowdown"},
+      {0x10, "sync_boost"},
+      {0x20, "sw_thermal_slowdown"},
+      {0x40, "hw_thermal_slowdown"},
+      {0x80, "hw_power_brake_slowdown"},
+      {0x100, "display_clock_setting"}};
+  nvml_t *n = &m->nvml;
+  int header = 0;
+  if (n->reasons == NULL)
+    return;
+  for (unsigned g = 0; g < n->count; g++) {
+    unsigned long long v;
+    if (n->reasons(n->handle_of[g], &v) != 0)
+      continue;
+    if (!header++)
+      met_family(b, "launch_gpu_throttle_reason", "gauge",
+                 "1 while this reason holds the GPU's clocks down (NVML "
+                 "clocks event reasons)");
+    for (size_t k = 0; k < sizeof(r) / sizeof(r[0]); k++) {
+      char lab[400];
+      snprintf(lab, sizeof(lab), "node=\"%s\",gpu=\"%u\",reason=\"%s\"",
+               m->node, g, r[k].name);
+      met_sample(b, "launch_gpu_throttle_reason", lab, (v & r[k].bit) != 0);
+    }
+  }
+}
+
+static void node_gpus(met_t *m, lu_buf_t *b) {
+  if (!m->nvml.ok || m->nvml.count == 0)
+    return; /* no GPU series, and no error */
+  gpu_basic(m, b);
+  gpu_pcie(m, b);
+  gpu_ecc(m, b);
+  gpu_xids(m, b);
+  gpu_reasons(m, b);
+}
+
+void met_refresh(met_t *m) {
+  if (m->nvml.ok)
+    nvml_read_pcie(&m->nvml);
 }
 
 void met_set_sysfs_root(met_t *m, const char *root) {
@@ -345,9 +668,171 @@ static void node_ib(const met_t *m, lu_buf_t *b) {
   }
 }
 
+/* ---- NUMA and the checkpoint disk -------------------------------------------------- */
+
+int met_parse_numastat(const char *line, met_numa_t *out) {
+  static const char *const keys[] = {"numa_hit", "numa_miss", "numa_foreign",
+                                     "other_node"};
+  unsigned long long *f[] = {&out->hit, &out->miss, &out->foreign,
+                             &out->other_node};
+  char key[32];
+  unsigned long long v;
+  if (sscanf(line, "%31s %llu", key, &v) != 2)
+    return 0;
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+    if (strcmp(key, keys[i]) == 0) {
+      *f[i] = v;
+      return 1;
+    }
+  return 0;
+}
+
+/* Each NUMA node's page allocation counters (numastat). */
+static void node_numa(const met_t *m, lu_buf_t *b) {
+  static const struct { const char *name, *help; } fam[] = {
+      {"launch_node_numa_hit_pages_total",
+       "pages allocated on this NUMA node as intended (numa_hit)"},
+      {"launch_node_numa_miss_pages_total",
+       "pages allocated here that were meant for another node (numa_miss)"},
+      {"launch_node_numa_foreign_pages_total",
+       "pages meant for this node allocated on another (numa_foreign)"},
+      {"launch_node_numa_other_node_pages_total",
+       "pages allocated here by a process running on another node "
+       "(other_node)"}};
+  char base[600], path[700], line[128], lab[400];
+  struct dirent **nodes = NULL;
+  met_numa_t v[64];
+  unsigned id[64];
+  int n, k = 0;
+  snprintf(base, sizeof(base), "%s/sys/devices/system/node", m->sysfs);
+  if ((n = scandir(base, &nodes, NULL, alphasort)) < 0)
+    return; /* no NUMA information: no series */
+  for (int i = 0; i < n; i++) {
+    char *end;
+    unsigned long x;
+    FILE *f;
+    int got = 0;
+    const char *d = nodes[i]->d_name;
+    if (strncmp(d, "node", 4) == 0 && d[4] >= '0' && d[4] <= '9' && k < 64 &&
+        (x = strtoul(d + 4, &end, 10), *end == '\0')) {
+      snprintf(path, sizeof(path), "%s/%.32s/numastat", base, d);
+      if ((f = fopen(path, "r")) != NULL) {
+        memset(&v[k], 0, sizeof(v[k]));
+        while (fgets(line, sizeof(line), f))
+          got += met_parse_numastat(line, &v[k]);
+        fclose(f);
+        if (got > 0)
+          id[k++] = (unsigned)x;
+      }
+    }
+    free(nodes[i]);
+  }
+  free(nodes);
+  for (size_t j = 0; j < sizeof(fam) / sizeof(fam[0]) && k > 0; j++) {
+    met_family(b, fam[j].name, "counter", fam[j].help);
+    for (int i = 0; i < k; i++) {
+      unsigned long long x = j == 0   ? v[i].hit
+                             : j == 1 ? v[i].miss
+                             : j == 2 ? v[i].foreign
+                                      : v[i].other_node;
+      snprintf(lab, sizeof(lab), "node=\"%s\",numa=\"%u\"", m->node, id[i]);
+      met_sample(b, fam[j].name, lab, (double)x);
+    }
+  }
+}
+
+int met_parse_diskstats(const char *line, unsigned maj, unsigned min,
+                        met_disk_t *out) {
+  unsigned a, b;
+  met_disk_t d;
+  unsigned long long merged, ms, inflight;
+  memset(&d, 0, sizeof(d));
+  if (sscanf(line, "%u %u %31s %llu %llu %llu %llu %llu %llu %llu %llu %llu "
+             "%llu", &a, &b, d.name, &d.reads, &merged, &d.read_sectors, &ms,
+             &d.writes, &merged, &d.write_sectors, &ms, &inflight,
+             &d.io_ms) != 13 || a != maj || b != min)
+    return 0;
+  *out = d;
+  return 1;
+}
+
+int met_set_ckpt_dir(met_t *m, const char *dir) {
+  struct stat st;
+  char p[1024];
+  char *slash;
+  int found = 0, rc;
+  /* Not made yet (the first checkpoint makes it): its nearest ancestor. */
+  snprintf(p, sizeof(p), "%s", dir ? dir : "");
+  while ((rc = stat(p, &st)) != 0 && (slash = strrchr(p, '/')) != NULL &&
+         strcmp(p, "/") != 0) {
+    if (slash == p)
+      p[1] = '\0'; /* "/x": "/" */
+    else
+      *slash = '\0';
+  }
+  pthread_mutex_lock(&m->mu);
+  m->disk = 0;
+  /* Major 0: an anonymous device (tmpfs, overlay, NFS, btrfs subvolumes)
+   * that /proc/diskstats does not list. */
+  if (p[0] && rc == 0 && major(st.st_dev) != 0) {
+    m->disk = found = 1;
+    m->disk_maj = major(st.st_dev);
+    m->disk_min = minor(st.st_dev);
+  }
+  pthread_mutex_unlock(&m->mu);
+  return found;
+}
+
+/* The row of the device holding --ckpt-dir: bytes read and written (512-
+ * byte sectors, whatever the device's block size), I/O time. */
+static void node_ckpt_disk(met_t *m, lu_buf_t *b) {
+  char path[600], line[512], lab[400];
+  unsigned maj, min;
+  met_disk_t d;
+  int have = 0;
+  FILE *f;
+  pthread_mutex_lock(&m->mu);
+  have = m->disk;
+  maj = m->disk_maj, min = m->disk_min;
+  pthread_mutex_unlock(&m->mu);
+  if (!have)
+    return;
+  snprintf(path, sizeof(path), "%s/proc/diskstats", m->sysfs);
+  if ((f = fopen(path, "r")) == NULL)
+    return;
+  have = 0;
+  while (!have && fgets(line, sizeof(line), f))
+    have = met_parse_diskstats(line, maj, min, &d);
+  fclose(f);
+  if (!have)
+    return; /* not a device the kernel counts: no series */
+  met_label_escape(d.name, path, sizeof(path));
+  snprintf(lab, sizeof(lab), "node=\"%s\",device=\"%.64s\"", m->node, path);
+  met_family(b, "launch_node_ckpt_disk_read_bytes_total", "counter",
+             "bytes read from the device holding --ckpt-dir (/proc/diskstats)");
+  met_sample(b, "launch_node_ckpt_disk_read_bytes_total", lab,
+             (double)d.read_sectors * 512);
+  met_family(b, "launch_node_ckpt_disk_written_bytes_total", "counter",
+             "bytes written to the device holding --ckpt-dir");
+  met_sample(b, "launch_node_ckpt_disk_written_bytes_total", lab,
+             (double)d.write_sectors * 512);
+  met_family(b, "launch_node_ckpt_disk_reads_total", "counter",
+             "reads completed by the device holding --ckpt-dir");
+  met_sample(b, "launch_node_ckpt_disk_reads_total", lab, (double)d.reads);
+  met_family(b, "launch_node_ckpt_disk_writes_total", "counter",
+             "writes completed by the device holding --ckpt-dir");
+  met_sample(b, "launch_node_ckpt_disk_writes_total", lab, (double)d.writes);
+  met_family(b, "launch_node_ckpt_disk_io_seconds_total", "counter",
+             "time the device holding --ckpt-dir was busy with I/O");
+  met_sample(b, "launch_node_ckpt_disk_io_seconds_total", lab,
+             (double)d.io_ms / 1000.0);
+}
+
 void met_node(met_t *m, lu_buf_t *b) {
   node_cpu(m, b);
   node_mem(m, b);
+  node_numa(m, b);
+  node_ckpt_disk(m, b);
   node_ib(m, b);
   node_gpus(m, b);
 }
@@ -401,7 +886,9 @@ void met_stop(met_t *m) {
     return;
 #ifdef LAUNCH_HAVE_MHD
   if (m->d)
-    MHD_stop_daemon(m->d);
+    m->mhd.stop(m->d);
+  if (m->mhd.lib)
+    dlclose(m->mhd.lib);
 #endif
   nvml_close(&m->nvml);
   pthread_mutex_destroy(&m->mu);
@@ -424,12 +911,13 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
   int html = 0;
   char *text;
   size_t len;
-  (void)version, (void)upload, (void)upload_len, (void)state;
+  (void)version, (void)upload, (void)upload_len;
   if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
     lu_buf_puts(&b, "only GET\n");
     code = MHD_HTTP_METHOD_NOT_ALLOWED;
   } else if (strcmp(url, "/metrics") == 0) {
     met_render(m, &b);
+    *state = m; /* done(): refresh the slow values once it went out */
   } else if (strcmp(url, "/") == 0) {
     pthread_mutex_lock(&m->mu);
     if (m->page) {
@@ -446,19 +934,29 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
   }
   if (lu_buf_finish(&b, &text, &len) != 0)
     return MHD_NO;
-  r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+  r = m->mhd.from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
   if (r == NULL) {
     free(text);
     return MHD_NO;
   }
-  MHD_add_response_header(r, "Content-Type",
-                          html ? "text/html; charset=utf-8"
-                          : code == MHD_HTTP_OK && url[1] == 'm'
-                              ? "text/plain; version=0.0.4; charset=utf-8"
-                              : "text/plain; charset=utf-8");
-  rc = MHD_queue_response(c, code, r);
-  MHD_destroy_response(r);
+  m->mhd.header(r, "Content-Type",
+                html ? "text/html; charset=utf-8"
+                : code == MHD_HTTP_OK && url[1] == 'm'
+                    ? "text/plain; version=0.0.4; charset=utf-8"
+                    : "text/plain; charset=utf-8");
+  rc = m->mhd.queue(c, code, r);
+  m->mhd.destroy(r);
   return rc;
+}
+
+/* After a reply went out (or failed): a scrape's reply refreshes the slow
+ * values for the next one. */
+static void done(void *cls, struct MHD_Connection *c, void **state,
+                 enum MHD_RequestTerminationCode why) {
+  (void)c, (void)why;
+  if (*state == cls)
+    met_refresh(cls);
+  *state = NULL;
 }
 
 int met_start(const char *addr, int port, const char *node, met_t **out) {
@@ -472,6 +970,10 @@ int met_start(const char *addr, int port, const char *node, met_t **out) {
   *out = NULL;
   if ((rc = met_local(node, &m)) != 0)
     return rc;
+  if ((rc = mhd_open(&m->mhd)) != 0) {
+    met_stop(m);
+    return rc;
+  }
   memset(&sa4, 0, sizeof(sa4));
   memset(&sa6, 0, sizeof(sa6));
   if (addr && addr[0]) {
@@ -489,17 +991,18 @@ int met_start(const char *addr, int port, const char *node, met_t **out) {
       return -EINVAL;
     }
   }
-  m->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, answer, m,
-                          MHD_OPTION_CONNECTION_LIMIT, 16u,
-                          MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-                          sa ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, sa,
-                          MHD_OPTION_END);
+  m->d = m->mhd.start(flags, (uint16_t)port, NULL, NULL, answer, m,
+                       MHD_OPTION_CONNECTION_LIMIT, 16u,
+                       MHD_OPTION_CONNECTION_TIMEOUT, 10u,
+                       MHD_OPTION_NOTIFY_COMPLETED, done, m,
+                       sa ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, sa,
+                       MHD_OPTION_END);
   if (m->d == NULL) {
     int err = errno ? errno : EADDRINUSE;
     met_stop(m);
     return -err;
   }
-  info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_BIND_PORT);
+  info = m->mhd.info(m->d, MHD_DAEMON_INFO_BIND_PORT);
   m->port = info ? info->port : port;
   *out = m;
   return 0;

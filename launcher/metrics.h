@@ -8,7 +8,10 @@
  * gives no GPU series), read on the server thread at scrape time. So a
  * scrape never waits for the loop, and the loop never for NVML.
  *
- * Built without libmicrohttpd (LAUNCH_HAVE_MHD unset) met_start returns
+ * libmicrohttpd is loaded by met_start (libmicrohttpd.so.12, or the file
+ * LAUNCH_MHD_LIBRARY names), not linked: an agent without --metrics-port
+ * never maps it and GnuTLS. Built without its header (LAUNCH_HAVE_MHD
+ * unset), or the library missing at run time, met_start returns
  * RDZV_ENOTSUP. Prefix met_. */
 #ifndef METRICS_H
 #define METRICS_H
@@ -20,7 +23,8 @@ typedef struct met_s met_t;
 
 /* Serve on addr ("" or NULL: every address) and port (0: a free one).
  * node: the node label of the node series (copied). OUT *out.
- * RET 0, RDZV_ENOTSUP (built without libmicrohttpd), -errno. */
+ * RET 0, RDZV_ENOTSUP (built without libmicrohttpd, or libmicrohttpd.so.12
+ * not installed), -errno. */
 int met_start(const char *addr, int port, const char *node, met_t **out);
 /* The same object serving nothing (any build): met_render gives what a
  * scrape would answer. For tests, and the GPU's series anywhere. */
@@ -52,11 +56,43 @@ struct srv_stats_s;
 void met_server(lu_buf_t *b, const char *labels,
                 const struct srv_stats_s *st, double max_memory);
 
-/* Read the InfiniBand/RoCE ports under root + /sys/class/infiniband
- * instead of the node's own /sys (tests). root copied; "" the node's. */
+/* Read the InfiniBand/RoCE ports under root + /sys/class/infiniband,
+ * NUMA nodes under root + /sys/devices/system/node and root +
+ * /proc/diskstats instead of the node's own (tests). root copied; "" the
+ * node's. Before serving, or any thread. */
 void met_set_sysfs_root(met_t *m, const char *root);
 
-/* The node's series (CPU, memory, IB/RoCE ports, GPUs) into b. */
+/* The checkpoint directory (--ckpt-dir): the block device that holds it
+ * (stat's st_dev, its /proc/diskstats row: a partition's own row) gives
+ * launch_node_ckpt_disk_*; a file system on no block device (tmpfs,
+ * overlay, NFS) or a dir that does not exist gives no series. Any thread.
+ * RET 1 when a device was found, 0 when none. */
+int met_set_ckpt_dir(met_t *m, const char *dir);
+
+/* One /proc/diskstats line: "MAJ MIN NAME reads merged sectors ms writes
+ * merged sectors ms inflight io_ms ...". RET 1 when it is the row of
+ * maj:min (out filled), else 0. Pure: any input (fuzz_nodestat). */
+typedef struct met_disk_s {
+  char name[32];
+  unsigned long long reads, read_sectors, writes, write_sectors, io_ms;
+} met_disk_t;
+int met_parse_diskstats(const char *line, unsigned maj, unsigned min,
+                        met_disk_t *out);
+
+/* One line of /sys/devices/system/node/nodeN/numastat ("numa_hit 123").
+ * RET 1 when it is one of the counters kept (out's field set), else 0. */
+typedef struct met_numa_s {
+  unsigned long long hit, miss, foreign, other_node;
+} met_numa_t;
+int met_parse_numastat(const char *line, met_numa_t *out);
+
+/* The node's series (CPU, memory, NUMA, the checkpoint disk, IB/RoCE
+ * ports, GPUs) into b. The thread that scrapes (one at a time). */
 void met_node(met_t *m, lu_buf_t *b);
+/* Read the slow values (NVML's PCIe throughput, a 20 ms sample per GPU
+ * and direction) that the next met_render shows: the HTTP server calls it
+ * after a scrape's reply went out, so a scrape never waits for them. The
+ * thread that scrapes. */
+void met_refresh(met_t *m);
 
 #endif /* METRICS_H */

@@ -22,8 +22,10 @@ int launch_node_open(const cfg_t *c, int want_topo, const char *root,
     lu_errf(err, errlen, "--nccl-profile: %s", why);
     return rc;
   }
-  if ((n->pol = calloc(1, sizeof(*n->pol))) == NULL)
+  if ((n->pol = calloc(1, sizeof(*n->pol))) == NULL ||
+      (n->facts = malloc(sizeof(*n->facts))) == NULL)
     return RDZV_ENOMEM;
+  aff_facts_probe(n->facts, root);
   if (aff_policy_parse(c->cpu_bind, c->mem_bind, n->pol, err, errlen) != 0)
     return RDZV_EINVAL;
   bind = n->pol->cpu != AFF_CPU_NONE || n->pol->mem != AFF_MEM_NONE;
@@ -59,6 +61,7 @@ void launch_node_close(launch_node_t *n) {
   aff_plan_free(n->plan);
   aff_topo_free(n->topo);
   free(n->pol);
+  free(n->facts);
   prof_free(n->prof);
   memset(n, 0, sizeof(*n));
 }
@@ -135,11 +138,20 @@ int launch_rank_env(const cfg_t *c, const launch_node_t *n,
     k.resume_step = r->resume_step;
     k.ckpt_verified = r->ckpt_verified;
   }
+  /* The binding's rows, when the workers are bound. */
+  if (n->plan && !n->report_only) {
+    const aff_binding_t *b = aff_plan_rank(n->plan, local_rank);
+    k.cpus = b->cpulist;
+    k.numa_node = b->numa_str;
+    k.gpu_busid = b->busid;
+    k.hca = b->hca;
+    k.hca_port = b->hca_port_str;
+    k.netdev = b->netdev;
+    k.hcas = b->hcas;
+  }
+  k.nccl_profile = n->prof ? prof_name(n->prof) : NULL;
   ro.base = c->environ;
   ro.contract = &k;
-  ro.binding = n->plan && !n->report_only
-                   ? aff_binding_envv(aff_plan_rank(n->plan, local_rank))
-                   : NULL;
   ro.profile = n->prof;
   ro.allow_override = c->allow_env_override;
   ro.log = log;
@@ -152,7 +164,7 @@ int launch_lint(const launch_node_t *n, const env_t *e, env_finding_t **f,
   int rc;
   if (node == NULL)
     return RDZV_ENOMEM;
-  env_node_probe(node, n->root);
+  env_node_from_facts(node, n->facts);
   /* Another machine's topology: this node's interfaces are not its. */
   if (n->foreign)
     node->probed = 0;

@@ -4,7 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lu.h"
+#include "msg.h"
 #include "page.h"
+#include "summary.h"
 
 typedef struct pt_s {
   int64_t step;
@@ -214,4 +217,80 @@ void page_render(const page_t *p, const page_info_t *in,
   lu_buf_puts(b, "</table>\n<p>metrics: <a href=\"/metrics\">/metrics</a> "
                  "(Prometheus); events: launch --event-log</p>\n"
                  "</body></html>\n");
+}
+
+/* ---- the server's page ---------------------------------------------------------------- */
+
+void page_jobs_begin(lu_buf_t *b, const char *server) {
+  lu_buf_puts(b, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+                 "<meta http-equiv=\"refresh\" content=\"5\"><title>launch "
+                 "server ");
+  esc(b, server);
+  lu_buf_puts(b, "</title><style>body{font:14px sans-serif;margin:1.5em}"
+                 "table{border-collapse:collapse}td,th{padding:2px 10px;"
+                 "border-bottom:1px solid #ddd;text-align:left}"
+                 "th{background:#f4f4f4}.failed{color:#c00}.ok{color:#080}"
+                 "</style></head><body>\n<h1>launch server ");
+  esc(b, server);
+  lu_buf_puts(b, "</h1>\n<table id=\"jobs\"><tr><th>job</th><th>state</th>"
+                 "<th>round</th><th>restarts</th><th>nodes: state, exit</th>"
+                 "<th>last event</th></tr>\n");
+}
+
+/* How a node's workers ended: "exit 3", "SIGKILL", "stopped", "-". */
+static void node_exit(lu_buf_t *b, const msg_member_t *m) {
+  if (m->signal)
+    lu_buf_puts(b, sum_signal_name((int)m->signal));
+  else if (m->exit_code >= 0)
+    lu_buf_printf(b, "exit %lld", (long long)m->exit_code);
+  else
+    lu_buf_puts(b, "-");
+}
+
+void page_job(lu_buf_t *b, const msg_status_t *st) {
+  const char *cls = st->ok == 1 ? "ok" : st->ok == 0 ? "failed" : "";
+  lu_buf_printf(b, "<tr class=\"job %s\" data-job=\"", cls);
+  esc(b, st->job);
+  lu_buf_puts(b, "\"><td>");
+  esc(b, st->job);
+  lu_buf_puts(b, "</td><td class=\"state\">");
+  if (st->ok >= 0)
+    lu_buf_printf(b, "%s, ended %.0f s ago (kept %.0f s more)",
+                  st->ok == 1 ? "ok" : "failed", lu_wall_s() - st->end_time,
+                  (double)st->keep_ms / 1000.0);
+  else
+    esc(b, st->state);
+  lu_buf_printf(b, "</td><td>%lld</td><td>%lld of %lld</td><td>",
+                (long long)st->round, (long long)st->restarts,
+                (long long)st->max_restarts);
+  for (size_t i = 0; i < st->nmembers; i++) {
+    const msg_member_t *m = &st->members[i];
+    lu_buf_puts(b, i ? "<br>" : "");
+    lu_buf_puts(b, "<span class=\"node\" data-host=\"");
+    esc(b, m->host);
+    lu_buf_puts(b, "\">");
+    esc(b, m->host);
+    lu_buf_puts(b, ": ");
+    esc(b, m->state);
+    lu_buf_puts(b, ", <span class=\"exit\">");
+    node_exit(b, m);
+    lu_buf_puts(b, "</span></span>");
+  }
+  lu_buf_puts(b, "</td><td>");
+  if (st->has_root) {
+    lu_buf_printf(b, "root cause: rank %lld on ", (long long)st->root.rank);
+    esc(b, st->root.host);
+    lu_buf_puts(b, "; ");
+  }
+  esc(b, st->reason ? st->reason : "");
+  lu_buf_puts(b, "</td></tr>\n");
+}
+
+void page_jobs_end(lu_buf_t *b, size_t njobs) {
+  lu_buf_puts(b, "</table>\n");
+  if (njobs == 0)
+    lu_buf_puts(b, "<p>no job</p>\n");
+  lu_buf_puts(b, "<p>metrics: <a href=\"/metrics\">/metrics</a> "
+                 "(Prometheus); ended jobs stay for launch server "
+                 "--keep-ended</p>\n</body></html>\n");
 }

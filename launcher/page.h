@@ -45,4 +45,14 @@ void page_restart(page_t *p, int64_t round, int64_t step);
 void page_render(const page_t *p, const page_info_t *info,
                  const page_rank_t *ranks, size_t nranks, lu_buf_t *b);
 
+/* The page of `launch server --metrics-port`: its jobs, running and ended
+ * (kept for --keep-ended), each with its state, nodes, and for an ended
+ * one ok or failed, each node's exit code and the root cause.
+ * page_jobs_begin, page_job (one per job, the STATUS of srv_each_job),
+ * page_jobs_end. */
+struct msg_status_s;
+void page_jobs_begin(lu_buf_t *b, const char *server);
+void page_job(lu_buf_t *b, const struct msg_status_s *st);
+void page_jobs_end(lu_buf_t *b, size_t njobs);
+
 #endif /* PAGE_H */

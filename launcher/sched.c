@@ -92,6 +92,13 @@ static const sched_var_t launch_vars[] = {
     {"LAUNCH_HANG_SIGNAL", CFG_S_HANG_SIGNAL, 0, NULL, NULL},
     {"LAUNCH_NO_RESTART_EXIT_CODES", CFG_S_NO_RESTART_CODES, 0, NULL, NULL},
     {"LAUNCH_CKPT_DIR", CFG_S_CKPT_DIR, 0, NULL, NULL},
+    {"LAUNCH_SERVER_THREADS", CFG_S_SRV_THREADS, 0, NULL, NULL},
+    {"LAUNCH_SERVER_TRACE_MS", CFG_S_SRV_TRACE, 0, NULL, NULL},
+    {"LAUNCH_SERVER_TURN_US", CFG_S_SRV_TURN, 0, NULL, NULL},
+    {"LAUNCH_SERVER_PASS_US", CFG_S_SRV_PASS, 0, NULL, NULL},
+    {"LAUNCH_SERVER_PLAIN_LOCK", CFG_S_SRV_PLAIN_LOCK, 0, NULL, NULL},
+    {"LAUNCH_SERVER_LOCK_SPINS", CFG_S_SRV_LOCK_SPINS, 0, NULL, NULL},
+    {"LAUNCH_SERVER_BIG_CACHE_MB", CFG_S_SRV_BIG_CACHE, 0, NULL, NULL},
     {"PYTHON_EXEC", CFG_S_PYTHON, 0, NULL, NULL},
     {"TMPDIR", CFG_S_TMPDIR, 0, NULL, NULL},
     {"CUDA_VISIBLE_DEVICES", CFG_S_CUDA_VISIBLE, 1, NULL, NULL},
@@ -680,9 +687,10 @@ static int read_row(const sched_source_t *src, const sched_var_t *v,
   return rc;
 }
 
-int sched_read(char *const *envp, unsigned char *seen, sched_apply_fn apply,
-               void *ctx, char *err, size_t errlen) {
-  for (size_t s = 0; s < LU_ARRAY_SIZE(sources); s++) {
+static int read_sources(size_t nsources, char *const *envp,
+                        unsigned char *seen, sched_apply_fn apply, void *ctx,
+                        char *err, size_t errlen) {
+  for (size_t s = 0; s < nsources; s++) {
     const sched_source_t *src = &sources[s];
     void *view = NULL;
     int rc = 0;
@@ -703,4 +711,23 @@ int sched_read(char *const *envp, unsigned char *seen, sched_apply_fn apply,
       return rc;
   }
   return 0;
+}
+
+int sched_read(char *const *envp, unsigned char *seen, sched_apply_fn apply,
+               void *ctx, char *err, size_t errlen) {
+  return read_sources(LU_ARRAY_SIZE(sources), envp, seen, apply, ctx, err,
+                      errlen);
+}
+
+/* sources[0] is launch's own. */
+int sched_read_own(char *const *envp, unsigned char *seen,
+                   sched_apply_fn apply, void *ctx, char *err, size_t errlen) {
+  return read_sources(1, envp, seen, apply, ctx, err, errlen);
+}
+
+const char *sched_own_var(int setting) {
+  for (size_t i = 0; i < LU_ARRAY_SIZE(launch_vars); i++)
+    if (launch_vars[i].setting == setting)
+      return launch_vars[i].var;
+  return NULL;
 }

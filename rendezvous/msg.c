@@ -113,6 +113,7 @@ static const mfield_t member_f[] = {
     I64(msg_member_t, node_rank, -1), I64(msg_member_t, nproc, 1),
     I64(msg_member_t, base_rank, -1), STR(msg_member_t, state),
     I64(msg_member_t, heartbeat_age_ms, 0), BOOL(msg_member_t, in_round),
+    I64(msg_member_t, exit_code, -1), I64(msg_member_t, signal, 0),
 };
 static const mdesc_t member_d = DESC("member", member_f);
 
@@ -123,6 +124,9 @@ static const mfield_t status_f[] = {
     I64(msg_status_t, max, 0),        I64(msg_status_t, waited_ms, 0),
     DSTR(msg_status_t, reason),       STRV(msg_status_t, expected),
     ARR(msg_status_t, members, msg_member_t, member_d),
+    I64(msg_status_t, ok, -1),        F64(msg_status_t, end_time),
+    I64(msg_status_t, keep_ms, 0),
+    SUB(msg_status_t, root, has_root, failure_d),
 };
 static const mdesc_t status_d = DESC("STATUS", status_f);
 

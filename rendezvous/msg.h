@@ -132,6 +132,10 @@ typedef struct msg_member_s {
   char state[16];           /* joining, running, done, restarting */
   int64_t heartbeat_age_ms;
   int in_round;
+  /* How its workers ended, once they did: state "done" (exit_code 0),
+   * "failed" (its first failed worker's exit_code, or -1 and signal),
+   * "stopped" (stopped by the job's end); -1 and 0 before. */
+  int64_t exit_code, signal;
 } msg_member_t;
 
 /* The reply to STATUS: a job's rendezvous. */
@@ -147,6 +151,15 @@ typedef struct msg_status_s {
   size_t nexpected;
   msg_member_t *members;
   size_t nmembers;
+  /* An ended job (state "finished"), kept by the server for --keep-ended
+   * after its last node left; members are then its last round's nodes as
+   * they ended. */
+  int64_t ok;               /* 1 every worker exited 0, 0 failed; -1 not
+                               ended (or a server before these fields) */
+  double end_time;          /* unix time of the end, 0 not ended */
+  int64_t keep_ms;          /* the server forgets it in this many ms */
+  int has_root;
+  msg_failure_t root;       /* the root cause of a failed job */
 } msg_status_t;
 
 /* PROGRESS: the value of a rank's progress key launch/progress/<rank>

@@ -48,6 +48,8 @@ typedef struct rounds_member_s {
   int master_port;
   int hosting;      /* its agent hosts this server: no successor */
   int silent;       /* dropped for missed heartbeats */
+  int reported;     /* 1: its workers exited 0 this round; 2: failed */
+  int64_t exit_code, signal; /* reported == 2: its first failed worker's */
 } rounds_member_t;
 
 typedef struct rounds_job_s {
@@ -85,6 +87,14 @@ typedef struct rounds_job_s {
                           last round's once a member went silent (it may
                           run on under another host: no split brain) */
   int quorum_said;
+  /* The end of the job, kept for --keep-ended after its last node left
+   * (`launch status` shows it): the last round's nodes as they ended.
+   * Their bytes are charged to the server's jobs (srv__mem_job_charge). */
+  int end_ok;
+  double end_wall;       /* unix time of the end */
+  uint64_t end_gone;     /* srv__now() when its last node left; 0 not yet */
+  msg_member_t *end_members;
+  size_t nend, end_charged;
 } rounds_job_t;
 
 /* ---- helpers -------------------------------------------------------------------------- */
@@ -207,8 +217,56 @@ static void push_shutdown(rounds_job_t *rj, rounds_member_t *m, int ok) {
 
 /* ---- the job's life -------------------------------------------------------------------------- */
 
+static void end_forget(rounds_job_t *rj) {
+  srv__mem_job_release(rj->job->srv, rj->end_charged);
+  free(rj->end_members);
+  rj->end_members = NULL;
+  rj->nend = rj->end_charged = 0;
+  rj->end_gone = 0;
+}
+
+/* Keep the round's nodes as they end: done (exit 0), failed (with the
+ * exit code or signal of its first failed worker), or stopped by the end.
+ * Left out when the server's memory for jobs has no room for them. */
+static void end_snapshot(rounds_job_t *rj, int ok) {
+  size_t k = 0, cost = (size_t)rj->nround * sizeof(msg_member_t);
+  end_forget(rj);
+  rj->end_ok = ok;
+  rj->end_wall = lu_wall_s();
+  if (rj->nround == 0 || srv__mem_job_charge(rj->job->srv, cost) != 0)
+    return;
+  if ((rj->end_members = calloc((size_t)rj->nround, sizeof(msg_member_t))) ==
+      NULL) {
+    srv__mem_job_release(rj->job->srv, cost);
+    return;
+  }
+  rj->end_charged = cost;
+  for (list_t *it = rj->members.next; it != &rj->members && k < (size_t)rj->nround;
+       it = it->next) {
+    rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
+    msg_member_t *o = &rj->end_members[k];
+    if (!m->in_round)
+      continue;
+    msg_member_init(o);
+    lu_strlcpy(o->host, m->host, sizeof(o->host));
+    lu_strlcpy(o->addr, m->addr, sizeof(o->addr));
+    o->node_rank = m->node_rank;
+    o->nproc = m->nproc;
+    o->base_rank = m->base_rank;
+    o->in_round = 1;
+    lu_strlcpy(o->state, m->reported == 1 ? "done"
+                         : m->reported == 2 ? "failed" : "stopped",
+               sizeof(o->state));
+    o->exit_code = m->reported == 1 ? 0 : m->reported == 2 ? m->exit_code : -1;
+    o->signal = m->reported == 2 ? m->signal : 0;
+    k++;
+  }
+  rj->nend = k;
+}
+
 static void finish(rounds_job_t *rj, int ok) {
   srv_t *s = rj->job->srv;
+  end_snapshot(rj, ok);
   rj->state = R_DONE;
   LU_INFO(&s->log, "job %s %s: %s", rj->job->name, ok ? "finished" : "failed",
           rj->reason);
@@ -296,6 +354,21 @@ static void reply_round(rounds_job_t *rj, rounds_member_t *m,
   m->join_id = 0;
 }
 
+/* The server's view of a node for its owner (srv_config_t.on_event). */
+static void node_event(rounds_job_t *rj, int kind, const char *host,
+                       const char *addr, int64_t nproc, const char *reason) {
+  srv_event_t ev;
+  memset(&ev, 0, sizeof(ev));
+  ev.kind = kind;
+  ev.job = rj->job->name;
+  ev.host = host;
+  ev.addr = addr;
+  ev.nproc = nproc;
+  ev.round = rj->round;
+  ev.reason = reason;
+  srv__event(rj->job->srv, &ev);
+}
+
 /* Does sel differ from node 0? Then refuse it (or only warn, with
  * --allow-mismatch). RET 1 when refused. */
 static int refuse_mismatch(rounds_job_t *rj, rounds_member_t *node0,
@@ -330,6 +403,7 @@ static int refuse_mismatch(rounds_job_t *rj, rounds_member_t *node0,
   if (strstr(rj->refused, n1) == NULL)
     lu_list_add(rj->refused, sizeof(rj->refused), n1);
   LU_WARN(&s->log, "job %s: refused %s", rj->job->name, msg);
+  node_event(rj, SRV_EV_NODE_REFUSED, sel->host, sel->addr, sel->nproc, msg);
   reply_join_error(sel, RDZV_EMISMATCH, msg);
   set_member(sel, M_RESTARTING, 0, sel->c);
   return 1;
@@ -579,6 +653,23 @@ static void evaluate(rounds_job_t *rj) {
   }
 }
 
+/* Forget the job's last run (its end included): a new run with the same
+ * id starts clean. */
+static void forget_run(rounds_job_t *rj) {
+  job_t *j = rj->job;
+  rj->state = R_IDLE;
+  rj->round = -1;
+  j->ts_round = -1;
+  rj->refused[0] = '\0';
+  rj->failures = 0;
+  rj->failed_round = -1;
+  rj->configured = 0;
+  rj->quorum = rj->last_n = rj->failover_expect = 0;
+  msg_failure_free(&rj->root);
+  rj->has_root = 0;
+  end_forget(rj);
+}
+
 /* A member is gone (closed connection, missed heartbeats, LEAVE). */
 static void member_lost(rounds_member_t *m, const char *why, int silent) {
   rounds_job_t *rj = m->rj;
@@ -587,6 +678,7 @@ static void member_lost(rounds_member_t *m, const char *why, int silent) {
                  m->state == M_RESTARTING;
   char host[256];
   lu_strlcpy(host, m->host, sizeof(host));
+  node_event(rj, SRV_EV_NODE_LEFT, m->host, m->addr, m->nproc, why);
   /* A silent member may be alive behind a partition, or have moved on
    * under a successor host while this one was stopped: the next round
    * needs a majority of the last. A closed connection is a dead agent. */
@@ -600,21 +692,17 @@ static void member_lost(rounds_member_t *m, const char *why, int silent) {
     evaluate(rj);
   }
   if (list_empty(&rj->members) && (rj->state == R_DONE || rj->state == R_IDLE)) {
-    /* Every node of a finished job is gone: forget it, so that a new run
-     * with the same id starts clean (no stale keys of the old one). */
+    /* Every node of a finished job is gone: its keys go (a new run with
+     * the same id starts clean, without stale keys of the old one). Its
+     * end stays for --keep-ended, for `launch status`; the next JOIN
+     * starts the new run. */
     job_t *j = rj->job;
     if (rj->state == R_DONE && j->nconns == 0)
       store_clear(j->store);
-    rj->state = R_IDLE;
-    rj->round = -1;
-    j->ts_round = -1;
-    rj->refused[0] = '\0';
-    rj->failures = 0;
-    rj->failed_round = -1;
-    rj->configured = 0;
-    rj->quorum = rj->last_n = rj->failover_expect = 0;
-    msg_failure_free(&rj->root);
-    rj->has_root = 0;
+    if (rj->state == R_DONE && j->srv->cfg.keep_ended_ms > 0)
+      rj->end_gone = srv__now();
+    else
+      forget_run(rj);
   }
   schedule(rj->job->srv);
 }
@@ -688,6 +776,27 @@ static void peer_host(const conn_t *c, char *out, size_t cap) {
   snprintf(out, cap, "%.*s", (int)n, p);
 }
 
+/* Refuse a JOIN: the error reply, and node_refused for the server's
+ * owner. */
+static void refuse_join(conn_t *c, const proto_msg_t *msg,
+                        const msg_join_t *j, int status, const char *fmt, ...)
+    LU_PRINTF(5, 6);
+static void refuse_join(conn_t *c, const proto_msg_t *msg,
+                        const msg_join_t *j, int status, const char *fmt, ...) {
+  char why[1400], addr[INET6_ADDRSTRLEN + 8];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof(why), fmt, ap);
+  va_end(ap);
+  srv__reply_err(c, msg->id, status, "%s", why);
+  lu_strlcpy(addr, j->addr, sizeof(addr));
+  if (addr[0] == '\0')
+    peer_host(c, addr, sizeof(addr));
+  if (c->job->rounds)
+    node_event(c->job->rounds, SRV_EV_NODE_REFUSED, j->host[0] ? j->host : addr,
+               addr, j->nproc, why);
+}
+
 static void op_join(conn_t *c, const proto_msg_t *msg) {
   srv_t *s = c->srv;
   rounds_job_t *rj = rounds_job(c->job);
@@ -704,21 +813,25 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
     srv__reply_err(c, msg->id, RDZV_EPROTO, "rdzv_join: %s", err);
     return;
   }
+  /* A finished run whose nodes are all gone, kept for status: the new
+   * run starts clean. */
+  if (rj->state == R_DONE && list_empty(&rj->members))
+    forget_run(rj);
   if (rj->state == R_DONE) {
-    srv__reply_err(c, msg->id, RDZV_ERDZVCLOSED, "job %s already finished: "
-                   "%s (start a new run with another --rdzv-id)",
-                   c->job->name, rj->reason);
+    refuse_join(c, msg, &j, RDZV_ERDZVCLOSED, "job %s already finished: "
+                "%s (start a new run with another --rdzv-id)", c->job->name,
+                rj->reason);
   } else if (j.fingerprint &&
              env_fp_parse(j.fingerprint, strlen(j.fingerprint), &fp) != 0) {
-    srv__reply_err(c, msg->id, RDZV_EPROTO, "rdzv_join: the node "
-                   "fingerprint does not parse");
+    refuse_join(c, msg, &j, RDZV_EPROTO, "rdzv_join: the node fingerprint "
+                "does not parse");
   } else if (configure(rj, &j, err, sizeof(err)) != 0) {
-    srv__reply_err(c, msg->id, RDZV_EMISMATCH, "%s", err);
+    refuse_join(c, msg, &j, RDZV_EMISMATCH, "%s", err);
   } else if (j.nproc < 1 || j.nproc > (1 << 20)) {
-    srv__reply_err(c, msg->id, RDZV_EINVAL, "nproc must be at least 1");
+    refuse_join(c, msg, &j, RDZV_EINVAL, "nproc must be at least 1");
   } else if (rj->static_mode && j.rank < 0) {
-    srv__reply_err(c, msg->id, RDZV_EINVAL, "static rendezvous: this node "
-                   "gave no --node-rank");
+    refuse_join(c, msg, &j, RDZV_EINVAL, "static rendezvous: this node gave "
+                "no --node-rank");
   } else if (m && m->state == M_JOINING && m->join_id) {
     srv__reply_err(c, msg->id, RDZV_EPROTO, "rdzv_join sent twice");
   } else if (m == NULL && (m = calloc(1, sizeof(*m))) == NULL) {
@@ -745,10 +858,12 @@ static void op_join(conn_t *c, const proto_msg_t *msg) {
     m->fp = fp;
     fp = NULL;
     set_state(m, M_JOINING);
+    m->reported = 0; /* how its workers end is told again each round */
     m->join_id = msg->id;
     m->last_hb = srv__now();
     LU_DBG(&s->log, LU_DBG_ROUNDS, "job %s: %s (%s) joins, %d joining",
            c->job->name, m->host, m->addr, rj->nstate[M_JOINING]);
+    node_event(rj, SRV_EV_NODE_JOINED, m->host, m->addr, m->nproc, NULL);
     /* A newcomer while the job runs: take it in when there is room. */
     if (rj->state == R_RUNNING && !m->in_round && rj->nround < rj->max)
       restart(rj, "node %s joined", m->host);
@@ -822,6 +937,9 @@ static void op_report(conn_t *c, const proto_msg_t *msg) {
   /* A report about an earlier round was already handled. */
   if (r.round == rj->round && rj->state == R_RUNNING && m->in_round) {
     touch(m, srv__now());
+    m->reported = r.ok ? 1 : 2;
+    m->exit_code = r.has_failure ? r.failure.exit_code : -1;
+    m->signal = r.has_failure ? r.failure.signal : 0;
     if (r.ok) {
       set_state(m, M_DONE);
       if (rj->nround_state[M_DONE] == rj->nround) {
@@ -838,44 +956,97 @@ static void op_report(conn_t *c, const proto_msg_t *msg) {
   msg_report_free(&r);
 }
 
-static void op_status(conn_t *c, const proto_msg_t *msg) {
-  rounds_job_t *rj = c->job->rounds;
-  uint64_t now = srv__now();
-  msg_status_t st;
+/* The STATUS of job j into st (msg_status_init'ed by the caller); its
+ * strings and lists are the job's, shallow. RET 1 when st->members was
+ * allocated here (the caller frees it), else 0. */
+static int status_fill(const job_t *j, msg_status_t *st, uint64_t now) {
+  const rounds_job_t *rj = j->rounds;
   size_t k = 0;
-  msg_status_init(&st);
-  lu_strlcpy(st.job, c->job->name, sizeof(st.job));
-  lu_strlcpy(st.state, rj ? rstate_names[rj->state] : "idle", sizeof(st.state));
-  if (rj) {
-    st.round = rj->round;
-    st.restarts = rj->failures;
-    st.max_restarts = rj->max_restarts;
-    st.min = rj->min;
-    st.max = rj->max;
-    st.waited_ms = rj->state == R_FORMING ? (int64_t)(now - rj->forming_since) : 0;
-    st.reason = rj->reason;
-    st.expected = rj->expected;
-    st.nexpected = rj->nexpected;
-    st.members = calloc((size_t)nmembers(rj) + 1, sizeof(*st.members));
-    for (list_t *it = rj->members.next; st.members && it != &rj->members;
-         it = it->next) {
-      rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
-      msg_member_t *o = &st.members[k++];
-      lu_strlcpy(o->host, m->host, sizeof(o->host));
-      lu_strlcpy(o->addr, m->addr, sizeof(o->addr));
-      o->node_rank = m->in_round ? m->node_rank : -1;
-      o->nproc = m->nproc;
-      o->base_rank = m->in_round ? m->base_rank : -1;
-      lu_strlcpy(o->state, mstate_names[m->state], sizeof(o->state));
-      o->heartbeat_age_ms = (int64_t)(now - m->last_hb);
-      o->in_round = m->in_round;
-    }
-    st.nmembers = k;
+  int own = 0;
+  lu_strlcpy(st->job, j->name, sizeof(st->job));
+  lu_strlcpy(st->state, rj ? rstate_names[rj->state] : "idle",
+             sizeof(st->state));
+  if (rj == NULL)
+    return 0;
+  st->round = rj->round;
+  st->restarts = rj->failures;
+  st->max_restarts = rj->max_restarts;
+  st->min = rj->min;
+  st->max = rj->max;
+  st->waited_ms =
+      rj->state == R_FORMING ? (int64_t)(now - rj->forming_since) : 0;
+  st->reason = (char *)rj->reason;
+  st->expected = rj->expected;
+  st->nexpected = rj->nexpected;
+  if (rj->state == R_DONE) {
+    /* How long it stays: the whole keep while nodes are connected. */
+    uint64_t keep = j->srv->cfg.keep_ended_ms,
+             until = rj->end_gone ? rj->end_gone + keep : now + keep;
+    /* The last failure of a failed job spent no restart (SHUTDOWN's
+     * count). */
+    st->restarts = rj->failures > 0 ? rj->failures - !rj->end_ok : 0;
+    st->ok = rj->end_ok;
+    st->end_time = rj->end_wall;
+    st->has_root = !rj->end_ok && rj->has_root;
+    if (st->has_root)
+      st->root = rj->root; /* a shallow copy: packed, not freed */
+    st->keep_ms = until > now ? (int64_t)(until - now) : 0;
   }
+  /* An ended job: its last round's nodes as they ended. */
+  if (rj->state == R_DONE && rj->nend > 0) {
+    st->members = rj->end_members;
+    st->nmembers = rj->nend;
+    return 0;
+  }
+  if ((st->members = calloc((size_t)nmembers(rj) + 1,
+                            sizeof(*st->members))) == NULL)
+    return 0;
+  for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
+    const rounds_member_t *m = LIST_ENTRY(it, rounds_member_t, link);
+    msg_member_t *o = &st->members[k++];
+    lu_strlcpy(o->host, m->host, sizeof(o->host));
+    lu_strlcpy(o->addr, m->addr, sizeof(o->addr));
+    o->node_rank = m->in_round ? m->node_rank : -1;
+    o->nproc = m->nproc;
+    o->base_rank = m->in_round ? m->base_rank : -1;
+    lu_strlcpy(o->state, mstate_names[m->state], sizeof(o->state));
+    o->heartbeat_age_ms = (int64_t)(now - m->last_hb);
+    o->in_round = m->in_round;
+    o->exit_code = m->reported == 1 ? 0 : m->reported == 2 ? m->exit_code : -1;
+    o->signal = m->reported == 2 ? m->signal : 0;
+  }
+  st->nmembers = k;
+  own = 1;
+  return own;
+}
+
+static void op_status(conn_t *c, const proto_msg_t *msg) {
+  msg_status_t st;
+  int own;
+  msg_status_init(&st);
+  own = status_fill(c->job, &st, srv__now());
   srv__reply_begin(c, msg->id, 0, 1);
   msg_status_pack(&c->out.pk, &st);
   srv__reply_end(c);
-  free(st.members); /* the rest is the job's */
+  if (own)
+    free(st.members); /* the rest is the job's */
+}
+
+void srv_each_job(srv_t *s, srv_job_cb cb, void *arg) {
+  uint64_t now = srv__now();
+  srv__lock(s);
+  for (const job_t *j = s->jobs; j; j = j->next) {
+    msg_status_t st;
+    int own;
+    if (j->rounds == NULL)
+      continue; /* a store only (TCPStore clients) */
+    msg_status_init(&st);
+    own = status_fill(j, &st, now);
+    cb(arg, &st);
+    if (own)
+      free(st.members);
+  }
+  srv__unlock(s);
 }
 
 static void rounds_op(conn_t *c, const proto_msg_t *m) {
@@ -1003,14 +1174,24 @@ static void rounds_job_free(job_t *j) {
     member_free(LIST_ENTRY(rj->members.next, rounds_member_t, link));
   free_expected(rj);
   msg_failure_free(&rj->root);
+  end_forget(rj);
   free(rj);
   j->rounds = NULL;
+}
+
+/* Until when the job's end is kept (--keep-ended); 0: nothing kept. */
+static uint64_t rounds_job_keep(const job_t *j) {
+  const rounds_job_t *rj = j->rounds;
+  if (rj == NULL || rj->state != R_DONE || rj->end_gone == 0)
+    return 0;
+  return rj->end_gone + j->srv->cfg.keep_ended_ms;
 }
 
 void rounds_install(srv_t *s) {
   s->rounds_op = rounds_op;
   s->rounds_conn_closed = rounds_conn_closed;
   s->rounds_job_free = rounds_job_free;
+  s->rounds_job_keep = rounds_job_keep;
   s->rounds_schedule = schedule;
 }
 

@@ -33,30 +33,22 @@
 #define OUT_FLUSH_NOW (64u << 10) /* hand this much output to the kernel at once */
 #define TLS_RBUF (64u << 10)  /* ciphertext read at a time */
 #define TLS_IN_MAX (128u << 10) /* ciphertext not yet decrypted */
-/* A connection runs its requests for this long at most, then the others
- * get their turn: a client that pipelines thousands of large requests
- * must not hold up one that sends a small one. LAUNCH_SERVER_TURN_US
- * changes it (for benchmarks: bench/run_adv_latency.sh). With several
+/* A connection runs its requests for cfg.turn_us at most (500 us), then
+ * the others get their turn: a client that pipelines thousands of large
+ * requests must not hold up one that sends a small one. With several
  * loops sharing one lock, a loop may wait for the others' turns one after
  * another: 0.5 ms (it was 2 ms) keeps their sum short. */
-#define TURN_NS (500u * 1000)
-static uint64_t turn_ns = TURN_NS;
+#define TURN_NS(s) ((uint64_t)(s)->cfg.turn_us * 1000u)
 /* A loop's pass runs the large requests (and the connections resumed) for
- * this long, or one piece, after the small ones: the rest waits for the
- * next pass, after the poll has read what came meanwhile. A small request
- * waits for one pass's large work on its loop at most.
- * LAUNCH_SERVER_PASS_US changes it (benchmarks). */
-#define PASS_NS (1000u * 1000)
-static uint64_t pass_ns = PASS_NS;
+ * cfg.pass_us (1 ms), or one piece, after the small ones: the rest waits
+ * for the next pass, after the poll has read what came meanwhile. A small
+ * request waits for one pass's large work on its loop at most. These and
+ * the lock's knobs (cfg.lock_plain: no hungry waiters; cfg.lock_spins:
+ * pause-spins before a waiter sleeps) are rows of `launch server
+ * --help-debug` (LAUNCH_SERVER_*), for benchmarks that compare. */
+#define PASS_NS(s) ((uint64_t)(s)->cfg.pass_us * 1000u)
 /* What a connection has read is small: its requests run first. */
 #define SMALL_IN (4u << 10)
-/* LAUNCH_SERVER_PLAIN_LOCK=1: no hungry waiters (srv__lock), for
- * benchmarks that compare. */
-static int lock_plain;
-/* LAUNCH_SERVER_LOCK_SPINS=N: pause-spins before a waiter sleeps
- * (default LOCK_SPINS), for benchmarks that compare. */
-#define LOCK_SPINS 200
-static int lock_spins = LOCK_SPINS;
 
 static void conn_process(conn_t *c);
 static void conn_run_read(conn_t *c);
@@ -83,12 +75,13 @@ int srv__on_main(const srv_t *s) {
 
 uint64_t srv__now(void) { return uv_hrtime() / 1000000u; }
 
-/* ---- tracing: LAUNCH_SERVER_TRACE_MS=N logs every callback of an event
- * loop that ran N ms or more (wall time), with its thread's CPU time, the
- * time it waited for the lock and the connection it served; at close, the
- * longest. Off (one branch per callback) when unset. -------- */
+/* ---- tracing: cfg.trace_us (LAUNCH_SERVER_TRACE_MS) logs every callback
+ * of an event loop that ran that long or more (wall time), with its
+ * thread's CPU time, the time it waited for the lock and the connection it
+ * served; at close, the longest. Off (one branch per callback) at 0. The
+ * record is the thread's: tr.depth > 0 only inside a traced callback. ---- */
 
-static uint64_t trace_ns; /* the threshold; 0: off (set by srv_new) */
+#define TRACE_NS(s) ((uint64_t)(s)->cfg.trace_us * 1000u)
 
 typedef struct {
   const char *what;
@@ -149,7 +142,7 @@ static void switches(long *vol, long *invol) {
 }
 
 static void trace_begin(const srv_t *s, const char *what, const conn_t *c) {
-  if (trace_ns == 0 || tr.depth++ > 0)
+  if (s->cfg.trace_us == 0 || tr.depth++ > 0)
     return;
   tr.what = what;
   tr.conn = c ? c->id : 0;
@@ -168,7 +161,7 @@ static void trace_begin(const srv_t *s, const char *what, const conn_t *c) {
 static void trace_end(srv_t *s) {
   uint64_t wall, cpu;
   char what[96];
-  if (trace_ns == 0 || tr.depth == 0 || --tr.depth > 0)
+  if (s->cfg.trace_us == 0 || tr.depth == 0 || --tr.depth > 0)
     return;
   wall = uv_hrtime() - tr.w0;
   cpu = cpu_ns() - tr.c0;
@@ -186,7 +179,7 @@ static void trace_end(srv_t *s) {
     memcpy(s->trace_max.what_cpu, what, sizeof(what));
   }
   pthread_mutex_unlock(&s->trace_mu);
-  if (wall >= trace_ns) {
+  if (wall >= TRACE_NS(s)) {
     long vol, invol;
     uint64_t queued = queued_ns() - tr.q0;
     switches(&vol, &invol);
@@ -203,7 +196,7 @@ static void trace_end(srv_t *s) {
 }
 
 uint64_t srv__trace_now(void) {
-  return trace_ns && tr.depth > 0 ? uv_hrtime() : 0;
+  return tr.depth > 0 ? uv_hrtime() : 0;
 }
 
 void srv__trace_req(const char *op, uint64_t t0) {
@@ -251,10 +244,10 @@ static int lock_take(srv_t *s, int hungry) {
  * (uv_hrtime(); 0: none). */
 static int lock_slow(srv_t *s, int urgent, uint64_t deadline) {
   uint64_t t0 = uv_hrtime();
-  int hungry = urgent && !lock_plain, got;
+  int hungry = urgent && !s->cfg.lock_plain, got;
   if (hungry)
     atomic_fetch_add(&s->lock_hungry, 1);
-  for (int i = 0; i < lock_spins; i++) {
+  for (int i = 0; i < s->cfg.lock_spins; i++) {
     cpu_relax();
     if (lock_take(s, hungry)) {
       if (hungry)
@@ -271,7 +264,7 @@ static int lock_slow(srv_t *s, int urgent, uint64_t deadline) {
     uint64_t now = uv_hrtime(), wait = LOCK_HUNGRY_NS;
     if (deadline != 0 && now >= deadline)
       break;
-    if (!hungry && !lock_plain && now - t0 >= LOCK_HUNGRY_NS) {
+    if (!hungry && !s->cfg.lock_plain && now - t0 >= LOCK_HUNGRY_NS) {
       hungry = 1;
       atomic_fetch_add(&s->lock_hungry, 1);
       continue;
@@ -300,7 +293,7 @@ static int lock_slow(srv_t *s, int urgent, uint64_t deadline) {
 
 static int lock_wait(srv_t *s, int urgent, uint64_t deadline) {
   int got;
-  if (trace_ns && tr.depth > 0) {
+  if (tr.depth > 0) {
     uint64_t t0 = uv_hrtime();
     got = lock_slow(s, urgent, deadline);
     tr.lock_ns += uv_hrtime() - t0;
@@ -438,17 +431,15 @@ static size_t mem_free_out(const srv_t *s) {
   return u < dynamic_limit(s) ? dynamic_limit(s) - u : 0;
 }
 
-/* LAUNCH_SERVER_BIG_CACHE_MB=N: the cache's bound (16 MiB; 0: no cache),
- * for tests that measure what the server keeps, and comparisons. */
-static size_t big_cache_max = (size_t)16 << 20;
-
 /* Freed big buffers kept warm for reuse (lu_big_*): an eighth of
- * max_memory, big_cache_max at most, and never more than the room left, so
+ * max_memory, cfg.big_cache_mb at most (16 MiB; 0: no cache, for tests
+ * that measure what the server keeps: LAUNCH_SERVER_BIG_CACHE_MB), and never more than the room left, so
  * that what the server holds, cached blocks included, stays within its
  * budget. One bound for the process (the last server to update it sets
  * it). */
 static void big_cache_update(const srv_t *s) {
-  lu_big_set_limit(LU_MIN(LU_MIN(big_cache_max, s->cfg.max_memory / 8),
+  lu_big_set_limit(LU_MIN(LU_MIN((size_t)s->cfg.big_cache_mb << 20,
+                                 s->cfg.max_memory / 8),
                           mem_free(s)));
 }
 
@@ -463,6 +454,77 @@ static void mem_update(srv_t *s) {
 
 static int mem_fixed_room(const srv_t *s, size_t cost) {
   return s->mem.conns + s->mem.jobs + cost <= fixed_share(s);
+}
+
+int srv__mem_job_charge(srv_t *s, size_t n) {
+  if (!mem_fixed_room(s, n))
+    return -1;
+  s->mem.jobs += n;
+  mem_update(s);
+  return 0;
+}
+
+void srv__mem_job_release(srv_t *s, size_t n) {
+  s->mem.jobs -= n;
+  mem_update(s);
+}
+
+/* ---- events for the owner (srv_config_t.on_event) ----------------------------------- */
+
+static const char *const limit_names[SRV_LIMIT_COUNT] = {
+#define SRV_LIMIT_NAME(id, opt, label) opt,
+    SRV_LIMITS(SRV_LIMIT_NAME)
+#undef SRV_LIMIT_NAME
+};
+static const char *const limit_labels[SRV_LIMIT_COUNT] = {
+#define SRV_LIMIT_LABEL(id, opt, label) label,
+    SRV_LIMITS(SRV_LIMIT_LABEL)
+#undef SRV_LIMIT_LABEL
+};
+
+const char *srv_limit_name(int limit) {
+  return limit >= 0 && limit < SRV_LIMIT_COUNT ? limit_names[limit]
+                                               : "unknown";
+}
+
+const char *srv_limit_label(int limit) {
+  return limit >= 0 && limit < SRV_LIMIT_COUNT ? limit_labels[limit] : NULL;
+}
+
+void srv__event(srv_t *s, const srv_event_t *ev) {
+  if (s->cfg.on_event && !s->closing)
+    s->cfg.on_event(s->cfg.event_arg, ev);
+}
+
+void srv__limit_hit(srv_t *s, int limit, uint64_t value, const char *job,
+                    const char *peer, const char *fmt, ...) {
+  uint64_t now = srv__now();
+  char what[512];
+  srv_event_t ev;
+  va_list ap;
+  if (s->cfg.on_event == NULL || limit < 0 || limit >= SRV_LIMIT_COUNT)
+    return;
+  /* A flood of refusals is one line per limit per limit_event_ms, with
+   * their count. */
+  s->limit_ev[limit].pending++;
+  if (s->limit_ev[limit].last_ms != 0 &&
+      now - s->limit_ev[limit].last_ms < s->cfg.limit_event_ms)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  memset(&ev, 0, sizeof(ev));
+  ev.kind = SRV_EV_LIMIT_HIT;
+  ev.job = job;
+  ev.addr = peer;
+  ev.round = -1;
+  ev.reason = what;
+  ev.limit = limit;
+  ev.value = value;
+  ev.count = s->limit_ev[limit].pending;
+  s->limit_ev[limit].last_ms = now;
+  s->limit_ev[limit].pending = 0;
+  srv__event(s, &ev);
 }
 
 /* Memory was freed: connections waiting for it try again this turn. */
@@ -548,6 +610,36 @@ static int job_live(const job_t *j) {
   return j->nconns > 0 || !store_is_empty(j->store);
 }
 
+/* When a job with no connection and no data is forgotten: at the end of
+ * its record's keep (an ended job), else after the grace. */
+static uint64_t job_due(const srv_t *s, const job_t *j) {
+  uint64_t keep = s->rounds_job_keep ? s->rounds_job_keep(j) : 0;
+  return keep ? keep : j->idle_since + s->cfg.job_grace_ms;
+}
+
+/* Forget the ended job kept the longest (no connection; every node of it
+ * left, so its keys were the finished run's) to make room. RET 1 when one
+ * went. */
+static int evict_ended(srv_t *s) {
+  job_t **pp, **oldest = NULL;
+  uint64_t best = UINT64_MAX;
+  for (pp = &s->jobs; *pp; pp = &(*pp)->next) {
+    uint64_t keep = s->rounds_job_keep ? s->rounds_job_keep(*pp) : 0;
+    if (keep && (*pp)->nconns == 0 && keep < best) {
+      best = keep;
+      oldest = pp;
+    }
+  }
+  if (oldest) {
+    job_t *old = *oldest;
+    *oldest = old->next;
+    job_free(s, old);
+    mem_update(s);
+    return 1;
+  }
+  return 0;
+}
+
 static uint32_t addr_live_jobs(const srv_t *s, const srv_addr_t *a) {
   uint32_t n = 0;
   for (const job_t *j = s->jobs; j; j = j->next)
@@ -566,9 +658,16 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
     lu_errf(err, errcap, "a job id has 1 to 255 bytes");
     return NULL;
   }
+  /* Ended jobs kept for status make room for a new one. */
+  while ((s->njobs >= s->cfg.max_jobs || !mem_fixed_room(s, SRV_JOB_COST)) &&
+         evict_ended(s))
+    ;
   if (s->njobs >= s->cfg.max_jobs) {
+    SRV_REFUSED(s, MAX_JOBS);
     lu_errf(err, errcap, "cannot create job '%.*s': %u jobs exist, the "
             "server's limit (--max-jobs)", (int)len, name, s->cfg.max_jobs);
+    srv__limit_hit(s, SRV_LIMIT_MAX_JOBS, s->cfg.max_jobs, NULL,
+                   c ? c->peer : NULL, "a new job ('%.*s')", (int)len, name);
     return NULL;
   }
   /* At the limit, the address's oldest job not in use (a finished run's
@@ -589,17 +688,24 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
   }
   if (a && a->njobs >= s->cfg.max_jobs_per_addr &&
       addr_live_jobs(s, a) >= s->cfg.max_jobs_per_addr) {
+    SRV_REFUSED(s, MAX_JOBS_PER_ADDR);
     lu_errf(err, errcap, "cannot create job '%.*s': %u jobs created from "
             "%s are in use (connected, or holding data), the server's "
             "per-address limit of %u: end some, or raise it (launch server "
             "--max-jobs-per-addr N)", (int)len, name, addr_live_jobs(s, a),
             c->peer, s->cfg.max_jobs_per_addr);
+    srv__limit_hit(s, SRV_LIMIT_MAX_JOBS_PER_ADDR, s->cfg.max_jobs_per_addr,
+                   NULL, c->peer, "a new job ('%.*s')", (int)len, name);
     return NULL;
   }
   if (!mem_fixed_room(s, SRV_JOB_COST)) {
+    SRV_REFUSED(s, MAX_MEMORY);
     lu_errf(err, errcap, "cannot create job '%.*s': connections and jobs "
             "hold their quarter of --max-memory %zu", (int)len, name,
             s->cfg.max_memory);
+    srv__limit_hit(s, SRV_LIMIT_MAX_MEMORY, s->cfg.max_memory, NULL,
+                   c ? c->peer : NULL, "a new job ('%.*s'): connections and "
+                   "jobs hold their quarter", (int)len, name);
     return NULL;
   }
   if ((j = calloc(1, sizeof(*j) + len + 1)) == NULL ||
@@ -624,7 +730,7 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
   s->mem.jobs += SRV_JOB_COST;
   mem_update(s);
   /* A job nobody attaches to (a refused HELLO) goes after the grace. */
-  gc_schedule(s, j->idle_since + s->cfg.job_grace_ms);
+  gc_schedule(s, job_due(s, j));
   return j;
 }
 
@@ -653,7 +759,7 @@ static void job_detach(conn_t *c) {
       }
     }
     j->idle_since = srv__now();
-    gc_schedule(s, j->idle_since + s->cfg.job_grace_ms);
+    gc_schedule(s, job_due(s, j));
   }
 }
 
@@ -687,12 +793,15 @@ static void gc_cb_locked(uv_timer_t *t) {
   job_t **pp = &s->jobs;
   int freed = 0;
   /* A job with no connection and nothing stored is forgotten after the
-   * grace (throw-away HELLOs, a finished run whose agents left); one that
-   * holds data stays, as TCPStore's keys outlive their clients. */
+   * grace (throw-away HELLOs); one that holds data stays, as TCPStore's
+   * keys outlive their clients, except a finished rendezvous job whose
+   * nodes all left: its keys were that run's, and it goes with its end
+   * after --keep-ended. */
   while (*pp) {
     job_t *j = *pp;
-    if (j->nconns == 0 && store_is_empty(j->store)) {
-      uint64_t due = j->idle_since + s->cfg.job_grace_ms;
+    if (j->nconns == 0 && (store_is_empty(j->store) ||
+                           (s->rounds_job_keep && s->rounds_job_keep(j)))) {
+      uint64_t due = job_due(s, j);
       if (due <= now) {
         *pp = j->next;
         job_free(s, j);
@@ -1605,7 +1714,7 @@ static void check_cb(uv_check_t *h) {
    * pass, for PASS_NS of work or one piece: what is left runs on the
    * next pass, after the poll has read what came meanwhile. */
   t0 = uv_hrtime();
-  while (held && !list_empty(&big) && uv_hrtime() - t0 < pass_ns) {
+  while (held && !list_empty(&big) && uv_hrtime() - t0 < PASS_NS(s)) {
     conn_t *c = LIST_ENTRY(big.next, conn_t, read_link);
     list_remove(&c->read_link);
     held = pass_run(lp, c, PASS_LARGE);
@@ -1619,7 +1728,7 @@ static void check_cb(uv_check_t *h) {
     list_move(&lp->run, &lp->resume);
   }
   for (int n = 0; held && !list_empty(&lp->run) &&
-                  (n == 0 || uv_hrtime() - t0 < pass_ns);
+                  (n == 0 || uv_hrtime() - t0 < PASS_NS(s));
        n++) {
     conn_t *c = LIST_ENTRY(lp->run.next, conn_t, resume_link);
     list_remove(&c->resume_link);
@@ -1775,17 +1884,25 @@ int srv__store_set(conn_t *c, const void *key, size_t klen, const void *val,
 /* The input buffer cannot take the next request. */
 static void in_exhausted(conn_t *c) {
   srv_t *s = c->srv;
-  if (c->in_full)
+  if (c->in_full) {
     srv__bad_input(c, "server input budget (%zu bytes of unfinished "
                       "requests, --max-input-bytes) exhausted; closing",
                    s->cfg.max_in_bytes);
-  else if (c->state != CONN_READY)
+    srv__limit_hit(s, SRV_LIMIT_MAX_INPUT_BYTES, s->cfg.max_in_bytes,
+                   c->job ? c->job->name : NULL, c->peer, "a request: the "
+                   "connection was closed");
+  } else if (c->state == CONN_READY) {
+    srv__bad_input(c, "request larger than the %u-byte limit",
+                   s->cfg.max_frame);
+    srv__limit_hit(s, SRV_LIMIT_MAX_FRAME, s->cfg.max_frame,
+                   c->job ? c->job->name : NULL, c->peer, "a request of more "
+                   "than %u bytes: the connection was closed",
+                   s->cfg.max_frame);
+  } else {
     srv__bad_input(c, "%zu bytes before authentication, over the %u-byte "
                       "limit of a HELLO; closing",
                    c->in_len, SRV_HELLO_MAX_FRAME);
-  else
-    srv__bad_input(c, "request larger than the %u-byte limit",
-                   s->cfg.max_frame);
+  }
   srv__conn_close(c);
 }
 
@@ -1990,6 +2107,7 @@ static void read_cb_locked(uv_stream_t *st, ssize_t nread,
       srv_t *s = c->srv;
       if (s->tls_handshaking >= SRV_TLS_HANDSHAKES ||
           (c->addr && c->addr->ntls_hs >= SRV_TLS_HANDSHAKES_PER_ADDR)) {
+        SRV_REFUSED(s, TLS_HANDSHAKES);
         srv__bad_input(c, "%u TLS handshakes in progress (%u from this "
                           "address), the server's limit is %u (%u per "
                           "address): closing (retry)", s->tls_handshaking,
@@ -1999,6 +2117,7 @@ static void read_cb_locked(uv_stream_t *st, ssize_t nread,
         return;
       }
       if (!mem_fixed_room(s, SRV_TLS_COST)) {
+        SRV_REFUSED(s, MAX_MEMORY);
         srv__bad_input(c, "connections and jobs hold their quarter of "
                           "--max-memory %zu (a TLS connection costs %u KiB "
                           "more): closing", s->cfg.max_memory,
@@ -2135,6 +2254,8 @@ static ssize_t sniff(conn_t *c) {
   lu_strlcpy(c->role, "tcpstore", sizeof(c->role));
   c->state = CONN_READY;
   srv__conn_authenticated(c);
+  if (c->dialect == &srv__dialect_ts_v2)
+    SRV_COUNT_TS(s, TS_VALIDATE); /* consumed here, not by ts_input */
   return c->dialect == &srv__dialect_ts_v2 ? 5 : 0;
 }
 
@@ -2143,7 +2264,7 @@ static void conn_process(conn_t *c) {
   srv_t *s = c->srv;
   size_t store0 = s->mem.store.used;
   int moved = 0;
-  c->lp->turn_end = uv_hrtime() + turn_ns;
+  c->lp->turn_end = uv_hrtime() + TURN_NS(s);
   c->in_need = 0;
   while (off < c->in_len && c->state != CONN_CLOSING &&
          !c->close_after_flush && !c->paused) {
@@ -2403,12 +2524,20 @@ static void on_connection_locked(uv_stream_t *server, int status) {
   if (!mem_fixed_room(s, SRV_CONN_COST))
     evict_silent(s, NULL);
   if (s->stats.conns_open >= s->cfg.max_conns) {
+    SRV_REFUSED(s, MAX_CONNS);
     log_refused(s, "%u connections open, the limit (raise it with "
                    "--max-conns)", s->cfg.max_conns);
+    srv__limit_hit(s, SRV_LIMIT_MAX_CONNS, s->cfg.max_conns, NULL, NULL,
+                   "a connection");
     refuse_accept(server);
     return;
   }
+  if (!mem_fixed_room(s, SRV_CONN_COST))
+    evict_ended(s);
   if (!mem_fixed_room(s, SRV_CONN_COST)) {
+    SRV_REFUSED(s, MAX_MEMORY);
+    srv__limit_hit(s, SRV_LIMIT_MAX_MEMORY, s->cfg.max_memory, NULL, NULL,
+                   "a connection: connections and jobs hold their quarter");
     log_refused(s, "connections and jobs hold their quarter of "
                    "--max-memory %zu (16 KiB a connection): raise "
                    "--max-memory", s->cfg.max_memory);
@@ -2464,9 +2593,13 @@ static void on_connection_locked(uv_stream_t *server, int status) {
     if (a != NULL && a->nconns >= s->cfg.max_conns_per_addr)
       evict_silent(s, a);
     if (a == NULL || a->nconns >= s->cfg.max_conns_per_addr) {
+      SRV_REFUSED(s, MAX_CONNS_PER_ADDR);
       log_refused(s, "%s has %u connections open, the per-address limit "
                      "(--max-conns-per-addr)", c->peer,
                   a ? a->nconns : 0);
+      srv__limit_hit(s, SRV_LIMIT_MAX_CONNS_PER_ADDR,
+                     s->cfg.max_conns_per_addr, NULL, c->peer,
+                     "a connection");
       addr_put(s, a);
       if (c->handle_ready) {
         s->closing_conns++;
@@ -2621,6 +2754,8 @@ static int derive_limits(srv_t *s) {
     c->max_jobs_per_addr = c->max_jobs;
   if (c->handshake_ms == 0)
     c->handshake_ms = 10000;
+  if (c->limit_event_ms == 0)
+    c->limit_event_ms = 10000;
   if ((size_t)c->max_value + (64u << 10) > c->max_out_bytes) {
     LU_ERR(&s->log, "a value of --max-value %u bytes would not fit in the "
                     "%zu bytes of replies one connection may hold (an "
@@ -2644,35 +2779,6 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   s->cfg = *cfg;
   s->nloops = 1;
   pthread_mutex_init(&s->trace_mu, NULL);
-  {
-    /* Benchmarks' knobs, read before any loop runs (the same for every
-     * server of the process: written only when they change). */
-    const char *t = getenv("LAUNCH_SERVER_TRACE_MS");
-    const char *u = getenv("LAUNCH_SERVER_TURN_US");
-    const char *pu = getenv("LAUNCH_SERVER_PASS_US");
-    const char *l = getenv("LAUNCH_SERVER_PLAIN_LOCK");
-    const char *sp = getenv("LAUNCH_SERVER_LOCK_SPINS");
-    const char *bc = getenv("LAUNCH_SERVER_BIG_CACHE_MB");
-    size_t bcmax = bc && *bc && atoi(bc) >= 0 ? (size_t)atoi(bc) << 20
-                                             : (size_t)16 << 20;
-    int spins = sp && atoi(sp) >= 0 ? atoi(sp) : LOCK_SPINS;
-    uint64_t ns = t && atof(t) > 0 ? (uint64_t)(atof(t) * 1e6) : 0;
-    uint64_t tn = u && atoi(u) > 0 ? (uint64_t)atoi(u) * 1000 : TURN_NS;
-    uint64_t pn = pu && atoi(pu) > 0 ? (uint64_t)atoi(pu) * 1000 : PASS_NS;
-    int plain = l && atoi(l) > 0;
-    if (ns != trace_ns)
-      trace_ns = ns;
-    if (tn != turn_ns)
-      turn_ns = tn;
-    if (pn != pass_ns)
-      pass_ns = pn;
-    if (plain != lock_plain)
-      lock_plain = plain;
-    if (spins != lock_spins)
-      lock_spins = spins;
-    if (bcmax != big_cache_max)
-      big_cache_max = bcmax;
-  }
   if (cfg->log)
     s->log = *cfg->log;
   else
@@ -2946,7 +3052,7 @@ void srv_close(srv_t *s, void (*cb)(void *arg), void *arg) {
   assert(s->magic == SRV_MAGIC);
   if (s->closing)
     return;
-  if (trace_ns) {
+  if (s->cfg.trace_us) {
     pthread_mutex_lock(&s->trace_mu);
     LU_WARN(&s->log, "trace: longest callback: %s: %.2f ms wall (lock "
             "waits left out), %.2f ms CPU", s->trace_max.what,

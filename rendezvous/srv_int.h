@@ -363,6 +363,10 @@ struct srv_s {
   size_t heap_len, heap_cap;
   uint64_t next_conn_id;
   uint64_t refused_log_ms;
+  struct {
+    uint64_t last_ms;   /* its last limit_hit event; 0 none */
+    uint64_t pending;   /* refusals since, not yet in an event */
+  } limit_ev[SRV_LIMIT_COUNT];
   uint64_t bad_window_ms, bad_in_window, bad_suppressed;
   srv_stats_t stats;
   struct ts_evblk_s *ts_evlast; /* the last large watch event encoded (a
@@ -372,8 +376,10 @@ struct srv_s {
   void (*rounds_op)(conn_t *c, const proto_msg_t *m);
   void (*rounds_conn_closed)(conn_t *c);
   void (*rounds_job_free)(job_t *j);
-  /* RET 1 when the module holds nothing for the job worth keeping. */
-  int (*rounds_job_idle)(const job_t *j);
+  /* RET the srv__now() until which the module keeps the record of a job
+   * that ended (--keep-ended), 0 none: the job is then forgotten at that
+   * time instead of after the grace, and sooner when its room is needed. */
+  uint64_t (*rounds_job_keep)(const job_t *j);
   void (*rounds_schedule)(srv_t *s); /* re-arm rounds_timer (loop 0) */
   uv_timer_t rounds_timer; /* rendezvous deadlines (armed by the module) */
   uint64_t rounds_due;     /* when rounds_timer was due (loop stalls show late) */
@@ -413,11 +419,31 @@ void srv__unlock(srv_t *s);
 job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
                 size_t errcap);
 void srv__job_attach(conn_t *c, job_t *j);
+/* Memory of a job's records beyond SRV_JOB_COST (an ended job's nodes),
+ * charged to the jobs' share of --max-memory. RET 0, or -1: no room. */
+int srv__mem_job_charge(srv_t *s, size_t n);
+void srv__mem_job_release(srv_t *s, size_t n);
+/* Hand an event to the owner (cfg.on_event), if any. */
+void srv__event(srv_t *s, const srv_event_t *ev);
+/* A limit refused something: a limit_hit event, once per limit per
+ * cfg.limit_event_ms (the refusals between are counted into the next).
+ * job, peer: NULL when not known. Under the lock. */
+void srv__limit_hit(srv_t *s, int limit, uint64_t value, const char *job,
+                    const char *peer, const char *fmt, ...) LU_PRINTF(6, 7);
 void srv__conn_close(conn_t *c);
 /* The connection passed its handshake: it may send full-sized requests. */
 void srv__conn_authenticated(conn_t *c);
 /* Log bad input from this connection once, count it. */
 void srv__bad_input(conn_t *c, const char *fmt, ...) LU_PRINTF(2, 3);
+/* Count a refusal by limit L (SRV_LIMIT_L) for launch_server_refusals_total:
+ * one line at each refusal point. Under the server's lock. */
+#define SRV_REFUSED(s, L) ((s)->stats.refused[SRV_LIMIT_##L]++)
+/* Count a request of native op code op / TCPStore canonical op op. */
+#define SRV_COUNT_NATIVE(s, op)                                                \
+  ((s)->stats.native_ops[(uint64_t)(op) < SRV_NATIVE_OPS ? (op) : 0]++)
+#define SRV_COUNT_TS(s, op)                                                    \
+  ((s)->stats.ts_ops[(unsigned)(op) < SRV_TS_WATCH ? (unsigned)(op)            \
+                                                   : SRV_TS_WATCH]++)
 int srv__pend_arm(srv_t *s, pend_t *p, int64_t wait_ms);
 void srv__pend_disarm(srv_t *s, pend_t *p);
 

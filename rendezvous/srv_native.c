@@ -12,6 +12,11 @@
 
 /* ---- argument checks ------------------------------------------------------------- */
 
+/* A limit refused c's request: limit_hit for the server's owner. */
+#define LIMIT_HIT(c, lim, val, ...)                                            \
+  srv__limit_hit((c)->srv, SRV_LIMIT_##lim, (val),                             \
+                 (c)->job ? (c)->job->name : NULL, (c)->peer, __VA_ARGS__)
+
 static int arg_key(conn_t *c, const proto_msg_t *m, uint32_t i, const char **k,
                    size_t *n) {
   if (proto_arg_bytes(m, i, k, n) != 0) {
@@ -23,6 +28,8 @@ static int arg_key(conn_t *c, const proto_msg_t *m, uint32_t i, const char **k,
     srv__reply_err(c, m->id, RDZV_ETOOBIG, "%s: key of %zu bytes over the "
                    "%u-byte limit", proto_op_name((int)m->op), *n,
                    c->srv->cfg.max_key);
+    LIMIT_HIT(c, MAX_KEY, c->srv->cfg.max_key, "%s of a key of %zu bytes",
+              proto_op_name((int)m->op), *n);
     return -1;
   }
   return 0;
@@ -33,6 +40,8 @@ static int check_value(conn_t *c, const proto_msg_t *m, size_t n) {
     srv__reply_err(c, m->id, RDZV_ETOOBIG, "%s: value of %zu bytes over the "
                    "%u-byte limit", proto_op_name((int)m->op), n,
                    c->srv->cfg.max_value);
+    LIMIT_HIT(c, MAX_VALUE, c->srv->cfg.max_value, "%s of a value of %zu "
+              "bytes", proto_op_name((int)m->op), n);
     return -1;
   }
   return 0;
@@ -98,8 +107,11 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
     return -1;
   }
   if (*n > c->srv->cfg.max_keys) {
+    SRV_REFUSED(c->srv, MAX_KEYS);
     srv__reply_err(c, m->id, RDZV_ETOOBIG, "%s: %u keys over the limit of %u",
                    proto_op_name((int)m->op), *n, c->srv->cfg.max_keys);
+    LIMIT_HIT(c, MAX_KEYS, c->srv->cfg.max_keys, "%s of %u keys",
+              proto_op_name((int)m->op), *n);
     return -1;
   }
   if ((k = lu_big_alloc((*n ? *n : 1) * sizeof(*k))) == NULL) {
@@ -128,12 +140,16 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
 }
 
 static void reply_store_err(conn_t *c, const proto_msg_t *m, int rc) {
-  if (rc == RDZV_ETOOBIG)
+  c->srv->stats.refused[SRV_LIMIT_MAX_STORE_BYTES] += rc == RDZV_ETOOBIG;
+  if (rc == RDZV_ETOOBIG) {
     srv__reply_err(c, m->id, rc, "store of job '%s' is full (%zu bytes, "
                    "waits and barriers included); delete keys or raise "
                    "--max-store-bytes / --max-memory", c->job->name,
                    store_bytes(c->job->store));
-  else if (rc == RDZV_ENOTNUM)
+    LIMIT_HIT(c, MAX_STORE_BYTES, c->srv->cfg.max_store_bytes, "%s: the "
+              "job's store holds %zu bytes", proto_op_name((int)m->op),
+              store_bytes(c->job->store));
+  } else if (rc == RDZV_ENOTNUM)
     srv__reply_err(c, m->id, rc, "the key's value is not a decimal integer");
   else
     srv__reply_err(c, m->id, rc, "%s", rdzv_strerror(rc));
@@ -151,6 +167,8 @@ static int room_for_reply(conn_t *c, uint64_t id, int op, size_t n) {
                  "over the %zu bytes of replies one connection may have "
                  "unsent (--max-out-bytes): ask for fewer keys at a time",
                  proto_op_name(op), n, c->srv->cfg.max_out_bytes);
+  LIMIT_HIT(c, MAX_OUT_BYTES, c->srv->cfg.max_out_bytes, "%s: a reply of %zu "
+            "bytes", proto_op_name(op), n);
   return -1;
 }
 
@@ -280,8 +298,11 @@ static pend_t *pend_new(conn_t *c, const proto_msg_t *m,
   size_t cost = sizeof(*p);
   int rc;
   if (c->npend >= c->srv->cfg.max_waits) {
+    SRV_REFUSED(c->srv, MAX_WAITS);
     srv__reply_err(c, m->id, RDZV_ELIMIT, "more than %u pending waits on one "
                    "connection", c->srv->cfg.max_waits);
+    LIMIT_HIT(c, MAX_WAITS, c->srv->cfg.max_waits, "%s: one more pending "
+              "wait", proto_op_name((int)m->op));
     return NULL;
   }
   for (uint32_t i = 0; copy && i < n; i++)
@@ -569,8 +590,11 @@ static int op_mset(conn_t *c, const proto_msg_t *m) {
     return 0;
   }
   if (n / 2 > c->srv->cfg.max_keys) {
+    SRV_REFUSED(c->srv, MAX_KEYS);
     srv__reply_err(c, m->id, RDZV_ETOOBIG, "multi_set: %u keys over the limit "
                    "of %u", n / 2, c->srv->cfg.max_keys);
+    LIMIT_HIT(c, MAX_KEYS, c->srv->cfg.max_keys, "multi_set of %u keys",
+              n / 2);
     return 0;
   }
   /* Check everything first so that a bad pair stores nothing. */
@@ -586,6 +610,12 @@ static int op_mset(conn_t *c, const proto_msg_t *m) {
     if (kn > c->srv->cfg.max_key || vn > c->srv->cfg.max_value) {
       srv__reply_err(c, m->id, RDZV_ETOOBIG, "multi_set: pair %u over the key "
                      "or value limit", i / 2 + 1);
+      if (kn > c->srv->cfg.max_key)
+        LIMIT_HIT(c, MAX_KEY, c->srv->cfg.max_key, "multi_set of a key of "
+                  "%zu bytes", kn);
+      else
+        LIMIT_HIT(c, MAX_VALUE, c->srv->cfg.max_value, "multi_set of a value "
+                  "of %zu bytes", vn);
       return 0;
     }
   }
@@ -844,10 +874,13 @@ static void op_hello(conn_t *c, const proto_msg_t *m) {
     return;
   }
   if (j->nconns >= s->cfg.max_conns_per_job) {
+    SRV_REFUSED(s, MAX_CONNS_PER_JOB);
     srv__bad_input(c, "job '%s' has %u connections, the limit", job,
                    j->nconns);
     snprintf(err, sizeof(err), "job '%s' has too many connections (%u)", job,
              j->nconns);
+    srv__limit_hit(s, SRV_LIMIT_MAX_CONNS_PER_JOB, s->cfg.max_conns_per_job,
+                   job, c->peer, "a connection to the job");
     hello_refuse(c, m->id, RDZV_ELIMIT, err);
     return;
   }
@@ -1061,6 +1094,8 @@ static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
     srv__reply_err(c, mp->id, RDZV_EPROTO, "unknown op %lld",
                    (long long)mp->op);
   }
+  if (rc != SRV_LATER && mp->kind == PROTO_REQUEST)
+    SRV_COUNT_NATIVE(c->srv, mp->op);
   if (mp == &m)
     proto_msg_free(mp);
   else
@@ -1078,6 +1113,7 @@ static ssize_t native_input(conn_t *c, const uint8_t *b, size_t n) {
     uint32_t limit =
         c->state == CONN_READY ? s->cfg.max_frame : SRV_HELLO_MAX_FRAME;
     if (len > limit) {
+      SRV_REFUSED(s, MAX_FRAME);
       if (c->state == CONN_READY)
         srv__bad_input(c, "frame of %u bytes exceeds the %u-byte limit", len,
                        limit);

@@ -61,6 +61,11 @@ static void ts_wait_done(store_waiter_t *w, void *data) {
   out_u8(c, STOP_WAITING);
 }
 
+/* A limit refused c's request: limit_hit for the server's owner. */
+#define TS_LIMIT_HIT(c, lim, val, ...)                                         \
+  srv__limit_hit((c)->srv, SRV_LIMIT_##lim, (val),                             \
+                 (c)->job ? (c)->job->name : NULL, (c)->peer, __VA_ARGS__)
+
 /* Register a wait; RET 0 when registered or answered, -1 to close. */
 static int ts_start_wait(conn_t *c, const store_key_t *keys, uint32_t n,
                          int kind, int64_t threshold) {
@@ -69,6 +74,8 @@ static int ts_start_wait(conn_t *c, const store_key_t *keys, uint32_t n,
   if (c->npend >= c->srv->cfg.max_waits) {
     srv__bad_input(c, "more than %u pending waits on one connection",
                    c->srv->cfg.max_waits);
+    TS_LIMIT_HIT(c, MAX_WAITS, c->srv->cfg.max_waits, "a TCPStore wait: the "
+                 "connection was closed");
     return -1;
   }
   if (c->ts_nwaits == c->ts_capwaits) {
@@ -82,9 +89,13 @@ static int ts_start_wait(conn_t *c, const store_key_t *keys, uint32_t n,
   rc = store_wait(c->job->store, keys, n, kind, threshold, ts_wait_done, c,
                   &w);
   if (rc == RDZV_ETOOBIG) {
+    SRV_REFUSED(c->srv, MAX_STORE_BYTES);
     srv__bad_input(c, "TCPStore wait refused: job '%s' store is full (%zu "
                       "bytes, waits included); closing", c->job->name,
                    store_bytes(c->job->store));
+    TS_LIMIT_HIT(c, MAX_STORE_BYTES, c->srv->cfg.max_store_bytes, "a TCPStore "
+                 "wait: the job's store holds %zu bytes",
+                 store_bytes(c->job->store));
     return -1;
   }
   if (rc < 0)
@@ -570,6 +581,8 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
                         "the %zu bytes of replies one connection may hold "
                         "(--max-out-bytes); closing",
                      ts_op_name(r->op), need, c->srv->cfg.max_out_bytes);
+      TS_LIMIT_HIT(c, MAX_OUT_BYTES, c->srv->cfg.max_out_bytes, "TCPStore "
+                   "%s: a reply of %zu bytes", ts_op_name(r->op), need);
       return -1;
     }
   }
@@ -709,6 +722,8 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
     if (c->ts_nwatches >= c->srv->cfg.max_waits) {
       srv__bad_input(c, "more than %u watched keys on one connection",
                      c->srv->cfg.max_waits);
+      TS_LIMIT_HIT(c, MAX_WAITS, c->srv->cfg.max_waits, "a TCPStore watch: "
+                   "the connection was closed");
       return -1;
     }
     if (c->ts_nwatches == c->ts_capwatches) {
@@ -720,10 +735,14 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
       c->ts_capwatches = ncap;
     }
     if ((rc = store_watch(st, r->key, r->klen, ts_watch_cb, c, &w)) != 0) {
-      if (rc == RDZV_ETOOBIG)
+      if (rc == RDZV_ETOOBIG) {
         srv__bad_input(c, "TCPStore WATCH_KEY refused: job '%s' store is "
                           "full (%zu bytes, watches included); closing",
                        c->job->name, store_bytes(st));
+        TS_LIMIT_HIT(c, MAX_STORE_BYTES, c->srv->cfg.max_store_bytes,
+                     "a TCPStore watch: the job's store holds %zu bytes",
+                     store_bytes(st));
+      }
       return -1;
     }
     c->ts_watches[c->ts_nwatches++] = w;
@@ -734,9 +753,13 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
     return -1;
   }
   if (rc == RDZV_ETOOBIG) {
+    SRV_REFUSED(c->srv, MAX_STORE_BYTES);
     srv__bad_input(c, "TCPStore %s refused: job '%s' store is full (%zu "
                       "bytes); closing", ts_op_name(r->op), c->job->name,
                    store_bytes(st));
+    TS_LIMIT_HIT(c, MAX_STORE_BYTES, c->srv->cfg.max_store_bytes, "TCPStore "
+                 "%s: the job's store holds %zu bytes", ts_op_name(r->op),
+                 store_bytes(st));
     return -1;
   }
   return rc == 0 ? 0 : -1;
@@ -763,6 +786,7 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
       return -1;
     }
     if (k == TS_TOO_BIG) {
+      SRV_REFUSED(c->srv, MAX_FRAME);
       srv__bad_input(c, "TCPStore %s request over a limit (key %u B, value "
                         "%u B, %u keys, %u B in all)",
                      ts_op_name(r.op), c->srv->cfg.max_key,
@@ -785,6 +809,7 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
     if (rc != 0)
       return -1;
     c->srv->stats.requests++;
+    SRV_COUNT_TS(c->srv, r.op);
     done += (size_t)k;
     if (c->in_moved)
       break; /* the buffer went with a SET's value */

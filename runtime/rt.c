@@ -1,6 +1,7 @@
 /* rt.c - the training runtime of rt.h: the worker environment, the store
- * connection, the collectives (NCCL through rt_gpu.c, the TCP mesh of
- * rt_mesh.c on a communication thread), gradient buckets, progress. */
+ * connection, the collectives (one of two backends behind rt_coll_ops_t:
+ * NCCL through rt_gpu.c, or the TCP mesh of rt_mesh.c on a communication
+ * thread), gradient buckets, progress. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -11,7 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpt.h"
 #include "rt.h"
 #include "rt_int.h"
 
@@ -30,6 +30,27 @@ typedef struct op_s {
   const size_t *part; /* reduce-scatter, all-gather: world + 1 offsets */
 } op_t;
 
+/* The collectives of a job of more than one rank: one table a backend,
+ * chosen once by rt_init (coll_nccl where the runtime has a GPU, coll_mesh
+ * otherwise). The calls enqueue and return; wait() returns when everything
+ * enqueued is done, with the first error (after which every call fails). */
+typedef struct rt_coll_ops_s {
+  const char *name;
+  /* connect the ranks of this round */
+  int (*open)(rt_t *rt);
+  /* event: run after this cudaEvent_t (NCCL; NULL: at once) */
+  int (*allreduce)(rt_t *rt, void *buf, size_t count, int dtype, void *event);
+  int (*broadcast)(rt_t *rt, void *buf, size_t bytes, int root);
+  /* part: world + 1 offsets, copied where the call returns before the
+   * collective is done */
+  int (*reduce_scatter)(rt_t *rt, void *buf, const size_t *part, int dtype,
+                        void *event);
+  int (*allgather)(rt_t *rt, void *buf, const size_t *part, size_t esize);
+  /* a few host floats, whatever memory the collectives use; blocks */
+  int (*allreduce_host)(rt_t *rt, float *buf, size_t count);
+  int (*wait)(rt_t *rt);
+} rt_coll_ops_t;
+
 struct rt_s {
   unsigned magic;
   rt_options_t opt;
@@ -40,6 +61,7 @@ struct rt_s {
   rdzv_client_t *store;
   rt_gpu_t *gpu;
   rt_mesh_t *mesh;
+  const rt_coll_ops_t *coll; /* NULL in a job of one */
   int64_t last_progress;
   /* the communication thread (CPU collectives) and its queue */
   pthread_t thread;
@@ -69,7 +91,7 @@ void rt__logf(const rt_who_t *who, const char *fmt, ...) {
   fprintf(stderr, "rt: %s: %s\n", who->text, msg);
 }
 
-/* gpt.h's error report: called by the backends, which hold no rt_t, so the
+/* rt.h and gpt.h: called by the model backends, which hold no rt_t, so the
  * rank and host come from the environment launch set. */
 void rt_report_error(const char *lib, const char *call, const char *what,
                      const char *file, int line) {
@@ -211,6 +233,116 @@ static int wait_op(rt_t *rt, uint64_t seq) {
   return err;
 }
 
+/* ---- the collectives' backends ------------------------------------------------------- */
+
+/* The TCP mesh: every call queued for the communication thread. */
+static int mesh_open(rt_t *rt) {
+  int rc = rt__mesh_open(rt->store, &rt->who, rt->world, rt->round,
+                         rt->opt.timeout_ms, &rt->mesh);
+  if (rc != 0)
+    return rc;
+  if ((rc = pthread_create(&rt->thread, NULL, comm_main, rt)) != 0) {
+    rt__logf(&rt->who, "pthread_create(communication thread): %s",
+             strerror(rc));
+    return -rc;
+  }
+  rt->thread_started = 1;
+  return 0;
+}
+
+static int mesh_allreduce(rt_t *rt, void *buf, size_t count, int dtype,
+                          void *event) {
+  op_t op = {OP_ALLREDUCE, 0, buf, count, NULL};
+  (void)dtype, (void)event; /* RT_FP32; host memory, nothing to wait for */
+  push_op(rt, &op, NULL);
+  return 0;
+}
+
+static int mesh_broadcast(rt_t *rt, void *buf, size_t bytes, int root) {
+  op_t op = {OP_BROADCAST, root, buf, bytes, NULL};
+  push_op(rt, &op, NULL);
+  return 0;
+}
+
+/* With rt_grads_shard's slots the parts are copied (a bucket's live on the
+ * caller's stack); without, only rt_reduce_scatter calls, and waits. */
+static int mesh_reduce_scatter(rt_t *rt, void *buf, const size_t *part,
+                               int dtype, void *event) {
+  op_t op = {OP_REDUCE_SCATTER, 0, buf, 0, part};
+  (void)dtype, (void)event;
+  push_op(rt, &op, rt->subparts ? part : NULL);
+  return 0;
+}
+
+static int mesh_allgather(rt_t *rt, void *buf, const size_t *part,
+                          size_t esize) {
+  op_t op = {OP_ALLGATHER, 0, buf, esize, part};
+  push_op(rt, &op, NULL);
+  return 0;
+}
+
+static int mesh_allreduce_host(rt_t *rt, float *buf, size_t count) {
+  mesh_allreduce(rt, buf, count, RT_FP32, NULL);
+  return wait_op(rt, rt->pushed);
+}
+
+static int mesh_wait(rt_t *rt) { return wait_op(rt, rt->pushed); }
+
+static const rt_coll_ops_t coll_mesh = {
+    .name = "tcp mesh",
+    .open = mesh_open,
+    .allreduce = mesh_allreduce,
+    .broadcast = mesh_broadcast,
+    .reduce_scatter = mesh_reduce_scatter,
+    .allgather = mesh_allgather,
+    .allreduce_host = mesh_allreduce_host,
+    .wait = mesh_wait,
+};
+
+/* NCCL on the runtime's stream (rt_gpu.c). */
+static int nccl_open(rt_t *rt) {
+  return rt__gpu_nccl_init(rt->gpu, rt->store, rt->rank, rt->world,
+                           rt->opt.timeout_ms);
+}
+
+static int nccl_allreduce(rt_t *rt, void *buf, size_t count, int dtype,
+                          void *event) {
+  return rt__gpu_allreduce(rt->gpu, buf, count, dtype, event);
+}
+
+static int nccl_broadcast(rt_t *rt, void *buf, size_t bytes, int root) {
+  return rt__gpu_broadcast(rt->gpu, buf, bytes, root);
+}
+
+static int nccl_reduce_scatter(rt_t *rt, void *buf, const size_t *part,
+                               int dtype, void *event) {
+  return rt__gpu_reduce_scatter(rt->gpu, buf, part, dtype, event);
+}
+
+static int nccl_allgather(rt_t *rt, void *buf, const size_t *part,
+                          size_t esize) {
+  return rt__gpu_allgather(rt->gpu, buf, part, esize);
+}
+
+static int nccl_allreduce_host(rt_t *rt, float *buf, size_t count) {
+  return rt__gpu_allreduce_host(rt->gpu, buf, count);
+}
+
+static int nccl_wait(rt_t *rt) {
+  return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
+}
+
+static const rt_coll_ops_t coll_nccl = {
+    .name = "nccl",
+    .open = nccl_open,
+    .allreduce = nccl_allreduce,
+    .broadcast = nccl_broadcast,
+    .reduce_scatter = nccl_reduce_scatter,
+    .allgather = nccl_allgather,
+    .allreduce_host = nccl_allreduce_host,
+    .wait = nccl_wait,
+};
+
 /* ---- init / finalize ---------------------------------------------------------------- */
 
 void rt_finalize(rt_t *rt) {
@@ -279,23 +411,10 @@ int rt_init(const rt_options_t *opt, rt_t **out) {
   }
   if ((rc = pick_device(rt)) != 0)
     goto fail;
-  if (rt->world > 1 && rt->gpu) {
-    rc = rt__gpu_nccl_init(rt->gpu, rt->store, rt->rank, rt->world,
-                           rt->opt.timeout_ms);
-    if (rc != 0)
+  if (rt->world > 1) {
+    rt->coll = rt->gpu ? &coll_nccl : &coll_mesh;
+    if ((rc = rt->coll->open(rt)) != 0)
       goto fail;
-  } else if (rt->world > 1) {
-    rc = rt__mesh_open(rt->store, &rt->who, rt->world, rt->round,
-                       rt->opt.timeout_ms, &rt->mesh);
-    if (rc != 0)
-      goto fail;
-    if ((rc = pthread_create(&rt->thread, NULL, comm_main, rt)) != 0) {
-      rt__logf(&rt->who, "pthread_create(communication thread): %s",
-               strerror(rc));
-      rc = -rc;
-      goto fail;
-    }
-    rt->thread_started = 1;
   }
   /* step 0: the rank is up (a watcher sees it before the first step) */
   if ((rc = rt_progress(rt, 0)) != 0)
@@ -328,40 +447,31 @@ static int dtype_size(int dtype) {
   return dtype == RT_FP32 ? 4 : dtype == RT_BF16 || dtype == RT_FP16 ? 2 : 0;
 }
 
+/* rc of an enqueued collective; when 0, wait for it. */
+static int then_wait(rt_t *rt, int rc) {
+  return rc != 0 ? rc : rt->coll->wait(rt);
+}
+
 int rt_allreduce(rt_t *rt, void *buf, size_t count, int dtype) {
-  op_t op = {OP_ALLREDUCE, 0, buf, count, NULL};
-  int rc;
   if (dtype_size(dtype) == 0 || (rt->gpu == NULL && dtype != RT_FP32))
     return RDZV_EINVAL;
   if (rt->world == 1 || count == 0)
     return 0;
-  if (rt->gpu) {
-    if ((rc = rt__gpu_allreduce(rt->gpu, buf, count, dtype, NULL)) != 0)
-      return rc;
-    return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
-  }
-  return wait_op(rt, push_op(rt, &op, NULL));
+  return then_wait(rt, rt->coll->allreduce(rt, buf, count, dtype, NULL));
 }
 
 int rt_allreduce_host(rt_t *rt, float *buf, size_t count) {
-  if (rt->gpu)
-    return rt->world == 1 ? 0 : rt__gpu_allreduce_host(rt->gpu, buf, count);
-  return rt_allreduce(rt, buf, count, RT_FP32);
+  if (rt->world == 1 || (rt->gpu == NULL && count == 0))
+    return 0;
+  return rt->coll->allreduce_host(rt, buf, count);
 }
 
 int rt_broadcast(rt_t *rt, void *buf, size_t bytes, int root) {
-  op_t op = {OP_BROADCAST, root, buf, bytes, NULL};
-  int rc;
   if (root < 0 || root >= rt->world)
     return RDZV_EINVAL;
   if (rt->world == 1 || bytes == 0)
     return 0;
-  if (rt->gpu) {
-    if ((rc = rt__gpu_broadcast(rt->gpu, buf, bytes, root)) != 0)
-      return rc;
-    return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
-  }
-  return wait_op(rt, push_op(rt, &op, NULL));
+  return then_wait(rt, rt->coll->broadcast(rt, buf, bytes, root));
 }
 
 /* part: world + 1 offsets, ascending. */
@@ -375,34 +485,20 @@ static int valid_part(const rt_t *rt, const size_t *part) {
 }
 
 int rt_reduce_scatter(rt_t *rt, void *buf, const size_t *part, int dtype) {
-  op_t op = {OP_REDUCE_SCATTER, 0, buf, 0, part};
-  int rc;
   if (dtype_size(dtype) == 0 || (rt->gpu == NULL && dtype != RT_FP32) ||
       !valid_part(rt, part))
     return RDZV_EINVAL;
   if (rt->world == 1)
     return 0;
-  if (rt->gpu) {
-    if ((rc = rt__gpu_reduce_scatter(rt->gpu, buf, part, dtype, NULL)) != 0)
-      return rc;
-    return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
-  }
-  return wait_op(rt, push_op(rt, &op, NULL));
+  return then_wait(rt, rt->coll->reduce_scatter(rt, buf, part, dtype, NULL));
 }
 
 int rt_allgather(rt_t *rt, void *buf, const size_t *part, size_t esize) {
-  op_t op = {OP_ALLGATHER, 0, buf, esize, part};
-  int rc;
   if (esize == 0 || !valid_part(rt, part))
     return RDZV_EINVAL;
   if (rt->world == 1)
     return 0;
-  if (rt->gpu) {
-    if ((rc = rt__gpu_allgather(rt->gpu, buf, part, esize)) != 0)
-      return rc;
-    return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
-  }
-  return wait_op(rt, push_op(rt, &op, NULL));
+  return then_wait(rt, rt->coll->allgather(rt, buf, part, esize));
 }
 
 int rt_barrier(rt_t *rt) {
@@ -475,19 +571,14 @@ int rt_grads_shard(rt_t *rt, const size_t *part) {
 static int flush(rt_t *rt) {
   size_t es = (size_t)dtype_size(rt->gdtype);
   void *p = rt->grads + rt->pend_off * es;
-  size_t n = rt->pend_count, a = rt->pend_off, sub[RT_SUB_MAX + 1];
+  size_t n = rt->pend_count, a = rt->pend_off, sub[RT_SUB_MAX + 1] = {0};
   size_t *sp = sub;
   int rc = 0;
   rt->pend_count = 0;
   if (n == 0)
     return 0;
-  if (rt->gpart == NULL) {
-    op_t op = {OP_ALLREDUCE, 0, p, n, NULL};
-    if (rt->gpu)
-      return rt__gpu_allreduce(rt->gpu, p, n, rt->gdtype, rt->pend_event);
-    push_op(rt, &op, NULL);
-    return 0;
-  }
+  if (rt->gpart == NULL)
+    return rt->coll->allreduce(rt, p, n, rt->gdtype, rt->pend_event);
   if (rt->world > RT_SUB_MAX &&
       (sp = malloc(((size_t)rt->world + 1) * sizeof(size_t))) == NULL)
     return RDZV_ENOMEM;
@@ -495,12 +586,7 @@ static int flush(rt_t *rt) {
     size_t x = rt->gpart[r] < a ? a : rt->gpart[r];
     sp[r] = (x > a + n ? a + n : x) - a;
   }
-  if (rt->gpu) {
-    rc = rt__gpu_reduce_scatter(rt->gpu, p, sp, rt->gdtype, rt->pend_event);
-  } else {
-    op_t op = {OP_REDUCE_SCATTER, 0, p, 0, NULL};
-    push_op(rt, &op, sp);
-  }
+  rc = rt->coll->reduce_scatter(rt, p, sp, rt->gdtype, rt->pend_event);
   if (sp != sub)
     free(sp);
   return rc;
@@ -549,9 +635,7 @@ int rt_grads_wait(rt_t *rt) {
   rt->nreported = 0;
   if (rt->world == 1 || rc != 0)
     return rc;
-  if (rt->gpu)
-    return rt__gpu_wait(rt->gpu, rt->opt.timeout_ms);
-  return wait_op(rt, rt->pushed);
+  return rt->coll->wait(rt);
 }
 
 /* ---- progress ------------------------------------------------------------------------------------ */

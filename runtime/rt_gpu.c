@@ -15,7 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpt.h"
 #include "rt.h"
 #include "rt_int.h"
 

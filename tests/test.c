@@ -207,6 +207,21 @@ void test_mkdirs(const char *path) {
   mkdir(buf, 0755);
 }
 
+void test_put_file(const char *root, const char *rel, const char *text) {
+  char path[1024], *slash;
+  FILE *f;
+  snprintf(path, sizeof(path), "%s%s", root, rel);
+  if ((slash = strrchr(path, '/')) != NULL) {
+    *slash = '\0';
+    test_mkdirs(path);
+    *slash = '/';
+  }
+  if ((f = fopen(path, "w")) == NULL)
+    TEST_FAIL("fopen %s: %s", path, strerror(errno));
+  fputs(text, f);
+  fclose(f);
+}
+
 /* Remove path and what it holds, never following a symbolic link: a
  * link (the fake sysfs trees have many) goes, not what it points at. */
 static void rm_rf(const char *path) {

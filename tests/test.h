@@ -109,6 +109,8 @@ int test_rdzv_open(int port, const char *job, const char *token, char *err,
 const char *test_launch_bin(void);
 /* mkdir -p path (mode 0755); what exists already is left as it is. */
 void test_mkdirs(const char *path);
+/* Write text to root + rel, making the directories (fake sysfs trees). */
+void test_put_file(const char *root, const char *rel, const char *text);
 /* A fresh temp dir under $TMPDIR (removed by test_cleanup). */
 const char *test_tmpdir(void);
 /* Read a whole file into a static-lifetime malloc'd string (NULL if none). */

@@ -104,7 +104,41 @@ static void write_rules(void) {
   env_free(e);
 }
 
+/* The binding's rows are written as affinity/ gives them, empty included
+ * (a node without HCA: LAUNCH_HCA= for the profile's ${LAUNCH_HCA:-...}),
+ * and an empty value reads back as unset; with a profile and no name in
+ * the contract, LAUNCH_NCCL_PROFILE is the profile's. */
+static void binding_and_profile_rows(void) {
+  env_contract_t k;
+  rdzv_env_t got;
+  env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
+  env_t *e = NULL;
+  prof_t *p = NULL;
+  char err[160];
+  env_contract_init(&k);
+  k.cpus = "0-3";
+  k.numa_node = "-1";
+  k.hca = k.hca_port = k.hcas = k.netdev = "";
+  ASSERT_OK(prof_load("socket", &p, err, sizeof(err)));
+  ro.contract = &k;
+  ro.profile = p;
+  ASSERT_OK(env_build_rank(&ro, &e));
+  ASSERT_STR_EQ("0-3", env_get(e, "LAUNCH_CPUS"));
+  ASSERT_STR_EQ("-1", env_get(e, "LAUNCH_NUMA_NODE"));
+  ASSERT_STR_EQ("", env_get(e, "LAUNCH_HCA"));
+  ASSERT_STR_EQ("", env_get(e, "LAUNCH_HCA_PORT"));
+  ASSERT(env_find(e, "LAUNCH_GPU_BUSID") == NULL); /* unset: not written */
+  ASSERT_STR_EQ("socket", env_get(e, "LAUNCH_NCCL_PROFILE"));
+  ASSERT_OK(rdzv_env_parse(env_envp(e), &got, err, sizeof(err)));
+  ASSERT_STR_EQ("0-3", got.cpus);
+  ASSERT(got.hca == NULL && got.hca_port == NULL);
+  ASSERT_STR_EQ("socket", got.nccl_profile);
+  env_free(e);
+  prof_free(p);
+}
+
 int main(void) {
+  binding_and_profile_rows();
   every_row_round_trips();
   empty_malformed_and_fallbacks();
   write_rules();

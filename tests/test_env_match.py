@@ -74,12 +74,20 @@ def main():
     assert "LAUNCH_CPUS" not in w
     w = same(["--nproc-per-node", "4", "--cpu-bind", "numa", "--mem-bind", "local"], 3)
     assert w["LAUNCH_CPUS"] and w["LOCAL_WORLD_SIZE"] == "4", w
+    # the binding's rows of the contract (issue 25), all of them, the same
+    # in both: a node without HCA or GPU gets them empty, not missing
+    for k in ("LAUNCH_CPUS", "LAUNCH_NUMA_NODE", "LAUNCH_GPU_BUSID", "LAUNCH_HCA",
+              "LAUNCH_HCA_PORT", "LAUNCH_NETDEV", "LAUNCH_HCAS"):
+        assert k in w, (k, w)
+    assert re.fullmatch(r"-1|[0-9]+", w["LAUNCH_NUMA_NODE"]), w
+    assert w["LAUNCH_HCA_PORT"] == "" or w["LAUNCH_HCA"], w
     if os.cpu_count() >= 2:
         w = same(["--nproc-per-node", "2", "--cpu-bind", "1:0"], 1)
         assert w["LAUNCH_CPUS"] == "0", w
     w = same(["--nccl-profile", "socket", "--role", "trainer", "--max-restarts", "2"], 0)
     assert w["NCCL_IB_DISABLE"] == "1" and w["NCCL_DEBUG"] == "INFO", w
     assert w["NCCL_BUFFSIZE"] == "8388608" and w["ROLE_NAME"] == "trainer", w
+    assert w["LAUNCH_NCCL_PROFILE"] == "socket", w  # the profile's row
     # (`launch env` takes "--lint" as its own flag, "warn" as the program:
     # the program's PyTorch is not known there)
     w = same(["--allow-env-override", "--lint", "warn"], 0,

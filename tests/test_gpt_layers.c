@@ -1,4 +1,4 @@
-/* The CPU layers of runtime/gpt_cpu.h: every backward against central
+/* The CPU layers of model/gpt_cpu.h: every backward against central
  * differences of a double-precision reference forward (tests/gpt_ref.h),
  * every forward against that reference, the matrix product against naive
  * sums for edge shapes and transposes, AdamW against its formula, and

@@ -108,7 +108,16 @@ def test_scrape_and_promtool(port, d):
     # this agent hosts the job's server: its series too
     node = frozenset({("node", "methost")})
     assert s[("launch_server_jobs", node)] >= 1, text
-    assert s[("launch_server_requests_total", node)] > 0, text
+    # requests by protocol and op: the agents' HELLO and JOIN at least, and
+    # every op listed from 0 (rate() sees a series from its start)
+    def req(proto, op):
+        return s[("launch_server_requests_total",
+                  frozenset(node | {("protocol", proto), ("op", op)}))]
+    assert req("native", "hello") >= 1, text
+    assert req("native", "rdzv_join") >= 1, text
+    assert req("tcpstore", "compare_set") >= 0, text
+    assert s[("launch_server_refusals_total",
+              frozenset(node | {("limit", "max_conns")}))] == 0, text
     assert s[("launch_server_memory_limit_bytes", node)] > 0, text
     assert not get("http://127.0.0.1:%d/" % port).startswith("#")
     promtool = shutil.which("promtool")
@@ -141,6 +150,26 @@ def start_server(c):
                      "--rdzv-id", "srvjob", "--nproc-per-node", "1",
                      "--no-python", "sleep", "60"], name="srvjob"))
     return ports
+
+
+def maps(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return f.read()
+
+
+def test_loaded_on_demand(c, agent):
+    """libmicrohttpd (and the GnuTLS it links, 2.5 MB of resident memory)
+    is loaded by --metrics-port only: a server without it never maps it."""
+    assert "libmicrohttpd" in maps(agent.pid)
+    srv = c.add(lt.Proc([lt.launch_bin(), "server", "--host", "127.0.0.1",
+                         "--port", "0"], name="server-nomet"))
+    lt.wait_until(lambda: "listening on 127.0.0.1 port" in srv.output(), 30,
+                  "the server without metrics")
+    assert "libmicrohttpd" not in maps(srv.pid), maps(srv.pid)
+    assert "libgnutls" not in maps(srv.pid), maps(srv.pid)
+    srv.signal(signal.SIGTERM)
+    srv.wait(30)
+    print("libmicrohttpd mapped with --metrics-port, not without")
 
 
 def test_prometheus(port, d, server):
@@ -201,9 +230,15 @@ def test_prometheus(port, d, server):
                                if float(x["value"][1]) == 1], 30,
                       "launch server's one job in prometheus")
         conns = query("launch_server_connections{%s}" % inst)
-        reqs = query("launch_server_requests_total{%s}" % inst)
+        reqs = query('sum(launch_server_requests_total{%s})' % inst)
+        hello = query('launch_server_requests_total{%s,protocol="native",'
+                      'op="hello"}' % inst)
+        refused = query('launch_server_refusals_total{%s}' % inst)
         assert float(conns[0]["value"][1]) >= 1, conns
         assert float(reqs[0]["value"][1]) >= 1, reqs
+        assert float(hello[0]["value"][1]) >= 1, hello
+        assert {x["metric"]["limit"] for x in refused} >= {
+            "max_conns", "conns_per_addr", "max_jobs", "max_memory"}, refused
         print("prometheus: scraped the agent (step %d -> grows, loss %s) "
               "and launch server (1 job, %s requests)" %
               (step0, loss[0]["value"][1], reqs[0]["value"][1]))
@@ -247,6 +282,7 @@ def main():
         with lt.Cleanup() as c:
             agent, port = start_job(c)
             test_scrape_and_promtool(port, d)
+            test_loaded_on_demand(c, agent)
             server = start_server(c)
             test_prometheus(port, d, server)
             test_status(agent)

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include "lu_buf.h"
 #include "metrics.h"
@@ -27,9 +29,17 @@ static void put(const char *root, const char *rel, const char *text) {
   fclose(f);
 }
 
+/* What a scrape would answer now (malloc'd). */
+static char *render(met_t *m) {
+  lu_buf_t b = LU_BUF_INIT;
+  char *text;
+  met_render(m, &b);
+  ASSERT_EQ(0, lu_buf_finish(&b, &text, NULL));
+  return text;
+}
+
 static void test_ib(met_t *m) {
   char root[] = "/tmp/launch-ib-XXXXXX", cmd[200], *text;
-  lu_buf_t b = LU_BUF_INIT;
   const char *p0 = "sys/class/infiniband/mlx5_0/ports/1/";
   const char *p1 = "sys/class/infiniband/mlx5_1/ports/1/";
   char rel[200];
@@ -45,8 +55,7 @@ static void test_ib(met_t *m) {
   PUT(p1, "link_layer", "Ethernet\n");
 #undef PUT
   met_set_sysfs_root(m, root);
-  met_render(m, &b);
-  ASSERT_EQ(0, lu_buf_finish(&b, &text, NULL));
+  text = render(m);
   ASSERT_CONTAINS(text, "# TYPE launch_ib_port_up gauge\n");
   ASSERT_CONTAINS(text, "launch_ib_port_up{node=\"node\\\"1\",device=\"mlx5_0\","
                         "port=\"1\",link_layer=\"InfiniBand\"} 1\n");
@@ -67,11 +76,144 @@ static void test_ib(met_t *m) {
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
   ASSERT_EQ(0, system(cmd));
   met_set_sysfs_root(m, "/nonexistent-launch-root");
-  met_render(m, &b); /* no IB: no series, no error */
-  ASSERT_EQ(0, lu_buf_finish(&b, &text, NULL));
+  text = render(m); /* no IB: no series, no error */
   ASSERT(strstr(text, "launch_ib_") == NULL);
   free(text);
   printf("IB/RoCE ports from a fake sysfs: up, rate, byte counters\n");
+}
+
+/* NUMA nodes and the checkpoint disk from a fake root: node0 and node1's
+ * numastat; a /proc/diskstats with the row of the device that holds the
+ * test's own dir (its real major:minor), a partition among others. */
+static void test_numa_disk(met_t *m) {
+  char root[] = "/tmp/launch-numa-XXXXXX", cmd[200], *text, row[256];
+  char want[300];
+  struct stat st;
+  ASSERT(mkdtemp(root) != NULL);
+  ASSERT_EQ(0, stat(root, &st));
+  put(root, "sys/devices/system/node/node0/numastat",
+      "numa_hit 1000\nnuma_miss 7\nnuma_foreign 3\ninterleave_hit 1\n"
+      "local_node 990\nother_node 10\n");
+  put(root, "sys/devices/system/node/node1/numastat",
+      "numa_hit 500\nnuma_miss 0\nnuma_foreign 7\nother_node 0\n");
+  put(root, "sys/devices/system/node/online", "0-1\n");
+  snprintf(row, sizeof(row),
+           "   7       0 loop0 1 0 2 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
+           " %4u %7u ckptdev 100 5 2048 40 200 9 4096 80 0 1500 120 0 0 0 0\n"
+           " %4u %7u other 1 0 8 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+           major(st.st_dev), minor(st.st_dev), major(st.st_dev),
+           minor(st.st_dev) + 1);
+  put(root, "proc/diskstats", row);
+  met_set_sysfs_root(m, root);
+  ASSERT_EQ(1, met_set_ckpt_dir(m, root));
+  text = render(m);
+  ASSERT_CONTAINS(text, "# TYPE launch_node_numa_hit_pages_total counter\n");
+  ASSERT_CONTAINS(text, "launch_node_numa_hit_pages_total{node=\"node\\\"1\","
+                        "numa=\"0\"} 1000\n");
+  ASSERT_CONTAINS(text, "launch_node_numa_hit_pages_total{node=\"node\\\"1\","
+                        "numa=\"1\"} 500\n");
+  ASSERT_CONTAINS(text, "launch_node_numa_miss_pages_total{node=\"node\\\"1\","
+                        "numa=\"0\"} 7\n");
+  ASSERT_CONTAINS(text, "launch_node_numa_foreign_pages_total{node=\"node\\\"1\","
+                        "numa=\"1\"} 7\n");
+  ASSERT_CONTAINS(text, "launch_node_numa_other_node_pages_total{node=\"node\\\"1\","
+                        "numa=\"0\"} 10\n");
+  snprintf(want, sizeof(want), "launch_node_ckpt_disk_read_bytes_total{node="
+           "\"node\\\"1\",device=\"ckptdev\"} %d\n", 2048 * 512);
+  ASSERT_CONTAINS(text, want);
+  snprintf(want, sizeof(want), "launch_node_ckpt_disk_written_bytes_total{node="
+           "\"node\\\"1\",device=\"ckptdev\"} %d\n", 4096 * 512);
+  ASSERT_CONTAINS(text, want);
+  ASSERT_CONTAINS(text, "launch_node_ckpt_disk_reads_total{node=\"node\\\"1\","
+                        "device=\"ckptdev\"} 100\n");
+  ASSERT_CONTAINS(text, "launch_node_ckpt_disk_writes_total{node=\"node\\\"1\","
+                        "device=\"ckptdev\"} 200\n");
+  ASSERT_CONTAINS(text, "launch_node_ckpt_disk_io_seconds_total{node=\"node\\\"1\","
+                        "device=\"ckptdev\"} 1.5\n");
+  ASSERT(strstr(text, "device=\"other\"") == NULL);
+  free(text);
+  /* A dir not made yet: the device of its nearest ancestor. */
+  snprintf(want, sizeof(want), "%s/not/yet", root);
+  ASSERT_EQ(1, met_set_ckpt_dir(m, want));
+  /* /proc: an anonymous device (as tmpfs, overlay): no disk series. */
+  ASSERT_EQ(0, met_set_ckpt_dir(m, "/proc"));
+  text = render(m);
+  ASSERT(strstr(text, "launch_node_ckpt_disk_") == NULL);
+  ASSERT_CONTAINS(text, "launch_node_numa_hit_pages_total{");
+  free(text);
+  /* No NUMA directory: no NUMA series, no error. */
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+  ASSERT_EQ(0, system(cmd));
+  text = render(m);
+  ASSERT(strstr(text, "launch_node_numa_") == NULL);
+  free(text);
+  met_set_sysfs_root(m, "");
+  printf("NUMA numastat and the checkpoint disk's diskstats from a fake root\n");
+}
+
+/* promtool check metrics on text, when promtool is installed: the format
+ * and Prometheus' naming rules (units, _total on counters). */
+static void promtool_check(const char *text) {
+  FILE *p;
+  if (system("command -v promtool >/dev/null 2>&1") != 0) {
+    printf("promtool missing: the text is not checked by it\n");
+    return;
+  }
+  ASSERT((p = popen("promtool check metrics", "w")) != NULL);
+  fputs(text, p);
+  ASSERT_EQ(0, pclose(p));
+}
+
+/* The GPU series from a fake NVML (fake_nvml.c): two GPUs; ECC on GPU 0
+ * only; XIDs 79, 48, 79 queued; clocks held by power cap and HW thermal
+ * on GPU 0, idle on GPU 1. */
+static void test_fake_nvml(void) {
+#ifdef FAKE_NVML
+  met_t *m;
+  char *text;
+  const char *g0 = "node=\"n\",gpu=\"0\"", *g1 = "node=\"n\",gpu=\"1\"";
+  char want[300];
+  ASSERT_EQ(0, setenv("LAUNCH_NVML_LIBRARY", FAKE_NVML, 1));
+  ASSERT_EQ(0, met_local("n", &m));
+  ASSERT_EQ(0, unsetenv("LAUNCH_NVML_LIBRARY"));
+  text = render(m);
+#define HAS(fmt, lab)                                                  \
+  do {                                                                 \
+    snprintf(want, sizeof(want), fmt, lab);                            \
+    ASSERT_CONTAINS(text, want);                                       \
+  } while (0)
+  HAS("launch_gpu_utilization_ratio{%s} 0.97\n", g0);
+  HAS("launch_gpu_utilization_ratio{%s} 0.12\n", g1);
+  HAS("launch_gpu_power_watts{%s} 650.5\n", g0);
+  HAS("launch_gpu_memory_total_bytes{%s} 85899345920\n", g1);
+  HAS("launch_gpu_pcie_transmit_bytes_per_second{%s} 1536000\n", g0);
+  HAS("launch_gpu_pcie_receive_bytes_per_second{%s} 256000\n", g0);
+  HAS("launch_gpu_pcie_receive_bytes_per_second{%s} 1280000\n", g1);
+  HAS("launch_gpu_ecc_errors_total{%s,type=\"corrected\",scope=\"volatile\"} "
+      "5\n", g0);
+  HAS("launch_gpu_ecc_errors_total{%s,type=\"uncorrected\",scope=\"aggregate\"}"
+      " 10\n", g0);
+  ASSERT(strstr(text, "launch_gpu_ecc_errors_total{node=\"n\",gpu=\"1\"") ==
+         NULL); /* ECC off: no series */
+  HAS("launch_gpu_xid_errors_total{%s,xid=\"79\"} 2\n", g0);
+  HAS("launch_gpu_xid_errors_total{%s,xid=\"48\"} 1\n", g1);
+  HAS("launch_gpu_throttle_reason{%s,reason=\"sw_power_cap\"} 1\n", g0);
+  HAS("launch_gpu_throttle_reason{%s,reason=\"hw_thermal_slowdown\"} 1\n", g0);
+  HAS("launch_gpu_throttle_reason{%s,reason=\"hw_slowdown\"} 0\n", g0);
+  HAS("launch_gpu_throttle_reason{%s,reason=\"gpu_idle\"} 1\n", g1);
+  HAS("launch_gpu_throttle_reason{%s,reason=\"sw_power_cap\"} 0\n", g1);
+  promtool_check(text);
+  free(text);
+  /* The events were taken once: the counts stay, nothing counted twice. */
+  met_refresh(m);
+  text = render(m);
+  HAS("launch_gpu_xid_errors_total{%s,xid=\"79\"} 2\n", g0);
+  HAS("launch_gpu_xid_errors_total{%s,xid=\"48\"} 1\n", g1);
+#undef HAS
+  free(text);
+  met_stop(m);
+  printf("GPU series from a fake NVML: PCIe, ECC, XID, throttle reasons\n");
+#endif
 }
 
 int main(void) {
@@ -100,8 +242,7 @@ int main(void) {
   met_publish(m, text); /* m owns it */
   ASSERT_EQ(0, lu_buf_finish(&b, &page, NULL)); /* empty */
   met_publish_page(m, page);
-  met_render(m, &b);
-  ASSERT_EQ(0, lu_buf_finish(&b, &text, NULL));
+  text = render(m);
   ASSERT(strncmp(text, "# HELP launch_rank_loss loss\n", 29) == 0);
   ASSERT_CONTAINS(text, "launch_node_memory_total_bytes{node=\"node\\\"1\"} ");
   ASSERT_CONTAINS(text, "launch_node_cpu_seconds_total{node=\"node\\\"1\","
@@ -119,6 +260,11 @@ int main(void) {
   }
   free(text);
   test_ib(m);
+  test_numa_disk(m);
+  text = render(m);
+  promtool_check(text);
+  free(text);
+  test_fake_nvml();
   met_stop(m);
   met_stop(NULL);
   printf("test_metrics_text: ok\n");

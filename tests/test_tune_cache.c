@@ -1,4 +1,4 @@
-/* The persistent cuBLASLt tuning cache's file (runtime/tune_cache.h): where
+/* The persistent cuBLASLt tuning cache's file (model/tune_cache.h): where
  * it lives (GPT_CUDA_TUNE_CACHE, XDG_CACHE_HOME, HOME), that a choice
  * written by one start is found by the next, that starts merge, that a
  * corrupt or foreign file is ignored and rewritten, and that the file and

@@ -3,7 +3,7 @@
  * the backend (gpt.h): rows of C channels, qkv rows [q | k | v], heads of HD
  * inside each, weights [out][in]. Backward functions add (+=) into their
  * gradients. Written for the GPU tests; the runtime's CPU backend
- * (runtime/gpt_cpu.c) implements the same functions in fp32. */
+ * (model/gpt_cpu.c) implements the same functions in fp32. */
 #ifndef GPU_TEST_REF_H
 #define GPU_TEST_REF_H
 

@@ -5,7 +5,7 @@
  * so the tolerances measure the kernels' own arithmetic: about the type's
  * precision (bf16 1e-2, fp16 2e-3..5e-3, fp32 1e-5..1e-4).
  * The cuBLASLt products are checked with their fused epilogues and again
- * with the fallback kernels (GPT_CUDA_NO_EPILOGUES), and the tuning cache
+ * with the fallback kernels (gc_mm_create without fused epilogues), and the tuning cache
  * (GPT_CUDA_TUNE_CACHE) hands the timed choices to a new context. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,0 +1,146 @@
+/* aff_facts.c - this node's facts from sysfs, read once: GPUs and their
+ * PCIe links, RDMA devices and their ports, network interface names
+ * (aff.h, "node facts"). The one reader of IB ports and PCIe link files. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aff.h"
+
+/* Leading number of "16.0 GT/s PCIe" / "8" / "Unknown" (0). */
+static double lead_num(const char *s) {
+  char *end;
+  double v = strtod(s, &end);
+  return end == s || v < 0 ? 0 : v;
+}
+
+static const char *root_of(const char *root) {
+  return root == NULL || strcmp(root, "/") == 0 ? "" : root;
+}
+
+void aff_pcie_read(const char *root, const char *dir, aff_pcie_t *l) {
+  static const char *const files[] = {"current_link_width", "max_link_width",
+                                      "current_link_speed", "max_link_speed"};
+  char path[768], buf[64];
+  for (int i = 0; i < 4; i++) {
+    snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+    if (lu_read_line(root_of(root), path, buf, sizeof(buf)) <= 0)
+      continue;
+    switch (i) {
+    case 0: l->width = (int)lead_num(buf); break;
+    case 1: l->width_max = (int)lead_num(buf); break;
+    case 2: l->gts = lead_num(buf); break;
+    default: l->gts_max = lead_num(buf); break;
+    }
+  }
+}
+
+int aff_ib_port_read(const char *root, const char *hca, int port,
+                     aff_ib_port_t *p) {
+  char path[256], buf[64];
+  memset(p, 0, sizeof(*p));
+  p->state = -1;
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%.64s/ports/%d/state",
+           hca, port);
+  if (lu_read_line(root_of(root), path, buf, sizeof(buf)) > 0)
+    p->state = atoi(buf); /* "4: ACTIVE" */
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%.64s/ports/%d/rate",
+           hca, port);
+  lu_read_line(root_of(root), path, p->rate, sizeof(p->rate));
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%.64s/ports/%d/link_layer",
+           hca, port);
+  lu_read_line(root_of(root), path, p->link_layer, sizeof(p->link_layer));
+  return p->state >= 0 || p->rate[0] != '\0';
+}
+
+static int cmp_name(const void *a, const void *b) {
+  return strcmp((const char *)a, (const char *)b);
+}
+
+/* Sorted names in root+path (no dot entries), of at most cap bytes each.
+ * RET the count. */
+static int names_in(const char *root, const char *path, char *names,
+                    size_t cap, int max) {
+  char full[512];
+  struct dirent *e;
+  DIR *d;
+  int n = 0;
+  snprintf(full, sizeof(full), "%s%s", root_of(root), path);
+  if ((d = opendir(full)) == NULL)
+    return -1;
+  while ((e = readdir(d)) != NULL && n < max)
+    if (e->d_name[0] != '.')
+      lu_strlcpy(names + (size_t)n++ * cap, e->d_name, cap);
+  closedir(d);
+  qsort(names, (size_t)n, cap, cmp_name);
+  return n;
+}
+
+static int read_int(const char *root, const char *path, int dflt) {
+  char buf[64];
+  return lu_read_line(root_of(root), path, buf, sizeof(buf)) > 0 ? atoi(buf)
+                                                                : dflt;
+}
+
+/* NVIDIA display (0x0300) and 3D (0x0302) controllers of the PCI bus. */
+static void probe_gpus(aff_facts_t *f, const char *root) {
+  char (*devs)[64] = calloc(1024, sizeof(*devs));
+  int n = devs ? names_in(root, "/sys/bus/pci/devices", devs[0], 64, 1024) : 0;
+  for (int i = 0; i < n && f->ngpus < AFF_FACTS_MAX; i++) {
+    char dir[128], path[192], buf[64];
+    unsigned long cls;
+    aff_facts_gpu_t *g = &f->gpus[f->ngpus];
+    snprintf(dir, sizeof(dir), "/sys/bus/pci/devices/%.63s", devs[i]);
+    snprintf(path, sizeof(path), "%s/vendor", dir);
+    if (lu_read_line(root_of(root), path, buf, sizeof(buf)) <= 0 ||
+        strtoul(buf, NULL, 16) != 0x10de)
+      continue;
+    snprintf(path, sizeof(path), "%s/class", dir);
+    if (lu_read_line(root_of(root), path, buf, sizeof(buf)) <= 0)
+      continue;
+    cls = strtoul(buf, NULL, 16) >> 8;
+    if (cls != 0x0300 && cls != 0x0302)
+      continue;
+    memset(g, 0, sizeof(*g));
+    lu_strlcpy(g->busid, devs[i], sizeof(g->busid));
+    snprintf(path, sizeof(path), "%s/device", dir);
+    if (lu_read_line(root_of(root), path, buf, sizeof(buf)) > 0)
+      g->device = (unsigned)strtoul(buf, NULL, 16);
+    snprintf(path, sizeof(path), "%s/numa_node", dir);
+    g->numa = read_int(root, path, -1);
+    aff_pcie_read(root, dir, &g->link);
+    f->ngpus++;
+  }
+  free(devs);
+}
+
+static void probe_hcas(aff_facts_t *f, const char *root) {
+  char names[AFF_FACTS_MAX][64];
+  int n = names_in(root, "/sys/class/infiniband", names[0], 64, AFF_FACTS_MAX);
+  for (int i = 0; i < n; i++) {
+    aff_facts_hca_t *h = &f->hcas[f->nhcas++];
+    char dir[128], path[192];
+    memset(h, 0, sizeof(*h));
+    lu_strlcpy(h->name, names[i], sizeof(h->name));
+    snprintf(dir, sizeof(dir), "/sys/class/infiniband/%.63s/device", names[i]);
+    snprintf(path, sizeof(path), "%s/numa_node", dir);
+    h->numa = read_int(root, path, -1);
+    aff_pcie_read(root, dir, &h->link);
+    while (h->nports < AFF_FACTS_PORTS &&
+           aff_ib_port_read(root, h->name, h->nports + 1,
+                            &h->ports[h->nports]))
+      h->nports++;
+  }
+}
+
+void aff_facts_probe(aff_facts_t *f, const char *root) {
+  int n;
+  memset(f, 0, sizeof(*f));
+  n = names_in(root, "/sys/class/net", f->netdevs[0], sizeof(f->netdevs[0]),
+               AFF_FACTS_MAX);
+  f->probed = n >= 0;
+  f->nnetdevs = n > 0 ? n : 0;
+  probe_gpus(f, root);
+  probe_hcas(f, root);
+}

@@ -1,0 +1,254 @@
+/* kprof: where a CUDA program's GPU time goes, per kernel (issue #26).
+ *
+ *   LD_PRELOAD=build/lib/libkprof.so KPROF_SKIP_S=5 build/bin/train_gpt ...
+ *
+ * A preloaded library that turns on CUPTI's activity records for kernels,
+ * copies and memsets and, when the program exits, prints one table to
+ * stderr: each kernel's share of the GPU time, its total, its calls and its
+ * mean. nsys does the same with more; this is for machines without Nsight
+ * Systems (the GPU machine has PyPI's libcupti only). CUPTI is loaded at run
+ * time (KPROF_CUPTI names the library; otherwise libcupti.so.13, .12, .so),
+ * so the library builds without CUDA.
+ *
+ * KPROF_SKIP_S   seconds after the first GPU activity that are not counted
+ *                (start-up, autotuning, warm-up steps); default 0
+ * KPROF_TOP      rows printed (default 30)
+ * KPROF_OUT      a file to write the table to instead of stderr
+ *
+ * Only the fields every CUPTI since CUDA 9 puts first in its kernel, memcpy
+ * and memset records are read (kind, start, end and the kernel's name): the
+ * layout below is that common prefix, so the records of any newer version
+ * parse the same. Times are GPU time: kernels that overlap on several
+ * streams each count in full (the "busy" line says how far that went). */
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+enum { K_MEMCPY = 1, K_MEMSET = 2, K_KERNEL = 3, K_CONC_KERNEL = 10 };
+
+/* the common prefix of CUpti_ActivityKernel4..13 (PACKED_ALIGNMENT: packed,
+ * 8-byte aligned) */
+typedef struct __attribute__((packed, aligned(8))) {
+  uint32_t kind;
+  uint8_t cache_config, shared_memory_config;
+  uint16_t registers;
+  uint32_t pgc_requested, pgc_executed;
+  uint64_t start, end, completed;
+  uint32_t device, context, stream;
+  int32_t grid[3], block[3], static_smem, dynamic_smem;
+  uint32_t local_per_thread, local_total, correlation;
+  int64_t grid_id;
+  const char *name;
+} kernel_rec_t;
+
+/* memcpy and memset records: kind, 4 bytes, bytes, start, end */
+typedef struct __attribute__((packed, aligned(8))) {
+  uint32_t kind;
+  uint32_t what;
+  uint64_t bytes, start, end;
+} copy_rec_t;
+
+_Static_assert(offsetof(kernel_rec_t, start) == 16, "CUPTI kernel layout");
+_Static_assert(offsetof(kernel_rec_t, name) == 104, "CUPTI kernel layout");
+_Static_assert(offsetof(copy_rec_t, start) == 16, "CUPTI memcpy layout");
+
+typedef void (*req_fn)(uint8_t **buf, size_t *size, size_t *max_records);
+typedef void (*done_fn)(void *ctx, uint32_t stream, uint8_t *buf, size_t size,
+                        size_t valid);
+
+static struct {
+  int (*register_callbacks)(req_fn, done_fn);
+  int (*enable)(int kind);
+  int (*next_record)(uint8_t *buf, size_t valid, void **rec);
+  int (*flush_all)(uint32_t flag);
+  int (*flush_period)(uint32_t ms);
+} cupti;
+
+typedef struct {
+  char *name;
+  uint64_t ns, calls;
+} row_t;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static row_t *rows;
+static size_t nrows, cap_rows;
+static uint64_t first_ns, skip_ns, win_lo, win_hi, total_ns;
+static uint64_t buffers, records, skipped;
+static int ready;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+static void report(void);
+/* atexit from the first buffer CUPTI asks for, not from the constructor:
+ * handlers run in reverse order, and CUPTI's and the CUDA runtime's own,
+ * registered by then, would otherwise finish before the table is read */
+static void at_exit(void) { atexit(report); }
+
+#define BUF_SIZE (8u << 20)
+
+static void on_request(uint8_t **buf, size_t *size, size_t *max_records) {
+  pthread_once(&exit_once, at_exit);
+  *buf = aligned_alloc(8, BUF_SIZE);
+  *size = *buf ? BUF_SIZE : 0;
+  *max_records = 0;
+}
+
+static row_t *row_for(const char *name) {
+  for (size_t i = 0; i < nrows; i++)
+    if (strcmp(rows[i].name, name) == 0) return &rows[i];
+  if (nrows == cap_rows) {
+    size_t n = cap_rows ? cap_rows * 2 : 256;
+    row_t *r = realloc(rows, n * sizeof *r);
+    if (r == NULL) return NULL;
+    rows = r;
+    cap_rows = n;
+  }
+  char *copy = strdup(name);
+  if (copy == NULL) return NULL;
+  rows[nrows] = (row_t){copy, 0, 0};
+  return &rows[nrows++];
+}
+
+/* every record, kept until the end: buffers arrive out of order, so the
+ * window (after KPROF_SKIP_S) is known only then */
+typedef struct {
+  uint32_t row;
+  uint64_t start, end;
+} span_t;
+static span_t *spans;
+static size_t nspans, cap_spans;
+
+static void count(const char *name, uint64_t start, uint64_t end) {
+  if (end <= start) return;
+  row_t *r = row_for(name);
+  if (r == NULL) return;
+  if (nspans == cap_spans) {
+    size_t n = cap_spans ? cap_spans * 2 : 65536;
+    span_t *p = realloc(spans, n * sizeof *p);
+    if (p == NULL) return;
+    spans = p;
+    cap_spans = n;
+  }
+  spans[nspans++] = (span_t){(uint32_t)(r - rows), start, end};
+}
+
+static void tally(void) {
+  for (size_t i = 0; i < nspans; i++)
+    if (first_ns == 0 || spans[i].start < first_ns) first_ns = spans[i].start;
+  for (size_t i = 0; i < nspans; i++) {
+    const span_t *p = &spans[i];
+    if (p->start < first_ns + skip_ns) {
+      skipped++;
+      continue;
+    }
+    rows[p->row].ns += p->end - p->start;
+    rows[p->row].calls++;
+    total_ns += p->end - p->start;
+    if (win_lo == 0 || p->start < win_lo) win_lo = p->start;
+    if (p->end > win_hi) win_hi = p->end;
+  }
+}
+
+static void on_done(void *ctx, uint32_t stream, uint8_t *buf, size_t size,
+                    size_t valid) {
+  (void)ctx, (void)stream, (void)size;
+  void *rec = NULL;
+  pthread_mutex_lock(&mu);
+  buffers++;
+  while (valid > 0 && cupti.next_record(buf, valid, &rec) == 0) {
+    uint32_t kind = *(const uint32_t *)rec;
+    records++;
+    if (kind == K_KERNEL || kind == K_CONC_KERNEL) {
+      const kernel_rec_t *k = rec;
+      count(k->name ? k->name : "(unnamed kernel)", k->start, k->end);
+    } else if (kind == K_MEMCPY || kind == K_MEMSET) {
+      const copy_rec_t *c = rec;
+      count(kind == K_MEMCPY ? "[memcpy]" : "[memset]", c->start, c->end);
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  free(buf);
+}
+
+static int by_time(const void *a, const void *b) {
+  const row_t *x = a, *y = b;
+  return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : 0;
+}
+
+static void report(void) {
+  if (!ready) return;
+  cupti.flush_all(1 /* CUPTI_ACTIVITY_FLAG_FLUSH_FORCED */);
+  pthread_mutex_lock(&mu);
+  const char *path = getenv("KPROF_OUT");
+  FILE *f = path && *path ? fopen(path, "w") : NULL;
+  FILE *out = f ? f : stderr;
+  tally();
+  const char *t = getenv("KPROF_TOP");
+  size_t top = t && atoi(t) > 0 ? (size_t)atoi(t) : 30;
+  qsort(rows, nrows, sizeof *rows, by_time);
+  double span = win_hi > win_lo ? (double)(win_hi - win_lo) : 0;
+  fprintf(out,
+          "kprof: %zu kernels/copies, %.3f s of GPU time in a window of "
+          "%.3f s (busy %.1f %%; the first %.1f s skipped: %llu records of "
+          "%llu in %llu buffers)\n",
+          nrows, (double)total_ns / 1e9, span / 1e9,
+          span > 0 ? 100.0 * (double)total_ns / span : 0.0,
+          (double)skip_ns / 1e9, (unsigned long long)skipped,
+          (unsigned long long)records, (unsigned long long)buffers);
+  fprintf(out, "%7s %10s %9s %10s  %s\n", "share", "total ms", "calls",
+          "mean us", "kernel");
+  for (size_t i = 0; i < nrows && i < top; i++) {
+    const row_t *r = &rows[i];
+    if (r->calls == 0) break;
+    fprintf(out, "%6.2f%% %10.2f %9llu %10.2f  %.110s\n",
+            total_ns ? 100.0 * (double)r->ns / (double)total_ns : 0.0,
+            (double)r->ns / 1e6, (unsigned long long)r->calls,
+            (double)r->ns / 1e3 / (double)r->calls, r->name);
+  }
+  if (f) fclose(f);
+  pthread_mutex_unlock(&mu);
+}
+
+static void *sym(void *h, const char *name) {
+  void *p = dlsym(h, name);
+  if (p == NULL) fprintf(stderr, "kprof: %s has no %s\n", "libcupti", name);
+  return p;
+}
+
+__attribute__((constructor)) static void kprof_init(void) {
+  const char *names[] = {getenv("KPROF_CUPTI"), "libcupti.so.13",
+                         "libcupti.so.12", "libcupti.so"};
+  void *h = NULL;
+  for (size_t i = 0; i < sizeof names / sizeof *names && h == NULL; i++)
+    if (names[i] && *names[i]) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    fprintf(stderr, "kprof: no libcupti (%s): put its folder on "
+            "LD_LIBRARY_PATH or name it in KPROF_CUPTI; not profiling\n",
+            dlerror());
+    return;
+  }
+  *(void **)&cupti.register_callbacks =
+      sym(h, "cuptiActivityRegisterCallbacks");
+  *(void **)&cupti.enable = sym(h, "cuptiActivityEnable");
+  *(void **)&cupti.next_record = sym(h, "cuptiActivityGetNextRecord");
+  *(void **)&cupti.flush_all = sym(h, "cuptiActivityFlushAll");
+  *(void **)&cupti.flush_period = dlsym(h, "cuptiActivityFlushPeriod");
+  if (!cupti.register_callbacks || !cupti.enable || !cupti.next_record ||
+      !cupti.flush_all)
+    return;
+  const char *s = getenv("KPROF_SKIP_S");
+  skip_ns = s ? (uint64_t)(atof(s) * 1e9) : 0;
+  int rc = cupti.register_callbacks(on_request, on_done);
+  if (rc == 0) rc = cupti.enable(K_CONC_KERNEL);
+  if (rc == 0) rc = cupti.enable(K_MEMCPY);
+  if (rc == 0) rc = cupti.enable(K_MEMSET);
+  if (rc != 0) {
+    fprintf(stderr, "kprof: CUPTI refused (error %d): not profiling\n", rc);
+    return;
+  }
+  if (cupti.flush_period) cupti.flush_period(500);
+  ready = 1;
+}

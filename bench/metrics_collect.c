@@ -1,0 +1,112 @@
+/* metrics_collect.c - what one collection of the agent's metrics costs,
+ * without the HTTP server (a GPU build has no libmicrohttpd: issue #23).
+ *
+ *   metrics_collect [N [CKPT_DIR]]  (bench/run_metrics_collect.sh runs it twice)
+ *
+ * Times met_local (NVML loaded and initialised), N renders of what a
+ * scrape answers (the node's series: /proc, NUMA, IB, NVML), and the slow
+ * refresh done after a scrape (NVML's PCIe throughput); reports the
+ * process's VmRSS at each stage, so NVML's share of the agent's memory is
+ * the difference with LAUNCH_NVML_LIBRARY=/nonexistent. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lu_buf.h"
+#include "metrics.h"
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static long rss_kib(void) {
+  char line[256];
+  long kb = -1;
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL)
+    return -1;
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+      break;
+  fclose(f);
+  return kb;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* p50, p99 and max of v[0..n) (sorted in place). */
+static void report(const char *what, double *v, int n) {
+  qsort(v, (size_t)n, sizeof(*v), cmp);
+  printf("%s: p50 %.1f us, p99 %.1f us, max %.1f us (%d runs)\n", what,
+         v[n / 2], v[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1], v[n - 1], n);
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 1000;
+  long rss0 = rss_kib(), rss1, rss2;
+  double t0, *us;
+  met_t *m;
+  lu_buf_t b = LU_BUF_INIT;
+  char *text;
+  size_t len;
+  int series = 0, gpu = 0;
+  if (n < 10 || (us = calloc((size_t)n, sizeof(*us))) == NULL) {
+    fprintf(stderr, "usage: metrics_collect [N >= 10 [CKPT_DIR]]\n");
+    return 2;
+  }
+  double t_local;
+  printf("metrics_collect: %d renders\n", n); /* stdio's buffers first */
+  rss0 = rss_kib();
+  t0 = now_us();
+  if (met_local("bench", &m) != 0) {
+    fprintf(stderr, "met_local failed\n");
+    return 1;
+  }
+  t_local = now_us() - t0;
+  rss1 = rss_kib();
+  if (argc > 2 && met_set_ckpt_dir(m, argv[2]) == 0)
+    printf("%s: on no block device /proc/diskstats lists\n", argv[2]);
+  printf("met_local (NVML %s): %.0f us\n",
+         getenv("LAUNCH_NVML_LIBRARY") ? getenv("LAUNCH_NVML_LIBRARY")
+                                       : "libnvidia-ml.so.1",
+         t_local);
+  met_render(m, &b); /* the first: reads PCIe inline */
+  if (lu_buf_finish(&b, &text, &len) != 0)
+    return 1;
+  for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"))
+    if (l[0] != '#') {
+      series++;
+      gpu += strncmp(l, "launch_gpu_", 11) == 0;
+    }
+  free(text);
+  for (int i = 0; i < n; i++) {
+    t0 = now_us();
+    met_render(m, &b);
+    us[i] = now_us() - t0;
+    if (lu_buf_finish(&b, &text, &len) != 0)
+      return 1;
+    free(text);
+  }
+  printf("a scrape's text: %zu bytes, %d series (%d GPU)\n", len, series, gpu);
+  report("render (what a scrape waits for)", us, n);
+  for (int i = 0; i < 20; i++) {
+    t0 = now_us();
+    met_refresh(m);
+    us[i] = now_us() - t0;
+  }
+  report("refresh after a scrape (NVML PCIe throughput)", us, 20);
+  rss2 = rss_kib();
+  printf("VmRSS: start %ld KiB, after met_local %ld KiB (+%ld), after the "
+         "renders %ld KiB (+%ld)\n", rss0, rss1, rss1 - rss0, rss2,
+         rss2 - rss1);
+  met_stop(m);
+  free(us);
+  return 0;
+}

@@ -1,0 +1,17 @@
+#!/bin/bash
+# What a metrics collection costs the agent, NVML included (issue #23):
+# bench/metrics_collect with the node's NVML, then without (the
+# difference is NVML's share of time and memory). Works on a build without
+# libmicrohttpd (the GPU build: scripts/gpu-build.sh).
+#   bash bench/run_metrics_collect.sh BUILD_DIR [N [CKPT_DIR]]
+# CKPT_DIR (default $TMPDIR): the disk whose diskstats row is read.
+set -eu
+B=${1:?usage: run_metrics_collect.sh BUILD_DIR [N]}
+N=${2:-2000}
+CKPT=${3:-${TMPDIR:-/tmp}}
+bin=$B/bin/metrics_collect
+[ -x "$bin" ] || { echo "no $bin: build the metrics_collect target" >&2; exit 127; }
+echo "== with NVML (libnvidia-ml.so.1)"
+"$bin" "$N" "$CKPT"
+echo "== without NVML"
+LAUNCH_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 "$bin" "$N" "$CKPT"

@@ -1,0 +1,144 @@
+/* linear.cuh - the three products of a linear layer through cuBLASLt, in
+ * row-major terms (out[M][Nout] = inp[M][K] W[Nout][K]^T + bias, as
+ * nn.Linear), with their fused epilogues and, where cuBLASLt offers no
+ * algorithm for one, the same result from separate kernels. Internal to
+ * model/cuda/ and tests/gpu/. */
+#ifndef GPT_CUDA_LINEAR_CUH
+#define GPT_CUDA_LINEAR_CUH
+
+#include <string.h>
+
+#include "kernels.cuh"
+#include "matmul.cuh"
+
+template <typename T> static inline gc_mm_args_t mm_base(const char *name, int m, int n, int k) {
+  gc_mm_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.name = name;
+  a.m = m, a.n = n, a.k = k;
+  a.ab = gc_type<T>::cuda;
+  a.cd = gc_type<T>::cuda;
+  a.alpha = 1.f;
+  a.epi = CUBLASLT_EPILOGUE_DEFAULT;
+  return a;
+}
+
+/* out = inp W^T (+ bias) (+ resid): the residual add rides on beta. */
+template <typename T>
+static inline int linear_fwd(gc_mm_t *mm, cudaStream_t st, const char *name, T *out, const T *inp,
+                             const T *w, const T *bias, const T *resid, int M, int K, int Nout) {
+  gc_mm_args_t a = mm_base<T>(name, Nout, M, K);
+  a.ta = 1, a.A = w, a.lda = K;
+  a.tb = 0, a.B = inp, a.ldb = K;
+  a.D = out, a.ldd = Nout;
+  if (resid)
+    a.C = resid, a.beta = 1.f;
+  if (bias)
+    a.epi = CUBLASLT_EPILOGUE_BIAS, a.bias = (void *)bias;
+  return gc_mm(mm, &a, st);
+}
+
+/* out = gelu(pre), pre = inp W^T + bias (kept for backward). */
+template <typename T>
+static inline int linear_fwd_gelu(gc_mm_t *mm, cudaStream_t st, const char *name, T *out, T *pre,
+                                  const T *inp, const T *w, const T *bias, int M, int K, int Nout) {
+  gc_mm_args_t a = mm_base<T>(name, Nout, M, K);
+  a.ta = 1, a.A = w, a.lda = K;
+  a.tb = 0, a.B = inp, a.ldb = K;
+  a.D = out, a.ldd = Nout;
+  a.epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS, a.bias = (void *)bias;
+  a.aux = pre, a.aux_ld = Nout;
+  int rc = gc_mm(mm, &a, st);
+  if (rc != -ENOTSUP)
+    return rc;
+  GC_TRY(linear_fwd<T>(mm, st, name, pre, inp, w, bias, NULL, M, K, Nout));
+  return gc_gelu_fwd<T>(out, pre, (size_t)M * Nout, st);
+}
+
+/* dinp = dout W (M x K), overwritten. */
+template <typename T>
+static inline int linear_bwd_in(gc_mm_t *mm, cudaStream_t st, const char *name, T *dinp,
+                                const T *dout, const T *w, int M, int K, int Nout) {
+  gc_mm_args_t a = mm_base<T>(name, K, M, Nout);
+  a.ta = 0, a.A = w, a.lda = K;
+  a.tb = 0, a.B = dout, a.ldb = Nout;
+  a.D = dinp, a.ldd = K;
+  return gc_mm(mm, &a, st);
+}
+
+/* dinp = (dout W) * gelu'(pre), for the layer whose output went through
+ * GELU, and its bias gradient added to bgrad32 (fp32) by a column sum.
+ * GELU' rides in cuBLASLt's DGELU epilogue or runs as a separate kernel,
+ * whichever the first call timed faster (on the H200, the epilogue that
+ * also reduces the bias gradient, DGELU_BGRAD, cost 0.28 ms a layer more
+ * than the plain product: not used). */
+template <typename T> struct dgelu_args {
+  gc_mm_t *mm;
+  cudaStream_t st;
+  gc_mm_args_t a;
+  const T *pre;
+  size_t n;
+};
+template <typename T> static int dgelu_fused(void *p) {
+  dgelu_args<T> *d = (dgelu_args<T> *)p;
+  gc_mm_args_t a = d->a;
+  a.aux = (void *)d->pre, a.aux_ld = a.m;
+  a.epi = CUBLASLT_EPILOGUE_DGELU;
+  return gc_mm(d->mm, &a, d->st);
+}
+template <typename T> static int dgelu_split(void *p) {
+  dgelu_args<T> *d = (dgelu_args<T> *)p;
+  GC_TRY(gc_mm(d->mm, &d->a, d->st));
+  return gc_gelu_bwd<T>((T *)d->a.D, d->pre, d->n, d->st);
+}
+
+template <typename T>
+static inline int linear_bwd_in_dgelu(gc_mm_t *mm, cudaStream_t st, const char *name, T *dinp,
+                                      const T *dout, const T *w, const T *pre, float *bgrad32,
+                                      int M, int K, int Nout, int sm_count) {
+  dgelu_args<T> d;
+  d.mm = mm, d.st = st, d.pre = pre, d.n = (size_t)M * K;
+  d.a = mm_base<T>(name, K, M, Nout);
+  d.a.ta = 0, d.a.A = w, d.a.lda = K;
+  d.a.tb = 0, d.a.B = dout, d.a.ldb = Nout;
+  d.a.D = dinp, d.a.ldd = K;
+  int *mode = gc_mm_choice(mm, GC_CHOICE_DGELU);
+  if (*mode < 0) {
+    if (!gc_mm_fused(mm)) {
+      *mode = 1;
+    } else if (!gc_mm_tuning(mm)) {
+      *mode = 0;
+    } else {
+      float tf = 0.f, ts = 0.f;
+      int rc = gc_mm_time(mm, st, 3, dgelu_fused<T>, &d, &tf);
+      if (rc < 0 && rc != -ENOTSUP)
+        return rc;
+      GC_TRY(gc_mm_time(mm, st, 3, dgelu_split<T>, &d, &ts));
+      *mode = rc == 0 && tf <= ts ? 0 : 1;
+    }
+  }
+  int rc = *mode == 0 ? dgelu_fused<T>(&d) : -ENOTSUP;
+  if (rc == -ENOTSUP)
+    rc = dgelu_split<T>(&d);
+  GC_TRY(rc);
+  return gc_colsum<T>(bgrad32, dinp, M, K, sm_count, st);
+}
+
+/* dW (fp32, Nout x K) = alpha dout^T inp + beta dW. Bias gradients come
+ * from elsewhere (the LayerNorm backward's column sums, gc_colsum): a
+ * bias-gradient epilogue here keeps cuBLASLt from splitting the long
+ * reduction over tokens, and these products have few output tiles. */
+template <typename T>
+static inline int linear_bwd_w(gc_mm_t *mm, cudaStream_t st, const char *name, float *dw,
+                               const T *dout, const T *inp, int M, int K, int Nout, float alpha,
+                               float beta) {
+  gc_mm_args_t a = mm_base<T>(name, K, Nout, M);
+  a.cd = CUDA_R_32F;
+  a.ta = 0, a.A = inp, a.lda = K;
+  a.tb = 1, a.B = dout, a.ldb = Nout;
+  a.D = dw, a.ldd = K;
+  a.alpha = alpha, a.beta = beta;
+  return gc_mm(mm, &a, st);
+}
+
+#endif /* GPT_CUDA_LINEAR_CUH */
