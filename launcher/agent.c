@@ -1604,16 +1604,20 @@ static void failover_stopped(wk_group_t *g, void *arg) {
   if (a->state != A_FAILOVER)
     return;
   clear_failures(a);
-  if (a->ac) {
-    ac_close(a->ac, NULL, NULL);
-    a->ac = NULL;
-  }
   hang_set_ac(a->hang, NULL);
   if (a->fo_wait) {
+    /* The connection stays open and quiet: a host that was only stopped
+     * drops this node for its missed heartbeats when it resumes (a silent
+     * member: its next round needs a majority), whenever this node's
+     * workers stopped; a closed connection could read as a dead agent. */
     a->join_started_ms = uv_now(a->loop);
     uv_timer_start(&a->status_timer, wait_cb, probe_every_ms(a),
                    probe_every_ms(a));
     return;
+  }
+  if (a->ac) {
+    ac_close(a->ac, NULL, NULL);
+    a->ac = NULL;
   }
   /* A closed connection: a dead agent refuses a new one at once, a live
    * host that dropped this node takes it. A silent host is not asked. */
@@ -1989,6 +1993,12 @@ static void on_lost(ac_t *ac, int status, void *arg) {
     return; /* a probe's */
   if (a->state == A_FINISH || a->state == A_CLOSED)
     return;
+  if (a->state == A_FAILOVER && a->fo_wait) {
+    /* The old host dropped this node or ended: the probes go on. */
+    ac_close(a->ac, NULL, NULL);
+    a->ac = NULL;
+    return;
+  }
   fo = can_fail_over(a, status, &silent, why, sizeof(why));
   if (fo == FO_MOVE) {
     LU_WARN(&a->log, "%s; stopping the workers, moving to the next host",
