@@ -137,6 +137,9 @@ typedef struct agent_s {
   ac_t *probe;       /* a node left alone looks for the job elsewhere */
   size_t probe_idx;
   int probe_lost;    /* the probe asks the lost host's address */
+  uint64_t hb_due_ms;  /* when the heartbeat timer should fire next */
+  uint64_t stalled_ms; /* when it last fired a heartbeat late: this
+                          agent's loop stood still (stopped), 0 never */
   char probe_addr[INET6_ADDRSTRLEN + 8];
   /* --event-log, --event-log-handler console (events.h) */
   ev_log_t *ev;
@@ -1044,7 +1047,15 @@ static void status_cb(uv_timer_t *t) {
 
 static void hb_cb(uv_timer_t *t) {
   agent_t *a = t->data;
-  uint64_t heard;
+  uint64_t heard, now = uv_now(a->loop);
+  /* A tick late by the silent bound (a second at least): this agent was
+   * stopped (or starved) long enough for the others to have taken it for
+   * lost and moved on (fail_over). */
+  if (a->hb_due_ms &&
+      now > a->hb_due_ms + (uint64_t)LU_MAX(1000, LU_MIN(a->o->read_timeout_ms,
+                                              3 * (int64_t)a->o->heartbeat_ms)))
+    a->stalled_ms = now;
+  a->hb_due_ms = now + (uint64_t)a->o->heartbeat_ms;
   if (a->ac == NULL || a->state == A_FINISH || a->state == A_CLOSED)
     return;
   /* A heartbeat asks for a reply only when nothing came from the server
@@ -1557,6 +1568,7 @@ static void probe_done(ac_t *ac, int status, void *arg) {
     say(a, "the rendezvous host %s:%d answers: joining it again", a->ep_host,
         a->ep_port);
     a->fo_prev_round = -1;
+    a->hb_due_ms = 0; /* the first tick is not judged */
     uv_timer_start(&a->hb_timer, hb_cb, (uint64_t)a->o->heartbeat_ms,
                    (uint64_t)a->o->heartbeat_ms);
     hang_set_ac(a->hang, a->ac);
@@ -1755,7 +1767,11 @@ static void fail_over(agent_t *a, int silent) {
   a->fo_silent = silent;
   a->fo_started_ms = uv_now(a->loop);
   a->fo_idx = 0;
-  a->fo_unsure = 0;
+  /* This agent stood still just before: the others may have moved on
+   * without it, under a successor; its new round needs a majority. */
+  a->fo_unsure = a->stalled_ms &&
+                 uv_now(a->loop) - a->stalled_ms <
+                     4 * (uint64_t)a->o->heartbeat_ms;
   lu_strlcpy(a->fo_lost_addr, a->ep_host, sizeof(a->fo_lost_addr));
   a->state = A_FAILOVER;
   uv_timer_stop(&a->hb_timer);
@@ -2097,6 +2113,7 @@ static void on_connected(ac_t *ac, int status, void *arg) {
     finish(a);
     return;
   }
+  a->hb_due_ms = 0; /* the first tick is not judged */
   uv_timer_start(&a->hb_timer, hb_cb, (uint64_t)a->o->heartbeat_ms,
                  (uint64_t)a->o->heartbeat_ms);
   send_join(a);

@@ -21,7 +21,7 @@ WORKER = os.path.join(HERE, "py", "worker.py")
 PY = sys.executable
 
 
-def agents(n, port, nnodes, d, run_id, extra=(), first=1):
+def agents(n, port, nnodes, d, run_id, extra=(), first=1, mode="hold"):
     """Agents node<first>..node<n> on 127.0.0.<i>; node1's address is the
     endpoint's: it hosts."""
     out = []
@@ -31,7 +31,7 @@ def agents(n, port, nnodes, d, run_id, extra=(), first=1):
                 "--rdzv-id", run_id, "--local-addr", "127.0.0.%d" % i,
                 "--rdzv-conf", "join_timeout=60,last_call_timeout=1,heartbeat=0.3",
                 "--stop-timeout", "5", "--event-log", os.path.join(d, "events%d.jsonl" % i)
-                ] + list(extra) + ["--no-python", PY, WORKER, d, "hold"]
+                ] + list(extra) + ["--no-python", PY, WORKER, d, mode]
         out.append(lt.launch(args, env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i))
     return out
 
@@ -40,10 +40,10 @@ class Job:
     """n agents (node1 hosts), started and at work in round 0 on entry;
     every agent continued and killed, by pid, on exit."""
 
-    def __init__(self, n, nnodes, run_id, extra=()):
+    def __init__(self, n, nnodes, run_id, extra=(), mode="hold"):
         self.d = tempfile.mkdtemp()
         self.port = lt.free_port()
-        self.ags = agents(n, self.port, nnodes, self.d, run_id, extra)
+        self.ags = agents(n, self.port, nnodes, self.d, run_id, extra, mode=mode)
         self.n = n
 
     def __enter__(self):
@@ -208,6 +208,39 @@ def kill_host_and_successor(run_id):
         return took
 
 
+def test_stopped_successor_resumes_after_the_walk():
+    """1:4: the first successor is stopped (SIGSTOP) and the host killed;
+    node3 and node4 pass node2 over and run round 1 under node3. node2,
+    resumed, reads the closed connection: it stood still, so the others
+    may have moved on without it; it hosts (it is first in its list) but
+    its round needs a majority, it never trains alone although 1:4 allows
+    one node, finds the job under node3 and joins it."""
+    with Job(4, "1:4", "fosucc", mode="hold-all") as j:
+        d, port, ags = j.d, j.port, j.ags
+        ags[1].signal(signal.SIGSTOP)
+        try:
+            ags[0].signal(signal.SIGKILL)
+            ags[0].wait(10)
+            lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 90,
+                          "round 1 on node3 and node4")
+        finally:
+            ags[1].signal(signal.SIGCONT)
+
+        def with_node2():
+            last = max(int(r["env"]["LAUNCH_ROUND"]) for r in lt.records(d))
+            return last > 1 and len(lt.records(d, last)) == 6
+        try:
+            lt.wait_until(with_node2, 90, "a round with node2, node3 and node4")
+        except AssertionError:
+            raise AssertionError("\n".join(a.output() for a in ags[1:]))
+        alone = [r for r in lt.records(d) if r["env"]["LAUNCH_HOSTNAME"] == "node2" and
+                 r["env"]["LAUNCH_ROUND"] != "0" and r["env"]["WORLD_SIZE"] != "6"]
+        assert not alone, alone
+        assert "runs on under 127.0.0.3:%d" % port in ags[1].output(), ags[1].output()
+        open(os.path.join(d, "release"), "w").close()
+        assert [a.wait(60) for a in ags[1:]] == [0, 0, 0], [a.output() for a in ags[1:]]
+
+
 def test_static_stopped_host():
     """The issue's case: --nnodes 3 (no elastic range), the host stopped
     until the two others moved to node2 (there they wait for a third
@@ -341,7 +374,8 @@ if __name__ == "__main__":
     for t in (test_two_nodes_kill_host, test_three_nodes_kill_host,
               test_checkpoint_agreement_after_failover, test_stopped_host_no_split_brain,
               test_two_nodes_stopped_host_minority, test_dropped_node_rejoins_live_host,
-              test_four_nodes_kill_host_and_first_successor, test_static_stopped_host,
+              test_four_nodes_kill_host_and_first_successor,
+              test_stopped_successor_resumes_after_the_walk, test_static_stopped_host,
               test_static_kill_host_replacement, test_moved_key_not_an_address):
         if only and t.__name__ not in only:
             continue
