@@ -1045,17 +1045,25 @@ static void status_cb(uv_timer_t *t) {
   probe_majority(a);
 }
 
+/* Did this agent's loop stand still lately? A heartbeat tick overdue (or
+ * that came) late by the silent bound, a second at least: this agent was
+ * stopped (or starved) long enough for the others to have taken it for
+ * lost and moved on. Asked at each tick and when the host is lost (after a
+ * stop, the loop may read the closed connection before the late tick). */
+static int stood_still(agent_t *a) {
+  uint64_t now = uv_now(a->loop);
+  uint64_t bound = (uint64_t)LU_MAX(1000, LU_MIN(a->o->read_timeout_ms,
+                                             3 * (int64_t)a->o->heartbeat_ms));
+  if (a->hb_due_ms && now > a->hb_due_ms + bound)
+    a->stalled_ms = now;
+  return a->stalled_ms && now - a->stalled_ms < 4 * (uint64_t)a->o->heartbeat_ms;
+}
+
 static void hb_cb(uv_timer_t *t) {
   agent_t *a = t->data;
-  uint64_t heard, now = uv_now(a->loop);
-  /* A tick late by the silent bound (a second at least): this agent was
-   * stopped (or starved) long enough for the others to have taken it for
-   * lost and moved on (fail_over). */
-  if (a->hb_due_ms &&
-      now > a->hb_due_ms + (uint64_t)LU_MAX(1000, LU_MIN(a->o->read_timeout_ms,
-                                              3 * (int64_t)a->o->heartbeat_ms)))
-    a->stalled_ms = now;
-  a->hb_due_ms = now + (uint64_t)a->o->heartbeat_ms;
+  uint64_t heard;
+  stood_still(a);
+  a->hb_due_ms = uv_now(a->loop) + (uint64_t)a->o->heartbeat_ms;
   if (a->ac == NULL || a->state == A_FINISH || a->state == A_CLOSED)
     return;
   /* A heartbeat asks for a reply only when nothing came from the server
@@ -1568,7 +1576,7 @@ static void probe_done(ac_t *ac, int status, void *arg) {
     say(a, "the rendezvous host %s:%d answers: joining it again", a->ep_host,
         a->ep_port);
     a->fo_prev_round = -1;
-    a->hb_due_ms = 0; /* the first tick is not judged */
+    a->hb_due_ms = uv_now(a->loop) + (uint64_t)a->o->heartbeat_ms;
     uv_timer_start(&a->hb_timer, hb_cb, (uint64_t)a->o->heartbeat_ms,
                    (uint64_t)a->o->heartbeat_ms);
     hang_set_ac(a->hang, a->ac);
@@ -1769,9 +1777,7 @@ static void fail_over(agent_t *a, int silent) {
   a->fo_idx = 0;
   /* This agent stood still just before: the others may have moved on
    * without it, under a successor; its new round needs a majority. */
-  a->fo_unsure = a->stalled_ms &&
-                 uv_now(a->loop) - a->stalled_ms <
-                     4 * (uint64_t)a->o->heartbeat_ms;
+  a->fo_unsure = stood_still(a);
   lu_strlcpy(a->fo_lost_addr, a->ep_host, sizeof(a->fo_lost_addr));
   a->state = A_FAILOVER;
   uv_timer_stop(&a->hb_timer);
@@ -2113,7 +2119,7 @@ static void on_connected(ac_t *ac, int status, void *arg) {
     finish(a);
     return;
   }
-  a->hb_due_ms = 0; /* the first tick is not judged */
+  a->hb_due_ms = uv_now(a->loop) + (uint64_t)a->o->heartbeat_ms;
   uv_timer_start(&a->hb_timer, hb_cb, (uint64_t)a->o->heartbeat_ms,
                  (uint64_t)a->o->heartbeat_ms);
   send_join(a);
