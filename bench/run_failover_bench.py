@@ -5,9 +5,11 @@ cases of tests/test_agent_failover.py and tests/test_netns.py, medians.
 
 failover: kill -9 of the agent hosting the server -> the last worker of the
 new round started on the survivors (2 nodes 1:2, 3 nodes 2:3; 2 workers per
-node, heartbeat 0.3 s; loopback). netns: 16 agents in 16 namespaces, 2 %
-loss on every eth0 (and 25 ms delay each way where the kernel has netem),
-start -> the last agent in its round; the host of 3 partitioned by nftables,
+node, heartbeat 0.3 s; loopback); 4 nodes 2:4 with the host and the first
+successor killed together. netns: 16 agents in 16 namespaces, 25 ms delay
+on every eth0's egress (50 ms RTT; netem, or NFQUEUE and tests/nfq_delay)
+with 2 % loss, the delay alone, the loss alone: start -> the last agent in
+its round; the host of 3 partitioned by nftables,
 cut -> the majority done under the successor (needs root; skipped
 otherwise)."""
 import os
@@ -28,6 +30,9 @@ def main():
         t = [fo.kill_host_and_watch(n, nnodes, "fob%d%d" % (n, i))[2] for i in range(runs)]
         print("failover %d nodes %s: median %.3f s, min %.3f, max %.3f (%d runs)"
               % (n, nnodes, statistics.median(t), min(t), max(t), runs))
+    t = [fo.kill_host_and_successor("fobw%d" % i) for i in range(runs)]
+    print("failover 4 nodes 2:4, the host and the first successor killed: median %.3f s, "
+          "min %.3f, max %.3f (%d runs)" % (statistics.median(t), min(t), max(t), runs))
     if netns.can_make():
         print("netns: skipped: " + netns.can_make())
         return
@@ -39,15 +44,17 @@ def main():
     print("netns host partition healed (heartbeat 1 s): heal -> all three in one round "
           "under node1: median %.3f s, min %.3f, max %.3f (%d runs)"
           % (statistics.median(t), min(t), max(t), runs))
-    formed, total = [], []
-    for _ in range(runs):
-        f, a, applied = tn.rendezvous_under_loss(16)
-        formed.append(f)
-        total.append(a)
-    print("netns 16 nodes (%s): in round: median %.3f s, max %.3f; all done: median "
-          "%.3f s (%d runs); load %.1f on %d cores" % (applied, statistics.median(formed),
-                                                        max(formed), statistics.median(total),
-                                                        runs, *netns.load()))
+    # 25 ms on every egress: 50 ms RTT between two nodes
+    for delay, loss in ((25, 2), (25, 0), (0, 2)):
+        formed, total = [], []
+        for _ in range(runs):
+            f, a, applied = tn.rendezvous_under_loss(16, delay_ms=delay, loss_pct=loss)
+            formed.append(f)
+            total.append(a)
+        print("netns 16 nodes (%s): in round: median %.3f s, min %.3f, max %.3f; all "
+              "done: median %.3f s (%d runs); load %.1f on %d cores"
+              % (applied, statistics.median(formed), min(formed), max(formed),
+                 statistics.median(total), runs, *netns.load()))
 
 
 if __name__ == "__main__":

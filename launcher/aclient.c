@@ -36,6 +36,8 @@ struct ac_s {
   int ctimed_out;        /* it fired: the attempt is being closed */
   char why[320];         /* why the last attempt failed, one clause */
   int attempts;
+  int refused;           /* the last attempt was refused (a live machine,
+                            nothing listening), not unanswered */
   uint64_t watch_due;    /* when the watchdog should have run */
   uint64_t last_rx_ms;   /* last bytes from the server */
   uint64_t connected_ms; /* the handshake started */
@@ -147,6 +149,8 @@ const char *ac_wait_reason(const ac_t *a, int *attempts) {
     *attempts = a->attempts;
   return a->why;
 }
+
+int ac_wait_refused(const ac_t *a) { return a->refused; }
 
 /* A failed connect as the user can act on it. */
 static void connect_reason(ac_t *a, int status) {
@@ -632,6 +636,7 @@ static void connect_cb(uv_connect_t *req, int status) {
     /* the attempt's deadline closed it: a->why says so */
     if (!a->ctimed_out)
       connect_reason(a, status);
+    a->refused = !a->ctimed_out && status == UV_ECONNREFUSED;
     a->ctimed_out = 0;
     /* Close this attempt's handle, then retry with a fresh one. */
     close_tcp(a, 1);

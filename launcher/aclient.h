@@ -64,6 +64,9 @@ const char *ac_local_ip(const ac_t *a);
 /* While connecting: why the last attempt failed (refused, does not
  * resolve, no route, timed out; "" before the first), and how many failed. */
 const char *ac_wait_reason(const ac_t *a, int *attempts);
+/* 1 when the last failed attempt was refused (the machine answered and
+ * nothing listened there), 0 when it was unanswered or did not resolve. */
+int ac_wait_refused(const ac_t *a);
 /* Message of the last error (connect or server). */
 const char *ac_last_error(const ac_t *a);
 /* Close; pending requests get RDZV_ECANCELED; cb runs when freed. */

@@ -134,8 +134,17 @@ typedef struct agent_s {
   int fo_silent;     /* the host went silent (no closed connection) */
   int failovers;
   uint64_t fo_started_ms;
-  ac_t *probe;       /* a host left alone looks for the job elsewhere */
+  size_t fo_idx;     /* the successor tried now (the walk of the list) */
+  int fo_unsure;     /* a successor passed over did not answer at all: it
+                        may live behind a partition (majority rule) */
+  int fo_wait;       /* no majority here: waiting for the job's host */
+  char fo_lost_addr[INET6_ADDRSTRLEN + 8]; /* the lost host's address */
+  ac_t *probe;       /* a node left alone looks for the job elsewhere */
   size_t probe_idx;
+  int probe_lost;    /* the probe asks the lost host's address */
+  uint64_t hb_due_ms;  /* when the heartbeat timer should fire next */
+  uint64_t stalled_ms; /* when it last fired a heartbeat late: this
+                          agent's loop stood still (stopped), 0 never */
   char probe_addr[INET6_ADDRSTRLEN + 8];
   /* --event-log, --event-log-handler console (events.h) */
   ev_log_t *ev;
@@ -1049,9 +1058,25 @@ static void status_cb(uv_timer_t *t) {
   probe_majority(a);
 }
 
+/* Did this agent's loop stand still lately? A heartbeat tick overdue (or
+ * that came) late by the silent bound, a second at least: this agent was
+ * stopped (or starved) long enough for the others to have taken it for
+ * lost and moved on. Asked at each tick and when the host is lost (after a
+ * stop, the loop may read the closed connection before the late tick). */
+static int stood_still(agent_t *a) {
+  uint64_t now = uv_now(a->loop);
+  uint64_t bound = (uint64_t)LU_MAX(1000, LU_MIN(a->o->read_timeout_ms,
+                                             3 * (int64_t)a->o->heartbeat_ms));
+  if (a->hb_due_ms && now > a->hb_due_ms + bound)
+    a->stalled_ms = now;
+  return a->stalled_ms && now - a->stalled_ms < 4 * (uint64_t)a->o->heartbeat_ms;
+}
+
 static void hb_cb(uv_timer_t *t) {
   agent_t *a = t->data;
   uint64_t heard;
+  stood_still(a);
+  a->hb_due_ms = uv_now(a->loop) + (uint64_t)a->o->heartbeat_ms;
   if (a->ac == NULL || a->state == A_FINISH || a->state == A_CLOSED)
     return;
   /* A heartbeat asks for a reply only when nothing came from the server
@@ -1524,6 +1549,7 @@ static int open_client(agent_t *a, const char *host, int64_t connect_ms,
                        ac_t **out);
 static int64_t connect_limit_ms(const agent_t *a);
 static void on_connected(ac_t *ac, int status, void *arg);
+static void connect_wait_cb(uv_timer_t *t);
 
 /* The checkpoint agreement talks to the server at ep_host:ep_port. */
 static int new_resume(agent_t *a) {
@@ -1542,28 +1568,32 @@ static int new_resume(agent_t *a) {
  * this node: the probe in failover_stopped tells them apart), always; when
  * the host went silent (stopped, frozen, cut off), only when the survivors
  * are a majority of the last round, as the host may still run on with the
- * others (no split brain; docs/rendezvous.md#host-failover). A static job
- * keeps its fixed node ranks and endpoint: not moved. OUT *silent. */
+ * others (no split brain; docs/rendezvous.md#host-failover): a minority
+ * waits for the job's host instead. A static job keeps its fixed node
+ * ranks and endpoint: not moved. OUT *silent. RET FO_END, FO_MOVE or
+ * FO_WAIT. */
+enum { FO_END = 0, FO_MOVE, FO_WAIT };
 static int can_fail_over(const agent_t *a, int status, int *silent,
                          char *why, size_t cap) {
+  int live = a->state == A_JOIN || a->state == A_RESUME ||
+             a->state == A_RUN || a->state == A_REPORTED || a->state == A_STOP;
   why[0] = '\0';
   *silent = status == -ETIMEDOUT;
   if (a->hosting || a->round < 0 || a->nsucc == 0 ||
       a->o->backend == CFG_BACKEND_STATIC || a->o->standalone)
-    return 0;
+    return FO_END;
   if (status != RDZV_ECLOSED && status != UV_ECONNRESET && !*silent)
-    return 0;
+    return FO_END;
   if (*silent && a->etb == NULL && (int)a->nsucc < a->nnodes / 2 + 1) {
-    snprintf(why, cap, "; the %d other nodes are no majority of the last "
+    snprintf(why, cap, "the %d other nodes are no majority of the last "
              "round's %d, so none takes over from a host that may still "
              "run (no split brain)", (int)a->nsucc, a->nnodes);
-    return 0;
+    return live ? FO_WAIT : FO_END;
   }
-  return a->state == A_JOIN || a->state == A_RESUME || a->state == A_RUN ||
-         a->state == A_REPORTED || a->state == A_STOP;
+  return live ? FO_MOVE : FO_END;
 }
 
-static void move_to_successor(agent_t *a);
+static void move_to_successor(agent_t *a, const char *passed);
 
 /* The probe of the old host: it answers (it had dropped this node, it is
  * alive): join it again as any node; else move to the successor. */
@@ -1576,6 +1606,7 @@ static void probe_done(ac_t *ac, int status, void *arg) {
     say(a, "the rendezvous host %s:%d answers: joining it again", a->ep_host,
         a->ep_port);
     a->fo_prev_round = -1;
+    a->hb_due_ms = uv_now(a->loop) + (uint64_t)a->o->heartbeat_ms;
     uv_timer_start(&a->hb_timer, hb_cb, (uint64_t)a->o->heartbeat_ms,
                    (uint64_t)a->o->heartbeat_ms);
     hang_set_ac(a->hang, a->ac);
@@ -1584,11 +1615,36 @@ static void probe_done(ac_t *ac, int status, void *arg) {
   }
   ac_close(a->ac, NULL, NULL);
   a->ac = NULL;
-  move_to_successor(a);
+  move_to_successor(a, NULL);
+}
+
+/* How often a node that waits for the job's host asks where it runs. */
+static uint64_t probe_every_ms(const agent_t *a) {
+  return (uint64_t)LU_MAX(1000, LU_MIN(5000, a->o->join_timeout_ms / 4));
+}
+
+/* No majority here: ask the lost host and the last round's successors,
+ * one per tick, whether one of them hosts the job, until join_timeout. */
+static void wait_cb(uv_timer_t *t) {
+  agent_t *a = t->data;
+  if (a->state != A_FAILOVER || !a->fo_wait)
+    return;
+  if (uv_now(a->loop) - a->join_started_ms >= (uint64_t)a->o->join_timeout_ms) {
+    LU_ERR(&a->log, "no host of job %s answered within %.0f s (--rdzv-conf "
+           "join_timeout): neither %s nor the last round's other nodes host "
+           "it; giving up", a->o->run_id, a->o->join_timeout_ms / 1000.0,
+           a->fo_lost_addr);
+    a->exit_code = LAUNCH_EXIT_RDZV;
+    a->finish_ok = 0;
+    finish(a);
+    return;
+  }
+  probe_majority(a);
 }
 
 /* The workers stopped: host the server here when this node is the first
- * successor, else join the first successor's. */
+ * successor, else join the first successor's; or, with no majority here,
+ * wait for the job's host. */
 static void failover_stopped(wk_group_t *g, void *arg) {
   agent_t *a = arg;
   if (a->state == A_FINISH) {
@@ -1598,11 +1654,21 @@ static void failover_stopped(wk_group_t *g, void *arg) {
   if (a->state != A_FAILOVER)
     return;
   clear_failures(a);
+  hang_set_ac(a->hang, NULL);
+  if (a->fo_wait) {
+    /* The connection stays open and quiet: a host that was only stopped
+     * drops this node for its missed heartbeats when it resumes (a silent
+     * member: its next round needs a majority), whenever this node's
+     * workers stopped; a closed connection could read as a dead agent. */
+    a->join_started_ms = uv_now(a->loop);
+    uv_timer_start(&a->status_timer, wait_cb, probe_every_ms(a),
+                   probe_every_ms(a));
+    return;
+  }
   if (a->ac) {
     ac_close(a->ac, NULL, NULL);
     a->ac = NULL;
   }
-  hang_set_ac(a->hang, NULL);
   /* A closed connection: a dead agent refuses a new one at once, a live
    * host that dropped this node takes it. A silent host is not asked. */
   if (!a->fo_silent &&
@@ -1612,16 +1678,27 @@ static void failover_stopped(wk_group_t *g, void *arg) {
     ac_close(a->ac, NULL, NULL);
     a->ac = NULL;
   }
-  move_to_successor(a);
+  move_to_successor(a, NULL);
 }
 
 static void move_to(agent_t *a, const char *new_addr, const char *new_host,
-                    int new_port, int here);
+                    int new_port, int here, const char *passed);
 
-/* Host the server here when this node is the first successor, else join
- * the first successor's. With etcd, etcd elects the new host
+/* How long a successor that lives takes to host, seen from another node:
+ * it may notice the loss up to the silent-server bound later, stop its
+ * workers for up to --stop-timeout, and ask the old host for a second.
+ * A successor that does not host within it is passed over. */
+static int64_t walk_limit_ms(const agent_t *a) {
+  return LU_MIN(a->o->read_timeout_ms, 3 * (int64_t)a->o->heartbeat_ms) +
+         a->o->stop_grace_ms + LU_MIN(1000, a->o->heartbeat_ms);
+}
+
+/* Host the server here when this node is the successor tried now (the
+ * first, or the next after `passed`, why the one before did not host),
+ * else join that successor's. With etcd, etcd elects the new host
  * (etcd_event). */
-static void move_to_successor(agent_t *a) {
+static void move_to_successor(agent_t *a, const char *passed) {
+  const char *addr;
   if (a->etb) {
     if (a->etcd_fenced)
       return; /* ETB_RESTORED asks etcd */
@@ -1630,26 +1707,38 @@ static void move_to_successor(agent_t *a) {
     etb_elect(a->etb, a->fo_silent ? ETB_ELECT_AFTER : ETB_ELECT_DEAD);
     return;
   }
-  move_to(a, a->succ_addrs[0], a->succ_hosts[0], a->ep_port,
-          strcmp(a->succ_addrs[0], a->my_addr) == 0);
+  addr = a->succ_addrs[a->fo_idx];
+  move_to(a, addr, a->succ_hosts[a->fo_idx], a->ep_port,
+          strcmp(addr, a->my_addr) == 0, passed);
 }
 
-/* Host the server here (here), else join new_addr:new_port. */
+/* Host the server here (here), else join new_addr:new_port; passed: why
+ * the successor before did not host (NULL: the host itself was lost). */
 static void move_to(agent_t *a, const char *new_addr, const char *new_host,
-                    int new_port, int here) {
+                    int new_port, int here, const char *passed) {
   char lost[300], lost_host[256];
   int rc;
   snprintf(lost, sizeof(lost), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
            a->ep_host, a->ep_port);
-  lu_strlcpy(lost_host, strcmp(a->node0_addr, a->ep_host) == 0
-                            ? a->node0_host : a->ep_host, sizeof(lost_host));
-  a->failovers++;
+  if (passed)
+    lu_strlcpy(lost_host, a->succ_hosts[a->fo_idx - 1], sizeof(lost_host));
+  else
+    lu_strlcpy(lost_host, strcmp(a->node0_addr, a->ep_host) == 0
+                              ? a->node0_host : a->ep_host, sizeof(lost_host));
+  if (!passed)
+    a->failovers++;
   /* The one line an operator needs: who was lost, who hosts now. */
-  LU_WARN(&a->log, "rendezvous host %s (%s) lost: %s; the new host is %s "
-                   "(%s:%d)%s; failover %d of job %s", lost_host, lost,
-          a->fo_silent ? "it went silent" : "its connection was closed",
-          new_host, new_addr, new_port, here ? ", this node" : "",
-          a->failovers, a->o->run_id);
+  if (passed)
+    LU_WARN(&a->log, "successor %s (%s) did not host within %.1f s: %s; the "
+            "new host is %s (%s:%d)%s; failover %d of job %s", lost_host,
+            lost, walk_limit_ms(a) / 1000.0, passed, new_host, new_addr,
+            new_port, here ? ", this node" : "", a->failovers, a->o->run_id);
+  else
+    LU_WARN(&a->log, "rendezvous host %s (%s) lost: %s; the new host is %s "
+                     "(%s:%d)%s; failover %d of job %s", lost_host, lost,
+            a->fo_silent ? "it went silent" : "its connection was closed",
+            new_host, new_addr, new_port, here ? ", this node" : "",
+            a->failovers, a->o->run_id);
   {
     lu_json_t *e = ev_begin(a->ev, EV_host_failover);
     if (e) {
@@ -1667,9 +1756,13 @@ static void move_to(agent_t *a, const char *new_addr, const char *new_host,
   }
   a->fo_prev_round = a->round;
   a->fo_prev_restarts = a->restarts_spent;
-  a->fo_survivors = (int64_t)a->nsucc;
-  /* After a silent host, a majority of the last round must be there. */
-  a->fo_quorum = a->fo_silent ? a->nnodes / 2 + 1 : 0;
+  /* The successors passed over are gone (etcd elects among the living). */
+  a->fo_survivors = (int64_t)(a->etb ? a->nsucc : a->nsucc - a->fo_idx);
+  /* After a silent host, or a successor passed over that did not answer
+   * at all (it may live behind a partition), a majority of the last round
+   * must be there. */
+  a->fo_quorum = a->fo_silent || (a->etb == NULL && a->fo_unsure)
+                     ? a->nnodes / 2 + 1 : 0;
   if (a->ck) {
     resume_free(a->ck);
     a->ck = NULL;
@@ -1696,7 +1789,8 @@ static void move_to(agent_t *a, const char *new_addr, const char *new_host,
   /* The workers' store moves with the server. */
   lu_strlcpy(a->store_host, new_addr, sizeof(a->store_host));
   if ((a->o->ckpt_dir[0] && new_resume(a) != 0) ||
-      new_client(a, connect_limit_ms(a)) != 0 ||
+      new_client(a, here || a->etb ? connect_limit_ms(a)
+                                   : walk_limit_ms(a)) != 0 ||
       ac_connect(a->ac, on_connected) != 0) {
     a->exit_code = LAUNCH_EXIT_INTERNAL;
     a->finish_ok = 0;
@@ -1706,14 +1800,36 @@ static void move_to(agent_t *a, const char *new_addr, const char *new_host,
   hang_set_ac(a->hang, a->ac);
   a->state = A_CONNECT;
   a->join_started_ms = uv_now(a->loop);
+  if (!here && a->etb == NULL) /* tried while the successor is silent */
+    uv_timer_start(&a->status_timer, connect_wait_cb, 5000, 15000);
 }
 
-/* The host's connection was closed by its kernel: stop the workers, then
- * move (failover_stopped). */
+/* The successor tried now did not host within the bound: pass it over and
+ * try the next (every node walks the same list in the same order, and the
+ * last it reaches is itself). */
+static void next_successor(agent_t *a) {
+  char why[400];
+  if (!ac_wait_refused(a->ac))
+    a->fo_unsure = 1;
+  snprintf(why, sizeof(why), "%s", ac_wait_reason(a->ac, NULL));
+  ac_close(a->ac, NULL, NULL);
+  a->ac = NULL;
+  hang_set_ac(a->hang, NULL);
+  a->fo_idx++;
+  move_to_successor(a, why);
+}
+
+/* The host's connection was closed by its kernel, or it went silent: stop
+ * the workers, then move or wait (failover_stopped). */
 static void fail_over(agent_t *a, int silent) {
   int was = a->state;
   a->fo_silent = silent;
   a->fo_started_ms = uv_now(a->loop);
+  a->fo_idx = 0;
+  /* This agent stood still just before: the others may have moved on
+   * without it, under a successor; its new round needs a majority. */
+  a->fo_unsure = stood_still(a);
+  lu_strlcpy(a->fo_lost_addr, a->ep_host, sizeof(a->fo_lost_addr));
   a->state = A_FAILOVER;
   uv_timer_stop(&a->hb_timer);
   uv_timer_stop(&a->status_timer);
@@ -1732,38 +1848,67 @@ static void fail_over(agent_t *a, int silent) {
     failover_stopped(a->wg, a);
 }
 
-/* ---- a host left alone rejoins the majority --------------------------------------------------------- */
+/* ---- a node left alone rejoins the majority --------------------------------------------------------- */
 
 /* The job runs on under another host: join it, closing this node's server
  * (nobody else is connected to it: they went silent). */
 static void join_majority(agent_t *a, int64_t round) {
   ac_t *old = a->ac;
-  LU_WARN(&a->log, "job %s runs on under %s:%d (round %" PRId64 "), without "
-          "this node since it was cut off or stopped: joining it, and closing "
-          "the server here", a->o->run_id, a->probe_addr, a->ep_port, round);
+  if (a->hosting && a->round < 0)
+    LU_WARN(&a->log, "job %s runs on under %s:%d (round %" PRId64 "), as "
+            "its host there left word here: joining it, and closing the "
+            "server here", a->o->run_id, a->probe_addr, a->ep_port, round);
+  else if (a->hosting)
+    LU_WARN(&a->log, "job %s runs on under %s:%d (round %" PRId64 "), "
+            "without this node since it was cut off or stopped: joining it, "
+            "and closing the server here", a->o->run_id, a->probe_addr,
+            a->ep_port, round);
+  else
+    LU_WARN(&a->log, "job %s runs on under %s:%d (round %" PRId64 "): "
+            "joining it", a->o->run_id, a->probe_addr, a->ep_port, round);
   a->state = A_CONNECT; /* the JOIN cancelled below is not an error */
   uv_timer_stop(&a->status_timer);
   a->ac = a->probe;
   a->probe = NULL;
-  ac_close(old, NULL, NULL);
+  if (old)
+    ac_close(old, NULL, NULL);
   if (a->srv) {
     srv_close(a->srv, NULL, NULL);
     a->srv = NULL;
   }
   a->hosting = 0;
+  a->fo_wait = 0;
+  a->fo_prev_round = -1; /* a job that runs: joined as any node */
+  a->fo_survivors = a->fo_prev_restarts = a->fo_quorum = 0;
   lu_strlcpy(a->ep_host, a->probe_addr, sizeof(a->ep_host));
   lu_strlcpy(a->store_host, a->probe_addr, sizeof(a->store_host));
   hang_set_ac(a->hang, a->ac);
   if (a->ck) {
     resume_free(a->ck);
     a->ck = NULL;
-    if (new_resume(a) != 0) {
-      a->exit_code = LAUNCH_EXIT_INTERNAL;
-      finish(a);
-      return;
-    }
+  }
+  if (a->o->ckpt_dir[0] && new_resume(a) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    finish(a);
+    return;
   }
   on_connected(a->ac, 0, a);
+}
+
+/* The key a host left at the lost host's address for an agent started
+ * there again: where the job runs now. */
+#define MOVED_KEY "launch/moved_to"
+
+static int probe_waiting(const agent_t *a) {
+  return a->state == A_JOIN || (a->state == A_FAILOVER && a->fo_wait);
+}
+
+/* This node's place among the successors (their count when not one). */
+static size_t succ_index(const agent_t *a, const char *addr) {
+  size_t i = 0;
+  while (i < a->nsucc && strcmp(a->succ_addrs[i], addr))
+    i++;
+  return i;
 }
 
 static void probe_status(ac_t *ac, int status, const proto_msg_t *m,
@@ -1771,44 +1916,61 @@ static void probe_status(ac_t *ac, int status, const proto_msg_t *m,
   agent_t *a = arg;
   msg_status_t st;
   int64_t round;
-  int live;
-  if (ac != a->probe || status != 0 || a->state != A_JOIN || m->nargs < 1 ||
+  int live, join;
+  if (ac != a->probe || status != 0 || !probe_waiting(a) || m->nargs < 1 ||
       msg_status_unpack(&m->args[0], &st, NULL, 0) != 0)
     return;
   live = !strcmp(st.state, "running") || !strcmp(st.state, "forming");
   round = st.round;
   msg_status_free(&st);
-  /* A later round than this node's last: the others went on there. */
-  if (live && round > a->round)
+  if (!live)
+    return;
+  if (a->probe_lost && a->hosting) {
+    if (round < a->round) {
+      /* An agent started again at the lost host's address hosts a fresh
+       * server: tell it where the job runs. */
+      msgpack_packer *pk = ac_begin(ac, PROTO_OP_SET, 2);
+      proto_pack_str(pk, MOVED_KEY);
+      proto_pack_bytes(pk, a->ep_host, strlen(a->ep_host));
+      ac_send(ac, NULL, NULL);
+      say(a, "an agent hosts job %s at the lost host's address %s again: "
+          "told it that the job runs on here", a->o->run_id, a->probe_addr);
+      return;
+    }
+    /* The old host went on in a later round (the majority stayed with
+     * it): join it. In the same round, it waits alone too: it joins us. */
+    join = round > a->round;
+  } else if (a->hosting) {
+    /* Two hosts waiting in the same round: the one earlier in the list
+     * of successors (the old host is in none) keeps the job. */
+    join = round > a->round ||
+           (round == a->round && succ_index(a, a->probe_addr) <
+                                     succ_index(a, a->my_addr));
+  } else if (a->fo_wait) {
+    join = round >= a->round; /* this node waits alone: any host will do */
+  } else {
+    /* In a new host's round that cannot form: only a later round
+     * elsewhere (the others went on there) is worth the move. */
+    join = round > a->round;
+  }
+  /* Others joined this server meanwhile: they would lose it. */
+  if (join && a->hosting && rounds_connected_members(a->srv, a->o->run_id) > 1)
+    join = 0;
+  if (join)
     join_majority(a, round);
 }
 
 static void probe_connected(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
-  if (ac != a->probe || status != 0 || a->state != A_JOIN)
+  if (ac != a->probe || status != 0 || !probe_waiting(a))
     return;
   ac_begin(ac, PROTO_OP_STATUS, 0);
   ac_send(ac, probe_status, a);
 }
 
-/* While this node hosts and waits in a rejoin for longer than the silent
- * bound (its server wants a majority that went silent), ask the last
- * round's successors, one per status tick, whether one of them hosts the
- * job now. A successor that hosts nothing refuses at once. */
-static void probe_majority(agent_t *a) {
-  const char *addr;
-  if (a->probe) {
-    ac_close(a->probe, NULL, NULL);
-    a->probe = NULL;
-  }
-  if (!a->hosting || a->round < 0 || a->nsucc == 0 || a->o->standalone ||
-      a->o->backend == CFG_BACKEND_STATIC ||
-      uv_now(a->loop) - a->join_started_ms < 3 * (uint64_t)a->o->heartbeat_ms)
-    return;
-  addr = a->succ_addrs[a->probe_idx++ % a->nsucc];
-  if (!strcmp(addr, a->my_addr))
-    return;
+static void probe_at(agent_t *a, const char *addr, int lost) {
   lu_strlcpy(a->probe_addr, addr, sizeof(a->probe_addr));
+  a->probe_lost = lost;
   if (open_client(a, addr, 1000, &a->probe) != 0)
     return;
   if (ac_connect(a->probe, probe_connected) != 0) {
@@ -1817,22 +1979,118 @@ static void probe_majority(agent_t *a) {
   }
 }
 
+/* A fresh host (no round yet) reads whether a host of the job left word
+ * that the job runs elsewhere: an agent started again at a lost host's
+ * address, after the others moved on. */
+static void moved_reply(ac_t *ac, int status, const proto_msg_t *m,
+                        void *arg) {
+  agent_t *a = arg;
+  const msgpack_object *items;
+  uint32_t cnt;
+  const char *p;
+  size_t n;
+  char addr[INET6_ADDRSTRLEN + 8];
+  (void)ac;
+  if (status != 0 || a->state != A_JOIN || a->round >= 0 || a->probe ||
+      proto_arg_array(m, 0, &items, &cnt) != 0 || cnt != 1 ||
+      proto_obj_bytes(&items[0], &p, &n) != 0 || n == 0 || n >= sizeof(addr))
+    return;
+  memcpy(addr, p, n);
+  addr[n] = '\0';
+  /* Written by a host of this job: an address or a host name. */
+  if (strspn(addr, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQR"
+                   "STUVWXYZ.:-_") != n) {
+    LU_WARN(&a->log, "the key " MOVED_KEY " of job %s holds no address "
+            "(%zu bytes): deleted. A host of this job writes it after a "
+            "failover; a worker or a tool of the job wrote this one",
+            a->o->run_id, n);
+    proto_pack_str(ac_begin(a->ac, PROTO_OP_DELETE, 1), MOVED_KEY);
+    ac_send(a->ac, NULL, NULL);
+    return;
+  }
+  probe_at(a, addr, 0);
+}
+
+static void ask_moved(agent_t *a) {
+  msgpack_packer *pk = ac_begin(a->ac, PROTO_OP_MGET, 2);
+  msgpack_pack_array(pk, 1);
+  proto_pack_str(pk, MOVED_KEY);
+  msgpack_pack_int64(pk, 0); /* do not wait */
+  ac_send(a->ac, moved_reply, a);
+}
+
+/* While this node waits without a round it can form (it hosts a server
+ * that wants a majority that went silent, for longer than the silent
+ * bound; or it is no majority and hosts nothing), ask the lost host and
+ * the last round's successors, one per tick, whether one of them hosts
+ * the job now. A node that hosts nothing refuses at once. A fresh host
+ * asks its own store whether the job moved. */
+static void probe_majority(agent_t *a) {
+  size_t slot;
+  if (a->probe) {
+    ac_close(a->probe, NULL, NULL);
+    a->probe = NULL;
+  }
+  if (a->o->standalone || a->o->backend == CFG_BACKEND_STATIC)
+    return;
+  if (a->hosting && a->round < 0 && a->state == A_JOIN && a->ac) {
+    ask_moved(a);
+    return;
+  }
+  /* Waiting: hosting (or joined to a new host's round) for longer than
+   * the silent bound, or attached nowhere. */
+  if (a->round < 0 || a->nsucc == 0 ||
+      (!a->hosting && !a->fo_wait && a->fo_prev_round < 0) ||
+      (!a->fo_wait &&
+       uv_now(a->loop) - a->join_started_ms < 3 * (uint64_t)a->o->heartbeat_ms))
+    return;
+  /* The successors first, then the lost host's address; not this node,
+   * nor the host it is joined to. */
+  for (size_t tries = 0; tries <= a->nsucc; tries++) {
+    const char *addr;
+    slot = a->probe_idx++ % (a->nsucc + 1);
+    addr = slot == a->nsucc ? a->fo_lost_addr : a->succ_addrs[slot];
+    if (addr[0] && strcmp(addr, a->my_addr) &&
+        (a->hosting || a->fo_wait || strcmp(addr, a->ep_host))) {
+      probe_at(a, addr, slot == a->nsucc);
+      return;
+    }
+  }
+}
+
 static void on_lost(ac_t *ac, int status, void *arg) {
   agent_t *a = arg;
   char why[300];
-  int silent;
+  int silent, fo;
   if (ac != a->ac)
     return; /* a probe's */
   if (a->state == A_FINISH || a->state == A_CLOSED)
     return;
-  if (can_fail_over(a, status, &silent, why, sizeof(why))) {
+  if (a->state == A_FAILOVER && a->fo_wait) {
+    /* The old host dropped this node or ended: the probes go on. */
+    ac_close(a->ac, NULL, NULL);
+    a->ac = NULL;
+    return;
+  }
+  fo = can_fail_over(a, status, &silent, why, sizeof(why));
+  if (fo == FO_MOVE) {
     LU_WARN(&a->log, "%s; stopping the workers, moving to the next host",
             ac_last_error(a->ac));
     fail_over(a, silent);
     return;
   }
-  LU_ERR(&a->log, "%s; stopping the workers%s%s", ac_last_error(a->ac),
-         port_taken_hint(a), why);
+  if (fo == FO_WAIT) {
+    /* One line: why this node neither takes over nor ends. */
+    LU_WARN(&a->log, "%s; stopping the workers and waiting: %s; asking the "
+            "host and the others every %.0f s whether the job runs on, for "
+            "up to %.0f s (--rdzv-conf join_timeout)", ac_last_error(a->ac),
+            why, probe_every_ms(a) / 1000.0, a->o->join_timeout_ms / 1000.0);
+    a->fo_wait = 1;
+    fail_over(a, silent);
+    return;
+  }
+  LU_ERR(&a->log, "%s; stopping the workers%s%s%s", ac_last_error(a->ac),
+         port_taken_hint(a), why[0] ? "; " : "", why);
   /* the rendezvous is gone: another try may work (docs/exit-codes.md) */
   a->exit_code = LAUNCH_EXIT_RDZV;
   a->finish_ok = 0;
@@ -1866,12 +2124,19 @@ static void connect_wait_cb(uv_timer_t *t) {
   why = ac_wait_reason(a->ac, &attempts);
   if (why[0] == '\0')
     return; /* still on its first attempt */
-  say(a, "waiting for the rendezvous server %s:%d of job %s: %s; %d "
-         "attempts in %.0f s, giving up after %.0f s (--rdzv-conf %s)",
-      a->ep_host, a->ep_port, a->o->run_id, why, attempts,
-      (uv_now(a->loop) - a->join_started_ms) / 1000.0,
-      connect_limit_ms(a) / 1000.0,
-      static_waiter(a) ? "timeout" : "read_timeout");
+  if (a->fo_prev_round >= 0 && !a->hosting) /* a successor, in the walk */
+    say(a, "waiting for the successor %s:%d to host job %s: %s; %d attempts "
+           "in %.0f s, passing it over after %.1f s", a->ep_host, a->ep_port,
+        a->o->run_id, why, attempts,
+        (uv_now(a->loop) - a->join_started_ms) / 1000.0,
+        walk_limit_ms(a) / 1000.0);
+  else
+    say(a, "waiting for the rendezvous server %s:%d of job %s: %s; %d "
+           "attempts in %.0f s, giving up after %.0f s (--rdzv-conf %s)",
+        a->ep_host, a->ep_port, a->o->run_id, why, attempts,
+        (uv_now(a->loop) - a->join_started_ms) / 1000.0,
+        connect_limit_ms(a) / 1000.0,
+        static_waiter(a) ? "timeout" : "read_timeout");
 }
 
 static void on_connected(ac_t *ac, int status, void *arg) {
@@ -1884,6 +2149,11 @@ static void on_connected(ac_t *ac, int status, void *arg) {
     LU_ERR(&a->log, "%s", ac_last_error(a->ac));
     a->exit_code = LAUNCH_EXIT_RDZV;
     finish(a);
+    return;
+  }
+  if (status == -ETIMEDOUT && a->fo_prev_round >= 0 && !a->hosting &&
+      a->etb == NULL && a->fo_idx + 1 < a->nsucc) {
+    next_successor(a);
     return;
   }
   if (status != 0) {
@@ -1900,6 +2170,7 @@ static void on_connected(ac_t *ac, int status, void *arg) {
     finish(a);
     return;
   }
+  a->hb_due_ms = uv_now(a->loop) + (uint64_t)a->o->heartbeat_ms;
   uv_timer_start(&a->hb_timer, hb_cb, (uint64_t)a->o->heartbeat_ms,
                  (uint64_t)a->o->heartbeat_ms);
   send_join(a);
@@ -2682,7 +2953,7 @@ static void etcd_event(void *arg, unsigned ev) {
     etcd_rejoin(a);
   } else if (a->state == A_FAILOVER) {
     a->etcd_fenced = 0;
-    move_to(a, addr, name, port, here);
+    move_to(a, addr, name, port, here, NULL);
   }
   else if (a->state == A_CONNECT && a->ac == NULL && !a->hosting)
     etcd_first_host(a, addr, port, here);

@@ -16,10 +16,22 @@ the processes it started, by pid.
 
 Faults:
   degrade(i, delay_ms, loss_pct)  tc netem on node i's eth0 when the kernel has
-                                  sch_netem; otherwise the loss alone, by an
-                                  nftables rule in node i's namespace, and the
-                                  delay is reported as not applied (see
-                                  `applied`)
+                                  sch_netem. Otherwise (this VM: no sch_netem,
+                                  no sch_fq) the loss by an nftables rule in
+                                  node i's namespace (incoming packets, whole
+                                  percents), and the delay in userspace: an
+                                  iptables rule on eth0's egress (`-j NFQUEUE
+                                  --queue-num 0 --queue-bypass`; nft's own
+                                  `queue` is not in this kernel) sends every
+                                  outgoing packet to NFQUEUE, where
+                                  tests/nfq_delay.c (built when
+                                  libnetfilter_queue is found), run in the
+                                  namespace, holds each delay_ms and accepts
+                                  it, in order. Without it the delay is
+                                  reported as not applied (see `applied`;
+                                  have_delay() tells beforehand). The delay is
+                                  on egress only: between two degraded nodes
+                                  the RTT is twice delay_ms.
   partition(i) / heal(i)          nftables drops every packet in and out of
                                   node i's eth0 (the link stays up: a silent
                                   network); without nft, its bridge port goes
@@ -66,6 +78,36 @@ def need_netns():
     why = can_make()
     if why:
         lt.skip(why)
+
+
+def nfq_delay_bin():
+    """tests/nfq_delay of the build, or None when it was not built."""
+    build = os.environ.get("LAUNCH_BUILD_DIR") or \
+        os.path.join(os.path.dirname(os.path.abspath(lt.launch_bin())), "..")
+    path = os.path.join(build, "tests", "nfq_delay")
+    return path if os.access(path, os.X_OK) else None
+
+
+def iptables():
+    """The iptables that takes the NFQUEUE rule (the nft or the legacy
+    one: the kernel's nft has no `queue` expression here, its xt NFQUEUE
+    target works through either), None when there is none."""
+    for name in ("iptables", "iptables-nft", "iptables-legacy"):
+        if shutil.which(name):
+            return name
+    return None
+
+
+def have_delay():
+    """None when degrade() can delay packets here, else why not."""
+    if have_netem():
+        return None
+    if iptables() is None:
+        return "no sch_netem, and no iptables for the NFQUEUE rule"
+    if nfq_delay_bin() is None:
+        return ("no sch_netem, and tests/nfq_delay was not built (install "
+                "libnetfilter-queue-dev and configure again)")
+    return None
 
 
 def have_netem():
@@ -140,9 +182,9 @@ class Cluster:
 
     # ---- faults -------------------------------------------------------------------------
     def degrade(self, i, delay_ms=0, loss_pct=0.0):
-        """Delay and loss on node i's eth0 (both directions of its traffic
-        cross it once each way: the RTT between two degraded nodes is four
-        times delay_ms... between a degraded node and a clean one, twice)."""
+        """Delay and loss on node i's eth0. The delay applies to what node
+        i sends: the RTT between two degraded nodes is twice delay_ms,
+        between a degraded node and a clean one delay_ms."""
         ns = self.nodes[i]
         if self.netem:
             args = ["tc", "qdisc", "replace", "dev", "eth0", "root", "netem"]
@@ -154,6 +196,11 @@ class Cluster:
             self.applied[i] = "netem delay %d ms loss %g %%" % (delay_ms, loss_pct)
             return self.applied[i]
         done = []
+        if delay_ms and iptables() and nfq_delay_bin():
+            done.append(self._nfq_delay(i, delay_ms))
+        elif delay_ms:
+            done.append("no delay (the kernel has no sch_netem, and nfq_delay "
+                        "or iptables is missing)")
         if loss_pct and self.nft:
             # whole percent granularity, incoming packets (outgoing ones of
             # the peer's: every packet crosses one input chain)
@@ -163,10 +210,25 @@ class Cluster:
                       " iifname \"eth0\" numgen random mod 100 < %d drop; }\n"
                       "}\n" % (self.tag, pct))
             done.append("nft loss %d %%" % pct)
-        if delay_ms:
-            done.append("no delay (the kernel has no sch_netem)")
         self.applied[i] = ", ".join(done) or "nothing"
         return self.applied[i]
+
+    def _nfq_delay(self, i, delay_ms):
+        """nfq_delay in node i's namespace on queue 0 (queues are per
+        namespace), then the rule that feeds it: `bypass` lets packets
+        through undelayed should it end, so the rule goes in once it is
+        bound."""
+        ns = self.nodes[i]
+        p = self.popen(i, [nfq_delay_bin(), "0", str(int(delay_ms))],
+                       name="nfq_delay%d" % i)
+        deadline = time.time() + 10
+        while "ready" not in p.output():
+            if not p.running() or time.time() > deadline:
+                raise RuntimeError("nfq_delay in %s did not start: %s" % (ns, p.output()))
+            time.sleep(0.01)
+        _run(["ip", "netns", "exec", ns, iptables(), "-A", "OUTPUT", "-o", "eth0",
+              "-j", "NFQUEUE", "--queue-num", "0", "--queue-bypass"])
+        return "delay %d ms on egress (iptables NFQUEUE + nfq_delay)" % delay_ms
 
     def _nft(self, ns, rules):
         r = subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules,
@@ -197,6 +259,32 @@ class Cluster:
     def link(self, i, up):
         _run(["ip", "-n", self.nodes[i], "link", "set", "eth0", "up" if up else "down"])
 
+    # ---- what the network does ---------------------------------------------------------
+    def rtt_ms(self, i, j, n=5, port=7):
+        """TCP connect times from node i to node j in ms (a connect takes one
+        round trip: SYN out, SYN-ACK back), n of them, sorted. Lost SYNs
+        show as retransmits of a second and more."""
+        srv = self.popen(j, [sys.executable, "-c",
+                             "import socket\n"
+                             "s = socket.create_server(('%s', %d))\n"
+                             "print('ready', flush=True)\n"
+                             "for _ in range(%d):\n"
+                             "    s.accept()[0].close()\n" % (self.addr(j), port, n)],
+                         name="rtt%d" % j)
+        deadline = time.time() + 10
+        while "ready" not in srv.output():
+            if not srv.running() or time.time() > deadline:
+                raise RuntimeError("the RTT listener did not start: " + srv.output())
+            time.sleep(0.01)
+        r = _run(["ip", "netns", "exec", self.nodes[i], sys.executable, "-c",
+                  "import socket, time\n"
+                  "for _ in range(%d):\n"
+                  "    t = time.monotonic()\n"
+                  "    socket.create_connection(('%s', %d), 30).close()\n"
+                  "    print((time.monotonic() - t) * 1000)\n" % (n, self.addr(j), port)])
+        srv.wait(30)
+        return sorted(float(x) for x in r.stdout.split())
+
     # ---- the end ------------------------------------------------------------------------
     def close(self):
         for p in self.procs:
@@ -219,7 +307,7 @@ def load():
 
 
 if __name__ == "__main__":  # a smoke check: TCP across the bridge
-    with Cluster(int(sys.argv[1]) if len(sys.argv) > 1 else 2) as c:
+    with Cluster(int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 2) as c:
         srv = c.popen(c.n - 1, [sys.executable, "-c",
                                 "import socket; s = socket.create_server(('%s', 7)); "
                                 "s.accept()[0].sendall(b'ok')" % c.addr(c.n - 1)])
@@ -228,4 +316,7 @@ if __name__ == "__main__":  # a smoke check: TCP across the bridge
                   "import socket; print(socket.create_connection(('%s', 7), 3).recv(2))"
                   % c.addr(c.n - 1)], check=False)
         print(r.stdout.strip() or r.stderr.strip())
-        print("netem:", c.netem, "nft:", c.nft)
+        print("netem:", c.netem, "nft:", c.nft, "nfq_delay:", nfq_delay_bin())
+        if "--delay" in sys.argv:
+            print(c.degrade(0, delay_ms=25), c.degrade(c.n - 1, delay_ms=25))
+            print("connect RTT, ms:", c.rtt_ms(0, c.n - 1))
