@@ -7,10 +7,12 @@ set -euo pipefail
 
 BUILD_PKGS=(build-essential cmake ninja-build pkg-config git
             libuv1-dev libmsgpack-dev libssl-dev libhwloc-dev libnuma-dev
-            libmicrohttpd-dev libprotobuf-c-dev protobuf-c-compiler)
+            libmicrohttpd-dev libprotobuf-c-dev protobuf-c-compiler
+            libcurl4-openssl-dev)
 TEST_PKGS=(python3 python3-torch hwloc numactl iproute2 procps clang
            libclang-rt-14-dev slurm-wlm munge python3-yaml util-linux
-           prometheus chromium nftables)
+           prometheus chromium nftables etcd-server iptables
+           libnetfilter-queue-dev)
 
 want=("${BUILD_PKGS[@]}")
 if [ "${1:-}" = "--test" ]; then
