@@ -27,6 +27,15 @@ static struct {
   const char *(*easy_strerror)(CURLcode);
   struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
   void (*slist_free_all)(struct curl_slist *);
+  CURLM *(*multi_init)(void);
+  CURLMcode (*multi_cleanup)(CURLM *);
+  CURLMcode (*multi_add_handle)(CURLM *, CURL *);
+  CURLMcode (*multi_remove_handle)(CURLM *, CURL *);
+  CURLMcode (*multi_perform)(CURLM *, int *);
+  CURLMcode (*multi_poll)(CURLM *, struct curl_waitfd *, unsigned, int,
+                          int *);
+  CURLMcode (*multi_wakeup)(CURLM *);
+  CURLMsg *(*multi_info_read)(CURLM *, int *);
 } cu;
 static char cu_error[512]; /* why libcurl did not load; "" when it did */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -66,11 +75,22 @@ static void cu_load(void) {
   CU_SYM(easy_strerror, "curl_easy_strerror");
   CU_SYM(slist_append, "curl_slist_append");
   CU_SYM(slist_free_all, "curl_slist_free_all");
+  CU_SYM(multi_init, "curl_multi_init");
+  CU_SYM(multi_cleanup, "curl_multi_cleanup");
+  CU_SYM(multi_add_handle, "curl_multi_add_handle");
+  CU_SYM(multi_remove_handle, "curl_multi_remove_handle");
+  CU_SYM(multi_perform, "curl_multi_perform");
+  CU_SYM(multi_poll, "curl_multi_poll");
+  CU_SYM(multi_wakeup, "curl_multi_wakeup");
+  CU_SYM(multi_info_read, "curl_multi_info_read");
 #undef CU_SYM
   if (!cu.global_init || !cu.easy_init || !cu.easy_cleanup ||
       !cu.easy_reset || !cu.easy_setopt || !cu.easy_perform ||
       !cu.easy_getinfo || !cu.easy_strerror || !cu.slist_append ||
-      !cu.slist_free_all) {
+      !cu.slist_free_all || !cu.multi_init || !cu.multi_cleanup ||
+      !cu.multi_add_handle || !cu.multi_remove_handle ||
+      !cu.multi_perform || !cu.multi_poll || !cu.multi_wakeup ||
+      !cu.multi_info_read) {
     snprintf(cu_error, sizeof(cu_error), "%s is not a libcurl the etcd "
              "backend can use (a function is missing)",
              name && name[0] ? name : "libcurl.so.4");
@@ -101,6 +121,15 @@ struct etcd_s {
   char *body;
   size_t len;
   int too_big;
+  /* the watch (etcd_watch): its own handle, in a multi that wake ends */
+  CURL *wcurl;
+  CURLM *multi;
+  char *line;
+  size_t llen;
+  int wrc;              /* what ended it: 0, or an error */
+  int wdone;            /* on() said enough */
+  int (*won)(void *, const etcd_watch_msg_t *);
+  void *warg;
 };
 
 int etcd_supported(void) { return 1; }
@@ -214,7 +243,13 @@ int etcd_new(const etcd_config_t *cfg, etcd_t **out, char *err, size_t n) {
                sizeof(e->password));
   }
   e->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 2000;
-  if ((e->curl = curl_easy_init()) == NULL) {
+  if ((e->curl = curl_easy_init()) == NULL ||
+      (e->wcurl = curl_easy_init()) == NULL ||
+      (e->multi = cu.multi_init()) == NULL) {
+    if (e->wcurl)
+      curl_easy_cleanup(e->wcurl);
+    if (e->curl)
+      curl_easy_cleanup(e->curl);
     free(e);
     return RDZV_ENOMEM;
   }
@@ -226,6 +261,9 @@ void etcd_free(etcd_t *e) {
   if (e == NULL)
     return;
   curl_easy_cleanup(e->curl);
+  cu.multi_cleanup(e->multi);
+  curl_easy_cleanup(e->wcurl);
+  free(e->line);
   free(e->body);
   free(e);
 }
@@ -254,6 +292,39 @@ static int json_escape(const char *s, char *out, size_t cap) {
   return 0;
 }
 
+/* Set handle c up for a POST of body to url (JSON, the token, TLS), its
+ * reply to wf, for timeout_ms at most. RET the headers to free after. */
+static struct curl_slist *setup(etcd_t *e, CURL *c, const char *url,
+                                const char *body, int64_t timeout_ms,
+                                size_t (*wf)(char *, size_t, size_t,
+                                             void *)) {
+  struct curl_slist *h = NULL;
+  curl_easy_reset(c);
+  h = curl_slist_append(h, "Content-Type: application/json");
+  if (e->token[0]) {
+    snprintf(e->auth_header, sizeof(e->auth_header), "Authorization: %s",
+             e->token);
+    h = curl_slist_append(h, e->auth_header);
+  }
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                   (long)LU_MIN(e->timeout_ms, 1000));
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, wf);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, e);
+  if (e->cacert[0])
+    curl_easy_setopt(c, CURLOPT_CAINFO, e->cacert);
+  if (e->cert[0])
+    curl_easy_setopt(c, CURLOPT_SSLCERT, e->cert);
+  if (e->key[0])
+    curl_easy_setopt(c, CURLOPT_SSLKEY, e->key);
+  return h;
+}
+
 /* POST body to one member. RET 0 (decoded into r), -EHOSTUNREACH (it did
  * not answer), RDZV_EPROTO. last_error says what happened. */
 static int post_one(etcd_t *e, size_t m, const char *path, const char *body,
@@ -264,31 +335,9 @@ static int post_one(etcd_t *e, size_t m, const char *path, const char *body,
   long status = 0;
   int rc;
   snprintf(url, sizeof(url), "%s%s", e->members[m], path);
-  curl_easy_reset(e->curl);
   e->len = 0;
   e->too_big = 0;
-  h = curl_slist_append(h, "Content-Type: application/json");
-  if (e->token[0]) {
-    snprintf(e->auth_header, sizeof(e->auth_header), "Authorization: %s",
-             e->token);
-    h = curl_slist_append(h, e->auth_header);
-  }
-  curl_easy_setopt(e->curl, CURLOPT_URL, url);
-  curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, body);
-  curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, h);
-  curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e->curl, CURLOPT_NOPROXY, "*");
-  curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS,
-                   (long)LU_MIN(e->timeout_ms, 1000));
-  curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
-  curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_data);
-  curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, e);
-  if (e->cacert[0])
-    curl_easy_setopt(e->curl, CURLOPT_CAINFO, e->cacert);
-  if (e->cert[0])
-    curl_easy_setopt(e->curl, CURLOPT_SSLCERT, e->cert);
-  if (e->key[0])
-    curl_easy_setopt(e->curl, CURLOPT_SSLKEY, e->key);
+  h = setup(e, e->curl, url, body, e->timeout_ms, on_data);
   cc = curl_easy_perform(e->curl);
   curl_slist_free_all(h);
   if (cc != CURLE_OK) {
@@ -477,3 +526,139 @@ int etcd_delete_if(etcd_t *e, const char *key, int64_t rev, etcd_reply_t *r) {
            k, rev, k);
   return call(e, "/v3/kv/txn", body, r);
 }
+
+/* ---- the watch ----------------------------------------------------------- */
+
+/* Whole lines of the stream, each decoded and given to won. */
+static size_t on_watch_data(char *p, size_t sz, size_t nm, void *arg) {
+  etcd_t *e = arg;
+  size_t n = sz * nm, start = 0;
+  char *nb, derr[256];
+  if (e->wdone || e->wrc)
+    return 0;
+  if (e->llen + n > ETCD_MAX_BODY) {
+    snprintf(e->last_error, sizeof(e->last_error), "%s/v3/watch: a message "
+             "over 1 MiB", e->members[e->cur]);
+    e->wrc = RDZV_EPROTO;
+    return 0;
+  }
+  if ((nb = realloc(e->line, e->llen + n + 1)) == NULL) {
+    e->wrc = RDZV_ENOMEM;
+    return 0;
+  }
+  e->line = nb;
+  memcpy(e->line + e->llen, p, n);
+  e->llen += n;
+  for (size_t i = 0; i < e->llen && !e->wdone; i++) {
+    etcd_watch_msg_t *m;
+    if (e->line[i] != '\n')
+      continue;
+    if (i > start) {
+      if ((m = malloc(sizeof(*m))) == NULL) {
+        e->wrc = RDZV_ENOMEM;
+        return 0;
+      }
+      if (etcd_watch_decode(e->line + start, i - start, m, derr,
+                            sizeof(derr)) != 0) {
+        snprintf(e->last_error, sizeof(e->last_error), "%s/v3/watch: %s",
+                 e->members[e->cur], derr);
+        e->wrc = RDZV_EPROTO;
+      } else if (m->error) {
+        snprintf(e->last_error, sizeof(e->last_error), "%s/v3/watch: %s "
+                 "(code %" PRId64 ")", e->members[e->cur], m->message,
+                 m->code);
+        e->wrc = m->code == 16 || m->code == 7 ? RDZV_EAUTH : RDZV_EPROTO;
+      } else if (e->won(e->warg, m) != 0) {
+        e->wdone = 1;
+      }
+      free(m);
+      if (e->wrc)
+        return 0;
+    }
+    start = i + 1;
+  }
+  memmove(e->line, e->line + start, e->llen - start);
+  e->llen -= start;
+  return e->wdone ? 0 : n;
+}
+
+/* One watch on member cur, for max_ms at most. */
+static int watch_one(etcd_t *e, const char *body, int64_t max_ms) {
+  char url[400];
+  struct curl_slist *h;
+  uint64_t end = lu_now_ms() + (uint64_t)max_ms;
+  CURLcode cc = CURLE_OK;
+  int running = 1, ended = 0;
+  snprintf(url, sizeof(url), "%s/v3/watch", e->members[e->cur]);
+  e->llen = 0;
+  e->wrc = 0;
+  e->wdone = 0;
+  h = setup(e, e->wcurl, url, body, max_ms, on_watch_data);
+  cu.multi_add_handle(e->multi, e->wcurl);
+  while (running && !ended) {
+    CURLMsg *msg;
+    int left, woken = 0;
+    uint64_t now = lu_now_ms();
+    if (cu.multi_perform(e->multi, &running) != CURLM_OK)
+      break;
+    while ((msg = cu.multi_info_read(e->multi, &left)) != NULL)
+      if (msg->msg == CURLMSG_DONE)
+        cc = msg->data.result;
+    if (!running || now >= end)
+      break;
+    /* curl_multi_wakeup ends the wait: numfds then is 0 and it is early */
+    if (cu.multi_poll(e->multi, NULL, 0, (int)LU_MIN(end - now, 1000),
+                      &woken) != CURLM_OK)
+      break;
+    if (e->won(e->warg, NULL) != 0)
+      ended = 1; /* woken: etcd_watch_wake, and the caller has work */
+  }
+  cu.multi_remove_handle(e->multi, e->wcurl);
+  curl_slist_free_all(h);
+  if (e->wrc)
+    return e->wrc;
+  if (e->wdone || ended || !running || cc == CURLE_OPERATION_TIMEDOUT) {
+    if (cc != CURLE_OK && cc != CURLE_OPERATION_TIMEDOUT &&
+        cc != CURLE_WRITE_ERROR && !e->wdone) {
+      snprintf(e->last_error, sizeof(e->last_error), "%s/v3/watch: %s",
+               e->members[e->cur], curl_easy_strerror(cc));
+      return -EHOSTUNREACH;
+    }
+    if (!running && cc == CURLE_OK && !e->wdone && lu_now_ms() < end) {
+      snprintf(e->last_error, sizeof(e->last_error), "%s/v3/watch: the "
+               "stream ended", e->members[e->cur]);
+      return -EHOSTUNREACH;
+    }
+    return 0;
+  }
+  return 0; /* max_ms */
+}
+
+int etcd_watch(etcd_t *e, const char *prefix, int64_t start_rev,
+               int64_t max_ms, int (*on)(void *, const etcd_watch_msg_t *),
+               void *arg) {
+  char k[1400], end[1400], body[3000], pe[400];
+  size_t l = strlen(prefix);
+  int rc;
+  if (l == 0 || l >= sizeof(pe))
+    return RDZV_EINVAL;
+  /* the range end of a prefix: its last byte plus one */
+  memcpy(pe, prefix, l + 1);
+  pe[l - 1] = (char)(pe[l - 1] + 1);
+  if (b64s(prefix, k, sizeof(k)) != 0 || b64s(pe, end, sizeof(end)) != 0)
+    return RDZV_ETOOBIG;
+  snprintf(body, sizeof(body),
+           "{\"create_request\":{\"key\":\"%s\",\"range_end\":\"%s\","
+           "\"start_revision\":%" PRId64 "}}", k, end, start_rev);
+  if (e->user[0] && e->token[0] == '\0' &&
+      (rc = authenticate(e, e->cur)) != 0)
+    return rc;
+  e->won = on;
+  e->warg = arg;
+  rc = watch_one(e, body, max_ms);
+  if (rc == -EHOSTUNREACH)
+    e->cur = (e->cur + 1) % e->nmembers; /* the next one, next time */
+  return rc;
+}
+
+void etcd_watch_wake(etcd_t *e) { cu.multi_wakeup(e->multi); }

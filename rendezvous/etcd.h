@@ -38,6 +38,35 @@ typedef struct etcd_reply_s {
 int etcd_decode(const char *body, size_t len, etcd_reply_t *r, char *err,
                 size_t errlen);
 
+/* One message of a watch stream (POST /v3/watch: one JSON object a line,
+ * {"result":{"header":{...},"created":true,"events":[...]}}). Up to
+ * ETCD_WATCH_MAX_EVENTS events are kept; more set `more` (the caller then
+ * reads what it watches). */
+#define ETCD_WATCH_MAX_EVENTS 8
+typedef struct etcd_event_s {
+  int deleted;                /* "type":"DELETE" (a PUT leaves it out) */
+  char key[256];              /* decoded; NUL-terminated */
+  char value[ETCD_MAX_VALUE]; /* decoded; "" for a DELETE */
+  int64_t create_rev, mod_rev;
+} etcd_event_t;
+
+typedef struct etcd_watch_msg_s {
+  int error;                  /* an error object: code, message */
+  int64_t code;
+  char message[256];
+  int64_t revision;           /* header.revision */
+  int created, canceled;
+  int64_t compact_rev;        /* compact_revision: history gone below it */
+  size_t nevents;
+  int more;                   /* events beyond ETCD_WATCH_MAX_EVENTS */
+  etcd_event_t events[ETCD_WATCH_MAX_EVENTS];
+} etcd_watch_msg_t;
+
+/* Decode one line of a watch stream. RET 0 (m filled), RDZV_EPROTO (err
+ * says why), RDZV_ENOMEM. */
+int etcd_watch_decode(const char *line, size_t len, etcd_watch_msg_t *m,
+                      char *err, size_t errlen);
+
 /* base64 (RFC 4648, with padding) of n bytes into out (cap bytes). RET the
  * length, or -1 when it does not fit. */
 int etcd_b64(const void *p, size_t n, char *out, size_t cap);
@@ -93,5 +122,17 @@ int etcd_put_if(etcd_t *e, const char *guard, int64_t guard_rev,
 /* Delete key only while its create revision is rev (the holder it had
  * then). r->succeeded says. */
 int etcd_delete_if(etcd_t *e, const char *key, int64_t rev, etcd_reply_t *r);
+
+/* Watch the keys from prefix on (up to its end) from revision start_rev,
+ * for at most max_ms: each message is given to on(arg, m); on returning
+ * nonzero ends the watch. etcd_watch_wake(e) (from any thread) ends the
+ * wait of the moment: on(arg, NULL) then says whether to end the watch.
+ * RET 0 (ended: by on, wake, or max_ms), -EHOSTUNREACH (no member
+ * answered, or the stream broke), RDZV_EAUTH, RDZV_EPROTO (a line that does
+ * not decode, or an error message: etcd_last_error says which). */
+int etcd_watch(etcd_t *e, const char *prefix, int64_t start_rev,
+               int64_t max_ms, int (*on)(void *, const etcd_watch_msg_t *),
+               void *arg);
+void etcd_watch_wake(etcd_t *e);
 
 #endif

@@ -226,3 +226,130 @@ int etcd_decode(const char *body, size_t len, etcd_reply_t *r, char *err,
   lu_jv_free(doc);
   return rc;
 }
+
+/* One event of a watch message. */
+static int decode_event(const lu_jv_t *ev, etcd_event_t *out, char *err,
+                        size_t n) {
+  const lu_jv_t *kv, *k, *v, *ty;
+  int len;
+  memset(out, 0, sizeof(*out));
+  if (ev->type != LU_JV_OBJ)
+    return bad(err, n, "a watch event is not an object");
+  ty = lu_jv_get(ev, "type");
+  if (ty != NULL) {
+    if (ty->type != LU_JV_STR ||
+        (strcmp(ty->s, "DELETE") != 0 && strcmp(ty->s, "PUT") != 0))
+      return bad(err, n, "a watch event's \"type\" is not PUT or DELETE");
+    out->deleted = !strcmp(ty->s, "DELETE");
+  }
+  kv = lu_jv_get(ev, "kv");
+  if (kv == NULL || kv->type != LU_JV_OBJ)
+    return bad(err, n, "a watch event has no \"kv\" object");
+  if (get_i64(kv, "create_revision", &out->create_rev) != 0 ||
+      get_i64(kv, "mod_revision", &out->mod_rev) != 0)
+    return bad(err, n, "a watch event's revision is not an integer");
+  k = lu_jv_get(kv, "key");
+  if (k == NULL || k->type != LU_JV_STR)
+    return bad(err, n, "a watch event has no \"key\" string");
+  len = etcd_unb64(k->s, k->slen, out->key, sizeof(out->key));
+  if (len <= 0 || memchr(out->key, '\0', (size_t)len) != NULL)
+    return bad(err, n, "a watch event's \"key\" is not base64 of 1 to 255 "
+                       "bytes without NUL");
+  v = lu_jv_get(kv, "value");
+  if (v == NULL)
+    return 0;
+  if (v->type != LU_JV_STR)
+    return bad(err, n, "a watch event's \"value\" is not a string");
+  len = etcd_unb64(v->s, v->slen, out->value, sizeof(out->value));
+  if (len < 0 || memchr(out->value, '\0', (size_t)len) != NULL)
+    return bad(err, n, "a watch event's \"value\" is not base64 of at most "
+                       "511 bytes without NUL");
+  return 0;
+}
+
+static int decode_watch(const lu_jv_t *root, etcd_watch_msg_t *m, char *err,
+                        size_t n) {
+  const lu_jv_t *res, *hdr, *sv, *evs;
+  int has_msg = 0;
+  if (root->type != LU_JV_OBJ)
+    return bad(err, n, "a watch message is not a JSON object");
+  sv = lu_jv_get(root, "error");
+  if (sv != NULL) {
+    /* {"error":{"grpc_code":14,"http_code":503,"message":"..."}} */
+    m->error = 1;
+    if (sv->type == LU_JV_STR) {
+      lu_strlcpy(m->message, sv->s, sizeof(m->message));
+    } else if (sv->type == LU_JV_OBJ) {
+      if (get_str(sv, "message", m->message, sizeof(m->message),
+                  &has_msg) != 0)
+        return bad(err, n, "\"message\" is not a short string");
+      if (get_i64(sv, lu_jv_get(sv, "grpc_code") ? "grpc_code" : "code",
+                  &m->code) != 0)
+        return bad(err, n, "\"code\" is not an integer");
+    } else {
+      return bad(err, n, "\"error\" is not an object or a string");
+    }
+    if (m->message[0] == '\0')
+      lu_strlcpy(m->message, "an error without a message",
+                 sizeof(m->message));
+    return 0;
+  }
+  res = lu_jv_get(root, "result");
+  if (res == NULL || res->type != LU_JV_OBJ)
+    return bad(err, n, "a watch message has no \"result\" object");
+  hdr = lu_jv_get(res, "header");
+  if (hdr && hdr->type != LU_JV_OBJ)
+    return bad(err, n, "\"header\" is not an object");
+  if (get_i64(hdr, "revision", &m->revision) != 0 ||
+      get_i64(res, "compact_revision", &m->compact_rev) != 0)
+    return bad(err, n, "a revision is not an integer");
+  sv = lu_jv_get(res, "created");
+  if (sv) {
+    if (sv->type != LU_JV_BOOL)
+      return bad(err, n, "\"created\" is not true or false");
+    m->created = sv->b;
+  }
+  sv = lu_jv_get(res, "canceled");
+  if (sv) {
+    if (sv->type != LU_JV_BOOL)
+      return bad(err, n, "\"canceled\" is not true or false");
+    m->canceled = sv->b;
+  }
+  evs = lu_jv_get(res, "events");
+  if (evs == NULL)
+    return 0;
+  if (evs->type != LU_JV_ARR)
+    return bad(err, n, "\"events\" is not a list");
+  for (const lu_jv_t *x = evs->first; x; x = x->next) {
+    if (m->nevents == ETCD_WATCH_MAX_EVENTS) {
+      m->more = 1;
+      break;
+    }
+    if (decode_event(x, &m->events[m->nevents], err, n) != 0)
+      return RDZV_EPROTO;
+    m->nevents++;
+  }
+  return 0;
+}
+
+int etcd_watch_decode(const char *line, size_t len, etcd_watch_msg_t *m,
+                      char *err, size_t errlen) {
+  lu_jdoc_t *doc = NULL;
+  const lu_jv_t *root = NULL;
+  char jerr[160];
+  int rc;
+  memset(m, 0, sizeof(*m));
+  if (errlen)
+    err[0] = '\0';
+  if (len > ETCD_MAX_REPLY)
+    return bad(err, errlen, "a watch message over 1 MiB");
+  rc = lu_jv_parse(line, len, 0, &doc, &root, jerr, sizeof(jerr));
+  if (rc != 0) {
+    snprintf(err, errlen, "etcd's watch message is not JSON: %s", jerr);
+    lu_jv_free(doc);
+    return rc == RDZV_ENOMEM ? RDZV_ENOMEM : RDZV_EPROTO;
+  }
+  rc = decode_watch(root, m, err, errlen);
+  lu_jv_free(doc);
+  return rc;
+}

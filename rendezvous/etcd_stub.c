@@ -54,3 +54,9 @@ int etcd_delete_if(etcd_t *e, const char *k, int64_t rev, etcd_reply_t *r) {
   (void)e, (void)k, (void)rev, (void)r;
   return RDZV_ENOTSUP;
 }
+int etcd_watch(etcd_t *e, const char *p, int64_t s, int64_t ms,
+               int (*on)(void *, const etcd_watch_msg_t *), void *arg) {
+  (void)e, (void)p, (void)s, (void)ms, (void)on, (void)arg;
+  return RDZV_ENOTSUP;
+}
+void etcd_watch_wake(etcd_t *e) { (void)e; }
