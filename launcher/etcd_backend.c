@@ -19,6 +19,7 @@ struct etb_s {
   void *arg;
   lu_log_t log;
   etcd_t *e;
+  etcd_t *w;            /* the watch's client: its own connection */
   pthread_t thread;
   int started;
   char members[1024];
@@ -81,8 +82,12 @@ typedef struct {
   int down;          /* etcd is unreachable, and it was said */
   int said_wait;     /* waiting for a lost host's key was said */
   uint64_t ok_sent;  /* when the last renewal that worked was sent */
-  uint64_t next_watch; /* when to read the host key again */
+  uint64_t next_watch; /* when to read the host key again (no watch) */
   int fenced;        /* ETB_CUT_OFF was posted */
+  int64_t wrev;      /* the watch goes on from this revision, 0 none */
+  int reread;        /* read the host key and the round: the watch starts */
+  uint64_t watch_retry; /* the watch failed: poll until then */
+  int64_t want_read; /* the wanted round read once already */
 } th_t;
 
 /* A call's outcome: unreachable ones are said once, their end too. RET the
@@ -211,13 +216,8 @@ static int elect_step(etb_t *t, th_t *s, int64_t lost, int dead) {
   return 1;
 }
 
-/* The host key still is the one elected? */
-static void watch_host(etb_t *t, th_t *s, int64_t known) {
-  etcd_reply_t r;
-  if (seen(t, s, etcd_get(t->e, t->host_key, &r)) != 0)
-    return;
-  if (r.found && r.create_rev == known)
-    return;
+/* The host key of revision known is gone or replaced. */
+static void host_gone(etb_t *t, int64_t known) {
   pthread_mutex_lock(&t->mu);
   if (t->host_rev != known) { /* an election ran meanwhile */
     pthread_mutex_unlock(&t->mu);
@@ -233,6 +233,16 @@ static void watch_host(etb_t *t, th_t *s, int64_t known) {
   }
   pthread_mutex_unlock(&t->mu);
   post(t, ETB_HOST_CHANGED);
+}
+
+/* The host key still is the one elected? (a read: without the watch) */
+static void watch_host(etb_t *t, th_t *s, int64_t known) {
+  etcd_reply_t r;
+  if (seen(t, s, etcd_get(t->e, t->host_key, &r)) != 0)
+    return;
+  if (r.found && r.create_rev == known)
+    return;
+  host_gone(t, known);
 }
 
 /* A round confirmed: tell the loop when it waits for it. */
@@ -285,12 +295,103 @@ static void check_round(etb_t *t, th_t *s, int64_t rev) {
     round_seen(t, round);
 }
 
+/* ---- the watch ---------------------------------------------------------- */
+
+typedef struct {
+  etb_t *t;
+  th_t *s;
+  int64_t known;     /* the host key's create revision followed */
+  int gone;          /* it went */
+} wctx_t;
+
+/* Has the loop work for this thread (the watch then ends)? */
+static int has_work(etb_t *t) {
+  int w;
+  pthread_mutex_lock(&t->mu);
+  w = t->stop || t->elect || t->kick || (t->here && t->record >= 0);
+  pthread_mutex_unlock(&t->mu);
+  return w;
+}
+
+static void on_event(wctx_t *c, const etcd_event_t *ev) {
+  long long round, hrev;
+  char extra;
+  if (!strcmp(ev->key, c->t->host_key)) {
+    /* a replay of what happened before the key followed was created (a
+     * DELETE names no create revision: its own revision says when) */
+    if (ev->mod_rev < c->known)
+      return;
+    if (ev->deleted || ev->create_rev != c->known) {
+      LU_DBG(&c->t->log, LU_DBG_ROUNDS, "etcd watch: the host key %s",
+             ev->deleted ? "was deleted" : "changed hands");
+      host_gone(c->t, c->known);
+      c->gone = 1;
+    }
+    return;
+  }
+  if (!strcmp(ev->key, c->t->round_key) && !ev->deleted &&
+      sscanf(ev->value, "%lld %lld%c", &round, &hrev, &extra) == 2 &&
+      hrev == c->known) {
+    LU_DBG(&c->t->log, LU_DBG_ROUNDS, "etcd watch: round %lld recorded",
+           round);
+    round_seen(c->t, round);
+  }
+}
+
+/* One message of the watch (NULL: woken). RET 1 to end the watch. */
+static int on_watch(void *arg, const etcd_watch_msg_t *m) {
+  wctx_t *c = arg;
+  if (m == NULL)
+    return has_work(c->t);
+  if (m->canceled || m->compact_rev > 0) {
+    c->s->wrev = 0; /* history gone: read, and watch from now */
+    return 1;
+  }
+  if (m->created && c->s->wrev == 0) {
+    /* what happened before it: read once, then watch on from here */
+    c->s->wrev = m->revision + 1;
+    c->s->reread = 1;
+    return 1;
+  }
+  for (size_t i = 0; i < m->nevents; i++)
+    on_event(c, &m->events[i]);
+  if (m->revision > 0)
+    c->s->wrev = m->revision + 1;
+  if (m->more) {
+    c->s->reread = 1; /* events not kept: read what they were about */
+    return 1;
+  }
+  return c->gone || has_work(c->t);
+}
+
+/* Watch the job's prefix until the next keepalive is due, or the loop has
+ * work. On failure the host key and the round are read (polled) for a TTL,
+ * then the watch is tried again. */
+static void watch(etb_t *t, th_t *s, int64_t known) {
+  wctx_t c = {t, s, known, 0};
+  uint64_t now = lu_now_ms();
+  int rc;
+  if (s->next_ka <= now)
+    return;
+  rc = etcd_watch(t->w, t->prefix, s->wrev, (int64_t)(s->next_ka - now),
+                  on_watch, &c);
+  if (rc == 0)
+    return;
+  LU_DBG(&t->log, LU_DBG_ROUNDS, "etcd watch failed (%s): polling for %"
+         PRId64 " s", etcd_last_error(t->w), t->ttl_s);
+  s->wrev = 0;
+  s->watch_retry = lu_now_ms() + (uint64_t)t->ttl_s * 1000;
+  if (rc == RDZV_EAUTH)
+    seen(t, s, rc);
+}
+
 static void *etb_main(void *arg) {
   etb_t *t = arg;
   th_t s;
   memset(&s, 0, sizeof(s));
+  s.want_read = -1;
   for (;;) {
-    int elect, stop, dead, here;
+    int elect, stop, dead, here, watching;
     int64_t lost, known, rec, want;
     pthread_mutex_lock(&t->mu);
     stop = t->stop;
@@ -301,6 +402,7 @@ static void *etb_main(void *arg) {
     rec = t->here ? t->record : -1;
     here = t->here;
     want = t->want_round;
+    t->kick = 0; /* what was asked is done in this turn */
     pthread_mutex_unlock(&t->mu);
     if (stop)
       break;
@@ -317,19 +419,29 @@ static void *etb_main(void *arg) {
     } else {
       keep_alive(t, &s);
     }
+    watching = lu_now_ms() >= s.watch_retry;
     if (s.lease != 0) {
       if (elect)
         elect_step(t, &s, lost, dead);
-      else if (known > 0 && lu_now_ms() >= s.next_watch) {
-        /* a fifth of the TTL: a lost key is seen well within the time
-         * etcd took to let it go, at 5 requests per TTL per agent */
+      else if (known > 0 && (s.reread || (!watching &&
+                                          lu_now_ms() >= s.next_watch))) {
+        /* without the watch, a fifth of the TTL: a lost key is seen well
+         * within the time etcd took to let it go */
         s.next_watch = lu_now_ms() + (uint64_t)t->ttl_s * 1000 / 5;
         watch_host(t, &s, known);
       }
       if (rec >= 0 && known > 0)
         record(t, &s, rec, known);
-      else if (want >= 0 && known > 0 && !here)
+      else if (want >= 0 && known > 0 && !here &&
+               (s.reread || !watching || s.want_read != want)) {
+        s.want_read = want;
         check_round(t, &s, known);
+      }
+      s.reread = 0;
+      if (watching && !elect && known > 0 && rec < 0 && !s.down) {
+        watch(t, &s, known); /* until a change, work, or a keepalive */
+        continue;
+      }
     }
     /* a round waited for is read again soon: the host writes it now */
     if (nap(t, s.down ? 1000 : want >= 0 && rec < 0 ? 20 : TICK_MS))
@@ -372,6 +484,11 @@ int etb_start(uv_loop_t *loop, const cfg_t *o, const lu_log_t *log,
   ec.password = getenv("LAUNCH_ETCD_PASSWORD");
   ec.timeout_ms = 2000;
   if ((rc = etcd_new(&ec, &t->e, err, errlen)) != 0) {
+    free(t);
+    return rc;
+  }
+  if ((rc = etcd_new(&ec, &t->w, err, errlen)) != 0) {
+    etcd_free(t->e);
     free(t);
     return rc;
   }
@@ -426,6 +543,7 @@ void etb_elect(etb_t *t, int how) {
     t->elect = 1;
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    etcd_watch_wake(t->w);
     return;
   }
   if (how == ETB_ELECT_ANY)
@@ -438,6 +556,7 @@ void etb_elect(etb_t *t, int how) {
   t->elect = 1;
   pthread_cond_signal(&t->cv);
   pthread_mutex_unlock(&t->mu);
+  etcd_watch_wake(t->w);
 }
 
 void etb_record_round(etb_t *t, int64_t r) {
@@ -446,6 +565,7 @@ void etb_record_round(etb_t *t, int64_t r) {
   t->kick = 1;
   pthread_cond_signal(&t->cv);
   pthread_mutex_unlock(&t->mu);
+  etcd_watch_wake(t->w);
 }
 
 void etb_wait_round(etb_t *t, int64_t r) {
@@ -458,6 +578,8 @@ void etb_wait_round(etb_t *t, int64_t r) {
     pthread_cond_signal(&t->cv);
   }
   pthread_mutex_unlock(&t->mu);
+  if (!ok)
+    etcd_watch_wake(t->w);
   if (ok)
     post(t, ETB_ROUND_OK);
 }
@@ -482,6 +604,7 @@ const char *etb_error(etb_t *t, char *buf, size_t cap) {
 static void async_closed(uv_handle_t *h) {
   etb_t *t = h->data;
   etcd_free(t->e);
+  etcd_free(t->w);
   pthread_mutex_destroy(&t->mu);
   pthread_cond_destroy(&t->cv);
   free(t);
@@ -495,6 +618,7 @@ void etb_close(etb_t *t) {
     t->stop = 1;
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    etcd_watch_wake(t->w);
     pthread_join(t->thread, NULL);
     t->started = 0;
   }

@@ -118,6 +118,15 @@ class Etcd:
                 return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
         return None
 
+    def delete(self, key):
+        for i in range(self.n):
+            if self.procs[i] and self.procs[i].running():
+                try:
+                    return post(self.client[i], "/v3/kv/deleterange", {"key": b64(key)})
+                except Exception:
+                    continue
+        raise AssertionError("no etcd member answers")
+
     def kill(self, i, sig=signal.SIGKILL):
         self.procs[i].signal(sig)
         self.procs[i].wait(30)
@@ -128,10 +137,12 @@ class Etcd:
                 p.kill()
 
 
-def agents(n, ep, nnodes, d, run_id, port, mode="hold", first=1, extra=(), ttl=5):
+def agents(n, ep, nnodes, d, run_id, port, mode="hold", first=1, extra=(), ttl=5,
+           env=None):
     """n agents node<first>... of job run_id; ttl: lease_ttl, short where a
     case waits for a lease to expire, else 10 s (a loaded machine may
-    delay renewals: a lost lease would restart the job)."""
+    delay renewals: a lost lease would restart the job); env: more
+    environment."""
     out = []
     for i in range(first, first + n):
         args = ["--nnodes", nnodes, "--nproc-per-node", "2",
@@ -141,12 +152,13 @@ def agents(n, ep, nnodes, d, run_id, port, mode="hold", first=1, extra=(), ttl=5
                                "lease_ttl=%d,store_port=%d" % (ttl, port),
                 "--stop-timeout", "5"] + list(extra) + \
                ["--no-python", PY, WORKER, d, mode]
-        out.append(lt.launch(args, env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i))
+        out.append(lt.launch(args, env=dict(env or {}, LAUNCH_HOSTNAME="node%d" % i),
+                             name="agent%d" % i))
     return out
 
 
 @contextlib.contextmanager
-def etcd_job(n, nnodes, run_id, mode="hold", ttl=5, extra=()):
+def etcd_job(n, nnodes, run_id, mode="hold", ttl=5, extra=(), env=None):
     """A fresh cluster and n agents of job run_id; every process ended, by
     pid, on the way out. Yields (cluster, worker dir, store port, agents)."""
     e = Etcd()
@@ -155,7 +167,7 @@ def etcd_job(n, nnodes, run_id, mode="hold", ttl=5, extra=()):
     ags = []
     try:
         ags += agents(n, e.endpoints(), nnodes, d, run_id, port, mode=mode, ttl=ttl,
-                      extra=extra)
+                      extra=extra, env=env)
         yield e, d, port, ags
     finally:
         for a in ags:
@@ -282,6 +294,23 @@ def test_host_killed(run_id="ec", extra=()):
         return took
 
 
+def test_host_key_deleted():
+    """The host key removed from etcd (what etcd does when it lets the
+    host's lease go) under a 1-node job: nothing else tells the host, whose
+    server and agent are fine, so its etcd watch must (LAUNCH_DEBUG=rounds
+    names what the watch saw; the read of the key is only the fallback,
+    off while the watch works). The host stops its workers and leaves the
+    job (exit 75)."""
+    with etcd_job(1, "1:2", "eg", ttl=10, env={"LAUNCH_DEBUG": "rounds"}) as (e, d, port, ags):
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 2, 90, "round 0's workers")
+        assert host_of(e, "eg") is not None
+        e.delete("/launch/eg/host")
+        assert ags[0].wait(60) == 75, ags[0].output()
+        out = ags[0].output()
+        assert "etcd watch: the host key was deleted" in out, out
+        assert "no longer holds job eg's host key in etcd" in out, out
+
+
 def test_host_killed_ckpt():
     """(c) with --ckpt-dir: the survivors agree on the newest step again
     under the host etcd elected (a replicated step 7 of 6 ranks, resumed
@@ -308,7 +337,12 @@ def test_host_stopped():
         old = int(h[0].split(".")[-1]) - 1
         t0 = time.time()
         ags[old].signal(signal.SIGSTOP)
-        lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 90, "round 1's workers")
+        try:
+            lt.wait_until(lambda: len(lt.records(d, 1)) == 4, 90, "round 1's workers")
+        except AssertionError:
+            for a in ags:
+                print(a.output()[-3000:])
+            raise
         took = time.time() - t0
         new = host_of(e, "ee")
         assert new is not None and new[0] != h[0], (h, new)
@@ -525,7 +559,7 @@ if __name__ == "__main__":
     finally:
         probe.kill()
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
-             test_host_killed, test_host_killed_ckpt, test_host_stopped, test_etcd_down_and_back,
+             test_host_killed, test_host_key_deleted, test_host_killed_ckpt, test_host_stopped, test_etcd_down_and_back,
              test_host_cut_off_from_etcd, test_auth, test_tls]
     only = sys.argv[1:]
     for t in tests:
