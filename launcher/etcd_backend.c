@@ -379,10 +379,9 @@ static void watch(etb_t *t, th_t *s, int64_t known) {
     return;
   LU_DBG(&t->log, LU_DBG_ROUNDS, "etcd watch failed (%s): polling for %"
          PRId64 " s", etcd_last_error(t->w), t->ttl_s);
+  /* a refusal is the other client's to report: its requests say so */
   s->wrev = 0;
   s->watch_retry = lu_now_ms() + (uint64_t)t->ttl_s * 1000;
-  if (rc == RDZV_EAUTH)
-    seen(t, s, rc);
 }
 
 static void *etb_main(void *arg) {

@@ -585,7 +585,7 @@ static size_t on_watch_data(char *p, size_t sz, size_t nm, void *arg) {
 /* One watch on member cur, for max_ms at most. */
 static int watch_one(etcd_t *e, const char *body, int64_t max_ms) {
   char url[400];
-  struct curl_slist *h;
+  struct curl_slist *h, *more;
   uint64_t end = lu_now_ms() + (uint64_t)max_ms;
   CURLcode cc = CURLE_OK;
   int running = 1, ended = 0;
@@ -594,6 +594,10 @@ static int watch_one(etcd_t *e, const char *body, int64_t max_ms) {
   e->wrc = 0;
   e->wdone = 0;
   h = setup(e, e->wcurl, url, body, max_ms, on_watch_data);
+  /* a member cut off from etcd's leader ends the watch (clientv3's
+   * WithRequireLeader) instead of keeping it open and silent */
+  if ((more = curl_slist_append(h, "Grpc-Metadata-hasleader: true")))
+    curl_easy_setopt(e->wcurl, CURLOPT_HTTPHEADER, h = more);
   cu.multi_add_handle(e->multi, e->wcurl);
   while (running && !ended) {
     CURLMsg *msg;
@@ -656,8 +660,10 @@ int etcd_watch(etcd_t *e, const char *prefix, int64_t start_rev,
   e->won = on;
   e->warg = arg;
   rc = watch_one(e, body, max_ms);
-  if (rc == -EHOSTUNREACH)
+  if (rc == -EHOSTUNREACH || rc == RDZV_EPROTO)
     e->cur = (e->cur + 1) % e->nmembers; /* the next one, next time */
+  if (rc == RDZV_EAUTH)
+    e->token[0] = '\0'; /* expired, perhaps: a new one next time */
   return rc;
 }
 
