@@ -1660,6 +1660,10 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
     len = eq ? (size_t)(eq - a) : strlen(a);
     if ((id = find_flag(a, len, flags, err, errlen)) < 0)
       return -1;
+    if (eq && (id == CFG_S_HELP || id == CFG_S_HELP_DEBUG ||
+               id == CFG_S_VERSION))
+      return fail(err, errlen, "%s takes no value (got '%s')",
+                  settings[id].flag, a);
     if (id == CFG_S_HELP || id == CFG_S_HELP_DEBUG) {
       cfg_help(stdout, flags | (id == CFG_S_HELP_DEBUG ? CFG_HELP_DEBUG : 0));
       return 1;
