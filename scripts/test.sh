@@ -26,12 +26,6 @@ status=0
 # in TMPDIR before and after (issue #27: a day of runs left 250 there).
 scratch() { find "${TMPDIR:-/tmp}" -maxdepth 1 \( -name 'launch[-_]*' -o -name 'tmp*' \) \
               -newer "$BUILD/CMakeCache.txt" 2>/dev/null | sort; }
-# Each agent registers its job in the user's runtime directory for `launch
-# status` (launcher/jobreg.c; $TMPDIR/launch-UID without XDG_RUNTIME_DIR):
-# one of the run's own, made before the count and removed at the end.
-XDG_RUNTIME_DIR=$(mktemp -d)
-export XDG_RUNTIME_DIR
-trap 'rm -rf "$XDG_RUNTIME_DIR"' EXIT
 before=$(scratch)
 (cd "$BUILD" && ctest --output-on-failure --timeout 600 -j 2 "$@") || status=$?
 left=$(comm -13 <(echo "$before") <(scratch) | sed '/^$/d')
