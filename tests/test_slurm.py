@@ -282,14 +282,19 @@ def case_train_gpt(cl):
 
 
 def case_from_tasks(cl):
+    # the tasks' error-file folders in the cluster's own folder: a task
+    # execs its program, no launch process is left to remove them, and
+    # slurmd gives the tasks TMPDIR=/tmp
+    logs = os.path.join(cl.dir, "work", "logs")
     rc, out = srun(cl, ["-N4", "--ntasks-per-node=2", LAUNCH, "--from-tasks",
+                        "--log-dir", logs,
                         os.path.join(BIN, "allreduce_check"), "--cpu"])
     check_allreduce("srun --ntasks-per-node=2 launch --from-tasks", rc, out, 8)
     dump = os.path.join(cl.dir, "work", "env")
     os.mkdir(dump)
     ckd = os.path.join(cl.dir, "work", "ck")
     rc, out = srun(cl, ["-N2", "--ntasks-per-node=2", LAUNCH, "--from-tasks",
-                        "--ckpt-dir", ckd, "--ckpt-keep", "5",
+                        "--log-dir", logs, "--ckpt-dir", ckd, "--ckpt-keep", "5",
                         "/bin/sh", "-c", 'env > "$0/$SLURM_PROCID"', dump])
     if rc != 0:
         fail("--from-tasks env dump: exit %d" % rc, out)
