@@ -102,6 +102,23 @@ template <typename T> static void test_layernorm(rng &r, int N, int C) {
   cudaFree(dY), cudaFree(dIn), cudaFree(gw), cudaFree(gb), cudaFree(gs);
 }
 
+/* ---- column sums (the bias gradients cuBLASLt's epilogues leave) --------- */
+template <typename T> static void test_colsum(rng &r, int M, int N) {
+  std::vector<double> x;
+  T *dx = upload<T>(r.normals((size_t)M * N, 1.0), &x);
+  std::vector<float> b0 = r.normals(N, 1.0);
+  float *gB = upload<float>(b0);
+  OK(gc_colsum<T>(gB, dx, M, N, g_sm, S));
+  std::vector<double> rb(b0.begin(), b0.end());
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++)
+      rb[n] += x[(size_t)m * N + n];
+  char what[96];
+  snprintf(what, sizeof(what), "column sums (+=) M=%d N=%d", M, N);
+  check(L<T>(what), download(gB, N), rb, 1e-4);
+  cudaFree(dx), cudaFree(gB);
+}
+
 /* ---- linear layers through cuBLASLt ---------------------------------------- */
 template <typename T> static void test_linear(rng &r, gc_mm_t *mm, const char *tag) {
   const int M = 256, K = 192, O = 384;
@@ -349,6 +366,10 @@ template <typename T> static void test_adamw(rng &r) {
 template <typename T> static void run_all(rng &r, gc_mm_t *fused, gc_mm_t *plain) {
   test_layernorm<T>(r, 3000, 768);
   test_layernorm<T>(r, 257, 64);
+  test_layernorm<T>(r, 2049, 1280); /* gpt2-774m: 5 warps a row */
+  test_layernorm<T>(r, 301, 1200);  /* a row's last warp part empty */
+  test_colsum<T>(r, 3001, 1288); /* rows left over after 4 a step */
+  test_colsum<T>(r, 5, 40);
   test_linear<T>(r, fused, "cuBLASLt");
   test_linear<T>(r, plain, "fallback");
   if (!std::is_same<T, float>::value)
