@@ -591,20 +591,38 @@ template <typename T> __global__ void gelu_bwd_kernel(T *d, const T *pre, size_t
 
 /* out[j] += sum over rows of x[i][j]: a block covers 256 columns (32 lanes x
  * 8, one 16-byte load each) and a slice of rows over its 8 warps; the warps
- * meet in shared memory, then one atomic per column and block. */
+ * meet in shared memory, then one atomic per column and block. A warp issues
+ * the loads of 4 of its rows before adding them (the same order of additions
+ * as a row at a time): with one load in flight per lane the kernel waited on
+ * memory (H200, in train_gpt: 31.6 -> 25.8 us a call at gpt2-124m, 39.5 ->
+ * 32.4 at 350m, 39 -> 29.4 at 774m; docs/benchmarks/2026-12-02-kernel-ab.md). */
 template <typename T>
 __global__ void __launch_bounds__(256) colsum_kernel(float *out, const T *x, int M, int N) {
   __shared__ float sh[8][256];
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const int col = blockIdx.x * 256 + lane * 8;
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  if (col < N)
-    for (int r = blockIdx.y * 8 + w; r < M; r += gridDim.y * 8) {
+  if (col < N) {
+    const int step = gridDim.y * 8;
+    int r = blockIdx.y * 8 + w;
+    for (; r + 3 * step < M; r += 4 * step) {
+      gc_pack8<T> p[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+        p[u] = gc_load8(x + (size_t)(r + u * step) * N + col);
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          acc[k] += gc_tof(p[u].v[k]);
+    }
+    for (; r < M; r += step) {
       gc_pack8<T> p = gc_load8(x + (size_t)r * N + col);
 #pragma unroll
       for (int k = 0; k < 8; k++)
         acc[k] += gc_tof(p.v[k]);
     }
+  }
 #pragma unroll
   for (int k = 0; k < 8; k++)
     sh[w][lane * 8 + k] = acc[k];
