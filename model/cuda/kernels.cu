@@ -594,8 +594,8 @@ template <typename T> __global__ void gelu_bwd_kernel(T *d, const T *pre, size_t
  * meet in shared memory, then one atomic per column and block. A warp issues
  * the loads of 4 of its rows before adding them (the same order of additions
  * as a row at a time): with one load in flight per lane the kernel waited on
- * memory (H200, in train_gpt: 31.6 -> 25.8 us a call at gpt2-124m, 39.5 ->
- * 32.4 at 350m, 39 -> 29.4 at 774m; docs/benchmarks/2026-12-02-kernel-ab.md). */
+ * memory (H200, in training under CUPTI: 18 % shorter a call at gpt2-124m and
+ * 350m, 28 % at 774m; docs/benchmarks/2026-12-02-kernel-ab.md). */
 template <typename T>
 __global__ void __launch_bounds__(256) colsum_kernel(float *out, const T *x, int M, int N) {
   __shared__ float sh[8][256];
