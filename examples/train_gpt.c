@@ -136,6 +136,7 @@ typedef struct run_s {
    * edges of the norm's blocks (bpart[k] = part[k] / block) */
   size_t *part, *bpart, nblocks;
   double *norm_parts; /* the blocks' sums of squares, all ranks' */
+  void *norm_stage;   /* their device copy for NCCL (GPU, ranks > 1) */
   uint64_t train_windows, val_windows;
   train_state_t st;
   double peak; /* dense TFLOPS of one device, 0 when unknown */
@@ -647,7 +648,42 @@ static int setup_zero(run_t *r) {
   rc = r->ops->shard(r->model, r->part[r->rank], r->part[r->rank + 1]);
   if (rc != 0)
     return runtime_failed("shard", rc);
+#ifdef GPT_HAVE_CUDA
+  /* NCCL gathers device memory only: the norm's sums pass through here */
+  if (rt_device(r->rt) >= 0 && W > 1 &&
+      cudaMalloc(&r->norm_stage, r->nblocks * sizeof(double)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail_line("out of device memory for the gradient norm's %zu block sums",
+              r->nblocks);
+    return EXIT_FAIL;
+  }
+#endif
   return EXIT_OK;
+}
+
+/* rt_allgather of host memory (part[0] == 0). On the CPU ring in place;
+ * NCCL (a GPU run of several ranks) gathers device memory: the parts pass
+ * through `stage`, device memory of part[world] elements. RET 0 or a code. */
+static int gather_host(run_t *r, void *buf, const size_t *part, size_t esize,
+                       void *stage) {
+#ifdef GPT_HAVE_CUDA
+  if (rt_device(r->rt) >= 0 && r->world > 1) {
+    char *h = buf, *d = stage;
+    size_t at = part[r->rank] * esize;
+    size_t mine = (part[r->rank + 1] - part[r->rank]) * esize;
+    int rc;
+    if (cudaMemcpy(d + at, h + at, mine, cudaMemcpyHostToDevice) != cudaSuccess)
+      return -EIO;
+    if ((rc = rt_allgather(r->rt, stage, part, esize)) != 0)
+      return rc;
+    if (cudaMemcpy(h, d, part[r->world] * esize, cudaMemcpyDeviceToHost) !=
+        cudaSuccess)
+      return -EIO;
+    return 0;
+  }
+#endif
+  (void)stage;
+  return rt_allgather(r->rt, buf, part, esize);
 }
 
 static int setup_model(run_t *r) {
@@ -786,6 +822,10 @@ static void run_free(run_t *r) {
   free(r->part);
   free(r->bpart);
   free(r->norm_parts);
+#ifdef GPT_HAVE_CUDA
+  if (r->norm_stage)
+    cudaFree(r->norm_stage);
+#endif
 }
 
 /* ---- checkpoints ------------------------------------------------------------- */
@@ -993,11 +1033,15 @@ static int ckpt_step(run_t *r) {
     return runtime_failed("get_state", rc);
   /* ZeRO-1 gathers the moments: the file is the one --zero 0 writes, so
    * any rank count, sharded or not, resumes from it */
-  if (r->part && ((rc = rt_allgather(r->rt, r->ck_buf + n, r->part,
-                                     sizeof(float))) != 0 ||
-                  (rc = rt_allgather(r->rt, r->ck_buf + 2 * n, r->part,
-                                     sizeof(float))) != 0))
-    return runtime_failed("gathering the AdamW state", rc);
+  if (r->part) {
+    /* on NCCL through the gradient's device buffer, free between steps */
+    void *stage = r->ops->grad_buffer(r->model, NULL);
+    if ((rc = gather_host(r, r->ck_buf + n, r->part, sizeof(float),
+                          stage)) != 0 ||
+        (rc = gather_host(r, r->ck_buf + 2 * n, r->part, sizeof(float),
+                          stage)) != 0)
+      return runtime_failed("gathering the AdamW state", rc);
+  }
   ckpt_header(r, &r->ck_head);
   ckpt_iov(r, &r->ck_head, iov);
   if ((rc = ckpt_save_async(r->ck, r->st.step, iov, 4)) != 0) {
@@ -1063,8 +1107,8 @@ static int zero_grad_norm(run_t *r, float scale, float *norm) {
   size_t b0 = r->bpart[r->rank], b1 = r->bpart[r->rank + 1];
   double total = 0.0;
   int rc = r->ops->grad_sumsq(r->model, b0, b1, r->norm_parts + b0);
-  if (rc != 0 ||
-      (rc = rt_allgather(r->rt, r->norm_parts, r->bpart, sizeof(double))) != 0)
+  if (rc != 0 || (rc = gather_host(r, r->norm_parts, r->bpart,
+                                   sizeof(double), r->norm_stage)) != 0)
     return rc;
   for (size_t i = 0; i < r->nblocks; i++)
     total += r->norm_parts[i];
@@ -1151,9 +1195,12 @@ static int train_step(run_t *r, float lr, float *loss, float *norm,
   a.t = (int)++r->st.adam_step;
   if ((rc = r->ops->adamw(r->model, &a)) != 0)
     return runtime_failed("adamw", rc);
-  /* ZeRO-1: each rank updated its shard; every rank gets all of them */
-  if (o->zero && (rc = rt_allgather(r->rt, r->ops->param_buffer(r->model),
-                                    r->part, sizeof(float))) != 0)
+  /* ZeRO-1: each rank updated its shard; every rank gets all of them (on
+   * a GPU, NCCL's stream after the update's: the backend's stream done) */
+  if (o->zero && r->world > 1 &&
+      ((rc = r->ops->sync(r->model)) != 0 ||
+       (rc = rt_allgather(r->rt, r->ops->param_buffer(r->model), r->part,
+                          sizeof(float))) != 0))
     return runtime_failed("the parameter all-gather", rc);
   if (r->dtype == GPT_FP16 && ++r->st.good_steps >= o->loss_scale_window) {
     r->st.loss_scale *= 2;

@@ -9,23 +9,10 @@
 #    --zero 0 checkpoint resumes on 4 ranks with --zero 0 (or 1), and on 2
 #    ranks with --zero 0 as the uninterrupted --zero 0 run.
 set -u
-LAUNCH=${LAUNCH_BIN:-build/bin/launch}
-BIN=$(dirname "$LAUNCH")
-TG=$BIN/train_gpt
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-unset RANK WORLD_SIZE LOCAL_RANK LAUNCH_RESUME_STEP LAUNCH_CKPT_DIR TRAIN_GPT_NO_PREFETCH
+# shellcheck disable=SC2034 # read by run (train_gpt_zero_lib.sh)
 M=(--preset tiny --batch 2 --val-every 3 --val-batches 4 --threads 1)
+. "$(dirname "$0")/train_gpt_zero_lib.sh"
 
-# run NAME RANKS [train_gpt flags...]
-run() {
-  local name=$1 n=$2
-  shift 2
-  "$LAUNCH" --standalone --nproc-per-node "$n" -q "$TG" "${M[@]}" "$@" \
-    --dump-params "$T/$name.bin" >"$T/$name.log" 2>&1 ||
-    { cat "$T/$name.log"; fail "$name"; }
-}
 # The loss lines without their timings.
 losses() { grep -E '(step|val) +[0-9]+/|final:' "$1" | sed 's/ | [0-9.]* ms.*//'; }
 
@@ -48,7 +35,6 @@ cmp -s "$T/z0-w2-a2.bin" "$T/z1-w2-a2.bin" || fail "2 ranks, --accum 2: --zero 1
 echo "  --zero 1 on 1, 2 and 4 ranks (4 with buckets of 0.2 MiB, 2 with --accum 2): bitwise the parameters and losses of --zero 0"
 
 # -- the state per rank falls with the ranks ------------------------------------
-mib() { sed -n 's/.*AdamW state: \([0-9.]*\) MiB.*/\1/p' "$1"; }
 s0=$(mib "$T/z0-w4.log") s1=$(mib "$T/z1-w1.log") s2=$(mib "$T/z1-w2.log") s4=$(mib "$T/z1-w4.log")
 echo "  AdamW state per rank: --zero 0: $s0 MiB; --zero 1: $s1 (1 rank), $s2 (2), $s4 (4)"
 /usr/bin/python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; sys.exit(0 if a[0]==a[1] and a[1]>a[2]>a[3] and a[3]<a[1]/3 else 1)" \
@@ -62,8 +48,6 @@ run whole-z0 2 --steps 6 --zero 0
 run save-z1 2 --steps 3 --zero 1 --ckpt-dir "$T/ck1" --ckpt-every 3
 run save-z0 2 --steps 3 --zero 0 --ckpt-dir "$T/ck0" --ckpt-every 3
 for f in "$T"/ck1/step-3/rank-{0,1}.bin; do [ -f "$f" ] || fail "no $f"; done
-# the header's int32 after magic[8] and 11 int32: --zero of the run that saved
-zero_of() { od -An -t d4 -j 52 -N 4 "$1" | tr -d ' '; }
 [ "$(zero_of "$T/ck1/step-3/rank-0.bin")" = 1 ] || fail "the --zero 1 checkpoint does not record it"
 [ "$(zero_of "$T/ck0/step-3/rank-0.bin")" = 0 ] || fail "the --zero 0 checkpoint records --zero 1"
 for r in 0 1; do

@@ -98,6 +98,16 @@ struct gpt_backend_s {
   float *stats; /* per layer: mean1 rstd1 mean2 rstd2 (N each), lse */
   float *meanf, *rstdf, *losses, *dwte_tmp, *attn_scratch;
   float *norm_partial, *d_norm;
+  /* ZeRO-1 (shard()): AdamW updates the parameters [lo, hi) (0, np when
+   * unsharded); adam_m and adam_v, allocated apart from the arena so that
+   * shard() can shrink them, hold the moments of [moff, moff + mcap).
+   * low_stale: the low-precision weights outside [lo, hi) are older than
+   * the master (the trainer all-gathers it); forward() converts them. */
+  size_t lo, hi, moff, mcap;
+  int sharded, low_stale;
+  /* the gradient norm's blocks (gpt.h norm_block): nblocks of nblock */
+  size_t nblock, nblocks;
+  double *d_sumsq, *h_sumsq;
   gc_chunk_t *chunks;
   int nchunks, chunk_rows;
   int *d_tok, *d_tgt;
@@ -188,7 +198,9 @@ extern "C" const char *gpt_cuda_profile_name(int cls) {
   return cls >= 0 && cls < GPT_PROF_NCLASSES ? prof_names[cls] : "?";
 }
 
-extern "C" size_t gpt_cuda_memory(const gpt_backend_t *m) { return m->arena_size + (32u << 20); }
+extern "C" size_t gpt_cuda_memory(const gpt_backend_t *m) {
+  return m->arena_size + 2 * m->mcap * sizeof(float) + (32u << 20);
+}
 
 extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size_t n) {
   static const char *dn[] = {"fp32", "bf16", "fp16"};
@@ -598,6 +610,57 @@ static int check_config(const gpt_config_t *c, int B, int T, int dtype) {
 
 static void destroy(gpt_backend_t *m);
 
+/* AdamW chunks: tensors in layout order, cut in pieces of 64 Ki floats,
+ * those that hold parameters of [lo, hi) (all: 0, np); weight decay on the
+ * 2-D tensors (gpt.h) is applied with the factor set per step, so here
+ * only the 0/1 flag is recorded in wd. Replaces m->chunks. */
+static int build_chunks(gpt_backend_t *m, size_t lo, size_t hi) {
+  const gpt_config_t *c = &m->c;
+  const size_t piece = 65536;
+  int n = 0;
+  gc_chunk_t *h = NULL, *d = NULL;
+  for (int pass = 0; pass < 2; pass++) {
+    n = 0;
+    for (int which = GPT_WTE; which <= GPT_LNFB; which++) {
+      const int per_layer = which >= GPT_LN1W && which <= GPT_FCPROJB;
+      const int nl = per_layer ? c->num_layers : 1;
+      const int decay = which == GPT_WTE || which == GPT_WPE || which == GPT_QKVW ||
+                        which == GPT_ATTPROJW || which == GPT_FCW || which == GPT_FCPROJW;
+      for (int l = 0; l < nl; l++) {
+        size_t cnt, o = gpt_tensor_offset(c, which, l, &cnt);
+        for (size_t s0 = 0; s0 < cnt; s0 += piece) {
+          const size_t len = cnt - s0 < piece ? cnt - s0 : piece;
+          if (o + s0 >= hi || o + s0 + len <= lo)
+            continue;
+          if (pass == 1) {
+            h[n].start = o + s0;
+            h[n].len = (unsigned)len;
+            h[n].wd = decay ? 1.f : 0.f;
+          }
+          n++;
+        }
+      }
+    }
+    if (pass == 0 && (h = (gc_chunk_t *)malloc(((size_t)n + 1) * sizeof(*h))) == NULL)
+      return -ENOMEM;
+  }
+  cudaError_t e = cudaSuccess;
+  if (n > 0) {
+    e = cudaMalloc((void **)&d, (size_t)n * sizeof(*h));
+    if (e == cudaSuccess)
+      e = cudaMemcpy(d, h, (size_t)n * sizeof(*h), cudaMemcpyHostToDevice);
+  }
+  free(h);
+  if (e != cudaSuccess) {
+    cudaFree(d);
+    return gc_cuda_fail(e, "cudaMalloc/cudaMemcpy(AdamW chunks)", __FILE__, __LINE__);
+  }
+  cudaFree(m->chunks);
+  m->chunks = d;
+  m->nchunks = n;
+  return 0;
+}
+
 static int create(const gpt_config_t *c, int B, int T, int dtype, int device, int threads,
                   gpt_backend_t **out) {
   (void)threads;
@@ -630,6 +693,12 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
   m->B = B, m->T = T, m->N = B * T, m->dtype = dtype, m->device = device;
   m->cc = cc, m->sm_count = p.multiProcessorCount;
   m->np = gpt_num_params(c);
+  m->hi = m->mcap = m->np;
+  /* norm blocks of 64 Ki floats, larger where that would make more than
+   * 16 Ki of them; a multiple of 4 (float4 shards) */
+  for (m->nblock = 65536; m->np / m->nblock > 16384;)
+    m->nblock *= 2;
+  m->nblocks = (m->np + m->nblock - 1) / m->nblock;
   {
     const char *g = getenv("GPT_CUDA_GRAPH");
     m->graph = !(g && !strcmp(g, "0")); /* on unless GPT_CUDA_GRAPH=0 */
@@ -678,8 +747,6 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
       size_t bytes;
     } plan[] = {
         {(void **)&m->master, m->np * 4},
-        {(void **)&m->adam_m, m->np * 4},
-        {(void **)&m->adam_v, m->np * 4},
         {(void **)&m->grad, m->np * 4},
         {(void **)&m->plow, dtype == GPT_FP32 ? 0 : m->np * ts},
         {(void **)&m->acts, L * 16 * NC * ts},
@@ -697,6 +764,7 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
         {(void **)&m->attn_scratch, gc_attention_scratch(dtype, B, T, c->num_heads, hd) * 4},
         {(void **)&m->norm_partial, 2 * (size_t)m->sm_count * 4},
         {(void **)&m->d_norm, 4},
+        {(void **)&m->d_sumsq, m->nblocks * sizeof(double)},
         {(void **)&m->d_tok, N * 4},
         {(void **)&m->d_tgt, N * 4},
     };
@@ -718,6 +786,11 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
     CK(cudaMallocHost((void **)&m->h_tgt, N * 4));
     CK(cudaMallocHost((void **)&m->h_losses, N * 4));
     CK(cudaMallocHost((void **)&m->h_norm, 4));
+    CK(cudaMallocHost((void **)&m->h_sumsq, m->nblocks * sizeof(double)));
+    CK(cudaMalloc((void **)&m->adam_m, m->np * 4));
+    CK(cudaMalloc((void **)&m->adam_v, m->np * 4));
+    CK(cudaMemsetAsync(m->adam_m, 0, m->np * 4, m->st));
+    CK(cudaMemsetAsync(m->adam_v, 0, m->np * 4, m->st));
     CK(cudaEventCreateWithFlags(&m->h2d_done, cudaEventDisableTiming));
     m->seg_ev = (cudaEvent_t *)calloc(L + 1, sizeof(cudaEvent_t));
     if (!m->seg_ev) {
@@ -726,48 +799,9 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
     }
     for (size_t i = 0; i <= L; i++)
       CK(cudaEventCreateWithFlags(&m->seg_ev[i], cudaEventDisableTiming));
-    /* AdamW chunks: tensors in layout order, cut in pieces of 64 Ki floats;
-     * weight decay on the 2-D tensors (gpt.h) is applied with the factor
-     * set per step, so here only the 0/1 flag is recorded in wd. */
-    {
-      const size_t piece = 65536;
-      int cap = 0, n = 0;
-      gc_chunk_t *h = NULL;
-      for (int pass = 0; pass < 2; pass++) {
-        n = 0;
-        for (int which = GPT_WTE; which <= GPT_LNFB; which++) {
-          const int per_layer = which >= GPT_LN1W && which <= GPT_FCPROJB;
-          const int nl = per_layer ? (int)L : 1;
-          const int decay = which == GPT_WTE || which == GPT_WPE || which == GPT_QKVW ||
-                            which == GPT_ATTPROJW || which == GPT_FCW || which == GPT_FCPROJW;
-          for (int l = 0; l < nl; l++) {
-            size_t cnt, o = gpt_tensor_offset(c, which, l, &cnt);
-            for (size_t s0 = 0; s0 < cnt; s0 += piece) {
-              if (pass == 1) {
-                h[n].start = o + s0;
-                h[n].len = (unsigned)(cnt - s0 < piece ? cnt - s0 : piece);
-                h[n].wd = decay ? 1.f : 0.f;
-              }
-              n++;
-            }
-          }
-        }
-        if (pass == 0) {
-          cap = n;
-          h = (gc_chunk_t *)malloc((size_t)cap * sizeof(*h));
-          if (!h) {
-            rc = -ENOMEM;
-            goto fail;
-          }
-        }
-      }
-      m->nchunks = n;
-      e = cudaMalloc((void **)&m->chunks, (size_t)n * sizeof(*h));
-      if (e == cudaSuccess)
-        e = cudaMemcpy(m->chunks, h, (size_t)n * sizeof(*h), cudaMemcpyHostToDevice);
-      free(h);
-      CK(e);
-    }
+    rc = build_chunks(m, 0, m->np);
+    if (rc < 0)
+      goto fail;
     CK(cudaStreamSynchronize(m->st));
   }
 #undef CK
@@ -802,6 +836,9 @@ static void destroy(gpt_backend_t *m) {
   cudaFreeHost(m->h_tgt);
   cudaFreeHost(m->h_losses);
   cudaFreeHost(m->h_norm);
+  cudaFreeHost(m->h_sumsq);
+  cudaFree(m->adam_m);
+  cudaFree(m->adam_v);
   cudaFree(m->chunks);
   cudaFree(m->arena);
   for (int i = 0; i < 4; i++) {
@@ -821,40 +858,60 @@ static void destroy(gpt_backend_t *m) {
   free(m);
 }
 
+/* The moments: those of [lo, hi), hi - lo floats, in and out (gpt.h). */
+static float *moments(gpt_backend_t *m, float *base) { return base + (m->lo - m->moff); }
+
 static int set_state(gpt_backend_t *m, const float *params, const float *am, const float *av) {
-  const size_t bytes = m->np * 4;
-  GC_CUDA(cudaMemcpyAsync(m->master, params, bytes, cudaMemcpyHostToDevice, m->st));
+  const size_t bytes = (m->hi - m->lo) * 4, all = m->mcap * 4;
+  if (params)
+    GC_CUDA(cudaMemcpyAsync(m->master, params, m->np * 4, cudaMemcpyHostToDevice, m->st));
   if (am)
-    GC_CUDA(cudaMemcpyAsync(m->adam_m, am, bytes, cudaMemcpyHostToDevice, m->st));
+    GC_CUDA(cudaMemcpyAsync(moments(m, m->adam_m), am, bytes, cudaMemcpyHostToDevice, m->st));
   else
-    GC_CUDA(cudaMemsetAsync(m->adam_m, 0, bytes, m->st));
+    GC_CUDA(cudaMemsetAsync(m->adam_m, 0, all, m->st));
   if (av)
-    GC_CUDA(cudaMemcpyAsync(m->adam_v, av, bytes, cudaMemcpyHostToDevice, m->st));
+    GC_CUDA(cudaMemcpyAsync(moments(m, m->adam_v), av, bytes, cudaMemcpyHostToDevice, m->st));
   else
-    GC_CUDA(cudaMemsetAsync(m->adam_v, 0, bytes, m->st));
-  if (m->dtype == GPT_BF16)
+    GC_CUDA(cudaMemsetAsync(m->adam_v, 0, all, m->st));
+  if (params && m->dtype == GPT_BF16)
     GC_TRY(gc_convert<bf16>((bf16 *)m->plow, m->master, m->np, m->st));
-  else if (m->dtype == GPT_FP16)
+  else if (params && m->dtype == GPT_FP16)
     GC_TRY(gc_convert<f16>((f16 *)m->plow, m->master, m->np, m->st));
+  if (params)
+    m->low_stale = 0;
   GC_CUDA(cudaStreamSynchronize(m->st));
   return 0;
 }
 
 static int get_state(gpt_backend_t *m, float *params, float *am, float *av) {
-  const size_t bytes = m->np * 4;
+  const size_t bytes = (m->hi - m->lo) * 4;
   if (params)
-    GC_CUDA(cudaMemcpyAsync(params, m->master, bytes, cudaMemcpyDeviceToHost, m->st));
+    GC_CUDA(cudaMemcpyAsync(params, m->master, m->np * 4, cudaMemcpyDeviceToHost, m->st));
   if (am)
-    GC_CUDA(cudaMemcpyAsync(am, m->adam_m, bytes, cudaMemcpyDeviceToHost, m->st));
+    GC_CUDA(cudaMemcpyAsync(am, moments(m, m->adam_m), bytes, cudaMemcpyDeviceToHost, m->st));
   if (av)
-    GC_CUDA(cudaMemcpyAsync(av, m->adam_v, bytes, cudaMemcpyDeviceToHost, m->st));
+    GC_CUDA(cudaMemcpyAsync(av, moments(m, m->adam_v), bytes, cudaMemcpyDeviceToHost, m->st));
   GC_CUDA(cudaStreamSynchronize(m->st));
+  return 0;
+}
+
+/* ZeRO-1: the low-precision weights outside this rank's shard from the
+ * master, all-gathered by the trainer since the last update. */
+template <typename T> static int refresh_low(gpt_backend_t *m) {
+  if (m->lo > 0)
+    GC_TRY(gc_convert<T>((T *)m->plow, m->master, m->lo, m->st));
+  if (m->hi < m->np)
+    GC_TRY(gc_convert<T>((T *)m->plow + m->hi, m->master + m->hi, m->np - m->hi, m->st));
+  m->low_stale = 0;
   return 0;
 }
 
 static int forward(gpt_backend_t *m, const int32_t *tokens, const int32_t *targets, float *loss) {
   if (gc_failed)
     return -EIO;
+  if (m->low_stale)
+    PROF(m, GPT_PROF_OTHER,
+         m->dtype == GPT_BF16 ? refresh_low<bf16>(m) : refresh_low<f16>(m));
   switch (m->dtype) {
   case GPT_BF16:
     return forward_t<bf16>(m, tokens, targets, loss);
@@ -892,40 +949,105 @@ static void *grad_buffer(gpt_backend_t *m, int *dtype) {
   return m->grad;
 }
 
-static int grad_norm(gpt_backend_t *m, float scale, float *norm) {
+/* The sums of squares of blocks [b0, b1) into the pinned h_sumsq. */
+static int sumsq(gpt_backend_t *m, size_t b0, size_t b1) {
   PROF(m, GPT_PROF_NORM,
-       gc_norm(m->d_norm, m->norm_partial, m->grad, m->np, scale, m->sm_count, m->st));
-  GC_CUDA(cudaMemcpyAsync(m->h_norm, m->d_norm, 4, cudaMemcpyDeviceToHost, m->st));
+       gc_sumsq_blocks(m->d_sumsq, m->grad, m->np, m->nblock, b0, b1 - b0, m->st));
+  if (b1 > b0)
+    GC_CUDA(cudaMemcpyAsync(m->h_sumsq, m->d_sumsq, (b1 - b0) * sizeof(double),
+                            cudaMemcpyDeviceToHost, m->st));
   GC_CUDA(cudaStreamSynchronize(m->st));
-  *norm = *m->h_norm;
+  return 0;
+}
+
+/* The blocks' sums added in block order on the host: what a ZeRO-1 trainer
+ * adds after gathering them (grad_sumsq), bit for bit. */
+static int grad_norm(gpt_backend_t *m, float scale, float *norm) {
+  double total = 0.0;
+  GC_TRY(sumsq(m, 0, m->nblocks));
+  for (size_t i = 0; i < m->nblocks; i++)
+    total += m->h_sumsq[i];
+  *norm = (float)(sqrt(total) * (double)scale);
+  return 0;
+}
+
+static size_t norm_block(gpt_backend_t *m) { return m->nblock; }
+
+static int grad_sumsq(gpt_backend_t *m, size_t b0, size_t b1, double *part) {
+  if (b0 > b1 || b1 > m->nblocks)
+    return gc_fail(-EINVAL, "grad_sumsq", "blocks out of range", __FILE__, __LINE__);
+  GC_TRY(sumsq(m, b0, b1));
+  memcpy(part, m->h_sumsq, (b1 - b0) * sizeof(double));
+  return 0;
+}
+
+/* Keep the moments of [lo, hi) (from lo rounded down to 4, float4 access,
+ * to hi rounded up), in allocations of their own; the whole ones freed. */
+static int shard(gpt_backend_t *m, size_t lo, size_t hi) {
+  if (lo > hi || hi > m->np || m->sharded)
+    return gc_fail(-EINVAL, "shard",
+                   lo > hi || hi > m->np ? "range out of the parameters" : "already sharded",
+                   __FILE__, __LINE__);
+  const size_t moff = lo & ~(size_t)3, cap = ((hi + 3) & ~(size_t)3) - moff;
+  const size_t keep = cap < 4 ? 4 : cap; /* an empty shard: never 0 bytes */
+  float *nm = NULL, *nv = NULL;
+  cudaError_t e = cudaMalloc((void **)&nm, keep * 4);
+  if (e == cudaSuccess)
+    e = cudaMalloc((void **)&nv, keep * 4);
+  if (e == cudaSuccess)
+    e = cudaMemsetAsync(nm, 0, keep * 4, m->st);
+  if (e == cudaSuccess)
+    e = cudaMemsetAsync(nv, 0, keep * 4, m->st);
+  if (e == cudaSuccess && cap > 0)
+    e = cudaMemcpyAsync(nm, m->adam_m + moff, cap * 4, cudaMemcpyDeviceToDevice, m->st);
+  if (e == cudaSuccess && cap > 0)
+    e = cudaMemcpyAsync(nv, m->adam_v + moff, cap * 4, cudaMemcpyDeviceToDevice, m->st);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(m->st);
+  if (e != cudaSuccess) {
+    cudaFree(nm);
+    cudaFree(nv);
+    return gc_cuda_fail(e, "shard (the AdamW moments)", __FILE__, __LINE__);
+  }
+  const int rc = build_chunks(m, lo, hi);
+  if (rc < 0) {
+    cudaFree(nm);
+    cudaFree(nv);
+    return rc;
+  }
+  cudaFree(m->adam_m);
+  cudaFree(m->adam_v);
+  m->adam_m = nm, m->adam_v = nv;
+  m->lo = lo, m->hi = hi, m->moff = moff, m->mcap = keep;
+  m->sharded = 1;
+  return 0;
+}
+
+static void *param_buffer(gpt_backend_t *m) { return m->master; }
+
+/* Over this rank's shard [lo, hi) only (all of it unsharded). */
+template <typename T> static int adamw_t(gpt_backend_t *m, const gpt_adamw_t *a, T *plow) {
+  const float bc1 = 1.f - powf(a->beta1, (float)a->t);
+  const float bc2 = 1.f - powf(a->beta2, (float)a->t);
+  /* Chunks carry 0 or 1 as their decay flag; scale by the step's factor. */
+  PROF(m, GPT_PROF_ADAMW,
+       gc_adamw_range<T>(m->master, m->adam_m, m->adam_v, m->grad, plow, m->chunks,
+                         m->nchunks, a->lr, a->beta1, a->beta2, a->eps, a->grad_scale, bc1,
+                         bc2, a->weight_decay, m->lo, m->hi, m->moff, m->st));
+  /* the other shards come through the trainer's all-gather of the master */
+  m->low_stale = plow != NULL && (m->lo > 0 || m->hi < m->np);
   return 0;
 }
 
 static int adamw(gpt_backend_t *m, const gpt_adamw_t *a) {
-  const float bc1 = 1.f - powf(a->beta1, (float)a->t);
-  const float bc2 = 1.f - powf(a->beta2, (float)a->t);
-  /* Chunks carry 0 or 1 as their decay flag; scale by the step's factor. */
-  const float wd = a->weight_decay;
   switch (m->dtype) {
   case GPT_BF16:
-    PROF(m, GPT_PROF_ADAMW,
-         gc_adamw<bf16>(m->master, m->adam_m, m->adam_v, m->grad, (bf16 *)m->plow, m->chunks,
-                        m->nchunks, a->lr, a->beta1, a->beta2, a->eps, a->grad_scale, bc1, bc2, wd,
-                        m->st));
-    break;
+    return adamw_t<bf16>(m, a, (bf16 *)m->plow);
   case GPT_FP16:
-    PROF(m, GPT_PROF_ADAMW,
-         gc_adamw<f16>(m->master, m->adam_m, m->adam_v, m->grad, (f16 *)m->plow, m->chunks,
-                       m->nchunks, a->lr, a->beta1, a->beta2, a->eps, a->grad_scale, bc1, bc2, wd,
-                       m->st));
-    break;
+    return adamw_t<f16>(m, a, (f16 *)m->plow);
   default:
-    PROF(m, GPT_PROF_ADAMW,
-         gc_adamw<float>(m->master, m->adam_m, m->adam_v, m->grad, NULL, m->chunks, m->nchunks,
-                         a->lr, a->beta1, a->beta2, a->eps, a->grad_scale, bc1, bc2, wd, m->st));
-    break;
+    return adamw_t<float>(m, a, NULL);
   }
-  return 0;
 }
 
 static int sync_(gpt_backend_t *m) {
@@ -934,6 +1056,7 @@ static int sync_(gpt_backend_t *m) {
 }
 
 extern "C" const gpt_backend_ops_t gpt_cuda_ops = {
-    "cuda",    create,   destroy,     set_state, get_state, forward,
-    zero_grad, backward, grad_buffer, grad_norm, adamw,     sync_,
+    "cuda",     create,      destroy,    set_state, get_state, forward,
+    zero_grad,  backward,    grad_buffer, grad_norm, adamw,     sync_,
+    norm_block, grad_sumsq,  shard,      param_buffer,
 };

@@ -686,18 +686,23 @@ template <typename T> int gc_convert(T *dst, const float *src, size_t n, cudaStr
 template <typename T>
 __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, T *plow,
                              const gc_chunk_t *chunks, float lr, float b1, float b2,
-                             float eps, float gscale, float bc1, float bc2, float decay) {
+                             float eps, float gscale, float bc1, float bc2, float decay,
+                             size_t lo, size_t hi, size_t moff) {
   const gc_chunk_t ck = chunks[blockIdx.x];
   const float wd = ck.wd * decay;
   for (unsigned j = threadIdx.x * 4; j < ck.len; j += blockDim.x * 4) {
     const size_t i = ck.start + j;
+    if (i + 4 <= lo || i >= hi)
+      continue; /* outside the shard */
     float4 gp = *reinterpret_cast<const float4 *>(g + i);
     float4 pp = *reinterpret_cast<float4 *>(p + i);
-    float4 mp = *reinterpret_cast<float4 *>(m + i);
-    float4 vp = *reinterpret_cast<float4 *>(v + i);
+    float4 mp = *reinterpret_cast<float4 *>(m + (i - moff));
+    float4 vp = *reinterpret_cast<float4 *>(v + (i - moff));
     float *gf = &gp.x, *pf = &pp.x, *mf = &mp.x, *vf = &vp.x;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
+      if (i + k < lo || i + k >= hi)
+        continue;
       const float gr = gf[k] * gscale;
       mf[k] = b1 * mf[k] + (1.f - b1) * gr;
       vf[k] = b2 * vf[k] + (1.f - b2) * gr * gr;
@@ -705,14 +710,29 @@ __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, T *pl
       pf[k] -= lr * (mh / (sqrtf(vh) + eps) + wd * pf[k]);
     }
     *reinterpret_cast<float4 *>(p + i) = pp;
-    *reinterpret_cast<float4 *>(m + i) = mp;
-    *reinterpret_cast<float4 *>(v + i) = vp;
+    *reinterpret_cast<float4 *>(m + (i - moff)) = mp;
+    *reinterpret_cast<float4 *>(v + (i - moff)) = vp;
     if (plow) {
 #pragma unroll
       for (int k = 0; k < 4; k++)
-        plow[i + k] = gc_from<T>(pf[k]);
+        if (i + k >= lo && i + k < hi)
+          plow[i + k] = gc_from<T>(pf[k]);
     }
   }
+}
+
+template <typename T>
+int gc_adamw_range(float *p, float *m, float *v, const float *g, T *plow,
+                   const gc_chunk_t *chunks, int nchunks, float lr, float b1,
+                   float b2, float eps, float gscale, float bc1, float bc2,
+                   float weight_decay, size_t lo, size_t hi, size_t moff,
+                   cudaStream_t s) {
+  if (nchunks == 0)
+    return 0; /* an empty shard */
+  adamw_kernel<T><<<nchunks, 256, 0, s>>>(p, m, v, g, plow, chunks, lr, b1, b2, eps, gscale,
+                                          bc1, bc2, weight_decay, lo, hi, moff);
+  GC_LAUNCH("adamw_kernel");
+  return 0;
 }
 
 template <typename T>
@@ -720,10 +740,8 @@ int gc_adamw(float *p, float *m, float *v, const float *g, T *plow,
              const gc_chunk_t *chunks, int nchunks, float lr, float b1, float b2,
              float eps, float gscale, float bc1, float bc2, float weight_decay,
              cudaStream_t s) {
-  adamw_kernel<T><<<nchunks, 256, 0, s>>>(p, m, v, g, plow, chunks, lr, b1, b2, eps, gscale,
-                                          bc1, bc2, weight_decay);
-  GC_LAUNCH("adamw_kernel");
-  return 0;
+  return gc_adamw_range<T>(p, m, v, g, plow, chunks, nchunks, lr, b1, b2, eps, gscale, bc1,
+                           bc2, weight_decay, 0, ~(size_t)0, 0, s);
 }
 
 int gc_check_image(int cc) {
@@ -787,6 +805,44 @@ int gc_norm(float *out, float *partial, const float *g, size_t n, float scale,
   return 0;
 }
 
+/* ---- the gradient's sums of squares by blocks (ZeRO-1's norm) -----------
+ * One thread block per norm block, doubles, a fixed tree: a block's sum
+ * is the same whichever launch computes it. */
+__global__ void sumsq_blocks_kernel(double *part, const float *g, size_t n, size_t block,
+                                    size_t b0) {
+  __shared__ double sh[32];
+  const size_t start = (b0 + blockIdx.x) * block;
+  const size_t end = start + block < n ? start + block : n;
+  double acc = 0.0;
+  for (size_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+    const double x = g[i];
+    acc += x * x;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if ((threadIdx.x & 31) == 0)
+    sh[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    acc = threadIdx.x < blockDim.x / 32 ? sh[threadIdx.x] : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (threadIdx.x == 0)
+      part[blockIdx.x] = acc;
+  }
+}
+
+int gc_sumsq_blocks(double *part, const float *g, size_t n, size_t block, size_t b0,
+                    size_t nb, cudaStream_t s) {
+  if (nb == 0)
+    return 0;
+  sumsq_blocks_kernel<<<(unsigned)nb, 512, 0, s>>>(part, g, n, block, b0);
+  GC_LAUNCH("sumsq_blocks_kernel");
+  return 0;
+}
+
 #define GC_INST(T)                                                                \
   template int gc_encoder_fwd<T>(T *, const int *, const T *, const T *, int, int, \
                                  int, cudaStream_t);                               \
@@ -806,7 +862,11 @@ int gc_norm(float *out, float *partial, const float *g, size_t n, float scale,
   template int gc_convert<T>(T *, const float *, size_t, cudaStream_t);            \
   template int gc_adamw<T>(float *, float *, float *, const float *, T *,          \
                            const gc_chunk_t *, int, float, float, float, float,    \
-                           float, float, float, float, cudaStream_t);
+                           float, float, float, float, cudaStream_t);          \
+  template int gc_adamw_range<T>(float *, float *, float *, const float *, T *,    \
+                                 const gc_chunk_t *, int, float, float, float,     \
+                                 float, float, float, float, float, size_t,        \
+                                 size_t, size_t, cudaStream_t);
 GC_INST(float)
 GC_INST(bf16)
 GC_INST(f16)

@@ -104,6 +104,21 @@ int gc_adamw(float *p, float *m, float *v, const float *g, T *plow,
              const gc_chunk_t *chunks, int nchunks, float lr, float b1,
              float b2, float eps, float gscale, float bc1, float bc2,
              float weight_decay, cudaStream_t s);
+/* gc_adamw over the parameters [lo, hi) only (ZeRO-1's shard): m and v
+ * hold the moments of [moff, ...), moff = lo rounded down to a multiple of
+ * 4 (float4 access); chunks may reach past the range, their other elements
+ * are neither read as moments nor written. Bitwise gc_adamw's arithmetic. */
+template <typename T>
+int gc_adamw_range(float *p, float *m, float *v, const float *g, T *plow,
+                   const gc_chunk_t *chunks, int nchunks, float lr, float b1,
+                   float b2, float eps, float gscale, float bc1, float bc2,
+                   float weight_decay, size_t lo, size_t hi, size_t moff,
+                   cudaStream_t s);
+/* part[k] = the sum of g[i]^2 (double) over block b0 + k, k < nb, of the
+ * blocks of `block` elements of g[0, n) (the last one shorter); each
+ * block's sum depends on its elements only (a fixed reduction order). */
+int gc_sumsq_blocks(double *part, const float *g, size_t n, size_t block,
+                    size_t b0, size_t nb, cudaStream_t s);
 /* *out = sqrt(sum of g^2) * scale (device float); partial: 2*sm_count floats. */
 int gc_norm(float *out, float *partial, const float *g, size_t n, float scale,
             int sm_count, cudaStream_t s);

@@ -5,7 +5,9 @@
  * gradient segments reported in order with their events; accumulation over
  * micro-steps; grad_norm and one AdamW step against the host; fp16 overflow
  * seen as a non-finite norm; a few training steps lowering the loss; bad
- * sizes refused. */
+ * sizes refused; ZeRO-1's shard: the update of [lo, hi) bitwise the whole
+ * model's, nothing else written, the norm from the blocks' sums bitwise
+ * grad_norm's. */
 #include <string.h>
 
 #include <vector>
@@ -215,6 +217,113 @@ static void test_training(rng &r, int dtype, const char *name) {
   ops->destroy(m);
 }
 
+static int same(const float *a, const float *b, size_t n) {
+  return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+/* ZeRO-1's operations (gpt.h): models sharded to [lo, hi) (cut inside
+ * tensors, not at multiples of 4) and to an empty shard, given the whole
+ * model's gradient, update bitwise the parameters and moments of the whole
+ * model's [lo, hi) and leave the rest alone; after the trainer's all-gather
+ * into param_buffer the next forward sees every updated weight (the
+ * low-precision copy refreshed): the whole model's loss, bitwise. The
+ * blocks' sums of squares added in order give grad_norm bitwise. */
+static void test_shard(rng &r, int dtype, const char *name) {
+  /* the same cuBLASLt algorithms in every model: losses comparable bitwise */
+  setenv("GPT_CUDA_TUNE", "0", 1);
+  setenv("GPT_CUDA_TUNE_CACHE", "0", 1);
+  gpt_config_t c = {256, 1000, 1024, 2, 4, 256};
+  const int B = 2, T = 256, N = B * T;
+  const size_t n = gpt_num_params(&c), lo = n / 3 + 1, hi = 2 * n / 3 + 5, k = hi - lo;
+  std::vector<float> p(n), pw(n), mw(n), vw(n), ps(n), ms(n), vs(n), p0(n);
+  gpt_init_params(&c, 11, p.data());
+  gpt_backend_t *whole = nullptr, *sh = nullptr, *empty = nullptr;
+  OK(ops->create(&c, B, T, dtype, 0, 0, &whole));
+  OK(ops->create(&c, B, T, dtype, 0, 0, &sh));
+  OK(ops->create(&c, B, T, dtype, 0, 0, &empty));
+  for (gpt_backend_t *m : {whole, sh, empty})
+    OK(ops->set_state(m, p.data(), NULL, NULL));
+  char what[200];
+  expect("shard refuses lo > hi", ops->shard(sh, hi, lo) < 0);
+  expect("shard refuses hi past the parameters", ops->shard(sh, lo, n + 1) < 0);
+  const size_t mem0 = gpt_cuda_memory(sh);
+  OK(ops->shard(sh, lo, hi));
+  expect("shard refuses a second call", ops->shard(sh, lo, hi) < 0);
+  OK(ops->shard(empty, n, n));
+  snprintf(what, sizeof(what), "[%s shard] device memory falls by the moments outside the shard "
+           "(%zu -> %zu bytes)", name, mem0, gpt_cuda_memory(sh));
+  expect(what, mem0 - gpt_cuda_memory(sh) >= 8 * (n - k) - 64 &&
+                   mem0 - gpt_cuda_memory(sh) <= 8 * (n - k));
+  expect("param_buffer is the device master", ops->param_buffer(sh) != NULL);
+  batch bt = make_batch(r, N, c.vocab_size);
+  float loss = 0, ls = 0;
+  for (int t = 1; t <= 2; t++) {
+    OK(ops->zero_grad(whole));
+    OK(ops->forward(whole, bt.tok.data(), bt.tgt.data(), &loss));
+    OK(ops->backward(whole, 1.f, 1, NULL, NULL));
+    /* the one gradient for all (backward's atomics make two differ); the
+     * backends' streams do not wait for the default stream's copies */
+    OK(ops->sync(whole));
+    for (gpt_backend_t *m : {sh, empty})
+      CK(cudaMemcpy(ops->grad_buffer(m, NULL), ops->grad_buffer(whole, NULL), n * 4,
+                    cudaMemcpyDeviceToDevice));
+    CK(cudaDeviceSynchronize());
+    OK(ops->get_state(sh, p0.data(), NULL, NULL)); /* this step's start */
+    gpt_adamw_t a = {3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t};
+    for (gpt_backend_t *m : {whole, sh, empty})
+      OK(ops->adamw(m, &a));
+    OK(ops->get_state(whole, pw.data(), NULL, NULL));
+    OK(ops->get_state(sh, ps.data(), ms.data(), vs.data()));
+    snprintf(what, sizeof(what), "[%s shard] step %d: [lo, hi) bitwise the whole model's, the "
+             "rest untouched", name, t);
+    expect(what, same(ps.data() + lo, pw.data() + lo, k) && same(ps.data(), p0.data(), lo) &&
+                     same(ps.data() + hi, p0.data() + hi, n - hi) &&
+                     !same(ps.data() + lo, p0.data() + lo, k));
+    /* the trainer's all-gather; the next forward sees the whole update */
+    CK(cudaMemcpy(ops->param_buffer(sh), pw.data(), n * 4, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+    OK(ops->forward(whole, bt.tok.data(), bt.tgt.data(), &loss));
+    OK(ops->forward(sh, bt.tok.data(), bt.tgt.data(), &ls));
+    snprintf(what, sizeof(what), "[%s shard] step %d: forward after the all-gather: loss %.6f, "
+             "the whole model's %.6f", name, t, ls, loss);
+    expect(what, memcmp(&ls, &loss, sizeof(float)) == 0);
+  }
+  OK(ops->get_state(whole, pw.data(), mw.data(), vw.data()));
+  OK(ops->get_state(sh, ps.data(), ms.data(), vs.data()));
+  expect("[shard] the moments are the whole model's [lo, hi)",
+         same(ms.data(), mw.data() + lo, k) && same(vs.data(), vw.data() + lo, k));
+  OK(ops->get_state(empty, ps.data(), NULL, NULL));
+  expect("[shard] an empty shard updates nothing", same(ps.data(), p.data(), n));
+  /* the moments of a shard go back in as hi - lo floats */
+  OK(ops->set_state(sh, NULL, vw.data() + lo, mw.data() + lo));
+  OK(ops->get_state(sh, NULL, ms.data(), vs.data()));
+  expect("[shard] set_state's moments are the shard's",
+         same(ms.data(), vw.data() + lo, k) && same(vs.data(), mw.data() + lo, k));
+  /* the norm from the blocks' sums, any run of blocks alike */
+  const size_t block = ops->norm_block(sh), nb = (n + block - 1) / block;
+  std::vector<double> part(nb + 1), tail(nb);
+  expect("[shard] norm blocks: a multiple of 4, at least 4096, several here",
+         block % 4 == 0 && block >= 4096 && nb > 2);
+  expect("grad_sumsq refuses blocks past the end", ops->grad_sumsq(sh, 0, nb + 1, part.data()) < 0);
+  OK(ops->grad_sumsq(whole, 0, nb, part.data()));
+  OK(ops->grad_sumsq(whole, nb / 2, nb, tail.data()));
+  double total = 0;
+  for (size_t i = 0; i < nb; i++)
+    total += part[i];
+  float norm = 0;
+  OK(ops->grad_norm(whole, 0.25f, &norm));
+  const float mine = (float)(sqrt(total) * 0.25);
+  snprintf(what, sizeof(what), "[%s shard] the blocks' sums give grad_norm %.6g bitwise (%.6g)",
+           name, norm, mine);
+  expect(what, memcmp(&mine, &norm, sizeof(float)) == 0 && norm > 0);
+  expect("[shard] a block's sum is the same from any run of blocks",
+         memcmp(tail.data(), part.data() + nb / 2, (nb - nb / 2) * sizeof(double)) == 0);
+  for (gpt_backend_t *m : {whole, sh, empty})
+    ops->destroy(m);
+  unsetenv("GPT_CUDA_TUNE");
+  unsetenv("GPT_CUDA_TUNE_CACHE");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   gpu_or_skip();
@@ -259,6 +368,8 @@ int main(void) {
 
   test_training(r, cc >= 80 ? GPT_BF16 : GPT_FP16, cc >= 80 ? "bf16" : "fp16");
   test_training(r, GPT_FP16, "fp16 loss-scaled");
+  test_shard(r, cc >= 80 ? GPT_BF16 : GPT_FP16, cc >= 80 ? "bf16" : "fp16");
+  test_shard(r, GPT_FP32, "fp32");
 
   /* bad sizes: one clear error, no backend */
   {
