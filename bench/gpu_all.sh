@@ -76,7 +76,7 @@ step() { # PART LABEL SECONDS COMMAND...
   step metrics "metrics collection cost with and without NVML, NVML's memory (#23)" 60 \
     bash bench/run_metrics_collect.sh "$B" 2000
   step metrics "agent CPU and memory with --metrics-port, smaps by mapping (#23)" 90 \
-    "$PY" -u bench/run_metrics_bench.py --build "$B" --seconds 20
+    python3 -u bench/run_metrics_bench.py --build "$B" --seconds 20
   step metrics "test_metrics_text with the GPU's NVML" 30 env LAUNCH_TEST_EXPECT_GPU=1 \
     "$B/tests/test_metrics_text"
 } 2>&1 | tee "$OUT/gpu_all.txt"
