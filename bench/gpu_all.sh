@@ -73,8 +73,10 @@ step() { # PART LABEL SECONDS COMMAND...
     ADV_TEST_BIN="$PWD/$B/bin/test_adv_memory" BENCH_RUNS=${ADV_RUNS:-8} bash bench/run_adv_latency.sh "$B"
   step torchlaunch "test_torch_launch with torch 2.11" 200 env LAUNCH_BIN="$B/bin/launch" \
     LAUNCH_BUILD_DIR="$B" LAUNCH_SOURCE_DIR="$PWD" "$PY" tests/test_torch_launch.py
-  step metrics "metrics collection cost with and without NVML (#23)" 60 \
+  step metrics "metrics collection cost with and without NVML, NVML's memory (#23)" 60 \
     bash bench/run_metrics_collect.sh "$B" 2000
+  step metrics "agent CPU and memory with --metrics-port, smaps by mapping (#23)" 90 \
+    python3 -u bench/run_metrics_bench.py --build "$B" --seconds 20
   step metrics "test_metrics_text with the GPU's NVML" 30 env LAUNCH_TEST_EXPECT_GPU=1 \
     "$B/tests/test_metrics_text"
 } 2>&1 | tee "$OUT/gpu_all.txt"

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_proc.h"
 #include "lu_buf.h"
 #include "metrics.h"
 
@@ -21,19 +22,6 @@ static double now_us(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
-
-static long rss_kib(void) {
-  char line[256];
-  long kb = -1;
-  FILE *f = fopen("/proc/self/status", "r");
-  if (f == NULL)
-    return -1;
-  while (fgets(line, sizeof(line), f))
-    if (sscanf(line, "VmRSS: %ld", &kb) == 1)
-      break;
-  fclose(f);
-  return kb;
 }
 
 static int cmp(const void *a, const void *b) {
@@ -50,7 +38,7 @@ static void report(const char *what, double *v, int n) {
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 1000;
-  long rss0 = rss_kib(), rss1, rss2;
+  long rss0 = bench_vmrss_kb(), rss1, rss2;
   double t0, *us;
   met_t *m;
   lu_buf_t b = LU_BUF_INIT;
@@ -63,14 +51,14 @@ int main(int argc, char **argv) {
   }
   double t_local;
   printf("metrics_collect: %d renders\n", n); /* stdio's buffers first */
-  rss0 = rss_kib();
+  rss0 = bench_vmrss_kb();
   t0 = now_us();
   if (met_local("bench", &m) != 0) {
     fprintf(stderr, "met_local failed\n");
     return 1;
   }
   t_local = now_us() - t0;
-  rss1 = rss_kib();
+  rss1 = bench_vmrss_kb();
   if (argc > 2 && met_set_ckpt_dir(m, argv[2]) == 0)
     printf("%s: on no block device /proc/diskstats lists\n", argv[2]);
   printf("met_local (NVML %s): %.0f us\n",
@@ -102,7 +90,7 @@ int main(int argc, char **argv) {
     us[i] = now_us() - t0;
   }
   report("refresh after a scrape (NVML PCIe throughput)", us, 20);
-  rss2 = rss_kib();
+  rss2 = bench_vmrss_kb();
   printf("VmRSS: start %ld KiB, after met_local %ld KiB (+%ld), after the "
          "renders %ld KiB (+%ld)\n", rss0, rss1, rss1 - rss0, rss2,
          rss2 - rss1);

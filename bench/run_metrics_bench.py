@@ -11,7 +11,10 @@ Measures, in the steady state (from 3 s after the start for SECONDS):
   1. the agent's CPU time (utime + stime of /proc/PID/stat) per second of
      wall time, off and on: the metrics' share is the difference;
   2. the agent's peak RSS (VmHWM), off and on;
-  3. the latency of a scrape of /metrics on a kept-alive connection (500
+  3. where the agent's memory is at the end: Rss per mapping (library,
+     heap, anonymous) from /proc/PID/smaps, NVML's (libnvidia-ml.so and
+     the /dev/nvidia* mappings) always shown;
+  4. the latency of a scrape of /metrics on a kept-alive connection (500
      in a row after the steady state: p50, p99, max), and its size.
 Goals (issue #23): < 1 % of a core at 1 Hz with 8 workers; a scrape < 1 ms;
 the agent under 8 MB with metrics on."""
@@ -52,6 +55,53 @@ def rss_kb(pid):
         pass
     return rss, roll.get("Private_Clean", 0) + roll.get("Private_Dirty", 0), \
         roll.get("Shared_Clean", 0) + roll.get("Shared_Dirty", 0)
+
+
+def smaps_kb(pid):
+    """Resident memory per mapping name from /proc/PID/smaps: {name: {Rss,
+    Anonymous, Private}} in kB; a file's mappings under its base name
+    (libnvidia-ml.so.550.54.15), the unnamed ones as [anon]. A library's
+    Anonymous part is its relocated and written pages; the rest of its Rss
+    is the file's pages (text, read-only data)."""
+    out = {}
+    cur = None
+    with open("/proc/%d/smaps" % pid) as f:
+        for line in f:
+            m = re.match(r"[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+\s*(.*)$", line)
+            if m:
+                name = m.group(1).strip() or "[anon]"
+                if name.startswith("/"):
+                    name = os.path.basename(name)
+                cur = out.setdefault(name, {"Rss": 0, "Anonymous": 0,
+                                            "Private": 0})
+                continue
+            m = re.match(r"(\w+):\s+(\d+) kB", line)
+            if m and cur is not None:
+                k, v = m.group(1), int(m.group(2))
+                if k in ("Rss", "Anonymous"):
+                    cur[k] += v
+                elif k in ("Private_Clean", "Private_Dirty"):
+                    cur["Private"] += v
+    return out
+
+
+def print_smaps(name, maps, least_kb=64):
+    """The mappings of at least least_kb resident, and every NVIDIA one
+    (libnvidia-ml, /dev/nvidia*), largest first."""
+    rows = sorted(maps.items(), key=lambda kv: -kv[1]["Rss"])
+    total = sum(v["Rss"] for v in maps.values())
+    print("  resident memory by mapping, %s (smaps, total %.2f MB):" %
+          (name, total / 1024))
+    rest = 0
+    for lib, v in rows:
+        if v["Rss"] >= least_kb or "nvidia" in lib:
+            print("    %-34s %7.2f MB (anonymous %.2f MB, private %.2f MB)" %
+                  (lib, v["Rss"] / 1024, v["Anonymous"] / 1024,
+                   v["Private"] / 1024))
+        else:
+            rest += v["Rss"]
+    print("    %-34s %7.2f MB" % ("the rest (< %d kB each)" % least_kb,
+                                   rest / 1024))
 
 
 def run(build, nproc, seconds, metrics):
@@ -98,6 +148,7 @@ def run(build, nproc, seconds, metrics):
             conn.close()
         res["hwm_kb"] = hwm_kb(p.pid)
         res["rss_kb"] = rss_kb(p.pid)
+        res["smaps"] = smaps_kb(p.pid)
     finally:
         p.send_signal(signal.SIGTERM)
         try:
@@ -130,6 +181,8 @@ def main():
         print("  RSS at the end, %s: %.2f MB (private %.2f MB, shared %.2f "
               "MB: smaps_rollup)" % (name, rss / 1024, priv / 1024,
                                      shared / 1024))
+    for name, r in (("off", off), ("on", on)):
+        print_smaps(name, r["smaps"])
     print("  scrape of /metrics (%d series, %d bytes, kept-alive): p50 %.3f "
           "ms, p99 %.3f ms, max %.3f ms (goal < 1 ms)" %
           ((on["series"], on["bytes"]) + on["scrape_ms"]))

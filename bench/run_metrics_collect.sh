@@ -2,7 +2,10 @@
 # What a metrics collection costs the agent, NVML included (issue #23):
 # bench/metrics_collect with the node's NVML, then without (the
 # difference is NVML's share of time and memory). Works on a build without
-# libmicrohttpd (the GPU build: scripts/gpu-build.sh).
+# libmicrohttpd (the GPU build: scripts/gpu-build.sh). Then where NVML's
+# memory goes (bench/nvml_mem: VmRSS after its load, init, handles and
+# queries; its resident mappings), with nvmlInit_v2's flags and with
+# NVML_INIT_FLAG_NO_ATTACH.
 #   bash bench/run_metrics_collect.sh BUILD_DIR [N [CKPT_DIR]]
 # CKPT_DIR (default $TMPDIR): the disk whose diskstats row is read.
 set -eu
@@ -15,3 +18,12 @@ echo "== with NVML (libnvidia-ml.so.1)"
 "$bin" "$N" "$CKPT"
 echo "== without NVML"
 LAUNCH_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 "$bin" "$N" "$CKPT"
+mem=$B/bin/nvml_mem
+if [ -x "$mem" ]; then
+  echo "== NVML's memory, nvmlInit_v2"
+  "$mem" 0
+  echo "== NVML's memory, nvmlInitWithFlags(NVML_INIT_FLAG_NO_ATTACH)"
+  "$mem" 2
+else
+  echo "no $mem: build the nvml_mem target for NVML's memory by mapping"
+fi

@@ -16,7 +16,9 @@
  * - every strict prefix of a parsed request asks for more bytes (a request
  *   split across reads parses the same), the lower bound of the bytes
  *   needed never exceeds the real size, and trailing bytes change nothing;
- * - the request is parsed identically from an unaligned copy. */
+ * - the request is parsed identically from an unaligned copy;
+ * - a refused one names the limit (key, value, keys, request) it is over,
+ *   and what it says is over that limit is. */
 #ifndef FUZZ_TCPSTORE_H
 #define FUZZ_TCPSTORE_H
 
@@ -161,8 +163,17 @@ static void run_stream(const uint8_t *data, size_t size,
       FUZZ_CHECK(op_of_byte(buf[off]) < 0);
       break; /* the server closes the connection */
     }
-    if (k == TS_TOO_BIG)
+    if (k == TS_TOO_BIG) {
+      /* It names the limit, and what is over it is over it. */
+      FUZZ_CHECK(op_in_dialect(r.op));
+      FUZZ_CHECK(r.limit != TS_LIMIT_NONE);
+      FUZZ_CHECK(r.limit != TS_LIMIT_KEY || r.over > lim->max_key);
+      FUZZ_CHECK(r.limit != TS_LIMIT_VALUE || r.over > lim->max_value);
+      FUZZ_CHECK(r.limit != TS_LIMIT_KEYS || r.over > lim->max_keys);
+      FUZZ_CHECK(r.limit != TS_LIMIT_REQUEST || r.over > lim->max_request);
       break;
+    }
+    FUZZ_CHECK(r.limit == TS_LIMIT_NONE);
     FUZZ_CHECK(k > 0 && (size_t)k <= size - off);
     check_req(buf + off, (size_t)k, &r, lim);
     check_split(buf + off, (size_t)k, &r, lim);

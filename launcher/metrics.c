@@ -45,6 +45,52 @@ typedef struct mhd_s {
   void (*destroy)(struct MHD_Response *);
 } mhd_t;
 
+/* GnuTLS, which Debian's libmicrohttpd links for HTTPS, is never used
+ * here (met_start asks for no MHD_USE_TLS), but loading it initialises it
+ * twice over: its own constructor, then libmicrohttpd's (MHD_init of
+ * 0.9.75 calls gnutls_global_init() whatever the daemon's flags, so
+ * GNUTLS_NO_IMPLICIT_INIT alone saves nothing). That initialisation is
+ * ~0.9 MB of the agent's resident memory, a third of what --metrics-port
+ * costs (docs/BENCHMARKS.md). launch exports the two functions below
+ * (CMakeLists.txt), so that the dynamic linker binds GnuTLS's and
+ * libmicrohttpd's references to them:
+ * - _gnutls_global_init_skip() is gnutls.h's GNUTLS_SKIP_GLOBAL_INIT: no
+ *   implicit initialisation when GnuTLS is loaded; a user of GnuTLS calls
+ *   gnutls_global_init() first, as libcurl and libmicrohttpd do;
+ * - gnutls_global_init() answers libmicrohttpd's call without
+ *   initialising, and hands any other caller (a libcurl built with GnuTLS
+ *   for the etcd backend, say) to GnuTLS's own.
+ * Binaries that do not export them (the tests) initialise GnuTLS as
+ * before. */
+#define MET_GNUTLS_E_INTERNAL (-59) /* GNUTLS_E_INTERNAL_ERROR */
+
+#define MET_EXPORTED __attribute__((visibility("default")))
+MET_EXPORTED int _gnutls_global_init_skip(void);
+MET_EXPORTED int gnutls_global_init(void);
+
+int _gnutls_global_init_skip(void) { return 1; }
+
+int gnutls_global_init(void) {
+  Dl_info caller;
+  int (*init)(void) = NULL;
+  void *lib;
+  int rc = MET_GNUTLS_E_INTERNAL;
+  if (dladdr(__builtin_return_address(0), &caller) != 0 &&
+      caller.dli_fname != NULL &&
+      strstr(caller.dli_fname, "libmicrohttpd") != NULL)
+    return 0;
+  /* The caller's GnuTLS: loaded already, RTLD_LOCAL maybe (not found by
+   * RTLD_NEXT), so asked for by its handle. */
+  lib = dlopen("libgnutls.so.30", RTLD_LAZY | RTLD_NOLOAD);
+  if (lib == NULL)
+    return rc;
+  *(void **)&init = dlsym(lib, "gnutls_global_init");
+  if (init != NULL && init != gnutls_global_init)
+    rc = init();
+  dlclose(lib);
+  return rc;
+}
+
 /* RET 0, RDZV_ENOTSUP (no such library, or one without these symbols). */
 static int mhd_open(mhd_t *h) {
   const char *lib = getenv("LAUNCH_MHD_LIBRARY");
@@ -142,6 +188,10 @@ static void nvml_open(nvml_t *n) {
   const char *lib = getenv("LAUNCH_NVML_LIBRARY");
   unsigned count = 0;
   memset(n, 0, sizeof(*n));
+  /* A node without the NVIDIA driver's control device has no GPU NVML
+   * could see: the library (where installed) is not even mapped. */
+  if (!(lib && lib[0]) && access("/dev/nvidiactl", F_OK) != 0)
+    return;
   n->lib = dlopen(lib && lib[0] ? lib : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (n->lib == NULL)
     return;

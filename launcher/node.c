@@ -82,8 +82,10 @@ void launch_round_guess(const cfg_t *c, const char *run_dir,
   snprintf(r->endpoint, sizeof(r->endpoint),
            strchr(c->endpoint_host, ':') ? "[%s]:%d" : "%s:%d",
            c->endpoint_host, c->endpoint_port);
-  snprintf(r->attempt_dir, sizeof(r->attempt_dir), "%.4000s/attempt_0",
-           run_dir);
+  /* --from-tasks: no attempt folder (launch_rank_env says why); the run's
+   * folder names the error files. */
+  snprintf(r->attempt_dir, sizeof(r->attempt_dir),
+           c->from_tasks ? "%.4000s" : "%.4000s/attempt_0", run_dir);
   r->resume_step = r->ckpt_verified = -1;
 }
 
@@ -109,6 +111,14 @@ int launch_rank_env(const cfg_t *c, const launch_node_t *n,
   k.use_agent_store = c->torch_store == CFG_STORE_AGENT;
   snprintf(error_file, sizeof(error_file), "%s/%d/error.json", r->attempt_dir,
            local_rank);
+  /* --from-tasks: the task becomes PROGRAM (exec) and no launch process is
+   * left to remove a folder afterwards, so none is made: the error file
+   * lies beside the run's folder, named by the rank, written only by a
+   * worker that fails under PyTorch's @record; no LAUNCH_ATTEMPT_DIR
+   * (Slurm restarts nothing: no attempts). */
+  if (c->from_tasks)
+    snprintf(error_file, sizeof(error_file), "%s.%d.error.json",
+             r->attempt_dir, k.rank);
   k.error_file = error_file;
   k.signals = c->signals_spec;
   /* The name the worker's PyTorch reads: before 2.2 only
@@ -127,7 +137,7 @@ int launch_rank_env(const cfg_t *c, const launch_node_t *n,
   k.tls_key = c->tls_key[0] ? c->tls_key : NULL;
   k.round = r->round;
   k.hostname = c->host;
-  k.attempt_dir = r->attempt_dir;
+  k.attempt_dir = c->from_tasks ? NULL : r->attempt_dir;
   if (r->progress_tags)
     k.progress_tag = r->progress_tags[local_rank];
   /* --ckpt-dir: the same for the agent, `launch env` and --from-tasks; the

@@ -231,17 +231,12 @@ int launch_from_tasks(cfg_t *c) {
     LU_ERR(&log, "%s", err);
     goto out;
   }
-  /* Where torchrun's error file goes: the same directory for the tasks of
-   * a node, one subdirectory per local rank. */
+  /* Where torchrun's error file goes: a file beside this name, one per
+   * rank (launch_rank_env). No folder: this process becomes PROGRAM, and
+   * none would be left to remove it after the job. */
   snprintf(dir, sizeof(dir), "%.2000s/launch_%.1000s",
            c->log_dir[0] ? c->log_dir : c->tmpdir, c->run_id);
   launch_round_guess(c, dir, &r);
-  snprintf(dir, sizeof(dir), "%.4000s/%d", r.attempt_dir, c->task_local_rank);
-  if ((rc = lu_mkdir_p(dir)) != 0) {
-    LU_ERR(&log, "cannot create %s: %s (check --log-dir or TMPDIR)", dir,
-           rdzv_strerror(rc));
-    goto out;
-  }
   if ((rc = launch_rank_env(c, &node, &r, c->task_local_rank,
                             c->task_local_rank ? NULL : &log, &e)) != 0 ||
       (rc = lint_task(c, &node, e, &log)) != 0)

@@ -47,7 +47,9 @@ enum {
   X(MAX_STORE_BYTES, "max-store-bytes", "max_store_bytes")                     \
   X(MAX_INPUT_BYTES, "max-input-bytes", "max_input_bytes")                     \
   X(MAX_OUT_BYTES, "max-out-bytes", "max_out_bytes")                           \
-  X(TLS_HANDSHAKES, "tls-handshakes", "tls_handshakes")
+  X(TLS_HANDSHAKES, "tls-handshakes", "tls_handshakes")                        \
+  X(TLS_HANDSHAKES_PER_ADDR, "tls-handshakes-per-addr",                        \
+    "tls_handshakes_per_addr")
 
 enum {
 #define SRV_LIMIT_ENUM(id, opt, label) SRV_LIMIT_##id,

@@ -203,7 +203,6 @@ static void on_connection_locked(uv_stream_t *server, int status) {
   if (!srv__mem_fixed_room(s, SRV_CONN_COST))
     srv__evict_silent(s, NULL);
   if (s->stats.conns_open >= s->cfg.max_conns) {
-    SRV_REFUSED(s, MAX_CONNS);
     log_refused(s, "%u connections open, the limit (raise it with "
                    "--max-conns)", s->cfg.max_conns);
     srv__limit_hit(s, SRV_LIMIT_MAX_CONNS, s->cfg.max_conns, NULL, NULL,
@@ -214,7 +213,6 @@ static void on_connection_locked(uv_stream_t *server, int status) {
   if (!srv__mem_fixed_room(s, SRV_CONN_COST))
     srv__evict_ended(s);
   if (!srv__mem_fixed_room(s, SRV_CONN_COST)) {
-    SRV_REFUSED(s, MAX_MEMORY);
     srv__limit_hit(s, SRV_LIMIT_MAX_MEMORY, s->cfg.max_memory, NULL, NULL,
                    "a connection: connections and jobs hold their quarter");
     log_refused(s, "connections and jobs hold their quarter of "
@@ -272,7 +270,6 @@ static void on_connection_locked(uv_stream_t *server, int status) {
     if (a != NULL && a->nconns >= s->cfg.max_conns_per_addr)
       srv__evict_silent(s, a);
     if (a == NULL || a->nconns >= s->cfg.max_conns_per_addr) {
-      SRV_REFUSED(s, MAX_CONNS_PER_ADDR);
       log_refused(s, "%s has %u connections open, the per-address limit "
                      "(--max-conns-per-addr)", c->peer,
                   a ? a->nconns : 0);

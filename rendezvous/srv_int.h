@@ -515,16 +515,15 @@ srv_addr_t *srv__addr_get(srv_t *s, const struct sockaddr_storage *ss);
 void srv__addr_put(srv_t *s, srv_addr_t *a);
 /* Hand an event to the owner (cfg.on_event), if any. */
 void srv__event(srv_t *s, const srv_event_t *ev);
-/* A limit refused something: a limit_hit event, once per limit per
- * cfg.limit_event_ms (the refusals between are counted into the next).
- * job, peer: NULL when not known. Under the lock. */
+/* A limit refused something: counted (stats.refused[limit], the
+ * launch_server_refusals_total{limit} series), and a limit_hit event, once
+ * per limit per cfg.limit_event_ms (the refusals between are counted into
+ * the next). One call at each refusal point. job, peer: NULL when not
+ * known. Under the lock. */
 void srv__limit_hit(srv_t *s, int limit, uint64_t value, const char *job,
                     const char *peer, const char *fmt, ...) LU_PRINTF(6, 7);
 /* Memory was freed: connections waiting for it try again this turn. */
 void srv__mem_released(srv_t *s);
-/* Count a refusal by limit L (SRV_LIMIT_L) for launch_server_refusals_total:
- * one line at each refusal point. Under the server's lock. */
-#define SRV_REFUSED(s, L) ((s)->stats.refused[SRV_LIMIT_##L]++)
 /* Count a request of native op code op / TCPStore canonical op op. */
 #define SRV_COUNT_NATIVE(s, op)                                                \
   ((s)->stats.native_ops[(uint64_t)(op) < SRV_NATIVE_OPS ? (op) : 0]++)

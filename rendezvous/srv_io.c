@@ -819,6 +819,26 @@ static void in_exhausted(conn_t *c) {
   srv__conn_close(c);
 }
 
+/* A ClientHello while SRV_TLS_HANDSHAKES handshakes run, or
+ * SRV_TLS_HANDSHAKES_PER_ADDR from c's address: closed (the client
+ * retries), counted and reported under the cap it hit. */
+static void tls_refused(conn_t *c) {
+  srv_t *s = c->srv;
+  int all = s->tls_handshaking >= SRV_TLS_HANDSHAKES;
+  int limit = all ? SRV_LIMIT_TLS_HANDSHAKES
+                  : SRV_LIMIT_TLS_HANDSHAKES_PER_ADDR;
+  unsigned cap = all ? SRV_TLS_HANDSHAKES : SRV_TLS_HANDSHAKES_PER_ADDR;
+  srv__bad_input(c, "%u TLS handshakes in progress (%u from this address), "
+                    "the server's limit is %u (%u per address): closing "
+                    "(retry)", s->tls_handshaking,
+                 c->addr ? c->addr->ntls_hs : 0, SRV_TLS_HANDSHAKES,
+                 SRV_TLS_HANDSHAKES_PER_ADDR);
+  srv__limit_hit(s, limit, cap, NULL, c->peer, "a TLS connection while %u "
+                 "handshakes ran%s: it was closed", cap,
+                 all ? "" : " from its address");
+  srv__conn_close(c);
+}
+
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   conn_t *c = h->data;
   (void)hint;
@@ -1021,21 +1041,16 @@ static void read_cb_locked(uv_stream_t *st, ssize_t nread,
       srv_t *s = c->srv;
       if (s->tls_handshaking >= SRV_TLS_HANDSHAKES ||
           (c->addr && c->addr->ntls_hs >= SRV_TLS_HANDSHAKES_PER_ADDR)) {
-        SRV_REFUSED(s, TLS_HANDSHAKES);
-        srv__bad_input(c, "%u TLS handshakes in progress (%u from this "
-                          "address), the server's limit is %u (%u per "
-                          "address): closing (retry)", s->tls_handshaking,
-                       c->addr ? c->addr->ntls_hs : 0, SRV_TLS_HANDSHAKES,
-                       SRV_TLS_HANDSHAKES_PER_ADDR);
-        srv__conn_close(c);
+        tls_refused(c);
         return;
       }
       if (!srv__mem_fixed_room(s, SRV_TLS_COST)) {
-        SRV_REFUSED(s, MAX_MEMORY);
         srv__bad_input(c, "connections and jobs hold their quarter of "
                           "--max-memory %zu (a TLS connection costs %u KiB "
                           "more): closing", s->cfg.max_memory,
                        (SRV_CONN_COST + SRV_TLS_COST) >> 10);
+        srv__limit_hit(s, SRV_LIMIT_MAX_MEMORY, s->cfg.max_memory, NULL,
+                       c->peer, "a TLS connection: it was closed");
         srv__conn_close(c);
         return;
       }

@@ -42,7 +42,10 @@ void srv__limit_hit(srv_t *s, int limit, uint64_t value, const char *job,
   char what[512];
   srv_event_t ev;
   va_list ap;
-  if (s->cfg.on_event == NULL || limit < 0 || limit >= SRV_LIMIT_COUNT)
+  if (limit < 0 || limit >= SRV_LIMIT_COUNT)
+    return;
+  s->stats.refused[limit]++;
+  if (s->cfg.on_event == NULL)
     return;
   /* A flood of refusals is one line per limit per limit_event_ms, with
    * their count. */
@@ -202,7 +205,6 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
          srv__evict_ended(s))
     ;
   if (s->njobs >= s->cfg.max_jobs) {
-    SRV_REFUSED(s, MAX_JOBS);
     lu_errf(err, errcap, "cannot create job '%.*s': %u jobs exist, the "
             "server's limit (--max-jobs)", (int)len, name, s->cfg.max_jobs);
     srv__limit_hit(s, SRV_LIMIT_MAX_JOBS, s->cfg.max_jobs, NULL,
@@ -227,7 +229,6 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
   }
   if (a && a->njobs >= s->cfg.max_jobs_per_addr &&
       addr_live_jobs(s, a) >= s->cfg.max_jobs_per_addr) {
-    SRV_REFUSED(s, MAX_JOBS_PER_ADDR);
     lu_errf(err, errcap, "cannot create job '%.*s': %u jobs created from "
             "%s are in use (connected, or holding data), the server's "
             "per-address limit of %u: end some, or raise it (launch server "
@@ -238,7 +239,6 @@ job_t *srv__job(srv_t *s, conn_t *c, const char *name, size_t len, char *err,
     return NULL;
   }
   if (!srv__mem_fixed_room(s, SRV_JOB_COST)) {
-    SRV_REFUSED(s, MAX_MEMORY);
     lu_errf(err, errcap, "cannot create job '%.*s': connections and jobs "
             "hold their quarter of --max-memory %zu", (int)len, name,
             s->cfg.max_memory);

@@ -107,7 +107,6 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
     return -1;
   }
   if (*n > c->srv->cfg.max_keys) {
-    SRV_REFUSED(c->srv, MAX_KEYS);
     srv__reply_err(c, m->id, RDZV_ETOOBIG, "%s: %u keys over the limit of %u",
                    proto_op_name((int)m->op), *n, c->srv->cfg.max_keys);
     LIMIT_HIT(c, MAX_KEYS, c->srv->cfg.max_keys, "%s of %u keys",
@@ -140,7 +139,6 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
 }
 
 static void reply_store_err(conn_t *c, const proto_msg_t *m, int rc) {
-  c->srv->stats.refused[SRV_LIMIT_MAX_STORE_BYTES] += rc == RDZV_ETOOBIG;
   if (rc == RDZV_ETOOBIG) {
     srv__reply_err(c, m->id, rc, "store of job '%s' is full (%zu bytes, "
                    "waits and barriers included); delete keys or raise "
@@ -298,7 +296,6 @@ static pend_t *pend_new(conn_t *c, const proto_msg_t *m,
   size_t cost = sizeof(*p);
   int rc;
   if (c->npend >= c->srv->cfg.max_waits) {
-    SRV_REFUSED(c->srv, MAX_WAITS);
     srv__reply_err(c, m->id, RDZV_ELIMIT, "more than %u pending waits on one "
                    "connection", c->srv->cfg.max_waits);
     LIMIT_HIT(c, MAX_WAITS, c->srv->cfg.max_waits, "%s: one more pending "
@@ -590,7 +587,6 @@ static int op_mset(conn_t *c, const proto_msg_t *m) {
     return 0;
   }
   if (n / 2 > c->srv->cfg.max_keys) {
-    SRV_REFUSED(c->srv, MAX_KEYS);
     srv__reply_err(c, m->id, RDZV_ETOOBIG, "multi_set: %u keys over the limit "
                    "of %u", n / 2, c->srv->cfg.max_keys);
     LIMIT_HIT(c, MAX_KEYS, c->srv->cfg.max_keys, "multi_set of %u keys",
@@ -874,7 +870,6 @@ static void op_hello(conn_t *c, const proto_msg_t *m) {
     return;
   }
   if (j->nconns >= s->cfg.max_conns_per_job) {
-    SRV_REFUSED(s, MAX_CONNS_PER_JOB);
     srv__bad_input(c, "job '%s' has %u connections, the limit", job,
                    j->nconns);
     snprintf(err, sizeof(err), "job '%s' has too many connections (%u)", job,
@@ -1118,13 +1113,16 @@ static ssize_t native_input(conn_t *c, const uint8_t *b, size_t n) {
     uint32_t limit =
         c->state == CONN_READY ? s->cfg.max_frame : SRV_HELLO_MAX_FRAME;
     if (len > limit) {
-      SRV_REFUSED(s, MAX_FRAME);
       if (c->state == CONN_READY)
         srv__bad_input(c, "frame of %u bytes exceeds the %u-byte limit", len,
                        limit);
       else
         srv__bad_input(c, "frame of %u bytes before authentication "
                           "exceeds the %u-byte limit of a HELLO", len, limit);
+      srv__limit_hit(s, SRV_LIMIT_MAX_FRAME, limit,
+                     c->job ? c->job->name : NULL, c->peer, "a frame of %u "
+                     "bytes%s: the connection was closed", len,
+                     c->state == CONN_READY ? "" : " before its HELLO");
       return -1;
     }
     if (n - off - PROTO_HDR < len) {

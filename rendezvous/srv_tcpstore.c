@@ -89,7 +89,6 @@ static int ts_start_wait(conn_t *c, const store_key_t *keys, uint32_t n,
   rc = store_wait(c->job->store, keys, n, kind, threshold, ts_wait_done, c,
                   &w);
   if (rc == RDZV_ETOOBIG) {
-    SRV_REFUSED(c->srv, MAX_STORE_BYTES);
     srv__bad_input(c, "TCPStore wait refused: job '%s' store is full (%zu "
                       "bytes, waits included); closing", c->job->name,
                    store_bytes(c->job->store));
@@ -756,7 +755,6 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
     return -1;
   }
   if (rc == RDZV_ETOOBIG) {
-    SRV_REFUSED(c->srv, MAX_STORE_BYTES);
     srv__bad_input(c, "TCPStore %s refused: job '%s' store is full (%zu "
                       "bytes); closing", ts_op_name(r->op), c->job->name,
                    store_bytes(st));
@@ -766,6 +764,34 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
     return -1;
   }
   return rc == 0 ? 0 : -1;
+}
+
+/* A request over one of the parser's limits (ts_parse's TS_TOO_BIG): the
+ * log line, the refusal counter and limit_hit name that limit. The
+ * connection is closed: what follows cannot be framed. */
+static void ts_too_big(conn_t *c, const ts_req_t *r) {
+  static const struct { int limit; const char *what, *unit; } lim[] = {
+      [TS_LIMIT_KEY] = {SRV_LIMIT_MAX_KEY, "a key of ", "bytes"},
+      [TS_LIMIT_VALUE] = {SRV_LIMIT_MAX_VALUE, "a value of ", "bytes"},
+      [TS_LIMIT_KEYS] = {SRV_LIMIT_MAX_KEYS, "", "keys"},
+      [TS_LIMIT_REQUEST] = {SRV_LIMIT_MAX_FRAME, "more than ", "bytes"},
+  };
+  srv_t *s = c->srv;
+  int i = r->limit > TS_LIMIT_NONE && r->limit <= TS_LIMIT_REQUEST
+              ? r->limit
+              : TS_LIMIT_REQUEST;
+  int l = lim[i].limit;
+  uint64_t value = l == SRV_LIMIT_MAX_KEY     ? s->cfg.max_key
+                   : l == SRV_LIMIT_MAX_VALUE ? s->cfg.max_value
+                   : l == SRV_LIMIT_MAX_KEYS  ? s->cfg.max_keys
+                                              : s->cfg.max_frame;
+  srv__bad_input(c, "TCPStore %s of %s%" PRIu64 " %s, over the %s limit "
+                    "(%" PRIu64 "); closing",
+                 ts_op_name(r->op), lim[i].what, r->over, lim[i].unit,
+                 srv_limit_name(l), value);
+  srv__limit_hit(s, l, value, c->job ? c->job->name : NULL, c->peer,
+                 "TCPStore %s of %s%" PRIu64 " %s: the connection was closed",
+                 ts_op_name(r->op), lim[i].what, r->over, lim[i].unit);
 }
 
 static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
@@ -789,12 +815,7 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
       return -1;
     }
     if (k == TS_TOO_BIG) {
-      SRV_REFUSED(c->srv, MAX_FRAME);
-      srv__bad_input(c, "TCPStore %s request over a limit (key %u B, value "
-                        "%u B, %u keys, %u B in all)",
-                     ts_op_name(r.op), c->srv->cfg.max_key,
-                     c->srv->cfg.max_value, c->srv->cfg.max_keys,
-                     c->srv->cfg.max_frame);
+      ts_too_big(c, &r);
       return -1;
     }
     if (c->ts_nslen > 0 && ns_apply(c, &r) != 0) {

@@ -46,7 +46,16 @@ typedef struct cur_s {
   const ts_limits_t *lim;
   int err; /* CUR_* */
   size_t want; /* CUR_MORE: the bytes the failed read needed in all */
+  int limit;    /* CUR_BIG: TS_LIMIT_* */
+  uint64_t over; /* CUR_BIG: what went over it */
 } cur_t;
+
+/* The request is over a limit: which, and by what. */
+static void too_big(cur_t *c, int limit, uint64_t over) {
+  c->err = CUR_BIG;
+  c->limit = limit;
+  c->over = over;
+}
 
 static int need(cur_t *c, uint64_t k) {
   if (c->err)
@@ -75,12 +84,14 @@ static int rd_u32(cur_t *c, uint32_t *v) {
   return 1;
 }
 
-static int rd_str(cur_t *c, uint64_t max, const uint8_t **p, uint64_t *len) {
-  uint64_t l;
+/* A string: a key (limit TS_LIMIT_KEY) or a value (TS_LIMIT_VALUE). */
+static int rd_str(cur_t *c, int limit, const uint8_t **p, uint64_t *len) {
+  uint64_t l, max = limit == TS_LIMIT_KEY ? c->lim->max_key
+                                          : c->lim->max_value;
   if (!rd_u64(c, &l))
     return 0;
   if (l > max || l > c->lim->max_request) {
-    c->err = CUR_BIG;
+    too_big(c, l > max ? limit : TS_LIMIT_REQUEST, l);
     return 0;
   }
   if (!need(c, l))
@@ -93,7 +104,7 @@ static int rd_str(cur_t *c, uint64_t max, const uint8_t **p, uint64_t *len) {
 
 ssize_t ts_parse(int dialect, const uint8_t *buf, size_t n,
                  const ts_limits_t *lim, ts_req_t *out, size_t *needp) {
-  cur_t c = {buf, n, 1, lim, CUR_OK, 0};
+  cur_t c = {buf, n, 1, lim, CUR_OK, 0, TS_LIMIT_NONE, 0};
   int op;
   uint64_t u;
 
@@ -121,24 +132,24 @@ ssize_t ts_parse(int dialect, const uint8_t *buf, size_t n,
   case TS_SET:
   case TS_APPEND:
   case TS_QUEUE_PUSH:
-    if (rd_str(&c, lim->max_key, &out->key, &out->klen))
-      rd_str(&c, lim->max_value, &out->v1, &out->v1len);
+    if (rd_str(&c, TS_LIMIT_KEY, &out->key, &out->klen))
+      rd_str(&c, TS_LIMIT_VALUE, &out->v1, &out->v1len);
     break;
   case TS_COMPARE_SET:
-    if (rd_str(&c, lim->max_key, &out->key, &out->klen) &&
-        rd_str(&c, lim->max_value, &out->v1, &out->v1len))
-      rd_str(&c, lim->max_value, &out->v2, &out->v2len);
+    if (rd_str(&c, TS_LIMIT_KEY, &out->key, &out->klen) &&
+        rd_str(&c, TS_LIMIT_VALUE, &out->v1, &out->v1len))
+      rd_str(&c, TS_LIMIT_VALUE, &out->v2, &out->v2len);
     break;
   case TS_GET:
   case TS_DELETE_KEY:
   case TS_QUEUE_POP:
   case TS_QUEUE_LEN:
   case TS_WATCH_KEY:
-    rd_str(&c, lim->max_key, &out->key, &out->klen);
+    rd_str(&c, TS_LIMIT_KEY, &out->key, &out->klen);
     break;
   case TS_ADD:
   case TS_BARRIER:
-    if (rd_str(&c, lim->max_key, &out->key, &out->klen) && rd_u64(&c, &u))
+    if (rd_str(&c, TS_LIMIT_KEY, &out->key, &out->klen) && rd_u64(&c, &u))
       out->i64 = (int64_t)u;
     break;
   case TS_CHECK:
@@ -150,7 +161,7 @@ ssize_t ts_parse(int dialect, const uint8_t *buf, size_t n,
       break;
     /* MULTI_SET sends an int64: a negative count reads as huge here. */
     if (u > lim->max_keys) {
-      c.err = CUR_BIG;
+      too_big(&c, TS_LIMIT_KEYS, u);
       break;
     }
     out->count = u;
@@ -158,10 +169,10 @@ ssize_t ts_parse(int dialect, const uint8_t *buf, size_t n,
     for (uint64_t i = 0; i < u && !c.err; i++) {
       const uint8_t *p;
       uint64_t l;
-      if (rd_str(&c, lim->max_key, &p, &l) && pairs)
-        rd_str(&c, lim->max_value, &p, &l);
+      if (rd_str(&c, TS_LIMIT_KEY, &p, &l) && pairs)
+        rd_str(&c, TS_LIMIT_VALUE, &p, &l);
       if (!c.err && c.pos > lim->max_request)
-        c.err = CUR_BIG;
+        too_big(&c, TS_LIMIT_REQUEST, c.pos);
     }
     break;
   }
@@ -172,20 +183,23 @@ ssize_t ts_parse(int dialect, const uint8_t *buf, size_t n,
   default:
     return TS_BAD_OP;
   }
+  if (c.err == CUR_MORE && c.pos > lim->max_request)
+    too_big(&c, TS_LIMIT_REQUEST, c.pos);
   if (c.err == CUR_MORE) {
-    if (c.pos > lim->max_request)
-      return TS_TOO_BIG;
     if (needp)
       *needp = c.want > c.pos + 1 ? c.want : c.pos + 1;
     return TS_NEED_MORE;
   }
-  if (c.err)
-    return TS_TOO_BIG;
   /* Each string was checked alone; bound the whole request too, as the
    * NEED_MORE path above does, so that a request gets the same answer
    * whether it arrives whole or split across reads. */
-  if (c.pos > lim->max_request)
+  if (!c.err && c.pos > lim->max_request)
+    too_big(&c, TS_LIMIT_REQUEST, c.pos);
+  if (c.err) {
+    out->limit = c.limit;
+    out->over = c.over;
     return TS_TOO_BIG;
+  }
   out->size = c.pos;
   return (ssize_t)c.pos;
 }

@@ -58,13 +58,27 @@ typedef struct ts_req_s {
   uint64_t count;         /* keys (CHECK/WAIT/MULTI_GET) or pairs (MULTI_SET) */
   const uint8_t *list;    /* start of the key (or key/value) list */
   size_t size;            /* bytes of the whole request */
+  int limit;              /* TS_TOO_BIG: the ts_limits_t one it is over */
+  uint64_t over;          /* TS_TOO_BIG: what is over it (bytes of the key
+                             or value, keys; of the request: the bytes
+                             counted when it went over, a lower bound) */
 } ts_req_t;
 
 enum { TS_NEED_MORE = 0, TS_BAD_OP = -1, TS_TOO_BIG = -2 };
 
+/* ts_req_t.limit: which of ts_limits_t's refused a request. */
+enum {
+  TS_LIMIT_NONE = 0,
+  TS_LIMIT_KEY,     /* max_key */
+  TS_LIMIT_VALUE,   /* max_value */
+  TS_LIMIT_KEYS,    /* max_keys */
+  TS_LIMIT_REQUEST  /* max_request */
+};
+
 /* Parse one request at buf[0..n).
  * RET > 0: bytes of the request (out filled); TS_NEED_MORE; TS_BAD_OP
- * (unknown opcode for the dialect); TS_TOO_BIG (a limit was exceeded).
+ * (unknown opcode for the dialect); TS_TOO_BIG (a limit was exceeded:
+ * out->op, out->limit and out->over say which and by what).
  * OUT *need: when TS_NEED_MORE, a lower bound of the bytes needed. */
 ssize_t ts_parse(int dialect, const uint8_t *buf, size_t n,
                  const ts_limits_t *lim, ts_req_t *out, size_t *need);

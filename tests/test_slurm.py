@@ -282,14 +282,17 @@ def case_train_gpt(cl):
 
 
 def case_from_tasks(cl):
-    # the tasks' error-file folders in the cluster's own folder: a task
-    # execs its program, no launch process is left to remove them, and
-    # slurmd gives the tasks TMPDIR=/tmp
+    # the tasks' error files in the cluster's own folder (slurmd gives the
+    # tasks TMPDIR=/tmp): a task execs its program, so it makes no folder,
+    # and after a clean step nothing is there
     logs = os.path.join(cl.dir, "work", "logs")
+    os.mkdir(logs)
     rc, out = srun(cl, ["-N4", "--ntasks-per-node=2", LAUNCH, "--from-tasks",
                         "--log-dir", logs,
                         os.path.join(BIN, "allreduce_check"), "--cpu"])
     check_allreduce("srun --ntasks-per-node=2 launch --from-tasks", rc, out, 8)
+    if os.listdir(logs):
+        fail("--from-tasks left %s in --log-dir" % os.listdir(logs), out)
     dump = os.path.join(cl.dir, "work", "env")
     os.mkdir(dump)
     ckd = os.path.join(cl.dir, "work", "ck")

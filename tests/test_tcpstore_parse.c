@@ -160,15 +160,23 @@ static void test_limits(void) {
   /* key of 5 bytes > 4: refused as soon as the length is read */
   u8(&b, 1); u64le(&b, 5);
   ASSERT_EQ(TS_TOO_BIG, ts_parse(TS_DIALECT_V2, b.b, b.n, &small, &r, NULL));
+  ASSERT_EQ(TS_LIMIT_KEY, r.limit);
+  ASSERT_EQ(5, r.over);
   /* a 4 GiB key length */
   b.n = 0; u8(&b, 3); u64le(&b, 1ull << 32);
   ASSERT_EQ(TS_TOO_BIG, ts_parse(TS_DIALECT_V2, b.b, b.n, &lim, &r, NULL));
+  ASSERT_EQ(TS_GET, r.op);
+  ASSERT_EQ(TS_LIMIT_KEY, r.limit);
   /* value over 8 bytes */
   b.n = 0; u8(&b, 1); str(&b, "/k"); u64le(&b, 9);
   ASSERT_EQ(TS_TOO_BIG, ts_parse(TS_DIALECT_V2, b.b, b.n, &small, &r, NULL));
+  ASSERT_EQ(TS_LIMIT_VALUE, r.limit);
+  ASSERT_EQ(9, r.over);
   /* 3 keys > 2 */
   b.n = 0; u8(&b, 6); u64le(&b, 3);
   ASSERT_EQ(TS_TOO_BIG, ts_parse(TS_DIALECT_V2, b.b, b.n, &small, &r, NULL));
+  ASSERT_EQ(TS_LIMIT_KEYS, r.limit);
+  ASSERT_EQ(3, r.over);
   /* MULTI_SET with a negative int64 count */
   b.n = 0; u8(&b, 11); u64le(&b, (uint64_t)-1);
   ASSERT_EQ(TS_TOO_BIG, ts_parse(TS_DIALECT_V2, b.b, b.n, &lim, &r, NULL));
@@ -177,6 +185,16 @@ static void test_limits(void) {
   {
     ts_limits_t tight = {8, 8, 10, 20};
     ASSERT_EQ(TS_TOO_BIG, ts_parse(TS_DIALECT_V2, b.b, b.n, &tight, &r, NULL));
+    ASSERT_EQ(TS_LIMIT_REQUEST, r.limit);
+    ASSERT(r.over > 20);
+  }
+  /* a value within max_value in a request over max_request */
+  b.n = 0; u8(&b, 1); str(&b, "/k"); u64le(&b, 30);
+  {
+    ts_limits_t frame = {8, 64, 10, 20};
+    ASSERT_EQ(TS_TOO_BIG, ts_parse(TS_DIALECT_V2, b.b, b.n, &frame, &r, NULL));
+    ASSERT_EQ(TS_LIMIT_REQUEST, r.limit);
+    ASSERT_EQ(30, r.over);
   }
 }
 
