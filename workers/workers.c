@@ -88,6 +88,7 @@ static void wk_exec_result(wk_worker_t *w, wk_exit_t *ex) {
 static void wk_reap(wk_group_t *g) {
   unsigned attempt = g->attempt;
   wk_guardian_check(g);
+  wk_sb_reap(g);
   for (int i = 0; i < g->nproc && g->w && attempt == g->attempt; i++) {
     wk_worker_t *w = &g->w[i];
     wk_exit_t ex;
@@ -432,6 +433,7 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
              void *arg) {
   wk_exec_t x;
   int *wfd = NULL, rc, started = 0, first;
+  unsigned char *adopted = NULL;
   sigset_t all, old;
   assert(g->magic == WK_MAGIC);
   if (g->closing || g->nlive > 0 || g->nopen > 0 || g->stop_phase != WK_IDLE)
@@ -487,6 +489,11 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
   for (int i = 0; g->contain == WK_CONTAIN_CGROUP && i < g->nproc; i++)
     wk_guardian_send2(g, WK_GUARD_ADD_CG, i, g->cg_attempt);
 
+  /* Ready standbys take their ranks (standby.c): no fork for them. */
+  if (g->sb && (adopted = calloc((size_t)g->nproc, 1)) != NULL)
+    for (int i = 0; i < g->nproc; i++)
+      adopted[i] = (unsigned char)wk_sb_take(g, i, g->envp[i]);
+
   /* Signals stay blocked from fork until the child has reset them. */
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -494,6 +501,16 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
     wk_worker_t *w = &g->w[i];
     int sp[2] = {-1, -1};
     pid_t pid;
+    if (adopted && adopted[i]) {
+      wk_sb_adopted(g, w, w->rfd);
+      started++;
+      if (wfd) {
+        close(wfd[2 * i]);
+        close(wfd[2 * i + 1]);
+        wfd[2 * i] = wfd[2 * i + 1] = -1;
+      }
+      continue;
+    }
     /* The exec status pipe: without it the worker's stderr says why. */
     if (pipe2(sp, O_CLOEXEC) != 0)
       sp[0] = sp[1] = -1;
@@ -550,7 +567,8 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
   for (int i = 0; i < g->nproc; i++) {
     wk_worker_t *w = &g->w[i];
     w->guarded = g->guard_fd >= 0;
-    wk_guardian_send(g, WK_GUARD_ADD, w->pid);
+    if (!(adopted && adopted[i])) /* a standby's group is known already */
+      wk_guardian_send(g, WK_GUARD_ADD, w->pid);
     LU_DBG(&g->log, LU_DBG_SPAWN, "local rank %d: pid %d %s", i, (int)w->pid,
            g->argv[0]);
     for (int k = 0; g->pipe_output && k < 2; k++) {
@@ -577,9 +595,12 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
    * (never from inside this call, whose caller does not expect on_exit
    * yet). */
   uv_timer_start(&g->defer, wk_on_defer, 0, 0);
+  free(adopted);
+  wk_sb_schedule(g);
   return 0;
 
 fail:
+  free(adopted);
   wk_close_fds(g, wfd);
   free(wfd);
   wk_free_attempt(g);
@@ -665,6 +686,7 @@ void wk_maybe_free(wk_group_t *g) {
   cb = g->close_cb;
   arg = g->close_arg;
   wk_free_attempt(g);
+  wk_sb_free(g);
   free(g->rbuf);
   free(g->obuf);
   g->magic = 0;
@@ -701,6 +723,7 @@ void wk_group_close(wk_group_t *g, void (*cb)(void *arg), void *arg) {
     w->reaped = 1;
     g->nlive--;
   }
+  wk_sb_close(g);
   /* Nothing the workers started outlives the group (the guardian goes
    * first: then, with the subreaper, a child left here is an orphan). */
   wk_guardian_stop(g);
@@ -720,4 +743,5 @@ void wk_group_close(wk_group_t *g, void (*cb)(void *arg), void *arg) {
   uv_close((uv_handle_t *)&g->timer, wk_on_handle_closed);
   uv_close((uv_handle_t *)&g->defer, wk_on_handle_closed);
   uv_close((uv_handle_t *)&g->scan_timer, wk_on_handle_closed);
+  wk_sb_close_handles(g);
 }
