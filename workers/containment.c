@@ -319,7 +319,7 @@ static int wk_is_worker(const wk_group_t *g, pid_t pid) {
   for (int i = 0; i < g->nproc && g->w; i++)
     if (g->w[i].pid == pid)
       return 1;
-  return wk_sb_is(g, pid);
+  return wk_sb_is(g, pid) || wk_is_dying(g, pid);
 }
 
 /* Scan /proc: descendants of this process (workers' children, and the

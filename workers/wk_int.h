@@ -208,6 +208,11 @@ struct wk_group_s {
   wk_esc_t *esc;            /* escaped processes known */
   int nesc;
 
+  /* Workers reported at their exit's start (wk_maybe_exiting) and not
+   * reaped yet: waitpid(WNOHANG) at every SIGCHLD, waitpid at close. */
+  pid_t *dying;
+  int ndying, dying_cap;
+
   wk_sb_t *sb;              /* standbys per local rank, NULL when off */
   int sb_n;
   int64_t sb_delay_ms, sb_ready_ms;
@@ -300,5 +305,7 @@ void wk_sb_free(wk_group_t *g);
 
 void wk_maybe_free(wk_group_t *g);
 void wk_maybe_done(wk_group_t *g);
+void wk_maybe_exiting(wk_worker_t *w);
+int wk_is_dying(const wk_group_t *g, pid_t pid);
 
 #endif /* WK_INT_H */
