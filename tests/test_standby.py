@@ -157,6 +157,9 @@ def test_resume(d):
         os.kill(w, signal.SIGKILL)
         lt.wait_until(lambda: "resumed from step" in a.output() or
                       not a.running(), 120 * MULT, "the resume")
+        # the dead worker, reported as its pipes closed, is still reaped
+        lt.wait_until(lambda: not os.path.exists("/proc/%d" % w),
+                      60 * MULT, "the killed worker reaped")
         out = a.output()
         m = re.search(r"local rank 0: standby pid (\d+) takes the rank", out)
         assert m, "the standby did not take the rank:\n" + out
