@@ -736,9 +736,31 @@ static int create_model(run_t *r, int device, int cc) {
   return EXIT_OK;
 }
 
-/* rt_standby_wait's warm-up: what a restarted worker would pay first. */
+/* rt_standby_wait's warm-up: what a restarted worker would pay first.
+ * The model is made, and two forward and backward passes on zeros pay the
+ * first uses (cuBLASLt's choices, the CUDA graphs' capture, keyed by the
+ * loss scale training uses). They touch no parameter and no AdamW moment
+ * (a resume loads them, a fresh start initialises them after this), and
+ * the first real step zeroes the gradient. */
 static int standby_warm(void *arg, int device, int cc) {
-  return create_model(arg, device, cc) == EXIT_OK ? 0 : -EINVAL;
+  run_t *r = arg;
+  size_t n = (size_t)r->o.batch * (size_t)r->o.seq_len;
+  float loss, scale;
+  int rc;
+  if (create_model(r, device, cc) != EXIT_OK)
+    return -EINVAL;
+  scale = r->dtype == GPT_FP16 ? r->o.loss_scale : 1.0f;
+  memset(r->tok, 0, n * sizeof(int32_t));
+  memset(r->tgt, 0, n * sizeof(int32_t));
+  for (int k = 0; k < 2; k++)
+    if ((rc = r->ops->zero_grad(r->model)) != 0 ||
+        (rc = r->ops->forward(r->model, r->tok, r->tgt, &loss)) != 0 ||
+        (rc = r->ops->backward(r->model, scale, 1, NULL, NULL)) != 0 ||
+        (rc = r->ops->sync(r->model)) != 0) {
+      fail_line("the standby's warm-up step failed: %s", rt_strerror(rc));
+      return rc;
+    }
+  return 0;
 }
 
 static int setup_model(run_t *r) {
