@@ -36,19 +36,26 @@ static int sb_read_all(int fd, void *buf, size_t n) {
   return 0;
 }
 
-/* Replace the environment with blob's strings. RET 0 or RDZV_EINVAL. */
-static int sb_set_env(const rt_who_t *who, char *blob, size_t len) {
+int rt__standby_check(const char *blob, size_t len, char *why, size_t wn) {
   if (len == 0 || blob[len - 1] != '\0') {
-    rt__logf(who, "the agent's rank environment is malformed (%zu bytes, "
-             "not NUL-terminated)", len);
+    snprintf(why, wn, "%zu bytes, not NUL-terminated", len);
     return RDZV_EINVAL;
   }
   for (size_t at = 0; at < len; at += strlen(blob + at) + 1)
     if (strchr(blob + at, '=') == NULL || blob[at] == '=') {
-      rt__logf(who, "the agent's rank environment holds '%.60s', no "
-               "KEY=VALUE", blob + at);
+      snprintf(why, wn, "it holds '%.60s', no KEY=VALUE", blob + at);
       return RDZV_EINVAL;
     }
+  return 0;
+}
+
+/* Replace the environment with blob's strings. RET 0 or RDZV_EINVAL. */
+static int sb_set_env(const rt_who_t *who, char *blob, size_t len) {
+  char why[128];
+  if (rt__standby_check(blob, len, why, sizeof(why)) != 0) {
+    rt__logf(who, "the agent's rank environment is malformed: %s", why);
+    return RDZV_EINVAL;
+  }
   if (clearenv() != 0)
     return -ENOMEM;
   for (size_t at = 0, n; at < len; at += n + 1) {
