@@ -263,7 +263,8 @@ int wk_sb_take(wk_group_t *g, int k, char *const *envp) {
     return 0;
   for (char *const *e = envp; *e; e++)
     len += strlen(*e) + 1;
-  if (len > UINT32_MAX - sizeof(n32) || (blob = malloc(sizeof(n32) + len)) == NULL)
+  if (len > UINT32_MAX - sizeof(n32) ||
+      (blob = malloc(sizeof(n32) + len)) == NULL)
     return 0;
   n32 = (uint32_t)len;
   memcpy(blob, &n32, sizeof(n32));
@@ -273,10 +274,12 @@ int wk_sb_take(wk_group_t *g, int k, char *const *envp) {
     memcpy(blob + at, *e, l);
     at += l;
   }
-  /* The standby blocks in read: a socketpair takes this at once. */
+  /* The standby blocks in read: a socketpair takes this at once; one that
+   * does not read (stopped) gets 1 s between bytes, then the rank forks. */
   ok = 1;
   for (size_t off = 0; off < at && ok;) {
-    ssize_t w = send(s->ctl, blob + off, at - off, MSG_NOSIGNAL);
+    ssize_t w = send(s->ctl, blob + off, at - off,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0)
       off += (size_t)w;
     else if (w < 0 && errno == EINTR)
