@@ -12,7 +12,7 @@ set -u
 B=${1:-.gpu-build}
 OUT=${2:-/tmp}
 for s in "" --standby; do
-  timeout 170 python3 -u bench/run_resume_bench.py --preset gpt2-124m \
+  timeout 110 python3 -u bench/run_resume_bench.py --preset gpt2-124m \
     --device cuda --nproc 1 --only launch --repeat 3 --build "$B" --trace $s \
     >"$OUT/resume${s:+_standby}.txt" 2>&1
   echo "rc=$?" >>"$OUT/resume${s:+_standby}.txt"
@@ -20,7 +20,7 @@ done
 for i in 1 2; do
   for s in "" --standby; do
     T=$(mktemp -d)
-    timeout 60 "$B/bin/launch" --standalone --nproc-per-node 1 $s \
+    timeout 40 "$B/bin/launch" --standalone --nproc-per-node 1 $s \
       "$B/bin/train_gpt" --preset gpt2-124m --device cuda --steps 300 \
       --val-every 0 --log-every 100 >"$T/o" 2>&1
     echo "run $i standby=${s:-no} rc=$?: $(grep 'final:' "$T/o")" >>"$OUT/tokens.txt"
