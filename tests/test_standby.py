@@ -1,7 +1,8 @@
 """launch --standby (workers/standby.c, rt_standby_wait, docs/launcher.md
 #standby):
 - resume: train_gpt under launch --standby with --ckpt-dir; the worker is
-  SIGKILLed once a checkpoint exists and the standby said ready; the
+  SIGKILLed once a checkpoint exists and the standby said ready; its death
+  is reported as its pipes close (exiting in /proc) and it is reaped; the
   standby started before the kill takes the rank (its pid is the new
   worker's), the job resumes at the agreed step, every loss after it and
   the final parameters are bitwise those of an uninterrupted run, a new
@@ -143,7 +144,8 @@ def test_resume(d):
     got = os.path.join(d, "got.bin")
     a = lt.launch(["--standalone", "--nproc-per-node", "1", "--standby",
                    "--max-restarts", "1", TRAIN] + MODEL +
-                  ["--ckpt-dir", ck, "--ckpt-every", "5", "--dump-params", got])
+                  ["--ckpt-dir", ck, "--ckpt-every", "5", "--dump-params", got],
+                  env={"LAUNCH_DEBUG": "spawn"})
     seen = set()
     stopped = []
     try:
@@ -164,6 +166,9 @@ def test_resume(d):
         m = re.search(r"local rank 0: standby pid (\d+) takes the rank", out)
         assert m, "the standby did not take the rank:\n" + out
         assert int(m.group(1)) == sb, (m.group(1), sb, out)
+        # the death was seen as the pipes closed, with its signal
+        assert "local rank 0 pid %d: exiting (its pipes closed), exit -1 " \
+            "signal 9; reaped later" % w in out, out
         # the new worker is the standby process, started before the kill
         assert sb in children(a.pid), out
         sb2 = hold(a, sb, stopped, not_pid=sb)

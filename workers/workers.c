@@ -147,7 +147,8 @@ int wk_is_dying(const wk_group_t *g, pid_t pid) {
 /* The wait status of pid if it is exiting (PF_EXITING, or a zombie):
  * /proc/<pid>/stat fields 3 (state), 9 (flags) and 52 (exit_code, the
  * status waitpid will return; Linux >= 3.5, ours to read as the parent).
- * RET 0 with *status, -1 when it is not exiting or cannot be told. */
+ * RET 0 with *status, -1 when it is not exiting, exits 0, or cannot be
+ * told. */
 static int wk_exit_status(pid_t pid, int *status) {
   char path[64], buf[1024], *p;
   unsigned long flags = 0;
@@ -178,6 +179,11 @@ static int wk_exit_status(pid_t pid, int *status) {
     return -1;
   code = strtol(p, NULL, 10);
   if (!(state == 'Z' || state == 'X' || (flags & 0x4 /* PF_EXITING */)))
+    return -1;
+  /* The field reads 0 where we may not read it (a non-dumpable process):
+   * a 0 waits for SIGCHLD, which tells a success for sure (a failure is
+   * what a restart waits for). */
+  if (code == 0)
     return -1;
   *status = (int)code;
   return 0;
