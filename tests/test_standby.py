@@ -171,6 +171,11 @@ def test_resume(d):
             "signal 9; reaped later" % w in out, out
         # the new worker is the standby process, started before the kill
         assert sb in children(a.pid), out
+        if "workers contained by cgroup v2" in out:
+            # in its rank's cgroup, as a forked worker would be
+            with open("/proc/%d/cgroup" % sb) as f:
+                cg = [l for l in f.read().splitlines() if l.startswith("0::")]
+            assert cg and re.search(r"/w0\.\d+$", cg[0]), (cg, out)
         sb2 = hold(a, sb, stopped, not_pid=sb)
         seen.add(sb2)
         os.kill(sb, signal.SIGCONT)

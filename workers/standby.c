@@ -247,6 +247,24 @@ void wk_sb_schedule(wk_group_t *g) {
   }
 }
 
+/* clone3 places forked workers in their rank's cgroup; a standby moves
+ * there (one write) before it runs as the worker, so that what it starts
+ * is inside. Where the kernel refuses, its process group and the scans
+ * still hold it. */
+static void wk_sb_move(wk_group_t *g, wk_sb_t *s) {
+  char num[16];
+  int fd, n;
+  if (g->contain != WK_CONTAIN_CGROUP || s->local_rank >= g->cg_nfd)
+    return;
+  fd = openat(g->cg_fd[s->local_rank], "cgroup.procs", O_WRONLY | O_CLOEXEC);
+  n = snprintf(num, sizeof(num), "%d", (int)s->pid);
+  if (fd < 0 || write(fd, num, (size_t)n) != n)
+    LU_DBG(&g->log, LU_DBG_SPAWN, "moving standby pid %d into its rank's "
+           "cgroup failed: %s", (int)s->pid, strerror(errno));
+  if (fd >= 0)
+    close(fd);
+}
+
 /* Hand the standby of rank k its environment envp, if it is ready. RET 1
  * when it took it (the caller adopts it with wk_sb_adopted), 0 when the
  * rank is forked instead. */
@@ -266,6 +284,7 @@ int wk_sb_take(wk_group_t *g, int k, char *const *envp) {
   if (len > UINT32_MAX - sizeof(n32) ||
       (blob = malloc(sizeof(n32) + len)) == NULL)
     return 0;
+  wk_sb_move(g, s);
   n32 = (uint32_t)len;
   memcpy(blob, &n32, sizeof(n32));
   at = sizeof(n32);
@@ -305,8 +324,7 @@ int wk_sb_take(wk_group_t *g, int k, char *const *envp) {
 }
 
 /* The standby of w's rank, handed its environment by wk_sb_take, is the
- * worker now: w takes its pid and output pipes (rfd[0..1]), the cgroup
- * of the rank takes the process. */
+ * worker now: w takes its pid and output pipes (rfd[0..1]). */
 void wk_sb_adopted(wk_group_t *g, wk_worker_t *w, int *rfd) {
   wk_sb_t *s = &g->sb[w->local_rank];
   w->pid = s->pid;
@@ -320,19 +338,6 @@ void wk_sb_adopted(wk_group_t *g, wk_worker_t *w, int *rfd) {
   close(s->ctl);
   s->ctl = -1;
   uv_timer_stop(&s->timer);
-  if (g->contain == WK_CONTAIN_CGROUP && w->local_rank < g->cg_nfd) {
-    /* clone3 placed forked workers; a standby moves (one write). Where the
-     * kernel refuses, its process group and the scans still hold it. */
-    char num[16];
-    int fd = openat(g->cg_fd[w->local_rank], "cgroup.procs",
-                    O_WRONLY | O_CLOEXEC);
-    int n = snprintf(num, sizeof(num), "%d", (int)s->pid);
-    if (fd < 0 || write(fd, num, (size_t)n) != n)
-      LU_DBG(&g->log, LU_DBG_SPAWN, "moving standby pid %d into its rank's "
-             "cgroup failed: %s", (int)s->pid, strerror(errno));
-    if (fd >= 0)
-      close(fd);
-  }
   LU_INFO(&g->log, "local rank %d: standby pid %d takes the rank",
           w->local_rank, (int)s->pid);
   s->pid = 0;
