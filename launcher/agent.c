@@ -773,6 +773,9 @@ static int start_standbys(agent_t *a) {
   wk_standby_spec_t sp;
   char **envp[CFG_MAX_NPROC];
   int rc = 0, n = 0;
+  if (a->round == 0 && o->max_restarts == 0)
+    say(a, "--standby: the standbys take ranks only when the workers "
+        "restart; after a failure that needs --max-restarts N");
   memset(envp, 0, sizeof(envp));
   for (; n < o->nproc; n++) {
     char **full = env_envp(a->renv[n]);
