@@ -773,6 +773,15 @@ static int start_standbys(agent_t *a) {
   wk_standby_spec_t sp;
   char **envp[CFG_MAX_NPROC];
   int rc = 0, n = 0;
+  if (a->python) {
+    /* A Python script without the runtime would run rankless: a trainer
+     * that falls back to a single process would train beside the job. */
+    if (a->round == 0)
+      LU_WARN(&a->log, "--standby: a Python script cannot be a standby (it "
+              "needs the runtime's rt_standby_wait, as train_gpt); workers "
+              "start as usual");
+    return 0;
+  }
   if (a->round == 0 && o->max_restarts == 0)
     say(a, "--standby: the standbys take ranks only when the workers "
         "restart; after a failure that needs --max-restarts N");

@@ -11,7 +11,7 @@
   failed and the job never restarted.
 - a program that never says ready: at the restart the rank is forked as
   without --standby; with --standby-timeout the standby is killed and the
-  warning says what --standby needs.
+  warning says what --standby needs; a Python script gets no standby.
 Gated on observed progress only (a checkpoint, a line, a standby blocked
 in its read of fd 3), never on time; the worker is SIGSTOPped while the
 test waits for a standby so that the job cannot end first. Every process
@@ -277,6 +277,18 @@ def test_never_ready(d, timeout_arg):
         a.kill()
 
 
+def test_python(d):
+    """A Python script never gets a standby (it would run rankless)."""
+    prog = os.path.join(d, "hello.py")
+    with open(prog, "w") as f:
+        f.write("print('worker ran')\n")
+    rc, out = lt.launch_wait(["--standalone", "--nproc-per-node", "1",
+                              "--standby", prog], timeout=60 * MULT)
+    assert rc == 0 and "worker ran" in out, out
+    assert "--standby: a Python script cannot be a standby" in out, out
+    print("python: no standby, said once")
+
+
 def main():
     if READ_NR is None:
         lt.skip("no read(2) number known for %s" % os.uname().machine)
@@ -287,6 +299,7 @@ def main():
     test_standby_dies(d)
     test_never_ready(d, [])
     test_never_ready(d, ["--standby-timeout", "1"])
+    test_python(d)
     print("test_standby: ok")
 
 
