@@ -15,8 +15,13 @@ For launch also the agents' agreement on the step (its log line: seconds,
 shards hashed or trusted because this agent verified or committed them
 before; docs/checkpoints.md).
 
+With --standby, launch runs with --standby (docs/launcher.md#standby) and
+the kill waits until the victim's standby is ready (blocked reading its
+LAUNCH_STANDBY_FD, which it does after saying ready).
+
 usage: run_resume_bench.py [--preset tiny|gpt2-124m] [--nproc 2]
                            [--repeat 3] [--build build] [--device cpu|cuda]
+                           [--standby]
 On the GPU machine: --preset gpt2-124m --device cuda --nproc 1 (or 2).
 PYTHON_EXEC, else the first of python3, /usr/bin/python3 that imports torch,
 runs torchrun and the PyTorch script.
@@ -89,6 +94,23 @@ def rank_pid(root, rank):
     return None
 
 
+def standby_ready(root):
+    """A standby under root blocked in read(2) of fd 3 (x86-64: syscall
+    0): it said ready."""
+    for p in descendants(root):
+        try:
+            with open("/proc/%d/environ" % p, "rb") as f:
+                if b"LAUNCH_STANDBY_FD=3" not in f.read().split(b"\0"):
+                    continue
+            with open("/proc/%d/syscall" % p) as f:
+                sc = f.read().split()
+        except OSError:
+            continue
+        if len(sc) > 1 and sc[0] == "0" and int(sc[1], 16) == 3:
+            return True
+    return False
+
+
 class Job:
     def __init__(self, argv, env):
         self.lines = []  # (monotonic time, line)
@@ -144,7 +166,7 @@ AGREED = r"checkpoint agreement on step \d+ took ([0-9.]+) s: (.*)"
 
 
 def measure(argv, env, every, victim, step_rx, resumed_rx, timeout, ready,
-            trace=False, agreed_rx=None):
+            trace=False, agreed_rx=None, standby=False):
     job = Job(argv, env)
     try:
         # a checkpoint, and a few steps past it; the kill only once the
@@ -156,6 +178,11 @@ def measure(argv, env, every, victim, step_rx, resumed_rx, timeout, ready,
             if time.monotonic() > deadline:
                 raise RuntimeError("no committed checkpoint (%s) after %.0f s:\n%s"
                                    % (ready, timeout, job.text()))
+            time.sleep(0.05)
+        while standby and not standby_ready(job.p.pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError("no ready standby after %.0f s:\n%s"
+                                   % (timeout, job.text()))
             time.sleep(0.05)
         pid = rank_pid(job.p.pid, victim)
         if pid is None:
@@ -193,6 +220,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=300,
                     help="seconds to wait for each awaited line; on expiry the "
                     "job's last lines are printed and the run fails")
+    ap.add_argument("--standby", action="store_true",
+                    help="launch --standby: the kill waits for a ready "
+                    "standby, which takes the rank")
     ap.add_argument("--trace", action="store_true",
                     help="print the jobs' lines from the kill to the first "
                     "step, timed from the kill")
@@ -214,13 +244,16 @@ def main():
             if a.only != "torchrun":
                 argv = [launch, "--standalone", "--nproc-per-node", str(a.nproc),
                         "--max-restarts", "3", "--ckpt-dir",
-                        os.path.join(d, "ck"), train, "--preset", a.preset,
+                        os.path.join(d, "ck")] + (
+                            ["--standby"] if a.standby else []) + [
+                        train, "--preset", a.preset,
                         "--steps", "100000", "--ckpt-every", str(a.every),
                         "--log-every", "1", "--device", a.device]
                 res["launch"].append(measure(
                     argv, env, a.every, victim, r"\bstep +(\d+)/",
                     r"resumed from step (\d+) of .* in ([0-9.]+) ms", a.timeout,
-                    os.path.join(d, "ck", "latest"), a.trace, AGREED))
+                    os.path.join(d, "ck", "latest"), a.trace, AGREED,
+                    a.standby))
             if a.only != "launch":
                 argv = [py, "-m", "torch.distributed.run", "--standalone",
                         "--nproc_per_node", str(a.nproc), "--max_restarts", "3",

@@ -127,6 +127,7 @@ typedef struct run_s {
   rt_t *rt;
   const gpt_backend_ops_t *ops;
   gpt_backend_t *model;
+  int model_dev; /* the device the model was made on, -1 the CPU */
   int rank, world, dtype;
   float *params;
   int inited; /* the parameters are set (initialised or loaded) */
@@ -686,20 +687,24 @@ static int gather_host(run_t *r, void *buf, const size_t *part, size_t esize,
   return rt_allgather(r->rt, buf, part, esize);
 }
 
-static int setup_model(run_t *r) {
+/* The backend and the model's memory on device (-1: the CPU, cc its
+ * compute capability): from setup_model, or earlier in a standby
+ * (rt_standby_wait), which keeps them. RET an exit code. */
+static int create_model(run_t *r, int device, int cc) {
   const opts_t *o = &r->o;
   size_t n;
   int rc, nseg;
+  (void)cc;
   r->ops = &gpt_cpu_ops;
   r->dtype = o->dtype < 0 ? GPT_FP32 : o->dtype;
-  if (rt_device(r->rt) >= 0) {
+  r->model_dev = device;
+  if (device >= 0) {
 #ifdef GPT_HAVE_CUDA
-    int cc = rt_device_cc(r->rt);
     r->ops = &gpt_cuda_ops;
     r->dtype = o->dtype >= 0 ? o->dtype : cc >= 80 ? GPT_BF16 : GPT_FP16;
     if (r->dtype == GPT_BF16 && cc < 80) {
-      fail_line("--dtype bf16 needs a GPU of SM80 or newer; %s is sm_%d: use "
-                "--dtype fp16", rt_device_name(r->rt), cc);
+      fail_line("--dtype bf16 needs a GPU of SM80 or newer; GPU %d is sm_%d: "
+                "use --dtype fp16", device, cc);
       return EXIT_USAGE;
     }
 #endif
@@ -720,14 +725,57 @@ static int setup_model(run_t *r) {
     fail_line("out of memory for %zu parameters", n);
     return EXIT_FAIL;
   }
-  rc = r->ops->create(&r->cfg, o->batch, o->seq_len, r->dtype,
-                      rt_device(r->rt), o->threads, &r->model);
+  rc = r->ops->create(&r->cfg, o->batch, o->seq_len, r->dtype, device,
+                      o->threads, &r->model);
   if (rc != 0) {
     fail_line("the %s backend cannot hold this model (%zu parameters, "
               "micro-batch %d x %d tokens): %s", r->ops->name, n, o->batch,
               o->seq_len, rt_strerror(rc));
     return EXIT_FAIL;
   }
+  return EXIT_OK;
+}
+
+/* rt_standby_wait's warm-up: what a restarted worker would pay first.
+ * The model is made, and two forward and backward passes on zeros pay the
+ * first uses (cuBLASLt's choices, the CUDA graphs' capture, keyed by the
+ * loss scale training uses). They touch no parameter and no AdamW moment
+ * (a resume loads them, a fresh start initialises them after this), and
+ * the first real step zeroes the gradient. */
+static int standby_warm(void *arg, int device, int cc) {
+  run_t *r = arg;
+  size_t n = (size_t)r->o.batch * (size_t)r->o.seq_len;
+  float loss, scale;
+  int rc;
+  if (create_model(r, device, cc) != EXIT_OK)
+    return -EINVAL;
+  scale = r->dtype == GPT_FP16 ? r->o.loss_scale : 1.0f;
+  memset(r->tok, 0, n * sizeof(int32_t));
+  memset(r->tgt, 0, n * sizeof(int32_t));
+  for (int k = 0; k < 2; k++)
+    if ((rc = r->ops->zero_grad(r->model)) != 0 ||
+        (rc = r->ops->forward(r->model, r->tok, r->tgt, &loss)) != 0 ||
+        (rc = r->ops->backward(r->model, scale, 1, NULL, NULL)) != 0 ||
+        (rc = r->ops->sync(r->model)) != 0) {
+      fail_line("the standby's warm-up step failed: %s", rt_strerror(rc));
+      return rc;
+    }
+  return 0;
+}
+
+static int setup_model(run_t *r) {
+  const opts_t *o = &r->o;
+  int rc, nseg;
+  if (r->model == NULL &&
+      (rc = create_model(r, rt_device(r->rt), rt_device_cc(r->rt))) !=
+          EXIT_OK)
+    return rc;
+  if (r->model_dev != rt_device(r->rt)) {
+    fail_line("the standby made the model on device %d, the runtime picked "
+              "%d", r->model_dev, rt_device(r->rt));
+    return EXIT_FAIL;
+  }
+  nseg = gpt_num_segments(&r->cfg);
   if (o->zero && (rc = setup_zero(r)) != EXIT_OK)
     return rc;
   /* A resume loads every parameter: no initialisation to throw away. */
@@ -1361,10 +1409,18 @@ int main(int argc, char **argv) {
     return rc;
   }
   model_config(&r);
+  ro.device = r.o.device;
+  /* launch --standby: the model is made here, then this process waits to
+   * take a rank; its start-up time counts from then */
+  if ((rc = rt_standby_wait(&ro, standby_warm, &r)) < 0) {
+    run_free(&r);
+    return rc == -EPIPE ? EXIT_OK : EXIT_FAIL;
+  }
+  if (rc == 1)
+    t[0] = now_s();
   /* a resume's shard is read while the runtime and the model start */
   ck_pre_start(&r);
   t[1] = now_s();
-  ro.device = r.o.device;
   ro.bucket_bytes = (size_t)((double)r.o.bucket_mb * 1048576.0);
   if ((rc = rt_init(&ro, &r.rt)) != 0) {
     /* the runtime said why */

@@ -83,6 +83,26 @@ int rt_init(const rt_options_t *opt, rt_t **out);
 /* Close the collectives and the store connection. NULL is a no-op. */
 void rt_finalize(rt_t *rt);
 
+/* Standby (launch --standby, docs/runtime.md#standby). Call it first in
+ * main, before anything reads the rank's environment (RANK, LAUNCH_*...):
+ * - Not a standby (LAUNCH_STANDBY_FD unset): RET 0 at once.
+ * - A standby: the agent started this process ahead of a failure, with no
+ *   rank. It opens the GPU of its LOCAL_RANK as rt_init would (opt->device;
+ *   device -1 on the CPU), calls warm(arg, device, cc) to pay the
+ *   trainer's own start-up (its CUDA context, model allocations, handles:
+ *   what the trainer creates there it keeps and uses after rt_init), tells
+ *   the agent it is ready and blocks until the agent hands it a rank's
+ *   complete environment, which replaces this process's environment. RET 1:
+ *   now call rt_init as any worker does (it joins the store, the round and
+ *   the resume step of the failure it replaces).
+ * RET < 0: warm's error (reported by warm), RDZV_EINVAL (LAUNCH_STANDBY_FD
+ * is not a socket of launch's: reported), -EPIPE (the agent closed it
+ * without a rank: the job ended; exit 0 quietly). Never returns while the
+ * process waits; a SIGTERM or SIGKILL from the agent ends it there. */
+typedef int (*rt_standby_warm_fn)(void *arg, int device, int cc);
+int rt_standby_wait(const rt_options_t *opt, rt_standby_warm_fn warm,
+                    void *arg);
+
 int rt_rank(const rt_t *rt);
 int rt_world_size(const rt_t *rt);
 int rt_local_rank(const rt_t *rt);

@@ -27,6 +27,7 @@
 #include <uv.h>
 
 #include "aclient.h"
+#include "contract.h"
 #include "aff.h"
 #include "ckpt.h"
 #include "agent.h"
@@ -731,6 +732,95 @@ static int apply_binding(int local_rank, void *arg, char *errbuf,
   return 0;
 }
 
+/* --standby: what a standby of rank i starts with is the rank's
+ * environment without the variables of a rank (the contract's rows set by
+ * torchrun's contract, launch and --ckpt-dir), but with its LOCAL_RANK and
+ * LOCAL_WORLD_SIZE (its GPU), the user's KEEP values, the binding and the
+ * profile: a program that ignores LAUNCH_STANDBY_FD can never join the job
+ * as a rank. The rank's own environment is handed over when it takes the
+ * rank (workers.h). */
+#define SB_W_SET 0
+#define SB_W_OWN 0
+#define SB_W_KEEP 1
+#define SB_BY_torchrun 0
+#define SB_BY_launch 0
+#define SB_BY_ckpt 0
+#define SB_BY_binding 1
+#define SB_BY_profile 1
+static int sb_drops(const char *kv) {
+  static const struct {
+    const char *name;
+    int keep;
+  } rows[] = {
+#define X(NAME, TYPE, FIELD, FALLBACK, WRITE, BY)                             \
+  {#NAME, SB_W_##WRITE || SB_BY_##BY},
+      ENV_CONTRACT(X)
+#undef X
+  };
+  size_t n = strcspn(kv, "=");
+  if ((n == 10 && strncmp(kv, "LOCAL_RANK", n) == 0) ||
+      (n == 16 && strncmp(kv, "LOCAL_WORLD_SIZE", n) == 0))
+    return 0;
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+    if (!rows[i].keep && strlen(rows[i].name) == n &&
+        strncmp(rows[i].name, kv, n) == 0)
+      return 1;
+  return 0;
+}
+
+static int start_standbys(agent_t *a) {
+  cfg_t *o = a->o;
+  wk_standby_spec_t sp;
+  char **envp[CFG_MAX_NPROC];
+  int rc = 0, n = 0;
+  if (a->python) {
+    /* A Python script without the runtime would run rankless: a trainer
+     * that falls back to a single process would train beside the job. */
+    if (a->round == 0)
+      LU_WARN(&a->log, "--standby: a Python script cannot be a standby (it "
+              "needs the runtime's rt_standby_wait, as train_gpt); workers "
+              "start as usual");
+    return 0;
+  }
+  if (a->round == 0 && o->max_restarts == 0)
+    say(a, "--standby: the standbys take ranks only when the workers "
+        "restart; after a failure that needs --max-restarts N");
+  memset(envp, 0, sizeof(envp));
+  for (; n < o->nproc; n++) {
+    char **full = env_envp(a->renv[n]);
+    size_t k = 0, j = 0;
+    if (full == NULL) {
+      rc = RDZV_ENOMEM;
+      break;
+    }
+    while (full[k])
+      k++;
+    if ((envp[n] = calloc(k + 1, sizeof(char *))) == NULL) {
+      rc = RDZV_ENOMEM;
+      break;
+    }
+    for (k = 0; full[k]; k++)
+      if (!sb_drops(full[k]))
+        envp[n][j++] = full[k]; /* borrowed: wk_standby_set copies */
+  }
+  if (rc == 0) {
+    memset(&sp, 0, sizeof(sp));
+    sp.size = sizeof(sp);
+    sp.nproc = o->nproc;
+    sp.envp = (char *const *const *)envp;
+    /* After the new workers started, not beside them. */
+    sp.delay_ms = 2000;
+    sp.ready_ms = o->standby_ready_ms;
+    rc = wk_standby_set(a->wg, &sp);
+  }
+  for (int i = 0; i < n && i < o->nproc; i++)
+    free(envp[i]);
+  if (rc != 0)
+    LU_WARN(&a->log, "--standby: cannot keep standbys: %s; workers start "
+            "as usual", rdzv_strerror(rc));
+  return rc;
+}
+
 static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg);
 
 static int start_workers(agent_t *a) {
@@ -790,6 +880,8 @@ static int start_workers(agent_t *a) {
   rc = wk_start(a->wg, &spec, on_worker_exit, a);
   if (rc != 0)
     LU_ERR(&a->log, "cannot start the workers: %s", rdzv_strerror(rc));
+  else if (o->standby)
+    (void)start_standbys(a);
   /* issue #11 (topo helper): say once how workers are kept together. */
   if (rc == 0 && a->round == 0 && !o->quiet) {
     const char *what;

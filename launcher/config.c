@@ -783,6 +783,14 @@ static const setting_t settings[CFG_S_COUNT] = {
     FN(HANG_SIGNAL, "--hang-signal", NULL, "SIG|none", set_hang_signal,
        SUPERVISION, "sent to a hung rank for a stack dump (faulthandler, "
        "py-spy-like dumpers) 3 s before it is killed (default SIGUSR1)"),
+    BOOL(STANDBY, "--standby", NULL, standby, SUPERVISION,
+         "keep one pre-started process of the program per local rank that "
+         "takes the rank when the workers restart (faster resume; needs a "
+         "program using the runtime's rt_standby_wait, as train_gpt: "
+         "docs/launcher.md#standby)"),
+    MS(STANDBY_TIMEOUT, "--standby-timeout", standby_ready_ms, SUPERVISION,
+       "--standby: a standby that has not said ready by then is killed and "
+       "its rank gets none (default 300)"),
     FN(NO_RESTART_CODES, "--no-restart-exit-codes", NULL, "LIST|none",
        set_no_restart, SUPERVISION, "a worker exiting with one of these codes "
        "ends the job at once instead of restarting it: the failure would "
@@ -1329,6 +1337,7 @@ static void defaults(cfg_t *c, char *const *envp) {
   c->conf_rank = -1;
   c->is_host = -1;
   c->stop_grace_ms = 30000;
+  c->standby_ready_ms = 300000;
   c->hang_signal = SIGUSR1;
   c->metrics_port = -1;
   c->exit_barrier_ms = 300000;

@@ -42,6 +42,7 @@ typedef enum {
   CFG_S_MASTER_PORT, CFG_S_LOCAL_ADDR, CFG_S_MAX_RESTARTS, CFG_S_SIGNALS,
   CFG_S_STOP_TIMEOUT, CFG_S_EXIT_BARRIER, CFG_S_MONITOR, CFG_S_START_METHOD,
   CFG_S_HANG_TIMEOUT, CFG_S_HANG_SIGNAL, /* hang.c */
+  CFG_S_STANDBY, CFG_S_STANDBY_TIMEOUT,
   CFG_S_NO_RESTART_CODES,
   CFG_S_ROLE, CFG_S_MODULE, CFG_S_NO_PYTHON, CFG_S_RUN_PATH, CFG_S_LOG_DIR,
   CFG_S_REDIRECTS, CFG_S_TEE, CFG_S_RANKS_FILTER, CFG_S_LINE_PREFIX,
@@ -151,6 +152,8 @@ typedef struct cfg_s {
   char role[64];
   int64_t hang_timeout_ms;   /* --hang-timeout: 0 = off */
   int hang_signal;           /* --hang-signal: the dump signal, 0 none */
+  int standby;               /* --standby: a pre-started worker per rank */
+  int64_t standby_ready_ms;  /* --standby-timeout: it says ready by then */
   unsigned char no_restart[256]; /* --no-restart-exit-codes: 1 for each exit
                                     code that ends the job at once */
   char event_log[PATH_MAX];  /* --event-log FILE ("" none; events.h) */

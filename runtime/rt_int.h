@@ -19,6 +19,11 @@ typedef struct rt_who_s {
 void rt__logf(const rt_who_t *who, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* The rank environment a standby is handed (rt_standby.c): NUL-terminated
+ * KEY=VALUE strings, KEY not empty, len bytes in all. RET 0, or
+ * RDZV_EINVAL with why set. */
+int rt__standby_check(const char *blob, size_t len, char *why, size_t wn);
+
 /* ---- TCP mesh (CPU collectives) ------------------------------------------- */
 
 typedef struct rt_mesh_s rt_mesh_t;

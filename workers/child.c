@@ -148,16 +148,25 @@ void wk_child(wk_group_t *g, wk_worker_t *w, const wk_exec_t *x,
   }
   /* The status pipe becomes fd 3 (close-on-exec: exec closes it, which
    * tells the agent the exec worked). Only 0, 1 and 2 cross into the
-   * worker. */
-  if (status_w >= 0 && status_w != 3) {
+   * worker; a standby gets its socketpair as fd 3 (WK_SB_FD), kept open
+   * across exec, and no status pipe. */
+  if (x->sb_fd >= 0) {
+    if (x->sb_fd == WK_SB_FD ? fcntl(WK_SB_FD, F_SETFD, 0) != 0
+                             : dup2(x->sb_fd, WK_SB_FD) != WK_SB_FD)
+      _exit(127);
+    status_w = -1;
+  } else if (status_w >= 0 && status_w != 3) {
     if (dup3(status_w, 3, O_CLOEXEC) == 3)
       status_w = 3;
     else
       status_w = -1;
   }
-  if (syscall(SYS_close_range, status_w == 3 ? 4u : 3u, ~0u, 0u) != 0)
-    for (int fd = status_w == 3 ? 4 : 3; fd < x->maxfd; fd++)
-      close(fd);
+  {
+    int keep3 = status_w == 3 || x->sb_fd >= 0;
+    if (syscall(SYS_close_range, keep3 ? 4u : 3u, ~0u, 0u) != 0)
+      for (int fd = keep3 ? 4 : 3; fd < x->maxfd; fd++)
+        close(fd);
+  }
   if (g->pre_exec) {
     char errbuf[512];
     errbuf[0] = '\0';
@@ -180,9 +189,9 @@ void wk_child(wk_group_t *g, wk_worker_t *w, const wk_exec_t *x,
     char **av = g->rank_argv[w->local_rank];
     for (size_t i = 1; av[i]; i++)
       x->sh_argv[i + 1] = av[i];
-    err = wk_exec(x, av, g->envp[w->local_rank]);
+    err = wk_exec(x, av, x->envp ? x->envp : g->envp[w->local_rank]);
   } else {
-    err = wk_exec(x, g->argv, g->envp[w->local_rank]);
+    err = wk_exec(x, g->argv, x->envp ? x->envp : g->envp[w->local_rank]);
   }
   /* The agent writes the message once (wk_reap) when it can be told;
    * without the pipe the worker's stderr says it. */
@@ -221,6 +230,7 @@ int wk_prepare_exec(wk_group_t *g, wk_exec_t *x) {
     free(x->sh_argv);
     return RDZV_ENOMEM;
   }
+  x->sb_fd = -1;
   x->maxfd = 65536;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
       rl.rlim_cur < (rlim_t)x->maxfd)

@@ -314,11 +314,12 @@ static const wk_proc_t *wk_proc_find(const wk_proc_t *v, int n, pid_t pid) {
   return bsearch(&key, v, (size_t)n, sizeof(*v), wk_proc_cmp);
 }
 
+/* A worker, or a standby (standby.c): both are the agent's to reap. */
 static int wk_is_worker(const wk_group_t *g, pid_t pid) {
   for (int i = 0; i < g->nproc && g->w; i++)
     if (g->w[i].pid == pid)
       return 1;
-  return 0;
+  return wk_sb_is(g, pid) || wk_is_dying(g, pid);
 }
 
 /* Scan /proc: descendants of this process (workers' children, and the
@@ -362,6 +363,7 @@ static void wk_scan(wk_group_t *g) {
     }
     for (int k = 0; k < g->nproc && g->w; k++)
       in_group |= g->w[k].pid > 0 && p->pgid == g->w[k].pid;
+    in_group |= wk_sb_is(g, p->pgid); /* a standby's own group */
     if (in_group)
       continue; /* the group signals reach it */
     for (int k = 0; k < g->nesc; k++)

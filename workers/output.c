@@ -210,6 +210,8 @@ void wk_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
             st->bit == WK_STDOUT ? "stdout" : "stderr", st->w->local_rank,
             uv_strerror((int)nread));
   wk_stream_end(st);
+  if (nread == UV_EOF)
+    wk_maybe_exiting(st->w);
 }
 
 /* Read what a reaped worker left in its pipe before its exit is reported,

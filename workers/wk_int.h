@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -52,6 +53,10 @@
 #define WK_SCAN_MS 1000           /* subreaper mode: scan while workers run */
 #define WK_EXEC_MAGIC 0x65786563  /* "exec": a status record follows */
 #define WK_CG_DEPTH 16            /* sub-cgroup levels removed under a worker's */
+#define WK_SB_FD 3                /* LAUNCH_STANDBY_FD in a standby */
+#define WK_SB_DEATHS 3            /* exits before ready that end a rank's standbys */
+#define WK_SB_BACKOFF_MS 1000     /* first restart delay, doubling */
+#define WK_SB_BACKOFF_MAX_MS 30000
 
 /* Workers go into their cgroups through a raw clone3 (CLONE_INTO_CGROUP):
  * moving a process by writing cgroup.procs costs ~20 ms here (an RCU grace
@@ -134,6 +139,20 @@ struct wk_worker_s {
   int tail_dirty;
 };
 
+/* A standby of one local rank (workers.h). */
+typedef struct wk_sb_s {
+  wk_group_t *g;
+  int local_rank;
+  pid_t pid;      /* 0 when none runs */
+  int ctl;        /* agent's end of the socketpair, -1 none */
+  int rfd[2];     /* read ends of its stdout and stderr, -1 none */
+  int ready;      /* it wrote 'R' */
+  int off;        /* no more standbys for this rank */
+  int deaths;     /* exits in a row before it was ready */
+  char **envp;
+  uv_timer_t timer; /* the next start, or the ready deadline */
+} wk_sb_t;
+
 struct wk_group_s {
   unsigned magic;
   uv_loop_t *loop;
@@ -189,6 +208,15 @@ struct wk_group_s {
   wk_esc_t *esc;            /* escaped processes known */
   int nesc;
 
+  /* Workers reported at their exit's start (wk_maybe_exiting) and not
+   * reaped yet: waitpid(WNOHANG) at every SIGCHLD, waitpid at close. */
+  pid_t *dying;
+  int ndying, dying_cap;
+
+  wk_sb_t *sb;              /* standbys per local rank, NULL when off */
+  int sb_n;
+  int64_t sb_delay_ms, sb_ready_ms;
+
   int closing;
   void (*close_cb)(void *);
   void *close_arg;
@@ -206,6 +234,8 @@ typedef struct wk_exec_s {
   char *pathbuf;    /* one PATH candidate: dir + '/' + argv[0] */
   size_t pathcap;
   int maxfd;        /* fallback bound when close_range() is missing */
+  char **envp;      /* a standby's environment; NULL: the rank's */
+  int sb_fd;        /* a standby's end of its socketpair, -1 none */
 } wk_exec_t;
 
 /* Fill x for the workers of g's spec. RET 0 or RDZV_ENOMEM. */
@@ -260,9 +290,22 @@ void wk_contain_setup(wk_group_t *g);
 void wk_contain_started(wk_group_t *g, int first);
 void wk_escaped_signal(wk_group_t *g, int sig);
 
+/* ---- standby.c --------------------------------------------------------------- */
+
+int wk_sb_is(const wk_group_t *g, pid_t pid);
+void wk_sb_reap(wk_group_t *g);
+void wk_sb_schedule(wk_group_t *g);
+int wk_sb_take(wk_group_t *g, int k, char *const *envp);
+void wk_sb_adopted(wk_group_t *g, wk_worker_t *w, int *rfd);
+void wk_sb_close(wk_group_t *g);
+void wk_sb_close_handles(wk_group_t *g);
+void wk_sb_free(wk_group_t *g);
+
 /* ---- workers.c --------------------------------------------------------------- */
 
 void wk_maybe_free(wk_group_t *g);
 void wk_maybe_done(wk_group_t *g);
+void wk_maybe_exiting(wk_worker_t *w);
+int wk_is_dying(const wk_group_t *g, pid_t pid);
 
 #endif /* WK_INT_H */

@@ -83,11 +83,15 @@ static void wk_exec_result(wk_worker_t *w, wk_exit_t *ex) {
   }
 }
 
+static void wk_reap_dying(wk_group_t *g, int block);
+
 /* waitpid(pid, WNOHANG) for every live worker: never waitpid(-1), the
  * agent may have other children. */
 static void wk_reap(wk_group_t *g) {
   unsigned attempt = g->attempt;
   wk_guardian_check(g);
+  wk_sb_reap(g);
+  wk_reap_dying(g, 0);
   for (int i = 0; i < g->nproc && g->w && attempt == g->attempt; i++) {
     wk_worker_t *w = &g->w[i];
     wk_exit_t ex;
@@ -131,6 +135,110 @@ static void wk_reap(wk_group_t *g) {
   }
   if (attempt == g->attempt)
     wk_maybe_done(g);
+}
+
+int wk_is_dying(const wk_group_t *g, pid_t pid) {
+  for (int i = 0; i < g->ndying; i++)
+    if (g->dying[i] == pid)
+      return 1;
+  return 0;
+}
+
+/* The wait status of pid if it is exiting (PF_EXITING, or a zombie):
+ * /proc/<pid>/stat fields 3 (state), 9 (flags) and 52 (exit_code, the
+ * status waitpid will return; Linux >= 3.5, ours to read as the parent).
+ * RET 0 with *status, -1 when it is not exiting, exits 0, or cannot be
+ * told. */
+static int wk_exit_status(pid_t pid, int *status) {
+  char path[64], buf[1024], *p;
+  unsigned long flags = 0;
+  long code = 0;
+  char state;
+  ssize_t r;
+  int fd, field = 3;
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+    return -1;
+  r = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (r <= 0)
+    return -1;
+  buf[r] = '\0';
+  if ((p = strrchr(buf, ')')) == NULL || p[1] != ' ')
+    return -1;
+  state = p[2];
+  for (p += 2; *p && field < 52;) {
+    while (*p && *p != ' ')
+      p++;
+    if (*p)
+      p++;
+    if (++field == 9)
+      flags = strtoul(p, NULL, 10);
+  }
+  if (field != 52 || *p == '\0')
+    return -1;
+  code = strtol(p, NULL, 10);
+  if (!(state == 'Z' || state == 'X' || (flags & 0x4 /* PF_EXITING */)))
+    return -1;
+  /* The field reads 0 where we may not read it (a non-dumpable process):
+   * a 0 waits for SIGCHLD, which tells a success for sure (a failure is
+   * what a restart waits for). */
+  if (code == 0)
+    return -1;
+  *status = (int)code;
+  return 0;
+}
+
+/* Both output pipes of w reached EOF. When /proc says the process is
+ * exiting, its exit is reported now, not at SIGCHLD: the kernel tears
+ * down what the process held (a GPU context: ~0.24 s on an H200) after
+ * it closed its files and before it becomes a zombie, and the restart
+ * need not wait for that. The pid is reaped later (g->dying). */
+void wk_maybe_exiting(wk_worker_t *w) {
+  wk_group_t *g = w->g;
+  wk_exit_t ex;
+  int status;
+  if (w->reaped || w->pid <= 0 || w->st[0].active || w->st[1].active ||
+      g->closing || wk_exit_status(w->pid, &status) != 0)
+    return;
+  if (g->ndying == g->dying_cap) {
+    int cap = g->dying_cap ? 2 * g->dying_cap : 8;
+    pid_t *d = realloc(g->dying, (size_t)cap * sizeof(*d));
+    if (d == NULL)
+      return; /* SIGCHLD reports it */
+    g->dying = d;
+    g->dying_cap = cap;
+  }
+  g->dying[g->ndying++] = w->pid;
+  wk_decode(w, status, &ex);
+  wk_exec_result(w, &ex);
+  w->reaped = 1;
+  if (--g->nlive == 0)
+    uv_unref((uv_handle_t *)&g->sigchld);
+  wk_unguard(w);
+  LU_DBG(&g->log, LU_DBG_SPAWN, "local rank %d pid %d: exiting (its pipes "
+         "closed), exit %d signal %d; reaped later", w->local_rank,
+         (int)w->pid, ex.exit_code, ex.signal);
+  if (g->on_exit)
+    g->on_exit(g, &ex, g->exit_arg);
+  if (!g->closing)
+    wk_maybe_done(g);
+}
+
+/* The exiting ones wk_maybe_exiting reported, once they are zombies. */
+static void wk_reap_dying(wk_group_t *g, int block) {
+  for (int i = 0; i < g->ndying;) {
+    int status;
+    pid_t r;
+    do
+      r = waitpid(g->dying[i], &status, block ? 0 : WNOHANG);
+    while (r < 0 && errno == EINTR);
+    if (r == 0) {
+      i++;
+      continue;
+    }
+    g->dying[i] = g->dying[--g->ndying];
+  }
 }
 
 static void wk_on_sigchld(uv_signal_t *s, int signum) {
@@ -432,6 +540,7 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
              void *arg) {
   wk_exec_t x;
   int *wfd = NULL, rc, started = 0, first;
+  unsigned char *adopted = NULL;
   sigset_t all, old;
   assert(g->magic == WK_MAGIC);
   if (g->closing || g->nlive > 0 || g->nopen > 0 || g->stop_phase != WK_IDLE)
@@ -487,6 +596,11 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
   for (int i = 0; g->contain == WK_CONTAIN_CGROUP && i < g->nproc; i++)
     wk_guardian_send2(g, WK_GUARD_ADD_CG, i, g->cg_attempt);
 
+  /* Ready standbys take their ranks (standby.c): no fork for them. */
+  if (g->sb && (adopted = calloc((size_t)g->nproc, 1)) != NULL)
+    for (int i = 0; i < g->nproc; i++)
+      adopted[i] = (unsigned char)wk_sb_take(g, i, g->envp[i]);
+
   /* Signals stay blocked from fork until the child has reset them. */
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -494,6 +608,16 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
     wk_worker_t *w = &g->w[i];
     int sp[2] = {-1, -1};
     pid_t pid;
+    if (adopted && adopted[i]) {
+      wk_sb_adopted(g, w, w->rfd);
+      started++;
+      if (wfd) {
+        close(wfd[2 * i]);
+        close(wfd[2 * i + 1]);
+        wfd[2 * i] = wfd[2 * i + 1] = -1;
+      }
+      continue;
+    }
     /* The exec status pipe: without it the worker's stderr says why. */
     if (pipe2(sp, O_CLOEXEC) != 0)
       sp[0] = sp[1] = -1;
@@ -550,7 +674,8 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
   for (int i = 0; i < g->nproc; i++) {
     wk_worker_t *w = &g->w[i];
     w->guarded = g->guard_fd >= 0;
-    wk_guardian_send(g, WK_GUARD_ADD, w->pid);
+    if (!(adopted && adopted[i])) /* a standby's group is known already */
+      wk_guardian_send(g, WK_GUARD_ADD, w->pid);
     LU_DBG(&g->log, LU_DBG_SPAWN, "local rank %d: pid %d %s", i, (int)w->pid,
            g->argv[0]);
     for (int k = 0; g->pipe_output && k < 2; k++) {
@@ -577,9 +702,12 @@ int wk_start(wk_group_t *g, const wk_spec_t *spec, wk_exit_cb on_exit,
    * (never from inside this call, whose caller does not expect on_exit
    * yet). */
   uv_timer_start(&g->defer, wk_on_defer, 0, 0);
+  free(adopted);
+  wk_sb_schedule(g);
   return 0;
 
 fail:
+  free(adopted);
   wk_close_fds(g, wfd);
   free(wfd);
   wk_free_attempt(g);
@@ -665,6 +793,8 @@ void wk_maybe_free(wk_group_t *g) {
   cb = g->close_cb;
   arg = g->close_arg;
   wk_free_attempt(g);
+  wk_sb_free(g);
+  free(g->dying);
   free(g->rbuf);
   free(g->obuf);
   g->magic = 0;
@@ -701,6 +831,8 @@ void wk_group_close(wk_group_t *g, void (*cb)(void *arg), void *arg) {
     w->reaped = 1;
     g->nlive--;
   }
+  wk_sb_close(g);
+  wk_reap_dying(g, 1);
   /* Nothing the workers started outlives the group (the guardian goes
    * first: then, with the subreaper, a child left here is an orphan). */
   wk_guardian_stop(g);
@@ -720,4 +852,5 @@ void wk_group_close(wk_group_t *g, void (*cb)(void *arg), void *arg) {
   uv_close((uv_handle_t *)&g->timer, wk_on_handle_closed);
   uv_close((uv_handle_t *)&g->defer, wk_on_handle_closed);
   uv_close((uv_handle_t *)&g->scan_timer, wk_on_handle_closed);
+  wk_sb_close_handles(g);
 }

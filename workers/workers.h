@@ -149,6 +149,40 @@ pid_t wk_pid(const wk_group_t *g, int local_rank);
 /* Last spec->tail_lines stderr lines of a worker of the current or last
  * attempt, joined by '\n' ("" if none). Valid until the next wk_start. */
 const char *wk_tail(const wk_group_t *g, int local_rank);
+/* Standbys (launch --standby, docs/launcher.md#standby): per local rank
+ * one pre-started process of the same program (argv or rank_argv of the
+ * last wk_start, its pre_exec binding, own process group, PDEATHSIG, the
+ * guardian), started with envp[local_rank] and LAUNCH_STANDBY_FD=3, one
+ * end of a socketpair. The program pays its start-up (rt_standby_wait of
+ * include/rt.h), writes one byte 'R' there and blocks. The next wk_start
+ * hands a ready standby the rank's complete environment instead of
+ * forking (a uint32_t length in host order, then NUL-terminated KEY=VALUE
+ * strings), moves it into the rank's cgroup and supervises it from then
+ * on as the worker it started: output, exit, stop, on_exit. A standby
+ * not ready then is left waiting and the rank is forked as usual.
+ * Missing standbys start delay_ms after each wk_start (after the new
+ * workers, not beside them), one that exits is restarted after 1 s,
+ * doubling to 30 s (never reported through on_exit), one not ready
+ * within ready_ms, or that exits 3 times in a row before it ever was, is
+ * killed and its rank gets none again (logged once: the program does not
+ * speak the protocol). What a standby writes before it is adopted stays
+ * in its pipes and is printed as the rank's output once it is. Standbys
+ * are SIGKILLed and reaped by wk_group_close. */
+typedef struct wk_standby_spec_s {
+  size_t size;               /* sizeof(wk_standby_spec_t) */
+  int nproc;                 /* local ranks; the next wk_start's nproc */
+  char *const *const *envp;  /* envp[local_rank], copied */
+  int64_t delay_ms;
+  int64_t ready_ms;
+} wk_standby_spec_t;
+
+/* Turn standbys on (or give them new environments). RET 0, RDZV_EINVAL,
+ * RDZV_ENOMEM, -EBUSY when nproc differs from an earlier call's. */
+int wk_standby_set(wk_group_t *g, const wk_standby_spec_t *s);
+/* The standby of a local rank: its pid (0 none) and whether it said
+ * ready (OUT *ready, may be NULL). */
+pid_t wk_standby_pid(const wk_group_t *g, int local_rank, int *ready);
+
 /* Close every handle; cb runs when the group is freed. Workers must have
  * been stopped; any still live are SIGKILLed and reaped here (logged), and
  * a pending stop's done never runs. Whatever the workers left (their
