@@ -112,6 +112,9 @@ typedef struct ck_pre_s {
   uint64_t size;    /* the shard's */
   ckpt_header_t h;
   float *buf;       /* params, m, v: 3 x n */
+  float *into;      /* the run's buffer to read into (a standby's, made
+                       and page-locked while it waited), else NULL: then
+                       buf is malloc'ed here and freed with p */
   double ms;        /* the read's duration */
   char *log;        /* the library's messages, shown at the join */
   size_t loglen;
@@ -516,7 +519,8 @@ static void *ck_pre_main(void *arg) {
     /* another size: not read (the join says so) */
     if (rc == 0 && p->size == sizeof(p->h) + 3 * p->n * sizeof(float)) {
       stage = PRE_LOAD;
-      if ((p->buf = malloc(3 * p->n * sizeof(float))) == NULL) {
+      p->buf = p->into ? p->into : malloc(3 * p->n * sizeof(float));
+      if (p->buf == NULL) {
         rc = -ENOMEM;
       } else {
         iov[0].iov_base = &p->h;
@@ -556,6 +560,7 @@ static void ck_pre_start(run_t *r) {
   p->rank = rk;
   p->world = ws;
   p->n = gpt_num_params(&r->cfg);
+  p->into = r->ck_buf; /* a standby's, or NULL */
   p->step = -1;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
@@ -588,7 +593,8 @@ static void ck_pre_free(ck_pre_t *p) {
   ck_pre_join(p, 0);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
-  free(p->buf);
+  if (p->buf != p->into)
+    free(p->buf);
   free(p->log);
   free(p->dir);
   free(p);
@@ -742,6 +748,32 @@ static int create_model(run_t *r, int device, int cc) {
  * loss scale training uses). They touch no parameter and no AdamW moment
  * (a resume loads them, a fresh start initialises them after this), and
  * the first real step zeroes the gradient. */
+/* With a checkpoint directory, the standby also makes the buffer a resume
+ * reads into (params, m, v: 3 x 4 bytes a parameter of host memory while
+ * it waits), page-locked on a GPU (cudaHostRegister), its pages touched on
+ * the CPU: a resume's read then takes no page fault and its copy to the
+ * GPU runs at DMA speed (docs/launcher.md#standby-workers---standby).
+ * Without the memory the resume allocates as usual. */
+static void standby_ck_buf(run_t *r, int device) {
+  const char *dir = r->o.ckpt_dir ? r->o.ckpt_dir : getenv("LAUNCH_CKPT_DIR");
+  size_t bytes = 3 * gpt_num_params(&r->cfg) * sizeof(float);
+  if (dir == NULL || dir[0] == '\0' || r->ck_buf != NULL ||
+      (r->ck_buf = malloc(bytes)) == NULL)
+    return;
+#ifdef GPT_HAVE_CUDA
+  if (device >= 0) {
+    if (cudaHostRegister(r->ck_buf, bytes, 0) == cudaSuccess) {
+      r->ck_pinned = 1;
+      return;
+    }
+    (void)cudaGetLastError(); /* unpinned: the first save tries again */
+  }
+#else
+  (void)device;
+#endif
+  memset(r->ck_buf, 0, bytes);
+}
+
 static int standby_warm(void *arg, int device, int cc) {
   run_t *r = arg;
   size_t n = (size_t)r->o.batch * (size_t)r->o.seq_len;
@@ -760,6 +792,7 @@ static int standby_warm(void *arg, int device, int cc) {
       fail_line("the standby's warm-up step failed: %s", rt_strerror(rc));
       return rc;
     }
+  standby_ck_buf(r, device);
   return 0;
 }
 
@@ -980,7 +1013,8 @@ static int ckpt_setup(run_t *r) {
     p->buf = NULL;
     h = p->h;
     read_ms = p->ms;
-  } else if ((r->ck_buf = malloc(3 * n * sizeof(float))) == NULL) {
+  } else if (r->ck_buf == NULL &&
+             (r->ck_buf = malloc(3 * n * sizeof(float))) == NULL) {
     fail_line("out of memory for the checkpoint buffers (%zu parameters)", n);
     return EXIT_FAIL;
   }
