@@ -94,9 +94,19 @@ int gnutls_global_init(void) {
 /* RET 0, RDZV_ENOTSUP (no such library, or one without these symbols). */
 static int mhd_open(mhd_t *h) {
   const char *lib = getenv("LAUNCH_MHD_LIBRARY");
+  int quiet;
   memset(h, 0, sizeof(*h));
+  /* GnuTLS's own constructor, at this dlopen, initialises it as well where
+   * GnuTLS binds its calls to itself (-Bsymbolic-functions, as Ubuntu
+   * builds it): out of reach of _gnutls_global_init_skip above. Its
+   * documented variable says no to that, for this dlopen only (the agent
+   * runs no other thread yet; a variable the user set is left alone). */
+  quiet = getenv("GNUTLS_NO_IMPLICIT_INIT") == NULL &&
+          setenv("GNUTLS_NO_IMPLICIT_INIT", "1", 0) == 0;
   h->lib = dlopen(lib && lib[0] ? lib : "libmicrohttpd.so.12",
                   RTLD_NOW | RTLD_LOCAL);
+  if (quiet)
+    unsetenv("GNUTLS_NO_IMPLICIT_INIT");
   if (h->lib == NULL)
     return RDZV_ENOTSUP;
 #define SYM(f, name) *(void **)&h->f = dlsym(h->lib, name)
