@@ -7,13 +7,7 @@
 #    (and a different seed does not).
 # One node of 4 ranks against two of 2: tests/test_train_gpt_nodes.sh.
 set -u
-LAUNCH=${LAUNCH_BIN:-build/bin/launch}
-BIN=$(dirname "$LAUNCH")
-TG=$BIN/train_gpt
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-unset RANK WORLD_SIZE LOCAL_RANK
+. "$(dirname "$0")/train_gpt_lib.sh"
 
 # -- tiny learns ------------------------------------------------------------
 OMP_NUM_THREADS=2 "$TG" --preset tiny --steps 150 --log-every 50 >"$T/tiny.log" 2>&1 \

@@ -4,12 +4,7 @@
 # empty file, a sequence longer than the data, token ids beyond the
 # vocabulary, a corrupt token file, nonsense sizes and flags, divergence.
 set -u
-BIN=$(dirname "${LAUNCH_BIN:-build/bin/launch}")
-TG=$BIN/train_gpt
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-unset RANK WORLD_SIZE LOCAL_RANK
+. "$(dirname "$0")/train_gpt_lib.sh"
 
 # expect CODE PATTERN ARGS...: exit CODE, exactly one stderr line matching
 expect() {

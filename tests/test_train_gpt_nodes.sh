@@ -3,14 +3,9 @@
 # 4`) and on 2 agents x 2 ranks on loopback (127.0.0.2, .3): the same final
 # loss, to the last printed digit (the CPU sums have a fixed order).
 set -u
-LAUNCH=${LAUNCH_BIN:-build/bin/launch}
-BIN=$(dirname "$LAUNCH")
-TG=$BIN/train_gpt
-T=$(mktemp -d)
+. "$(dirname "$0")/train_gpt_lib.sh"
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-unset RANK WORLD_SIZE LOCAL_RANK
 
 RUN=(--preset tiny --steps 20 --log-every 10)
 "$LAUNCH" --standalone --nproc-per-node 4 -q "$TG" "${RUN[@]}" >"$T/one.log" 2>&1 \

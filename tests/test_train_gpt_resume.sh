@@ -5,12 +5,7 @@
 # a missing step, a corrupt shard or a shard of another model is reported
 # with the same lines and exit code either way.
 set -u
-BIN=$(dirname "${LAUNCH_BIN:-build/bin/launch}")
-TG=$BIN/train_gpt
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-unset RANK WORLD_SIZE LOCAL_RANK LAUNCH_RESUME_STEP LAUNCH_CKPT_DIR TRAIN_GPT_NO_PREFETCH
+. "$(dirname "$0")/train_gpt_lib.sh"
 M=(--preset tiny --steps 6 --val-every 0 --val-batches 1 --threads 1)
 
 "$TG" "${M[@]}" --dump-params "$T/whole.bin" >"$T/out" 2>&1 ||

@@ -1,15 +1,8 @@
 # shellcheck shell=bash
-# train_gpt_zero_lib.sh - sourced by tests/test_train_gpt_zero*.sh: the
-# launcher and train_gpt (LAUNCH_BIN), a temporary folder $T removed at
-# exit, fail, and the helpers below. The sourcing script sets M, the
-# train_gpt flags of every run.
-LAUNCH=${LAUNCH_BIN:-build/bin/launch}
-BIN=$(dirname "$LAUNCH")
-TG=$BIN/train_gpt
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-unset RANK WORLD_SIZE LOCAL_RANK LAUNCH_RESUME_STEP LAUNCH_CKPT_DIR TRAIN_GPT_NO_PREFETCH
+# train_gpt_zero_lib.sh - sourced by tests/test_train_gpt_zero*.sh: what
+# train_gpt_lib.sh gives ($LAUNCH, $TG, $T, fail) and the helpers below.
+# The sourcing script sets M, the train_gpt flags of every run.
+. "$(dirname "${BASH_SOURCE[0]}")/train_gpt_lib.sh"
 
 # run NAME RANKS [train_gpt flags...]: under launch; log $T/NAME.log, the
 # final parameters $T/NAME.bin
