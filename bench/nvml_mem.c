@@ -12,7 +12,9 @@
  * /dev/nvidia* mappings) from /proc/self/smaps: the library's file pages
  * (text, read-only data) against its anonymous ones (relocated data, bss)
  * and the heap's. */
+#include <dirent.h>
 #include <dlfcn.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +82,44 @@ static void smaps(void) {
              m[i].anon / 1024.0);
 }
 
+/* Where the anonymous memory is: malloc's view (in use, free but kept) and
+ * the threads NVML started (each may have an arena of its own). */
+static void heap(const char *when) {
+  struct mallinfo2 mi = mallinfo2();
+  int threads = 0;
+  DIR *d = opendir("/proc/self/task");
+  for (struct dirent *e; d && (e = readdir(d));)
+    threads += e->d_name[0] != '.';
+  if (d)
+    closedir(d);
+  printf("  malloc %s: arena %.2f MB, mmapped %.2f MB, in use %.2f MB, "
+         "free %.2f MB; %d threads\n",
+         when, mi.arena / 1048576.0, mi.hblkhd / 1048576.0,
+         mi.uordblks / 1048576.0, mi.fordblks / 1048576.0, threads);
+}
+
+/* Every anonymous mapping of at least 256 kB resident, one line each. */
+static void anon_maps(void) {
+  char line[512], hdr[512] = "";
+  long kb;
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (f == NULL)
+    return;
+  printf("anonymous mappings >= 256 kB resident:\n");
+  while (fgets(line, sizeof(line), f)) {
+    char perms[8];
+    if (sscanf(line, "%*x-%*x %7s", perms) == 1)
+      snprintf(hdr, sizeof(hdr), "%s", line);
+    else if (sscanf(line, "Anonymous: %ld", &kb) == 1 && kb >= 256) {
+      unsigned long a, b;
+      sscanf(hdr, "%lx-%lx", &a, &b);
+      printf("  %7.2f MB of %8.2f MB  %s", kb / 1024.0, (b - a) / 1048576.0,
+             hdr);
+    }
+  }
+  fclose(f);
+}
+
 int main(int argc, char **argv) {
   unsigned flags = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 0) : 0;
   const char *name = argc > 2 ? argv[2] : "libnvidia-ml.so.1";
@@ -114,6 +154,7 @@ int main(int argc, char **argv) {
   }
   printf("  nvmlInitWithFlags(%u): %d\n", flags, init(flags));
   stage("init", &last);
+  heap("after init");
   v = (unsigned)count(&n);
   printf("  nvmlDeviceGetCount_v2: %d (%u GPUs)\n", (int)v, n);
   for (unsigned g = 0; g < n; g++) {
@@ -133,6 +174,11 @@ int main(int argc, char **argv) {
     printf(", temperature %d (0: read)\n", rc);
     stage("its queries", &last);
   }
+  heap("after the queries");
+  anon_maps();
   smaps();
+  malloc_trim(0);
+  stage("malloc_trim(0)", &last);
+  heap("after malloc_trim");
   return 0;
 }
