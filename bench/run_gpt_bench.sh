@@ -1,41 +1,60 @@
 #!/bin/bash
-# The training benchmark of issue #7 on one GPU, side by side in one run:
-# the CUDA backend of train_gpt (bench/gpt_bench, through gpt.h) against
-# PyTorch eager and torch.compile (bench/torch_gpt2.py), same model, shapes
-# and step count; then a table with ratios. Logs go to OUTDIR.
+# The training benchmark of issues #7 and #26 on one GPU, side by side in
+# one run: the CUDA backend of train_gpt (bench/gpt_bench, through gpt.h)
+# against PyTorch eager and torch.compile (bench/torch_gpt2.py), same model,
+# shapes and step count, for each GPT-2 size asked; then a table a size with
+# the ratios. Logs go to OUTDIR (bench_IMPL_SIZE.log).
 # usage: bench/run_gpt_bench.sh PATH/TO/gpt_bench [OUTDIR]
-# environment: STEPS (20), WARMUP (5), PROFILE (5), PYTHON (python3)
+# environment: SIZES ("124m"; any of 124m 350m 774m: B16, B16, B8 as in
+#              issue #26's table), EAGER (1; 0 leaves PyTorch eager out),
+#              STEPS (20), WARMUP (5), PROFILE (5), PYTHON (python3)
 set -u
 BIN=${1:?usage: run_gpt_bench.sh PATH/TO/gpt_bench [OUTDIR]}
 OUTDIR=${2:-.}
 STEPS=${STEPS:-20} WARMUP=${WARMUP:-5} PROFILE=${PROFILE:-5} PY=${PYTHON:-python3}
+SIZES=${SIZES:-124m} EAGER=${EAGER:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-echo "== launch-cuda: $BIN"
-"$BIN" --steps "$STEPS" --warmup "$WARMUP" --profile "$PROFILE" 2>&1 | tee "$OUTDIR/bench_launch_cuda.log"
-echo "== torch eager"
-"$PY" "$HERE/torch_gpt2.py" --steps "$STEPS" --warmup "$WARMUP" 2>&1 | tee "$OUTDIR/bench_torch_eager.log"
-echo "== torch.compile"
-"$PY" "$HERE/torch_gpt2.py" --compile --steps "$STEPS" --warmup "$WARMUP" 2>&1 | tee "$OUTDIR/bench_torch_compile.log"
-"$PY" - "$OUTDIR" <<'PY'
-import re, sys, os
-d = sys.argv[1]
-rows = []
-for f in ("bench_launch_cuda.log", "bench_torch_eager.log", "bench_torch_compile.log"):
-    try:
-        for line in open(os.path.join(d, f)):
-            if line.startswith("RESULT "):
-                rows.append(dict(kv.split("=", 1) for kv in line.split()[1:]))
-    except OSError:
-        pass
-if not rows:
-    sys.exit("no RESULT lines: see the logs above")
-base = next((r for r in rows if r["impl"] == "launch-cuda"), None)
-print("\n| implementation | tokens/s | ms/step | MFU | peak memory (GiB) | launch-cuda speed-up |")
-print("|---|---:|---:|---:|---:|---:|")
-for r in rows:
-    up = float(base["tok_s"]) / float(r["tok_s"]) if base else float("nan")
-    print(f"| {r['impl']} | {float(r['tok_s']):,.0f} | {float(r['ms']):.2f} | "
-          f"{100 * float(r['mfu']):.1f}% | {float(r['mem_gib']):.2f} | {up:.2f}x |")
+for size in $SIZES; do
+  case $size in
+    124m) shape=(--layers 12 --heads 12 --channels 768 --batch 16) ;;
+    350m) shape=(--layers 24 --heads 16 --channels 1024 --batch 16) ;;
+    774m) shape=(--layers 36 --heads 20 --channels 1280 --batch 8) ;;
+    *) echo "run_gpt_bench.sh: unknown size $size (124m, 350m or 774m)" >&2; exit 2 ;;
+  esac
+  echo "== $size launch-cuda: $BIN ${shape[*]}"
+  "$BIN" "${shape[@]}" --steps "$STEPS" --warmup "$WARMUP" --profile "$PROFILE" 2>&1 |
+    tee "$OUTDIR/bench_launch_cuda_$size.log"
+  if [ "$EAGER" = 1 ]; then
+    echo "== $size torch eager"
+    "$PY" "$HERE/torch_gpt2.py" "${shape[@]}" --steps "$STEPS" --warmup "$WARMUP" 2>&1 |
+      tee "$OUTDIR/bench_torch_eager_$size.log"
+  fi
+  echo "== $size torch.compile"
+  "$PY" "$HERE/torch_gpt2.py" "${shape[@]}" --compile --steps "$STEPS" --warmup "$WARMUP" 2>&1 |
+    tee "$OUTDIR/bench_torch_compile_$size.log"
+done
+"$PY" - "$OUTDIR" $SIZES <<'PY'
+import os, sys
+d, sizes = sys.argv[1], sys.argv[2:]
+for size in sizes:
+    rows = []
+    for impl in ("launch_cuda", "torch_eager", "torch_compile"):
+        try:
+            for line in open(os.path.join(d, f"bench_{impl}_{size}.log")):
+                if line.startswith("RESULT "):
+                    rows.append(dict(kv.split("=", 1) for kv in line.split()[1:]))
+        except OSError:
+            pass
+    if not rows:
+        print(f"\n{size}: no RESULT lines: see the logs above")
+        continue
+    base = next((r for r in rows if r["impl"] == "launch-cuda"), None)
+    print(f"\ngpt2-{size}\n| implementation | tokens/s | ms/step | MFU | peak memory (GiB) | launch-cuda speed-up |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        up = float(base["tok_s"]) / float(r["tok_s"]) if base else float("nan")
+        print(f"| {r['impl']} | {float(r['tok_s']):,.0f} | {float(r['ms']):.2f} | "
+              f"{100 * float(r['mfu']):.1f}% | {float(r['mem_gib']):.2f} | {up:.2f}x |")
 PY

@@ -8,8 +8,11 @@ TF32 matmuls allowed for what stays in fp32. --compile wraps the model in
 torch.compile. Random tokens. The last line is machine-readable (RESULT ...)
 for bench/run_gpt_bench.sh.
 
-usage: torch_gpt2.py [--compile] [--batch 16] [--seq-len 1024] [--steps 20]
-                     [--warmup 5] [--peak-tflops 989]
+usage: torch_gpt2.py [--compile] [--layers 12] [--heads 12] [--channels 768]
+                     [--batch 16] [--seq-len 1024] [--steps 20] [--warmup 5]
+                     [--peak-tflops 989]
+(GPT-2 350M: --layers 24 --heads 16 --channels 1024; 774M: --layers 36
+--heads 20 --channels 1280, as gpt_bench takes them)
 """
 import argparse
 import math
@@ -74,13 +77,16 @@ class GPT(nn.Module):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--channels", type=int, default=768)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     a = ap.parse_args()
-    L, NH, C, V, Vp, maxT = 12, 12, 768, 50257, 50304, 1024
+    L, NH, C, V, Vp, maxT = a.layers, a.heads, a.channels, 50257, 50304, 1024
     B, T = a.batch, a.seq_len
     torch.manual_seed(1337)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -128,7 +134,7 @@ def main():
     mem = torch.cuda.max_memory_allocated() / 2**30
     res = torch.cuda.max_memory_reserved() / 2**30
     impl = "torch-compile" if a.compile else "torch-eager"
-    print(f"torch {torch.__version__} ({impl}): {nparams} parameters, B{B} T{T}")
+    print(f"torch {torch.__version__} ({impl}): L{L} H{NH} C{C}, {nparams} parameters, B{B} T{T}")
     print(f"ms/step: median {med:.2f}, mean {statistics.mean(times):.2f}, "
           f"min {min(times):.2f}, max {max(times):.2f} over {a.steps} steps")
     print(f"tokens/s: {tok_s:.0f}   MFU: {100 * mfu:.1f}%   peak memory: {mem:.2f} GiB "
