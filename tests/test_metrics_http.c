@@ -9,6 +9,7 @@
  *   on;
  * - 16 connections at most: a 17th is closed while 16 are open, the 16
  *   are still served, and once they close a new one is served;
+ * - ::1 serves too (where the host has IPv6 loopback);
  * - a port in use and an address that is no literal are refused; met_stop
  *   with a connection open frees everything (ASan) and closes every fd. */
 #include <arpa/inet.h>
@@ -184,6 +185,29 @@ static void cap(int port) {
     close(fd[i]);
 }
 
+/* Served on an IPv6 literal, where the host has IPv6 loopback. */
+static void ipv6(void) {
+  struct sockaddr_in6 a;
+  char hdr[4096];
+  met_t *m6 = NULL;
+  int fd, rc = met_start("::1", 0, "n0", &m6);
+  if (rc == -EADDRNOTAVAIL || rc == -EAFNOSUPPORT) {
+    printf("no IPv6 loopback here: ::1 not tried\n");
+    return;
+  }
+  ASSERT_EQ(0, rc);
+  memset(&a, 0, sizeof(a));
+  a.sin6_family = AF_INET6;
+  a.sin6_port = htons((uint16_t)met_port(m6));
+  a.sin6_addr = in6addr_loopback;
+  fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT(fd >= 0);
+  ASSERT_EQ(0, connect(fd, (struct sockaddr *)&a, sizeof(a)));
+  ASSERT_EQ(200, ask(fd, "GET", "/metrics", hdr, sizeof(hdr)));
+  close(fd);
+  met_stop(m6);
+}
+
 int main(void) {
   met_t *m = NULL, *other = NULL;
   char hdr[4096];
@@ -201,6 +225,7 @@ int main(void) {
   page(m, port);
   big_header(port);
   cap(port);
+  ipv6();
   /* a port in use, an address that is no literal */
   ASSERT_EQ(-EADDRINUSE, met_start("127.0.0.1", port, "n0", &other));
   ASSERT(other == NULL);
