@@ -1,5 +1,5 @@
 /* metrics_collect.c - what one collection of the agent's metrics costs,
- * without the HTTP server (a GPU build has no libmicrohttpd: issue #23).
+ * without the HTTP server: the collection's own cost (issue #23).
  *
  *   metrics_collect [N [CKPT_DIR]]  (bench/run_metrics_collect.sh runs it twice)
  *

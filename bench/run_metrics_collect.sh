@@ -1,11 +1,11 @@
 #!/bin/bash
 # What a metrics collection costs the agent, NVML included (issue #23):
 # bench/metrics_collect with the node's NVML, then without (the
-# difference is NVML's share of time and memory). Works on a build without
-# libmicrohttpd (the GPU build: scripts/gpu-build.sh). Then where NVML's
-# memory goes (bench/nvml_mem: VmRSS after its load, init, handles and
-# queries; its resident mappings), with nvmlInit_v2's flags and with
-# NVML_INIT_FLAG_NO_ATTACH.
+# difference is NVML's share of time and memory). No HTTP server: the
+# collection's own cost (run_metrics_bench.py measures the served one).
+# Then where NVML's memory goes (bench/nvml_mem: VmRSS after its load,
+# init, handles and queries; its resident mappings), with nvmlInit_v2's
+# flags and with NVML_INIT_FLAG_NO_ATTACH.
 #   bash bench/run_metrics_collect.sh BUILD_DIR [N [CKPT_DIR]]
 # CKPT_DIR (default $TMPDIR): the disk whose diskstats row is read.
 set -eu

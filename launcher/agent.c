@@ -3234,7 +3234,7 @@ int agent_run(cfg_t *o) {
       LU_ERR(&a->log, "cannot serve metrics on %s:%d: %s%s",
              o->metrics_addr[0] ? o->metrics_addr : "*", o->metrics_port,
              rdzv_strerror(rc), rc == RDZV_ENOTSUP
-                 ? " (launch was built without libmicrohttpd, or libmicrohttpd12 is not installed)" : "");
+                 ? " (launch was built without libevent: install libevent-dev, then rebuild)" : "");
       a->exit_code = LAUNCH_EXIT_USAGE;
       goto out;
     }

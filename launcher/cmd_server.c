@@ -226,7 +226,7 @@ int launch_cmd_server(int argc, char **argv) {
     if ((rc = met_start(met_addr, mport, host, &m.met)) != 0)
       LU_ERR(&m.log, "cannot serve metrics on %s:%d: %s%s (serving without)",
              met_addr[0] ? met_addr : "*", mport, rdzv_strerror(rc),
-             rc == RDZV_ENOTSUP ? " (built without libmicrohttpd, or libmicrohttpd12 is not installed)" : "");
+             rc == RDZV_ENOTSUP ? " (built without libevent: install libevent-dev, then rebuild)" : "");
     if (m.met) {
       met_label_escape(host, esc, sizeof(esc));
       snprintf(m.met_labels, sizeof(m.met_labels), "node=\"%s\"", esc);

@@ -1,5 +1,5 @@
-/* metrics.c - the agent's Prometheus endpoint (metrics.h): libmicrohttpd
- * with its own polling thread; the job's text swapped in under a mutex;
+/* metrics.c - the agent's Prometheus endpoint (metrics.h): libevent's
+ * evhttp on a thread of its own; the job's text swapped in under a mutex;
  * the node's series read at scrape time on that thread. */
 #include <ctype.h>
 #include <dirent.h>
@@ -20,112 +20,31 @@
 #include "server.h"
 #include "tcpstore.h"
 
-#ifdef LAUNCH_HAVE_MHD
+#ifdef LAUNCH_HAVE_EVHTTP
 #include <arpa/inet.h>
-#include <microhttpd.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 
-/* libmicrohttpd, loaded when a port is served (met_start), like NVML:
- * Debian's links GnuTLS, whose libraries and initialisation are about
- * 2.5 MB of an agent's resident memory (docs/BENCHMARKS.md), so an agent
- * or a server without --metrics-port never maps them. */
-typedef struct mhd_s {
-  void *lib;
-  struct MHD_Daemon *(*start)(unsigned, uint16_t, MHD_AcceptPolicyCallback,
-                              void *, MHD_AccessHandlerCallback, void *, ...);
-  void (*stop)(struct MHD_Daemon *);
-  const union MHD_DaemonInfo *(*info)(struct MHD_Daemon *,
-                                      enum MHD_DaemonInfoType, ...);
-  struct MHD_Response *(*from_buffer)(size_t, void *,
-                                      enum MHD_ResponseMemoryMode);
-  enum MHD_Result (*header)(struct MHD_Response *, const char *,
-                            const char *);
-  enum MHD_Result (*queue)(struct MHD_Connection *, unsigned,
-                           struct MHD_Response *);
-  void (*destroy)(struct MHD_Response *);
-} mhd_t;
+/* The HTTP server: libevent 2.1's evhttp (no TLS: libevent_openssl is a
+ * library of its own, not linked) on an event_base of its own, run by a
+ * thread of its own. Everything below runs on that thread, but met_start
+ * (before the thread) and met_stop (after joining it). */
+typedef struct met_http_s {
+  struct event_base *base;
+  struct evhttp *http;
+  struct event *stop;     /* an eventfd met_stop writes: leave the loop */
+  pthread_t thread;
+  int running;            /* thread started */
+  unsigned conns;         /* connections served now (MET_HTTP_CONNS at most) */
+} met_http_t;
 
-/* GnuTLS, which Debian's libmicrohttpd links for HTTPS, is never used
- * here (met_start asks for no MHD_USE_TLS), but loading it initialises it
- * twice over: its own constructor, then libmicrohttpd's (MHD_init of
- * 0.9.75 calls gnutls_global_init() whatever the daemon's flags, so
- * GNUTLS_NO_IMPLICIT_INIT alone saves nothing). That initialisation is
- * ~0.9 MB of the agent's resident memory, a third of what --metrics-port
- * costs (docs/BENCHMARKS.md). launch exports the two functions below
- * (CMakeLists.txt), so that the dynamic linker binds GnuTLS's and
- * libmicrohttpd's references to them:
- * - _gnutls_global_init_skip() is gnutls.h's GNUTLS_SKIP_GLOBAL_INIT: no
- *   implicit initialisation when GnuTLS is loaded; a user of GnuTLS calls
- *   gnutls_global_init() first, as libcurl and libmicrohttpd do;
- * - gnutls_global_init() answers libmicrohttpd's call without
- *   initialising, and hands any other caller (a libcurl built with GnuTLS
- *   for the etcd backend, say) to GnuTLS's own.
- * Binaries that do not export them (the tests) initialise GnuTLS as
- * before. */
-#define MET_GNUTLS_E_INTERNAL (-59) /* GNUTLS_E_INTERNAL_ERROR */
-
-#define MET_EXPORTED __attribute__((visibility("default")))
-MET_EXPORTED int _gnutls_global_init_skip(void);
-MET_EXPORTED int gnutls_global_init(void);
-
-int _gnutls_global_init_skip(void) { return 1; }
-
-int gnutls_global_init(void) {
-  Dl_info caller;
-  int (*init)(void) = NULL;
-  void *lib;
-  int rc = MET_GNUTLS_E_INTERNAL;
-  if (dladdr(__builtin_return_address(0), &caller) != 0 &&
-      caller.dli_fname != NULL &&
-      strstr(caller.dli_fname, "libmicrohttpd") != NULL)
-    return 0;
-  /* The caller's GnuTLS: loaded already, RTLD_LOCAL maybe (not found by
-   * RTLD_NEXT), so asked for by its handle. */
-  lib = dlopen("libgnutls.so.30", RTLD_LAZY | RTLD_NOLOAD);
-  if (lib == NULL)
-    return rc;
-  *(void **)&init = dlsym(lib, "gnutls_global_init");
-  if (init != NULL && init != gnutls_global_init)
-    rc = init();
-  dlclose(lib);
-  return rc;
-}
-
-/* RET 0, RDZV_ENOTSUP (no such library, or one without these symbols). */
-static int mhd_open(mhd_t *h) {
-  const char *lib = getenv("LAUNCH_MHD_LIBRARY");
-  int quiet;
-  memset(h, 0, sizeof(*h));
-  /* GnuTLS's own constructor, at this dlopen, initialises it as well where
-   * GnuTLS binds its calls to itself (-Bsymbolic-functions, as Ubuntu
-   * builds it): out of reach of _gnutls_global_init_skip above. Its
-   * documented variable says no to that, for this dlopen only (the agent
-   * runs no other thread yet; a variable the user set is left alone). */
-  quiet = getenv("GNUTLS_NO_IMPLICIT_INIT") == NULL &&
-          setenv("GNUTLS_NO_IMPLICIT_INIT", "1", 0) == 0;
-  h->lib = dlopen(lib && lib[0] ? lib : "libmicrohttpd.so.12",
-                  RTLD_NOW | RTLD_LOCAL);
-  if (quiet)
-    unsetenv("GNUTLS_NO_IMPLICIT_INIT");
-  if (h->lib == NULL)
-    return RDZV_ENOTSUP;
-#define SYM(f, name) *(void **)&h->f = dlsym(h->lib, name)
-  SYM(start, "MHD_start_daemon");
-  SYM(stop, "MHD_stop_daemon");
-  SYM(info, "MHD_get_daemon_info");
-  SYM(from_buffer, "MHD_create_response_from_buffer");
-  SYM(header, "MHD_add_response_header");
-  SYM(queue, "MHD_queue_response");
-  SYM(destroy, "MHD_destroy_response");
-#undef SYM
-  if (!h->start || !h->stop || !h->info || !h->from_buffer || !h->header ||
-      !h->queue || !h->destroy) {
-    dlclose(h->lib);
-    h->lib = NULL;
-    return RDZV_ENOTSUP;
-  }
-  return 0;
-}
+static void http_stop(met_t *m);
 #endif
 
 /* ---- NVML, loaded at run time ------------------------------------------------------- */
@@ -425,9 +344,8 @@ struct met_s {
   unsigned disk_maj, disk_min;
   nvml_t nvml;
   int port;
-#ifdef LAUNCH_HAVE_MHD
-  mhd_t mhd;
-  struct MHD_Daemon *d;
+#ifdef LAUNCH_HAVE_EVHTTP
+  met_http_t http;
 #endif
 };
 
@@ -953,11 +871,8 @@ void met_render(met_t *m, lu_buf_t *b) {
 void met_stop(met_t *m) {
   if (m == NULL)
     return;
-#ifdef LAUNCH_HAVE_MHD
-  if (m->d)
-    m->mhd.stop(m->d);
-  if (m->mhd.lib)
-    dlclose(m->mhd.lib);
+#ifdef LAUNCH_HAVE_EVHTTP
+  http_stop(m);
 #endif
   nvml_close(&m->nvml);
   pthread_mutex_destroy(&m->mu);
@@ -966,32 +881,63 @@ void met_stop(met_t *m) {
   free(m);
 }
 
-#ifdef LAUNCH_HAVE_MHD
 
-static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
-                              const char *url, const char *method,
-                              const char *version, const char *upload,
-                              size_t *upload_len, void **state) {
-  met_t *m = cls;
+#ifdef LAUNCH_HAVE_EVHTTP
+
+/* The limits libmicrohttpd was given: 16 connections, 10 s idle. evhttp
+ * has no connection cap of its own: conn_new keeps it. No request here has
+ * a body; a scrape's headers are ~300 bytes, a browser's with its cookies
+ * a few KB. */
+#define MET_HTTP_CONNS 16
+#define MET_HTTP_IDLE_S 10
+#define MET_HTTP_MAX_HEADERS 8192
+#define MET_HTTP_MAX_BODY 1024
+/* Every method evhttp parses reaches answer(), which says 405 to all but
+ * GET and HEAD: evhttp's own refusal of a method not allowed is a 501. An
+ * unknown method is still evhttp's 501. */
+#define MET_HTTP_METHODS                                                     \
+  (EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |     \
+   EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |               \
+   EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH)
+
+static void text_free(const void *data, size_t len, void *arg) {
+  (void)len, (void)arg;
+  free((void *)data);
+}
+
+/* After a scrape's reply went out: the slow values for the next one. */
+static void scrape_sent(struct evhttp_request *req, void *arg) {
+  (void)req;
+  met_refresh(arg);
+}
+
+static void answer(struct evhttp_request *req, void *arg) {
+  met_t *m = arg;
+  enum evhttp_cmd_type method = evhttp_request_get_command(req);
+  const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+  const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+  struct evkeyvalq *hdr = evhttp_request_get_output_headers(req);
+  struct evbuffer *body = evhttp_request_get_output_buffer(req);
+  const char *type = "text/plain; charset=utf-8";
   lu_buf_t b = LU_BUF_INIT;
-  struct MHD_Response *r;
-  enum MHD_Result rc;
-  unsigned code = MHD_HTTP_OK;
-  int html = 0;
-  char *text;
+  int code = HTTP_OK, scrape = 0;
+  char *text, n[32];
   size_t len;
-  (void)version, (void)upload, (void)upload_len;
-  if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+  if (path == NULL)
+    path = "";
+  if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
     lu_buf_puts(&b, "only GET\n");
-    code = MHD_HTTP_METHOD_NOT_ALLOWED;
-  } else if (strcmp(url, "/metrics") == 0) {
+    code = HTTP_BADMETHOD;
+    evhttp_add_header(hdr, "Allow", "GET, HEAD");
+  } else if (strcmp(path, "/metrics") == 0) {
     met_render(m, &b);
-    *state = m; /* done(): refresh the slow values once it went out */
-  } else if (strcmp(url, "/") == 0) {
+    type = "text/plain; version=0.0.4; charset=utf-8";
+    scrape = 1;
+  } else if (strcmp(path, "/") == 0) {
     pthread_mutex_lock(&m->mu);
     if (m->page) {
       lu_buf_puts(&b, m->page);
-      html = 1;
+      type = "text/html; charset=utf-8";
     } else {
       lu_buf_puts(&b, "launch agent: the metrics are at /metrics "
                       "(docs/monitoring.md)\n");
@@ -999,85 +945,219 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
     pthread_mutex_unlock(&m->mu);
   } else {
     lu_buf_puts(&b, "not found: try /metrics\n");
-    code = MHD_HTTP_NOT_FOUND;
+    code = HTTP_NOTFOUND;
   }
-  if (lu_buf_finish(&b, &text, &len) != 0)
-    return MHD_NO;
-  r = m->mhd.from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
-  if (r == NULL) {
+  if (lu_buf_finish(&b, &text, &len) != 0) {
+    evhttp_send_error(req, HTTP_INTERNAL, NULL);
+    return;
+  }
+  evhttp_add_header(hdr, "Content-Type", type);
+  if (method == EVHTTP_REQ_HEAD) {
+    /* evhttp 2.1 gives a HEAD reply no length, and sends a body if there
+     * is one: the length of the GET's body, and none. */
+    snprintf(n, sizeof(n), "%zu", len);
+    evhttp_add_header(hdr, "Content-Length", n);
     free(text);
-    return MHD_NO;
+  } else if (evbuffer_add_reference(body, text, len, text_free, NULL) != 0) {
+    free(text);
+    evhttp_send_error(req, HTTP_INTERNAL, NULL);
+    return;
   }
-  m->mhd.header(r, "Content-Type",
-                html ? "text/html; charset=utf-8"
-                : code == MHD_HTTP_OK && url[1] == 'm'
-                    ? "text/plain; version=0.0.4; charset=utf-8"
-                    : "text/plain; charset=utf-8");
-  rc = m->mhd.queue(c, code, r);
-  m->mhd.destroy(r);
-  return rc;
+  if (scrape)
+    evhttp_request_set_on_complete_cb(req, scrape_sent, m);
+  evhttp_send_reply(req, code, NULL, NULL);
 }
 
-/* After a reply went out (or failed): a scrape's reply refreshes the slow
- * values for the next one. */
-static void done(void *cls, struct MHD_Connection *c, void **state,
-                 enum MHD_RequestTerminationCode why) {
-  (void)c, (void)why;
-  if (*state == cls)
-    met_refresh(cls);
-  *state = NULL;
+/* ---- the connection cap ----
+ * evhttp calls conn_new for each connection it accepts, before it makes
+ * its connection object on the bufferevent returned; conn_adopt runs right
+ * after that accept (an event activated now), when the bufferevent's
+ * callback argument is evhttp's connection (NULL once evhttp let it go:
+ * conn_new holds a reference, so the bufferevent outlives it). It counts
+ * the connection until its close callback, or closes it at once when
+ * MET_HTTP_CONNS were open already: the client sees its connection
+ * closed, as libmicrohttpd closed one over its limit. */
+typedef struct met_conn_s {
+  met_t *m;
+  struct bufferevent *bev;
+  int refused;
+} met_conn_t;
+
+static void conn_closed(struct evhttp_connection *evcon, void *arg) {
+  met_t *m = arg;
+  (void)evcon;
+  if (m->http.conns > 0)
+    m->http.conns--;
+}
+
+static void conn_adopt(evutil_socket_t fd, short what, void *arg) {
+  met_conn_t *c = arg;
+  void *evcon = NULL;
+  (void)fd, (void)what;
+  bufferevent_getcb(c->bev, NULL, NULL, NULL, &evcon);
+  if (evcon == NULL) {
+    if (!c->refused)
+      conn_closed(NULL, c->m); /* evhttp freed it already */
+  } else if (c->refused) {
+    evhttp_connection_free(evcon);
+  } else {
+    evhttp_connection_set_closecb(evcon, conn_closed, c->m);
+  }
+  bufferevent_decref(c->bev);
+  free(c);
+}
+
+static struct bufferevent *conn_new(struct event_base *base, void *arg) {
+  met_t *m = arg;
+  met_conn_t *c = malloc(sizeof(*c));
+  /* No BEV_OPT_CLOSE_ON_FREE: evhttp closes the socket, as with its own. */
+  struct bufferevent *bev = bufferevent_socket_new(base, -1, 0);
+  if (c == NULL || bev == NULL) {
+    free(c);
+    return bev; /* out of memory: served, not counted */
+  }
+  c->m = m;
+  c->bev = bev;
+  c->refused = m->http.conns >= MET_HTTP_CONNS;
+  if (event_base_once(base, -1, EV_TIMEOUT, conn_adopt, c, NULL) != 0) {
+    free(c);
+    return bev;
+  }
+  bufferevent_incref(bev);
+  if (!c->refused)
+    m->http.conns++;
+  return bev;
+}
+
+/* met_stop wrote the eventfd. loopexit, not loopbreak: the events active
+ * now (a conn_adopt) run first, so nothing is left half made. */
+static void on_stop(evutil_socket_t fd, short what, void *arg) {
+  uint64_t v;
+  (void)what;
+  if (read(fd, &v, sizeof(v)) < 0)
+    v = 0; /* stops all the same */
+  event_base_loopexit(arg, NULL);
+}
+
+static void *serve(void *arg) {
+  met_t *m = arg;
+  event_base_dispatch(m->http.base);
+  return NULL;
+}
+
+static void http_stop(met_t *m) {
+  met_http_t *h = &m->http;
+  if (h->running) {
+    uint64_t one = 1;
+    while (write(event_get_fd(h->stop), &one, sizeof(one)) < 0 &&
+           errno == EINTR)
+      ;
+    pthread_join(h->thread, NULL);
+  }
+  if (h->http)
+    evhttp_free(h->http); /* and the connections still open */
+  if (h->stop) {
+    int fd = event_get_fd(h->stop);
+    event_free(h->stop);
+    close(fd);
+  }
+  if (h->base)
+    event_base_free(h->base);
+  memset(h, 0, sizeof(*h));
+}
+
+/* A listening socket on addr ("" or NULL: every IPv4 address, as
+ * libmicrohttpd did) and port; *bound its port. RET the socket, -errno. */
+static int http_listen(const char *addr, int port, int *bound) {
+  struct sockaddr_storage ss;
+  struct sockaddr_in *sa4 = (struct sockaddr_in *)&ss;
+  struct sockaddr_in6 *sa6 = (struct sockaddr_in6 *)&ss;
+  socklen_t len = sizeof(*sa4);
+  int fd, one = 1, err;
+  memset(&ss, 0, sizeof(ss));
+  if (addr == NULL || addr[0] == '\0' ||
+      inet_pton(AF_INET, addr, &sa4->sin_addr) == 1) {
+    sa4->sin_family = AF_INET;
+    sa4->sin_port = htons((uint16_t)port);
+  } else if (inet_pton(AF_INET6, addr, &sa6->sin6_addr) == 1) {
+    sa6->sin6_family = AF_INET6;
+    sa6->sin6_port = htons((uint16_t)port);
+    len = sizeof(*sa6);
+  } else {
+    return -EINVAL;
+  }
+  fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -errno;
+  /* TCP_NODELAY, which accepted sockets inherit: evhttp writes a reply
+   * over 16 kB (a scrape) in two writes, and the short second one would
+   * wait for the client's delayed ACK of the first (40 ms). */
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0 ||
+      (ss.ss_family == AF_INET6 &&
+       setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) ||
+      bind(fd, (struct sockaddr *)&ss, len) != 0 || listen(fd, 64) != 0 ||
+      getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
+    err = errno;
+    close(fd);
+    return -err;
+  }
+  *bound = ntohs(ss.ss_family == AF_INET ? sa4->sin_port : sa6->sin6_port);
+  return fd;
 }
 
 int met_start(const char *addr, int port, const char *node, met_t **out) {
   met_t *m;
-  struct sockaddr_in6 sa6;
-  struct sockaddr_in sa4;
-  const struct sockaddr *sa = NULL;
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
-  const union MHD_DaemonInfo *info;
-  int rc;
+  met_http_t *h;
+  int fd, rc;
   *out = NULL;
   if ((rc = met_local(node, &m)) != 0)
     return rc;
-  if ((rc = mhd_open(&m->mhd)) != 0) {
-    met_stop(m);
-    return rc;
+  h = &m->http;
+  rc = -ENOMEM;
+  if ((h->base = event_base_new()) == NULL ||
+      (h->http = evhttp_new(h->base)) == NULL)
+    goto fail;
+  if ((rc = fd = http_listen(addr, port, &m->port)) < 0)
+    goto fail;
+  if (evhttp_accept_socket_with_handle(h->http, fd) == NULL) {
+    close(fd);
+    rc = -ENOMEM;
+    goto fail;
   }
-  memset(&sa4, 0, sizeof(sa4));
-  memset(&sa6, 0, sizeof(sa6));
-  if (addr && addr[0]) {
-    if (inet_pton(AF_INET, addr, &sa4.sin_addr) == 1) {
-      sa4.sin_family = AF_INET;
-      sa4.sin_port = htons((uint16_t)port);
-      sa = (const struct sockaddr *)&sa4;
-    } else if (inet_pton(AF_INET6, addr, &sa6.sin6_addr) == 1) {
-      sa6.sin6_family = AF_INET6;
-      sa6.sin6_port = htons((uint16_t)port);
-      sa = (const struct sockaddr *)&sa6;
-      flags |= MHD_USE_IPv6;
-    } else {
-      met_stop(m);
-      return -EINVAL;
-    }
+  evhttp_set_allowed_methods(h->http, MET_HTTP_METHODS);
+  evhttp_set_timeout(h->http, MET_HTTP_IDLE_S);
+  evhttp_set_max_headers_size(h->http, MET_HTTP_MAX_HEADERS);
+  evhttp_set_max_body_size(h->http, MET_HTTP_MAX_BODY);
+  evhttp_set_bevcb(h->http, conn_new, m);
+  evhttp_set_gencb(h->http, answer, m);
+  if ((fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+    rc = -errno;
+    goto fail;
   }
-  m->d = m->mhd.start(flags, (uint16_t)port, NULL, NULL, answer, m,
-                       MHD_OPTION_CONNECTION_LIMIT, 16u,
-                       MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-                       MHD_OPTION_NOTIFY_COMPLETED, done, m,
-                       sa ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, sa,
-                       MHD_OPTION_END);
-  if (m->d == NULL) {
-    int err = errno ? errno : EADDRINUSE;
-    met_stop(m);
-    return -err;
+  if ((h->stop = event_new(h->base, fd, EV_READ | EV_PERSIST, on_stop,
+                           h->base)) == NULL) {
+    close(fd);
+    rc = -ENOMEM;
+    goto fail;
   }
-  info = m->mhd.info(m->d, MHD_DAEMON_INFO_BIND_PORT);
-  m->port = info ? info->port : port;
+  if (event_add(h->stop, NULL) != 0) {
+    rc = -ENOMEM;
+    goto fail;
+  }
+  if ((rc = pthread_create(&h->thread, NULL, serve, m)) != 0) {
+    rc = -rc;
+    goto fail;
+  }
+  h->running = 1;
   *out = m;
   return 0;
+fail:
+  met_stop(m);
+  return rc;
 }
 
-#else /* !LAUNCH_HAVE_MHD */
+#else /* !LAUNCH_HAVE_EVHTTP */
 
 int met_start(const char *addr, int port, const char *node, met_t **out) {
   (void)addr, (void)port, (void)node;

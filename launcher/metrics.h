@@ -1,5 +1,5 @@
 /* metrics.h - Prometheus metrics of the agent (launch --metrics-port,
- * docs/monitoring.md), served by libmicrohttpd on a thread of its own.
+ * docs/monitoring.md), served by libevent's evhttp on a thread of its own.
  *
  * The job's metrics live on the loop: the agent renders them into text
  * once a second and hands the text over (met_publish); a scrape answers
@@ -8,11 +8,12 @@
  * gives no GPU series), read on the server thread at scrape time. So a
  * scrape never waits for the loop, and the loop never for NVML.
  *
- * libmicrohttpd is loaded by met_start (libmicrohttpd.so.12, or the file
- * LAUNCH_MHD_LIBRARY names), not linked: an agent without --metrics-port
- * never maps it and GnuTLS. Built without its header (LAUNCH_HAVE_MHD
- * unset), or the library missing at run time, met_start returns
- * RDZV_ENOTSUP. Prefix met_. */
+ * libevent is linked from its static archives where they are found
+ * (CMakeLists.txt): its code is in launch, and an agent without
+ * --metrics-port runs none of it, nor any thread. Built without libevent
+ * (LAUNCH_HAVE_EVHTTP unset), met_start returns RDZV_ENOTSUP. At most 16
+ * connections (a 17th is closed once accepted), 10 s idle, 8 KB of request
+ * headers. Prefix met_. */
 #ifndef METRICS_H
 #define METRICS_H
 
@@ -23,8 +24,8 @@ typedef struct met_s met_t;
 
 /* Serve on addr ("" or NULL: every address) and port (0: a free one).
  * node: the node label of the node series (copied). OUT *out.
- * RET 0, RDZV_ENOTSUP (built without libmicrohttpd, or libmicrohttpd.so.12
- * not installed), -errno. */
+ * RET 0, RDZV_ENOTSUP (built without libevent), -EINVAL (addr not an IPv4
+ * or IPv6 literal), -errno. */
 int met_start(const char *addr, int port, const char *node, met_t **out);
 /* The same object serving nothing (any build): met_render gives what a
  * scrape would answer. For tests, and the GPU's series anywhere. */

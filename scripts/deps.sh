@@ -7,7 +7,7 @@ set -euo pipefail
 
 BUILD_PKGS=(build-essential cmake ninja-build pkg-config git
             libuv1-dev libmsgpack-dev libssl-dev libhwloc-dev libnuma-dev
-            libmicrohttpd-dev libprotobuf-c-dev protobuf-c-compiler
+            libevent-dev libprotobuf-c-dev protobuf-c-compiler
             libcurl4-openssl-dev)
 TEST_PKGS=(python3 python3-torch hwloc numactl iproute2 procps clang
            libclang-rt-14-dev slurm-wlm munge python3-yaml util-linux

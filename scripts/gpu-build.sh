@@ -1,7 +1,8 @@
 #!/bin/bash
-# Build for the GPU machine (Ubuntu 24.04, no libuv or msgpack-c there):
-# libuv and msgpack-c linked statically, into .gpu-build (git-ignored),
-# which the device tool carries. CUDA and NCCL are loaded at run time.
+# Build for the GPU machine (Ubuntu 24.04, no libuv, msgpack-c or libevent
+# there): libuv, msgpack-c and libevent (--metrics-port) linked statically,
+# into .gpu-build (git-ignored), which the device tool carries. CUDA and
+# NCCL are loaded at run time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh

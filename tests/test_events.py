@@ -44,7 +44,7 @@ def get_from(log, port_re, path):
     """GET path from the metrics port that log names (port_re). RET the
     body, "" while the log names no port, None when built without the
     metrics server."""
-    if "built without libmicrohttpd" in log:
+    if "built without libevent" in log:
         return None
     m = re.search(port_re, log)
     if not m:

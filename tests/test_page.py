@@ -4,7 +4,7 @@ looked at in headless Chromium (Debian's chromium): train_gpt on CPU under
 Chromium renders the page and takes a screenshot; in the DOM it rendered,
 the loss curve (inline SVG, no JavaScript) holds points that are the losses
 train_gpt printed for those steps, the restart is marked, and the ranks'
-table lists both ranks. Skips without libmicrohttpd or chromium."""
+table lists both ranks. Skips without libevent or chromium."""
 import os
 import re
 import shutil
@@ -44,8 +44,8 @@ def main():
 
             def printed():
                 out = agent.output()
-                if "without libmicrohttpd" in out:
-                    lt.skip("launch was built without libmicrohttpd")
+                if "without libevent" in out:
+                    lt.skip("launch was built without libevent")
                 assert agent.running(), out
                 m = re.search(r"on http://127\.0\.0\.1:(\d+)/metrics", out)
                 port[:] = [int(m.group(1))] if m else []
