@@ -1,7 +1,8 @@
 #!/bin/bash
 # What a metrics collection costs the agent, NVML included (issue #23):
 # bench/metrics_collect with the node's NVML, then without (the
-# difference is NVML's share of time and memory). Works on a build without
+# difference is NVML's share of time; its memory is the GPU sampler's,
+# a child process: launcher/sampler.h). Works on a build without
 # libmicrohttpd (the GPU build: scripts/gpu-build.sh). Then where NVML's
 # memory goes (bench/nvml_mem: VmRSS after its load, init, handles and
 # queries; its resident mappings), with nvmlInit_v2's flags and with
@@ -14,7 +15,9 @@ N=${2:-2000}
 CKPT=${3:-${TMPDIR:-/tmp}}
 bin=$B/bin/metrics_collect
 [ -x "$bin" ] || { echo "no $bin: build the metrics_collect target" >&2; exit 127; }
-echo "== with NVML (libnvidia-ml.so.1)"
+# metrics_collect is not launch: the GPU sampler is $B/bin/launch.
+export LAUNCH_GPU_SAMPLER=${LAUNCH_GPU_SAMPLER:-$B/bin/launch}
+echo "== with NVML (libnvidia-ml.so.1), through the GPU sampler"
 "$bin" "$N" "$CKPT"
 echo "== without NVML"
 LAUNCH_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 "$bin" "$N" "$CKPT"

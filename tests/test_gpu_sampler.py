@@ -40,28 +40,7 @@ def get(port, timeout=10):
         return r.read().decode()
 
 
-def children(pid):
-    out = []
-    for t in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/children" % (pid, t)) as f:
-                out += [int(x) for x in f.read().split()]
-        except OSError:
-            pass
-    return out
-
-
-def sampler_of(pid):
-    """The pid of the agent's `launch gpu-sampler` child, or None."""
-    for c in children(pid):
-        try:
-            with open("/proc/%d/cmdline" % c, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if len(argv) > 1 and argv[1] == b"gpu-sampler":
-            return c
-    return None
+sampler_of = lt.gpu_sampler_of
 
 
 def start(c, extra_env=None, worker=None, name="agent", extra=()):
@@ -106,7 +85,7 @@ def test_kill_and_restart(c):
         in text, text
     assert "launch_job_workers_up" in text, text
     pid = sampler_of(agent.pid)
-    assert pid, children(agent.pid)
+    assert pid
     assert os.getpgid(pid) == pid  # its own group: no terminal's Ctrl-C
     os.kill(pid, signal.SIGKILL)
     text = get(port)
