@@ -420,6 +420,9 @@ int launch_cmd_gpu_sampler(int argc, char **argv) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != (pid_t)parent)
     return 0;
+  /* Hold no mount busy: the agent's directory may be a job's. */
+  if (chdir("/") != 0)
+    return 1;
   memset(&m, 0, sizeof(m));
   lu_strlcpy(m.node, argv[2], sizeof(m.node));
   nvml_open(&m.nvml);

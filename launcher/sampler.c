@@ -156,6 +156,7 @@ static void gs_start(gs_t *g) {
     LU_WARN(&g->log, "cannot start the GPU sampler (%s gpu-sampler): %s; "
             "no GPU series, trying again in %.0f s", g->exe, strerror(-rc),
             (double)g->backoff_ms / 1000);
+    g->backoff_ms = LU_MIN(g->backoff_ms * 2, GS_BACKOFF_MAX_MS);
   }
 }
 
