@@ -3,7 +3,9 @@
  * three XID events queued (GPU 0: 79 twice, GPU 1: 48) that
  * nvmlEventSetWait_v2 hands out once each, then NVML_ERROR_TIMEOUT.
  * FAKE_NVML_HANG_MS=N: each nvmlDeviceGetUtilizationRates blocks N ms, as
- * NVML does for a GPU fallen off the bus (XID 79). Only the entry points
+ * NVML does for a GPU fallen off the bus (XID 79); FAKE_NVML_HANG_CALLS=K:
+ * only the first K calls do. GPU 1's power reads 90 W, then 1 W more at
+ * each read: a reading that tells one answer from another. Only the entry points
  * the GPU sampler (launcher/cmd_gpu_sampler.c) resolves, with nvml.h's
  * signatures. */
 #include <stdlib.h>
@@ -58,8 +60,10 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **h) {
   return OK;
 }
 int nvmlDeviceGetUtilizationRates(void *h, util_t *u) {
+  static long calls;
   const char *hang = getenv("FAKE_NVML_HANG_MS");
-  if (hang && atol(hang) > 0) {
+  const char *upto = getenv("FAKE_NVML_HANG_CALLS");
+  if (hang && atol(hang) > 0 && (upto == NULL || calls++ < atol(upto))) {
     struct timespec ts = {atol(hang) / 1000, (atol(hang) % 1000) * 1000000};
     while (nanosleep(&ts, &ts) != 0)
       ;
@@ -76,7 +80,8 @@ int nvmlDeviceGetMemoryInfo(void *h, mem_t *m) {
   return OK;
 }
 int nvmlDeviceGetPowerUsage(void *h, unsigned *mw) {
-  *mw = idx(h) == 0 ? 650500 : 90000;
+  static unsigned reads1; /* GPU 1's */
+  *mw = idx(h) == 0 ? 650500 : 90000 + 1000 * reads1++;
   return OK;
 }
 int nvmlDeviceGetTemperature(void *h, int sensor, unsigned *c) {

@@ -272,6 +272,28 @@ static void test_fake_nvml(void) {
   ASSERT(gone(pid));
   met_stop(m);
   printf("sampler killed: launch_gpu_sampler_up 0, no GPU series, reaped\n");
+  /* NVML blocks 1.5 s once: that scrape goes without; its answer, late,
+   * is discarded by the next scrape, which takes its own (GPU 1's power
+   * grows by 1 W a read: 90 W in the late one, 91 W in the next). */
+  ASSERT_EQ(0, setenv("FAKE_NVML_HANG_MS", "1500", 1));
+  ASSERT_EQ(0, setenv("FAKE_NVML_HANG_CALLS", "1", 1));
+  ASSERT_EQ(0, met_local("n", &m));
+  ASSERT_EQ(0, unsetenv("FAKE_NVML_HANG_MS"));
+  ASSERT_EQ(0, unsetenv("FAKE_NVML_HANG_CALLS"));
+  text = render(m);
+  HAS("launch_gpu_sampler_up{%s} 0\n", "node=\"n\"");
+  free(text);
+  usleep(2000000); /* the late answer is in the socket */
+  text = render(m);
+  HAS("launch_gpu_sampler_up{%s} 1\n", "node=\"n\"");
+  HAS("launch_gpu_power_watts{%s} 91\n", g1);
+  free(text);
+  text = render(m);
+  HAS("launch_gpu_power_watts{%s} 92\n", g1);
+  free(text);
+  met_stop(m);
+  printf("a late answer (NVML blocked 1.5 s) discarded: the next scrape "
+         "took its own\n");
   /* NVML blocks for a minute: the scrape answers without it. */
   ASSERT_EQ(0, setenv("FAKE_NVML_HANG_MS", "60000", 1));
   ASSERT_EQ(0, met_local("n", &m));
