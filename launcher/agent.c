@@ -498,6 +498,7 @@ static void met_cb(uv_timer_t *t) {
   agent_t *a = t->data;
   check_stragglers(a);
   render_metrics(a);
+  met_tick(a->met); /* its GPU sampler: reaped, restarted */
 }
 
 static void finish(agent_t *a);

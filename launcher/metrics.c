@@ -323,6 +323,11 @@ static void node_mem(const met_t *m, lu_buf_t *b) {
  * (its backoff passed); it reads NVML's slow values (PCIe) itself. */
 void met_refresh(met_t *m) { gs_refresh(m->gs); }
 
+void met_tick(met_t *m) {
+  if (m)
+    gs_refresh(m->gs);
+}
+
 pid_t met_sampler_pid(const met_t *m) { return m ? gs_pid(m->gs) : 0; }
 
 void met_set_sysfs_root(met_t *m, const char *root) {

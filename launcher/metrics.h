@@ -98,6 +98,10 @@ void met_node(met_t *m, lu_buf_t *b);
  * its backoff passed, started again (sampler.h), so that no scrape waits
  * for a start. The thread that scrapes. */
 void met_refresh(met_t *m);
+/* Once a second from the owner's loop (the agent's, launch server's): a
+ * GPU sampler that died is reaped at once and started again after its
+ * backoff, scraped or not. Never blocks. NULL no-op. */
+void met_tick(met_t *m);
 /* The GPU sampler's pid, 0 when none runs (sampler.h). Any thread: the
  * agent tells its worker containment that this child is its own. */
 pid_t met_sampler_pid(const met_t *m);

@@ -341,9 +341,8 @@ void gs_render(gs_t *g, lu_buf_t *b) {
 }
 
 void gs_refresh(gs_t *g) {
-  if (g == NULL)
+  if (g == NULL || pthread_mutex_trylock(&g->mu) != 0)
     return;
-  pthread_mutex_lock(&g->mu);
   gs_tend(g);
   pthread_mutex_unlock(&g->mu);
 }

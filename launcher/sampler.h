@@ -62,8 +62,10 @@ int gs_open(const char *node, gs_t **out);
  * when g is NULL or the sampler found no GPU. Waits GS_WAIT_MS at most.
  * The scraping thread. */
 void gs_render(gs_t *g, lu_buf_t *b);
-/* After a scrape's reply went out: reap a dead sampler, start it again
- * when its backoff passed. */
+/* Reap a dead sampler, start it again when its backoff passed: after a
+ * scrape's reply went out, and once a second from the owner's event loop
+ * (so that a dead sampler is reaped, no zombie, and started again without
+ * a scrape). Never waits: skipped while a scrape holds the sampler. */
 void gs_refresh(gs_t *g);
 /* The sampler's pid, 0 when none runs. Any thread (the agent's worker
  * containment asks it: that child is not an orphan of a worker). */

@@ -4,9 +4,9 @@ here with tests/fake_nvml.c as NVML (LAUNCH_NVML_LIBRARY).
 
 - the GPU series come through it with launch_gpu_sampler_up 1; it is the
   agent's child, in a process group of its own;
-- kill -9 of the sampler: the next scrape has launch_gpu_sampler_up 0 and
-  no GPU series but the job's; the sampler is reaped (no zombie) and the
-  agent says so in one warning naming signal 9; it is started again after
+- kill -9 of the sampler: it is reaped within seconds, scraped or not (no
+  zombie), the agent says so in one warning naming signal 9, and the next
+  scrape has launch_gpu_sampler_up 0 and no GPU series but the job's; it is started again after
   its backoff (10 s after its start) and the series come back;
 - a worker that fails and is restarted: the workers' containment (the
   agent is the subreaper of its workers' orphans) neither kills nor reaps
@@ -88,10 +88,12 @@ def test_kill_and_restart(c):
     assert pid
     assert os.getpgid(pid) == pid  # its own group: no terminal's Ctrl-C
     os.kill(pid, signal.SIGKILL)
+    # reaped by the agent's loop (once a second), no scrape needed
+    lt.wait_until(lambda: not os.path.exists("/proc/%d" % pid), 5,
+                  "the sampler to be reaped")
     text = get(port)
     assert UP0 in text and "launch_gpu_utilization_ratio" not in text, text
     assert "launch_job_workers_up" in text, text  # the agent keeps serving
-    assert not os.path.exists("/proc/%d" % pid), "not reaped"
     lt.wait_until(lambda: "was killed by signal 9" in agent.output(), 10,
                   "the warning")
     warn = [x for x in agent.output().splitlines() if "GPU sampler" in x]
