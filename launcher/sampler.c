@@ -225,18 +225,23 @@ static void gs_kill(gs_t *g, const char *why) {
 static int gs_ask(gs_t *g, lu_buf_t *b) {
   uint8_t req[GS_REQ_LEN];
   uint64_t deadline = lu_now_ms() + GS_WAIT_MS;
+  ssize_t n;
   gs_put_u32(req, GS_REQ_MAGIC);
   gs_put_u32(req + 4, ++g->seq);
-  if (send(g->fd, req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT) !=
-      (ssize_t)sizeof(req))
-    return errno == EAGAIN ? 0 : -1; /* hung with a full socket, or dead */
+  if ((n = send(g->fd, req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT)) !=
+      (ssize_t)sizeof(req)) {
+    if (n < 0)
+      return errno == EAGAIN ? 0 : -1; /* hung with a full socket, or dead */
+    /* Part of a request: the stream is cut, a hung child never read it. */
+    gs_kill(g, "reads no requests (its socket is full)");
+    return -1;
+  }
   for (;;) {
     uint32_t seq, len;
     const uint8_t *text;
     long r;
     uint64_t now;
     struct pollfd p = {g->fd, POLLIN, 0};
-    ssize_t n;
     while ((r = gs_parse_reply(g->rx, g->rx_len, &seq, &text, &len)) > 0) {
       int mine = seq == g->seq;
       if (mine)
