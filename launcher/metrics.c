@@ -319,13 +319,13 @@ static void node_mem(const met_t *m, lu_buf_t *b) {
   met_sample(b, "launch_node_memory_available_bytes", lab, (double)avail);
 }
 
-/* After a reply went out: the sampler, dead, is reaped and started again
- * (its backoff passed); it reads NVML's slow values (PCIe) itself. */
-void met_refresh(met_t *m) { gs_refresh(m->gs); }
+/* After a reply went out: a dead sampler is reaped (met_tick starts it
+ * again); it reads NVML's slow values (PCIe) itself. */
+void met_refresh(met_t *m) { gs_refresh(m->gs, 0); }
 
 void met_tick(met_t *m) {
   if (m)
-    gs_refresh(m->gs);
+    gs_refresh(m->gs, 1);
 }
 
 pid_t met_sampler_pid(const met_t *m) { return m ? gs_pid(m->gs) : 0; }

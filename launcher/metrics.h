@@ -94,13 +94,13 @@ int met_parse_numastat(const char *line, met_numa_t *out);
  * ports, GPUs through the sampler) into b. The thread that scrapes (one
  * at a time). */
 void met_node(met_t *m, lu_buf_t *b);
-/* After a scrape's reply went out: a GPU sampler that died is reaped and,
- * its backoff passed, started again (sampler.h), so that no scrape waits
- * for a start. The thread that scrapes. */
+/* After a scrape's reply went out: a GPU sampler that died is reaped
+ * (sampler.h). The thread that scrapes. */
 void met_refresh(met_t *m);
-/* Once a second from the owner's loop (the agent's, launch server's): a
- * GPU sampler that died is reaped at once and started again after its
- * backoff, scraped or not. Never blocks. NULL no-op. */
+/* Once a second from the owner's loop (the agent's, launch server's), on
+ * the thread that called met_start: a GPU sampler that died is reaped at
+ * once and started again after its backoff, scraped or not. Never blocks.
+ * NULL no-op. */
 void met_tick(met_t *m);
 /* The GPU sampler's pid, 0 when none runs (sampler.h). Any thread: the
  * agent tells its worker containment that this child is its own. */

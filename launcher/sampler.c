@@ -301,13 +301,6 @@ int gs_open(const char *node, gs_t **out) {
   return 0;
 }
 
-/* Reap a dead child; start one when none runs and its backoff passed. */
-static void gs_tend(gs_t *g) {
-  if (atomic_load(&g->pid) > 0)
-    gs_reap(g, 0);
-  if (!g->gone && atomic_load(&g->pid) == 0 && lu_now_ms() >= g->next_ms)
-    gs_start(g);
-}
 
 void gs_render(gs_t *g, lu_buf_t *b) {
   lu_buf_t gpu = LU_BUF_INIT;
@@ -317,11 +310,8 @@ void gs_render(gs_t *g, lu_buf_t *b) {
   if (g == NULL)
     return;
   pthread_mutex_lock(&g->mu);
-  /* A child reaped by an earlier scrape is started again here (when its
-   * backoff passed); one that died since is reaped: this scrape is
-   * without. */
-  if (!g->gone && atomic_load(&g->pid) == 0 && lu_now_ms() >= g->next_ms)
-    gs_start(g);
+  /* One that died since is reaped: this scrape is without. None is
+   * started here: gs_tick does, on the owner's loop. */
   if (atomic_load(&g->pid) > 0 && !gs_reap(g, 0)) {
     int r = gs_ask(g, &gpu);
     up = r == 1;
@@ -345,10 +335,14 @@ void gs_render(gs_t *g, lu_buf_t *b) {
   pthread_mutex_unlock(&g->mu);
 }
 
-void gs_refresh(gs_t *g) {
+void gs_refresh(gs_t *g, int start) {
   if (g == NULL || pthread_mutex_trylock(&g->mu) != 0)
     return;
-  gs_tend(g);
+  if (atomic_load(&g->pid) > 0)
+    gs_reap(g, 0);
+  if (start && !g->gone && atomic_load(&g->pid) == 0 &&
+      lu_now_ms() >= g->next_ms)
+    gs_start(g);
   pthread_mutex_unlock(&g->mu);
 }
 

@@ -54,19 +54,20 @@ typedef struct gs_s gs_t;
  * LAUNCH_GPU_SAMPLER names (a `launch` binary: for programs that are not,
  * such as tests), else this program when it is `launch`. OUT *out: NULL
  * when there is no sampler (no error). RET 0, RDZV_ENOMEM. A failed start
- * is logged and retried later, not an error. The thread that calls it and
- * the one that scrapes must live as long as the sampler does
- * (PR_SET_PDEATHSIG follows the thread that started it). */
+ * is logged and retried by gs_refresh(g, 1), not an error. */
 int gs_open(const char *node, gs_t **out);
 /* A scrape: launch_gpu_sampler_up and the GPU families into b; nothing
  * when g is NULL or the sampler found no GPU. Waits GS_WAIT_MS at most.
  * The scraping thread. */
 void gs_render(gs_t *g, lu_buf_t *b);
-/* Reap a dead sampler, start it again when its backoff passed: after a
- * scrape's reply went out, and once a second from the owner's event loop
- * (so that a dead sampler is reaped, no zombie, and started again without
- * a scrape). Never waits: skipped while a scrape holds the sampler. */
-void gs_refresh(gs_t *g);
+/* Reap a dead sampler (no zombie); start: and start it again when its
+ * backoff passed. Once a second from the owner's event loop with start 1,
+ * after a scrape's reply went out with start 0: the sampler is started only
+ * by the thread that called gs_open and runs the loop (the process's main
+ * thread in the agent and launch server), as PR_SET_PDEATHSIG follows the
+ * thread that started it. Never waits: skipped while a scrape holds the
+ * sampler. */
+void gs_refresh(gs_t *g, int start);
 /* The sampler's pid, 0 when none runs. Any thread (the agent's worker
  * containment asks it: that child is not an orphan of a worker). */
 pid_t gs_pid(const gs_t *g);
