@@ -171,8 +171,11 @@ static void gs_died(gs_t *g, pid_t pid, int status, int known) {
     LU_INFO(&g->log, "NVML sees no GPU here: no GPU series");
     return;
   }
-  g->backoff_ms = g->answered ? GS_BACKOFF_MS
-                              : LU_MIN(g->backoff_ms * 2, GS_BACKOFF_MAX_MS);
+  /* Dead before it ever answered, within its first 10 s: a sampler that
+   * cannot run here (its NVML crashes), started less and less often. */
+  g->backoff_ms = g->answered || lu_now_ms() - g->started_ms >= GS_BACKOFF_MS
+                      ? GS_BACKOFF_MS
+                      : LU_MIN(g->backoff_ms * 2, GS_BACKOFF_MAX_MS);
   g->next_ms = g->started_ms + g->backoff_ms;
   if (!known)
     snprintf(why, sizeof(why), "ended (reaped elsewhere)");
