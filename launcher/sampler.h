@@ -13,8 +13,8 @@
  * metrics are served and NVML could be used (LAUNCH_NVML_LIBRARY set, or
  * /dev/nvidiactl exists), asks it at each scrape, reaps it when it died
  * and starts it again, no sooner than GS_BACKOFF_MS after its last start
- * (doubling while it dies young without ever answering), and ends it (SIGTERM,
- * then SIGKILL) at gs_close. The child (cmd_gpu_sampler.c) holds NVML,
+ * (doubling while it dies young without ever answering), and ends it
+ * (SIGTERM, then SIGKILL) at gs_close. The child (cmd_gpu_sampler.c) holds NVML,
  * the XID counts and the PCIe sample, and renders the GPU families.
  *
  * Protocol, over a socketpair (the child's fd 3), little-endian u32s:
