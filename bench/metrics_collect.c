@@ -3,11 +3,14 @@
  *
  *   metrics_collect [N [CKPT_DIR]]  (bench/run_metrics_collect.sh runs it twice)
  *
- * Times met_local (NVML loaded and initialised), N renders of what a
- * scrape answers (the node's series: /proc, NUMA, IB, NVML), and the slow
- * refresh done after a scrape (NVML's PCIe throughput); reports the
- * process's VmRSS at each stage, so NVML's share of the agent's memory is
- * the difference with LAUNCH_NVML_LIBRARY=/nonexistent. */
+ * Times met_local (the GPU sampler started: launcher/sampler.h), N
+ * renders of what a scrape answers (the node's series: /proc, NUMA, IB,
+ * and the GPUs' through the sampler: a request and its answer), and the
+ * refresh done after a scrape; reports this process's VmRSS at each stage
+ * and the sampler's VmHWM and VmRSS: NVML's memory is the sampler's. This
+ * program is not launch: LAUNCH_GPU_SAMPLER names the launch binary to
+ * start as the sampler (run_metrics_collect.sh sets it), else there are no
+ * GPU series. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,9 +68,23 @@ int main(int argc, char **argv) {
          getenv("LAUNCH_NVML_LIBRARY") ? getenv("LAUNCH_NVML_LIBRARY")
                                        : "libnvidia-ml.so.1",
          t_local);
-  met_render(m, &b); /* the first: reads PCIe inline */
-  if (lu_buf_finish(&b, &text, &len) != 0)
-    return 1;
+  /* The first renders: until the sampler answers (NVML's init), 10 s. */
+  for (int i = 0;; i++) {
+    met_render(m, &b);
+    if (lu_buf_finish(&b, &text, &len) != 0)
+      return 1;
+    if (i == 100 || !strstr(text, "launch_gpu_sampler_up{") ||
+        strstr(text, "launch_gpu_sampler_up{node=\"bench\"} 1\n"))
+      break;
+    free(text);
+    met_refresh(m);
+    nanosleep(&(struct timespec){0, 100000000}, NULL);
+  }
+  printf("GPU sampler: %s\n",
+         !strstr(text, "launch_gpu_sampler_up{") ? "none (no NVML, or "
+                                                   "LAUNCH_GPU_SAMPLER unset)"
+         : strstr(text, "_up{node=\"bench\"} 1\n") ? "answered"
+                                                   : "did not answer in 10 s");
   for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"))
     if (l[0] != '#') {
       series++;
@@ -89,11 +106,22 @@ int main(int argc, char **argv) {
     met_refresh(m);
     us[i] = now_us() - t0;
   }
-  report("refresh after a scrape (NVML PCIe throughput)", us, 20);
+  report("refresh after a scrape (reaps a dead sampler)", us, 20);
   rss2 = bench_vmrss_kb();
   printf("VmRSS: start %ld KiB, after met_local %ld KiB (+%ld), after the "
          "renders %ld KiB (+%ld)\n", rss0, rss1, rss1 - rss0, rss2,
          rss2 - rss1);
+  if (met_sampler_pid(m) > 0) {
+    char path[64], line[128];
+    FILE *f;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)met_sampler_pid(m));
+    if ((f = fopen(path, "r")) != NULL) {
+      while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "VmHWM:", 6) || !strncmp(line, "VmRSS:", 6))
+          printf("GPU sampler (pid %d) %s", (int)met_sampler_pid(m), line);
+      fclose(f);
+    }
+  }
   met_stop(m);
   free(us);
   return 0;

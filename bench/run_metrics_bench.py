@@ -2,6 +2,7 @@
 """What --metrics-port costs the agent (issue #23). Never part of the tests.
 
     python3 bench/run_metrics_bench.py [--build build] [--nproc 8] [--seconds 20]
+                                       [--nvml PATH]
 
 The job: NPROC ranks of tests/hang_worker in its slow mode (every rank
 reports progress with scalars 10 times a second and meets the others in a
@@ -15,7 +16,13 @@ Measures, in the steady state (from 3 s after the start for SECONDS):
      heap, anonymous) from /proc/PID/smaps, NVML's (libnvidia-ml.so and
      the /dev/nvidia* mappings) always shown;
   4. the latency of a scrape of /metrics on a kept-alive connection (500
-     in a row after the steady state: p50, p99, max), and its size.
+     in a row after the steady state: p50, p99, max), and its size;
+  5. the GPU sampler (`launch gpu-sampler`, NVML in a child process of the
+     agent: launcher/sampler.h), found among the agent's children: its
+     VmHWM, CPU and resident memory by mapping, apart from the agent's, so
+     that NVML's share is measured on its own. --nvml PATH sets
+     LAUNCH_NVML_LIBRARY (tests' libfake_nvml.so where there is no GPU);
+     without NVML (no /dev/nvidiactl) there is no sampler.
 Goals (issue #23): < 1 % of a core at 1 Hz with 8 workers; a scrape < 1 ms;
 the agent under 8 MB with metrics on."""
 import argparse
@@ -25,8 +32,12 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "py"))
+from launchtest import gpu_sampler_of as sampler_of  # noqa: E402
 
 
 def cpu_s(pid):
@@ -104,7 +115,7 @@ def print_smaps(name, maps, least_kb=64):
                                    rest / 1024))
 
 
-def run(build, nproc, seconds, metrics):
+def run(build, nproc, seconds, metrics, nvml=None):
     d = tempfile.mkdtemp(prefix="launch-metbench-")
     hw = os.path.join(build, "tests", "hang_worker")
     args = [os.path.join(build, "bin", "launch"), "--standalone",
@@ -113,7 +124,10 @@ def run(build, nproc, seconds, metrics):
         args += ["--metrics-port", "127.0.0.1:0"]
     args += ["--no-python", hw, "100000", "slow", d]
     log = open(os.path.join(d, "out"), "w+")
-    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    env = dict(os.environ)
+    if nvml:
+        env["LAUNCH_NVML_LIBRARY"] = nvml
+    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
     res = {}
     try:
         port = None
@@ -126,6 +140,8 @@ def run(build, nproc, seconds, metrics):
             time.sleep(0.05)
         time.sleep(3)
         conn = http.client.HTTPConnection("127.0.0.1", port) if metrics else None
+        smp = sampler_of(p.pid) if metrics else None
+        s0 = cpu_s(smp) if smp else 0
         c0, w0 = cpu_s(p.pid), time.time()
         while time.time() - w0 < seconds:
             if conn:
@@ -133,6 +149,8 @@ def run(build, nproc, seconds, metrics):
                 body = conn.getresponse().read()
             time.sleep(1)
         res["cpu_per_s"] = (cpu_s(p.pid) - c0) / (time.time() - w0)
+        if smp:
+            res["smp_cpu_per_s"] = (cpu_s(smp) - s0) / (time.time() - w0)
         if conn:
             lat = []
             for _ in range(500):
@@ -149,6 +167,11 @@ def run(build, nproc, seconds, metrics):
         res["hwm_kb"] = hwm_kb(p.pid)
         res["rss_kb"] = rss_kb(p.pid)
         res["smaps"] = smaps_kb(p.pid)
+        if smp and sampler_of(p.pid) == smp:
+            res["smp"] = {"pid": smp, "hwm_kb": hwm_kb(smp),
+                          "rss_kb": rss_kb(smp), "smaps": smaps_kb(smp)}
+        res["sampler_up"] = bool(metrics and re.search(
+            r"launch_gpu_sampler_up\{[^}]*\} 1", body.decode()))
     finally:
         p.send_signal(signal.SIGTERM)
         try:
@@ -165,9 +188,10 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--nproc", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--nvml", help="LAUNCH_NVML_LIBRARY for both runs")
     a = ap.parse_args()
-    off = run(a.build, a.nproc, a.seconds, False)
-    on = run(a.build, a.nproc, a.seconds, True)
+    off = run(a.build, a.nproc, a.seconds, False, a.nvml)
+    on = run(a.build, a.nproc, a.seconds, True, a.nvml)
     print("agent, %d workers reporting 10 Hz, %g s steady state" %
           (a.nproc, a.seconds))
     print("  CPU: off %.2f %% of a core, on (1 scrape/s) %.2f %%: metrics "
@@ -186,6 +210,22 @@ def main():
     print("  scrape of /metrics (%d series, %d bytes, kept-alive): p50 %.3f "
           "ms, p99 %.3f ms, max %.3f ms (goal < 1 ms)" %
           ((on["series"], on["bytes"]) + on["scrape_ms"]))
+    smp = on.get("smp")
+    if smp is None:
+        print("  GPU sampler: none (no NVML here: no LAUNCH_NVML_LIBRARY, no "
+              "/dev/nvidiactl)")
+        return
+    rss, priv, shared = smp["rss_kb"]
+    print("  GPU sampler (launch gpu-sampler, pid %d, the agent's child; "
+          "answered the last scrape: %s):" %
+          (smp["pid"], "yes" if on["sampler_up"] else "no"))
+    print("    CPU %.2f %% of a core; peak RSS %.2f MB; RSS at the end %.2f MB "
+          "(private %.2f MB, shared %.2f MB)" %
+          (on.get("smp_cpu_per_s", 0) * 100, smp["hwm_kb"] / 1024,
+           rss / 1024, priv / 1024, shared / 1024))
+    print("    agent + sampler, peak RSS: %.2f MB" %
+          ((on["hwm_kb"] + smp["hwm_kb"]) / 1024))
+    print_smaps("the sampler", smp["smaps"])
 
 
 if __name__ == "__main__":

@@ -488,10 +488,17 @@ static void check_stragglers(agent_t *a) {
   }
 }
 
+/* wk_set_own_children: the metrics' GPU sampler (metrics.h). */
+static int own_child(pid_t pid, void *arg) {
+  agent_t *a = arg;
+  return a->met && pid == met_sampler_pid(a->met);
+}
+
 static void met_cb(uv_timer_t *t) {
   agent_t *a = t->data;
   check_stragglers(a);
   render_metrics(a);
+  met_tick(a->met); /* its GPU sampler: reaped, restarted */
 }
 
 static void finish(agent_t *a);
@@ -3238,6 +3245,8 @@ int agent_run(cfg_t *o) {
       a->exit_code = LAUNCH_EXIT_USAGE;
       goto out;
     }
+    /* Its GPU sampler is a child of ours, not a worker's orphan. */
+    wk_set_own_children(a->wg, own_child, a);
     if (o->ckpt_dir[0])
       met_set_ckpt_dir(a->met, o->ckpt_dir); /* none: no disk series */
     LU_INFO(&a->log, "metrics of job %s on http://%s:%d/metrics", o->run_id,

@@ -71,6 +71,7 @@ static void met_cb(uv_timer_t *t) {
   page_jobs_end(&pb, pj.n);
   if (lu_buf_finish(&pb, &text, NULL) == 0)
     met_publish_page(m->met, text);
+  met_tick(m->met); /* its GPU sampler: reaped, restarted */
 }
 
 static void on_signal(uv_signal_t *h, int signum) {

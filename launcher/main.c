@@ -12,6 +12,7 @@
 #include "config.h"
 #include "launch.h"
 #include "lu.h"
+#include "sampler.h"
 
 void launch_usage_error(const char *fmt, ...) {
   va_list ap;
@@ -65,6 +66,9 @@ int main(int argc, char **argv) {
   static cfg_t cfg;
   char err[1024];
   int rc;
+  /* Internal (sampler.h): the agent's GPU sampler, in no help or list. */
+  if (argc >= 2 && strcmp(argv[1], "gpu-sampler") == 0)
+    return launch_cmd_gpu_sampler(argc - 1, argv + 1);
   if (argc >= 2)
     for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
       if (strcmp(argv[1], subcommands[i].name) == 0)

@@ -4,9 +4,11 @@
  * The job's metrics live on the loop: the agent renders them into text
  * once a second and hands the text over (met_publish); a scrape answers
  * with the last text handed over plus the node's metrics (CPU, memory
- * from /proc; GPUs through NVML, loaded at run time: no NVML or no GPU
- * gives no GPU series), read on the server thread at scrape time. So a
- * scrape never waits for the loop, and the loop never for NVML.
+ * from /proc), read on the server thread at scrape time; the GPUs' come
+ * from the GPU sampler, NVML in a child process (sampler.h: no NVML or no
+ * GPU gives no GPU series), waited for GS_WAIT_MS at most. So a scrape
+ * never waits for the loop, the loop never for NVML, and NVML's memory is
+ * not the agent's.
  *
  * libevent is linked from its static archives where they are found
  * (CMakeLists.txt): its code is in launch, and an agent without
@@ -16,6 +18,8 @@
  * headers. Prefix met_. */
 #ifndef METRICS_H
 #define METRICS_H
+
+#include <sys/types.h>
 
 #include "lu.h"
 #include "lu_buf.h"
@@ -88,12 +92,19 @@ typedef struct met_numa_s {
 int met_parse_numastat(const char *line, met_numa_t *out);
 
 /* The node's series (CPU, memory, NUMA, the checkpoint disk, IB/RoCE
- * ports, GPUs) into b. The thread that scrapes (one at a time). */
+ * ports, GPUs through the sampler) into b. The thread that scrapes (one
+ * at a time). */
 void met_node(met_t *m, lu_buf_t *b);
-/* Read the slow values (NVML's PCIe throughput, a 20 ms sample per GPU
- * and direction) that the next met_render shows: the HTTP server calls it
- * after a scrape's reply went out, so a scrape never waits for them. The
- * thread that scrapes. */
+/* After a scrape's reply went out: a GPU sampler that died is reaped
+ * (sampler.h). The thread that scrapes. */
 void met_refresh(met_t *m);
+/* Once a second from the owner's loop (the agent's, launch server's), on
+ * the thread that called met_start: a GPU sampler that died is reaped at
+ * once and started again after its backoff, scraped or not. Never blocks.
+ * NULL no-op. */
+void met_tick(met_t *m);
+/* The GPU sampler's pid, 0 when none runs (sampler.h). Any thread: the
+ * agent tells its worker containment that this child is its own. */
+pid_t met_sampler_pid(const met_t *m);
 
 #endif /* METRICS_H */

@@ -2,8 +2,15 @@
  * (LAUNCH_NVML_LIBRARY): two GPUs with fixed readings, ECC on GPU 0 only,
  * three XID events queued (GPU 0: 79 twice, GPU 1: 48) that
  * nvmlEventSetWait_v2 hands out once each, then NVML_ERROR_TIMEOUT.
- * Only the entry points metrics.c resolves, with nvml.h's signatures. */
+ * FAKE_NVML_HANG_MS=N: each nvmlDeviceGetUtilizationRates blocks N ms, as
+ * NVML does for a GPU fallen off the bus (XID 79); FAKE_NVML_HANG_CALLS=K:
+ * only the first K calls do. GPU 1's power reads 90 W, then 1 W more at
+ * each read: a reading that tells one answer from another. Only the entry points
+ * the GPU sampler (launcher/cmd_gpu_sampler.c) resolves, with nvml.h's
+ * signatures. */
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct { unsigned gpu, memory; } util_t;
 typedef struct { unsigned long long total, free, used; } mem_t;
@@ -53,6 +60,14 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **h) {
   return OK;
 }
 int nvmlDeviceGetUtilizationRates(void *h, util_t *u) {
+  static long calls;
+  const char *hang = getenv("FAKE_NVML_HANG_MS");
+  const char *upto = getenv("FAKE_NVML_HANG_CALLS");
+  if (hang && atol(hang) > 0 && (upto == NULL || calls++ < atol(upto))) {
+    struct timespec ts = {atol(hang) / 1000, (atol(hang) % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0)
+      ;
+  }
   u->gpu = idx(h) == 0 ? 97 : 12;
   u->memory = 40;
   return OK;
@@ -65,7 +80,8 @@ int nvmlDeviceGetMemoryInfo(void *h, mem_t *m) {
   return OK;
 }
 int nvmlDeviceGetPowerUsage(void *h, unsigned *mw) {
-  *mw = idx(h) == 0 ? 650500 : 90000;
+  static unsigned reads1; /* GPU 1's */
+  *mw = idx(h) == 0 ? 650500 : 90000 + 1000 * reads1++;
   return OK;
 }
 int nvmlDeviceGetTemperature(void *h, int sensor, unsigned *c) {

@@ -5,12 +5,16 @@
  * memory from /proc). GPUs: NVML's series when NVML and a GPU are there
  * (LAUNCH_TEST_EXPECT_GPU=1 demands them: the GPU machine), else none and
  * no error. */
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "lu_buf.h"
 #include "metrics.h"
@@ -164,24 +168,67 @@ static void promtool_check(const char *text) {
   ASSERT_EQ(0, pclose(p));
 }
 
-/* The GPU series from a fake NVML (fake_nvml.c): two GPUs; ECC on GPU 0
- * only; XIDs 79, 48, 79 queued; clocks held by power cap and HW thermal
- * on GPU 0, idle on GPU 1. */
+/* A scrape once the GPU sampler answered (its NVML starting may take
+ * longer than one scrape waits): at most ~15 s of scrapes; at once when
+ * there is no sampler (no launch_gpu_sampler_up). */
+static char *render_ready(met_t *m) {
+  char *text = render(m);
+  for (int i = 0; i < 30 && strstr(text, "launch_gpu_sampler_up{") &&
+                  !strstr(text, "launch_gpu_sampler_up{node=\"n\"} 1\n") &&
+                  !strstr(text, "launch_gpu_sampler_up{node=\"node\\\"1\"} 1\n");
+       i++) {
+    free(text);
+    met_refresh(m);
+    usleep(100000);
+    text = render(m);
+  }
+  return text;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The process is gone and reaped (not a zombie). */
+static int gone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+/* The GPU series from a fake NVML (fake_nvml.c), through the GPU sampler
+ * (launch gpu-sampler, the launch binary LAUNCH_GPU_SAMPLER names): two
+ * GPUs; ECC on GPU 0 only; XIDs 79, 48, 79 queued; clocks held by power
+ * cap and HW thermal on GPU 0, idle on GPU 1. Then the sampler killed
+ * (the scrape goes without, the child reaped), and one that hangs in NVML
+ * (the scrape does not wait for it). */
 static void test_fake_nvml(void) {
-#ifdef FAKE_NVML
+#if defined(FAKE_NVML) && defined(LAUNCH_BIN_PATH)
   met_t *m;
   char *text;
   const char *g0 = "node=\"n\",gpu=\"0\"", *g1 = "node=\"n\",gpu=\"1\"";
   char want[300];
+  pid_t pid;
+  double t0, t1;
   ASSERT_EQ(0, setenv("LAUNCH_NVML_LIBRARY", FAKE_NVML, 1));
+  /* No sampler named, and this program is not launch: no child (it
+   * would run this test again), no series, no gauge. */
+  ASSERT_EQ(0, unsetenv("LAUNCH_GPU_SAMPLER"));
   ASSERT_EQ(0, met_local("n", &m));
-  ASSERT_EQ(0, unsetenv("LAUNCH_NVML_LIBRARY"));
+  ASSERT_EQ(0, met_sampler_pid(m));
   text = render(m);
+  ASSERT(strstr(text, "launch_gpu_") == NULL);
+  free(text);
+  met_stop(m);
+  ASSERT_EQ(0, setenv("LAUNCH_GPU_SAMPLER", LAUNCH_BIN_PATH, 1));
+  ASSERT_EQ(0, met_local("n", &m));
+  ASSERT((pid = met_sampler_pid(m)) > 0);
+  text = render_ready(m);
 #define HAS(fmt, lab)                                                  \
   do {                                                                 \
     snprintf(want, sizeof(want), fmt, lab);                            \
     ASSERT_CONTAINS(text, want);                                       \
   } while (0)
+  HAS("launch_gpu_sampler_up{%s} 1\n", "node=\"n\"");
+  ASSERT_CONTAINS(text, "# TYPE launch_gpu_sampler_up gauge\n");
   HAS("launch_gpu_utilization_ratio{%s} 0.97\n", g0);
   HAS("launch_gpu_utilization_ratio{%s} 0.12\n", g1);
   HAS("launch_gpu_power_watts{%s} 650.5\n", g0);
@@ -202,6 +249,7 @@ static void test_fake_nvml(void) {
   HAS("launch_gpu_throttle_reason{%s,reason=\"hw_slowdown\"} 0\n", g0);
   HAS("launch_gpu_throttle_reason{%s,reason=\"gpu_idle\"} 1\n", g1);
   HAS("launch_gpu_throttle_reason{%s,reason=\"sw_power_cap\"} 0\n", g1);
+  ASSERT_CONTAINS(text, "# HELP launch_gpu_power_watts GPU power draw\n");
   promtool_check(text);
   free(text);
   /* The events were taken once: the counts stay, nothing counted twice. */
@@ -209,10 +257,67 @@ static void test_fake_nvml(void) {
   text = render(m);
   HAS("launch_gpu_xid_errors_total{%s,xid=\"79\"} 2\n", g0);
   HAS("launch_gpu_xid_errors_total{%s,xid=\"48\"} 1\n", g1);
-#undef HAS
+  free(text);
+  printf("GPU series from a fake NVML through the sampler (pid %d): PCIe, "
+         "ECC, XID, throttle reasons\n", (int)pid);
+  /* kill -9: the next scrape has no GPU series and says so; the child is
+   * reaped by its pid. */
+  ASSERT_EQ(0, kill(pid, SIGKILL));
+  text = render(m);
+  HAS("launch_gpu_sampler_up{%s} 0\n", "node=\"n\"");
+  ASSERT(strstr(text, "launch_gpu_utilization_ratio") == NULL);
+  ASSERT_CONTAINS(text, "launch_node_memory_total_bytes{node=\"n\"} ");
+  free(text);
+  ASSERT_EQ(0, met_sampler_pid(m));
+  ASSERT(gone(pid));
+  met_stop(m);
+  printf("sampler killed: launch_gpu_sampler_up 0, no GPU series, reaped\n");
+  /* NVML blocks 1.5 s once: that scrape goes without; its answer, late,
+   * is discarded by the next scrape, which takes its own (GPU 1's power
+   * grows by 1 W a read: 90 W in the late one, 91 W in the next). */
+  ASSERT_EQ(0, setenv("FAKE_NVML_HANG_MS", "1500", 1));
+  ASSERT_EQ(0, setenv("FAKE_NVML_HANG_CALLS", "1", 1));
+  ASSERT_EQ(0, met_local("n", &m));
+  ASSERT_EQ(0, unsetenv("FAKE_NVML_HANG_MS"));
+  ASSERT_EQ(0, unsetenv("FAKE_NVML_HANG_CALLS"));
+  text = render(m);
+  HAS("launch_gpu_sampler_up{%s} 0\n", "node=\"n\"");
+  free(text);
+  usleep(2000000); /* the late answer is in the socket */
+  text = render(m);
+  HAS("launch_gpu_sampler_up{%s} 1\n", "node=\"n\"");
+  HAS("launch_gpu_power_watts{%s} 91\n", g1);
+  free(text);
+  text = render(m);
+  HAS("launch_gpu_power_watts{%s} 92\n", g1);
   free(text);
   met_stop(m);
-  printf("GPU series from a fake NVML: PCIe, ECC, XID, throttle reasons\n");
+  printf("a late answer (NVML blocked 1.5 s) discarded: the next scrape "
+         "took its own\n");
+  /* NVML blocks for a minute: the scrape answers without it. */
+  ASSERT_EQ(0, setenv("FAKE_NVML_HANG_MS", "60000", 1));
+  ASSERT_EQ(0, met_local("n", &m));
+  ASSERT_EQ(0, unsetenv("FAKE_NVML_HANG_MS"));
+  ASSERT((pid = met_sampler_pid(m)) > 0);
+  for (int i = 0; i < 2; i++) {
+    t0 = now_s();
+    text = render(m);
+    t1 = now_s();
+    HAS("launch_gpu_sampler_up{%s} 0\n", "node=\"n\"");
+    ASSERT(strstr(text, "launch_gpu_utilization_ratio") == NULL);
+    ASSERT_CONTAINS(text, "launch_node_memory_total_bytes{node=\"n\"} ");
+    ASSERT(t1 - t0 < 30); /* not the minute NVML takes */
+    free(text);
+    printf("sampler hung in NVML: scrape %d answered in %.3f s, without GPU "
+           "series\n", i + 1, t1 - t0);
+  }
+#undef HAS
+  ASSERT_EQ(pid, met_sampler_pid(m)); /* hung, not dead: kept */
+  met_stop(m);
+  ASSERT(gone(pid));
+  ASSERT_EQ(0, unsetenv("LAUNCH_NVML_LIBRARY"));
+  ASSERT_EQ(0, unsetenv("LAUNCH_GPU_SAMPLER"));
+  printf("met_stop ended the hung sampler (pid %d) and reaped it\n", (int)pid);
 #endif
 }
 
@@ -221,6 +326,10 @@ int main(void) {
   met_t *m;
   char esc[64], *text, *page;
   const char *want_gpu = getenv("LAUNCH_TEST_EXPECT_GPU");
+#ifdef LAUNCH_BIN_PATH
+  /* The GPU series come from `launch gpu-sampler`: this is not launch. */
+  ASSERT_EQ(0, setenv("LAUNCH_GPU_SAMPLER", LAUNCH_BIN_PATH, 1));
+#endif
   met_label_escape("a\"b\\c\nd", esc, sizeof(esc));
   ASSERT_STR_EQ("a\\\"b\\\\c\\nd", esc);
   met_family(&b, "launch_rank_loss", "gauge", "loss");
@@ -242,7 +351,7 @@ int main(void) {
   met_publish(m, text); /* m owns it */
   ASSERT_EQ(0, lu_buf_finish(&b, &page, NULL)); /* empty */
   met_publish_page(m, page);
-  text = render(m);
+  text = render_ready(m);
   ASSERT(strncmp(text, "# HELP launch_rank_loss loss\n", 29) == 0);
   ASSERT_CONTAINS(text, "launch_node_memory_total_bytes{node=\"node\\\"1\"} ");
   ASSERT_CONTAINS(text, "launch_node_cpu_seconds_total{node=\"node\\\"1\","

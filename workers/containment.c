@@ -314,12 +314,15 @@ static const wk_proc_t *wk_proc_find(const wk_proc_t *v, int n, pid_t pid) {
   return bsearch(&key, v, (size_t)n, sizeof(*v), wk_proc_cmp);
 }
 
-/* A worker, or a standby (standby.c): both are the agent's to reap. */
+/* A worker, or a standby (standby.c): both are the agent's to reap; or a
+ * child of the agent's own (its GPU sampler): neither tracked nor reaped
+ * here. */
 static int wk_is_worker(const wk_group_t *g, pid_t pid) {
   for (int i = 0; i < g->nproc && g->w; i++)
     if (g->w[i].pid == pid)
       return 1;
-  return wk_sb_is(g, pid) || wk_is_dying(g, pid);
+  return wk_sb_is(g, pid) || wk_is_dying(g, pid) ||
+         (g->own_child && g->own_child(pid, g->own_child_arg));
 }
 
 /* Scan /proc: descendants of this process (workers' children, and the

@@ -207,6 +207,9 @@ struct wk_group_s {
   uv_timer_t scan_timer;    /* subreaper mode, while workers run */
   wk_esc_t *esc;            /* escaped processes known */
   int nesc;
+  /* The caller's own children (wk_set_own_children): not orphans. */
+  int (*own_child)(pid_t pid, void *arg);
+  void *own_child_arg;
 
   /* Workers reported at their exit's start (wk_maybe_exiting) and not
    * reaped yet: waitpid(WNOHANG) at every SIGCHLD, waitpid at close. */

@@ -350,6 +350,13 @@ void wk_set_log(wk_group_t *g, const lu_log_t *log) {
   g->log = *log;
 }
 
+void wk_set_own_children(wk_group_t *g, int (*own)(pid_t pid, void *arg),
+                         void *arg) {
+  assert(g->magic == WK_MAGIC);
+  g->own_child = own;
+  g->own_child_arg = arg;
+}
+
 int wk_set_containment(wk_group_t *g, wk_contain_t how) {
   assert(g->magic == WK_MAGIC);
   if (how != WK_CONTAIN_AUTO && how != WK_CONTAIN_SUBREAPER)

@@ -103,6 +103,13 @@ int wk_group_new(uv_loop_t *loop, wk_group_t **out);
  * Added to the contract: the agent's logger names host and job. */
 struct lu_log_s;
 void wk_set_log(wk_group_t *g, const struct lu_log_s *log);
+/* Children of the caller that are not workers (the agent's GPU sampler,
+ * launcher/sampler.h): own(pid, arg) returns 1 for them, on the loop
+ * thread. The containment neither tracks, signals nor reaps them (a
+ * subreaper would take them for a worker's orphans); their owner reaps
+ * them. own NULL: none. */
+void wk_set_own_children(wk_group_t *g, int (*own)(pid_t pid, void *arg),
+                         void *arg);
 /* Before the first wk_start: WK_CONTAIN_AUTO (default) or
  * WK_CONTAIN_SUBREAPER (never cgroups). RET 0, -EBUSY after a start,
  * RDZV_EINVAL for another value. */

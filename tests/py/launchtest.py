@@ -164,6 +164,27 @@ def pid_alive(pid):
         return False
 
 
+def gpu_sampler_of(pid):
+    """The pid of the `launch gpu-sampler` child of pid (the agent's, or
+    launch server's: launcher/sampler.h), from /proc/PID/task/*/children;
+    None when it has none."""
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, t)) as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            continue
+        for c in kids:
+            try:
+                with open("/proc/%d/cmdline" % c, "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if len(argv) > 1 and argv[1] == b"gpu-sampler":
+                return c
+    return None
+
+
 def wait_until(cond, timeout=10, what="condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:
