@@ -1859,8 +1859,11 @@ static void move_to(agent_t *a, const char *new_addr, const char *new_host,
   a->fo_survivors = (int64_t)(a->etb ? a->nsucc : a->nsucc - a->fo_idx);
   /* After a silent host, or a successor passed over that did not answer
    * at all (it may live behind a partition), a majority of the last round
-   * must be there. */
-  a->fo_quorum = a->fo_silent || (a->etb == NULL && a->fo_unsure)
+   * must be there. Not with etcd: a host that lost its key records no
+   * round anyone trains in, so etcd decides, whoever is left (a host
+   * deposed while its peers were a minority of the last round, its lease
+   * revoked: the others go on without it). */
+  a->fo_quorum = a->etb == NULL && (a->fo_silent || a->fo_unsure)
                      ? a->nnodes / 2 + 1 : 0;
   if (a->ck) {
     resume_free(a->ck);

@@ -330,8 +330,13 @@ static void on_event(wctx_t *c, const etcd_event_t *ev) {
     return;
   }
   if (!strcmp(ev->key, c->t->round_key) && !ev->deleted &&
-      sscanf(ev->value, "%lld %lld%c", &round, &hrev, &extra) == 2 &&
-      hrev == c->known) {
+      sscanf(ev->value, "%lld %lld%c", &round, &hrev, &extra) == 2) {
+    if (hrev != c->known) {
+      LU_DBG(&c->t->log, LU_DBG_ROUNDS, "etcd watch: round %lld recorded "
+             "by the host key of revision %lld, not %" PRId64 " (another "
+             "host's)", round, hrev, c->known);
+      return;
+    }
     LU_DBG(&c->t->log, LU_DBG_ROUNDS, "etcd watch: round %lld recorded",
            round);
     round_seen(c->t, round);
@@ -355,12 +360,18 @@ static int on_watch(void *arg, const etcd_watch_msg_t *m) {
   }
   for (size_t i = 0; i < m->nevents; i++)
     on_event(c, &m->events[i]);
-  if (m->revision > 0)
-    c->s->wrev = m->revision + 1;
   if (m->more) {
+    if (m->revision > 0)
+      c->s->wrev = m->revision + 1;
     c->s->reread = 1; /* events not kept: read what they were about */
     return 1;
   }
+  /* On from the last event seen, not from a header's revision: the one of
+   * "created" is etcd's newest, while the events since wrev come after it
+   * (etcd sends them within 100 ms), and a watch ended in between would
+   * skip them for good (a round record: its round never started). */
+  if (m->nevents > 0 && m->events[m->nevents - 1].mod_rev >= c->s->wrev)
+    c->s->wrev = m->events[m->nevents - 1].mod_rev + 1;
   return c->gone || has_work(c->t);
 }
 
@@ -416,7 +427,12 @@ static void *etb_main(void *arg) {
         post(t, ETB_RESTORED);
       }
     } else {
+      uint64_t ka = s.next_ka;
       keep_alive(t, &s);
+      /* a round waited for is read again at each renewal: a record the
+       * watch missed holds no node until join_timeout */
+      if (s.next_ka != ka)
+        s.want_read = -1;
     }
     watching = lu_now_ms() >= s.watch_retry;
     if (s.lease != 0) {

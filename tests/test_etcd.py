@@ -15,7 +15,9 @@ store. Agents on loopback: 127.0.0.x stand for hosts.
 (e) the host agent is stopped (SIGSTOP): the others elect a new host when
     its lease expires; resumed, it leaves instead of training on;
 (f) the host cut off from etcd alone: the others re-form without it, and it
-    never starts workers of a round etcd did not record.
+    never starts workers of a round etcd did not record;
+(g) the host's lease revoked under a 2-node job: the other node re-forms
+    alone (etcd decides: no majority rule).
 
 Every wait is on something observed (a worker's record, a line of an
 agent, etcd's own status), never on a sleep."""
@@ -107,25 +109,65 @@ class Etcd:
         lt.wait_until(lambda: self.leader() is not None, timeout, "an etcd leader")
         return self.leader()
 
-    def get(self, key):
+    def call(self, path, body):
+        """POST body to the first live member that answers."""
         for i in range(self.n):
             if self.procs[i] and self.procs[i].running():
                 try:
-                    r = post(self.client[i], "/v3/kv/range", {"key": b64(key)})
-                except Exception:
-                    continue
-                kvs = r.get("kvs") or []
-                return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
-        return None
-
-    def delete(self, key):
-        for i in range(self.n):
-            if self.procs[i] and self.procs[i].running():
-                try:
-                    return post(self.client[i], "/v3/kv/deleterange", {"key": b64(key)})
+                    return post(self.client[i], path, body)
                 except Exception:
                     continue
         raise AssertionError("no etcd member answers")
+
+    def kv(self, key):
+        """The key as etcd holds it (value, lease...), or None."""
+        kvs = self.call("/v3/kv/range", {"key": b64(key)}).get("kvs") or []
+        return kvs[0] if kvs else None
+
+    def get(self, key):
+        try:
+            kv = self.kv(key)
+        except AssertionError:
+            return None
+        return base64.b64decode(kv["value"]).decode() if kv else None
+
+    def delete(self, key):
+        return self.call("/v3/kv/deleterange", {"key": b64(key)})
+
+    def stop_follower(self, i, timeout=60):
+        """SIGSTOP member i while another member leads: before etcd 3.4.30
+        (Debian's is 3.4.23), a leader stopped past a lease TTL, when it
+        resumes, revokes every lease it saw last, live ones too, before it
+        learns it is no longer the leader (etcd issue 15247): the others'
+        keys would go, which no agent can help. Leadership moves off i
+        first; the others still name another leader after the stop."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            time.sleep(0.02)
+            me = self.status(i)
+            if not me or me.get("leader") in (None, "0"):
+                continue
+            me_id = me["header"]["member_id"]
+            others = [j for j in range(self.n) if j != i and self.procs[j]
+                      and self.procs[j].running()]
+            if me["leader"] == me_id:
+                st = self.status(others[0])
+                if st:
+                    try:
+                        post(self.client[i], "/v3/maintenance/transfer-leadership",
+                             {"targetID": st["header"]["member_id"]}, timeout=10)
+                    except Exception:
+                        pass
+                continue
+            self.procs[i].signal(signal.SIGSTOP)
+            seen = [self.status(j) for j in others]
+            if all(s and s.get("leader") not in (None, "0", me_id) for s in seen):
+                return
+            self.procs[i].signal(signal.SIGCONT)
+        raise AssertionError("etcd member m%d stays the leader" % (i + 1))
+
+    def revoke(self, lease):
+        return self.call("/v3/lease/revoke", {"ID": lease})
 
     def kill(self, i, sig=signal.SIGKILL):
         self.procs[i].signal(sig)
@@ -311,6 +353,33 @@ def test_host_key_deleted():
         assert "no longer holds job eg's host key in etcd" in out, out
 
 
+def test_host_lease_revoked():
+    """(g) the host's lease revoked in etcd while its agent is stopped
+    (what an etcd leader resumed after a stop does to the leases it saw
+    last before 3.4.30: etcd issue 15247; or an operator) under a 2-node
+    job, 1:2: the other node, a minority of the last round, is elected and
+    re-forms alone (etcd decides; no majority rule: the deposed host
+    records no round), and the old host, resumed, leaves (exit 75)."""
+    with etcd_job(2, "1:2", "eh", env={"LAUNCH_DEBUG": "rounds"}) as (e, d, port, ags):
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 4, 90, "round 0's workers")
+        h = host_of(e, "eh")
+        old = int(h[0].split(".")[-1]) - 1
+        ags[old].signal(signal.SIGSTOP)
+        e.revoke(e.kv("/launch/eh/host")["lease"])
+        try:
+            lt.wait_until(lambda: len(lt.records(d, 1)) == 2, 90, "round 1's workers")
+        finally:
+            ags[old].signal(signal.SIGCONT)
+        live = ags[1 - old]
+        for r in lt.records(d, 1):
+            assert r["env"]["WORLD_SIZE"] == "2", r["env"]
+            assert r["env"]["MASTER_ADDR"] != h[0], r["env"]
+        assert ags[old].wait(60) == 75, ags[old].output()
+        assert "no longer holds job eh's host key in etcd" in ags[old].output()
+        assert live.wait(120) == 0, live.output()
+        assert "a new round needs a majority" not in live.output(), live.output()
+
+
 def test_host_killed_ckpt():
     """(c) with --ckpt-dir: the survivors agree on the newest step again
     under the host etcd elected (a replicated step 7 of 6 ranks, resumed
@@ -360,11 +429,12 @@ def test_host_stopped():
 
 def test_host_cut_off_from_etcd():
     """(f) the host cut off from etcd alone (it talks to member m1 only,
-    which is stopped; the others talk to m2 and m3): its lease expires, the
-    others elect a new host and re-form without it; the old host never
-    starts workers again (its rounds cannot be recorded in etcd: no split
-    brain, though --nnodes 1:3 would let it run alone), and when m1 is
-    back it finds its key gone and leaves, exit 75."""
+    which is stopped while a follower, stop_follower; the others talk to
+    m2 and m3): its lease expires, the others elect a new host and re-form
+    without it; the old host never starts workers again (its rounds cannot
+    be recorded in etcd: no split brain, though --nnodes 1:3 would let it
+    run alone), and when m1 is back it finds its key gone and leaves, exit
+    75."""
     e = Etcd()
     d = tempfile.mkdtemp()
     port = lt.free_port()
@@ -376,7 +446,7 @@ def test_host_cut_off_from_etcd():
         lt.wait_until(lambda: "this node" in ags[0].output(), 60, "node1 elected")
         ags += agents(2, rest, "1:3", d, "ef", port, first=2)
         lt.wait_until(lambda: len(lt.records(d, 0)) == 6, 90, "round 0's workers")
-        e.procs[0].signal(signal.SIGSTOP)
+        e.stop_follower(0)
         lt.wait_until(lambda: [r for r in lt.records(d) if r["env"]["LAUNCH_ROUND"] != "0"
                                and r["env"]["WORLD_SIZE"] == "4"] and
                       "lease was not renewed" in ags[0].output(), 90,
@@ -559,7 +629,8 @@ if __name__ == "__main__":
     finally:
         probe.kill()
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
-             test_host_killed, test_host_key_deleted, test_host_killed_ckpt, test_host_stopped, test_etcd_down_and_back,
+             test_host_killed, test_host_key_deleted, test_host_lease_revoked, test_host_killed_ckpt,
+             test_host_stopped, test_etcd_down_and_back,
              test_host_cut_off_from_etcd, test_auth, test_tls]
     only = sys.argv[1:]
     for t in tests:
