@@ -236,6 +236,10 @@ static void gs_kill(gs_t *g, const char *why, int wait_ms) {
     return;
   LU_WARN(&g->log, "the GPU sampler (pid %d) %s: killed", (int)pid, why);
   kill(pid, SIGKILL);
+  /* Nothing more is taken from it (read next: its end closed). */
+  g->rx_len = 0;
+  g->pending = 0;
+  g->blk_ok = 0;
   gs_reap(g, wait_ms);
 }
 
@@ -281,7 +285,8 @@ static int gs_take(gs_t *g, int kill_wait_ms) {
         else
           g->blk = nb, g->blk_cap = len;
       }
-      memcpy(g->blk, text, len);
+      if (len > 0)
+        memcpy(g->blk, text, len);
       g->blk_len = len;
       g->blk_ms = g->sent_ms; /* sampled after the request went out */
       g->blk_ok = g->blk_any = 1;
@@ -404,7 +409,7 @@ void gs_render(gs_t *g, lu_buf_t *b) {
       met_sample(b, "launch_gpu_sample_age_seconds", lab,
                  (double)(now - g->blk_ms) / 1000);
     }
-    if (up)
+    if (up && g->blk_len > 0)
       lu_buf_put(b, g->blk, g->blk_len);
   }
   pthread_mutex_unlock(&g->mu);
