@@ -23,11 +23,11 @@
  *
  * The agent's side (sampler.c, from metrics.c) starts the child when
  * metrics are served and NVML could be used (LAUNCH_NVML_LIBRARY set, or
- * /dev/nvidiactl exists), asks it as above, reaps it when it died
- * and starts it again, no sooner than GS_BACKOFF_MS after its last start
+ * /dev/nvidiactl exists), asks it as above, reaps it when it died and
+ * starts it again, no sooner than GS_BACKOFF_MS after its last start
  * (doubling while it dies young without ever answering), and ends it
- * (SIGTERM, then SIGKILL) at gs_close. The child (cmd_gpu_sampler.c) holds NVML,
- * the XID counts and the PCIe sample, and renders the GPU families.
+ * (SIGTERM, then SIGKILL) at gs_close. The child (cmd_gpu_sampler.c) holds
+ * NVML, the XID counts and the PCIe sample, and renders the GPU families.
  *
  * Protocol, over a socketpair (the child's fd 3), little-endian u32s:
  *   request  (agent -> child): magic GS_REQ_MAGIC, seq                8 bytes
@@ -36,8 +36,8 @@
  * The child answers the newest request it holds (older ones unread are
  * answered by that one reply); the agent keeps only the reply whose seq is
  * the newest request's (the loop's or a scrape's): a late reply to an
- * earlier one is discarded. len over
- * GS_TEXT_MAX or a bad magic: the child is broken, and is killed.
+ * earlier one is discarded. len over GS_TEXT_MAX or a bad magic: the
+ * child is broken, and is killed.
  * The child exits GS_EXIT_NO_GPU when NVML cannot be loaded or sees no
  * GPU: then there is no sampler and no GPU series, as without NVML.
  * Prefix gs_. */
