@@ -302,6 +302,7 @@ static void test_fake_nvml(void) {
   HAS("launch_gpu_sampler_up{%s} 0\n", "node=\"n\"");
   ASSERT(strstr(text, "launch_gpu_utilization_ratio") == NULL);
   ASSERT_CONTAINS(text, "launch_node_memory_total_bytes{node=\"n\"} ");
+  ASSERT(sample_age(text) >= 0 && sample_age(text) * 1000 < GS_FRESH_MS);
   free(text);
   met_stop(m);
   printf("sampler killed: reaped, launch_gpu_sampler_up 0, no GPU series\n");
