@@ -5,8 +5,9 @@
  *
  * Times met_local (the GPU sampler started: launcher/sampler.h), N
  * renders of what a scrape answers (the node's series: /proc, NUMA, IB,
- * and the GPUs' through the sampler: a request and its answer), and the
- * refresh done after a scrape; reports this process's VmRSS at each stage
+ * and the GPUs' through the sampler: its block, fresh for 2.5 s after the
+ * first render's request, as the agent's loop keeps it), and the refresh
+ * done after a scrape; reports this process's VmRSS at each stage
  * and the sampler's VmHWM and VmRSS: NVML's memory is the sampler's. This
  * program is not launch: LAUNCH_GPU_SAMPLER names the launch binary to
  * start as the sampler (run_metrics_collect.sh sets it), else there are no

@@ -100,8 +100,9 @@ void met_node(met_t *m, lu_buf_t *b);
 void met_refresh(met_t *m);
 /* Once a second from the owner's loop (the agent's, launch server's), on
  * the thread that called met_start: a GPU sampler that died is reaped at
- * once and started again after its backoff, scraped or not. Never blocks.
- * NULL no-op. */
+ * once and started again after its backoff, scraped or not; the next GPU
+ * sample is asked for, the last one taken (sampler.h: the prefetch). Never
+ * blocks. NULL no-op. */
 void met_tick(met_t *m);
 /* The GPU sampler's pid, 0 when none runs (sampler.h). Any thread: the
  * agent tells its worker containment that this child is its own. */

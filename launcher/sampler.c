@@ -1,7 +1,9 @@
 /* sampler.c - the agent's side of the GPU sampler (sampler.h): start the
- * child, ask it at each scrape with a bounded wait, reap and restart it,
- * end it. Everything under one mutex, taken by the scraping thread (and
- * gs_open, gs_close); gs_pid reads an atomic. */
+ * child, ask it once a second from the owner's loop and keep its newest
+ * reply, serve that at a scrape (asking with a bounded wait only when it
+ * is not fresh), reap and restart the child, end it. Everything under one
+ * mutex, taken by the scraping thread, the loop (trylock: it never waits)
+ * and gs_open, gs_close; gs_pid reads an atomic. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -41,8 +43,17 @@ struct gs_s {
   int fd;                /* the agent's end, -1 with no child */
   int gone;              /* it found no GPU: no sampler from then on */
   int answered;          /* the child running now answered once */
-  uint32_t seq;
+  uint32_t seq;          /* the newest request sent */
+  int pending;           /* request seq not answered yet */
+  uint64_t sent_ms;      /* when request seq went out */
   uint64_t started_ms, next_ms, backoff_ms;
+  /* The block: the newest reply accepted (the GPU families), sampled no
+   * earlier than blk_ms (its request's sending). blk_ok: from the child
+   * running now; blk_any: one was ever taken (the age gauge). */
+  char *blk;
+  size_t blk_len, blk_cap;
+  uint64_t blk_ms;
+  int blk_ok, blk_any;
   uint8_t *rx;           /* bytes read, not yet a whole reply */
   size_t rx_len, rx_cap;
 };
@@ -144,6 +155,8 @@ static int gs_spawn(gs_t *g) {
   }
   g->fd = sv[0];
   g->answered = 0;
+  g->pending = 0;
+  g->blk_ok = 0;
   g->rx_len = 0;
   atomic_store(&g->pid, (int)pid);
   return 0;
@@ -165,6 +178,8 @@ static void gs_died(gs_t *g, pid_t pid, int status, int known) {
   char why[64];
   close(g->fd);
   g->fd = -1;
+  g->pending = 0;
+  g->blk_ok = 0; /* its samples are not served: up 0 until the next one's */
   atomic_store(&g->pid, 0);
   if (known && WIFEXITED(status) && WEXITSTATUS(status) == GS_EXIT_NO_GPU) {
     g->gone = 1;
@@ -213,71 +228,123 @@ static int gs_reap(gs_t *g, int wait_ms) {
   }
 }
 
-/* Kill a child that broke the protocol; reaped at once (SIGKILL). */
-static void gs_kill(gs_t *g, const char *why) {
+/* Kill a child that broke the protocol, and reap it within wait_ms (the
+ * loop's prefetch waits for nothing: the next tick reaps it). */
+static void gs_kill(gs_t *g, const char *why, int wait_ms) {
   pid_t pid = atomic_load(&g->pid);
   if (pid <= 0)
     return;
   LU_WARN(&g->log, "the GPU sampler (pid %d) %s: killed", (int)pid, why);
   kill(pid, SIGKILL);
-  gs_reap(g, 2000);
+  /* Nothing more is taken from it (read next: its end closed). */
+  g->rx_len = 0;
+  g->pending = 0;
+  g->blk_ok = 0;
+  gs_reap(g, wait_ms);
 }
 
-/* Ask for the GPU families; the reply's text into b. RET 1 answered, 0
- * late, -1 its end closed or failed (it is exiting). */
-static int gs_ask(gs_t *g, lu_buf_t *b) {
+/* The newest block is served: taken at most GS_FRESH_MS ago from the child
+ * running now. */
+static int gs_fresh(const gs_t *g, uint64_t now) {
+  return g->blk_ok && now - g->blk_ms <= GS_FRESH_MS;
+}
+
+/* Send request seq + 1. RET 1 sent, 0 not (its socket is full: it is
+ * hung), -1 its end is closed or the child was killed. */
+static int gs_send(gs_t *g, int kill_wait_ms) {
   uint8_t req[GS_REQ_LEN];
-  uint64_t deadline = lu_now_ms() + GS_WAIT_MS;
   ssize_t n;
   gs_put_u32(req, GS_REQ_MAGIC);
-  gs_put_u32(req + 4, ++g->seq);
-  if ((n = send(g->fd, req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT)) !=
-      (ssize_t)sizeof(req)) {
-    if (n < 0)
-      return errno == EAGAIN ? 0 : -1; /* hung with a full socket, or dead */
-    /* Part of a request: the stream is cut, a hung child never read it. */
-    gs_kill(g, "reads no requests (its socket is full)");
+  gs_put_u32(req + 4, g->seq + 1);
+  n = send(g->fd, req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n == (ssize_t)sizeof(req)) {
+    g->seq++;
+    g->sent_ms = lu_now_ms();
+    g->pending = 1;
+    return 1;
+  }
+  if (n < 0)
+    return errno == EAGAIN ? 0 : -1;
+  /* Part of a request: the stream is cut, a hung child never read it. */
+  gs_kill(g, "reads no requests (its socket is full)", kill_wait_ms);
+  return -1;
+}
+
+/* Take the whole replies in rx: the newest request's becomes the block,
+ * the others are late and discarded. RET 0, -1 malformed (killed). */
+static int gs_take(gs_t *g, int kill_wait_ms) {
+  uint32_t seq, len;
+  const uint8_t *text;
+  long r;
+  while ((r = gs_parse_reply(g->rx, g->rx_len, &seq, &text, &len)) > 0) {
+    if (seq == g->seq && g->pending) {
+      if (len > g->blk_cap) {
+        char *nb = realloc(g->blk, len);
+        if (nb == NULL)
+          len = 0; /* a block without GPU families; the next is whole */
+        else
+          g->blk = nb, g->blk_cap = len;
+      }
+      if (len > 0)
+        memcpy(g->blk, text, len);
+      g->blk_len = len;
+      g->blk_ms = g->sent_ms; /* sampled after the request went out */
+      g->blk_ok = g->blk_any = 1;
+      g->pending = 0;
+      g->answered = 1;
+      g->backoff_ms = GS_BACKOFF_MS;
+    }
+    memmove(g->rx, g->rx + r, g->rx_len - (size_t)r);
+    g->rx_len -= (size_t)r;
+  }
+  if (r < 0) {
+    gs_kill(g, "sent a malformed reply", kill_wait_ms);
     return -1;
   }
+  return 0;
+}
+
+/* Read and take what the child sent, without waiting. RET 0, -1 its end
+ * closed or failed (it is exiting: the caller reaps it) or it was killed. */
+static int gs_drain(gs_t *g, int kill_wait_ms) {
   for (;;) {
-    uint32_t seq, len;
-    const uint8_t *text;
-    long r;
-    uint64_t now;
-    struct pollfd p = {g->fd, POLLIN, 0};
-    while ((r = gs_parse_reply(g->rx, g->rx_len, &seq, &text, &len)) > 0) {
-      int mine = seq == g->seq;
-      if (mine)
-        lu_buf_put(b, (const char *)text, len);
-      memmove(g->rx, g->rx + r, g->rx_len - (size_t)r);
-      g->rx_len -= (size_t)r;
-      if (mine) {
-        g->answered = 1;
-        g->backoff_ms = GS_BACKOFF_MS;
-        return 1;
-      }
-      /* a late reply to an earlier scrape: discarded */
-    }
-    if (r < 0) {
-      gs_kill(g, "sent a malformed reply");
+    ssize_t n;
+    if (gs_take(g, kill_wait_ms) < 0)
       return -1;
-    }
-    if ((now = lu_now_ms()) >= deadline ||
-        poll(&p, 1, (int)(deadline - now)) == 0)
-      return 0; /* late: this scrape goes without */
     if (g->rx_cap - g->rx_len < 65536) {
       size_t cap = LU_MIN(g->rx_len + 65536, (size_t)GS_HDR_LEN + GS_TEXT_MAX);
       uint8_t *nb = cap > g->rx_cap ? realloc(g->rx, cap) : g->rx;
       if (nb == NULL)
-        return 0;
+        return 0; /* read later */
       g->rx = nb;
       g->rx_cap = LU_MAX(cap, g->rx_cap);
     }
     n = recv(g->fd, g->rx + g->rx_len, g->rx_cap - g->rx_len, MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-      return -1; /* it is exiting: the caller reaps it */
+      return -1;
+    if (n < 0 && errno == EAGAIN)
+      return 0; /* all read */
     if (n > 0)
       g->rx_len += (size_t)n;
+  }
+}
+
+/* A scrape without a fresh block: ask, and wait GS_WAIT_MS at most for
+ * the reply. RET 1 answered, 0 late, -1 its end closed or it was killed. */
+static int gs_ask(gs_t *g) {
+  uint64_t deadline = lu_now_ms() + GS_WAIT_MS, now;
+  int r = gs_send(g, 2000);
+  if (r <= 0)
+    return r; /* 0: hung with a full socket */
+  for (;;) {
+    struct pollfd p = {g->fd, POLLIN, 0};
+    if (gs_drain(g, 2000) < 0)
+      return -1;
+    if (!g->pending)
+      return 1;
+    if ((now = lu_now_ms()) >= deadline ||
+        poll(&p, 1, (int)(deadline - now)) == 0)
+      return 0; /* late: this scrape goes without */
   }
 }
 
@@ -306,34 +373,44 @@ int gs_open(const char *node, gs_t **out) {
 
 
 void gs_render(gs_t *g, lu_buf_t *b) {
-  lu_buf_t gpu = LU_BUF_INIT;
-  char lab[300], *text;
-  size_t len;
-  int up = 0;
+  char lab[300];
+  uint64_t now;
+  int up;
   if (g == NULL)
     return;
   pthread_mutex_lock(&g->mu);
   /* One that died since is reaped: this scrape is without. None is
-   * started here: gs_tick does, on the owner's loop. */
+   * started here: gs_refresh(g, 1) does, on the owner's loop. */
   if (atomic_load(&g->pid) > 0 && !gs_reap(g, 0)) {
-    int r = gs_ask(g, &gpu);
-    up = r == 1;
+    /* The prefetch's reply when it came; without a fresh block (the first
+     * scrape, a sampler hung or started again), a request of our own. */
+    int r = gs_drain(g, 2000);
+    if (r == 0 && !gs_fresh(g, lu_now_ms()))
+      r = gs_ask(g);
     /* Its end closed: reaped now (an exit takes a moment); late: kept. */
-    if (r < 0)
+    if (r < 0) {
+      g->blk_ok = 0;
       gs_reap(g, 100);
+    }
   }
+  now = lu_now_ms();
+  up = atomic_load(&g->pid) > 0 && gs_fresh(g, now);
   if (!g->gone) {
     snprintf(lab, sizeof(lab), "node=\"%s\"", g->node);
     met_family(b, "launch_gpu_sampler_up", "gauge",
                "1 when the GPU sampler (NVML in a child process of launch) "
-               "answered this scrape; 0 when it was late or not running: "
-               "then no GPU series");
+               "gave the GPU series of this scrape, sampled at most 2.5 s "
+               "ago; 0 when it was late or not running: then no GPU series");
     met_sample(b, "launch_gpu_sampler_up", lab, up);
-  }
-  if (lu_buf_finish(&gpu, &text, &len) == 0) {
-    if (up && !g->gone)
-      lu_buf_put(b, text, len);
-    free(text);
+    if (g->blk_any) {
+      met_family(b, "launch_gpu_sample_age_seconds", "gauge",
+                 "age of the newest GPU sample the GPU sampler gave (at "
+                 "most): its series are served while it is 2.5 s at most");
+      met_sample(b, "launch_gpu_sample_age_seconds", lab,
+                 (double)(now - g->blk_ms) / 1000);
+    }
+    if (up && g->blk_len > 0)
+      lu_buf_put(b, g->blk, g->blk_len);
   }
   pthread_mutex_unlock(&g->mu);
 }
@@ -346,6 +423,18 @@ void gs_refresh(gs_t *g, int start) {
   if (start && !g->gone && atomic_load(&g->pid) == 0 &&
       lu_now_ms() >= g->next_ms)
     gs_start(g);
+  /* The prefetch, once a second: take the reply that came, ask for the
+   * next sample unless a request is outstanding (a hung sampler gets one
+   * request, not one a second). Nothing here waits. */
+  if (start && atomic_load(&g->pid) > 0) {
+    int r = gs_drain(g, 0);
+    if (r == 0 && !g->pending)
+      r = gs_send(g, 0);
+    if (r < 0) {
+      g->blk_ok = 0;
+      gs_reap(g, 0);
+    }
+  }
   pthread_mutex_unlock(&g->mu);
 }
 
@@ -372,5 +461,6 @@ void gs_close(gs_t *g) {
   pthread_mutex_unlock(&g->mu);
   pthread_mutex_destroy(&g->mu);
   free(g->rx);
+  free(g->blk);
   free(g);
 }

@@ -6,16 +6,28 @@
  * of the agent with --metrics-port), none of which can be given back while
  * NVML is loaded; and an NVML call can block for seconds when a GPU fell
  * off the bus (XID 79). In a child, neither reaches the agent: its memory
- * is the sampler's, and a scrape waits for the sampler at most
- * GS_WAIT_MS, then answers without GPU series (launch_gpu_sampler_up 0).
+ * is the sampler's, and a scrape never waits for NVML.
+ *
+ * Prefetch (a scrape must not wait for another process to be scheduled,
+ * as DCGM exporter serves what it sampled on its own interval): once a
+ * second the owner's loop (gs_refresh(g, 1)) takes the reply that came,
+ * without waiting, and sends a request when none is outstanding. The
+ * block, the newest reply accepted, was sampled no earlier than its
+ * request went out: a scrape takes what is readable without waiting, and
+ * when the block is fresh (sampled at most GS_FRESH_MS ago: two ticks and
+ * a margin) serves it at once, asking nothing. Otherwise (the first
+ * scrape, a sampler hung or started again) it sends a request and waits
+ * GS_WAIT_MS at most; unanswered, it has no GPU series
+ * (launch_gpu_sampler_up 0). launch_gpu_sample_age_seconds says how old
+ * the newest block is. A sampler that died serves nothing from then on.
  *
  * The agent's side (sampler.c, from metrics.c) starts the child when
  * metrics are served and NVML could be used (LAUNCH_NVML_LIBRARY set, or
- * /dev/nvidiactl exists), asks it at each scrape, reaps it when it died
- * and starts it again, no sooner than GS_BACKOFF_MS after its last start
+ * /dev/nvidiactl exists), asks it as above, reaps it when it died and
+ * starts it again, no sooner than GS_BACKOFF_MS after its last start
  * (doubling while it dies young without ever answering), and ends it
- * (SIGTERM, then SIGKILL) at gs_close. The child (cmd_gpu_sampler.c) holds NVML,
- * the XID counts and the PCIe sample, and renders the GPU families.
+ * (SIGTERM, then SIGKILL) at gs_close. The child (cmd_gpu_sampler.c) holds
+ * NVML, the XID counts and the PCIe sample, and renders the GPU families.
  *
  * Protocol, over a socketpair (the child's fd 3), little-endian u32s:
  *   request  (agent -> child): magic GS_REQ_MAGIC, seq                8 bytes
@@ -23,8 +35,9 @@
  *            bytes of Prometheus text (whole families)   12 + len bytes
  * The child answers the newest request it holds (older ones unread are
  * answered by that one reply); the agent keeps only the reply whose seq is
- * the request's: a late reply to an earlier scrape is discarded. len over
- * GS_TEXT_MAX or a bad magic: the child is broken, and is killed.
+ * the newest request's (the loop's or a scrape's): a late reply to an
+ * earlier one is discarded. len over GS_TEXT_MAX or a bad magic: the
+ * child is broken, and is killed.
  * The child exits GS_EXIT_NO_GPU when NVML cannot be loaded or sees no
  * GPU: then there is no sampler and no GPU series, as without NVML.
  * Prefix gs_. */
@@ -45,6 +58,7 @@
 #define GS_EXIT_NO_GPU 3
 #define GS_FD 3                  /* the child's end of the socketpair */
 #define GS_WAIT_MS 500           /* a scrape waits this long at most */
+#define GS_FRESH_MS 2500         /* a block this old is served (HELP: 2.5 s) */
 #define GS_BACKOFF_MS 10000      /* a restart at most this often */
 
 typedef struct gs_s gs_t;
@@ -56,12 +70,14 @@ typedef struct gs_s gs_t;
  * when there is no sampler (no error). RET 0, RDZV_ENOMEM. A failed start
  * is logged and retried by gs_refresh(g, 1), not an error. */
 int gs_open(const char *node, gs_t **out);
-/* A scrape: launch_gpu_sampler_up and the GPU families into b; nothing
- * when g is NULL or the sampler found no GPU. Waits GS_WAIT_MS at most.
- * The scraping thread. */
+/* A scrape: launch_gpu_sampler_up, launch_gpu_sample_age_seconds and the
+ * GPU families (the fresh block) into b; nothing when g is NULL or the
+ * sampler found no GPU. At once with a fresh block, else waits GS_WAIT_MS
+ * at most. The scraping thread. */
 void gs_render(gs_t *g, lu_buf_t *b);
 /* Reap a dead sampler (no zombie); start: and start it again when its
- * backoff passed. Once a second from the owner's event loop with start 1,
+ * backoff passed, and prefetch (take a reply, send a request when none is
+ * outstanding). Once a second from the owner's event loop with start 1,
  * after a scrape's reply went out with start 0: the sampler is started only
  * by the thread that called gs_open and runs the loop (the process's main
  * thread in the agent and launch server), as PR_SET_PDEATHSIG follows the

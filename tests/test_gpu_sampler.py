@@ -14,6 +14,10 @@ here with tests/fake_nvml.c as NVML (LAUNCH_NVML_LIBRARY).
 - after the agent ends (SIGTERM; or kill -9), no sampler is left;
 - NVML that blocks (FAKE_NVML_HANG_MS): each scrape still answers, with
   launch_gpu_sampler_up 0, long before the hang ends;
+- the prefetch: seconds after the last scrape, the agent's loop has kept
+  the sample fresh; a sampler stopped (SIGSTOP) then still serves it, with
+  launch_gpu_sampler_up 1 and its age under 2.5 s, until it is older: then
+  launch_gpu_sampler_up 0 and no GPU series; resumed, it answers again;
 - `launch server --metrics-port` has its sampler too; without NVML (no
   LAUNCH_NVML_LIBRARY, no /dev/nvidiactl) there is none.
 Skips when launch was built without libevent."""
@@ -164,6 +168,45 @@ def test_hang(c):
           ", ".join("%.2f" % t for t in took))
 
 
+def age_of(text):
+    m = re.search(r'launch_gpu_sample_age_seconds\{node="gpuhost"\} (\S+)\n',
+                  text)
+    assert m, text
+    return float(m.group(1))
+
+
+def test_stopped(c):
+    agent, port = start(c, name="agent-s")
+    wait_up(port)
+    pid = sampler_of(agent.pid)
+    time.sleep(3.5)  # no scrape: the block the scrape took is 3.5 s old
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.time()
+        text = get(port)
+        took = time.time() - t0
+        # the loop asked since: a fresh sample, served without the sampler
+        assert UP1 in text and GPU in text, text
+        age = age_of(text)
+        assert 0 <= age < 2.5, text
+        time.sleep(3)
+        text = get(port)
+        assert UP0 in text and "launch_gpu_utilization_ratio" not in text, text
+        age2 = age_of(text)
+        assert age2 > 2.5, text
+        assert "launch_job_workers_up" in text, text
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    text = wait_up(port)
+    assert GPU in text and age_of(text) < 2.5, text
+    assert sampler_of(agent.pid) == pid  # stopped, not restarted
+    agent.signal(signal.SIGTERM)
+    agent.wait(60)
+    print("sampler stopped 3.5 s after the last scrape: the next served the "
+          "loop's sample (%.2f s old) in %.4f s; 3 s later up 0 (age %.1f s); "
+          "resumed, up 1" % (age, took, age2))
+
+
 def test_server(c):
     srv = c.add(lt.Proc([lt.launch_bin(), "server", "--host", "127.0.0.1",
                          "--port", "0", "--metrics-port", "127.0.0.1:0"],
@@ -210,6 +253,7 @@ def main():
         test_agent_killed(c)
         test_worker_restarts(c)
         test_hang(c)
+        test_stopped(c)
         test_server(c)
         test_no_nvml(c)
     print("test_gpu_sampler: ok")

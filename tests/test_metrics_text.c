@@ -18,6 +18,7 @@
 
 #include "lu_buf.h"
 #include "metrics.h"
+#include "sampler.h"
 #include "test.h"
 
 /* A fake /sys with two HCA ports: mlx5_0 port 1 active at 200 Gb/s with
@@ -191,6 +192,32 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* launch_gpu_sample_age_seconds in text, -1 when absent. */
+static double sample_age(const char *text) {
+  const char *k = "launch_gpu_sample_age_seconds{node=\"n\"} ";
+  const char *p = strstr(text, k);
+  return p ? strtod(p + strlen(k), NULL) : -1;
+}
+
+/* Wait until the sampler pid loaded the fake NVML, and a moment for its
+ * init: a request sent then is read alone (not with the next one). */
+static void nvml_loaded(pid_t pid) {
+  char path[64], line[512];
+  int found = 0;
+  snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+  for (int i = 0; i < 1000 && !found; i++) {
+    FILE *f = fopen(path, "r");
+    ASSERT(f != NULL);
+    while (!found && fgets(line, sizeof(line), f))
+      found = strstr(line, "fake_nvml") != NULL;
+    fclose(f);
+    if (!found)
+      usleep(10000);
+  }
+  ASSERT(found);
+  usleep(200000);
+}
+
 /* The process is gone and reaped (not a zombie). */
 static int gone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
 
@@ -198,8 +225,9 @@ static int gone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
  * (launch gpu-sampler, the launch binary LAUNCH_GPU_SAMPLER names): two
  * GPUs; ECC on GPU 0 only; XIDs 79, 48, 79 queued; clocks held by power
  * cap and HW thermal on GPU 0, idle on GPU 1. Then the sampler killed
- * (the scrape goes without, the child reaped), and one that hangs in NVML
- * (the scrape does not wait for it). */
+ * (the scrape goes without, the child reaped), a late answer discarded,
+ * one stopped after a fresh sample (served from the block, then up 0),
+ * and one that hangs in NVML (the scrape does not wait for it). */
 static void test_fake_nvml(void) {
 #if defined(FAKE_NVML) && defined(LAUNCH_BIN_PATH)
   met_t *m;
@@ -260,40 +288,101 @@ static void test_fake_nvml(void) {
   free(text);
   printf("GPU series from a fake NVML through the sampler (pid %d): PCIe, "
          "ECC, XID, throttle reasons\n", (int)pid);
-  /* kill -9: the next scrape has no GPU series and says so; the child is
-   * reaped by its pid. */
+  /* kill -9: once it is reaped (by the loop's refresh, scraped or not),
+   * a scrape has no GPU series and says so, though the block it gave is
+   * still fresh: a dead sampler's samples are not served. */
   ASSERT_EQ(0, kill(pid, SIGKILL));
+  for (int i = 0; i < 500 && met_sampler_pid(m) != 0; i++) {
+    met_refresh(m);
+    usleep(10000);
+  }
+  ASSERT_EQ(0, met_sampler_pid(m));
+  ASSERT(gone(pid));
   text = render(m);
   HAS("launch_gpu_sampler_up{%s} 0\n", "node=\"n\"");
   ASSERT(strstr(text, "launch_gpu_utilization_ratio") == NULL);
   ASSERT_CONTAINS(text, "launch_node_memory_total_bytes{node=\"n\"} ");
+  ASSERT(sample_age(text) >= 0 && sample_age(text) * 1000 < GS_FRESH_MS);
   free(text);
-  ASSERT_EQ(0, met_sampler_pid(m));
-  ASSERT(gone(pid));
   met_stop(m);
-  printf("sampler killed: launch_gpu_sampler_up 0, no GPU series, reaped\n");
-  /* NVML blocks 1.5 s once: that scrape goes without; its answer, late,
-   * is discarded by the next scrape, which takes its own (GPU 1's power
-   * grows by 1 W a read: 90 W in the late one, 91 W in the next). */
+  printf("sampler killed: reaped, launch_gpu_sampler_up 0, no GPU series\n");
+  /* NVML blocks 1.5 s once: the first two scrapes go without (each asked:
+   * no block yet); the answer to the first, late, is discarded by the
+   * next scrape, which takes the second's (GPU 1's power grows by 1 W a
+   * read: 90 W in the late one, 91 W in the next), fresh: served. */
   ASSERT_EQ(0, setenv("FAKE_NVML_HANG_MS", "1500", 1));
   ASSERT_EQ(0, setenv("FAKE_NVML_HANG_CALLS", "1", 1));
   ASSERT_EQ(0, met_local("n", &m));
   ASSERT_EQ(0, unsetenv("FAKE_NVML_HANG_MS"));
   ASSERT_EQ(0, unsetenv("FAKE_NVML_HANG_CALLS"));
-  text = render(m);
-  HAS("launch_gpu_sampler_up{%s} 0\n", "node=\"n\"");
-  free(text);
-  usleep(2000000); /* the late answer is in the socket */
+  nvml_loaded(met_sampler_pid(m)); /* it reads the first request alone */
+  for (int i = 0; i < 2; i++) {
+    text = render(m);
+    HAS("launch_gpu_sampler_up{%s} 0\n", "node=\"n\"");
+    ASSERT(strstr(text, "launch_gpu_sample_age_seconds") == NULL);
+    free(text);
+  }
+  usleep(1200000); /* both answers are in the socket */
   text = render(m);
   HAS("launch_gpu_sampler_up{%s} 1\n", "node=\"n\"");
   HAS("launch_gpu_power_watts{%s} 91\n", g1);
   free(text);
-  text = render(m);
-  HAS("launch_gpu_power_watts{%s} 92\n", g1);
+  /* The loop's prefetch brings the next sample; a scrape serves the
+   * newest block, the same until then. */
+  for (int i = 0; i < 100; i++) {
+    text = render(m);
+    HAS("launch_gpu_sampler_up{%s} 1\n", "node=\"n\"");
+    if (strstr(text, "launch_gpu_power_watts{node=\"n\",gpu=\"1\"} 92\n"))
+      break;
+    HAS("launch_gpu_power_watts{%s} 91\n", g1);
+    free(text);
+    text = NULL;
+    met_tick(m);
+    usleep(50000);
+  }
+  ASSERT(text != NULL); /* 92 W came */
   free(text);
   met_stop(m);
   printf("a late answer (NVML blocked 1.5 s) discarded: the next scrape "
-         "took its own\n");
+         "took the newest request's; the loop's prefetch the next\n");
+  /* Hung after a fresh sample (SIGSTOP): a scrape serves the block at
+   * once, up 1 with its age; once it is older than GS_FRESH_MS, a scrape
+   * asks and goes without (up 0), the age still shown; resumed, it
+   * answers again. */
+  ASSERT_EQ(0, met_local("n", &m));
+  ASSERT((pid = met_sampler_pid(m)) > 0);
+  text = render_ready(m);
+  HAS("launch_gpu_sampler_up{%s} 1\n", "node=\"n\"");
+  free(text);
+  ASSERT_EQ(0, kill(pid, SIGSTOP));
+  t0 = now_s();
+  text = render(m);
+  t1 = now_s();
+  HAS("launch_gpu_sampler_up{%s} 1\n", "node=\"n\"");
+  HAS("launch_gpu_utilization_ratio{%s} 0.97\n", g0);
+  ASSERT(sample_age(text) >= 0 && sample_age(text) * 1000 < GS_FRESH_MS);
+  printf("sampler stopped after a fresh sample: scrape answered in %.3f s "
+         "from the block, %.3f s old\n", t1 - t0, sample_age(text));
+  free(text);
+  usleep((GS_FRESH_MS + 200) * 1000);
+  t0 = now_s();
+  text = render(m);
+  t1 = now_s();
+  HAS("launch_gpu_sampler_up{%s} 0\n", "node=\"n\"");
+  ASSERT(strstr(text, "launch_gpu_utilization_ratio") == NULL);
+  ASSERT(sample_age(text) * 1000 > GS_FRESH_MS);
+  printf("the block older than %d ms: the scrape asked (%.3f s), up 0, age "
+         "%.3f s\n", GS_FRESH_MS, t1 - t0, sample_age(text));
+  free(text);
+  ASSERT_EQ(0, kill(pid, SIGCONT));
+  text = render_ready(m);
+  HAS("launch_gpu_sampler_up{%s} 1\n", "node=\"n\"");
+  ASSERT(sample_age(text) * 1000 < GS_FRESH_MS);
+  free(text);
+  ASSERT_EQ(pid, met_sampler_pid(m));
+  met_stop(m);
+  ASSERT(gone(pid));
+  printf("resumed: it answers again, the same sampler\n");
   /* NVML blocks for a minute: the scrape answers without it. */
   ASSERT_EQ(0, setenv("FAKE_NVML_HANG_MS", "60000", 1));
   ASSERT_EQ(0, met_local("n", &m));
