@@ -2457,10 +2457,7 @@ static void reg_update(agent_t *a, int ended) {
   }
   if (a->reg_path[0] == '\0' && !ended) {
     /* the first write: forget the node's jobs that ended long ago */
-    jobreg_t *old = NULL;
-    size_t nold;
-    if (jobreg_list(&old, &nold) == 0)
-      free(old);
+    (void)jobreg_prune();
   }
   rc = jobreg_write(&j, a->reg_path, sizeof(a->reg_path));
   if (rc != 0) {

@@ -198,8 +198,43 @@ static int ours(const char *name) {
   return n > 5 && strcmp(name + n - 5, ".json") == 0 && name[0] != '.';
 }
 
+/* One registry file, dir/name: OUT *j its job, with a running job whose
+ * agent is gone marked GONE. A job that ended (or went) more than
+ * JOBREG_KEEP_S before now has its file removed. RET 1 kept (*j filled),
+ * 0 removed, -1 not one of ours (left alone). */
+static int load_one(const char *dir, const char *name, time_t now,
+                    jobreg_t *j) {
+  char path[PATH_MAX + 256];
+  char *data = NULL;
+  size_t len;
+  struct stat sb;
+  int rc;
+  if (!ours(name))
+    return -1;
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+    return -1;
+  if (lu_read_file(path, JOBREG_MAX_FILE, &data, &len) != 0)
+    return -1;
+  rc = jobreg_parse(data, len, j);
+  free(data);
+  if (rc != 0)
+    return -1; /* not one of ours: left alone */
+  if (j->state == JOBREG_RUNNING && pid_gone(j->pid)) {
+    /* its agent died without saying how the job ended (kill -9): gone
+     * since the file was last written */
+    j->state = JOBREG_GONE;
+    j->ended = (int64_t)sb.st_mtime;
+  }
+  if (j->state != JOBREG_RUNNING && now - (time_t)j->ended > JOBREG_KEEP_S) {
+    unlink(path);
+    return 0;
+  }
+  return 1;
+}
+
 int jobreg_list(jobreg_t **out, size_t *n) {
-  char dir[PATH_MAX], path[PATH_MAX + 256];
+  char dir[PATH_MAX];
   DIR *d;
   struct dirent *e;
   jobreg_t *v = NULL;
@@ -213,31 +248,9 @@ int jobreg_list(jobreg_t **out, size_t *n) {
   if ((d = opendir(dir)) == NULL)
     return -errno;
   while ((e = readdir(d)) != NULL && cnt < JOBREG_MAX_JOBS) {
-    char *data = NULL;
-    size_t len;
-    struct stat sb;
     jobreg_t j;
-    if (!ours(e->d_name))
+    if (load_one(dir, e->d_name, now, &j) != 1)
       continue;
-    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
-      continue;
-    if (lu_read_file(path, JOBREG_MAX_FILE, &data, &len) != 0)
-      continue;
-    rc = jobreg_parse(data, len, &j);
-    free(data);
-    if (rc != 0)
-      continue; /* not one of ours: left alone */
-    if (j.state == JOBREG_RUNNING && pid_gone(j.pid)) {
-      /* its agent died without saying how the job ended (kill -9):
-       * gone since the file was last written */
-      j.state = JOBREG_GONE;
-      j.ended = (int64_t)sb.st_mtime;
-    }
-    if (j.state != JOBREG_RUNNING && now - (time_t)j.ended > JOBREG_KEEP_S) {
-      unlink(path);
-      continue;
-    }
     if (cnt == cap) {
       size_t nc = cap ? cap * 2 : 16;
       jobreg_t *nv = realloc(v, nc * sizeof(*nv));
@@ -257,4 +270,40 @@ int jobreg_list(jobreg_t **out, size_t *n) {
   *out = v;
   *n = cnt;
   return 0;
+}
+
+int jobreg_prune(void) {
+  char dir[PATH_MAX], mark[PATH_MAX + 16];
+  DIR *d;
+  struct dirent *e;
+  struct stat sb;
+  time_t now = time(NULL);
+  int rc = jobreg_dir(dir, sizeof(dir)), fd, removed = 0;
+  if (rc != 0)
+    return rc;
+  snprintf(mark, sizeof(mark), "%s/.pruned", dir);
+  if (stat(mark, &sb) == 0 && now - sb.st_mtime >= 0 &&
+      now - sb.st_mtime < JOBREG_PRUNE_EVERY_S)
+    return 0; /* another agent of this node pruned a moment ago */
+  if ((fd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
+    return -errno;
+  (void)futimens(fd, NULL);
+  close(fd);
+  if ((d = opendir(dir)) == NULL)
+    return -errno;
+  while ((e = readdir(d)) != NULL) {
+    char path[PATH_MAX + 256];
+    jobreg_t j;
+    if (!ours(e->d_name))
+      continue;
+    /* A file written within JOBREG_KEEP_S cannot hold an expired job: an
+     * ended job's file is written at its end, and a gone one counts from
+     * its last write. Only the older ones are read. */
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    if (lstat(path, &sb) != 0 || now - sb.st_mtime <= JOBREG_KEEP_S)
+      continue;
+    removed += load_one(dir, e->d_name, now, &j) == 0;
+  }
+  closedir(d);
+  return removed;
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #define JOBREG_KEEP_S 600 /* an ended job stays listed this long */
+#define JOBREG_PRUNE_EVERY_S 60 /* jobreg_prune's walk, at most this often */
 
 typedef enum { JOBREG_RUNNING = 0, JOBREG_ENDED, JOBREG_GONE } jobreg_state_t;
 
@@ -47,5 +48,14 @@ int jobreg_parse(const char *buf, size_t len, jobreg_t *j);
  * that ended more than JOBREG_KEEP_S ago (or whose agent is gone that
  * long) are removed. OUT *out (free()), *n. RET 0 or -errno. */
 int jobreg_list(jobreg_t **out, size_t *n);
+
+/* Remove the files of jobs that ended more than JOBREG_KEEP_S ago, as
+ * jobreg_list does, for an agent's start: at most once every
+ * JOBREG_PRUNE_EVERY_S a node (the registry's ".pruned" file's mtime says
+ * when the last walk ran; most starts cost that one stat), and reading
+ * only the files not written for JOBREG_KEEP_S. A node that runs hundreds
+ * of short jobs a minute keeps each start's cost flat (it read and parsed
+ * every file of the last 10 minutes before). RET files removed, -errno. */
+int jobreg_prune(void);
 
 #endif
