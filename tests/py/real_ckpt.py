@@ -21,6 +21,7 @@ Files in OUT: start-PHASE-rROUND.json (rank 0: the resume step it was
 given and the checkpoint tree's hashes as it found it), kill-PHASE.json
 (the tree just before the kill), final-PHASE.txt (SHA-256 of the final
 parameters, rank 0)."""
+import faulthandler
 import hashlib
 import json
 import os
@@ -41,6 +42,10 @@ RESUME = os.environ.get("LAUNCH_RESUME_STEP")
 KILL = os.environ.get("KILL", "") if ROUND == 0 else ""
 KIND, KSTEP, KRANK = (KILL.split(":") + ["", "", ""])[:3] if KILL else ("", "-1", "-1")
 KSTEP, KRANK = int(KSTEP), int(KRANK)
+
+# A worker that aborts in C++ (std::terminate in a library) prints where
+# every Python thread was, into the log the test shows on failure.
+faulthandler.enable(all_threads=True)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -391,3 +396,14 @@ def run_hf():
 if __name__ == "__main__":
     {"dcp-ddp": lambda: run_dcp(False), "dcp-fsdp2": lambda: run_dcp(True),
      "deepspeed": run_deepspeed, "hf": run_hf, "megatron": run_megatron}[MODE]()
+    # Done: results written, process group destroyed. Leave without the
+    # interpreter's finalization, where PyTorch's gloo threads can still
+    # hold work objects and abort the process (SIGABRT, "terminate called
+    # without an active exception"; pytorch/pytorch PR 179291 describes the
+    # race). CI saw it once, on rank 1 at the end of the resumed dcp-fsdp2
+    # round; not reproduced here in 88 runs. A trainer's exit path is not
+    # what this test checks; an abort before this line still fails it, and
+    # faulthandler (above) prints where.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
