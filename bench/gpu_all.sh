@@ -6,15 +6,15 @@
 # bandwidth against dd. Each part is skipped when fewer seconds than its
 # limit are left of BUDGET_S; PARTS picks parts (default: all).
 #   bench/gpu_all.sh BUILD_DIR [OUT]      (BUILD_DIR/bin holds the binaries)
-# environment: PARTS (tests gpt resume launch topo store load agents ckpt
-# adv torchlaunch metrics), BUDGET_S (560), LAUNCH_BENCH_ONLY (run_launch_bench --only).
+# environment: PARTS (tests gpt scaling resume launch topo store load agents
+# ckpt adv torchlaunch metrics), BUDGET_S (560), LAUNCH_BENCH_ONLY (run_launch_bench --only).
 # A part whose binary is not in BUILD_DIR/bin fails with rc=127 and the
 # others go on.
 set -u
 B=${1:?usage: gpu_all.sh BUILD_DIR [OUT]}
 OUT=${2:-${OUT:-/tmp/out}}
 BUDGET=${BUDGET_S:-560}
-PARTS=${PARTS:-"tests gpt resume launch topo store load agents ckpt adv torchlaunch metrics"}
+PARTS=${PARTS:-"tests gpt scaling resume launch topo store load agents ckpt adv torchlaunch metrics"}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 . bench/gpu_lib.sh
@@ -57,6 +57,8 @@ step() { # PART LABEL SECONDS COMMAND...
     --steps 60 --log-every 20 --val-every 0
   step gpt "run_gpt_bench (launch-cuda, torch eager, torch.compile)" 240 \
     bash bench/run_gpt_bench.sh "$B/bin/gpt_bench" "$OUT/gpt"
+  step scaling "train_gpt 1 and N GPUs, --zero 0 and 1 (says so and stops with one GPU)" 240 \
+    bash bench/run_scaling.sh "$B/bin"
   step resume "resume bench gpt2-124m 1 GPU" 200 "$PY" -u bench/run_resume_bench.py --build "$B" \
     --preset gpt2-124m --device cuda --nproc 1 --repeat 3 --timeout 60 --trace
   step launch "run_launch_bench vs torchrun" 280 "$PY" -u bench/run_launch_bench.py --build "$B" \
