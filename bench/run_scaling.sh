@@ -38,6 +38,8 @@ fi
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK LAUNCH_RESUME_STEP LAUNCH_CKPT_DIR
+# the jobs' registry (launch status) in the scratch directory, not the user's
+export XDG_RUNTIME_DIR=$T
 seq 1 3000000 >"$T/data.txt" # text, its bytes the tokens
 M=(--preset "$PRESET" --batch "$BATCH" --seq-len "$SEQ" --steps "$STEPS"
    --val-every 0 --val-batches 1 --data "$T/data.txt" --device "$DEV")
