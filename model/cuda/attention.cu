@@ -20,9 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dlfcn.h>
+#include <limits.h>
+#include <unistd.h>
+
 #include <type_traits>
 
 #include "attention.cuh"
+#include "attention_cudnn.h"
 
 /* ---- launchers ----------------------------------------------------------- */
 #ifdef GPT_CUDA_SM90A
@@ -74,9 +79,15 @@ void gc_attention_variant(int fwd, int bwd) {
 
 void gc_attention_stages(int stages) { (void)stages; }
 
+static gc_dnn_t *dnn_prepared(void);
+static const char *dnn_version(void);
+
 const char *gc_attention_describe(void) {
-  static char buf[80];
-  snprintf(buf, sizeof(buf), "fwd %s, bwd %s", fwd_names[g_fwd], bwd_names[g_bwd]);
+  static char buf[96];
+  if (dnn_prepared())
+    snprintf(buf, sizeof(buf), "cuDNN's fused attention (%s)", dnn_version());
+  else
+    snprintf(buf, sizeof(buf), "fwd %s, bwd %s", fwd_names[g_fwd], bwd_names[g_bwd]);
   return buf;
 }
 
@@ -90,9 +101,130 @@ size_t gc_attention_scratch(int dtype, int B, int Tn, int NH, int hd) {
   return stats + (gc_attention_fast(dtype, Tn, hd) ? 1 : 3) * acc;
 }
 
+/* ---- cuDNN's attention (attention_cudnn.h), loaded at run time ----------- */
+static struct {
+  int tried;       /* the library looked for */
+  void *lib;       /* its handle, or NULL */
+  gc_dnn_version_fn version;
+  gc_dnn_open_fn open;
+  gc_dnn_bytes_fn bytes;
+  gc_dnn_fwd_fn fwd;
+  gc_dnn_bwd_fn bwd;
+  gc_dnn_close_fn close;
+  gc_dnn_t *ctx;   /* the prepared shape's graphs, or NULL */
+  int dtype, B, Tn, NH;
+  char status[320];
+} g_dnn;
+
+/* dlopen the library: GPT_CUDA_CUDNN's path, else ../lib/libgpt_cudnn.so
+ * beside the executable, else the loader's search path. 0 or -1 (status
+ * says why). */
+static int dnn_load(void) {
+  if (g_dnn.tried)
+    return g_dnn.lib ? 0 : -1;
+  g_dnn.tried = 1;
+  const char *env = getenv("GPT_CUDA_CUDNN");
+  if (env && strcmp(env, "0") == 0) {
+    snprintf(g_dnn.status, sizeof(g_dnn.status), "off (GPT_CUDA_CUDNN=0)");
+    return -1;
+  }
+  char path[PATH_MAX + 32] = "", err[256] = "";
+  if (env && env[0]) {
+    snprintf(path, sizeof(path), "%s", env);
+  } else {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+      exe[n] = '\0';
+      char *slash = strrchr(exe, '/');
+      if (slash)
+        *slash = '\0';
+      snprintf(path, sizeof(path), "%s/../lib/libgpt_cudnn.so", exe);
+      if (access(path, R_OK) != 0)
+        path[0] = '\0';
+    }
+  }
+  g_dnn.lib = dlopen(path[0] ? path : "libgpt_cudnn.so", RTLD_NOW | RTLD_LOCAL);
+  if (!g_dnn.lib) {
+    const char *e = dlerror();
+    snprintf(err, sizeof(err), "%s", e ? e : "?");
+    snprintf(g_dnn.status, sizeof(g_dnn.status),
+             "not loaded (%s): the in-tree kernels; install cuDNN 9 or put its lib "
+             "folder on LD_LIBRARY_PATH", err);
+    return -1;
+  }
+  g_dnn.version = (gc_dnn_version_fn)dlsym(g_dnn.lib, "gc_dnn_version");
+  g_dnn.open = (gc_dnn_open_fn)dlsym(g_dnn.lib, "gc_dnn_open");
+  g_dnn.bytes = (gc_dnn_bytes_fn)dlsym(g_dnn.lib, "gc_dnn_bytes");
+  g_dnn.fwd = (gc_dnn_fwd_fn)dlsym(g_dnn.lib, "gc_dnn_fwd");
+  g_dnn.bwd = (gc_dnn_bwd_fn)dlsym(g_dnn.lib, "gc_dnn_bwd");
+  g_dnn.close = (gc_dnn_close_fn)dlsym(g_dnn.lib, "gc_dnn_close");
+  if (!g_dnn.version || !g_dnn.open || !g_dnn.bytes || !g_dnn.fwd || !g_dnn.bwd ||
+      !g_dnn.close) {
+    snprintf(g_dnn.status, sizeof(g_dnn.status),
+             "not used: %s lacks gc_dnn_* (a libgpt_cudnn.so of another build?)",
+             path[0] ? path : "libgpt_cudnn.so");
+    dlclose(g_dnn.lib);
+    g_dnn.lib = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+void gc_attention_release(void) {
+  if (g_dnn.ctx)
+    g_dnn.close(g_dnn.ctx);
+  g_dnn.ctx = NULL;
+}
+
+int gc_attention_prepare(int dtype, int B, int Tn, int NH, int hd) {
+  if (g_dnn.ctx && g_dnn.dtype == dtype && g_dnn.B == B && g_dnn.Tn == Tn && g_dnn.NH == NH)
+    return 1;
+  gc_attention_release();
+  if (!gc_attention_fast(dtype, Tn, hd) || g_cc != 90) {
+    snprintf(g_dnn.status, sizeof(g_dnn.status),
+             "not used: measured against the in-tree kernels on compute capability 9.0, "
+             "bf16/fp16, head size 64 only");
+    return 0;
+  }
+  if (dnn_load() != 0)
+    return 0;
+  char err[256] = "";
+  gc_dnn_t *d = NULL;
+  if (g_dnn.open(dtype == GPT_FP16, B, Tn, NH, hd, &d, err, sizeof(err)) != 0) {
+    snprintf(g_dnn.status, sizeof(g_dnn.status), "not used: %s", err);
+    return 0;
+  }
+  g_dnn.ctx = d, g_dnn.dtype = dtype, g_dnn.B = B, g_dnn.Tn = Tn, g_dnn.NH = NH;
+  snprintf(g_dnn.status, sizeof(g_dnn.status), "%s", g_dnn.version());
+  return 1;
+}
+
+size_t gc_attention_dnn_bytes(void) { return g_dnn.ctx ? g_dnn.bytes(g_dnn.ctx) : 0; }
+
+const char *gc_attention_dnn_status(void) {
+  return g_dnn.status[0] ? g_dnn.status : "not prepared";
+}
+
+static gc_dnn_t *dnn_prepared(void) { return g_dnn.ctx; }
+static const char *dnn_version(void) { return g_dnn.status; }
+
+static gc_dnn_t *dnn_for(int dtype, int B, int Tn, int NH) {
+  return g_dnn.ctx && g_dnn.dtype == dtype && g_dnn.B == B && g_dnn.Tn == Tn &&
+                 g_dnn.NH == NH
+             ? g_dnn.ctx
+             : NULL;
+}
+
 template <typename T>
 int gc_attention_fwd(T *out, float *lse, const T *qkv, int B, int Tn, int NH,
                      int hd, cudaStream_t s) {
+  if (gc_dnn_t *d = dnn_for(gc_type<T>::dtype, B, Tn, NH)) {
+    if (g_dnn.fwd(d, out, lse, qkv, s) != 0)
+      return gc_fail(-EIO, "attention", "cuDNN's attention forward failed to launch",
+                     __FILE__, __LINE__);
+    return 0;
+  }
   const float sl2 = softmax_scale_log2(hd);
   if constexpr (!std::is_same<T, float>::value) {
     if (gc_attention_fast(gc_type<T>::dtype, Tn, hd)) {
@@ -116,6 +248,12 @@ template <typename T>
 int gc_attention_bwd(T *dqkv, float *scratch, const T *dout, const T *qkv,
                      const T *out, const float *lse, int B, int Tn, int NH,
                      int hd, cudaStream_t s) {
+  if (gc_dnn_t *d = dnn_for(gc_type<T>::dtype, B, Tn, NH)) {
+    if (g_dnn.bwd(d, dqkv, dout, qkv, out, lse, s) != 0)
+      return gc_fail(-EIO, "attention", "cuDNN's attention backward failed to launch",
+                     __FILE__, __LINE__);
+    return 0;
+  }
   const float sl2 = softmax_scale_log2(hd);
   const float scale = (float)(1.0 / sqrt((double)hd));
   const int fast = gc_attention_fast(gc_type<T>::dtype, Tn, hd);

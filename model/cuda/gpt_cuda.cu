@@ -199,7 +199,7 @@ extern "C" const char *gpt_cuda_profile_name(int cls) {
 }
 
 extern "C" size_t gpt_cuda_memory(const gpt_backend_t *m) {
-  return m->arena_size + 2 * m->mcap * sizeof(float) + (32u << 20);
+  return m->arena_size + 2 * m->mcap * sizeof(float) + (32u << 20) + gc_attention_dnn_bytes();
 }
 
 extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size_t n) {
@@ -208,7 +208,9 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
   cudaDeviceProp p;
   if (cudaGetDeviceProperties(&p, m->device) != cudaSuccess)
     snprintf(p.name, sizeof(p.name), "?");
-  char graphs[96];
+  char graphs[96], dnn[400] = "";
+  if (m->cc == 90 && !gc_attention_dnn_bytes())
+    snprintf(dnn, sizeof(dnn), " (cuDNN's: %s)", gc_attention_dnn_status());
   if (m->graph == 0)
     snprintf(graphs, sizeof(graphs), "off");
   else
@@ -216,16 +218,18 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
              m->graph > 0 ? "on" : "given up", m->g_fwd.captures + m->g_bwd.captures,
              m->g_fwd.launches + m->g_bwd.launches);
   snprintf(buf, n,
-           "%s (sm_%d, %d SMs), %s, attention: %s%s, cuBLASLt: %d products tuned, %d "
+           "%s (sm_%d, %d SMs), %s, attention: %s%s%s, cuBLASLt: %d products tuned, %d "
            "from the tuning cache, %d epilogue fallbacks, GELU' %s, backward on %d stream(s), "
            "classifier chunk: %d rows, CUDA graphs: %s, device memory: %.2f GiB",
            p.name, m->cc, m->sm_count, dn[m->dtype],
-           gc_attention_fast(m->dtype, m->T, c->channels / c->num_heads)
+           gc_attention_dnn_bytes() ? ""
+           : gc_attention_fast(m->dtype, m->T, c->channels / c->num_heads)
                ? "tensor-core flash kernels "
                : "generic kernels",
            gc_attention_fast(m->dtype, m->T, c->channels / c->num_heads)
                ? gc_attention_describe()
                : "",
+           dnn,
            gc_mm_tuned(m->mm), gc_mm_cache_hits(m->mm), gc_mm_fallbacks(m->mm),
            *gc_mm_choice(m->mm, GC_CHOICE_DGELU) < 0
                ? "not yet chosen"
@@ -799,6 +803,9 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
     }
     for (size_t i = 0; i <= L; i++)
       CK(cudaEventCreateWithFlags(&m->seg_ev[i], cudaEventDisableTiming));
+    /* cuDNN's fused attention where it loads (attention_cudnn.h): its
+     * graphs built now, outside any capture; its workspace counted */
+    (void)gc_attention_prepare(dtype, B, T, (int)c->num_heads, hd);
     rc = build_chunks(m, 0, m->np);
     if (rc < 0)
       goto fail;
@@ -849,6 +856,7 @@ static void destroy(gpt_backend_t *m) {
   }
   gc_mm_destroy(m->mm);
   gc_mm_destroy(m->mm2);
+  gc_attention_release();
   if (m->st2) {
     cudaStreamSynchronize(m->st2);
     cudaStreamDestroy(m->st2);

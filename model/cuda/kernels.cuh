@@ -65,6 +65,24 @@ const char *gc_attention_describe(void);
 /* 1 when the tensor-core kernels serve this case, 0 for the generic one. */
 int gc_attention_fast(int dtype, int Tn, int HD);
 size_t gc_attention_scratch(int dtype, int B, int Tn, int NH, int HD);
+/* cuDNN's fused attention (attention_cudnn.h) for this shape, where it is
+ * loadable and the device has compute capability 9.0 (where it measured
+ * faster than the wgmma kernels: docs/cuda.md): libgpt_cudnn.so is loaded
+ * (GPT_CUDA_CUDNN names it, or =0 keeps the in-tree kernels; by default
+ * ../lib/libgpt_cudnn.so beside the executable, then the loader's path)
+ * and its graphs built, once. From then on gc_attention_fwd and _bwd of
+ * exactly this dtype and shape run cuDNN's, the others the in-tree
+ * kernels (a forward and its backward must be the same kind: their
+ * log-sum-exp differs). Returns 1 when cuDNN's serve the shape, 0 when not
+ * (gc_attention_dnn_status says why). One shape a process: a second call
+ * with another shape releases the first. */
+int gc_attention_prepare(int dtype, int B, int Tn, int NH, int HD);
+/* The in-tree kernels again for every shape; frees cuDNN's workspace. */
+void gc_attention_release(void);
+/* Device bytes cuDNN's attention holds (its workspace), 0 when unused. */
+size_t gc_attention_dnn_bytes(void);
+/* "cuDNN 91900, cudnn-frontend 13200", or why cuDNN's attention is not used. */
+const char *gc_attention_dnn_status(void);
 
 /* Fused softmax cross-entropy over R rows of Vp logits (V real classes):
  * losses[r] = logsumexp - logit[target], and the logits are overwritten in
@@ -76,12 +94,14 @@ int gc_crossentropy(T *logits, float *losses, const int *targets, int R,
 /* GELU (tanh form) where cuBLASLt's epilogues are not used. */
 template <typename T>
 int gc_gelu_fwd(T *out, const T *inp, size_t n, cudaStream_t s);
-/* d *= gelu'(pre), in place. */
-template <typename T>
-int gc_gelu_bwd(T *d, const T *pre, size_t n, cudaStream_t s);
 /* out[j] += sum over i of x[i][j] (M rows, N columns, N % 8 == 0), fp32. */
 template <typename T>
 int gc_colsum(float *out, const T *x, int M, int N, int sm_count, cudaStream_t s);
+/* d *= gelu'(pre) in place (M rows, N columns, N % 8 == 0) and out[j] +=
+ * the column sums of the d written: GELU's backward and gc_colsum in one pass. */
+template <typename T>
+int gc_dgelu_colsum(float *out, T *d, const T *pre, int M, int N, int sm_count,
+                    cudaStream_t s);
 
 /* 0, or a reported -ENOEXEC when this build has no code for the device. */
 int gc_check_image(int cc);

@@ -75,6 +75,7 @@ template <> inline float to_t<float>(float x) { return x; }
 template <> inline __nv_bfloat16 to_t<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
 template <> inline __half to_t<__half>(float x) { return __float2half(x); }
 static inline float from_t(float x) { return x; }
+static inline double from_t(double x) { return x; }
 static inline float from_t(__nv_bfloat16 x) { return __bfloat162float(x); }
 static inline float from_t(__half x) { return __half2float(x); }
 

@@ -198,7 +198,10 @@ template <typename T> static void test_linear(rng &r, gc_mm_t *mm, const char *t
 }
 
 /* ---- attention ------------------------------------------------------------- */
-template <typename T> static void test_attention(rng &r, int B, int Tn, int NH, int HD) {
+/* dnn: cuDNN's attention serves this shape (gc_attention_prepare), whose
+ * log-sum-exp is in natural log */
+template <typename T>
+static void test_attention(rng &r, int B, int Tn, int NH, int HD, int dnn = 0) {
   const int C = NH * HD, N = B * Tn;
   char what[120];
   const int fast = gc_attention_fast(gc_type<T>::dtype, Tn, HD);
@@ -211,7 +214,7 @@ template <typename T> static void test_attention(rng &r, int B, int Tn, int NH, 
   std::vector<double> ro((size_t)N * C);
   ref::attention_fwd(ro.data(), qkv.data(), B, Tn, NH, HD);
   snprintf(what, sizeof(what), "attention fwd B%d T%d NH%d HD%d (%s)", B, Tn, NH, HD,
-           fast ? "tensor cores" : "generic");
+           dnn ? "cuDNN" : fast ? "tensor cores" : "generic");
   check(L<T>(what), download(out, (size_t)N * C), ro, tol<T>::out);
   /* log2-sum-exp of the scaled scores */
   std::vector<double> rl((size_t)B * NH * Tn);
@@ -231,9 +234,10 @@ template <typename T> static void test_attention(rng &r, int B, int Tn, int NH, 
         }
         for (int j = 0; j <= t; j++)
           s += exp(sc[j] - mx);
-        rl[((size_t)b * NH + h) * Tn + t] = (mx + log(s)) / log(2.0);
+        rl[((size_t)b * NH + h) * Tn + t] = (mx + log(s)) / (dnn ? 1.0 : log(2.0));
       }
-  check(L<T>("attention fwd log-sum-exp"), download(lse, rl.size()), rl, 1e-3);
+  check(L<T>(dnn ? "attention fwd log-sum-exp (natural, cuDNN)" : "attention fwd log-sum-exp"),
+        download(lse, rl.size()), rl, 1e-3);
 
   T *dY = upload<T>(r.normals((size_t)N * C, 1.0), &dy);
   T *dqkv = poisoned<T>((size_t)N * 3 * C);
@@ -252,10 +256,36 @@ template <typename T> static void test_attention(rng &r, int B, int Tn, int NH, 
         a.push_back(g[(size_t)n * 3 * C + part * C + c]);
         b.push_back(rdq[(size_t)n * 3 * C + part * C + c]);
       }
-    snprintf(what, sizeof(what), "attention bwd d%c", "qkv"[part]);
+    snprintf(what, sizeof(what), "attention bwd d%c%s", "qkv"[part], dnn ? " (cuDNN)" : "");
     check(L<T>(what), a, b, tol<T>::grad * 2);
   }
   cudaFree(dQKV), cudaFree(out), cudaFree(lse), cudaFree(dY), cudaFree(dqkv), cudaFree(scratch);
+}
+
+/* ---- the gradient's sums of squares by blocks (the norm) --------------------
+ * Against doubles on the host, blocks from any start, a last block shorter
+ * and not a multiple of 4, and a gradient not on 16 bytes (the scalar path). */
+static void test_sumsq_blocks(rng &r, size_t n, size_t block, size_t offset) {
+  std::vector<double> h;
+  float *buf = upload<float>(r.normals(n + offset, 1.0), &h);
+  const size_t nb = (n + block - 1) / block;
+  double *part = poisoned<double>(nb);
+  OK(gc_sumsq_blocks(part, buf + offset, n, block, 0, nb, S));
+  CK(cudaStreamSynchronize(S));
+  std::vector<double> ref(nb, 0.0), got = download(part, nb);
+  for (size_t i = 0; i < n; i++)
+    ref[i / block] += h[offset + i] * h[offset + i];
+  char what[120];
+  snprintf(what, sizeof(what), "sumsq blocks n %zu block %zu offset %zu", n, block, offset);
+  check(what, got, ref, 1e-12);
+  /* blocks [nb/2, nb) alone: the same bits */
+  double *tail = poisoned<double>(nb);
+  OK(gc_sumsq_blocks(tail, buf + offset, n, block, nb / 2, nb - nb / 2, S));
+  CK(cudaStreamSynchronize(S));
+  std::vector<double> t = download(tail, nb - nb / 2);
+  snprintf(what, sizeof(what), "sumsq blocks n %zu: a block's sum from any run of blocks", n);
+  expect(what, memcmp(t.data(), got.data() + nb / 2, t.size() * sizeof(double)) == 0);
+  cudaFree(buf), cudaFree(part), cudaFree(tail);
 }
 
 /* ---- classifier cross-entropy ------------------------------------------------ */
@@ -463,6 +493,9 @@ int main(void) {
   OK(gc_mm_create(&plain, 32u << 20, 0));
   unsetenv("GPT_CUDA_TUNE");
   rng r(20261201);
+  test_sumsq_blocks(r, 65536 * 5 + 4098, 65536, 0); /* float4 path, a tail of 2 */
+  test_sumsq_blocks(r, 4096 * 3 + 1, 4096, 1);      /* not on 16 bytes: scalar */
+  test_sumsq_blocks(r, 1000, 4096, 0);              /* one short block */
   run_all<float>(r, fused, plain);
   if (cc >= 80)
     run_all<bf16>(r, fused, plain);
@@ -488,6 +521,27 @@ int main(void) {
       test_attention<bf16>(r, 1, 128, 1, 64); /* one block of 128 */
     }
   gc_attention_init(cc); /* back to the defaults */
+  {
+    /* cuDNN's fused attention (libgpt_cudnn.so), where it loads: the same
+     * function as the reference, in the shapes prepared for it, while other
+     * shapes keep the in-tree kernels. GPT_TEST_CUDNN=1 (the GPU machine's
+     * runs, where cuDNN is installed) makes its absence a failure. */
+    int used = gc_attention_prepare(GPT_BF16, 2, 256, 3, 64);
+    printf("cuDNN attention: %s\n", gc_attention_dnn_status());
+    const char *want = getenv("GPT_TEST_CUDNN");
+    if (want && strcmp(want, "1") == 0)
+      expect("cuDNN attention loaded (GPT_TEST_CUDNN=1)", used);
+    if (used) {
+      expect("cuDNN attention holds a workspace", gc_attention_dnn_bytes() > 0);
+      test_attention<bf16>(r, 2, 256, 3, 64, 1);
+      test_attention<bf16>(r, 1, 384, 2, 64); /* another shape: the in-tree kernels */
+      expect("fp16 prepared", gc_attention_prepare(GPT_FP16, 1, 384, 2, 64));
+      test_attention<f16>(r, 1, 384, 2, 64, 1);
+      test_attention<bf16>(r, 2, 256, 3, 64); /* released by the new shape */
+      gc_attention_release();
+      expect("no workspace after release", gc_attention_dnn_bytes() == 0);
+    }
+  }
   if (getenv("GPT_TEST_TIME")) {
     time_attention();
     gc_attention_init(cc);

@@ -1,0 +1,251 @@
+/* attention_cudnn.cu - cuDNN's fused attention (its SDPA graph, through the
+ * cudnn-frontend headers) against the product's attention kernels on the
+ * same inputs: does cuDNN compute the same function, and how long does it
+ * take for train_gpt's shapes (issue #26: the attention kernels are 15-18 %
+ * of a step's GPU time).
+ *
+ *   build/lab/cuda/attention_cudnn [B T NH]   (default 16 1024 12: gpt2-124m; head size 64)
+ *
+ * Q, K and V are strided views of the product's packed (B, T, 3, NH, 64)
+ * buffer and dQ, dK, dV land in the same layout, so no copy is added. cuDNN
+ * writes the softmax statistics in natural log, the product in base 2: the
+ * check converts. The backward is given cuDNN's own forward outputs.
+ * Exit 77 without a GPU, 1 when cuDNN does not compute the product's
+ * function or cannot build the graph, 0 otherwise. */
+#include <math.h>
+#include <time.h>
+#include <stdlib.h>
+
+#include <cstring> /* cudnn-frontend uses std::strlen without it */
+#include <cudnn_frontend.h>
+
+#include "lab_attention.cuh"
+
+namespace fe = cudnn_frontend;
+
+enum { UQ = 1, UK, UV, UO, US, UDO, UDQ, UDK, UDV };
+
+#define FE_OK(what, expr)                                                                   \
+  do {                                                                                      \
+    auto st_ = (expr);                                                                      \
+    if (!st_.is_good()) {                                                                   \
+      fprintf(stderr, "cudnn %s: %s\n", what, st_.get_message().c_str());                   \
+      exit(1);                                                                              \
+    }                                                                                       \
+  } while (0)
+
+static std::shared_ptr<fe::graph::Tensor_attributes>
+view(fe::graph::Graph &g, const char *name, int uid, const lab_attn *a, int64_t row) {
+  const int64_t B = a->B, T = a->Tn, NH = a->NH, HD = 64;
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim({B, NH, T, HD})
+                      .set_stride({T * row, HD, row, 1}));
+}
+
+static void graph_types(fe::graph::Graph &g) {
+  g.set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void finish(fe::graph::Graph &g, cudnnHandle_t h, const char *what) {
+  const double t0 = now_s();
+  FE_OK(what, g.validate());
+  FE_OK(what, g.build_operation_graph(h));
+  FE_OK(what, g.create_execution_plans({fe::HeurMode_t::A}));
+  FE_OK(what, g.check_support(h));
+  FE_OK(what, g.build_plans(h, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE));
+  printf("%s graph built in %.3f s\n", what, now_s() - t0);
+}
+
+int main(int argc, char **argv) {
+  const int cc = lab_cc();
+  gc_attention_init(cc);
+  lab_attn a;
+  if (lab_attn_open(&a, argc, argv, "attention_cudnn") != 0)
+    return 2;
+  cudnnHandle_t h;
+  const double tc = now_s();
+  if (cudnnCreate(&h) != CUDNN_STATUS_SUCCESS) {
+    fprintf(stderr, "cudnnCreate failed: is libcudnn.so.9 on LD_LIBRARY_PATH?\n");
+    return 1;
+  }
+  if (cudnnSetStream(h, a.s) != CUDNN_STATUS_SUCCESS)
+    return 1;
+  printf("cudnnCreate: %.3f s\n", now_s() - tc);
+  printf("cuDNN %zu (headers %d), cudnn-frontend %d\n", cudnnGetVersion(), CUDNN_VERSION,
+         CUDNN_FRONTEND_VERSION);
+  const int64_t C = a.C, B = a.B, T = a.Tn, NH = a.NH;
+  const float scale = (float)(1.0 / sqrt(64.0));
+
+  /* forward */
+  fe::graph::Graph gf;
+  graph_types(gf);
+  auto Q = view(gf, "Q", UQ, &a, 3 * C), K = view(gf, "K", UK, &a, 3 * C),
+       V = view(gf, "V", UV, &a, 3 * C);
+  auto fo = fe::graph::SDPA_attributes()
+                .set_name("attention")
+                .set_generate_stats(true)
+                .set_attn_scale(scale)
+                .set_causal_mask(true);
+  auto [O, S] = gf.sdpa(Q, K, V, fo);
+  O->set_output(true).set_uid(UO).set_dim({B, NH, T, 64}).set_stride({T * C, 64, C, 1});
+  S->set_output(true).set_uid(US).set_data_type(fe::DataType_t::FLOAT)
+      .set_dim({B, NH, T, 1}).set_stride({NH * T, T, 1, 1});
+  finish(gf, h, "forward");
+
+  /* backward, into the packed dQKV layout */
+  fe::graph::Graph gb;
+  graph_types(gb);
+  auto bQ = view(gb, "Q", UQ, &a, 3 * C), bK = view(gb, "K", UK, &a, 3 * C),
+       bV = view(gb, "V", UV, &a, 3 * C), bO = view(gb, "O", UO, &a, C),
+       bdO = view(gb, "dO", UDO, &a, C);
+  auto bS = gb.tensor(fe::graph::Tensor_attributes()
+                          .set_name("Stats")
+                          .set_uid(US)
+                          .set_dim({B, NH, T, 1})
+                          .set_stride({NH * T, T, 1, 1})
+                          .set_data_type(fe::DataType_t::FLOAT));
+  auto bo = fe::graph::SDPA_backward_attributes()
+                .set_name("attention_backward")
+                .set_attn_scale(scale)
+                .set_causal_mask(true);
+  auto [dQ, dK, dV] = gb.sdpa_backward(bQ, bK, bV, bO, bdO, bS, bo);
+  for (auto [t, uid] : {std::pair{dQ, (int)UDQ}, {dK, (int)UDK}, {dV, (int)UDV}})
+    t->set_output(true).set_uid(uid).set_dim({B, NH, T, 64}).set_stride({T * 3 * C, 64, 3 * C, 1});
+  finish(gb, h, "backward");
+
+  /* the same graphs again, every plan of heuristics A and FALLBACK kept */
+  fe::graph::Graph gf2, gb2;
+  for (fe::graph::Graph *g : {&gf2, &gb2}) {
+    graph_types(*g);
+    auto q = view(*g, "Q", UQ, &a, 3 * C), k = view(*g, "K", UK, &a, 3 * C),
+         v = view(*g, "V", UV, &a, 3 * C);
+    if (g == &gf2) {
+      auto [o2, s2] = g->sdpa(q, k, v, fo);
+      o2->set_output(true).set_uid(UO).set_dim({B, NH, T, 64}).set_stride({T * C, 64, C, 1});
+      s2->set_output(true).set_uid(US).set_data_type(fe::DataType_t::FLOAT)
+          .set_dim({B, NH, T, 1}).set_stride({NH * T, T, 1, 1});
+    } else {
+      auto o = view(*g, "O", UO, &a, C), dO = view(*g, "dO", UDO, &a, C);
+      auto st = g->tensor(fe::graph::Tensor_attributes()
+                              .set_name("Stats")
+                              .set_uid(US)
+                              .set_dim({B, NH, T, 1})
+                              .set_stride({NH * T, T, 1, 1})
+                              .set_data_type(fe::DataType_t::FLOAT));
+      auto [q2, k2, v2] = g->sdpa_backward(q, k, v, o, dO, st, bo);
+      for (auto [t, uid] : {std::pair{q2, (int)UDQ}, {k2, (int)UDK}, {v2, (int)UDV}})
+        t->set_output(true).set_uid(uid).set_dim({B, NH, T, 64}).set_stride(
+            {T * 3 * C, 64, 3 * C, 1});
+    }
+    FE_OK("all plans", g->validate());
+    FE_OK("all plans", g->build_operation_graph(h));
+    FE_OK("all plans", g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}));
+    FE_OK("all plans", g->check_support(h));
+  }
+
+  int64_t wsf = 0, wsb = 0;
+  FE_OK("forward workspace", gf.get_workspace_size(wsf));
+  FE_OK("backward workspace", gb.get_workspace_size(wsb));
+  void *ws = nullptr;
+  CK(cudaMalloc(&ws, std::max<int64_t>(std::max(wsf, wsb), 1)));
+  printf("workspace: forward %lld bytes, backward %lld bytes\n", (long long)wsf, (long long)wsb);
+
+  bf16 *qkv = a.qkv;
+  std::unordered_map<fe::graph::Tensor_attributes::uid_t, void *> pf = {
+      {UQ, qkv}, {UK, qkv + C}, {UV, qkv + 2 * C}, {UO, a.out1}, {US, a.lse1}};
+  auto fwd = [&] { return gf.execute(h, pf, ws).is_good() ? 0 : 1; };
+  OK(fwd());
+  CK(cudaStreamSynchronize(a.s));
+  check("cudnn fwd: output", download(a.out1, a.N * a.C), a.rout, 1e-2);
+  std::vector<double> lse = download(a.lse1, a.nl);
+  for (double &v : lse)
+    v *= 1.4426950408889634; /* natural log -> base 2, as the product keeps it */
+  check("cudnn fwd: log-sum-exp (base 2)", lse, a.rlse, 1e-5);
+  printf("%-44s fwd %.3f ms\n", "cudnn sdpa", lab_median_ms(a.s, 20, fwd));
+
+  bf16 *dqkv = a.dqkv1;
+  std::unordered_map<fe::graph::Tensor_attributes::uid_t, void *> pb = {
+      {UQ, qkv},       {UK, qkv + C},        {UV, qkv + 2 * C},   {UO, a.out1},
+      {US, a.lse1},    {UDO, a.dy},          {UDQ, dqkv},         {UDK, dqkv + C},
+      {UDV, dqkv + 2 * C}};
+  lab_attn_bwd(&a, "cudnn sdpa backward", [&] { return gb.execute(h, pb, ws).is_good() ? 0 : 1; });
+  /* one layer's attention, forward and backward, as a step runs it */
+  printf("%-44s fwd+bwd %.3f ms\n", "cudnn sdpa", lab_median_ms(a.s, 20, [&] {
+           return fwd() || gb.execute(h, pb, ws).is_good() == false;
+         }));
+  printf("%-44s fwd+bwd %.3f ms\n", "product", lab_median_ms(a.s, 20, [&] {
+           return gc_attention_fwd<bf16>(a.out0, a.lse0, a.qkv, a.B, a.Tn, a.NH, 64, a.s) ||
+                  gc_attention_bwd<bf16>(a.dqkv0, a.scratch, a.dy, a.qkv, a.out0, a.lse0, a.B,
+                                         a.Tn, a.NH, 64, a.s);
+         }));
+  /* every execution plan cuDNN's heuristics offer (modes A and FALLBACK),
+   * each built, checked against the product's outputs and timed: is the
+   * heuristic's first choice (the one above) the fastest? */
+  struct cand {
+    const char *what;
+    fe::graph::Graph *g;
+    std::unordered_map<fe::graph::Tensor_attributes::uid_t, void *> *pack;
+    bf16 *dst;
+    size_t n;
+    const std::vector<double> *ref;
+  } cands[] = {{"fwd", &gf2, &pf, a.out1, a.N * a.C, &a.rout},
+               {"bwd", &gb2, &pb, a.dqkv1, a.N * 3 * a.C, &a.rdqkv}};
+  for (const cand &c : cands) {
+    const int64_t np = c.g->get_execution_plan_count();
+    printf("%s: %lld execution plans\n", c.what, (long long)np);
+    for (int64_t i = 0; i < np; i++) {
+      char what[96];
+      snprintf(what, sizeof(what), "cudnn %s plan %lld", c.what, (long long)i);
+      if (!c.g->build_plan_at_index(h, i).is_good()) {
+        printf("%-44s not buildable\n", what);
+        continue;
+      }
+      int64_t w = 0;
+      void *wsi = nullptr;
+      if (!c.g->get_workspace_size_plan_at_index(i, w).is_good())
+        continue;
+      CK(cudaMalloc(&wsi, std::max<int64_t>(w, 256)));
+      auto run = [&] { return c.g->execute_plan_at_index(h, *c.pack, wsi, i).is_good() ? 0 : 1; };
+      CK(cudaMemset(c.dst, 0xff, c.n * sizeof(bf16)));
+      if (run() != 0) {
+        printf("%-44s does not run\n", what);
+        CK(cudaFree(wsi));
+        continue;
+      }
+      CK(cudaStreamSynchronize(a.s));
+      check(what, download(c.dst, c.n), *c.ref, 2e-2);
+      printf("%-44s %s %.3f ms (workspace %lld)\n", what, c.what, lab_median_ms(a.s, 20, run),
+             (long long)w);
+      CK(cudaFree(wsi));
+    }
+  }
+
+  /* train_gpt replays its step as a CUDA graph: the same calls captured,
+   * then replayed, must give the eager result */
+  cudaGraph_t cg;
+  cudaGraphExec_t ge;
+  CK(cudaMemset(a.dqkv1, 0xff, a.N * 3 * a.C * sizeof(bf16)));
+  CK(cudaStreamBeginCapture(a.s, cudaStreamCaptureModeThreadLocal));
+  int crc = fwd() || gb.execute(h, pb, ws).is_good() == false;
+  CK(cudaStreamEndCapture(a.s, &cg));
+  OK(crc);
+  CK(cudaGraphInstantiate(&ge, cg, 0));
+  CK(cudaGraphLaunch(ge, a.s));
+  CK(cudaStreamSynchronize(a.s));
+  check("cudnn fwd+bwd captured in a CUDA graph", download(a.dqkv1, a.N * 3 * a.C), a.rdqkv,
+        2e-2);
+  printf("%-44s fwd+bwd %.3f ms\n", "cudnn sdpa, graph replay",
+         lab_median_ms(a.s, 20, [&] { return cudaGraphLaunch(ge, a.s) != cudaSuccess; }));
+  cudnnDestroy(h);
+  return g_failures ? 1 : 0;
+}
