@@ -221,7 +221,9 @@ int gc_attention_fwd(T *out, float *lse, const T *qkv, int B, int Tn, int NH,
                      int hd, cudaStream_t s) {
   if (gc_dnn_t *d = dnn_for(gc_type<T>::dtype, B, Tn, NH)) {
     if (g_dnn.fwd(d, out, lse, qkv, s) != 0)
-      return gc_fail(-EIO, "attention", "cuDNN's attention forward failed to launch",
+      return gc_fail(-EIO, "attention",
+                     "cuDNN's attention forward failed to launch (GPT_CUDA_CUDNN=0 runs "
+                     "the in-tree kernels instead)",
                      __FILE__, __LINE__);
     return 0;
   }
@@ -250,7 +252,9 @@ int gc_attention_bwd(T *dqkv, float *scratch, const T *dout, const T *qkv,
                      int hd, cudaStream_t s) {
   if (gc_dnn_t *d = dnn_for(gc_type<T>::dtype, B, Tn, NH)) {
     if (g_dnn.bwd(d, dqkv, dout, qkv, out, lse, s) != 0)
-      return gc_fail(-EIO, "attention", "cuDNN's attention backward failed to launch",
+      return gc_fail(-EIO, "attention",
+                     "cuDNN's attention backward failed to launch (GPT_CUDA_CUDNN=0 runs "
+                     "the in-tree kernels instead)",
                      __FILE__, __LINE__);
     return 0;
   }
