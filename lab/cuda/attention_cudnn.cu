@@ -19,11 +19,8 @@
 #include <cstring> /* cudnn-frontend uses std::strlen without it */
 #include <cudnn_frontend.h>
 
+#include "attention_cudnn_graph.cuh"
 #include "lab_attention.cuh"
-
-namespace fe = cudnn_frontend;
-
-enum { UQ = 1, UK, UV, UO, US, UDO, UDQ, UDK, UDV };
 
 #define FE_OK(what, expr)                                                                   \
   do {                                                                                      \
@@ -34,32 +31,23 @@ enum { UQ = 1, UK, UV, UO, US, UDO, UDQ, UDK, UDV };
     }                                                                                       \
   } while (0)
 
-static std::shared_ptr<fe::graph::Tensor_attributes>
-view(fe::graph::Graph &g, const char *name, int uid, const lab_attn *a, int64_t row) {
-  const int64_t B = a->B, T = a->Tn, NH = a->NH, HD = 64;
-  return g.tensor(fe::graph::Tensor_attributes()
-                      .set_name(name)
-                      .set_uid(uid)
-                      .set_dim({B, NH, T, HD})
-                      .set_stride({T * row, HD, row, 1}));
-}
-
-static void graph_types(fe::graph::Graph &g) {
-  g.set_io_data_type(fe::DataType_t::BFLOAT16)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-}
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void finish(fe::graph::Graph &g, cudnnHandle_t h, const char *what) {
+/* The product's way (the heuristic's first plan built), or with every plan
+ * of heuristics A and FALLBACK listed and none built (all = 1). */
+static void finish(fe::graph::Graph &g, cudnnHandle_t h, const char *what, int all = 0) {
   const double t0 = now_s();
   FE_OK(what, g.validate());
   FE_OK(what, g.build_operation_graph(h));
+  if (all) {
+    FE_OK(what, g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}));
+    FE_OK(what, g.check_support(h));
+    return;
+  }
   FE_OK(what, g.create_execution_plans({fe::HeurMode_t::A}));
   FE_OK(what, g.check_support(h));
   FE_OK(what, g.build_plans(h, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE));
@@ -84,74 +72,18 @@ int main(int argc, char **argv) {
   printf("cuDNN %zu (headers %d), cudnn-frontend %d\n", cudnnGetVersion(), CUDNN_VERSION,
          CUDNN_FRONTEND_VERSION);
   const int64_t C = a.C, B = a.B, T = a.Tn, NH = a.NH;
-  const float scale = (float)(1.0 / sqrt(64.0));
 
-  /* forward */
-  fe::graph::Graph gf;
-  graph_types(gf);
-  auto Q = view(gf, "Q", UQ, &a, 3 * C), K = view(gf, "K", UK, &a, 3 * C),
-       V = view(gf, "V", UV, &a, 3 * C);
-  auto fo = fe::graph::SDPA_attributes()
-                .set_name("attention")
-                .set_generate_stats(true)
-                .set_attn_scale(scale)
-                .set_causal_mask(true);
-  auto [O, S] = gf.sdpa(Q, K, V, fo);
-  O->set_output(true).set_uid(UO).set_dim({B, NH, T, 64}).set_stride({T * C, 64, C, 1});
-  S->set_output(true).set_uid(US).set_data_type(fe::DataType_t::FLOAT)
-      .set_dim({B, NH, T, 1}).set_stride({NH * T, T, 1, 1});
+  /* the product's graphs (model/cuda/attention_cudnn_graph.cuh), built as
+   * the product builds them; then again with every plan listed */
+  fe::graph::Graph gf, gb, gf2, gb2;
+  dnn_describe_fwd(gf, 0, B, T, NH, 64);
   finish(gf, h, "forward");
-
-  /* backward, into the packed dQKV layout */
-  fe::graph::Graph gb;
-  graph_types(gb);
-  auto bQ = view(gb, "Q", UQ, &a, 3 * C), bK = view(gb, "K", UK, &a, 3 * C),
-       bV = view(gb, "V", UV, &a, 3 * C), bO = view(gb, "O", UO, &a, C),
-       bdO = view(gb, "dO", UDO, &a, C);
-  auto bS = gb.tensor(fe::graph::Tensor_attributes()
-                          .set_name("Stats")
-                          .set_uid(US)
-                          .set_dim({B, NH, T, 1})
-                          .set_stride({NH * T, T, 1, 1})
-                          .set_data_type(fe::DataType_t::FLOAT));
-  auto bo = fe::graph::SDPA_backward_attributes()
-                .set_name("attention_backward")
-                .set_attn_scale(scale)
-                .set_causal_mask(true);
-  auto [dQ, dK, dV] = gb.sdpa_backward(bQ, bK, bV, bO, bdO, bS, bo);
-  for (auto [t, uid] : {std::pair{dQ, (int)UDQ}, {dK, (int)UDK}, {dV, (int)UDV}})
-    t->set_output(true).set_uid(uid).set_dim({B, NH, T, 64}).set_stride({T * 3 * C, 64, 3 * C, 1});
+  dnn_describe_bwd(gb, 0, B, T, NH, 64);
   finish(gb, h, "backward");
-
-  /* the same graphs again, every plan of heuristics A and FALLBACK kept */
-  fe::graph::Graph gf2, gb2;
-  for (fe::graph::Graph *g : {&gf2, &gb2}) {
-    graph_types(*g);
-    auto q = view(*g, "Q", UQ, &a, 3 * C), k = view(*g, "K", UK, &a, 3 * C),
-         v = view(*g, "V", UV, &a, 3 * C);
-    if (g == &gf2) {
-      auto [o2, s2] = g->sdpa(q, k, v, fo);
-      o2->set_output(true).set_uid(UO).set_dim({B, NH, T, 64}).set_stride({T * C, 64, C, 1});
-      s2->set_output(true).set_uid(US).set_data_type(fe::DataType_t::FLOAT)
-          .set_dim({B, NH, T, 1}).set_stride({NH * T, T, 1, 1});
-    } else {
-      auto o = view(*g, "O", UO, &a, C), dO = view(*g, "dO", UDO, &a, C);
-      auto st = g->tensor(fe::graph::Tensor_attributes()
-                              .set_name("Stats")
-                              .set_uid(US)
-                              .set_dim({B, NH, T, 1})
-                              .set_stride({NH * T, T, 1, 1})
-                              .set_data_type(fe::DataType_t::FLOAT));
-      auto [q2, k2, v2] = g->sdpa_backward(q, k, v, o, dO, st, bo);
-      for (auto [t, uid] : {std::pair{q2, (int)UDQ}, {k2, (int)UDK}, {v2, (int)UDV}})
-        t->set_output(true).set_uid(uid).set_dim({B, NH, T, 64}).set_stride(
-            {T * 3 * C, 64, 3 * C, 1});
-    }
-    FE_OK("all plans", g->validate());
-    FE_OK("all plans", g->build_operation_graph(h));
-    FE_OK("all plans", g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}));
-    FE_OK("all plans", g->check_support(h));
-  }
+  dnn_describe_fwd(gf2, 0, B, T, NH, 64);
+  finish(gf2, h, "forward, all plans", 1);
+  dnn_describe_bwd(gb2, 0, B, T, NH, 64);
+  finish(gb2, h, "backward, all plans", 1);
 
   int64_t wsf = 0, wsb = 0;
   FE_OK("forward workspace", gf.get_workspace_size(wsf));
@@ -162,7 +94,8 @@ int main(int argc, char **argv) {
 
   bf16 *qkv = a.qkv;
   std::unordered_map<fe::graph::Tensor_attributes::uid_t, void *> pf = {
-      {UQ, qkv}, {UK, qkv + C}, {UV, qkv + 2 * C}, {UO, a.out1}, {US, a.lse1}};
+      {DNN_Q, qkv}, {DNN_K, qkv + C}, {DNN_V, qkv + 2 * C}, {DNN_O, a.out1},
+      {DNN_STATS, a.lse1}};
   auto fwd = [&] { return gf.execute(h, pf, ws).is_good() ? 0 : 1; };
   OK(fwd());
   CK(cudaStreamSynchronize(a.s));
@@ -175,9 +108,9 @@ int main(int argc, char **argv) {
 
   bf16 *dqkv = a.dqkv1;
   std::unordered_map<fe::graph::Tensor_attributes::uid_t, void *> pb = {
-      {UQ, qkv},       {UK, qkv + C},        {UV, qkv + 2 * C},   {UO, a.out1},
-      {US, a.lse1},    {UDO, a.dy},          {UDQ, dqkv},         {UDK, dqkv + C},
-      {UDV, dqkv + 2 * C}};
+      {DNN_Q, qkv},        {DNN_K, qkv + C},   {DNN_V, qkv + 2 * C}, {DNN_O, a.out1},
+      {DNN_STATS, a.lse1}, {DNN_DO, a.dy},     {DNN_DQ, dqkv},       {DNN_DK, dqkv + C},
+      {DNN_DV, dqkv + 2 * C}};
   lab_attn_bwd(&a, "cudnn sdpa backward", [&] { return gb.execute(h, pb, ws).is_good() ? 0 : 1; });
   /* one layer's attention, forward and backward, as a step runs it */
   printf("%-44s fwd+bwd %.3f ms\n", "cudnn sdpa", lab_median_ms(a.s, 20, [&] {

@@ -79,13 +79,25 @@ void gc_attention_variant(int fwd, int bwd) {
 
 void gc_attention_stages(int stages) { (void)stages; }
 
-static gc_dnn_t *dnn_prepared(void);
-static const char *dnn_version(void);
+/* ---- cuDNN's attention (attention_cudnn.h), loaded at run time ----------- */
+static struct {
+  int tried;       /* the library looked for */
+  void *lib;       /* its handle, or NULL */
+  gc_dnn_version_fn version;
+  gc_dnn_open_fn open;
+  gc_dnn_bytes_fn bytes;
+  gc_dnn_fwd_fn fwd;
+  gc_dnn_bwd_fn bwd;
+  gc_dnn_close_fn close;
+  gc_dnn_t *ctx;   /* the prepared shape's graphs, or NULL */
+  int dtype, B, Tn, NH;
+  char status[320];
+} g_dnn;
 
 const char *gc_attention_describe(void) {
   static char buf[96];
-  if (dnn_prepared())
-    snprintf(buf, sizeof(buf), "cuDNN's fused attention (%s)", dnn_version());
+  if (g_dnn.ctx) /* its status is then the library's version */
+    snprintf(buf, sizeof(buf), "cuDNN's fused attention (%s)", g_dnn.status);
   else
     snprintf(buf, sizeof(buf), "fwd %s, bwd %s", fwd_names[g_fwd], bwd_names[g_bwd]);
   return buf;
@@ -101,20 +113,6 @@ size_t gc_attention_scratch(int dtype, int B, int Tn, int NH, int hd) {
   return stats + (gc_attention_fast(dtype, Tn, hd) ? 1 : 3) * acc;
 }
 
-/* ---- cuDNN's attention (attention_cudnn.h), loaded at run time ----------- */
-static struct {
-  int tried;       /* the library looked for */
-  void *lib;       /* its handle, or NULL */
-  gc_dnn_version_fn version;
-  gc_dnn_open_fn open;
-  gc_dnn_bytes_fn bytes;
-  gc_dnn_fwd_fn fwd;
-  gc_dnn_bwd_fn bwd;
-  gc_dnn_close_fn close;
-  gc_dnn_t *ctx;   /* the prepared shape's graphs, or NULL */
-  int dtype, B, Tn, NH;
-  char status[320];
-} g_dnn;
 
 /* dlopen the library: GPT_CUDA_CUDNN's path, else ../lib/libgpt_cudnn.so
  * beside the executable, else the loader's search path. 0 or -1 (status
@@ -171,6 +169,14 @@ static int dnn_load(void) {
   return 0;
 }
 
+/* the prepared graphs when they are for this dtype and shape, else NULL */
+static gc_dnn_t *dnn_for(int dtype, int B, int Tn, int NH) {
+  return g_dnn.ctx && g_dnn.dtype == dtype && g_dnn.B == B && g_dnn.Tn == Tn &&
+                 g_dnn.NH == NH
+             ? g_dnn.ctx
+             : NULL;
+}
+
 void gc_attention_release(void) {
   if (g_dnn.ctx)
     g_dnn.close(g_dnn.ctx);
@@ -178,7 +184,7 @@ void gc_attention_release(void) {
 }
 
 int gc_attention_prepare(int dtype, int B, int Tn, int NH, int hd) {
-  if (g_dnn.ctx && g_dnn.dtype == dtype && g_dnn.B == B && g_dnn.Tn == Tn && g_dnn.NH == NH)
+  if (dnn_for(dtype, B, Tn, NH))
     return 1;
   gc_attention_release();
   if (!gc_attention_fast(dtype, Tn, hd) || g_cc != 90) {
@@ -206,15 +212,6 @@ const char *gc_attention_dnn_status(void) {
   return g_dnn.status[0] ? g_dnn.status : "not prepared";
 }
 
-static gc_dnn_t *dnn_prepared(void) { return g_dnn.ctx; }
-static const char *dnn_version(void) { return g_dnn.status; }
-
-static gc_dnn_t *dnn_for(int dtype, int B, int Tn, int NH) {
-  return g_dnn.ctx && g_dnn.dtype == dtype && g_dnn.B == B && g_dnn.Tn == Tn &&
-                 g_dnn.NH == NH
-             ? g_dnn.ctx
-             : NULL;
-}
 
 template <typename T>
 int gc_attention_fwd(T *out, float *lse, const T *qkv, int B, int Tn, int NH,

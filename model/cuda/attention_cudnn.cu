@@ -9,18 +9,14 @@
 #include <cudnn_frontend.h>
 
 #include "attention_cudnn.h"
-
-namespace fe = cudnn_frontend;
-
-enum { UQ = 1, UK, UV, UO, US, UDO, UDQ, UDK, UDV };
+#include "attention_cudnn_graph.cuh"
 
 struct gc_dnn {
   cudnnHandle_t h = nullptr;
   fe::graph::Graph fwd, bwd;
   void *ws = nullptr;
   int64_t ws_bytes = 0;
-  int64_t C = 0;
-  size_t esize = 2;
+  size_t cbytes = 0; /* C elements of 2 bytes (bf16 or fp16): q to k, k to v */
 };
 
 #define DNN_TRY(what, expr)                                                                 \
@@ -31,24 +27,6 @@ struct gc_dnn {
       return -1;                                                                            \
     }                                                                                       \
   } while (0)
-
-typedef std::shared_ptr<fe::graph::Tensor_attributes> tensor_t;
-
-/* [B, NH, T, HD] over rows of `row` elements (3C for q, k, v and their
- * gradients, C for the output and its gradient) */
-static tensor_t view(fe::graph::Graph &g, const char *name, int uid, int64_t B, int64_t T,
-                     int64_t NH, int64_t HD, int64_t row) {
-  return g.tensor(fe::graph::Tensor_attributes()
-                      .set_name(name)
-                      .set_uid(uid)
-                      .set_dim({B, NH, T, HD})
-                      .set_stride({T * row, HD, row, 1}));
-}
-
-static tensor_t stats(tensor_t t, int64_t B, int64_t T, int64_t NH) {
-  t->set_data_type(fe::DataType_t::FLOAT).set_dim({B, NH, T, 1}).set_stride({NH * T, T, 1, 1});
-  return t;
-}
 
 static int build(fe::graph::Graph &g, cudnnHandle_t h, const char *what, char *err,
                  size_t errlen) {
@@ -62,43 +40,11 @@ static int build(fe::graph::Graph &g, cudnnHandle_t h, const char *what, char *e
 
 static int open_graphs(gc_dnn *d, int half, int64_t B, int64_t T, int64_t NH, int64_t HD,
                        char *err, size_t errlen) {
-  const fe::DataType_t io = half ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16;
-  const float scale = (float)(1.0 / sqrt((double)HD));
-  const int64_t C = NH * HD;
-  for (fe::graph::Graph *g : {&d->fwd, &d->bwd})
-    g->set_io_data_type(io)
-        .set_intermediate_data_type(fe::DataType_t::FLOAT)
-        .set_compute_data_type(fe::DataType_t::FLOAT);
-
-  fe::graph::Graph &f = d->fwd;
-  auto fo = fe::graph::SDPA_attributes()
-                .set_name("attention")
-                .set_generate_stats(true)
-                .set_attn_scale(scale)
-                .set_causal_mask(true);
-  auto [O, S] = f.sdpa(view(f, "Q", UQ, B, T, NH, HD, 3 * C), view(f, "K", UK, B, T, NH, HD, 3 * C),
-                       view(f, "V", UV, B, T, NH, HD, 3 * C), fo);
-  O->set_output(true).set_uid(UO).set_dim({B, NH, T, HD}).set_stride({T * C, HD, C, 1});
-  stats(S, B, T, NH)->set_output(true).set_uid(US);
+  fe::graph::Graph &f = d->fwd, &b = d->bwd;
+  dnn_describe_fwd(f, half, B, T, NH, HD);
   if (build(f, d->h, "forward", err, errlen) != 0)
     return -1;
-
-  fe::graph::Graph &b = d->bwd;
-  auto bo = fe::graph::SDPA_backward_attributes()
-                .set_name("attention backward")
-                .set_attn_scale(scale)
-                .set_causal_mask(true);
-  auto bS = stats(b.tensor(fe::graph::Tensor_attributes().set_name("Stats").set_uid(US)), B, T,
-                  NH);
-  auto [dQ, dK, dV] =
-      b.sdpa_backward(view(b, "Q", UQ, B, T, NH, HD, 3 * C), view(b, "K", UK, B, T, NH, HD, 3 * C),
-                      view(b, "V", UV, B, T, NH, HD, 3 * C), view(b, "O", UO, B, T, NH, HD, C),
-                      view(b, "dO", UDO, B, T, NH, HD, C), bS, bo);
-  const int uids[3] = {UDQ, UDK, UDV};
-  tensor_t outs[3] = {dQ, dK, dV};
-  for (int i = 0; i < 3; i++)
-    outs[i]->set_output(true).set_uid(uids[i]).set_dim({B, NH, T, HD}).set_stride(
-        {T * 3 * C, HD, 3 * C, 1});
+  dnn_describe_bwd(b, half, B, T, NH, HD);
   if (build(b, d->h, "backward", err, errlen) != 0)
     return -1;
 
@@ -112,8 +58,7 @@ static int open_graphs(gc_dnn *d, int half, int64_t B, int64_t T, int64_t NH, in
              (long long)d->ws_bytes);
     return -1;
   }
-  d->C = C;
-  d->esize = 2;
+  d->cbytes = (size_t)(NH * HD) * 2;
   return 0;
 }
 
@@ -168,9 +113,9 @@ extern "C" __attribute__((visibility("default"))) size_t gc_dnn_bytes(const gc_d
 extern "C" __attribute__((visibility("default"))) int
 gc_dnn_fwd(gc_dnn_t *d, void *out, float *lse, const void *qkv, cudaStream_t s) {
   char *q = (char *)qkv;
-  const size_t c = (size_t)d->C * d->esize;
+  const size_t c = d->cbytes;
   std::unordered_map<fe::graph::Tensor_attributes::uid_t, void *> pack = {
-      {UQ, q}, {UK, q + c}, {UV, q + 2 * c}, {UO, out}, {US, lse}};
+      {DNN_Q, q}, {DNN_K, q + c}, {DNN_V, q + 2 * c}, {DNN_O, out}, {DNN_STATS, lse}};
   if (cudnnSetStream(d->h, s) != CUDNN_STATUS_SUCCESS)
     return -1;
   return d->fwd.execute(d->h, pack, d->ws).is_good() ? 0 : -1;
@@ -180,11 +125,11 @@ extern "C" __attribute__((visibility("default"))) int
 gc_dnn_bwd(gc_dnn_t *d, void *dqkv, const void *dout, const void *qkv, const void *out,
            const float *lse, cudaStream_t s) {
   char *q = (char *)qkv, *dq = (char *)dqkv;
-  const size_t c = (size_t)d->C * d->esize;
+  const size_t c = d->cbytes;
   std::unordered_map<fe::graph::Tensor_attributes::uid_t, void *> pack = {
-      {UQ, q},         {UK, q + c},           {UV, q + 2 * c},  {UO, (void *)out},
-      {US, (void *)lse}, {UDO, (void *)dout}, {UDQ, dq},        {UDK, dq + c},
-      {UDV, dq + 2 * c}};
+      {DNN_Q, q},          {DNN_K, q + c},           {DNN_V, q + 2 * c},
+      {DNN_O, (void *)out}, {DNN_STATS, (void *)lse}, {DNN_DO, (void *)dout},
+      {DNN_DQ, dq},        {DNN_DK, dq + c},         {DNN_DV, dq + 2 * c}};
   if (cudnnSetStream(d->h, s) != CUDNN_STATUS_SUCCESS)
     return -1;
   return d->bwd.execute(d->h, pack, d->ws).is_good() ? 0 : -1;
