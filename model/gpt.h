@@ -112,7 +112,11 @@ typedef struct gpt_backend_ops_s {
    * *loss: mean cross-entropy of this micro-batch (host float). */
   int (*forward)(gpt_backend_t *m, const int32_t *tokens,
                  const int32_t *targets, float *loss);
-  /* Zero the accumulated gradient (start of a step). */
+  /* Zero the accumulated gradient (start of a step). The CUDA backend
+   * defers it to the next backward, which then writes instead of adding;
+   * grad_norm, grad_sumsq, adamw and grad_buffer called before that
+   * backward see zeros (grad_buffer clears the buffer first: a pointer
+   * kept from an earlier call shows the old values until a backward). */
   int (*zero_grad)(gpt_backend_t *m);
   /* Backward of the last forward, seeded with loss_scale / (B*T) per token,
    * added to the accumulated gradient (see "Accumulation order"). cb may be

@@ -110,6 +110,16 @@ struct gpt_backend_s {
   double *d_sumsq, *h_sumsq;
   gc_chunk_t *chunks;
   int nchunks, chunk_rows;
+  /* zero_grad is deferred: grads_fresh says the gradient counts as zero.
+   * The next backward then writes the large tensors (the tied wte's and
+   * each layer's four weight matrices: products with beta 0, the wte
+   * gradient by a scaled copy) instead of adding to them, and first zeroes
+   * the rest, the chunks zchunks (biases, LayerNorms, wpe: what kernels
+   * add to with atomics). That saves clearing np floats and reading the
+   * old weight gradients back. Anything else that reads the gradient while
+   * it is fresh clears all of it first (clear_fresh). */
+  int grads_fresh, nzchunks;
+  gc_chunk_t *zchunks;
   int *d_tok, *d_tgt;
   int *h_tok, *h_tgt; /* pinned */
   float *h_losses, *h_norm;
@@ -121,7 +131,7 @@ struct gpt_backend_s {
    * one eager run of it (warm_*), which did the first-use tuning. */
   int graph, graph_fault;
   long warm_fwd, warm_bwd, eager_fwd, eager_bwd;
-  gc_graph_t g_fwd, g_bwd;
+  gc_graph_t g_fwd, g_bwd, g_bwd1; /* g_bwd1: a backward onto fresh gradients */
   /* profile */
   int prof_on, prof_n;
   int prof_cls[PROF_POOL];
@@ -215,8 +225,9 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
     snprintf(graphs, sizeof(graphs), "off");
   else
     snprintf(graphs, sizeof(graphs), "%s (%ld captures, %ld launches)",
-             m->graph > 0 ? "on" : "given up", m->g_fwd.captures + m->g_bwd.captures,
-             m->g_fwd.launches + m->g_bwd.launches);
+             m->graph > 0 ? "on" : "given up",
+             m->g_fwd.captures + m->g_bwd.captures + m->g_bwd1.captures,
+             m->g_fwd.launches + m->g_bwd.launches + m->g_bwd1.launches);
   snprintf(buf, n,
            "%s (sm_%d, %d SMs), %s, attention: %s%s%s, cuBLASLt: %d products tuned, %d "
            "from the tuning cache, %d epilogue fallbacks, GELU' %s, backward on %d stream(s), "
@@ -242,16 +253,18 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
 extern "C" void gpt_cuda_graph_enable(gpt_backend_t *m, int on) {
   gc_graph_reset(&m->g_fwd);
   gc_graph_reset(&m->g_bwd);
+  gc_graph_reset(&m->g_bwd1);
   memset(&m->g_fwd, 0, sizeof(m->g_fwd));
   memset(&m->g_bwd, 0, sizeof(m->g_bwd));
+  memset(&m->g_bwd1, 0, sizeof(m->g_bwd1));
   m->eager_fwd = m->eager_bwd = 0;
   m->graph = on != 0;
   m->graph_fault = 0;
 }
 
 extern "C" int gpt_cuda_graph_stats(const gpt_backend_t *m, gpt_cuda_graph_stats_t *st) {
-  st->captures = m->g_fwd.captures + m->g_bwd.captures;
-  st->launches = m->g_fwd.launches + m->g_bwd.launches;
+  st->captures = m->g_fwd.captures + m->g_bwd.captures + m->g_bwd1.captures;
+  st->launches = m->g_fwd.launches + m->g_bwd.launches + m->g_bwd1.launches;
   st->eager_forwards = m->eager_fwd;
   st->eager_backwards = m->eager_bwd;
   return m->graph;
@@ -313,6 +326,7 @@ static int graph_step(gpt_backend_t *m, gc_graph_t *g, uint64_t key, int (*fn)(v
   m->graph_fault = 0;
   gc_graph_reset(&m->g_fwd);
   gc_graph_reset(&m->g_bwd);
+  gc_graph_reset(&m->g_bwd1);
   snprintf(what, sizeof(what), "%s; training goes on without CUDA graphs (GPT_CUDA_GRAPH=0 "
            "avoids the attempt)", why);
   rt_report_error("gpt_cuda", "CUDA graph capture", what, __FILE__, __LINE__);
@@ -442,16 +456,21 @@ static int forward_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *tar
 
 /* ---- backward ------------------------------------------------------------- */
 /* The device work of backward, each token's gradient scaled by sc; cb (may
- * be NULL) is called per segment when last != 0. Captured with cb NULL. */
+ * be NULL) is called per segment when last != 0. Captured with cb NULL.
+ * first: the gradient is fresh (zero_grad): written, not added to. */
 template <typename T>
 static int backward_enqueue(gpt_backend_t *m, float sc, int last, gpt_segment_cb cb,
-                            void *cb_arg) {
+                            void *cb_arg, int first) {
   const gpt_config_t *c = &m->c;
   const int N = m->N, C = c->channels, L = c->num_layers, NH = c->num_heads;
   const int Vp = c->padded_vocab;
   cudaStream_t s = m->st;
   T *dres = (T *)m->dres, *dbuf = (T *)m->dbuf, *dbig = (T *)m->dbig;
-  PROF(m, GPT_PROF_OTHER, gc_axpy(G(m, GPT_WTE, 0), m->dwte_tmp, sc, (size_t)Vp * C, s));
+  const float beta = first ? 0.f : 1.f; /* the weight-gradient products' */
+  if (first)
+    PROF(m, GPT_PROF_OTHER, gc_zero_chunks(m->grad, m->zchunks, m->nzchunks, s));
+  PROF(m, GPT_PROF_OTHER,
+       gc_axpy(G(m, GPT_WTE, 0), m->dwte_tmp, sc, (size_t)Vp * C, !first, s));
   /* Each LayerNorm backward also sums the residual gradient it writes over
    * tokens: the bias gradient of the projection that fed that residual
    * (fcproj of the layer below, attproj of the same layer). */
@@ -494,14 +513,14 @@ static int backward_enqueue(gpt_backend_t *m, float sc, int last, gpt_segment_cb
     FORK(0);
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_w<T>(mmw, s2, "fcproj dW", G(m, GPT_FCPROJW, l), dres, fchg, N, 4 * C, C,
-                         1.f, 1.f));
+                         1.f, beta));
     DONE(0);
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_in_dgelu<T>(m->mm, s, "fcproj dX", dbig, dres, W<T>(m, GPT_FCPROJW, l), fch,
                                 G(m, GPT_FCB, l), N, 4 * C, C, m->sm_count));
     FORK(1);
     PROF(m, GPT_PROF_MM_BWD,
-         linear_bwd_w<T>(mmw, s2, "fc dW", G(m, GPT_FCW, l), dbig, ln2, N, C, 4 * C, 1.f, 1.f));
+         linear_bwd_w<T>(mmw, s2, "fc dW", G(m, GPT_FCW, l), dbig, ln2, N, C, 4 * C, 1.f, beta));
     DONE(1);
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_in<T>(m->mm, s, "fc dX", dbuf, dbig, W<T>(m, GPT_FCW, l), N, C, 4 * C));
@@ -514,7 +533,7 @@ static int backward_enqueue(gpt_backend_t *m, float sc, int last, gpt_segment_cb
     FORK(2);
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_w<T>(mmw, s2, "attproj dW", G(m, GPT_ATTPROJW, l), dres, atty, N, C, C, 1.f,
-                         1.f));
+                         beta));
     DONE(2);
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_in<T>(m->mm, s, "attproj dX", dbuf, dres, W<T>(m, GPT_ATTPROJW, l), N, C, C));
@@ -525,7 +544,7 @@ static int backward_enqueue(gpt_backend_t *m, float sc, int last, gpt_segment_cb
     PROF(m, GPT_PROF_MM_BWD, gc_colsum<T>(G(m, GPT_QKVB, l), dbig, N, 3 * C, m->sm_count, s));
     FORK(3);
     PROF(m, GPT_PROF_MM_BWD,
-         linear_bwd_w<T>(mmw, s2, "qkv dW", G(m, GPT_QKVW, l), dbig, ln1, N, C, 3 * C, 1.f, 1.f));
+         linear_bwd_w<T>(mmw, s2, "qkv dW", G(m, GPT_QKVW, l), dbig, ln1, N, C, 3 * C, 1.f, beta));
     DONE(3);
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_in<T>(m->mm, s, "qkv dX", dbuf, dbig, W<T>(m, GPT_QKVW, l), N, C, 3 * C));
@@ -557,10 +576,11 @@ static int backward_enqueue(gpt_backend_t *m, float sc, int last, gpt_segment_cb
 struct bwd_work {
   gpt_backend_t *m;
   float sc;
+  int first;
 };
 template <typename T> static int backward_capture(void *p) {
   const bwd_work *w = (const bwd_work *)p;
-  return backward_enqueue<T>(w->m, w->sc, 0, NULL, NULL);
+  return backward_enqueue<T>(w->m, w->sc, 0, NULL, NULL, w->first);
 }
 
 template <typename T>
@@ -570,19 +590,24 @@ static int backward_t(gpt_backend_t *m, float loss_scale, int last, gpt_segment_
     return gc_fail(-EINVAL, "backward", "no forward with targets before it", __FILE__, __LINE__);
   m->fwd_grad = 0;
   const float sc = loss_scale / (float)m->N;
+  const int first = m->grads_fresh;
   if (!(last && cb) && graph_ready(m, m->warm_bwd)) {
     /* the scale is a kernel argument: part of the key, as is the side
-     * stream */
+     * stream; a backward onto fresh gradients has a graph of its own */
     uint32_t bits;
     memcpy(&bits, &sc, sizeof(bits));
-    bwd_work w = {m, sc};
-    const int done = graph_step(m, &m->g_bwd, (uint64_t)bits | (uint64_t)(m->st2 != NULL) << 32,
-                                backward_capture<T>, &w);
+    bwd_work w = {m, sc, first};
+    const int done =
+        graph_step(m, first ? &m->g_bwd1 : &m->g_bwd,
+                   (uint64_t)bits | (uint64_t)(m->st2 != NULL) << 32, backward_capture<T>, &w);
     GC_TRY(done);
-    if (done)
+    if (done) {
+      m->grads_fresh = 0;
       return 0;
+    }
   }
-  GC_TRY(backward_enqueue<T>(m, sc, last, cb, cb_arg));
+  GC_TRY(backward_enqueue<T>(m, sc, last, cb, cb_arg, first));
+  m->grads_fresh = 0;
   m->eager_bwd++;
   if (!m->prof_on)
     m->warm_bwd++;
@@ -662,6 +687,66 @@ static int build_chunks(gpt_backend_t *m, size_t lo, size_t hi) {
   cudaFree(m->chunks);
   m->chunks = d;
   m->nchunks = n;
+  return 0;
+}
+
+/* The chunks a backward onto fresh gradients zeroes first: every tensor
+ * but wte and the four weight matrices of each layer (which it writes
+ * whole), contiguous runs merged, cut in pieces of 64 Ki floats. */
+static int cmp_chunk(const void *a, const void *b) {
+  const gc_chunk_t *x = (const gc_chunk_t *)a, *y = (const gc_chunk_t *)b;
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+static int build_zchunks(gpt_backend_t *m) {
+  const gpt_config_t *c = &m->c;
+  const size_t piece = 65536;
+  const int L = c->num_layers, nt = 2 + 12 * L + 2 + 1;
+  /* the tensors to zero, in layout order: one "chunk" each for now */
+  gc_chunk_t *t = (gc_chunk_t *)calloc((size_t)nt, sizeof(*t));
+  if (!t)
+    return -ENOMEM;
+  int k = 0;
+  for (int which = GPT_WPE; which <= GPT_LNFB; which++) {
+    const int whole = which == GPT_QKVW || which == GPT_ATTPROJW || which == GPT_FCW ||
+                      which == GPT_FCPROJW;
+    const int nl = which >= GPT_LN1W && which <= GPT_FCPROJB ? L : 1;
+    for (int l = 0; l < nl && !whole; l++) {
+      size_t cnt;
+      t[k].start = gpt_tensor_offset(c, which, l, &cnt);
+      t[k++].len = (unsigned)cnt;
+    }
+  }
+  qsort(t, (size_t)k, sizeof(*t), cmp_chunk);
+  /* merge the runs, then cut them: at most np / piece + k pieces */
+  int nr = 0;
+  for (int i = 0; i < k; i++) {
+    if (t[i].len == 0)
+      continue;
+    if (nr > 0 && t[nr - 1].start + t[nr - 1].len == t[i].start)
+      t[nr - 1].len += t[i].len;
+    else
+      t[nr++] = t[i];
+  }
+  const size_t most = m->np / piece + (size_t)nr + 1;
+  gc_chunk_t *h = (gc_chunk_t *)calloc(most, sizeof(*h));
+  int n = 0;
+  for (int i = 0; h && i < nr; i++)
+    for (size_t s0 = 0; s0 < t[i].len; s0 += piece) {
+      h[n].start = t[i].start + s0;
+      h[n].len = (unsigned)(t[i].len - s0 < piece ? t[i].len - s0 : piece);
+      n++;
+    }
+  free(t);
+  if (!h)
+    return -ENOMEM;
+  cudaError_t e = cudaMalloc((void **)&m->zchunks, (size_t)(n > 0 ? n : 1) * sizeof(*h));
+  if (e == cudaSuccess && n > 0)
+    e = cudaMemcpy(m->zchunks, h, (size_t)n * sizeof(*h), cudaMemcpyHostToDevice);
+  free(h);
+  if (e != cudaSuccess)
+    return gc_cuda_fail(e, "cudaMalloc/cudaMemcpy(gradient chunks to zero)", __FILE__,
+                        __LINE__);
+  m->nzchunks = n;
   return 0;
 }
 
@@ -807,6 +892,8 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
      * graphs built now, outside any capture; its workspace counted */
     (void)gc_attention_prepare(dtype, B, T, (int)c->num_heads, hd);
     rc = build_chunks(m, 0, m->np);
+    if (rc == 0)
+      rc = build_zchunks(m);
     if (rc < 0)
       goto fail;
     CK(cudaStreamSynchronize(m->st));
@@ -828,6 +915,7 @@ static void destroy(gpt_backend_t *m) {
     cudaStreamSynchronize(m->st2);
   gc_graph_reset(&m->g_fwd);
   gc_graph_reset(&m->g_bwd);
+  gc_graph_reset(&m->g_bwd1);
   for (int i = 0; i < 2 * PROF_POOL; i++)
     if (m->prof_ev[i])
       cudaEventDestroy(m->prof_ev[i]);
@@ -847,6 +935,7 @@ static void destroy(gpt_backend_t *m) {
   cudaFree(m->adam_m);
   cudaFree(m->adam_v);
   cudaFree(m->chunks);
+  cudaFree(m->zchunks);
   cudaFree(m->arena);
   for (int i = 0; i < 4; i++) {
     if (m->ev_fork[i])
@@ -930,11 +1019,21 @@ static int forward(gpt_backend_t *m, const int32_t *tokens, const int32_t *targe
   }
 }
 
+/* Deferred to the next backward (grads_fresh). */
 static int zero_grad(gpt_backend_t *m) {
+  m->grads_fresh = 1;
+  return 0;
+}
+
+/* A fresh gradient read before a backward wrote it: zeroes, as promised. */
+static int clear_fresh(gpt_backend_t *m) {
+  if (!m->grads_fresh)
+    return 0;
   PROF(m, GPT_PROF_OTHER, [&]() -> int {
     GC_CUDA(cudaMemsetAsync(m->grad, 0, m->np * 4, m->st));
     return 0;
   }());
+  m->grads_fresh = 0;
   return 0;
 }
 
@@ -954,11 +1053,14 @@ static int backward(gpt_backend_t *m, float loss_scale, int last, gpt_segment_cb
 static void *grad_buffer(gpt_backend_t *m, int *dtype) {
   if (dtype)
     *dtype = GPT_FP32;
+  if (clear_fresh(m) < 0)
+    return NULL;
   return m->grad;
 }
 
 /* The sums of squares of blocks [b0, b1) into the pinned h_sumsq. */
 static int sumsq(gpt_backend_t *m, size_t b0, size_t b1) {
+  GC_TRY(clear_fresh(m));
   PROF(m, GPT_PROF_NORM,
        gc_sumsq_blocks(m->d_sumsq, m->grad, m->np, m->nblock, b0, b1 - b0, m->st));
   if (b1 > b0)
@@ -1035,6 +1137,7 @@ static void *param_buffer(gpt_backend_t *m) { return m->master; }
 
 /* Over this rank's shard [lo, hi) only (all of it unsharded). */
 template <typename T> static int adamw_t(gpt_backend_t *m, const gpt_adamw_t *a, T *plow) {
+  GC_TRY(clear_fresh(m));
   const float bc1 = 1.f - powf(a->beta1, (float)a->t);
   const float bc2 = 1.f - powf(a->beta2, (float)a->t);
   /* Chunks carry 0 or 1 as their decay flag; scale by the step's factor. */

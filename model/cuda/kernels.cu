@@ -704,14 +704,28 @@ int gc_colsum(float *out, const T *x, int M, int N, int sm_count, cudaStream_t s
 }
 
 /* ---- small vector operations ----------------------------------------------*/
-__global__ void axpy_kernel(float *dst, const float *src, float a, size_t n) {
+__global__ void axpy_kernel(float *dst, const float *src, float a, size_t n, int add) {
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n)
-    dst[i] += a * src[i];
+    dst[i] = add ? dst[i] + a * src[i] : a * src[i];
 }
-int gc_axpy(float *dst, const float *src, float scale, size_t n, cudaStream_t s) {
-  axpy_kernel<<<gc_cdiv((long)n, 256), 256, 0, s>>>(dst, src, scale, n);
+int gc_axpy(float *dst, const float *src, float scale, size_t n, int add, cudaStream_t s) {
+  axpy_kernel<<<gc_cdiv((long)n, 256), 256, 0, s>>>(dst, src, scale, n, add);
   GC_LAUNCH("axpy_kernel");
+  return 0;
+}
+
+/* One block a chunk: g[start, start + len) = 0. */
+__global__ void zero_chunks_kernel(float *g, const gc_chunk_t *chunks) {
+  const gc_chunk_t ck = chunks[blockIdx.x];
+  for (unsigned j = threadIdx.x; j < ck.len; j += blockDim.x)
+    g[ck.start + j] = 0.f;
+}
+int gc_zero_chunks(float *g, const gc_chunk_t *chunks, int nchunks, cudaStream_t s) {
+  if (nchunks == 0)
+    return 0;
+  zero_chunks_kernel<<<nchunks, 256, 0, s>>>(g, chunks);
+  GC_LAUNCH("zero_chunks_kernel");
   return 0;
 }
 

@@ -105,8 +105,9 @@ int gc_dgelu_colsum(float *out, T *d, const T *pre, int M, int N, int sm_count,
 
 /* 0, or a reported -ENOEXEC when this build has no code for the device. */
 int gc_check_image(int cc);
-/* dst += scale * src */
-int gc_axpy(float *dst, const float *src, float scale, size_t n, cudaStream_t s);
+/* dst += scale * src; dst = scale * src when add is 0 (dst not read) */
+int gc_axpy(float *dst, const float *src, float scale, size_t n, int add, cudaStream_t s);
+
 /* dst = (T)src */
 template <typename T>
 int gc_convert(T *dst, const float *src, size_t n, cudaStream_t s);
@@ -119,6 +120,8 @@ typedef struct gc_chunk_s {
   unsigned int len;
   float wd;
 } gc_chunk_t;
+/* g's elements in each chunk (start, len; wd unused) set to 0 */
+int gc_zero_chunks(float *g, const gc_chunk_t *chunks, int nchunks, cudaStream_t s);
 template <typename T>
 int gc_adamw(float *p, float *m, float *v, const float *g, T *plow,
              const gc_chunk_t *chunks, int nchunks, float lr, float b1,

@@ -58,6 +58,8 @@ static int on_segment(void *arg, int seg, void *ev) {
 static std::vector<double> grads_of(gpt_backend_t *m, size_t np, double unscale) {
   int dt = -1;
   void *g = ops->grad_buffer(m, &dt);
+  /* the backend's streams do not block: wait for them before the copy */
+  OK(ops->sync(m));
   std::vector<double> h = download((const float *)g, np);
   for (auto &x : h)
     x *= unscale;
@@ -169,6 +171,38 @@ static void test_case(const tcase &tc, rng &r) {
   check(what, g2, g, tc.tol_grad / 10);
   snprintf(what, sizeof(what), "[%s] segments only on the last micro-step", tc.name);
   expect(what, s1.segs.empty() && (int)s2.segs.size() == gpt_num_segments(c));
+
+  /* zero_grad is deferred to the next backward, which writes the large
+   * tensors instead of adding to them and clears the rest first: after the
+   * two micro-steps above (twice the gradient in the buffer), zero_grad and
+   * one micro-step give the first one's gradient again, twice (the second
+   * from a CUDA graph of its own) */
+  for (int k = 0; k < 2; k++) {
+    OK(ops->zero_grad(m));
+    OK(ops->forward(m, bt.tok.data(), bt.tgt.data(), &loss));
+    OK(ops->backward(m, tc.loss_scale, 1, NULL, NULL));
+    OK(ops->sync(m));
+    std::vector<double> g1 = grads_of(m, np, 1.0 / tc.loss_scale);
+    snprintf(what, sizeof(what), "[%s] zero_grad, then one micro-step = the first (%d)",
+             tc.name, k + 1);
+    check(what, g1, g, tc.tol_grad / 10);
+  }
+  /* ... and whatever reads the gradient before a backward sees zeros */
+  OK(ops->zero_grad(m));
+  float zn = -1.f;
+  OK(ops->grad_norm(m, 1.f, &zn));
+  snprintf(what, sizeof(what), "[%s] zero_grad, then grad_norm = 0 (%g)", tc.name, zn);
+  expect(what, zn == 0.f);
+  OK(ops->forward(m, bt.tok.data(), bt.tgt.data(), &loss));
+  OK(ops->backward(m, tc.loss_scale, 1, NULL, NULL));
+  OK(ops->zero_grad(m));
+  std::vector<double> gz = grads_of(m, np, 1.0);
+  size_t nonzero = 0;
+  for (double x : gz)
+    nonzero += x != 0.0;
+  snprintf(what, sizeof(what), "[%s] zero_grad, then grad_buffer: all zero (%zu not)",
+           tc.name, nonzero);
+  expect(what, nonzero == 0);
 
   /* state round trip */
   OK(ops->set_state(m, p1.data(), m1.data(), v1.data()));

@@ -1,0 +1,37 @@
+#!/bin/bash
+# One environment switch of train_gpt's CUDA backend A/B/... in the whole
+# training step, on one GPU, in one call (issue #26): the same gpt_bench
+# binary with VAR set to each of VALUES ("-": unset), alternating ROUNDS
+# times at each size so that clock and thermal drift fall on all of them;
+# gpt2-124m and 350m B16, 774m B8, T 1024, bf16. Prints each run's lines
+# that match SHOW, tokens/s and memory; then the figures by value.
+# usage: bench/gpt_env_ab.sh PATH/TO/gpt_bench VAR "VALUE..."
+# environment: SIZES ("124m 350m 774m"), ROUNDS (2), STEPS (50), BUDGET_S (300),
+#              SHOW (a grep -E pattern for the backend's lines: "tokens/s")
+set -u
+BIN=${1:?usage: gpt_env_ab.sh PATH/TO/gpt_bench VAR \"VALUE...\"}
+VAR=${2:?usage: gpt_env_ab.sh PATH/TO/gpt_bench VAR \"VALUE...\"}
+VALUES=${3:?usage: gpt_env_ab.sh PATH/TO/gpt_bench VAR \"VALUE...\"}
+BUDGET=${BUDGET_S:-300} ROUNDS=${ROUNDS:-2} STEPS=${STEPS:-50} SHOW=${SHOW:-tokens/s}
+. "$(dirname "$0")/gpu_lib.sh"
+T=$(mktemp -d)
+for size in ${SIZES:-124m 350m 774m}; do
+  case $size in
+    124m) shape=(--layers 12 --heads 12 --channels 768 --batch 16) ;;
+    350m) shape=(--layers 24 --heads 16 --channels 1024 --batch 16) ;;
+    774m) shape=(--layers 36 --heads 20 --channels 1280 --batch 8) ;;
+    *) echo "gpt_env_ab.sh: unknown size $size" >&2; exit 2 ;;
+  esac
+  for r in $(seq "$ROUNDS"); do
+    for v in $VALUES; do
+      if [ "$v" = - ]; then e=(-u "$VAR"); else e=("$VAR=$v"); fi
+      step "$size $VAR=$v round $r" 90 env "${e[@]}" "$BIN" "${shape[@]}" --steps "$STEPS" \
+        --profile 0 >"$T/run.txt"
+      grep -E "$SHOW|tokens/s" "$T/run.txt" | sed 's/cuBLASLt.*//'
+      awk -v s="$size" -v m="$VAR=$v" '/^tokens\/s:/ {print s, m, $2}' "$T/run.txt" >>"$T/all.txt"
+    done
+  done
+done
+echo "== by value (tokens/s, in run order)"
+awk '{k=$1" "$2; if (!(k in v)) o[n++]=k; v[k]=v[k]" "$3} END {for (i=0;i<n;i++) print o[i] ":" v[o[i]]}' "$T/all.txt"
+rm -rf "$T"
