@@ -27,7 +27,7 @@ for size in ${SIZES:-124m 350m 774m}; do
       if [ "$v" = - ]; then e=(-u "$VAR"); else e=("$VAR=$v"); fi
       step "$size $VAR=$v round $r" 90 env "${e[@]}" "$BIN" "${shape[@]}" --steps "$STEPS" \
         --profile 0 >"$T/run.txt"
-      grep -E "$SHOW|tokens/s" "$T/run.txt" | sed 's/cuBLASLt.*//'
+      grep -E "$SHOW|tokens/s" "$T/run.txt" | grep -v "^backend after" | cut -c1-400
       awk -v s="$size" -v m="$VAR=$v" '/^tokens\/s:/ {print s, m, $2}' "$T/run.txt" >>"$T/all.txt"
     done
   done

@@ -13,8 +13,7 @@
 #include "tune_cache.h"
 
 #define GC_MM_CACHE 96
-#define GC_MM_CANDS 8      /* candidates timed, by default */
-#define GC_MM_CANDS_MAX 64 /* GPT_CUDA_TUNE_CANDS at most */
+#define GC_MM_CANDS 8
 
 typedef struct mm_key_s {
   int m, n, k, ta, tb, lda, ldb, ldd;
@@ -28,7 +27,7 @@ typedef struct mm_entry_s {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
-  cublasLtMatmulAlgo_t cands[GC_MM_CANDS_MAX]; /* the heuristic's best few */
+  cublasLtMatmulAlgo_t cands[GC_MM_CANDS]; /* the heuristic's best few */
   int ncands, tuned;
 } mm_entry_t;
 
@@ -36,7 +35,7 @@ struct gc_mm_s {
   cublasLtHandle_t lt;
   void *ws;
   size_t ws_size;
-  int allow_fused, tune, ncands; /* ncands: how many of the heuristic's to time */
+  int allow_fused, tune;
   int fallbacks, tuned;
   int choice[GC_CHOICES];
   cudaEvent_t ev[2];
@@ -156,10 +155,6 @@ int gc_mm_create(gc_mm_t **out, size_t workspace, int allow_fused) {
     mm->choice[i] = -1;
   const char *tune = getenv("GPT_CUDA_TUNE");
   mm->tune = !(tune && strcmp(tune, "0") == 0); /* on unless GPT_CUDA_TUNE=0 */
-  const char *nc = getenv("GPT_CUDA_TUNE_CANDS");
-  mm->ncands = nc && atoi(nc) >= 1 ? atoi(nc) : GC_MM_CANDS;
-  if (mm->ncands > GC_MM_CANDS_MAX)
-    mm->ncands = GC_MM_CANDS_MAX;
   cublasStatus_t st = cublasLtCreate(&mm->lt);
   if (st != CUBLAS_STATUS_SUCCESS) {
     free(mm);
@@ -275,10 +270,10 @@ static int mm_build(gc_mm_t *mm, mm_entry_t *x, const gc_mm_args_t *a) {
                                        &align, sizeof(align));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                        &align, sizeof(align));
-  cublasLtMatmulHeuristicResult_t res[GC_MM_CANDS_MAX];
+  cublasLtMatmulHeuristicResult_t res[GC_MM_CANDS];
   int got = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(mm->lt, x->desc, x->la, x->lb, x->lc,
-                                                     x->lc, pref, mm->tune ? mm->ncands : 1,
+                                                     x->lc, pref, mm->tune ? GC_MM_CANDS : 1,
                                                      res, &got);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && got == 0)) {
