@@ -639,12 +639,11 @@ static int check_config(const gpt_config_t *c, int B, int T, int dtype) {
 
 static void destroy(gpt_backend_t *m);
 
-/* AdamW chunks: tensors in layout order, cut in pieces of 64 Ki floats,
- * those that hold parameters of [lo, hi) (all: 0, np); weight decay on the
- * 2-D tensors (gpt.h) is applied with the factor set per step, so here
- * only the 0/1 flag is recorded in wd. Replaces m->chunks. */
-static int build_chunks(gpt_backend_t *m, size_t lo, size_t hi) {
-  const gpt_config_t *c = &m->c;
+/* The chunks (pieces of 64 Ki floats) of the tensors that hold parameters
+ * of [lo, hi), uploaded to *out (NULL when there are none), *n of them.
+ * small_only: every tensor but wte and each layer's four weight matrices. */
+static int make_chunks(const gpt_config_t *c, size_t lo, size_t hi, int small_only,
+                       gc_chunk_t **out, int *nout) {
   const size_t piece = 65536;
   int n = 0;
   gc_chunk_t *h = NULL, *d = NULL;
@@ -653,9 +652,10 @@ static int build_chunks(gpt_backend_t *m, size_t lo, size_t hi) {
     for (int which = GPT_WTE; which <= GPT_LNFB; which++) {
       const int per_layer = which >= GPT_LN1W && which <= GPT_FCPROJB;
       const int nl = per_layer ? c->num_layers : 1;
-      const int decay = which == GPT_WTE || which == GPT_WPE || which == GPT_QKVW ||
-                        which == GPT_ATTPROJW || which == GPT_FCW || which == GPT_FCPROJW;
-      for (int l = 0; l < nl; l++) {
+      const int matrix = which == GPT_WTE || which == GPT_QKVW || which == GPT_ATTPROJW ||
+                         which == GPT_FCW || which == GPT_FCPROJW;
+      const int decay = matrix || which == GPT_WPE;
+      for (int l = 0; l < nl && !(small_only && matrix); l++) {
         size_t cnt, o = gpt_tensor_offset(c, which, l, &cnt);
         for (size_t s0 = 0; s0 < cnt; s0 += piece) {
           const size_t len = cnt - s0 < piece ? cnt - s0 : piece;
@@ -682,72 +682,30 @@ static int build_chunks(gpt_backend_t *m, size_t lo, size_t hi) {
   free(h);
   if (e != cudaSuccess) {
     cudaFree(d);
-    return gc_cuda_fail(e, "cudaMalloc/cudaMemcpy(AdamW chunks)", __FILE__, __LINE__);
+    return gc_cuda_fail(e, "cudaMalloc/cudaMemcpy(chunks)", __FILE__, __LINE__);
   }
+  *out = d;
+  *nout = n;
+  return 0;
+}
+
+/* AdamW's: those of [lo, hi) (all: 0, np); weight decay on the 2-D
+ * tensors (gpt.h) is applied with the factor set per step, so a chunk
+ * records only the 0/1 flag in wd. Replaces m->chunks. */
+static int build_chunks(gpt_backend_t *m, size_t lo, size_t hi) {
+  gc_chunk_t *d = NULL;
+  int n = 0;
+  GC_TRY(make_chunks(&m->c, lo, hi, 0, &d, &n));
   cudaFree(m->chunks);
   m->chunks = d;
   m->nchunks = n;
   return 0;
 }
 
-/* The chunks a backward onto fresh gradients zeroes first: every tensor
- * but wte and the four weight matrices of each layer (which it writes
- * whole), contiguous runs merged, cut in pieces of 64 Ki floats. */
-static int cmp_chunk(const void *a, const void *b) {
-  const gc_chunk_t *x = (const gc_chunk_t *)a, *y = (const gc_chunk_t *)b;
-  return x->start < y->start ? -1 : x->start > y->start;
-}
+/* The ones a backward onto fresh gradients zeroes first: what it does not
+ * write whole (biases, LayerNorms, wpe). */
 static int build_zchunks(gpt_backend_t *m) {
-  const gpt_config_t *c = &m->c;
-  const size_t piece = 65536;
-  const int L = c->num_layers, nt = 2 + 12 * L + 2 + 1;
-  /* the tensors to zero, in layout order: one "chunk" each for now */
-  gc_chunk_t *t = (gc_chunk_t *)calloc((size_t)nt, sizeof(*t));
-  if (!t)
-    return -ENOMEM;
-  int k = 0;
-  for (int which = GPT_WPE; which <= GPT_LNFB; which++) {
-    const int whole = which == GPT_QKVW || which == GPT_ATTPROJW || which == GPT_FCW ||
-                      which == GPT_FCPROJW;
-    const int nl = which >= GPT_LN1W && which <= GPT_FCPROJB ? L : 1;
-    for (int l = 0; l < nl && !whole; l++) {
-      size_t cnt;
-      t[k].start = gpt_tensor_offset(c, which, l, &cnt);
-      t[k++].len = (unsigned)cnt;
-    }
-  }
-  qsort(t, (size_t)k, sizeof(*t), cmp_chunk);
-  /* merge the runs, then cut them: at most np / piece + k pieces */
-  int nr = 0;
-  for (int i = 0; i < k; i++) {
-    if (t[i].len == 0)
-      continue;
-    if (nr > 0 && t[nr - 1].start + t[nr - 1].len == t[i].start)
-      t[nr - 1].len += t[i].len;
-    else
-      t[nr++] = t[i];
-  }
-  const size_t most = m->np / piece + (size_t)nr + 1;
-  gc_chunk_t *h = (gc_chunk_t *)calloc(most, sizeof(*h));
-  int n = 0;
-  for (int i = 0; h && i < nr; i++)
-    for (size_t s0 = 0; s0 < t[i].len; s0 += piece) {
-      h[n].start = t[i].start + s0;
-      h[n].len = (unsigned)(t[i].len - s0 < piece ? t[i].len - s0 : piece);
-      n++;
-    }
-  free(t);
-  if (!h)
-    return -ENOMEM;
-  cudaError_t e = cudaMalloc((void **)&m->zchunks, (size_t)(n > 0 ? n : 1) * sizeof(*h));
-  if (e == cudaSuccess && n > 0)
-    e = cudaMemcpy(m->zchunks, h, (size_t)n * sizeof(*h), cudaMemcpyHostToDevice);
-  free(h);
-  if (e != cudaSuccess)
-    return gc_cuda_fail(e, "cudaMalloc/cudaMemcpy(gradient chunks to zero)", __FILE__,
-                        __LINE__);
-  m->nzchunks = n;
-  return 0;
+  return make_chunks(&m->c, 0, m->np, 1, &m->zchunks, &m->nzchunks);
 }
 
 static int create(const gpt_config_t *c, int B, int T, int dtype, int device, int threads,
