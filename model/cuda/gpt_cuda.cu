@@ -218,7 +218,18 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
   cudaDeviceProp p;
   if (cudaGetDeviceProperties(&p, m->device) != cudaSuccess)
     snprintf(p.name, sizeof(p.name), "?");
-  char graphs[96], dnn[400] = "";
+  char graphs[96], dnn[400] = "", dg[96];
+  const int dgm = *gc_mm_choice(m->mm, GC_CHOICE_DGELU);
+  const float *dgt = gc_mm_choice_ms(m->mm, GC_CHOICE_DGELU);
+  /* with the first call's timings (a call each, column sums included) */
+  snprintf(dg, sizeof(dg), "%s",
+           dgm < 0 ? "not yet chosen" : dgm == 0 ? "in the epilogue" : "as a kernel");
+  if (dgm >= 0 && dgt[0] > 0.f && dgt[1] > 0.f)
+    snprintf(dg + strlen(dg), sizeof(dg) - strlen(dg), " (timed %.3f ms against %.3f)",
+             dgm == 0 ? dgt[0] : dgt[1], dgm == 0 ? dgt[1] : dgt[0]);
+  else if (dgm == 1 && dgt[1] > 0.f)
+    snprintf(dg + strlen(dg), sizeof(dg) - strlen(dg), " (%.3f ms; no DGELU epilogue here)",
+             dgt[1]);
   if (m->cc == 90 && !gc_attention_dnn_bytes())
     snprintf(dnn, sizeof(dnn), " (cuDNN's: %s)", gc_attention_dnn_status());
   if (m->graph == 0)
@@ -242,9 +253,7 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
                : "",
            dnn,
            gc_mm_tuned(m->mm), gc_mm_cache_hits(m->mm), gc_mm_fallbacks(m->mm),
-           *gc_mm_choice(m->mm, GC_CHOICE_DGELU) < 0
-               ? "not yet chosen"
-               : *gc_mm_choice(m->mm, GC_CHOICE_DGELU) == 0 ? "in the epilogue" : "as a kernel",
+           dg,
            m->st2 ? 2 : 1, m->chunk_rows, graphs,
            (double)gpt_cuda_memory(m) / (1024.0 * 1024.0 * 1024.0));
   return buf;

@@ -129,6 +129,8 @@ static inline int linear_bwd_in_dgelu(gc_mm_t *mm, cudaStream_t st, const char *
         return rc;
       GC_TRY(rs);
       *mode = rc == 0 && tf <= ts ? 0 : 1;
+      gc_mm_choice_ms(mm, GC_CHOICE_DGELU)[0] = rc == 0 ? tf / 3 : 0.f;
+      gc_mm_choice_ms(mm, GC_CHOICE_DGELU)[1] = ts / 3;
     }
   }
   int rc = *mode == 0 ? dgelu_fused<T>(&d) : -ENOTSUP;

@@ -38,6 +38,7 @@ struct gc_mm_s {
   int allow_fused, tune;
   int fallbacks, tuned;
   int choice[GC_CHOICES];
+  float choice_ms[GC_CHOICES][2];
   cudaEvent_t ev[2];
   char dev[TC_DEV_MAX]; /* the tuning cache's device key; "" no cache */
   int dev_known;        /* dev is set (at the first product with candidates) */
@@ -204,6 +205,7 @@ int gc_mm_cache_hits(const gc_mm_t *mm) { return mm->cache_hits; }
 int gc_mm_tuning(const gc_mm_t *mm) { return mm->tune; }
 int gc_mm_fused(const gc_mm_t *mm) { return mm->allow_fused; }
 int *gc_mm_choice(gc_mm_t *mm, int slot) { return &mm->choice[slot]; }
+float *gc_mm_choice_ms(gc_mm_t *mm, int slot) { return mm->choice_ms[slot]; }
 
 int gc_mm_time(gc_mm_t *mm, cudaStream_t s, int reps, int (*fn)(void *), void *arg, float *ms) {
   GC_TRY(fn(arg)); /* warm-up */
