@@ -38,6 +38,8 @@ typedef __nv_bfloat16 bf;
     }                                                                                      \
   } while (0)
 
+/* cuBLASLt called directly, not through the product's gc_mm: gc_mm keeps
+ * its candidates' times to itself, and this program prints them. */
 static cublasLtHandle_t lt;
 static void *ws;
 static const size_t WS = 64u << 20;
@@ -110,9 +112,9 @@ static int run(const plan &p, const prob &q, int i, cudaStream_t s) {
              : 1;
 }
 
-/* Every candidate of the heuristic timed (median of 9); the fastest run
- * once more so that D (and the bias gradient) hold its result. RET the
- * best time in ms, 0 when none ran; *first the heuristic's first's. */
+/* Every candidate of the heuristic timed (median of 9) and printed beside
+ * the heuristic's first; the fastest run once more so that D (and the bias
+ * gradient) hold its result. RET the best time in ms, 0 when none ran. */
 static float best_of(const prob &q, const char *label, double gflop, cudaStream_t s) {
   plan p;
   make(p, q);
@@ -142,7 +144,7 @@ static float best_of(const prob &q, const char *label, double gflop, cudaStream_
     return 0.f;
   }
   if (q.bias)
-    CK(cudaMemsetAsync(q.bias, 0, (size_t)(q.epi == CUBLASLT_EPILOGUE_BGRADA ? q.m : q.n) * 4, s));
+    CK(cudaMemsetAsync(q.bias, 0, (size_t)q.n * 4, s)); /* BGRADB's: one a column of D */
   OK(run(p, q, bi, s));
   CK(cudaStreamSynchronize(s));
   printf("%-28s %2d candidates, heuristic's first %7.1f us, best #%d %7.1f us (%.0f TFLOPS)\n",

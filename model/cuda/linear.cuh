@@ -119,18 +119,19 @@ static inline int linear_bwd_in_dgelu(gc_mm_t *mm, cudaStream_t st, const char *
       /* timed into a column-sum buffer of their own: the gradient's bias
        * sums get only the call below */
       dgelu_args<T> t = d;
+      const int reps = 3;
       float tf = 0.f, ts = 0.f;
       GC_CUDA(cudaMalloc((void **)&t.bgrad32, (size_t)K * sizeof(float)));
-      int rc = gc_mm_time(mm, st, 3, dgelu_fused<T>, &t, &tf);
-      int rs = rc < 0 && rc != -ENOTSUP ? rc : gc_mm_time(mm, st, 3, dgelu_split<T>, &t, &ts);
+      int rc = gc_mm_time(mm, st, reps, dgelu_fused<T>, &t, &tf);
+      int rs = rc < 0 && rc != -ENOTSUP ? rc : gc_mm_time(mm, st, reps, dgelu_split<T>, &t, &ts);
       GC_CUDA(cudaStreamSynchronize(st));
       cudaFree(t.bgrad32);
       if (rc < 0 && rc != -ENOTSUP)
         return rc;
       GC_TRY(rs);
       *mode = rc == 0 && tf <= ts ? 0 : 1;
-      gc_mm_choice_ms(mm, GC_CHOICE_DGELU)[0] = rc == 0 ? tf / 3 : 0.f;
-      gc_mm_choice_ms(mm, GC_CHOICE_DGELU)[1] = ts / 3;
+      gc_mm_choice_ms(mm, GC_CHOICE_DGELU)[0] = rc == 0 ? tf / reps : 0.f;
+      gc_mm_choice_ms(mm, GC_CHOICE_DGELU)[1] = ts / reps;
     }
   }
   int rc = *mode == 0 ? dgelu_fused<T>(&d) : -ENOTSUP;

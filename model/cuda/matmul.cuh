@@ -52,8 +52,9 @@ int gc_mm_fused(const gc_mm_t *mm);
  * slot GC_CHOICE_*, -1 until made. */
 enum { GC_CHOICE_DGELU, GC_CHOICES };
 int *gc_mm_choice(gc_mm_t *mm, int slot);
-/* The two timings (ms) that made choice `slot`: both 0 where it was not
- * timed (forced, or no tuning). */
+/* The timings (ms a call) that made choice `slot`, [0] the fused way's,
+ * [1] the other's: 0 where not timed (no tuning, fused epilogues not
+ * allowed, or the fused way not supported: [0] only). */
 float *gc_mm_choice_ms(gc_mm_t *mm, int slot);
 /* Milliseconds taken by `reps` calls of fn(arg) on stream s (events). */
 int gc_mm_time(gc_mm_t *mm, cudaStream_t s, int reps, int (*fn)(void *), void *arg, float *ms);
