@@ -11,6 +11,7 @@
 #                   ignored by git; the seeds in fuzz/corpus/ stay untouched)
 #   FUZZ_CC         the clang to use (default clang)
 #   FUZZ_ARGS       extra libFuzzer flags, e.g. "-jobs=2 -workers=2"
+#   FUZZ_JOBS       targets run at once (default nproc)
 #
 # Each target runs with -max_len from fuzz/fuzz_<target>.options. Exit status:
 # 0 when no target crashed (or clang is missing: then nothing runs), 1 when
@@ -66,19 +67,27 @@ cmake --build "$build" "${build_targets[@]}" >/dev/null || {
   exit 2
 }
 
-failed=0
-for t in "${targets[@]}"; do
-  bin=$build/bin/fuzz_$t
-  seeds=$root/fuzz/corpus/$t
-  crashers=$root/fuzz/crashers/$t
-  art=$work/artifacts/$t
-  log=$work/$t.log
+# One target a core (FUZZ_JOBS, default nproc): the same seconds for every
+# target, in a fraction of the wall time. Each target's report is printed
+# in the list's order once all have run.
+jobs=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
+case $jobs in
+  '' | *[!0-9]* | 0) echo "fuzz-short: FUZZ_JOBS='$jobs' is not a positive number" >&2
+                     exit 2 ;;
+esac
+
+# fuzz_one TARGET: runs it, writes its report to $work/TARGET.report and
+# exits 1 when it crashed.
+fuzz_one() {
+  local t=$1 bin=$build/bin/fuzz_$1 seeds=$root/fuzz/corpus/$1
+  local crashers=$root/fuzz/crashers/$1 art=$work/artifacts/$1 log=$work/$1.log
+  local report=$work/$1.report max_len rc execs cov found f
   max_len=$(sed -n 's/^max_len *= *\([0-9]*\).*/\1/p' \
               "$root/fuzz/fuzz_$t.options" 2>/dev/null || true)
   max_len=${max_len:-4096}
   mkdir -p "$work/$t" "$art" "$crashers"
   rm -f "$art"/*
-  echo "fuzz-short: $t for ${seconds}s (max_len $max_len)"
+  echo "fuzz-short: $t for ${seconds}s (max_len $max_len)" >"$report"
   set +e
   # New inputs go to the first directory (work); the seeds are read only.
   "$bin" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 \
@@ -89,21 +98,41 @@ for t in "${targets[@]}"; do
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" |
             tail -1 || true)
   cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -1 || true)
-  echo "fuzz-short: $t: ${execs:-?} runs, ${cov:-no coverage line}, exit $rc"
+  echo "fuzz-short: $t: ${execs:-?} runs, ${cov:-no coverage line}, exit $rc" >>"$report"
   found=0
   for f in "$art"/*; do
     [ -f "$f" ] || continue
     found=1
     cp "$f" "$crashers/"
-    echo "fuzz-short: $t CRASHED: saved fuzz/crashers/$t/$(basename "$f")"
+    echo "fuzz-short: $t CRASHED: saved fuzz/crashers/$t/$(basename "$f")" >>"$report"
   done
   if [ "$rc" -ne 0 ] || [ "$found" -ne 0 ]; then
-    failed=1
-    grep -E 'ERROR|runtime error|invariant failed|SUMMARY' "$log" |
-      head -20 || true
-    echo "fuzz-short: $t failed; full log: $log"
-    echo "fuzz-short: fix the bug, then commit the input in fuzz/crashers/$t/" \
-         "with the fix (ctest's replay_$t replays it forever)"
+    { grep -E 'ERROR|runtime error|invariant failed|SUMMARY' "$log" | head -20 || true
+      echo "fuzz-short: $t failed; full log: $log"
+      echo "fuzz-short: fix the bug, then commit the input in fuzz/crashers/$t/" \
+           "with the fix (ctest's replay_$t replays it forever)"
+    } >>"$report"
+    return 1
   fi
+  return 0
+}
+
+echo "fuzz-short: ${#targets[@]} targets, ${seconds}s each, $jobs at a time"
+failed=0
+running=0
+for t in "${targets[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || failed=1
+  running=$((running - 1))
+done
+for t in "${targets[@]}"; do
+  cat "$work/$t.report"
 done
 exit $failed
