@@ -6,6 +6,8 @@
 # gpt2-124m and 350m B16, 774m B8, T 1024, bf16. Prints each run's lines
 # that match SHOW, tokens/s and memory; then the figures by value.
 # usage: bench/gpt_env_ab.sh PATH/TO/gpt_bench VAR "VALUE..."
+#        bench/gpt_env_ab.sh - BIN "PATH/TO/gpt_bench..."  (two builds A/B:
+#        VAR BIN names the binaries themselves; the first argument is unused)
 # environment: SIZES ("124m 350m 774m"), ROUNDS (2), STEPS (50), BUDGET_S (300),
 #              SHOW (a grep -E pattern for the backend's lines: "tokens/s")
 set -u
@@ -24,8 +26,10 @@ for size in ${SIZES:-124m 350m 774m}; do
   esac
   for r in $(seq "$ROUNDS"); do
     for v in $VALUES; do
-      if [ "$v" = - ]; then e=(-u "$VAR"); else e=("$VAR=$v"); fi
-      step "$size $VAR=$v round $r" 90 env "${e[@]}" "$BIN" "${shape[@]}" --steps "$STEPS" \
+      bin=$BIN
+      if [ "$VAR" = BIN ]; then e=(); bin=$v
+      elif [ "$v" = - ]; then e=(-u "$VAR"); else e=("$VAR=$v"); fi
+      step "$size $VAR=$v round $r" 90 env "${e[@]}" "$bin" "${shape[@]}" --steps "$STEPS" \
         --profile 0 >"$T/run.txt"
       grep -E "$SHOW|tokens/s" "$T/run.txt" | grep -v "^backend after" | cut -c1-400
       awk -v s="$size" -v m="$VAR=$v" '/^tokens\/s:/ {print s, m, $2}' "$T/run.txt" >>"$T/all.txt"

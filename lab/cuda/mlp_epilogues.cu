@@ -26,17 +26,10 @@
 
 #include "kernels.cuh"
 #include "lab.cuh"
+#include "lab_mlp.cuh"
 
 typedef __nv_bfloat16 bf;
 
-#define LT(call)                                                                           \
-  do {                                                                                     \
-    cublasStatus_t s_ = (call);                                                            \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-      fprintf(stderr, "%s:%d: %s: status %d\n", __FILE__, __LINE__, #call, (int)s_);       \
-      exit(1);                                                                             \
-    }                                                                                      \
-  } while (0)
 
 /* cuBLASLt called directly, not through the product's gc_mm: gc_mm keeps
  * its candidates' times to itself, and this program prints them. */
@@ -251,21 +244,9 @@ int main(int argc, char **argv) {
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   printf("cuBLASLt %zu\n", cublasLtGetVersion());
-  if (argc >= 3) {
-    for (int i = 1; i + 1 < argc; i += 2) {
-      const int M = atoi(argv[i]), C = atoi(argv[i + 1]);
-      if (M <= 0 || C <= 0 || C % 8 != 0) {
-        fprintf(stderr, "mlp_epilogues: M %s, C %s: give positive M and C, C a multiple of 8\n",
-                argv[i], argv[i + 1]);
-        return 2;
-      }
-      shape(M, C, s);
-    }
-  } else {
-    shape(16384, 768, s);
-    shape(16384, 1024, s);
-    shape(8192, 1280, s);
-  }
+  const int rc = lab_mlp_shapes("mlp_epilogues", argc, argv, false, [&](int M, int C) { shape(M, C, s); });
+  if (rc)
+    return rc;
   cudaFree(ws);
   cublasLtDestroy(lt);
   return g_failures ? 1 : 0;

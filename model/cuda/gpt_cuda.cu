@@ -218,18 +218,22 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
   cudaDeviceProp p;
   if (cudaGetDeviceProperties(&p, m->device) != cudaSuccess)
     snprintf(p.name, sizeof(p.name), "?");
-  char graphs[96], dnn[400] = "", dg[96];
+  char graphs[96], dnn[400] = "", dg[160];
   const int dgm = *gc_mm_choice(m->mm, GC_CHOICE_DGELU);
   const float *dgt = gc_mm_choice_ms(m->mm, GC_CHOICE_DGELU);
   /* with the first call's timings (a call each, column sums included) */
-  snprintf(dg, sizeof(dg), "%s",
-           dgm < 0 ? "not yet chosen" : dgm == 0 ? "in the epilogue" : "as a kernel");
-  if (dgm >= 0 && dgt[0] > 0.f && dgt[1] > 0.f)
-    snprintf(dg + strlen(dg), sizeof(dg) - strlen(dg), " (timed %.3f ms against %.3f)",
-             dgm == 0 ? dgt[0] : dgt[1], dgm == 0 ? dgt[1] : dgt[0]);
-  else if (dgm == 1 && dgt[1] > 0.f)
-    snprintf(dg + strlen(dg), sizeof(dg) - strlen(dg), " (%.3f ms; no DGELU epilogue here)",
-             dgt[1]);
+  static const char *dgn[GC_CHOICE_WAYS] = {"in cuBLASLt's epilogue", "as a kernel",
+                                            "in CUTLASS's epilogue"};
+  snprintf(dg, sizeof(dg), "%s", dgm < 0 ? "not yet chosen" : dgn[dgm]);
+  if (dgm >= 0 && dgt[dgm] > 0.f) {
+    size_t k = strlen(dg);
+    k += snprintf(dg + k, sizeof(dg) - k, " (%.3f ms", dgt[dgm]);
+    for (int i = 0; i < GC_CHOICE_WAYS && k < sizeof(dg); i++)
+      if (i != dgm && dgt[i] > 0.f)
+        k += snprintf(dg + k, sizeof(dg) - k, "; %s %.3f", i == 0 ? "epilogue" : i == 1 ? "kernel" : "CUTLASS", dgt[i]);
+    if (k < sizeof(dg))
+      snprintf(dg + k, sizeof(dg) - k, ")");
+  }
   if (m->cc == 90 && !gc_attention_dnn_bytes())
     snprintf(dnn, sizeof(dnn), " (cuDNN's: %s)", gc_attention_dnn_status());
   if (m->graph == 0)

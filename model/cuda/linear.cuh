@@ -8,8 +8,11 @@
 
 #include <string.h>
 
+#include <type_traits>
+
 #include "kernels.cuh"
 #include "matmul.cuh"
+#include "mlp_sm90.cuh"
 
 template <typename T> static inline gc_mm_args_t mm_base(const char *name, int m, int n, int k) {
   gc_mm_args_t a;
@@ -68,14 +71,17 @@ static inline int linear_bwd_in(gc_mm_t *mm, cudaStream_t st, const char *name, 
 
 /* dinp = (dout W) * gelu'(pre), for the layer whose output went through
  * GELU, and its bias gradient added to bgrad32 (fp32) by a column sum.
- * Two ways, whichever the first call timed faster, column sums included:
- * GELU' in cuBLASLt's DGELU epilogue, then a column sum of dinp; or the
- * plain product, then one kernel that applies GELU' and sums the columns
- * (gc_dgelu_colsum: one pass over dinp instead of two). On the H200 the
- * epilogue runs on an older kernel than the plain product's (sm90_xmma,
- * ~400 TFLOPS at gpt2-774m). The epilogue that also reduces the bias
- * gradient, DGELU_BGRAD, cost 0.28 ms a layer more than the plain
- * product: not used. */
+ * Three ways, whichever the first call timed fastest, column sums included:
+ * 0: GELU' in cuBLASLt's DGELU epilogue, then a column sum of dinp;
+ * 1: the plain product, then one kernel that applies GELU' and sums the
+ *    columns (gc_dgelu_colsum: one pass over dinp instead of two);
+ * 2: CUTLASS's Hopper GEMM with GELU' and the column sums in its epilogue
+ *    (mlp_sm90.cu: bf16 on compute capability 9.0, where the build found
+ *    CUTLASS's headers).
+ * On the H200 cuBLASLt's epilogue runs on an older kernel than its plain
+ * product (sm90_xmma); its DGELU_BGRAD epilogue, which would also reduce
+ * the bias gradient, has no algorithm in cuBLASLt 13 (lab/cuda/
+ * mlp_epilogues.cu). */
 template <typename T> struct dgelu_args {
   gc_mm_t *mm;
   cudaStream_t st;
@@ -98,6 +104,18 @@ template <typename T> static int dgelu_split(void *p) {
   return gc_dgelu_colsum<T>(d->bgrad32, (T *)d->a.D, d->pre, d->M, d->K, d->sm_count, d->st);
 }
 
+template <typename T> static int dgelu_sm90(void *p) {
+#ifdef GPT_CUDA_CUTLASS
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    dgelu_args<T> *d = (dgelu_args<T> *)p;
+    return gc_dgelu_sm90((T *)d->a.D, d->bgrad32, (const T *)d->a.B, (const T *)d->a.A, d->pre,
+                         d->M, d->K, d->a.k, d->sm_count, d->st);
+  }
+#endif
+  (void)p;
+  return -ENOTSUP;
+}
+
 template <typename T>
 static inline int linear_bwd_in_dgelu(gc_mm_t *mm, cudaStream_t st, const char *name, T *dinp,
                                       const T *dout, const T *w, const T *pre, float *bgrad32,
@@ -109,6 +127,7 @@ static inline int linear_bwd_in_dgelu(gc_mm_t *mm, cudaStream_t st, const char *
   d.a.ta = 0, d.a.A = w, d.a.lda = K;
   d.a.tb = 0, d.a.B = dout, d.a.ldb = Nout;
   d.a.D = dinp, d.a.ldd = K;
+  int (*const way[GC_CHOICE_WAYS])(void *) = {dgelu_fused<T>, dgelu_split<T>, dgelu_sm90<T>};
   int *mode = gc_mm_choice(mm, GC_CHOICE_DGELU);
   if (*mode < 0) {
     if (!gc_mm_fused(mm)) {
@@ -117,24 +136,33 @@ static inline int linear_bwd_in_dgelu(gc_mm_t *mm, cudaStream_t st, const char *
       *mode = 0;
     } else {
       /* timed into a column-sum buffer of their own: the gradient's bias
-       * sums get only the call below */
+       * sums get only the call below. -ENOTSUP: the way does not serve
+       * this product (or was not built); the plain product always does. */
       dgelu_args<T> t = d;
       const int reps = 3;
-      float tf = 0.f, ts = 0.f;
+      float *ms = gc_mm_choice_ms(mm, GC_CHOICE_DGELU);
       GC_CUDA(cudaMalloc((void **)&t.bgrad32, (size_t)K * sizeof(float)));
-      int rc = gc_mm_time(mm, st, reps, dgelu_fused<T>, &t, &tf);
-      int rs = rc < 0 && rc != -ENOTSUP ? rc : gc_mm_time(mm, st, reps, dgelu_split<T>, &t, &ts);
+      /* the plain product and the kernel first: every way is compared
+       * with it */
+      static const int order[GC_CHOICE_WAYS] = {1, 0, 2};
+      int rc = 0, best = 1;
+      for (int j = 0; j < GC_CHOICE_WAYS && rc == 0; j++) {
+        const int i = order[j];
+        float tm = 0.f;
+        const int r = gc_mm_time(mm, st, reps, way[i], &t, &tm);
+        ms[i] = r == 0 ? tm / reps : 0.f;
+        if (r == 0 && ms[i] < ms[best])
+          best = i;
+        else if (r < 0 && (r != -ENOTSUP || i == 1))
+          rc = r;
+      }
       GC_CUDA(cudaStreamSynchronize(st));
       cudaFree(t.bgrad32);
-      if (rc < 0 && rc != -ENOTSUP)
-        return rc;
-      GC_TRY(rs);
-      *mode = rc == 0 && tf <= ts ? 0 : 1;
-      gc_mm_choice_ms(mm, GC_CHOICE_DGELU)[0] = rc == 0 ? tf / reps : 0.f;
-      gc_mm_choice_ms(mm, GC_CHOICE_DGELU)[1] = ts / reps;
+      GC_TRY(rc);
+      *mode = best;
     }
   }
-  int rc = *mode == 0 ? dgelu_fused<T>(&d) : -ENOTSUP;
+  int rc = way[*mode](&d);
   if (rc == -ENOTSUP)
     rc = dgelu_split<T>(&d);
   return rc;

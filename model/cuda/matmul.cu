@@ -38,7 +38,7 @@ struct gc_mm_s {
   int allow_fused, tune;
   int fallbacks, tuned;
   int choice[GC_CHOICES];
-  float choice_ms[GC_CHOICES][2];
+  float choice_ms[GC_CHOICES][GC_CHOICE_WAYS];
   cudaEvent_t ev[2];
   char dev[TC_DEV_MAX]; /* the tuning cache's device key; "" no cache */
   int dev_known;        /* dev is set (at the first product with candidates) */

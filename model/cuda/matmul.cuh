@@ -48,13 +48,15 @@ int gc_mm_cache_hits(const gc_mm_t *mm);
  * are allowed (gc_mm_create's allow_fused: the backend's always are; tests compare). */
 int gc_mm_tuning(const gc_mm_t *mm);
 int gc_mm_fused(const gc_mm_t *mm);
-/* A choice between two ways of computing something, made once by timing:
- * slot GC_CHOICE_*, -1 until made. */
+/* A choice between ways of computing something (at most GC_CHOICE_WAYS),
+ * made once by timing: slot GC_CHOICE_*, -1 until made, else the way. */
 enum { GC_CHOICE_DGELU, GC_CHOICES };
+enum { GC_CHOICE_WAYS = 3 };
 int *gc_mm_choice(gc_mm_t *mm, int slot);
-/* The timings (ms a call) that made choice `slot`, [0] the fused way's,
- * [1] the other's: 0 where not timed (no tuning, fused epilogues not
- * allowed, or the fused way not supported: [0] only). */
+/* The timings (ms a call) that made choice `slot`, one a way (for
+ * GC_CHOICE_DGELU: [0] cuBLASLt's epilogue, [1] the plain product and a
+ * kernel, [2] CUTLASS's fused product): 0 where not timed (no tuning, fused
+ * epilogues not allowed, or the way not supported or not built). */
 float *gc_mm_choice_ms(gc_mm_t *mm, int slot);
 /* Milliseconds taken by `reps` calls of fn(arg) on stream s (events). */
 int gc_mm_time(gc_mm_t *mm, cudaStream_t s, int reps, int (*fn)(void *), void *arg, float *ms);

@@ -188,13 +188,62 @@ template <typename T> static void test_linear(rng &r, gc_mm_t *mm, const char *t
   }
   snprintf(what, sizeof(what), "%s matmul bwd dinp *GELU'", tag);
   check(L<T>(what), download(dg, (size_t)M * O), rdg, tol<T>::grad);
+  static const char *ways[GC_CHOICE_WAYS] = {"epilogue", "kernel", "CUTLASS"};
   snprintf(what, sizeof(what), "%s matmul bwd GELU' (%s) bias grad (+=)", tag,
-           *gc_mm_choice(mm, GC_CHOICE_DGELU) == 0 ? "epilogue" : "kernel");
+           ways[*gc_mm_choice(mm, GC_CHOICE_DGELU)]);
   check(L<T>(what), download(b32, O), rbg, tol<T>::grad);
   CK(cudaStreamSynchronize(S));
   cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dres), cudaFree(out), cudaFree(opre);
   cudaFree(ddy), cudaFree(din), cudaFree(gW), cudaFree(gB), cudaFree(dW2), cudaFree(dY2);
   cudaFree(dg), cudaFree(b32);
+}
+
+/* ---- the MLP's input gradient in CUTLASS's epilogue (mlp_sm90.cu) -------- */
+/* din (M x K) = (dy (M x Nout) W (Nout x K)) * gelu'(pre), the bias gradient
+ * added (+=) by the epilogue's atomics, against float64; where it does not
+ * serve (not built, not compute capability 9.0, K not a multiple of 8) it
+ * must say -ENOTSUP and touch nothing. */
+template <typename T> static void test_dgelu_sm90(rng &r, int M, int K, int Nout) {
+#ifdef GPT_CUDA_CUTLASS
+  if constexpr (std::is_same<T, bf16>::value) {
+    std::vector<double> w, dy, pre;
+    T *dW = upload<T>(r.normals((size_t)Nout * K, 0.1), &w);
+    T *dY = upload<T>(r.normals((size_t)M * Nout, 1.0), &dy);
+    T *dP = upload<T>(r.normals((size_t)M * K, 1.0), &pre);
+    T *din = poisoned<T>((size_t)M * K);
+    std::vector<float> b0 = r.normals(K, 1.0);
+    float *b32 = upload<float>(b0);
+    const int rc = gc_dgelu_sm90(din, b32, dY, dW, dP, M, K, Nout, g_sm, S);
+    char what[120];
+    if (rc == -ENOTSUP) {
+      int dev = 0, major = 0;
+      CK(cudaGetDevice(&dev));
+      CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+      snprintf(what, sizeof(what), "CUTLASS GELU' M=%d K=%d Nout=%d: -ENOTSUP only where it "
+               "cannot serve", M, K, Nout);
+      expect(L<T>(what), K % 8 != 0 || Nout % 8 != 0 || major != 9);
+      snprintf(what, sizeof(what), "CUTLASS GELU' M=%d K=%d: the bias gradient untouched", M, K);
+      std::vector<double> rb0(b0.begin(), b0.end());
+      check(L<T>(what), download(b32, K), rb0, 0.0);
+    } else {
+      OK(rc);
+      CK(cudaStreamSynchronize(S));
+      std::vector<double> rdg((size_t)M * K, 0.0), rbg(b0.begin(), b0.end());
+      ref::matmul_bwd(rdg.data(), NULL, NULL, dy.data(), NULL, w.data(), M, K, Nout);
+      for (size_t i = 0; i < rdg.size(); i++) {
+        rdg[i] *= ref::gelu_grad(pre[i]);
+        rbg[i % K] += rdg[i];
+      }
+      snprintf(what, sizeof(what), "CUTLASS matmul bwd dinp *GELU' M=%d K=%d Nout=%d", M, K, Nout);
+      check(L<T>(what), download(din, (size_t)M * K), rdg, tol<T>::grad);
+      snprintf(what, sizeof(what), "CUTLASS GELU' bias grad (+=) M=%d K=%d", M, K);
+      check(L<T>(what), download(b32, K), rbg, tol<T>::grad);
+    }
+    cudaFree(dW), cudaFree(dY), cudaFree(dP), cudaFree(din), cudaFree(b32);
+  }
+#else
+  (void)r, (void)M, (void)K, (void)Nout;
+#endif
 }
 
 /* ---- attention ------------------------------------------------------------- */
@@ -402,6 +451,9 @@ template <typename T> static void run_all(rng &r, gc_mm_t *fused, gc_mm_t *plain
   test_colsum<T>(r, 5, 40);
   test_linear<T>(r, fused, "cuBLASLt");
   test_linear<T>(r, plain, "fallback");
+  test_dgelu_sm90<T>(r, 256, 384, 128);
+  test_dgelu_sm90<T>(r, 1000, 1536, 384); /* rows end inside a tile */
+  test_dgelu_sm90<T>(r, 64, 100, 64);     /* K not a multiple of 8: not served */
   if (!std::is_same<T, float>::value)
     test_attention<T>(r, 2, 256, 3, 64); /* tensor-core path */
   test_attention<T>(r, 2, 100, 2, 32);   /* generic path */
