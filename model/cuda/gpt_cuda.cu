@@ -222,15 +222,15 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
   const int dgm = *gc_mm_choice(m->mm, GC_CHOICE_DGELU);
   const float *dgt = gc_mm_choice_ms(m->mm, GC_CHOICE_DGELU);
   /* with the first call's timings (a call each, column sums included) */
-  static const char *dgn[GC_CHOICE_WAYS] = {"in cuBLASLt's epilogue", "as a kernel",
-                                            "in CUTLASS's epilogue"};
-  snprintf(dg, sizeof(dg), "%s", dgm < 0 ? "not yet chosen" : dgn[dgm]);
+  snprintf(dg, sizeof(dg), "%s",
+           dgm < 0 ? "not yet chosen" : gc_mm_way_name(GC_CHOICE_DGELU, dgm, 0));
   if (dgm >= 0 && dgt[dgm] > 0.f) {
     size_t k = strlen(dg);
     k += snprintf(dg + k, sizeof(dg) - k, " (%.3f ms", dgt[dgm]);
     for (int i = 0; i < GC_CHOICE_WAYS && k < sizeof(dg); i++)
       if (i != dgm && dgt[i] > 0.f)
-        k += snprintf(dg + k, sizeof(dg) - k, "; %s %.3f", i == 0 ? "epilogue" : i == 1 ? "kernel" : "CUTLASS", dgt[i]);
+        k += snprintf(dg + k, sizeof(dg) - k, "; %s %.3f", gc_mm_way_name(GC_CHOICE_DGELU, i, 1),
+                      dgt[i]);
     if (k < sizeof(dg))
       snprintf(dg + k, sizeof(dg) - k, ")");
   }

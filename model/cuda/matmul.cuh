@@ -58,6 +58,9 @@ int *gc_mm_choice(gc_mm_t *mm, int slot);
  * kernel, [2] CUTLASS's fused product): 0 where not timed (no tuning, fused
  * epilogues not allowed, or the way not supported or not built). */
 float *gc_mm_choice_ms(gc_mm_t *mm, int slot);
+/* A way's name for a person: brief ("CUTLASS") or in a sentence ("in
+ * CUTLASS's epilogue"); "?" for a slot or way out of range. */
+const char *gc_mm_way_name(int slot, int way, int brief);
 /* Milliseconds taken by `reps` calls of fn(arg) on stream s (events). */
 int gc_mm_time(gc_mm_t *mm, cudaStream_t s, int reps, int (*fn)(void *), void *arg, float *ms);
 

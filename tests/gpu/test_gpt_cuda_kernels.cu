@@ -188,9 +188,8 @@ template <typename T> static void test_linear(rng &r, gc_mm_t *mm, const char *t
   }
   snprintf(what, sizeof(what), "%s matmul bwd dinp *GELU'", tag);
   check(L<T>(what), download(dg, (size_t)M * O), rdg, tol<T>::grad);
-  static const char *ways[GC_CHOICE_WAYS] = {"epilogue", "kernel", "CUTLASS"};
   snprintf(what, sizeof(what), "%s matmul bwd GELU' (%s) bias grad (+=)", tag,
-           ways[*gc_mm_choice(mm, GC_CHOICE_DGELU)]);
+           gc_mm_way_name(GC_CHOICE_DGELU, *gc_mm_choice(mm, GC_CHOICE_DGELU), 1));
   check(L<T>(what), download(b32, O), rbg, tol<T>::grad);
   CK(cudaStreamSynchronize(S));
   cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dres), cudaFree(out), cudaFree(opre);
