@@ -30,7 +30,13 @@ status=0
 scratch() { find "${TMPDIR:-/tmp}" -maxdepth 1 \( -name 'launch[-_]*' -o -name 'tmp*' \) \
               -newer "$BUILD/CMakeCache.txt" 2>/dev/null | sort; }
 before=$(scratch)
-(cd "$BUILD" && ctest --output-on-failure --timeout 600 -j 2 "$@") || status=$?
+# Two tests that compute at once, and beside them a third of those that
+# mostly wait (tests/CMakeLists.txt, LAUNCH_WAITING_TESTS).
+case $BUILD in /*) slots=$BUILD/cpu-slots.json ;; *) slots=$PWD/$BUILD/cpu-slots.json ;; esac
+echo '{"version": {"major": 1, "minor": 0}, "local": [{"cpu": [{"id": "0", "slots": 2}]}]}' \
+  >"$slots"
+(cd "$BUILD" && ctest --output-on-failure --timeout 600 -j 3 --resource-spec-file "$slots" "$@") \
+  || status=$?
 left=$(comm -13 <(echo "$before") <(scratch) | sed '/^$/d')
 if [ -n "$left" ]; then
   echo "the tests left these in ${TMPDIR:-/tmp} (a test must remove what it creates):"
@@ -49,8 +55,8 @@ if [ $status -eq 0 ] && [ -z "${SKIP_TSAN:-}" ]; then
   cmake --build "$BUILD-tsan" -j "$(nproc)"
   supp=$PWD/tests/tsan.supp # libevent's epoll and a reused fd number (the file says why)
   (cd "$BUILD-tsan" && TSAN_OPTIONS="halt_on_error=1 suppressions=$supp" \
-     ctest --output-on-failure \
-     --timeout 600 -j 2 -L 'quick|integration' \
+     ctest --output-on-failure --resource-spec-file "$slots" \
+     --timeout 600 -j 3 -L 'quick|integration' \
      -E 'test_agent|test_cli|test_doctor|test_hang|test_ckpt_resume') \
     || status=$?
 fi
