@@ -14,12 +14,19 @@
  *                (start-up, autotuning, warm-up steps); default 0
  * KPROF_TOP      rows printed (default 30)
  * KPROF_OUT      a file to write the table to instead of stderr
+ * KPROF_GAPS     rows of the idle table (default 10; 0: none)
  *
  * Only the fields every CUPTI since CUDA 9 puts first in its kernel, memcpy
  * and memset records are read (kind, start, end and the kernel's name): the
  * layout below is that common prefix, so the records of any newer version
  * parse the same. Times are GPU time: kernels that overlap on several
- * streams each count in full (the "busy" line says how far that went). */
+ * streams each count in full (the "busy" line says how far that went).
+ *
+ * Then the GPU's idle time: the window less the union of all the spans,
+ * and where it falls, as gaps (no kernel or copy running on any stream)
+ * summed by the pair of names around them: the span that ran last before
+ * the gap and the one that starts it. A host that synchronizes and then
+ * launches shows here as the gap between the work before and after. */
 #include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -178,6 +185,81 @@ static int by_time(const void *a, const void *b) {
   return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : 0;
 }
 
+/* ---- idle time ------------------------------------------------------------ */
+typedef struct {
+  uint32_t before, after; /* rows */
+  uint64_t ns, count;
+} gap_t;
+
+static int by_start(const void *a, const void *b) {
+  const span_t *x = a, *y = b;
+  return x->start < y->start ? -1 : x->start > y->start ? 1 : 0;
+}
+static int by_gap(const void *a, const void *b) {
+  const gap_t *x = a, *y = b;
+  return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : 0;
+}
+
+/* The window's gaps, by the pair of rows around them; 1 us and shorter
+ * counted in the total only (a launch's own latency). */
+static void idle_report(FILE *out, char *const *name) {
+  const char *t = getenv("KPROF_GAPS");
+  size_t top = t ? (size_t)atoi(t) : 10;
+  size_t n = 0;
+  for (size_t i = 0; i < nspans; i++)
+    if (spans[i].start >= first_ns + skip_ns) spans[n++] = spans[i];
+  if (top == 0 || n < 2) return;
+  qsort(spans, n, sizeof *spans, by_start);
+  gap_t *gaps = NULL;
+  size_t ngaps = 0, cap = 0;
+  uint64_t idle = 0, idle_small = 0, end = spans[0].end;
+  uint32_t last = spans[0].row;
+  for (size_t i = 1; i < n; i++) {
+    const span_t *p = &spans[i];
+    if (p->start > end) {
+      const uint64_t g = p->start - end;
+      idle += g;
+      if (g <= 1000) {
+        idle_small += g;
+      } else {
+        size_t k = 0;
+        while (k < ngaps && !(gaps[k].before == last && gaps[k].after == p->row)) k++;
+        if (k == ngaps) {
+          if (ngaps == cap) {
+            size_t c = cap ? cap * 2 : 64;
+            gap_t *q = realloc(gaps, c * sizeof *q);
+            if (q == NULL) break;
+            gaps = q;
+            cap = c;
+          }
+          gaps[ngaps++] = (gap_t){last, p->row, 0, 0};
+        }
+        gaps[k].ns += g;
+        gaps[k].count++;
+      }
+    }
+    if (p->end > end) {
+      end = p->end;
+      last = p->row;
+    }
+  }
+  const double span = (double)(win_hi - win_lo);
+  fprintf(out, "kprof: idle %.3f s of the window (%.2f %%), %.3f s of it in gaps of "
+          "1 us or less; the longer gaps by the spans around them:\n",
+          (double)idle / 1e9, span > 0 ? 100.0 * (double)idle / span : 0.0,
+          (double)idle_small / 1e9);
+  qsort(gaps, ngaps, sizeof *gaps, by_gap);
+  fprintf(out, "%7s %10s %9s %10s  %s\n", "share", "total ms", "gaps", "mean us",
+          "after -> before");
+  for (size_t i = 0; i < ngaps && i < top; i++)
+    fprintf(out, "%6.2f%% %10.3f %9llu %10.2f  %.60s -> %.60s\n",
+            span > 0 ? 100.0 * (double)gaps[i].ns / span : 0.0, (double)gaps[i].ns / 1e6,
+            (unsigned long long)gaps[i].count,
+            (double)gaps[i].ns / 1e3 / (double)gaps[i].count, name[gaps[i].before],
+            name[gaps[i].after]);
+  free(gaps);
+}
+
 static void report(void) {
   if (!ready) return;
   cupti.flush_all(1 /* CUPTI_ACTIVITY_FLAG_FLUSH_FORCED */);
@@ -188,6 +270,9 @@ static void report(void) {
   tally();
   const char *t = getenv("KPROF_TOP");
   size_t top = t && atoi(t) > 0 ? (size_t)atoi(t) : 30;
+  /* the spans name their rows by index: keep the names in that order */
+  char **name = malloc((nrows ? nrows : 1) * sizeof *name);
+  for (size_t i = 0; name && i < nrows; i++) name[i] = rows[i].name;
   qsort(rows, nrows, sizeof *rows, by_time);
   double span = win_hi > win_lo ? (double)(win_hi - win_lo) : 0;
   fprintf(out,
@@ -208,6 +293,8 @@ static void report(void) {
             (double)r->ns / 1e6, (unsigned long long)r->calls,
             (double)r->ns / 1e3 / (double)r->calls, r->name);
   }
+  if (name) idle_report(out, name);
+  free(name);
   if (f) fclose(f);
   pthread_mutex_unlock(&mu);
 }
