@@ -103,16 +103,22 @@ static void on_request(uint8_t **buf, size_t *size, size_t *max_records) {
   *max_records = 0;
 }
 
+/* Room for one more element in *arr (n used of *cap, each size bytes),
+ * doubling from first. RET 0, or -1 out of memory (*arr unchanged). */
+static int room(void *arr, size_t n, size_t *cap, size_t first, size_t size) {
+  if (n < *cap) return 0;
+  size_t c = *cap ? *cap * 2 : first;
+  void *p = realloc(*(void **)arr, c * size);
+  if (p == NULL) return -1;
+  *(void **)arr = p;
+  *cap = c;
+  return 0;
+}
+
 static row_t *row_for(const char *name) {
   for (size_t i = 0; i < nrows; i++)
     if (strcmp(rows[i].name, name) == 0) return &rows[i];
-  if (nrows == cap_rows) {
-    size_t n = cap_rows ? cap_rows * 2 : 256;
-    row_t *r = realloc(rows, n * sizeof *r);
-    if (r == NULL) return NULL;
-    rows = r;
-    cap_rows = n;
-  }
+  if (room(&rows, nrows, &cap_rows, 256, sizeof *rows) != 0) return NULL;
   char *copy = strdup(name);
   if (copy == NULL) return NULL;
   rows[nrows] = (row_t){copy, 0, 0};
@@ -132,13 +138,7 @@ static void count(const char *name, uint64_t start, uint64_t end) {
   if (end <= start) return;
   row_t *r = row_for(name);
   if (r == NULL) return;
-  if (nspans == cap_spans) {
-    size_t n = cap_spans ? cap_spans * 2 : 65536;
-    span_t *p = realloc(spans, n * sizeof *p);
-    if (p == NULL) return;
-    spans = p;
-    cap_spans = n;
-  }
+  if (room(&spans, nspans, &cap_spans, 65536, sizeof *spans) != 0) return;
   spans[nspans++] = (span_t){(uint32_t)(r - rows), start, end};
 }
 
@@ -225,13 +225,7 @@ static void idle_report(FILE *out, char *const *name) {
         size_t k = 0;
         while (k < ngaps && !(gaps[k].before == last && gaps[k].after == p->row)) k++;
         if (k == ngaps) {
-          if (ngaps == cap) {
-            size_t c = cap ? cap * 2 : 64;
-            gap_t *q = realloc(gaps, c * sizeof *q);
-            if (q == NULL) break;
-            gaps = q;
-            cap = c;
-          }
+          if (room(&gaps, ngaps, &cap, 64, sizeof *gaps) != 0) break;
           gaps[ngaps++] = (gap_t){last, p->row, 0, 0};
         }
         gaps[k].ns += g;
