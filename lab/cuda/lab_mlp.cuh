@@ -19,6 +19,52 @@
     }                                                                                      \
   } while (0)
 
+/* D = A B as desc and the layouts say (alpha 1, beta 0), with each of the
+ * heuristic's candidates (up to 16, a workspace of wsize bytes) timed
+ * (median of 9); the fastest is run once more so that D (and an epilogue's
+ * outputs) hold its result. Destroys desc and the layouts. RET its
+ * milliseconds, 0 where none ran; *nalgo the candidates offered. Needs
+ * lab.cuh. */
+static float lab_lt_fastest(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
+                            cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                            cublasLtMatrixLayout_t ld, const void *A, const void *B, void *D,
+                            void *ws, size_t wsize, cudaStream_t s, int *nalgo) {
+  cublasLtMatmulPreference_t pref;
+  LT(cublasLtMatmulPreferenceCreate(&pref));
+  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsize,
+                                          sizeof(wsize)));
+  cublasLtMatmulHeuristicResult_t res[16];
+  int n = 0;
+  LT(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 16, res, &n));
+  const float one = 1.f, zero = 0.f;
+  auto go = [&](int i) {
+    return cublasLtMatmul(lt, desc, &one, A, la, B, lb, &zero, D, ld, D, ld, &res[i].algo, ws,
+                          wsize, s) == CUBLAS_STATUS_SUCCESS
+               ? 0
+               : 1;
+  };
+  float best = 1e30f;
+  int bi = -1;
+  for (int i = 0; i < n; i++) {
+    if (go(i) != 0) {
+      CK(cudaGetLastError());
+      continue;
+    }
+    const float ms = lab_median_ms(s, 9, [&] { return go(i); });
+    if (ms < best)
+      best = ms, bi = i;
+  }
+  if (bi >= 0) {
+    OK(go(bi));
+    CK(cudaStreamSynchronize(s));
+  }
+  *nalgo = n;
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(desc);
+  return bi >= 0 ? best : 0.f;
+}
+
 /* Runs shape(M, C) for each pair of the arguments, or for the three
  * defaults. RET 0, or 2 after a message when a pair is not positive with C
  * (and M, when m8) a multiple of 8. */

@@ -39,8 +39,10 @@
 
 #include "kernels.cuh"
 #include "lab.cuh"
+#include "lab_cutlass.cuh"
 #include "lab_mlp.cuh"
 #include "mlp_sm90_fusion.cuh"
+#include "sm90_gemm.cuh"
 
 typedef __nv_bfloat16 bf;
 using namespace cute;
@@ -76,20 +78,8 @@ template <> struct fusion_of<EPI_DGELU_DBIAS_ADD> {
   using op = gc_fusion::DGeluDBiasAdd<LD, cutlass::epilogue::thread::dGELU, EA, float, EA, float>;
 };
 
-template <class Tile, class Cluster, class KSched, class ESched, epi_kind E> struct gemm_cfg {
-  using Epi = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LD, 8, EA, LD, 8, ESched,
-      typename fusion_of<E>::op>::CollectiveOp;
-  using Main = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, EA, LA, 8, EA, LB, 8, float, Tile,
-      Cluster,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename Epi::SharedStorage))>,
-      KSched>::CollectiveOp;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Main, Epi>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-};
+template <class Tile, class Cluster, class KSched, class ESched, epi_kind E>
+using gemm_cfg = gc_sm90_gemm<LA, LB, LD, Tile, Cluster, typename fusion_of<E>::op, KSched, ESched>;
 
 /* The problem: D (m x n) = A (m x k) B (k x n), column-major, aux and D
  * with leading dimension m. */
@@ -100,17 +90,10 @@ struct prob {
   float *dbias;
 };
 
-/* One configuration: set up once (workspace), run many times. */
-struct runner {
-  const char *name;
-  virtual ~runner() {}
-  virtual int setup(const prob &q, cudaStream_t s) = 0;
-  virtual int run(cudaStream_t s) = 0;
-};
+using runner = lab_runner<prob>;
 
 template <class Cfg, epi_kind E> struct cutlass_runner : runner {
-  typename Cfg::Gemm gemm;
-  void *work = nullptr;
+  lab_gemm<typename Cfg::Gemm> g;
   int setup(const prob &q, cudaStream_t s) override {
     using K = typename Cfg::Kernel;
     typename K::StrideA sa = make_stride(Int<1>{}, (int64_t)q.m, (int64_t)q.m * q.k);
@@ -128,35 +111,10 @@ template <class Cfg, epi_kind E> struct cutlass_runner : runner {
     }
     if constexpr (E == EPI_DGELU_DBIAS || E == EPI_DGELU_DBIAS_ADD)
       args.epilogue.thread.dbias_ptr = q.dbias;
-    cudaDeviceProp p;
-    CK(cudaGetDeviceProperties(&p, 0));
-    args.hw_info.sm_count = p.multiProcessorCount;
-    if (gemm.can_implement(args) != cutlass::Status::kSuccess) {
-      printf("%-44s cannot implement this shape\n", name);
-      return 1;
-    }
-    const size_t ws = Cfg::Gemm::get_workspace_size(args);
-    if (ws)
-      CK(cudaMalloc(&work, ws));
-    if (gemm.initialize(args, work, s) != cutlass::Status::kSuccess) {
-      printf("%-44s initialize failed\n", name);
-      return 1;
-    }
-    return 0;
+    return g.init(name, args, s);
   }
-  int run(cudaStream_t s) override {
-    return gemm.run(s) == cutlass::Status::kSuccess ? 0 : 1;
-  }
-  ~cutlass_runner() override {
-    if (work)
-      cudaFree(work);
-  }
+  int run(cudaStream_t s) override { return g.run(s); }
 };
-
-using Coop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-using CoopE = cutlass::epilogue::TmaWarpSpecializedCooperative;
-using Ping = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-using PingE = cutlass::epilogue::TmaWarpSpecialized;
 
 template <class Tile, class Cluster, class KS, class ES, epi_kind E>
 static runner *make_runner(const char *name) {
@@ -216,40 +174,7 @@ static float lt_best(const prob &q, bool dgelu, cudaStream_t s, int *nalgo) {
   LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, q.m, q.k, q.m));
   LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, q.k, q.n, q.k));
   LT(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, q.m, q.n, q.m));
-  cublasLtMatmulPreference_t pref;
-  LT(cublasLtMatmulPreferenceCreate(&pref));
-  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &WS,
-                                          sizeof(WS)));
-  cublasLtMatmulHeuristicResult_t res[16];
-  int n = 0;
-  LT(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 16, res, &n));
-  const float one = 1.f, zero = 0.f;
-  auto go = [&](int i) {
-    return cublasLtMatmul(lt, desc, &one, q.A, la, q.B, lb, &zero, q.D, ld, q.D, ld,
-                          &res[i].algo, ws, WS, s) == CUBLAS_STATUS_SUCCESS
-               ? 0
-               : 1;
-  };
-  float best = 1e30f;
-  int bi = -1;
-  for (int i = 0; i < n; i++) {
-    if (go(i) != 0) {
-      CK(cudaGetLastError());
-      continue;
-    }
-    const float ms = lab_median_ms(s, 9, [&] { return go(i); });
-    if (ms < best)
-      best = ms, bi = i;
-  }
-  if (bi >= 0) {
-    OK(go(bi));
-    CK(cudaStreamSynchronize(s));
-  }
-  *nalgo = n;
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatmulDescDestroy(desc);
-  return bi >= 0 ? best : 0.f;
+  return lab_lt_fastest(lt, desc, la, lb, ld, q.A, q.B, q.D, ws, WS, s, nalgo);
 }
 
 /* ---- one shape ------------------------------------------------------------ */

@@ -212,28 +212,31 @@ extern "C" size_t gpt_cuda_memory(const gpt_backend_t *m) {
   return m->arena_size + 2 * m->mcap * sizeof(float) + (32u << 20) + gc_attention_dnn_bytes();
 }
 
+/* A timed choice (matmul.cuh) for a person, with the first call's timings
+ * (a call each): "in CUTLASS's epilogue (0.159 ms; epilogue 0.176; ...)". */
+static void describe_choice(gc_mm_t *mm, int slot, char *buf, size_t n) {
+  const int c = *gc_mm_choice(mm, slot);
+  const float *t = gc_mm_choice_ms(mm, slot);
+  size_t k = (size_t)snprintf(buf, n, "%s", c < 0 ? "not yet chosen" : gc_mm_way_name(slot, c, 0));
+  if (c < 0 || t[c] <= 0.f || k >= n)
+    return;
+  k += snprintf(buf + k, n - k, " (%.3f ms", t[c]);
+  for (int i = 0; i < GC_CHOICE_WAYS && k < n; i++)
+    if (i != c && t[i] > 0.f)
+      k += snprintf(buf + k, n - k, "; %s %.3f", gc_mm_way_name(slot, i, 1), t[i]);
+  if (k < n)
+    snprintf(buf + k, n - k, ")");
+}
+
 extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size_t n) {
   static const char *dn[] = {"fp32", "bf16", "fp16"};
   const gpt_config_t *c = &m->c;
   cudaDeviceProp p;
   if (cudaGetDeviceProperties(&p, m->device) != cudaSuccess)
     snprintf(p.name, sizeof(p.name), "?");
-  char graphs[96], dnn[400] = "", dg[160];
-  const int dgm = *gc_mm_choice(m->mm, GC_CHOICE_DGELU);
-  const float *dgt = gc_mm_choice_ms(m->mm, GC_CHOICE_DGELU);
-  /* with the first call's timings (a call each, column sums included) */
-  snprintf(dg, sizeof(dg), "%s",
-           dgm < 0 ? "not yet chosen" : gc_mm_way_name(GC_CHOICE_DGELU, dgm, 0));
-  if (dgm >= 0 && dgt[dgm] > 0.f) {
-    size_t k = strlen(dg);
-    k += snprintf(dg + k, sizeof(dg) - k, " (%.3f ms", dgt[dgm]);
-    for (int i = 0; i < GC_CHOICE_WAYS && k < sizeof(dg); i++)
-      if (i != dgm && dgt[i] > 0.f)
-        k += snprintf(dg + k, sizeof(dg) - k, "; %s %.3f", gc_mm_way_name(GC_CHOICE_DGELU, i, 1),
-                      dgt[i]);
-    if (k < sizeof(dg))
-      snprintf(dg + k, sizeof(dg) - k, ")");
-  }
+  char graphs[96], dnn[400] = "", dg[160], g[160];
+  describe_choice(m->mm, GC_CHOICE_DGELU, dg, sizeof(dg));
+  describe_choice(m->mm, GC_CHOICE_GELU, g, sizeof(g));
   if (m->cc == 90 && !gc_attention_dnn_bytes())
     snprintf(dnn, sizeof(dnn), " (cuDNN's: %s)", gc_attention_dnn_status());
   if (m->graph == 0)
@@ -245,7 +248,8 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
              m->g_fwd.launches + m->g_bwd.launches + m->g_bwd1.launches);
   snprintf(buf, n,
            "%s (sm_%d, %d SMs), %s, attention: %s%s%s, cuBLASLt: %d products tuned, %d "
-           "from the tuning cache, %d epilogue fallbacks, GELU' %s, backward on %d stream(s), "
+           "from the tuning cache, %d epilogue fallbacks, GELU %s, GELU' %s, backward on %d "
+           "stream(s), "
            "classifier chunk: %d rows, CUDA graphs: %s, device memory: %.2f GiB",
            p.name, m->cc, m->sm_count, dn[m->dtype],
            gc_attention_dnn_bytes() ? ""
@@ -257,7 +261,7 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
                : "",
            dnn,
            gc_mm_tuned(m->mm), gc_mm_cache_hits(m->mm), gc_mm_fallbacks(m->mm),
-           dg,
+           g, dg,
            m->st2 ? 2 : 1, m->chunk_rows, graphs,
            (double)gpt_cuda_memory(m) / (1024.0 * 1024.0 * 1024.0));
   return buf;
@@ -388,7 +392,7 @@ template <typename T> static int forward_enqueue(gpt_backend_t *m, int targets, 
                              W<T>(m, GPT_LN2B, l), N, C, s));
     PROF(m, GPT_PROF_MM_FWD,
          linear_fwd_gelu<T>(m->mm, m->st, "fc", fchg, fch, ln2, W<T>(m, GPT_FCW, l),
-                            W<T>(m, GPT_FCB, l), N, C, 4 * C));
+                            W<T>(m, GPT_FCB, l), N, C, 4 * C, m->sm_count));
     PROF(m, GPT_PROF_MM_FWD,
          linear_fwd<T>(m->mm, m->st, "fcproj", res3, fchg, W<T>(m, GPT_FCPROJW, l),
                        W<T>(m, GPT_FCPROJB, l), res2, N, 4 * C, C));
@@ -788,12 +792,15 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
     }
     const size_t ts = tsize(dtype), N = m->N, C = c->channels, L = c->num_layers;
     const size_t Vp = c->padded_vocab, NC = N * C;
-    /* Classifier chunks: as few as fit in GPT_CUDA_LOGITS_MIB (448) MiB of
+    /* Classifier chunks: as few as fit in GPT_CUDA_LOGITS_MIB (800) MiB of
      * logits, of equal whole rows of 64. Each chunk's wte gradient passes
      * over the fp32 scratch (Vp x C) once: 4 chunks instead of 7 (256 MiB)
-     * save ~1 GB of traffic a step at gpt2-124m, B 16. */
+     * save ~1 GB of traffic a step at gpt2-124m, B 16; 2 instead of 4 (448
+     * MiB) +0.3 to +0.4 % tokens/s at 124M and 350M for 0.38 GiB, still
+     * below torch.compile's memory at 124M (docs/benchmarks/
+     * 2026-12-03-fc-forward.md). */
     const char *lm = getenv("GPT_CUDA_LOGITS_MIB");
-    const size_t mib = lm && atoi(lm) >= 16 ? (size_t)atoi(lm) : 448;
+    const size_t mib = lm && atoi(lm) >= 16 ? (size_t)atoi(lm) : 800;
     size_t rows = (mib << 20) / (Vp * ts);
     rows = rows < 64 ? 64 : rows;
     const size_t nch = (N + rows - 1) / rows;

@@ -208,14 +208,15 @@ int *gc_mm_choice(gc_mm_t *mm, int slot) { return &mm->choice[slot]; }
 float *gc_mm_choice_ms(gc_mm_t *mm, int slot) { return mm->choice_ms[slot]; }
 
 const char *gc_mm_way_name(int slot, int way, int brief) {
-  static const char *const dgelu[GC_CHOICE_WAYS][2] = {
+  /* the same three ways in every slot */
+  static const char *const name[GC_CHOICE_WAYS][2] = {
       {"in cuBLASLt's epilogue", "epilogue"},
       {"as a kernel", "kernel"},
       {"in CUTLASS's epilogue", "CUTLASS"},
   };
-  if (slot != GC_CHOICE_DGELU || way < 0 || way >= GC_CHOICE_WAYS)
+  if (slot < 0 || slot >= GC_CHOICES || way < 0 || way >= GC_CHOICE_WAYS)
     return "?";
-  return dgelu[way][brief ? 1 : 0];
+  return name[way][brief ? 1 : 0];
 }
 
 int gc_mm_time(gc_mm_t *mm, cudaStream_t s, int reps, int (*fn)(void *), void *arg, float *ms) {

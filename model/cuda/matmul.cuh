@@ -49,14 +49,17 @@ int gc_mm_cache_hits(const gc_mm_t *mm);
 int gc_mm_tuning(const gc_mm_t *mm);
 int gc_mm_fused(const gc_mm_t *mm);
 /* A choice between ways of computing something (at most GC_CHOICE_WAYS),
- * made once by timing: slot GC_CHOICE_*, -1 until made, else the way. */
-enum { GC_CHOICE_DGELU, GC_CHOICES };
+ * made once by timing: slot GC_CHOICE_*, -1 until made, else the way.
+ * GC_CHOICE_DGELU: the MLP's input gradient with GELU' and its bias
+ * gradient; GC_CHOICE_GELU: its forward with the bias, GELU and the kept
+ * pre-activation (linear.cuh). */
+enum { GC_CHOICE_DGELU, GC_CHOICE_GELU, GC_CHOICES };
 enum { GC_CHOICE_WAYS = 3 };
 int *gc_mm_choice(gc_mm_t *mm, int slot);
-/* The timings (ms a call) that made choice `slot`, one a way (for
- * GC_CHOICE_DGELU: [0] cuBLASLt's epilogue, [1] the plain product and a
- * kernel, [2] CUTLASS's fused product): 0 where not timed (no tuning, fused
- * epilogues not allowed, or the way not supported or not built). */
+/* The timings (ms a call) that made choice `slot`, one a way ([0]
+ * cuBLASLt's epilogue, [1] the plain product and a kernel, [2] CUTLASS's
+ * fused product): 0 where not timed (no tuning, fused epilogues not
+ * allowed, or the way not supported or not built). */
 float *gc_mm_choice_ms(gc_mm_t *mm, int slot);
 /* A way's name for a person: brief ("CUTLASS") or in a sentence ("in
  * CUTLASS's epilogue"); "?" for a slot or way out of range. */

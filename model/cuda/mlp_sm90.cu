@@ -30,6 +30,7 @@
 #include "common.cuh"
 #include "mlp_sm90.cuh"
 #include "mlp_sm90_fusion.cuh"
+#include "sm90_gemm.cuh"
 
 using namespace cute;
 
@@ -44,43 +45,34 @@ using LD = cutlass::layout::ColumnMajor;
 using Tile = Shape<_128, _128, _64>;
 using Cluster = Shape<_1, _2, _1>;
 using Fusion = gc_fusion::DGeluDBiasAdd<LD, cutlass::epilogue::thread::dGELU, EA, float, EA, float>;
-using Epi = cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LD, 8, EA, LD, 8,
-    cutlass::epilogue::TmaWarpSpecialized, Fusion>::CollectiveOp;
-using Main = cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, EA, LA, 8, EA, LB, 8, float, Tile, Cluster,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-        sizeof(typename Epi::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
-using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Main, Epi>;
-using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+using Cfg = gc_sm90_gemm<LA, LB, LD, Tile, Cluster, Fusion,
+                         cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                         cutlass::epilogue::TmaWarpSpecialized>;
+using Kernel = Cfg::Kernel;
+using Gemm = Cfg::Gemm;
 } // namespace gc_mlp90
 using namespace gc_mlp90;
+
+int gc_sm90_cc(void) {
+  static int cc = -1;
+  if (cc < 0) {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    cc = major * 10 + minor;
+  }
+  return cc;
+}
 
 int gc_dgelu_sm90(__nv_bfloat16 *dinp, float *bgrad32, const __nv_bfloat16 *dout,
                   const __nv_bfloat16 *w, const __nv_bfloat16 *pre, int M, int K, int Nout,
                   int sm_count, cudaStream_t s) {
-  /* TMA: 16-byte aligned rows and bases */
-  if (M <= 0 || K % 8 || Nout % 8 || ((uintptr_t)dinp | (uintptr_t)dout | (uintptr_t)w |
-                                      (uintptr_t)pre | (uintptr_t)bgrad32) % 16)
+  if (M <= 0 || !gc_sm90_serves({dinp, dout, w, pre, bgrad32}, {K, Nout}))
     return -ENOTSUP;
-  static int cc = -1, smem_set = 0;
-  if (cc < 0) {
-    int dev = 0, major = 0, minor = 0;
-    GC_CUDA(cudaGetDevice(&dev));
-    GC_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    GC_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    cc = major * 10 + minor;
-  }
-  if (cc != 90) /* sm_90a code only */
-    return -ENOTSUP;
-  if (!smem_set) {
-    GC_CUDA(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 Kernel::SharedStorageSize));
-    smem_set = 1;
-  }
   Kernel::StrideA sa = make_stride(Int<1>{}, (int64_t)K, (int64_t)K * Nout);
   Kernel::StrideB sb = make_stride((int64_t)Nout, Int<1>{}, (int64_t)Nout * M);
   Kernel::StrideD sd = make_stride(Int<1>{}, (int64_t)K, (int64_t)K * M);
@@ -92,15 +84,5 @@ int gc_dgelu_sm90(__nv_bfloat16 *dinp, float *bgrad32, const __nv_bfloat16 *dout
   args.epilogue.thread.dAux = sd;
   args.epilogue.thread.dbias_ptr = bgrad32;
   args.hw_info.sm_count = sm_count;
-  if (Gemm::can_implement(args) != cutlass::Status::kSuccess ||
-      Gemm::get_workspace_size(args) != 0)
-    return -ENOTSUP;
-  /* the kernel's parameters straight from the arguments: Gemm::initialize
-   * would also fill the bias gradient with zeros (the atomic reduction's
-   * workspace step), and it is added to here */
-  Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);
-  if (Gemm::run(params, s) != cutlass::Status::kSuccess)
-    return gc_fail(-EIO, "gc_dgelu_sm90", "the CUTLASS kernel did not launch", __FILE__, __LINE__);
-  GC_LAUNCH("gc_dgelu_sm90");
-  return 0;
+  return gc_sm90_run<Gemm>(args, s, "gc_dgelu_sm90");
 }

@@ -139,13 +139,14 @@ template <typename T> static void test_linear(rng &r, gc_mm_t *mm, const char *t
   snprintf(what, sizeof(what), "%s matmul fwd +bias +residual", tag);
   check(L<T>(what), download(out, (size_t)M * O), ror, tol<T>::out);
   /* GELU: out = gelu(pre), pre = x W^T + b */
-  OK(linear_fwd_gelu<T>(mm, S, "test", out, opre, dx, dw, db, M, K, O));
+  OK(linear_fwd_gelu<T>(mm, S, "test", out, opre, dx, dw, db, M, K, O, g_sm));
   std::vector<double> rg(ro.size());
   for (size_t i = 0; i < ro.size(); i++)
     rg[i] = ref::gelu(ro[i]);
-  snprintf(what, sizeof(what), "%s matmul fwd +bias +GELU (pre)", tag);
+  const char *gway = gc_mm_way_name(GC_CHOICE_GELU, *gc_mm_choice(mm, GC_CHOICE_GELU), 1);
+  snprintf(what, sizeof(what), "%s matmul fwd +bias +GELU (%s) (pre)", tag, gway);
   check(L<T>(what), download(opre, (size_t)M * O), ro, tol<T>::out);
-  snprintf(what, sizeof(what), "%s matmul fwd +bias +GELU (out)", tag);
+  snprintf(what, sizeof(what), "%s matmul fwd +bias +GELU (%s) (out)", tag, gway);
   check(L<T>(what), download(out, (size_t)M * O), rg, tol<T>::out);
 
   /* dinp = dy W */
@@ -197,6 +198,18 @@ template <typename T> static void test_linear(rng &r, gc_mm_t *mm, const char *t
   cudaFree(dg), cudaFree(b32);
 }
 
+/* A CUTLASS kernel (mlp_sm90.cu, fc_sm90.cu) said -ENOTSUP: only right
+ * where it cannot serve (K or Nout not a multiple of 8, not compute
+ * capability 9). */
+template <typename T> static void expect_unserved(const char *kernel, int K, int Nout) {
+  int dev = 0, major = 0;
+  char what[160];
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  snprintf(what, sizeof(what), "%s: -ENOTSUP only where it cannot serve", kernel);
+  expect(L<T>(what), K % 8 != 0 || Nout % 8 != 0 || major != 9);
+}
+
 /* ---- the MLP's input gradient in CUTLASS's epilogue (mlp_sm90.cu) -------- */
 /* din (M x K) = (dy (M x Nout) W (Nout x K)) * gelu'(pre), the bias gradient
  * added (+=) by the epilogue's atomics, against float64; where it does not
@@ -215,12 +228,8 @@ template <typename T> static void test_dgelu_sm90(rng &r, int M, int K, int Nout
     const int rc = gc_dgelu_sm90(din, b32, dY, dW, dP, M, K, Nout, g_sm, S);
     char what[120];
     if (rc == -ENOTSUP) {
-      int dev = 0, major = 0;
-      CK(cudaGetDevice(&dev));
-      CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-      snprintf(what, sizeof(what), "CUTLASS GELU' M=%d K=%d Nout=%d: -ENOTSUP only where it "
-               "cannot serve", M, K, Nout);
-      expect(L<T>(what), K % 8 != 0 || Nout % 8 != 0 || major != 9);
+      snprintf(what, sizeof(what), "CUTLASS GELU' M=%d K=%d Nout=%d", M, K, Nout);
+      expect_unserved<T>(what, K, Nout);
       snprintf(what, sizeof(what), "CUTLASS GELU' M=%d K=%d: the bias gradient untouched", M, K);
       std::vector<double> rb0(b0.begin(), b0.end());
       check(L<T>(what), download(b32, K), rb0, 0.0);
@@ -239,6 +248,47 @@ template <typename T> static void test_dgelu_sm90(rng &r, int M, int K, int Nout
       check(L<T>(what), download(b32, K), rbg, tol<T>::grad);
     }
     cudaFree(dW), cudaFree(dY), cudaFree(dP), cudaFree(din), cudaFree(b32);
+  }
+#else
+  (void)r, (void)M, (void)K, (void)Nout;
+#endif
+}
+
+/* ---- the MLP's forward in CUTLASS's epilogue (fc_sm90.cu) ---------------- */
+/* pre (M x Nout) = x (M x K) W (Nout x K)^T + b, out = gelu(pre), against
+ * float64; where it does not serve it must say -ENOTSUP and write nothing. */
+template <typename T> static void test_gelu_sm90(rng &r, int M, int K, int Nout) {
+#ifdef GPT_CUDA_CUTLASS
+  if constexpr (std::is_same<T, bf16>::value) {
+    std::vector<double> x, w, b;
+    T *dX = upload<T>(r.normals((size_t)M * K, 1.0), &x);
+    T *dW = upload<T>(r.normals((size_t)Nout * K, 0.1), &w);
+    T *dB = upload<T>(r.normals(Nout, 0.1), &b);
+    T *out = poisoned<T>((size_t)M * Nout), *pre = poisoned<T>((size_t)M * Nout);
+    std::vector<double> out0 = download(out, (size_t)M * Nout);
+    const int rc = gc_gelu_sm90(out, pre, dX, dW, dB, M, K, Nout, g_sm, S);
+    char what[120];
+    if (rc == -ENOTSUP) {
+      snprintf(what, sizeof(what), "CUTLASS GELU fwd M=%d K=%d Nout=%d", M, K, Nout);
+      expect_unserved<T>(what, K, Nout);
+      snprintf(what, sizeof(what), "CUTLASS GELU fwd M=%d K=%d: the output untouched", M, K);
+      expect(L<T>(what), memcmp(download(out, (size_t)M * Nout).data(), out0.data(),
+                                out0.size() * sizeof(double)) == 0);
+    } else {
+      OK(rc);
+      CK(cudaStreamSynchronize(S));
+      std::vector<double> ro((size_t)M * Nout), rg((size_t)M * Nout);
+      ref::matmul_fwd(ro.data(), x.data(), w.data(), b.data(), M, K, Nout);
+      for (size_t i = 0; i < ro.size(); i++)
+        rg[i] = ref::gelu(ro[i]);
+      snprintf(what, sizeof(what), "CUTLASS matmul fwd +bias +GELU (pre) M=%d K=%d Nout=%d", M,
+               K, Nout);
+      check(L<T>(what), download(pre, (size_t)M * Nout), ro, tol<T>::out);
+      snprintf(what, sizeof(what), "CUTLASS matmul fwd +bias +GELU (out) M=%d K=%d Nout=%d", M,
+               K, Nout);
+      check(L<T>(what), download(out, (size_t)M * Nout), rg, tol<T>::out);
+    }
+    cudaFree(dX), cudaFree(dW), cudaFree(dB), cudaFree(out), cudaFree(pre);
   }
 #else
   (void)r, (void)M, (void)K, (void)Nout;
@@ -453,6 +503,9 @@ template <typename T> static void run_all(rng &r, gc_mm_t *fused, gc_mm_t *plain
   test_dgelu_sm90<T>(r, 256, 384, 128);
   test_dgelu_sm90<T>(r, 1000, 1536, 384); /* rows end inside a tile */
   test_dgelu_sm90<T>(r, 64, 100, 64);     /* K not a multiple of 8: not served */
+  test_gelu_sm90<T>(r, 256, 192, 384);
+  test_gelu_sm90<T>(r, 1000, 384, 1536); /* rows end inside a tile */
+  test_gelu_sm90<T>(r, 64, 100, 64);     /* K not a multiple of 8: not served */
   if (!std::is_same<T, float>::value)
     test_attention<T>(r, 2, 256, 3, 64); /* tensor-core path */
   test_attention<T>(r, 2, 100, 2, 32);   /* generic path */
