@@ -82,29 +82,11 @@ template <class Cfg> struct cutlass_runner : runner {
   int run(cudaStream_t s) override { return g.run(s); }
 };
 
-template <class Tile, class Cluster, class KS, class ES> static runner *make_runner(const char *n) {
-  auto *r = new cutlass_runner<gemm_cfg<Tile, Cluster, KS, ES>>();
-  r->name = n;
-  return r;
-}
-
-static std::vector<runner *> configurations() {
-  std::vector<runner *> v;
-#define CFG(TM, TN, CM, CN, KS, ES, NAME)                                                       \
-  v.push_back(make_runner<Shape<_##TM, _##TN, _64>, Shape<_##CM, _##CN, _1>, KS, ES>(NAME))
-  CFG(128, 128, 1, 2, Ping, PingE, "CUTLASS 128x128 1x2 pingpong");
-  CFG(128, 128, 2, 1, Ping, PingE, "CUTLASS 128x128 2x1 pingpong");
-  CFG(128, 256, 2, 1, Coop, CoopE, "CUTLASS 128x256 2x1 cooperative");
-  CFG(256, 128, 1, 2, Coop, CoopE, "CUTLASS 256x128 1x2 cooperative");
-#undef CFG
-  return v;
-}
+template <class Tile, class Cluster, class KS, class ES>
+using runner_of = cutlass_runner<gemm_cfg<Tile, Cluster, KS, ES>>;
+static std::vector<runner *> configurations() { return lab_forward_configs<prob, runner_of>(); }
 
 /* ---- cuBLASLt's ways ------------------------------------------------------ */
-
-static cublasLtHandle_t lt;
-static void *ws;
-static const size_t WS = 64u << 20;
 
 /* The product's call (linear_fwd_gelu): D (Nout x M) = W^T inp with
  * GELU_AUX_BIAS, or with BIAS into pre; the heuristic's candidates timed
@@ -132,7 +114,7 @@ static float lt_best(const prob &q, bool gelu, cudaStream_t s, int *nalgo) {
   LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, q.K, q.Nout, q.K));
   LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, q.K, q.M, q.K));
   LT(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, q.Nout, q.M, q.Nout));
-  return lab_lt_fastest(lt, desc, la, lb, ld, q.W, q.inp, D, ws, WS, s, nalgo);
+  return lab_lt_fastest(lab_lt, desc, la, lb, ld, q.W, q.inp, D, lab_ws, LAB_WS, s, nalgo);
 }
 
 /* ---- one shape ------------------------------------------------------------ */
@@ -186,20 +168,6 @@ static void shape(int M, int C, cudaStream_t s) {
 }
 
 int main(int argc, char **argv) {
-  if (lab_cc() != 90) {
-    printf("fc_cutlass: the kernels are built for sm_90a; this GPU is not one\n");
-    return 77;
-  }
-  LT(cublasLtCreate(&lt));
-  CK(cudaMalloc(&ws, WS));
-  cudaStream_t s;
-  CK(cudaStreamCreate(&s));
-  printf("cuBLASLt %zu, CUTLASS %d.%d.%d\n", cublasLtGetVersion(), CUTLASS_MAJOR, CUTLASS_MINOR,
-         CUTLASS_PATCH);
-  const int rc = lab_mlp_shapes("fc_cutlass", argc, argv, true, [&](int M, int C) { shape(M, C, s); });
-  if (rc)
-    return rc;
-  cudaFree(ws);
-  cublasLtDestroy(lt);
-  return g_failures ? 1 : 0;
+  return lab_cutlass_main("fc_cutlass", argc, argv,
+                          [](int M, int C, cudaStream_t s) { shape(M, C, s); });
 }

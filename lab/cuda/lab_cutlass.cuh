@@ -1,12 +1,18 @@
 /* lab_cutlass.cuh - what the CUTLASS programs (mlp_cutlass.cu,
  * fc_cutlass.cu) share: a configuration of a problem P set up once and run
  * many times, a CUTLASS GEMM's set-up (the SM count, its check of the
- * shape, its workspace), and the kernel schedules' short names. Include
- * after CUTLASS's headers and lab.cuh. */
+ * shape, its workspace), the kernel schedules' short names, the forward
+ * programs' four kernels and a program's main. Include after CUTLASS's
+ * headers and lab.cuh. */
 #ifndef LAB_CUDA_LAB_CUTLASS_CUH
 #define LAB_CUDA_LAB_CUTLASS_CUH
 
 #include <stdio.h>
+
+#include <vector>
+
+#include "cutlass/version.h"
+#include "lab_mlp.cuh"
 
 template <class P> struct lab_runner {
   const char *name;
@@ -48,5 +54,56 @@ using Coop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using CoopE = cutlass::epilogue::TmaWarpSpecializedCooperative;
 using Ping = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using PingE = cutlass::epilogue::TmaWarpSpecialized;
+
+/* The four kernels the forward's programs (fc_cutlass, fwd_cutlass) try:
+ * R<Tile, Cluster, KSched, ESched> a runner of P for that kernel. */
+template <class P, template <class, class, class, class> class R>
+static std::vector<lab_runner<P> *> lab_forward_configs() {
+  using cute::Shape;
+  using T128 = Shape<cute::_128, cute::_128, cute::_64>;
+  std::vector<lab_runner<P> *> v;
+  auto add = [&](lab_runner<P> *r, const char *name) {
+    r->name = name;
+    v.push_back(r);
+  };
+  add(new R<T128, Shape<cute::_1, cute::_2, cute::_1>, Ping, PingE>(),
+      "CUTLASS 128x128 1x2 pingpong");
+  add(new R<T128, Shape<cute::_2, cute::_1, cute::_1>, Ping, PingE>(),
+      "CUTLASS 128x128 2x1 pingpong");
+  add(new R<Shape<cute::_128, cute::_256, cute::_64>, Shape<cute::_2, cute::_1, cute::_1>, Coop,
+            CoopE>(),
+      "CUTLASS 128x256 2x1 cooperative");
+  add(new R<Shape<cute::_256, cute::_128, cute::_64>, Shape<cute::_1, cute::_2, cute::_1>, Coop,
+            CoopE>(),
+      "CUTLASS 256x128 1x2 cooperative");
+  return v;
+}
+
+/* The cuBLASLt handle and workspace the programs time cuBLASLt with. */
+static cublasLtHandle_t lab_lt;
+static void *lab_ws;
+static const size_t LAB_WS = 64u << 20;
+
+/* A CUTLASS program's main: exit 77 off compute capability 9.0 (its
+ * kernels are sm_90a's), then shape(M, C, stream) for each pair of the
+ * command line or the defaults (lab_mlp_shapes); exit 1 after a mismatch. */
+template <typename F> static int lab_cutlass_main(const char *prog, int argc, char **argv, F shape) {
+  if (lab_cc() != 90) {
+    printf("%s: the kernels are built for sm_90a; this GPU is not one\n", prog);
+    return 77;
+  }
+  LT(cublasLtCreate(&lab_lt));
+  CK(cudaMalloc(&lab_ws, LAB_WS));
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  printf("cuBLASLt %zu, CUTLASS %d.%d.%d\n", cublasLtGetVersion(), CUTLASS_MAJOR, CUTLASS_MINOR,
+         CUTLASS_PATCH);
+  const int rc = lab_mlp_shapes(prog, argc, argv, true, [&](int M, int C) { shape(M, C, s); });
+  if (rc)
+    return rc;
+  cudaFree(lab_ws);
+  cublasLtDestroy(lab_lt);
+  return g_failures ? 1 : 0;
+}
 
 #endif /* LAB_CUDA_LAB_CUTLASS_CUH */

@@ -19,7 +19,8 @@
     }                                                                                      \
   } while (0)
 
-/* D = A B as desc and the layouts say (alpha 1, beta 0), with each of the
+/* D = A B (+ beta C: C laid out as D; D where none) as desc and the
+ * layouts say, alpha 1, with each of the
  * heuristic's candidates (up to 16, a workspace of wsize bytes) timed
  * (median of 9); the fastest is run once more so that D (and an epilogue's
  * outputs) hold its result. Destroys desc and the layouts. RET its
@@ -28,7 +29,8 @@
 static float lab_lt_fastest(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
                             cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                             cublasLtMatrixLayout_t ld, const void *A, const void *B, void *D,
-                            void *ws, size_t wsize, cudaStream_t s, int *nalgo) {
+                            void *ws, size_t wsize, cudaStream_t s, int *nalgo,
+                            const void *C = nullptr, float beta = 0.f) {
   cublasLtMatmulPreference_t pref;
   LT(cublasLtMatmulPreferenceCreate(&pref));
   LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsize,
@@ -36,10 +38,10 @@ static float lab_lt_fastest(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
   cublasLtMatmulHeuristicResult_t res[16];
   int n = 0;
   LT(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 16, res, &n));
-  const float one = 1.f, zero = 0.f;
+  const float one = 1.f;
   auto go = [&](int i) {
-    return cublasLtMatmul(lt, desc, &one, A, la, B, lb, &zero, D, ld, D, ld, &res[i].algo, ws,
-                          wsize, s) == CUBLAS_STATUS_SUCCESS
+    return cublasLtMatmul(lt, desc, &one, A, la, B, lb, &beta, C ? C : D, ld, D, ld, &res[i].algo,
+                          ws, wsize, s) == CUBLAS_STATUS_SUCCESS
                ? 0
                : 1;
   };

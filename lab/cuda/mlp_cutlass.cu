@@ -151,10 +151,6 @@ static std::vector<runner *> configurations(epi_kind e) {
 
 /* ---- cuBLASLt's way, the reference -------------------------------------- */
 
-static cublasLtHandle_t lt;
-static void *ws;
-static const size_t WS = 64u << 20;
-
 /* D = A B (NN, column-major), plain or with the DGELU epilogue; the
  * heuristic's candidates timed (median of 9), the fastest kept. RET its
  * time in ms; D holds its result. */
@@ -174,7 +170,7 @@ static float lt_best(const prob &q, bool dgelu, cudaStream_t s, int *nalgo) {
   LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, q.m, q.k, q.m));
   LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, q.k, q.n, q.k));
   LT(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, q.m, q.n, q.m));
-  return lab_lt_fastest(lt, desc, la, lb, ld, q.A, q.B, q.D, ws, WS, s, nalgo);
+  return lab_lt_fastest(lab_lt, desc, la, lb, ld, q.A, q.B, q.D, lab_ws, LAB_WS, s, nalgo);
 }
 
 /* ---- one shape ------------------------------------------------------------ */
@@ -255,20 +251,6 @@ static void shape(int M, int C, cudaStream_t s) {
 }
 
 int main(int argc, char **argv) {
-  if (lab_cc() != 90) {
-    printf("mlp_cutlass: the kernels are built for sm_90a; this GPU is not one\n");
-    return 77;
-  }
-  LT(cublasLtCreate(&lt));
-  CK(cudaMalloc(&ws, WS));
-  cudaStream_t s;
-  CK(cudaStreamCreate(&s));
-  printf("cuBLASLt %zu, CUTLASS %d.%d.%d\n", cublasLtGetVersion(), CUTLASS_MAJOR, CUTLASS_MINOR,
-         CUTLASS_PATCH);
-  const int rc = lab_mlp_shapes("mlp_cutlass", argc, argv, true, [&](int M, int C) { shape(M, C, s); });
-  if (rc)
-    return rc;
-  cudaFree(ws);
-  cublasLtDestroy(lt);
-  return g_failures ? 1 : 0;
+  return lab_cutlass_main("mlp_cutlass", argc, argv,
+                          [](int M, int C, cudaStream_t s) { shape(M, C, s); });
 }

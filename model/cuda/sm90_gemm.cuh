@@ -15,16 +15,17 @@
 #include "mlp_sm90.cuh"
 
 /* A CUTLASS 3 Hopper GEMM of bf16 operands (alignment 8), fp32
- * accumulation and epilogue, D of layout LD and no C operand: CUTLASS's
- * builders for the mainloop (its stages from the shared memory the
- * epilogue leaves) and the epilogue, Fusion its operation. */
+ * accumulation and epilogue, D of layout LD and a C operand of type EC
+ * (void: none) and D's layout: CUTLASS's builders for the mainloop (its
+ * stages from the shared memory the epilogue leaves) and the epilogue,
+ * Fusion its operation. */
 template <class LA, class LB, class LD, class Tile, class Cluster, class Fusion, class KSched,
-          class ESched>
+          class ESched, class EC = void>
 struct gc_sm90_gemm {
   using E = cutlass::bfloat16_t;
   using Epi = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LD, 8, E, LD, 8, ESched,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, EC, LD, 8, E, LD, 8, ESched,
       Fusion>::CollectiveOp;
   using Main = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LA, 8, E, LB, 8, float, Tile, Cluster,
