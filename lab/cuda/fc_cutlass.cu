@@ -144,26 +144,19 @@ static void shape(int M, int C, cudaStream_t s) {
   printf("%-40s %7.1f us (%.0f TFLOPS), %d candidates\n", "cuBLASLt GELU_AUX_BIAS (the product's)",
          tg * 1e3, gflop / (tg * 1e-3) / 1e3, n);
 
-  for (runner *rn : configurations()) {
-    CK(cudaMemset(out, 0xff, nout * sizeof(bf))); /* NaN: what is not written shows */
-    CK(cudaMemset(pre, 0xff, nout * sizeof(bf)));
-    if (rn->setup(q, s) || rn->run(s) != 0) {
-      CK(cudaGetLastError());
-      printf("%-40s did not run\n", rn->name);
-      delete rn;
-      continue;
-    }
-    CK(cudaStreamSynchronize(s));
-    char what[96];
-    snprintf(what, sizeof(what), "  %s: pre against cuBLASLt's", rn->name);
-    check(what, download(pre, nout), ref_pre, 1e-2);
-    snprintf(what, sizeof(what), "  %s: out against cuBLASLt's", rn->name);
-    check(what, download(out, nout), ref_out, 1e-2);
-    const float t = lab_median_ms(s, 15, [&] { return rn->run(s); });
-    printf("%-40s %7.1f us (%.0f TFLOPS); against the product's %+.1f us\n", rn->name, t * 1e3,
-           gflop / (t * 1e-3) / 1e3, (t - tg) * 1e3);
-    delete rn;
-  }
+  lab_each_config(
+      configurations(), q, s, gflop, tg,
+      [&] {
+        CK(cudaMemset(out, 0xff, nout * sizeof(bf)));
+        CK(cudaMemset(pre, 0xff, nout * sizeof(bf)));
+      },
+      [&](const char *name) {
+        char what[96];
+        snprintf(what, sizeof(what), "  %s: pre against cuBLASLt's", name);
+        check(what, download(pre, nout), ref_pre, 1e-2);
+        snprintf(what, sizeof(what), "  %s: out against cuBLASLt's", name);
+        check(what, download(out, nout), ref_out, 1e-2);
+      });
   cudaFree(W), cudaFree(inp), cudaFree(bias), cudaFree(out), cudaFree(pre);
 }
 

@@ -114,23 +114,14 @@ static void one(const char *what, int M, int K, int Nout, bool resid, cudaStream
   std::vector<double> ref = download(out, nout);
   printf("%-40s %7.1f us (%.0f TFLOPS), %d candidates\n", "cuBLASLt BIAS (the product's)",
          tl * 1e3, gflop / (tl * 1e-3) / 1e3, n);
-  for (runner *rn : configurations()) {
-    CK(cudaMemset(out, 0xff, nout * sizeof(bf)));
-    if (rn->setup(q, s) || rn->run(s) != 0) {
-      CK(cudaGetLastError());
-      printf("%-40s did not run\n", rn->name);
-      delete rn;
-      continue;
-    }
-    CK(cudaStreamSynchronize(s));
-    char w[96];
-    snprintf(w, sizeof(w), "  %s against cuBLASLt's", rn->name);
-    check(w, download(out, nout), ref, 1e-2);
-    const float t = lab_median_ms(s, 15, [&] { return rn->run(s); });
-    printf("%-40s %7.1f us (%.0f TFLOPS); against the product's %+.1f us\n", rn->name, t * 1e3,
-           gflop / (t * 1e-3) / 1e3, (t - tl) * 1e3);
-    delete rn;
-  }
+  lab_each_config(
+      configurations(), q, s, gflop, tl,
+      [&] { CK(cudaMemset(out, 0xff, nout * sizeof(bf))); },
+      [&](const char *name) {
+        char w[96];
+        snprintf(w, sizeof(w), "  %s against cuBLASLt's", name);
+        check(w, download(out, nout), ref, 1e-2);
+      });
   cudaFree(W), cudaFree(inp), cudaFree(bias), cudaFree(out);
   if (res)
     cudaFree(res);

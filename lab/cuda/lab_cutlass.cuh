@@ -79,6 +79,30 @@ static std::vector<lab_runner<P> *> lab_forward_configs() {
   return v;
 }
 
+/* Each configuration of v on q, then deleted: poison() before it runs
+ * (outputs set to NaN, so that what it does not write shows), check(name)
+ * after its first run (against the reference), then its median of 15 timed
+ * against the product's ref_ms. */
+template <class P, typename Poison, typename Check>
+static void lab_each_config(const std::vector<lab_runner<P> *> &v, const P &q, cudaStream_t s,
+                            double gflop, float ref_ms, Poison poison, Check check) {
+  for (lab_runner<P> *rn : v) {
+    poison();
+    if (rn->setup(q, s) || rn->run(s) != 0) {
+      CK(cudaGetLastError());
+      printf("%-40s did not run\n", rn->name);
+      delete rn;
+      continue;
+    }
+    CK(cudaStreamSynchronize(s));
+    check(rn->name);
+    const float t = lab_median_ms(s, 15, [&] { return rn->run(s); });
+    printf("%-40s %7.1f us (%.0f TFLOPS); against the product's %+.1f us\n", rn->name, t * 1e3,
+           gflop / (t * 1e-3) / 1e3, (t - ref_ms) * 1e3);
+    delete rn;
+  }
+}
+
 /* The cuBLASLt handle and workspace the programs time cuBLASLt with. */
 static cublasLtHandle_t lab_lt;
 static void *lab_ws;

@@ -26,14 +26,23 @@ template <typename T> static inline gc_mm_args_t mm_base(const char *name, int m
   return a;
 }
 
-/* out = inp W^T (+ bias) (+ resid): the residual add rides on beta. */
+/* The forward's product out = inp W^T in cuBLASLt's (column-major) terms,
+ * before its epilogue. */
 template <typename T>
-static inline int linear_fwd(gc_mm_t *mm, cudaStream_t st, const char *name, T *out, const T *inp,
-                             const T *w, const T *bias, const T *resid, int M, int K, int Nout) {
+static inline gc_mm_args_t fwd_args(const char *name, T *out, const T *inp, const T *w, int M,
+                                    int K, int Nout) {
   gc_mm_args_t a = mm_base<T>(name, Nout, M, K);
   a.ta = 1, a.A = w, a.lda = K;
   a.tb = 0, a.B = inp, a.ldb = K;
   a.D = out, a.ldd = Nout;
+  return a;
+}
+
+/* out = inp W^T (+ bias) (+ resid): the residual add rides on beta. */
+template <typename T>
+static inline int linear_fwd(gc_mm_t *mm, cudaStream_t st, const char *name, T *out, const T *inp,
+                             const T *w, const T *bias, const T *resid, int M, int K, int Nout) {
+  gc_mm_args_t a = fwd_args<T>(name, out, inp, w, M, K, Nout);
   if (resid)
     a.C = resid, a.beta = 1.f;
   if (bias)
@@ -98,10 +107,7 @@ template <typename T> struct gelu_args {
 };
 template <typename T> static int gelu_fused(void *p) {
   gelu_args<T> *d = (gelu_args<T> *)p;
-  gc_mm_args_t a = mm_base<T>(d->name, d->Nout, d->M, d->K);
-  a.ta = 1, a.A = d->w, a.lda = d->K;
-  a.tb = 0, a.B = d->inp, a.ldb = d->K;
-  a.D = d->out, a.ldd = d->Nout;
+  gc_mm_args_t a = fwd_args<T>(d->name, d->out, d->inp, d->w, d->M, d->K, d->Nout);
   a.epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS, a.bias = (void *)d->bias;
   a.aux = d->pre, a.aux_ld = d->Nout;
   return gc_mm(d->mm, &a, d->st);
