@@ -17,7 +17,8 @@
  * KPROF_GAPS     rows of the idle table (default 10; 0: none)
  *
  * Only the fields every CUPTI since CUDA 9 puts first in its kernel, memcpy
- * and memset records are read (kind, start, end and the kernel's name): the
+ * and memset records are read (kind, start, end, the kernel's name and a
+ * memset's size: memsets are rows of their size, "[memset 4 B]"): the
  * layout below is that common prefix, so the records of any newer version
  * parse the same. Times are GPU time: kernels that overlap on several
  * streams each count in full (the "busy" line says how far that went).
@@ -173,7 +174,11 @@ static void on_done(void *ctx, uint32_t stream, uint8_t *buf, size_t size,
       count(k->name ? k->name : "(unnamed kernel)", k->start, k->end);
     } else if (kind == K_MEMCPY || kind == K_MEMSET) {
       const copy_rec_t *c = rec;
-      count(kind == K_MEMCPY ? "[memcpy]" : "[memset]", c->start, c->end);
+      /* a memset by its size: which library's buffer it clears */
+      char nm[48];
+      if (kind == K_MEMSET)
+        snprintf(nm, sizeof nm, "[memset %llu B]", (unsigned long long)c->bytes);
+      count(kind == K_MEMCPY ? "[memcpy]" : nm, c->start, c->end);
     }
   }
   pthread_mutex_unlock(&mu);
