@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
 
   /* the product's graphs (model/cuda/attention_cudnn_graph.cuh), built as
    * the product builds them; then again with every plan listed */
-  fe::graph::Graph gf, gb, gf2, gb2;
+  fe::graph::Graph gf, gb, gf2, gb2, gbd;
   dnn_describe_fwd(gf, 0, B, T, NH, 64);
   finish(gf, h, "forward");
   dnn_describe_bwd(gb, 0, B, T, NH, 64);
@@ -85,12 +85,32 @@ int main(int argc, char **argv) {
   dnn_describe_bwd(gb2, 0, B, T, NH, 64);
   finish(gb2, h, "backward, all plans", 1);
 
-  int64_t wsf = 0, wsb = 0;
+  /* cuDNN's deterministic backward: on Hopper its dP workspace, dQ written
+   * by a product of dS and K instead of fp32 atomics and a conversion; left
+   * out (and said) where this cuDNN cannot build it */
+  dnn_describe_bwd(gbd, 0, B, T, NH, 64, true);
+  std::string why;
+  auto step = [&](fe::error_t st) {
+    if (why.empty() && !st.is_good())
+      why = st.get_message().empty() ? "failed" : st.get_message();
+    return why.empty();
+  };
+  const bool det = step(gbd.validate()) && step(gbd.build_operation_graph(h)) &&
+                   step(gbd.create_execution_plans({fe::HeurMode_t::A})) &&
+                   step(gbd.check_support(h)) &&
+                   step(gbd.build_plans(h, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE));
+  if (!det)
+    printf("backward, deterministic: not built: %s\n", why.c_str());
+
+  int64_t wsf = 0, wsb = 0, wsd = 0;
   FE_OK("forward workspace", gf.get_workspace_size(wsf));
   FE_OK("backward workspace", gb.get_workspace_size(wsb));
+  if (det)
+    FE_OK("deterministic backward workspace", gbd.get_workspace_size(wsd));
   void *ws = nullptr;
-  CK(cudaMalloc(&ws, std::max<int64_t>(std::max(wsf, wsb), 1)));
-  printf("workspace: forward %lld bytes, backward %lld bytes\n", (long long)wsf, (long long)wsb);
+  CK(cudaMalloc(&ws, std::max<int64_t>(std::max(std::max(wsf, wsb), wsd), 1)));
+  printf("workspace: forward %lld bytes, backward %lld bytes, deterministic backward %lld bytes\n",
+         (long long)wsf, (long long)wsb, (long long)wsd);
 
   bf16 *qkv = a.qkv;
   std::unordered_map<fe::graph::Tensor_attributes::uid_t, void *> pf = {
@@ -111,7 +131,26 @@ int main(int argc, char **argv) {
       {DNN_Q, qkv},        {DNN_K, qkv + C},   {DNN_V, qkv + 2 * C}, {DNN_O, a.out1},
       {DNN_STATS, a.lse1}, {DNN_DO, a.dy},     {DNN_DQ, dqkv},       {DNN_DK, dqkv + C},
       {DNN_DV, dqkv + 2 * C}};
+  /* each backward timed, then run twice more: are dQ, dK, dV the same bits? */
+  auto same_bits = [&](const char *what, fe::graph::Graph &g) {
+    const size_t n = a.N * 3 * a.C;
+    OK(g.execute(h, pb, ws).is_good() ? 0 : 1);
+    CK(cudaStreamSynchronize(a.s));
+    std::vector<bf16> x(n), y(n);
+    CK(cudaMemcpy(x.data(), a.dqkv1, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    OK(g.execute(h, pb, ws).is_good() ? 0 : 1);
+    CK(cudaStreamSynchronize(a.s));
+    CK(cudaMemcpy(y.data(), a.dqkv1, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    printf("%-44s the same bits in two runs: %s\n", what,
+           memcmp(x.data(), y.data(), n * sizeof(bf16)) ? "no" : "yes");
+  };
   lab_attn_bwd(&a, "cudnn sdpa backward", [&] { return gb.execute(h, pb, ws).is_good() ? 0 : 1; });
+  same_bits("cudnn sdpa backward", gb);
+  if (det) {
+    lab_attn_bwd(&a, "cudnn sdpa backward, deterministic",
+                 [&] { return gbd.execute(h, pb, ws).is_good() ? 0 : 1; });
+    same_bits("cudnn sdpa backward, deterministic", gbd);
+  }
   /* one layer's attention, forward and backward, as a step runs it */
   printf("%-44s fwd+bwd %.3f ms\n", "cudnn sdpa", lab_median_ms(a.s, 20, [&] {
            return fwd() || gb.execute(h, pb, ws).is_good() == false;

@@ -78,8 +78,10 @@ template <> struct fusion_of<EPI_DGELU_DBIAS_ADD> {
   using op = gc_fusion::DGeluDBiasAdd<LD, cutlass::epilogue::thread::dGELU, EA, float, EA, float>;
 };
 
-template <class Tile, class Cluster, class KSched, class ESched, epi_kind E>
-using gemm_cfg = gc_sm90_gemm<LA, LB, LD, Tile, Cluster, typename fusion_of<E>::op, KSched, ESched>;
+template <class Tile, class Cluster, class KSched, class ESched, epi_kind E,
+          class EpiTile = cutlass::epilogue::collective::EpilogueTileAuto>
+using gemm_cfg = gc_sm90_gemm<LA, LB, LD, Tile, Cluster, typename fusion_of<E>::op, KSched, ESched,
+                              void, EpiTile>;
 
 /* The problem: D (m x n) = A (m x k) B (k x n), column-major, aux and D
  * with leading dimension m. */
@@ -116,9 +118,10 @@ template <class Cfg, epi_kind E> struct cutlass_runner : runner {
   int run(cudaStream_t s) override { return g.run(s); }
 };
 
-template <class Tile, class Cluster, class KS, class ES, epi_kind E>
+template <class Tile, class Cluster, class KS, class ES, epi_kind E,
+          class EpiTile = cutlass::epilogue::collective::EpilogueTileAuto>
 static runner *make_runner(const char *name) {
-  auto *r = new cutlass_runner<gemm_cfg<Tile, Cluster, KS, ES, E>, E>();
+  auto *r = new cutlass_runner<gemm_cfg<Tile, Cluster, KS, ES, E, EpiTile>, E>();
   r->name = name;
   return r;
 }
@@ -128,10 +131,15 @@ static std::vector<runner *> configurations(epi_kind e) {
   std::vector<runner *> v;
 #define CFG(TM, TN, CM, CN, KS, ES, E, NAME)                                            \
   v.push_back(make_runner<Shape<_##TM, _##TN, _64>, Shape<_##CM, _##CN, _1>, KS, ES, E>(NAME))
+/* the same with the epilogue's subtile given (EM x EN; pingpong: EM 64) */
+#define CFGE(TM, TN, CM, CN, KS, ES, E, EM, EN, NAME)                                   \
+  v.push_back(make_runner<Shape<_##TM, _##TN, _64>, Shape<_##CM, _##CN, _1>, KS, ES, E, \
+                          Shape<_##EM, _##EN>>(NAME))
   if (e == EPI_PLAIN) {
     CFG(128, 256, 2, 1, Coop, CoopE, EPI_PLAIN, "plain   128x256 2x1 cooperative");
     CFG(256, 128, 1, 2, Coop, CoopE, EPI_PLAIN, "plain   256x128 1x2 cooperative");
     CFG(128, 128, 1, 2, Ping, PingE, EPI_PLAIN, "plain   128x128 1x2 pingpong");
+    CFGE(128, 128, 1, 2, Ping, PingE, EPI_PLAIN, 64, 64, "plain   128x128 1x2 pingpong epi 64x64");
   } else if (e == EPI_DGELU) {
     CFG(128, 256, 2, 1, Coop, CoopE, EPI_DGELU, "dgelu   128x256 2x1 cooperative");
     CFG(256, 128, 1, 2, Coop, CoopE, EPI_DGELU, "dgelu   256x128 1x2 cooperative");
@@ -144,7 +152,19 @@ static std::vector<runner *> configurations(epi_kind e) {
     CFG(128, 256, 2, 1, Coop, CoopE, EPI_DGELU_DBIAS_ADD, "dgelu+db+= 128x256 2x1 cooperative");
     CFG(256, 128, 1, 2, Coop, CoopE, EPI_DGELU_DBIAS_ADD, "dgelu+db+= 256x128 1x2 cooperative");
     CFG(128, 128, 1, 2, Ping, PingE, EPI_DGELU_DBIAS_ADD, "dgelu+db+= 128x128 1x2 pingpong");
+    /* 2026-12-04: the product's kernel (the line above) with larger
+     * epilogue subtiles (fewer steps a tile: its aux loads, stores and the
+     * bias reduction's), and other clusters */
+    CFGE(128, 128, 1, 2, Ping, PingE, EPI_DGELU_DBIAS_ADD, 64, 64,
+         "dgelu+db+= 128x128 1x2 pingpong epi 64x64");
+    CFGE(128, 128, 1, 2, Ping, PingE, EPI_DGELU_DBIAS_ADD, 64, 128,
+         "dgelu+db+= 128x128 1x2 pingpong epi 64x128");
+    CFG(128, 128, 2, 1, Ping, PingE, EPI_DGELU_DBIAS_ADD, "dgelu+db+= 128x128 2x1 pingpong");
+    CFG(128, 128, 1, 1, Ping, PingE, EPI_DGELU_DBIAS_ADD, "dgelu+db+= 128x128 1x1 pingpong");
+    CFGE(256, 128, 1, 2, Coop, CoopE, EPI_DGELU_DBIAS_ADD, 128, 64,
+         "dgelu+db+= 256x128 1x2 cooperative epi 128x64");
   }
+#undef CFGE
 #undef CFG
   return v;
 }

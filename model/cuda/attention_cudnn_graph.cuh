@@ -58,15 +58,18 @@ static inline void dnn_describe_fwd(fe::graph::Graph &g, int half, int64_t B, in
   dnn_stats(S, B, T, NH)->set_output(true);
 }
 
-/* backward: Q, K, V, O, dO and the forward's statistics -> dQ, dK, dV */
+/* backward: Q, K, V, O, dO and the forward's statistics -> dQ, dK, dV;
+ * deterministic: cuDNN's deterministic algorithm (on Hopper its dP
+ * workspace: dQ without fp32 atomics and their conversion) */
 static inline void dnn_describe_bwd(fe::graph::Graph &g, int half, int64_t B, int64_t T,
-                                    int64_t NH, int64_t HD) {
+                                    int64_t NH, int64_t HD, bool deterministic = false) {
   const int64_t C = NH * HD;
   dnn_types(g, half);
   auto o = fe::graph::SDPA_backward_attributes()
                .set_name("attention backward")
                .set_attn_scale((float)(1.0 / sqrt((double)HD)))
-               .set_causal_mask(true);
+               .set_causal_mask(true)
+               .set_deterministic_algorithm(deterministic);
   auto S = dnn_stats(g.tensor(fe::graph::Tensor_attributes().set_name("Stats")), B, T, NH);
   auto [dQ, dK, dV] = g.sdpa_backward(dnn_view(g, "Q", DNN_Q, B, T, NH, HD, 3 * C),
                                       dnn_view(g, "K", DNN_K, B, T, NH, HD, 3 * C),

@@ -18,15 +18,16 @@
  * accumulation and epilogue, D of layout LD and a C operand of type EC
  * (void: none) and D's layout: CUTLASS's builders for the mainloop (its
  * stages from the shared memory the epilogue leaves) and the epilogue,
- * Fusion its operation. */
+ * Fusion its operation, EpiTile the epilogue's subtile (CUTLASS's choice
+ * unless given: 64 x 32 for pingpong, 128 x 32 for cooperative). */
 template <class LA, class LB, class LD, class Tile, class Cluster, class Fusion, class KSched,
-          class ESched, class EC = void>
+          class ESched, class EC = void,
+          class EpiTile = cutlass::epilogue::collective::EpilogueTileAuto>
 struct gc_sm90_gemm {
   using E = cutlass::bfloat16_t;
   using Epi = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, EC, LD, 8, E, LD, 8, ESched,
-      Fusion>::CollectiveOp;
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster, EpiTile, float, float,
+      EC, LD, 8, E, LD, 8, ESched, Fusion>::CollectiveOp;
   using Main = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LA, 8, E, LB, 8, float, Tile, Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
