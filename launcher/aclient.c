@@ -38,6 +38,11 @@ struct ac_s {
   int attempts;
   int refused;           /* the last attempt was refused (a live machine,
                             nothing listening), not unanswered */
+  int all_refused;       /* every attempt so far was refused */
+  int64_t refused_limit_ms; /* give up after this while all_refused; < 0 none */
+  uint64_t started_ms;   /* ac_connect's uv_now() */
+  int refused_out;       /* connect gave up at refused_limit_ms */
+  int hello_waits;       /* the handshake may last until the deadline */
   uint64_t watch_due;    /* when the watchdog should have run */
   uint64_t last_rx_ms;   /* last bytes from the server */
   uint64_t connected_ms; /* the handshake started */
@@ -93,6 +98,7 @@ int ac_new(uv_loop_t *loop, const ac_config_t *cfg, ac_push_cb on_push,
   a->role = sdup(cfg->role ? cfg->role : "agent");
   a->port = cfg->port;
   a->connect_timeout_ms = cfg->connect_timeout_ms;
+  a->refused_limit_ms = -1;
   a->reply_timeout_ms = cfg->reply_timeout_ms;
   if (cfg->token && cfg->token_len) {
     a->token = malloc(cfg->token_len);
@@ -151,6 +157,12 @@ const char *ac_wait_reason(const ac_t *a, int *attempts) {
 }
 
 int ac_wait_refused(const ac_t *a) { return a->refused; }
+
+void ac_set_refused_limit(ac_t *a, int64_t ms) { a->refused_limit_ms = ms; }
+
+int ac_refused_out(const ac_t *a) { return a->refused_out; }
+
+void ac_set_hello_waits(ac_t *a) { a->hello_waits = 1; }
 
 /* A failed connect as the user can act on it. */
 static void connect_reason(ac_t *a, int status) {
@@ -568,6 +580,8 @@ static void watch_cb(uv_timer_t *t) {
     if (since == UINT64_MAX)
       return;
   } else if (a->state >= AC_TLS && a->state <= AC_HELLO) {
+    if (a->hello_waits && a->connect_timeout_ms >= 0 && now < a->deadline)
+      return;
     since = a->connected_ms;
   } else {
     return;
@@ -602,25 +616,36 @@ static void retry_or_fail(ac_t *a, int status, const char *what) {
   a->attempts++;
   snprintf(a->last_error, sizeof(a->last_error), "cannot reach the "
            "rendezvous server %s:%d: %s", a->host, a->port, a->why);
-  if (a->connect_timeout_ms >= 0 && now >= a->deadline) {
+  /* status: -ECONNREFUSED from a closed attempt (a->refused says whether
+   * it was refused), RDZV_ERESOLVE from the resolver */
+  a->all_refused = a->all_refused && status == -ECONNREFUSED && a->refused;
+  const int refused_out = a->all_refused && a->refused_limit_ms >= 0 &&
+                          now >= a->started_ms + (uint64_t)a->refused_limit_ms;
+  if ((a->connect_timeout_ms >= 0 && now >= a->deadline) || refused_out) {
     ac_connect_cb cb = a->on_connect;
     size_t l = strlen(a->last_error);
-    snprintf(a->last_error + l, sizeof(a->last_error) - l,
-             "; gave up after %.0f s and %d attempts", a->connect_timeout_ms /
-             1000.0, a->attempts);
+    a->refused_out = refused_out && !(a->connect_timeout_ms >= 0 && now >= a->deadline);
+    if (a->refused_out)
+      snprintf(a->last_error + l, sizeof(a->last_error) - l,
+               "; gave up after %.1f s of %d attempts, every one refused",
+               a->refused_limit_ms / 1000.0, a->attempts);
+    else
+      snprintf(a->last_error + l, sizeof(a->last_error) - l,
+               "; gave up after %.0f s and %d attempts", a->connect_timeout_ms /
+               1000.0, a->attempts);
     a->state = AC_CLOSED;
     a->on_connect = NULL;
     if (cb)
-      (void)status;
-    cb(a, -ETIMEDOUT, a->arg);
+      cb(a, -ETIMEDOUT, a->arg);
     return;
   }
   a->state = AC_IDLE;
-  uv_timer_start(&a->retry, retry_cb,
-                 LU_MIN((uint64_t)a->backoff_ms,
-                        a->connect_timeout_ms < 0 ? (uint64_t)a->backoff_ms
-                                                  : a->deadline - now),
-                 0);
+  uint64_t wait = (uint64_t)a->backoff_ms;
+  if (a->connect_timeout_ms >= 0)
+    wait = LU_MIN(wait, a->deadline - now);
+  if (a->all_refused && a->refused_limit_ms >= 0) /* one more try at the limit */
+    wait = LU_MIN(wait, a->started_ms + (uint64_t)a->refused_limit_ms - now);
+  uv_timer_start(&a->retry, retry_cb, wait, 0);
   a->backoff_ms = a->backoff_ms < 500 ? a->backoff_ms * 2 : 1000;
 }
 
@@ -724,6 +749,7 @@ static void connect_to(ac_t *a, const struct sockaddr *sa) {
   r = uv_tcp_connect(&a->creq, &a->tcp, sa, connect_cb);
   if (r != 0) {
     connect_reason(a, r);
+    a->refused = r == UV_ECONNREFUSED;
     close_tcp(a, 1);
     return;
   }
@@ -796,6 +822,9 @@ int ac_connect(ac_t *a, ac_connect_cb cb) {
     return RDZV_EINVAL;
   a->on_connect = cb;
   a->backoff_ms = 20;
+  a->all_refused = 1;
+  a->refused_out = 0;
+  a->started_ms = uv_now(a->loop);
   a->deadline = uv_now(a->loop) + (uint64_t)(a->connect_timeout_ms < 0 ? 0 : a->connect_timeout_ms);
   start_connect(a);
   return 0;

@@ -67,6 +67,16 @@ const char *ac_wait_reason(const ac_t *a, int *attempts);
 /* 1 when the last failed attempt was refused (the machine answered and
  * nothing listened there), 0 when it was unanswered or did not resolve. */
 int ac_wait_refused(const ac_t *a);
+/* Before ac_connect: give up sooner, after ms, when every attempt until
+ * then was refused (connect's callback gets -ETIMEDOUT as at the limit).
+ * A host failover's walk: a successor that lives listens at once. */
+void ac_set_refused_limit(ac_t *a, int64_t ms);
+/* 1 when connect gave up at that limit (every attempt refused). */
+int ac_refused_out(const ac_t *a);
+/* Before ac_connect: a connection the server's kernel took may wait for
+ * the server's answer until the connect limit, not the reply bound (a
+ * successor's port is open before its server runs). */
+void ac_set_hello_waits(ac_t *a);
 /* Message of the last error (connect or server). */
 const char *ac_last_error(const ac_t *a);
 /* Close; pending requests get RDZV_ECANCELED; cb runs when freed. */

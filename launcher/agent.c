@@ -139,6 +139,11 @@ typedef struct agent_s {
   int fo_unsure;     /* a successor passed over did not answer at all: it
                         may live behind a partition (majority rule) */
   int fo_wait;       /* no majority here: waiting for the job's host */
+  int early_fd;      /* a successor's port, bound and listening from the
+                        loss on until it hosts or joins a host; -1 none */
+  int early_port;
+  int early_failed;  /* it could not be opened: the walk passes over this
+                        node, as the others do (they see it refuse) */
   char fo_lost_addr[INET6_ADDRSTRLEN + 8]; /* the lost host's address */
   ac_t *probe;       /* a node left alone looks for the job elsewhere */
   size_t probe_idx;
@@ -1647,6 +1652,7 @@ static int new_client(agent_t *a, int64_t connect_ms);
 static int open_client(agent_t *a, const char *host, int64_t connect_ms,
                        ac_t **out);
 static int64_t connect_limit_ms(const agent_t *a);
+static void early_close(agent_t *a);
 static void on_connected(ac_t *ac, int status, void *arg);
 static void connect_wait_cb(uv_timer_t *t);
 
@@ -1704,6 +1710,7 @@ static void probe_done(ac_t *ac, int status, void *arg) {
   if (status == 0) {
     say(a, "the rendezvous host %s:%d answers: joining it again", a->ep_host,
         a->ep_port);
+    early_close(a);
     a->fo_prev_round = -1;
     a->hb_due_ms = uv_now(a->loop) + (uint64_t)a->o->heartbeat_ms;
     uv_timer_start(&a->hb_timer, hb_cb, (uint64_t)a->o->heartbeat_ms,
@@ -1783,6 +1790,70 @@ static void failover_stopped(wk_group_t *g, void *arg) {
 static void move_to(agent_t *a, const char *new_addr, const char *new_host,
                     int new_port, int here, const char *passed);
 
+/* ---- a successor's port, open from the loss on --------------------------------------------------- */
+
+/* A successor that lives listens on its port as soon as it sees the host
+ * lost, before its workers stop: a connection the others make meanwhile
+ * waits in the kernel's queue for the server this node may start (which
+ * takes the socket over: srv_listen_fd), so a refused one means the
+ * successor's agent is gone, and the walk passes it over without waiting
+ * for a stop it would not make (refused_limit_ms). Every node of the
+ * successor list opens it: the walk may reach any of them. */
+static void early_close(agent_t *a) {
+  if (a->early_fd >= 0)
+    close(a->early_fd);
+  a->early_fd = -1;
+}
+
+static size_t succ_index(const agent_t *a, const char *addr);
+
+static void early_listen(agent_t *a) {
+  struct addrinfo hints, *res = NULL;
+  char port[16];
+  int fd = -1, one = 1, err = 0;
+  a->early_failed = 0;
+  if (a->etb || a->fo_wait || a->early_fd >= 0 ||
+      succ_index(a, a->my_addr) >= a->nsucc)
+    return;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
+  snprintf(port, sizeof(port), "%d", a->ep_port);
+  if (getaddrinfo(a->my_addr, port, &hints, &res) != 0 || res == NULL) {
+    err = EADDRNOTAVAIL;
+  } else if ((fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                          0)) < 0 ||
+             setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+             (res->ai_family == AF_INET6 &&
+              setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) ||
+             bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 4096) != 0) {
+    err = errno;
+  }
+  if (res)
+    freeaddrinfo(res);
+  if (err) {
+    if (fd >= 0)
+      close(fd);
+    a->early_failed = 1;
+    LU_WARN(&a->log, "cannot listen on %s:%d, where this node hosts job %s if "
+            "the successors before it are gone: %s; the others will pass it "
+            "over, and so will this node", a->my_addr, a->ep_port, a->o->run_id,
+            strerror(err));
+    return;
+  }
+  a->early_fd = fd;
+  a->early_port = a->ep_port;
+}
+
+/* How long a successor that only refuses connections is tried: it sees
+ * the loss up to the silent-server bound after this node and opens its
+ * port then (early_listen). */
+static int64_t refused_limit_ms(const agent_t *a) {
+  return LU_MIN(a->o->read_timeout_ms, 3 * (int64_t)a->o->heartbeat_ms) +
+         LU_MIN(1000, a->o->heartbeat_ms);
+}
+
 /* How long a successor that lives takes to host, seen from another node:
  * it may notice the loss up to the silent-server bound later, stop its
  * workers for up to --stop-timeout, and ask the old host for a second.
@@ -1807,6 +1878,12 @@ static void move_to_successor(agent_t *a, const char *passed) {
     return;
   }
   addr = a->succ_addrs[a->fo_idx];
+  if (strcmp(addr, a->my_addr) == 0 && a->early_failed && a->fo_idx + 1 < a->nsucc) {
+    /* its port could not be opened: the others see it refuse */
+    a->fo_idx++;
+    move_to_successor(a, "this node could not listen on its port");
+    return;
+  }
   move_to(a, addr, a->succ_hosts[a->fo_idx], a->ep_port,
           strcmp(addr, a->my_addr) == 0, passed);
 }
@@ -1828,10 +1905,13 @@ static void move_to(agent_t *a, const char *new_addr, const char *new_host,
     a->failovers++;
   /* The one line an operator needs: who was lost, who hosts now. */
   if (passed)
-    LU_WARN(&a->log, "successor %s (%s) did not host within %.1f s: %s; the "
+    LU_WARN(&a->log, "successor %s (%s) did not host after %.1f s (the bound: "
+            "%.1f s, %.1f s while every connection is refused): %s; the "
             "new host is %s (%s:%d)%s; failover %d of job %s", lost_host,
-            lost, walk_limit_ms(a) / 1000.0, passed, new_host, new_addr,
-            new_port, here ? ", this node" : "", a->failovers, a->o->run_id);
+            lost, (uv_now(a->loop) - a->join_started_ms) / 1000.0,
+            walk_limit_ms(a) / 1000.0, refused_limit_ms(a) / 1000.0, passed,
+            new_host, new_addr, new_port, here ? ", this node" : "",
+            a->failovers, a->o->run_id);
   else
     LU_WARN(&a->log, "rendezvous host %s (%s) lost: %s; the new host is %s "
                      "(%s:%d)%s; failover %d of job %s", lost_host, lost,
@@ -1892,8 +1972,20 @@ static void move_to(agent_t *a, const char *new_addr, const char *new_host,
   lu_strlcpy(a->store_host, new_addr, sizeof(a->store_host));
   if ((a->o->ckpt_dir[0] && new_resume(a) != 0) ||
       new_client(a, here || a->etb ? connect_limit_ms(a)
-                                   : walk_limit_ms(a)) != 0 ||
-      ac_connect(a->ac, on_connected) != 0) {
+                                   : walk_limit_ms(a)) != 0) {
+    a->exit_code = LAUNCH_EXIT_INTERNAL;
+    a->finish_ok = 0;
+    finish(a);
+    return;
+  }
+  /* a successor that refuses until it must have seen the loss is gone,
+   * unless it is the last one (then the walk waits for it: the whole bound) */
+  if (!here && a->etb == NULL && a->fo_idx + 1 < a->nsucc)
+    ac_set_refused_limit(a->ac, refused_limit_ms(a));
+  /* its port takes the connection before its server runs: wait for it */
+  if (!here && a->etb == NULL)
+    ac_set_hello_waits(a->ac);
+  if (ac_connect(a->ac, on_connected) != 0) {
     a->exit_code = LAUNCH_EXIT_INTERNAL;
     a->finish_ok = 0;
     finish(a);
@@ -1913,7 +2005,14 @@ static void next_successor(agent_t *a) {
   char why[400];
   if (!ac_wait_refused(a->ac))
     a->fo_unsure = 1;
-  snprintf(why, sizeof(why), "%s", ac_wait_reason(a->ac, NULL));
+  if (ac_refused_out(a->ac))
+    snprintf(why, sizeof(why), "every connection refused for %.1f s (its agent is "
+             "gone: a live one listens once it sees the host lost)",
+             refused_limit_ms(a) / 1000.0);
+  else if (ac_wait_reason(a->ac, NULL)[0])
+    snprintf(why, sizeof(why), "%s", ac_wait_reason(a->ac, NULL));
+  else /* connected, then no answer or closed */
+    snprintf(why, sizeof(why), "%s", ac_last_error(a->ac));
   ac_close(a->ac, NULL, NULL);
   a->ac = NULL;
   hang_set_ac(a->hang, NULL);
@@ -1933,6 +2032,7 @@ static void fail_over(agent_t *a, int silent) {
   a->fo_unsure = stood_still(a);
   lu_strlcpy(a->fo_lost_addr, a->ep_host, sizeof(a->fo_lost_addr));
   a->state = A_FAILOVER;
+  early_listen(a); /* before the workers stop: the others may walk here */
   uv_timer_stop(&a->hb_timer);
   uv_timer_stop(&a->status_timer);
   uv_timer_stop(&a->barrier_timer);
@@ -1980,6 +2080,7 @@ static void join_majority(agent_t *a, int64_t round) {
   }
   a->hosting = 0;
   a->fo_wait = 0;
+  early_close(a);
   a->fo_prev_round = -1; /* a job that runs: joined as any node */
   a->fo_survivors = a->fo_prev_restarts = a->fo_quorum = 0;
   lu_strlcpy(a->ep_host, a->probe_addr, sizeof(a->ep_host));
@@ -2228,10 +2329,11 @@ static void connect_wait_cb(uv_timer_t *t) {
     return; /* still on its first attempt */
   if (a->fo_prev_round >= 0 && !a->hosting) /* a successor, in the walk */
     say(a, "waiting for the successor %s:%d to host job %s: %s; %d attempts "
-           "in %.0f s, passing it over after %.1f s", a->ep_host, a->ep_port,
+           "in %.0f s, passing it over after %.1f s (%.1f s if it refuses "
+           "every one)", a->ep_host, a->ep_port,
         a->o->run_id, why, attempts,
         (uv_now(a->loop) - a->join_started_ms) / 1000.0,
-        walk_limit_ms(a) / 1000.0);
+        walk_limit_ms(a) / 1000.0, refused_limit_ms(a) / 1000.0);
   else
     say(a, "waiting for the rendezvous server %s:%d of job %s: %s; %d "
            "attempts in %.0f s, giving up after %.0f s (--rdzv-conf %s)",
@@ -2253,11 +2355,16 @@ static void on_connected(ac_t *ac, int status, void *arg) {
     finish(a);
     return;
   }
-  if (status == -ETIMEDOUT && a->fo_prev_round >= 0 && !a->hosting &&
-      a->etb == NULL && a->fo_idx + 1 < a->nsucc) {
+  /* Timed out; or closed before it answered: a live successor's port
+   * (early_listen) closed as it joined another host, so it does not host */
+  if ((status == -ETIMEDOUT || status == RDZV_ECLOSED || status == UV_ECONNRESET ||
+       status == UV_EPIPE) &&
+      a->fo_prev_round >= 0 && !a->hosting && a->etb == NULL && a->fo_idx + 1 < a->nsucc) {
     next_successor(a);
     return;
   }
+  if (status == 0 && !a->hosting)
+    early_close(a); /* this node joins a host: it will not host */
   if (status != 0) {
     /* One message: what failed, then what to check. */
     if (a->port_taken)
@@ -2785,7 +2892,12 @@ static int start_server(agent_t *a, const char *ip, int port) {
     return rc;
   }
   rounds_install(a->srv);
-  rc = srv_listen(a->srv);
+  if (a->early_fd >= 0 && port == a->early_port && strcmp(ip, a->my_addr) == 0) {
+    rc = srv_listen_fd(a->srv, a->early_fd); /* the server's from here */
+    a->early_fd = -1;
+  } else {
+    rc = srv_listen(a->srv);
+  }
   return rc;
 }
 
@@ -3093,6 +3205,7 @@ int agent_run(cfg_t *o) {
   a->loop = &loop;
   a->round = -1;
   a->fo_prev_round = -1;
+  a->early_fd = -1;
   a->etcd_gated = -1;
   a->run_lock = -1;
   a->exit_code = 1;
@@ -3301,6 +3414,7 @@ done:
   free(a->slow_for);
   free(a->flagged);
   hang_free(a->hang);
+  early_close(a);
   if (a->run_lock >= 0)
     close(a->run_lock);
   /* Nothing to look at after a success, nor in an empty run directory

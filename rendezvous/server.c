@@ -270,16 +270,24 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
   return 0;
 }
 
-static int listen_tcp(srv_t *s, const struct sockaddr *sa, unsigned flags) {
+/* Bind sa, or (sa NULL) take over fd, bound and listening; then listen. */
+static int listen_tcp(srv_t *s, const struct sockaddr *sa, unsigned flags, int fd) {
   uv_tcp_t *t;
   int r;
-  if (s->ntcp >= (int)LU_ARRAY_SIZE(s->tcp))
+  if (s->ntcp >= (int)LU_ARRAY_SIZE(s->tcp)) {
+    if (fd >= 0)
+      close(fd);
     return UV_EMFILE;
+  }
   t = &s->tcp[s->ntcp];
   uv_tcp_init(s->loop, t);
   t->data = s;
   s->ntcp++;
-  r = uv_tcp_bind(t, sa, flags);
+  if (sa) {
+    r = uv_tcp_bind(t, sa, flags);
+  } else if ((r = uv_tcp_open(t, fd)) != 0) {
+    close(fd); /* not the handle's: closing it does not close fd */
+  }
   if (r == 0)
     r = uv_listen((uv_stream_t *)t, SOMAXCONN > 4096 ? SOMAXCONN : 4096,
                   srv__on_connection);
@@ -327,21 +335,25 @@ static void fdtable_reserve(const srv_t *s) {
   close(nul);
 }
 
-int srv_listen(srv_t *s) {
+int srv_listen(srv_t *s) { return srv_listen_fd(s, -1); }
+
+int srv_listen_fd(srv_t *s, int fd) {
   int r = 0;
   fdtable_reserve(s);
   s->port = 0;
-  if (s->host == NULL || s->host[0] == '\0' || strcmp(s->host, "::") == 0 ||
+  if (fd >= 0) {
+    r = listen_tcp(s, NULL, 0, fd);
+  } else if (s->host == NULL || s->host[0] == '\0' || strcmp(s->host, "::") == 0 ||
       strcmp(s->host, "*") == 0) {
     struct sockaddr_in6 a6;
     struct sockaddr_in a4;
     uv_ip6_addr("::", s->cfg.port, &a6);
     /* Dual stack: IPv6 any with v4-mapped addresses; IPv4 alone where the
      * host has no IPv6. */
-    r = listen_tcp(s, (const struct sockaddr *)&a6, 0);
+    r = listen_tcp(s, (const struct sockaddr *)&a6, 0, -1);
     if (r != 0) {
       uv_ip4_addr("0.0.0.0", s->cfg.port, &a4);
-      r = listen_tcp(s, (const struct sockaddr *)&a4, 0);
+      r = listen_tcp(s, (const struct sockaddr *)&a4, 0, -1);
     }
   } else {
     struct addrinfo hints, *res = NULL, *ai;
@@ -369,7 +381,7 @@ int srv_listen(srv_t *s) {
           ((struct sockaddr_in6 *)ai->ai_addr)->sin6_port = htons(s->port);
       }
       rr = listen_tcp(s, ai->ai_addr,
-                      ai->ai_family == AF_INET6 ? UV_TCP_IPV6ONLY : 0);
+                      ai->ai_family == AF_INET6 ? UV_TCP_IPV6ONLY : 0, -1);
       if (rr == 0) {
         first = 0;
         r = 0;

@@ -181,6 +181,11 @@ int srv_default_threads(void);
 int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out);
 /* Bind and listen. RET 0 or -errno (-EADDRINUSE, -EADDRNOTAVAIL, ...). */
 int srv_listen(srv_t *s);
+/* The same on fd, a TCP socket already bound and listening, instead of
+ * binding cfg.host and cfg.port (an agent opens its port as soon as it may
+ * have to host: docs/rendezvous.md#host-failover). The server owns fd from
+ * this call on, also when it fails. RET 0 or a libuv error. */
+int srv_listen_fd(srv_t *s, int fd);
 /* The bound TCP port (after srv_listen). */
 int srv_port(const srv_t *s);
 /* Close every connection and listener; cb runs once all handles are

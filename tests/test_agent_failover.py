@@ -196,6 +196,9 @@ def kill_host_and_successor(run_id):
             out = a.output()
             assert "the new host is node2 (127.0.0.2:%d)" % port in out, out
             assert "successor node2 (127.0.0.2:%d) did not host" % port in out, out
+            # passed over at the refused bound, not after the whole walk
+            # bound: node2's agent is gone, and a live one would listen
+            assert "every connection refused for 1.2 s (its agent is gone" in out, out
             assert "the new host is node3 (127.0.0.3:%d)%s" % (
                 port, ", this node" if i == 3 else "") in out, out
         for r in lt.records(d, 1):
@@ -204,8 +207,43 @@ def kill_host_and_successor(run_id):
             assert env["MASTER_ADDR"] == "127.0.0.3" and env["WORLD_SIZE"] == "4", env
         print("figure: host failover, 4 nodes (2:4, heartbeat 0.3 s, --stop-timeout 5): "
               "kill -9 of the host and the first successor -> the new round's last "
-              "worker started in %.2f s (the walk bound: 0.9 + 5 + 0.3 s)" % took)
+              "worker started in %.2f s (node2 passed over when it refused every "
+              "connection for 0.9 + 0.3 s)" % took)
         return took
+
+
+def test_slow_successor_is_not_passed_over():
+    """kill -9 of the host while the first successor's workers take 3 s to
+    stop (under --stop-timeout 5): the others find its port open from the
+    moment it saw the loss (their connections wait there for its server),
+    so none passes it over at the refused bound; it hosts round 1 with
+    both, and nobody else hosts."""
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = (agents(1, port, "2:4", d, "foslow") +
+           agents(2, port, "2:4", d, "foslow", first=2, mode="slow-stop") +
+           agents(4, port, "2:4", d, "foslow", first=3))
+    try:
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 8, 60, "round 0's workers")
+        ags[0].signal(signal.SIGKILL)
+        ags[0].wait(10)
+        try:
+            lt.wait_until(lambda: len(lt.records(d, 1)) == 6, 60,
+                          "round 1 on node2, node3 and node4")
+        except AssertionError:
+            raise AssertionError("\n".join(a.output() for a in ags[1:]))
+        assert [a.wait(60) for a in ags[1:]] == [0, 0, 0], [a.output() for a in ags[1:]]
+        for i, a in ((2, ags[1]), (3, ags[2]), (4, ags[3])):
+            out = a.output()
+            assert "the new host is node2 (127.0.0.2:%d)%s" % (
+                port, ", this node" if i == 2 else "") in out, out
+            assert "did not host" not in out, out
+            assert "new host is node3" not in out and "new host is node4" not in out, out
+        for r in lt.records(d, 1):
+            assert r["env"]["MASTER_ADDR"] == "127.0.0.2", r["env"]
+    finally:
+        for p in ags:
+            p.kill()
 
 
 def test_stopped_successor_resumes_after_the_walk():
@@ -375,6 +413,7 @@ if __name__ == "__main__":
               test_checkpoint_agreement_after_failover, test_stopped_host_no_split_brain,
               test_two_nodes_stopped_host_minority, test_dropped_node_rejoins_live_host,
               test_four_nodes_kill_host_and_first_successor,
+              test_slow_successor_is_not_passed_over,
               test_stopped_successor_resumes_after_the_walk, test_static_stopped_host,
               test_static_kill_host_replacement, test_moved_key_not_an_address):
         if only and t.__name__ not in only:

@@ -14,6 +14,8 @@ environment and argv, then:
     forever       wait until killed
     trap-int      on SIGINT write OUTDIR/sigint.<RANK> and exit 3; else wait
     ignore-term   ignore SIGTERM and SIGINT; wait until killed
+    slow-stop     generation 0 waits, and on SIGTERM takes 3 s to exit 0;
+                  later generations exit 0
     spawn-child   start a child (sleep) and record its pid; wait
     chatty N      print N numbered lines on stdout and stderr, exit 0
 """
@@ -83,6 +85,14 @@ elif mode == "ignore-term":
     open(os.path.join(outdir, "ready.%d" % rank), "w").close()
     while True:
         time.sleep(1)
+elif mode == "slow-stop":
+    if gen == 0:
+        def on_term(s, f):
+            time.sleep(3)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+        wait_release()
+    sys.exit(0)
 elif mode == "spawn-child":
     c = subprocess.Popen(["sleep", "1000"])
     with open(os.path.join(outdir, "child.%d" % rank), "w") as f:
