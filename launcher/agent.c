@@ -136,6 +136,7 @@ typedef struct agent_s {
   int failovers;
   uint64_t fo_started_ms;
   size_t fo_idx;     /* the successor tried now (the walk of the list) */
+  size_t fo_passed;  /* the one passed over last */
   int fo_unsure;     /* a successor passed over did not answer at all: it
                         may live behind a partition (majority rule) */
   int fo_wait;       /* no majority here: waiting for the job's host */
@@ -144,6 +145,8 @@ typedef struct agent_s {
   int early_port;
   int early_failed;  /* it could not be opened: the walk passes over this
                         node, as the others do (they see it refuse) */
+  int fo_skipped;    /* so it did, just now: the next successor is tried a
+                        walk bound longer (the others reach it that late) */
   char fo_lost_addr[INET6_ADDRSTRLEN + 8]; /* the lost host's address */
   ac_t *probe;       /* a node left alone looks for the job elsewhere */
   size_t probe_idx;
@@ -1879,9 +1882,11 @@ static void move_to_successor(agent_t *a, const char *passed) {
   }
   addr = a->succ_addrs[a->fo_idx];
   if (strcmp(addr, a->my_addr) == 0 && a->early_failed && a->fo_idx + 1 < a->nsucc) {
-    /* its port could not be opened: the others see it refuse */
+    /* its port could not be opened (early_listen said so): the others pass
+     * it over, so does this node */
     a->fo_idx++;
-    move_to_successor(a, "this node could not listen on its port");
+    a->fo_skipped = 1;
+    move_to_successor(a, passed);
     return;
   }
   move_to(a, addr, a->succ_hosts[a->fo_idx], a->ep_port,
@@ -1897,7 +1902,7 @@ static void move_to(agent_t *a, const char *new_addr, const char *new_host,
   snprintf(lost, sizeof(lost), strchr(a->ep_host, ':') ? "[%s]:%d" : "%s:%d",
            a->ep_host, a->ep_port);
   if (passed)
-    lu_strlcpy(lost_host, a->succ_hosts[a->fo_idx - 1], sizeof(lost_host));
+    lu_strlcpy(lost_host, a->succ_hosts[a->fo_passed], sizeof(lost_host));
   else
     lu_strlcpy(lost_host, strcmp(a->node0_addr, a->ep_host) == 0
                               ? a->node0_host : a->ep_host, sizeof(lost_host));
@@ -1972,12 +1977,13 @@ static void move_to(agent_t *a, const char *new_addr, const char *new_host,
   lu_strlcpy(a->store_host, new_addr, sizeof(a->store_host));
   if ((a->o->ckpt_dir[0] && new_resume(a) != 0) ||
       new_client(a, here || a->etb ? connect_limit_ms(a)
-                                   : walk_limit_ms(a)) != 0) {
+                                   : (a->fo_skipped ? 2 : 1) * walk_limit_ms(a)) != 0) {
     a->exit_code = LAUNCH_EXIT_INTERNAL;
     a->finish_ok = 0;
     finish(a);
     return;
   }
+  a->fo_skipped = 0;
   /* a successor that refuses until it must have seen the loss is gone,
    * unless it is the last one (then the walk waits for it: the whole bound) */
   if (!here && a->etb == NULL && a->fo_idx + 1 < a->nsucc)
@@ -2016,7 +2022,7 @@ static void next_successor(agent_t *a) {
   ac_close(a->ac, NULL, NULL);
   a->ac = NULL;
   hang_set_ac(a->hang, NULL);
-  a->fo_idx++;
+  a->fo_passed = a->fo_idx++;
   move_to_successor(a, why);
 }
 

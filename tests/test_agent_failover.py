@@ -8,6 +8,7 @@ new round is printed as a `figure:` line, never asserted."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -246,6 +247,44 @@ def test_slow_successor_is_not_passed_over():
             p.kill()
 
 
+def test_successor_that_cannot_listen_passes_itself_over():
+    """kill -9 of the host while something else holds the first successor's
+    port (a socket that listens and never answers): node2 cannot open its
+    port, says so and passes itself over, as the others do once node2's port
+    does not answer within the walk bound (unsure: the round needs a
+    majority); round 1 runs under node3 with all three, never under node2."""
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = agents(4, port, "2:4", d, "fonolisten")
+    squat = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 8, 60, "round 0's workers")
+        squat.bind(("127.0.0.2", port))
+        squat.listen(16)
+        ags[0].signal(signal.SIGKILL)
+        ags[0].wait(10)
+        try:
+            lt.wait_until(lambda: len(lt.records(d, 1)) == 6, 60,
+                          "round 1 on node2, node3 and node4")
+        except AssertionError:
+            raise AssertionError("\n".join(a.output() for a in ags[1:]))
+        open(os.path.join(d, "release"), "w").close()
+        assert [a.wait(60) for a in ags[1:]] == [0, 0, 0], [a.output() for a in ags[1:]]
+        out2 = ags[1].output()
+        assert "cannot listen on 127.0.0.2:%d" % port in out2, out2
+        # its own move names the lost host and the one it moves to
+        assert "rendezvous host node1 (127.0.0.1:%d) lost: its connection was closed; "\
+            "the new host is node3 (127.0.0.3:%d); failover 1" % (port, port) in out2, out2
+        for a in ags[1:]:
+            assert "the new host is node3 (127.0.0.3:%d)" % port in a.output(), a.output()
+        for r in lt.records(d, 1):
+            assert r["env"]["MASTER_ADDR"] == "127.0.0.3", r["env"]
+    finally:
+        squat.close()
+        for p in ags:
+            p.kill()
+
+
 def test_stopped_successor_resumes_after_the_walk():
     """1:4: the first successor is stopped (SIGSTOP) and the host killed;
     node3 and node4 pass node2 over and run round 1 under node3. node2,
@@ -414,6 +453,7 @@ if __name__ == "__main__":
               test_two_nodes_stopped_host_minority, test_dropped_node_rejoins_live_host,
               test_four_nodes_kill_host_and_first_successor,
               test_slow_successor_is_not_passed_over,
+              test_successor_that_cannot_listen_passes_itself_over,
               test_stopped_successor_resumes_after_the_walk, test_static_stopped_host,
               test_static_kill_host_replacement, test_moved_key_not_an_address):
         if only and t.__name__ not in only:
