@@ -213,6 +213,21 @@ def kill_host_and_successor(run_id):
         return took
 
 
+def kill_host_of_four(d, ags, before=None):
+    """Round 0 of four nodes at work, then (after before()) kill -9 of the
+    host: wait for round 1 on node2, node3 and node4 (their logs if not)."""
+    lt.wait_until(lambda: len(lt.records(d, 0)) == 8, 60, "round 0's workers")
+    if before:
+        before()
+    ags[0].signal(signal.SIGKILL)
+    ags[0].wait(10)
+    try:
+        lt.wait_until(lambda: len(lt.records(d, 1)) == 6, 60,
+                      "round 1 on node2, node3 and node4")
+    except AssertionError:
+        raise AssertionError("\n".join(a.output() for a in ags[1:]))
+
+
 def test_slow_successor_is_not_passed_over():
     """kill -9 of the host while the first successor's workers take 3 s to
     stop (under --stop-timeout 5): the others find its port open from the
@@ -225,14 +240,7 @@ def test_slow_successor_is_not_passed_over():
            agents(2, port, "2:4", d, "foslow", first=2, mode="slow-stop") +
            agents(4, port, "2:4", d, "foslow", first=3))
     try:
-        lt.wait_until(lambda: len(lt.records(d, 0)) == 8, 60, "round 0's workers")
-        ags[0].signal(signal.SIGKILL)
-        ags[0].wait(10)
-        try:
-            lt.wait_until(lambda: len(lt.records(d, 1)) == 6, 60,
-                          "round 1 on node2, node3 and node4")
-        except AssertionError:
-            raise AssertionError("\n".join(a.output() for a in ags[1:]))
+        kill_host_of_four(d, ags)
         assert [a.wait(60) for a in ags[1:]] == [0, 0, 0], [a.output() for a in ags[1:]]
         for i, a in ((2, ags[1]), (3, ags[2]), (4, ags[3])):
             out = a.output()
@@ -258,16 +266,10 @@ def test_successor_that_cannot_listen_passes_itself_over():
     ags = agents(4, port, "2:4", d, "fonolisten")
     squat = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        lt.wait_until(lambda: len(lt.records(d, 0)) == 8, 60, "round 0's workers")
-        squat.bind(("127.0.0.2", port))
-        squat.listen(16)
-        ags[0].signal(signal.SIGKILL)
-        ags[0].wait(10)
-        try:
-            lt.wait_until(lambda: len(lt.records(d, 1)) == 6, 60,
-                          "round 1 on node2, node3 and node4")
-        except AssertionError:
-            raise AssertionError("\n".join(a.output() for a in ags[1:]))
+        def hold_port():
+            squat.bind(("127.0.0.2", port))
+            squat.listen(16)
+        kill_host_of_four(d, ags, hold_port)
         open(os.path.join(d, "release"), "w").close()
         assert [a.wait(60) for a in ags[1:]] == [0, 0, 0], [a.output() for a in ags[1:]]
         out2 = ags[1].output()
