@@ -40,7 +40,7 @@ struct ac_s {
                             nothing listening), not unanswered */
   int all_refused;       /* every attempt so far was refused */
   int64_t refused_limit_ms; /* give up after this while all_refused; < 0 none */
-  uint64_t started_ms;   /* ac_connect's uv_now() */
+  uint64_t refused_due;  /* ac_connect's uv_now() + refused_limit_ms */
   int refused_out;       /* connect gave up at refused_limit_ms */
   int hello_waits;       /* the handshake may last until the deadline */
   uint64_t watch_due;    /* when the watchdog should have run */
@@ -620,7 +620,7 @@ static void retry_or_fail(ac_t *a, int status, const char *what) {
    * it was refused), RDZV_ERESOLVE from the resolver */
   a->all_refused = a->all_refused && status == -ECONNREFUSED && a->refused;
   const int refused_out = a->all_refused && a->refused_limit_ms >= 0 &&
-                          now >= a->started_ms + (uint64_t)a->refused_limit_ms;
+                          now >= a->refused_due;
   if ((a->connect_timeout_ms >= 0 && now >= a->deadline) || refused_out) {
     ac_connect_cb cb = a->on_connect;
     size_t l = strlen(a->last_error);
@@ -644,7 +644,7 @@ static void retry_or_fail(ac_t *a, int status, const char *what) {
   if (a->connect_timeout_ms >= 0)
     wait = LU_MIN(wait, a->deadline - now);
   if (a->all_refused && a->refused_limit_ms >= 0) /* one more try at the limit */
-    wait = LU_MIN(wait, a->started_ms + (uint64_t)a->refused_limit_ms - now);
+    wait = LU_MIN(wait, a->refused_due - now);
   uv_timer_start(&a->retry, retry_cb, wait, 0);
   a->backoff_ms = a->backoff_ms < 500 ? a->backoff_ms * 2 : 1000;
 }
@@ -824,7 +824,7 @@ int ac_connect(ac_t *a, ac_connect_cb cb) {
   a->backoff_ms = 20;
   a->all_refused = 1;
   a->refused_out = 0;
-  a->started_ms = uv_now(a->loop);
+  a->refused_due = uv_now(a->loop) + (uint64_t)LU_MAX(a->refused_limit_ms, 0);
   a->deadline = uv_now(a->loop) + (uint64_t)(a->connect_timeout_ms < 0 ? 0 : a->connect_timeout_ms);
   start_connect(a);
   return 0;

@@ -1862,8 +1862,7 @@ static int64_t refused_limit_ms(const agent_t *a) {
  * workers for up to --stop-timeout, and ask the old host for a second.
  * A successor that does not host within it is passed over. */
 static int64_t walk_limit_ms(const agent_t *a) {
-  return LU_MIN(a->o->read_timeout_ms, 3 * (int64_t)a->o->heartbeat_ms) +
-         a->o->stop_grace_ms + LU_MIN(1000, a->o->heartbeat_ms);
+  return refused_limit_ms(a) + a->o->stop_grace_ms;
 }
 
 /* Host the server here when this node is the successor tried now (the
