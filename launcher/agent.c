@@ -145,8 +145,9 @@ typedef struct agent_s {
   int early_port;
   int early_failed;  /* it could not be opened: the walk passes over this
                         node, as the others do (they see it refuse) */
-  int fo_skipped;    /* so it did, just now: the next successor is tried a
-                        walk bound longer (the others reach it that late) */
+  int fo_self_skipped; /* so it did in this failover: it still joins (a
+                        survivor), and gives the successor after it a walk
+                        bound more (the others reach that one that late) */
   char fo_lost_addr[INET6_ADDRSTRLEN + 8]; /* the lost host's address */
   ac_t *probe;       /* a node left alone looks for the job elsewhere */
   size_t probe_idx;
@@ -1865,6 +1866,12 @@ static int64_t walk_limit_ms(const agent_t *a) {
   return refused_limit_ms(a) + a->o->stop_grace_ms;
 }
 
+/* The walk is at the successor right after this node, which passed itself
+ * over (early_listen failed). */
+static int skipped_just_now(const agent_t *a) {
+  return a->fo_self_skipped && succ_index(a, a->my_addr) + 1 == a->fo_idx;
+}
+
 /* Host the server here when this node is the successor tried now (the
  * first, or the next after `passed`, why the one before did not host),
  * else join that successor's. With etcd, etcd elects the new host
@@ -1884,7 +1891,7 @@ static void move_to_successor(agent_t *a, const char *passed) {
     /* its port could not be opened (early_listen said so): the others pass
      * it over, so does this node */
     a->fo_idx++;
-    a->fo_skipped = 1;
+    a->fo_self_skipped = 1;
     move_to_successor(a, passed);
     return;
   }
@@ -1940,7 +1947,8 @@ static void move_to(agent_t *a, const char *new_addr, const char *new_host,
   a->fo_prev_round = a->round;
   a->fo_prev_restarts = a->restarts_spent;
   /* The successors passed over are gone (etcd elects among the living). */
-  a->fo_survivors = (int64_t)(a->etb ? a->nsucc : a->nsucc - a->fo_idx);
+  a->fo_survivors = (int64_t)(a->etb ? a->nsucc
+                                      : a->nsucc - a->fo_idx + (size_t)a->fo_self_skipped);
   /* After a silent host, or a successor passed over that did not answer
    * at all (it may live behind a partition), a majority of the last round
    * must be there. Not with etcd: a host that lost its key records no
@@ -1976,13 +1984,12 @@ static void move_to(agent_t *a, const char *new_addr, const char *new_host,
   lu_strlcpy(a->store_host, new_addr, sizeof(a->store_host));
   if ((a->o->ckpt_dir[0] && new_resume(a) != 0) ||
       new_client(a, here || a->etb ? connect_limit_ms(a)
-                                   : (a->fo_skipped ? 2 : 1) * walk_limit_ms(a)) != 0) {
+                                   : (skipped_just_now(a) ? 2 : 1) * walk_limit_ms(a)) != 0) {
     a->exit_code = LAUNCH_EXIT_INTERNAL;
     a->finish_ok = 0;
     finish(a);
     return;
   }
-  a->fo_skipped = 0;
   /* a successor that refuses until it must have seen the loss is gone,
    * unless it is the last one (then the walk waits for it: the whole bound) */
   if (!here && a->etb == NULL && a->fo_idx + 1 < a->nsucc)
@@ -2032,6 +2039,7 @@ static void fail_over(agent_t *a, int silent) {
   a->fo_silent = silent;
   a->fo_started_ms = uv_now(a->loop);
   a->fo_idx = 0;
+  a->fo_self_skipped = 0;
   /* This agent stood still just before: the others may have moved on
    * without it, under a successor; its new round needs a majority. */
   a->fo_unsure = stood_still(a);

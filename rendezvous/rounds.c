@@ -737,6 +737,12 @@ static int configure(rounds_job_t *rj, msg_join_t *j, char *err, size_t cap) {
                rj->static_mode ? " (static)" : "", rj->max_restarts);
       return -1;
     }
+    /* The round after a takeover, still forming: wait for the survivors
+     * any node counts (a successor that passed itself over counts itself,
+     * the others saw it silent) */
+    if (j->prev_round >= 0 && j->prev_round == rj->round && rj->failover_expect > 0)
+      rj->failover_expect =
+          LU_MAX(rj->failover_expect, (int)LU_MAX(0, LU_MIN(j->survivors, rj->max)));
     return 0;
   }
   rj->min = (int)j->min;
