@@ -211,6 +211,11 @@ def etcd_job(n, nnodes, run_id, mode="hold", ttl=5, extra=(), env=None):
         ags += agents(n, e.endpoints(), nnodes, d, run_id, port, mode=mode, ttl=ttl,
                       extra=extra, env=env)
         yield e, d, port, ags
+    except BaseException:
+        # what each agent said is what tells a failure apart
+        for a in ags:
+            print("--- %s:\n%s" % (a.name, a.output()[-6000:]), flush=True)
+        raise
     finally:
         for a in ags:
             a.kill()
