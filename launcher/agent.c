@@ -1306,6 +1306,9 @@ static void begin_round(agent_t *a) {
 }
 
 /* The workers cannot start here: reported like a failed worker. */
+/* launch, not the program, failed to start the round's workers: the job's
+ * status is LAUNCH_EXIT_INTERNAL (docs/exit-codes.md), whatever rank it
+ * is reported under. */
 static void report_start_failure(agent_t *a, const char *why) {
   sum_failure_t f;
   memset(&f, 0, sizeof(f));
@@ -1313,7 +1316,7 @@ static void report_start_failure(agent_t *a, const char *why) {
   lu_strlcpy(f.host, a->o->host, sizeof(f.host));
   f.rank = a->base_rank;
   f.node_rank = a->node_rank;
-  f.exit_code = 1;
+  f.exit_code = LAUNCH_EXIT_INTERNAL;
   f.error_message = strdup(why);
   a->state = A_REPORTED;
   report(a, &f);
@@ -3307,7 +3310,7 @@ int agent_run(cfg_t *o) {
     rc = w < 0 || (size_t)w >= sizeof(a->run_dir) ? -ENAMETOOLONG : 0;
     if (rc != 0 || (rc = lu_mkdir_p(a->run_dir)) != 0) {
       LU_ERR(&a->log, "cannot create %s: %s", a->run_dir, rdzv_strerror(rc));
-      a->exit_code = 1;
+      a->exit_code = LAUNCH_EXIT_INTERNAL; /* docs/exit-codes.md */
       goto out;
     }
     if (a->run_dir_is_temp) {

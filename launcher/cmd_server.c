@@ -175,7 +175,7 @@ int launch_cmd_server(int argc, char **argv) {
     cfg.on_event = ev_server_cb;
     cfg.event_arg = m.ev;
   }
-  launch_raise_nofile();
+  lu_raise_nofile();
   signal(SIGPIPE, SIG_IGN);
   /* Large blocks straight from mmap and back on free: the resident size
    * then follows what the server holds (--max-memory), not the peak of

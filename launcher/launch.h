@@ -126,6 +126,5 @@ int launch_resolve_ip(const char *host, char *ip, size_t cap);
 /* Print "launch: <msg>" to stderr; used for usage errors (exit 2). */
 void launch_usage_error(const char *fmt, ...) LU_PRINTF(1, 2);
 /* Raise RLIMIT_NOFILE's soft limit to the hard limit. */
-void launch_raise_nofile(void);
 
 #endif

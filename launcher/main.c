@@ -23,14 +23,6 @@ void launch_usage_error(const char *fmt, ...) {
   fputs("\n", stderr);
 }
 
-void launch_raise_nofile(void) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-}
-
 static const struct {
   const char *name;
   int (*fn)(int argc, char **argv);
@@ -100,7 +92,7 @@ int main(int argc, char **argv) {
   }
   rc = cfg_parse(argc, argv, environ, CFG_NEED_PROGRAM, &cfg, err, sizeof(err));
   if (rc == 0) {
-    launch_raise_nofile();
+    lu_raise_nofile();
     rc = cfg.from_tasks ? launch_from_tasks(&cfg) : agent_run(&cfg);
     /* torchrun exits 1 for any failure: for wrappers that test == 1 */
     if (rc != 0 && cfg.exit_code_mode == CFG_EXIT_TORCHRUN)

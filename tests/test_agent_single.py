@@ -109,6 +109,31 @@ def test_exit_codes_and_restarts():
     assert "/nonexistent/prog" in out, out
 
 
+def test_limits_and_launch_failures():
+    """The job's `ulimit -n` reaches the workers, as under torchrun: the
+    agent raises its own soft limit (its server's connections), not
+    theirs. launch's own failure (its log directory cannot be made) is
+    exit 70 (docs/exit-codes.md), not a worker's 1."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > 1000:
+        p = lt.Proc(["/bin/sh", "-c", 'ulimit -S -n 1000 && exec "$0" "$@"',
+                     lt.launch_bin(), "--standalone", "--nproc-per-node", "2",
+                     "--no-python", "/bin/sh", "-c", 'echo "soft $(ulimit -Sn)"'])
+        try:
+            assert p.wait(60) == 0, p.output()
+        finally:
+            p.kill()
+        assert p.output().count("soft 1000") == 2, p.output()
+    d = tempfile.mkdtemp()
+    blocker = os.path.join(d, "a-file")
+    open(blocker, "w").close()
+    rc, out = run(["--standalone", "--log-dir", os.path.join(blocker, "logs"),
+                   "--no-python", "/bin/true"])
+    assert rc == 70, (rc, out)
+    assert "cannot create" in out and "a-file" in out, out
+
+
 def test_logs():
     d = tempfile.mkdtemp()
     logdir = tempfile.mkdtemp()
@@ -238,6 +263,7 @@ def test_signals_and_orphans():
 def main():
     test_contract()
     test_exit_codes_and_restarts()
+    test_limits_and_launch_failures()
     test_logs()
     test_error_file_summary()
     test_signals_and_orphans()

@@ -38,6 +38,20 @@ static int run_quiet(wk_group_t *g, const wk_spec_t *s, wt_rec_t *r) {
   return wt_run_until(&loop, wt_is_done, r, 5000);
 }
 
+/* A new group runs s to its end, the console captured into c's files
+ * (tag names them). RET the group (wt_close it). */
+static wk_group_t *run_captured(const wk_spec_t *s, const char *tag, cap_t *c,
+                                wt_rec_t *r) {
+  wk_group_t *g;
+  int ok;
+  ASSERT_EQ(0, wk_group_new(&loop, &g));
+  cap_begin(c, tag);
+  ok = run_quiet(g, s, r);
+  cap_end(c);
+  ASSERT(ok);
+  return g;
+}
+
 static char *slurp(const char *path, size_t *len) {
   char *data = NULL;
   if (lu_read_file(path, 256u << 20, &data, len) != 0)
@@ -315,6 +329,39 @@ static void test_tail(void) {
   wt_close(&loop, g);
 }
 
+/* Carriage returns: "\r\n" ends a line even when the two bytes come in
+ * separate reads (the line reaches the tail, which the failure summary
+ * prints); a lone '\r' redraws (a progress bar): the console shows each
+ * frame, the tail keeps only whole lines; a last "text\r" at the end of
+ * the stream is a line. */
+static void test_cr(void) {
+  char *argv[] = {"/bin/sh", "-c",
+                  "printf 'fatal: CUDA out of memory\\r' >&2; sleep 0.3; "
+                  "printf '\\n' >&2; printf 'second\\r\\n' >&2; "
+                  "printf '10%%\\r' >&2; sleep 0.2; printf '20%%\\r' >&2; "
+                  "sleep 0.2; printf 'done\\n' >&2; printf 'last\\r' >&2; "
+                  "exit 1",
+                  NULL};
+  char *prefix[] = {"[r0]: "};
+  wt_rec_t r;
+  cap_t c;
+  size_t len;
+  char *err;
+  wk_spec_t s = wt_spec(1, argv);
+  wk_group_t *g;
+  s.pipe_output = 1;
+  s.tail_lines = 10;
+  s.prefix = prefix;
+  g = run_captured(&s, "cr", &c, &r);
+  ASSERT_EQ(1, wt_exit_of(&r, 0)->exit_code);
+  ASSERT_STR_EQ("fatal: CUDA out of memory\nsecond\ndone\nlast", r.tail[0]);
+  ASSERT((err = slurp(c.err, &len)) != NULL);
+  ASSERT_STR_EQ("[r0]: fatal: CUDA out of memory\r\n[r0]: second\r\n"
+                "[r0]: 10%\r[r0]: 20%\r[r0]: done\n[r0]: last\r\n", err);
+  free(err);
+  wt_close(&loop, g);
+}
+
 /* pipe_output 0: the worker writes to the agent's own fd 1 and 2. */
 static void test_inherit(void) {
   char *argv[] = {"/bin/sh", "-c", "echo hi; echo err >&2", NULL};
@@ -323,16 +370,11 @@ static void test_inherit(void) {
   wk_group_t *g;
   wt_rec_t r;
   cap_t c;
-  int ok;
   size_t len;
   char *out, *err;
   s.pipe_output = 0;
   s.prefix = prefix;
-  ASSERT_EQ(0, wk_group_new(&loop, &g));
-  cap_begin(&c, "inherit");
-  ok = run_quiet(g, &s, &r);
-  cap_end(&c);
-  ASSERT(ok);
+  g = run_captured(&s, "inherit", &c, &r);
   ASSERT((out = slurp(c.out, &len)) != NULL);
   ASSERT((err = slurp(c.err, &len)) != NULL);
   ASSERT_STR_EQ("hi\n", out);
@@ -353,6 +395,7 @@ int main(void) {
   test_routes();
   test_long_line();
   test_tail();
+  test_cr();
   test_inherit();
   ASSERT_EQ(0, uv_loop_close(&loop));
   ASSERT_EQ(fds, test_fd_count());

@@ -175,6 +175,14 @@ int lu_read_token(const char *path, char **tok, size_t *len, char *err,
 /* mkdir -p, mode 0755. RET 0 or -errno (-ENOTDIR: a file is in the way). */
 int lu_mkdir_p(const char *path);
 
+/* Raise this process's soft limit on open files to the hard one (a server
+ * of many connections), keeping the limit it had: workers get that one
+ * back (lu_nofile_given), as torchrun's do, so a job's `ulimit -n` holds. */
+void lu_raise_nofile(void);
+/* The soft and hard limits the process started with, into cur and max.
+ * RET 1 when lu_raise_nofile changed them, else 0. */
+int lu_nofile_given(unsigned long long *cur, unsigned long long *max);
+
 /* ---- this node -------------------------------------------------------------------- */
 
 /* NVIDIA GPUs of this node, cheaply (no library loaded): the entries of

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -444,6 +445,27 @@ static int mkdir_one(const char *path) {
   if (errno != EEXIST)
     return -errno;
   return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? 0 : -ENOTDIR;
+}
+
+static struct rlimit nofile_given;
+static int nofile_raised;
+
+void lu_raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+    return;
+  nofile_given = rl;
+  rl.rlim_cur = rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+    nofile_raised = 1;
+}
+
+int lu_nofile_given(unsigned long long *cur, unsigned long long *max) {
+  if (!nofile_raised)
+    return 0;
+  *cur = (unsigned long long)nofile_given.rlim_cur;
+  *max = (unsigned long long)nofile_given.rlim_max;
+  return 1;
 }
 
 int lu_mkdir_p(const char *path) {

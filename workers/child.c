@@ -183,6 +183,9 @@ void wk_child(wk_group_t *g, wk_worker_t *w, const wk_exec_t *x,
       _exit(127);
     }
   }
+  /* the open-file limit the user gave the job, not the agent's raised one */
+  if (x->nofile_set)
+    setrlimit(RLIMIT_NOFILE, &x->nofile);
   if (g->rank_argv) {
     /* This child's copy of the shell fallback's arguments: no allocation
      * after fork. */
@@ -231,6 +234,14 @@ int wk_prepare_exec(wk_group_t *g, wk_exec_t *x) {
     return RDZV_ENOMEM;
   }
   x->sb_fd = -1;
+  {
+    unsigned long long cur, max;
+    if (lu_nofile_given(&cur, &max)) {
+      x->nofile.rlim_cur = (rlim_t)cur;
+      x->nofile.rlim_max = (rlim_t)max;
+      x->nofile_set = 1;
+    }
+  }
   x->maxfd = 65536;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
       rl.rlim_cur < (rlim_t)x->maxfd)

@@ -101,6 +101,19 @@ static void wk_feed(wk_stream_t *st, const char *p, size_t n) {
   if (st->console_fd < 0 &&
       (st->bit != WK_STDERR || st->w->g->tail_lines == 0))
     return; /* nobody wants lines of it */
+  if (st->cr_pend && n > 0) {
+    st->cr_pend = 0;
+    if (p[0] == '\n') { /* "\r\n" split across two reads: a line */
+      wk_emit(st, st->line, st->len);
+      st->len = 0;
+      p++;
+      n--;
+    } else { /* a redraw, shown already */
+      st->len = 0;
+      st->redraw = 1;
+      st->shown = 0;
+    }
+  }
   while (n > 0) {
     const char *nl = memchr(p, '\n', n);
     const char *cr = memchr(p, '\r', nl ? (size_t)(nl - p) : n);
@@ -109,6 +122,22 @@ static void wk_feed(wk_stream_t *st, const char *p, size_t n) {
     /* "\r\n" ends a line; a lone '\r' a redrawn segment */
     if (cr && !(cr + 1 == nl)) {
       size_t k = (size_t)(cr - p);
+      if (k <= room && k + 1 == n) {
+        /* the read's last byte: "\r\n" may have been cut in two. The
+         * console shows the segment now; the line keeps it for the tail
+         * until the next read (or the end of the stream) decides. */
+        if (st->line == NULL && (st->line = malloc(WK_LINE_MAX)) == NULL)
+          return;
+        memcpy(st->line + st->len, p, k);
+        st->len += k;
+        if (st->len != 0 && st->len != st->shown) {
+          wk_console(st, st->line, st->len, '\r');
+          st->at_cr = 1;
+        }
+        st->shown = st->len;
+        st->cr_pend = 1;
+        return;
+      }
       if (k <= room) {
         if (st->len == 0) {
           wk_emit_cr(st, p, k);
@@ -179,6 +208,7 @@ void wk_stream_end(wk_stream_t *st) {
   if (!st->active)
     return;
   st->active = 0;
+  st->cr_pend = 0; /* a last "text\r" is kept as a line */
   if (st->len > 0) {
     wk_emit(st, st->line, st->len);
     st->len = 0;

@@ -118,6 +118,9 @@ typedef struct wk_stream_s {
   int at_cr;      /* the console's cursor is at the start of a redrawn
                      line: a bare '\n' ends it */
   size_t shown;   /* bytes of the partial line the console shows */
+  int cr_pend;    /* the last read ended in '\r': the line holds the
+                     segment before it until the next byte says whether
+                     it ended a line ("\r\n") or a redraw */
 } wk_stream_t;
 
 struct wk_worker_s {
@@ -239,6 +242,8 @@ typedef struct wk_exec_s {
   int maxfd;        /* fallback bound when close_range() is missing */
   char **envp;      /* a standby's environment; NULL: the rank's */
   int sb_fd;        /* a standby's end of its socketpair, -1 none */
+  int nofile_set;   /* put the user's open-file limit back: */
+  struct rlimit nofile; /* the one launch started with (lu_raise_nofile) */
 } wk_exec_t;
 
 /* Fill x for the workers of g's spec. RET 0 or RDZV_ENOMEM. */
