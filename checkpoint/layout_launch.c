@@ -10,6 +10,7 @@
  * manifest, and pruning removes only steps older than the one just
  * finalised. So after a crash at any point, `latest` names a step whose
  * manifest and shards are all there. */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -113,17 +114,18 @@ static int ck_launch_name(const char *name, int *done) {
   return *done || strcmp(q, ".bin") == 0;
 }
 
-int ck_step_is_ours(const char *dir, int64_t step) {
+/* Is the directory at path (a step-N, or what a rollback renamed one to)
+ * launch's? */
+static int ck_dir_is_ours(const char *path) {
   char p[4096], *data = NULL;
   size_t len;
   struct stat st;
   DIR *d;
   struct dirent *e;
   int launch = 0, done = 0, other = 0, foreign = 0, is_done, rc;
-  if (ck_step_path(p, sizeof(p), dir, step, NULL) != 0 ||
-      lstat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+  if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
     return 0; /* a symlink or a file is nobody's step of ours */
-  if (ck_step_path(p, sizeof(p), dir, step, CK_MANIFEST) == 0 &&
+  if (ck_join(p, sizeof(p), path, CK_MANIFEST) == 0 &&
       (rc = lu_read_file(p, CK_META_MAX, &data, &len)) != -ENOENT) {
     /* A manifest decides: launch's format, or someone else's file. */
     ck_manifest_t m;
@@ -135,8 +137,7 @@ int ck_step_is_ours(const char *dir, int64_t step) {
     free(data);
     return ours;
   }
-  if (ck_step_path(p, sizeof(p), dir, step, NULL) != 0 ||
-      (d = opendir(p)) == NULL)
+  if ((d = opendir(path)) == NULL)
     return 0;
   while ((e = readdir(d)) != NULL) {
     const char *nm = e->d_name;
@@ -160,6 +161,12 @@ int ck_step_is_ours(const char *dir, int64_t step) {
    * shard named by a completion file ("file"); an empty one is left alone
    * (nothing to lose, and nothing says whose it is). */
   return launch > 0 && foreign == 0 && (other == 0 || done > 0);
+}
+
+int ck_step_is_ours(const char *dir, int64_t step) {
+  char p[4096];
+  return ck_step_path(p, sizeof(p), dir, step, NULL) == 0 &&
+         ck_dir_is_ours(p);
 }
 
 int ck_latest_owner(const char *dir) {
@@ -586,8 +593,38 @@ static int ck_old_tmp(int dfd, const char *name) {
          S_ISREG(st.st_mode) && time(NULL) - st.st_mtime > CK_TMP_AGE_S;
 }
 
+/* Digits (at least one), then end or the character stop. RET what
+ * follows them, NULL when the form is not met. */
+static const char *ck_digits(const char *s, char stop) {
+  const char *p = s;
+  while (*p >= '0' && *p <= '9')
+    p++;
+  return p == s || *p != stop ? NULL : p;
+}
+
+/* One of launch's temp names, as ck_tmp_name makes them:
+ * .NAME.tmp-PID-8HEX, NAME `latest`, `manifest.json` or rank-R.bin/.done.
+ * Nothing else is swept: a user's ".data.tmp-2024" is theirs. */
 static int ck_is_tmp(const char *name) {
-  return name[0] == '.' && strstr(name, ".tmp-") != NULL;
+  const char *t = strstr(name, ".tmp-"), *p;
+  char base[CKPT_NAME_MAX];
+  size_t n;
+  int done;
+  if (name[0] != '.' || t == NULL || (n = (size_t)(t - name - 1)) == 0 ||
+      n >= sizeof(base))
+    return 0;
+  memcpy(base, name + 1, n);
+  base[n] = '\0';
+  if (strcmp(base, CK_LATEST) != 0 && strcmp(base, CK_MANIFEST) != 0 &&
+      !ck_launch_name(base, &done))
+    return 0;
+  if ((p = ck_digits(t + 5, '-')) == NULL)
+    return 0;
+  p++;
+  for (n = 0; n < 8; n++)
+    if (!isxdigit((unsigned char)p[n]))
+      return 0;
+  return p[8] == '\0';
 }
 
 /* Leftover temp files of dead writers in dir (old ones only: a temp file
@@ -620,17 +657,43 @@ static void ck_remove(const char *dir, const char *name, const ck_log_t *log) {
            to);
 }
 
-/* Parse "abandoned-step-N-T" into N. */
+/* Parse "abandoned-step-N-T" (T: the rollback's time in ms) into N. */
 static int ck_parse_abandoned(const char *name, int64_t *step) {
   char buf[CKPT_NAME_MAX];
   char *dash;
   if (strncmp(name, "abandoned-", 10) != 0 ||
       lu_strlcpy(buf, name + 10, sizeof(buf)) >= sizeof(buf))
     return -1;
-  if ((dash = strrchr(buf, '-')) == NULL || dash == buf)
+  if ((dash = strrchr(buf, '-')) == NULL || dash == buf ||
+      ck_digits(dash + 1, '\0') == NULL)
     return -1;
   *dash = '\0';
   return ck_parse_step_name(buf, step);
+}
+
+/* ".deleting-NAME-PID-8HEX" as ck_remove renames a directory of ours
+ * (NAME a step-N or an abandoned-step-N-T), and a directory. */
+static int ck_deleting_ours(int dfd, const char *name) {
+  char buf[CKPT_NAME_MAX];
+  char *dash;
+  int64_t step;
+  struct stat st;
+  if (strncmp(name, ".deleting-", 10) != 0 ||
+      lu_strlcpy(buf, name + 10, sizeof(buf)) >= sizeof(buf) ||
+      (dash = strrchr(buf, '-')) == NULL || strlen(dash + 1) != 8)
+    return 0;
+  for (int i = 1; i <= 8; i++)
+    if (!isxdigit((unsigned char)dash[i]))
+      return 0;
+  *dash = '\0';
+  if ((dash = strrchr(buf, '-')) == NULL || ck_digits(dash + 1, '\0') == NULL)
+    return 0;
+  *dash = '\0';
+  if (ck_parse_step_name(buf, &step) != 0 &&
+      ck_parse_abandoned(buf, &step) != 0)
+    return 0;
+  return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+         S_ISDIR(st.st_mode);
 }
 
 static int ck_prune(const char *dir, int64_t upto, int keep,
@@ -649,11 +712,13 @@ static int ck_prune(const char *dir, int64_t upto, int keep,
     char name[64];
     if (steps[i] > upto)
       continue; /* newer: being written now */
+    if (!ck_step_is_ours(dir, steps[i]))
+      continue; /* another program's, or a symlink: neither kept nor counted */
     if (kept < keep && ck_finalised(dir, steps[i])) {
       kept++;
       continue;
     }
-    if (steps[i] == upto || !ck_step_is_ours(dir, steps[i]))
+    if (steps[i] == upto)
       continue;
     snprintf(name, sizeof(name), "step-%lld", (long long)steps[i]);
     ck_remove(dir, name, log);
@@ -663,9 +728,13 @@ static int ck_prune(const char *dir, int64_t upto, int keep,
     return -errno;
   while ((e = readdir(d)) != NULL) {
     int64_t step;
+    /* Only what launch's rollback and pruning made of its own steps: a
+     * user's "abandoned-step-1-notes.txt", or a directory of another
+     * trainer's files under such a name, stays. */
     if (ck_parse_abandoned(e->d_name, &step) == 0 && step <= upto) {
-      ck_remove(dir, e->d_name, log);
-    } else if (strncmp(e->d_name, ".deleting-", 10) == 0) {
+      if (ck_join(p, sizeof(p), dir, e->d_name) == 0 && ck_dir_is_ours(p))
+        ck_remove(dir, e->d_name, log);
+    } else if (ck_deleting_ours(dirfd(d), e->d_name)) {
       /* A prune that died midway (or one running now elsewhere: then both
        * remove what they find, and ENOENT is no error). */
       if (ck_join(p, sizeof(p), dir, e->d_name) == 0)
@@ -759,12 +828,21 @@ int ck_finalise(const ck_final_t *f, const ck_log_t *log, char *err,
 
 /* ---- rollback ---------------------------------------------------------------------- */
 
+/* A write the directory refuses as a whole (a read-only mount, another
+ * user's directory): no worker can write there either, so nothing can mix
+ * with what a rollback would have moved aside. */
+static int ck_unwritable(int rc) {
+  return rc == -EROFS || rc == -EACCES || rc == -EPERM;
+}
+
 int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
                   size_t errlen) {
   int64_t *steps = NULL;
   size_t n = 0;
   char p[4096];
-  int rc, owner;
+  int rc, owner, skipped = 0;
+  if (err && errlen)
+    err[0] = '\0';
   if ((rc = ck_list_steps(dir, &steps, &n)) != 0) {
     lu_errf(err, errlen, "%s: %s", dir, rdzv_strerror(rc));
     return rc == -ENOENT ? 0 : rc;
@@ -781,6 +859,13 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
                  (unsigned long long)(lu_wall_s() * 1000)) >= (int)sizeof(to))
       continue;
     if (rename(from, to) != 0 && errno != ENOENT) {
+      if (ck_unwritable(-errno)) {
+        if (!skipped++)
+          lu_errf(err, errlen, "%s is not writable (%s): step-%lld and newer "
+                  "steps were left as they are", dir, strerror(errno),
+                  (long long)steps[i]);
+        continue;
+      }
       rc = -errno;
       lu_errf(err, errlen, "rename %s: %s", from, strerror(errno));
     }
@@ -807,6 +892,13 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
   }
   if (rc == 0)
     rc = ck_fsync_dir(dir);
+  if (ck_unwritable(rc)) {
+    /* a stale `latest` costs nothing: the agreement scans the steps */
+    if (!skipped)
+      lu_errf(err, errlen, "%s/%s cannot be updated (%s): left as it is",
+              dir, CK_LATEST, rdzv_strerror(rc));
+    return 0;
+  }
   if (rc != 0)
     lu_errf(err, errlen, "%s/%s: %s", dir, CK_LATEST, rdzv_strerror(rc));
   return rc;
@@ -979,6 +1071,10 @@ int ckpt_agent_scan_commit(const ckpt_commit_options_t *o, int64_t *finalised,
     int ready = 1, nmine = mine ? (int)o->nranks : o->world_size;
     char why[CKPT_PROBLEM_MAX] = "";
     if (step <= newest_final || ck_finalised(o->dir, step))
+      continue;
+    /* a symlinked step-N (its target is outside the directory) or another
+     * program's: nothing is written into it */
+    if (!ck_step_is_ours(o->dir, step))
       continue;
     for (int k = 0; k < nmine && ready; k++) {
       int r = mine ? mine[k] : k, got;

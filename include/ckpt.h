@@ -259,7 +259,9 @@ CKPT_EXTERN void ckpt_view_free(ckpt_have_t *steps, size_t n);
 /* Before the workers of a new round start (every node, then a barrier):
  * steps newer than resume_step are renamed abandoned-step-N-T (kept until
  * pruned, never mixed with the shards the resumed run writes again) and
- * `latest` names resume_step (removed when it is -1). RET 0 or -errno. */
+ * `latest` names resume_step (removed when it is -1). A directory that
+ * refuses writes (read-only, EACCES, EPERM) is left as it is: RET 0 with a
+ * warning in err (empty otherwise). RET 0 or -errno. */
 CKPT_EXTERN int ckpt_rollback(const char *dir, int64_t resume_step,
                               char *err, size_t errlen);
 

@@ -120,6 +120,7 @@ typedef struct agent_s {
   uv_signal_t sigs[8];
   int nsigs;
   int signaled;  /* the signal that is stopping us, 0 if none */
+  int last_commit; /* the stopped workers' completion files committed */
   int sigint_count;
   int closing_handles;
   resume_t *ck; /* --ckpt-dir: the resume agreement and commits */
@@ -2652,9 +2653,22 @@ static void print_end(agent_t *a) {
   }
 }
 
+static void last_commit_done(void *arg) {
+  finished_stopping(NULL, arg);
+}
+
 static void finished_stopping(wk_group_t *g, void *arg) {
   agent_t *a = arg;
   (void)g;
+  /* What the workers completed in their last seconds (a trainer that saves
+   * on SIGTERM, or a step finished since the last 2-s commit) is committed
+   * before the agent goes: left without a manifest, the next start would
+   * roll the step back. The stop watchdog bounds it. */
+  if (a->ck && !a->last_commit) {
+    a->last_commit = 1;
+    resume_commit_final(a->ck, last_commit_done, a);
+    return;
+  }
   print_end(a);
   if (a->hosting && a->srv) {
     a->join_started_ms = uv_now(a->loop);
@@ -2692,6 +2706,7 @@ static void finish(agent_t *a) {
 typedef struct stop_dog_s {
   uint64_t ms;
   int sig;
+  int code; /* the exit status: 128 + sig, or 1 under --exit-code torchrun */
   lu_log_t log;
 } stop_dog_t;
 
@@ -2704,7 +2719,7 @@ static void *stop_dog_main(void *arg) {
          "close_timeout): something does not return, e.g. a checkpoint scan "
          "on a hung file system; exiting without waiting for it",
          (double)d->ms / 1000.0, sum_signal_name(d->sig));
-  _exit(128 + d->sig);
+  _exit(d->code);
   return NULL;
 }
 
@@ -2717,6 +2732,7 @@ static void start_stop_dog(agent_t *a, int sig) {
   d->ms = (uint64_t)a->o->stop_grace_ms + (uint64_t)a->o->close_timeout_ms +
           2000;
   d->sig = sig;
+  d->code = a->o->exit_code_mode == CFG_EXIT_TORCHRUN ? 1 : 128 + sig;
   d->log = a->log;
   pthread_attr_init(&at);
   pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);

@@ -51,6 +51,7 @@ struct resume_s {
   resume_round_t commit_rr; /* the round whose workers run */
   int commit_on;             /* between commit_start and commit_stop */
   void (*final_cb)(void *);  /* resume_commit_final's, after its commit */
+  int commit_last;           /* the commit queued is that last one */
   void *final_arg;
   char commit_err[1024];
   int64_t finalised;
@@ -461,6 +462,8 @@ static void agree_work(uv_work_t *w) {
               ": %s", r->o->ckpt_dir, sv, err);
       goto out;
     }
+    if (err[0])
+      LU_WARN(r->log, "rolling back to step %" PRId64 ": %s", sv, err);
   }
   ck_key_rolled(k, sizeof(k), g, 0);
   if ((rc = rdzv_add(r->client, k, 1, &count, 30000)) != 0) {
@@ -528,7 +531,8 @@ static void commit_work(uv_work_t *w) {
   r->finalised = -1;
   if (!own_layout(r))
     return; /* other layouts commit themselves */
-  if (connect_store(r, r->commit_err, sizeof(r->commit_err)) != 0)
+  if (connect_store(r, r->commit_err, sizeof(r->commit_err)) != 0 &&
+      !r->commit_last)
     return;
   for (int i = 0; i < r->rr.nproc && i < CFG_MAX_NPROC; i++)
     ranks[i] = r->rr.base_rank + i;
@@ -543,6 +547,25 @@ static void commit_work(uv_work_t *w) {
   co.timeout_ms = 10000;
   rc = ckpt_agent_scan_commit(&co, &r->finalised, r->commit_err,
                               sizeof(r->commit_err));
+  if (r->commit_last && rc != -ENOENT && (rc != 0 || r->finalised < 0)) {
+    /* The last commit, the job ending (a SIGTERM on every node: the store
+     * may be gone, or have moved on to a round without the others'
+     * records): a step whose every rank's completion file is here (one
+     * node, shared storage) is finalised without it, as a trainer without
+     * a store would. */
+    char lerr[sizeof(r->commit_err)];
+    int64_t fin = -1;
+    co.client = NULL;
+    co.ranks = NULL;
+    co.nranks = 0;
+    if (ckpt_agent_scan_commit(&co, &fin, lerr, sizeof(lerr)) == 0) {
+      rc = 0;
+      if (fin >= 0)
+        r->finalised = fin;
+      if (fin >= 0 || r->commit_err[0])
+        lu_strlcpy(r->commit_err, lerr, sizeof(r->commit_err));
+    }
+  }
   if (r->commit_cb && ckpt_latest_step(r->o->ckpt_dir, &r->latest) != 0)
     r->latest = -1;
   learn_latest(r, ranks);
@@ -636,6 +659,7 @@ static void queue(resume_t *r, int commit) {
   if (commit) {
     r->rr = r->commit_rr;
     r->rr.host = r->host;
+    r->commit_last = r->final_cb != NULL;
   } else {
     r->rr = r->next_rr;
     memcpy(r->host, r->next_host, sizeof(r->host));
@@ -759,14 +783,15 @@ void resume_commit_stop(resume_t *r) {
 }
 
 void resume_commit_final(resume_t *r, void (*done)(void *), void *arg) {
-  int on = r->commit_on;
-  resume_commit_stop(r);
-  if (!on) {
+  /* a commit queued or running (a restart's stop asked for it) ends
+   * first too: the agent must not go before it */
+  if (!r->commit_on && !r->commit_pending && !(r->busy && r->committing)) {
     done(arg);
     return;
   }
-  r->final_cb = done;
+  r->final_cb = done; /* before the commit is queued: it is the last */
   r->final_arg = arg;
+  resume_commit_stop(r);
 }
 
 void resume_round(const resume_t *r, int64_t *step, int64_t *verified) {

@@ -69,9 +69,12 @@ void resume_cancel(resume_t *r);
 void resume_commit_start(resume_t *r, const resume_round_t *rr);
 /* They exited: one last commit, no more timer. */
 void resume_commit_stop(resume_t *r);
-/* They all exited 0: the last commit, then done(arg) on the loop (at once
- * when no commit runs), so that the job ends only after it (the server
- * closes every connection when the job ends). */
+/* They all exited 0, or the agent is going: the last commit (and any
+ * commit queued or running), then done(arg) on the loop (at once when no
+ * commit runs), so that the job ends only after it (the server closes
+ * every connection when the job ends). That last commit finalises steps
+ * whose every rank's completion file is here without the store when the
+ * store fails. */
 void resume_commit_final(resume_t *r, void (*done)(void *), void *arg);
 
 /* The agreed step for the workers' contract (env/contract.h): OUT *step

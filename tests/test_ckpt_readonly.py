@@ -10,7 +10,13 @@ saved without collectives (one __R.metadata per rank, no .metadata). Every
 file, directory and symlink is hashed before and after: nothing may change,
 and the workers of both rounds must get the expected LAUNCH_RESUME_STEP.
 Launch's own layout, by contrast, is still rolled back (a partial step
-becomes abandoned-step-N-T)."""
+becomes abandoned-step-N-T).
+
+Pruning, once launch finalises a step, removes only what launch made: its
+own abandoned-step-N-T directories, not a user's file or another program's
+directory under such a name, a `.deleting-` folder it did not rename, a
+user's `.x.tmp-...` file; and it neither writes into nor sweeps a
+symlinked step-N whose target lies outside the directory."""
 import hashlib
 import json
 import os
@@ -168,6 +174,60 @@ def launch_own(ck):
     tl.write(os.path.join(ck, "latest"), "step-2\n")
 
 
+# Each rank writes step-3 of launch's layout with a completion file, exits 0.
+STEP3 = r'''
+d="$LAUNCH_CKPT_DIR/step-3"; mkdir -p "$d"
+printf 'rank %s' "$RANK" > "$d/.rank-$RANK.tmp"; mv "$d/.rank-$RANK.tmp" "$d/rank-$RANK.bin"
+printf '{"size": 6}' > "$d/.rank-$RANK.tmp"; mv "$d/.rank-$RANK.tmp" "$d/rank-$RANK.done"
+'''
+
+
+def prune_others(tmp):
+    ck, outside = os.path.join(tmp, "prune"), os.path.join(tmp, "outside")
+    tl.ckptfix.launch_step(ck, 1, 2, False)
+    old = 1700000000  # mtimes far past the sweep's age
+    # launch's own rollback of a step 2 (a shard and its completion file)
+    mine = os.path.join(ck, "abandoned-step-2-1796423363847")
+    tl.write(os.path.join(mine, "rank-0.bin"), b"half")
+    tl.write(os.path.join(mine, "rank-0.done"), '{"size": 4}')
+    # a user's entries under names launch uses
+    theirs = {"abandoned-step-1-notes.txt": b"my notes",
+              "abandoned-step-0-mine/model.pt": b"weights",
+              "abandoned-step-2-1796423363848/config.yaml": b"lr: 1",
+              ".deleting-not-launch/f": b"keep",
+              ".dataset.tmp-2024": b"rows",
+              ".latest.tmp-notapid-zz": b"x"}
+    for rel, data in theirs.items():
+        tl.write(os.path.join(ck, rel), data)
+    os.utime(os.path.join(ck, ".dataset.tmp-2024"), (old, old))
+    os.utime(os.path.join(ck, ".latest.tmp-notapid-zz"), (old, old))
+    # step-4: a symlink to a complete-looking step outside the directory
+    out4 = os.path.join(outside, "step4")
+    for r in (0, 1):
+        tl.write(os.path.join(out4, "rank-%d.bin" % r), b"rank %d" % r)
+        tl.write(os.path.join(out4, "rank-%d.done" % r), '{"size": 6}')
+    tl.write(os.path.join(out4, ".manifest.json.tmp-1-deadbeef"), b"theirs")
+    os.utime(os.path.join(out4, ".manifest.json.tmp-1-deadbeef"), (old, old))
+    os.symlink(out4, os.path.join(ck, "step-4"))
+    before = lt.tree_hash(outside)
+    rc, log = lt.launch_wait(["--standalone", "--nproc-per-node", "2", "--ckpt-dir", ck,
+                              "--no-python", "/bin/sh", "-c", STEP3], name="prune")
+    tl.expect(rc == 0, "launch exited %d\n%s" % (rc, log))
+    names = sorted(os.listdir(ck))
+    tl.expect(os.path.exists(os.path.join(ck, "step-3", "manifest.json")),
+              "step-3 was not finalised: %s\n%s" % (names, log))
+    with open(os.path.join(ck, "latest")) as f:
+        tl.expect(f.read().strip() == "step-3", "latest does not name step-3")
+    tl.expect(not os.path.exists(mine), "launch's abandoned step 2 was not pruned: %s" % names)
+    for rel, data in theirs.items():
+        p = os.path.join(ck, rel)
+        tl.expect(os.path.exists(p) and open(p, "rb").read() == data,
+                  "pruning removed a user's %s: %s\n%s" % (rel, names, log))
+    changed = lt.tree_diff(before, lt.tree_hash(outside))
+    tl.expect(not changed, "launch wrote through the symlinked step-4: %s" % changed)
+    print("ok: pruning left the user's entries and the symlinked step alone")
+
+
 def main():
     if not os.path.exists(lt.launch_bin()):
         lt.skip("no launch binary at " + lt.launch_bin())
@@ -202,6 +262,7 @@ def main():
                                                 for n in names),
                   "launch's partial step-3 was not rolled back: %s" % names)
         print("ok: launch's own partial step rolled back: %s" % names)
+        prune_others(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("PASS")
