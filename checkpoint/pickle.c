@@ -17,11 +17,14 @@
 typedef struct pk_memo_s {
   pk_atom_t *slot;
   size_t cap;
-  size_t next; /* MEMOIZE's implicit index: the memo's length */
+  size_t next;  /* MEMOIZE's implicit index: the memo's length */
+  size_t limit; /* the pickle's length: a pickler numbers its memo from 0,
+                   one PUT (a byte at least) a slot, so no index of a real
+                   pickle reaches it. 14 bytes cannot ask for 128 MiB. */
 } pk_memo_t;
 
 static int pk_memo_put(pk_memo_t *m, size_t idx, const pk_atom_t *a) {
-  if (idx >= PK_MEMO_MAX)
+  if (idx >= PK_MEMO_MAX || idx >= m->limit)
     return 0; /* beyond what we track: later GETs report PK_OTHER */
   if (idx >= m->cap) {
     size_t cap = m->cap ? m->cap : 64;
@@ -107,7 +110,7 @@ static int pk_line(const unsigned char *p, const unsigned char *end,
 int pk_walk(const unsigned char *p, size_t n, size_t *used, pk_cb cb,
             void *ud) {
   const unsigned char *s = p, *end = p + n;
-  pk_memo_t memo = {NULL, 0, 0};
+  pk_memo_t memo = {NULL, 0, 0, n};
   pk_atom_t last, a;
   int rc = CKPT_EFORMAT;
   memset(&last, 0, sizeof(last));

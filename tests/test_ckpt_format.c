@@ -179,6 +179,39 @@ static const unsigned char pk4[] =
     "}\x94(h\x02\x8c\x0c__1_0.distcp\x94h\x04K\x00h\x05K\x08u"
     "e.";
 
+/* The atoms a walk reports, the last 8. */
+typedef struct pk_seen_s {
+  pk_atom_t a[8];
+  int n;
+} pk_seen_t;
+
+static int pk_seen(void *ud, const pk_atom_t *a) {
+  pk_seen_t *s = ud;
+  s->a[s->n++ % 8] = *a;
+  return 0;
+}
+
+/* A memo index no real pickle of this length can have (LONG_BINPUT
+ * 4,194,303 in 20 bytes) is not tracked: its memory would be 128 MiB. A
+ * small one is, and a GET gives the constant back. */
+static void test_pickle_memo_bound(void) {
+  static const unsigned char far[] =
+      "\x80\x02X\x01\x00\x00\x00" "ar\xff\xff\x3f\x00" "0j\xff\xff\x3f\x00.";
+  static const unsigned char near[] =
+      "\x80\x02X\x01\x00\x00\x00" "ar\x01\x00\x00\x00" "0j\x01\x00\x00\x00.";
+  pk_seen_t s;
+  memset(&s, 0, sizeof(s));
+  ASSERT_OK(pk_walk(far, sizeof(far) - 1, NULL, pk_seen, &s));
+  ASSERT_EQ(2, s.n);
+  ASSERT_EQ(PK_STR, s.a[0].kind);
+  ASSERT_EQ(PK_OTHER, s.a[1].kind);
+  memset(&s, 0, sizeof(s));
+  ASSERT_OK(pk_walk(near, sizeof(near) - 1, NULL, pk_seen, &s));
+  ASSERT_EQ(2, s.n);
+  ASSERT_EQ(PK_STR, s.a[1].kind);
+  ASSERT_MEM_EQ("a", s.a[1].s, 1);
+}
+
 static void test_pickle(void) {
   pk_keyint_t keys[5] = {{"dp_world_size", 0, 0},
                          {"mp_world_size", 0, 0},
@@ -466,6 +499,7 @@ int main(void) {
   test_manifest();
   test_latest();
   test_pickle();
+  test_pickle_memo_bound();
   test_torchfile();
   test_agree();
   test_view_text();
