@@ -1160,8 +1160,23 @@ static void native_resume(conn_t *c) {
     p->ready = 0;
     rc = store_wait(c->job->store, p->keys, p->nkeys, STORE_WAIT_EXISTS, 0,
                     pend_wake, p, &p->w);
-    if (rc == 0)
-      continue; /* a key was deleted meanwhile: wait for it again */
+    if (rc == 0) {
+      /* A key was deleted meanwhile: wait for it again, until the
+       * request's own deadline (disarmed while its reply was ready): past
+       * it, the timer answers -ETIMEDOUT at once. */
+      if (p->deadline_ms != 0) {
+        uint64_t now = srv__now();
+        if (srv__pend_arm(c->srv, p, p->deadline_ms > now
+                                         ? (int64_t)(p->deadline_ms - now)
+                                         : 0) != 0) {
+          pend_cancel_waits(p);
+          srv__reply_err(c, p->reqid, RDZV_ENOMEM, "%s: out of memory",
+                         proto_op_name(p->op));
+          pend_free(p);
+        }
+      }
+      continue;
+    }
     if (rc < 0) {
       srv__reply_err(c, p->reqid, rc, "%s: %s", proto_op_name(p->op),
                      rdzv_strerror(rc));

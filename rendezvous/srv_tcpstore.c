@@ -183,7 +183,9 @@ void srv__ts_new_round(job_t *j, int64_t round) {
   free(d.keys);
 }
 
-/* Room for n bytes of the connection's namespaced request. */
+/* Room for n bytes of the connection's namespaced request; a buffer above
+ * NS_KEEP is freed once its request is done. */
+#define NS_KEEP (64u << 10)
 static uint8_t *ns_room(conn_t *c, size_t n) {
   if (n > c->ts_nscap) {
     uint8_t *b = realloc(c->ts_nsbuf, n);
@@ -828,6 +830,14 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
     rc = ts_exec(c, &r);
     srv__trace_req(ts_op_name(r.op), t0);
     c->req_end = NULL;
+    /* The namespaced copy is the request's only (the store copies what it
+     * keeps; a request put off is copied again): a large one is not kept
+     * by an idle connection, outside every memory bound. */
+    if (c->ts_nscap > NS_KEEP) {
+      free(c->ts_nsbuf);
+      c->ts_nsbuf = NULL;
+      c->ts_nscap = 0;
+    }
     if (rc == SRV_LATER)
       break;
     if (rc != 0)

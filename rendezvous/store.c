@@ -427,8 +427,11 @@ static int value_ge(const entry_t *e, int64_t threshold) {
   return v >= threshold;
 }
 
-/* Wake waiters after the entry changed. `one` wakes a single EXISTS waiter
- * (queue push). */
+/* Wake waiters after the entry changed. `one` (queue push) stops at the
+ * first EXISTS waiter that this completes, as PyTorch's
+ * wakeupOneWaitingClient does: a waiter that still needs other keys (or
+ * this key again, WAIT([q, q])) has this one counted and lets the next
+ * waiter be tried. */
 static void wake(store_t *s, entry_t *e, int one) {
   wnode_t *n = e->waiters.next;
   (void)s;
@@ -443,10 +446,11 @@ static void wake(store_t *s, entry_t *e, int one) {
       }
     } else {
       node_detach(n);
-      if (--w->remaining == 0)
+      if (--w->remaining == 0) {
         waiter_finish(w);
-      if (one)
-        break;
+        if (one)
+          break;
+      }
     }
     n = next;
   }

@@ -8,7 +8,10 @@
 - a hosting agent stopped with SIGSTOP is noticed by the other agent within
   the heartbeat bound;
 - a hosting agent resumed after a stop longer than the bound does not drop
-  itself: its job finishes with exit 0."""
+  itself: its job finishes with exit 0;
+- a worker that sends 16 MB TCPStore key lists on 20 connections to its
+  agent's store, and leaves them idle, does not make the agent keep 16 MB
+  a connection (the namespaced copy of a request is the request's only)."""
 import json
 import os
 import shutil
@@ -229,7 +232,46 @@ def test_hostile_host_name():
     shutil.rmtree(d, ignore_errors=True)
 
 
+# 20 TCPStore (>= 2.2 framing) connections to the agent's store, one CHECK
+# of 1,990 keys of 8,000 bytes on each, then idle; the agent's RSS growth.
+LISTS = r'''
+import os, socket, struct, sys
+def rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+agent = os.getppid()
+keys = [b"k%07d" % i + b"x" * 7992 for i in range(1990)]
+check = bytes([5]) + struct.pack("<Q", len(keys)) + b"".join(
+    struct.pack("<Q", len(k)) + k for k in keys)
+conns, before = [], rss(agent)
+for i in range(20):
+    s = socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
+    s.sendall(bytes([0]) + struct.pack("<I", 0x3C85F7CE) + check)
+    if len(s.recv(1)) != 1:
+        sys.exit("no reply to CHECK %d" % i)
+    conns.append(s)
+grew = (rss(agent) - before) // 1024
+print("agent RSS grew by %d MiB over 20 idle connections" % grew, flush=True)
+sys.exit(0 if grew < 64 else 1)
+'''
+
+
+def test_tcpstore_lists_not_kept():
+    d = tempfile.mkdtemp()
+    script = os.path.join(d, "lists.py")
+    with open(script, "w") as f:
+        f.write(LISTS)
+    # ASan keeps freed blocks in a quarantine: returned at once here
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    rc, out = lt.launch_wait(["--standalone", "--no-python", PY, script],
+                             env={"ASAN_OPTIONS": asan + (":" if asan else "") +
+                                  "quarantine_size_mb=0"}, name="lists")
+    assert rc == 0, out
+    assert "agent RSS grew by" in out, out
+
+
 def main():
+    test_tcpstore_lists_not_kept()
     test_hostile_host_name()
     test_job_slots_refusal()
     test_standalone_server_with_job_keys()

@@ -443,6 +443,32 @@ static void req_begin(proto_enc_t *e, uint64_t id, int op, uint32_t nargs) {
   msgpack_pack_int64(&e->pk, op);
 }
 
+/* A server of 1 MiB --max-out-bytes (cfg's other settings), job's key "v"
+ * set to vlen bytes of val through *c, and a raw native connection of
+ * the job (RET its fd). */
+static int full_setup(srv_config_t *cfg, const char *job, const char *val,
+                      size_t vlen, rdzv_client_t **c) {
+  int64_t st = -1;
+  int fd;
+  cfg->max_out_bytes = 1u << 20;
+  test_server_start(cfg);
+  *c = connect_job(job, NULL);
+  ASSERT_OK(rdzv_set(*c, "v", val, vlen, test_ms(5000)));
+  fd = test_native_hello(NULL, atoi(strrchr(test_server_endpoint(), ':') + 1),
+                         job, NULL, &st);
+  ASSERT_EQ(0, st);
+  return fd;
+}
+
+/* n GETs of "v", ids 10, 11, ... */
+static void pack_gets(proto_enc_t *e, int n) {
+  for (int i = 0; i < n; i++) {
+    req_begin(e, 10 + (uint64_t)i, PROTO_OP_GET, 1);
+    proto_pack_str(&e->pk, "v");
+    ASSERT_EQ(0, proto_enc_end(e));
+  }
+}
+
 /* A client whose replies filled its connection (paused, not read) while a
  * large key list, which the server decodes ahead, had come in part: once
  * it reads its replies, the server reads the rest of the request and
@@ -455,24 +481,13 @@ static void test_resume_keylist(void) {
   proto_enc_t e;
   rdzv_client_t *c;
   uint64_t id = 0;
-  int64_t st = -1;
   size_t half;
   int fd;
-  cfg.max_out_bytes = 1u << 20;
   cfg.max_value = 512u << 10;
   cfg.threads = 2;
-  test_server_start(&cfg);
-  c = connect_job("resume", NULL);
-  ASSERT_OK(rdzv_set(c, "v", val, V, test_ms(5000)));
-  fd = test_native_hello(NULL, atoi(strrchr(test_server_endpoint(), ':') + 1),
-                         "resume", NULL, &st);
-  ASSERT_EQ(0, st);
+  fd = full_setup(&cfg, "resume", val, V, &c);
   proto_enc_init(&e);
-  for (int i = 0; i < GETS; i++) {
-    req_begin(&e, 10 + (uint64_t)i, PROTO_OP_GET, 1);
-    proto_pack_str(&e.pk, "v");
-    ASSERT_EQ(0, proto_enc_end(&e));
-  }
+  pack_gets(&e, GETS);
   half = e.len;
   req_begin(&e, 99, PROTO_OP_CHECK, 1);
   msgpack_pack_array(&e.pk, KEYS);
@@ -491,6 +506,43 @@ static void test_resume_keylist(void) {
   ASSERT_EQ(0, test_send_all(fd, e.data + half, e.len - half));
   ASSERT_EQ(0, test_read_reply(fd, test_ms(5000), &id));
   ASSERT_EQ(99, id);
+  proto_enc_destroy(&e);
+  close(fd);
+  rdzv_close(c);
+  free(val);
+  test_server_stop();
+}
+
+/* A GET with a wait whose key came while the connection was full (its
+ * reply waiting for room), then went again before the client read: the
+ * GET waits once more, but only until its own deadline, and is answered
+ * -ETIMEDOUT then (it used to wait forever). */
+static void test_wait_deadline_while_full(void) {
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  enum { V = 256u << 10, W = 512u << 10, GETS = 64 };
+  char *val = calloc(1, W);
+  proto_enc_t e;
+  rdzv_client_t *c;
+  uint64_t id = 0;
+  int fd;
+  cfg.max_value = W;
+  fd = full_setup(&cfg, "full", val, V, &c);
+  proto_enc_init(&e);
+  ASSERT_EQ(0, proto_enc_key_int(&e, PROTO_REQUEST, 1, PROTO_OP_GET, "w", 1,
+                                 1000));
+  pack_gets(&e, GETS);
+  /* 16 MiB of replies (more than the socket buffers hold) over the 1 MiB
+   * --max-out-bytes: paused */
+  ASSERT_EQ(0, test_send_all(fd, e.data, e.len));
+  usleep(200 * 1000);
+  ASSERT_OK(rdzv_set(c, "w", val, W, test_ms(5000))); /* woken: no room */
+  ASSERT_EQ(1, rdzv_delete(c, "w", test_ms(5000)));
+  for (int i = 0; i < GETS; i++) {
+    ASSERT_EQ(0, test_read_reply(fd, test_ms(5000), &id));
+    ASSERT_EQ(10 + (uint64_t)i, id);
+  }
+  ASSERT_EQ(-ETIMEDOUT, test_read_reply(fd, test_ms(5000), &id));
+  ASSERT_EQ(1, id);
   proto_enc_destroy(&e);
   close(fd);
   rdzv_close(c);
@@ -624,6 +676,7 @@ int main(void) {
   test_large_values();
   test_wait_long_keys();
   test_resume_keylist();
+  test_wait_deadline_while_full();
   ASSERT_EQ(fds, test_fd_count());
   printf("test_native_ops: ok\n");
   return 0;

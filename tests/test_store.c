@@ -147,6 +147,25 @@ static void test_queues(void) {
   ASSERT(n == 2 && memcmp(v, "bc", 2) == 0);
   free(v);
   ASSERT_EQ(0, store_exists(s, K("q")));
+  /* The one woken is the first a push completes, as in PyTorch: a waiter
+   * that still needs another key does not use the wakeup up, nor does
+   * WAIT([dq, dq]) need two pushes. */
+  {
+    int both = 0, only = 0, twice = 0;
+    ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"mq", 2, 0}, {"other", 5, 0}}, 2,
+                            STORE_WAIT_EXISTS, 0, on_wake, &both, &w));
+    ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"mq", 2, 0}}, 1, STORE_WAIT_EXISTS, 0,
+                            on_wake, &only, &w));
+    ASSERT_EQ(0, store_queue_push(s, K("mq"), "x", 1));
+    ASSERT_EQ(0, both);
+    ASSERT_EQ(1, only);
+    ASSERT_EQ(0, store_set(s, K("other"), "", 0));
+    ASSERT_EQ(1, both);
+    ASSERT_EQ(0, store_wait(s, (store_key_t[]){{"dq", 2, 0}, {"dq", 2, 0}}, 2,
+                            STORE_WAIT_EXISTS, 0, on_wake, &twice, &w));
+    ASSERT_EQ(0, store_queue_push(s, K("dq"), "y", 1));
+    ASSERT_EQ(1, twice);
+  }
   store_free(s);
 }
 
