@@ -12,6 +12,9 @@
 - a program that never says ready: at the restart the rank is forked as
   without --standby; with --standby-timeout the standby is killed and the
   warning says what --standby needs; a Python script gets no standby.
+- a standby that prints 400 KiB while it warms up (NCCL_DEBUG=INFO-like)
+  still says ready and takes the rank (its output pipe held 64 KiB and
+  blocked it), and what it printed reaches the console.
 Gated on observed progress only (a checkpoint, a line, a standby blocked
 in its read of fd 3), never on time; the worker is SIGSTOPped while the
 test waits for a standby so that the job cannot end first. Every process
@@ -277,6 +280,57 @@ def test_never_ready(d, timeout_arg):
         a.kill()
 
 
+# The standby protocol by hand (rt_standby_wait's): 400 KiB of warm-up
+# lines, 'R' on the socket, the rank's environment (a 4-byte length, then
+# NUL-separated K=V) read back. Round 0 fails once told; round 1 ends.
+CHATTY = r'''#!/usr/bin/env python3
+import os, struct, sys
+fd = os.environ.get("LAUNCH_STANDBY_FD")
+if fd:
+    fd = int(fd)
+    for i in range(4000):
+        sys.stdout.write("warm-up %04d %s\n" % (i, "x" * 88))
+    sys.stdout.flush()
+    os.write(fd, b"R")
+    n = struct.unpack("=I", os.read(fd, 4))[0]
+    blob = b""
+    while len(blob) < n:
+        blob += os.read(fd, n - len(blob))
+    os.environ.clear()
+    for kv in blob.split(b"\0"):
+        if kv:
+            k, v = kv.split(b"=", 1)
+            os.environ[k.decode()] = v.decode()
+if os.environ.get("LAUNCH_ROUND", "0") == "0":
+    import time
+    while not os.path.exists(os.environ["SB_GO"]):
+        time.sleep(0.05)
+    sys.exit(1)
+print("round %s: pid %d" % (os.environ["LAUNCH_ROUND"], os.getpid()), flush=True)
+'''
+
+
+def test_chatty_standby(d):
+    prog = os.path.join(d, "chatty")
+    with open(prog, "w") as f:
+        f.write(CHATTY)
+    os.chmod(prog, 0o755)
+    go = os.path.join(d, "go-chatty")
+    a = lt.launch(["--standalone", "--nproc-per-node", "1", "--standby",
+                   "--standby-timeout", "%d" % (60 * MULT), "--max-restarts", "1", prog],
+                  env={"SB_GO": go})
+    try:
+        sb = wait_standby(a)
+        open(go, "w").close()
+        out = finish(a)
+        assert "standby pid %d takes the rank" % sb in out, out
+        assert "round 1: pid %d" % sb in out, out
+        assert out.count("warm-up ") == 4000 and "warm-up 3999 " in out, out[-2000:]
+        print("chatty standby: said ready after 400 KiB of output, took the rank")
+    finally:
+        a.kill()
+
+
 def test_python(d):
     """A Python script never gets a standby (it would run rankless)."""
     prog = os.path.join(d, "hello.py")
@@ -299,6 +353,7 @@ def main():
     test_standby_dies(d)
     test_never_ready(d, [])
     test_never_ready(d, ["--standby-timeout", "1"])
+    test_chatty_standby(d)
     test_python(d)
     print("test_standby: ok")
 

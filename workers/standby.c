@@ -86,6 +86,16 @@ static int wk_sb_spawn(wk_sb_t *s) {
   s->ctl = wk_fd_high(sp[0]);
   s->rfd[0] = op[0] >= 0 ? wk_fd_high(op[0]) : -1;
   s->rfd[1] = ep[0] >= 0 ? wk_fd_high(ep[0]) : -1;
+  /* Nothing reads a standby's output until it takes a rank: what its
+   * warm-up prints waits in the pipe, made as large as the system lets
+   * an unprivileged process (1 MiB by default) so that the warm-up's
+   * lines do not block it. */
+  s->pipe_kib = 64;
+  for (int k = 0; k < 2; k++) {
+    int got;
+    if (s->rfd[k] >= 0 && (got = fcntl(s->rfd[k], F_SETPIPE_SZ, 1 << 20)) > 0)
+      s->pipe_kib = got >> 10;
+  }
   sp[0] = op[0] = ep[0] = -1;
   wk_guardian_send(g, WK_GUARD_ADD, pid);
   LU_DBG(&g->log, LU_DBG_SPAWN, "local rank %d: standby pid %d %s",
@@ -138,9 +148,12 @@ static void wk_sb_on_timer(uv_timer_t *t) {
   if (s->pid > 0) {
     /* The ready deadline. */
     if (!wk_sb_check(s)) {
-      char why[96];
+      char why[256];
       snprintf(why, sizeof(why), "pid %d did not say ready within %" PRId64
-               " ms", (int)s->pid, g->sb_ready_ms);
+               " ms (or it wrote more than its output pipe holds, %d KiB, "
+               "before rt_standby_wait(): nothing reads it until a rank is "
+               "handed over)", (int)s->pid, g->sb_ready_ms,
+               s->pipe_kib);
       wk_sb_give_up(s, why);
       kill(-s->pid, SIGKILL);
     }

@@ -149,6 +149,7 @@ typedef struct wk_sb_s {
   pid_t pid;      /* 0 when none runs */
   int ctl;        /* agent's end of the socketpair, -1 none */
   int rfd[2];     /* read ends of its stdout and stderr, -1 none */
+  int pipe_kib;   /* what those pipes hold unread */
   int ready;      /* it wrote 'R' */
   int off;        /* no more standbys for this rank */
   int deaths;     /* exits in a row before it was ready */
