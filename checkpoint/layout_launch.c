@@ -844,8 +844,10 @@ int ckpt_rollback(const char *dir, int64_t resume_step, char *err,
   if (err && errlen)
     err[0] = '\0';
   if ((rc = ck_list_steps(dir, &steps, &n)) != 0) {
+    if (rc == -ENOENT)
+      return 0; /* no directory yet: nothing to roll back, nothing to say */
     lu_errf(err, errlen, "%s: %s", dir, rdzv_strerror(rc));
-    return rc == -ENOENT ? 0 : rc;
+    return rc;
   }
   for (size_t i = 0; i < n && rc == 0; i++) {
     char from[4096], to[4096];

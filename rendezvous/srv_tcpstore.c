@@ -820,6 +820,14 @@ static ssize_t ts_input(conn_t *c, const uint8_t *buf, size_t n) {
       ts_too_big(c, &r);
       return -1;
     }
+    /* A 1.13 client waits for its WAIT's answer before it sends anything
+     * else, and has no CANCEL_WAIT: a request that comes while its WAIT is
+     * pending means the wait timed out on its side. Its STOP_WAITING, sent
+     * later, would be read as the answer to another request (PyTorch's own
+     * 1.13 server does that, and the client fails with "Socket Timeout"),
+     * and such waits would pile up to --max-waits: they end here. */
+    if (dialect == TS_DIALECT_V1 && c->ts_nwaits > 0)
+      ts_cancel_waits(c);
     if (c->ts_nslen > 0 && ns_apply(c, &r) != 0) {
       srv__bad_input(c, "out of memory for a TCPStore %s; closing",
                      ts_op_name(r.op));

@@ -365,7 +365,15 @@ static void test_node_local(const char *root) {
   /* Every node rolls back to the agreed step, then the job saves step 20
    * again. */
   ASSERT_OK(ckpt_rollback(da, 10, err, sizeof(err)));
+  ASSERT_STR_EQ("", err); /* a warning only where the directory refused */
   ASSERT_OK(ckpt_rollback(db, 10, err, sizeof(err)));
+  ASSERT_STR_EQ("", err);
+  {
+    char none[600];
+    snprintf(none, sizeof(none), "%s/never-made", test_tmpdir());
+    ASSERT_OK(ckpt_rollback(none, -1, err, sizeof(err)));
+    ASSERT_STR_EQ("", err); /* no directory yet: nothing to say */
+  }
   ASSERT(!exists(path(da, "step-20")));
   {
     char *l = test_read_file(path(db, "latest"));

@@ -1,7 +1,7 @@
 """A real PyTorch TCPStore client (Debian's python3-torch 1.13, or 2.x where
 installed) against `launch server`: every store call a trainer makes, a wait
-woken by another client, a timeout, and gloo process groups rendezvousing
-through our server."""
+woken by another client, a timeout, waits polled with short timeouts past
+--max-waits, and gloo process groups rendezvousing through our server."""
 import datetime
 import os
 import subprocess
@@ -98,6 +98,23 @@ def check_gloo(port, world=4):
         assert ("rank=%d allreduce=%g" % (r, want)) in out, out
 
 
+def check_polled_waits(port, n=1100):
+    """A wait polled with a short timeout, more times than --max-waits
+    (1024): 1.13 has no CANCEL_WAIT, so each timed-out wait stayed on the
+    server and the 1,025th closed the connection; the store still answers
+    (a wait its client gave up on ends with its next request)."""
+    s = client(port)
+    timed_out = 0
+    for i in range(n):
+        try:
+            s.wait(["never-%d" % i], T(milliseconds=1))
+        except RuntimeError:
+            timed_out += 1
+    assert timed_out == n, timed_out
+    s.set("after-polls", "1")
+    assert s.get("after-polls") == b"1"
+
+
 def check_idle_client(port, idle):
     """A client that connects, then loads data for longer than the handshake
     timeout before its first request (a 1.13 client sends nothing until then,
@@ -116,6 +133,7 @@ def main():
     assert "closing" not in idle_log, idle_log
     with launchtest.Server() as srv:
         check_ops(srv.port)
+        check_polled_waits(srv.port)
         check_gloo(srv.port)
         log = srv.logtext()
     print("torch %s: a client idle past the handshake timeout, TCPStore ops and "
