@@ -237,6 +237,7 @@ typedef struct ck_job_s {
   int present;
   int ok;
   int hashed, trusted; /* how a good shard's SHA-256 was checked */
+  int ioerr;    /* it could not be read (EIO, EMFILE...): no verdict */
   uint64_t size;
   ckpt_trust_t *trust; /* NULL: no cache */
   char *problem;       /* NULL: none */
@@ -271,10 +272,12 @@ static void ck_check_one(ck_job_t *j) {
   if (ck_step_path(path, sizeof(path), j->dir, j->step, leaf) != 0)
     path[0] = '\0';
   if (stat(path, &st) != 0) {
-    if (errno == ENOENT)
+    if (errno == ENOENT) {
       job_problem(j, "%s: missing", j->rec->file);
-    else
+    } else {
+      j->ioerr = -errno;
       job_problem(j, "%s: %s", j->rec->file, strerror(errno));
+    }
     return;
   }
   j->present = 1;
@@ -295,6 +298,7 @@ static void ck_check_one(ck_job_t *j) {
   }
   if (j->sha) {
     if ((rc = ck_hash_file_id(path, &size, sha, &id, &stable)) != 0) {
+      j->ioerr = rc;
       job_problem(j, "%s: %s", j->rec->file, rdzv_strerror(rc));
       return;
     }
@@ -375,6 +379,23 @@ static int ck_check_step(const char *dir, const ck_manifest_t *m,
   for (int i = 0; i < started; i++)
     pthread_join(th[i], NULL);
   pthread_mutex_destroy(&pool.mu);
+  /* A shard this node must hold that could not be read says nothing about
+   * the step: the scan fails (this attempt of the agreement) rather than
+   * call the step incomplete or corrupt, which would roll it back and
+   * prune it. */
+  for (size_t r = 0; r < W; r++)
+    if (jobs[r].want && jobs[r].ioerr) {
+      int rc = jobs[r].ioerr;
+      ck_problem(st->problem, sizeof(st->problem), "step-%lld/%s (a read "
+                 "error, not a bad checkpoint: nothing was rolled back; check "
+                 "the file system)", (long long)m->step,
+                 jobs[r].problem ? jobs[r].problem : "?");
+      for (size_t k = 0; k < W; k++)
+        free(jobs[k].problem);
+      free(jobs);
+      free(want);
+      return rc;
+    }
   st->state = CKPT_STEP_COMPLETE;
   for (size_t r = 0; r < W; r++) {
     ck_job_t *j = &jobs[r];
@@ -524,7 +545,9 @@ static int ck_scan_launch(const char *dir, const ckpt_scan_options_t *o,
       found = 1;
   }
   free(steps);
-  if (rc != 0)
+  if (rc != 0 && s->nsteps > 0 && s->steps[s->nsteps - 1].problem[0])
+    lu_errf(err, errlen, "%s: %s", dir, s->steps[s->nsteps - 1].problem);
+  else if (rc != 0)
     lu_errf(err, errlen, "%s: %s", dir, rdzv_strerror(rc));
   return rc;
 }
@@ -556,8 +579,10 @@ int ckpt_verify_step_trusted(const char *dir, int64_t step, const int *ranks,
   rc = ck_check_step(dir, &m, &o, trust, stats, &st);
   ck_manifest_free(&m);
   free(st.have);
-  if (rc != 0)
+  if (rc != 0) {
+    lu_errf(problem, n, "%s", st.problem[0] ? st.problem : rdzv_strerror(rc));
     return rc;
+  }
   lu_errf(problem, n, "%s", st.problem);
   return st.state == CKPT_STEP_COMPLETE     ? 0
          : st.state == CKPT_STEP_INCOMPLETE ? CKPT_EINCOMPLETE

@@ -413,6 +413,17 @@ static void agree_work(uv_work_t *w) {
       break;
     vrc = verify_here(r, &views[rr->node_rank], ag.step, &all_mine, problem,
                       sizeof(problem));
+    if (vrc != 0 && vrc != CKPT_ECORRUPT &&
+        vrc != CKPT_EINCOMPLETE && vrc != CKPT_EFORMAT && vrc != CKPT_ESIZE) {
+      /* A read error (EIO, EMFILE, out of memory) is no verdict on the
+       * step: falling back would roll it back and prune it. This attempt
+       * fails here instead; the round is tried again. */
+      rc = vrc;
+      lu_errf(res->why, sizeof(res->why), "checkpoint step %" PRId64
+              " could not be read: %s", ag.step,
+              problem[0] ? problem : ckpt_strerror(vrc));
+      goto out;
+    }
     if (vrc == 0 && all_mine && !ag.elastic && own_layout(r))
       res->verified = ag.step;
     if (vrc != 0 && problem[0] == '\0')

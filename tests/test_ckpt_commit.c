@@ -194,6 +194,25 @@ static void test_single(const char *root) {
     ASSERT_EQ(0, ckpt_verify_step(dir, 4, NULL, 0, NULL, 0));
     ASSERT_EQ(CKPT_ECORRUPT, ckpt_verify_step(dir, 5, NULL, 0, NULL, 0));
   }
+  /* A shard that cannot be read (here a symlink loop: ELOOP, as EIO or
+   * EMFILE would be) is no verdict on its step: verify and the scan fail,
+   * saying so, instead of calling step 4 incomplete, which would roll it
+   * back and prune it. */
+  {
+    ckpt_scan_options_t o = CKPT_SCAN_OPTIONS_INIT;
+    char problem[1024], keep[600];
+    snprintf(keep, sizeof(keep), "%s.keep", path(dir, "step-4/rank-0.bin"));
+    ASSERT_EQ(0, rename(path(dir, "step-4/rank-0.bin"), keep));
+    ASSERT_EQ(0, symlink("rank-0.bin", path(dir, "step-4/rank-0.bin")));
+    ASSERT_EQ(-ELOOP, ckpt_verify_step(dir, 4, NULL, 0, problem,
+                                       sizeof(problem)));
+    ASSERT_CONTAINS(problem, "read error, not a bad checkpoint");
+    o.flags = 0;
+    ASSERT_EQ(-ELOOP, ckpt_scan(dir, &o, &s, problem, sizeof(problem)));
+    ASSERT_CONTAINS(problem, "step-4/rank-0.bin");
+    ASSERT_EQ(0, unlink(path(dir, "step-4/rank-0.bin")));
+    ASSERT_EQ(0, rename(keep, path(dir, "step-4/rank-0.bin")));
+  }
   /* A shard cut short: seen by sizes alone. */
   ASSERT_EQ(0, truncate(path(dir, "step-4/rank-0.bin"), 1000));
   s = scan(dir, 0, NULL, 0);
