@@ -145,12 +145,9 @@ struct ns_drop {
   size_t keeplen;
 };
 
-static void ns_collect(const void *key, size_t klen, const uint8_t *val,
-                       size_t vlen, void *arg) {
+static void ns_collect_key(const void *key, size_t klen, void *arg) {
   struct ns_drop *d = arg;
   size_t plen = sizeof(RDZV_TORCH_NS) - 1;
-  (void)val;
-  (void)vlen;
   if (klen < plen || memcmp(key, RDZV_TORCH_NS, plen) != 0 ||
       (klen >= d->keeplen && memcmp(key, d->keep, d->keeplen) == 0))
     return;
@@ -169,6 +166,13 @@ static void ns_collect(const void *key, size_t klen, const uint8_t *val,
   d->n++;
 }
 
+static void ns_collect(const void *key, size_t klen, const uint8_t *val,
+                       size_t vlen, void *arg) {
+  (void)val;
+  (void)vlen;
+  ns_collect_key(key, klen, arg);
+}
+
 void srv__ts_new_round(job_t *j, int64_t round) {
   struct ns_drop d;
   memset(&d, 0, sizeof(d));
@@ -176,8 +180,11 @@ void srv__ts_new_round(job_t *j, int64_t round) {
   d.keeplen = (size_t)snprintf(d.keep, sizeof(d.keep), RDZV_TORCH_NS
                                "%" PRId64 "/", round);
   store_foreach(j->store, ns_collect, &d);
+  /* queues too (QUEUE_PUSH): a key may be collected twice, harmlessly */
+  store_foreach_queue(j->store, ns_collect_key, &d);
   for (size_t i = 0; i < d.n; i++) {
     store_delete(j->store, d.keys[i].p, d.keys[i].n);
+    store_queue_clear(j->store, d.keys[i].p, d.keys[i].n);
     free((void *)d.keys[i].p);
   }
   free(d.keys);

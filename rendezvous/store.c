@@ -710,6 +710,33 @@ int store_queue_pop(store_t *s, const void *key, size_t klen, uint8_t **val,
   return 1;
 }
 
+int64_t store_queue_clear(store_t *s, const void *key, size_t klen) {
+  entry_t *e = find(s, key, klen);
+  int64_t n = 0;
+  if (e == NULL)
+    return 0;
+  while (e->qhead) {
+    qitem_t *q = e->qhead;
+    e->qhead = q->next;
+    account(s, 0, q->len + sizeof(qitem_t));
+    lu_big_free(q);
+    n++;
+  }
+  e->qtail = NULL;
+  e->qlen = 0;
+  maybe_drop(s, e);
+  return n;
+}
+
+void store_foreach_queue(store_t *s,
+                         void (*fn)(const void *key, size_t klen, void *arg),
+                         void *arg) {
+  for (size_t i = 0; i < s->nbuckets; i++)
+    for (entry_t *e = s->buckets[i]; e; e = e->chain)
+      if (e->qhead)
+        fn(e->key, e->klen, arg);
+}
+
 int64_t store_queue_len(store_t *s, const void *key, size_t klen) {
   entry_t *e = find(s, key, klen);
   return e ? e->qlen : 0;

@@ -111,6 +111,12 @@ int store_queue_push(store_t *s, const void *key, size_t klen, const void *val,
 int store_queue_pop(store_t *s, const void *key, size_t klen, uint8_t **val,
                     size_t *vlen);
 int64_t store_queue_len(store_t *s, const void *key, size_t klen);
+/* Drop every item of the key's queue. RET how many there were. */
+int64_t store_queue_clear(store_t *s, const void *key, size_t klen);
+/* fn for every key with a non-empty queue (fn must not change the store). */
+void store_foreach_queue(store_t *s,
+                         void (*fn)(const void *key, size_t klen, void *arg),
+                         void *arg);
 /* Length of the item a pop would return, or -1 when the queue is empty. */
 int64_t store_queue_front_len(store_t *s, const void *key, size_t klen);
 

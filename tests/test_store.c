@@ -169,6 +169,41 @@ static void test_queues(void) {
   store_free(s);
 }
 
+static void count_queue(const void *key, size_t klen, void *arg) {
+  (void)key;
+  (void)klen;
+  (*(int *)arg)++;
+}
+
+/* A new round drops the earlier rounds' TCPStore queues as it drops their
+ * values: store_foreach_queue finds them, store_queue_clear empties one
+ * and gives its bytes back. */
+static void test_queue_clear(void) {
+  store_t *s;
+  int nq = 0;
+  size_t empty;
+  ASSERT_EQ(0, store_new(0, NULL, &s));
+  empty = store_bytes(s);
+  ASSERT_EQ(0, store_set(s, K("v"), "x", 1));
+  ASSERT_EQ(0, store_queue_push(s, K("q1"), "a", 1));
+  ASSERT_EQ(0, store_queue_push(s, K("q1"), "bb", 2));
+  ASSERT_EQ(0, store_queue_push(s, K("q2"), "c", 1));
+  store_foreach_queue(s, count_queue, &nq);
+  ASSERT_EQ(2, nq);
+  ASSERT_EQ(2, store_queue_clear(s, K("q1")));
+  ASSERT_EQ(0, store_queue_len(s, K("q1")));
+  ASSERT_EQ(0, store_exists(s, K("q1")));
+  ASSERT_EQ(1, store_queue_clear(s, K("q2")));
+  ASSERT_EQ(0, store_queue_clear(s, K("none")));
+  nq = 0;
+  store_foreach_queue(s, count_queue, &nq);
+  ASSERT_EQ(0, nq);
+  ASSERT_EQ(1, store_delete(s, K("v")));
+  ASSERT_EQ(empty, store_bytes(s));
+  ASSERT_EQ(1, store_is_empty(s));
+  store_free(s);
+}
+
 static void test_watch_and_barrier(void) {
   store_t *s;
   store_watch_t *w;
@@ -496,6 +531,7 @@ int main(void) {
   test_values();
   test_waiters();
   test_queues();
+  test_queue_clear();
   test_watch_and_barrier();
   test_watch_take_old();
   test_limits();
