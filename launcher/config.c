@@ -1649,7 +1649,7 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
   int i;
   defaults(c, envp);
   for (i = 1; i < argc; i++) {
-    const char *a = argv[i], *eq, *val;
+    const char *a = argv[i], *eq, *val, *attached = NULL;
     size_t len;
     int id;
     if (a[0] != '-' || a[1] == '\0') {
@@ -1667,6 +1667,15 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
     }
     eq = strchr(a, '=');
     len = eq ? (size_t)(eq - a) : strlen(a);
+    if (a[1] != '-' && !eq && len > 2) {
+      /* "-r3": a short option's value attached, as argparse takes it */
+      char scratch[8];
+      int s2 = find_flag(a, 2, flags, scratch, sizeof(scratch));
+      if (s2 >= 0 && settings[s2].arg != NULL) {
+        attached = a + 2;
+        len = 2;
+      }
+    }
     if ((id = find_flag(a, len, flags, err, errlen)) < 0)
       return -1;
     if (eq && (id == CFG_S_HELP || id == CFG_S_HELP_DEBUG ||
@@ -1682,7 +1691,9 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
              RDZV_VERSION_MINOR, RDZV_PROTOCOL_VERSION);
       return 1;
     }
-    if (eq)
+    if (attached)
+      val = attached;
+    else if (eq)
       val = eq + 1;
     else if (settings[id].arg == NULL)
       val = "1";

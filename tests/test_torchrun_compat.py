@@ -103,6 +103,12 @@ def test_options():
     assert {r["env"]["LOCAL_WORLD_SIZE"] for r in recs} == {"2"}
     rc, _, err = run(["--n", "2", "/bin/true"])
     assert rc == 2 and "ambiguous" in err and "--nnodes" in err and "--nproc-per-node" in err, err
+    # a short option's value attached, as argparse takes it: -r3 -t3
+    rc, out, err = run(["--standalone", "-r3", "-t3", "--no-python", "/bin/sh", "-c",
+                        "echo to-out; echo to-err >&2"])
+    assert rc == 0 and "to-out" in out + err and "to-err" in out + err, (rc, out, err)
+    rc, _, err = run(["--standalone", "-r9", "/bin/true"])
+    assert rc == 2 and "--redirects" in err, (rc, err)
     # --start-method is in --help
     rc, out, _ = run(["--help"])
     assert rc == 0 and "--start-method" in out and "--exit-code" in out and "--torch-version" in out
