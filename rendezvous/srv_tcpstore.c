@@ -613,6 +613,19 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
     rc = srv__store_set(c, r->key, r->klen, r->v1, r->v1len);
     break;
   case TS_APPEND:
+    /* --max-value bounds what APPEND makes as it bounds a SET: a value
+     * past it could be stored but never read back whole */
+    vlen = 0;
+    (void)store_get(st, r->key, r->klen, &vlen);
+    if ((uint64_t)vlen + r->v1len > c->srv->cfg.max_value) {
+      srv__bad_input(c, "TCPStore APPEND would make a value of %" PRIu64
+                        " bytes, over the max-value limit (%zu); closing",
+                     (uint64_t)vlen + r->v1len, (size_t)c->srv->cfg.max_value);
+      TS_LIMIT_HIT(c, MAX_VALUE, c->srv->cfg.max_value, "TCPStore APPEND to "
+                   "a value of %" PRIu64 " bytes: the connection was closed",
+                   (uint64_t)vlen + r->v1len);
+      return -1;
+    }
     rc = store_append(st, r->key, r->klen, r->v1, r->v1len);
     break;
   case TS_COMPARE_SET: {

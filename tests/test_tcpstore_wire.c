@@ -379,6 +379,35 @@ static void test_token_policy(void) {
   test_server_stop();
 }
 
+/* APPEND is bounded by --max-value as SET is: a value it would grow past
+ * the limit (which could never be read back whole) closes the connection,
+ * and the value stays as it was. */
+static void test_append_bound(void) {
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  buf_t b = {{0}, 0};
+  int fd, port;
+  cfg.max_value = 16;
+  port = test_server_start(&cfg);
+  fd = test_connect(port);
+  u8(&b, TS_VALIDATE); u32le(&b, TS_VALIDATION_MAGIC);
+  u8(&b, TS_APPEND); str(&b, "a"); str(&b, "0123456789");
+  u8(&b, TS_APPEND); str(&b, "a"); str(&b, "abcdef");      /* 16: fits */
+  u8(&b, TS_GETNUMKEYS);
+  send_buf(fd, &b);
+  ASSERT_EQ(1, rd_u64(fd));
+  u8(&b, TS_APPEND); str(&b, "a"); str(&b, "x");           /* 17: refused */
+  send_buf(fd, &b);
+  ASSERT(test_peer_closed(fd, test_ms(3000)));
+  close(fd);
+  fd = test_connect(port);
+  u8(&b, TS_VALIDATE); u32le(&b, TS_VALIDATION_MAGIC);
+  u8(&b, TS_GET); str(&b, "a");
+  send_buf(fd, &b);
+  ASSERT_EQ(16, rd_u64(fd));
+  close(fd);
+  test_server_stop();
+}
+
 int main(void) {
   int fds = test_fd_count(), port;
   port = test_server_start(NULL);
@@ -388,6 +417,7 @@ int main(void) {
   test_cross_dialect(port);
   test_server_stop();
   test_token_policy();
+  test_append_bound();
   ASSERT_EQ(fds, test_fd_count());
   printf("test_tcpstore_wire: ok\n");
   return 0;
