@@ -298,7 +298,9 @@ static void ck_check_one(ck_job_t *j) {
   }
   if (j->sha) {
     if ((rc = ck_hash_file_id(path, &size, sha, &id, &stable)) != 0) {
-      j->ioerr = rc;
+      /* the system's errors say nothing of the step; ours describe the
+       * file (not a regular one, over a limit): a verdict */
+      j->ioerr = rc > -1000 || rc == RDZV_ENOMEM ? rc : 0;
       job_problem(j, "%s: %s", j->rec->file, rdzv_strerror(rc));
       return;
     }
