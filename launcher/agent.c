@@ -1439,6 +1439,15 @@ static void on_resumed(void *arg, const resume_result_t *res) {
             ? " (another world size: replicated state)"
             : " (another world size: DCP reshards on load)",
         res->why[0] ? "; " : "", res->why);
+  else if (res->why[0] && res->layout == CKPT_LAYOUT_LAUNCH)
+    /* steps exist, none every node can load: they are set aside, and go
+     * once this run finalises steps as new; said loudly, with the way out */
+    LU_WARN(&a->log, "no checkpoint step of %s can be loaded by this job "
+            "(%s): a fresh start; its steps are set aside as "
+            "abandoned-step-N-T and pruned once this run finalises a step as "
+            "new. To resume instead, stop the job and bring back the node "
+            "that holds the missing shards (or copy its step-N directories "
+            "to this node's %s)", a->o->ckpt_dir, res->why, a->o->ckpt_dir);
   else
     say(a, "no checkpoint to resume from in %s: a fresh start%s%s",
         a->o->ckpt_dir, res->why[0] ? "; " : "", res->why);

@@ -9,7 +9,10 @@
 - a --ckpt-dir on a read-only mount (a bind mount in a mount namespace the
   test creates): the job resumes from the newest final step although
   `latest` cannot be rewritten nor a partial step set aside; a warning says
-  so, and no worker is blamed. Skipped without root or unshare(1).
+  so, and no worker is blamed. Skipped without root or unshare(1);
+- steps that exist but that no node can load (a shard on no node): the
+  fresh start is a warning that says the steps will be pruned and how to
+  resume instead; a directory without steps starts fresh quietly.
 
 Every process is ended by pid; the mount dies with its namespace."""
 import json
@@ -153,6 +156,22 @@ def test_read_only(tmp):
     print("ok: read-only --ckpt-dir: resumed from step 1 with a warning")
 
 
+def test_unloadable_steps_warned(tmp):
+    ck = os.path.join(tmp, "unloadable")
+    ckptfix.launch_step(ck, 5, 2, False)
+    os.unlink(os.path.join(ck, "step-5", "rank-1.bin"))
+    rc, log = lt.launch_wait(["--standalone", "--nproc-per-node", "2", "--ckpt-dir", ck,
+                              "--no-python", "/bin/sh", "-c", RESUMED], name="unloadable")
+    assert rc == 0 and log.count("resume step none") == 2, log
+    assert "warning: no checkpoint step of" in log and "lacks its shard" in log, log
+    assert "pruned once this run finalises" in log and "bring back the node" in log, log
+    rc, log = lt.launch_wait(["--standalone", "--nproc-per-node", "2", "--ckpt-dir",
+                              os.path.join(tmp, "empty"), "--no-python", "/bin/true"],
+                             name="empty")
+    assert rc == 0 and "warning" not in log, log
+    print("ok: unloadable steps: a fresh start, said as a warning with the way out")
+
+
 def main():
     if not os.path.exists(lt.launch_bin()):
         lt.skip("no launch binary at " + lt.launch_bin())
@@ -163,6 +182,7 @@ def main():
         test_sigterm_one_node(tmp)
         test_sigterm_two_agents(tmp)
         test_read_only(tmp)
+        test_unloadable_steps_warned(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("PASS")
