@@ -2631,7 +2631,7 @@ static void print_end(agent_t *a) {
     }
     fflush(stdout);
     sum_print(stderr, a->o->run_id, all, n, a->restarts_used,
-              a->o->max_restarts);
+              a->o->max_restarts, a->have_root ? 0 : -1);
     /* User code that hosts its own TCPStore on MASTER_PORT finds launch's
      * server there in agent mode. */
     if (a->o->torch_store == CFG_STORE_AGENT &&

@@ -251,12 +251,12 @@ static void test_signal_names(void) {
 }
 
 static char *print_to_string(const char *job, const sum_failure_t *f,
-                             size_t n, int restarts, int max) {
+                             size_t n, int restarts, int max, int given) {
   char *buf = NULL;
   size_t len = 0;
   FILE *out = open_memstream(&buf, &len);
   ASSERT(out != NULL);
-  sum_print(out, job, f, n, restarts, max);
+  sum_print(out, job, f, n, restarts, max, given);
   fclose(out);
   return buf;
 }
@@ -295,7 +295,7 @@ static void test_print(void) {
   f[2].error_message = strdup("ValueError: bad\nTraceback (most recent call "
                               "last):\n  File \"train.py\"");
   f[2].stderr_tail = strdup("a\nb\nc\nd\ne\nf\ng");
-  text = print_to_string("job-7", f, 3, 2, 3);
+  text = print_to_string("job-7", f, 3, 2, 3, -1);
   fputs(text, stdout);
   ASSERT(strncmp(text, "launch: job job-7 failed (restarts used: 2 of 3)\n",
                  strlen("launch: job job-7 failed (restarts used: 2 of 3)\n"))
@@ -330,12 +330,20 @@ static void test_print(void) {
 
   /* Ties in time: the lowest rank is the root cause. */
   f[0].wall_s = f[1].wall_s;
-  text = print_to_string("j", f, 3, 0, 0);
+  text = print_to_string("j", f, 3, 0, 0, -1);
   root = strstr(text, "Root cause");
   ASSERT(root && strstr(root, "rank       : 0 (") <
                      strstr(root, "Other failures"));
   free(text);
-  text = print_to_string("j", f, 0, 0, 0);
+  /* The server's root cause, given, is the root whatever the clocks say
+   * (another node's clock behind this one's): the summary names the
+   * failure the exit status comes from. */
+  text = print_to_string("j", f, 3, 0, 0, 2);
+  root = strstr(text, "Root cause");
+  ASSERT(root && strstr(root, "rank       : 9 (") != NULL &&
+         strstr(root, "rank       : 9 (") < strstr(root, "Other failures"));
+  free(text);
+  text = print_to_string("j", f, 0, 0, 0, -1);
   ASSERT_CONTAINS(text, "No worker failure was recorded");
   free(text);
 
@@ -361,7 +369,7 @@ static void test_hints(void) {
   memset(&f, 0, sizeof(f));
   snprintf(f.host, sizeof(f.host), "node0");
   f.exit_code = 1;
-  text = print_to_string("job-8", &f, 1, 0, 0);
+  text = print_to_string("job-8", &f, 1, 0, 0, -1);
   ASSERT(strstr(text, "@record") == NULL);
   ASSERT_CONTAINS(text, "error file : <none>\n");
   free(text);
@@ -369,7 +377,7 @@ static void test_hints(void) {
   f.signal = SIGKILL;
   f.error_message = strdup("hang: no progress for 60 s (last step 12, "
                            "sleeping); launch --hang-timeout killed it");
-  text = print_to_string("job-8", &f, 1, 0, 0);
+  text = print_to_string("job-8", &f, 1, 0, 0, -1);
   ASSERT_CONTAINS(text, "killed by launch for a hang");
   ASSERT(strstr(text, "out-of-memory") == NULL);
   free(text);

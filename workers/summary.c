@@ -268,8 +268,8 @@ static int sum_before(const sum_failure_t *a, const sum_failure_t *b) {
 }
 
 void sum_print(FILE *out, const char *job, const sum_failure_t *f, size_t n,
-               int restarts, int max_restarts) {
-  size_t root = 0, *order;
+               int restarts, int max_restarts, int given) {
+  size_t root = given >= 0 && (size_t)given < n ? (size_t)given : 0, *order;
   fprintf(out, "launch: job %s failed (restarts used: %d of %d)\n",
           job && job[0] ? job : "<none>", restarts, max_restarts);
   if (n == 0) {
@@ -277,7 +277,7 @@ void sum_print(FILE *out, const char *job, const sum_failure_t *f, size_t n,
     fflush(out);
     return;
   }
-  for (size_t i = 1; i < n; i++)
+  for (size_t i = 1; given < 0 && i < n; i++)
     if (sum_before(&f[i], &f[root]))
       root = i;
   fputs("Root cause (first failure):\n", out);

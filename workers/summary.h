@@ -46,11 +46,13 @@ int sum_parse_error_json(const char *buf, size_t len, char **message,
  * (real-time signals, 32..64), "unknown signal" out of range. Static. */
 const char *sum_signal_name(int sig);
 
-/* Print the summary of n failures to out; the root cause is the earliest
- * by wall_s (ties: lowest rank). `job` names the run id; `restarts` the
- * restarts used of `max_restarts`. */
+/* Print the summary of n failures to out. The root cause is f[root] when
+ * root >= 0 (the server's: the one every node's exit status comes from,
+ * whatever the nodes' clocks say), else the earliest by wall_s (ties:
+ * lowest rank). `job` names the run id; `restarts` the restarts used of
+ * `max_restarts`. */
 void sum_print(FILE *out, const char *job, const sum_failure_t *f, size_t n,
-               int restarts, int max_restarts);
+               int restarts, int max_restarts, int root);
 
 /* Exit status of launch for a root cause: its exit code, or 128 + signal;
  * never 0 (a root cause without either, or NULL, gives 1). */
