@@ -2481,18 +2481,24 @@ static void prune_run_dirs(agent_t *a) {
   DIR *d = opendir(a->o->tmpdir);
   struct dirent *e;
   time_t old = time(NULL) - RUN_DIR_DAYS * 86400;
-  int n = 0;
+  /* an empty one whose agent is gone (killed: it could not remove it) goes
+   * at once; a minute covers an agent between its mkdir and its lock */
+  time_t settled = time(NULL) - 60;
+  int n = 0, nempty = 0;
   if (d == NULL)
     return;
   while ((e = readdir(d)) != NULL) {
     char path[PATH_MAX], lk[PATH_MAX + 16];
     struct stat sb;
-    int fd, busy = 0;
+    int fd, busy = 0, empty = 0;
     if (strncmp(e->d_name, "launch_", 7) != 0 ||
         (size_t)snprintf(path, sizeof(path), "%s/%s", a->o->tmpdir,
                          e->d_name) >= sizeof(path) ||
         !strcmp(path, a->run_dir) || lstat(path, &sb) != 0 ||
-        !S_ISDIR(sb.st_mode) || sb.st_uid != getuid() || sb.st_mtime > old)
+        !S_ISDIR(sb.st_mode) || sb.st_uid != getuid() ||
+        sb.st_mtime > settled)
+      continue;
+    if (sb.st_mtime > old && !(empty = !dir_has_content(path)))
       continue;
     snprintf(lk, sizeof(lk), "%s/" RUN_LOCK, path);
     if ((fd = open(lk, O_RDWR | O_CLOEXEC)) >= 0) {
@@ -2501,13 +2507,19 @@ static void prune_run_dirs(agent_t *a) {
     }
     if (!busy) {
       remove_tree(a, path);
-      n++;
+      if (empty)
+        nempty++;
+      else
+        n++;
     }
   }
   closedir(d);
   if (n > 0)
     say(a, "removed %d run director%s of failed jobs older than %d days "
            "from %s", n, n == 1 ? "y" : "ies", RUN_DIR_DAYS, a->o->tmpdir);
+  if (nempty > 0)
+    say(a, "removed %d empty run director%s of agents that are gone from %s",
+        nempty, nempty == 1 ? "y" : "ies", a->o->tmpdir);
 }
 
 static void remove_tree(agent_t *a, const char *path) {

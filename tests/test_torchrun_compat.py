@@ -295,17 +295,25 @@ def test_failure_summary():
     # old run directories do not pile up: a week old and no live agent's
     # (its lock not held) goes; a live agent's, a fresh one, others stay
     import fcntl
-    for name in ("launch_old_aaaaaa", "launch_live_bbbbbb", "launch_new_cccccc", "mine"):
+    # an empty one of a killed agent (nothing in it, its lock not held)
+    # goes once it is a minute old; one that holds a log stays
+    for name in ("launch_old_aaaaaa", "launch_live_bbbbbb", "launch_new_cccccc", "mine",
+                 "launch_dead_dddddd", "launch_kept_eeeeee"):
         os.makedirs(os.path.join(d, name, "attempt_0"))
-    week = time.time() - 8 * 86400
+    with open(os.path.join(d, "launch_kept_eeeeee", "attempt_0", "stderr.log"), "w") as f:
+        f.write("Traceback\n")
+    week, minutes = time.time() - 8 * 86400, time.time() - 300
     for name in ("launch_old_aaaaaa", "launch_live_bbbbbb", "mine"):
         os.utime(os.path.join(d, name), (week, week))
+    for name in ("launch_dead_dddddd", "launch_kept_eeeeee"):
+        os.utime(os.path.join(d, name), (minutes, minutes))
     with open(os.path.join(d, "launch_live_bbbbbb", ".agent.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         rc, _, err = run(["--no-log-time", "--standalone", "/bin/true"], {"TMPDIR": d})
     assert rc == 0 and "removed 1 run directory of failed jobs older than 7 days" in err, err
-    assert sorted(os.listdir(d)) == ["fail.py", "launch_live_bbbbbb", "launch_new_cccccc",
-                                     "mine"], os.listdir(d)
+    assert "removed 1 empty run directory of agents that are gone" in err, err
+    assert sorted(os.listdir(d)) == ["fail.py", "launch_kept_eeeeee", "launch_live_bbbbbb",
+                                     "launch_new_cccccc", "mine"], os.listdir(d)
     shutil.rmtree(d)
 
 
