@@ -629,6 +629,14 @@ static const char *ck_digits(const char *s, char stop) {
   return p == s || *p != stop ? NULL : p;
 }
 
+/* s is exactly the 8 hex digits ck_rand_hex makes. */
+static int ck_hex8(const char *s) {
+  for (int i = 0; i < 8; i++)
+    if (!isxdigit((unsigned char)s[i]))
+      return 0;
+  return s[8] == '\0';
+}
+
 /* One of launch's temp names, as ck_tmp_name makes them:
  * .NAME.tmp-PID-8HEX, NAME `latest`, `manifest.json` or rank-R.bin/.done.
  * Nothing else is swept: a user's ".data.tmp-2024" is theirs. */
@@ -647,11 +655,7 @@ static int ck_is_tmp(const char *name) {
     return 0;
   if ((p = ck_digits(t + 5, '-')) == NULL)
     return 0;
-  p++;
-  for (n = 0; n < 8; n++)
-    if (!isxdigit((unsigned char)p[n]))
-      return 0;
-  return p[8] == '\0';
+  return ck_hex8(p + 1);
 }
 
 /* Leftover temp files of dead writers in dir (old ones only: a temp file
@@ -707,11 +711,8 @@ static int ck_deleting_ours(int dfd, const char *name) {
   struct stat st;
   if (strncmp(name, ".deleting-", 10) != 0 ||
       lu_strlcpy(buf, name + 10, sizeof(buf)) >= sizeof(buf) ||
-      (dash = strrchr(buf, '-')) == NULL || strlen(dash + 1) != 8)
+      (dash = strrchr(buf, '-')) == NULL || !ck_hex8(dash + 1))
     return 0;
-  for (int i = 1; i <= 8; i++)
-    if (!isxdigit((unsigned char)dash[i]))
-      return 0;
   *dash = '\0';
   if ((dash = strrchr(buf, '-')) == NULL || ck_digits(dash + 1, '\0') == NULL)
     return 0;

@@ -558,7 +558,8 @@ static void commit_work(uv_work_t *w) {
   co.timeout_ms = 10000;
   rc = ckpt_agent_scan_commit(&co, &r->finalised, r->commit_err,
                               sizeof(r->commit_err));
-  if (r->commit_last && rc != -ENOENT && (rc != 0 || r->finalised < 0)) {
+  if (r->commit_last && co.client != NULL && rc != -ENOENT &&
+      (rc != 0 || r->finalised < 0)) {
     /* The last commit, the job ending (a SIGTERM on every node: the store
      * may be gone, or have moved on to a round without the others'
      * records): a step whose every rank's completion file is here (one
