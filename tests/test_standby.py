@@ -12,7 +12,7 @@
 - a program that never says ready: at the restart the rank is forked as
   without --standby; with --standby-timeout the standby is killed and the
   warning says what --standby needs; a Python script gets no standby.
-- a standby that prints 400 KiB while it warms up (NCCL_DEBUG=INFO-like)
+- a standby that prints 3 MB while it warms up (NCCL_DEBUG=INFO-like)
   still says ready and takes the rank (its output pipe held 64 KiB and
   blocked it), and what it printed reaches the console.
 Gated on observed progress only (a checkpoint, a line, a standby blocked
@@ -280,7 +280,7 @@ def test_never_ready(d, timeout_arg):
         a.kill()
 
 
-# The standby protocol by hand (rt_standby_wait's): 400 KiB of warm-up
+# The standby protocol by hand (rt_standby_wait's): 3 MB of warm-up
 # lines, 'R' on the socket, the rank's environment (a 4-byte length, then
 # NUL-separated K=V) read back. Round 0 fails once told; round 1 ends.
 CHATTY = r'''#!/usr/bin/env python3
@@ -288,8 +288,8 @@ import os, struct, sys
 fd = os.environ.get("LAUNCH_STANDBY_FD")
 if fd:
     fd = int(fd)
-    for i in range(4000):
-        sys.stdout.write("warm-up %04d %s\n" % (i, "x" * 88))
+    for i in range(WARM_LINES):
+        sys.stdout.write("warm-up %05d %s\n" % (i, "x" * 85))
     sys.stdout.flush()
     os.write(fd, b"R")
     n = struct.unpack("=I", os.read(fd, 4))[0]
@@ -310,10 +310,15 @@ print("round %s: pid %d" % (os.environ["LAUNCH_ROUND"], os.getpid()), flush=True
 '''
 
 
+# 100-byte lines, three times what launch keeps of a standby's stream
+# (WK_SB_HOLD_MAX) and of what a pipe holds (1 MiB at most unprivileged).
+WARM_LINES = 30000
+
+
 def test_chatty_standby(d):
     prog = os.path.join(d, "chatty")
     with open(prog, "w") as f:
-        f.write(CHATTY)
+        f.write(CHATTY.replace("WARM_LINES", str(WARM_LINES)))
     os.chmod(prog, 0o755)
     go = os.path.join(d, "go-chatty")
     a = lt.launch(["--standalone", "--nproc-per-node", "1", "--standby",
@@ -325,8 +330,20 @@ def test_chatty_standby(d):
         out = finish(a)
         assert "standby pid %d takes the rank" % sb in out, out
         assert "round 1: pid %d" % sb in out, out
-        assert out.count("warm-up ") == 4000 and "warm-up 3999 " in out, out[-2000:]
-        print("chatty standby: said ready after 400 KiB of output, took the rank")
+        # the last MiB of the warm-up, in whole lines, reaches the console;
+        # what went before is counted in a warning
+        kept = out.count("warm-up ")
+        last = "warm-up %05d " % (WARM_LINES - 1)
+        assert last in out and "warm-up %05d " % (WARM_LINES - kept) in out, \
+            out[-2000:]
+        m = re.search(r"the first (\d+) bytes its standby printed to stdout "
+                      r"before it took the rank are not in the logs", out)
+        assert m, out[-3000:]
+        assert int(m.group(1)) + 100 * kept == 100 * WARM_LINES, (m.group(1), kept)
+        assert 10000 <= kept < WARM_LINES, kept
+        print("chatty standby: said ready after %d bytes of output, took the "
+              "rank; the last %d lines shown, %s bytes counted as dropped"
+              % (100 * WARM_LINES, kept, m.group(1)))
     finally:
         a.kill()
 

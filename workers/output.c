@@ -96,7 +96,7 @@ void wk_file_write(wk_stream_t *st, const char *p, size_t n) {
 /* Feed bytes read from a worker: the file gets them as they are, the
  * console and the tail get whole lines; a line longer than WK_LINE_MAX is
  * cut into chunks, so memory per stream stays bounded. */
-static void wk_feed(wk_stream_t *st, const char *p, size_t n) {
+void wk_feed(wk_stream_t *st, const char *p, size_t n) {
   wk_file_write(st, p, n);
   if (st->console_fd < 0 &&
       (st->bit != WK_STDERR || st->w->g->tail_lines == 0))

@@ -17,15 +17,151 @@ int wk_sb_is(const wk_group_t *g, pid_t pid) {
   return 0;
 }
 
+/* ---- its output while it waits ------------------------------------------- */
+
+/* Append p[0..n) to what stream k of s holds: the last WK_SB_HOLD_MAX
+ * bytes, cut at a line's start when something had to go. */
+static void wk_sb_hold(wk_sb_t *s, int k, const char *p, size_t n) {
+  size_t len = s->held_len[k], drop = 0;
+  if (n >= WK_SB_HOLD_MAX) {
+    drop = len + (n - WK_SB_HOLD_MAX);
+    p += n - WK_SB_HOLD_MAX;
+    n = WK_SB_HOLD_MAX;
+    len = 0;
+  } else if (len + n > WK_SB_HOLD_MAX) {
+    drop = len + n - WK_SB_HOLD_MAX;
+    memmove(s->held[k], s->held[k] + drop, len - drop);
+    len -= drop;
+  }
+  if (s->held[k] == NULL &&
+      (s->held[k] = malloc(WK_SB_HOLD_MAX)) == NULL) {
+    s->dropped[k] += drop + n; /* out of memory: it is lost, not the loop */
+    return;
+  }
+  memcpy(s->held[k] + len, p, n);
+  len += n;
+  if (drop > 0) {
+    /* the rest of the cut line goes too */
+    const char *nl = memchr(s->held[k], '\n', len);
+    if (nl != NULL && nl + 1 < s->held[k] + len) {
+      size_t cut = (size_t)(nl + 1 - s->held[k]);
+      memmove(s->held[k], s->held[k] + cut, len - cut);
+      len -= cut;
+      drop += cut;
+    }
+  }
+  s->held_len[k] = len;
+  s->dropped[k] += drop;
+}
+
+/* Read what the pipe of stream k has now (at most max bytes). RET 1 at
+ * its end (EOF or an error), else 0. */
+static int wk_sb_pull(wk_sb_t *s, int k, size_t max) {
+  wk_sb_out_t *o = s->out[k];
+  size_t total = 0;
+  while (o != NULL && o->fd >= 0 && total < max) {
+    ssize_t r = read(o->fd, s->g->rbuf, WK_READ_BUF);
+    if (r > 0) {
+      wk_sb_hold(s, k, s->g->rbuf, (size_t)r);
+      total += (size_t)r;
+    } else if (r < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return !(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+    }
+  }
+  return 0;
+}
+
+static void wk_sb_on_output(uv_poll_t *h, int status, int events) {
+  wk_sb_out_t *o = h->data;
+  (void)events;
+  if (o->s == NULL)
+    return;
+  /* A reader that fell behind reads a few buffers a turn, not forever. */
+  if (status < 0 || wk_sb_pull(o->s, o->k, 4 * WK_READ_BUF))
+    uv_poll_stop(h); /* its end: the reap says what became of it */
+}
+
+static void wk_sb_on_out_closed(uv_handle_t *h) {
+  wk_sb_out_t *o = h->data;
+  wk_group_t *g = o->g;
+  if (o->fd >= 0)
+    close(o->fd);
+  free(o);
+  g->handles_open--;
+  wk_maybe_free(g);
+}
+
+/* Start reading stream k of s from fd (taken: closed on any failure). */
+static void wk_sb_watch(wk_sb_t *s, int k, int fd) {
+  wk_sb_out_t *o;
+  int rc;
+  if ((o = calloc(1, sizeof(*o))) == NULL) {
+    /* unread, it holds what the pipe holds */
+    s->rfd[k] = fd;
+    return;
+  }
+  o->g = s->g;
+  o->fd = fd;
+  o->s = s;
+  o->k = k;
+  (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  if ((rc = uv_poll_init(s->g->loop, &o->h, fd)) != 0) {
+    free(o);
+    s->rfd[k] = fd;
+    LU_DBG(&s->g->log, LU_DBG_SPAWN, "local rank %d: reading a standby's "
+           "output failed: %s", s->local_rank, uv_strerror(rc));
+    return;
+  }
+  o->h.data = o;
+  s->g->handles_open++;
+  s->out[k] = o;
+  uv_poll_start(&o->h, UV_READABLE, wk_sb_on_output);
+}
+
+/* Stop reading stream k; RET its fd when keep (the caller's now), else
+ * -1 (closed with the handle). */
+static int wk_sb_unwatch(wk_sb_t *s, int k, int keep) {
+  wk_sb_out_t *o = s->out[k];
+  int fd = -1;
+  if (o == NULL) {
+    fd = s->rfd[k];
+    s->rfd[k] = -1;
+    if (!keep && fd >= 0) {
+      close(fd);
+      fd = -1;
+    }
+    return fd;
+  }
+  s->out[k] = NULL;
+  o->s = NULL;
+  if (keep) {
+    fd = o->fd;
+    o->fd = -1;
+  }
+  /* uv_close stops the watch at once: a pipe opened on fd afterwards is
+   * the only watcher. */
+  uv_close((uv_handle_t *)&o->h, wk_sb_on_out_closed);
+  return fd;
+}
+
+static void wk_sb_forget_held(wk_sb_t *s) {
+  for (int k = 0; k < 2; k++) {
+    free(s->held[k]);
+    s->held[k] = NULL;
+    s->held_len[k] = 0;
+    s->dropped[k] = 0;
+  }
+}
+
 static void wk_sb_close_fds(wk_sb_t *s) {
   if (s->ctl >= 0)
     close(s->ctl);
   s->ctl = -1;
-  for (int k = 0; k < 2; k++) {
-    if (s->rfd[k] >= 0)
-      close(s->rfd[k]);
-    s->rfd[k] = -1;
-  }
+  for (int k = 0; k < 2; k++)
+    (void)wk_sb_unwatch(s, k, 0);
+  wk_sb_forget_held(s);
 }
 
 static const char *wk_env_get(char *const *envp, const char *key) {
@@ -84,18 +220,14 @@ static int wk_sb_spawn(wk_sb_t *s) {
   s->pid = pid;
   s->ready = 0;
   s->ctl = wk_fd_high(sp[0]);
-  s->rfd[0] = op[0] >= 0 ? wk_fd_high(op[0]) : -1;
-  s->rfd[1] = ep[0] >= 0 ? wk_fd_high(ep[0]) : -1;
-  /* Nothing reads a standby's output until it takes a rank: what its
-   * warm-up prints waits in the pipe, made as large as the system lets
-   * an unprivileged process (1 MiB by default) so that the warm-up's
-   * lines do not block it. */
-  s->pipe_kib = 64;
-  for (int k = 0; k < 2; k++) {
-    int got;
-    if (s->rfd[k] >= 0 && (got = fcntl(s->rfd[k], F_SETPIPE_SZ, 1 << 20)) > 0)
-      s->pipe_kib = got >> 10;
-  }
+  wk_sb_forget_held(s);
+  /* Nothing else reads a standby's output until it takes a rank: read as
+   * it comes and held, so that a warm-up that prints more than a pipe
+   * holds does not block. */
+  if (op[0] >= 0)
+    wk_sb_watch(s, 0, wk_fd_high(op[0]));
+  if (ep[0] >= 0)
+    wk_sb_watch(s, 1, wk_fd_high(ep[0]));
   sp[0] = op[0] = ep[0] = -1;
   wk_guardian_send(g, WK_GUARD_ADD, pid);
   LU_DBG(&g->log, LU_DBG_SPAWN, "local rank %d: standby pid %d %s",
@@ -150,10 +282,7 @@ static void wk_sb_on_timer(uv_timer_t *t) {
     if (!wk_sb_check(s)) {
       char why[256];
       snprintf(why, sizeof(why), "pid %d did not say ready within %" PRId64
-               " ms (or it wrote more than its output pipe holds, %d KiB, "
-               "before rt_standby_wait(): nothing reads it until a rank is "
-               "handed over)", (int)s->pid, g->sb_ready_ms,
-               s->pipe_kib);
+               " ms", (int)s->pid, g->sb_ready_ms);
       wk_sb_give_up(s, why);
       kill(-s->pid, SIGKILL);
     }
@@ -171,26 +300,26 @@ static void wk_sb_on_timer(uv_timer_t *t) {
     uv_timer_start(&s->timer, wk_sb_on_timer, (uint64_t)g->sb_ready_ms, 0);
 }
 
-/* What the standby wrote before it died, for the log: the last line. */
+/* What the standby wrote before it died, for the log: the last line of
+ * stderr, else of stdout. */
 static void wk_sb_last_line(wk_sb_t *s, char *out, size_t cap) {
-  char buf[4096];
-  ssize_t r, have = 0;
   out[0] = '\0';
-  for (int k = 1; k >= 0 && have == 0; k--) {
-    if (s->rfd[k] < 0)
+  for (int k = 1; k >= 0 && out[0] == '\0'; k--) {
+    const char *b, *e;
+    (void)wk_sb_pull(s, k, WK_DRAIN_MAX);
+    b = s->held[k];
+    e = b + s->held_len[k];
+    if (b == NULL)
       continue;
-    (void)fcntl(s->rfd[k], F_SETFL, O_NONBLOCK);
-    while ((r = read(s->rfd[k], buf, sizeof(buf) - 1)) > 0)
-      have = r; /* the last chunk holds the last line */
-  }
-  if (have <= 0)
-    return;
-  buf[have] = '\0';
-  while (have > 0 && (buf[have - 1] == '\n' || buf[have - 1] == '\r'))
-    buf[--have] = '\0';
-  {
-    char *nl = strrchr(buf, '\n');
-    lu_strlcpy(out, nl ? nl + 1 : buf, cap);
+    while (e > b && (e[-1] == '\n' || e[-1] == '\r'))
+      e--;
+    for (const char *q = e; q > b; q--)
+      if (q[-1] == '\n') {
+        b = q;
+        break;
+      }
+    if (e > b)
+      snprintf(out, cap, "%.*s", (int)LU_MIN((size_t)(e - b), cap - 1), b);
   }
 }
 
@@ -343,11 +472,21 @@ void wk_sb_adopted(wk_group_t *g, wk_worker_t *w, int *rfd) {
   w->pid = s->pid;
   w->status_fd = -1;
   for (int k = 0; k < 2; k++) {
+    /* What it printed while it waited comes first, as a worker's would. */
+    (void)wk_sb_pull(s, k, WK_DRAIN_MAX);
     if (rfd[k] >= 0)
       close(rfd[k]);
-    rfd[k] = s->rfd[k];
-    s->rfd[k] = -1;
+    rfd[k] = wk_sb_unwatch(s, k, 1);
+    if (s->held_len[k] > 0)
+      wk_feed(&w->st[k], s->held[k], s->held_len[k]);
+    if (s->dropped[k] > 0)
+      LU_WARN(&g->log, "local rank %d: the first %" PRIu64 " bytes its "
+              "standby printed to %s before it took the rank are not in "
+              "the logs (launch keeps the last %d KiB a stream)",
+              w->local_rank, s->dropped[k], k == 0 ? "stdout" : "stderr",
+              WK_SB_HOLD_MAX >> 10);
   }
+  wk_sb_forget_held(s);
   close(s->ctl);
   s->ctl = -1;
   uv_timer_stop(&s->timer);

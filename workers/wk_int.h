@@ -57,6 +57,7 @@
 #define WK_SB_DEATHS 3            /* exits before ready that end a rank's standbys */
 #define WK_SB_BACKOFF_MS 1000     /* first restart delay, doubling */
 #define WK_SB_BACKOFF_MAX_MS 30000
+#define WK_SB_HOLD_MAX (1024 * 1024) /* a standby's output kept per stream */
 
 /* Workers go into their cgroups through a raw clone3 (CLONE_INTO_CGROUP):
  * moving a process by writing cgroup.procs costs ~20 ms here (an RCU grace
@@ -142,20 +143,37 @@ struct wk_worker_s {
   int tail_dirty;
 };
 
+typedef struct wk_sb_s wk_sb_t;
+
+/* What a standby prints before it takes a rank is read as it comes (its
+ * pipe would fill and block it) and held, the last WK_SB_HOLD_MAX bytes in
+ * whole lines, until the rank's streams get it. The poll handle outlives
+ * the standby's use of it: it closes its fd in its close callback. */
+typedef struct wk_sb_out_s {
+  uv_poll_t h;
+  wk_group_t *g;
+  int fd;     /* its own, closed with it; -1 once handed to a worker */
+  wk_sb_t *s; /* NULL once detached */
+  int k;      /* 0 stdout, 1 stderr */
+} wk_sb_out_t;
+
 /* A standby of one local rank (workers.h). */
-typedef struct wk_sb_s {
+struct wk_sb_s {
   wk_group_t *g;
   int local_rank;
   pid_t pid;      /* 0 when none runs */
   int ctl;        /* agent's end of the socketpair, -1 none */
   int rfd[2];     /* read ends of its stdout and stderr, -1 none */
-  int pipe_kib;   /* what those pipes hold unread */
+  wk_sb_out_t *out[2]; /* reading them while it waits, NULL none */
+  char *held[2];  /* what it printed, not yet anybody's */
+  size_t held_len[2];
+  uint64_t dropped[2]; /* bytes cut from the front of held */
   int ready;      /* it wrote 'R' */
   int off;        /* no more standbys for this rank */
   int deaths;     /* exits in a row before it was ready */
   char **envp;
   uv_timer_t timer; /* the next start, or the ready deadline */
-} wk_sb_t;
+};
 
 struct wk_group_s {
   unsigned magic;
@@ -282,6 +300,8 @@ void wk_unguard(wk_worker_t *w);
 
 void wk_tail_push(wk_worker_t *w, const char *p, size_t n);
 void wk_file_write(wk_stream_t *st, const char *p, size_t n);
+/* Bytes read from a worker (or held for it): files, console, tail. */
+void wk_feed(wk_stream_t *st, const char *p, size_t n);
 void wk_stream_end(wk_stream_t *st);
 void wk_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
 void wk_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
