@@ -24,7 +24,7 @@ enum { K_NATIVE = 0, K_TORCH = 1, K_FORMS }; /* the two key forms */
 
 typedef struct hform_s {
   int exists;           /* a CHECK found it: the MGET reads it */
-  char val[MSG_PROGRESS_MAX]; /* the last value seen (truncated) */
+  uint64_t vhash;       /* of the whole last value seen (any length) */
   size_t vlen;
   int have_val;
   int64_t ms;           /* the time in the last value, -1 none */
@@ -163,15 +163,17 @@ static void observe(hang_t *h, int lr, int form, const char *p, size_t n) {
   msg_progress_t pg;
   char err[128];
   int parsed, first = !f->have_val, own;
-  size_t full = n;
-  if (n >= sizeof(f->val))
-    n = sizeof(f->val) - 1;
-  if (f->have_val && n == f->vlen && memcmp(p, f->val, n) == 0)
+  /* Any change of any byte is news: a map may carry fields of its own
+   * before the step (up to 768 bytes), and its step may be past them. */
+  uint64_t hash = 14695981039346656037ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++)
+    hash = (hash ^ (unsigned char)p[i]) * 1099511628211ull;
+  if (f->have_val && n == f->vlen && hash == f->vhash)
     return; /* no news */
-  memcpy(f->val, p, n);
+  f->vhash = hash;
   f->vlen = n;
   f->have_val = 1;
-  parsed = msg_progress_decode(p, full, &pg, err, sizeof(err)) == 0;
+  parsed = msg_progress_decode(p, n, &pg, err, sizeof(err)) == 0;
   own = parsed && strcmp(pg.tag, r->tag) == 0;
   if (!parsed && !r->warned) {
     r->warned = 1;

@@ -21,7 +21,10 @@
  *          would have left it, then as spin, every rank reporting 2 s late
 
  *   slow   every rank reports progress scalars (loss, step time, compute
- *          time); rank 1's compute time is 3x the others' (a straggler) */
+ *          time); rank 1's compute time is 3x the others' (a straggler)
+ *   long   every rank reports a 260-byte PROGRESS map whose first field is
+ *          200 bytes of a field of its own (the step comes after it), one
+ *          step every 500 ms (no rank hangs) */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,6 +58,46 @@ static void on_usr1(int sig) {
     _exit(4);
 }
 
+/* The PROGRESS map (docs/events.md#progress) with a 200-byte field of the
+ * writer's own first, the tag, step and time after it: msgpack by hand. */
+static int progress_long(rdzv_client_t *c, int rank, long step) {
+  unsigned char v[512];
+  const char *tag = getenv("LAUNCH_PROGRESS_TAG");
+  long long now = (long long)time(NULL) * 1000;
+  size_t n = 0, tl = tag ? strlen(tag) : 0;
+  char key[64];
+  if (tl > 31)
+    tl = 31;
+  v[n++] = 0x84; /* a map of 4 */
+  v[n++] = 0xa4;
+  memcpy(v + n, "note", 4);
+  n += 4;
+  v[n++] = 0xd9; /* str 8 */
+  v[n++] = 200;
+  memset(v + n, 'x', 200);
+  n += 200;
+  v[n++] = 0xa3;
+  memcpy(v + n, "tag", 3);
+  n += 3;
+  v[n++] = (unsigned char)(0xa0 | tl);
+  memcpy(v + n, tag ? tag : "", tl);
+  n += tl;
+  v[n++] = 0xa4;
+  memcpy(v + n, "step", 4);
+  n += 4;
+  v[n++] = 0xce; /* uint 32 */
+  for (int i = 3; i >= 0; i--)
+    v[n++] = (unsigned char)((unsigned long)step >> (8 * i));
+  v[n++] = 0xa7;
+  memcpy(v + n, "time_ms", 7);
+  n += 7;
+  v[n++] = 0xcf; /* uint 64 */
+  for (int i = 7; i >= 0; i--)
+    v[n++] = (unsigned char)((unsigned long long)now >> (8 * i));
+  snprintf(key, sizeof(key), RDZV_PROGRESS_PREFIX "%d", rank);
+  return rdzv_set(c, key, v, n, 10000);
+}
+
 static int env_int(const char *name) {
   const char *v = getenv(name);
   if (v == NULL) {
@@ -70,7 +113,7 @@ int main(int argc, char **argv) {
   const char *mode, *dir;
   if (argc != 4) {
     fprintf(stderr, "usage: hang_worker STEPS run|spin|quiet|tie|spoof|stale|"
-                    "slow DIR\n");
+                    "slow|long DIR\n");
     return 2;
   }
   steps = atoi(argv[1]);
@@ -125,6 +168,8 @@ int main(int argc, char **argv) {
                          rank == 1 ? 0.09 : 0.03};
     if (strcmp(mode, "slow") == 0)
       rc = rdzv_progress_ex(c, -1, step, &sc, 10000);
+    else if (strcmp(mode, "long") == 0)
+      rc = progress_long(c, rank, step);
     else
       rc = rdzv_progress(c, -1, step, 10000);
     if (rc != 0) {
@@ -141,7 +186,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "hang_worker: barrier: %s\n", rdzv_strerror(rc));
       return 1;
     }
-    usleep(100000);
+    usleep(strcmp(mode, "long") == 0 ? 500000 : 100000);
   }
   put_file(dir, "done", round, rank, 0);
   rdzv_close(c);

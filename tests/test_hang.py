@@ -258,6 +258,27 @@ def test_no_progress_reports_not_watched():
         shutil.rmtree(d)
 
 
+def test_long_value_is_progress():
+    """Workers whose PROGRESS map starts with 200 bytes of a field of their
+    own (the step after it, 260 bytes in all) report a step every 500 ms
+    for 6 s under --hang-timeout 2: every change is progress, nobody is
+    taken for hung (only the first 191 bytes were compared: a healthy rank
+    was SIGKILLed)."""
+    d = tempfile.mkdtemp(prefix="launch-hang-")
+    p = agent(["--nproc-per-node", "2", "--hang-timeout", "2",
+               WORKER, "12", "long", d], d)
+    try:
+        rc, out = finish(p, 120)
+        assert rc == 0, (rc, out)
+        assert not hang_lines(out), out
+        assert "does not parse" not in out, out
+        for r in range(2):
+            assert os.path.exists(os.path.join(d, "done.0.%d" % r)), out
+    finally:
+        p.kill()
+        shutil.rmtree(d)
+
+
 def test_spoofed_keys_kill_nobody():
     """Issue #24: rank 0 writes rank 1's keys before rank 1 reports (the
     TCPStore form without the worker's tag, the native form with rank 0's
