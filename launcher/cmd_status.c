@@ -136,15 +136,15 @@ static void json_ranks(lu_json_t *j, const st_t *st) {
     lu_json_int(j, "rank", st->rk[i].rank);
     lu_json_int(j, "step", p->step);
     lu_json_int(j, "time_ms", p->time_ms);
-#define OPT(f)                                                                 \
+#define OPT(f, put)                                                            \
   if (p->has_##f)                                                              \
-    lu_json_num(j, #f, (double)p->f);
-    OPT(loss)
-    OPT(grad_norm)
-    OPT(lr)
-    OPT(step_time)
-    OPT(tokens)
-    OPT(total_steps)
+    put(j, #f, p->f);
+    OPT(loss, lu_json_num)
+    OPT(grad_norm, lu_json_num)
+    OPT(lr, lu_json_num)
+    OPT(step_time, lu_json_num)
+    OPT(tokens, lu_json_int)
+    OPT(total_steps, lu_json_int)
 #undef OPT
     if (med > 0 && p->has_step_time && p->step_time > 0)
       lu_json_num(j, "straggler_score", p->step_time / med);

@@ -64,10 +64,12 @@ void met_sample(lu_buf_t *b, const char *name, const char *labels, double v) {
     lu_buf_puts(b, "NaN\n");
   else if (isinf(v))
     lu_buf_puts(b, v > 0 ? "+Inf\n" : "-Inf\n");
-  else if (v == (double)(long long)v && fabs(v) < 1e15)
-    lu_buf_printf(b, "%lld\n", (long long)v);
-  else
-    lu_buf_printf(b, "%.9g\n", v);
+  else if (fabs(v) < 9007199254740992.0 && v == (double)(long long)v)
+    lu_buf_printf(b, "%lld\n", (long long)v); /* exact below 2^53 */
+  else {
+    lu_buf_double(b, v);
+    lu_buf_puts(b, "\n");
+  }
 }
 
 void met_label_escape(const char *s, char *out, size_t cap) {

@@ -427,6 +427,22 @@ int main(void) {
   met_sample(&b, "launch_rank_loss", "rank=\"2\"", INFINITY);
   met_family(&b, "launch_job_restarts_total", "counter", "restarts");
   met_sample(&b, "launch_job_restarts_total", "", 3);
+  {
+    /* Every digit that matters: a byte counter past 1e15 (5.5 h of a
+     * 400 Gb/s port) moves by 1, a value past 2^53 and a fraction read back
+     * as they were; none that does not (0.1); no cast of a huge value. */
+    lu_buf_t nb = LU_BUF_INIT;
+    char *nums;
+    met_sample(&nb, "a", "", 1500000000000001.0);
+    met_sample(&nb, "b", "", 123456789.123);
+    met_sample(&nb, "c", "", 0.1);
+    met_sample(&nb, "d", "", 18446744073709551616.0 * 1024);
+    met_sample(&nb, "e", "", 1e300);
+    ASSERT_EQ(0, lu_buf_finish(&nb, &nums, NULL));
+    ASSERT_STR_EQ("a 1500000000000001\nb 123456789.123\nc 0.1\n"
+                  "d 1.888946593147858e+22\ne 1e+300\n", nums);
+    free(nums);
+  }
   ASSERT_EQ(0, lu_buf_finish(&b, &text, NULL));
   ASSERT_STR_EQ("# HELP launch_rank_loss loss\n"
                 "# TYPE launch_rank_loss gauge\n"

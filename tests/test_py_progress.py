@@ -63,7 +63,9 @@ def one(py, d):
         assert r["step"] == 20 and r["total_steps"] == 20, r
         assert abs(r["loss"] - (0.5 + r["rank"])) < 1e-6, r
         assert r["lr"] == 1e-3 and r["grad_norm"] == 0.5, r
-        assert r["step_time"] == 0.01 and r["tokens"] == 512, r
+        # integers stay integers, every digit (not 1.23457e+08)
+        assert r["step_time"] == 0.01 and r["tokens"] == 123456789, r
+        assert type(r["tokens"]) is int and type(r["total_steps"]) is int, r
 
 
 def main():

@@ -188,13 +188,26 @@ void lu_json_int(lu_json_t *j, const char *key, long long val) {
   lu_buf_printf(j->b, "%lld", val);
 }
 
+/* The shortest of %.15g, %.16g, %.17g that reads back as v: every digit
+ * that matters (a counter of 123456789 tokens, 1e15 bytes and more), none
+ * that do not (0.1, not 0.10000000000000001). */
+void lu_buf_double(lu_buf_t *b, double v) {
+  char s[40];
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(s, sizeof(s), "%.*g", prec, v);
+    if (prec == 17 || strtod(s, NULL) == v)
+      break;
+  }
+  lu_buf_puts(b, s);
+}
+
 void lu_json_num(lu_json_t *j, const char *key, double val) {
   pre(j, key);
   /* JSON has no NaN or infinity. */
   if (isnan(val) || isinf(val))
     lu_buf_puts(j->b, "null");
   else
-    lu_buf_printf(j->b, "%.6g", val);
+    lu_buf_double(j->b, val);
 }
 
 void lu_json_bool(lu_json_t *j, const char *key, int val) {

@@ -53,6 +53,8 @@ void lu_json_end_arr(lu_json_t *j);
 void lu_json_str(lu_json_t *j, const char *key, const char *val);
 void lu_json_int(lu_json_t *j, const char *key, long long val);
 void lu_json_num(lu_json_t *j, const char *key, double val);
+/* A finite double as the shortest text that reads back as it. */
+void lu_buf_double(lu_buf_t *b, double v);
 void lu_json_bool(lu_json_t *j, const char *key, int val);
 void lu_json_null(lu_json_t *j, const char *key);
 

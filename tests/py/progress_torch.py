@@ -15,7 +15,7 @@ rank = int(os.environ["RANK"])
 report = lp.Reporter()
 for step in range(1, 21):
     report(step, loss=10.0 / step + rank, lr=1e-3, grad_norm=0.5,
-           step_time=0.01, tokens=512, total_steps=20)
+           step_time=0.01, tokens=123456789, total_steps=20)
     time.sleep(0.01)
 with open(os.path.join(d, "reported.%d" % rank), "w"):
     pass
