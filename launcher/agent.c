@@ -225,6 +225,15 @@ static void mark_down(agent_t *a, double wall_s) {
   }
 }
 
+/* A step in an event: null where there is none (below 0), as
+ * docs/events.md says. */
+static void json_step(lu_json_t *j, const char *key, int64_t step) {
+  if (step < 0)
+    lu_json_null(j, key);
+  else
+    lu_json_int(j, key, step);
+}
+
 static void ev_failure_fields(lu_json_t *j, const sum_failure_t *f) {
   lu_json_str(j, "host", f->host);
   lu_json_int(j, "rank", f->rank);
@@ -1097,7 +1106,7 @@ static void hang_found(void *arg, int local_rank, const char *reason,
     hang_progress(a->hang, local_rank, &hp);
     lu_json_int(j, "round", a->round);
     lu_json_int(j, "rank", a->base_rank + local_rank);
-    lu_json_int(j, "last_step", hp.prog.step);
+    json_step(j, "last_step", hp.prog.step);
     lu_json_num(j, "age_s", hp.age_s);
     lu_json_str(j, "reason", reason);
     ev_end(a->ev);
@@ -1341,7 +1350,7 @@ static void run_round(agent_t *a) {
       lu_json_int(j, "round", a->round);
       lu_json_str(j, "reason", a->restart_reason);
       lu_json_num(j, "downtime_s", down);
-      lu_json_int(j, "last_step", a->steps_before);
+      json_step(j, "last_step", a->steps_before);
       if (a->resume_step >= 0)
         lu_json_int(j, "resume_step", a->resume_step);
       lu_json_int(j, "steps_redone", redone);

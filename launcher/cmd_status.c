@@ -521,11 +521,14 @@ static void list_json(const jobreg_t *v, size_t n) {
   }
 }
 
+/* The job list for a terminal: every name and reason in it is escaped
+ * (a host name is anyone's choice, and the reason names other nodes). */
 static void list_text(const jobreg_t *v, size_t n) {
   int64_t now = (int64_t)time(NULL);
   int w = 3;
+  char esc[3][1024];
   for (size_t i = 0; i < n; i++)
-    w = LU_MAX(w, (int)strlen(v[i].job));
+    w = LU_MAX(w, (int)strlen(lu_esc(v[i].job, esc[0], sizeof(esc[0]))));
   printf("%-*s %-8s %7s %-22s %5s %8s %7s %s\n", w, "JOB", "STATE", "PID",
          "ENDPOINT", "ROUND", "RESTARTS", "SINCE", "EXIT");
   for (size_t i = 0; i < n; i++) {
@@ -539,9 +542,10 @@ static void list_text(const jobreg_t *v, size_t n) {
                r->reason[0] ? ": " : "", r->reason);
     else if (r->state == JOBREG_GONE)
       snprintf(ex, sizeof(ex), "? (the agent died without an end)");
-    printf("%-*s %-8s %7d %-22s %5lld %8lld %7s %s\n", w, r->job, reg_state(r),
-           r->pid, ep, (long long)r->round, (long long)r->restarts, since,
-           ex);
+    printf("%-*s %-8s %7d %-22s %5lld %8lld %7s %s\n", w,
+           lu_esc(r->job, esc[0], sizeof(esc[0])), reg_state(r), r->pid,
+           lu_esc(ep, esc[1], sizeof(esc[1])), (long long)r->round,
+           (long long)r->restarts, since, lu_esc(ex, esc[2], sizeof(esc[2])));
   }
   printf("(a running job's ranks: launch status --rdzv-id JOB; ended jobs "
          "are listed for %d minutes)\n", JOBREG_KEEP_S / 60);

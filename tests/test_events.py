@@ -235,6 +235,24 @@ def test_console(d):
     print("console: the same lines on stderr")
 
 
+def test_restart_without_steps(d):
+    """A job that never reports a step and fails once: the restart event's
+    last_step is null (docs/events.md: a step that does not exist), not -1,
+    and no step is counted as redone."""
+    path = os.path.join(d, "nosteps.jsonl")
+    agent = lt.launch(["--standalone", "--nproc-per-node", "1",
+                       "--max-restarts", "1", "--event-log", path,
+                       "--no-python", "sh", "-c",
+                       'test "$LAUNCH_ROUND" = 1 || exit 5'], name="nosteps")
+    rc = agent.wait(60)
+    assert rc == 0, agent.output()
+    r = [e for e in read_events(path) if e["event"] == "restart"]
+    assert len(r) == 1, read_events(path)
+    assert r[0]["last_step"] is None and r[0]["steps_redone"] == 0, r[0]
+    assert "resume_step" not in r[0], r[0]
+    print("restart without steps: last_step null, nothing redone")
+
+
 def test_straggler(d):
     """4 ranks of tests/hang_worker in its slow mode: rank 1's compute time
     is 3x the others'. It is flagged once, with its score against the
@@ -515,6 +533,7 @@ def main():
         test_kept_make_room(d)
         test_checkpoint_metrics(d)
         test_console(d)
+        test_restart_without_steps(d)
         test_straggler(d)
         test_kill_and_resume(d)
     finally:

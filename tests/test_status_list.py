@@ -40,9 +40,12 @@ def main():
         rc, out = status(env)
         assert rc == 0 and "no job of this user on this node" in out, out
 
-        # a job that fails: exit 3 (a code that is not restarted)
+        # a job that fails: exit 3 (a code that is not restarted), on a host
+        # whose name holds terminal controls (a title, a colour)
         a = lt.launch(["--standalone", "--nproc-per-node", "1", "--no-python",
-                       "/bin/sh", "-c", "exit 3"], env={"XDG_RUNTIME_DIR": run},
+                       "/bin/sh", "-c", "exit 3"],
+                      env={"XDG_RUNTIME_DIR": run,
+                           "LAUNCH_HOSTNAME": "h\x1b]0;pwned\x07\x1b[31mRED"},
                       name="fail")
         procs.append(a)
         assert a.wait(60) == 3, a.output()
@@ -70,6 +73,9 @@ def main():
         rc, text = status(env)
         assert rc == 0 and running_id in text and "running" in text, text
         assert "3: rank 0" in text, text
+        # the list is for a terminal: the host's controls are shown escaped
+        assert "\x1b" not in text and "\x07" not in text, repr(text)
+        assert "h\\x1b]0;pwned\\x07\\x1b[31mRED" in text, text
 
         # --rdzv-id alone: the running job from its own server
         rc, out = status(env, "--rdzv-id", running_id)
