@@ -36,6 +36,17 @@
  * library of its own, not linked) on an event_base of its own, run by a
  * thread of its own. Everything below runs on that thread, but met_start
  * (before the thread) and met_stop (after joining it). */
+#define MET_HTTP_CONNS 16 /* connections served at once */
+
+/* A connection served: closed at its deadline unless a request came and
+ * was answered (a client that trickles its headers byte by byte resets
+ * evhttp's idle timeout with each byte, and 16 of them held every
+ * slot). */
+typedef struct met_slot_s {
+  struct evhttp_connection *evcon; /* NULL: free */
+  struct event *deadline;
+} met_slot_t;
+
 typedef struct met_http_s {
   struct event_base *base;
   struct evhttp *http;
@@ -43,6 +54,7 @@ typedef struct met_http_s {
   pthread_t thread;
   int running;            /* thread started */
   unsigned conns;         /* connections served now (MET_HTTP_CONNS at most) */
+  met_slot_t slot[MET_HTTP_CONNS];
 } met_http_t;
 
 static void http_stop(met_t *m);
@@ -577,8 +589,7 @@ void met_stop(met_t *m) {
  * has no connection cap of its own: conn_new keeps it. No request here has
  * a body; a scrape's headers are ~300 bytes, a browser's with its cookies
  * a few KB. */
-#define MET_HTTP_CONNS 16
-#define MET_HTTP_IDLE_S 10
+#define MET_HTTP_IDLE_S 10 /* and the time a request may take to arrive */
 #define MET_HTTP_MAX_HEADERS 8192
 #define MET_HTTP_MAX_BODY 1024
 /* Every method evhttp parses reaches answer(), which says 405 to all but
@@ -598,6 +609,22 @@ static void text_free(const void *data, size_t len, void *arg) {
 static void scrape_sent(struct evhttp_request *req, void *arg) {
   (void)req;
   met_refresh(arg);
+}
+
+static met_slot_t *slot_of(met_t *m, const struct evhttp_connection *evcon) {
+  for (int i = 0; evcon && i < MET_HTTP_CONNS; i++)
+    if (m->http.slot[i].evcon == evcon)
+      return &m->http.slot[i];
+  return NULL;
+}
+
+/* A request answered: its connection has MET_HTTP_IDLE_S again for the
+ * reply to go out and the next request to come in whole. */
+static void slot_rearm(met_t *m, struct evhttp_connection *evcon) {
+  met_slot_t *s = slot_of(m, evcon);
+  struct timeval tv = {MET_HTTP_IDLE_S, 0};
+  if (s && s->deadline)
+    event_add(s->deadline, &tv);
 }
 
 static void answer(struct evhttp_request *req, void *arg) {
@@ -654,6 +681,7 @@ static void answer(struct evhttp_request *req, void *arg) {
   }
   if (scrape)
     evhttp_request_set_on_complete_cb(req, scrape_sent, m);
+  slot_rearm(m, evhttp_request_get_connection(req));
   evhttp_send_reply(req, code, NULL, NULL);
 }
 
@@ -674,9 +702,24 @@ typedef struct met_conn_s {
 
 static void conn_closed(struct evhttp_connection *evcon, void *arg) {
   met_t *m = arg;
-  (void)evcon;
+  met_slot_t *s = slot_of(m, evcon);
+  if (s) {
+    if (s->deadline)
+      event_free(s->deadline);
+    s->deadline = NULL;
+    s->evcon = NULL;
+  }
   if (m->http.conns > 0)
     m->http.conns--;
+}
+
+/* Its deadline passed without a whole request: closed (the close
+ * callback frees the slot). */
+static void conn_deadline(evutil_socket_t fd, short what, void *arg) {
+  met_slot_t *s = arg;
+  (void)fd, (void)what;
+  if (s->evcon)
+    evhttp_connection_free(s->evcon);
 }
 
 static void conn_adopt(evutil_socket_t fd, short what, void *arg) {
@@ -690,7 +733,18 @@ static void conn_adopt(evutil_socket_t fd, short what, void *arg) {
   } else if (c->refused) {
     evhttp_connection_free(evcon);
   } else {
+    met_slot_t *s = NULL;
+    struct timeval tv = {MET_HTTP_IDLE_S, 0};
+    for (int i = 0; s == NULL && i < MET_HTTP_CONNS; i++)
+      if (c->m->http.slot[i].evcon == NULL)
+        s = &c->m->http.slot[i];
     evhttp_connection_set_closecb(evcon, conn_closed, c->m);
+    if (s) { /* one is free: conns counts this one among the 16 */
+      s->evcon = evcon;
+      s->deadline = event_new(c->m->http.base, -1, 0, conn_deadline, s);
+      if (s->deadline)
+        event_add(s->deadline, &tv);
+    }
   }
   bufferevent_decref(c->bev);
   free(c);

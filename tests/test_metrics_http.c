@@ -9,6 +9,9 @@
  *   on;
  * - 16 connections at most: a 17th is closed while 16 are open, the 16
  *   are still served, and once they close a new one is served;
+ * - 16 connections that trickle their headers a byte a second (each byte
+ *   resets evhttp's idle timeout) are closed 10 s after they came, and a
+ *   scrape is served again while they go on trickling;
  * - ::1 serves too (where the host has IPv6 loopback);
  * - a port in use and an address that is no literal are refused; met_stop
  *   with a connection open frees everything (ASan) and closes every fd. */
@@ -185,6 +188,32 @@ static void cap(int port) {
     close(fd[i]);
 }
 
+/* 16 slow clients: a request begun, then a byte of a header each second,
+ * never ended. Each is closed at its deadline (10 s from its accept),
+ * whatever it sends: a scrape is served while they trickle on. */
+static void trickle(int port) {
+  static const char part[] = "GET /metrics HTTP/1.1\r\nX-Slow: ";
+  char hdr[4096];
+  int fd[CONNS], served = 0;
+  for (int i = 0; i < CONNS; i++) {
+    fd[i] = test_connect(port);
+    ASSERT_EQ(0, test_send_all(fd[i], part, sizeof(part) - 1));
+  }
+  for (int s = 0; s < 25 && !served; s++) {
+    int one;
+    sleep(1);
+    for (int i = 0; i < CONNS; i++)
+      (void)send(fd[i], "a", 1, MSG_NOSIGNAL); /* closed: EPIPE */
+    one = test_connect(port);
+    served = ask(one, "GET", "/metrics", hdr, sizeof(hdr)) == 200;
+    close(one);
+  }
+  ASSERT(served);
+  for (int i = 0; i < CONNS; i++)
+    close(fd[i]);
+  served_again(port);
+}
+
 /* Served on an IPv6 literal, where the host has IPv6 loopback. */
 static void ipv6(void) {
   struct sockaddr_in6 a;
@@ -225,6 +254,7 @@ int main(void) {
   page(m, port);
   big_header(port);
   cap(port);
+  trickle(port);
   ipv6();
   /* a port in use, an address that is no literal */
   ASSERT_EQ(-EADDRINUSE, met_start("127.0.0.1", port, "n0", &other));
