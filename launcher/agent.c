@@ -3273,6 +3273,9 @@ int agent_run(cfg_t *o) {
   a->exit_code = 1;
   uv_loop_init(&loop);
   signal(SIGPIPE, SIG_IGN);
+  /* A file-size limit (ulimit -f) that a log passes is a failed write,
+   * which loses that log, not the agent (workers get the default back). */
+  signal(SIGXFSZ, SIG_IGN);
   lu_log_init(&a->log, "launch");
   lu_log_set_who(&a->log, "launch %s", a->o->host);
   if (o->no_log_time)

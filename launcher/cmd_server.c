@@ -177,6 +177,7 @@ int launch_cmd_server(int argc, char **argv) {
   }
   lu_raise_nofile();
   signal(SIGPIPE, SIG_IGN);
+  signal(SIGXFSZ, SIG_IGN); /* an event log past ulimit -f: a failed write */
   /* Large blocks straight from mmap and back on free: the resident size
    * then follows what the server holds (--max-memory), not the peak of
    * what it once held. */

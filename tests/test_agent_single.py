@@ -125,6 +125,26 @@ def test_limits_and_launch_failures():
         finally:
             p.kill()
         assert p.output().count("soft 1000") == 2, p.output()
+    # a file-size limit (ulimit -f, as some clusters set) that a worker's
+    # log passes: the agent loses the rest of that log, not the job (it
+    # died of SIGXFSZ; torchrun's Python ignores it too), and the workers
+    # get the signal's default back
+    logdir = tempfile.mkdtemp()
+    p = lt.Proc(["/bin/sh", "-c", 'ulimit -f 128 && exec "$0" "$@"',
+                 lt.launch_bin(), "--standalone", "--log-dir", logdir,
+                 "--redirects", "1", "--no-python", "/bin/sh", "-c",
+                 "head -c 300000 /dev/zero | tr '\\0' x; echo; "
+                 "echo sigign $(grep ^SigIgn: /proc/self/status | cut -f2) >&2"])
+    try:
+        rc = p.wait(60)
+    finally:
+        p.kill()
+    out = p.output()
+    assert rc == 0, (rc, out[-2000:])
+    assert "File too large" in out and "not saved" in out, out[-2000:]
+    assert "sigign 0000000000000000" in out, out[-2000:]
+    (log,) = glob.glob(os.path.join(logdir, "*", "attempt_0", "0", "stdout.log"))
+    assert 0 < os.path.getsize(log) <= 128 * 1024, os.path.getsize(log)
     d = tempfile.mkdtemp()
     blocker = os.path.join(d, "a-file")
     open(blocker, "w").close()
