@@ -420,7 +420,8 @@ static void render_metrics(agent_t *a) {
       const msg_progress_t *g = &p.prog;
       double v = NAN;
       int have = 0;
-      if (hang_progress(a->hang, i, &p) != 0 || !p.seen)
+      if (hang_progress(a->hang, i, &p) != 0 ||
+          !(p.seen || (k == 1 && p.waiting)))
         continue;
       switch (k) {
       case 0: v = (double)g->step, have = g->step >= 0; break;

@@ -59,6 +59,8 @@ struct hang_s {
   uint64_t gen;         /* the round's generation: replies of older ones
                            are ignored */
   int64_t spawn_unix_ms;
+  uint64_t started;     /* uv_now at the round's start */
+  int reporting;        /* a rank of this node has reported, any round */
   int inflight;         /* requests of any generation not answered yet */
   int primary;          /* the hung rank to report, -1 none */
   uint64_t grace_end;   /* uv_now when the primary is reported */
@@ -194,7 +196,7 @@ static void observe(hang_t *h, int lr, int form, const char *p, size_t n) {
   if (first && (!parsed || pg.time_ms < h->spawn_unix_ms) && !own)
     return;
   if (own)
-    r->fresh = 1;
+    r->fresh = h->reporting = 1;
   if (!r->fresh)
     return;
   r->changed = uv_now(h->loop);
@@ -511,6 +513,7 @@ void hang_start(hang_t *h, int base_rank, int64_t round) {
   h->base_rank = base_rank;
   h->round = round;
   h->spawn_unix_ms = (int64_t)(lu_wall_s() * 1000.0);
+  h->started = uv_now(h->loop);
   h->primary = -1;
   h->reported = 0;
   memset(h->r, 0, (size_t)h->cfg.nproc * sizeof(*h->r));
@@ -549,8 +552,15 @@ int hang_progress(const hang_t *h, int local_rank, hang_progress_t *out) {
   r = &h->r[local_rank];
   out->rank = h->base_rank + local_rank;
   out->hung = r->hung;
-  if (!r->fresh)
+  if (!r->fresh) {
+    /* Silent since the round began, where this node's ranks report: its
+     * silence counts from then (a rank stuck before its first report
+     * after a restart is as stuck as one that stopped reporting). */
+    out->waiting = h->reporting && h->started > 0;
+    if (out->waiting)
+      out->age_s = (double)(uv_now(h->loop) - h->started) / 1000.0;
     return 0;
+  }
   out->seen = 1;
   out->age_s = (double)(uv_now(h->loop) - r->changed) / 1000.0;
   if (r->have_prog) {

@@ -82,6 +82,9 @@ int hang_exited(hang_t *h, int local_rank);
 typedef struct hang_progress_s {
   int rank;
   int seen, has_prog, hung;
+  int waiting; /* not seen in this round, but this node's ranks report
+                  progress (in this round or an earlier one): age_s is
+                  the time since the round started */
   msg_progress_t prog;
   double age_s, steps_per_s;
 } hang_progress_t;

@@ -22,6 +22,8 @@
 
  *   slow   every rank reports progress scalars (loss, step time, compute
  *          time); rank 1's compute time is 3x the others' (a straggler)
+ *   mute   every rank reports steps 1-25 and exits 1; in the next round it
+ *          reports nothing, sleeps STEPS x 100 ms and exits 0
  *   long   every rank reports a 260-byte PROGRESS map whose first field is
  *          200 bytes of a field of its own (the step comes after it), one
  *          step every 500 ms (no rank hangs) */
@@ -113,7 +115,7 @@ int main(int argc, char **argv) {
   const char *mode, *dir;
   if (argc != 4) {
     fprintf(stderr, "usage: hang_worker STEPS run|spin|quiet|tie|spoof|stale|"
-                    "slow|long DIR\n");
+                    "slow|mute|long DIR\n");
     return 2;
   }
   steps = atoi(argv[1]);
@@ -123,7 +125,8 @@ int main(int argc, char **argv) {
   world = env_int("WORLD_SIZE");
   round = env_int("LAUNCH_ROUND");
   signal(SIGUSR1, on_usr1);
-  if (round == 0 && strcmp(mode, "quiet") == 0) {
+  if ((round == 0 && strcmp(mode, "quiet") == 0) ||
+      (round > 0 && strcmp(mode, "mute") == 0)) {
     usleep((useconds_t)steps * 100000);
     put_file(dir, "done", round, rank, 0);
     return 0;
@@ -178,6 +181,8 @@ int main(int argc, char **argv) {
     }
     if (step == 1)
       put_file(dir, "pid", round, rank, (long)getpid());
+    if (step == 25 && strcmp(mode, "mute") == 0)
+      return 1;
     if (round == 0 && rank == 1 && step == 5 && strcmp(mode, "tie") == 0)
       for (;;) /* a data loader that never returns */
         pause();

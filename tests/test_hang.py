@@ -14,6 +14,7 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "py"))
 import launchtest as lt  # noqa: E402
@@ -274,6 +275,47 @@ def test_long_value_is_progress():
         assert "does not parse" not in out, out
         for r in range(2):
             assert os.path.exists(os.path.join(d, "done.0.%d" % r)), out
+    finally:
+        p.kill()
+        shutil.rmtree(d)
+
+
+def test_silent_after_restart_has_an_age():
+    """Ranks that reported steps, failed, and report nothing after the
+    restart (stuck before their first step): the metrics page gives each
+    a progress age counted from the restart, so LaunchNoProgress sees
+    them; no step series for them in the new round."""
+    d = tempfile.mkdtemp(prefix="launch-hang-")
+    p = agent(["--nproc-per-node", "2", "--max-restarts", "1",
+               "--metrics-port", "127.0.0.1:0", WORKER, "60", "mute", d], d)
+    try:
+        lt.wait_until(lambda: "restarting the workers (round 1)" in p.output(),
+                      60, "the restart")
+        m = re.search(r"metrics of job \S+ on http://127\.0\.0\.1:(\d+)/",
+                      p.output())
+        if m is None:
+            assert "built without libevent" in p.output(), p.output()
+            return
+        url = "http://127.0.0.1:%s/metrics" % m.group(1)
+        ages = {}
+
+        def aged():
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    body = r.read().decode()
+            except OSError:  # the job ended: no age was ever there
+                return False
+            ages.clear()
+            for x in re.finditer(r'^launch_rank_progress_age_seconds\{[^}]*'
+                                 r'rank="(\d+)"\} (\S+)$', body, re.M):
+                ages[int(x.group(1))] = float(x.group(2))
+            ages["step"] = re.search(r"^launch_rank_step\{", body, re.M)
+            return sorted(k for k in ages if k != "step") == [0, 1] and \
+                min(ages[0], ages[1]) >= 1.0
+        lt.wait_until(aged, 30, "the silent ranks' ages")
+        assert ages["step"] is None, ages
+        rc, out = finish(p, 60)
+        assert rc == 0, out
     finally:
         p.kill()
         shutil.rmtree(d)
