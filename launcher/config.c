@@ -159,14 +159,17 @@ static int parse_std_spec(const char *s, int nproc, unsigned *out) {
   return got;
 }
 
+/* What torchrun's RendezvousParameters.get_as_bool takes, in any case. */
 static int parse_bool(const char *s, int *out) {
-  if (!strcasecmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes"))
-    *out = 1;
-  else if (!strcasecmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no"))
-    *out = 0;
-  else
-    return -1;
-  return 0;
+  static const char *const yes[] = {"1", "true", "t", "yes", "y"};
+  static const char *const no[] = {"0", "false", "f", "no", "n"};
+  for (size_t i = 0; i < LU_ARRAY_SIZE(yes); i++) {
+    if (!strcasecmp(s, yes[i]) || !strcasecmp(s, no[i])) {
+      *out = !strcasecmp(s, yes[i]);
+      return 0;
+    }
+  }
+  return -1;
 }
 
 /* "agent|rank0" -> "agent or rank0"; "a|b|c" -> "a, b or c". */
@@ -259,27 +262,28 @@ static const struct {
   const char *key;
   size_t off;   /* an int64_t of cfg_t; 0: see set_conf */
   int64_t min;  /* smallest value, ms */
+  int etcd;     /* read by --rdzv-backend etcd only */
 } conf_keys[] = {
-    {"join_timeout", offsetof(cfg_t, join_timeout_ms), 1},
-    {"last_call_timeout", offsetof(cfg_t, last_call_timeout_ms), 0},
-    {"close_timeout", offsetof(cfg_t, close_timeout_ms), 0},
-    {"heartbeat", offsetof(cfg_t, heartbeat_ms), 10},
-    {"keep_alive_interval", offsetof(cfg_t, heartbeat_ms), 10},
-    {"read_timeout", offsetof(cfg_t, read_timeout_ms), 1},
-    {"timeout", offsetof(cfg_t, static_wait_ms), 1},
-    {"heartbeat_timeout", 0, 30},
-    {"keep_alive_max_attempt", 0, 0},
-    {"rank", 0, 0},
-    {"is_host", 0, 0},
-    {"store_type", 0, 0},
+    {"join_timeout", offsetof(cfg_t, join_timeout_ms), 1, 0},
+    {"last_call_timeout", offsetof(cfg_t, last_call_timeout_ms), 0, 0},
+    {"close_timeout", offsetof(cfg_t, close_timeout_ms), 0, 0},
+    {"heartbeat", offsetof(cfg_t, heartbeat_ms), 10, 0},
+    {"keep_alive_interval", offsetof(cfg_t, heartbeat_ms), 10, 0},
+    {"read_timeout", offsetof(cfg_t, read_timeout_ms), 1, 0},
+    {"timeout", offsetof(cfg_t, static_wait_ms), 1, 0},
+    {"heartbeat_timeout", 0, 30, 0},
+    {"keep_alive_max_attempt", 0, 0, 0},
+    {"rank", 0, 0, 0},
+    {"is_host", 0, 0, 0},
+    {"store_type", 0, 0, 0},
     /* --rdzv-backend etcd (torchrun's etcd keys, and launch's) */
-    {"protocol", 0, 0},
-    {"cacert", 0, 0},
-    {"cert", 0, 0},
-    {"key", 0, 0},
-    {"user", 0, 0},
-    {"lease_ttl", offsetof(cfg_t, etcd_ttl_ms), 2000},
-    {"store_port", 0, 0},
+    {"protocol", 0, 0, 1},
+    {"cacert", 0, 0, 1},
+    {"cert", 0, 0, 1},
+    {"key", 0, 0, 1},
+    {"user", 0, 0, 1},
+    {"lease_ttl", offsetof(cfg_t, etcd_ttl_ms), 2000, 1},
+    {"store_port", 0, 0, 1},
 };
 
 /* One line of c->notes (a setting accepted that has no effect here). */
@@ -295,10 +299,33 @@ static void add_note(cfg_t *c, const char *fmt, ...) {
     lu_strlcpy(c->notes + u, "\n", sizeof(c->notes) - u);
 }
 
+/* s without the blanks around it, as torchrun's strip(). */
+static char *trim_blanks(char *s) {
+  while (isspace((unsigned char)*s))
+    s++;
+  lu_rtrim(s, strlen(s));
+  return s;
+}
+
+/* "join_timeout, ...; with etcd: protocol, ..." from conf_keys. */
+static void conf_key_list(char *out, size_t cap) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t k = 0; k < LU_ARRAY_SIZE(conf_keys) && used < cap; k++) {
+    int w = snprintf(out + used, cap - used, "%s%s",
+                     k == 0                    ? ""
+                     : conf_keys[k].etcd && !conf_keys[k - 1].etcd
+                         ? "; with etcd: "
+                         : ", ",
+                     conf_keys[k].key);
+    used += w > 0 ? (size_t)w : 0;
+  }
+}
+
 static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
-  char item[512], *eq;
+  char entry[512], *item, *eq;
   int got;
-  while ((got = next_item(&s, item, sizeof(item))) != 0) {
+  while ((got = next_item(&s, entry, sizeof(entry))) != 0) {
     size_t k;
     if (got < 0) {
       if (*s == ',') { /* an empty entry */
@@ -307,20 +334,30 @@ static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
       }
       return fail(err, n, "--rdzv-conf: entry too long");
     }
-    if ((eq = strchr(item, '=')) == NULL || eq[1] == '\0')
+    /* torchrun strips each key and value: "a=1, b=2" is two keys */
+    item = trim_blanks(entry);
+    if (*item == '\0')
+      continue;
+    if ((eq = strchr(item, '=')) == NULL)
       return fail(err, n, "--rdzv-conf: '%s' needs a value (key=value)", item);
     *eq++ = '\0';
+    item = trim_blanks(item);
+    eq = trim_blanks(eq);
+    if (*item == '\0' || *eq == '\0')
+      return fail(err, n, "--rdzv-conf: '%s=%s' needs a key and a value "
+                          "(key=value)", item, eq);
     for (k = 0; k < LU_ARRAY_SIZE(conf_keys); k++)
       if (!strcmp(item, conf_keys[k].key))
         break;
-    if (k == LU_ARRAY_SIZE(conf_keys))
-      return fail(err, n, "--rdzv-conf: unknown key '%s' (known: "
-                          "join_timeout, last_call_timeout, close_timeout, "
-                          "heartbeat, heartbeat_timeout, keep_alive_interval, "
-                          "keep_alive_max_attempt, read_timeout, timeout, "
-                          "rank, is_host, store_type; with etcd: protocol, "
-                          "cacert, cert, key, user, lease_ttl, store_port)",
-                  item);
+    if (k == LU_ARRAY_SIZE(conf_keys)) {
+      /* torchrun ignores the keys its backend does not read (a job spec
+       * written for another backend runs); a typo is said, not fatal */
+      char known[512];
+      conf_key_list(known, sizeof(known));
+      add_note(c, "--rdzv-conf: unknown key '%s' ignored (known: %s)", item,
+               known);
+      continue;
+    }
     if (!strcmp(item, "rank")) {
       char *end;
       long r = strtol(eq, &end, 10);
@@ -344,7 +381,8 @@ static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
         c->heartbeat_ms = ms / 3;
     } else if (!strcmp(item, "is_host")) {
       if (parse_bool(eq, &c->is_host) != 0)
-        return fail(err, n, "--rdzv-conf is_host: '%s' is not true/false", eq);
+        return fail(err, n, "--rdzv-conf is_host: '%s' is not true/false "
+                            "(1/0, yes/no, t/f, y/n)", eq);
     } else if (!strcmp(item, "protocol")) {
       if (strcmp(eq, "http") != 0 && strcmp(eq, "https") != 0)
         return fail(err, n, "--rdzv-conf protocol=%s: use http or https "

@@ -44,7 +44,7 @@ BAD = [
     (["--rdzv-backend", "etcd", "/bin/true"], "etcd needs --rdzv-endpoint"),
     (["--rdzv-backend", "c10d", "/bin/true"], "needs --rdzv-endpoint"),
     (["--rdzv-conf", "join_timeout=abc", "/bin/true"], "join_timeout"),
-    (["--rdzv-conf", "colour=blue", "/bin/true"], "unknown key 'colour'"),
+    (["--rdzv-conf", "is_host=maybe", "/bin/true"], "is_host: 'maybe' is not true/false"),
     (["--rdzv-conf", "join_timeout", "/bin/true"], "needs a value"),
     (["--max-restarts", "-1", "/bin/true"], "--max-restarts"),
     (["--redirects", "7", "/bin/true"], "--redirects"),

@@ -253,6 +253,42 @@ static void test_conf_values(void) {
   ASSERT_EQ(1000, c.heartbeat_ms);
   ASSERT_EQ(0, c.is_host);
   cfg_free(&c);
+  /* as torchrun: blanks around keys and values are stripped, booleans are
+   * get_as_bool's, and a key launch does not read is a note naming it */
+  ASSERT_EQ(0, parse(&c, ARGS("--rdzv-conf",
+                              "join_timeout=900, last_call_timeout = 60 ,"
+                              "use_libuv=False,is_host=t",
+                              "--rdzv-endpoint", "h", "x"),
+                     no_env, err, sizeof(err)));
+  ASSERT_EQ(900000, c.join_timeout_ms);
+  ASSERT_EQ(60000, c.last_call_timeout_ms);
+  ASSERT_EQ(1, c.is_host);
+  ASSERT(strstr(c.notes, "unknown key 'use_libuv' ignored (known: "
+                         "join_timeout, last_call_timeout,") != NULL);
+  ASSERT(strstr(c.notes, "; with etcd: protocol,") != NULL);
+  cfg_free(&c);
+  const char *const bools[][2] = {{"TRUE", "1"}, {"Y", "1"},  {"yes", "1"},
+                                  {"1", "1"},    {"F", "0"},  {"n", "0"},
+                                  {"No", "0"},   {"0", "0"}};
+  for (size_t i = 0; i < LU_ARRAY_SIZE(bools); i++) {
+    char kv[32];
+    snprintf(kv, sizeof(kv), "is_host=%s", bools[i][0]);
+    ASSERT_EQ(0, parse(&c, ARGS("--rdzv-conf", kv, "--rdzv-endpoint", "h", "x"),
+                       no_env, err, sizeof(err)));
+    ASSERT_EQ(bools[i][1][0] - '0', c.is_host);
+    cfg_free(&c);
+  }
+  /* a key launch reads still wants a good value */
+  expect_error(ARGS("--rdzv-conf", "is_host=maybe", "--rdzv-endpoint", "h",
+                    "x"),
+               no_env, "is_host: 'maybe' is not true/false");
+  expect_error(ARGS("--rdzv-conf", " join_timeout = soon ", "--rdzv-endpoint",
+                    "h", "x"),
+               no_env, "join_timeout: 'soon' is not a duration");
+  expect_error(ARGS("--rdzv-conf", " =5", "--standalone", "x"), no_env,
+               "needs a key and a value");
+  expect_error(ARGS("--rdzv-conf", "join_timeout= ", "--standalone", "x"),
+               no_env, "needs a key and a value");
 }
 
 /* --rdzv-backend etcd (docs/rendezvous.md#etcd-backend): the endpoint is
