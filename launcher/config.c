@@ -1691,8 +1691,17 @@ int cfg_parse(int argc, char **argv, char *const *envp, unsigned flags,
     size_t len;
     int id;
     if (a[0] != '-' || a[1] == '\0') {
-      if (!(flags & CFG_CKPT_CMD))
-        break; /* the program */
+      if (!(flags & CFG_CKPT_CMD)) {
+        /* The program. A "--" right after it is not its argument: torchrun's
+         * script positional takes argparse's first "--" with it (PROG --
+         * --foo gives --foo; PROG -- -- x gives -- x). argv is permuted, as
+         * getopt does, so that prog_argv stays one run of it. */
+        if (i + 1 < argc && !strcmp(argv[i + 1], "--")) {
+          argv[i + 1] = argv[i];
+          i++;
+        }
+        break;
+      }
       if (c->nargs == (int)LU_ARRAY_SIZE(c->args))
         return fail(err, errlen, "%s: unexpected argument '%s'",
                     cmd_word(flags), a);

@@ -774,8 +774,47 @@ static void test_kubeflow(void) {
   cfg_free(&c);
 }
 
+/* c's program and its arguments, joined by spaces. */
+static const char *prog_line(const cfg_t *c, char *buf, size_t cap) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < c->prog_argc && used < cap; i++)
+    used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? " " : "",
+                             c->prog_argv[i]);
+  return buf;
+}
+
+/* The program's arguments are torchrun's (argparse REMAINDER, checked
+ * against torchrun 1.13 and 2.15): a "--" right after the program is
+ * argparse's and dropped, once; any other "--" is the program's. */
+static void test_program_args(void) {
+  static const char *const cases[][2] = {
+      {"dump.py -- --foo x", "dump.py --foo x"},
+      {"dump.py -- -- x", "dump.py -- x"},
+      {"dump.py --", "dump.py"},
+      {"dump.py --foo -- x", "dump.py --foo -- x"},
+      {"dump.py x --", "dump.py x --"},
+      {"-- dump.py -- --foo", "dump.py -- --foo"},
+  };
+  for (size_t i = 0; i < LU_ARRAY_SIZE(cases); i++) {
+    char line[128], *args[16], *save = NULL, got[128];
+    int n = 0;
+    cfg_t c;
+    char err[512];
+    args[n++] = (char *)"--standalone";
+    lu_strlcpy(line, cases[i][0], sizeof(line));
+    for (char *w = strtok_r(line, " ", &save); w; w = strtok_r(NULL, " ", &save))
+      args[n++] = w;
+    args[n] = NULL;
+    ASSERT_EQ(0, parse(&c, (const char *const *)args, no_env, err, sizeof(err)));
+    ASSERT_STR_EQ(cases[i][1], prog_line(&c, got, sizeof(got)));
+    cfg_free(&c);
+  }
+}
+
 int main(void) {
   test_precedence();
+  test_program_args();
   test_binding_defaults();
   test_errors();
   test_conf_values();
