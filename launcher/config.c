@@ -1436,13 +1436,16 @@ static int apply_env(void *ctx, int id, const char *var, const char *v,
 }
 
 /* " (from VAR)" when setting id came from an environment variable. The
- * buffer is static: one call per message. */
+ * buffers are static: two calls per message (a check of two settings
+ * names both variables). */
 static const char *from_var(const cfg_t *c, int id) {
-  static __thread char b[96];
+  static __thread char b[2][96];
+  static __thread int k;
   if (c->given_by[id] == NULL)
     return "";
-  snprintf(b, sizeof(b), " (from %.80s)", c->given_by[id]);
-  return b;
+  k ^= 1;
+  snprintf(b[k], sizeof(b[k]), " (from %.80s)", c->given_by[id]);
+  return b[k];
 }
 
 /* Per-rank output settings, once nproc is known. */
@@ -1510,13 +1513,21 @@ static int finish_etcd(cfg_t *c, char *err, size_t n) {
 /* The rendezvous: standalone, static or c10d, and where the server is. */
 static int finish_rdzv(cfg_t *c, char *err, size_t n) {
   if (c->standalone && c->backend == CFG_BACKEND_ETCD)
-    return fail(err, n, "--standalone and --rdzv-backend etcd: choose one");
+    return fail(err, n, "--standalone%s and --rdzv-backend etcd%s: choose one",
+                from_var(c, CFG_S_STANDALONE), from_var(c, CFG_S_BACKEND));
   if (c->standalone) {
     uint8_t r[16];
     char hex[33];
-    if (c->min_nodes != 1 || c->max_nodes != 1)
-      return fail(err, n, "--standalone runs one node: drop --nnodes or use "
-                          "--rdzv-endpoint for several");
+    /* Name the variable: a job spec's PET_NNODES is no --nnodes the user
+     * sees on the command line. */
+    if (c->min_nodes != 1 || c->max_nodes != 1) {
+      char nn[32];
+      snprintf(nn, sizeof(nn), c->min_nodes == c->max_nodes ? "%d" : "%d:%d",
+               c->min_nodes, c->max_nodes);
+      return fail(err, n, "--standalone%s runs one node: drop --nnodes %s%s "
+                          "or use --rdzv-endpoint for several",
+                  from_var(c, CFG_S_STANDALONE), nn, from_var(c, CFG_S_NNODES));
+    }
     c->backend = CFG_BACKEND_C10D;
     lu_strlcpy(c->endpoint_host, "127.0.0.1", sizeof(c->endpoint_host));
     c->endpoint_port = 0;
@@ -1538,25 +1549,32 @@ static int finish_rdzv(cfg_t *c, char *err, size_t n) {
                         "HOST:PORT of the launch server", c->endpoint_raw);
   if (c->backend == CFG_BACKEND_STATIC) {
     if (c->min_nodes != c->max_nodes)
-      return fail(err, n, "--nnodes %d:%d: static rendezvous needs a fixed "
+      return fail(err, n, "--nnodes %d:%d%s: static rendezvous needs a fixed "
                           "number of nodes (use --rdzv-backend c10d for "
-                          "elastic jobs)", c->min_nodes, c->max_nodes);
+                          "elastic jobs)", c->min_nodes, c->max_nodes,
+                  from_var(c, CFG_S_NNODES));
     /* A scheduler's node index stands for --node-rank: without either,
      * every node would be node 0. */
-    if (c->node_rank < 0 && c->conf_rank >= 0)
+    if (c->node_rank < 0 && c->conf_rank >= 0) {
       c->node_rank = c->conf_rank; /* torchrun's static rank key */
+      if (c->node_rank >= c->max_nodes)
+        return fail(err, n, "--rdzv-conf rank=%d is not below --nnodes %d%s",
+                    c->node_rank, c->max_nodes, from_var(c, CFG_S_NNODES));
+    }
     if (c->node_rank < 0 && c->sched_node_index >= 0) {
       if (c->sched_node_index >= c->max_nodes)
-        return fail(err, n, "the scheduler's node index %d is not below "
-                            "--nnodes %d: give --node-rank",
-                    c->sched_node_index, c->max_nodes);
+        return fail(err, n, "the scheduler's node index %d%s is not below "
+                            "--nnodes %d%s: give --node-rank",
+                    c->sched_node_index, from_var(c, CFG_S_NODE_INDEX),
+                    c->max_nodes, from_var(c, CFG_S_NNODES));
       c->node_rank = c->sched_node_index;
     }
     if (c->node_rank < 0)
       c->node_rank = 0;
     if (c->node_rank >= c->max_nodes)
-      return fail(err, n, "--node-rank %d is not below --nnodes %d",
-                  c->node_rank, c->max_nodes);
+      return fail(err, n, "--node-rank %d%s is not below --nnodes %d%s",
+                  c->node_rank, from_var(c, CFG_S_NODE_RANK), c->max_nodes,
+                  from_var(c, CFG_S_NNODES));
     if (!c->endpoint_given) {
       lu_strlcpy(c->endpoint_host, c->master_addr, sizeof(c->endpoint_host));
       c->endpoint_port = c->master_port;
@@ -1564,8 +1582,9 @@ static int finish_rdzv(cfg_t *c, char *err, size_t n) {
     }
     c->pref_node_rank = c->node_rank;
   } else if (!c->endpoint_given) {
-    return fail(err, n, "--rdzv-backend c10d needs --rdzv-endpoint HOST:PORT "
-                        "(or --standalone for one node)");
+    return fail(err, n, "--rdzv-backend c10d%s needs --rdzv-endpoint "
+                        "HOST:PORT (or --standalone for one node)",
+                from_var(c, CFG_S_BACKEND));
   } else {
     /* A scheduler's node index orders the nodes (Slurm, Volcano). */
     c->pref_node_rank = c->node_rank >= 0 ? c->node_rank : c->sched_node_index;

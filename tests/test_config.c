@@ -172,6 +172,27 @@ static void test_errors(void) {
   expect_error(ARGS("--rdzv-endpoint", "h", "x"),
                ENV("LAUNCH_EXPECTED_HOSTS=node[1-"), "LAUNCH_EXPECTED_HOSTS");
   expect_error(ARGS("x"), ENV("LAUNCH_TORCH_STORE=both"), "LAUNCH_TORCH_STORE");
+  /* the checks made once the configuration is known name the variable a
+   * value came from, not a flag the user did not give */
+  expect_error(ARGS("--standalone", "x"), ENV("PET_NNODES=2"),
+               "--standalone runs one node: drop --nnodes 2 (from PET_NNODES)");
+  expect_error(ARGS("x"), ENV("PET_STANDALONE=1", "PET_NNODES=1:3"),
+               "--standalone (from PET_STANDALONE) runs one node: drop "
+               "--nnodes 1:3 (from PET_NNODES)");
+  expect_error(ARGS("x"), ENV("PET_NODE_RANK=5", "PET_NNODES=2"),
+               "--node-rank 5 (from PET_NODE_RANK) is not below --nnodes 2 "
+               "(from PET_NNODES)");
+  expect_error(ARGS("--node-rank", "5", "x"), ENV("PET_NNODES=2"),
+               "--node-rank 5 is not below --nnodes 2 (from PET_NNODES)");
+  expect_error(ARGS("--nnodes", "2", "--rdzv-conf", "rank=2", "x"), no_env,
+               "--rdzv-conf rank=2 is not below --nnodes 2");
+  expect_error(ARGS("x"), ENV("PET_NNODES=1:2"),
+               "--nnodes 1:2 (from PET_NNODES): static rendezvous");
+  expect_error(ARGS("--nnodes", "2", "x"),
+               ENV("SLURM_STEP_ID=0", "SLURM_NODEID=3"),
+               "node index 3 (from SLURM_NODEID) is not below --nnodes 2:");
+  expect_error(ARGS("x"), ENV("PET_RDZV_BACKEND=c10d"),
+               "--rdzv-backend c10d (from PET_RDZV_BACKEND) needs");
   expect_error(ARGS("--rdzv-conf", "read_timeout=0", "--standalone", "x"),
                no_env, "read_timeout");
   expect_error(ARGS("--monitor-interval", "soon", "--standalone", "x"), no_env,
