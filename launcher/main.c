@@ -37,21 +37,8 @@ static const struct {
 
 /* Is name a program this node can run (a path, or found in PATH)? */
 static int program_exists(const char *name) {
-  const char *path = getenv("PATH");
   char buf[PATH_MAX];
-  if (strchr(name, '/'))
-    return access(name, F_OK) == 0;
-  if (path == NULL)
-    path = "/usr/bin:/bin";
-  while (*path) {
-    size_t n = strcspn(path, ":");
-    if (n > 0 && (size_t)snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, path,
-                                  name) < sizeof(buf) &&
-        access(buf, X_OK) == 0)
-      return 1;
-    path += n + (path[n] == ':');
-  }
-  return 0;
+  return lu_which(name, getenv("PATH"), buf, sizeof(buf)) == 0;
 }
 
 int main(int argc, char **argv) {

@@ -1,6 +1,8 @@
 /* node.c - this node as the job sees it (profile, topology, binding plan,
  * GPU libraries), each rank's environment and its lint, the fingerprint:
  * one code path for the agent and `launch env`. */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -217,22 +219,71 @@ void launch_argv_free(char **argv) {
   free(argv);
 }
 
+/* The script a Python interpreter runs: its first argument that is no
+ * option of the interpreter's own (-u, -W arg, -Xdev, ...). RET its index,
+ * or -1 when it runs no file (-c, -m, stdin). */
+static int python_script(char *const *argv) {
+  for (int i = 1; argv[i]; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--"))
+      return argv[i + 1] ? i + 1 : -1;
+    if (a[0] != '-')
+      return i;
+    if (a[1] == '\0')
+      return -1; /* "-": stdin */
+    if (a[1] == '-') {
+      if (!strcmp(a, "--check-hash-based-pycs") && argv[i + 1])
+        i++;
+      continue;
+    }
+    for (const char *o = a + 1; *o; o++) {
+      if (*o == 'c' || *o == 'm')
+        return -1;
+      if (*o == 'W' || *o == 'X') {
+        if (o[1] == '\0' && argv[i + 1])
+          i++; /* the value is the next argument */
+        break;
+      }
+    }
+  }
+  return -1;
+}
+
+/* The file whose SHA-256 stands for the program in the fingerprint: the
+ * binary the workers run, found in their PATH as exec finds it, or for a
+ * Python interpreter the script it runs. Never the other arguments: a data
+ * shard or a config file may differ between nodes by design. OUT out[cap].
+ * RET 0, or -1: nothing to hash (python -m, a program not found). */
+static int program_file(char *const *argv, const char *path, char *out,
+                        size_t cap) {
+  const char *base = strrchr(argv[0], '/');
+  struct stat sb;
+  int i = 0;
+  base = base ? base + 1 : argv[0];
+  if (!strncmp(base, "python", 6) || !strncmp(base, "pypy", 4)) {
+    if ((i = python_script(argv)) < 0)
+      return -1;
+    if (snprintf(out, cap, "%s", argv[i]) >= (int)cap)
+      return -1;
+  } else if (lu_which(argv[0], path, out, cap) != 0) {
+    return -1;
+  }
+  /* Regular files only: a FIFO or device would block the hash. */
+  return stat(out, &sb) == 0 && S_ISREG(sb.st_mode) && access(out, R_OK) == 0
+             ? 0
+             : -1;
+}
+
 int launch_node_fingerprint(const launch_node_t *n, const env_t *e,
                             char *const *argv, const char *const *extra,
                             env_fp_t **out, char *err, size_t errlen) {
   env_fp_input_t in = ENV_FP_INPUT_INIT;
   const char *files[12];
-  char model[64] = "";
+  char model[64] = "", prog[PATH_MAX];
   int ngpus = n->topo ? aff_topo_ngpus(n->topo) : 0, k = 0;
-  for (int i = 0; argv && argv[i] && k < 2; i++) {
-    struct stat sb;
-    /* Regular files only: an argument naming a directory (an output or
-     * data directory) is no program, and a FIFO or device would block
-     * the hash. */
-    if (strchr(argv[i], '/') && stat(argv[i], &sb) == 0 &&
-        S_ISREG(sb.st_mode) && access(argv[i], R_OK) == 0)
-      files[k++] = argv[i];
-  }
+  if (argv && argv[0] &&
+      program_file(argv, env_get(e, "PATH"), prog, sizeof(prog)) == 0)
+    files[k++] = prog;
   for (int i = 0; extra && extra[i] && k < 11; i++)
     files[k++] = extra[i];
   files[k] = NULL;

@@ -296,7 +296,51 @@ def test_directory_argument():
             a.kill()
 
 
+def test_program_fingerprint():
+    # The fingerprint hashes the program a worker runs, here the script of
+    # `python -u train.py`, never its arguments: each node's own data shard
+    # (./data.bin, relative to its directory) fails nothing, and a script
+    # that differs is refused by name.
+    d = tempfile.mkdtemp()
+    with open(WORKER) as f:
+        script = f.read()
+
+    def start(tag, scripts, conf):
+        port = lt.free_port()
+        ags = []
+        for i in (1, 2):
+            cwd = tempfile.mkdtemp()
+            with open(os.path.join(cwd, "train.py"), "w") as f:
+                f.write(scripts[i - 1])
+            with open(os.path.join(cwd, "data.bin"), "w") as f:
+                f.write("shard %d\n" % i)
+            ags.append(lt.Proc(
+                [lt.launch_bin(), "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:%d" % port,
+                 "--rdzv-id", tag, "--local-addr", "127.0.0.%d" % i, "--rdzv-conf", conf,
+                 "--no-python", PY, "-u", "train.py", d, "ok", "--data", "./data.bin"],
+                env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i, cwd=cwd))
+            time.sleep(0.5 if i == 1 else 0)
+        return ags
+
+    ags = start("shards", [script, script], "join_timeout=60")
+    try:
+        assert finish_all(ags) == [0, 0], [a.output() for a in ags]
+    finally:
+        for a in ags:
+            a.kill()
+    ags = start("scripts", [script, script + "# changed\n"], "join_timeout=5")
+    try:
+        rcs = finish_all(ags)
+        out = ags[1].output()
+        assert rcs[1] != 0 and "node2 differs from node 0 (node1)" in out, out
+        assert "sha256.train.py" in out and "data.bin" not in out, out
+    finally:
+        for a in ags:
+            a.kill()
+
+
 def main():
+    test_program_fingerprint()
     test_directory_argument()
     test_three_nodes()
     test_rendezvous_ranks()

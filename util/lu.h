@@ -159,6 +159,11 @@ void lu_list_add(char *out, size_t cap, const char *s);
 /* Levenshtein distance of a and b: the "did you mean" of a misspelt name.
  * 99 when either is 79 bytes or longer. */
 int lu_edit_distance(const char *a, const char *b);
+/* name as execvp finds it: itself when it holds a '/' (and exists), else
+ * the first executable regular file named so in path (':'-separated; NULL:
+ * "/bin:/usr/bin"; an empty element is the current directory). OUT
+ * out[cap]. RET 0, or -1 when there is none. */
+int lu_which(const char *name, const char *path, char *out, size_t cap);
 /* Trim trailing whitespace/newlines in place, return new length. */
 size_t lu_rtrim(char *s, size_t len);
 /* The first line (up to n - 1 bytes) of root+path, trailing whitespace cut:

@@ -366,6 +366,28 @@ size_t lu_rtrim(char *s, size_t len) {
   return len;
 }
 
+int lu_which(const char *name, const char *path, char *out, size_t cap) {
+  struct stat st;
+  if (*name == '\0')
+    return -1;
+  if (strchr(name, '/'))
+    return snprintf(out, cap, "%s", name) < (int)cap && access(name, F_OK) == 0
+               ? 0
+               : -1;
+  for (const char *p = path ? path : "/bin:/usr/bin";; p++) {
+    size_t n = strcspn(p, ":");
+    /* An empty element is the current directory, as in execvp. */
+    int w = n == 0 ? snprintf(out, cap, "%s", name)
+                   : snprintf(out, cap, "%.*s/%s", (int)n, p, name);
+    if (w > 0 && (size_t)w < cap && stat(out, &st) == 0 &&
+        S_ISREG(st.st_mode) && access(out, X_OK) == 0)
+      return 0;
+    p += n;
+    if (*p == '\0')
+      return -1;
+  }
+}
+
 int lu_gpu_count(const char *cvd) {
   DIR *d;
   struct dirent *e;
