@@ -226,7 +226,13 @@ static void check_torch_legacy(lint_t *l) {
       continue;
     if (neu == NULL && old_torch)
       continue; /* PyTorch < 2.2 reads the old name only: it is right */
-    if (neu == NULL || (nv->src == ENV_SRC_LAUNCH && !strcmp(old, neu))) {
+    if (neu == NULL || nv->src == ENV_SRC_LAUNCH) {
+      /* The launcher set the new name from the old one's value (the user
+       * set the old one only): what PyTorch >= 2.2 does with it alone. */
+      char carried[192] = "";
+      if (neu)
+        snprintf(carried, sizeof(carried), "; launch carried its value over "
+                 "to %s=%s", torch_legacy[k][1], neu);
       snprintf(fix, sizeof(fix),
                "set %s=%s (keep the old name as well only for PyTorch < 2.2)",
                torch_legacy[k][1], old);
@@ -235,8 +241,8 @@ static void check_torch_legacy(lint_t *l) {
           torch_legacy[k][0], fix,
           "%s is the PyTorch 1.13-era name; PyTorch >= 2.2 reads %s and only "
           "falls back to the old one with a deprecation warning (NCCL itself "
-          "never reads it)",
-          torch_legacy[k][0], torch_legacy[k][1]);
+          "never reads it)%s",
+          torch_legacy[k][0], torch_legacy[k][1], carried);
     } else if (strcmp(old, neu) != 0) {
       snprintf(fix, sizeof(fix), "keep only %s%s", torch_legacy[k][old_torch ? 0 : 1],
                old_torch ? " (the workers' PyTorch is older than 2.2)" : "");

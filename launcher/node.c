@@ -125,10 +125,13 @@ int launch_rank_env(const cfg_t *c, const launch_node_t *n,
   k.signals = c->signals_spec;
   /* The name the worker's PyTorch reads: before 2.2 only
    * NCCL_ASYNC_ERROR_HANDLING; from 2.2 TORCH_NCCL_ASYNC_ERROR_HANDLING,
-   * with a deprecation warning on every rank when the old name is set. */
+   * with a deprecation warning on every rank when the old name is set.
+   * PyTorch >= 2.2 falls back to an old name the user set alone: its value
+   * is carried over, not shadowed by our 1 (the lint says so). */
   if (c->torch_version > 0 && c->torch_version < 202)
     k.nccl_async_eh = "1";
-  else
+  else if ((k.torch_nccl_async_eh = sched_getenv(
+                c->environ, "NCCL_ASYNC_ERROR_HANDLING")) == NULL)
     k.torch_nccl_async_eh = "1";
   if (c->nproc > 1)
     k.omp_num_threads = "1";

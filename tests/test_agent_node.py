@@ -25,7 +25,7 @@ records = lt.records
 def run(args, env=None, timeout=120):
     e = dict(os.environ)
     for k in list(e):
-        if k.startswith("NCCL_") or k.startswith("PET_"):
+        if k.startswith(("NCCL_", "PET_", "TORCH_NCCL_")):
             del e[k]
     if env:
         e.update(env)
@@ -124,6 +124,32 @@ def test_lint_at_start():
     assert rc == 0 and "NCCL_SOCKET_IFNAME" in out, out
 
 
+def test_async_error_old_name():
+    # PyTorch >= 2.2 on a GPU node, the 1.13-era NCCL_ASYNC_ERROR_HANDLING=0
+    # inherited alone: its value is carried over to the name PyTorch reads,
+    # as PyTorch's own fallback would, and said; the job runs (the lint
+    # refused it: our TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "disagreed")
+    topo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "topo", "dgx-a100.xml")
+    common = ["--standalone", "--topology", topo, "--torch-version", "2.4",
+              "--nproc-per-node", "1", "--cpu-bind", "none"]
+    d = tempfile.mkdtemp()
+    rc, out = run(common + ["--no-python", PY, WORKER, d, "ok"],
+                  env={"NCCL_ASYNC_ERROR_HANDLING": "0"})
+    assert rc == 0, out
+    e = records(d)[0]["env"]
+    assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0", e
+    assert e["NCCL_ASYNC_ERROR_HANDLING"] == "0", e
+    assert "carried its value over to TORCH_NCCL_ASYNC_ERROR_HANDLING=0" in out, out
+    # both names set by the user, to different values: still refused
+    rc, out = run(common + ["/bin/true"], env={"NCCL_ASYNC_ERROR_HANDLING": "0",
+                                               "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"})
+    assert rc == 2 and "disagree" in out and "--lint warn" in out, out
+    # both the same: they agree
+    rc, out = run(common + ["/bin/true"], env={"NCCL_ASYNC_ERROR_HANDLING": "0",
+                                               "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"})
+    assert rc == 0, out
+
+
 def agents(port, n, profiles, extra=(), d=None):
     out = []
     for i in range(1, n + 1):
@@ -168,6 +194,7 @@ def main():
     test_binding()
     test_profile_lock()
     test_lint_at_start()
+    test_async_error_old_name()
     test_fingerprint()
     print("test_agent_node: ok")
 
