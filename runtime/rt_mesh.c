@@ -29,7 +29,9 @@
 #include "lu.h"
 #include "rt_int.h"
 
-#define HELLO_MAGIC 0x52544d31u /* "RTM1" */
+#define HELLO_MAGIC 0x52544d32u /* "RTM2": the hello, then the answer */
+#define ACK_MAGIC 0x52544d41u   /* "RTMA": the connector has the answer */
+#define HELLO_MS 10000          /* an accepted connection's time to say hello */
 #define SUM_BLOCK 1024
 #define PIECE ((size_t)1 << 18) /* floats: 1 MiB a rank */
 
@@ -204,16 +206,46 @@ static int parse_peer(const char *v, struct sockaddr_storage *ss,
   return 0;
 }
 
-/* Accept the connections of the ranks above this one; a connection with a
- * wrong handshake (not from this job and round) is dropped. */
+/* A connection accepted but not yet a peer's: its hello comes in, then,
+ * after the answer, the connector's ack. */
+typedef struct pending_s {
+  int fd, peer;     /* peer: -1 until a valid hello */
+  size_t got;       /* bytes of the hello, then of the ack */
+  hello_t h;
+  int64_t deadline; /* for the hello; a valid one waits for its ack */
+} pending_t;
+
+/* Read what has come of p's hello or ack. RET 1 when it is whole, 0 when
+ * more is to come, -1 when the connection is to be dropped. */
+static int pending_read(pending_t *p) {
+  ssize_t k = recv(p->fd, (char *)&p->h + p->got, sizeof(p->h) - p->got, 0);
+  if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
+    return -1;
+  if (k > 0)
+    p->got += (size_t)k;
+  return p->got == sizeof(p->h);
+}
+
+/* Accept the connections of the ranks above this one. Every connection
+ * that is not yet a peer's is polled with the others, so none holds up
+ * the rest: one that sends nothing (a port scanner, a health check) is
+ * dropped after HELLO_MS, one whose hello is wrong (not from this job and
+ * round) at once. A peer is registered only on its ack, which its rank
+ * sends once it has the answer: a connection its rank gave up on (it
+ * waited too long for the answer, closed, and connects again) ends in
+ * EOF instead of becoming the peer's, and a newer hello from the same
+ * rank replaces an older one still waiting for its ack. */
 static int accept_peers(rt_mesh_t *m, int lfd, int64_t round, uint64_t nonce,
                         int64_t deadline) {
-  int need = m->world - 1 - m->rank;
+  int need = m->world - 1 - m->rank, cap = m->world + 16, n = 0, rc = 0;
+  pending_t *pend = calloc((size_t)cap, sizeof(*pend));
+  struct pollfd *pf = calloc((size_t)cap + 1, sizeof(*pf));
+  if (pend == NULL || pf == NULL) {
+    rc = RDZV_ENOMEM;
+    goto done;
+  }
   while (need > 0) {
-    struct pollfd pf = {lfd, POLLIN, 0};
-    hello_t h;
-    int64_t left = deadline - now_ms();
-    int fd, peer;
+    int64_t now = now_ms(), left = deadline - now;
     if (left <= 0) {
       for (int r = m->rank + 1; r < m->world; r++)
         if (m->fd[r] < 0) {
@@ -221,30 +253,93 @@ static int accept_peers(rt_mesh_t *m, int lfd, int64_t round, uint64_t nonce,
                    "start? (see its log)", r, m->timeout_ms / 1000);
           break;
         }
-      return -ETIMEDOUT;
+      rc = -ETIMEDOUT;
+      goto done;
     }
-    if (poll(&pf, 1, (int)(left > 1000 ? 1000 : left)) <= 0)
+    /* drop the connections that are to go (fd -1) or late with a hello */
+    for (int i = 0; i < n;)
+      if (pend[i].fd < 0 || (pend[i].peer < 0 && pend[i].deadline <= now)) {
+        if (pend[i].fd >= 0)
+          close(pend[i].fd);
+        pend[i] = pend[--n];
+      } else {
+        i++;
+      }
+    pf[0] = (struct pollfd){lfd, POLLIN, 0};
+    for (int i = 0; i < n; i++)
+      pf[i + 1] = (struct pollfd){pend[i].fd, POLLIN, 0};
+    if (poll(pf, (nfds_t)n + 1, (int)(left > 200 ? 200 : left)) <= 0)
       continue;
-    if ((fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
-      continue;
-    if (io_all(fd, &h, sizeof(h), 0, now_ms() + 10000) != 0 ||
-        h.magic != HELLO_MAGIC || h.nonce != nonce || (int64_t)h.round != round ||
-        h.rank <= (uint32_t)m->rank || h.rank >= (uint32_t)m->world ||
-        m->fd[h.rank] >= 0) {
-      close(fd);
-      continue;
+    for (int i = 0; i < n; i++) {
+      pending_t *p = &pend[i];
+      int k;
+      if (pf[i + 1].revents == 0 || (k = pending_read(p)) == 0)
+        continue;
+      if (k < 0) {
+        close(p->fd);
+        p->fd = -1;
+      } else if (p->peer < 0) {
+        hello_t *h = &p->h;
+        if (h->magic != HELLO_MAGIC || h->nonce != nonce ||
+            (int64_t)h->round != round || h->rank <= (uint32_t)m->rank ||
+            h->rank >= (uint32_t)m->world || m->fd[h->rank] >= 0) {
+          close(p->fd);
+          p->fd = -1;
+          continue;
+        }
+        /* the rank gave up on an older connection if it has one here */
+        for (int j = 0; j < n; j++)
+          if (j != i && pend[j].fd >= 0 && pend[j].peer == (int)h->rank) {
+            close(pend[j].fd);
+            pend[j].fd = -1;
+          }
+        /* the answer tells the connecting rank it reached this job's
+         * rank; 24 bytes fit any new socket's send buffer */
+        p->peer = (int)h->rank;
+        p->got = 0;
+        h->rank = (uint32_t)m->rank;
+        if (send(p->fd, h, sizeof(*h), MSG_NOSIGNAL) != (ssize_t)sizeof(*h)) {
+          close(p->fd);
+          p->fd = -1;
+        }
+      } else {
+        if (p->h.magic != ACK_MAGIC || p->h.nonce != nonce ||
+            p->h.rank != (uint32_t)p->peer) {
+          close(p->fd);
+        } else {
+          m->fd[p->peer] = p->fd;
+          need--;
+        }
+        p->fd = -1;
+      }
     }
-    /* the answer tells the connecting rank it reached this job's rank */
-    peer = (int)h.rank;
-    h.rank = (uint32_t)m->rank;
-    if (io_all(fd, &h, sizeof(h), 1, now_ms() + 10000) != 0) {
-      close(fd);
-      continue;
+    if (pf[0].revents != 0) {
+      int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0)
+        continue;
+      if (n == cap) { /* full: the oldest without a valid hello goes */
+        int old = -1;
+        for (int i = 0; i < n; i++)
+          if (pend[i].fd >= 0 && pend[i].peer < 0 &&
+              (old < 0 || pend[i].deadline < pend[old].deadline))
+            old = i;
+        if (old < 0) {
+          close(fd);
+          continue;
+        }
+        close(pend[old].fd);
+        pend[old] = pend[--n];
+      }
+      pend[n++] = (pending_t){fd, -1, 0, {0}, now_ms() + HELLO_MS};
     }
-    m->fd[peer] = fd;
-    need--;
   }
-  return 0;
+done:
+  for (int i = 0; pend && i < n; i++)
+    if (pend[i].fd >= 0)
+      close(pend[i].fd);
+  free(pend);
+  free(pf);
+  return rc;
 }
 
 /* Connect to rank r: read its address from the store, connect, exchange
@@ -285,8 +380,13 @@ static int connect_peer(rt_mesh_t *m, rdzv_client_t *store, int r,
         io_all(fd, &h, sizeof(h), 1, now_ms() + 5000) == 0 &&
         io_all(fd, &a, sizeof(a), 0, now_ms() + 5000) == 0 &&
         a.magic == HELLO_MAGIC && a.rank == (uint32_t)r && a.nonce == h.nonce) {
-      m->fd[r] = fd;
-      return 0;
+      /* the ack: rank r takes the connection for this rank's only now, so
+       * one this rank gave up on (closed) is never taken */
+      h.magic = ACK_MAGIC;
+      if (io_all(fd, &h, sizeof(h), 1, now_ms() + 5000) == 0) {
+        m->fd[r] = fd;
+        return 0;
+      }
     }
     rc = errno ? -errno : RDZV_EPROTO;
     close(fd);

@@ -4,8 +4,10 @@
  * other), for sizes below, at and far above the rank count; broadcast,
  * barrier, the gradient buckets reported segment by segment or not at all,
  * host floats, the progress key (step 0 from rt_init, then rate-limited); a rank that dies makes the others fail
- * with a message naming it instead of hanging; a malformed environment and
- * a job of one outside launch. */
+ * with a message naming it instead of hanging; stray connections to rank
+ * 0's listener (one silent, one with a wrong hello, one closed at once)
+ * while the others start late delay nothing and fail nothing; a
+ * malformed environment and a job of one outside launch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,6 +167,15 @@ static int worker(const char *mode) {
   o.device = RT_DEVICE_CPU;
   o.timeout_ms = test_ms(20000);
   o.progress_ms = 0;
+  if (strcmp(mode, "stray") == 0) {
+    /* rank 0 listens first: the strays reach it before the others */
+    if (atoi(getenv("RANK")) > 0)
+      sleep(2);
+    ASSERT_EQ(0, rt_init(&o, &rt));
+    check_allreduce(rt, 1000003);
+    rt_finalize(rt);
+    return 0;
+  }
   if (strcmp(mode, "buckets") == 0) {
     o.bucket_bytes = 64 << 10;
     o.progress_ms = 600000; /* no report after rt_init's */
@@ -225,9 +236,32 @@ static int worker(const char *mode) {
   return 0;
 }
 
+/* Connections to rank 0's listener that are not a rank's: one that says
+ * nothing, one with a hello of the wrong nonce, one closed at once.
+ * OUT fd[0..1], open (close them after the run). */
+static void stray_connections(int *fd) {
+  rdzv_client_t *c = NULL;
+  void *v = NULL;
+  size_t len = 0;
+  char addr[64];
+  int port = 0;
+  uint32_t bad[6] = {0x52544d32u, 1, 5, 0, 1, 2}; /* the hello, nonce 2^33+1 */
+  ASSERT_EQ(0, rdzv_connect_from_env(&c));
+  ASSERT_EQ(0, rdzv_get(c, "rt/5/addr/0", &v, &len, test_ms(10000)));
+  ASSERT_EQ(2, sscanf(v, "%63s %d", addr, &port));
+  ASSERT_STR_EQ("127.0.0.1", addr);
+  rdzv_free(v);
+  rdzv_close(c);
+  fd[0] = test_connect(port);
+  fd[1] = test_connect(port);
+  ASSERT_EQ(0, test_send_all(fd[1], bad, sizeof(bad)));
+  close(test_connect(port));
+}
+
 /* Start WORLD workers in `mode`; RET their exit codes in codes[]. */
 static void run(const char *mode, int *codes, char logs[][512]) {
   pid_t pid[WORLD];
+  int stray[2] = {-1, -1};
   char self[4096];
   ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
   ASSERT(k > 0);
@@ -241,6 +275,8 @@ static void run(const char *mode, int *codes, char logs[][512]) {
     snprintf(logs[r], 512, "%s/%s-%d.log", test_tmpdir(), mode, r);
     pid[r] = test_spawn(argv, logs[r]);
   }
+  if (strcmp(mode, "stray") == 0)
+    stray_connections(stray);
   for (int r = 0; r < WORLD; r++) {
     int st = test_wait(pid[r], test_ms(120000));
     if (st == -1)
@@ -248,6 +284,9 @@ static void run(const char *mode, int *codes, char logs[][512]) {
                 test_read_file(logs[r]));
     codes[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   }
+  for (int i = 0; i < 2; i++)
+    if (stray[i] >= 0)
+      close(stray[i]);
 }
 
 int main(int argc, char **argv) {
@@ -320,6 +359,15 @@ int main(int argc, char **argv) {
     free(log0);
   }
   printf("  a rank that dies: the others fail with its name\n");
+  setenv("LAUNCH_ROUND", "5", 1);
+  run("stray", codes, logs);
+  for (int r = 0; r < WORLD; r++)
+    if (codes[r] != 0)
+      TEST_FAIL("stray connections: rank %d exited with %d: %s", r, codes[r],
+                test_read_file(logs[r]));
+  printf("  stray connections to rank 0 while the others start late: "
+         "dropped\n");
+  setenv("LAUNCH_ROUND", "3", 1);
   test_server_stop();
   printf("test_rt: ok\n");
   return 0;
