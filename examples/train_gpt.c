@@ -837,6 +837,125 @@ static int setup_model(run_t *r) {
   return EXIT_OK;
 }
 
+/* ---- the settings every rank must share ------------------------------------- */
+
+/* A setting that must be the same on every rank: it fixes the sequence and
+ * the sizes of the collectives (the model's shape, the batch, the buckets,
+ * the sharding, when validation and saves run, the number of steps) or
+ * what data parallelism assumes (one initialisation, one update rule).
+ * Ranks that differ would exchange buffers of other sizes (garbage, or a
+ * collective that never ends) or train apart. */
+enum { AG_INT, AG_FLOAT, AG_DTYPE };
+typedef struct agree_s {
+  const char *what;
+  int kind;
+  uint64_t v; /* the value's bits */
+} agree_t;
+
+#define AGREE_MAX 40
+
+static uint64_t float_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof(u));
+  return u;
+}
+
+static void agree_print(char *out, size_t cap, const agree_t *a, uint64_t v) {
+  static const char *dtypes[] = {"auto", "fp32", "bf16", "fp16"};
+  float f;
+  uint32_t u = (uint32_t)v;
+  if (a->kind == AG_FLOAT) {
+    memcpy(&f, &u, sizeof(f));
+    snprintf(out, cap, "%.9g", (double)f);
+  } else if (a->kind == AG_DTYPE && (int64_t)v >= -1 && (int64_t)v <= 2) {
+    snprintf(out, cap, "%s", dtypes[(int64_t)v + 1]);
+  } else {
+    snprintf(out, cap, "%" PRId64, (int64_t)v);
+  }
+}
+
+/* RET the number of settings in a[] (at most AGREE_MAX). */
+static int agree_list(const run_t *r, agree_t *a) {
+  const opts_t *o = &r->o;
+  const char *dir = o->ckpt_dir ? o->ckpt_dir : getenv("LAUNCH_CKPT_DIR");
+  const agree_t l[] = {
+      {"--layers", AG_INT, (uint64_t)o->layers},
+      {"--heads", AG_INT, (uint64_t)o->heads},
+      {"--channels", AG_INT, (uint64_t)o->channels},
+      {"--seq-len", AG_INT, (uint64_t)o->seq_len},
+      {"positions (--preset, --seq-len)", AG_INT, (uint64_t)r->cfg.max_seq_len},
+      {"--vocab", AG_INT, (uint64_t)o->vocab},
+      {"--batch", AG_INT, (uint64_t)o->batch},
+      {"--accum", AG_INT, (uint64_t)o->accum},
+      {"--steps", AG_INT, (uint64_t)o->steps},
+      {"--zero", AG_INT, (uint64_t)o->zero},
+      {"--bucket-mb", AG_FLOAT, float_bits(o->bucket_mb)},
+      {"--dtype", AG_DTYPE, (uint64_t)(int64_t)o->dtype},
+      {"--val-every", AG_INT, (uint64_t)o->val_every},
+      {"--val-batches", AG_INT, (uint64_t)o->val_batches},
+      {"training windows (--data, --val-fraction)", AG_INT, r->train_windows},
+      {"validation windows (--data, --val-fraction)", AG_INT, r->val_windows},
+      {"a checkpoint directory (1: --ckpt-dir or LAUNCH_CKPT_DIR)", AG_INT,
+       (uint64_t)(dir != NULL && dir[0] != '\0')},
+      {"--ckpt-every", AG_INT, (uint64_t)o->ckpt_every},
+      {"--seed", AG_INT, o->seed},
+      {"--lr", AG_FLOAT, float_bits(o->lr)},
+      {"--warmup", AG_INT, (uint64_t)o->warmup},
+      {"--min-lr-frac", AG_FLOAT, float_bits(o->min_lr_frac)},
+      {"--weight-decay", AG_FLOAT, float_bits(o->weight_decay)},
+      {"--beta1", AG_FLOAT, float_bits(o->beta1)},
+      {"--beta2", AG_FLOAT, float_bits(o->beta2)},
+      {"--eps", AG_FLOAT, float_bits(o->eps)},
+      {"--clip", AG_FLOAT, float_bits(o->clip)},
+      {"--stop-grad-norm", AG_FLOAT, float_bits(o->stop_norm)},
+      {"--loss-scale", AG_FLOAT, float_bits(o->loss_scale)},
+      {"--loss-scale-window", AG_INT, (uint64_t)o->loss_scale_window},
+  };
+  _Static_assert(LU_ARRAY_SIZE(l) <= AGREE_MAX, "raise AGREE_MAX");
+  memcpy(a, l, sizeof(l));
+  return (int)LU_ARRAY_SIZE(l);
+}
+
+/* Every rank compares its settings with rank 0's, before the first
+ * collective of training: rank 0's travel in an all-reduce of host floats
+ * (16 bits a float, zeros from the other ranks: exact on any backend).
+ * A rank that differs names each setting and both values; then every rank
+ * exits 2. RET an exit code. */
+static int check_agree(run_t *r) {
+  agree_t a[AGREE_MAX];
+  float buf[AGREE_MAX * 4], bad = 0;
+  int n = agree_list(r, a), rc;
+  if (r->world == 1)
+    return EXIT_OK;
+  memset(buf, 0, sizeof(buf));
+  for (int i = 0; i < n && r->rank == 0; i++)
+    for (int k = 0; k < 4; k++)
+      buf[i * 4 + k] = (float)((a[i].v >> (16 * k)) & 0xffff);
+  if ((rc = rt_allreduce_host(r->rt, buf, (size_t)n * 4)) != 0)
+    return runtime_failed("comparing the settings with rank 0's", rc);
+  for (int i = 0; i < n; i++) {
+    uint64_t v0 = 0;
+    char mine[64], theirs[64];
+    for (int k = 0; k < 4; k++)
+      v0 |= (uint64_t)buf[i * 4 + k] << (16 * k);
+    if (v0 == a[i].v)
+      continue;
+    agree_print(mine, sizeof(mine), &a[i], a[i].v);
+    agree_print(theirs, sizeof(theirs), &a[i], v0);
+    fail_line("rank %d runs with %s %s, rank 0 with %s %s: every rank must "
+              "get the same flags and data", r->rank, a[i].what, mine,
+              a[i].what, theirs);
+    bad = 1;
+  }
+  if ((rc = rt_allreduce_host(r->rt, &bad, 1)) != 0)
+    return runtime_failed("comparing the settings with rank 0's", rc);
+  if (bad > 0 && r->rank == 0)
+    fail_line("%.0f of %d ranks run with other settings than rank 0 (their "
+              "own lines name them): every rank must get the same flags and "
+              "data", (double)bad, r->world);
+  return bad > 0 ? EXIT_USAGE : EXIT_OK;
+}
+
 static void print_setup(const run_t *r) {
   const opts_t *o = &r->o;
   const gpt_data_info_t *info = gpt_data_info(r->data);
@@ -1468,7 +1587,8 @@ int main(int argc, char **argv) {
     r.pre = NULL;
   }
   t[2] = now_s();
-  if ((rc = setup_model(&r)) == EXIT_OK && (t[3] = now_s(),
+  if ((rc = check_agree(&r)) == EXIT_OK && (rc = setup_model(&r)) == EXIT_OK &&
+      (t[3] = now_s(),
       rc = ckpt_setup(&r)) == EXIT_OK) {
     if (r.rank == 0) {
       /* where a (re)start's time goes, before the first step */
