@@ -4,7 +4,8 @@
  *
  * One process per rank (a GPU, or a share of the CPU). Each rank reads its
  * own samples (micro-batch n of the data stream for global step s,
- * micro-step k, rank r is n = (s·accum + k)·world + r), computes the
+ * micro-step k, rank r is n = (s·accum + k)·world + r, B windows from
+ * window n·B), computes the
  * gradient of each micro-batch, and the runtime all-reduces the gradient
  * while backward runs (rt.h); then every rank applies the same AdamW step.
  * On the CPU all sums have a fixed order, so K ranks give bitwise the
@@ -74,7 +75,8 @@ typedef struct opts_s {
 /* The training state: what a checkpoint saves to resume exactly. */
 typedef struct train_state_s {
   int64_t step;      /* steps done */
-  uint64_t sample;   /* micro-batches of the data stream consumed */
+  uint64_t window;   /* windows of the training stream consumed (TGPTCK1:
+                        micro-batches, of the batch it was saved with) */
   uint64_t seed;     /* the initialisation and the data order */
   int64_t adam_step; /* AdamW updates applied (skipped steps excluded) */
   float loss_scale;  /* fp16: the dynamic loss scale; 1 otherwise */
@@ -84,7 +86,8 @@ typedef struct train_state_s {
 /* The first bytes of every shard: what must match to resume, and the
  * training state. */
 typedef struct ckpt_header_s {
-  char magic[8]; /* "TGPTCK1" */
+  char magic[8]; /* "TGPTCK2"; "TGPTCK1" (its st.window counts micro-batches)
+                    still resumes */
   int32_t layers, heads, channels, max_seq, vocab, padded_vocab;
   int32_t seq_len, batch, accum, steps, world;
   int32_t zero; /* --zero of the run that saved (0 in older files); the
@@ -1032,7 +1035,7 @@ static void run_free(run_t *r) {
 
 static void ckpt_header(const run_t *r, ckpt_header_t *h) {
   memset(h, 0, sizeof(*h));
-  memcpy(h->magic, "TGPTCK1", 8);
+  memcpy(h->magic, "TGPTCK2", 8);
   h->layers = r->cfg.num_layers;
   h->heads = r->cfg.num_heads;
   h->channels = r->cfg.channels;
@@ -1162,6 +1165,11 @@ static int ckpt_setup(run_t *r) {
     }
     read_ms = (now_s() - t0) * 1e3;
   }
+  /* TGPTCK1 counted micro-batches of the --batch it was saved with */
+  if (memcmp(h.magic, "TGPTCK1", 8) == 0) {
+    h.st.window *= (uint64_t)(h.batch > 0 ? h.batch : 0);
+    memcpy(h.magic, want.magic, 8);
+  }
   if (memcmp(h.magic, want.magic, 8) != 0 || h.layers != want.layers ||
       h.heads != want.heads || h.channels != want.channels ||
       h.max_seq != want.max_seq || h.vocab != want.vocab ||
@@ -1176,9 +1184,10 @@ static int ckpt_setup(run_t *r) {
                        h.steps != want.steps || h.world != want.world))
     fprintf(stderr, "train_gpt: warning: checkpoint step %" PRId64 " was "
             "saved with --batch %d --accum %d --steps %d by %d ranks; this "
-            "run continues it with --batch %d --accum %d --steps %d on %d\n",
-            step, h.batch, h.accum, h.steps, h.world, want.batch, want.accum,
-            want.steps, want.world);
+            "run continues it with --batch %d --accum %d --steps %d on %d, "
+            "from window %" PRIu64 " of the training data (the steps count "
+            "on, of the new size)\n", step, h.batch, h.accum, h.steps, h.world,
+            want.batch, want.accum, want.steps, want.world, h.st.window);
   if (r->rank == 0 && (h.world != want.world || h.zero != want.zero))
     printf("train_gpt: checkpoint step %" PRId64 " was saved by %d ranks "
            "with --zero %d; the AdamW state is re-sharded for %d ranks with "
@@ -1266,13 +1275,14 @@ static float learning_rate(const opts_t *o, int64_t step) {
   return (float)(lo + 0.5 * ((double)o->lr - lo) * (1.0 + cos(M_PI * frac)));
 }
 
-/* Micro-batch n of the training stream: windows n·B .. n·B + B-1. */
-static void train_batch(run_t *r, uint64_t n) {
+/* A micro-batch: windows w .. w + B-1 of the training stream. The
+ * position is kept in windows, not micro-batches, so that a resume with
+ * another --batch, --accum or rank count goes on at the next window. */
+static void train_batch(run_t *r, uint64_t w) {
   size_t T = (size_t)r->o.seq_len;
   for (int b = 0; b < r->o.batch; b++)
-    gpt_data_train_sample(r->data, n * (uint64_t)r->o.batch + (uint64_t)b,
-                          r->st.seed, r->tok + (size_t)b * T,
-                          r->tgt + (size_t)b * T);
+    gpt_data_train_sample(r->data, w + (uint64_t)b, r->st.seed,
+                          r->tok + (size_t)b * T, r->tgt + (size_t)b * T);
 }
 
 /* The mean loss of val_batches micro-batches, spread over the ranks. */
@@ -1330,8 +1340,8 @@ static int train_step(run_t *r, float lr, float *loss, float *norm,
   for (int k = 0; k < o->accum; k++) {
     float l = 0;
     int last = k == o->accum - 1;
-    train_batch(r, r->st.sample + (uint64_t)k * (uint64_t)r->world +
-                       (uint64_t)r->rank);
+    train_batch(r, r->st.window + ((uint64_t)k * (uint64_t)r->world +
+                                   (uint64_t)r->rank) * (uint64_t)o->batch);
     if ((rc = r->ops->forward(r->model, r->tok, r->tgt, &l)) != 0)
       return runtime_failed("forward", rc);
     lsum += l;
@@ -1345,7 +1355,7 @@ static int train_step(run_t *r, float lr, float *loss, float *norm,
                                   : "the gradient all-reduce", rc);
   if ((rc = rt_allreduce_host(r->rt, &lsum, 1)) != 0)
     return runtime_failed("the loss all-reduce", rc);
-  r->st.sample += (uint64_t)o->accum * (uint64_t)r->world;
+  r->st.window += (uint64_t)o->accum * (uint64_t)r->world * (uint64_t)o->batch;
   *loss = lsum / denom;
   if (o->zero)
     rc = zero_grad_norm(r, 1.0f / (denom * r->st.loss_scale), norm);

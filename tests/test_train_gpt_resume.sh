@@ -1,7 +1,9 @@
 #!/bin/bash
 # train_gpt's resume (docs/runtime.md, "Start-up"): the shard read on a
 # thread beside the start-up gives bit for bit the parameters of an
-# uninterrupted run, and of the read in place (TRAIN_GPT_NO_PREFETCH=1);
+# uninterrupted run, and of the read in place (TRAIN_GPT_NO_PREFETCH=1),
+# from a checkpoint of the older format too; another --batch goes on at
+# the next window of the data;
 # a missing step, a corrupt shard or a shard of another model is reported
 # with the same lines and exit code either way.
 set -u
@@ -30,6 +32,55 @@ for way in pre inplace; do
 done
 grep -q "beside the start-up" "$T/out" && fail "the in-place read says it overlapped"
 echo "  resumed from step 3 (read beside the start-up, and in place): bitwise the uninterrupted run"
+
+# a checkpoint of the format before the data position counted windows
+# (TGPTCK1: micro-batches) resumes as before: the header's magic and
+# position rewritten (then not hashed: LAUNCH_CKPT_VERIFIED names the step)
+cp -r "$T/ck" "$T/old"
+/usr/bin/python3 - "$T/old/step-3/rank-0.bin" <<'PY' || fail "rewriting the header as TGPTCK1"
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    h = f.read(80)
+    assert h[:8] == b"TGPTCK2\0", h[:8]
+    batch, = struct.unpack_from("<i", h, 8 + 7 * 4)
+    window, = struct.unpack_from("<Q", h, 72)
+    f.seek(0)
+    f.write(b"TGPTCK1\0")
+    f.seek(72)
+    f.write(struct.pack("<Q", window // batch))
+PY
+LAUNCH_RESUME_STEP=3 LAUNCH_CKPT_VERIFIED=3 "$TG" "${M[@]}" --ckpt-dir "$T/old" \
+  --dump-params "$T/old.bin" >"$T/out" 2>&1 || { cat "$T/out"; fail "resume (TGPTCK1)"; }
+cmp -s "$T/whole.bin" "$T/old.bin" || fail "resumed (TGPTCK1) != uninterrupted"
+echo "  a checkpoint of the older format (TGPTCK1) resumes bitwise too"
+
+# another --batch goes on at the next window of the data (it resumed at
+# micro-batch 2 of the new size: --batch 2 to 4 skipped windows 4..7).
+# With --lr 0 the parameters stay, so a step's loss is the mean loss of
+# its windows: step 3 with --batch 4 after 2 steps of --batch 2 covers
+# windows 4..7, steps 3 and 4 of --batch 2; its step 4, their steps 5, 6.
+Z=(--preset tiny --val-every 0 --val-batches 1 --threads 1 --lr 0 --warmup 0)
+"$TG" "${Z[@]}" --batch 2 --steps 6 --ckpt-dir "$T/bz" --ckpt-every 2 >"$T/b2" 2>&1 ||
+  { cat "$T/b2"; fail "--batch 2"; }
+LAUNCH_RESUME_STEP=2 "$TG" "${Z[@]}" --batch 4 --steps 4 --ckpt-dir "$T/bz" \
+  >"$T/b4" 2>"$T/b4.err" || { cat "$T/b4" "$T/b4.err"; fail "resume with --batch 4"; }
+grep -q "continues it with --batch 4 .*from window 4 of the training data" "$T/b4.err" ||
+  { cat "$T/b4.err"; fail "no warning naming window 4"; }
+awk -F'|' 'FNR == 1 { f++ }
+  /^step/ { split($1, s, /[ \/]+/); split($2, l, / +/); loss[f, s[2] + 0] = l[3] }
+  END {
+    for (k = 3; k <= 4; k++) {
+      want = (loss[1, 2 * k - 3] + loss[1, 2 * k - 2]) / 2
+      d = loss[2, k] - want
+      if (loss[2, k] == "" || d > 5e-6 || d < -5e-6) {
+        printf "step %d of --batch 4: loss %s, not %.6f (the mean of --batch 2 steps %d, %d)\n",
+          k, loss[2, k], want, 2 * k - 3, 2 * k - 2
+        bad = 1
+      }
+    }
+    exit bad
+  }' "$T/b2" "$T/b4" || fail "resumed with --batch 4 on other windows"
+echo "  resumed with --batch 4 from a --batch 2 checkpoint: the next windows"
 
 # failures: the same stderr and exit code from the thread and in place.
 # both CODE PATTERN VAR=VALUE [train_gpt flags...]
