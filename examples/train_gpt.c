@@ -15,6 +15,7 @@
  * and --help.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gpt.h"
 #include "gpt_cpu.h"
@@ -156,6 +158,7 @@ typedef struct run_s {
   ckpt_header_t ck_head;   /* of the save in flight */
   ck_pre_t *pre;           /* the resume's read, NULL when none runs */
   tb_t *tb;                /* --tb-dir: rank 0's TensorBoard events */
+  FILE *dump;              /* --dump-params, opened by rank 0 at start-up */
 } run_t;
 
 
@@ -1005,6 +1008,8 @@ static void print_setup(const run_t *r) {
 
 static void run_free(run_t *r) {
   tb_close(r->tb);
+  if (r->dump)
+    fclose(r->dump);
   ck_pre_free(r->pre);
   ckpt_close(r->ck); /* waits for the save in flight */
   rdzv_close(r->ck_store);
@@ -1420,14 +1425,34 @@ static int train_step(run_t *r, float lr, float *loss, float *norm,
   return EXIT_OK;
 }
 
+/* --dump-params: rank 0 opens (creates) the file before training, so that
+ * a path it cannot write fails the start, not the end of the run; it is
+ * not truncated until the parameters are written. RET an exit code. */
+static int dump_open(run_t *r) {
+  int fd;
+  if (r->o.dump_params == NULL || r->rank != 0)
+    return EXIT_OK;
+  fd = open(r->o.dump_params, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0 || (r->dump = fdopen(fd, "wb")) == NULL) {
+    fail_line("--dump-params %s: %s", r->o.dump_params, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
+}
+
 static int dump_params(run_t *r) {
   size_t n = gpt_num_params(&r->cfg);
-  FILE *f;
+  FILE *f = r->dump;
   int rc = r->ops->get_state(r->model, r->params, NULL, NULL);
   if (rc != 0)
     return runtime_failed("get_state", rc);
-  if ((f = fopen(r->o.dump_params, "wb")) == NULL ||
-      fwrite(r->params, sizeof(float), n, f) != n || fclose(f) != 0) {
+  r->dump = NULL;
+  /* EINVAL: not a regular file (/dev/null, a FIFO): nothing to cut */
+  rc = (ftruncate(fileno(f), 0) != 0 && errno != EINVAL) ||
+       fwrite(r->params, sizeof(float), n, f) != n;
+  if (fclose(f) != 0 || rc) {
     fail_line("writing --dump-params %s: %s", r->o.dump_params, strerror(errno));
     return EXIT_FAIL;
   }
@@ -1541,7 +1566,7 @@ static int train(run_t *r) {
     printf("train_gpt: peak memory of rank 0: %.1f MiB resident\n",
            (double)peak_rss_kib() / 1024.0);
     fflush(stdout);
-    if (o->dump_params && (rc = dump_params(r)) != EXIT_OK)
+    if (r->dump && (rc = dump_params(r)) != EXIT_OK)
       return rc;
   }
   return EXIT_OK;
@@ -1597,7 +1622,8 @@ int main(int argc, char **argv) {
     r.pre = NULL;
   }
   t[2] = now_s();
-  if ((rc = check_agree(&r)) == EXIT_OK && (rc = setup_model(&r)) == EXIT_OK &&
+  if ((rc = dump_open(&r)) == EXIT_OK && (rc = check_agree(&r)) == EXIT_OK &&
+      (rc = setup_model(&r)) == EXIT_OK &&
       (t[3] = now_s(),
       rc = ckpt_setup(&r)) == EXIT_OK) {
     if (r.rank == 0) {

@@ -2,7 +2,8 @@
 # train_gpt refuses bad input with one clear line on stderr and exit code 2
 # (3 when training diverges), and reads both data formats: a missing or
 # empty file, a sequence longer than the data, token ids beyond the
-# vocabulary, a corrupt token file, nonsense sizes and flags, divergence.
+# vocabulary, a corrupt token file, nonsense sizes and flags, a
+# --dump-params path that cannot be written, divergence.
 set -u
 . "$(dirname "$0")/train_gpt_lib.sh"
 
@@ -63,6 +64,18 @@ rc=$?
 if [ $rc -eq 2 ]; then grep -q "built without CUDA" "$T/err" || fail "cuda: $(cat "$T/err")"
 elif [ $rc -ne 0 ]; then grep -q "a GPU was asked for" "$T/err" || fail "cuda: $(cat "$T/err")"
 fi
+
+# --dump-params is opened at the start: a path that cannot be written is
+# exit 2 before training (it trained, then failed); an existing file is
+# replaced by the parameters only at the end
+expect 2 "--dump-params $T/none/x.bin: No such file or directory" --steps 3 \
+  --dump-params "$T/none/x.bin"
+grep -q "^step" "$T/out" && { cat "$T/out"; fail "--dump-params: trained before failing"; }
+head -c 3000000 /dev/zero >"$T/dump.bin"
+"$TG" --steps 1 --val-every 0 --val-batches 1 --dump-params "$T/dump.bin" >"$T/out" 2>&1 ||
+  { cat "$T/out"; fail "--dump-params over an existing file"; }
+n=$(sed -n 's/.*: \([0-9]*\) parameters$/\1/p' "$T/out")
+[ "$(stat -c %s "$T/dump.bin")" = $((n * 4)) ] || fail "--dump-params: not $n floats"
 
 # divergence stops the job: exit 3 and a message
 expect 3 "the gradient norm .* exceeds --stop-grad-norm 0.5 at step 1" --stop-grad-norm 0.5
