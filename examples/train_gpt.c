@@ -318,7 +318,14 @@ static int parse_flags(int argc, char **argv, opts_t *o) {
     else if (strcmp(f, "--val-every") == 0) rc = parse_int(f, v, 0, &o->val_every);
     else if (strcmp(f, "--val-batches") == 0) rc = parse_int(f, v, 1, &o->val_batches);
     else if (strcmp(f, "--log-every") == 0) rc = parse_int(f, v, 1, &o->log_every);
-    else if (strcmp(f, "--threads") == 0) rc = parse_int(f, v, 1, &o->threads);
+    else if (strcmp(f, "--threads") == 0) {
+      if ((rc = parse_int(f, v, 1, &o->threads)) == 0 &&
+          o->threads > CPU_POOL_MAX_THREADS) {
+        fail_line("--threads %s: the CPU backend runs at most %d threads a "
+                  "rank", v, CPU_POOL_MAX_THREADS);
+        return -1;
+      }
+    }
     else if (strcmp(f, "--loss-scale-window") == 0)
       rc = parse_int(f, v, 1, &o->loss_scale_window);
     else if (strcmp(f, "--lr") == 0) rc = parse_float(f, v, 0, &lr);
@@ -428,7 +435,7 @@ static double peak_tflops(const char *name) {
 static int setup_data(run_t *r) {
   char err[1024];
   const gpt_data_info_t *info;
-  uint32_t maxid;
+  uint64_t maxid;
   int rc = gpt_data_open(r->o.data, &r->data, err, sizeof(err));
   if (rc != 0) {
     fail_line("%s", err);
@@ -438,10 +445,17 @@ static int setup_data(run_t *r) {
   maxid = gpt_data_max_token(r->data);
   if (r->o.vocab == 0)
     r->o.vocab = info->kind == GPT_DATA_TEXT ? 256 : 50257;
-  if (maxid >= (uint32_t)r->o.vocab) {
-    fail_line("the data (%s) holds token id %u but the vocabulary has %d "
-              "entries: pass --vocab %u or more", gpt_data_name(r->data), maxid,
-              r->o.vocab, maxid + 1);
+  /* --vocab goes up to 2^30: an id past it is no vocabulary's */
+  if (maxid >= (uint64_t)1 << 30) {
+    fail_line("the data (%s) holds token id %" PRIu64 ", beyond any "
+              "vocabulary (--vocab is at most %d): the token file is corrupt "
+              "or not llm.c's", gpt_data_name(r->data), maxid, 1 << 30);
+    return EXIT_USAGE;
+  }
+  if (maxid >= (uint64_t)r->o.vocab) {
+    fail_line("the data (%s) holds token id %" PRIu64 " but the vocabulary "
+              "has %d entries: pass --vocab %" PRIu64 " or more",
+              gpt_data_name(r->data), maxid, r->o.vocab, maxid + 1);
     return EXIT_USAGE;
   }
   rc = gpt_data_split(r->data, r->o.seq_len, r->o.val_fraction,
@@ -453,16 +467,38 @@ static int setup_data(run_t *r) {
   return EXIT_OK;
 }
 
-/* The model's shape, from the flags and the data's vocabulary. */
-static void model_config(run_t *r) {
+/* The model's shape, from the flags and the data's vocabulary. Shapes
+ * whose parameters or activations could not be counted in a size_t (each
+ * flag alone may go up to 2^30) are refused: in doubles, the parameters
+ * (gpt.h's layout) and a bound on the activations of a micro-batch (the
+ * attention's T x T per head and layer among them), each at most 2^44
+ * elements (64 TiB of fp32), far beyond any machine. RET an exit code. */
+static int model_config(run_t *r) {
   const opts_t *o = &r->o;
+  double L, C, V, T, BT, params, acts, most = 17592186044416.0; /* 2^44 */
   r->cfg.num_layers = o->layers;
   r->cfg.num_heads = o->heads;
   r->cfg.channels = o->channels;
   r->cfg.vocab_size = o->vocab;
-  r->cfg.padded_vocab = (o->vocab + 127) / 128 * 128;
+  r->cfg.padded_vocab = (int)(((int64_t)o->vocab + 127) / 128 * 128);
   r->cfg.max_seq_len = o->seq_len > o->preset->max_seq ? o->seq_len
                                                        : o->preset->max_seq;
+  L = o->layers;
+  C = o->channels;
+  V = ((double)o->vocab + 127) / 128 * 128;
+  T = r->cfg.max_seq_len;
+  BT = (double)o->batch * o->seq_len;
+  params = (V + T) * C + L * (12 * C * C + 13 * C) + 2 * C;
+  acts = BT * (L * (32 * C + 2 * (double)o->heads * o->seq_len) + 2 * V + 8 * C);
+  if (params > most || acts > most) {
+    fail_line("a model of %d layers, %d heads, %d channels, vocabulary %d, "
+              "%d positions and micro-batch %d x %d is too big (%.3g "
+              "parameters, about %.3g activations; at most 2^44 each): use "
+              "smaller sizes", o->layers, o->heads, o->channels, o->vocab,
+              r->cfg.max_seq_len, o->batch, o->seq_len, params, acts);
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
 }
 
 /* ---- the resume's read, overlapped with start-up ------------------------------ */
@@ -988,7 +1024,7 @@ static void print_setup(const run_t *r) {
   printf("train_gpt: %d steps, lr %.3g (warmup %d, cosine to %.3g), weight "
          "decay %g, clip %g, seed %" PRIu64 "\n", o->steps, (double)o->lr,
          o->warmup, (double)(o->lr * o->min_lr_frac), (double)o->weight_decay,
-         (double)o->clip, o->seed);
+         (double)o->clip, r->st.seed);
   {
     size_t n = gpt_num_params(&r->cfg);
     size_t mine = r->part ? r->part[1] - r->part[0] : n;
@@ -1203,6 +1239,12 @@ static int ckpt_setup(run_t *r) {
     return runtime_failed("set_state", rc);
   r->inited = 1;
   r->st = h.st;
+  /* the seed drew the data order the position counts in: it stays */
+  if (r->rank == 0 && h.st.seed != r->o.seed)
+    fprintf(stderr, "train_gpt: warning: checkpoint step %" PRId64 " was "
+            "saved with --seed %" PRIu64 "; this run goes on with it, not "
+            "--seed %" PRIu64 " (the seed is part of the data order's state)\n",
+            step, h.st.seed, r->o.seed);
   if (r->rank == 0) {
     int agents = ckpt_verified_by_launch(step); /* then not hashed here */
     printf("train_gpt: resumed from step %" PRId64 " of %s (%.1f MiB read "
@@ -1596,7 +1638,10 @@ int main(int argc, char **argv) {
     run_free(&r);
     return rc;
   }
-  model_config(&r);
+  if ((rc = model_config(&r)) != EXIT_OK) {
+    run_free(&r);
+    return rc;
+  }
   ro.device = r.o.device;
   /* launch --standby: the model is made here, then this process waits to
    * take a rank; its start-up time counts from then */

@@ -117,7 +117,7 @@ int cpu_pool_create(int threads, cpu_pool_t **out) {
   *out = NULL;
   if (threads == 0)
     threads = cpu_default_threads();
-  if (threads < 1 || threads > 4096)
+  if (threads < 1 || threads > CPU_POOL_MAX_THREADS)
     return -EINVAL;
   if ((p = calloc(1, sizeof(*p))) == NULL)
     return -ENOMEM;

@@ -42,7 +42,10 @@ typedef struct cpu_pool_s cpu_pool_t;
  * set launch bound the rank to). RET >= 1. */
 int cpu_default_threads(void);
 
-/* IN threads: 1 or more (0 = cpu_default_threads()).
+/* The most threads a pool takes. */
+#define CPU_POOL_MAX_THREADS 4096
+
+/* IN threads: 1 .. CPU_POOL_MAX_THREADS (0 = cpu_default_threads()).
  * OUT *out: free with cpu_pool_destroy(). RET 0, -ENOMEM, -EINVAL, or the
  * negated error of pthread_create. */
 int cpu_pool_create(int threads, cpu_pool_t **out);

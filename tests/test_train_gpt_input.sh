@@ -2,7 +2,7 @@
 # train_gpt refuses bad input with one clear line on stderr and exit code 2
 # (3 when training diverges), and reads both data formats: a missing or
 # empty file, a sequence longer than the data, token ids beyond the
-# vocabulary, a corrupt token file, nonsense sizes and flags, a
+# vocabulary (or any), a corrupt token file, nonsense sizes and flags, a
 # --dump-params path that cannot be written, divergence.
 set -u
 . "$(dirname "$0")/train_gpt_lib.sh"
@@ -33,10 +33,15 @@ ids = [(i * 7) % 300 for i in range(4000)]
 open(d + '/tok300', 'wb').write(hdr(len(ids)) + struct.pack('<%dH' % len(ids), *ids))
 open(d + '/truncated', 'wb').write(hdr(4000) + struct.pack('<10H', *range(10)))
 open(d + '/v9', 'wb').write(hdr(2, ver=9) + b'\0' * 4)
+big = [i % 256 for i in range(4000)] + [0xFFFFFFFF]
+open(d + '/tokmax', 'wb').write(hdr(len(big), ver=2) + struct.pack('<%dI' % len(big), *big))
 PY
 expect 2 "holds token id 299 but the vocabulary has 256 entries: pass --vocab 300" \
   --data "$T/tok300" --vocab 256
 expect 2 "truncated or corrupt" --data "$T/truncated"
+# an id no --vocab can hold (the hint was "pass --vocab 0 or more")
+expect 2 "holds token id 4294967295, beyond any vocabulary (--vocab is at most 1073741824): the token file is corrupt" \
+  --data "$T/tokmax"
 expect 2 "version 9" --data "$T/v9"
 # a token file with a vocabulary that holds its ids trains
 "$TG" --data "$T/tok300" --vocab 300 --steps 2 --seq-len 16 --batch 2 >"$T/out" 2>&1 \
@@ -49,6 +54,11 @@ expect 2 "does not divide --channels 64" --heads 5
 expect 2 "--layers 0: expected an integer >= 1" --layers 0
 expect 2 "--batch -1: expected an integer >= 1" --batch -1
 expect 2 "--zero 2: use 0 (no sharding) or 1 (the AdamW state)" --zero 2
+# more than the CPU pool runs (it said "cannot hold this model: Invalid argument")
+expect 2 "--threads 5000: the CPU backend runs at most 4096 threads a rank" --threads 5000
+# shapes whose parameter count overflowed a size_t
+expect 2 "is too big (.* parameters" --layers 1000000000 --channels 1000000000 --heads 1
+expect 2 "is too big" --batch 1000000000
 expect 2 "--zero x: expected an integer >= 0" --zero x
 expect 2 "--steps abc" --steps abc
 expect 2 "--lr -1: expected a number >= 0" --lr -1

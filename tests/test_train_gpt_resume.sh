@@ -31,6 +31,14 @@ for way in pre inplace; do
   unset TRAIN_GPT_NO_PREFETCH
 done
 grep -q "beside the start-up" "$T/out" && fail "the in-place read says it overlapped"
+# another --seed: the checkpoint's stays (the data order's state), and the
+# set-up line and a warning say so (it printed the ignored --seed)
+LAUNCH_RESUME_STEP=3 "$TG" "${M[@]}" --ckpt-dir "$T/ck2" --seed 7 \
+  --dump-params "$T/seed.bin" >"$T/out" 2>"$T/err" || { cat "$T/out" "$T/err"; fail "resume --seed 7"; }
+grep -q "saved with --seed 1337; this run goes on with it, not --seed 7" "$T/err" ||
+  { cat "$T/err"; fail "no warning on --seed 7"; }
+grep -q "clip 1, seed 1337$" "$T/out" || { cat "$T/out"; fail "the set-up line's seed"; }
+cmp -s "$T/whole.bin" "$T/seed.bin" || fail "resumed with --seed 7 != uninterrupted"
 echo "  resumed from step 3 (read beside the start-up, and in place): bitwise the uninterrupted run"
 
 # a checkpoint of the format before the data position counted windows
