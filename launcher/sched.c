@@ -296,6 +296,9 @@ typedef struct vc_view_s {
   char task[128];   /* the task chosen among several ("" for one, pytorch) */
   char job[128];    /* the Volcano job's name (the svc plugin's subdomain) */
   char endpoint[300];
+  /* Why this pod's launch job is unknown: said only by the rows that need
+   * it, so that flags giving what it would give leave it unsaid. */
+  char why[768];
 } vc_view_t;
 
 static void vc_key(const char *name, size_t len, char *key, size_t cap) {
@@ -415,6 +418,18 @@ static int cmp_task(const void *a, const void *b) {
   return strcmp(((const vc_task_t *)a)->key, ((const vc_task_t *)b)->key);
 }
 
+/* The env plugin's index of this pod in its task. RET 0 or -1. */
+static int vc_task_index(char *const *envp, long long *index, char *err,
+                         size_t errlen) {
+  const char *name;
+  if (env_int(envp, "VC_TASK_INDEX", index) == 0 ||
+      env_int(envp, "VK_TASK_INDEX", index) == 0)
+    return 0;
+  name = sched_getenv(envp, "VC_TASK_INDEX") ? "VC_TASK_INDEX" : "VK_TASK_INDEX";
+  lu_errf(err, errlen, "%s=%s is not a pod index", name, sched_getenv(envp, name));
+  return -1;
+}
+
 /* The pods of this launch job in node order: the pytorch plugin's master
  * task, then the other tasks by name; else the one task, the task named by
  * LAUNCH_VOLCANO_TASK, or the task holding this pod's HOSTNAME. */
@@ -422,13 +437,41 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
                    char *err, size_t errlen) {
   const char *want = sched_getenv(envp, "LAUNCH_VOLCANO_TASK");
   const char *me = sched_getenv(envp, "HOSTNAME");
-  const char *master = sched_getenv(envp, "MASTER_ADDR");
-  char key[128], names[512] = "";
+  char key[128], names[512] = "", handset[256] = "";
   vc_task_t *pick = NULL;
   qsort(t, (size_t)n, sizeof(*t), cmp_task);
   for (int i = 0; i < n; i++) {
     vc_name(t[i].key, key, sizeof(key));
     lu_list_add(names, sizeof(names), key);
+  }
+  /* MASTER_ADDR, WORLD_SIZE and RANK are the pytorch plugin's when
+   * MASTER_ADDR is a task's first pod and WORLD_SIZE counts the job's pods.
+   * Runbooks set them by hand for torchrun, which reads none of them (its
+   * workers get their own): WORLD_SIZE=64 for 8 pods of 8 GPUs. Then the
+   * pod's place comes from the env and svc plugins, as without them. */
+  if (!(want && *want) && v->world >= 0 && n > 0) {
+    const char *master = sched_getenv(envp, "MASTER_ADDR");
+    size_t pods = 0;
+    for (int i = 0; i < n; i++) {
+      pods += t[i].n;
+      if (pick == NULL && t[i].n > 0 && same_pod(master, t[i].hosts[0]))
+        pick = &t[i];
+    }
+    if (pick && (long long)pods == v->world) {
+      if (vc_append(v, pick) != 0)
+        return -1;
+      for (int i = 0; i < n; i++)
+        if (&t[i] != pick && vc_append(v, &t[i]) != 0)
+          return -1;
+      return 0;
+    }
+    snprintf(handset, sizeof(handset), " (WORLD_SIZE=%lld and MASTER_ADDR="
+             "%.80s are set by hand, not by the pytorch plugin: the job has "
+             "%zu pods)", v->world, master, pods);
+    pick = NULL;
+    v->world = -1;
+    if (vc_task_index(envp, &v->index, err, errlen) != 0)
+      return -1;
   }
   if (want && *want) {
     vc_key(want, strlen(want), key, sizeof(key));
@@ -437,31 +480,6 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
               "Volcano job (tasks: %s)", want, n ? names : "none");
       return -1;
     }
-  } else if (v->world >= 0 && n > 0) {
-    for (int i = 0; i < n && pick == NULL; i++)
-      if (t[i].n > 0 && master && same_pod(master, t[i].hosts[0]))
-        pick = &t[i];
-    if (pick == NULL) {
-      lu_errf(err, errlen, "MASTER_ADDR=%s is the first pod of no Volcano "
-              "task (tasks: %s): launch reads MASTER_ADDR, WORLD_SIZE and RANK "
-              "as the pytorch plugin's; remove hand-set ones from the job "
-              "(launch sets them per worker)", master ? master : "", names);
-      return -1;
-    }
-    if (vc_append(v, pick) != 0)
-      return -1;
-    for (int i = 0; i < n; i++)
-      if (&t[i] != pick && vc_append(v, &t[i]) != 0)
-        return -1;
-    if ((long long)v->n != v->world) {
-      lu_errf(err, errlen, "WORLD_SIZE=%lld, but the Volcano job has %zu "
-              "pods (tasks: %s): under Volcano launch reads WORLD_SIZE and "
-              "RANK as the pytorch plugin's pod count and pod rank; remove "
-              "hand-set WORLD_SIZE/RANK from the job (launch sets them per "
-              "worker), or give --nnodes", v->world, v->n, names);
-      return -1;
-    }
-    return 0;
   } else if (n == 1) {
     pick = &t[0];
   } else if (n > 1) {
@@ -470,10 +488,11 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
         if (same_pod(me, t[i].hosts[j]))
           pick = &t[i];
     if (pick == NULL) {
-      lu_errf(err, errlen, "this Volcano job has tasks %s and HOSTNAME=%s is "
-              "none of their pods: set LAUNCH_VOLCANO_TASK to this pod's task",
-              names, me ? me : "(unset)");
-      return -1;
+      lu_errf(v->why, sizeof(v->why), "this Volcano job has tasks %s and "
+              "HOSTNAME=%s is none of their pods%s: set LAUNCH_VOLCANO_TASK to "
+              "this pod's task, or give --nnodes and --rdzv-endpoint", names,
+              me ? me : "(unset)", handset);
+      return 0;
     }
   }
   /* One task of several is a launch job of its own. */
@@ -498,18 +517,12 @@ static int vc_open(char *const *envp, void **out, char *err, size_t errlen) {
   if (v == NULL || t == NULL)
     goto out;
   v->index = v->world = -1;
-  /* the pytorch plugin's pod rank and count */
+  /* the pytorch plugin's pod rank and count, if they are (vc_pick) */
   if (sched_getenv(envp, "MASTER_ADDR") && env_int(envp, "RANK", &v->index) == 0 &&
       env_int(envp, "WORLD_SIZE", &v->world) != 0)
     v->index = -1;
-  if (v->index < 0 && env_int(envp, "VC_TASK_INDEX", &v->index) != 0 &&
-      env_int(envp, "VK_TASK_INDEX", &v->index) != 0) {
-    const char *name = sched_getenv(envp, "VC_TASK_INDEX") ? "VC_TASK_INDEX"
-                                                           : "VK_TASK_INDEX";
-    lu_errf(err, errlen, "%s=%s is not a pod index", name,
-            sched_getenv(envp, name));
+  if (v->index < 0 && vc_task_index(envp, &v->index, err, errlen) != 0)
     goto out;
-  }
   if (vc_tasks(envp, t, &n, err, errlen) != 0 ||
       vc_pick(envp, v, t, n, err, errlen) != 0)
     goto out;
@@ -550,7 +563,11 @@ out:
 static int vc_nnodes(const void *view, char *const *envp, const char *v,
                      char **out, char *err, size_t errlen) {
   const vc_view_t *x = view;
-  (void)envp, (void)v, (void)err, (void)errlen;
+  (void)envp, (void)v;
+  if (x->why[0]) {
+    lu_errf(err, errlen, "%s", x->why);
+    return -1;
+  }
   return x->world >= 0 ? num_out(out, x->world)
          : x->n > 0    ? num_out(out, (long long)x->n)
                        : 0;
@@ -606,7 +623,11 @@ static int vc_job(const void *view, char *const *envp, const char *v,
 static int vc_endpoint(const void *view, char *const *envp, const char *v,
                        char **out, char *err, size_t errlen) {
   const vc_view_t *x = view;
-  (void)envp, (void)v, (void)err, (void)errlen;
+  (void)envp, (void)v;
+  if (x->why[0]) {
+    lu_errf(err, errlen, "%s", x->why);
+    return -1;
+  }
   return x->endpoint[0] ? dup_out(x->endpoint, out) : 0;
 }
 

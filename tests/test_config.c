@@ -638,10 +638,10 @@ static void test_from_tasks(void) {
 }
 
 /* Volcano pods: host files under a fake /etc/volcano. */
-static char vc_root[64];
+static char vc_root[512];
 
 static void vc_file(const char *name, const char *text) {
-  char path[256];
+  char path[600];
   FILE *f;
   snprintf(path, sizeof(path), "%s/%s", vc_root, name);
   ASSERT((f = fopen(path, "w")) != NULL);
@@ -650,7 +650,7 @@ static void vc_file(const char *name, const char *text) {
 }
 
 static void vc_clear(void) {
-  char path[256];
+  char path[600];
   const char *names[] = {"trainer.host", "master.host", "worker.host",
                          "eval.host"};
   for (size_t i = 0; i < LU_ARRAY_SIZE(names); i++) {
@@ -661,8 +661,10 @@ static void vc_clear(void) {
 
 static void test_volcano(void) {
   cfg_t c;
-  char err[512], root_env[128];
-  lu_strlcpy(vc_root, "/tmp/test_config_vcXXXXXX", sizeof(vc_root));
+  char err[512], root_env[600];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(vc_root, sizeof(vc_root), "%.400s/test_config_vcXXXXXX",
+           tmp && *tmp ? tmp : "/tmp");
   ASSERT(mkdtemp(vc_root) != NULL);
   snprintf(root_env, sizeof(root_env), "LAUNCH_VOLCANO_ROOT=%s", vc_root);
   /* the svc plugin's host file (its last line ends too), env plugin's index */
@@ -722,14 +724,60 @@ static void test_volcano(void) {
   ASSERT_STR_EQ("pt", c.run_id);
   ASSERT_EQ(8, c.nproc);
   cfg_free(&c);
-  /* a hand-set, process-level WORLD_SIZE (seed-style job spec) is refused
-   * with what to do */
+  /* hand-set, process-level WORLD_SIZE, RANK and MASTER_ADDR are not the
+   * pytorch plugin's (torchrun reads none of them): the pod's place comes
+   * from VC_TASK_INDEX and the host files */
   vc_clear();
   vc_file("trainer.host", "g-trainer-0.g\ng-trainer-1.g\n");
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(root_env, "VC_TASK_INDEX=1", "RANK=8", "WORLD_SIZE=16",
+                         "MASTER_ADDR=g-trainer-0", "MASTER_PORT=29500"),
+                     err, sizeof(err)));
+  ASSERT_EQ(2, c.max_nodes);
+  ASSERT_EQ(1, c.pref_node_rank);
+  ASSERT_STR_EQ("g-trainer-0.g", c.endpoint_host);
+  ASSERT_EQ(RDZV_DEFAULT_PORT, c.endpoint_port);
+  ASSERT_STR_EQ("g-trainer-1.g", c.host);
+  cfg_free(&c);
+  /* the runbook's Volcano job: WORLD_SIZE=64 and RANK=<task index> for 8
+   * pods, every flag given as torchrun's */
+  vc_clear();
+  vc_file("trainer.host",
+          "v100-train-gang-trainer-[0-7].v100-train-gang\n");
+  ASSERT_EQ(0, parse(&c, ARGS("--nnodes=8", "--nproc_per_node=8",
+                              "--rdzv_id=v100-fsdp", "--rdzv_backend=c10d",
+                              "--rdzv_endpoint=v100-train-gang-trainer-0:29500",
+                              "dump.py"),
+                     ENV(root_env, "VC_TASK_INDEX=3", "WORLD_SIZE=64", "RANK=3",
+                         "MASTER_ADDR=v100-train-gang-trainer-0",
+                         "MASTER_PORT=29500"),
+                     err, sizeof(err)));
+  ASSERT_EQ(8, c.max_nodes);
+  ASSERT_EQ(8, c.nproc);
+  ASSERT_EQ(3, c.pref_node_rank);
+  ASSERT_STR_EQ("v100-fsdp", c.run_id);
+  ASSERT_STR_EQ("v100-train-gang-trainer-0", c.endpoint_host);
+  ASSERT_EQ(29500, c.endpoint_port);
+  ASSERT_STR_EQ("v100-train-gang-trainer-3.v100-train-gang", c.host);
+  cfg_free(&c);
+  /* several tasks, none holding this pod: said only when the pods are
+   * needed (no --nnodes), with why the plugin's variables were not read */
+  vc_clear();
+  vc_file("master.host", "h-master-0.h\n");
+  vc_file("worker.host", "h-worker-0.h\nh-worker-1.h\n");
   expect_error(ARGS("x"),
-               ENV(root_env, "VC_TASK_INDEX=1", "RANK=1", "WORLD_SIZE=16",
-                   "MASTER_ADDR=g-trainer-0", "MASTER_PORT=29500"),
-               "WORLD_SIZE=16, but the Volcano job has 2 pods");
+               ENV(root_env, "VC_TASK_INDEX=0", "RANK=0", "WORLD_SIZE=16",
+                   "MASTER_ADDR=h-master-0"),
+               "WORLD_SIZE=16 and MASTER_ADDR=h-master-0 are set by hand");
+  ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "3", "--rdzv-endpoint", "h:1", "x"),
+                     ENV(root_env, "VC_TASK_INDEX=0", "RANK=0",
+                         "WORLD_SIZE=16", "MASTER_ADDR=h-master-0"),
+                     err, sizeof(err)));
+  ASSERT_EQ(3, c.max_nodes);
+  ASSERT_EQ(0, c.pref_node_rank);
+  cfg_free(&c);
+  vc_clear();
+  vc_file("trainer.host", "g-trainer-0.g\ng-trainer-1.g\n");
   /* several tasks: the one of this pod, by HOSTNAME or LAUNCH_VOLCANO_TASK */
   vc_file("eval.host", "g-eval-0.g\n");
   expect_error(ARGS("x"), ENV(root_env, "VC_TASK_INDEX=0"),
