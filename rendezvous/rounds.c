@@ -48,6 +48,7 @@ typedef struct rounds_member_s {
   int master_port;
   int hosting;      /* its agent hosts this server: no successor */
   int silent;       /* dropped for missed heartbeats */
+  int rank_said;    /* its node rank, taken by another, was warned about */
   int reported;     /* 1: its workers exited 0 this round; 2: failed */
   int64_t exit_code, signal; /* reported == 2: its first failed worker's */
 } rounds_member_t;
@@ -59,6 +60,7 @@ typedef struct rounds_job_s {
   int64_t last_call_ms, join_timeout_ms, hb_ms;
   char refused[600]; /* the nodes refused for a mismatch while forming:
                         named again if the rendezvous times out */
+  char refused_rank[600]; /* and those refused for their node rank */
   char **expected;
   size_t nexpected;
   int state;
@@ -413,10 +415,9 @@ static int refuse_mismatch(rounds_job_t *rj, rounds_member_t *node0,
 static int form_round(rounds_job_t *rj) {
   srv_t *s = rj->job->srv;
   int n = rj->nstate[M_JOINING], k = 0, world = 0;
-  rounds_member_t **all, **sel, *node0 = NULL, **by_rank;
+  rounds_member_t **all, **sel, *node0 = NULL, **by_rank, **holder;
   char **succ_hosts, **succ_addrs;
   size_t nsucc = 0;
-  unsigned char *taken;
   if (n <= 0 || (all = calloc((size_t)n, sizeof(*all))) == NULL)
     return 0;
   for (list_t *it = rj->members.next; it != &rj->members; it = it->next) {
@@ -432,49 +433,63 @@ static int form_round(rounds_job_t *rj) {
     return 0;
   }
   sel = all;
-  /* Preferred ranks: each must be unique and below the node count. */
-  if ((taken = calloc((size_t)n, 1)) == NULL) {
+  /* Preferred ranks: static, each must be unique and below the node count;
+   * c10d, a preference (torchrun ignores --node-rank there): a rank taken
+   * or past the round gets a free one. */
+  if ((holder = calloc((size_t)n, sizeof(*holder))) == NULL) {
     free(all);
     return 0;
   }
   for (int i = 0; i < n; i++) {
     int r = sel[i]->pref_rank;
-    sel[i]->node_rank = -1;
+    rounds_member_t *m = sel[i];
+    m->node_rank = -1;
     if (r < 0)
       continue;
-    if (r >= n || taken[r]) {
+    if (r < n && holder[r] == NULL) {
+      holder[r] = m;
+      m->node_rank = r;
+    } else if (!rj->static_mode) {
+      if (r < n && !m->rank_said) {
+        m->rank_said = 1;
+        LU_WARN(&s->log, "job %s: node rank %d is asked for by %s and by %s: "
+                "%s gets a free one (with the c10d backend a node rank is a "
+                "preference; give each node its own --node-rank to choose)",
+                rj->job->name, r, holder[r]->host, m->host, m->host);
+      }
+    } else {
       char msg[600];
-      rounds_member_t *m = sel[i];
       if (r >= n)
         snprintf(msg, sizeof(msg), "node rank %d of %s is not below the %d "
                  "nodes of the round: give each node a rank from 0 to %d", r,
                  m->host, n, n - 1);
       else
         snprintf(msg, sizeof(msg), "node rank %d is claimed twice (%s and "
-                 "another node): give every node its own --node-rank", r,
+                 "%s): give every node its own --node-rank", r, holder[r]->host,
                  m->host);
-      if (rj->static_mode || r < n) {
-        /* Info: every waiting agent gets it as its join's error and says
-       * it (an agent hosting the server would print it twice). */
-      LU_INFO(&s->log, "job %s: %s", rj->job->name, msg);
-        reply_join_error(m, RDZV_EINVAL, msg);
-        /* out of the round; its agent exits */
-        set_member(m, M_RESTARTING, 0, m->c);
-        free(taken);
-        free(all);
-        return 0;
-      }
-      continue; /* elastic: a rank beyond the round is just a preference */
+      /* The nodes that wait (node 0 among them) say who was refused; its
+       * own agent says it as its join's error (an agent hosting the
+       * server would print it twice). */
+      if (m->hosting)
+        LU_INFO(&s->log, "job %s: %s", rj->job->name, msg);
+      else
+        LU_WARN(&s->log, "job %s: refused %s: %s", rj->job->name, m->host, msg);
+      if (strstr(rj->refused_rank, m->host) == NULL)
+        lu_list_add(rj->refused_rank, sizeof(rj->refused_rank), m->host);
+      reply_join_error(m, RDZV_EINVAL, msg);
+      /* out of the round; its agent exits */
+      set_member(m, M_RESTARTING, 0, m->c);
+      free(holder);
+      free(all);
+      return 0;
     }
-    taken[r] = 1;
-    sel[i]->node_rank = r;
   }
   {
     /* The rest by host name, then address. */
     rounds_member_t **rest = calloc((size_t)n, sizeof(*rest));
     int nr = 0, slot = 0;
     if (rest == NULL) {
-      free(taken);
+      free(holder);
       free(all);
       return 0;
     }
@@ -483,14 +498,14 @@ static int form_round(rounds_job_t *rj) {
         rest[nr++] = sel[i];
     qsort(rest, (size_t)nr, sizeof(*rest), cmp_members);
     for (int i = 0; i < nr; i++) {
-      while (taken[slot])
+      while (holder[slot])
         slot++;
       rest[i]->node_rank = slot;
-      taken[slot] = 1;
+      holder[slot] = rest[i];
     }
     free(rest);
   }
-  free(taken);
+  free(holder);
   for (int i = 0; i < n; i++)
     if (sel[i]->node_rank == 0)
       node0 = sel[i];
@@ -538,7 +553,8 @@ static int form_round(rounds_job_t *rj) {
   rj->quorum = 0;
   rj->quorum_said = 0;
   rj->last_n = n;
-  rj->refused[0] = '\0'; /* a round formed: the refusals are answered */
+  /* a round formed: the refusals are answered */
+  rj->refused[0] = rj->refused_rank[0] = '\0';
   rj->state = R_RUNNING;
   srv__ts_new_round(rj->job, rj->round);
   for (int i = 0; i < n; i++) {
@@ -626,16 +642,19 @@ static void evaluate(rounds_job_t *rj) {
     break;
   }
   if (now >= rj->forming_since + (uint64_t)rj->join_timeout_ms) {
-    char joined[1024], missing[1024], msg[3300];
+    char joined[1024], missing[1024], msg[4000];
     joined_hosts(rj, joined, sizeof(joined));
     missing_hosts(rj, missing, sizeof(missing));
     snprintf(msg, sizeof(msg), "rendezvous timed out after %.0f s: %d of "
-             "%d..%d nodes joined (%s)%s%s%s%s", rj->join_timeout_ms / 1000.0,
+             "%d..%d nodes joined (%s)%s%s%s%s%s%s", rj->join_timeout_ms / 1000.0,
              n, rj->min, rj->max, joined[0] ? joined : "none",
              missing[0] ? "; missing: " : "", missing,
              rj->refused[0] ? "; refused for differing from node 0 (the "
                               "diff is on their consoles): " : "",
-             rj->refused);
+             rj->refused,
+             rj->refused_rank[0] ? "; refused for their node rank (the "
+                                   "reason is on their consoles): " : "",
+             rj->refused_rank);
     lu_strlcpy(rj->reason, msg, sizeof(rj->reason));
     if (rj->round >= 0) {
       finish(rj, 0);
@@ -660,7 +679,7 @@ static void forget_run(rounds_job_t *rj) {
   rj->state = R_IDLE;
   rj->round = -1;
   j->ts_round = -1;
-  rj->refused[0] = '\0';
+  rj->refused[0] = rj->refused_rank[0] = '\0';
   rj->failures = 0;
   rj->failed_round = -1;
   rj->configured = 0;

@@ -1,7 +1,8 @@
 """Several agents on loopback (127.0.0.x stand for hosts): rendezvous and
 ranks, a restart counted once for the whole job, a kill -9'd agent under
 --nnodes 3:4 (the others re-rendezvous and finish), a newcomer taken in
-under --nnodes 4:5, static node ranks, mismatched flags refused, and
+under --nnodes 4:5, static node ranks, a clash of --node-rank (a hint with
+c10d, refused and named by node 0 with static), mismatched flags refused, and
 `launch status` of a running job."""
 import glob
 import json
@@ -191,6 +192,52 @@ def test_static():
         assert env["MASTER_ADDR"] == "127.0.0.2" and env["MASTER_PORT"] == str(port)
 
 
+def test_node_rank_clash():
+    # c10d: --node-rank is a preference (torchrun ignores it there): every
+    # node given --node-rank 0 still forms the job, a free rank for the
+    # second, and the hosting node says who asked for it
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = agents(1, port, "2", 1, ["ok"], d, extra=["--node-rank", "0"])
+    lt.wait_until(lambda: (status_json(port, "mn") or {}).get("members"), 30,
+                  "the first node to join")
+    ags += agents(1, port, "2", 1, ["ok"], d, extra=["--node-rank", "0"], first=2)
+    try:
+        assert finish_all(ags) == [0, 0], [a.output() for a in ags]
+    finally:
+        for a in ags:
+            a.kill()
+    got = {r["env"]["LAUNCH_HOSTNAME"]: r["env"]["GROUP_RANK"] for r in records(d)}
+    assert got == {"node1": "0", "node2": "1"}, got
+    out = ags[0].output()
+    assert "node rank 0 is asked for by node1 and by node2" in out, out
+    # static: strict, as torchrun's; the waiting node 0 names the refused
+    # node at once, and again when it gives up
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = []
+    try:
+        for i in (1, 2):
+            ags.append(lt.launch(["--nnodes", "2", "--nproc-per-node", "1",
+                                  "--node-rank", "0", "--master-addr", "127.0.0.1",
+                                  "--master-port", str(port), "--local-addr",
+                                  "127.0.0.%d" % i, "--rdzv-conf", "join_timeout=6",
+                                  "--no-python", PY, WORKER, d, "ok"],
+                                 env={"LAUNCH_HOSTNAME": "node%d" % i}))
+            if i == 1:
+                lt.wait_until(lambda: (status_json(port, "none") or {}).get("members"),
+                              30, "node 0 to join")
+        rcs = finish_all(ags, 60)
+        out = ags[0].output()
+        assert rcs[0] != 0 and rcs[1] != 0, [a.output() for a in ags]
+        assert "claimed twice (node1 and node2)" in ags[1].output(), ags[1].output()
+        assert "refused node2: node rank 0 is claimed twice" in out, out
+        assert "refused for their node rank" in out and "node2" in out, out
+    finally:
+        for a in ags:
+            a.kill()
+
+
 def status_json(port, job):
     p = subprocess.run([lt.launch_bin(), "status", "--json", "--rdzv-endpoint",
                         "127.0.0.1:%d" % port, "--rdzv-id", job, "--timeout", "2"],
@@ -348,6 +395,7 @@ def main():
     test_kill_agent()
     test_newcomer()
     test_static()
+    test_node_rank_clash()
     test_mismatch()
     test_missed_heartbeats()
     test_below_min_and_waiting()
