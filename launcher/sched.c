@@ -293,7 +293,6 @@ typedef struct vc_view_s {
   size_t n;
   long long index;  /* this pod's node index, -1 */
   long long world;  /* the pytorch plugin's pod count, -1 */
-  char task[128];   /* the task chosen among several ("" for one, pytorch) */
   char job[128];    /* the Volcano job's name (the svc plugin's subdomain) */
   char endpoint[300];
   /* Why this pod's launch job is unknown: said only by the rows that need
@@ -495,9 +494,6 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
       return 0;
     }
   }
-  /* One task of several is a launch job of its own. */
-  if (n > 1 && pick)
-    vc_name(pick->key, v->task, sizeof(v->task));
   return pick ? vc_append(v, pick) : 0;
 }
 
@@ -531,12 +527,16 @@ static int vc_open(char *const *envp, void **out, char *err, size_t errlen) {
             "pods", v->index, v->n);
     goto out;
   }
-  if (v->n > 0 && strchr(v->hosts[0], '.')) {
-    const char *sub = strchr(v->hosts[0], '.') + 1;
-    snprintf(v->job, sizeof(v->job), "%.*s%s%.60s",
-             (int)LU_MIN(strcspn(sub, "."), 60), sub, v->task[0] ? "." : "",
-             v->task);
-  }
+  /* The run id: the job's name, every task's subdomain, the same in
+   * every pod: the tasks given one --rdzv-endpoint form one launch job
+   * (as torchrun's run id "none"); without it each task's pod 0 hosts its
+   * own. */
+  for (int i = 0; i < n && v->job[0] == '\0'; i++)
+    if (t[i].n > 0 && strchr(t[i].hosts[0], '.')) {
+      const char *sub = strchr(t[i].hosts[0], '.') + 1;
+      snprintf(v->job, sizeof(v->job), "%.*s",
+               (int)LU_MIN(strcspn(sub, "."), 120), sub);
+    }
   if (v->world >= 0) {
     env_int(envp, "MASTER_PORT", &port);
     snprintf(v->endpoint, sizeof(v->endpoint), "%.256s:%lld",

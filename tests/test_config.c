@@ -775,6 +775,7 @@ static void test_volcano(void) {
                      err, sizeof(err)));
   ASSERT_EQ(3, c.max_nodes);
   ASSERT_EQ(0, c.pref_node_rank);
+  ASSERT_STR_EQ("h", c.run_id); /* the job's, known without the task */
   cfg_free(&c);
   vc_clear();
   vc_file("trainer.host", "g-trainer-0.g\ng-trainer-1.g\n");
@@ -786,14 +787,14 @@ static void test_volcano(void) {
                      ENV(root_env, "VC_TASK_INDEX=0", "HOSTNAME=g-eval-0"),
                      err, sizeof(err)));
   ASSERT_EQ(1, c.max_nodes);
-  ASSERT_STR_EQ("g.eval", c.run_id);
+  ASSERT_STR_EQ("g", c.run_id); /* the job's, the same in every task */
   cfg_free(&c);
   ASSERT_EQ(0, parse(&c, ARGS("x"),
                      ENV(root_env, "VC_TASK_INDEX=1",
                          "LAUNCH_VOLCANO_TASK=trainer"),
                      err, sizeof(err)));
   ASSERT_EQ(2, c.max_nodes);
-  ASSERT_STR_EQ("g.trainer", c.run_id);
+  ASSERT_STR_EQ("g", c.run_id);
   cfg_free(&c);
   expect_error(ARGS("x"),
                ENV(root_env, "VC_TASK_INDEX=0", "LAUNCH_VOLCANO_TASK=nope"),

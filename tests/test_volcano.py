@@ -20,6 +20,9 @@
      the workers get per-process values (pod names resolve through an
      /etc/hosts bound in a mount namespace of the test's own; skipped
      without one).
+  4. A job of several tasks without the pytorch plugin, every pod given
+     --nnodes and --rdzv-endpoint: one launch job, the run id the Volcano
+     job's name in every task.
 """
 import os
 import re
@@ -378,6 +381,24 @@ def have_mount_ns():
     return r.returncode == 0
 
 
+def master_and_workers(work, job, hosts):
+    """The svc plugin's host files of a master task (hosts[0]) and a worker
+    task (the rest) under a fake /etc/volcano, a free port, a dump folder."""
+    root = os.path.join(work, job + "-volcano")
+    os.mkdir(root)
+    with open(os.path.join(root, "master.host"), "w") as fh:
+        fh.write(hosts[0] + "\n")
+    with open(os.path.join(root, "worker.host"), "w") as fh:
+        fh.write("\n".join(hosts[1:]) + "\n")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    dump = os.path.join(work, job + "-env")
+    os.mkdir(dump)
+    return root, port, dump
+
+
 def run_pytorch_plugin(work):
     if not shutil.which("unshare") or not have_mount_ns():
         print("SKIP part: no mount namespace for a test /etc/hosts (root and "
@@ -385,23 +406,12 @@ def run_pytorch_plugin(work):
         return
     job, nproc = "pt", 2
     hosts = ["pt-master-0.pt", "pt-worker-0.pt", "pt-worker-1.pt"]
-    root = os.path.join(work, "pt-volcano")
-    os.mkdir(root)
-    with open(os.path.join(root, "master.host"), "w") as fh:
-        fh.write(hosts[0] + "\n")
-    with open(os.path.join(root, "worker.host"), "w") as fh:
-        fh.write("\n".join(hosts[1:]) + "\n")
+    root, port, dump = master_and_workers(work, job, hosts)
     etc_hosts = os.path.join(work, "hosts")
     with open("/etc/hosts") as src, open(etc_hosts, "w") as fh:
         fh.write(src.read())
         for i, h in enumerate(hosts):
             fh.write("\n127.0.0.%d %s %s\n" % (i + 1, h, h.split(".")[0]))
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    dump = os.path.join(work, "pt-env")
-    os.mkdir(dump)
     agents = Procs()
     try:
         for i, h in enumerate(hosts):
@@ -448,6 +458,46 @@ def run_pytorch_plugin(work):
           "RANK and WORLD_SIZE; the master pod hosted at MASTER_ADDR" % world)
 
 
+# ---- 4. several tasks, no pytorch plugin ------------------------------------
+
+def run_tasks_one_job(work):
+    """A master task and a worker task, every pod given the same --nnodes
+    and --rdzv-endpoint and no --rdzv-id: one launch job, as torchrun's
+    run id "none" makes it (each task was a job of its own, both waited)."""
+    hosts = ["vj-master-0.vj", "vj-worker-0.vj", "vj-worker-1.vj"]
+    index = [0, 0, 1]
+    root, port, dump = master_and_workers(work, "vj", hosts)
+    agents = Procs()
+    try:
+        for i, h in enumerate(hosts):
+            env = base_env()
+            env.update({"VC_TASK_INDEX": str(index[i]),
+                        "LAUNCH_VOLCANO_ROOT": root,
+                        "HOSTNAME": h.split(".")[0]})
+            agents.start([LAUNCH, "--nnodes", "3", "--rdzv-endpoint",
+                          "127.0.0.1:%d" % port, "--local-addr",
+                          "127.0.0.%d" % (i + 1), "--rdzv-conf",
+                          "join_timeout=%d" % (20 * MULT),
+                          "/bin/sh", "-c", DUMP, dump],
+                         env, os.path.join(work, "vj%d.log" % i))
+        rcs = agents.wait_all(60)
+        logs = agents.logs()
+        if rcs != [0, 0, 0]:
+            fail("the tasks' pods exited %s" % rcs, logs)
+    finally:
+        agents.stop()
+    got = {}
+    for rank in range(3):
+        e = read_env(os.path.join(dump, str(rank)))
+        check(e.get("TORCHELASTIC_RUN_ID") == "vj" and e.get("WORLD_SIZE") == "3",
+              "rank %d: run id %s, world %s" % (rank, e.get("TORCHELASTIC_RUN_ID"),
+                                               e.get("WORLD_SIZE")))
+        got[e["LAUNCH_HOSTNAME"]] = e["GROUP_RANK"]
+    check(sorted(got) == hosts, "the pods of the job: %s" % got)
+    print("several tasks, no pytorch plugin, --nnodes/--rdzv-endpoint given: "
+          "one launch job 'vj' of 3 pods")
+
+
 def main():
     check(os.path.exists(LAUNCH), "no %s" % LAUNCH)
     work = tempfile.mkdtemp(prefix="launch_volcano_")
@@ -457,6 +507,7 @@ def main():
         profile = check_profile(by, args, work)
         run_pods(job, args, profile, work)
         run_pytorch_plugin(work)
+        run_tasks_one_job(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("test_volcano: ok")
