@@ -7,14 +7,24 @@
  * --module, the program itself when it is named python*, or its shebang's.
  * Its sys.path, as CPython builds it: PYTHONPATH, then the virtual
  * environment's site-packages (pyvenv.cfg next to its bin/), the user's
- * ~/.local, the prefix's site-packages and Debian's dist-packages. */
+ * ~/.local, the prefix's site-packages and Debian's dist-packages. An
+ * interpreter that is a script (pyenv's shims: `exec pyenv exec python3`)
+ * has its prefix elsewhere: then, or when no torch is found next to it, the
+ * interpreter is asked once for sys.prefix and its version (without site
+ * or torch: milliseconds), and that prefix searched the same way. */
 #include <ctype.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -149,6 +159,99 @@ static int shebang(const char *file, char *out, size_t cap) {
   return 0;
 }
 
+/* torch in the sys.path entries of prefix, in CPython's (and Debian's)
+ * order, X.Y (pyver) filled in where the entry has it; the user's site
+ * first, unless prefix is a virtual environment, which hides it. RET 0 or
+ * -1. */
+static int torch_in_prefix(const cfg_t *c, const char *prefix,
+                           const char *pyver, int venv, int *ver, char *where,
+                           size_t wl) {
+  static const struct { const char *head, *tail; } sub[] = {
+      {"lib/python", "/site-packages"}, {"local/lib/python", "/dist-packages"},
+      {"lib/python", "/dist-packages"}, {"lib/python3/dist-packages", NULL}};
+  const char *home = sched_getenv(c->environ, "HOME");
+  const char *top = strcmp(prefix, "/") ? prefix : "";
+  char dir[PATH_MAX];
+  if (!venv && home && pyver[0]) {
+    snprintf(dir, sizeof(dir), "%s/.local/lib/python%s/site-packages", home,
+             pyver);
+    if (torch_in(dir, ver, where, wl) == 0)
+      return 0;
+  }
+  for (size_t i = 0; i < LU_ARRAY_SIZE(sub); i++) {
+    if (sub[i].tail && pyver[0] == '\0')
+      continue;
+    snprintf(dir, sizeof(dir), "%.3000s/%s%s%s", top, sub[i].head,
+             sub[i].tail ? pyver : "", sub[i].tail ? sub[i].tail : "");
+    if (is_dir(dir) && torch_in(dir, ver, where, wl) == 0)
+      return 0;
+  }
+  return -1;
+}
+
+/* Ask interp for sys.prefix and its X.Y, in the job's environment (a
+ * pyenv shim reads PYENV_VERSION and .python-version), within 2 s. -S: no
+ * site, no torch; what is asked costs the interpreter's start only. RET 0
+ * or -1. */
+static int ask_prefix(const cfg_t *c, const char *interp, char *prefix,
+                      size_t pl, char *pyver, size_t vl) {
+  char *argv[] = {(char *)interp, (char *)"-S", (char *)"-c",
+                  (char *)"import sys; print(sys.prefix); "
+                          "print('%d.%d' % sys.version_info[:2])",
+                  NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  char out[2 * PATH_MAX], *nl;
+  size_t len = 0;
+  uint64_t end = lu_now_ms() + 2000;
+  int fds[2], rc, status;
+  pid_t pid;
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return -1;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawnattr_init(&attr);
+  /* its own group: a shim's children are killed with it at the deadline */
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  rc = posix_spawn(&pid, interp, &fa, &attr, argv, c->environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    return -1;
+  }
+  for (;;) {
+    struct pollfd p = {fds[0], POLLIN, 0};
+    uint64_t now = lu_now_ms();
+    ssize_t k;
+    if (now >= end || (rc = poll(&p, 1, (int)(end - now))) == 0)
+      break;
+    if (rc < 0 && errno == EINTR)
+      continue;
+    if (rc < 0 || (k = read(fds[0], out + len, sizeof(out) - 1 - len)) <= 0)
+      break;
+    len += (size_t)k;
+    if (len == sizeof(out) - 1)
+      break;
+  }
+  close(fds[0]);
+  kill(-pid, SIGKILL); /* done or late: nothing of it stays */
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  out[len] = '\0';
+  if ((nl = strchr(out, '\n')) == NULL || nl == out)
+    return -1;
+  *nl = '\0';
+  lu_strlcpy(prefix, out, pl);
+  lu_strlcpy(pyver, nl + 1, vl);
+  pyver[strcspn(pyver, "\r\n")] = '\0';
+  return prefix[0] == '/' && isdigit((unsigned char)pyver[0]) ? 0 : -1;
+}
+
 int launch_torch_version(const cfg_t *c, char *where, size_t wl) {
   char interp[PATH_MAX], real[PATH_MAX], dir[PATH_MAX], p[PATH_MAX + 64];
   char pyver[16] = "", *slash;
@@ -209,31 +312,21 @@ int launch_torch_version(const cfg_t *c, char *where, size_t wl) {
       lu_strlcpy(prefix, "/", sizeof(prefix));
     snprintf(p, sizeof(p), "%s/pyvenv.cfg", prefix);
     if (pass == 1 || is_file(p)) {
-      /* the sys.path entries of a prefix, in CPython's (and Debian's)
-       * order: X.Y filled in where the entry has it */
-      static const struct { const char *head, *tail; } sub[] = {
-          {"lib/python", "/site-packages"}, {"local/lib/python", "/dist-packages"},
-          {"lib/python", "/dist-packages"}, {"lib/python3/dist-packages", NULL}};
-      const char *home = sched_getenv(c->environ, "HOME");
-      const char *top = strcmp(prefix, "/") ? prefix : "";
-      int venv = pass == 0;
-      /* the user's site, unless a virtual environment hides it */
-      if (!venv && home && pyver[0]) {
-        snprintf(dir, sizeof(dir), "%s/.local/lib/python%s/site-packages",
-                 home, pyver);
-        if (torch_in(dir, &ver, where, wl) == 0)
-          return ver;
-      }
-      for (size_t i = 0; i < LU_ARRAY_SIZE(sub); i++) {
-        if (sub[i].tail && pyver[0] == '\0')
-          continue;
-        snprintf(dir, sizeof(dir), "%.3000s/%s%s%s", top, sub[i].head,
-                 sub[i].tail ? pyver : "", sub[i].tail ? sub[i].tail : "");
-        if (is_dir(dir) && torch_in(dir, &ver, where, wl) == 0)
-          return ver;
-      }
-      if (venv) /* include-system-site-packages is rare: stop here */
+      if (torch_in_prefix(c, prefix, pyver, pass == 0, &ver, where, wl) == 0)
+        return ver;
+      if (pass == 0) /* include-system-site-packages is rare: stop here */
         break;
+    }
+  }
+  /* A script (a pyenv shim), or an interpreter whose prefix holds no
+   * torch here: its own word for where its prefix is. */
+  {
+    char asked[PATH_MAX], asked_ver[16];
+    if (ask_prefix(c, interp, asked, sizeof(asked), asked_ver,
+                   sizeof(asked_ver)) == 0) {
+      snprintf(p, sizeof(p), "%s/pyvenv.cfg", asked);
+      if (torch_in_prefix(c, asked, asked_ver, is_file(p), &ver, where, wl) == 0)
+        return ver;
     }
   }
   return 0;

@@ -8,7 +8,8 @@
   job without GPUs is not refused for NCCL settings; --report-bindings
   leaves the workers' environment alone;
 - the async error handling variable named as the workers' PyTorch reads it
-  (Debian's 1.13, a site-packages tree claiming 2.11, --torch-version);
+  (Debian's 1.13, a site-packages tree claiming 2.11, a pyenv shim,
+  --torch-version);
 - ${local_rank} in the program's arguments; '\\r' progress lines passed
   through with the prefix at once;
 - a node joining (scale-up) spends no restart: TORCHELASTIC_RESTART_COUNT
@@ -549,6 +550,19 @@ def test_async_error_name():
     prog = script("dump", "#!%s\n%s" % (os.path.join(v, "bin", "python3"), DUMP))
     os.chmod(prog, 0o755)
     recs, _, _ = dump_run([], prog=[prog])
+    e = recs[0]["env"]
+    assert e.get("NCCL_ASYNC_ERROR_HANDLING") == "1" and "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in e, e
+    # pyenv: the interpreter on the PATH is a shell-script shim; torch is in
+    # the prefix of the interpreter it execs (a fake one claiming 2.1.2)
+    pyenv = scratch()
+    os.makedirs(os.path.join(pyenv, "shims"))
+    os.makedirs(os.path.join(pyenv, "versions"))
+    os.symlink(v, os.path.join(pyenv, "versions", "fake"))
+    shim = script("python3", '#!/bin/sh\nexec "%s/versions/fake/bin/python3" "$@"\n'
+                  % pyenv, os.path.join(pyenv, "shims"))
+    os.chmod(shim, 0o755)
+    recs, _, _ = dump_run([], extra={"PYTHON_EXEC": "python3", "PATH": "%s:%s" % (
+        os.path.dirname(shim), os.environ.get("PATH", "/usr/bin:/bin"))})
     e = recs[0]["env"]
     assert e.get("NCCL_ASYNC_ERROR_HANDLING") == "1" and "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in e, e
 
