@@ -324,18 +324,20 @@ static void check_gpus(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *si,
   *ngpus = ng;
   if ((it = item(c, "gpu.count", "GPUs", DOC_PASS, 1))) {
     VALUE(it, "%d", ng);
-    if (ng == 0) {
-      it->status = DOC_WARN;
-      REASON(it, "no GPU found: no NVIDIA display/3D controller on the PCI bus "
-                 "(lspci | grep -i nvidia shows none)");
-      FIX(it, "check that the GPUs are seated and powered, and visible to this "
-              "container or VM; a CPU-only node can still run CPU workers");
-    } else if (o->expect_gpus >= 0 && ng != o->expect_gpus) {
+    /* --expect-gpus first: a node that lost every GPU is the worst case of
+     * a missing GPU, not a CPU-only node */
+    if (o->expect_gpus >= 0 && ng != o->expect_gpus) {
       it->status = DOC_FAIL;
       REASON(it, "%d GPUs expected, %d found: a GPU fell off the bus or is not "
                  "passed through",
              o->expect_gpus, ng);
       FIX(it, "dmesg | grep -i -E 'nvrm|xid|pcie'; reseat or replace the card");
+    } else if (ng == 0) {
+      it->status = DOC_WARN;
+      REASON(it, "no GPU found: no NVIDIA display/3D controller on the PCI bus "
+                 "(lspci | grep -i nvidia shows none)");
+      FIX(it, "check that the GPUs are seated and powered, and visible to this "
+              "container or VM; a CPU-only node can still run CPU workers");
     }
   }
   if (ng == 0)

@@ -279,6 +279,17 @@ static void test_driver_missing_and_no_gpu(void) {
   ASSERT(doc_find(r, "placement") == NULL);
   must(r, "os", DOC_WARN);
   doc_free(r);
+  /* a node that lost every GPU fails --expect-gpus as one that lost one */
+  {
+    doc_opts_t o = DOC_OPTS_INIT;
+    o.root = p;
+    o.probe_libs = 0;
+    o.expect_gpus = 8;
+    ASSERT_EQ(0, doc_collect(&o, &r));
+    ASSERT_CONTAINS(must(r, "gpu.count", DOC_FAIL)->reason, "8 GPUs expected, 0 found");
+    ASSERT_EQ(DOC_FAIL, doc_worst(r));
+    doc_free(r);
+  }
 }
 
 /* seed 001 §85: nc -zv host port, on loopback. */

@@ -40,20 +40,31 @@ for i in 1 2 3; do
 done
 # the items compared are named, the NCCL variables among them
 grep -q "3 nodes agree on the items compared:.*nccl.vars" "$T/doc1.log" || fail "what was compared"
+run2() { # run2 NAME HOSTNAME_SUFFIX_OR_EMPTY ARGS... -> logs $T/NAME{1,2}.log, fills RC[1..2]
+  local name=$1 suffix=$2 P; P=$(port)
+  shift 2
+  for i in 1 2; do
+    LAUNCH_HOSTNAME=$name${suffix:+$i} "$LAUNCH" doctor --no-probe --nnodes 2 --rdzv-id "$name" \
+      --rdzv-endpoint 127.0.0.1:$P --local-addr 127.0.0.$i --join-timeout 30 "$@" \
+      >"$T/$name$i.log" 2>&1 &
+    PIDS[$i]=$!
+  done
+  for i in 1 2; do wait "${PIDS[$i]}"; RC[$i]=$?; done
+  PIDS=()
+}
 # two nodes of the same host name are two nodes, told apart by their ids
-P=$(port)
-for i in 1 2; do
-  LAUNCH_HOSTNAME=twin "$LAUNCH" doctor --no-probe --nnodes 2 --rdzv-id tw \
-    --rdzv-endpoint 127.0.0.1:$P --local-addr 127.0.0.$i --join-timeout 30 \
-    >"$T/twin$i.log" 2>&1 &
-  PIDS[$i]=$!
-done
-for i in 1 2; do wait "${PIDS[$i]}"; RC[$i]=$?; done
-PIDS=()
+run2 twin ""
 for i in 1 2; do
   [ "${RC[$i]}" -eq 0 ] || fail "twin $i exit ${RC[$i]}"
   grep -q "2 nodes agree" "$T/twin$i.log" || fail "twin $i: not 2 nodes"
   grep -q "2 nodes share a host name" "$T/twin$i.log" || fail "twin $i: shared name not said"
+done
+# nodes that lost every GPU fail --expect-gpus, as ones that lost one do
+mkdir -p "$T/nogpu"
+run2 nogpu 1 --root "$T/nogpu" --expect-gpus 8
+for i in 1 2; do
+  [ "${RC[$i]}" -eq 1 ] || fail "nogpu $i exit ${RC[$i]} with no GPU and --expect-gpus 8"
+  grep -q "8 GPUs expected, 0 found" "$T/nogpu$i.log" || fail "nogpu $i: the missing GPUs not named"
 done
 # a node alone: it says how many reported, after the timeout
 LAUNCH_HOSTNAME=solo "$LAUNCH" doctor --no-probe --nnodes 2 --rdzv-endpoint 127.0.0.1:$(port) \
