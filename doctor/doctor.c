@@ -518,73 +518,118 @@ static const char *port_state_text(int s) {
   return s >= 0 && s < (int)LU_ARRAY_SIZE(names) ? names[s] : "unknown";
 }
 
-static int check_ib(ctx_t *c, hca_t *hcas, int max) {
-  const aff_facts_t *fa = c->facts;
-  int nh = 0, best_rate = 0;
-  doc_item_t *it;
-  /* the fastest port sets what "slow" means */
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < fa->nhcas; i++) {
-      const aff_facts_hca_t *fh = &fa->hcas[i];
-      if (pass == 1 && nh < max) {
-        memset(&hcas[nh], 0, sizeof(hcas[nh]));
-        lu_strlcpy(hcas[nh].name, fh->name, sizeof(hcas[nh].name));
-        hcas[nh].numa = fh->numa;
+/* Whether port `port` of hca is one the job is told to use: named in
+ * NCCL_IB_HCA ("mlx5_0:1,mlx5_1", prefixes unless "=") or LAUNCH_HCAS
+ * (names) of the environment linted. An exclusion list names none. */
+static int port_wanted(const doc_opts_t *o, const char *hca, int port) {
+  static const char *const vars[] = {"NCCL_IB_HCA=", "LAUNCH_HCAS="};
+  for (int i = 0; o->environ && o->environ[i]; i++)
+    for (int v = 0; v < 2; v++) {
+      const char *s = o->environ[i];
+      size_t vl = strlen(vars[v]);
+      int exact = 0;
+      if (strncmp(s, vars[v], vl) != 0 || s[vl] == '^')
+        continue;
+      s += vl;
+      if (*s == '=') {
+        exact = 1;
+        s++;
       }
-      for (int p = 0; p < fh->nports; p++) {
-        const aff_ib_port_t *pt = &fh->ports[p];
-        char id[160], title[160];
-        int st = pt->state, r = atoi(pt->rate);
-        if (pass == 0) {
-          if (st == 4 && r > best_rate)
-            best_rate = r;
-          continue;
+      while (*s) {
+        size_t len = strcspn(s, ","), nl = strcspn(s, ":,");
+        int p = nl < len ? atoi(s + nl + 1) : 0;
+        if (nl > 0 && (exact ? nl == strlen(hca) : nl <= strlen(hca)) &&
+            strncmp(s, hca, nl) == 0 && (p == 0 || p == port))
+          return 1;
+        s += len + (s[len] == ',');
+      }
+    }
+  return 0;
+}
+
+static int check_ib(ctx_t *c, const doc_opts_t *o, hca_t *hcas, int max) {
+  const aff_facts_t *fa = c->facts;
+  int nh = 0;
+  doc_item_t *it;
+  for (int i = 0; i < fa->nhcas; i++) {
+    const aff_facts_hca_t *fh = &fa->hcas[i];
+    int active = 0;
+    if (nh < max) {
+      memset(&hcas[nh], 0, sizeof(hcas[nh]));
+      lu_strlcpy(hcas[nh].name, fh->name, sizeof(hcas[nh].name));
+      hcas[nh].numa = fh->numa;
+    }
+    for (int p = 0; p < fh->nports; p++)
+      active |= fh->ports[p].state == 4;
+    for (int p = 0; p < fh->nports; p++) {
+      const aff_ib_port_t *pt = &fh->ports[p];
+      char id[160], title[160];
+      int st = pt->state, r = atoi(pt->rate), best_rate = 0;
+      /* The fastest active port of the same link layer sets what "slow"
+       * means: a 100G RoCE storage NIC is no half-speed cable next to
+       * 200G InfiniBand. */
+      for (int k = 0; k < fa->nhcas; k++)
+        for (int q = 0; q < fa->hcas[k].nports; q++) {
+          const aff_ib_port_t *o2 = &fa->hcas[k].ports[q];
+          if (o2->state == 4 && strcmp(o2->link_layer, pt->link_layer) == 0 &&
+              atoi(o2->rate) > best_rate)
+            best_rate = atoi(o2->rate);
         }
-        if (nh < max && st == 4)
-          hcas[nh].active = 1;
-        snprintf(id, sizeof(id), "ib.%.64s.%d", fh->name, p + 1);
-        snprintf(title, sizeof(title), "IB %.64s port %d", fh->name, p + 1);
-        if (!(it = item(c, id, title, st == 4 ? DOC_PASS : DOC_FAIL, 0)))
-          return nh;
-        VALUE(it, "%s, %s, %s", port_state_text(st),
-              pt->rate[0] ? pt->rate : "rate unknown",
-              pt->link_layer[0] ? pt->link_layer : "link layer unknown");
-        if (st != 4) {
-          REASON(it, "the port is %s: NCCL uses Active ports only",
-                 port_state_text(st));
-          FIX(it, "check the cable and the switch port LED, that a subnet "
-                  "manager runs (sminfo; opensm or the switch's SM), then "
-                  "ibstat %s",
-              fh->name);
-        } else if (best_rate > 0 && r > 0 && r < best_rate) {
-          it->status = DOC_WARN;
-          REASON(it, "%d Gb/s while other ports run %d Gb/s: a half-speed "
-                     "cable or module",
-                 r, best_rate);
-          FIX(it, "replace the cable/transceiver; ibstat should show the same "
-                  "Rate on every port");
-        }
-        /* the HCA's own PCIe link */
-        if (p == 0) {
-          int w = fh->link.width, wm = fh->link.width_max;
-          if (w > 0 && wm > 0 && w < wm) {
-            char pid[128], ptt[96];
-            doc_item_t *pi;
-            snprintf(pid, sizeof(pid), "ib.%.64s.pcie", fh->name);
-            snprintf(ptt, sizeof(ptt), "IB %.64s PCIe", fh->name);
-            if ((pi = item(c, pid, ptt, DOC_WARN, 0))) {
-              VALUE(pi, "x%d of x%d", w, wm);
-              REASON(pi, "the HCA runs at PCIe x%d but supports x%d: %d%% of the "
-                         "bandwidth",
-                     w, wm, 100 * w / wm);
-              FIX(pi, "move the card to an x16 slot on the GPUs' NUMA side");
-            }
+      if (nh < max && st == 4)
+        hcas[nh].active = 1;
+      snprintf(id, sizeof(id), "ib.%.64s.%d", fh->name, p + 1);
+      snprintf(title, sizeof(title), "IB %.64s port %d", fh->name, p + 1);
+      if (!(it = item(c, id, title, st == 4 ? DOC_PASS : DOC_FAIL, 0)))
+        return nh;
+      VALUE(it, "%s, %s, %s", port_state_text(st),
+            pt->rate[0] ? pt->rate : "rate unknown",
+            pt->link_layer[0] ? pt->link_layer : "link layer unknown");
+      if (st != 4 && active && !port_wanted(o, fh->name, p + 1)) {
+        /* the uncabled second port of a dual-port card: NCCL uses the
+         * other, unless the job names this one */
+        it->status = DOC_INFO;
+        REASON(it, "the port is %s while another port of %s is ACTIVE: "
+                   "fine for an unused port (NCCL uses Active ports only); "
+                   "it fails when NCCL_IB_HCA or LAUNCH_HCAS names it",
+               port_state_text(st), fh->name);
+      } else if (st != 4) {
+        REASON(it, "the port is %s%s: NCCL uses Active ports only",
+               port_state_text(st),
+               active ? " and NCCL_IB_HCA or LAUNCH_HCAS names it"
+                      : ", and no port of this HCA is ACTIVE");
+        FIX(it, "check the cable and the switch port LED, that a subnet "
+                "manager runs (sminfo; opensm or the switch's SM), then "
+                "ibstat %s",
+            fh->name);
+      } else if (best_rate > 0 && r > 0 && r < best_rate) {
+        it->status = DOC_WARN;
+        REASON(it, "%d Gb/s while other %s ports run %d Gb/s: a half-speed "
+                   "cable or module",
+               r, pt->link_layer[0] ? pt->link_layer : "", best_rate);
+        FIX(it, "replace the cable/transceiver; ibstat should show the same "
+                "Rate on every port of a link layer");
+      }
+      /* the HCA's own PCIe link */
+      if (p == 0) {
+        int w = fh->link.width, wm = fh->link.width_max;
+        if (w > 0 && wm > 0 && w < wm) {
+          char pid[128], ptt[96];
+          doc_item_t *pi;
+          snprintf(pid, sizeof(pid), "ib.%.64s.pcie", fh->name);
+          snprintf(ptt, sizeof(ptt), "IB %.64s PCIe", fh->name);
+          if ((pi = item(c, pid, ptt, DOC_WARN, 0))) {
+            VALUE(pi, "x%d of x%d", w, wm);
+            REASON(pi, "the HCA runs at PCIe x%d but supports x%d: %d%% of the "
+                       "bandwidth",
+                   w, wm, 100 * w / wm);
+            FIX(pi, "move the card to an x16 slot on the GPUs' NUMA side");
           }
         }
       }
-      if (pass == 1 && nh < max)
-        nh++;
     }
+    if (nh < max)
+      nh++;
+  }
   return nh;
 }
 
@@ -912,7 +957,7 @@ int doc_collect(const doc_opts_t *opts, doc_report_t **out) {
   check_gpus(&c, &o, &si, gpus, &ng);
   check_nouveau(&c);
   check_versions(&c, &o, &si, ng);
-  nh = check_ib(&c, hcas, 64);
+  nh = check_ib(&c, &o, hcas, 64);
   check_nics(&c);
   check_placement(&c, gpus, ng, hcas, nh);
   check_peermem(&c, ng, nh);

@@ -193,6 +193,63 @@ static void test_ib_port_down(void) {
   doc_free(r);
 }
 
+static void ib_port(const char *root, const char *hca, int port, const char *state,
+                    const char *rate, const char *layer) {
+  char p[256];
+  snprintf(p, sizeof(p), "/sys/class/infiniband/%s/ports/%d/state", hca, port);
+  mkfile(root, p, state);
+  snprintf(p, sizeof(p), "/sys/class/infiniband/%s/ports/%d/rate", hca, port);
+  mkfile(root, p, rate);
+  snprintf(p, sizeof(p), "/sys/class/infiniband/%s/ports/%d/link_layer", hca, port);
+  mkfile(root, p, layer);
+}
+
+/* A dual-port HDR card with its second port uncabled, and a 100G RoCE
+ * storage NIC: healthy. A DOWN port fails when its HCA has no other
+ * active port, or when the job names it. */
+static void test_ib_dual_port_and_storage(void) {
+  const char *root = healthy("dualport");
+  char *named[] = {"NCCL_IB_HCA=mlx5_0:2", NULL};
+  char *launch_hcas[] = {"LAUNCH_HCAS=mlx5_1,mlx5_0", NULL};
+  char *other[] = {"NCCL_IB_HCA==mlx5_0:1,mlx5_1", "LAUNCH_HCAS=mlx5_00", NULL};
+  doc_report_t *r;
+  const doc_item_t *it;
+  ib_port(root, "mlx5_0", 1, "4: ACTIVE\n", "200 Gb/sec (4X HDR)\n", "InfiniBand\n");
+  ib_port(root, "mlx5_0", 2, "1: DOWN\n", "10 Gb/sec (4X SDR)\n", "InfiniBand\n");
+  ib_port(root, "mlx5_1", 1, "4: ACTIVE\n", "100 Gb/sec (2X HDR)\n", "Ethernet\n");
+  r = run(root, NULL, NULL);
+  must(r, "ib.mlx5_0.1", DOC_PASS);
+  it = must(r, "ib.mlx5_0.2", DOC_INFO);
+  ASSERT_CONTAINS(it->value, "DOWN");
+  ASSERT_CONTAINS(it->reason, "another port of mlx5_0 is ACTIVE");
+  must(r, "ib.mlx5_1.1", DOC_PASS); /* RoCE is not compared with IB */
+  ASSERT(doc_worst(r) <= DOC_INFO);
+  doc_free(r);
+  /* named by the job: the job would use a dead port */
+  r = run(root, named, NULL);
+  ASSERT_CONTAINS(must(r, "ib.mlx5_0.2", DOC_FAIL)->reason, "names it");
+  doc_free(r);
+  r = run(root, launch_hcas, NULL);
+  must(r, "ib.mlx5_0.2", DOC_FAIL);
+  doc_free(r);
+  /* port 1 only, and a name that is no prefix of mlx5_0 */
+  r = run(root, other, NULL);
+  must(r, "ib.mlx5_0.2", DOC_INFO);
+  doc_free(r);
+  /* a second RoCE port at half the speed is still a half-speed cable */
+  ib_port(root, "mlx5_1", 2, "4: ACTIVE\n", "50 Gb/sec (1X HDR)\n", "Ethernet\n");
+  r = run(root, NULL, NULL);
+  ASSERT_CONTAINS(must(r, "ib.mlx5_1.2", DOC_WARN)->reason,
+                  "50 Gb/s while other Ethernet ports run 100 Gb/s");
+  doc_free(r);
+  /* an HCA whose every port is down fails */
+  ib_port(root, "mlx5_0", 1, "1: DOWN\n", "10 Gb/sec (4X SDR)\n", "InfiniBand\n");
+  r = run(root, NULL, NULL);
+  ASSERT_CONTAINS(must(r, "ib.mlx5_0.1", DOC_FAIL)->reason, "no port of this HCA is ACTIVE");
+  must(r, "ib.mlx5_0.2", DOC_FAIL);
+  doc_free(r);
+}
+
 static void test_numa_balancing_on(void) {
   const char *root = healthy("numabal");
   doc_report_t *r;
@@ -230,7 +287,7 @@ static void test_other_mistakes(void) {
   it = must(r, "ib.mlx5_0.pcie", DOC_WARN);
   ASSERT_CONTAINS(it->reason, "x8 but supports x16: 50%");
   it = must(r, "ib.mlx5_1.1", DOC_WARN);
-  ASSERT_CONTAINS(it->reason, "56 Gb/s while other ports run 100 Gb/s");
+  ASSERT_CONTAINS(it->reason, "56 Gb/s while other InfiniBand ports run 100 Gb/s");
   must(r, "persistence", DOC_WARN);
   must(r, "hugepages", DOC_INFO);
   must(r, "gpu.pcie.0000:05:00.0", DOC_WARN);
@@ -391,6 +448,7 @@ int main(void) {
   int fds = test_fd_count();
   test_healthy();
   test_ib_port_down();
+  test_ib_dual_port_and_storage();
   test_numa_balancing_on();
   test_other_mistakes();
   test_driver_missing_and_no_gpu();
