@@ -394,11 +394,24 @@ typedef struct aff_facts_hca_s {
   aff_ib_port_t ports[AFF_FACTS_PORTS];
 } aff_facts_hca_t;
 
+/* Whether CUDA here can use a GPU of the PCI bus, as the topology decides
+ * it (aff_topo_load): the driver runs it (/proc/driver/nvidia/gpus lists
+ * it), has not excluded it, and this container was given its
+ * /dev/nvidia<minor> (when some are present). No driver list: every GPU
+ * counts. CUDA_VISIBLE_DEVICES is a job's choice, not the node's. */
+typedef enum {
+  AFF_GPU_USABLE = 0,
+  AFF_GPU_NO_DRIVER, /* on the bus, absent from the driver's list */
+  AFF_GPU_EXCLUDED,  /* "GPU Excluded: Yes" (NVreg_ExcludedGpus) */
+  AFF_GPU_NOT_GIVEN  /* no /dev/nvidia<minor> in this container */
+} aff_gpu_use_t;
+
 typedef struct aff_facts_gpu_s {
   char busid[64];      /* as /sys/bus/pci/devices names it */
   unsigned device;     /* PCI device id */
   int numa;            /* -1 unknown */
   aff_pcie_t link;     /* gbps left 0 */
+  aff_gpu_use_t use;
 } aff_facts_gpu_t;
 
 typedef struct aff_facts_s {

@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "aff.h"
+#include "aff_int.h"
 
 /* Leading number of "16.0 GT/s PCIe" / "8" / "Unknown" (0). */
 static double lead_num(const char *s) {
@@ -115,6 +117,72 @@ static void probe_gpus(aff_facts_t *f, const char *root) {
   free(devs);
 }
 
+/* root+path exists (stat: a device node is not opened). */
+static int exists_in(const char *root, const char *path) {
+  char full[512];
+  struct stat sb;
+  snprintf(full, sizeof(full), "%s%s", root_of(root), path);
+  return stat(full, &sb) == 0;
+}
+
+/* A host whose nodes are not made yet has none, and then nothing is
+ * filtered (as the topology's scan, aff_sysfs.c, whose copy of this can
+ * call it). */
+int aff__nvidia_dev_nodes(const char *root) {
+  char dir[512];
+  DIR *d;
+  struct dirent *e;
+  int any = 0;
+  snprintf(dir, sizeof(dir), "%s/dev", root_of(root));
+  if (!exists_in(root, "/dev/nvidiactl") || (d = opendir(dir)) == NULL)
+    return 0;
+  while (!any && (e = readdir(d)) != NULL)
+    any = strncmp(e->d_name, "nvidia", 6) == 0 && e->d_name[6] >= '0' &&
+          e->d_name[6] <= '9' &&
+          strspn(e->d_name + 6, "0123456789") == strlen(e->d_name + 6);
+  closedir(d);
+  return any;
+}
+
+/* Which GPUs CUDA here can use (aff_gpu_use_t): the driver's list, its
+ * exclusions, and the device nodes this container was given. */
+static void probe_gpu_use(aff_facts_t *f, const char *root) {
+  char path[256], text[2048], *line, *save;
+  int minor[AFF_FACTS_MAX], listed = 0, devfilter;
+  if (!exists_in(root, "/proc/driver/nvidia/gpus"))
+    return; /* no driver, or one that does not say: nothing filtered */
+  for (int i = 0; i < f->ngpus; i++) {
+    aff_facts_gpu_t *g = &f->gpus[i];
+    minor[i] = -1;
+    snprintf(path, sizeof(path), "/proc/driver/nvidia/gpus/%.32s/information",
+             g->busid);
+    if (lu_read_line(root_of(root), path, text, sizeof(text)) < 0) {
+      g->use = AFF_GPU_NO_DRIVER;
+      continue;
+    }
+    listed++;
+    save = NULL;
+    for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+      const char *v = strchr(line, ':');
+      if (v == NULL)
+        continue;
+      v += 1 + strspn(v + 1, " \t");
+      if (strncmp(line, "Device Minor:", 13) == 0)
+        minor[i] = atoi(v);
+      else if (strncmp(line, "GPU Excluded:", 13) == 0 && strncmp(v, "Yes", 3) == 0)
+        g->use = AFF_GPU_EXCLUDED;
+    }
+  }
+  devfilter = listed > 0 && aff__nvidia_dev_nodes(root);
+  for (int i = 0; devfilter && i < f->ngpus; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "/dev/nvidia%d", minor[i]);
+    if (f->gpus[i].use == AFF_GPU_USABLE &&
+        (minor[i] < 0 || !exists_in(root, name)))
+      f->gpus[i].use = AFF_GPU_NOT_GIVEN;
+  }
+}
+
 static void probe_hcas(aff_facts_t *f, const char *root) {
   char names[AFF_FACTS_MAX][64];
   int n = names_in(root, "/sys/class/infiniband", names[0], 64, AFF_FACTS_MAX);
@@ -142,5 +210,6 @@ void aff_facts_probe(aff_facts_t *f, const char *root) {
   f->probed = n >= 0;
   f->nnetdevs = n > 0 ? n : 0;
   probe_gpus(f, root);
+  probe_gpu_use(f, root);
   probe_hcas(f, root);
 }

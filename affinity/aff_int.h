@@ -105,6 +105,10 @@ int aff__cudart_gpus(aff_gpu_probe_t *g, int max);
  * "dddd:bb:dd.f" lower case. RET 0 or -1. */
 int aff__busid_norm(const char *in, char out[16]);
 
+/* Some /dev/nvidia<N> beside /dev/nvidiactl under root ("" = /): a
+ * container given some GPUs has only theirs (aff_facts.c). RET 1 or 0. */
+int aff__nvidia_dev_nodes(const char *root);
+
 /* Read a small sysfs/proc file under root: RET length, -1 on error. */
 #define aff__read_line lu_read_line /* util/lu.h */
 

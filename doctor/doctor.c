@@ -299,11 +299,17 @@ typedef struct gpu_s {
   double gts, gts_max;
 } gpu_t;
 
-/* The node's GPUs, as affinity/ read them. */
-static int scan_gpus(ctx_t *c, gpu_t *g, int max) {
+/* The GPUs CUDA here can use, as affinity/ read them: those the driver
+ * runs, not excluded, given to this container (aff_gpu_use_t). OUT
+ * why[use] the GPUs of the PCI bus per aff_gpu_use_t. */
+static int scan_gpus(ctx_t *c, gpu_t *g, int max, int why[4]) {
   int ng = 0;
-  for (int i = 0; i < c->facts->ngpus && ng < max; i++, ng++) {
+  memset(why, 0, 4 * sizeof(why[0]));
+  for (int i = 0; i < c->facts->ngpus && ng < max; i++) {
     const aff_facts_gpu_t *f = &c->facts->gpus[i];
+    why[f->use]++;
+    if (f->use != AFF_GPU_USABLE)
+      continue;
     memset(&g[ng], 0, sizeof(g[ng]));
     lu_strlcpy(g[ng].busid, f->busid, sizeof(g[ng].busid));
     g[ng].device = f->device;
@@ -312,6 +318,7 @@ static int scan_gpus(ctx_t *c, gpu_t *g, int max) {
     g[ng].width_max = f->link.width_max;
     g[ng].gts = f->link.gts;
     g[ng].gts_max = f->link.gts_max;
+    ng++;
   }
   return ng;
 }
@@ -319,19 +326,61 @@ static int scan_gpus(ctx_t *c, gpu_t *g, int max) {
 static void check_gpus(ctx_t *c, const doc_opts_t *o, const aff_sysinfo_t *si,
                        gpu_t *g, int *ngpus) {
   doc_item_t *it;
-  int ng = scan_gpus(c, g, 64);
+  int why[4];
+  int ng = scan_gpus(c, g, 64, why);
+  int npci = why[0] + why[1] + why[2] + why[3];
   char model[96] = "";
   *ngpus = ng;
+  /* The bus's count beside the usable one: a pod given 2 of a node's 4
+   * GPUs has 2, and the other 2 are no fault. */
+  if (npci != ng && (it = item(c, "gpu.pci", "GPUs on the PCI bus", DOC_INFO, 0))) {
+    VALUE(it, "%d: %d usable here, %d not run by the driver, %d excluded, "
+              "%d not given to this container",
+          npci, ng, why[AFF_GPU_NO_DRIVER], why[AFF_GPU_EXCLUDED],
+          why[AFF_GPU_NOT_GIVEN]);
+    REASON(it, "GPUs counts the GPUs CUDA can use here: run by the driver "
+               "(/proc/driver/nvidia/gpus), not excluded, their /dev/nvidiaN "
+               "given to this container");
+  }
+  /* The driver lost a GPU that is still on the bus: its own failure, for
+   * the job that expects a count (a bare node may keep one off on purpose). */
+  if (why[AFF_GPU_NO_DRIVER] && o->expect_gpus >= 0 &&
+      (it = item(c, "gpu.driver", "GPUs without the driver", DOC_FAIL, 0))) {
+    VALUE(it, "%d of %d", why[AFF_GPU_NO_DRIVER], npci);
+    REASON(it, "%d GPU%s on the PCI bus but not in the driver's list "
+               "(/proc/driver/nvidia/gpus): the driver failed to start %s",
+           why[AFF_GPU_NO_DRIVER], why[AFF_GPU_NO_DRIVER] == 1 ? " is" : "s are",
+           why[AFF_GPU_NO_DRIVER] == 1 ? "it" : "them");
+    FIX(it, "dmesg | grep -i -E 'nvrm|rminitadapter|xid'; nvidia-smi -q; "
+            "reset the GPU (nvidia-smi -r) or reboot");
+  }
   if ((it = item(c, "gpu.count", "GPUs", DOC_PASS, 1))) {
     VALUE(it, "%d", ng);
     /* --expect-gpus first: a node that lost every GPU is the worst case of
      * a missing GPU, not a CPU-only node */
-    if (o->expect_gpus >= 0 && ng != o->expect_gpus) {
+    if (o->expect_gpus >= 0 && ng != o->expect_gpus &&
+        (npci < o->expect_gpus || npci == ng)) {
       it->status = DOC_FAIL;
       REASON(it, "%d GPUs expected, %d found: a GPU fell off the bus or is not "
                  "passed through",
              o->expect_gpus, ng);
       FIX(it, "dmesg | grep -i -E 'nvrm|xid|pcie'; reseat or replace the card");
+    } else if (o->expect_gpus >= 0 && ng != o->expect_gpus) {
+      it->status = DOC_FAIL;
+      REASON(it, "%d GPUs expected, %d usable here of %d on the PCI bus (%d "
+                 "not run by the driver, %d excluded, %d not given to this "
+                 "container)",
+             o->expect_gpus, ng, npci, why[AFF_GPU_NO_DRIVER],
+             why[AFF_GPU_EXCLUDED], why[AFF_GPU_NOT_GIVEN]);
+      FIX(it, "see the GPUs without the driver; for excluded GPUs check "
+              "NVreg_ExcludedGpus; in a container, the GPUs its runtime or "
+              "device plugin gives it");
+    } else if (ng == 0 && npci > 0) {
+      it->status = DOC_WARN;
+      REASON(it, "no GPU usable here of the %d on the PCI bus (see GPUs on the "
+                 "PCI bus)", npci);
+      FIX(it, "check the driver (nvidia-smi), NVreg_ExcludedGpus, and the "
+              "GPUs this container was given");
     } else if (ng == 0) {
       it->status = DOC_WARN;
       REASON(it, "no GPU found: no NVIDIA display/3D controller on the PCI bus "

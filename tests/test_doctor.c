@@ -318,6 +318,80 @@ static void test_other_mistakes(void) {
   doc_free(r);
 }
 
+/* The driver's list for the healthy node's GPUs: minors 0-7, GPU
+ * `excluded` excluded (-1 none), GPU `lost` left out (-1 none). */
+static void driver_list(const char *root, int excluded, int lost) {
+  static const int bus[8] = {0x04, 0x05, 0x08, 0x09, 0x86, 0x87, 0x8a, 0x8b};
+  for (int g = 0; g < 8; g++) {
+    char p[256], text[256];
+    if (g == lost)
+      continue;
+    snprintf(p, sizeof(p), "/proc/driver/nvidia/gpus/0000:%02x:00.0/information", bus[g]);
+    snprintf(text, sizeof(text),
+             "Model: \t\t Tesla V100-PCIE-32GB\nIRQ:   \t\t 88\nGPU UUID: \t "
+             "GPU-%08d-0000-0000-0000-000000000000\nDevice Minor: \t %d\n"
+             "GPU Excluded: \t %s\n",
+             g, g, g == excluded ? "Yes" : "No");
+    mkfile(root, p, text);
+  }
+}
+
+/* GPUs counts those CUDA here can use, as the topology does: a pod given
+ * 2 of the node's 8 has 2, and says how many the bus holds. */
+static void test_gpus_this_container_uses(void) {
+  const char *root = healthy("pod");
+  doc_report_t *r;
+  doc_opts_t o = DOC_OPTS_INIT;
+  const doc_item_t *it;
+  driver_list(root, -1, -1);
+  mkfile(root, "/dev/nvidiactl", "");
+  mkfile(root, "/dev/nvidia0", "");
+  mkfile(root, "/dev/nvidia1", "");
+  o.root = root;
+  o.probe_libs = 0;
+  o.expect_gpus = 2;
+  ASSERT_EQ(0, doc_collect(&o, &r));
+  ASSERT_STR_EQ(must(r, "gpu.count", DOC_PASS)->value, "2");
+  it = must(r, "gpu.pci", DOC_INFO);
+  ASSERT_CONTAINS(it->value, "8: 2 usable here, 0 not run by the driver, 0 excluded, "
+                             "6 not given to this container");
+  ASSERT(doc_find(r, "gpu.driver") == NULL);
+  ASSERT(doc_find(r, "gpu.pcie.0000:86:00.0") == NULL); /* not ours */
+  ASSERT(doc_worst(r) <= DOC_INFO);
+  doc_free(r);
+  /* the whole node: every device node there, one GPU excluded by the admin */
+  for (int g = 2; g < 8; g++) {
+    char p[64];
+    snprintf(p, sizeof(p), "/dev/nvidia%d", g);
+    mkfile(root, p, "");
+  }
+  driver_list(root, 3, -1);
+  o.expect_gpus = -1;
+  ASSERT_EQ(0, doc_collect(&o, &r));
+  ASSERT_STR_EQ(must(r, "gpu.count", DOC_PASS)->value, "7");
+  ASSERT_CONTAINS(must(r, "gpu.pci", DOC_INFO)->value, "1 excluded");
+  doc_free(r);
+  /* one GPU on the bus that the driver does not run: its own failure */
+  driver_list(root, -1, -1);
+  {
+    char p[512];
+    snprintf(p, sizeof(p), "%s/proc/driver/nvidia/gpus/0000:8b:00.0/information", root);
+    ASSERT_EQ(0, unlink(p));
+  }
+  o.expect_gpus = 8;
+  ASSERT_EQ(0, doc_collect(&o, &r));
+  it = must(r, "gpu.count", DOC_FAIL);
+  ASSERT_CONTAINS(it->reason, "8 GPUs expected, 7 usable here of 8 on the PCI bus");
+  ASSERT(strstr(it->reason, "fell off the bus") == NULL);
+  ASSERT_CONTAINS(must(r, "gpu.driver", DOC_FAIL)->reason, "not in the driver's list");
+  doc_free(r);
+  /* a GPU gone from the bus is the one that fell off */
+  o.expect_gpus = 9;
+  ASSERT_EQ(0, doc_collect(&o, &r));
+  ASSERT_CONTAINS(must(r, "gpu.count", DOC_FAIL)->reason, "fell off the bus");
+  doc_free(r);
+}
+
 static void test_driver_missing_and_no_gpu(void) {
   const char *root = healthy("nodrv");
   char p[512];
@@ -452,6 +526,7 @@ int main(void) {
   test_numa_balancing_on();
   test_other_mistakes();
   test_driver_missing_and_no_gpu();
+  test_gpus_this_container_uses();
   test_rdzv_port();
   test_serialise_and_diff();
   ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
