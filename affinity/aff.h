@@ -377,7 +377,10 @@ int aff_report_json(const aff_topo_t *t, const aff_plan_t *plan, char **out);
  * env` and `launch doctor`. The topology (aff_topo_load) reads IB ports
  * with the same reader, aff_ib_port_read. Plain data: no allocation. */
 
-#define AFF_FACTS_MAX 64       /* GPUs, HCAs and netdevs each */
+#define AFF_FACTS_MAX 64       /* GPUs */
+#define AFF_FACTS_HCAS 256     /* RDMA devices: SR-IOV VFs count (mlx5_*) */
+#define AFF_FACTS_NETDEVS 1024 /* interfaces: a Kubernetes node's veths
+                                  (cali*, veth*) count */
 #define AFF_FACTS_PORTS 8      /* ports per HCA */
 
 typedef struct aff_ib_port_s {
@@ -417,14 +420,16 @@ typedef struct aff_facts_gpu_s {
 typedef struct aff_facts_s {
   int probed;          /* /sys/class/net was readable: names are known */
   int ngpus, nhcas, nnetdevs;
+  /* names past the arrays, left out: then a name not listed may exist */
+  int hcas_cut, netdevs_cut;
   aff_facts_gpu_t gpus[AFF_FACTS_MAX]; /* every NVIDIA display/3D controller
                                           of the PCI bus, bus id order */
-  aff_facts_hca_t hcas[AFF_FACTS_MAX]; /* /sys/class/infiniband, by name */
-  char netdevs[AFF_FACTS_MAX][32];     /* /sys/class/net, by name */
+  aff_facts_hca_t hcas[AFF_FACTS_HCAS]; /* /sys/class/infiniband, by name */
+  char netdevs[AFF_FACTS_NETDEVS][32];  /* /sys/class/net, by name */
 } aff_facts_t;
 
 /* Fill f from sysfs under root (NULL or "/" = this machine). Never fails:
- * what cannot be read is absent. Large (about 70 KiB): allocate it. */
+ * what cannot be read is absent. Large (about 200 KiB): allocate it. */
 void aff_facts_probe(aff_facts_t *f, const char *root);
 /* Port `port` (1-based) of RDMA device hca under root (NULL = "/"). RET 1
  * when the port has a state or a rate, else 0. */

@@ -60,22 +60,38 @@ static int cmp_name(const void *a, const void *b) {
   return strcmp((const char *)a, (const char *)b);
 }
 
-/* Sorted names in root+path (no dot entries), of at most cap bytes each.
- * RET the count. */
-static int names_in(const char *root, const char *path, char *names,
-                    size_t cap, int max) {
-  char full[512];
+/* Every name in root+path (no dot entries), sorted: all of them, so that
+ * a caller that keeps the first ones knows how many it left out (readdir
+ * order is no order: a cap before the sort dropped any name, eth0 behind
+ * a hundred cali* veths). OUT *out malloc'd. RET the count, -1 when the
+ * directory cannot be read (or memory ran out: nothing known). */
+static int names_in(const char *root, const char *path, char (**out)[64]) {
+  char full[512], (*names)[64] = NULL;
   struct dirent *e;
   DIR *d;
-  int n = 0;
+  int n = 0, cap = 0;
+  *out = NULL;
   snprintf(full, sizeof(full), "%s%s", root_of(root), path);
   if ((d = opendir(full)) == NULL)
     return -1;
-  while ((e = readdir(d)) != NULL && n < max)
-    if (e->d_name[0] != '.')
-      lu_strlcpy(names + (size_t)n++ * cap, e->d_name, cap);
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.')
+      continue;
+    if (n == cap) {
+      char (*nn)[64] = realloc(names, sizeof(*names) * (size_t)(cap = cap ? cap * 2 : 64));
+      if (nn == NULL) {
+        free(names);
+        closedir(d);
+        return -1;
+      }
+      names = nn;
+    }
+    lu_strlcpy(names[n++], e->d_name, sizeof(names[0]));
+  }
   closedir(d);
-  qsort(names, (size_t)n, cap, cmp_name);
+  if (n > 0)
+    qsort(names, (size_t)n, sizeof(names[0]), cmp_name);
+  *out = names;
   return n;
 }
 
@@ -87,8 +103,8 @@ static int read_int(const char *root, const char *path, int dflt) {
 
 /* NVIDIA display (0x0300) and 3D (0x0302) controllers of the PCI bus. */
 static void probe_gpus(aff_facts_t *f, const char *root) {
-  char (*devs)[64] = calloc(1024, sizeof(*devs));
-  int n = devs ? names_in(root, "/sys/bus/pci/devices", devs[0], 64, 1024) : 0;
+  char (*devs)[64];
+  int n = names_in(root, "/sys/bus/pci/devices", &devs);
   for (int i = 0; i < n && f->ngpus < AFF_FACTS_MAX; i++) {
     char dir[128], path[192], buf[64];
     unsigned long cls;
@@ -184,9 +200,10 @@ static void probe_gpu_use(aff_facts_t *f, const char *root) {
 }
 
 static void probe_hcas(aff_facts_t *f, const char *root) {
-  char names[AFF_FACTS_MAX][64];
-  int n = names_in(root, "/sys/class/infiniband", names[0], 64, AFF_FACTS_MAX);
-  for (int i = 0; i < n; i++) {
+  char (*names)[64];
+  int n = names_in(root, "/sys/class/infiniband", &names);
+  f->hcas_cut = n > AFF_FACTS_HCAS ? n - AFF_FACTS_HCAS : 0;
+  for (int i = 0; i < n && f->nhcas < AFF_FACTS_HCAS; i++) {
     aff_facts_hca_t *h = &f->hcas[f->nhcas++];
     char dir[128], path[192];
     memset(h, 0, sizeof(*h));
@@ -200,15 +217,19 @@ static void probe_hcas(aff_facts_t *f, const char *root) {
                             &h->ports[h->nports]))
       h->nports++;
   }
+  free(names);
 }
 
 void aff_facts_probe(aff_facts_t *f, const char *root) {
+  char (*names)[64];
   int n;
   memset(f, 0, sizeof(*f));
-  n = names_in(root, "/sys/class/net", f->netdevs[0], sizeof(f->netdevs[0]),
-               AFF_FACTS_MAX);
+  n = names_in(root, "/sys/class/net", &names);
   f->probed = n >= 0;
-  f->nnetdevs = n > 0 ? n : 0;
+  for (int i = 0; i < n && f->nnetdevs < AFF_FACTS_NETDEVS; i++)
+    lu_strlcpy(f->netdevs[f->nnetdevs++], names[i], sizeof(f->netdevs[0]));
+  f->netdevs_cut = n > f->nnetdevs ? n - f->nnetdevs : 0;
+  free(names);
   probe_gpus(f, root);
   probe_gpu_use(f, root);
   probe_hcas(f, root);

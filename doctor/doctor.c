@@ -683,21 +683,22 @@ static int check_ib(ctx_t *c, const doc_opts_t *o, hca_t *hcas, int max) {
 }
 
 static void check_nics(ctx_t *c) {
-  char names[64][64];
-  int n = list_dir(c, "/sys/class/net", names, 64);
+  /* the facts' names: every interface, however many veths come first */
+  const aff_facts_t *fa = c->facts;
   doc_item_t *it;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < fa->nnetdevs; i++) {
+    const char *name = fa->netdevs[i];
     char path[256], oper[32] = "", speed[32] = "", id[128], title[96];
     long mbps;
-    snprintf(path, sizeof(path), "/sys/class/net/%.64s/device", names[i]);
+    snprintf(path, sizeof(path), "/sys/class/net/%.64s/device", name);
     if (!exists(c, path))
       continue; /* lo, bridges, veths, bonds: not hardware */
-    snprintf(path, sizeof(path), "/sys/class/net/%.64s/operstate", names[i]);
+    snprintf(path, sizeof(path), "/sys/class/net/%.64s/operstate", name);
     rd(c, path, oper, sizeof(oper));
-    snprintf(path, sizeof(path), "/sys/class/net/%.64s/speed", names[i]);
+    snprintf(path, sizeof(path), "/sys/class/net/%.64s/speed", name);
     mbps = rd(c, path, speed, sizeof(speed)) > 0 ? strtol(speed, NULL, 10) : -1;
-    snprintf(id, sizeof(id), "nic.%.64s", names[i]);
-    snprintf(title, sizeof(title), "NIC %.64s", names[i]);
+    snprintf(id, sizeof(id), "nic.%.64s", name);
+    snprintf(title, sizeof(title), "NIC %.64s", name);
     if (!(it = item(c, id, title, strcmp(oper, "up") == 0 ? DOC_PASS : DOC_INFO, 0)))
       return;
     if (mbps > 0)
@@ -964,7 +965,7 @@ int doc_collect(const doc_opts_t *opts, doc_report_t **out) {
   aff_sysinfo_t si;
   gpu_t *gpus;
   aff_facts_t *facts = NULL;
-  hca_t hcas[64];
+  hca_t hcas[AFF_FACTS_HCAS];
   int ng = 0, nh;
   if (opts)
     memcpy(&o, opts, LU_MIN(sizeof(o), opts->size ? opts->size : sizeof(o)));
@@ -1006,7 +1007,7 @@ int doc_collect(const doc_opts_t *opts, doc_report_t **out) {
   check_gpus(&c, &o, &si, gpus, &ng);
   check_nouveau(&c);
   check_versions(&c, &o, &si, ng);
-  nh = check_ib(&c, &o, hcas, 64);
+  nh = check_ib(&c, &o, hcas, AFF_FACTS_HCAS);
   check_nics(&c);
   check_placement(&c, gpus, ng, hcas, nh);
   check_peermem(&c, ng, nh);

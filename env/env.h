@@ -204,7 +204,8 @@ int env_build_rank(const env_rank_opts_t *o, env_t **out);
 
 /* ---- node facts the lint checks against ---------------------------------- */
 
-#define ENV_NODE_MAX 64
+#define ENV_NODE_NETDEVS 1024 /* as aff.h's AFF_FACTS_NETDEVS */
+#define ENV_NODE_HCAS 256     /* as AFF_FACTS_HCAS */
 typedef struct env_hca_s {
   char name[32];
   int nports;
@@ -215,9 +216,12 @@ typedef struct env_hca_s {
 typedef struct env_node_s {
   int probed;            /* 0: no names known, existence checks skipped */
   int nnetdevs;
-  char netdevs[ENV_NODE_MAX][32];
+  char netdevs[ENV_NODE_NETDEVS][32];
   int nhcas;
-  env_hca_t hcas[ENV_NODE_MAX];
+  env_hca_t hcas[ENV_NODE_HCAS];
+  int netdevs_incomplete; /* more interfaces than listed: a name not in
+                             netdevs may exist, and is not called missing */
+  int hcas_incomplete;    /* the same for the RDMA devices */
   int has_nvlink;        /* 1, 0, -1 unknown (aff_topo_has_nvlink) */
   int nccl_version;      /* 22809; 0 = unknown: the list's reference */
   int torch_version;     /* the workers' PyTorch (major * 100 + minor), 0

@@ -321,14 +321,22 @@ static void check_ifname(lint_t *l) {
   for (int k = 0; k < l->node->nnetdevs; k++)
     snprintf(avail + strlen(avail), sizeof(avail) - strlen(avail), "%s%s",
              avail[0] ? " " : "", l->node->netdevs[k]);
-  if (!any) {
+  if (!any && l->node->netdevs_incomplete) {
+    /* the node has more interfaces than were listed: the name may be
+     * among the others, and a job is not refused on a guess */
+    add(l, ENV_SEV_INFO, "ifname-unchecked", "NCCL_SOCKET_IFNAME",
+        "check with ip -br link that the interface exists",
+        "this node has more network interfaces than launch lists (%d); "
+        "'%s' matches none of those listed",
+        l->node->nnetdevs, v);
+  } else if (!any) {
     char fix[600];
     snprintf(fix, sizeof(fix), "pick one of this node's interfaces: %s", avail);
     add(l, ENV_SEV_ERROR, "ifname-missing", "NCCL_SOCKET_IFNAME", fix,
         "no interface of this node matches '%s': NCCL finds no socket "
         "interface and the job fails at init",
         v);
-  } else if (missing[0]) {
+  } else if (missing[0] && !l->node->netdevs_incomplete) {
     add(l, ENV_SEV_INFO, "ifname-missing", "NCCL_SOCKET_IFNAME",
         "remove the entries this node lacks if no node has them",
         "%s matches no interface of this node", missing);
@@ -364,6 +372,8 @@ static void check_hca(lint_t *l) {
              (int)(colon ? (size_t)(colon - nl.item[i]) : strlen(nl.item[i])),
              nl.item[i]);
     h = find_hca(l->node, &nl, name);
+    if (h == NULL && l->node->hcas_incomplete)
+      continue; /* among the devices not listed, maybe */
     if (h == NULL) {
       snprintf(fix, sizeof(fix), "%s%s",
                avail[0] ? "this node's RDMA devices: " : "this node has no RDMA "

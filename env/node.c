@@ -10,9 +10,11 @@ void env_node_from_facts(env_node_t *n, const aff_facts_t *f) {
   memset(n, 0, sizeof(*n));
   n->has_nvlink = -1;
   n->probed = f->probed;
-  for (int i = 0; i < f->nnetdevs && n->nnetdevs < ENV_NODE_MAX; i++)
+  for (int i = 0; i < f->nnetdevs && n->nnetdevs < ENV_NODE_NETDEVS; i++)
     lu_strlcpy(n->netdevs[n->nnetdevs++], f->netdevs[i], sizeof(n->netdevs[0]));
-  for (int i = 0; i < f->nhcas && n->nhcas < ENV_NODE_MAX; i++) {
+  n->netdevs_incomplete = f->netdevs_cut > 0 || n->nnetdevs < f->nnetdevs;
+  n->hcas_incomplete = f->hcas_cut > 0 || f->nhcas > ENV_NODE_HCAS;
+  for (int i = 0; i < f->nhcas && n->nhcas < ENV_NODE_HCAS; i++) {
     const aff_facts_hca_t *fh = &f->hcas[i];
     env_hca_t *h = &n->hcas[n->nhcas++];
     lu_strlcpy(h->name, fh->name, sizeof(h->name));

@@ -117,6 +117,61 @@ static void doctor_reads_the_facts(void) {
   doc_free(r);
 }
 
+/* A Kubernetes node: eth0 and 100 Calico veths (cali*, sorted before
+ * it), 70 SR-IOV RDMA devices. Every name is kept, so the lint finds eth0
+ * and mlx5_69 (a cap of 64 in readdir order dropped any of them, and the
+ * job was refused: "no interface of this node matches 'eth0'"). */
+static void many_interfaces(void) {
+  aff_facts_t *f = malloc(sizeof(*f));
+  env_node_t *n = calloc(1, sizeof(*n));
+  char many[600], p[128];
+  env_t *e = NULL;
+  env_finding_t *fd = NULL;
+  int nf = 0;
+  const char *envv[] = {"NCCL_SOCKET_IFNAME=eth0", "NCCL_IB_HCA=mlx5_69", NULL};
+  env_rank_opts_t ro = ENV_RANK_OPTS_INIT;
+  doc_opts_t o = DOC_OPTS_INIT;
+  doc_report_t *r = NULL;
+  ASSERT(f && n);
+  snprintf(many, sizeof(many), "%s/k8s", test_tmpdir());
+  test_put_file(many, "/sys/class/net/eth0/operstate", "up\n");
+  test_put_file(many, "/sys/class/net/eth0/device/vendor", "0x15b3\n");
+  for (int i = 0; i < 100; i++) {
+    snprintf(p, sizeof(p), "/sys/class/net/cali%011x/operstate", 0x5eed0000u + (unsigned)i);
+    test_put_file(many, p, "up\n");
+  }
+  for (int i = 0; i < 70; i++) {
+    snprintf(p, sizeof(p), "/sys/class/infiniband/mlx5_%d/ports/1/state", i);
+    test_put_file(many, p, "4: ACTIVE\n");
+  }
+  aff_facts_probe(f, many);
+  ASSERT_EQ(101, f->nnetdevs);
+  ASSERT_EQ(0, f->netdevs_cut);
+  ASSERT_STR_EQ("eth0", f->netdevs[100]);
+  ASSERT_EQ(70, f->nhcas);
+  ASSERT_EQ(0, f->hcas_cut);
+  env_node_from_facts(n, f);
+  ASSERT_EQ(101, n->nnetdevs);
+  ASSERT_EQ(0, n->netdevs_incomplete);
+  ro.base = (char *const *)envv;
+  ASSERT_OK(env_build_rank(&ro, &e));
+  ASSERT_OK(env_lint(e, n, &fd, &nf));
+  for (int i = 0; i < nf; i++)
+    if (strcmp(fd[i].rule, "ifname-missing") == 0 || strcmp(fd[i].rule, "hca-missing") == 0)
+      TEST_FAIL("%s: %s", fd[i].rule, fd[i].why);
+  free(fd);
+  env_free(e);
+  /* launch doctor lists the hardware NIC among the veths */
+  o.root = many;
+  o.probe_libs = 0;
+  ASSERT_OK(doc_collect(&o, &r));
+  ASSERT(doc_find(r, "nic.eth0") != NULL);
+  ASSERT(doc_find(r, "ib.mlx5_69.1") != NULL);
+  doc_free(r);
+  free(n);
+  free(f);
+}
+
 int main(void) {
   aff_facts_t *f = malloc(sizeof(*f));
   ASSERT(f != NULL);
@@ -125,6 +180,7 @@ int main(void) {
   facts_are_read(f);
   lint_reads_the_facts(f);
   doctor_reads_the_facts();
+  many_interfaces();
   /* nothing there: nothing known, nothing invented */
   aff_facts_probe(f, "/nonexistent-root");
   ASSERT(f->probed == 0 && f->ngpus == 0 && f->nhcas == 0);

@@ -330,6 +330,19 @@ static void test_probe(void) {
   /* the seed's file on this node: mlx5_0 is there, port 1 is IB */
   lint_text("NCCL_IB_HCA=mlx5_1\nNCCL_SOCKET_IFNAME=ib0\n", NULL, n);
   must("hca-port-down", "NCCL_IB_HCA", ENV_SEV_WARN);
+  /* a node with more interfaces or RDMA devices than listed: a name not
+   * listed is not called missing, nor the job refused */
+  n->netdevs_incomplete = 1;
+  n->hcas_incomplete = 1;
+  lint_text("NCCL_IB_HCA=mlx5_9\nNCCL_SOCKET_IFNAME=eth0\n", NULL, n);
+  ASSERT(find("ifname-missing", NULL) == NULL);
+  ASSERT(find("hca-missing", NULL) == NULL);
+  must("ifname-unchecked", "NCCL_SOCKET_IFNAME", ENV_SEV_INFO);
+  n->netdevs_incomplete = 0;
+  n->hcas_incomplete = 0;
+  lint_text("NCCL_IB_HCA=mlx5_9\nNCCL_SOCKET_IFNAME=eth0\n", NULL, n);
+  must("ifname-missing", "NCCL_SOCKET_IFNAME", ENV_SEV_ERROR);
+  must("hca-missing", "NCCL_IB_HCA", ENV_SEV_ERROR);
   ASSERT_EQ(0, env_node_probe(n, "/nonexistent-root"));
   ASSERT_EQ(0, n->probed);
   free(n);
