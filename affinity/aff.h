@@ -203,6 +203,12 @@ void aff_topo_free(aff_topo_t *t); /* NULL is a no-op */
 /* Where it came from: "hwloc XML tests/topo/dgx-a100.xml" or "this machine
  * (hwloc 2.9.0, GPUs from sysfs)"; "from NVML" with AFF_GPUSRC_NVML. */
 const char *aff_topo_source(const aff_topo_t *t);
+/* The number of GPUs CUDA sees on this machine (root: as in
+ * aff_topo_opts_t) with this CUDA_VISIBLE_DEVICES (NULL = unset): the
+ * aff_topo_ngpus() of its topology, without loading one (no hwloc; the
+ * driver's file and the PCI ids of each of its GPUs). --nproc-per-node
+ * gpu and auto. */
+int aff_gpu_count(const char *root, const char *cuda_visible_devices);
 const char *aff_topo_hostname(const aff_topo_t *t);
 int aff_topo_ngpus(const aff_topo_t *t);          /* visible GPUs */
 const aff_gpu_t *aff_topo_gpu(const aff_topo_t *t, int i);

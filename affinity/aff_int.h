@@ -124,6 +124,11 @@ void aff__nic_ports(aff_topo_t *t, hwloc_obj_t hca, aff_nic_t *n);
 
 /* t->all (with all_obj and all_io) in bus id order. */
 void aff__sort_all(aff_topo_t *t);
+/* CUDA_VISIBLE_DEVICES (cvd, NULL = unset) over n GPUs in bus id order
+ * whose UUIDs are uuids[i] ("" unknown), as CUDA reads it. OUT pick[j]: the
+ * GPU that is CUDA device j. RET the number of visible GPUs. */
+int aff__visible(const char *cvd, const char *const *uuids, int n, int *pick,
+                 lu_log_t *log);
 
 /* aff_sysfs.c: every NVIDIA GPU CUDA can see (t->all, PCI order) and every
  * NIC (t->nics, PCI order) with their PCIe paths, NUMA nodes and links,

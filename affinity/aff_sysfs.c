@@ -45,20 +45,20 @@ static int class_important(unsigned cls) {
          base == 0x06 || base == 0x12;
 }
 
-static int read_hex(const aff_topo_t *t, const char *busid, const char *attr,
+static int read_hex(const char *root, const char *busid, const char *attr,
                     unsigned long *v) {
   char path[128], buf[32];
   snprintf(path, sizeof(path), SYS_PCI "/%s/%s", busid, attr);
-  if (aff__read_line(t->root, path, buf, sizeof(buf)) <= 0)
+  if (aff__read_line(root, path, buf, sizeof(buf)) <= 0)
     return -1;
   *v = strtoul(buf, NULL, 16);
   return 0;
 }
 
 /* PCI class (the upper 16 bits of sysfs' 24-bit class), -1 unknown. */
-static long pci_class(const aff_topo_t *t, const char *busid) {
+static long pci_class(const char *root, const char *busid) {
   unsigned long v;
-  return read_hex(t, busid, "class", &v) == 0 ? (long)(v >> 8) : -1;
+  return read_hex(root, busid, "class", &v) == 0 ? (long)(v >> 8) : -1;
 }
 
 static int sys_readlink(const aff_topo_t *t, const char *path, char *buf,
@@ -130,7 +130,7 @@ static int bus_local_cpus(const aff_topo_t *t, const char *rootdir,
     if (aff__busid_norm(e->d_name, norm) != 0 ||
         (first[0] && strcmp(norm, first) >= 0))
       continue;
-    if ((cls = pci_class(t, norm)) < 0 || !class_important((unsigned)cls))
+    if ((cls = pci_class(t->root, norm)) < 0 || !class_important((unsigned)cls))
       continue;
     lu_strlcpy(first, norm, sizeof(first));
   }
@@ -271,18 +271,19 @@ typedef struct drv_gpu_s {
   char uuid[48];
   int minor;
   int excluded;
+  unsigned device; /* PCI device id */
 } drv_gpu_t;
 
 /* /proc/driver/nvidia/gpus/<bus id>/information, one per GPU the driver
  * runs: "Model: \t\t NVIDIA H200", "GPU UUID: \t GPU-...", "Device Minor:
  * \t 0", "GPU Excluded: \t No". RET the count, -1 when the directory is
  * absent (no driver, or a driver that does not say). */
-static int read_driver_gpus(const aff_topo_t *t, drv_gpu_t *g, int max) {
+static int read_driver_gpus(const char *root, drv_gpu_t *g, int max) {
   char dir[512];
   DIR *d;
   struct dirent *e;
   int n = 0;
-  snprintf(dir, sizeof(dir), "%s/proc/driver/nvidia/gpus", t->root);
+  snprintf(dir, sizeof(dir), "%s/proc/driver/nvidia/gpus", root);
   if ((d = opendir(dir)) == NULL)
     return -1;
   while ((e = readdir(d)) != NULL && n < max) {
@@ -294,7 +295,7 @@ static int read_driver_gpus(const aff_topo_t *t, drv_gpu_t *g, int max) {
       continue;
     snprintf(path, sizeof(path), "/proc/driver/nvidia/gpus/%s/information",
              e->d_name);
-    if (aff__read_line(t->root, path, text, sizeof(text)) < 0)
+    if (aff__read_line(root, path, text, sizeof(text)) < 0)
       continue;
     for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
       char *colon = strchr(line, ':'), *v;
@@ -319,10 +320,10 @@ static int read_driver_gpus(const aff_topo_t *t, drv_gpu_t *g, int max) {
   return n;
 }
 
-static int dev_exists(const aff_topo_t *t, const char *name) {
+static int dev_exists(const char *root, const char *name) {
   char path[512];
   struct stat sb;
-  snprintf(path, sizeof(path), "%s/dev/%s", t->root, name);
+  snprintf(path, sizeof(path), "%s/dev/%s", root, name);
   return stat(path, &sb) == 0;
 }
 
@@ -330,13 +331,13 @@ static int dev_exists(const aff_topo_t *t, const char *name) {
  * (nvidia-container-toolkit, the Kubernetes device plugin) has only theirs.
  * A host whose nodes are not made yet (no persistence daemon, no CUDA
  * process since boot) has none, and then nothing is filtered. */
-static int dev_nodes_present(const aff_topo_t *t) {
+static int dev_nodes_present(const char *root) {
   char dir[512];
   DIR *d;
   struct dirent *e;
   int any = 0;
-  snprintf(dir, sizeof(dir), "%s/dev", t->root);
-  if (!dev_exists(t, "nvidiactl") || (d = opendir(dir)) == NULL)
+  snprintf(dir, sizeof(dir), "%s/dev", root);
+  if (!dev_exists(root, "nvidiactl") || (d = opendir(dir)) == NULL)
     return 0;
   while (!any && (e = readdir(d)) != NULL)
     any = strncmp(e->d_name, "nvidia", 6) == 0 && e->d_name[6] >= '0' &&
@@ -346,77 +347,116 @@ static int dev_nodes_present(const aff_topo_t *t) {
   return any;
 }
 
-static void scan_gpus(aff_topo_t *t, lu_log_t *log) {
-  char dir[512];
+/* An NVIDIA display or 3D controller (0x0300 VGA, 0x0302 3D controller:
+ * every datacenter GPU) at busid. OUT *device: its PCI device id. */
+static int is_gpu(const char *root, const char *busid, unsigned *device) {
+  unsigned long vendor, dev;
+  long cls;
+  if (read_hex(root, busid, "vendor", &vendor) != 0 || vendor != 0x10de)
+    return 0;
+  cls = pci_class(root, busid);
+  if (cls != 0x0300 && cls != 0x0302)
+    return 0;
+  *device = read_hex(root, busid, "device", &dev) == 0 ? (unsigned)dev : 0;
+  return 1;
+}
+
+/* The GPUs CUDA can use under root, in bus id order: those the driver
+ * runs and has not excluded and, in a container, whose device node it was
+ * given; without a driver every NVIDIA GPU of the PCI bus. With a driver
+ * only its GPUs' files are read, so that --nproc-per-node gpu counts them
+ * (aff_gpu_count) at the cost of a few small reads. OUT g[0..max-1],
+ * *skipped: GPUs the driver runs that CUDA does not see here. RET the
+ * count. */
+static int cuda_gpus(const char *root, drv_gpu_t *g, int max, int *skipped) {
   DIR *d;
   struct dirent *e;
-  drv_gpu_t *drv = calloc(AFF_MAX_GPUS, sizeof(*drv));
-  int ndrv, devfilter, skipped = 0;
-  if (drv == NULL)
-    return;
-  ndrv = read_driver_gpus(t, drv, AFF_MAX_GPUS);
-  devfilter = ndrv > 0 && dev_nodes_present(t);
-  snprintf(dir, sizeof(dir), "%s" SYS_PCI, t->root);
-  if ((d = opendir(dir)) == NULL) {
-    free(drv);
-    return;
-  }
-  while ((e = readdir(d)) != NULL && t->nall < AFF_MAX_GPUS) {
-    char bid[16], name[32];
-    unsigned long vendor, device;
-    long cls;
-    const drv_gpu_t *x = NULL;
-    aff_gpu_t *g;
-    if (aff__busid_norm(e->d_name, bid) != 0 ||
-        read_hex(t, bid, "vendor", &vendor) != 0 || vendor != 0x10de)
-      continue;
-    /* 0x0300 VGA, 0x0302 3D controller (every datacenter GPU) */
-    cls = pci_class(t, bid);
-    if (cls != 0x0300 && cls != 0x0302)
-      continue;
-    for (int i = 0; i < ndrv; i++)
-      if (strcmp(drv[i].busid, bid) == 0)
-        x = &drv[i];
-    /* CUDA sees the GPUs the driver runs and has not excluded, and in a
-     * container only those whose device node it was given. */
-    if (ndrv >= 0 && (x == NULL || x->excluded)) {
-      skipped++;
-      continue;
+  int ndrv = read_driver_gpus(root, g, max), devfilter, n = 0;
+  *skipped = 0;
+  if (ndrv < 0) {
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s" SYS_PCI, root);
+    if ((d = opendir(dir)) == NULL)
+      return 0;
+    while ((e = readdir(d)) != NULL && n < max) {
+      memset(&g[n], 0, sizeof(g[n]));
+      g[n].minor = -1;
+      if (aff__busid_norm(e->d_name, g[n].busid) == 0 &&
+          is_gpu(root, g[n].busid, &g[n].device))
+        n++;
     }
-    if (devfilter) {
-      snprintf(name, sizeof(name), "nvidia%d", x->minor);
-      if (x->minor < 0 || !dev_exists(t, name)) {
-        skipped++;
+    closedir(d);
+  } else {
+    devfilter = ndrv > 0 && dev_nodes_present(root);
+    for (int i = 0; i < ndrv; i++) {
+      char name[32];
+      drv_gpu_t x = g[i];
+      if (!is_gpu(root, x.busid, &x.device))
+        continue;
+      snprintf(name, sizeof(name), "nvidia%d", x.minor);
+      if (x.excluded || (devfilter && (x.minor < 0 || !dev_exists(root, name)))) {
+        (*skipped)++;
         continue;
       }
+      g[n++] = x;
     }
-    g = &t->all[t->nall];
+  }
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && strcmp(g[j - 1].busid, g[j].busid) > 0; j--) {
+      drv_gpu_t tmp = g[j];
+      g[j] = g[j - 1];
+      g[j - 1] = tmp;
+    }
+  return n;
+}
+
+int aff_gpu_count(const char *root, const char *cuda_visible_devices) {
+  drv_gpu_t *drv = calloc(AFF_MAX_GPUS, sizeof(*drv));
+  const char *uuids[AFF_MAX_GPUS];
+  int pick[AFF_MAX_GPUS], n, skipped;
+  if (drv == NULL)
+    return 0;
+  n = cuda_gpus(root && strcmp(root, "/") ? root : "", drv, AFF_MAX_GPUS,
+                &skipped);
+  for (int i = 0; i < n; i++)
+    uuids[i] = drv[i].uuid;
+  n = aff__visible(cuda_visible_devices, uuids, n, pick, NULL);
+  free(drv);
+  return n;
+}
+
+static void scan_gpus(aff_topo_t *t, lu_log_t *log) {
+  drv_gpu_t *drv = calloc(AFF_MAX_GPUS, sizeof(*drv));
+  int n, skipped;
+  if (drv == NULL)
+    return;
+  n = cuda_gpus(t->root, drv, AFF_MAX_GPUS, &skipped);
+  for (int i = 0; i < n && t->nall < AFF_MAX_GPUS; i++) {
+    const drv_gpu_t *x = &drv[i];
+    aff_gpu_t *g = &t->all[t->nall];
     memset(g, 0, sizeof(*g));
-    lu_strlcpy(g->busid, bid, sizeof(g->busid));
+    lu_strlcpy(g->busid, x->busid, sizeof(g->busid));
     g->vendor = 0x10de;
-    g->device = read_hex(t, bid, "device", &device) == 0 ? (uint16_t)device : 0;
-    if (x && x->model[0])
+    g->device = (uint16_t)x->device;
+    if (x->model[0])
       lu_strlcpy(g->model, x->model, sizeof(g->model));
     else if (aff_gpu_model_name(g->device))
       lu_strlcpy(g->model, aff_gpu_model_name(g->device), sizeof(g->model));
     else
       snprintf(g->model, sizeof(g->model), "NVIDIA [10de:%04x]", g->device);
-    if (x)
-      lu_strlcpy(g->uuid, x->uuid, sizeof(g->uuid));
-    g->minor = x ? x->minor : -1;
-    g->numa = place(t, bid, &t->all_io[t->nall], &g->cpus);
-    link_of(t, bid, &g->link);
+    lu_strlcpy(g->uuid, x->uuid, sizeof(g->uuid));
+    g->minor = x->minor;
+    g->numa = place(t, g->busid, &t->all_io[t->nall], &g->cpus);
+    link_of(t, g->busid, &g->link);
     g->nic = -1;
     g->nic_path = AFF_PATH_UNKNOWN;
     t->all_obj[t->nall] = NULL;
     t->nall++;
   }
-  closedir(d);
   free(drv);
   if (skipped && log)
-    LU_DBG(log, LU_DBG_AFF, "%d NVIDIA GPU(s) on the PCI bus are not CUDA's "
-           "here (not run by the driver, excluded, or not given to this "
-           "container)", skipped);
+    LU_DBG(log, LU_DBG_AFF, "%d NVIDIA GPU(s) the driver runs are not CUDA's "
+           "here (excluded, or not given to this container)", skipped);
   aff__sort_all(t);
 }
 
@@ -453,7 +493,7 @@ static aff_nic_t *nic_for(aff_topo_t *t, const char *busid) {
       return &t->nics[k];
   /* hwloc keeps important PCI devices only, and a PCI-to-PCI bridge is a
    * bridge to it, not a device its OS devices could hang under. */
-  cls = pci_class(t, busid);
+  cls = pci_class(t->root, busid);
   if (cls < 0 || !class_important((unsigned)cls) || cls == 0x0604 ||
       t->nnics >= AFF_MAX_NICS)
     return NULL;
@@ -497,9 +537,9 @@ static void scan_nics(aff_topo_t *t) {
     unsigned long v;
     aff_cpuset_t cpus;
     lu_strlcpy(n->name, n->hca[0] ? n->hca : n->netdev, sizeof(n->name));
-    if (read_hex(t, n->busid, "vendor", &v) == 0)
+    if (read_hex(t->root, n->busid, "vendor", &v) == 0)
       n->vendor = (uint16_t)v;
-    if (read_hex(t, n->busid, "device", &v) == 0)
+    if (read_hex(t->root, n->busid, "device", &v) == 0)
       n->device = (uint16_t)v;
     n->numa = place(t, n->busid, &t->nic_io[k], &cpus);
     link_of(t, n->busid, &n->link);

@@ -368,21 +368,15 @@ static void check_order(aff_topo_t *t, const char *order, lu_log_t *log) {
  * was asked), UUIDs or unique UUID prefixes ("GPU-8f3a"), MIG instances
  * (their parent GPU). Like CUDA, the list stops at the first entry that
  * names no device. */
-static void apply_visible(aff_topo_t *t, const char *cvd, lu_log_t *log) {
+int aff__visible(const char *cvd, const char *const *uuids, int n, int *pick,
+                 lu_log_t *log) {
   char buf[1024];
   char *save = NULL, *tok;
-  int used[AFF_MAX_GPUS] = {0};
-  t->ngpus = 0;
+  int used[AFF_MAX_GPUS] = {0}, nvis = 0;
   if (cvd == NULL) {
-    for (int i = 0; i < t->nall; i++) {
-      t->gpus[t->ngpus] = t->all[i];
-      t->gpu_obj[t->ngpus] = t->all_obj[i];
-      t->gpu_io[t->ngpus] = t->all_io[i];
-      t->gpus[t->ngpus].phys = i;
-      t->gpus[t->ngpus].index = t->ngpus;
-      t->ngpus++;
-    }
-    return;
+    for (int i = 0; i < n; i++)
+      pick[i] = i;
+    return n;
   }
   lu_strlcpy(buf, cvd, sizeof(buf));
   for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -391,9 +385,9 @@ static void apply_visible(aff_topo_t *t, const char *cvd, lu_log_t *log) {
       tok++;
     lu_rtrim(tok, strlen(tok));
     if (lu_parse_int(tok, 0, 1 << 20, &v) == 0) {
-      k = v < t->nall ? v : -1;
+      k = v < n ? v : -1;
     } else if (strncmp(tok, "GPU-", 4) == 0 || strncmp(tok, "MIG-", 4) == 0) {
-      size_t n = strlen(tok);
+      size_t len = strlen(tok);
       int hits = 0;
       if (strncmp(tok, "MIG-", 4) == 0) {
         /* MIG-GPU-<uuid>/gi/ci (old form) names its parent; the new
@@ -412,16 +406,16 @@ static void apply_visible(aff_topo_t *t, const char *cvd, lu_log_t *log) {
         tok = (char *)g;
         if ((slash = strchr(tok, '/')) != NULL)
           *slash = '\0';
-        n = strlen(tok);
+        len = strlen(tok);
       }
-      for (int i = 0; i < t->nall; i++)
-        if (t->all[i].uuid[0] && strncmp(t->all[i].uuid, tok, n) == 0) {
+      for (int i = 0; i < n; i++)
+        if (uuids[i][0] && strncmp(uuids[i], tok, len) == 0) {
           k = i;
           hits++;
         }
       if (hits > 1)
         k = -1;
-      if (hits == 0 && log && t->nall > 0 && t->all[0].uuid[0] == '\0')
+      if (hits == 0 && log && n > 0 && uuids[0][0] == '\0')
         LU_WARN(log,
                 "CUDA_VISIBLE_DEVICES names GPU UUIDs but the GPUs' UUIDs are "
                 "unknown (no NVIDIA driver in /proc/driver/nvidia)");
@@ -432,16 +426,28 @@ static void apply_visible(aff_topo_t *t, const char *cvd, lu_log_t *log) {
         LU_WARN(log,
                 "CUDA_VISIBLE_DEVICES='%s': entry '%s' names no GPU of this "
                 "machine (%d found); CUDA ignores it and every entry after it",
-                cvd, tok, t->nall);
+                cvd, tok, n);
       break;
     }
     used[k] = 1;
+    pick[nvis++] = k;
+  }
+  return nvis;
+}
+
+static void apply_visible(aff_topo_t *t, const char *cvd, lu_log_t *log) {
+  const char *uuids[AFF_MAX_GPUS];
+  int pick[AFF_MAX_GPUS], n;
+  for (int i = 0; i < t->nall; i++)
+    uuids[i] = t->all[i].uuid;
+  n = aff__visible(cvd, uuids, t->nall, pick, log);
+  for (t->ngpus = 0; t->ngpus < n; t->ngpus++) {
+    int k = pick[t->ngpus];
     t->gpus[t->ngpus] = t->all[k];
     t->gpu_obj[t->ngpus] = t->all_obj[k];
     t->gpu_io[t->ngpus] = t->all_io[k];
     t->gpus[t->ngpus].phys = k;
     t->gpus[t->ngpus].index = t->ngpus;
-    t->ngpus++;
   }
 }
 

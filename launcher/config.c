@@ -1667,7 +1667,11 @@ static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
       c->prog_argv[0][0] == '-')
     return fail(err, n, "--module: '%s' is not a module name",
                 c->prog_argv[0]);
-  c->ngpus = lu_gpu_count(c->cuda_visible_devices);
+  /* What the topology counts (torchrun: torch.cuda.device_count()): GPUs
+   * excluded or not given to this container are not CUDA's, and
+   * CUDA_VISIBLE_DEVICES ends at its first entry that names none. */
+  c->ngpus = aff_gpu_count(c->env_root[0] ? c->env_root : NULL,
+                           c->cuda_visible_devices);
   if (!strcmp(s, "gpu") && c->ngpus == 0)
     return fail(err, n, "--nproc-per-node gpu: no GPU found (no "
                         "/proc/driver/nvidia/gpus, or CUDA_VISIBLE_DEVICES "

@@ -54,7 +54,7 @@ int launch_node_open(const cfg_t *c, int want_topo, const char *root,
    * the agent), only where there is a GPU to describe. */
   memset(&n->si, 0, sizeof(n->si));
   n->si.ngpus = -1;
-  if (root || lu_gpu_count(NULL) > 0)
+  if (root || aff_gpu_count(root, NULL) > 0)
     aff_sysinfo_files(&n->si, root);
   return 0;
 }

@@ -267,6 +267,9 @@ static aff_topo_t *load_xml(const char *xml, const char *root, const char *cvd,
   o.log = logf ? &log : NULL;
   if (aff_topo_load(&o, &t, err, sizeof(err)) != 0)
     TEST_FAIL("load %s (root %s): %s", xml, root ? root : "-", err);
+  /* --nproc-per-node gpu counts, without a topology, what it finds */
+  if (root)
+    ASSERT_EQ(aff_topo_ngpus(t), aff_gpu_count(root, cvd));
   return t;
 }
 
@@ -443,6 +446,12 @@ static void test_cuda_rules(void) {
   ASSERT_STR_EQ("0000:8a:00.0", aff_topo_gpu(t, 1)->busid);
   ASSERT_EQ(1, aff_topo_gpu(t, 1)->numa);
   aff_topo_free(t);
+  /* and CUDA stops at the first index past them */
+  t = load_xml(xml, root, "0,1,2,3,4,5", NULL, NULL);
+  ASSERT_EQ(2, aff_topo_ngpus(t));
+  aff_topo_free(t);
+  ASSERT_EQ(0, aff_gpu_count(root, "-1"));
+  ASSERT_EQ(1, aff_gpu_count(root, "1,1"));
 
   /* No driver at all: every NVIDIA GPU of the PCI bus, UUIDs unknown; a
    * UUID in CUDA_VISIBLE_DEVICES then names nothing, said once. */

@@ -134,6 +134,27 @@ run 2 "$L" env --fingerprint --program /nonexistent/train.bin
 has "cannot hash /nonexistent/train.bin"
 run 2 "$L" env --local-rank 9 --nproc-per-node 2
 has "only 2 local ranks planned"
+# --nproc-per-node gpu counts the GPUs CUDA sees: a container given 2 of
+# the host's 4 (the driver's /proc lists all 4), and CUDA_VISIBLE_DEVICES
+# ending at its first index past them
+g="$tmp/gpus"
+for i in 0 1 2 3; do
+  b="0000:0$((i + 1)):00.0"
+  mkdir -p "$g/proc/driver/nvidia/gpus/$b" "$g/sys/bus/pci/devices/$b" "$g/dev"
+  printf 'Model: \t\t NVIDIA H100\nGPU UUID: \t GPU-0000000%d-0000-4000-8000-000000000000\nDevice Minor: \t %d\nGPU Excluded: \t No\n' \
+    "$i" "$i" >"$g/proc/driver/nvidia/gpus/$b/information"
+  echo 0x10de >"$g/sys/bus/pci/devices/$b/vendor"
+  echo 0x030200 >"$g/sys/bus/pci/devices/$b/class"
+done
+touch "$g/dev/nvidiactl" "$g/dev/nvidia0" "$g/dev/nvidia2"
+run 0 "$L" env --root "$g" --nproc-per-node gpu
+has "LOCAL_WORLD_SIZE=2"
+CUDA_VISIBLE_DEVICES=0,1,2,3,4,5 run 0 "$L" env --root "$g" --nproc-per-node auto
+has "LOCAL_WORLD_SIZE=2"
+CUDA_VISIBLE_DEVICES=1,GPU-00000002 run 0 "$L" env --root "$g" --nproc-per-node gpu
+has "LOCAL_WORLD_SIZE=1"
+CUDA_VISIBLE_DEVICES=GPU-00000001 run 2 "$L" env --root "$g" --nproc-per-node gpu
+has "no GPU found"
 
 # ---- launch doctor --------------------------------------------------------------
 r="$tmp/root"

@@ -122,7 +122,7 @@ static void test_binding_defaults(void) {
   ASSERT_STR_EQ("0:1", c.cpu_bind);
   cfg_free(&c);
   /* where this machine has GPUs, a visible one means NUMA binding */
-  if (lu_gpu_count(NULL) > 0) {
+  if (aff_gpu_count(NULL, NULL) > 0) {
     ASSERT_EQ(0, parse(&c, ARGS("--standalone", "x"),
                        ENV("CUDA_VISIBLE_DEVICES=0"), err, sizeof(err)));
     ASSERT_EQ(1, c.ngpus);

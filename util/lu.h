@@ -190,13 +190,6 @@ int lu_nofile_given(unsigned long long *cur, unsigned long long *max);
 
 /* ---- this node -------------------------------------------------------------------- */
 
-/* NVIDIA GPUs of this node, cheaply (no library loaded): the entries of
- * /proc/driver/nvidia/gpus, else the /dev/nvidiaN devices. With
- * cuda_visible_devices (the variable's value; NULL = unset) the visible
- * ones: none when the node has none, or the list is "" or starts with -1,
- * else the length of the list. */
-int lu_gpu_count(const char *cuda_visible_devices);
-
 /* ---- JSON (json.c) ---------------------------------------------------------------- */
 
 typedef enum {

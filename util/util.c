@@ -1,6 +1,5 @@
 /* util.c - time, endpoint and number parsing, random bytes, files. */
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -386,31 +385,6 @@ int lu_which(const char *name, const char *path, char *out, size_t cap) {
     if (*p == '\0')
       return -1;
   }
-}
-
-int lu_gpu_count(const char *cvd) {
-  DIR *d;
-  struct dirent *e;
-  int n = 0;
-  if ((d = opendir("/proc/driver/nvidia/gpus")) != NULL) {
-    while ((e = readdir(d)) != NULL)
-      n += e->d_name[0] != '.';
-    closedir(d);
-  } else if ((d = opendir("/dev")) != NULL) {
-    while ((e = readdir(d)) != NULL)
-      n += strncmp(e->d_name, "nvidia", 6) == 0 &&
-           isdigit((unsigned char)e->d_name[6]);
-    closedir(d);
-  }
-  if (cvd == NULL || n == 0)
-    return n;
-  /* CUDA stops at the first -1: "" and "-1" hide every GPU. */
-  for (n = 0; *cvd && strncmp(cvd, "-1", 2) != 0; n++) {
-    cvd += strcspn(cvd, ",");
-    if (*cvd == ',')
-      cvd++;
-  }
-  return n;
 }
 
 int lu_read_line(const char *root, const char *path, char *buf, size_t n) {
