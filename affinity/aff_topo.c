@@ -698,20 +698,23 @@ static int nic_usable(const aff_nic_t *n) {
 }
 
 static void pick_nics(aff_topo_t *t) {
-  int has_hca = 0;
+  int has_hca = 0, has_usable = 0;
   int best[AFF_MAX_GPUS];
   unsigned long long candmask[AFF_MAX_GPUS];
-  for (int k = 0; k < t->nnics; k++)
-    if (t->nics[k].hca[0] && nic_usable(&t->nics[k]))
-      has_hca = 1;
+  for (int k = 0; k < t->nnics; k++) {
+    has_usable |= nic_usable(&t->nics[k]);
+    has_hca |= t->nics[k].hca[0] && nic_usable(&t->nics[k]);
+  }
   for (int g = 0; g < t->ngpus; g++) {
     best[g] = AFF_PATH_UNKNOWN;
     candmask[g] = 0;
     for (int k = 0; k < t->nnics && k < 64; k++) {
       const aff_nic_t *n = &t->nics[k];
       int p;
-      /* RDMA when there is any; a down port only when nothing else. */
-      if (has_hca && (n->hca[0] == '\0' || !nic_usable(n)))
+      /* One kind for every rank, as NCCL_IB_HCA and NCCL_SOCKET_IFNAME
+       * must agree across ranks: an RDMA port that is up when there is
+       * any, else a NIC that is up; a down port only when nothing else. */
+      if ((has_hca && n->hca[0] == '\0') || (has_usable && !nic_usable(n)))
         continue;
       p = (int)aff_topo_gpu_nic_path(t, g, k);
       if (p < best[g]) {
@@ -742,6 +745,10 @@ static void pick_nics(aff_topo_t *t) {
         }
       }
   }
+  if (!has_usable && t->ngpus > 0 && t->nnics > 0)
+    aff__topo_warn(t, "no NIC of this machine has a port that is up: each "
+                      "rank is given its closest one all the same, which "
+                      "NCCL cannot use until it is ACTIVE");
   /* the compute rails: HCAs some GPU uses */
   t->gpu_hcas[0] = '\0';
   for (int k = 0; k < t->nnics; k++) {

@@ -22,11 +22,40 @@ static aff_topo_t *load(const char *name, const char *cvd) {
   aff_topo_t *t = NULL;
   char err[512] = "";
   int rc;
-  o.xml = topo_path(name);
+  o.xml = name[0] == '/' ? name : topo_path(name);
   o.cuda_visible_devices = cvd;
   rc = aff_topo_load(&o, &t, err, sizeof(err));
   if (rc != 0)
     TEST_FAIL("load %s: %d %s", name, rc, err);
+  return t;
+}
+
+/* A fixture with every `from` replaced by `to` (NULL-terminated pairs),
+ * loaded from a copy. */
+static aff_topo_t *load_edited(const char *name, const char *const *edits) {
+  FILE *f = fopen(topo_path(name), "r");
+  char *text, *at, copy[512];
+  long len;
+  aff_topo_t *t;
+  ASSERT(f != NULL);
+  fseek(f, 0, SEEK_END);
+  len = ftell(f);
+  rewind(f);
+  ASSERT((text = calloc(1, (size_t)len * 2 + 1)) != NULL);
+  ASSERT_EQ((size_t)len, fread(text, 1, (size_t)len, f));
+  fclose(f);
+  for (; edits[0]; edits += 2)
+    for (at = text; (at = strstr(at, edits[0])) != NULL; at += strlen(edits[1])) {
+      size_t a = strlen(edits[0]), b = strlen(edits[1]);
+      memmove(at + b, at + a, strlen(at + a) + 1);
+      memcpy(at, edits[1], b);
+    }
+  snprintf(copy, sizeof(copy), "%s/edited.xml", test_tmpdir());
+  ASSERT((f = fopen(copy, "w")) != NULL);
+  fputs(text, f);
+  fclose(f);
+  free(text);
+  t = load(copy, NULL);
   return t;
 }
 
@@ -376,6 +405,35 @@ static void test_every_xml(void) {
   ASSERT(n >= 3);
 }
 
+/* A port that is down is nobody's NIC while another NIC is up, and every
+ * rank gets the same kind (seed 000 with its only HCA down: ranks 0,2,4,6
+ * got the dead mlx5_0, 1,3,5,7 eno1, and NCCL_IB_HCA differed). */
+static void test_down_hca(void) {
+  static const char *const down[] = {
+      "\"Port1State\" value=\"4\"", "\"Port1State\" value=\"1\"", NULL};
+  static const char *const all_down[] = {
+      "\"Port1State\" value=\"4\"", "\"Port1State\" value=\"1\"",
+      "name=\"eno1\" osdev_type=\"2\"", "name=\"eno1\" osdev_type=\"0\"", NULL};
+  aff_topo_t *t = load_edited("v100-pcie-2s.xml", down);
+  aff_plan_t *p = plan(t, "numa", "none", 8);
+  for (int r = 0; r < 8; r++) {
+    ASSERT_STR_EQ("", aff_plan_rank(p, r)->hca);
+    ASSERT_STR_EQ("eno1", aff_plan_rank(p, r)->netdev);
+  }
+  ASSERT_STR_EQ("", aff_topo_gpu_hcas(t));
+  ASSERT(!has_warning(t, p, "no NIC of this machine has a port that is up"));
+  aff_plan_free(p);
+  aff_topo_free(t);
+  /* nothing else left: the down HCA, for every rank, with a warning */
+  t = load_edited("v100-pcie-2s.xml", all_down);
+  p = plan(t, "numa", "none", 8);
+  for (int r = 0; r < 8; r++)
+    ASSERT_STR_EQ("mlx5_0", aff_plan_rank(p, r)->hca);
+  ASSERT(has_warning(t, p, "no NIC of this machine has a port that is up"));
+  aff_plan_free(p);
+  aff_topo_free(t);
+}
+
 static void test_bad_files(void) {
   aff_topo_opts_t o = AFF_TOPO_OPTS_INIT;
   aff_topo_t *t = NULL;
@@ -423,6 +481,7 @@ int main(void) {
   test_h200();
   test_h200_x2();
   test_every_xml();
+  test_down_hca();
   test_bad_files();
   ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
   /* Discovering this machine may load NVML and the CUDA runtime, which keep
