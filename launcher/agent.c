@@ -2827,8 +2827,8 @@ static int prepare_node(agent_t *a) {
   env_finding_t *f = NULL;
   env_t *e0 = NULL;
   int nf = 0, errors = 0, rc;
-  rc = launch_node_open(o, o->max_nodes > 1 && o->ngpus > 0, NULL, &a->log,
-                        &a->node, err, sizeof(err));
+  rc = launch_node_open(o, o->max_nodes > 1 && o->ngpus > 0 ? LAUNCH_NODE_TOPO : 0,
+                        NULL, &a->log, &a->node, err, sizeof(err));
   if (rc != 0) {
     LU_ERR(&a->log, "%s", err);
     return rc;

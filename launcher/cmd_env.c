@@ -192,8 +192,12 @@ int launch_cmd_env(int argc, char **argv) {
                        c.env_local_rank, c.nproc, c.nproc == 1 ? "" : "s");
     goto out;
   }
-  if ((rc = launch_node_open(&c, (c.env_fingerprint || c.max_nodes > 1) &&
-                                     c.ngpus > 0,
+  if ((rc = launch_node_open(&c,
+                             LAUNCH_NODE_SHOW |
+                                 ((c.env_fingerprint || c.max_nodes > 1) &&
+                                          c.ngpus > 0
+                                      ? LAUNCH_NODE_TOPO
+                                      : 0),
                              c.env_root[0] ? c.env_root : NULL, &log, &n, err,
                              sizeof(err))) != 0) {
     launch_usage_error("%s", err);

@@ -50,12 +50,21 @@ typedef struct launch_node_s {
                          workers are neither bound nor told */
 } launch_node_t;
 
+/* What launch_node_open is for. */
+enum {
+  LAUNCH_NODE_TOPO = 1 << 0, /* load the topology even without binding */
+  LAUNCH_NODE_SHOW = 1 << 1  /* `launch env`: ranks are shown, not started,
+                                so another machine's plan (--topology) is
+                                shown as theirs; elsewhere it is a report
+                                only (this machine is not that one) */
+};
+
 /* Load the profile, the node's facts, the topology (when binding,
- * --report-bindings, --topology or want_topo ask for it) and the plan. Blocking (hwloc, and
+ * --report-bindings, --topology or LAUNCH_NODE_TOPO ask for it) and the plan. Blocking (hwloc, and
  * NVML where there are GPUs); once at start. Messages go to log (NULL:
  * quiet). RET 0, or an error with err naming the flag to fix. Close n
  * whatever it returned. */
-int launch_node_open(const cfg_t *c, int want_topo, const char *root,
+int launch_node_open(const cfg_t *c, unsigned flags, const char *root,
                      lu_log_t *log, launch_node_t *n, char *err, size_t errlen);
 void launch_node_close(launch_node_t *n);
 

@@ -10,7 +10,7 @@
 
 #include "launch.h"
 
-int launch_node_open(const cfg_t *c, int want_topo, const char *root,
+int launch_node_open(const cfg_t *c, unsigned flags, const char *root,
                      lu_log_t *log, launch_node_t *n, char *err,
                      size_t errlen) {
   char why[1024];
@@ -31,10 +31,20 @@ int launch_node_open(const cfg_t *c, int want_topo, const char *root,
   if (aff_policy_parse(c->cpu_bind, c->mem_bind, n->pol, err, errlen) != 0)
     return RDZV_EINVAL;
   bind = n->pol->cpu != AFF_CPU_NONE || n->pol->mem != AFF_MEM_NONE;
-  /* --report-bindings prints the plan; it changes nothing for the workers */
-  n->report_only = !bind && c->report_bindings;
+  /* --report-bindings prints the plan; it changes nothing for the workers.
+   * Nor does another machine's topology where workers start here: its
+   * CPUs and NICs are not this node's (binding to them fails, or binds
+   * to the wrong ones). The tests' agents take one for a GPU node in the
+   * lint. */
+  n->report_only = (!bind && c->report_bindings) ||
+                   (n->foreign && !(flags & LAUNCH_NODE_SHOW));
+  if (n->foreign && !(flags & LAUNCH_NODE_SHOW) && log)
+    LU_WARN(log, "--topology %s is another machine's: the workers here are "
+            "neither bound nor given LAUNCH_CPUS and the other binding "
+            "variables (it is for planning that machine: launch topo "
+            "--topology, launch env --topology)", c->topology_file);
   bind = bind || c->report_bindings;
-  if (bind || want_topo || n->foreign) {
+  if (bind || (flags & LAUNCH_NODE_TOPO) || n->foreign) {
     aff_topo_opts_t to = AFF_TOPO_OPTS_INIT;
     to.xml = n->foreign ? c->topology_file : NULL;
     to.cuda_visible_devices = c->cuda_visible_devices;

@@ -262,7 +262,8 @@ int launch_from_tasks(cfg_t *c) {
                          sizeof(line));
       LU_INFO(&log, "rank %d: %s", c->task_rank, line);
     }
-    aff_apply_child(b, 2);
+    if (!node.report_only)
+      aff_apply_child(b, 2);
   }
   fflush(NULL);
   execvpe(argv[0], argv, envp);

@@ -69,6 +69,26 @@ def test_binding():
     assert rc != 0 and "list" in out.lower(), out
 
 
+def test_foreign_topology():
+    # another machine's topology binds nobody here and exports none of its
+    # binding: the workers ran unbound after EINVAL, told LAUNCH_CPUS=48-63
+    # of a DGX; --report-bindings still shows its plan
+    topo = os.path.join(HERE, "topo", "dgx-a100.xml")
+    d = tempfile.mkdtemp()
+    rc, out = run(["--standalone", "--topology", topo, "--nproc-per-node", "2",
+                   "--cpu-bind", "numa", "--mem-bind", "local", "--report-bindings",
+                   "--no-python", PY, WORKER, d, "ok"])
+    assert rc == 0, out
+    assert "another machine's: the workers here are neither bound" in out, out
+    assert "failed" not in out and "EINVAL" not in out, out
+    assert "rank 0: local rank 0" in out and "cpus 48-63" in out, out
+    envs = [r["env"] for r in records(d)]
+    assert len(envs) == 2, out
+    for e in envs:
+        assert not any(k in e for k in ("LAUNCH_CPUS", "LAUNCH_NUMA_NODE",
+                                        "LAUNCH_HCA", "LAUNCH_NETDEV")), e
+
+
 def test_profile_lock():
     d = tempfile.mkdtemp()
     # the profile wins over inherited NCCL_* values; multicast stays off
@@ -192,6 +212,7 @@ def test_fingerprint():
 
 def main():
     test_binding()
+    test_foreign_topology()
     test_profile_lock()
     test_lint_at_start()
     test_async_error_old_name()
