@@ -1657,6 +1657,29 @@ static void slurm_outside_step(cfg_t *c) {
            "(examples/slurm/train.sbatch)", job, nodes);
 }
 
+/* The GPUs the job's ranks see: this machine's (under --root), or for
+ * `launch env --topology` those of the machine planned for, counted as
+ * `launch topo` counts them (an unreadable file is node.c's to report). */
+static int job_gpus(const cfg_t *c, unsigned flags) {
+  aff_topo_opts_t to = AFF_TOPO_OPTS_INIT;
+  aff_topo_t *t;
+  char why[256];
+  int ngpus;
+  /* What the topology counts (torchrun: torch.cuda.device_count()): GPUs
+   * excluded or not given to this container are not CUDA's, and
+   * CUDA_VISIBLE_DEVICES ends at its first entry that names none. */
+  if (!(flags & CFG_ENV_CMD) || c->topology_file[0] == '\0')
+    return aff_gpu_count(c->env_root[0] ? c->env_root : NULL,
+                         c->cuda_visible_devices);
+  to.xml = c->topology_file;
+  to.cuda_visible_devices = c->cuda_visible_devices;
+  if (aff_topo_load(&to, &t, why, sizeof(why)) != 0)
+    return 0;
+  ngpus = aff_topo_ngpus(t);
+  aff_topo_free(t);
+  return ngpus;
+}
+
 static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
   const char *s = c->nproc_spec;
   int rc;
@@ -1667,11 +1690,7 @@ static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
       c->prog_argv[0][0] == '-')
     return fail(err, n, "--module: '%s' is not a module name",
                 c->prog_argv[0]);
-  /* What the topology counts (torchrun: torch.cuda.device_count()): GPUs
-   * excluded or not given to this container are not CUDA's, and
-   * CUDA_VISIBLE_DEVICES ends at its first entry that names none. */
-  c->ngpus = aff_gpu_count(c->env_root[0] ? c->env_root : NULL,
-                           c->cuda_visible_devices);
+  c->ngpus = job_gpus(c, flags);
   if (!strcmp(s, "gpu") && c->ngpus == 0)
     return fail(err, n, "--nproc-per-node gpu: no GPU found (no "
                         "/proc/driver/nvidia/gpus, or CUDA_VISIBLE_DEVICES "

@@ -83,6 +83,13 @@ has "LAUNCH_CPUS=25-29,65-69"
 has "NCCL_NVLS_ENABLE=0    # infrastructure lock"
 has "TORCH_SYMM_MEM_DISABLE_MULTICAST=1"
 has "NVSHMEM_DISABLE_NVLS=1"
+# the defaults are the planned machine's (GPUs: numa, preferred), not this one's
+run 0 "$L" env --topology "$S/tests/topo/dgx-a100.xml" --nproc-per-node 8 --local-rank 3
+has "LAUNCH_CPUS=16-31,144-159"
+has "LAUNCH_HCA=mlx5_3"
+has "LAUNCH_NETDEV=ibp84s0"
+run 0 "$L" env --topology "$S/tests/topo/dgx-a100.xml" --nproc-per-node gpu
+has "LOCAL_WORLD_SIZE=8"
 # the lock holds against inherited values, even with --allow-env-override
 NCCL_NVLS_ENABLE=1 NVSHMEM_DISABLE_NVLS=0 NCCL_DEBUG=INFO \
   run 0 "$L" env --profile auto --allow-env-override
