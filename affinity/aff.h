@@ -215,6 +215,8 @@ const aff_gpu_t *aff_topo_gpu(const aff_topo_t *t, int i);
 int aff_topo_nnics(const aff_topo_t *t);
 const aff_nic_t *aff_topo_nic(const aff_topo_t *t, int i);
 int aff_topo_ncpus(const aff_topo_t *t);          /* PUs */
+/* PUs a plan may use (this process's mask on this machine). */
+int aff_topo_nallowed(const aff_topo_t *t);
 int aff_topo_ncores(const aff_topo_t *t);
 /* NUMA nodes: RET the count; aff_topo_numa() gives the i-th node's OS
  * index and CPUs (the CPUs may be empty: memory-only nodes). */

@@ -1159,6 +1159,7 @@ const aff_nic_t *aff_topo_nic(const aff_topo_t *t, int i) {
 }
 
 int aff_topo_ncpus(const aff_topo_t *t) { return t->ncpus; }
+int aff_topo_nallowed(const aff_topo_t *t) { return aff_cpuset_count(&t->allowed); }
 int aff_topo_ncores(const aff_topo_t *t) { return t->ncores; }
 int aff_topo_nnuma(const aff_topo_t *t) { return t->nnuma; }
 

@@ -1,6 +1,7 @@
 /* cmd_topo.c - `launch topo`: the GPU/NIC/NUMA matrix, the binding plan per
  * local rank and the topology warnings, for this machine or an hwloc XML
  * file of another one. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,18 +49,21 @@ int launch_cmd_topo(int argc, char **argv) {
   aff_topo_t *t = NULL;
   aff_plan_t *plan = NULL;
   aff_policy_t *pol = NULL;
-  const char *cpu_bind, *mem_bind, *export_path;
+  const char *cpu_bind, *mem_bind, *export_path, *spec;
   char err[1024], *text = NULL;
   int nproc = 0, json, rc, ret = 1, check;
   lu_log_t log;
   cfg_t c;
 
   lu_log_init(&log, "launch topo");
+  /* gpu, cpu and auto are counted on the topology, once loaded */
   if ((rc = cfg_parse(argc, argv, environ, CFG_TOPO_CMD, &c, err,
                       sizeof(err))) == 0 && c.given[CFG_S_NPROC] &&
+      isdigit((unsigned char)c.nproc_spec[0]) &&
       lu_parse_int(c.nproc_spec, 1, AFF_MAX_RANKS, &nproc) != 0)
     rc = -1, snprintf(err, sizeof(err), "--nproc-per-node: '%s' is not a "
-                      "number from 1 to %d", c.nproc_spec, AFF_MAX_RANKS);
+                      "number from 1 to %d, gpu, cpu or auto", c.nproc_spec,
+                      AFF_MAX_RANKS);
   if (rc != 0) {
     if (rc < 0)
       launch_usage_error("%s", err);
@@ -117,8 +121,20 @@ int launch_cmd_topo(int argc, char **argv) {
     ret = 2;
     goto out;
   }
-  if (nproc == 0)
-    nproc = aff_topo_ngpus(t) > 0 ? aff_topo_ngpus(t) : 1;
+  /* As the agent counts them (config.c), on this topology: gpu its GPUs,
+   * cpu the CPUs a plan may use, auto GPUs where there are some. */
+  spec = c.given[CFG_S_NPROC] ? c.nproc_spec : "";
+  if (!strcmp(spec, "gpu") && aff_topo_ngpus(t) == 0) {
+    launch_usage_error("--nproc-per-node gpu: %s has no GPU CUDA can see; "
+                       "give a number, or 'cpu'",
+                       to.xml ? to.xml : "this machine");
+    ret = 2;
+    goto out;
+  }
+  if (!strcmp(spec, "cpu") || (!strcmp(spec, "auto") && aff_topo_ngpus(t) == 0))
+    nproc = LU_MIN(LU_MAX(aff_topo_nallowed(t), 1), AFF_MAX_RANKS);
+  else if (nproc == 0)
+    nproc = aff_topo_ngpus(t) > 0 ? LU_MIN(aff_topo_ngpus(t), AFF_MAX_RANKS) : 1;
   if ((rc = aff_plan_new(t, pol, nproc, NULL, &plan, err, sizeof(err))) != 0) {
     launch_usage_error("%s", err);
     ret = rc == RDZV_ENOMEM ? 1 : 2;

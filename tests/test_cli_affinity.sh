@@ -68,6 +68,17 @@ has "gives 2 CPU lists for 3 local ranks"
 run 2 "$L" topo --topology /nonexistent.xml
 has "/nonexistent.xml"
 run 2 "$L" topo --nproc-per-node 0
+# gpu, cpu and auto as the agent counts them, on the topology planned
+run 0 "$L" topo --topology "$S/tests/topo/dgx-a100.xml" --nproc-per-node gpu
+has "8 local ranks"
+run 0 "$L" topo --topology "$S/tests/topo/dgx-a100.xml" --nproc-per-node auto
+has "8 local ranks"
+run 0 "$L" topo --topology "$S/tests/topo/v100-pcie-2s.xml" --nproc-per-node cpu
+has "80 local ranks"
+run 0 "$L" topo --cuda-visible-devices -1 --nproc-per-node auto
+has "$(nproc) local rank"
+run 2 "$L" topo --cuda-visible-devices -1 --nproc-per-node gpu
+has "this machine has no GPU CUDA can see"
 run 2 "$L" topo --bogus
 run 0 "$L" topo --export "$tmp/here.xml"
 run 0 "$L" topo --topology "$tmp/here.xml" --json
