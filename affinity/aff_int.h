@@ -122,6 +122,15 @@ double aff__pcie_gbps(double gts, int width);
  * hwloc object's infos; hca may be NULL). */
 void aff__nic_ports(aff_topo_t *t, hwloc_obj_t hca, aff_nic_t *n);
 
+/* The NUMA node of a device whose locality holds the nodes `nodes`: the
+ * one node; among several of the same CPUs (a package with its HBM in
+ * flat mode, CXL memory: memory nodes beside the DRAM one) the DRAM one,
+ * not one hwloc gives a subtype (HBM, MCDRAM, SPM, CXL-DRAM, NVM,
+ * GPUMemory), then hint (the device's sysfs numa_node, -1 none) when it
+ * is one of those, else the lowest. Nodes of different CPUs (a package
+ * in SNC/NPS mode seen whole) are not one device's: -1. */
+int aff__node_of(hwloc_topology_t hw, hwloc_const_bitmap_t nodes, int hint);
+
 /* t->all (with all_obj and all_io) in bus id order. */
 void aff__sort_all(aff_topo_t *t);
 /* CUDA_VISIBLE_DEVICES (cvd, NULL = unset) over n GPUs in bus id order

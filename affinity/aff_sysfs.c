@@ -182,7 +182,7 @@ static hwloc_obj_t highest_covering(hwloc_topology_t hw, hwloc_const_bitmap_t se
  * object covering them, unless a child of that object straddles them
  * (then the object itself). */
 static int bus_locality(const aff_topo_t *t, const aff_cpuset_t *local,
-                        aff_iopath_t *io, aff_cpuset_t *cpus) {
+                        int hint, aff_iopath_t *io, aff_cpuset_t *cpus) {
   hwloc_topology_t hw = t->hw;
   hwloc_bitmap_t set = hwloc_bitmap_alloc(), nodes = hwloc_bitmap_alloc();
   hwloc_obj_t lp;
@@ -222,8 +222,7 @@ static int bus_locality(const aff_topo_t *t, const aff_cpuset_t *local,
         io->loc_group = h | 1u;
         hwloc_bitmap_and(set, set, hwloc_topology_get_topology_cpuset(hw));
         aff__from_hwloc(cpus, set);
-        if (hwloc_bitmap_weight(nodes) == 1)
-          node = hwloc_bitmap_first(nodes);
+        node = aff__node_of(hw, nodes, hint);
         aff__set_loc(io, lp);
         hwloc_bitmap_free(set);
         hwloc_bitmap_free(nodes);
@@ -233,8 +232,7 @@ static int bus_locality(const aff_topo_t *t, const aff_cpuset_t *local,
   }
   aff__set_loc(io, lp);
   aff__from_hwloc(cpus, lp->cpuset);
-  if (lp->nodeset && hwloc_bitmap_weight(lp->nodeset) == 1)
-    node = hwloc_bitmap_first(lp->nodeset);
+  node = aff__node_of(hw, lp->nodeset, hint);
   hwloc_bitmap_free(set);
   hwloc_bitmap_free(nodes);
   return node;
@@ -243,8 +241,9 @@ static int bus_locality(const aff_topo_t *t, const aff_cpuset_t *local,
 /* Chain, locality and NUMA node of a PCI device. RET the NUMA node. */
 static int place(const aff_topo_t *t, const char *busid, aff_iopath_t *io,
                  aff_cpuset_t *cpus) {
-  char link[512], path[128], rootdir[512];
+  char link[512], path[128], rootdir[512], numa[16];
   aff_cpuset_t local;
+  int hint = -1;
   memset(io, 0, sizeof(*io));
   aff_cpuset_zero(cpus);
   snprintf(path, sizeof(path), SYS_PCI "/%s", busid);
@@ -253,8 +252,12 @@ static int place(const aff_topo_t *t, const char *busid, aff_iopath_t *io,
     memset(io, 0, sizeof(*io));
     return -1;
   }
+  /* the kernel's numa_node picks among nodes of the same CPUs */
+  snprintf(path, sizeof(path), SYS_PCI "/%s/numa_node", busid);
+  if (aff__read_line(t->root, path, numa, sizeof(numa)) > 0)
+    hint = atoi(numa);
   return bus_locality(t, bus_local_cpus(t, rootdir, &local) == 0 ? &local : NULL,
-                      io, cpus);
+                      hint, io, cpus);
 }
 
 static void link_of(const aff_topo_t *t, const char *busid, aff_pcie_t *l) {

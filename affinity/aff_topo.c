@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "aff_int.h"
@@ -93,21 +94,46 @@ static double lead_num(const char *s) {
   return end == s || v < 0 ? 0 : v;
 }
 
+int aff__node_of(hwloc_topology_t hw, hwloc_const_bitmap_t nodes, int hint) {
+  hwloc_bitmap_t dram;
+  hwloc_const_bitmap_t cpus = NULL, from;
+  int node, same = 1, i;
+  if (nodes == NULL || hwloc_bitmap_iszero(nodes))
+    return -1;
+  if (hwloc_bitmap_weight(nodes) == 1)
+    return hwloc_bitmap_first(nodes);
+  if ((dram = hwloc_bitmap_alloc()) == NULL)
+    return -1;
+  hwloc_bitmap_foreach_begin(i, nodes) {
+    hwloc_obj_t o = hwloc_get_numanode_obj_by_os_index(hw, (unsigned)i);
+    if (o == NULL)
+      continue;
+    if (cpus && !hwloc_bitmap_isequal(cpus, o->cpuset))
+      same = 0;
+    cpus = o->cpuset;
+    if (o->subtype == NULL || strcasecmp(o->subtype, "DRAM") == 0)
+      hwloc_bitmap_set(dram, (unsigned)i);
+  }
+  hwloc_bitmap_foreach_end();
+  from = hwloc_bitmap_iszero(dram) ? nodes : dram;
+  node = !same ? -1
+         : hint >= 0 && hwloc_bitmap_isset(from, (unsigned)hint) ? hint
+                                                                  : hwloc_bitmap_first(from);
+  hwloc_bitmap_free(dram);
+  return node;
+}
+
 /* The NUMA node and local CPUs of an I/O object: its first non-I/O
- * ancestor's. A PCI bus attached above several nodes (a whole package in
- * NPS1/SNC-off mode seen from a split-node OS) has no single node: -1. */
+ * ancestor's (aff__node_of). */
 static int locality(const aff_topo_t *t, hwloc_obj_t o, aff_cpuset_t *cpus) {
   hwloc_obj_t a = hwloc_get_non_io_ancestor_obj(t->hw, o);
-  int node = -1;
   if (cpus)
     aff_cpuset_zero(cpus);
   if (a == NULL)
     return -1;
   if (cpus)
     aff__from_hwloc(cpus, a->cpuset);
-  if (a->nodeset && hwloc_bitmap_weight(a->nodeset) == 1)
-    node = hwloc_bitmap_first(a->nodeset);
-  return node;
+  return aff__node_of(t->hw, a->nodeset, -1);
 }
 
 double aff__pcie_gbps(double gts, int width) {

@@ -434,6 +434,28 @@ static void test_down_hca(void) {
   aff_topo_free(t);
 }
 
+/* Two NUMA nodes of the same CPUs in each socket, DRAM and HBM (flat
+ * mode), the HBM one numbered first: a GPU's node is the DRAM one and its
+ * memory is bound there (every GPU had NUMA -1 and memory unbound). */
+static void test_hbm_flat(void) {
+  aff_topo_t *t = load("hbm-flat-2s.xml", NULL);
+  aff_plan_t *p;
+  ASSERT_EQ(4, aff_topo_nnuma(t));
+  ASSERT_EQ(2, aff_topo_ngpus(t));
+  ASSERT_EQ(1, aff_topo_gpu(t, 0)->numa);
+  ASSERT_EQ(3, aff_topo_gpu(t, 1)->numa);
+  ASSERT_EQ(1, aff_topo_nic(t, 0)->numa);
+  p = plan(t, "numa", "local", 2);
+  ASSERT_STR_EQ("1", aff_plan_rank(p, 0)->numa_str);
+  ASSERT_STR_EQ("0-15", cpus_of(p, 0));
+  ASSERT_STR_EQ("3", aff_plan_rank(p, 1)->numa_str);
+  ASSERT_STR_EQ("16-31", cpus_of(p, 1));
+  ASSERT(aff_plan_rank(p, 1)->mem_policy != 0);
+  ASSERT(!has_warning(NULL, p, "NUMA node is unknown"));
+  aff_plan_free(p);
+  aff_topo_free(t);
+}
+
 static void test_bad_files(void) {
   aff_topo_opts_t o = AFF_TOPO_OPTS_INIT;
   aff_topo_t *t = NULL;
@@ -482,6 +504,7 @@ int main(void) {
   test_h200_x2();
   test_every_xml();
   test_down_hca();
+  test_hbm_flat();
   test_bad_files();
   ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
   /* Discovering this machine may load NVML and the CUDA runtime, which keep

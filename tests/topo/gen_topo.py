@@ -78,6 +78,12 @@ class Gen:
             obj.insert(idx, e)
         return e
 
+    def subtype(self, numa, kind):
+        """Mark NUMA node `numa` as memory of another kind (hwloc's subtype)."""
+        for o in self.root.iter("object"):
+            if o.get("type") == "NUMANode" and o.get("os_index") == str(numa):
+                o.set("subtype", kind)
+
     def numa_parent(self, numa):
         """The normal object whose memory child is NUMA node `numa`."""
         for o in self.root.iter("object"):
@@ -274,10 +280,33 @@ def dgx_a100(outdir):
     g.write(os.path.join(outdir, "dgx-a100.xml"), nvlink_mbps=300000)
 
 
+def hbm_flat(outdir):
+    """Two sockets, each with its DRAM and its HBM as two NUMA nodes of the
+    same CPUs (HBM in flat mode; CXL memory looks alike): the HBM node has
+    the lower number (0 and 2), as the DRAM one need not come first. One
+    H100 PCIe under each socket and a ConnectX-7 on socket 0."""
+    g = Gen("pack:2 [numa] [numa] core:8 pu:2", None, "hbm-flat-0", 64)
+    g.subtype(0, "HBM")
+    g.subtype(2, "HBM")
+    model, mem = "NVIDIA H100 PCIe", 80 * 1024 * 1024
+    name = "GH100 [H100 PCIe]"
+    hb = g.host_bridge(0, 0x00, 0x7f)
+    rp = g.bridge(hb, "0000:16:00.0", 0x17, 0x17, "8086:352a", 5)
+    g.gpu(rp, "0000:17:00.0", 0, "10de:2331", model, mem, 5, 16, name)
+    rp = g.bridge(hb, "0000:29:00.0", 0x2a, 0x2a, "8086:352a", 5)
+    g.hca(rp, "0000:2a:00.0", "mlx5_0", "ibp42s0", "15b3:1021",
+          "MT2910 Family [ConnectX-7]", 5, 16, "400 Gb/sec (4X NDR)")
+    hb = g.host_bridge(2, 0x80, 0xff)
+    rp = g.bridge(hb, "0000:96:00.0", 0x97, 0x97, "8086:352a", 5)
+    g.gpu(rp, "0000:97:00.0", 1, "10de:2331", model, mem, 5, 16, name)
+    g.write(os.path.join(outdir, "hbm-flat-2s.xml"))
+
+
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
     v100_pcie(outdir)
     dgx_a100(outdir)
+    hbm_flat(outdir)
 
 
 if __name__ == "__main__":
