@@ -319,8 +319,10 @@ typedef struct aff_binding_s {
   /* The same as "KEY=VALUE": see aff_binding_envv(). */
   char env_buf[AFF_ENV_COUNT][AFF_CPULIST_LEN + 32];
   const char *envv[AFF_ENV_COUNT + 1];
-  /* Written to errfd by aff_apply_child() when applying fails. */
+  /* Written to errfd by aff_apply_child() when binding the CPUs, or the
+   * memory, fails: each part is told apart. */
   char fail_msg[192];
+  char mem_fail_msg[192];
 } aff_binding_t;
 
 typedef struct aff_plan_s aff_plan_t;
@@ -364,8 +366,9 @@ int aff_binding_format(const aff_plan_t *plan, const aff_topo_t *t, int rank,
  * RET 0, or -errno of the first call that failed (the other is still
  * tried). */
 int aff_apply(const aff_binding_t *b);
-/* aff_apply, and when it fails write b->fail_msg plus the error to errfd
- * (write(2) only) and go on: a job is never stopped by a binding the
+/* aff_apply, and for each part that fails write its message plus the
+ * error to errfd (write(2) only): b->fail_msg for the CPUs,
+ * b->mem_fail_msg for the memory; then go on: a job is never stopped by a binding the
  * kernel refused, but it is never silent either. RET as aff_apply. */
 int aff_apply_child(const aff_binding_t *b, int errfd);
 

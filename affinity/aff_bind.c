@@ -16,17 +16,24 @@
 /* set_mempolicy(2) reads maxnode - 1 bits. */
 #define MAXNODE (AFF_MAX_CPUS)
 
-int aff_apply(const aff_binding_t *b) {
-  int rc = 0;
+static int apply_cpus(const aff_binding_t *b) {
   if (b->bind_cpus &&
       syscall(SYS_sched_setaffinity, 0, sizeof(b->cpus.bits), b->cpus.bits) != 0)
-    rc = -errno;
+    return -errno;
+  return 0;
+}
+
+static int apply_mem(const aff_binding_t *b) {
   if (b->mem_policy != 0 &&
       syscall(SYS_set_mempolicy, b->mem_policy, b->nodemask,
-              (unsigned long)MAXNODE) != 0 &&
-      rc == 0)
-    rc = -errno;
-  return rc;
+              (unsigned long)MAXNODE) != 0)
+    return -errno;
+  return 0;
+}
+
+int aff_apply(const aff_binding_t *b) {
+  int rc = apply_cpus(b), mrc = apply_mem(b);
+  return rc != 0 ? rc : mrc;
 }
 
 /* strerror() may format into a buffer and is not async-signal-safe. */
@@ -56,14 +63,20 @@ static void put(int fd, const char *s) {
   }
 }
 
-int aff_apply_child(const aff_binding_t *b, int errfd) {
-  int saved = errno;
-  int rc = aff_apply(b);
+static void tell(int errfd, const char *msg, int rc) {
   if (rc != 0 && errfd >= 0) {
-    put(errfd, b->fail_msg);
+    put(errfd, msg);
     put(errfd, errname(-rc));
     put(errfd, "\n");
   }
+}
+
+int aff_apply_child(const aff_binding_t *b, int errfd) {
+  int saved = errno;
+  int rc = apply_cpus(b), mrc = apply_mem(b);
+  /* the CPUs may hold while the node is refused, and the other way round */
+  tell(errfd, b->fail_msg, rc);
+  tell(errfd, b->mem_fail_msg, mrc);
   errno = saved;
-  return rc;
+  return rc != 0 ? rc : mrc;
 }

@@ -69,6 +69,9 @@ struct aff_topo_s {
   aff_cpuset_t numa_cpus[AFF_MAX_NUMA];
   int ncpus, ncores;
   aff_cpuset_t allowed;        /* CPUs the plan may use */
+  int mems_known;              /* mems is this process's (this machine) */
+  unsigned long mems[AFF_MAX_CPUS / AFF_LONG_BITS]; /* memory nodes it may
+                                  use: Mems_allowed */
   int ncore_sets;              /* the cores (PUs when hwloc has no cores) */
   aff_cpuset_t *core_sets;     /* in hwloc's logical order; malloc'd */
   uint64_t nvlink[AFF_MAX_GPUS][AFF_MAX_GPUS]; /* MB/s, by visible index */

@@ -177,9 +177,13 @@ static void fill_strings(const aff_topo_t *t, aff_binding_t *b) {
     b->envv[i] = b->env_buf[i];
   b->envv[AFF_ENV_COUNT] = NULL;
   snprintf(b->fail_msg, sizeof(b->fail_msg),
-           "launch: warning: local rank %d: binding to CPUs %.60s, NUMA node "
-           "%d failed, the worker runs unbound: ",
-           b->local_rank, b->cpulist, b->numa);
+           "launch: warning: local rank %d: binding to CPUs %.60s failed, "
+           "the worker runs on the CPUs it inherited: ",
+           b->local_rank, b->cpulist);
+  snprintf(b->mem_fail_msg, sizeof(b->mem_fail_msg),
+           "launch: warning: local rank %d: binding its memory to NUMA node "
+           "%d failed, its memory is not bound: ",
+           b->local_rank, b->numa);
 }
 
 int aff_plan_new(const aff_topo_t *t, const aff_policy_t *pol, int nproc,
@@ -368,6 +372,15 @@ int aff_plan_new(const aff_topo_t *t, const aff_policy_t *pol, int nproc,
     if (b->numa < 0 || b->numa >= AFF_MAX_CPUS) {
       pwarn(p, "local rank %d: its NUMA node is unknown; memory is not bound",
             r);
+      continue;
+    }
+    /* A node this process may not use (a cgroup cpuset's mems, numactl
+     * --membind): set_mempolicy would fail in every worker. */
+    if (t->mems_known && !(t->mems[(size_t)b->numa / AFF_LONG_BITS] &
+                           (1ul << ((size_t)b->numa % AFF_LONG_BITS)))) {
+      pwarn(p, "local rank %d: NUMA node %d is not one this process may use "
+               "memory of (Mems_allowed_list); memory is not bound",
+            r, b->numa);
       continue;
     }
     b->nodemask[(size_t)b->numa / AFF_LONG_BITS] |=

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "aff_int.h"
@@ -1080,6 +1081,10 @@ int aff_topo_load(const aff_topo_opts_t *opts, aff_topo_t **out, char *err,
           aff_cpuset_set(&m, c);
       aff_cpuset_and(&t->allowed, &m);
     }
+    /* and its memory nodes, which a memory binding must stay within */
+    t->mems_known = syscall(SYS_get_mempolicy, NULL, t->mems,
+                            (unsigned long)AFF_MAX_CPUS, NULL,
+                            4 /* MPOL_F_MEMS_ALLOWED */) == 0;
   }
 
   cvd = o.cuda_visible_devices ? o.cuda_visible_devices

@@ -158,8 +158,35 @@ static void test_refused(const aff_topo_t *t) {
   ASSERT(aff_apply(b) < 0); /* refused here too, nothing changed */
   text = run_bound(b);
   ASSERT_CONTAINS(text, "launch: warning: local rank 0: binding to CPUs");
-  ASSERT_CONTAINS(text, "failed, the worker runs unbound: EINVAL");
+  ASSERT_CONTAINS(text, "failed, the worker runs on the CPUs it inherited: EINVAL");
   ASSERT_CONTAINS(text, "Cpus_allowed_list:"); /* cat ran */
+  free(text);
+  free(b);
+  aff_plan_free(p);
+}
+
+/* Only the memory policy is refused (a node outside the cpuset's mems):
+ * the CPUs hold, and the message says the memory alone failed (it said
+ * "binding to CPUs 1, NUMA node 1 failed, the worker runs unbound"). */
+static void test_mem_refused(const aff_topo_t *t, const aff_cpuset_t *mine) {
+  char list[32], got[64];
+  aff_plan_t *p;
+  aff_binding_t *b = malloc(sizeof(*b));
+  char *text;
+  ASSERT(b != NULL);
+  snprintf(list, sizeof(list), "%d", aff_cpuset_first(mine));
+  p = mkplan(t, list, "local", 1);
+  *b = *aff_plan_rank(p, 0);
+  memset(b->nodemask, 0, sizeof(b->nodemask));
+  b->nodemask[(AFF_MAX_CPUS - 1) / AFF_LONG_BITS] |=
+      1ul << ((AFF_MAX_CPUS - 1) % AFF_LONG_BITS);
+  b->mem_policy = MPOL_BIND;
+  text = run_bound(b);
+  status_field(text, "Cpus_allowed_list:", got, sizeof(got));
+  ASSERT_STR_EQ(got, list);
+  ASSERT_CONTAINS(text, "local rank 0: binding its memory to NUMA node");
+  ASSERT_CONTAINS(text, "failed, its memory is not bound: EINVAL");
+  ASSERT(strstr(text, "binding to CPUs") == NULL);
   free(text);
   free(b);
   aff_plan_free(p);
@@ -183,6 +210,7 @@ int main(void) {
   }
   test_none(t);
   test_refused(t);
+  test_mem_refused(t, &mine);
   if (aff_cpuset_count(&mine) < 2) {
     /* Splitting cores between two ranks needs two CPUs. */
     fprintf(stderr, "fewer than 2 CPUs allowed: core checks skipped\n");

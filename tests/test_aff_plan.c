@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "aff.h"
+#include "aff_int.h" /* test_mems: a process kept off a node */
 #include "test.h"
 
 static char path_buf[1024];
@@ -456,6 +457,26 @@ static void test_hbm_flat(void) {
   aff_topo_free(t);
 }
 
+/* A node this process may not put memory on (a cgroup cpuset's mems):
+ * its ranks' memory is left unbound at plan time, with a warning, rather
+ * than refused by the kernel in every worker; their CPUs are still bound. */
+static void test_mems(void) {
+  aff_topo_t *t = load("v100-pcie-2s.xml", NULL);
+  aff_plan_t *p;
+  t->mems_known = 1;
+  memset(t->mems, 0, sizeof(t->mems));
+  t->mems[0] = 1ul; /* node 0 only */
+  p = plan(t, "numa", "local", 8);
+  ASSERT(aff_plan_rank(p, 0)->mem_policy != 0);
+  ASSERT_EQ(0, aff_plan_rank(p, 4)->mem_policy);
+  ASSERT(aff_plan_rank(p, 4)->bind_cpus);
+  ASSERT_STR_EQ("1", aff_plan_rank(p, 4)->numa_str);
+  ASSERT(has_warning(NULL, p, "local rank 4: NUMA node 1 is not one this "
+                              "process may use memory of"));
+  aff_plan_free(p);
+  aff_topo_free(t);
+}
+
 static void test_bad_files(void) {
   aff_topo_opts_t o = AFF_TOPO_OPTS_INIT;
   aff_topo_t *t = NULL;
@@ -505,6 +526,7 @@ int main(void) {
   test_every_xml();
   test_down_hca();
   test_hbm_flat();
+  test_mems();
   test_bad_files();
   ASSERT_EQ(fds, test_fd_count()); /* nothing left open */
   /* Discovering this machine may load NVML and the CUDA runtime, which keep
