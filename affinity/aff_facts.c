@@ -141,9 +141,8 @@ static int exists_in(const char *root, const char *path) {
   return stat(full, &sb) == 0;
 }
 
-/* A host whose nodes are not made yet has none, and then nothing is
- * filtered (as the topology's scan, aff_sysfs.c, whose copy of this can
- * call it). */
+/* Whether /dev holds some /dev/nvidia<N> (aff_int.h): the topology's scan
+ * (aff_sysfs.c) and doctor's count filter GPUs on their nodes only then. */
 int aff__nvidia_dev_nodes(const char *root) {
   char dir[512];
   DIR *d;

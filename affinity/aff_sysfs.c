@@ -333,23 +333,8 @@ static int dev_exists(const char *root, const char *name) {
 /* Some /dev/nvidia<N> but not necessarily all: a container given some GPUs
  * (nvidia-container-toolkit, the Kubernetes device plugin) has only theirs.
  * A host whose nodes are not made yet (no persistence daemon, no CUDA
- * process since boot) has none, and then nothing is filtered. */
-static int dev_nodes_present(const char *root) {
-  char dir[512];
-  DIR *d;
-  struct dirent *e;
-  int any = 0;
-  snprintf(dir, sizeof(dir), "%s/dev", root);
-  if (!dev_exists(root, "nvidiactl") || (d = opendir(dir)) == NULL)
-    return 0;
-  while (!any && (e = readdir(d)) != NULL)
-    any = strncmp(e->d_name, "nvidia", 6) == 0 && e->d_name[6] >= '0' &&
-          e->d_name[6] <= '9' &&
-          strspn(e->d_name + 6, "0123456789") == strlen(e->d_name + 6);
-  closedir(d);
-  return any;
-}
-
+ * process since boot) has none, and then nothing is filtered
+ * (aff__nvidia_dev_nodes, aff_facts.c, which launch doctor counts with). */
 /* An NVIDIA display or 3D controller (0x0300 VGA, 0x0302 3D controller:
  * every datacenter GPU) at busid. OUT *device: its PCI device id. */
 static int is_gpu(const char *root, const char *busid, unsigned *device) {
@@ -390,7 +375,7 @@ static int cuda_gpus(const char *root, drv_gpu_t *g, int max, int *skipped) {
     }
     closedir(d);
   } else {
-    devfilter = ndrv > 0 && dev_nodes_present(root);
+    devfilter = ndrv > 0 && aff__nvidia_dev_nodes(root);
     for (int i = 0; i < ndrv; i++) {
       char name[32];
       drv_gpu_t x = g[i];
