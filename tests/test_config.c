@@ -20,7 +20,9 @@
  * "K=V"). RET cfg_parse's result; err holds its message. */
 static int parse(cfg_t *c, const char *const *args, const char *const *env,
                  char *err, size_t n) {
-  char *argv[64];
+  /* cfg_parse keeps pointers into argv (prog_argv), as into main's: this
+   * one lives until the next parse. */
+  static char *argv[64];
   int argc = 0;
   argv[argc++] = (char *)"launch";
   for (int i = 0; args[i]; i++)
