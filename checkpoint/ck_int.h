@@ -360,8 +360,9 @@ int ck_store_records(rdzv_client_t *c, int64_t round, int64_t step,
  * (partial) it holds rank-R.bin/.done files and nothing DCP writes.
  * RET 1 or 0. */
 int ck_step_is_ours(const char *dir, int64_t step);
-/* dir/latest: RET 0 absent, 1 launch's ("step-N\n", a regular file),
- * -1 someone else's (a symlink, DeepSpeed's tag, unreadable). */
+/* dir/latest: RET 0 absent, 1 launch's ("step-N\n", a regular file, the
+ * step it names gone or launch's), -1 someone else's (a symlink,
+ * DeepSpeed's tag, a step-N that is not launch's, unreadable). */
 int ck_latest_owner(const char *dir);
 int ck_read_manifest(const char *dir, int64_t step, ck_manifest_t *m,
                      char *why, size_t whylen);

@@ -185,7 +185,15 @@ int ck_latest_owner(const char *dir) {
     return -1;
   rc = ck_latest_decode(data, len, &step);
   free(data);
-  return rc == 0 ? 1 : -1;
+  if (rc != 0)
+    return -1;
+  /* "step-N" is what launch writes, and what DeepSpeed writes for a tag of
+   * that name, or any trainer that names its steps so: launch's only when
+   * the step it names is gone or launch's own. */
+  if (ck_step_path(p, sizeof(p), dir, step, NULL) == 0 && lstat(p, &st) == 0 &&
+      !ck_step_is_ours(dir, step))
+    return -1;
+  return 1;
 }
 
 int ck_read_manifest(const char *dir, int64_t step, ck_manifest_t *m,
@@ -1256,6 +1264,9 @@ static ck_seen_t ck_launch_detect(const ck_entry_t *e) {
     return CK_SEEN_NO;
   seen = ck_latest_decode(data, len, &step) == 0 ? CK_SEEN_YES : CK_SEEN_NO;
   free(data);
+  /* naming a step that is someone else's, it is their pointer */
+  if (seen == CK_SEEN_YES && ck_latest_owner(e->dir) < 0)
+    seen = CK_SEEN_NO;
   return seen;
 }
 

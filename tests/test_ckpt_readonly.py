@@ -97,6 +97,22 @@ def deepspeed_partial_latest(ck):
     tl.write(os.path.join(ck, "latest"), "global_step20")
 
 
+def deepspeed_tag_step(ck):
+    """DeepSpeed with a custom tag that looks like launch's steps
+    (save_checkpoint(d, tag="step-5")): its `latest` says "step-5"."""
+    tl.ds_step(ck, 5, dp=2)
+    os.rename(os.path.join(ck, "global_step5"), os.path.join(ck, "step-5"))
+    tl.write(os.path.join(ck, "latest"), "step-5")
+
+
+def own_step_latest(ck):
+    """A trainer of its own that names its steps step-N and points at the
+    newest with `latest`, as launch does."""
+    os.makedirs(os.path.join(ck, "step-100"))
+    tl.torch_save({"w": 1}, os.path.join(ck, "step-100", "model.pt"))
+    tl.write(os.path.join(ck, "latest"), "step-100\n")
+
+
 def deepspeed_4(ck):
     """ZeRO-2 written by 4 ranks: DeepSpeed cannot load it with 2."""
     tl.ds_step(ck, 10, dp=4)
@@ -241,6 +257,10 @@ def main():
         case(tmp, "dcp-unparsed", dcp_unparsed, None)
         case(tmp, "dcp-checkpoint-N", dcp_hf_names, 100)
         case(tmp, "dcp-no-collectives", dcp_no_collectives, 7)
+        # A `latest` saying "step-N" is launch's only when step-N is (it
+        # was unlinked at a fresh start, whoever wrote it)
+        case(tmp, "deepspeed-tag-step-N", deepspeed_tag_step, None)
+        case(tmp, "own-step-N-latest", own_step_latest, None)
         # World sizes the layouts record (issue #22): DeepSpeed's dp x mp
         # must match; DCP's .metadata reshards.
         case(tmp, "deepspeed-4-ranks", deepspeed_4, None,
