@@ -16,7 +16,12 @@
  * Timeouts: every call that talks to the server takes timeout_ms, the most
  * it may block in total. RDZV_FOREVER (-1) blocks without limit; 0 means
  * "do not wait for keys to appear" for get/wait/multi_get (the call still
- * needs one round trip, bounded by the connection's io timeout).
+ * needs one round trip, bounded by the connection's io timeout). The calls
+ * that wait on the server (get, wait, multi_get, barrier) give the server's
+ * answer up to min(io_timeout_ms, 5 s) more, so that its -ETIMEDOUT and
+ * message arrive rather than the client's own: a server that stopped
+ * answering is noticed that much later. A send that times out partway
+ * closes the connection (the next calls return RDZV_ECLOSED).
  *
  * Keys are NUL-terminated strings of at most RDZV_MAX_KEY bytes. Values are
  * byte strings. PyTorch's TCPStore clients prefix every key with "/": a key

@@ -328,6 +328,17 @@ static int rpc_io_error(rdzv_client_t *c, int rc);
 /* Send the frames in enc, queued sets included. RET 0 or <0. */
 static int send_built(rdzv_client_t *c, int64_t deadline) {
   int rc = send_all(c, c->enc.data, c->enc.len, deadline);
+  if (rc == -ETIMEDOUT) {
+    /* Part of a frame may have gone: the server would read the next
+     * request as the rest of it. The connection goes (the call says it
+     * timed out; the next ones, that it is closed). */
+    rdzv__set_error(c, "sending to %s timed out (a server stopped, or too "
+                    "slow to read): the connection is closed, as a request "
+                    "cut off midway would leave it out of step; connect "
+                    "again", c->endpoint);
+    (void)rpc_io_error(c, RDZV_ECLOSED);
+    return rc;
+  }
   if (rc != 0)
     return rpc_io_error(c, rc);
   c->nq = 0;
@@ -495,7 +506,8 @@ static int rpc_io_error(rdzv_client_t *c, int rc) {
 static int64_t wait_deadline(const rdzv_client_t *c, int timeout_ms) {
   if (timeout_ms < 0)
     return -1;
-  return deadline_after(timeout_ms + LU_MIN(c->io_timeout_ms, 5000));
+  /* in 64 bits: a timeout near INT_MAX must not wrap to "forever" */
+  return (int64_t)lu_now_ms() + timeout_ms + LU_MIN(c->io_timeout_ms, 5000);
 }
 
 /* ---- connect --------------------------------------------------------------------- */
@@ -686,11 +698,20 @@ int rdzv_connect(const rdzv_options_t *o, rdzv_client_t **out) {
   int rc;
   proto_limits_t lim = PROTO_LIMITS_DEFAULT;
 
-  if (o == NULL || out == NULL || o->size < sizeof(rdzv_options_t) ||
-      o->endpoint == NULL)
+  if (o == NULL || out == NULL || o->size < sizeof(rdzv_options_t))
     return RDZV_EINVAL;
-  if ((rc = lu_endpoint_parse(o->endpoint, RDZV_DEFAULT_PORT, &ep)) != 0)
+  if (o->endpoint == NULL) {
+    if (o->error && o->error_len)
+      lu_strlcpy(o->error, "no endpoint given (rdzv_options_t.endpoint)",
+                 o->error_len);
+    return RDZV_EINVAL;
+  }
+  if ((rc = lu_endpoint_parse(o->endpoint, RDZV_DEFAULT_PORT, &ep)) != 0) {
+    if (o->error && o->error_len)
+      snprintf(o->error, o->error_len, "'%.200s' is not an endpoint: give "
+               "HOST:PORT, [IPV6]:PORT or unix:PATH", o->endpoint);
     return rc;
+  }
   if ((c = calloc(1, sizeof(*c))) == NULL)
     return RDZV_ENOMEM;
   c->magic = CLIENT_MAGIC;
@@ -1244,6 +1265,9 @@ int rdzv_multi_set(rdzv_client_t *c, const char *const *keys,
   if (!keys_ok(keys, n) || ((vals == NULL || lens == NULL) && n) ||
       n > UINT32_MAX / 2)
     return RDZV_EINVAL;
+  for (size_t i = 0; i < n; i++)
+    if (vals[i] == NULL && lens[i] != 0) /* as rdzv_set */
+      return RDZV_EINVAL;
   id = req_begin(c, PROTO_OP_MSET, 1);
   msgpack_pack_array(&c->enc.pk, 2 * n);
   for (size_t i = 0; i < n; i++) {

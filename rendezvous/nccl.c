@@ -156,12 +156,12 @@ int rdzv_nccl_comm_init(rdzv_client_t *c, const char *name, int rank,
   rdzv_nccl_id_t *ids;
   int nids = 0, rc, nrc;
   uint64_t t0;
+  if (comm == NULL || c == NULL || nranks < 1 || rank < 0 || rank >= nranks)
+    return RDZV_EINVAL;
   if (n == NULL) {
     rdzv__set_error(c, "%s", api.error);
     return RDZV_ENOTSUP;
   }
-  if (comm == NULL)
-    return RDZV_EINVAL;
   /* Without the scalable init, one root serves every rank. */
   if (n->init_rank_scalable == NULL || ranks_per_root <= 0)
     ranks_per_root = nranks;

@@ -93,6 +93,25 @@ static void test_basic_ops(void) {
   /* invalid arguments are refused before anything is sent */
   ASSERT_EQ(RDZV_EINVAL, rdzv_set(c, NULL, "x", 1, 1000));
   ASSERT_EQ(RDZV_EINVAL, rdzv_barrier(c, "b", 0, 1000));
+  {
+    /* a NULL value with a length, as rdzv_set refuses it (it was read) */
+    const void *nv[] = {"1", NULL};
+    size_t nl[] = {1, 64};
+    void *comm = NULL;
+    ASSERT_EQ(RDZV_EINVAL, rdzv_multi_set(c, keys, nv, nl, 2, 1000));
+    /* no ranks, or a rank outside them (it divided by zero) */
+    ASSERT_EQ(RDZV_EINVAL, rdzv_nccl_comm_init(c, "x", 0, 0, 0, &comm, NULL,
+                                               1000));
+    ASSERT_EQ(RDZV_EINVAL, rdzv_nccl_comm_init(c, "x", 2, 2, 0, &comm, NULL,
+                                               1000));
+  }
+  /* a wait of nearly INT_MAX ms: its deadline is computed in 64 bits */
+  {
+    void *got = NULL;
+    size_t vn = 0;
+    ASSERT_OK(rdzv_get(c, keys[0], &got, &vn, INT_MAX - 100));
+    rdzv_free(got);
+  }
   rdzv_close(c);
 }
 
@@ -599,6 +618,20 @@ static void test_connect_errors(void) {
   o.connect_timeout_ms = 300;
   ASSERT_EQ(-ETIMEDOUT, rdzv_connect(&o, &c));
   ASSERT(lu_now_ms() - t0 >= 250);
+  {
+    /* the caller's error buffer says why */
+    char why[256] = "";
+    o.endpoint = "not an endpoint";
+    o.error = why;
+    o.error_len = sizeof(why);
+    ASSERT_EQ(RDZV_EADDR, rdzv_connect(&o, &c));
+    ASSERT_CONTAINS(why, "'not an endpoint' is not an endpoint");
+    o.endpoint = NULL;
+    ASSERT_EQ(RDZV_EINVAL, rdzv_connect(&o, &c));
+    ASSERT_CONTAINS(why, "no endpoint given");
+    o.error = NULL;
+    o.error_len = 0;
+  }
   o.endpoint = "not an endpoint";
   ASSERT_EQ(RDZV_EADDR, rdzv_connect(&o, &c));
   o.endpoint = "127.0.0.1:99999";

@@ -222,6 +222,7 @@ enum {
   FAKE_OUT_OF_ORDER,
   FAKE_CLOSE_NO_REPLY,
   FAKE_CLOSE_AFTER_SET,
+  FAKE_DEAF, /* reads nothing after the handshake until told to end */
   /* From here the fake offers SETQ. */
   FAKE_SETQ_OK,
   FAKE_SETQ_FAIL,
@@ -229,6 +230,7 @@ enum {
 
 typedef struct fake_s {
   int lfd, port, script;
+  int done; /* FAKE_DEAF: the test is through (atomic) */
   pthread_t thread;
 } fake_t;
 
@@ -296,6 +298,13 @@ static void *fake_main(void *arg) {
   proto_enc_destroy(&e);
   proto_msg_free(&m1);
   free(b1);
+  if (f->script == FAKE_DEAF) {
+    /* A server that stops reading (SIGSTOPped, swapping) */
+    while (!__atomic_load_n(&f->done, __ATOMIC_ACQUIRE))
+      usleep(10000);
+    close(fd);
+    return NULL;
+  }
   /* The pipeline: a queued SET, then the request that carried it. */
   ASSERT(read_req(fd, &m1, &b1) == 0);
   ASSERT_EQ(f->script >= FAKE_SETQ_OK ? PROTO_OP_SETQ : PROTO_OP_SET, m1.op);
@@ -416,6 +425,28 @@ static void test_fake_server(void) {
   c = fake_set_ping(&f, FAKE_CLOSE_AFTER_SET, "k", RDZV_ECLOSED);
   ASSERT(strstr(rdzv_last_error(c), "sent without waiting") == NULL);
   fake_end(&f, c);
+
+  /* A server that stops reading: a 15 MiB set (more than the sockets
+   * hold) times out partway. The rest of that frame never goes, so the
+   * connection is closed: the next call says so at once (it went on, and
+   * the server would have read the next request as the rest of the
+   * value). */
+  {
+    size_t big = (size_t)15 << 20;
+    char *v = malloc(big);
+    uint64_t t0;
+    ASSERT(v != NULL);
+    memset(v, 'B', big);
+    c = fake_client(&f, FAKE_DEAF);
+    ASSERT_EQ(-ETIMEDOUT, rdzv_set(c, "big", v, big, 200));
+    ASSERT_CONTAINS(rdzv_last_error(c), "the connection is closed");
+    t0 = lu_now_ms();
+    ASSERT_EQ(RDZV_ECLOSED, rdzv_ping(c, test_ms(5000)));
+    ASSERT(lu_now_ms() - t0 < 1000);
+    __atomic_store_n(&f.done, 1, __ATOMIC_RELEASE);
+    fake_end(&f, c);
+    free(v);
+  }
 }
 
 int main(void) {
