@@ -398,7 +398,13 @@ typedef struct rdzv_nccl_id_s {
  * 2 * ranks_per_root, ...) each call ncclGetUniqueId and publish it; every
  * rank then fetches all ids in one request. Keys are scoped by the job (the
  * connection's), the round (the restart generation) and the name, so a
- * restarted job never reads an id of an earlier round.
+ * restarted job never reads an id of an earlier round. Calling it again
+ * on the same connection with the same name and round (a communicator
+ * made again, after ncclCommAbort) makes new ids: the k-th successful call
+ * of every rank meets the k-th of the others, so every rank must make the
+ * same calls. A call that fails is repeated under the same keys. A job run
+ * again under the same id on a `launch server` that kept its data, with no
+ * round in the environment, is round 0 again: give each run its own id.
  * IN round: the job's round (LAUNCH_ROUND); -1 reads LAUNCH_ROUND (or
  * TORCHELASTIC_RESTART_COUNT) from the environment.
  * OUT ids[*nids]: caller's array of at least ceil(nranks/ranks_per_root).

@@ -62,7 +62,24 @@ struct rdzv_client_s {
   uint32_t nw_head, nw_len;
   int nw_err;          /* first failure of one of them, not yet reported */
   char nw_msg[400];
+  rdzv__nccl_call_t *nccl_calls; /* rdzv_nccl_ids made, per communicator */
 };
+
+uint32_t *rdzv__nccl_calls(rdzv_client_t *c, const char *name, int64_t round,
+                           int rank) {
+  rdzv__nccl_call_t *k;
+  for (k = c->nccl_calls; k; k = k->next)
+    if (k->round == round && k->rank == rank && strcmp(k->name, name) == 0)
+      return &k->done;
+  if ((k = calloc(1, sizeof(*k) + strlen(name) + 1)) == NULL)
+    return NULL;
+  k->round = round;
+  k->rank = rank;
+  memcpy(k->name, name, strlen(name) + 1);
+  k->next = c->nccl_calls;
+  c->nccl_calls = k;
+  return &k->done;
+}
 
 /* ---- time ----------------------------------------------------------------------- */
 
@@ -798,6 +815,11 @@ void rdzv_close(rdzv_client_t *c) {
   if (c->fd >= 0)
     close(c->fd);
   free(c->nw);
+  while (c->nccl_calls) {
+    rdzv__nccl_call_t *k = c->nccl_calls;
+    c->nccl_calls = k->next;
+    free(k);
+  }
   tls_free(c->tls);
   tls_ctx_free(c->tls_ctx);
   proto_enc_destroy(&c->enc);

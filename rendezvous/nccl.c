@@ -87,6 +87,8 @@ int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
   const char **kp = NULL;
   rdzv_value_t *vals = NULL;
   nccl_uid_t uid;
+  char cname[160];
+  uint32_t *calls;
   int n, rc, root = rank % ranks_per_root == 0;
   if (c == NULL || name == NULL || ids == NULL || nids == NULL ||
       nranks < 1 || rank < 0 || rank >= nranks || ranks_per_root < 1 ||
@@ -94,6 +96,15 @@ int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
     return RDZV_EINVAL;
   if (round < 0)
     round = env_round();
+  if ((calls = rdzv__nccl_calls(c, name, round, rank)) == NULL)
+    return RDZV_ENOMEM;
+  /* The first call of a round keeps the plain name; a later one (a
+   * communicator made again, another group of the same name) its own,
+   * so that a rank ahead of its root never reads the earlier id. */
+  if (*calls == 0)
+    snprintf(cname, sizeof(cname), "%s", name);
+  else
+    snprintf(cname, sizeof(cname), "%s#%" PRIu32, name, *calls);
   n = (nranks + ranks_per_root - 1) / ranks_per_root;
   if (root) {
     /* A root: make this root's id (published with the request below). */
@@ -109,7 +120,7 @@ int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
       return RDZV_ENOTSUP;
     }
     snprintf(key, sizeof(key), "launch/nccl/%" PRId64 "/%s/%d", round,
-             name, rank / ranks_per_root);
+             cname, rank / ranks_per_root);
   }
   keys = calloc((size_t)n, sizeof(*keys));
   kp = calloc((size_t)n, sizeof(*kp));
@@ -120,7 +131,7 @@ int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
   }
   for (int i = 0; i < n; i++) {
     snprintf(keys[i], sizeof(keys[i]), "launch/nccl/%" PRId64 "/%s/%d",
-             round, name, i);
+             round, cname, i);
     kp[i] = keys[i];
   }
   /* One request for every root's id, answered once all are published;
@@ -140,6 +151,7 @@ int rdzv_nccl_ids(rdzv_client_t *c, const char *name, int rank, int nranks,
     memcpy(ids[i].internal, vals[i].data, RDZV_NCCL_ID_BYTES);
   }
   *nids = n;
+  (*calls)++; /* a call that failed is tried again under the same keys */
 out:
   for (int i = 0; vals && i < n; i++)
     rdzv_free(vals[i].data);

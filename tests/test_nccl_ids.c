@@ -1,7 +1,8 @@
 /* test_nccl_ids.c - NCCL unique ids through the store: 64 ranks with 8
  * roots each get every root's id in one request; ids of a later restart
  * generation are new, and a rank of a new generation never reads an old
- * one. Needs libnccl (ncclGetUniqueId works without a GPU); skips without. */
+ * one; a communicator made again in the same round (the same name) gets
+ * new ids, even for a rank that asks before its root. Needs libnccl (ncclGetUniqueId works without a GPU); skips without. */
 #include <pthread.h>
 #include <unistd.h>
 
@@ -51,6 +52,39 @@ static void run_generation(int64_t gen) {
       ASSERT(memcmp(&got[0][i], &got[0][j], sizeof(got[0][i])) != 0);
 }
 
+/* Two ranks of one root, each on its own connection, make the communicator
+ * "again" twice in round 5; the second time rank 1 asks 300 ms before its
+ * root publishes. */
+static rdzv_nccl_id_t again[2][2];
+static rdzv_client_t *again_c[2];
+
+static void *again_rank(void *arg) {
+  int rank = (int)(intptr_t)arg, n = 0, call = again_c[rank] != NULL;
+  if (!call)
+    again_c[rank] = conn();
+  if (call && rank == 0)
+    usleep(300000);
+  ASSERT_OK(rdzv_nccl_ids(again_c[rank], "again", rank, 2, 2, 5,
+                          &again[call][rank], &n, test_ms(10000)));
+  ASSERT_EQ(1, n);
+  return NULL;
+}
+
+static void test_made_again(void) {
+  for (int call = 0; call < 2; call++) {
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++)
+      ASSERT_EQ(0, pthread_create(&t[r], NULL, again_rank, (void *)(intptr_t)r));
+    for (int r = 0; r < 2; r++)
+      pthread_join(t[r], NULL);
+    ASSERT_MEM_EQ(&again[call][0], &again[call][1], sizeof(again[call][0]));
+  }
+  /* the second communicator's id is its own, for both ranks */
+  ASSERT(memcmp(&again[0][0], &again[1][0], sizeof(again[0][0])) != 0);
+  rdzv_close(again_c[0]);
+  rdzv_close(again_c[1]);
+}
+
 int main(void) {
   rdzv_nccl_id_t first[NIDS], id;
   rdzv_client_t *c;
@@ -79,6 +113,7 @@ int main(void) {
   ASSERT(memcmp(&got[0][0], &got[1][0], sizeof(id)) == 0);
   ASSERT_EQ(RDZV_EINVAL, rdzv_nccl_ids(c, "world", NR, NR, RPR, 0, &id, &n, 100));
   rdzv_close(c);
+  test_made_again();
   test_server_stop();
   printf("test_nccl_ids: ok\n");
   return 0;
