@@ -138,14 +138,18 @@ RDZV_EXTERN int rdzv_connect(const rdzv_options_t *opt, rdzv_client_t **out);
  *   LAUNCH_RDZV_TOKEN_FILE file holding the job's key or the token (optional)
  *   LAUNCH_RDZV_TLS_CA, LAUNCH_RDZV_TLS_CERT, LAUNCH_RDZV_TLS_KEY
  *                          TLS, as tls_ca, tls_cert, tls_key (optional)
- * RET as rdzv_connect, or RDZV_ENOENV when no endpoint is set. */
+ * Other variables of the worker's environment (RANK, ...) are not judged.
+ * RET as rdzv_connect, RDZV_ENOENV when no endpoint is set, RDZV_EINVAL
+ * for a MASTER_PORT that is not a port; rdzv_last_error(NULL) says why,
+ * on the calling thread. */
 RDZV_EXTERN int rdzv_connect_from_env(rdzv_client_t **out);
 
 /* Close the connection and free the handle. NULL is a no-op. */
 RDZV_EXTERN void rdzv_close(rdzv_client_t *c);
 
 /* The server's message for the last failed call on c ("" if none). The
- * string lives until the next call on c. */
+ * string lives until the next call on c. NULL: why this thread's last
+ * rdzv_connect_from_env failed. */
 RDZV_EXTERN const char *rdzv_last_error(const rdzv_client_t *c);
 
 /* Free a value returned by rdzv_get/rdzv_compare_set/rdzv_multi_get. */

@@ -769,34 +769,69 @@ int rdzv_connect(const rdzv_options_t *o, rdzv_client_t **out) {
   return 0;
 }
 
+/* Why this thread's last rdzv_connect_from_env failed: rdzv_last_error(NULL). */
+static __thread char env_error[512];
+
+/* name's value in the environment was given but did not parse. */
+static int env_bad(const char *name) {
+  const char *v = getenv(name);
+  return v != NULL && v[0] != '\0';
+}
+
 int rdzv_connect_from_env(rdzv_client_t **out) {
   rdzv_options_t o = RDZV_OPTIONS_INIT;
   rdzv_env_t env;
-  char ep[512];
+  char ep[512], err[256];
   char *token = NULL;
   size_t tlen = 0;
   int rc;
 
-  if ((rc = rdzv_env_parse(NULL, &env, NULL, 0)) != 0)
-    return rc;
+  env_error[0] = '\0';
+  /* A variable the connection does not need (RANK=x) fails nothing here:
+   * a field that does not parse is left unset, and only the ones the
+   * connection reads are judged. */
+  (void)rdzv_env_parse(NULL, &env, err, sizeof(err));
   o.endpoint = env.endpoint;
   if (o.endpoint == NULL) {
-    if (env.master_addr == NULL || env.master_port < 0)
+    if (env.master_addr == NULL || env.master_port < 0) {
+      if (env.master_port < 0 && env_bad("MASTER_PORT")) {
+        snprintf(env_error, sizeof(env_error), "MASTER_PORT='%.40s' is not "
+                 "a port (1-65535)", getenv("MASTER_PORT"));
+        return RDZV_EINVAL;
+      }
+      snprintf(env_error, sizeof(env_error), "no LAUNCH_RDZV_ENDPOINT, nor "
+               "MASTER_ADDR and MASTER_PORT: not started by launch or "
+               "torchrun?");
       return RDZV_ENOENV;
-    snprintf(ep, sizeof(ep), strchr(env.master_addr, ':') ? "[%s]:%d" : "%s:%d",
+    }
+    if (env.master_port < 1 || env.master_port > 65535) {
+      snprintf(env_error, sizeof(env_error), "MASTER_PORT=%d is not a port "
+               "(1-65535)", env.master_port);
+      return RDZV_EINVAL;
+    }
+    /* an IPv6 address bare or in brackets */
+    snprintf(ep, sizeof(ep),
+             strchr(env.master_addr, ':') && env.master_addr[0] != '['
+                 ? "[%s]:%d"
+                 : "%s:%d",
              env.master_addr, env.master_port);
     o.endpoint = ep;
   }
   o.job = env.rdzv_id ? env.rdzv_id : "default";
   if (env.token_file) {
-    if ((rc = lu_read_token(env.token_file, &token, &tlen, NULL, 0)) != 0)
+    if ((rc = lu_read_token(env.token_file, &token, &tlen, NULL, 0)) != 0) {
+      snprintf(env_error, sizeof(env_error), "LAUNCH_RDZV_TOKEN_FILE %.300s: "
+               "%s", env.token_file, rdzv_strerror(rc));
       return rc;
+    }
     o.token = token;
     o.token_len = tlen;
   }
   o.tls_ca = env.tls_ca;
   o.tls_cert = env.tls_cert;
   o.tls_key = env.tls_key;
+  o.error = env_error;
+  o.error_len = sizeof(env_error);
   rc = rdzv_connect(&o, out);
   if (token) {
     memset(token, 0, tlen);
@@ -829,7 +864,7 @@ void rdzv_close(rdzv_client_t *c) {
 }
 
 const char *rdzv_last_error(const rdzv_client_t *c) {
-  return c ? c->last_error : "";
+  return c ? c->last_error : env_error;
 }
 
 void rdzv_free(void *p) { free(p); }

@@ -641,6 +641,18 @@ static void test_connect_errors(void) {
   unsetenv("MASTER_ADDR");
   unsetenv("MASTER_PORT");
   ASSERT_EQ(RDZV_ENOENV, rdzv_connect_from_env(&c));
+  ASSERT_CONTAINS(rdzv_last_error(NULL), "MASTER_ADDR and MASTER_PORT");
+  /* a port that is not one is named (it was "invalid argument", or an
+   * address error for 70000) */
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "abc", 1);
+  ASSERT_EQ(RDZV_EINVAL, rdzv_connect_from_env(&c));
+  ASSERT_CONTAINS(rdzv_last_error(NULL), "MASTER_PORT='abc' is not a port");
+  setenv("MASTER_PORT", "70000", 1);
+  ASSERT_EQ(RDZV_EINVAL, rdzv_connect_from_env(&c));
+  ASSERT_CONTAINS(rdzv_last_error(NULL), "MASTER_PORT=70000 is not a port");
+  unsetenv("MASTER_ADDR");
+  unsetenv("MASTER_PORT");
 }
 
 static void test_from_env(void) {
@@ -652,7 +664,10 @@ static void test_from_env(void) {
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", port, 1);
   setenv("TORCHELASTIC_RUN_ID", "envjob", 1);
+  /* a variable the connection does not read fails nothing */
+  setenv("RANK", "x", 1);
   ASSERT_OK(rdzv_connect_from_env(&c));
+  unsetenv("RANK");
   ASSERT_OK(rdzv_set(c, "from-env", "1", 1, 1000));
   d = connect_job("envjob", NULL);
   ASSERT_OK(rdzv_get(d, "from-env", &v, &n, 0));
