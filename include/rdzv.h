@@ -104,7 +104,8 @@ typedef struct rdzv_options_s {
   const void *token;    /* shared secret, or NULL for none */
   size_t token_len;
   const char *role;     /* "worker", "agent" or "admin"; NULL = "worker" */
-  int connect_timeout_ms; /* retry connecting until this passes; -1 forever */
+  int connect_timeout_ms; /* retry connecting until this passes; -1 forever;
+                             0: one attempt, bounded by io_timeout_ms */
   int io_timeout_ms;      /* bound of one round trip for non-blocking ops */
   /* TLS (docs/protocol.md#tls): set tls_ca to speak TLS; the server's
    * certificate must be signed by it and name the endpoint's host. */

@@ -570,7 +570,7 @@ static int connect_once(const struct sockaddr *sa, socklen_t salen,
 }
 
 static int connect_endpoint(rdzv_client_t *c, const lu_endpoint_t *ep,
-                            int64_t deadline) {
+                            int64_t deadline, int once) {
   int backoff = 20;
   int rc;
   for (;;) {
@@ -612,6 +612,11 @@ static int connect_endpoint(rdzv_client_t *c, const lu_endpoint_t *ep,
         rc != -ENETUNREACH && rc != RDZV_ERESOLVE && rc != -ECONNRESET &&
         rc != -EAGAIN) {
       rdzv__set_error(c, "cannot connect to %s: %s", c->endpoint, rdzv_strerror(rc));
+      return rc;
+    }
+    if (once) {
+      rdzv__set_error(c, "cannot connect to %s: %s (one attempt: "
+                      "connect_timeout_ms 0)", c->endpoint, rdzv_strerror(rc));
       return rc;
     }
     if (deadline >= 0 && remaining(deadline) == 0) {
@@ -739,7 +744,10 @@ int rdzv_connect(const rdzv_options_t *o, rdzv_client_t **out) {
   c->io_timeout_ms = o->io_timeout_ms > 0 ? o->io_timeout_ms : 30000;
   lu_endpoint_format(&ep, c->endpoint, sizeof(c->endpoint));
   proto_enc_init(&c->enc);
-  dl = deadline_after(o->connect_timeout_ms);
+  /* 0: one attempt, its connect and handshake bounded by the io timeout
+   * (a deadline of "now" failed even against a server on this host) */
+  dl = deadline_after(o->connect_timeout_ms == 0 ? c->io_timeout_ms
+                                                 : o->connect_timeout_ms);
   rc = 0;
   if (o->tls_ca || o->tls_cert) {
     tls_files_t f = {o->tls_cert, o->tls_key, o->tls_ca};
@@ -753,7 +761,7 @@ int rdzv_connect(const rdzv_options_t *o, rdzv_client_t **out) {
     }
   }
   if (rc == 0)
-    rc = connect_endpoint(c, &ep, dl);
+    rc = connect_endpoint(c, &ep, dl, o->connect_timeout_ms == 0);
   if (rc == 0 && c->tls_ctx)
     rc = tls_handshake(c, &ep, dl);
   if (rc == 0)

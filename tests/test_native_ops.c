@@ -618,6 +618,12 @@ static void test_connect_errors(void) {
   o.connect_timeout_ms = 300;
   ASSERT_EQ(-ETIMEDOUT, rdzv_connect(&o, &c));
   ASSERT(lu_now_ms() - t0 >= 250);
+  /* 0: one attempt, refused at once (test_connect_once: a live server) */
+  o.connect_timeout_ms = 0;
+  t0 = lu_now_ms();
+  ASSERT_EQ(-ECONNREFUSED, rdzv_connect(&o, &c));
+  ASSERT(lu_now_ms() - t0 < 200);
+  o.connect_timeout_ms = 300;
   {
     /* the caller's error buffer says why */
     char why[256] = "";
@@ -653,6 +659,20 @@ static void test_connect_errors(void) {
   ASSERT_CONTAINS(rdzv_last_error(NULL), "MASTER_PORT=70000 is not a port");
   unsetenv("MASTER_ADDR");
   unsetenv("MASTER_PORT");
+}
+
+/* connect_timeout_ms 0 against a live server: one attempt, which connects
+ * (its deadline was "now": 19 of 20 failed). */
+static void test_connect_once(void) {
+  rdzv_options_t o = RDZV_OPTIONS_INIT;
+  rdzv_client_t *c = NULL;
+  o.endpoint = test_server_endpoint();
+  o.job = "once";
+  o.connect_timeout_ms = 0;
+  for (int i = 0; i < 20; i++) {
+    ASSERT_OK(rdzv_connect(&o, &c));
+    rdzv_close(c);
+  }
 }
 
 static void test_from_env(void) {
@@ -717,6 +737,7 @@ int main(void) {
   test_isolation();
   test_many_keys_list();
   test_many_keys_woken();
+  test_connect_once();
   test_from_env();
   test_progress();
   test_server_stop();
