@@ -196,16 +196,34 @@ static size_t trim(const char *buf, size_t len, const char **start) {
   return len;
 }
 
-/* The step directories of a layout: PREFIX<digits> (that number is the
- * step), and `also` (a name the pointer gives, or "release") with step
- * -1. Each one is checked by fn. */
+/* Is name PREFIX followed by the number N spelled as the trainer spells
+ * it (zero-padded to width digits, 0: no leading zero)? Into *step. Another
+ * spelling of a number (checkpoint-010) is not a step: a trainer told to
+ * resume step 10 loads checkpoint-10, not that directory. */
+static int step_name(const char *name, const char *prefix, int width,
+                     int64_t *step) {
+  size_t pl = strlen(prefix);
+  char again[CKPT_NAME_MAX];
+  int64_t v;
+  if (strncmp(name, prefix, pl) != 0 || !ck_all_digits(name + pl, &v))
+    return 0;
+  snprintf(again, sizeof(again), "%0*lld", width, (long long)v);
+  if (strcmp(again, name + pl) != 0)
+    return 0;
+  *step = v;
+  return 1;
+}
+
+/* The step directories of a layout: PREFIX<number> of width (that
+ * number is the step), and `also` (a name the pointer gives, or "release")
+ * with step -1. Each one is checked by fn. */
 typedef int (*step_fn)(const char *path, ckpt_step_t *st);
 
 static int scan_steps(const char *dir, ckpt_scan_t *s, const char *prefix,
-                      const char *also, step_fn fn, char *err,
-                      size_t errlen) {
+                      int width, const char *also, step_fn fn,
+                      char *err, size_t errlen) {
   char **names;
-  size_t n, pl = strlen(prefix);
+  size_t n;
   int rc;
   if ((rc = list_dir(dir, &names, &n)) != 0) {
     lu_errf(err, errlen, "%s: %s", dir, rdzv_strerror(rc));
@@ -215,8 +233,7 @@ static int scan_steps(const char *dir, ckpt_scan_t *s, const char *prefix,
     int64_t step = -1;
     char p[4096];
     ckpt_step_t *st;
-    if (!(strncmp(names[i], prefix, pl) == 0 &&
-          ck_all_digits(names[i] + pl, &step)) &&
+    if (!step_name(names[i], prefix, width, &step) &&
         !(also && strcmp(names[i], also) == 0))
       continue;
     if (!is_dir(dir, names[i]) || ck_join(p, sizeof(p), dir, names[i]) != 0)
@@ -459,6 +476,16 @@ static int dcp_like(const char *dir) {
   return found;
 }
 
+/* A name whose trailing number has leading zeros (step-010): not the
+ * spelling of its step (launch writes step-N, a trainer told step 10 loads
+ * step-10), so not a step. */
+static int zero_padded(const char *name) {
+  size_t n = strlen(name), k = n;
+  while (k > 0 && name[k - 1] >= '0' && name[k - 1] <= '9')
+    k--;
+  return n - k > 1 && name[k] == '0';
+}
+
 static int scan_dcp(const char *dir, const ckpt_scan_options_t *o,
                     ckpt_scan_t *s, char *err, size_t errlen) {
   char **names;
@@ -482,7 +509,7 @@ static int scan_dcp(const char *dir, const ckpt_scan_options_t *o,
     /* abandoned-step-N-T: what launch before issue #22 set aside here;
      * its trailing number is a time, not a step. */
     if (names[i][0] == '.' || strncmp(names[i], "abandoned-", 10) == 0 ||
-        !is_dir(dir, names[i]) ||
+        zero_padded(names[i]) || !is_dir(dir, names[i]) ||
         ck_join(p, sizeof(p), dir, names[i]) != 0 || !dcp_like(p))
       continue;
     if ((st = ck_scan_add(s)) == NULL) {
@@ -738,7 +765,8 @@ static int scan_megatron(const char *dir, const ckpt_scan_options_t *o,
   read_pointer(dir, MEG_TRACKER, s, meg_pointer,
                "does not hold an iteration number (empty or cut short: "
                "Megatron writes it in place)");
-  return scan_steps(dir, s, "iter_", "release", megatron_step, err, errlen);
+  return scan_steps(dir, s, "iter_", 7, "release", megatron_step, err,
+                    errlen);
 }
 
 /* ---- DeepSpeed ----------------------------------------------------------------- */
@@ -938,7 +966,7 @@ static int scan_deepspeed(const char *dir, const ckpt_scan_options_t *o,
   (void)o;
   read_pointer(dir, DS_LATEST, s, ck_deepspeed_latest,
                "does not name a tag directory");
-  return scan_steps(dir, s, "global_step",
+  return scan_steps(dir, s, "global_step", 0,
                     s->latest_name[0] ? s->latest_name : NULL, deepspeed_step,
                     err, errlen);
 }
@@ -1204,8 +1232,8 @@ static int scan_hf(const char *dir, const ckpt_scan_options_t *o,
                    ckpt_scan_t *s, char *err, size_t errlen) {
   int rc;
   (void)o;
-  if ((rc = scan_steps(dir, s, "checkpoint-", NULL, hf_step, err, errlen)) !=
-      0)
+  if ((rc = scan_steps(dir, s, "checkpoint-", 0, NULL, hf_step, err,
+                       errlen)) != 0)
     return rc;
   /* The Trainer has no pointer: resume_from_checkpoint=True takes the
    * highest checkpoint-N. That is what "latest" means here. */

@@ -192,6 +192,14 @@ def test_megatron(tmp):
     megatron_iter(root2, 10, tp=4, pp=1, distopt=False, skip=("mp_rank_03",))
     rep, _ = verify(root2, 1)
     check_step(rep, "iter_0000010", "incomplete", "mp_rank_03/: missing (tensor 4 x pipeline 1")
+    # Megatron writes iter_%07d: iter_20 is not its step 20.
+    root3 = os.path.join(tmp, "megatron-names")
+    megatron_iter(root3, 10, tp=1, pp=1, distopt=False)
+    os.rename(megatron_iter(root3, 20, tp=1, pp=1, distopt=False),
+              os.path.join(root3, "iter_20"))
+    rep, _ = verify(root3, 0)
+    expect([s["name"] for s in rep["steps"]] == ["iter_0000010"],
+           "megatron names: %s" % [s["name"] for s in rep["steps"]])
 
 
 # ---- DeepSpeed -------------------------------------------------------------------
@@ -256,6 +264,13 @@ def test_deepspeed(tmp):
     check_step(rep, "global_step5", "complete")
     check_step(rep, "global_step6", "incomplete", "zero_pp_rank_1_mp_rank_00_model_states.pt: missing")
     check_resume(rep, "global_step5")
+    # global_step05 is not how DeepSpeed spells step 5: not a step.
+    root4 = os.path.join(tmp, "deepspeed-names")
+    ds_step(root4, 4, dp=1)
+    os.rename(ds_step(root4, 5, dp=1), os.path.join(root4, "global_step05"))
+    rep, _ = verify(root4, 0)
+    expect([s["name"] for s in rep["steps"]] == ["global_step4"],
+           "deepspeed names: %s" % [s["name"] for s in rep["steps"]])
 
 
 # ---- Hugging Face Trainer -------------------------------------------------------------
@@ -324,6 +339,18 @@ def test_hf(tmp):
     check_step(rep, "checkpoint-3500", "incomplete", "scheduler.pt: missing")
     check_step(rep, "checkpoint-4000", "corrupt", "trainer_state.json says global_step 3999")
     check_resume(rep, "checkpoint-500")
+    # checkpoint-010 is not how the Trainer spells step 10: a trainer told
+    # to resume step 10 loads checkpoint-10, which has no weights.
+    zeros = os.path.join(tmp, "hf-zeros")
+    hf_ckpt(zeros, 5)
+    os.rename(hf_ckpt(zeros, 10), os.path.join(zeros, "checkpoint-010"))
+    d = hf_ckpt(zeros, 10)
+    os.unlink(os.path.join(d, "model.safetensors"))
+    rep, _ = verify(zeros, 1)
+    expect(not any(s["name"] == "checkpoint-010" for s in rep["steps"]),
+           "checkpoint-010 taken for a step: %s" % [s["name"] for s in rep["steps"]])
+    check_step(rep, "checkpoint-10", "incomplete", "no model weights")
+    check_resume(rep, "checkpoint-5")
 
 
 # ---- PyTorch DCP ------------------------------------------------------------------
@@ -353,6 +380,13 @@ def test_dcp(tmp):
     expect(not any(s["name"].startswith("abandoned-") for s in rep["steps"]),
            "abandoned-step-N-T taken for a DCP step: %s" % [s["name"] for s in rep["steps"]])
     check_resume(rep, "step-100")
+    # step-0100 is not how launch spells step 100: not a step.
+    zeros = os.path.join(tmp, "dcp-zeros")
+    dcp(os.path.join(zeros, "step-1"))
+    dcp(os.path.join(zeros, "step-0100"))
+    rep, _ = verify(zeros, 0)
+    expect([s["name"] for s in rep["steps"]] == ["step-1"],
+           "dcp zero-padded: %s" % [s["name"] for s in rep["steps"]])
     # DCP steps named checkpoint-N (as Hugging Face's are): DCP by content.
     hfname = os.path.join(tmp, "dcp-hf-names")
     dcp(os.path.join(hfname, "checkpoint-7"))
