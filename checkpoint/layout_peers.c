@@ -1197,7 +1197,8 @@ static int hf_step(const char *dir, ckpt_step_t *st) {
     check_torch(dir, "scaler.pt", "scaler.pt", st, NULL, NULL);
   /* RNG states: rng_state.pth (one process) or rng_state_K.pth for every
    * process K; the count is not written anywhere, so 0..max must all be
-   * there. */
+   * there, and rng_state_0.pth alone says at least 2 processes (the
+   * Trainer writes rng_state_K.pth only when there are several). */
   for (size_t i = 0; i < n; i++) {
     int64_t k;
     size_t l = strlen(names[i]);
@@ -1210,17 +1211,20 @@ static int hf_step(const char *dir, ckpt_step_t *st) {
     if (ck_all_digits(num, &k) && k > maxr && k < CK_MAX_WORLD)
       maxr = k;
   }
-  for (int64_t k = 0; k <= maxr; k++) {
+  for (int64_t k = 0; k <= (maxr == 0 ? 1 : maxr); k++) {
     char f[64];
     snprintf(f, sizeof(f), "rng_state_%lld.pth", (long long)k);
-    if (!has_name(names, n, f))
+    if (!has_name(names, n, f) && maxr == 0)
+      bad(st, CKPT_STEP_INCOMPLETE, "%s: missing (rng_state_0.pth is "
+          "there: the Trainer writes it only with 2 or more processes)", f);
+    else if (!has_name(names, n, f))
       bad(st, CKPT_STEP_INCOMPLETE, "%s: missing (rng states of processes up "
           "to %lld are there)", f, (long long)maxr);
     else
       check_torch(dir, f, f, st, NULL, NULL);
   }
   if (maxr >= 0)
-    st->world_size = (int)maxr + 1;
+    st->world_size = maxr == 0 ? 2 : (int)maxr + 1;
   else if (has_name(names, n, "rng_state.pth"))
     check_torch(dir, "rng_state.pth", "rng_state.pth", st, NULL, NULL);
 out:
@@ -1228,12 +1232,52 @@ out:
   return rc;
 }
 
+static int cmp_step_up(const void *a, const void *b) {
+  const ckpt_step_t *x = *(ckpt_step_t *const *)a;
+  const ckpt_step_t *y = *(ckpt_step_t *const *)b;
+  return (x->step > y->step) - (x->step < y->step);
+}
+
+/* The last process's rng_state_K.pth missing leaves 0..K-1, which look
+ * complete: the newest complete older step says how many processes wrote
+ * (a step of fewer without rng_state.pth of one process is incomplete). */
+static int hf_rng_count(const char *dir, ckpt_scan_t *s) {
+  ckpt_step_t **up, *prev = NULL;
+  if (s->nsteps < 2)
+    return 0;
+  if ((up = malloc(s->nsteps * sizeof(*up))) == NULL)
+    return RDZV_ENOMEM;
+  for (size_t i = 0; i < s->nsteps; i++)
+    up[i] = &s->steps[i];
+  qsort(up, s->nsteps, sizeof(*up), cmp_step_up);
+  for (size_t i = 0; i < s->nsteps; i++) {
+    ckpt_step_t *st = up[i];
+    char d[4096], p[4096], f[64];
+    struct stat sb;
+    if (st->step < 0 || st->state != CKPT_STEP_COMPLETE)
+      continue;
+    if (prev && st->world_size < prev->world_size &&
+        !(st->world_size == 0 && ck_join(d, sizeof(d), dir, st->name) == 0 &&
+          ck_join(p, sizeof(p), d, "rng_state.pth") == 0 &&
+          stat(p, &sb) == 0)) {
+      snprintf(f, sizeof(f), "rng_state_%d.pth", st->world_size);
+      bad(st, CKPT_STEP_INCOMPLETE, "%s: missing (%s before it has rng "
+          "states of %d processes)", f, prev->name, prev->world_size);
+      continue;
+    }
+    prev = st;
+  }
+  free(up);
+  return 0;
+}
+
 static int scan_hf(const char *dir, const ckpt_scan_options_t *o,
                    ckpt_scan_t *s, char *err, size_t errlen) {
   int rc;
   (void)o;
   if ((rc = scan_steps(dir, s, "checkpoint-", 0, NULL, hf_step, err,
-                       errlen)) != 0)
+                       errlen)) != 0 ||
+      (rc = hf_rng_count(dir, s)) != 0)
     return rc;
   /* The Trainer has no pointer: resume_from_checkpoint=True takes the
    * highest checkpoint-N. That is what "latest" means here. */

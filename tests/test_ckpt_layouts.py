@@ -351,6 +351,29 @@ def test_hf(tmp):
            "checkpoint-010 taken for a step: %s" % [s["name"] for s in rep["steps"]])
     check_step(rep, "checkpoint-10", "incomplete", "no model weights")
     check_resume(rep, "checkpoint-5")
+    # rng_state_0.pth alone: the Trainer writes rng_state_K.pth only with
+    # 2 or more processes, so rng_state_1.pth is missing.
+    rng = os.path.join(tmp, "hf-rng")
+    hf_ckpt(rng, 10, world=4)
+    hf_ckpt(rng, 20, skip=("rng_state_1.pth",))
+    rep, _ = verify(rng, 1)
+    check_step(rep, "checkpoint-20", "incomplete", "rng_state_1.pth: missing (rng_state_0.pth")
+    check_resume(rep, "checkpoint-10")
+    # The last of 4 processes never wrote its rng state: checkpoint-10 says 4.
+    hf_ckpt(rng, 30, world=4, skip=("rng_state_3.pth",))
+    rep, _ = verify(rng, 1)
+    check_step(rep, "checkpoint-30", "incomplete",
+               "rng_state_3.pth: missing (checkpoint-10 before it has rng states of 4 processes)")
+    check_resume(rep, "checkpoint-10")
+    hf_ckpt(rng, 40, world=4)
+    rep, _ = verify(rng, 0)
+    check_resume(rep, "checkpoint-40")
+    # One process: rng_state.pth, no rng_state_K.pth.
+    one = os.path.join(tmp, "hf-one")
+    d = hf_ckpt(one, 1, world=1)
+    os.rename(os.path.join(d, "rng_state_0.pth"), os.path.join(d, "rng_state.pth"))
+    rep, _ = verify(one, 0)
+    check_step(rep, "checkpoint-1", "complete")
 
 
 # ---- PyTorch DCP ------------------------------------------------------------------
