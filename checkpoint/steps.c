@@ -32,7 +32,10 @@ void ck_scan_sort(ckpt_scan_t *s) {
   for (size_t i = 0; i < s->nsteps; i++) {
     if (s->steps[i].is_latest && s->latest < 0)
       s->latest = (int)i;
-    if (s->steps[i].state == CKPT_STEP_COMPLETE && s->resume < 0)
+    /* The agent's rule (agree.c): a step without a number (a single DCP
+     * directory, Megatron's release/, a DeepSpeed tag) is never resumed. */
+    if (s->steps[i].state == CKPT_STEP_COMPLETE && s->steps[i].step >= 0 &&
+        s->resume < 0)
       s->resume = (int)i;
   }
 }

@@ -117,7 +117,8 @@ typedef struct ckpt_scan_s {
   char latest_name[CKPT_NAME_MAX]; /* what the pointer says, "" if none */
   char latest_problem[CKPT_PROBLEM_MAX]; /* pointer unreadable, dangling, or
                                             naming an incomplete step */
-  int resume;               /* index of the newest complete step, -1 none */
+  int resume;               /* index of the newest complete step with a
+                               number (what the agent resumes), -1 none */
 } ckpt_scan_t;
 
 /* Hash every launch shard with SHA-256 (else: sizes only). */

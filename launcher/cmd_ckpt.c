@@ -156,6 +156,15 @@ static void print_json(const char *dir, const ckpt_scan_t *s, int sha) {
 /* File and directory names are anyone's: escaped for the terminal. */
 #define esc lu_esc
 
+/* The newest complete step without a number (a single DCP directory,
+ * Megatron's release/): complete, but the agent never resumes it. -1 none. */
+static int unnumbered(const ckpt_scan_t *s) {
+  for (size_t i = 0; i < s->nsteps; i++)
+    if (s->steps[i].state == CKPT_STEP_COMPLETE && s->steps[i].step < 0)
+      return (int)i;
+  return -1;
+}
+
 static void print_text(const char *dir, const ckpt_scan_t *s, int sha) {
   size_t w = 4;
   char e1[4 * CKPT_NAME_MAX], e2[4 * CKPT_PROBLEM_MAX];
@@ -184,6 +193,10 @@ static void print_text(const char *dir, const ckpt_scan_t *s, int sha) {
     printf("%s\n", esc(s->latest_problem, e2, sizeof(e2)));
   if (s->resume >= 0)
     printf("resume: %s\n", esc(s->steps[s->resume].name, e1, sizeof(e1)));
+  else if (unnumbered(s) >= 0)
+    printf("resume: none (%s is complete but has no step number: launch "
+           "does not resume it, a restart starts fresh)\n",
+           esc(s->steps[unnumbered(s)].name, e1, sizeof(e1)));
   else
     printf("resume: none (a restart starts fresh)\n");
 }
@@ -241,12 +254,19 @@ int launch_cmd_ckpt(int argc, char **argv) {
   }
   /* A step newer than the one a restart takes is skipped: say why. */
   for (int i = 0; i < (s->resume >= 0 ? s->resume : (int)s->nsteps); i++)
-    if (s->steps[i].state != CKPT_STEP_UNCHECKED) {
+    if (s->steps[i].state != CKPT_STEP_UNCHECKED &&
+        s->steps[i].state != CKPT_STEP_COMPLETE) {
       char e1[4 * CKPT_NAME_MAX], e2[4 * CKPT_PROBLEM_MAX];
       fprintf(stderr, "launch ckpt: warning: %s skipped: %s\n",
               esc(s->steps[i].name, e1, sizeof(e1)),
               esc(s->steps[i].problem, e2, sizeof(e2)));
     }
+  if (json && s->resume < 0 && unnumbered(s) >= 0) {
+    char e1[4 * CKPT_NAME_MAX];
+    fprintf(stderr, "launch ckpt: warning: %s is complete but has no step "
+            "number: launch does not resume it, a restart starts fresh\n",
+            esc(s->steps[unnumbered(s)].name, e1, sizeof(e1)));
+  }
   if (json)
     print_json(dir, s, sha);
   else

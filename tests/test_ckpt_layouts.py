@@ -192,6 +192,13 @@ def test_megatron(tmp):
     megatron_iter(root2, 10, tp=4, pp=1, distopt=False, skip=("mp_rank_03",))
     rep, _ = verify(root2, 1)
     check_step(rep, "iter_0000010", "incomplete", "mp_rank_03/: missing (tensor 4 x pipeline 1")
+    # release/ alone: complete, but no step number for the agent to resume.
+    rel = os.path.join(tmp, "megatron-release")
+    os.rename(megatron_iter(rel, 1, tp=1, pp=1, distopt=False), os.path.join(rel, "release"))
+    write(os.path.join(rel, "latest_checkpointed_iteration.txt"), "release")
+    p = run("ls", rel, rc=1)
+    expect("release  complete" in p.stdout and
+           "resume: none (release is complete but has no step number" in p.stdout, p.stdout)
     # Megatron writes iter_%07d: iter_20 is not its step 20.
     root3 = os.path.join(tmp, "megatron-names")
     megatron_iter(root3, 10, tp=1, pp=1, distopt=False)
@@ -427,9 +434,15 @@ def test_dcp(tmp):
     # A single checkpoint: the directory itself.
     one = os.path.join(tmp, "dcp-one")
     dcp(one, {"__0_0.distcp": [10], "__1_0.distcp": [20], "__2_0.distcp": [30]})
-    rep, _ = verify(one, 0)
+    # It has no step number: the agent never resumes it, so ls names none.
+    rep, err = verify(one, 1)
     s = check_step(rep, ".", "complete")
     expect(s["world_size"] == 3, "dcp one %s" % s)
+    expect(rep["resume"] is None, "dcp one resumed: %s" % rep["resume"])
+    expect(". is complete but has no step number" in err, err)
+    p = run("ls", one, rc=1)
+    expect("resume: none (. is complete but has no step number: launch does not "
+           "resume it" in p.stdout, p.stdout)
     os.unlink(os.path.join(one, "__2_0.distcp"))
     rep, _ = verify(one, 1)
     check_step(rep, ".", "incomplete", "__2_0.distcp: missing (named by .metadata)")
