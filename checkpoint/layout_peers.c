@@ -272,6 +272,54 @@ static void read_pointer(const char *dir, const char *file, ckpt_scan_t *s,
   }
 }
 
+static int cmp_step_up(const void *a, const void *b) {
+  const ckpt_step_t *x = *(ckpt_step_t *const *)a;
+  const ckpt_step_t *y = *(ckpt_step_t *const *)b;
+  return (x->step > y->step) - (x->step < y->step);
+}
+
+/* The last process's file missing (Hugging Face's rng_state_K.pth, a DCP
+ * rank's __R.metadata without collectives) leaves those of 0..K-1, which
+ * look complete: the newest complete older step of the same kind says how
+ * many processes wrote, and a step of fewer is incomplete. Hugging Face's
+ * step of one process (rng_state.pth) is not of fewer. */
+static int fewer_than_before(const char *dir, ckpt_scan_t *s, int dcp) {
+  ckpt_step_t **up, *prev = NULL;
+  if (s->nsteps < 2)
+    return 0;
+  if ((up = malloc(s->nsteps * sizeof(*up))) == NULL)
+    return RDZV_ENOMEM;
+  for (size_t i = 0; i < s->nsteps; i++)
+    up[i] = &s->steps[i];
+  qsort(up, s->nsteps, sizeof(*up), cmp_step_up);
+  for (size_t i = 0; i < s->nsteps; i++) {
+    ckpt_step_t *st = up[i];
+    char d[4096], p[4096];
+    struct stat sb;
+    if (st->step < 0 || st->state != CKPT_STEP_COMPLETE ||
+        (dcp && st->replicated))
+      continue;
+    if (prev && st->world_size < prev->world_size && dcp) {
+      bad(st, CKPT_STEP_INCOMPLETE, "__%d%s: missing (%s before it was "
+          "saved by %d ranks, each writing its own last)", st->world_size,
+          DCP_META, prev->name, prev->world_size);
+      continue;
+    }
+    if (prev && st->world_size < prev->world_size &&
+        !(st->world_size == 0 && ck_join(d, sizeof(d), dir, st->name) == 0 &&
+          ck_join(p, sizeof(p), d, "rng_state.pth") == 0 &&
+          stat(p, &sb) == 0)) {
+      bad(st, CKPT_STEP_INCOMPLETE, "rng_state_%d.pth: missing (%s before "
+          "it has rng states of %d processes)", st->world_size, prev->name,
+          prev->world_size);
+      continue;
+    }
+    prev = st;
+  }
+  free(up);
+  return 0;
+}
+
 /* ---- DCP --------------------------------------------------------------------------- */
 
 static int cmp_storage(const void *a, const void *b) {
@@ -521,7 +569,7 @@ static int scan_dcp(const char *dir, const ckpt_scan_options_t *o,
     rc = dcp_step(p, st);
   }
   ck_free_names(names, n);
-  return rc;
+  return rc == 0 ? fewer_than_before(dir, s, 1) : rc;
 }
 
 /* ---- Megatron-LM --------------------------------------------------------------- */
@@ -1232,52 +1280,13 @@ out:
   return rc;
 }
 
-static int cmp_step_up(const void *a, const void *b) {
-  const ckpt_step_t *x = *(ckpt_step_t *const *)a;
-  const ckpt_step_t *y = *(ckpt_step_t *const *)b;
-  return (x->step > y->step) - (x->step < y->step);
-}
-
-/* The last process's rng_state_K.pth missing leaves 0..K-1, which look
- * complete: the newest complete older step says how many processes wrote
- * (a step of fewer without rng_state.pth of one process is incomplete). */
-static int hf_rng_count(const char *dir, ckpt_scan_t *s) {
-  ckpt_step_t **up, *prev = NULL;
-  if (s->nsteps < 2)
-    return 0;
-  if ((up = malloc(s->nsteps * sizeof(*up))) == NULL)
-    return RDZV_ENOMEM;
-  for (size_t i = 0; i < s->nsteps; i++)
-    up[i] = &s->steps[i];
-  qsort(up, s->nsteps, sizeof(*up), cmp_step_up);
-  for (size_t i = 0; i < s->nsteps; i++) {
-    ckpt_step_t *st = up[i];
-    char d[4096], p[4096], f[64];
-    struct stat sb;
-    if (st->step < 0 || st->state != CKPT_STEP_COMPLETE)
-      continue;
-    if (prev && st->world_size < prev->world_size &&
-        !(st->world_size == 0 && ck_join(d, sizeof(d), dir, st->name) == 0 &&
-          ck_join(p, sizeof(p), d, "rng_state.pth") == 0 &&
-          stat(p, &sb) == 0)) {
-      snprintf(f, sizeof(f), "rng_state_%d.pth", st->world_size);
-      bad(st, CKPT_STEP_INCOMPLETE, "%s: missing (%s before it has rng "
-          "states of %d processes)", f, prev->name, prev->world_size);
-      continue;
-    }
-    prev = st;
-  }
-  free(up);
-  return 0;
-}
-
 static int scan_hf(const char *dir, const ckpt_scan_options_t *o,
                    ckpt_scan_t *s, char *err, size_t errlen) {
   int rc;
   (void)o;
   if ((rc = scan_steps(dir, s, "checkpoint-", 0, NULL, hf_step, err,
                        errlen)) != 0 ||
-      (rc = hf_rng_count(dir, s)) != 0)
+      (rc = fewer_than_before(dir, s, 0)) != 0)
     return rc;
   /* The Trainer has no pointer: resume_from_checkpoint=True takes the
    * highest checkpoint-N. That is what "latest" means here. */

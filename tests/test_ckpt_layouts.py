@@ -417,6 +417,23 @@ def test_dcp(tmp):
     rep, _ = verify(zeros, 0)
     expect([s["name"] for s in rep["steps"]] == ["step-1"],
            "dcp zero-padded: %s" % [s["name"] for s in rep["steps"]])
+    # Saved without collectives: one __R.metadata per rank. In step-2 rank 1
+    # wrote nothing yet: step-1 says 2 ranks saved, so step-2 is not
+    # complete with 1 (the agent then refused a 2-rank job: "run with 1 ranks").
+    per = os.path.join(tmp, "dcp-per-rank")
+    for n, ranks in ((1, 2), (2, 1)):
+        for r in range(ranks):
+            d = os.path.join(per, "step-%d" % n)
+            md, sizes = ckptfix.dcp_metadata({"__%d_0.distcp" % r: [50]})
+            for name, size in sizes.items():
+                write(os.path.join(d, name), b"\3" * size)
+            write(os.path.join(d, "__%d.metadata" % r), pickle.dumps(md))
+    rep, _ = verify(per, 1)
+    s = check_step(rep, "step-1", "complete")
+    expect(s["world_size"] == 2, "per-rank world %s" % s)
+    check_step(rep, "step-2", "incomplete",
+               "__1.metadata: missing (step-1 before it was saved by 2 ranks")
+    check_resume(rep, "step-1")
     # DCP steps named checkpoint-N (as Hugging Face's are): DCP by content.
     hfname = os.path.join(tmp, "dcp-hf-names")
     dcp(os.path.join(hfname, "checkpoint-7"))
