@@ -14,9 +14,10 @@
  * rdzv_last_error() gives the server's message for the last failed call.
  *
  * Timeouts: every call that talks to the server takes timeout_ms, the most
- * it may block in total. RDZV_FOREVER (-1) blocks without limit; 0 means
- * "do not wait for keys to appear" for get/wait/multi_get (the call still
- * needs one round trip, bounded by the connection's io timeout). The calls
+ * it may block in total. RDZV_FOREVER (-1, or any negative value) blocks
+ * without limit; 0 means "do not wait": for get/wait/multi_get, for keys
+ * to appear, and for every call, one round trip bounded by the
+ * connection's io timeout. The calls
  * that wait on the server (get, wait, multi_get, barrier) give the server's
  * answer up to min(io_timeout_ms, 5 s) more, so that its -ETIMEDOUT and
  * message arrive rather than the client's own: a server that stopped

@@ -89,6 +89,13 @@ static int64_t deadline_after(int timeout_ms) {
   return (int64_t)lu_now_ms() + timeout_ms;
 }
 
+/* The deadline of a call that does not wait on the server: 0 is one round
+ * trip, bounded by the io timeout (a deadline of "now" failed a call the
+ * server had already run, and a retried ADD added twice). */
+static int64_t op_deadline(const rdzv_client_t *c, int timeout_ms) {
+  return deadline_after(timeout_ms == 0 ? c->io_timeout_ms : timeout_ms);
+}
+
 /* Remaining ms until deadline (-1 = forever), clamped to int. */
 static int remaining(int64_t deadline) {
   int64_t r;
@@ -913,7 +920,7 @@ int rdzv_set(rdzv_client_t *c, const char *key, const void *val, size_t len,
                               kn, val, len)) != 0)
     return rc;
   c->next_id = id;
-  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  rc = rpc(c, id, op_deadline(c, timeout_ms), &r);
   reply_done(c, &r);
   return rc;
 }
@@ -960,7 +967,7 @@ int rdzv_set_nowait(rdzv_client_t *c, const char *key, const void *val,
 }
 
 int rdzv_flush(rdzv_client_t *c, int timeout_ms) {
-  int64_t deadline = deadline_after(timeout_ms);
+  int64_t deadline = op_deadline(c, timeout_ms);
   int rc;
   if (c == NULL)
     return RDZV_EINVAL;
@@ -1068,7 +1075,7 @@ int rdzv_append(rdzv_client_t *c, const char *key, const void *val, size_t len,
   id = req_begin(c, PROTO_OP_APPEND, 2);
   proto_pack_str(&c->enc.pk, key);
   proto_pack_bytes(&c->enc.pk, val, len);
-  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  rc = rpc(c, id, op_deadline(c, timeout_ms), &r);
   reply_done(c, &r);
   return rc;
 }
@@ -1128,7 +1135,7 @@ int rdzv_check(rdzv_client_t *c, const char *const *keys, size_t n,
     return RDZV_EINVAL;
   id = req_begin(c, PROTO_OP_CHECK, 1);
   pack_keys(c, keys, n);
-  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  rc = rpc(c, id, op_deadline(c, timeout_ms), &r);
   if (rc == 0) {
     if (r.m.nargs < 1 || r.m.args[0].type != MSGPACK_OBJECT_BOOLEAN)
       rc = RDZV_EPROTO;
@@ -1165,7 +1172,7 @@ int rdzv_add(rdzv_client_t *c, const char *key, int64_t delta, int64_t *result,
   id = req_begin(c, PROTO_OP_ADD, 2);
   proto_pack_str(&c->enc.pk, key);
   msgpack_pack_int64(&c->enc.pk, delta);
-  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  rc = rpc(c, id, op_deadline(c, timeout_ms), &r);
   if (rc == 0) {
     if (proto_arg_i64(&r.m, 0, &v) != 0)
       rc = RDZV_EPROTO;
@@ -1192,7 +1199,7 @@ int rdzv_compare_set(rdzv_client_t *c, const char *key, const void *expected,
   else
     msgpack_pack_nil(&c->enc.pk);
   proto_pack_bytes(&c->enc.pk, desired ? desired : "", des_len);
-  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  rc = rpc(c, id, op_deadline(c, timeout_ms), &r);
   if (rc == 0) {
     const char *p = NULL;
     size_t n = 0;
@@ -1218,7 +1225,7 @@ int rdzv_compare_set(rdzv_client_t *c, const char *key, const void *expected,
 
 static int bool_reply(rdzv_client_t *c, uint64_t id, int timeout_ms) {
   reply_t r;
-  int rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  int rc = rpc(c, id, op_deadline(c, timeout_ms), &r);
   if (rc == 0) {
     if (r.m.nargs < 1 || r.m.args[0].type != MSGPACK_OBJECT_BOOLEAN)
       rc = RDZV_EPROTO;
@@ -1241,7 +1248,7 @@ int rdzv_delete(rdzv_client_t *c, const char *key, int timeout_ms) {
 int rdzv_num_keys(rdzv_client_t *c, int64_t *n, int timeout_ms) {
   reply_t r;
   uint64_t id = req_begin(c, PROTO_OP_NUMKEYS, 0);
-  int rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  int rc = rpc(c, id, op_deadline(c, timeout_ms), &r);
   if (rc == 0 && (proto_arg_i64(&r.m, 0, n) != 0))
     rc = RDZV_EPROTO;
   reply_done(c, &r);
@@ -1314,7 +1321,7 @@ int rdzv__set_multi_get(rdzv_client_t *c, const char *key, const void *val,
     return rc;
   /* The SET's reply comes first. When it failed, the MGET's comes later
    * and is skipped by the next call, as a late reply is. */
-  rc = rpc_recv(c, set_id, deadline_after(timeout_ms), &r);
+  rc = rpc_recv(c, set_id, op_deadline(c, timeout_ms), &r);
   reply_done(c, &r);
   if (rc != 0)
     return rc;
@@ -1339,7 +1346,7 @@ int rdzv_multi_set(rdzv_client_t *c, const char *const *keys,
     proto_pack_str(&c->enc.pk, keys[i]);
     proto_pack_bytes(&c->enc.pk, vals[i] ? vals[i] : "", lens[i]);
   }
-  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  rc = rpc(c, id, op_deadline(c, timeout_ms), &r);
   reply_done(c, &r);
   return rc;
 }
@@ -1363,7 +1370,7 @@ int rdzv_barrier(rdzv_client_t *c, const char *name, uint32_t count,
 int rdzv_ping(rdzv_client_t *c, int timeout_ms) {
   reply_t r;
   uint64_t id = req_begin(c, PROTO_OP_PING, 0);
-  int rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  int rc = rpc(c, id, op_deadline(c, timeout_ms), &r);
   reply_done(c, &r);
   return rc;
 }
@@ -1379,7 +1386,7 @@ int rdzv_list(rdzv_client_t *c, const char *prefix, char ***keys, size_t *n,
     return RDZV_EINVAL;
   id = req_begin(c, PROTO_OP_LIST, 1);
   proto_pack_str(&c->enc.pk, prefix);
-  rc = rpc(c, id, deadline_after(timeout_ms), &r);
+  rc = rpc(c, id, op_deadline(c, timeout_ms), &r);
   if (rc == 0) {
     if (proto_arg_array(&r.m, 0, &items, &cnt) != 0) {
       rc = RDZV_EPROTO;

@@ -3,6 +3,7 @@
  * write, timeouts, a 64-client barrier, job isolation, authentication, a
  * paused connection that resumes in the middle of a request. */
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -675,6 +676,34 @@ static void test_connect_once(void) {
   }
 }
 
+/* timeout_ms 0 on a call that does not wait on keys: one round trip,
+ * bounded by the io timeout. Against a stopped server it fails after the
+ * io timeout, not at once (a deadline of "now" failed calls the server
+ * had run, and a retried ADD added twice). */
+static void test_zero_timeout(void) {
+  rdzv_options_t o = RDZV_OPTIONS_INIT;
+  rdzv_client_t *c = NULL;
+  char ep[64];
+  int64_t v = 0;
+  uint64_t t0;
+  pid_t pid;
+  int port = test_launch_server(&pid, NULL, NULL);
+  snprintf(ep, sizeof(ep), "127.0.0.1:%d", port);
+  o.endpoint = ep;
+  o.job = "zero";
+  o.io_timeout_ms = 500;
+  ASSERT_OK(rdzv_connect(&o, &c));
+  ASSERT_OK(rdzv_add(c, "n", 1, &v, 0));
+  ASSERT_EQ(1, v);
+  kill(pid, SIGSTOP);
+  t0 = lu_now_ms();
+  ASSERT_EQ(-ETIMEDOUT, rdzv_ping(c, 0));
+  ASSERT(lu_now_ms() - t0 >= 400);
+  kill(pid, SIGCONT);
+  rdzv_close(c);
+  test_stop_server(pid);
+}
+
 static void test_from_env(void) {
   rdzv_client_t *c = NULL, *d;
   void *v;
@@ -741,6 +770,7 @@ int main(void) {
   test_from_env();
   test_progress();
   test_server_stop();
+  test_zero_timeout();
   test_auth();
   test_large_values();
   test_wait_long_keys();
