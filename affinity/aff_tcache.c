@@ -387,10 +387,7 @@ int aff__tcache_key(const aff_topo_t *t, const char *xml, char **key) {
 }
 
 uint64_t aff__tcache_sum(const char *p, size_t n) {
-  uint64_t h = 14695981039346656037ull; /* FNV-1a */
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
-  return h;
+  return lu_fnv1a64(p, n);
 }
 
 /* ---- the data -------------------------------------------------------------------- */

@@ -167,9 +167,7 @@ static void observe(hang_t *h, int lr, int form, const char *p, size_t n) {
   int parsed, first = !f->have_val, own;
   /* Any change of any byte is news: a map may carry fields of its own
    * before the step (up to 768 bytes), and its step may be past them. */
-  uint64_t hash = 14695981039346656037ull; /* FNV-1a */
-  for (size_t i = 0; i < n; i++)
-    hash = (hash ^ (unsigned char)p[i]) * 1099511628211ull;
+  uint64_t hash = lu_fnv1a64(p, n);
   if (f->have_val && n == f->vlen && hash == f->vhash)
     return; /* no news */
   f->vhash = hash;

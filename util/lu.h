@@ -68,6 +68,8 @@ void lu_log_write(const lu_log_t *log, int level, const char *fmt, ...)
 
 uint64_t lu_now_ns(void); /* CLOCK_MONOTONIC */
 uint64_t lu_now_ms(void);
+/* FNV-1a of p[0..n): a cheap 64-bit fingerprint, not a checksum. */
+uint64_t lu_fnv1a64(const void *p, size_t n);
 double lu_wall_s(void);   /* CLOCK_REALTIME, seconds */
 /* "2026-11-30T04:45:16.123Z" into buf (>= 32 bytes). */
 void lu_iso8601(double wall_s, char *buf, size_t n);

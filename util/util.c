@@ -501,3 +501,11 @@ int lu_edit_distance(const char *a, const char *b) {
   }
   return prev[lb];
 }
+
+uint64_t lu_fnv1a64(const void *p, size_t n) {
+  const unsigned char *b = p;
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
