@@ -819,6 +819,8 @@ static void check_rdzv(ctx_t *c, const doc_opts_t *o) {
       else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) != 0)
         err = errno;
     }
+    if (err == 0 && lu_self_connected(fd))
+      err = ECONNREFUSED; /* nothing listens: the socket met itself */
     close(fd);
     if (err == 0)
       break;

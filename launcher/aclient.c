@@ -667,6 +667,14 @@ static void connect_cb(uv_connect_t *req, int status) {
     close_tcp(a, 1);
     return;
   }
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&a->tcp, &fd) == 0 && lu_self_connected(fd)) {
+    /* nothing listens: the socket met itself (lu_self_connected) */
+    connect_reason(a, UV_ECONNREFUSED);
+    a->refused = 1;
+    close_tcp(a, 1);
+    return;
+  }
   uv_tcp_nodelay(&a->tcp, 1);
   if (uv_tcp_getsockname(&a->tcp, (struct sockaddr *)&ss, &len) == 0) {
     if (ss.ss_family == AF_INET)

@@ -561,6 +561,10 @@ static int connect_once(const struct sockaddr *sa, socklen_t salen,
       return err ? -err : -EIO;
     }
   }
+  if (sa->sa_family != AF_UNIX && lu_self_connected(fd)) {
+    close(fd); /* nothing listens: the socket met itself */
+    return -ECONNREFUSED;
+  }
   if (sa->sa_family != AF_UNIX) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -376,7 +376,7 @@ static int connect_peer(rt_mesh_t *m, rdzv_client_t *store, int r,
     fd = socket(ps.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
       return -errno;
-    if (connect(fd, (struct sockaddr *)&ps, plen) == 0 &&
+    if (connect(fd, (struct sockaddr *)&ps, plen) == 0 && !lu_self_connected(fd) &&
         io_all(fd, &h, sizeof(h), 1, now_ms() + 5000) == 0 &&
         io_all(fd, &a, sizeof(a), 0, now_ms() + 5000) == 0 &&
         a.magic == HELLO_MAGIC && a.rank == (uint32_t)r && a.nonce == h.nonce) {

@@ -190,6 +190,14 @@ void lu_raise_nofile(void);
  * RET 1 when lu_raise_nofile changed them, else 0. */
 int lu_nofile_given(unsigned long long *cur, unsigned long long *max);
 
+/* A TCP connect to a port of this host where nothing listens can connect
+ * the socket to itself (the kernel picked the same port as its source:
+ * "simultaneous open"), and the caller then reads back what it sent. RET 1
+ * when fd's local and peer addresses are the same (treat it as refused;
+ * fd is then set to close with a reset, so that no TIME_WAIT holds the
+ * port the server will bind), else 0. */
+int lu_self_connected(int fd);
+
 /* ---- this node -------------------------------------------------------------------- */
 
 /* ---- JSON (json.c) ---------------------------------------------------------------- */

@@ -6,8 +6,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -441,6 +443,31 @@ static int mkdir_one(const char *path) {
   if (errno != EEXIST)
     return -errno;
   return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? 0 : -ENOTDIR;
+}
+
+int lu_self_connected(int fd) {
+  struct sockaddr_storage me, peer;
+  socklen_t ml = sizeof(me), pl = sizeof(peer);
+  if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0 ||
+      getpeername(fd, (struct sockaddr *)&peer, &pl) != 0 || ml != pl ||
+      me.ss_family != peer.ss_family)
+    return 0;
+  if (me.ss_family == AF_INET) {
+    const struct sockaddr_in *a = (void *)&me, *b = (void *)&peer;
+    if (a->sin_port != b->sin_port || a->sin_addr.s_addr != b->sin_addr.s_addr)
+      return 0;
+  } else if (me.ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (void *)&me, *b = (void *)&peer;
+    if (a->sin6_port != b->sin6_port ||
+        memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) != 0)
+      return 0;
+  } else {
+    return 0;
+  }
+  /* closed with a reset: no TIME_WAIT keeps the port from the server */
+  struct linger lg = {1, 0};
+  (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  return 1;
 }
 
 static struct rlimit nofile_given;
