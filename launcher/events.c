@@ -12,6 +12,7 @@
 
 struct ev_log_s {
   int fd;        /* the file, -1 none */
+  int torn;      /* the file's last line was cut short (a full disk) */
   int console;
   char job[256];
   char node[256];
@@ -79,16 +80,18 @@ lu_json_t *ev_begin(ev_log_t *e, ev_kind_t kind) {
   return e ? begin_job(e, kind, e->job) : NULL;
 }
 
-static void write_all(int fd, const char *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
+/* RET the bytes written: n, or fewer where a write failed */
+static size_t write_all(int fd, const char *p, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = write(fd, p + done, n - done);
     if (w < 0 && errno == EINTR)
       continue;
     if (w <= 0)
-      return; /* a full disk loses events, never the job */
-    p += w;
-    n -= (size_t)w;
+      break; /* a full disk loses events, never the job */
+    done += (size_t)w;
   }
+  return done;
 }
 
 void ev_end(ev_log_t *e) {
@@ -100,11 +103,20 @@ void ev_end(ev_log_t *e) {
   lu_buf_put(&e->b, "\n", 1);
   if (lu_buf_finish(&e->b, &line, &n) != 0)
     return;
-  if (e->fd >= 0)
-    write_all(e->fd, line, n);
+  if (e->fd >= 0) {
+    /* A line cut short ends before this one, which would else run on
+     * from it and be lost too: the torn part is a line of its own that
+     * readers skip (it does not parse), and this one is whole. */
+    if (e->torn && write_all(e->fd, "\n", 1) == 1)
+      e->torn = 0;
+    if (!e->torn) {
+      size_t w = write_all(e->fd, line, n);
+      e->torn = w > 0 && w < n;
+    }
+  }
   if (e->console) {
     fflush(stderr);
-    write_all(STDERR_FILENO, line, n);
+    (void)write_all(STDERR_FILENO, line, n);
   }
   free(line);
 }
