@@ -58,6 +58,17 @@ static void lines(const char *path, int *ranks, int *nwhole, int *nbad, int *nem
   free(text);
 }
 
+/* the file holds nwhole whole lines, the last of local_rank last, and
+ * nbad torn ones, no empty line */
+static void expect(const char *path, int nwhole, int last, int nbad) {
+  int ranks[16], whole, bad, empty;
+  lines(path, ranks, &whole, &bad, &empty);
+  ASSERT_EQ(nwhole, whole);
+  ASSERT_EQ(last, ranks[whole - 1]);
+  ASSERT_EQ(nbad, bad);
+  ASSERT_EQ(0, empty);
+}
+
 int main(void) {
   char path[4096];
   ev_log_t *e = NULL;
@@ -93,11 +104,7 @@ int main(void) {
   event(e, 5);
   set_fsize(saved.rlim_cur);
   event(e, 6);
-  lines(path, ranks, &whole, &bad, &empty);
-  ASSERT_EQ(4, whole);
-  ASSERT_EQ(6, ranks[3]);
-  ASSERT_EQ(1, bad);
-  ASSERT_EQ(0, empty);
+  expect(path, 4, 6, 1);
 
   /* still full when the next line comes: the torn part waits for its end */
   set_fsize((rlim_t)size_of(path) + 10);
@@ -105,11 +112,7 @@ int main(void) {
   event(e, 8);
   set_fsize(saved.rlim_cur);
   event(e, 9);
-  lines(path, ranks, &whole, &bad, &empty);
-  ASSERT_EQ(5, whole);
-  ASSERT_EQ(9, ranks[4]);
-  ASSERT_EQ(2, bad);
-  ASSERT_EQ(0, empty);
+  expect(path, 5, 9, 2);
   ev_close(e);
   printf("test_events_write: ok\n");
   return 0;
