@@ -13,6 +13,7 @@ library."""
 import os
 import struct
 import time
+import warnings
 
 __all__ = ["Reporter", "encode_progress", "resume_step", "ckpt_dir",
            "FLOATS", "INTS"]
@@ -88,18 +89,31 @@ class Reporter:
     server at LAUNCH_RDZV_ENDPOINT). Reports step 0 when created, so that
     a trainer that loads for minutes is seen alive. min_interval: least
     seconds between two reports (the last one of a burst is dropped; 0
-    sends every one)."""
+    sends every one). Not started by launch (plain python, torchrun: no
+    LAUNCH_RDZV_ENDPOINT) and no store given, it warns once and reports
+    nothing: report() returns False, and the trainer runs as it would
+    without it."""
 
     def __init__(self, store=None, rank=None, min_interval=0.0,
                  first_step=0):
-        self.store = store if store is not None else _store()
-        rank = os.environ["RANK"] if rank is None else rank
+        if store is None and not os.environ.get("LAUNCH_RDZV_ENDPOINT"):
+            warnings.warn("launch_progress: not started by launch (no "
+                          "LAUNCH_RDZV_ENDPOINT): progress is not reported",
+                          RuntimeWarning, stacklevel=2)
+            self.store = None
+        else:
+            self.store = store if store is not None else _store()
+        if rank is None:
+            rank = os.environ.get("RANK", "0") if self.store is None \
+                else os.environ["RANK"]
         self.key = "launch/progress/%d" % int(rank)
         self.min_interval = min_interval
         self.last = 0.0
         self(first_step)
 
     def __call__(self, step, **scalars):
+        if self.store is None:
+            return False
         now = time.monotonic()
         if self.min_interval and self.last and \
                 now - self.last < self.min_interval:
