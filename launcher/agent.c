@@ -96,6 +96,7 @@ typedef struct agent_s {
   sum_failure_t *fails; /* failures of this node in this round */
   size_t nfails;
   int exited; /* workers of this round that exited */
+  int done;   /* of them, those that exited 0 (waiting for the others) */
   /* the end */
   int exit_code;
   int finish_ok;
@@ -318,7 +319,7 @@ static void render_page(agent_t *a) {
     r[n].rank = p.rank;
     r[n].step = g->step;
     r[n].total_steps = g->has_total_steps ? g->total_steps : -1;
-    r[n].age_s = p.age_s;
+    r[n].age_s = p.exited ? NAN : p.age_s;
     r[n].steps_per_s = p.steps_per_s > 0 ? p.steps_per_s : NAN;
     r[n].loss = g->has_loss ? g->loss : NAN;
     r[n].step_time = g->has_step_time ? g->step_time : NAN;
@@ -378,6 +379,9 @@ static void render_metrics(agent_t *a) {
       a->o->nproc);
   JOB("launch_job_workers_up", "gauge", "workers of this node alive",
       a->wg ? wk_live(a->wg) : 0);
+  JOB("launch_job_workers_done", "gauge",
+      "workers of this node that exited 0 in this round, while the others "
+      "run on", a->done);
   JOB("launch_job_hangs_total", "counter",
       "hangs found on this node (--hang-timeout)", a->nhangs);
   JOB("launch_job_failovers_total", "counter",
@@ -425,7 +429,7 @@ static void render_metrics(agent_t *a) {
         continue;
       switch (k) {
       case 0: v = (double)g->step, have = g->step >= 0; break;
-      case 1: v = p.age_s, have = 1; break;
+      case 1: v = p.age_s, have = !p.exited; break; /* done: not silent */
       case 2: v = p.steps_per_s, have = p.steps_per_s > 0; break;
       case 3:
         have = g->has_tokens && g->has_step_time && g->step_time > 0;
@@ -902,7 +906,7 @@ static int start_workers(agent_t *a) {
   spec.console = o->console;
   spec.attempt_dir = a->attempt_dir;
   spec.tail_lines = 20;
-  a->exited = 0;
+  a->exited = a->done = 0;
   clear_failures(a);
   rc = wk_start(a->wg, &spec, on_worker_exit, a);
   if (rc != 0)
@@ -1023,6 +1027,8 @@ static void on_worker_exit(wk_group_t *g, const wk_exit_t *ex, void *arg) {
   a->exited++;
   if (a->state != A_RUN && a->state != A_REPORTED)
     return; /* stopping: exits are expected */
+  if (!ex->exec_errno && ex->exit_code == 0)
+    a->done++;
   /* issue #11 (topo helper): exec failure -> stop, no restart. A program
    * that cannot be executed fails the same way on every attempt: one line,
    * leave the rendezvous, exit 127 (not found) or 126 (not executable). */

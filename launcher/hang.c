@@ -550,6 +550,7 @@ int hang_progress(const hang_t *h, int local_rank, hang_progress_t *out) {
   r = &h->r[local_rank];
   out->rank = h->base_rank + local_rank;
   out->hung = r->hung;
+  out->exited = r->exited;
   if (!r->fresh) {
     /* Silent since the round began, where this node's ranks report: its
      * silence counts from then (a rank stuck before its first report

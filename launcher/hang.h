@@ -82,6 +82,8 @@ int hang_exited(hang_t *h, int local_rank);
 typedef struct hang_progress_s {
   int rank;
   int seen, has_prog, hung;
+  int exited;  /* its worker of this round exited: its age grows, but it
+                  is done, not silent (the metrics leave the age out) */
   int waiting; /* not seen in this round, but this node's ranks report
                   progress (in this round or an earlier one): age_s is
                   the time since the round started */
