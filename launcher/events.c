@@ -1,10 +1,13 @@
 /* events.c - the job's event log (events.h): JSON Lines written with the
  * util JSON writer, one write and flush per event so that a reader
- * tailing the file sees whole lines. */
+ * tailing the file sees whole lines. A file renamed or removed (logrotate)
+ * is opened again by its path before the next line. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "events.h"
@@ -13,6 +16,7 @@
 struct ev_log_s {
   int fd;        /* the file, -1 none */
   int torn;      /* the file's last line was cut short (a full disk) */
+  char path[PATH_MAX]; /* its path, "" none */
   int console;
   char job[256];
   char node[256];
@@ -42,15 +46,41 @@ int ev_open(const char *path, int console, const char *job, const char *node,
   e->console = console;
   lu_strlcpy(e->job, job, sizeof(e->job));
   lu_strlcpy(e->node, node, sizeof(e->node));
-  if (path && path[0] &&
-      (e->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) <
-          0) {
-    int rc = -errno;
-    free(e);
-    return rc;
+  if (path && path[0]) {
+    if (strlen(path) >= sizeof(e->path)) {
+      free(e);
+      return -ENAMETOOLONG;
+    }
+    lu_strlcpy(e->path, path, sizeof(e->path));
+    if ((e->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                      0644)) < 0) {
+      int rc = -errno;
+      free(e);
+      return rc;
+    }
   }
   *out = e;
   return 0;
+}
+
+/* The path no longer names the file open (logrotate renamed it, with or
+ * without a new one in its place; removed): open the path again. The old
+ * file is kept when the path cannot be opened (a line in the rotated file
+ * beats a lost one). */
+static void reopen_if_moved(ev_log_t *e) {
+  struct stat now, open_;
+  int fd;
+  if (e->fd < 0 || e->path[0] == '\0' || fstat(e->fd, &open_) != 0)
+    return;
+  if (stat(e->path, &now) == 0 && now.st_dev == open_.st_dev &&
+      now.st_ino == open_.st_ino)
+    return;
+  if ((fd = open(e->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                 0644)) < 0)
+    return;
+  close(e->fd);
+  e->fd = fd;
+  e->torn = 0; /* the torn line, if any, stays with the old file */
 }
 
 void ev_close(ev_log_t *e) {
@@ -103,6 +133,7 @@ void ev_end(ev_log_t *e) {
   lu_buf_put(&e->b, "\n", 1);
   if (lu_buf_finish(&e->b, &line, &n) != 0)
     return;
+  reopen_if_moved(e);
   if (e->fd >= 0) {
     /* A line cut short ends before this one, which would else run on
      * from it and be lost too: the torn part is a line of its own that
