@@ -363,10 +363,16 @@ static int post_one(etcd_t *e, size_t m, const char *path, const char *body,
   curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
   rc = etcd_decode(e->body ? e->body : "", e->len, r, derr, sizeof(derr));
   if (rc != 0) {
-    snprintf(e->last_error, sizeof(e->last_error), "%s%s: HTTP %ld: %s",
-             e->members[m], path, status, derr);
-    /* a member still starting answers from its gateway without JSON */
-    return status >= 500 ? -EHOSTUNREACH : RDZV_EPROTO;
+    /* not etcd's v3 JSON gateway (its peer port 2380, another server, an
+     * etcd before 3.4 or with the gateway off), or a member still starting
+     * (its gateway answers without JSON): the next member is asked, and
+     * the wait line says why none would do */
+    snprintf(e->last_error, sizeof(e->last_error), "%s%s: HTTP %ld: %s%s",
+             e->members[m], path, status, derr,
+             status == 404 ? " (not etcd's v3 JSON gateway: give the "
+                             "members' client addresses, port 2379 by "
+                             "default, of etcd 3.4 or later)" : "");
+    return -EHOSTUNREACH;
   }
   if (r->error)
     snprintf(e->last_error, sizeof(e->last_error), "%s%s: %s (code %" PRId64

@@ -99,9 +99,9 @@ const char *etcd_last_error(const etcd_t *e);
 const char *etcd_member(const etcd_t *e);
 
 /* Each call: RET 0 (r filled and not an error reply), -EHOSTUNREACH (no
- * member answered: etcd is unreachable), RDZV_EAUTH (refused: user,
- * password or certificate), RDZV_EPROTO (an answer that does not decode, or
- * another error reply: etcd_last_error says which). */
+ * member answered, or none as etcd's JSON gateway: etcd is unreachable),
+ * RDZV_EAUTH (refused: user, password or certificate), RDZV_EPROTO (another
+ * error reply: etcd_last_error says which). */
 int etcd_grant(etcd_t *e, int64_t ttl_s, etcd_reply_t *r);
 int etcd_keepalive(etcd_t *e, int64_t lease, etcd_reply_t *r);
 int etcd_revoke(etcd_t *e, int64_t lease);

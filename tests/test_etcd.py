@@ -611,6 +611,35 @@ def test_tls():
         m.kill()
 
 
+def one_node(ep, run_id, d, port, conf="", mode="ok"):
+    """The arguments of a 1-node job at etcd members ep."""
+    return ["--nnodes", "1", "--rdzv-backend", "etcd", "--rdzv-endpoint", ep,
+            "--rdzv-id", run_id, "--local-addr", "127.0.0.1",
+            "--rdzv-conf", "lease_ttl=10,store_port=%d%s" % (port, conf),
+            "--no-python", PY, WORKER, d, mode]
+
+
+def test_not_etcd():
+    """A member that answers, but not as etcd's JSON gateway (here etcd's
+    peer port: HTTP 404), passes the request to the next member; alone, the
+    wait line says what is wrong (it was a silent wait)."""
+    e = Etcd(n=1)
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    a = None
+    try:
+        ep = "127.0.0.1:%d,127.0.0.1:%d" % (e.peer[0], e.client[0])
+        rc, out = lt.launch_wait(one_node(ep, "enot", d, port), timeout=60)
+        assert rc == 0 and len(lt.records(d, 0)) == 1, (rc, out)
+        a = lt.launch(one_node("127.0.0.1:%d" % e.peer[0], "enot2", d, port))
+        lt.wait_until(lambda: "not etcd's v3 JSON gateway" in a.output(), 30,
+                      "the wait line naming the member that is no etcd")
+    finally:
+        if a:
+            a.kill()
+        e.close()
+
+
 def test_bad_endpoint():
     """A member list that does not parse is refused with what to give."""
     rc, out = lt.launch_wait(["--rdzv-backend", "etcd", "--rdzv-endpoint", "h1:2379,h2:99999",
@@ -636,7 +665,7 @@ if __name__ == "__main__":
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
              test_host_killed, test_host_key_deleted, test_host_lease_revoked, test_host_killed_ckpt,
              test_host_stopped, test_etcd_down_and_back,
-             test_host_cut_off_from_etcd, test_auth, test_tls]
+             test_host_cut_off_from_etcd, test_auth, test_tls, test_not_etcd]
     only = sys.argv[1:]
     for t in tests:
         if only and t.__name__ not in only:
