@@ -80,6 +80,7 @@ typedef struct {
   int64_t lease;
   uint64_t next_ka;
   int down;          /* etcd is unreachable, and it was said */
+  char said_error[1024]; /* the last error reply said */
   int said_wait;     /* waiting for a lost host's key was said */
   uint64_t ok_sent;  /* when the last renewal that worked was sent */
   uint64_t next_watch; /* when to read the host key again (no watch) */
@@ -105,6 +106,13 @@ static int seen(etb_t *t, th_t *s, int rc) {
   if (s->down && (rc == 0 || rc == RDZV_EPROTO)) {
     LU_WARN(&t->log, "etcd is back (%s answers)", etcd_member(t->e));
     s->down = 0;
+  }
+  if (rc == RDZV_EPROTO && strcmp(s->said_error, etcd_last_error(t->e))) {
+    /* an error reply that a retry may not cure: said (each new one once),
+     * not waited on in silence; the call is tried again */
+    lu_strlcpy(s->said_error, etcd_last_error(t->e), sizeof(s->said_error));
+    LU_WARN(&t->log, "etcd answered with an error: %s; trying again",
+            s->said_error);
   }
   if (rc == RDZV_EAUTH) {
     pthread_mutex_lock(&t->mu);

@@ -414,6 +414,15 @@ static int call(etcd_t *e, const char *path, const char *body,
       continue;
     }
     e->cur = m;
+    if (r->error && e->user[0] == '\0' &&
+        strstr(r->message, "user name is empty") != NULL) {
+      /* etcd with authentication on, and no user given (code 3) */
+      size_t l = strlen(e->last_error);
+      snprintf(e->last_error + l, sizeof(e->last_error) - l, " (etcd "
+               "requires authentication: give --rdzv-conf user=NAME, the "
+               "password in $LAUNCH_ETCD_PASSWORD)");
+      return RDZV_EAUTH;
+    }
     if (r->error)
       return r->code == 16 || r->code == 7 ? RDZV_EAUTH : RDZV_EPROTO;
     return 0;

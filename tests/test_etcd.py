@@ -533,6 +533,25 @@ def test_auth():
         e.close()
 
 
+def test_auth_no_user():
+    """etcd with authentication on and no user given: refused at once with
+    what to give (exit 75); it was a silent wait without end."""
+    e = Etcd(n=1)
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    try:
+        p = e.client[0]
+        post(p, "/v3/auth/user/add", {"name": "root", "password": "s3cret"})
+        post(p, "/v3/auth/role/add", {"name": "root"})
+        post(p, "/v3/auth/user/grant", {"user": "root", "role": "root"})
+        post(p, "/v3/auth/enable", {})
+        rc, out = lt.launch_wait(one_node(e.endpoints(), "enouser", d, port), timeout=60)
+        assert rc == 75 and "etcd refused this node" in out and \
+            "etcd requires authentication: give --rdzv-conf user=NAME" in out, (rc, out)
+    finally:
+        e.close()
+
+
 def make_certs(d):
     """A CA, a certificate for 127.0.0.1 (the member) and one for a client,
     and another CA that signed neither, with the openssl command."""
@@ -665,7 +684,7 @@ if __name__ == "__main__":
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
              test_host_killed, test_host_key_deleted, test_host_lease_revoked, test_host_killed_ckpt,
              test_host_stopped, test_etcd_down_and_back,
-             test_host_cut_off_from_etcd, test_auth, test_tls, test_not_etcd]
+             test_host_cut_off_from_etcd, test_auth, test_auth_no_user, test_tls, test_not_etcd]
     only = sys.argv[1:]
     for t in tests:
         if only and t.__name__ not in only:
