@@ -29,6 +29,7 @@ struct etb_s {
   char host_key[420];
   char round_key[420];
   int64_t ttl_s;
+  int64_t start_limit_ms; /* etcd never reached this long: give up */
   /* under mu */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -80,6 +81,8 @@ typedef struct {
   int64_t lease;
   uint64_t next_ka;
   int down;          /* etcd is unreachable, and it was said */
+  int reached;       /* etcd answered once */
+  uint64_t started;  /* when the thread began */
   char said_error[1024]; /* the last error reply said */
   int said_wait;     /* waiting for a lost host's key was said */
   uint64_t ok_sent;  /* when the last renewal that worked was sent */
@@ -96,13 +99,19 @@ typedef struct {
  * backend. */
 static int seen(etb_t *t, th_t *s, int rc) {
   if (rc == -EHOSTUNREACH) {
-    if (!s->down)
+    if (!s->down && !s->reached)
+      LU_WARN(&t->log, "etcd at %s unreachable: waiting up to %.0f s "
+                       "(--rdzv-conf read_timeout); %s", t->members,
+              (double)t->start_limit_ms / 1000.0, etcd_last_error(t->e));
+    else if (!s->down)
       LU_WARN(&t->log, "etcd at %s unreachable: waiting (the job goes on "
                        "when it is back); %s", t->members,
               etcd_last_error(t->e));
     s->down = 1;
     return rc;
   }
+  if (rc == 0 || rc == RDZV_EPROTO)
+    s->reached = 1;
   if (s->down && (rc == 0 || rc == RDZV_EPROTO)) {
     LU_WARN(&t->log, "etcd is back (%s answers)", etcd_member(t->e));
     s->down = 0;
@@ -408,6 +417,7 @@ static void *etb_main(void *arg) {
   th_t s;
   memset(&s, 0, sizeof(s));
   s.want_read = -1;
+  s.started = lu_now_ms();
   for (;;) {
     int elect, stop, dead, here, watching;
     int64_t lost, known, rec, want;
@@ -426,6 +436,20 @@ static void *etb_main(void *arg) {
       break;
     if (s.lease == 0) {
       if (register_node(t, &s) != 0) {
+        if (!s.reached && s.down &&
+            lu_now_ms() - s.started >= (uint64_t)t->start_limit_ms) {
+          /* never reached: a wrong member list, or etcd not running */
+          pthread_mutex_lock(&t->mu);
+          snprintf(t->error, sizeof(t->error), "cannot reach etcd at %.300s: "
+                   "gave up after %.0f s (--rdzv-conf read_timeout): %s. "
+                   "Check --rdzv-endpoint (etcd's client addresses, "
+                   "HOST:PORT with 2379 by default, or URLs) and that etcd "
+                   "runs there", t->members,
+                   (double)t->start_limit_ms / 1000.0, etcd_last_error(t->e));
+          pthread_mutex_unlock(&t->mu);
+          post(t, ETB_FAILED);
+          break;
+        }
         if (nap(t, s.down ? 1000 : TICK_MS))
           break;
         continue;
@@ -519,6 +543,9 @@ int etb_start(uv_loop_t *loop, const cfg_t *o, const lu_log_t *log,
   t->arg = arg;
   t->log = *log;
   t->ttl_s = LU_MAX(2, (o->etcd_ttl_ms + 999) / 1000);
+  /* as the c10d agent's wait for a server that is not up */
+  t->start_limit_ms = LU_MAX(1000, LU_MIN(o->join_timeout_ms,
+                                          o->read_timeout_ms));
   t->record = -1;
   t->want_round = -1;
   t->round_ok = -1;

@@ -26,7 +26,8 @@ enum {
   ETB_ELECTED = 1u,      /* an election ended: etb_host says who */
   ETB_HOST_CHANGED = 2u, /* the host key went or changed hands */
   ETB_DEPOSED = 4u,      /* this agent held the host key and lost it */
-  ETB_FAILED = 8u,       /* etcd refused this agent (etb_error says why) */
+  ETB_FAILED = 8u,       /* etcd refused this agent, or never answered
+                            it at the start (etb_error says why) */
   ETB_CUT_OFF = 16u,     /* the lease was not renewed for its TTL: etcd
                             may have let it expire (fence the workers) */
   ETB_RESTORED = 32u,    /* after ETB_CUT_OFF: a live lease again */

@@ -659,6 +659,19 @@ def test_not_etcd():
         e.close()
 
 
+def test_unreachable_at_start():
+    """etcd never reached at the start (nothing listens at the member
+    given): the agent waits read_timeout, then fails saying what to check
+    (exit 75); it waited without end, join_timeout too."""
+    d = tempfile.mkdtemp()
+    ep = "127.0.0.1:%d" % lt.free_port()
+    rc, out = lt.launch_wait(one_node(ep, "eunr", d, lt.free_port(),
+                                      conf=",read_timeout=3,join_timeout=4"), timeout=60)
+    assert rc == 75 and "unreachable: waiting up to 3 s" in out and \
+        "cannot reach etcd at %s: gave up after 3 s" % ep in out and \
+        "Check --rdzv-endpoint" in out, (rc, out)
+
+
 def test_bad_endpoint():
     """A member list that does not parse is refused with what to give."""
     rc, out = lt.launch_wait(["--rdzv-backend", "etcd", "--rdzv-endpoint", "h1:2379,h2:99999",
@@ -684,7 +697,7 @@ if __name__ == "__main__":
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
              test_host_killed, test_host_key_deleted, test_host_lease_revoked, test_host_killed_ckpt,
              test_host_stopped, test_etcd_down_and_back,
-             test_host_cut_off_from_etcd, test_auth, test_auth_no_user, test_tls, test_not_etcd]
+             test_host_cut_off_from_etcd, test_auth, test_auth_no_user, test_tls, test_not_etcd, test_unreachable_at_start]
     only = sys.argv[1:]
     for t in tests:
         if only and t.__name__ not in only:
