@@ -669,12 +669,13 @@ int etcd_watch(etcd_t *e, const char *prefix, int64_t start_rev,
   snprintf(body, sizeof(body),
            "{\"create_request\":{\"key\":\"%s\",\"range_end\":\"%s\","
            "\"start_revision\":%" PRId64 "}}", k, end, start_rev);
-  if (e->user[0] && e->token[0] == '\0' &&
-      (rc = authenticate(e, e->cur)) != 0)
-    return rc;
+  /* a token from the member watched: one that does not answer is passed
+   * over as when it breaks the watch (else each watch would ask it) */
+  rc = e->user[0] && e->token[0] == '\0' ? authenticate(e, e->cur) : 0;
   e->won = on;
   e->warg = arg;
-  rc = watch_one(e, body, max_ms);
+  if (rc == 0)
+    rc = watch_one(e, body, max_ms);
   if (rc == -EHOSTUNREACH || rc == RDZV_EPROTO)
     e->cur = (e->cur + 1) % e->nmembers; /* the next one, next time */
   if (rc == RDZV_EAUTH)

@@ -504,6 +504,15 @@ def test_etcd_down_and_back():
             assert r["env"]["MASTER_ADDR"] == host[0], (host, r["env"])
 
 
+def enable_auth(port):
+    """Authentication on in etcd, through member port: user root,
+    password s3cret."""
+    post(port, "/v3/auth/user/add", {"name": "root", "password": "s3cret"})
+    post(port, "/v3/auth/role/add", {"name": "root"})
+    post(port, "/v3/auth/user/grant", {"user": "root", "role": "root"})
+    post(port, "/v3/auth/enable", {})
+
+
 def test_auth():
     """etcd with authentication on: an agent with the user and password
     (from $LAUNCH_ETCD_PASSWORD) forms the job; a wrong password is refused
@@ -514,10 +523,7 @@ def test_auth():
     ags = []
     try:
         p = e.client[e.wait_leader()]
-        post(p, "/v3/auth/user/add", {"name": "root", "password": "s3cret"})
-        post(p, "/v3/auth/role/add", {"name": "root"})
-        post(p, "/v3/auth/user/grant", {"user": "root", "role": "root"})
-        post(p, "/v3/auth/enable", {})
+        enable_auth(p)
         args = ["--nnodes", "1", "--rdzv-backend", "etcd", "--rdzv-endpoint", e.endpoints(),
                 "--rdzv-id", "eauth", "--local-addr", "127.0.0.1",
                 "--rdzv-conf", "user=root,lease_ttl=10,store_port=%d" % port,
@@ -541,14 +547,59 @@ def test_auth_no_user():
     port = lt.free_port()
     try:
         p = e.client[0]
-        post(p, "/v3/auth/user/add", {"name": "root", "password": "s3cret"})
-        post(p, "/v3/auth/role/add", {"name": "root"})
-        post(p, "/v3/auth/user/grant", {"user": "root", "role": "root"})
-        post(p, "/v3/auth/enable", {})
+        enable_auth(p)
         rc, out = lt.launch_wait(one_node(e.endpoints(), "enouser", d, port), timeout=60)
         assert rc == 75 and "etcd refused this node" in out and \
             "etcd requires authentication: give --rdzv-conf user=NAME" in out, (rc, out)
     finally:
+        e.close()
+
+
+def watchers(e, i):
+    """How many watches member i serves (etcd's /metrics), None when down."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % e.client[i],
+                                    timeout=2) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("etcd_debugging_mvcc_watcher_total "):
+                    return int(float(line.split()[1]))
+    except Exception:
+        return None
+    return None
+
+
+def test_auth_watch_member_down():
+    """Authentication on and the first member down: the watch moves to
+    another member (it asked the dead one for its token at every try, and
+    fell back to polling for good), so the host key deleted is seen by the
+    watch."""
+    e = Etcd()
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    a = None
+    try:
+        p = e.client[e.wait_leader()]
+        enable_auth(p)
+        e.kill(0)
+        p = e.client[e.wait_leader()]
+        a = lt.launch(one_node(e.endpoints(), "eaw", d, port, mode="hold",
+                               conf=",user=root,lease_ttl=3"),
+                      env={"LAUNCH_ETCD_PASSWORD": "s3cret", "LAUNCH_DEBUG": "rounds"})
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 1, 60, "the worker")
+        lt.wait_until(lambda: (watchers(e, 1) or 0) + (watchers(e, 2) or 0) > 0, 30,
+                      "the agent's watch on a live member")
+        # the host key, read with the root user's token
+        tok = post(p, "/v3/auth/authenticate", {"name": "root", "password": "s3cret"})["token"]
+        req = urllib.request.Request("http://127.0.0.1:%d/v3/kv/deleterange" % p,
+                                     data=json.dumps({"key": b64("/launch/eaw/host")}).encode(),
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": tok})
+        urllib.request.urlopen(req, timeout=5).read()
+        assert a.wait(30) == 75, a.output()
+        assert "etcd watch: the host key was deleted" in a.output(), a.output()
+    finally:
+        if a:
+            a.kill()
         e.close()
 
 
@@ -697,7 +748,7 @@ if __name__ == "__main__":
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
              test_host_killed, test_host_key_deleted, test_host_lease_revoked, test_host_killed_ckpt,
              test_host_stopped, test_etcd_down_and_back,
-             test_host_cut_off_from_etcd, test_auth, test_auth_no_user, test_tls, test_not_etcd, test_unreachable_at_start]
+             test_host_cut_off_from_etcd, test_auth, test_auth_no_user, test_auth_watch_member_down, test_tls, test_not_etcd, test_unreachable_at_start]
     only = sys.argv[1:]
     for t in tests:
         if only and t.__name__ not in only:
