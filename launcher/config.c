@@ -281,6 +281,10 @@ static const struct {
     {"cacert", 0, 0, 1},
     {"cert", 0, 0, 1},
     {"key", 0, 0, 1},
+    /* torchrun's etcd-v2 names of the three above */
+    {"ca_cert", 0, 0, 1},
+    {"ssl_cert", 0, 0, 1},
+    {"ssl_cert_key", 0, 0, 1},
     {"user", 0, 0, 1},
     {"lease_ttl", offsetof(cfg_t, etcd_ttl_ms), 2000, 1},
     {"store_port", 0, 0, 1},
@@ -389,9 +393,14 @@ static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
                             "(how etcd is reached)", eq);
       c->etcd_https = !strcmp(eq, "https");
     } else if (!strcmp(item, "cacert") || !strcmp(item, "cert") ||
-               !strcmp(item, "key")) {
-      char *dst = item[1] == 'a'   ? c->etcd_cacert
-                  : item[0] == 'c' ? c->etcd_cert : c->etcd_key;
+               !strcmp(item, "key") || !strcmp(item, "ca_cert") ||
+               !strcmp(item, "ssl_cert") || !strcmp(item, "ssl_cert_key")) {
+      /* torchrun's etcd backend's names, and its etcd-v2's */
+      char *dst = !strcmp(item, "cacert") || !strcmp(item, "ca_cert")
+                      ? c->etcd_cacert
+                  : !strcmp(item, "cert") || !strcmp(item, "ssl_cert")
+                      ? c->etcd_cert
+                      : c->etcd_key;
       if (strlen(eq) >= PATH_MAX)
         return fail(err, n, "--rdzv-conf %s: path too long", item);
       lu_strlcpy(dst, eq, PATH_MAX);

@@ -342,6 +342,19 @@ static void test_etcd_conf(void) {
   ASSERT_EQ(RDZV_DEFAULT_PORT, c.endpoint_port);
   ASSERT_EQ(0, c.etcd_https);
   cfg_free(&c);
+  /* torchrun's etcd-v2 names of the TLS keys (they were ignored: plain
+   * http, or no client certificate) */
+  ASSERT_EQ(0, parse(&c, ARGS("--rdzv-backend", "etcd-v2", "--rdzv-endpoint",
+                              "e1", "--rdzv-conf",
+                              "ca_cert=/ca2.pem,ssl_cert=/c2.pem,"
+                              "ssl_cert_key=/k2.pem", "x"),
+                     no_env, err, sizeof(err)));
+  ASSERT_STR_EQ("/ca2.pem", c.etcd_cacert);
+  ASSERT_STR_EQ("/c2.pem", c.etcd_cert);
+  ASSERT_STR_EQ("/k2.pem", c.etcd_key);
+  ASSERT_EQ(1, c.etcd_https);
+  ASSERT(strstr(c.notes, "unknown key") == NULL);
+  cfg_free(&c);
   expect_error(ARGS("--rdzv-backend", "etcd", "x"), no_env,
                "--rdzv-backend etcd needs --rdzv-endpoint");
   expect_error(ARGS("--rdzv-endpoint", "e1:2379,e2:2379", "x"), no_env,
