@@ -60,6 +60,7 @@ struct rdzv_client_s {
   uint32_t nq;
   nowait_t *nw;
   uint32_t nw_head, nw_len;
+  size_t sent_len;     /* bytes of the last request sent (or being sent) */
   int nw_err;          /* first failure of one of them, not yet reported */
   char nw_msg[400];
   rdzv__nccl_call_t *nccl_calls; /* rdzv_nccl_ids made, per communicator */
@@ -351,7 +352,9 @@ static int rpc_io_error(rdzv_client_t *c, int rc);
 
 /* Send the frames in enc, queued sets included. RET 0 or <0. */
 static int send_built(rdzv_client_t *c, int64_t deadline) {
-  int rc = send_all(c, c->enc.data, c->enc.len, deadline);
+  int rc;
+  c->sent_len = c->enc.len;
+  rc = send_all(c, c->enc.data, c->enc.len, deadline);
   if (rc == -ETIMEDOUT) {
     /* Part of a frame may have gone: the server would read the next
      * request as the rest of it. The connection goes (the call says it
@@ -505,6 +508,15 @@ static int rpc_io_error(rdzv_client_t *c, int rc) {
       rdzv__set_error(c, "no reply from %s in time", c->endpoint);
     return rc;
   }
+  if (c->last_error[0] == '\0' && c->sent_len > (16u << 20) &&
+      (rc == -ECONNRESET || rc == -EPIPE || rc == RDZV_ECLOSED))
+    /* The server reads a frame's length first and closes the connection
+     * when it is over its limit: the reset is all this side sees. */
+    rdzv__set_error(c, "%s closed the connection after a request of %zu "
+                    "bytes: a server does so when a request is over its "
+                    "largest (launch server --max-frame, 16 MiB by default); "
+                    "keep values under --max-value (8 MiB by default), split "
+                    "them, or raise both", c->endpoint, c->sent_len);
   if (c->last_error[0] == '\0')
     rdzv__set_error(c, "connection to %s failed: %s", c->endpoint,
               rdzv_strerror(rc));

@@ -299,6 +299,25 @@ static void test_input_budget(void) {
   assert_serving();
 }
 
+/* librdzv's set of a value over the server's largest request (--max-frame,
+ * 16 MiB): the server closes the connection once it has read the length,
+ * and the client says why, not only "connection reset". */
+static void test_oversized_request(void) {
+  rdzv_client_t *c = good_client();
+  size_t n = (size_t)17 << 20;
+  char *v = malloc(n);
+  int rc;
+  ASSERT(v != NULL);
+  memset(v, 'v', n);
+  rc = rdzv_set(c, "big", v, n, test_ms(10000));
+  ASSERT(rc == -ECONNRESET || rc == -EPIPE || rc == RDZV_ECLOSED);
+  ASSERT_CONTAINS(rdzv_last_error(c), "--max-frame");
+  ASSERT_CONTAINS(rdzv_last_error(c), "bytes");
+  rdzv_close(c);
+  free(v);
+  assert_serving();
+}
+
 int main(void) {
   const char *extra[] = {"--max-input-bytes", "8388608", NULL};
   long rss0, rss1;
@@ -317,6 +336,8 @@ int main(void) {
   test_framing();
   usleep(1100000);
   test_input_budget();
+  usleep(1100000);
+  test_oversized_request();
   usleep(1100000);
   for (int round = 0; round < 3; round++) {
     test_garbage();
