@@ -575,6 +575,30 @@ static size_t reply_size(conn_t *c, const ts_req_t *r) {
   }
 }
 
+/* ADD (and BARRIER's count) as PyTorch's server adds: the old value is
+ * read with std::stoll, so " 12" or "12\n" counts as 12 where the store's
+ * own ADD wants the bare integer; the sum is stored as the bare integer,
+ * as PyTorch stores it. RET as store_add. */
+static int ts_add(store_t *st, const uint8_t *key, uint64_t klen,
+                  int64_t delta, int64_t *res) {
+  const uint8_t *v;
+  size_t vlen = 0;
+  int64_t old, sum;
+  char buf[32];
+  int n, rc = store_add(st, key, (size_t)klen, delta, res);
+  if (rc != RDZV_ENOTNUM)
+    return rc;
+  if ((v = store_get(st, key, (size_t)klen, &vlen)) == NULL ||
+      ts_stoll(v, vlen, &old) != 0)
+    return RDZV_ENOTNUM;
+  /* Wrap like TCPStore's int64 arithmetic does, without UB. */
+  sum = (int64_t)((uint64_t)old + (uint64_t)delta);
+  n = snprintf(buf, sizeof(buf), "%" PRId64, sum);
+  if ((rc = store_set(st, key, (size_t)klen, buf, (size_t)n)) == 0)
+    *res = sum;
+  return rc;
+}
+
 /* Run one parsed request. RET 0, SRV_LATER (its reply does not fit now:
  * run it again later), or -1 to close the connection. */
 static int ts_exec(conn_t *c, const ts_req_t *r) {
@@ -651,7 +675,7 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
     return 0;
   case TS_ADD: {
     int64_t res = 0;
-    rc = store_add(st, r->key, r->klen, r->i64, &res);
+    rc = ts_add(st, r->key, r->klen, r->i64, &res);
     if (rc == RDZV_ENOTNUM) {
       srv__bad_input(c, "TCPStore ADD on key '%.*s' whose value is not an "
                         "integer", (int)LU_MIN(r->klen, 64), r->key);
@@ -732,7 +756,7 @@ static int ts_exec(conn_t *c, const ts_req_t *r) {
   case TS_BARRIER: {
     int64_t count = 0;
     store_key_t k = {r->key, (size_t)r->klen, 0};
-    rc = store_add(st, r->key, r->klen, 1, &count);
+    rc = ts_add(st, r->key, r->klen, 1, &count);
     if (rc == RDZV_ENOTNUM) {
       srv__bad_input(c, "TCPStore BARRIER on a non-integer key");
       return -1;

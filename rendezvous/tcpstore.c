@@ -204,6 +204,27 @@ ssize_t ts_parse(int dialect, const uint8_t *buf, size_t n,
   return (ssize_t)c.pos;
 }
 
+int ts_stoll(const uint8_t *p, size_t n, int64_t *out) {
+  size_t i = 0;
+  int neg = 0, digits = 0;
+  int64_t v = 0;
+  while (i < n && (p[i] == ' ' || (p[i] >= '\t' && p[i] <= '\r')))
+    i++;
+  if (i < n && (p[i] == '-' || p[i] == '+'))
+    neg = p[i++] == '-';
+  for (; i < n && p[i] >= '0' && p[i] <= '9'; i++, digits++) {
+    int d = p[i] - '0';
+    /* Accumulate negatively so that INT64_MIN reads. */
+    if (v < (INT64_MIN + d) / 10)
+      return -1;
+    v = v * 10 - d;
+  }
+  if (digits == 0 || (!neg && v == INT64_MIN))
+    return -1;
+  *out = neg ? v : -v;
+  return 0;
+}
+
 const uint8_t *ts_next_str(const uint8_t **p, uint64_t *len) {
   const uint8_t *s;
   *len = le64(*p);

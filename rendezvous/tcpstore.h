@@ -88,4 +88,11 @@ const uint8_t *ts_next_str(const uint8_t **p, uint64_t *len);
 
 const char *ts_op_name(int op);
 
+/* The integer at the head of p[0..n), read as PyTorch's server reads a
+ * counter for ADD and BARRIER (std::stoll, base 10): white space, a sign,
+ * then at least one digit; what follows the digits is ignored (" 12\n" and
+ * "12x" are 12). RET 0, or -1 with no digit or past int64's range (where
+ * stoll throws and PyTorch's server closes the connection). */
+int ts_stoll(const uint8_t *p, size_t n, int64_t *out);
+
 #endif /* TCPSTORE_H */

@@ -408,6 +408,54 @@ static void test_append_bound(void) {
   test_server_stop();
 }
 
+/* ADD and BARRIER read the old value as PyTorch's servers do (std::stoll):
+ * white space and a sign before the digits, anything after them ignored;
+ * the sum is stored bare. A value with no digit at the head, or past
+ * int64, closes the connection as theirs does. Both numberings. */
+static void test_add_stoll(int port) {
+  static const struct { const char *val; int64_t want; } ok[] = {
+      {" 12", 13}, {"12x", 13}, {"+3\n", 4}, {"\t -5 ", -4}, {"007", 8},
+      {"9223372036854775806 ", INT64_MAX}};
+  static const char *const bad[] = {"", "x1", "- 1", "+", "9223372036854775808"};
+  buf_t b = {{0}, 0};
+  int fd = test_connect(port), v1 = test_connect(port), o;
+  char key[32];
+  u8(&b, TS_VALIDATE); u32le(&b, TS_VALIDATION_MAGIC);
+  for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+    snprintf(key, sizeof(key), "/st%zu", i);
+    u8(&b, TS_SET); str(&b, key); str(&b, ok[i].val);
+    u8(&b, TS_ADD); str(&b, key); u64le(&b, 1);
+    u8(&b, TS_GET); str(&b, key);
+    send_buf(fd, &b);
+    ASSERT_EQ(ok[i].want, (int64_t)rd_u64(fd));
+    snprintf(key, sizeof(key), "%" PRId64, ok[i].want);
+    expect_bytes(fd, key);
+  }
+  /* BARRIER counts on " 1" as 1: the second arrival of 2 */
+  u8(&b, TS_SET); str(&b, "/stb"); str(&b, " 1");
+  u8(&b, TS_BARRIER); str(&b, "/stb"); u64le(&b, 2);
+  u8(&b, TS_GET); str(&b, "/stb");
+  send_buf(fd, &b);
+  ASSERT_EQ(0, rd_u8(fd));
+  expect_bytes(fd, "2");
+  /* 1.13: SET=0, ADD=3 */
+  u8(&b, 0); str(&b, "/stv1"); str(&b, "41\n");
+  u8(&b, 3); str(&b, "/stv1"); u64le(&b, 1);
+  send_buf(v1, &b);
+  ASSERT_EQ(42, (int64_t)rd_u64(v1));
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    o = test_connect(port);
+    u8(&b, TS_VALIDATE); u32le(&b, TS_VALIDATION_MAGIC);
+    u8(&b, TS_SET); str(&b, "/stbad"); str(&b, bad[i]);
+    u8(&b, TS_ADD); str(&b, "/stbad"); u64le(&b, 1);
+    send_buf(o, &b);
+    ASSERT(test_peer_closed(o, test_ms(3000)));
+    close(o);
+  }
+  close(fd);
+  close(v1);
+}
+
 int main(void) {
   int fds = test_fd_count(), port;
   port = test_server_start(NULL);
@@ -415,6 +463,7 @@ int main(void) {
   test_v1(port);
   test_v1_large_events(port);
   test_cross_dialect(port);
+  test_add_stoll(port);
   test_server_stop();
   test_token_policy();
   test_append_bound();
