@@ -216,8 +216,9 @@ extern const srv_dialect_t srv__dialect_native;
 extern const srv_dialect_t srv__dialect_ts_v2;
 extern const srv_dialect_t srv__dialect_ts_v1;
 /* Round `round` of job j formed: TCPStore clients that attach from now on
- * get its namespace, and the earlier rounds' namespaces are dropped (their
- * workers are gone: every node stopped them before it joined). */
+ * get its namespace, and the earlier rounds' namespaces and the native
+ * progress keys (RDZV_PROGRESS_PREFIX) are dropped (their workers are gone:
+ * every node stopped them before it joined). */
 void srv__ts_new_round(job_t *j, int64_t round);
 
 struct conn_s {

@@ -145,11 +145,23 @@ struct ns_drop {
   size_t keeplen;
 };
 
+/* An earlier round's key: in another round's TCPStore namespace, or a
+ * native progress key (RDZV_PROGRESS_PREFIX), which has no round in its
+ * name: left there, a rank the new round no longer has (after the job
+ * shrank) or one that has not reported yet would be shown by `launch
+ * status` with its old step (docs/events.md#progress). */
+static int ns_stale(const struct ns_drop *d, const char *key, size_t klen) {
+  size_t plen = sizeof(RDZV_TORCH_NS) - 1;
+  size_t pplen = sizeof(RDZV_PROGRESS_PREFIX) - 1;
+  if (klen >= pplen && memcmp(key, RDZV_PROGRESS_PREFIX, pplen) == 0)
+    return 1;
+  return klen >= plen && memcmp(key, RDZV_TORCH_NS, plen) == 0 &&
+         !(klen >= d->keeplen && memcmp(key, d->keep, d->keeplen) == 0);
+}
+
 static void ns_collect_key(const void *key, size_t klen, void *arg) {
   struct ns_drop *d = arg;
-  size_t plen = sizeof(RDZV_TORCH_NS) - 1;
-  if (klen < plen || memcmp(key, RDZV_TORCH_NS, plen) != 0 ||
-      (klen >= d->keeplen && memcmp(key, d->keep, d->keeplen) == 0))
+  if (!ns_stale(d, key, klen))
     return;
   if (d->n == d->cap) {
     size_t ncap = d->cap ? d->cap * 2 : 16;

@@ -3,7 +3,7 @@ ranks, a restart counted once for the whole job, a kill -9'd agent under
 --nnodes 3:4 (the others re-rendezvous and finish), a newcomer taken in
 under --nnodes 4:5, static node ranks, a clash of --node-rank (a hint with
 c10d, refused and named by node 0 with static), mismatched flags refused, and
-`launch status` of a running job."""
+`launch status` of a running job, and its ranks after the job shrank."""
 import glob
 import json
 import os
@@ -248,6 +248,50 @@ def status_json(port, job):
         return None
 
 
+def test_shrink_progress():
+    # --nnodes 1:2, 2 nodes of 2 ranks reporting progress (librdzv's
+    # native key launch/progress/<rank>); node2 is killed and the job
+    # re-forms with 2 ranks: `launch status` shows ranks 0 and 1 only,
+    # never round 0's ranks 2 and 3 with their old steps
+    hw = os.path.join(os.environ.get("LAUNCH_BUILD_DIR", "build"), "tests",
+                      "hang_worker")
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    ags = []
+    for i in (1, 2):
+        ags.append(lt.launch(
+            ["--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-endpoint",
+             "127.0.0.1:%d" % port, "--rdzv-id", "shrink", "--local-addr",
+             "127.0.0.%d" % i, "--rdzv-conf",
+             "join_timeout=60,last_call_timeout=1,heartbeat=0.2",
+             "--stop-timeout", "5", "--max-restarts", "1", "--no-python", hw,
+             "150", "slow", d],
+            env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i))
+    try:
+        lt.wait_until(lambda: all(os.path.exists(os.path.join(d, "pid.0.%d" % r))
+                                  for r in range(4)), 60, "round 0's 4 ranks")
+        lt.wait_until(lambda: len((status_json(port, "shrink") or {})
+                                  .get("ranks", ())) == 4, 30,
+                      "4 ranks in launch status")
+        ags[1].signal(signal.SIGKILL)
+        ags[1].wait(10)
+        lt.wait_until(lambda: all(os.path.exists(os.path.join(d, "pid.1.%d" % r))
+                                  for r in range(2)), 60, "round 1's 2 ranks")
+        js = status_json(port, "shrink")
+        assert js and js["round"] == 1, js
+        assert [r["rank"] for r in js["ranks"]] == [0, 1], js["ranks"]
+        st = subprocess.run([lt.launch_bin(), "status", "--rdzv-endpoint",
+                             "127.0.0.1:%d" % port, "--rdzv-id", "shrink"],
+                            capture_output=True, text=True, timeout=30)
+        rows = [ln.split()[0] for ln in st.stdout.splitlines()
+                if ln[:1].isdigit() and "/150" in ln]
+        assert rows == ["0", "1"], st.stdout
+        assert ags[0].wait(120) == 0, ags[0].output()
+    finally:
+        for a in ags:
+            a.kill()
+
+
 def test_mismatch():
     d = tempfile.mkdtemp()
     port = lt.free_port()
@@ -387,6 +431,9 @@ def test_program_fingerprint():
 
 
 def main():
+    if len(sys.argv) > 1:  # one test by name
+        globals()[sys.argv[1]]()
+        return
     test_program_fingerprint()
     test_directory_argument()
     test_three_nodes()
@@ -399,6 +446,7 @@ def main():
     test_mismatch()
     test_missed_heartbeats()
     test_below_min_and_waiting()
+    test_shrink_progress()
     print("test_agent_multinode: ok")
 
 
