@@ -2,7 +2,8 @@
 #progress): `pip install` accepts it (into a --target directory, offline,
 no build isolation), and a PyTorch trainer that imports the installed copy
 reports its step and scalars with one call; `launch status --json` then
-shows them per rank. Run with Debian's PyTorch 1.13 and with the cached
+shows them per rank; with min_interval, the last step of a burst held back
+is still reported at the end of a `with` block and at the exit. Run with Debian's PyTorch 1.13 and with the cached
 virtual environment's PyTorch 2.x (scripts/venv.sh) when it exists."""
 import json
 import os
@@ -66,6 +67,45 @@ def one(py, d):
         # integers stay integers, every digit (not 1.23457e+08)
         assert r["step_time"] == 0.01 and r["tokens"] == 123456789, r
         assert type(r["tokens"]) is int and type(r["total_steps"]) is int, r
+    flush(env, os.path.join(d, "flush"))
+
+
+def status_ranks(agent):
+    m = re.search(r"--rdzv-endpoint (\S+) --rdzv-id (\S+)\)", agent.output())
+    assert agent.running() and m, agent.output()
+    st = subprocess.run([lt.launch_bin(), "status", "--json",
+                         "--rdzv-endpoint", m.group(1), "--rdzv-id",
+                         m.group(2)], capture_output=True, text=True,
+                        timeout=30)
+    assert st.returncode == 0, st.stdout + st.stderr
+    return {r["rank"]: r for r in json.loads(st.stdout)["ranks"]}
+
+
+def flush(env, work):
+    """min_interval=60 holds steps 2-20 of a burst: rank 0's `with` block
+    and rank 1's exit send step 20 all the same."""
+    os.mkdir(work)
+    got = {}
+    with lt.Cleanup() as c:
+        agent = c.add(lt.launch(["--standalone", "--nproc-per-node", "2",
+                                 os.path.join(HERE, "py", "progress_flush.py"),
+                                 work], env=env, name="agent"))
+
+        def both_at_20():
+            if not agent.running():
+                raise AssertionError("the agent ended:\n" + agent.output())
+            if not os.path.exists(os.path.join(work, "reported.0")):
+                return False
+            got.update(status_ranks(agent))
+            return all(got.get(r, {}).get("step") == 20 for r in (0, 1))
+        try:
+            lt.wait_until(both_at_20, 30, "step 20 of both ranks")
+        except AssertionError:
+            raise AssertionError("launch status: %s" % got)
+        open(os.path.join(work, "go"), "w").close()
+        assert agent.wait(60) == 0, agent.output()
+    for r in (0, 1):
+        assert abs(got[r]["loss"] - (0.05 + r)) < 1e-9, got[r]
 
 
 def main():

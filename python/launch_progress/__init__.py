@@ -10,6 +10,7 @@ PROGRESS message: one msgpack map {step, time_ms, loss, grad_norm, lr,
 step_time, tokens, total_steps, compute_time, tag} (only the scalars given),
 or "<step> <unix ms> <tag>" when none are; the tag is LAUNCH_PROGRESS_TAG. The encoder needs only the standard
 library."""
+import atexit
 import os
 import struct
 import time
@@ -88,8 +89,12 @@ class Reporter:
     object with set(key, bytes) (default: a TCPStore client of launch's
     server at LAUNCH_RDZV_ENDPOINT). Reports step 0 when created, so that
     a trainer that loads for minutes is seen alive. min_interval: least
-    seconds between two reports (the last one of a burst is dropped; 0
-    sends every one). Not started by launch (plain python, torchrun: no
+    seconds between two reports (0 sends every one); a report that comes
+    sooner is held, not sent (report() returns False), and the newest one
+    held is sent by the next report after the interval, by flush(), by
+    close() (or the end of a `with Reporter(...) as report:` block), and
+    at the latest when the interpreter exits: the last step of a job is
+    always reported. Not started by launch (plain python, torchrun: no
     LAUNCH_RDZV_ENDPOINT) and no store given, it warns once and reports
     nothing: report() returns False, and the trainer runs as it would
     without it."""
@@ -109,15 +114,51 @@ class Reporter:
         self.key = "launch/progress/%d" % int(rank)
         self.min_interval = min_interval
         self.last = 0.0
+        self.held = None  # the newest report min_interval held back
+        if self.store is not None and min_interval:
+            atexit.register(self._flush_at_exit)
         self(first_step)
 
     def __call__(self, step, **scalars):
         if self.store is None:
             return False
+        # encoded now: the time of the step, and bad arguments raise here
+        value = encode_progress(step, **scalars)
         now = time.monotonic()
         if self.min_interval and self.last and \
                 now - self.last < self.min_interval:
+            self.held = value
             return False
         self.last = now
-        self.store.set(self.key, encode_progress(step, **scalars))
+        self.held = None
+        self.store.set(self.key, value)
         return True
+
+    def flush(self):
+        """Send the report min_interval held back, if any. RET whether one
+        was sent."""
+        value, self.held = self.held, None
+        if value is None or self.store is None:
+            return False
+        self.last = time.monotonic()
+        self.store.set(self.key, value)
+        return True
+
+    def close(self):
+        """flush(); a report after it is sent at once, none held."""
+        atexit.unregister(self._flush_at_exit)
+        self.min_interval = 0.0
+        self.flush()
+
+    def _flush_at_exit(self):
+        try:
+            self.flush()
+        except Exception:  # the job's store may be gone already
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
