@@ -81,14 +81,20 @@ static void esc(lu_buf_t *b, const char *s) {
     }
 }
 
-/* v with prec decimals and unit ("" none); "-" for NaN. */
+/* A number that is not finite as the metrics spell it (met_sample,
+ * Prometheus' text format): NaN, +Inf, -Inf. */
+static const char *nonfinite(double v) {
+  return isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf";
+}
+
+/* v with prec decimals and unit ("" none); "-" for NaN (unknown). */
 static void num(lu_buf_t *b, double v, int prec, const char *unit) {
   if (isfinite(v))
     lu_buf_printf(b, "%.*f%s", prec, v, unit);
   else if (isnan(v))
     lu_buf_puts(b, "-");
   else
-    lu_buf_puts(b, v > 0 ? "inf" : "-inf");
+    lu_buf_puts(b, nonfinite(v));
 }
 
 #define W 760.0
@@ -162,7 +168,7 @@ static void curve(const page_t *p, lu_buf_t *b) {
       if (isfinite(p->pt[j].loss))
         lu_buf_printf(b, "%.9g ", p->pt[j].loss);
       else
-        lu_buf_puts(b, "NaN ");
+        lu_buf_printf(b, "%s ", nonfinite(p->pt[j].loss));
     }
     lu_buf_puts(b, "\"/>\n");
     i = j;
