@@ -275,6 +275,30 @@ static void on_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   free(q);
 }
 
+/* One key form of local rank lr: a CHECK (check: does it exist?), else
+ * an MGET of that key alone. */
+static void ask_one(hang_t *h, int check, int lr, int form) {
+  char key[64];
+  msgpack_packer *pk;
+  req_t *q = req_new(h, check, 2);
+  if (q == NULL)
+    return;
+  q->ranks[0] = lr;
+  q->ranks[1] = form;
+  q->n = check ? 2 : 1; /* an MGET's n counts (rank, form) pairs */
+  pk = ac_begin(h->cfg.ac, check ? PROTO_OP_CHECK : PROTO_OP_MGET,
+                check ? 1 : 2);
+  key_of(h, form, h->base_rank + lr, key, sizeof(key));
+  msgpack_pack_array(pk, 1);
+  proto_pack_str(pk, key);
+  if (!check)
+    msgpack_pack_int64(pk, 0); /* do not wait */
+  if (ac_send(h->cfg.ac, on_reply, q) == 0)
+    h->inflight++;
+  else
+    free(q);
+}
+
 static void ask(hang_t *h) {
   int nproc = h->cfg.nproc, nknown = 0;
   req_t *q;
@@ -303,24 +327,9 @@ static void ask(hang_t *h) {
   for (int i = 0; i < nproc; i++) {
     if (h->r[i].exited)
       continue;
-    for (int form = 0; form < K_FORMS; form++) {
-      msgpack_packer *pk;
-      if (h->r[i].f[form].exists)
-        continue;
-      if ((q = req_new(h, 1, 2)) == NULL)
-        return;
-      q->ranks[0] = i;
-      q->ranks[1] = form;
-      q->n = 2;
-      pk = ac_begin(h->cfg.ac, PROTO_OP_CHECK, 1);
-      key_of(h, form, h->base_rank + i, key, sizeof(key));
-      msgpack_pack_array(pk, 1);
-      proto_pack_str(pk, key);
-      if (ac_send(h->cfg.ac, on_reply, q) == 0)
-        h->inflight++;
-      else
-        free(q);
-    }
+    for (int form = 0; form < K_FORMS; form++)
+      if (!h->r[i].f[form].exists)
+        ask_one(h, 1, i, form);
   }
 }
 
@@ -535,9 +544,22 @@ const char *hang_tag(const hang_t *h, int local_rank) {
   return h->r[local_rank].tag;
 }
 
+/* The worker of local rank lr exited: its keys are read once more, since
+ * its last report (a final step, a reporter's flush at exit) may have come
+ * after the last tick, and an exited rank is not asked again. One MGET per
+ * key form: a key that does not exist fails only its own. */
+static void ask_last(hang_t *h, int lr) {
+  if (!h->timer_live || h->cfg.ac == NULL)
+    return;
+  for (int form = 0; form < K_FORMS; form++)
+    ask_one(h, 0, lr, form);
+}
+
 int hang_exited(hang_t *h, int local_rank) {
   if (h == NULL || local_rank < 0 || local_rank >= h->cfg.nproc)
     return 0;
+  if (!h->r[local_rank].exited)
+    ask_last(h, local_rank);
   h->r[local_rank].exited = 1;
   return h->r[local_rank].hung;
 }

@@ -71,8 +71,9 @@ void hang_start(hang_t *h, int base_rank, int64_t round);
  * process, the other key form, an earlier run on a long-lived server) can
  * never get the rank killed. NULL when h is NULL. */
 const char *hang_tag(const hang_t *h, int local_rank);
-/* A worker of this round exited. RET 1 when it was found hung (its exit
- * is the watcher's to report: do not report it), else 0. */
+/* A worker of this round exited: its keys are read once more (a last
+ * report just before the exit), then no longer. RET 1 when it was found
+ * hung (its exit is the watcher's to report: do not report it), else 0. */
 int hang_exited(hang_t *h, int local_rank);
 /* What a rank reported in this round (the scalars of its progress key,
  * docs/events.md#progress). seen: it reported; has_prog: the value parsed

@@ -3,7 +3,8 @@ saving the final model) is done, not down (docs/monitoring.md): the agent
 serves launch_job_workers_done 1 and no progress age for it, so that
 neither LaunchWorkersDown (workers_up < workers) nor LaunchNoProgress (its
 age growing past 10 minutes) fires on a healthy job; the running rank keeps
-its age."""
+its age. The step a rank reported right before its exit is shown: the
+agent reads an exited rank's key once more."""
 import os
 import re
 import sys
@@ -61,6 +62,7 @@ def main():
     assert value(text, "launch_job_workers_done") == 1, text
     assert value(text, "launch_rank_progress_age_seconds", 0) is not None, text
     assert value(text, "launch_rank_progress_age_seconds", 1) is None, text
+    assert value(text, "launch_rank_step", 1) == 4, text
     print("test_metrics_done: ok")
 
 
