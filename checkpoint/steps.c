@@ -89,12 +89,24 @@ void ck_latest_verdict(ckpt_scan_t *s, const char *pointer) {
                "%s names %s, which does not exist", pointer, s->latest_name);
     return;
   }
-  if (s->steps[s->latest].state != CKPT_STEP_COMPLETE)
+  if (s->steps[s->latest].state != CKPT_STEP_COMPLETE) {
     ck_problem(s->latest_problem, sizeof(s->latest_problem),
                "%s names %s, which is %s: %s", pointer, s->latest_name,
                s->steps[s->latest].state == CKPT_STEP_CORRUPT ? "corrupt"
                                                               : "incomplete",
                s->steps[s->latest].problem);
+    return;
+  }
+  /* A kill after a step's last file and before the pointer moved (DeepSpeed
+   * writes latest, Megatron its tracker, once the save is done): a loader
+   * that follows the pointer goes back to the older step. */
+  if (s->resume >= 0 && s->steps[s->latest].step >= 0 &&
+      s->steps[s->resume].step > s->steps[s->latest].step)
+    ck_problem(s->latest_problem, sizeof(s->latest_problem),
+               "%s names %s, older than the complete %s (a save whose pointer "
+               "was not moved yet): a loader that follows %s resumes from the "
+               "older step", pointer, s->latest_name, s->steps[s->resume].name,
+               pointer);
 }
 
 /* "__R_I.distcp": R into *rank. */

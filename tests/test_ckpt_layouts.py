@@ -261,6 +261,21 @@ def test_deepspeed(tmp):
     check_step(rep, "global_step30", "incomplete",
                "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt: empty file")
     check_resume(rep, "global_step10")
+    # Killed after global_step15's last file, before latest moved: DeepSpeed's
+    # load_checkpoint(dir) would go back to global_step10; launch resumes
+    # global_step15 and says that the pointer lags.
+    root2 = os.path.join(tmp, "deepspeed-lag")
+    ds_step(root2, 10)
+    write(os.path.join(root2, "latest"), "global_step10")
+    ds_step(root2, 15)
+    rep, _ = verify(root2, 1)
+    check_step(rep, "global_step15", "complete")
+    check_resume(rep, "global_step15")
+    expect("latest names global_step10, older than the complete global_step15"
+           in rep["latest"]["problem"], rep["latest"]["problem"])
+    write(os.path.join(root2, "latest"), "global_step15")
+    rep, _ = verify(root2, 0)
+    expect(rep["latest"].get("problem") is None, json.dumps(rep["latest"]))
     # ZeRO-3: model states per rank too.
     root3 = os.path.join(tmp, "deepspeed-z3")
     ds_step(root3, 5, dp=2, prefix="", zero3=True)
