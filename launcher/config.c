@@ -286,6 +286,7 @@ static const struct {
     {"ssl_cert", 0, 0, 1},
     {"ssl_cert_key", 0, 0, 1},
     {"user", 0, 0, 1},
+    {"etcd_prefix", 0, 0, 1},
     {"lease_ttl", offsetof(cfg_t, etcd_ttl_ms), 2000, 1},
     {"store_port", 0, 0, 1},
 };
@@ -324,6 +325,33 @@ static void conf_key_list(char *out, size_t cap) {
                      conf_keys[k].key);
     used += w > 0 ? (size_t)w : 0;
   }
+}
+
+/* torchrun's etcd_prefix: the path from etcd's root under which the job's
+ * keys lie (as torchrun, a '/' is added when it does not end in one). etcd
+ * v3 compares keys as bytes, so "/a//b" is no "/a/b": a role granted on
+ * the one would refuse the other. RET 0, or -1 when v is not a path. */
+static int etcd_prefix_set(cfg_t *c, const char *v) {
+  size_t l = strlen(v);
+  if (l == 0 || l > CFG_ETCD_PREFIX_MAX || v[0] != '/')
+    return -1;
+  for (size_t i = 0; i < l; i++)
+    if (!isgraph((unsigned char)v[i]))
+      return -1;
+  for (const char *p = v; *p;) {
+    const char *seg = p + 1, *e = strchr(seg, '/');
+    size_t sl = e ? (size_t)(e - seg) : strlen(seg);
+    /* "/", or a last '/': no empty part; otherwise none may be */
+    if ((sl == 0 && e != NULL) || (sl == 1 && seg[0] == '.') ||
+        (sl == 2 && seg[0] == '.' && seg[1] == '.'))
+      return -1;
+    if (e == NULL)
+      break;
+    p = e;
+  }
+  snprintf(c->etcd_prefix, sizeof(c->etcd_prefix), "%s%s", v,
+           v[l - 1] == '/' ? "" : "/");
+  return 0;
 }
 
 static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
@@ -408,6 +436,13 @@ static int set_conf(cfg_t *c, int id, const char *s, char *err, size_t n) {
       if (strlen(eq) >= sizeof(c->etcd_user))
         return fail(err, n, "--rdzv-conf user: too long");
       lu_strlcpy(c->etcd_user, eq, sizeof(c->etcd_user));
+    } else if (!strcmp(item, "etcd_prefix")) {
+      if (etcd_prefix_set(c, eq) != 0)
+        return fail(err, n, "--rdzv-conf etcd_prefix: '%.60s' is not a key "
+                            "prefix: give a path from etcd's root, such as "
+                            "/my/prefix (starting with '/', at most %d "
+                            "characters, no blanks, no empty, '.' or '..' "
+                            "part)", eq, CFG_ETCD_PREFIX_MAX);
     } else if (!strcmp(item, "store_port")) {
       char *end;
       long p = strtol(eq, &end, 10);
@@ -805,7 +840,8 @@ static const setting_t settings[CFG_S_COUNT] = {
        "keep_alive_max_attempt: accepted, no effect. With etcd: lease_ttl "
        "(10 s), store_port (29400): the elected agent's server port, "
        "protocol (http|https), cacert, cert, key (PEM files), user "
-       "(NAME[:PASSWORD], else $LAUNCH_ETCD_PASSWORD)"),
+       "(NAME[:PASSWORD], else $LAUNCH_ETCD_PASSWORD), etcd_prefix (/launch): "
+       "the job's keys lie under <etcd_prefix>/<id>/"),
     INT(NODE_RANK, "--node-rank", "N", node_rank, 0, 1 << 20, RDZV,
         "rank of this node (static backend; a preference with c10d)"),
     FN(MASTER_ADDR, "--master-addr", NULL, "A", set_master_addr, RDZV,
@@ -1501,6 +1537,8 @@ static int finish_etcd(cfg_t *c, char *err, size_t n) {
                         "addresses, port 2379 by default)");
   if (c->etcd_ttl_ms <= 0)
     c->etcd_ttl_ms = 10000;
+  if (c->etcd_prefix[0] == '\0')
+    lu_strlcpy(c->etcd_prefix, "/launch/", sizeof(c->etcd_prefix));
   if (c->etcd_ttl_ms > 3600000)
     return fail(err, n, "--rdzv-conf lease_ttl: at most an hour");
   if (c->store_port <= 0)

@@ -33,6 +33,9 @@ enum { CFG_CKPT_VERIFY_SHA = 0, CFG_CKPT_VERIFY_SIZE };
 enum { CFG_EXIT_LAUNCH = 0, CFG_EXIT_TORCHRUN = 1 };
 
 #define CFG_MAX_NPROC 1024
+/* --rdzv-conf etcd_prefix: its longest value (a '/' is added when it does
+ * not end in one) */
+#define CFG_ETCD_PREFIX_MAX 200
 
 /* The settings: one row each in config.c's table. Those without a flag are
  * set from the environment only. */
@@ -132,6 +135,9 @@ typedef struct cfg_s {
   char etcd_cert[PATH_MAX];
   char etcd_key[PATH_MAX];
   char etcd_user[256];       /* --rdzv-conf user=NAME[:PASSWORD] */
+  char etcd_prefix[CFG_ETCD_PREFIX_MAX + 2]; /* --rdzv-conf etcd_prefix,
+                                ending in '/' ("/launch/" by default): the
+                                job's keys lie under <etcd_prefix><job>/ */
   int etcd_https;            /* --rdzv-conf protocol=https */
   int64_t etcd_ttl_ms;       /* --rdzv-conf lease_ttl (default 10 s) */
   int store_port;            /* --rdzv-conf store_port: the embedded

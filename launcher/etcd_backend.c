@@ -23,11 +23,11 @@ struct etb_s {
   pthread_t thread;
   int started;
   char members[1024];
-  char prefix[400];     /* /launch/<job>/ */
+  char prefix[512];     /* <etcd_prefix><job>/: /launch/<job>/ by default */
   char me[600];         /* this agent's host value: "ADDR PORT NAME" */
-  char node_key[700];
-  char host_key[420];
-  char round_key[420];
+  char node_key[800];
+  char host_key[520];
+  char round_key[520];
   int64_t ttl_s;
   int64_t start_limit_ms; /* etcd never reached this long: give up */
   /* under mu */
@@ -126,7 +126,7 @@ static int seen(etb_t *t, th_t *s, int rc) {
   if (rc == RDZV_EAUTH) {
     pthread_mutex_lock(&t->mu);
     snprintf(t->error, sizeof(t->error), "etcd refused this node: %s "
-             "(check --rdzv-conf user, cacert, cert and key)",
+             "(check --rdzv-conf user, etcd_prefix, cacert, cert and key)",
              etcd_last_error(t->e));
     pthread_mutex_unlock(&t->mu);
     post(t, ETB_FAILED);
@@ -551,7 +551,7 @@ int etb_start(uv_loop_t *loop, const cfg_t *o, const lu_log_t *log,
   t->round_ok = -1;
   t->elect = 1;
   lu_strlcpy(t->members, o->endpoint_raw, sizeof(t->members));
-  snprintf(t->prefix, sizeof(t->prefix), "/launch/%s/", o->run_id);
+  snprintf(t->prefix, sizeof(t->prefix), "%s%s/", o->etcd_prefix, o->run_id);
   snprintf(t->host_key, sizeof(t->host_key), "%shost", t->prefix);
   snprintf(t->round_key, sizeof(t->round_key), "%sround", t->prefix);
   snprintf(t->node_key, sizeof(t->node_key), "%snodes/%s", t->prefix,

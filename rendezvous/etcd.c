@@ -656,7 +656,7 @@ static int watch_one(etcd_t *e, const char *body, int64_t max_ms) {
 int etcd_watch(etcd_t *e, const char *prefix, int64_t start_rev,
                int64_t max_ms, int (*on)(void *, const etcd_watch_msg_t *),
                void *arg) {
-  char k[1400], end[1400], body[3000], pe[400];
+  char k[1400], end[1400], body[3000], pe[600];
   size_t l = strlen(prefix);
   int rc;
   if (l == 0 || l >= sizeof(pe))

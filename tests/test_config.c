@@ -341,7 +341,43 @@ static void test_etcd_conf(void) {
   ASSERT_EQ(10000, c.etcd_ttl_ms);
   ASSERT_EQ(RDZV_DEFAULT_PORT, c.endpoint_port);
   ASSERT_EQ(0, c.etcd_https);
+  ASSERT_STR_EQ("/launch/", c.etcd_prefix);
   cfg_free(&c);
+  /* torchrun's etcd_prefix: a path from etcd's root, '/' added (it was
+   * ignored as unknown: the keys went under /launch/, which a role limited
+   * to the prefix refuses) */
+  ASSERT_EQ(0, parse(&c, ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint",
+                              "e1", "--rdzv-conf", "etcd_prefix=/my/prefix",
+                              "x"), no_env, err, sizeof(err)));
+  ASSERT_STR_EQ("/my/prefix/", c.etcd_prefix);
+  ASSERT(strstr(c.notes, "unknown key") == NULL);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint",
+                              "e1", "--rdzv-conf", "etcd_prefix=/team-a/", "x"),
+                     no_env, err, sizeof(err)));
+  ASSERT_STR_EQ("/team-a/", c.etcd_prefix);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint",
+                              "e1", "--rdzv-conf", "etcd_prefix=/", "x"),
+                     no_env, err, sizeof(err)));
+  ASSERT_STR_EQ("/", c.etcd_prefix);
+  cfg_free(&c);
+  {
+    const char *bad[] = {"etcd_prefix=my/prefix", "etcd_prefix=/a//b",
+                         "etcd_prefix=/a/../b", "etcd_prefix=/a/.",
+                         "etcd_prefix=/a b", "etcd_prefix=/a\tb"};
+    char long_prefix[300];
+    for (size_t i = 0; i < LU_ARRAY_SIZE(bad); i++)
+      expect_error(ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint", "e1",
+                        "--rdzv-conf", bad[i], "x"),
+                   no_env, "etcd_prefix: '");
+    memset(long_prefix, 'p', sizeof(long_prefix) - 1);
+    memcpy(long_prefix, "etcd_prefix=/", 13);
+    long_prefix[sizeof(long_prefix) - 1] = '\0';
+    expect_error(ARGS("--rdzv-backend", "etcd", "--rdzv-endpoint", "e1",
+                      "--rdzv-conf", long_prefix, "x"),
+                 no_env, "is not a key prefix: give a path from etcd's root");
+  }
   /* torchrun's etcd-v2 names of the TLS keys (they were ignored: plain
    * http, or no client certificate) */
   ASSERT_EQ(0, parse(&c, ARGS("--rdzv-backend", "etcd-v2", "--rdzv-endpoint",

@@ -555,6 +555,59 @@ def test_auth_no_user():
         e.close()
 
 
+def post_as(port, path, body, token, timeout=5):
+    """POST with an auth token (etcd with authentication on)."""
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path),
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json",
+                                          "Authorization": token})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def test_etcd_prefix():
+    """torchrun's --rdzv-conf etcd_prefix: the job's keys lie under it, so
+    a user whose etcd role allows only that prefix forms the job (the key
+    was ignored as unknown: launch wrote under /launch/, and etcd said
+    permission denied); without etcd_prefix that user is refused, with the
+    prefix among what to check."""
+    e = Etcd(n=1)
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    a = None
+    try:
+        p = e.client[0]
+        pre = "/team/a/"
+        end = pre[:-1] + chr(ord(pre[-1]) + 1)
+        post(p, "/v3/auth/user/add", {"name": "alice", "password": "pw"})
+        post(p, "/v3/auth/role/add", {"name": "team-a"})
+        post(p, "/v3/auth/role/grant", {"name": "team-a", "perm": {
+            "permType": "READWRITE", "key": b64(pre), "range_end": b64(end)}})
+        post(p, "/v3/auth/user/grant", {"user": "alice", "role": "team-a"})
+        enable_auth(p)
+        env = {"LAUNCH_ETCD_PASSWORD": "pw", "LAUNCH_DEBUG": "rounds"}
+        a = lt.launch(one_node(e.endpoints(), "epre", d, port, mode="hold",
+                               conf=",user=alice,etcd_prefix=/team/a"), env=env)
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 1, 60, "the worker")
+        tok = post(p, "/v3/auth/authenticate", {"name": "root", "password": "s3cret"})["token"]
+        kvs = post_as(p, "/v3/kv/range", {"key": b64(pre), "range_end": b64(end)},
+                      tok).get("kvs") or []
+        keys = sorted(base64.b64decode(kv["key"]).decode() for kv in kvs)
+        assert "/team/a/epre/host" in keys and \
+            all(k.startswith("/team/a/epre/") for k in keys), keys
+        # the watch works under the prefix too (the role allows it)
+        release(d)
+        assert a.wait(60) == 0, a.output()
+        assert "etcd watch failed" not in a.output(), a.output()
+        rc, out = lt.launch_wait(one_node(e.endpoints(), "epre2", d, port,
+                                          conf=",user=alice"), env=env, timeout=60)
+        assert rc == 75 and "permission denied" in out and "etcd_prefix" in out, (rc, out)
+    finally:
+        if a:
+            a.kill()
+        e.close()
+
+
 def watchers(e, i):
     """How many watches member i serves (etcd's /metrics), None when down."""
     try:
@@ -748,7 +801,7 @@ if __name__ == "__main__":
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
              test_host_killed, test_host_key_deleted, test_host_lease_revoked, test_host_killed_ckpt,
              test_host_stopped, test_etcd_down_and_back,
-             test_host_cut_off_from_etcd, test_auth, test_auth_no_user, test_auth_watch_member_down, test_tls, test_not_etcd, test_unreachable_at_start]
+             test_host_cut_off_from_etcd, test_auth, test_auth_no_user, test_auth_watch_member_down, test_etcd_prefix, test_tls, test_not_etcd, test_unreachable_at_start]
     only = sys.argv[1:]
     for t in tests:
         if only and t.__name__ not in only:
