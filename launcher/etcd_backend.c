@@ -134,6 +134,16 @@ static int seen(etb_t *t, th_t *s, int rc) {
   return rc;
 }
 
+/* Every request is bounded by what is left of this node's lease (from the
+ * last renewal that worked): a member that does not answer (stopped,
+ * frozen) then leaves time to renew through another before the lease ends;
+ * at 2 s a member, a lease_ttl of 2 or 3 s was lost to one such member. */
+static void lease_budget(etb_t *t, const th_t *s) {
+  uint64_t end = s->lease ? s->ok_sent + (uint64_t)t->ttl_s * 1000 : 0;
+  etcd_set_budget(t->e, end);
+  etcd_set_budget(t->w, end);
+}
+
 /* A lease, and this node's key under it. */
 static int register_node(etb_t *t, th_t *s) {
   etcd_reply_t r;
@@ -144,9 +154,11 @@ static int register_node(etb_t *t, th_t *s) {
   s->ok_sent = t0;
   s->lease = r.lease_id;
   s->next_ka = lu_now_ms() + (uint64_t)t->ttl_s * 1000 / 3;
+  lease_budget(t, s);
   rc = seen(t, s, etcd_put(t->e, t->node_key, t->me, s->lease));
   if (rc != 0) {
     s->lease = 0;
+    lease_budget(t, s);
     return rc;
   }
   return 0;
@@ -172,6 +184,7 @@ static void keep_alive(etb_t *t, th_t *s) {
   if (rc == 0 && r.ttl > 0) {
     s->ok_sent = t0;
     s->next_ka = lu_now_ms() + (uint64_t)t->ttl_s * 1000 / 3;
+    lease_budget(t, s);
     if (s->fenced) {
       s->fenced = 0;
       post(t, ETB_RESTORED);
@@ -182,6 +195,7 @@ static void keep_alive(etb_t *t, th_t *s) {
   LU_WARN(&t->log, "this node's etcd lease expired (etcd did not hear from "
                    "it for %" PRId64 " s)", t->ttl_s);
   s->lease = 0;
+  lease_budget(t, s);
   pthread_mutex_lock(&t->mu);
   if (t->here) {
     t->here = 0;

@@ -116,6 +116,7 @@ struct etcd_s {
   char token[512];
   char auth_header[600];
   int64_t timeout_ms;
+  uint64_t budget_end;  /* etcd_set_budget's, 0 none */
   char last_error[1024];
   /* the reply being read */
   char *body;
@@ -292,6 +293,20 @@ static int json_escape(const char *s, char *out, size_t cap) {
   return 0;
 }
 
+void etcd_set_budget(etcd_t *e, uint64_t end_ms) { e->budget_end = end_ms; }
+
+/* How long one member may take when `left` members (it included) may still
+ * be asked: timeout_ms, or less under a budget (etcd_set_budget). */
+static int64_t try_ms(const etcd_t *e, size_t left) {
+  uint64_t now = lu_now_ms();
+  int64_t rest;
+  if (e->budget_end == 0)
+    return e->timeout_ms;
+  rest = e->budget_end > now ? (int64_t)(e->budget_end - now) : 0;
+  rest /= (int64_t)(left > 0 ? left : 1);
+  return LU_MIN(e->timeout_ms, LU_MAX(rest, ETCD_MIN_TRY_MS));
+}
+
 /* Set handle c up for a POST of body to url (JSON, the token, TLS), its
  * reply to wf, for timeout_ms at most. RET the headers to free after. */
 static struct curl_slist *setup(etcd_t *e, CURL *c, const char *url,
@@ -312,7 +327,7 @@ static struct curl_slist *setup(etcd_t *e, CURL *c, const char *url,
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
-                   (long)LU_MIN(e->timeout_ms, 1000));
+                   (long)LU_MIN(timeout_ms, 1000));
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, wf);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, e);
@@ -325,10 +340,11 @@ static struct curl_slist *setup(etcd_t *e, CURL *c, const char *url,
   return h;
 }
 
-/* POST body to one member. RET 0 (decoded into r), -EHOSTUNREACH (it did
- * not answer), RDZV_EPROTO. last_error says what happened. */
+/* POST body to one member, for ms at most. RET 0 (decoded into r),
+ * -EHOSTUNREACH (it did not answer), RDZV_EPROTO. last_error says what
+ * happened. */
 static int post_one(etcd_t *e, size_t m, const char *path, const char *body,
-                    etcd_reply_t *r) {
+                    int64_t ms, etcd_reply_t *r) {
   char url[400], derr[256];
   struct curl_slist *h = NULL;
   CURLcode cc;
@@ -337,7 +353,7 @@ static int post_one(etcd_t *e, size_t m, const char *path, const char *body,
   snprintf(url, sizeof(url), "%s%s", e->members[m], path);
   e->len = 0;
   e->too_big = 0;
-  h = setup(e, e->curl, url, body, e->timeout_ms, on_data);
+  h = setup(e, e->curl, url, body, ms, on_data);
   cc = curl_easy_perform(e->curl);
   curl_slist_free_all(h);
   if (cc != CURLE_OK) {
@@ -380,7 +396,7 @@ static int post_one(etcd_t *e, size_t m, const char *path, const char *body,
   return 0;
 }
 
-static int authenticate(etcd_t *e, size_t m);
+static int authenticate(etcd_t *e, size_t m, int64_t ms);
 
 /* POST to the members, starting with the one that answered last; a member
  * that does not answer, or has no leader, passes it on. */
@@ -389,14 +405,15 @@ static int call(etcd_t *e, const char *path, const char *body,
   int rc = -EHOSTUNREACH, reauth = 0;
   for (size_t i = 0; i < e->nmembers; i++) {
     size_t m = (e->cur + i) % e->nmembers;
+    int64_t ms = try_ms(e, e->nmembers - i);
     if (e->user[0] && e->token[0] == '\0') {
-      rc = authenticate(e, m);
+      rc = authenticate(e, m, ms);
       if (rc == -EHOSTUNREACH)
         continue;
       if (rc != 0)
         return rc;
     }
-    rc = post_one(e, m, path, body, r);
+    rc = post_one(e, m, path, body, ms, r);
     if (rc == -EHOSTUNREACH)
       continue;
     if (rc != 0)
@@ -430,7 +447,7 @@ static int call(etcd_t *e, const char *path, const char *body,
   return rc;
 }
 
-static int authenticate(etcd_t *e, size_t m) {
+static int authenticate(etcd_t *e, size_t m, int64_t ms) {
   char u[600], p[600], body[1400];
   etcd_reply_t r;
   int rc;
@@ -438,7 +455,7 @@ static int authenticate(etcd_t *e, size_t m) {
       json_escape(e->password, p, sizeof(p)) != 0)
     return RDZV_EINVAL;
   snprintf(body, sizeof(body), "{\"name\":\"%s\",\"password\":\"%s\"}", u, p);
-  rc = post_one(e, m, "/v3/auth/authenticate", body, &r);
+  rc = post_one(e, m, "/v3/auth/authenticate", body, ms, &r);
   if (rc != 0)
     return rc;
   if (r.error) {
@@ -671,7 +688,9 @@ int etcd_watch(etcd_t *e, const char *prefix, int64_t start_rev,
            "\"start_revision\":%" PRId64 "}}", k, end, start_rev);
   /* a token from the member watched: one that does not answer is passed
    * over as when it breaks the watch (else each watch would ask it) */
-  rc = e->user[0] && e->token[0] == '\0' ? authenticate(e, e->cur) : 0;
+  rc = e->user[0] && e->token[0] == '\0'
+           ? authenticate(e, e->cur, try_ms(e, e->nmembers))
+           : 0;
   e->won = on;
   e->warg = arg;
   if (rc == 0)

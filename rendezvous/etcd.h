@@ -98,6 +98,14 @@ const char *etcd_last_error(const etcd_t *e);
 /* The member that answered last (or the first). */
 const char *etcd_member(const etcd_t *e);
 
+/* The calls that follow (this client's thread) should be over by end_ms
+ * (lu_now_ms(): a lease's end, 0 none): each member asked gets what is
+ * left of it shared among the members still to ask (within timeout_ms, at
+ * least ETCD_MIN_TRY_MS), so that a member that does not answer (stopped,
+ * frozen) leaves time to ask the others before the lease ends. */
+#define ETCD_MIN_TRY_MS 250
+void etcd_set_budget(etcd_t *e, uint64_t end_ms);
+
 /* Each call: RET 0 (r filled and not an error reply), -EHOSTUNREACH (no
  * member answered, or none as etcd's JSON gateway: etcd is unreachable),
  * RDZV_EAUTH (refused: user, password or certificate), RDZV_EPROTO (another

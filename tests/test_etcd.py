@@ -124,6 +124,11 @@ class Etcd:
         kvs = self.call("/v3/kv/range", {"key": b64(key)}).get("kvs") or []
         return kvs[0] if kvs else None
 
+    def kv_at(self, i, key):
+        """The key as member i holds it, or None."""
+        kvs = post(self.client[i], "/v3/kv/range", {"key": b64(key)}).get("kvs") or []
+        return kvs[0] if kvs else None
+
     def get(self, key):
         try:
             kv = self.kv(key)
@@ -133,6 +138,16 @@ class Etcd:
 
     def delete(self, key):
         return self.call("/v3/kv/deleterange", {"key": b64(key)})
+
+    def hand_over(self, i, j):
+        """Ask leader i to hand its leadership to member j (tried once)."""
+        st = self.status(j)
+        if st:
+            try:
+                post(self.client[i], "/v3/maintenance/transfer-leadership",
+                     {"targetID": st["header"]["member_id"]}, timeout=10)
+            except Exception:
+                pass
 
     def stop_follower(self, i, timeout=60):
         """SIGSTOP member i while another member leads: before etcd 3.4.30
@@ -151,19 +166,26 @@ class Etcd:
             others = [j for j in range(self.n) if j != i and self.procs[j]
                       and self.procs[j].running()]
             if me["leader"] == me_id:
-                st = self.status(others[0])
-                if st:
-                    try:
-                        post(self.client[i], "/v3/maintenance/transfer-leadership",
-                             {"targetID": st["header"]["member_id"]}, timeout=10)
-                    except Exception:
-                        pass
+                self.hand_over(i, others[0])
                 continue
             self.procs[i].signal(signal.SIGSTOP)
             seen = [self.status(j) for j in others]
             if all(s and s.get("leader") not in (None, "0", me_id) for s in seen):
                 return
             self.procs[i].signal(signal.SIGCONT)
+        raise AssertionError("etcd member m%d stays the leader" % (i + 1))
+
+    def lead_elsewhere(self, i, timeout=60):
+        """Leadership off member i, as seen by every member (a leader
+        elected later extends every lease by an election timeout)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            ld = self.leader()
+            if ld is not None and ld != i:
+                return
+            if ld == i:
+                self.hand_over(i, (i + 1) % self.n)
+            time.sleep(0.05)
         raise AssertionError("etcd member m%d stays the leader" % (i + 1))
 
     def revoke(self, lease):
@@ -504,6 +526,45 @@ def test_etcd_down_and_back():
             assert r["env"]["MASTER_ADDR"] == host[0], (host, r["env"])
 
 
+def test_member_stopped_short_lease():
+    """A member the agent talks to stopped (SIGSTOP: it accepts connections
+    and never answers) under lease_ttl=2: each request gives a member only
+    its share of what is left of the lease, so the renewal goes through
+    another member in time (at 2 s a member, the host lost its lease and
+    key to that one member, and left the job, exit 75)."""
+    e = Etcd()
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    a = None
+    try:
+        # m1 a follower from the start: moved off it at the stop, the
+        # leadership would lengthen the lease (and hide what is tested)
+        e.lead_elsewhere(0)
+        a = lt.launch(one_node(e.endpoints(), "estop", d, port, mode="hold",
+                               conf=",lease_ttl=2"))
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 1, 60, "the worker")
+        e.stop_follower(0)  # the first member given: the one asked first
+        # for 3 TTLs, member 2 sees the host key of the start, not let go
+        # (etcd reports a 2 s lease renewed every 0.67 s as "TTL 1": its
+        # renewals cannot be told apart); before, it went within a TTL
+        rev = e.kv_at(1, "/launch/estop/host")["create_revision"]
+        t0 = time.time()
+        while time.time() - t0 < 6 and a.running():
+            kv = e.kv_at(1, "/launch/estop/host")
+            assert kv and kv["create_revision"] == rev, (kv, a.output())
+            time.sleep(0.05)
+        out = a.output()
+        assert a.running() and "lease" not in out and "host key" not in out, out
+        release(d)
+        assert a.wait(60) == 0, a.output()
+    finally:
+        for p in e.procs:
+            if p:
+                p.signal(signal.SIGCONT)
+        if a:
+            a.kill()
+        e.close()
+
 def enable_auth(port):
     """Authentication on in etcd, through member port: user root,
     password s3cret."""
@@ -800,7 +861,7 @@ if __name__ == "__main__":
         probe.kill()
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
              test_host_killed, test_host_key_deleted, test_host_lease_revoked, test_host_killed_ckpt,
-             test_host_stopped, test_etcd_down_and_back,
+             test_host_stopped, test_etcd_down_and_back, test_member_stopped_short_lease,
              test_host_cut_off_from_etcd, test_auth, test_auth_no_user, test_auth_watch_member_down, test_etcd_prefix, test_tls, test_not_etcd, test_unreachable_at_start]
     only = sys.argv[1:]
     for t in tests:
