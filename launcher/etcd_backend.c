@@ -12,6 +12,7 @@
 #include "rdzv.h"
 
 #define TICK_MS 250
+#define ETB_REVOKE_MS 2000 /* the revoke at exit, all members together */
 
 struct etb_s {
   uv_async_t async;
@@ -45,6 +46,7 @@ struct etb_s {
   char host[600];       /* the elected host's value */
   int64_t host_rev;     /* its key's create revision, 0 none */
   int here;             /* this agent holds it */
+  int exiting;          /* the thread left its loop (its revoke is due) */
   char error[1024];
 };
 
@@ -98,6 +100,8 @@ typedef struct {
  * call's rc. A refusal (auth, a reply that makes no sense) ends the
  * backend. */
 static int seen(etb_t *t, th_t *s, int rc) {
+  if (rc == -ECANCELED)
+    return rc; /* cut short: the agent stops */
   if (rc == -EHOSTUNREACH) {
     if (!s->down && !s->reached)
       LU_WARN(&t->log, "etcd at %s unreachable: waiting up to %.0f s "
@@ -171,6 +175,8 @@ static void keep_alive(etb_t *t, th_t *s) {
   if (t0 < s->next_ka)
     return;
   rc = seen(t, s, etcd_keepalive(t->e, s->lease, &r));
+  if (rc == -ECANCELED)
+    return;
   if (rc == -EHOSTUNREACH) {
     s->next_ka = lu_now_ms() + TICK_MS;
     /* etcd counts the TTL from the last renewal it saw: past it, the
@@ -417,7 +423,7 @@ static void watch(etb_t *t, th_t *s, int64_t known) {
     return;
   rc = etcd_watch(t->w, t->prefix, s->wrev, (int64_t)(s->next_ka - now),
                   on_watch, &c);
-  if (rc == 0)
+  if (rc == 0 || rc == -ECANCELED)
     return;
   LU_DBG(&t->log, LU_DBG_ROUNDS, "etcd watch failed (%s): polling for %"
          PRId64 " s", etcd_last_error(t->w), t->ttl_s);
@@ -508,8 +514,18 @@ static void *etb_main(void *arg) {
     if (nap(t, s.down ? 1000 : want >= 0 && rec < 0 ? 20 : TICK_MS))
       break;
   }
-  if (s.lease != 0)
-    etcd_revoke(t->e, s.lease); /* this node's keys go now, not in a TTL */
+  /* this node's keys go now, not in a TTL: within ETB_REVOKE_MS whatever
+   * the members do (at 2 s a member that does not answer, after the
+   * request in flight at the stop, the agent took 12 s to exit) */
+  pthread_mutex_lock(&t->mu);
+  t->exiting = 1;
+  pthread_mutex_unlock(&t->mu);
+  if (s.lease != 0) {
+    uint64_t end = lu_now_ms() + ETB_REVOKE_MS;
+    etcd_cut(t->e, end);
+    etcd_set_budget(t->e, end); /* shared among the members */
+    etcd_revoke(t->e, s.lease);
+  }
   return NULL;
 }
 
@@ -678,11 +694,16 @@ void etb_close(etb_t *t) {
   if (t == NULL)
     return;
   if (t->started) {
+    /* the request in flight, and the watch, end now: only the revoke
+     * (etb_main's end, bounded) is waited for; before the thread is there,
+     * under mu, not to cut its revoke short */
     pthread_mutex_lock(&t->mu);
     t->stop = 1;
+    if (!t->exiting)
+      etcd_cut(t->e, lu_now_ms());
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
-    etcd_watch_wake(t->w);
+    etcd_cut(t->w, lu_now_ms());
     pthread_join(t->thread, NULL);
     t->started = 0;
   }

@@ -117,6 +117,7 @@ struct etcd_s {
   char auth_header[600];
   int64_t timeout_ms;
   uint64_t budget_end;  /* etcd_set_budget's, 0 none */
+  uint64_t cut_at;      /* etcd_cut's, 0 none: atomic (any thread) */
   char last_error[1024];
   /* the reply being read */
   char *body;
@@ -295,6 +296,51 @@ static int json_escape(const char *s, char *out, size_t cap) {
 
 void etcd_set_budget(etcd_t *e, uint64_t end_ms) { e->budget_end = end_ms; }
 
+void etcd_cut(etcd_t *e, uint64_t at_ms) {
+  __atomic_store_n(&e->cut_at, at_ms, __ATOMIC_SEQ_CST);
+  cu.multi_wakeup(e->multi); /* the wait of the moment looks again */
+}
+
+static uint64_t cut_at(etcd_t *e) {
+  return __atomic_load_n(&e->cut_at, __ATOMIC_SEQ_CST);
+}
+
+/* Run handle c, set up, in e->multi until it ends, or until etcd_cut's
+ * time (its wakeup ends the wait). RET its CURLcode, or
+ * CURLE_ABORTED_BY_CALLBACK when cut short. */
+static CURLcode perform(etcd_t *e, CURL *c) {
+  CURLcode cc = CURLE_GOT_NOTHING;
+  int running = 1, done = 0;
+  if (cu.multi_add_handle(e->multi, c) != CURLM_OK)
+    return CURLE_OUT_OF_MEMORY;
+  while (!done) {
+    CURLMsg *msg;
+    int left;
+    uint64_t cut, now;
+    if (cu.multi_perform(e->multi, &running) != CURLM_OK)
+      break;
+    while ((msg = cu.multi_info_read(e->multi, &left)) != NULL)
+      if (msg->msg == CURLMSG_DONE && msg->easy_handle == c) {
+        cc = msg->data.result;
+        done = 1;
+      }
+    if (done || !running)
+      break;
+    cut = cut_at(e);
+    now = lu_now_ms();
+    if (cut && now >= cut) {
+      cc = CURLE_ABORTED_BY_CALLBACK;
+      break;
+    }
+    if (cu.multi_poll(e->multi, NULL, 0,
+                      (int)(cut ? LU_MIN(cut - now, 1000) : 1000),
+                      NULL) != CURLM_OK)
+      break;
+  }
+  cu.multi_remove_handle(e->multi, c);
+  return cc;
+}
+
 /* How long one member may take when `left` members (it included) may still
  * be asked: timeout_ms, or less under a budget (etcd_set_budget). */
 static int64_t try_ms(const etcd_t *e, size_t left) {
@@ -341,8 +387,8 @@ static struct curl_slist *setup(etcd_t *e, CURL *c, const char *url,
 }
 
 /* POST body to one member, for ms at most. RET 0 (decoded into r),
- * -EHOSTUNREACH (it did not answer), RDZV_EPROTO. last_error says what
- * happened. */
+ * -EHOSTUNREACH (it did not answer), RDZV_EPROTO, -ECANCELED (etcd_cut).
+ * last_error says what happened. */
 static int post_one(etcd_t *e, size_t m, const char *path, const char *body,
                     int64_t ms, etcd_reply_t *r) {
   char url[400], derr[256];
@@ -350,12 +396,25 @@ static int post_one(etcd_t *e, size_t m, const char *path, const char *body,
   CURLcode cc;
   long status = 0;
   int rc;
+  uint64_t cut = cut_at(e), now = lu_now_ms();
   snprintf(url, sizeof(url), "%s%s", e->members[m], path);
+  if (cut && now >= cut) {
+    snprintf(e->last_error, sizeof(e->last_error), "%s%s: out of time, not "
+             "asked", e->members[m], path);
+    return -ECANCELED;
+  }
+  if (cut)
+    ms = LU_MIN(ms, (int64_t)(cut - now)); /* 1 or more: 0 is no limit */
   e->len = 0;
   e->too_big = 0;
   h = setup(e, e->curl, url, body, ms, on_data);
-  cc = curl_easy_perform(e->curl);
+  cc = perform(e, e->curl);
   curl_slist_free_all(h);
+  if (cc == CURLE_ABORTED_BY_CALLBACK) {
+    snprintf(e->last_error, sizeof(e->last_error), "%s%s: out of time, cut "
+             "short", e->members[m], path);
+    return -ECANCELED;
+  }
   if (cc != CURLE_OK) {
     /* a member that wants a client certificate ends the TLS 1.3 session
      * after the handshake: it looks like a network error */
@@ -634,12 +693,14 @@ static int watch_one(etcd_t *e, const char *body, int64_t max_ms) {
   while (running && !ended) {
     CURLMsg *msg;
     int left, woken = 0;
-    uint64_t now = lu_now_ms();
+    uint64_t now = lu_now_ms(), cut = cut_at(e);
     if (cu.multi_perform(e->multi, &running) != CURLM_OK)
       break;
     while ((msg = cu.multi_info_read(e->multi, &left)) != NULL)
       if (msg->msg == CURLMSG_DONE)
         cc = msg->data.result;
+    if (cut && cut < end)
+      end = cut; /* etcd_cut: over by then, as max_ms */
     if (!running || now >= end)
       break;
     /* curl_multi_wakeup ends the wait: numfds then is 0 and it is early */

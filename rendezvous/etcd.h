@@ -106,10 +106,17 @@ const char *etcd_member(const etcd_t *e);
 #define ETCD_MIN_TRY_MS 250
 void etcd_set_budget(etcd_t *e, uint64_t end_ms);
 
+/* Every request of e, the one in flight too, and its watch end by at_ms
+ * (lu_now_ms()) at the latest: those cut short, or asked after it, fail
+ * with -ECANCELED. 0 lifts it. Any thread (the agent's loop, stopping, cuts
+ * its etcd thread's request short). */
+void etcd_cut(etcd_t *e, uint64_t at_ms);
+
 /* Each call: RET 0 (r filled and not an error reply), -EHOSTUNREACH (no
  * member answered, or none as etcd's JSON gateway: etcd is unreachable),
  * RDZV_EAUTH (refused: user, password or certificate), RDZV_EPROTO (another
- * error reply: etcd_last_error says which). */
+ * error reply: etcd_last_error says which), -ECANCELED (cut short:
+ * etcd_cut). */
 int etcd_grant(etcd_t *e, int64_t ttl_s, etcd_reply_t *r);
 int etcd_keepalive(etcd_t *e, int64_t lease, etcd_reply_t *r);
 int etcd_revoke(etcd_t *e, int64_t lease);

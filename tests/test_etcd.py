@@ -526,6 +526,17 @@ def test_etcd_down_and_back():
             assert r["env"]["MASTER_ADDR"] == host[0], (host, r["env"])
 
 
+def resume_and_close(e, *procs):
+    """Every member resumed (SIGCONT) and ended, and procs (agents, None
+    ones left out) killed: each by pid."""
+    for p in e.procs:
+        if p:
+            p.signal(signal.SIGCONT)
+    for a in procs:
+        if a:
+            a.kill()
+    e.close()
+
 def test_member_stopped_short_lease():
     """A member the agent talks to stopped (SIGSTOP: it accepts connections
     and never answers) under lease_ttl=2: each request gives a member only
@@ -558,12 +569,39 @@ def test_member_stopped_short_lease():
         release(d)
         assert a.wait(60) == 0, a.output()
     finally:
+        resume_and_close(e, a)
+
+def test_exit_members_stopped():
+    """Every member stopped (SIGSTOP: connections accepted, never
+    answered) and the agent asked to stop (SIGTERM) while a renewal waits
+    on them: the request in flight is cut short and the revoke at exit
+    takes 2 s at most, all members together (each member had 2 s, for the
+    renewal in flight and again for the revoke: about 12 s). The bound
+    asserted is a generous one."""
+    e = Etcd()
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    a = None
+    try:
+        # a long lease: its end, far, does not bound the requests
+        a = lt.launch(one_node(e.endpoints(), "eexit", d, port, mode="hold",
+                               conf=",lease_ttl=30"))
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 1, 60, "the worker")
         for p in e.procs:
-            if p:
-                p.signal(signal.SIGCONT)
-        if a:
-            a.kill()
-        e.close()
+            p.signal(signal.SIGSTOP)
+        # the first renewal failed on each member; after a nap of 1 s the
+        # next one waits on them (the 2 s below put the stop within it)
+        lt.wait_until(lambda: "unreachable: waiting" in a.output(), 60,
+                      "the agent's wait line")
+        time.sleep(2)
+        t0 = time.time()
+        a.signal(signal.SIGTERM)
+        rc = a.wait(60)
+        took = time.time() - t0
+        print("exit with every etcd member stopped: %.2f s" % took, flush=True)
+        assert rc is not None and took < 8, (rc, took, a.output())
+    finally:
+        resume_and_close(e, a)
 
 def enable_auth(port):
     """Authentication on in etcd, through member port: user root,
@@ -862,6 +900,7 @@ if __name__ == "__main__":
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
              test_host_killed, test_host_key_deleted, test_host_lease_revoked, test_host_killed_ckpt,
              test_host_stopped, test_etcd_down_and_back, test_member_stopped_short_lease,
+             test_exit_members_stopped,
              test_host_cut_off_from_etcd, test_auth, test_auth_no_user, test_auth_watch_member_down, test_etcd_prefix, test_tls, test_not_etcd, test_unreachable_at_start]
     only = sys.argv[1:]
     for t in tests:
