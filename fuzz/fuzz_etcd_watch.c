@@ -5,9 +5,10 @@
  * Invariants checked:
  * - the result is 0, RDZV_EPROTO or RDZV_ENOMEM, and a refused line comes
  *   with a message saying why;
- * - on success at most ETCD_WATCH_MAX_EVENTS events are kept; each key is
- *   1 to 255 bytes, each value below ETCD_MAX_VALUE, NUL-terminated; a
- *   DELETE has an empty value; an error message has a message. */
+ * - on success at most ETCD_WATCH_MAX_EVENTS events are kept; each key
+ *   is 1 or more bytes (key_len), kept NUL-terminated when below
+ *   ETCD_MAX_KEY and left "" when longer; each value below ETCD_MAX_VALUE,
+ *   NUL-terminated; an error message has a message. */
 #include "etcd.h"
 #include "fuzz.h"
 #include "rdzv.h"
@@ -28,7 +29,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t i = 0; i < m->nevents; i++) {
       size_t kl = strnlen(m->events[i].key, sizeof(m->events[i].key));
       size_t vl = strnlen(m->events[i].value, sizeof(m->events[i].value));
-      FUZZ_CHECK(kl > 0 && kl < sizeof(m->events[i].key));
+      FUZZ_CHECK(kl < sizeof(m->events[i].key));
+      FUZZ_CHECK(m->events[i].key_len > 0);
+      FUZZ_CHECK(m->events[i].key_len < ETCD_MAX_KEY
+                     ? kl == m->events[i].key_len
+                     : kl == 0);
       FUZZ_CHECK(vl < ETCD_MAX_VALUE);
     }
     if (m->error)

@@ -43,9 +43,16 @@ int etcd_decode(const char *body, size_t len, etcd_reply_t *r, char *err,
  * ETCD_WATCH_MAX_EVENTS events are kept; more set `more` (the caller then
  * reads what it watches). */
 #define ETCD_WATCH_MAX_EVENTS 8
+/* Room for a key of an event: every key launch writes fits (etcd_prefix,
+ * a job id and a host name of up to 255 bytes each, and a few more). */
+#define ETCD_MAX_KEY 1024
 typedef struct etcd_event_s {
   int deleted;                /* "type":"DELETE" (a PUT leaves it out) */
-  char key[256];              /* decoded; NUL-terminated */
+  /* decoded; NUL-terminated. A longer key (not launch's) leaves it "":
+   * its event is decoded all the same (it was a refused line, which ended
+   * the watch for polling), key_len saying how long the key was. */
+  char key[ETCD_MAX_KEY];
+  size_t key_len;
   char value[ETCD_MAX_VALUE]; /* decoded; "" for a DELETE */
   int64_t create_rev, mod_rev;
 } etcd_event_t;

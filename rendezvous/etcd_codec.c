@@ -231,6 +231,7 @@ int etcd_decode(const char *body, size_t len, etcd_reply_t *r, char *err,
 static int decode_event(const lu_jv_t *ev, etcd_event_t *out, char *err,
                         size_t n) {
   const lu_jv_t *kv, *k, *v, *ty;
+  char *key;
   int len;
   memset(out, 0, sizeof(*out));
   if (ev->type != LU_JV_OBJ)
@@ -251,10 +252,20 @@ static int decode_event(const lu_jv_t *ev, etcd_event_t *out, char *err,
   k = lu_jv_get(kv, "key");
   if (k == NULL || k->type != LU_JV_STR)
     return bad(err, n, "a watch event has no \"key\" string");
-  len = etcd_unb64(k->s, k->slen, out->key, sizeof(out->key));
-  if (len <= 0 || memchr(out->key, '\0', (size_t)len) != NULL)
-    return bad(err, n, "a watch event's \"key\" is not base64 of 1 to 255 "
-                       "bytes without NUL");
+  /* any length (the line's 1 MiB bounds it): one too long to keep is
+   * decoded, to check it, and left out */
+  if ((key = malloc(k->slen / 4 * 3 + 1)) == NULL)
+    return RDZV_ENOMEM;
+  len = etcd_unb64(k->s, k->slen, key, k->slen / 4 * 3 + 1);
+  if (len <= 0 || memchr(key, '\0', (size_t)len) != NULL) {
+    free(key);
+    return bad(err, n, "a watch event's \"key\" is not base64 of 1 or "
+                       "more bytes without NUL");
+  }
+  out->key_len = (size_t)len;
+  if (out->key_len < sizeof(out->key))
+    memcpy(out->key, key, out->key_len + 1);
+  free(key);
   v = lu_jv_get(kv, "value");
   if (v == NULL)
     return 0;
@@ -325,8 +336,9 @@ static int decode_watch(const lu_jv_t *root, etcd_watch_msg_t *m, char *err,
       m->more = 1;
       break;
     }
-    if (decode_event(x, &m->events[m->nevents], err, n) != 0)
-      return RDZV_EPROTO;
+    int rc = decode_event(x, &m->events[m->nevents], err, n);
+    if (rc != 0)
+      return rc;
     m->nevents++;
   }
   return 0;

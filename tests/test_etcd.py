@@ -380,6 +380,33 @@ def test_host_key_deleted():
         assert "no longer holds job eg's host key in etcd" in out, out
 
 
+def test_long_job_id():
+    """A long job id (200 bytes) and another node's long host name: its
+    key under the job (275 bytes) reaches the host's watch, which decodes
+    it (keys over 255 bytes were refused: the watch failed and fell back
+    to polling), so the host key deleted next is seen by the watch."""
+    run_id = "j" * 200
+    e = Etcd(n=1)
+    d = tempfile.mkdtemp()
+    a = None
+    try:
+        a = lt.launch(one_node(e.endpoints(), run_id, d, lt.free_port(), mode="hold"),
+                      env={"LAUNCH_DEBUG": "rounds"})
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 1, 60, "the worker")
+        assert host_of(e, run_id) is not None
+        lt.wait_until(lambda: (watchers(e, 0) or 0) > 0, 30, "the agent's watch")
+        e.call("/v3/kv/put", {"key": b64("/launch/%s/nodes/%s" % (run_id, "n" * 60)),
+                              "value": b64("127.0.0.2 29400 " + "n" * 60)})
+        e.delete("/launch/%s/host" % run_id)
+        assert a.wait(60) == 75, a.output()
+        out = a.output()
+        assert "etcd watch: the host key was deleted" in out, out
+        assert "etcd watch failed" not in out, out
+    finally:
+        if a:
+            a.kill()
+        e.close()
+
 def test_host_lease_revoked():
     """(g) the host's lease revoked in etcd while its agent is stopped
     (what an etcd leader resumed after a stop does to the leases it saw
@@ -898,7 +925,7 @@ if __name__ == "__main__":
     finally:
         probe.kill()
     tests = [test_bad_endpoint, test_forms_and_finishes, test_leader_killed,
-             test_host_killed, test_host_key_deleted, test_host_lease_revoked, test_host_killed_ckpt,
+             test_host_killed, test_host_key_deleted, test_long_job_id, test_host_lease_revoked, test_host_killed_ckpt,
              test_host_stopped, test_etcd_down_and_back, test_member_stopped_short_lease,
              test_exit_members_stopped,
              test_host_cut_off_from_etcd, test_auth, test_auth_no_user, test_auth_watch_member_down, test_etcd_prefix, test_tls, test_not_etcd, test_unreachable_at_start]

@@ -2,6 +2,7 @@
  * JSON gateway writes for POST /v3/watch (fuzz/corpus/etcd_watch holds the
  * same shapes): what the backend thread reads from each. */
 #include "etcd.h"
+#include "lu.h"
 #include "rdzv.h"
 #include "test.h"
 
@@ -46,6 +47,33 @@ static void test_more_than_kept(void) {
   ASSERT(m.more && m.nevents == ETCD_WATCH_MAX_EVENTS);
 }
 
+/* Keys of any length: one over 255 bytes (a long job id and host name:
+ * launch's own) is kept; one too long to keep is decoded and left out
+ * (both refused the line, and the watch fell back to polling). */
+static void test_long_keys(void) {
+  static etcd_watch_msg_t m;
+  static char key[3000], b64[4200], line[9000];
+  char err[256];
+  const size_t lens[] = {700, ETCD_MAX_KEY - 1, ETCD_MAX_KEY, 2999};
+  for (size_t i = 0; i < LU_ARRAY_SIZE(lens); i++) {
+    memset(key, 'k', lens[i]);
+    key[0] = '/';
+    key[lens[i]] = '\0';
+    ASSERT(etcd_b64(key, lens[i], b64, sizeof(b64)) > 0);
+    snprintf(line, sizeof(line), "{\"result\":{\"events\":[{\"type\":"
+             "\"DELETE\",\"kv\":{\"key\":\"%s\",\"mod_revision\":\"9\"}}]}}",
+             b64);
+    ASSERT_EQ(0, dec(line, &m, err, sizeof(err)));
+    ASSERT_EQ(1, m.nevents);
+    ASSERT_EQ(lens[i], m.events[0].key_len);
+    ASSERT(m.events[0].deleted && m.events[0].mod_rev == 9);
+    if (lens[i] < ETCD_MAX_KEY)
+      ASSERT_STR_EQ(key, m.events[0].key);
+    else
+      ASSERT_STR_EQ("", m.events[0].key);
+  }
+}
+
 static void test_cancel_error_and_refusals(void) {
   static etcd_watch_msg_t m;
   char err[256];
@@ -75,6 +103,7 @@ static void test_cancel_error_and_refusals(void) {
 int main(void) {
   test_created_and_events();
   test_more_than_kept();
+  test_long_keys();
   test_cancel_error_and_refusals();
   printf("test_etcd_watch_codec: ok\n");
   return 0;
