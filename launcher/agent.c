@@ -3360,7 +3360,9 @@ int agent_run(cfg_t *o) {
     lu_random(r, sizeof(r));
     lu_hex(r, sizeof(r), hex);
     a->run_dir_is_temp = o->log_dir[0] == '\0';
-    w = snprintf(a->run_dir, sizeof(a->run_dir), "%s/%s%s_%s",
+    /* the id cut to 200 bytes: with "launch_" and the random part the
+     * name must fit a file name (255 bytes), and the id may be 255 */
+    w = snprintf(a->run_dir, sizeof(a->run_dir), "%s/%s%.200s_%s",
                  o->log_dir[0] ? o->log_dir : o->tmpdir,
                  o->log_dir[0] ? "" : "launch_", o->run_id, hex);
     rc = w < 0 || (size_t)w >= sizeof(a->run_dir) ? -ENAMETOOLONG : 0;

@@ -204,7 +204,7 @@ int launch_cmd_env(int argc, char **argv) {
     ret = rc == RDZV_ENOMEM ? 1 : 2;
     goto out;
   }
-  snprintf(run_dir, sizeof(run_dir), "%.2000s/%s%.255s_XXXXXX",
+  snprintf(run_dir, sizeof(run_dir), "%.2000s/%s%.200s_XXXXXX",
            c.log_dir[0] ? c.log_dir : c.tmpdir, c.log_dir[0] ? "" : "launch_",
            c.run_id);
   launch_round_guess(&c, run_dir, &r);

@@ -58,7 +58,10 @@ static int file_for(const jobreg_t *j, char *path, size_t n) {
     return rc;
   if (strchr(j->job, '/') || j->job[0] == '.' || j->job[0] == '\0')
     return -EINVAL;
-  int w = snprintf(path, n, "%s/%s.%d.json", dir, j->job, j->pid);
+  /* the id cut to 200 bytes, so that the name and its ".tmp" fit a file
+   * name (255 bytes) whatever the id's length (255 at most): readers take
+   * the job from the file's contents, and the pid keeps names apart */
+  int w = snprintf(path, n, "%s/%.200s.%d.json", dir, j->job, j->pid);
   return w < 0 || (size_t)w >= n ? -ENAMETOOLONG : 0;
 }
 

@@ -234,7 +234,7 @@ int launch_from_tasks(cfg_t *c) {
   /* Where torchrun's error file goes: a file beside this name, one per
    * rank (launch_rank_env). No folder: this process becomes PROGRAM, and
    * none would be left to remove it after the job. */
-  snprintf(dir, sizeof(dir), "%.2000s/launch_%.1000s",
+  snprintf(dir, sizeof(dir), "%.2000s/launch_%.200s",
            c->log_dir[0] ? c->log_dir : c->tmpdir, c->run_id);
   launch_round_guess(c, dir, &r);
   if ((rc = launch_rank_env(c, &node, &r, c->task_local_rank,

@@ -191,6 +191,22 @@ def test_static_node_waits():
     assert "giving up after 900 s (--rdzv-conf timeout)" in line, line
 
 
+def test_long_run_id():
+    """The longest run id --rdzv-id takes (255 characters) runs: the
+    workers' log folder, named after it, must still fit a file name."""
+    rid = "r" * 255
+    w = script("w.sh", "#!/bin/sh\n%s status --json\n" % L)
+    os.chmod(w, 0o755)
+    rc, out, err = run(["--no-log-time", "--nnodes", "1", "--nproc-per-node", "1",
+                        "--rdzv-id", rid, "--rdzv-endpoint", "127.0.0.1:%d" % lt.free_port(),
+                        w])
+    assert rc == 0, err
+    # and `launch status` lists it, by its whole id
+    assert '"job":"%s"' % rid in out.replace(" ", ""), out
+    rc, _, err = run(["--no-log-time", "--rdzv-id", "r" * 256, "/bin/true"])
+    assert rc == 2 and "--rdzv-id" in err, (rc, err)
+
+
 def test_exit_codes():
     rc, _, _ = run(["--standalone", "/bin/sh", "-c", "exit 3"])
     assert rc == 3, rc
@@ -738,7 +754,7 @@ def run_tests(only):
     for t in (test_options, test_suggestions, test_torchrun_settings, test_static_node_waits,
               test_repeating_failures, test_idle_store_client, test_lost_steps, test_failure_summary,
               test_port_in_use, test_status_while_reforming, test_rdzv_timeout_once, test_mismatch_named_on_node0,
-              test_exit_codes, test_silent_wait, test_host_by_any_address,
+              test_exit_codes, test_long_run_id, test_silent_wait, test_host_by_any_address,
               test_own_store_hint, test_status_unknown_job,
               test_user_env, test_async_error_name, test_local_rank_macro,
               test_progress_lines, test_scale_up_spends_no_restart, test_close_timeout,
