@@ -262,11 +262,41 @@ static int python_script(char *const *argv) {
   return -1;
 }
 
+/* The script a POSIX shell runs (`bash -e train.sh ARGS`): its first
+ * argument that is no option; -o and +o take a value. RET its index, or -1
+ * (-c, -s: a command string or stdin). */
+static int shell_script(char *const *argv) {
+  for (int i = 1; argv[i]; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--"))
+      return argv[i + 1] ? i + 1 : -1;
+    if (a[0] != '-' && a[0] != '+')
+      return i;
+    if (a[1] == '-')
+      continue; /* bash's long options (--norc, --login) */
+    for (const char *o = a + 1; *o; o++) {
+      if (*o == 'c' || *o == 's')
+        return -1;
+      if (*o == 'o' && o[1] == '\0' && argv[i + 1])
+        i++; /* -o pipefail: the value is the next argument */
+    }
+  }
+  return -1;
+}
+
+static int is_shell(const char *base) {
+  static const char *const shells[] = {"sh", "bash", "dash", "zsh", "ksh"};
+  for (size_t i = 0; i < LU_ARRAY_SIZE(shells); i++)
+    if (!strcmp(base, shells[i]))
+      return 1;
+  return 0;
+}
+
 /* The file whose SHA-256 stands for the program in the fingerprint: the
  * binary the workers run, found in their PATH as exec finds it, or for a
- * Python interpreter the script it runs. Never the other arguments: a data
+ * Python interpreter or a shell the script it runs. Never the other arguments: a data
  * shard or a config file may differ between nodes by design. OUT out[cap].
- * RET 0, or -1: nothing to hash (python -m, a program not found). */
+ * RET 0, or -1: nothing to hash (python -m, sh -c, a program not found). */
 static int program_file(char *const *argv, const char *path, char *out,
                         size_t cap) {
   const char *base = strrchr(argv[0], '/');
@@ -275,6 +305,11 @@ static int program_file(char *const *argv, const char *path, char *out,
   base = base ? base + 1 : argv[0];
   if (!strncmp(base, "python", 6) || !strncmp(base, "pypy", 4)) {
     if ((i = python_script(argv)) < 0)
+      return -1;
+    if (snprintf(out, cap, "%s", argv[i]) >= (int)cap)
+      return -1;
+  } else if (is_shell(base)) {
+    if ((i = shell_script(argv)) < 0)
       return -1;
     if (snprintf(out, cap, "%s", argv[i]) >= (int)cap)
       return -1;

@@ -715,6 +715,24 @@ def test_plain_messages():
         assert all(ord(ch) < 128 for ch in t), [ch for ch in t if ord(ch) >= 128]
 
 
+def test_shell_script_fingerprint():
+    """A job started as `bash -eo pipefail run.sh ARGS` (a wrapper script, as
+    the runbooks' jobs are) is fingerprinted by the script, as a Python job
+    by its .py: two nodes with different run.sh are told apart, where the
+    shell's binary is the same on both; sh -c has no file to hash."""
+    import hashlib
+    d = scratch()
+    sh = script("run.sh", "echo train\n", d)
+    rc, fp, err = run(["env", "--fingerprint", "--no-python", "bash", "-eo", "pipefail",
+                       sh, "data.bin"])
+    assert rc == 0, err
+    want = hashlib.sha256(open(sh, "rb").read()).hexdigest()
+    assert "sha256.run.sh=%s" % want in fp, fp
+    assert "sha256.bash" not in fp and "data.bin" not in fp, fp
+    rc, fp, err = run(["env", "--fingerprint", "--no-python", "sh", "-c", "echo hi"])
+    assert rc == 0 and "sha256." not in fp, (rc, fp, err)
+
+
 def test_doctor_and_fingerprint():
     rc, out, err = run(["doctor", "--json"], timeout=120)
     items = {i["id"]: i for i in json.loads(out)["items"]}
@@ -759,7 +777,7 @@ def run_tests(only):
               test_user_env, test_async_error_name, test_local_rank_macro,
               test_progress_lines, test_scale_up_spends_no_restart, test_close_timeout,
               test_quiet_healthy_run,
-              test_plain_messages, test_doctor_and_fingerprint):
+              test_plain_messages, test_doctor_and_fingerprint, test_shell_script_fingerprint):
         if only and t.__name__ not in only:
             continue
         t0 = time.time()
