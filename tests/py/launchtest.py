@@ -194,13 +194,24 @@ def wait_until(cond, timeout=10, what="condition"):
     raise AssertionError("timed out waiting for " + what)
 
 
+# The sockets that hold free_port()'s ports until this test exits.
+_RESERVED = []
+
+
 def free_port():
+    """A port of 127.0.0.1 for a server the test starts later (an agent that
+    hosts, etcd, Prometheus). It stays bound here, with SO_REUSEADDR and not
+    listening, until the test exits: the kernel gives it to no other bind to
+    port 0 or connect of any test running beside this one (two tests once
+    got the same port and one's agent joined the other's job), while the
+    server, binding with SO_REUSEADDR as libuv, Go and PyTorch do, still
+    listens on it; a connect to it before then is refused."""
     import socket
     s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    _RESERVED.append(s)
+    return s.getsockname()[1]
 
 
 class Cleanup:
