@@ -76,15 +76,22 @@ def ensure_packages():
              % ", ".join(missing))
 
 
+# The sockets that hold free_ports()' ports until this test exits.
+_RESERVED = []
+
+
 def free_ports(n):
-    socks, ports = [], []
+    """n ports of 127.0.0.1 for the daemons, kept bound here (SO_REUSEADDR,
+    not listening) until the test exits: no test running beside this one
+    gets them from a bind to port 0 or a connect before the daemons listen
+    (Slurm's daemons bind with SO_REUSEADDR too)."""
+    ports = []
     for _ in range(n):
         s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", 0))
-        socks.append(s)
+        _RESERVED.append(s)
         ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
     return ports
 
 
