@@ -130,6 +130,8 @@ struct etcd_s {
   size_t llen;
   int wrc;              /* what ended it: 0, or an error */
   int wdone;            /* on() said enough */
+  int wgot;             /* the member answered the watch (a byte came) */
+  int wsilent;          /* it did not in the watch's time (500 ms or more) */
   int (*won)(void *, const etcd_watch_msg_t *);
   void *warg;
 };
@@ -625,6 +627,7 @@ static size_t on_watch_data(char *p, size_t sz, size_t nm, void *arg) {
   etcd_t *e = arg;
   size_t n = sz * nm, start = 0;
   char *nb, derr[256];
+  e->wgot = 1;
   if (e->wdone || e->wrc)
     return 0;
   if (e->llen + n > ETCD_MAX_BODY) {
@@ -677,13 +680,22 @@ static size_t on_watch_data(char *p, size_t sz, size_t nm, void *arg) {
 static int watch_one(etcd_t *e, const char *body, int64_t max_ms) {
   char url[400];
   struct curl_slist *h, *more;
-  uint64_t end = lu_now_ms() + (uint64_t)max_ms;
+  uint64_t start = lu_now_ms(), end = start + (uint64_t)max_ms;
+  /* etcd answers a watch's creation at once: a member that does not, in a
+   * request's time, is stopped or hung, and would keep the watch silent
+   * while it holds the connection (a stopped process's kernel still takes
+   * it); the next member is watched instead. A watch shorter than that
+   * (until the lease's next renewal) that got no answer in half a second
+   * moves the next one on (etcd_watch) without counting as a failure. */
+  uint64_t answer_by = start + (uint64_t)LU_MAX(e->timeout_ms, 250);
   CURLcode cc = CURLE_OK;
-  int running = 1, ended = 0;
+  int running = 1, ended = 0, silent = 0;
   snprintf(url, sizeof(url), "%s/v3/watch", e->members[e->cur]);
   e->llen = 0;
   e->wrc = 0;
   e->wdone = 0;
+  e->wgot = 0;
+  e->wsilent = 0;
   h = setup(e, e->wcurl, url, body, max_ms, on_watch_data);
   /* a member cut off from etcd's leader ends the watch (clientv3's
    * WithRequireLeader) instead of keeping it open and silent */
@@ -703,6 +715,10 @@ static int watch_one(etcd_t *e, const char *body, int64_t max_ms) {
       end = cut; /* etcd_cut: over by then, as max_ms */
     if (!running || now >= end)
       break;
+    if (!e->wgot && now >= answer_by) {
+      silent = 1;
+      break;
+    }
     /* curl_multi_wakeup ends the wait: numfds then is 0 and it is early */
     if (cu.multi_poll(e->multi, NULL, 0, (int)LU_MIN(end - now, 1000),
                       &woken) != CURLM_OK)
@@ -714,6 +730,13 @@ static int watch_one(etcd_t *e, const char *body, int64_t max_ms) {
   curl_slist_free_all(h);
   if (e->wrc)
     return e->wrc;
+  if (silent) {
+    snprintf(e->last_error, sizeof(e->last_error), "%s/v3/watch: no answer "
+             "in %.1f s (a member stopped or hung)", e->members[e->cur],
+             (double)LU_MAX(e->timeout_ms, 250) / 1000.0);
+    return -EHOSTUNREACH;
+  }
+  e->wsilent = !e->wgot && lu_now_ms() - start >= 500;
   if (e->wdone || ended || !running || cc == CURLE_OPERATION_TIMEDOUT) {
     if (cc != CURLE_OK && cc != CURLE_OPERATION_TIMEDOUT &&
         cc != CURLE_WRITE_ERROR && !e->wdone) {
@@ -756,7 +779,7 @@ int etcd_watch(etcd_t *e, const char *prefix, int64_t start_rev,
   e->warg = arg;
   if (rc == 0)
     rc = watch_one(e, body, max_ms);
-  if (rc == -EHOSTUNREACH || rc == RDZV_EPROTO)
+  if (rc == -EHOSTUNREACH || rc == RDZV_EPROTO || (rc == 0 && e->wsilent))
     e->cur = (e->cur + 1) % e->nmembers; /* the next one, next time */
   if (rc == RDZV_EAUTH)
     e->token[0] = '\0'; /* expired, perhaps: a new one next time */

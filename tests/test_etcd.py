@@ -782,6 +782,31 @@ def test_auth_watch_member_down():
         e.close()
 
 
+def test_watch_member_stopped():
+    """The member the watch is on stopped (SIGSTOP: it takes connections and
+    never answers): a watch opened on it gets no answer, and moves to
+    another member, so the host key deleted is seen (the watch reopened on
+    the stopped member and stayed silent, and the deletion went unseen)."""
+    e = Etcd()
+    d = tempfile.mkdtemp()
+    port = lt.free_port()
+    a = None
+    try:
+        e.lead_elsewhere(0)
+        a = lt.launch(one_node(e.endpoints(), "ews", d, port, mode="hold",
+                               conf=",lease_ttl=3"), env={"LAUNCH_DEBUG": "rounds"})
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 1, 60, "the worker")
+        lt.wait_until(lambda: (watchers(e, 0) or 0) > 0, 30, "the watch on m1")
+        e.stop_follower(0)
+        time.sleep(3)  # a renewal or two: the watch reopens
+        e.delete("/launch/ews/host")
+        rc = a.wait(30)
+        assert rc == 75, (rc, a.output())
+        assert "etcd watch: the host key was deleted" in a.output(), a.output()
+    finally:
+        resume_and_close(e, a)
+
+
 def make_certs(d):
     """A CA, a certificate for 127.0.0.1 (the member) and one for a client,
     and another CA that signed neither, with the openssl command."""
@@ -928,7 +953,7 @@ if __name__ == "__main__":
              test_host_killed, test_host_key_deleted, test_long_job_id, test_host_lease_revoked, test_host_killed_ckpt,
              test_host_stopped, test_etcd_down_and_back, test_member_stopped_short_lease,
              test_exit_members_stopped,
-             test_host_cut_off_from_etcd, test_auth, test_auth_no_user, test_auth_watch_member_down, test_etcd_prefix, test_tls, test_not_etcd, test_unreachable_at_start]
+             test_host_cut_off_from_etcd, test_auth, test_auth_no_user, test_auth_watch_member_down, test_watch_member_stopped, test_etcd_prefix, test_tls, test_not_etcd, test_unreachable_at_start]
     only = sys.argv[1:]
     for t in tests:
         if only and t.__name__ not in only:
