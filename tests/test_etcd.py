@@ -564,6 +564,22 @@ def resume_and_close(e, *procs):
             a.kill()
     e.close()
 
+def held_by_follower(e, run_id, d, conf, env=None):
+    """A 1-node job holding its worker (released by release(d)), started
+    with m1, the member asked first, a follower: moved off it at a stop, the
+    leadership would lengthen the lease (and hide what is tested). RET the
+    agent, once its worker runs."""
+    e.lead_elsewhere(0)
+    a = lt.launch(one_node(e.endpoints(), run_id, d, lt.free_port(), mode="hold",
+                           conf=conf), env=env)
+    try:
+        lt.wait_until(lambda: len(lt.records(d, 0)) == 1, 60, "the worker")
+    except BaseException:
+        a.kill()
+        raise
+    return a
+
+
 def test_member_stopped_short_lease():
     """A member the agent talks to stopped (SIGSTOP: it accepts connections
     and never answers) under lease_ttl=2: each request gives a member only
@@ -572,15 +588,9 @@ def test_member_stopped_short_lease():
     key to that one member, and left the job, exit 75)."""
     e = Etcd()
     d = tempfile.mkdtemp()
-    port = lt.free_port()
     a = None
     try:
-        # m1 a follower from the start: moved off it at the stop, the
-        # leadership would lengthen the lease (and hide what is tested)
-        e.lead_elsewhere(0)
-        a = lt.launch(one_node(e.endpoints(), "estop", d, port, mode="hold",
-                               conf=",lease_ttl=2"))
-        lt.wait_until(lambda: len(lt.records(d, 0)) == 1, 60, "the worker")
+        a = held_by_follower(e, "estop", d, ",lease_ttl=2")
         e.stop_follower(0)  # the first member given: the one asked first
         # for 3 TTLs, member 2 sees the host key of the start, not let go
         # (etcd reports a 2 s lease renewed every 0.67 s as "TTL 1": its
@@ -789,13 +799,9 @@ def test_watch_member_stopped():
     the stopped member and stayed silent, and the deletion went unseen)."""
     e = Etcd()
     d = tempfile.mkdtemp()
-    port = lt.free_port()
     a = None
     try:
-        e.lead_elsewhere(0)
-        a = lt.launch(one_node(e.endpoints(), "ews", d, port, mode="hold",
-                               conf=",lease_ttl=3"), env={"LAUNCH_DEBUG": "rounds"})
-        lt.wait_until(lambda: len(lt.records(d, 0)) == 1, 60, "the worker")
+        a = held_by_follower(e, "ews", d, ",lease_ttl=3", {"LAUNCH_DEBUG": "rounds"})
         lt.wait_until(lambda: (watchers(e, 0) or 0) > 0, 30, "the watch on m1")
         e.stop_follower(0)
         time.sleep(3)  # a renewal or two: the watch reopens

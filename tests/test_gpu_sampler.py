@@ -212,15 +212,8 @@ def test_server(c):
                          "--port", "0", "--metrics-port", "127.0.0.1:0"],
                         env={"LAUNCH_HOSTNAME": "gpuhost",
                              "LAUNCH_NVML_LIBRARY": FAKE}, name="server"))
-    port = []
-
-    def up():
-        m = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics",
-                      srv.output())
-        if m:
-            port.append(int(m.group(1)))
-        return bool(port)
-    lt.wait_until(up, 30, "the server's metrics port")
+    port = [int(lt.wait_match(srv, r"metrics on http://127\.0\.0\.1:(\d+)/metrics", 30,
+                              "the server's metrics port").group(1))]
     # its node label is the host's name (launch server has no LAUNCH_HOSTNAME)
     text = wait_up(port[0], want=r'launch_gpu_sampler_up\{node="[^"]*"\} 1\n')
     assert re.search(r'launch_gpu_power_watts\{node="[^"]*",gpu="0"\} 650.5\n',

@@ -46,23 +46,11 @@ def start_job(c):
          "--val-batches", "1", "--threads", "1", "--steps", "100000",
          "--val-every", "0", "--log-every", "1000"],
         env={"LAUNCH_HOSTNAME": "methost"}, name="agent"))
-    port = [None]
-
-    def printed():
-        if not agent.running():
-            out = agent.output()
-            if "without libevent" in out:
-                lt.skip("launch was built without libevent")
-            raise AssertionError("the agent ended:\n" + out)
-        m = re.search(r"metrics of job (\S+) on http://127\.0\.0\.1:(\d+)/"
-                      r"metrics", agent.output())
-        if m:
-            global JOB
-            JOB = m.group(1)  # --standalone makes the job id up
-            port[0] = int(m.group(2))
-        return port[0] is not None
-    lt.wait_until(printed, 30, "the metrics port line")
-    return agent, port[0]
+    m = lt.wait_match(agent, r"metrics of job (\S+) on http://127\.0\.0\.1:(\d+)/metrics",
+                      30, "the metrics port line")
+    global JOB
+    JOB = m.group(1)  # --standalone makes the job id up
+    return agent, int(m.group(2))
 
 
 def series(text):

@@ -37,20 +37,9 @@ def main():
             ["--standalone", "--nproc-per-node", "2", "--metrics-port",
              "127.0.0.1:0", os.path.join(HERE, "py", "progress_early_exit.py"),
              d], env={"PYTHON_EXEC": sys.executable}, name="agent"))
-        port = []
-
-        def printed():
-            if not agent.running():
-                if "without libevent" in agent.output():
-                    lt.skip("launch was built without libevent")
-                raise AssertionError("the agent ended:\n" + agent.output())
-            m = re.search(r"metrics of job \S+ on http://127\.0\.0\.1:(\d+)/",
-                          agent.output())
-            if m:
-                port.append(int(m.group(1)))
-            return bool(port)
-        lt.wait_until(printed, 30, "the metrics port line")
-        url = "http://127.0.0.1:%d/metrics" % port[0]
+        m = lt.wait_match(agent, r"metrics of job \S+ on http://127\.0\.0\.1:(\d+)/",
+                          30, "the metrics port line")
+        url = "http://127.0.0.1:%s/metrics" % m.group(1)
         lt.wait_until(lambda: value(get(url), "launch_job_workers_up") == 1,
                       60, "rank 1's exit")
         time.sleep(3)  # a few more renders

@@ -2,6 +2,7 @@
 skip when a peer is missing (exit 77 = ctest skip)."""
 import atexit
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -192,6 +193,27 @@ def wait_until(cond, timeout=10, what="condition"):
             return
         time.sleep(0.02)
     raise AssertionError("timed out waiting for " + what)
+
+
+def wait_match(p, pattern, timeout=30, what="a line"):
+    """The first match of pattern in process p's output, waited for; p
+    ending first fails, or skips where launch was built without libevent
+    (no metrics port to print)."""
+    found = []
+
+    def seen():
+        out = p.output()
+        m = re.search(pattern, out)
+        if m:
+            found.append(m)
+            return True
+        if not p.running():
+            if "without libevent" in out:
+                skip("launch was built without libevent")
+            raise AssertionError("%s ended before %s:\n%s" % (p.name, what, out))
+        return False
+    wait_until(seen, timeout, what)
+    return found[0]
 
 
 # The sockets that hold free_port()'s ports until this test exits.
