@@ -887,7 +887,7 @@ static int setup_model(run_t *r) {
  * what data parallelism assumes (one initialisation, one update rule).
  * Ranks that differ would exchange buffers of other sizes (garbage, or a
  * collective that never ends) or train apart. */
-enum { AG_INT, AG_FLOAT, AG_DTYPE };
+enum { AG_INT, AG_FLOAT, AG_DTYPE, AG_HASH };
 typedef struct agree_s {
   const char *what;
   int kind;
@@ -909,6 +909,8 @@ static void agree_print(char *out, size_t cap, const agree_t *a, uint64_t v) {
   if (a->kind == AG_FLOAT) {
     memcpy(&f, &u, sizeof(f));
     snprintf(out, cap, "%.9g", (double)f);
+  } else if (a->kind == AG_HASH) {
+    snprintf(out, cap, "%016" PRIx64, v);
   } else if (a->kind == AG_DTYPE && (int64_t)v >= -1 && (int64_t)v <= 2) {
     snprintf(out, cap, "%s", dtypes[(int64_t)v + 1]);
   } else {
@@ -937,6 +939,8 @@ static int agree_list(const run_t *r, agree_t *a) {
       {"--val-batches", AG_INT, (uint64_t)o->val_batches},
       {"training windows (--data, --val-fraction)", AG_INT, r->train_windows},
       {"validation windows (--data, --val-fraction)", AG_INT, r->val_windows},
+      {"data hash (of --data's tokens)", AG_HASH,
+       gpt_data_hash(r->data)},
       {"a checkpoint directory (1: --ckpt-dir or LAUNCH_CKPT_DIR)", AG_INT,
        (uint64_t)(dir != NULL && dir[0] != '\0')},
       {"--ckpt-every", AG_INT, (uint64_t)o->ckpt_every},

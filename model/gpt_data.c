@@ -22,6 +22,7 @@ struct gpt_data_s {
   size_t len;
   int mapped;
   uint32_t max_token;
+  uint64_t hash; /* of the token bytes (content_hash) */
   int T;
   size_t train_tokens;
   uint64_t train_windows, val_windows;
@@ -85,6 +86,27 @@ static uint32_t token_at(const gpt_data_t *d, size_t i) {
   if (d->info.width == 2)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8;
   return rd32(p);
+}
+
+static uint64_t rotl64(uint64_t x, int r) { return x << r | x >> (64 - r); }
+
+/* A 64-bit hash of n bytes, to tell two copies of a data set apart (not
+ * against an adversary). Four independent lanes of 8-byte words: 0.33 s a
+ * GiB on the 2-core VM, where byte-wise FNV-1a takes 3.2 s; the tail and
+ * the length go through FNV-1a. */
+static uint64_t content_hash(const uint8_t *p, size_t n) {
+  const uint64_t P = 0x9e3779b97f4a7c15ull;
+  uint64_t h[4] = {1, 2, 3, 4}, w, out;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; k++) {
+      memcpy(&w, p + i + 8 * k, 8);
+      h[k] = rotl64((h[k] ^ w) * P, 31);
+    }
+  out = lu_fnv1a64(p + i, n - i) ^ (uint64_t)n;
+  for (int k = 0; k < 4; k++)
+    out = rotl64((out ^ h[k]) * P, 29);
+  return out;
 }
 
 static int cmp_names(const void *a, const void *b) {
@@ -225,6 +247,8 @@ int gpt_data_open(const char *path, gpt_data_t **out, char *err,
     if (t > d->max_token)
       d->max_token = t;
   }
+  d->hash = content_hash(d->base + d->info.offset,
+                         d->info.count * (size_t)d->info.width);
   *out = d;
   return 0;
 }
@@ -242,6 +266,7 @@ void gpt_data_close(gpt_data_t *d) {
 const gpt_data_info_t *gpt_data_info(const gpt_data_t *d) { return &d->info; }
 const char *gpt_data_name(const gpt_data_t *d) { return d->name; }
 uint32_t gpt_data_max_token(const gpt_data_t *d) { return d->max_token; }
+uint64_t gpt_data_hash(const gpt_data_t *d) { return d->hash; }
 
 int gpt_data_split(gpt_data_t *d, int T, double val_fraction,
                    uint64_t *train_windows, uint64_t *val_windows, char *err,

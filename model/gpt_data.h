@@ -59,6 +59,9 @@ const gpt_data_info_t *gpt_data_info(const gpt_data_t *d);
 const char *gpt_data_name(const gpt_data_t *d);
 /* The largest token id in the file. */
 uint32_t gpt_data_max_token(const gpt_data_t *d);
+/* A 64-bit hash of the tokens: equal on two hosts when their copies of the
+ * data hold the same tokens (ranks compare it before training). */
+uint64_t gpt_data_hash(const gpt_data_t *d);
 
 /* Split for windows of T tokens. RET 0, or -EINVAL with a reason in err
  * when the training part has fewer than T + 1 tokens. *val_windows may be

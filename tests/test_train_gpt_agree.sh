@@ -37,6 +37,16 @@ differ "--lr 0.01" "rank 1 runs with --lr 0.00999999978, rank 0 with --lr 0.0030
 differ "--dtype fp32" "rank 1 runs with --dtype fp32, rank 0 with --dtype auto"
 echo "  rank 1 with another --layers, --zero, --lr, --dtype: exit 2, the setting named"
 
+# another copy of the data: the same size and split, one token changed
+# (a node with a stale copy of the data set trained on other samples)
+yes "the quick brown fox" | head -c 200000 >"$T/a.txt"
+cp "$T/a.txt" "$T/b.txt"
+printf 'Z' | dd of="$T/b.txt" bs=1 seek=150000 conv=notrunc status=none
+cmp -s "$T/a.txt" "$T/b.txt" && fail "b.txt is a.txt"
+M+=(--data "$T/a.txt")
+differ "--data $T/b.txt" "rank 1 runs with data hash (of --data's tokens) [0-9a-f]\{16\}, rank 0 with"
+echo "  rank 1 with another copy of --data, of the same size: exit 2, the data named"
+
 # the same flags train
 EXTRA="" "$LAUNCH" --standalone --nproc-per-node 2 -q "$T/wrap.sh" "${M[@]}" \
   >"$T/out" 2>&1 || { cat "$T/out"; fail "the same flags"; }
