@@ -636,6 +636,18 @@ static int set_expected(cfg_t *c, int id, const char *v, char *err, size_t n) {
   return 0;
 }
 
+static int set_job_hosts(cfg_t *c, int id, const char *v, char *err,
+                         size_t n) {
+  char why[256];
+  lu_hostlist_free(c->sched_job_hosts, c->nsched_job_hosts);
+  c->sched_job_hosts = NULL;
+  c->nsched_job_hosts = 0;
+  if (lu_hostlist_expand_err(v, 65536, &c->sched_job_hosts,
+                             &c->nsched_job_hosts, why, sizeof(why)) != 0)
+    return fail(err, n, "not a host list like node[01-04],login1: %s", why);
+  return 0;
+}
+
 /* The scheduler's endpoint, unless the command line or launch's variables
  * named the rendezvous (sched.c skips the row then). */
 static int set_sched_endpoint(cfg_t *c, int id, const char *v, char *err,
@@ -1170,6 +1182,9 @@ static const setting_t settings[CFG_S_COUNT] = {
     INT(TASK_LOCAL_WORLD, NULL, NULL, task_local_world, 1, CFG_MAX_NPROC, ENV,
         NULL),
     INT(SCHED_BOUND, NULL, NULL, sched_bound, 0, 1, ENV, NULL),
+    INT(SCHED_JOB_INDEX, NULL, NULL, sched_job_index, 0, 1 << 20, ENV, NULL),
+    INT(SCHED_TASK_NODES, NULL, NULL, sched_task_nodes, 1, 1 << 20, ENV, NULL),
+    FN(SCHED_JOB_HOSTS, NULL, NULL, NULL, set_job_hosts, ENV, NULL),
 };
 
 /* The name a setting goes by in messages. */
@@ -1405,6 +1420,7 @@ static void defaults(cfg_t *c, char *const *envp) {
   c->node_rank = -1;
   c->pref_node_rank = -1;
   c->sched_node_index = -1;
+  c->sched_job_index = c->sched_task_nodes = -1;
   c->sched_host = -1;
   c->task_rank = c->task_local_rank = -1;
   c->task_world = c->task_local_world = -1;
@@ -1557,8 +1573,34 @@ static int finish_etcd(cfg_t *c, char *err, size_t n) {
   return 0;
 }
 
+/* A Volcano job's tasks as one launch job, its node count more than this
+ * pod's task has pods: the pod's node index is its place among every
+ * task's pods (the pytorch plugin's order), the expected hosts are theirs,
+ * and the scheduler's endpoint is the job's first pod, which hosts. With
+ * the task's count (or less) the task is a launch job of its own. */
+static void sched_job_wide(cfg_t *c) {
+  const char *by = c->given_by[CFG_S_EXPECTED_HOSTS];
+  if (c->sched_job_index < 0 || c->sched_task_nodes < 1 ||
+      c->nsched_job_hosts == 0 || c->max_nodes <= c->sched_task_nodes)
+    return;
+  c->sched_node_index = c->sched_job_index;
+  if (c->sched_endpoint) {
+    lu_strlcpy(c->endpoint_host, c->sched_job_hosts[0],
+               sizeof(c->endpoint_host));
+    c->sched_host = c->sched_node_index == 0;
+  }
+  if (by && strcmp(by, "Volcano") == 0) { /* not LAUNCH_EXPECTED_HOSTS */
+    lu_hostlist_free(c->expected_hosts, c->nexpected);
+    c->expected_hosts = c->sched_job_hosts;
+    c->nexpected = c->nsched_job_hosts;
+    c->sched_job_hosts = NULL;
+    c->nsched_job_hosts = 0;
+  }
+}
+
 /* The rendezvous: standalone, static or c10d, and where the server is. */
 static int finish_rdzv(cfg_t *c, char *err, size_t n) {
+  sched_job_wide(c);
   if (c->standalone && c->backend == CFG_BACKEND_ETCD)
     return fail(err, n, "--standalone%s and --rdzv-backend etcd%s: choose one",
                 from_var(c, CFG_S_STANDALONE), from_var(c, CFG_S_BACKEND));
@@ -1895,6 +1937,9 @@ void cfg_free(cfg_t *c) {
   lu_hostlist_free(c->expected_hosts, c->nexpected);
   c->expected_hosts = NULL;
   c->nexpected = 0;
+  lu_hostlist_free(c->sched_job_hosts, c->nsched_job_hosts);
+  c->sched_job_hosts = NULL;
+  c->nsched_job_hosts = 0;
 }
 
 /* ---- --help ----------------------------------------------------------------------- */

@@ -93,6 +93,10 @@ typedef enum {
   CFG_S_SCHED_ENDPOINT, CFG_S_SCHED_HOST, CFG_S_TASK_RANK,
   CFG_S_TASK_LOCAL_RANK, CFG_S_TASK_WORLD, CFG_S_TASK_LOCAL_WORLD,
   CFG_S_SCHED_BOUND,
+  /* a Volcano job of several tasks: this pod's place among every task's
+   * pods, its task's pod count, every task's pods (config.c's
+   * sched_job_wide) */
+  CFG_S_SCHED_JOB_INDEX, CFG_S_SCHED_TASK_NODES, CFG_S_SCHED_JOB_HOSTS,
   CFG_S_COUNT
 } cfg_setting_t;
 
@@ -209,6 +213,12 @@ typedef struct cfg_s {
   char **expected_hosts;     /* LAUNCH_EXPECTED_HOSTS, SLURM_JOB_NODELIST */
   size_t nexpected;
   int sched_node_index;      /* SLURM_NODEID, VC_TASK_INDEX; -1 */
+  /* A Volcano job of several tasks: this pod's index among the pods of
+   * every task, its task's pod count (-1), every task's pods. A node count
+   * more than the task's makes them the node index and expected hosts. */
+  int sched_job_index, sched_task_nodes;
+  char **sched_job_hosts;
+  size_t nsched_job_hosts;
   /* --from-tasks: the scheduler started one task per worker */
   int from_tasks;
   int task_rank, task_local_rank;   /* SLURM_PROCID, SLURM_LOCALID; -1 */

@@ -292,6 +292,14 @@ typedef struct vc_view_s {
   char **hosts;     /* this launch job's pods, in node order */
   size_t n;
   long long index;  /* this pod's node index, -1 */
+  /* A job of several tasks without the pytorch plugin: every task's pods in
+   * the plugin's order, this pod's place among them and its task's pod
+   * count. They are the launch job's when its node count is more than the
+   * task's (config.c): the tasks then form one launch job. */
+  char **job_hosts;
+  size_t job_n;
+  long long job_index; /* -1 */
+  size_t task_off;  /* the first pod of this pod's task in job_hosts */
   long long world;  /* the pytorch plugin's pod count, -1 */
   char job[128];    /* the Volcano job's name (the svc plugin's subdomain) */
   char endpoint[300];
@@ -417,6 +425,29 @@ static int cmp_task(const void *a, const void *b) {
   return strcmp(((const vc_task_t *)a)->key, ((const vc_task_t *)b)->key);
 }
 
+/* Move t[i] to the front of t[at..i]. */
+static void vc_to_front(vc_task_t *t, int at, int i) {
+  vc_task_t x = t[i];
+  memmove(&t[at + 1], &t[at], (size_t)(i - at) * sizeof(*t));
+  t[at] = x;
+}
+
+/* The tasks in the pytorch plugin's order: its master task (master: the
+ * one whose first pod MASTER_ADDR names, -1 for the task named "master"),
+ * its worker task ("worker": RANK = the pod's index + 1), then the others
+ * by name. */
+static void vc_order(vc_task_t *t, int n, int master) {
+  int at = 0;
+  qsort(t, (size_t)n, sizeof(*t), cmp_task);
+  if (master < 0)
+    master = vc_find(t, n, "MASTER") ? (int)(vc_find(t, n, "MASTER") - t) : -1;
+  if (master >= 0)
+    vc_to_front(t, at++, master);
+  for (int i = at; i < n; i++)
+    if (strcmp(t[i].key, "WORKER") == 0)
+      vc_to_front(t, at++, i);
+}
+
 /* The env plugin's index of this pod in its task. RET 0 or -1. */
 static int vc_task_index(char *const *envp, long long *index, char *err,
                          size_t errlen) {
@@ -438,7 +469,7 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
   const char *me = sched_getenv(envp, "HOSTNAME");
   char key[128], names[512] = "", handset[256] = "";
   vc_task_t *pick = NULL;
-  qsort(t, (size_t)n, sizeof(*t), cmp_task);
+  vc_order(t, n, -1);
   for (int i = 0; i < n; i++) {
     vc_name(t[i].key, key, sizeof(key));
     lu_list_add(names, sizeof(names), key);
@@ -457,10 +488,9 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
         pick = &t[i];
     }
     if (pick && (long long)pods == v->world) {
-      if (vc_append(v, pick) != 0)
-        return -1;
+      vc_order(t, n, (int)(pick - t));
       for (int i = 0; i < n; i++)
-        if (&t[i] != pick && vc_append(v, &t[i]) != 0)
+        if (vc_append(v, &t[i]) != 0)
           return -1;
       return 0;
     }
@@ -494,6 +524,20 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
       return 0;
     }
   }
+  if (pick && n > 1) {
+    /* the job's pods, for a launch job of several tasks */
+    vc_view_t job = {0};
+    for (int i = 0; i < n; i++) {
+      if (&t[i] == pick)
+        v->task_off = job.n;
+      if (vc_append(&job, &t[i]) != 0) {
+        lu_hostlist_free(job.hosts, job.n);
+        return -1;
+      }
+    }
+    v->job_hosts = job.hosts;
+    v->job_n = job.n;
+  }
   return pick ? vc_append(v, pick) : 0;
 }
 
@@ -502,6 +546,7 @@ static void vc_close(void *view) {
   if (v == NULL)
     return;
   lu_hostlist_free(v->hosts, v->n);
+  lu_hostlist_free(v->job_hosts, v->job_n);
   free(v);
 }
 
@@ -512,7 +557,7 @@ static int vc_open(char *const *envp, void **out, char *err, size_t errlen) {
   int n = 0, rc = -1;
   if (v == NULL || t == NULL)
     goto out;
-  v->index = v->world = -1;
+  v->index = v->world = v->job_index = -1;
   /* the pytorch plugin's pod rank and count, if they are (vc_pick) */
   if (sched_getenv(envp, "MASTER_ADDR") && env_int(envp, "RANK", &v->index) == 0 &&
       env_int(envp, "WORLD_SIZE", &v->world) != 0)
@@ -527,6 +572,8 @@ static int vc_open(char *const *envp, void **out, char *err, size_t errlen) {
             "pods", v->index, v->n);
     goto out;
   }
+  if (v->job_n > 0 && v->index >= 0)
+    v->job_index = (long long)v->task_off + v->index;
   /* The run id: the job's name, every task's subdomain, the same in
    * every pod: the tasks given one --rdzv-endpoint form one launch job
    * (as torchrun's run id "none"); without it each task's pod 0 hosts its
@@ -605,6 +652,30 @@ static int vc_hosts(const void *view, char *const *envp, const char *v,
   return 1;
 }
 
+/* This pod's place among the pods of every task, and its task's pod count:
+ * config.c takes the first for the node index when the node count is more
+ * than the second. */
+static int vc_job_index(const void *view, char *const *envp, const char *v,
+                        char **out, char *err, size_t errlen) {
+  const vc_view_t *x = view;
+  (void)envp, (void)v, (void)err, (void)errlen;
+  return x->job_index >= 0 ? num_out(out, x->job_index) : 0;
+}
+
+static int vc_task_nodes(const void *view, char *const *envp, const char *v,
+                         char **out, char *err, size_t errlen) {
+  const vc_view_t *x = view;
+  (void)envp, (void)v, (void)err, (void)errlen;
+  return x->job_index >= 0 ? num_out(out, (long long)x->n) : 0;
+}
+
+static int vc_job_hosts(const void *view, char *const *envp, const char *v,
+                        char **out, char *err, size_t errlen) {
+  const vc_view_t *x = view;
+  vc_view_t job = {.hosts = x->job_hosts, .n = x->job_index >= 0 ? x->job_n : 0};
+  return vc_hosts(&job, envp, v, out, err, errlen);
+}
+
 /* The pod's name as its peers list it, so that "missing" names match. */
 static int vc_my_host(const void *view, char *const *envp, const char *v,
                       char **out, char *err, size_t errlen) {
@@ -633,8 +704,14 @@ static int vc_endpoint(const void *view, char *const *envp, const char *v,
 
 static const char *const volcano_detect[] = {"VC_TASK_INDEX", "VK_TASK_INDEX",
                                              NULL};
+/* This pod's place in the job stands aside when an earlier source gave
+ * the node index. */
+static const int own_index[] = {CFG_S_NODE_INDEX, -1};
 static const sched_var_t volcano_vars[] = {
     {NULL, CFG_S_NNODES, 0, vc_nnodes, alone},
+    {NULL, CFG_S_SCHED_JOB_INDEX, 0, vc_job_index, own_index},
+    {NULL, CFG_S_SCHED_TASK_NODES, 0, vc_task_nodes, own_index},
+    {NULL, CFG_S_SCHED_JOB_HOSTS, 0, vc_job_hosts, own_index},
     {NULL, CFG_S_NODE_INDEX, 0, vc_index, NULL},
     {NULL, CFG_S_EXPECTED_HOSTS, 0, vc_hosts, NULL},
     {NULL, CFG_S_HOSTNAME, 0, vc_my_host, NULL},

@@ -828,6 +828,77 @@ static void test_volcano(void) {
   ASSERT_EQ(0, c.pref_node_rank);
   ASSERT_STR_EQ("h", c.run_id); /* the job's, known without the task */
   cfg_free(&c);
+  /* several tasks, no pytorch plugin, one launch job (its node count more
+   * than the pod's task): each pod's node rank is its place in the job, the
+   * master task first, then the worker task (as the plugin's RANK), then the
+   * others by name; the expected hosts are the job's */
+  vc_clear();
+  vc_file("master.host", "k-master-0.k\n");
+  vc_file("worker.host", "k-worker-0.k\nk-worker-1.k\n");
+  vc_file("eval.host", "k-eval-0.k\n");
+  {
+    const char *hn[] = {"HOSTNAME=k-master-0", "HOSTNAME=k-worker-0",
+                        "HOSTNAME=k-worker-1", "HOSTNAME=k-eval-0"};
+    const char *ix[] = {"VC_TASK_INDEX=0", "VC_TASK_INDEX=0",
+                        "VC_TASK_INDEX=1", "VC_TASK_INDEX=0"};
+    for (int i = 0; i < 4; i++) {
+      /* a launch server's endpoint, the whole job */
+      ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "4", "--rdzv-endpoint", "s:1",
+                                  "x"),
+                         ENV(root_env, ix[i], hn[i]), err, sizeof(err)));
+      ASSERT_EQ(i, c.pref_node_rank);
+      ASSERT_EQ(4, (int)c.nexpected);
+      ASSERT_STR_EQ("k-master-0.k", c.expected_hosts[0]);
+      ASSERT_STR_EQ("k-worker-0.k", c.expected_hosts[1]);
+      ASSERT_STR_EQ("k-eval-0.k", c.expected_hosts[3]);
+      ASSERT_STR_EQ("k", c.run_id);
+      cfg_free(&c);
+      /* static, at the master pod: each pod its own --node-rank */
+      ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "4", "--master-addr",
+                                  "k-master-0.k", "x"),
+                         ENV(root_env, ix[i], hn[i]), err, sizeof(err)));
+      ASSERT_EQ(i, c.node_rank);
+      cfg_free(&c);
+      /* the scheduler's endpoint: the job's first pod, which hosts */
+      ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "4", "x"),
+                         ENV(root_env, ix[i], hn[i]), err, sizeof(err)));
+      ASSERT_EQ(i, c.pref_node_rank);
+      ASSERT_STR_EQ("k-master-0.k", c.endpoint_host);
+      ASSERT_EQ(RDZV_DEFAULT_PORT, c.endpoint_port);
+      ASSERT_EQ(i == 0, c.is_host);
+      cfg_free(&c);
+    }
+    /* the master and worker tasks only: the eval task comes after them */
+    ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "3", "--rdzv-endpoint", "s:1",
+                                "x"),
+                       ENV(root_env, ix[2], hn[2]), err, sizeof(err)));
+    ASSERT_EQ(2, c.pref_node_rank);
+    cfg_free(&c);
+    /* the pod's task its own launch job: its own index and pods */
+    ASSERT_EQ(0, parse(&c, ARGS("x"), ENV(root_env, ix[2], hn[2]), err,
+                       sizeof(err)));
+    ASSERT_EQ(2, c.max_nodes);
+    ASSERT_EQ(1, c.pref_node_rank);
+    ASSERT_EQ(2, (int)c.nexpected);
+    ASSERT_STR_EQ("k-worker-0.k", c.endpoint_host);
+    cfg_free(&c);
+    ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "2", "--rdzv-endpoint", "s:1",
+                                "--rdzv-id", "k-w", "x"),
+                       ENV(root_env, ix[2], hn[2]), err, sizeof(err)));
+    ASSERT_EQ(1, c.pref_node_rank);
+    ASSERT_EQ(2, (int)c.nexpected);
+    cfg_free(&c);
+    /* hostNetwork: the task named; LAUNCH_EXPECTED_HOSTS beats the job's */
+    ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "4", "--rdzv-endpoint", "s:1",
+                                "x"),
+                       ENV(root_env, ix[2], "HOSTNAME=gpu-node-5",
+                           "LAUNCH_VOLCANO_TASK=worker",
+                           "LAUNCH_EXPECTED_HOSTS=a,b,c,d"),
+                       err, sizeof(err)));
+    ASSERT_EQ(2, c.pref_node_rank);
+    ASSERT_STR_EQ("a", c.expected_hosts[0]);
+    cfg_free(&c);
+  }
   vc_clear();
   vc_file("trainer.host", "g-trainer-0.g\ng-trainer-1.g\n");
   /* several tasks: the one of this pod, by HOSTNAME or LAUNCH_VOLCANO_TASK */

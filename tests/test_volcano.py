@@ -22,7 +22,8 @@
      without one).
   4. A job of several tasks without the pytorch plugin, every pod given
      --nnodes and --rdzv-endpoint: one launch job, the run id the Volcano
-     job's name in every task.
+     job's name in every task, each pod's node rank its place in the job
+     (the master task's pod, then the worker task's).
 """
 import os
 import re
@@ -494,8 +495,13 @@ def run_tasks_one_job(work):
                                                e.get("WORLD_SIZE")))
         got[e["LAUNCH_HOSTNAME"]] = e["GROUP_RANK"]
     check(sorted(got) == hosts, "the pods of the job: %s" % got)
+    # each pod its own node rank, in the pytorch plugin's order (the master
+    # task, then the workers): both tasks' pod 0 asked for node 0 before
+    order = {h: str(i) for i, h in enumerate(hosts)}
+    check(got == order, "node ranks %s, want %s" % (got, order))
+    check("is asked for by" not in logs, "a node rank asked for twice:\n" + logs)
     print("several tasks, no pytorch plugin, --nnodes/--rdzv-endpoint given: "
-          "one launch job 'vj' of 3 pods")
+          "one launch job 'vj' of 3 pods, node ranks in the plugin's order")
 
 
 def main():
