@@ -481,15 +481,24 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
    * pod's place comes from the env and svc plugins, as without them. */
   if (!(want && *want) && v->world >= 0 && n > 0) {
     const char *master = sched_getenv(envp, "MASTER_ADDR");
-    size_t pods = 0;
+    size_t pods = 0, ours = 0;
+    int tasks = n;
     for (int i = 0; i < n; i++) {
       pods += t[i].n;
       if (pick == NULL && t[i].n > 0 && same_pod(master, t[i].hosts[0]))
         pick = &t[i];
     }
-    if (pick && (long long)pods == v->world) {
+    if (pick) {
+      /* the plugin counts the master and worker tasks' pods (Volcano
+       * #4238; before it, every task's): those tasks come first */
       vc_order(t, n, (int)(pick - t));
-      for (int i = 0; i < n; i++)
+      pick = &t[0];
+      ours = t[0].n + (n > 1 && !strcmp(t[1].key, "WORKER") ? t[1].n : 0);
+      if ((long long)pods != v->world && (long long)ours == v->world)
+        tasks = n > 1 && !strcmp(t[1].key, "WORKER") ? 2 : 1;
+    }
+    if (pick && ((long long)pods == v->world || (long long)ours == v->world)) {
+      for (int i = 0; i < tasks; i++)
         if (vc_append(v, &t[i]) != 0)
           return -1;
       return 0;

@@ -703,7 +703,7 @@ static void vc_file(const char *name, const char *text) {
 static void vc_clear(void) {
   char path[600];
   const char *names[] = {"trainer.host", "master.host", "worker.host",
-                         "eval.host"};
+                         "eval.host", "tensorboard.host"};
   for (size_t i = 0; i < LU_ARRAY_SIZE(names); i++) {
     snprintf(path, sizeof(path), "%s/%s", vc_root, names[i]);
     unlink(path);
@@ -775,6 +775,29 @@ static void test_volcano(void) {
   ASSERT_STR_EQ("pt", c.run_id);
   ASSERT_EQ(8, c.nproc);
   cfg_free(&c);
+  /* the plugin's WORLD_SIZE counts the master and worker tasks' pods only
+   * (Volcano #4238): a job with one more task (a tensorboard pod) is still
+   * the plugin's; that task's pods come after the workers' */
+  vc_file("tensorboard.host", "pt-tensorboard-0.pt\n");
+  /* older Volcano counted every task: 5 */
+  for (int w = 4; w <= 5; w++) {
+    char ws[32];
+    snprintf(ws, sizeof(ws), "WORLD_SIZE=%d", w);
+    ASSERT_EQ(0, parse(&c, ARGS("--nproc-per-node", "8", "x"),
+                       ENV(root_env, "VC_TASK_INDEX=1", "RANK=2", ws,
+                           "MASTER_ADDR=pt-master-0.pt", "MASTER_PORT=23456",
+                           "HOSTNAME=pt-worker-1"),
+                       err, sizeof(err)));
+    ASSERT_EQ(w, c.max_nodes);
+    ASSERT_EQ(2, c.pref_node_rank);
+    ASSERT_STR_EQ("pt-master-0.pt", c.endpoint_host);
+    ASSERT_EQ(23456, c.endpoint_port);
+    ASSERT_STR_EQ("pt-worker-1.pt", c.host);
+    ASSERT_EQ(w, (int)c.nexpected);
+    ASSERT_STR_EQ("pt-worker-2.pt", c.expected_hosts[3]);
+    cfg_free(&c);
+  }
+  vc_clear();
   /* hand-set, process-level WORLD_SIZE, RANK and MASTER_ADDR are not the
    * pytorch plugin's (torchrun reads none of them): the pod's place comes
    * from VC_TASK_INDEX and the host files */
