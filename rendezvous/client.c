@@ -510,8 +510,9 @@ static int rpc_io_error(rdzv_client_t *c, int rc) {
   }
   if (c->last_error[0] == '\0' && c->sent_len > (16u << 20) &&
       (rc == -ECONNRESET || rc == -EPIPE || rc == RDZV_ECLOSED))
-    /* The server reads a frame's length first and closes the connection
-     * when it is over its limit: the reset is all this side sees. */
+    /* A server older than the error reply for a request over its limit
+     * closes the connection once it has read the length: the reset is all
+     * this side sees. */
     rdzv__set_error(c, "%s closed the connection after a request of %zu "
                     "bytes: a server does so when a request is over its "
                     "largest (launch server --max-frame, 16 MiB by default); "

@@ -451,6 +451,80 @@ int proto_decode_keylist(const uint8_t *buf, size_t n,
   return r == PROTO_KL_DONE ? 0 : RDZV_EPROTO;
 }
 
+/* A msgpack integer at buf[*pos..n): *v, *neg (a negative one; *v is then
+ * its two's complement). RET 0, PROTO_KL_MORE, RDZV_EPROTO. */
+static int peek_int(const uint8_t *buf, size_t n, size_t *pos, uint64_t *v,
+                    int *neg) {
+  uint8_t b;
+  int w;
+  if (*pos >= n)
+    return PROTO_KL_MORE;
+  b = buf[(*pos)++];
+  *neg = 0;
+  if (b <= 0x7f) {
+    *v = b;
+    return 0;
+  }
+  if (b >= 0xe0) {
+    *v = (uint64_t)(int64_t)(int8_t)b;
+    *neg = 1;
+    return 0;
+  }
+  if (b >= 0xcc && b <= 0xcf)
+    w = 1 << (b - 0xcc);
+  else if (b >= 0xd0 && b <= 0xd3)
+    w = 1 << (b - 0xd0);
+  else
+    return RDZV_EPROTO;
+  if (n - *pos < (size_t)w)
+    return PROTO_KL_MORE;
+  *v = be(buf + *pos, w);
+  *pos += (size_t)w;
+  if (b >= 0xd0 && w < 8 && (*v >> (8 * w - 1)) != 0) { /* sign-extend */
+    *v |= ~(uint64_t)0 << (8 * w);
+    *neg = 1;
+  } else if (b >= 0xd0 && w == 8) {
+    *neg = (int64_t)*v < 0;
+  }
+  return 0;
+}
+
+int proto_peek_request(const uint8_t *buf, size_t n, uint64_t *id,
+                       int64_t *op) {
+  size_t pos = 1;
+  uint64_t cnt, kind, v;
+  int neg, rc;
+  if (n == 0)
+    return PROTO_KL_MORE;
+  if (buf[0] >= 0x90 && buf[0] <= 0x9f) {
+    cnt = buf[0] & 0x0f;
+  } else if (buf[0] == 0xdc || buf[0] == 0xdd) {
+    int w = buf[0] == 0xdc ? 2 : 4;
+    if (n - pos < (size_t)w)
+      return PROTO_KL_MORE;
+    cnt = be(buf + pos, w);
+    pos += (size_t)w;
+  } else {
+    return RDZV_EPROTO;
+  }
+  if (cnt < 3)
+    return RDZV_EPROTO;
+  if ((rc = peek_int(buf, n, &pos, &kind, &neg)) != 0)
+    return rc;
+  if (neg || kind != PROTO_REQUEST)
+    return RDZV_EPROTO;
+  if ((rc = peek_int(buf, n, &pos, id, &neg)) != 0)
+    return rc;
+  if (neg)
+    return RDZV_EPROTO;
+  if ((rc = peek_int(buf, n, &pos, &v, &neg)) != 0)
+    return rc;
+  if (!neg && v > INT64_MAX)
+    return RDZV_EPROTO;
+  *op = (int64_t)v;
+  return 0;
+}
+
 void proto_next_bytes(const uint8_t **pos, const char **p, size_t *n) {
   const uint8_t *b = *pos;
   size_t hdr = 1, len;

@@ -161,6 +161,14 @@ typedef struct proto_keylist_s {
 int proto_keylist_step(proto_keylist_t *kl, const uint8_t *buf, size_t avail,
                        size_t n, const proto_limits_t *lim, proto_msg_t *msg,
                        size_t *koff, size_t *klen);
+/* The header of a frame too large to decode ([kind, id, op, ...]) from
+ * its first bytes, buf[0..n): enough to answer it and skip the rest.
+ * PROTO_PEEK_MAX bytes always suffice (fewer when the frame is shorter).
+ * OUT *id, *op. RET 0 when it is a request, PROTO_KL_MORE when more
+ * bytes are needed, RDZV_EPROTO when it is not a request. */
+#define PROTO_PEEK_MAX 32
+int proto_peek_request(const uint8_t *buf, size_t n, uint64_t *id,
+                       int64_t *op);
 /* The str or bin at *pos in a list proto_decode_keylist accepted: *p, *n
  * (never NULL); *pos moves past it. */
 void proto_next_bytes(const uint8_t **pos, const char **p, size_t *n);

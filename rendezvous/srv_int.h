@@ -270,6 +270,9 @@ struct conn_s {
                            has this many bytes (0: not known) */
   int in_moved;         /* the buffer was taken (srv__in_take): the dialect
                            returns, the core goes on with the new one */
+  size_t in_skip;       /* bytes still to come of a request over
+                           --max-frame, already answered: dropped as they
+                           come (the native dialect; only lp's thread) */
   const uint8_t *req_end; /* the end of the request being run */
   uint8_t *in_spent;    /* a taken buffer nothing kept: freed once the
                            request that took it is over */

@@ -947,6 +947,8 @@ static int native_prepare_due(conn_t *c) {
   size_t off = 0, avail = c->in_len;
   if (c->pre != NULL)
     return c->pre->state == PRE_ON;
+  if (c->in_skip > 0)
+    return 0; /* the buffer starts inside a refused request */
   /* The first large frame (native_input sorts out the rest: limits,
    * state, errors). */
   for (int i = 0; i < PREPARE_SCAN && avail - off >= PROTO_HDR; i++) {
@@ -1103,26 +1105,74 @@ static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
   return rc;
 }
 
+/* A frame of len bytes over --max-frame at b (n bytes of it have come),
+ * from an authenticated client: a request is answered with RDZV_ETOOBIG
+ * and its bytes dropped as they come (c->in_skip), never buffered; the
+ * connection goes on with the next request. Anything else closes it.
+ * RET bytes consumed, 0 when the request's header has not all come, -1 to
+ * close. */
+static ssize_t frame_over(conn_t *c, const uint8_t *b, size_t n,
+                          uint32_t len) {
+  srv_t *s = c->srv;
+  size_t head = LU_MIN((size_t)len, (size_t)PROTO_PEEK_MAX), take;
+  uint64_t id = 0;
+  int64_t op = 0;
+  int rc = proto_peek_request(b + PROTO_HDR, LU_MIN(n - PROTO_HDR, head),
+                              &id, &op);
+  if (rc == PROTO_KL_MORE && n - PROTO_HDR < head) {
+    c->in_need = PROTO_HDR + head;
+    return 0;
+  }
+  if (rc != 0) {
+    srv__bad_input(c, "frame of %u bytes exceeds the %u-byte limit and is "
+                      "not a request; closing", len, s->cfg.max_frame);
+    srv__limit_hit(s, SRV_LIMIT_MAX_FRAME, s->cfg.max_frame,
+                   c->job ? c->job->name : NULL, c->peer, "a frame of %u "
+                   "bytes: the connection was closed", len);
+    return -1;
+  }
+  s->stats.requests++;
+  srv__reply_err(c, id, RDZV_ETOOBIG, "%s: request of %u bytes over the "
+                 "server's %u-byte limit (--max-frame); nothing was done: "
+                 "keep values under --max-value (%u bytes), split them, or "
+                 "raise both", proto_op_name((int)op), len, s->cfg.max_frame,
+                 s->cfg.max_value);
+  srv__limit_hit(s, SRV_LIMIT_MAX_FRAME, s->cfg.max_frame,
+                 c->job ? c->job->name : NULL, c->peer, "a %s of %u bytes: "
+                 "refused, its bytes dropped as they came",
+                 proto_op_name((int)op), len);
+  take = LU_MIN(n, PROTO_HDR + (size_t)len);
+  c->in_skip = PROTO_HDR + (size_t)len - take;
+  return (ssize_t)take;
+}
+
 static ssize_t native_input(conn_t *c, const uint8_t *b, size_t n) {
   srv_t *s = c->srv;
   size_t off = 0;
   int rc;
+  if (c->in_skip > 0) {
+    off = LU_MIN(c->in_skip, n);
+    c->in_skip -= off;
+  }
   while (n - off >= PROTO_HDR && c->state != CONN_CLOSING &&
          !c->close_after_flush && !srv__conn_paused(c)) {
     uint32_t len = proto_get_len(b + off);
     uint32_t limit =
         c->state == CONN_READY ? s->cfg.max_frame : SRV_HELLO_MAX_FRAME;
+    if (len > limit && c->state == CONN_READY) {
+      ssize_t k = frame_over(c, b + off, n - off, len);
+      if (k <= 0)
+        return k < 0 ? -1 : (ssize_t)off;
+      off += (size_t)k;
+      continue;
+    }
     if (len > limit) {
-      if (c->state == CONN_READY)
-        srv__bad_input(c, "frame of %u bytes exceeds the %u-byte limit", len,
-                       limit);
-      else
-        srv__bad_input(c, "frame of %u bytes before authentication "
-                          "exceeds the %u-byte limit of a HELLO", len, limit);
+      srv__bad_input(c, "frame of %u bytes before authentication "
+                        "exceeds the %u-byte limit of a HELLO", len, limit);
       srv__limit_hit(s, SRV_LIMIT_MAX_FRAME, limit,
                      c->job ? c->job->name : NULL, c->peer, "a frame of %u "
-                     "bytes%s: the connection was closed", len,
-                     c->state == CONN_READY ? "" : " before its HELLO");
+                     "bytes before its HELLO: the connection was closed",
+                     len);
       return -1;
     }
     if (n - off - PROTO_HDR < len) {

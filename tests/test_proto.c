@@ -262,6 +262,37 @@ static void test_begin_msg(void) {
       }
 }
 
+/* The header of a frame too large to decode, from its first bytes. */
+static void test_peek(void) {
+  uint64_t id = 0;
+  int64_t op = 0;
+  /* [0, 7, SET, ...] */
+  static const uint8_t a[] = {0x95, 0x00, 0x07, 0x03, 0xa1, 'k'};
+  /* array32, uint8 kind, uint64 id, int8 op -1 */
+  static const uint8_t b[] = {0xdd, 0, 0, 0, 5, 0xcc, 0x00, 0xcf, 0, 0,
+                              0, 1, 0, 0, 0, 2, 0xd0, 0xff};
+  ASSERT_EQ(0, proto_peek_request(a, sizeof(a), &id, &op));
+  ASSERT_EQ(7, id);
+  ASSERT_EQ(PROTO_OP_SET, op);
+  for (size_t n = 0; n < 4; n++)
+    ASSERT_EQ(PROTO_KL_MORE, proto_peek_request(a, n, &id, &op));
+  ASSERT_EQ(0, proto_peek_request(b, sizeof(b), &id, &op));
+  ASSERT_EQ(((uint64_t)1 << 32) + 2, id);
+  ASSERT_EQ(-1, op);
+  for (size_t n = 0; n < sizeof(b); n++)
+    ASSERT_EQ(PROTO_KL_MORE, proto_peek_request(b, n, &id, &op));
+  /* not requests: a reply, a short array, not an array, a negative id */
+  ASSERT_EQ(RDZV_EPROTO, proto_peek_request((const uint8_t[]){0x93, 0x01, 0x07,
+                                                              0x03}, 4, &id, &op));
+  ASSERT_EQ(RDZV_EPROTO, proto_peek_request((const uint8_t[]){0x92, 0x00, 0x07},
+                                            3, &id, &op));
+  ASSERT_EQ(RDZV_EPROTO, proto_peek_request((const uint8_t[]){0xc1}, 1, &id, &op));
+  ASSERT_EQ(RDZV_EPROTO, proto_peek_request((const uint8_t[]){0x93, 0x00, 0xff,
+                                                              0x03}, 4, &id, &op));
+  ASSERT_EQ(RDZV_EPROTO, proto_peek_request((const uint8_t[]){0x93, 0x00, 0x01,
+                                                              0xa1}, 4, &id, &op));
+}
+
 int main(void) {
   test_begin_msg();
   test_roundtrip();
@@ -270,6 +301,7 @@ int main(void) {
   test_keylist();
   test_mac();
   test_names();
+  test_peek();
   printf("test_proto: ok\n");
   return 0;
 }

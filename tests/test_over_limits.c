@@ -1,0 +1,208 @@
+/* test_over_limits.c - native requests over the server's limits, through
+ * librdzv and on the wire: a request larger than --max-frame, a value over
+ * --max-value, a key over the key limit, in every op that carries them
+ * (set, set_quiet, append, compare_set, multi_set, multi_get, wait, check).
+ * Each is answered with an error that names the size and the limit,
+ * nothing stored is lost, and the connection goes on serving, with what it
+ * had pending (a wait) still pending. */
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "lu.h"
+#include "proto.h"
+#include "rdzv.h"
+#include "server.h"
+#include "test.h"
+
+#define MAX_FRAME (1u << 20)
+#define MAX_VALUE (256u << 10)
+
+static int port;
+
+static rdzv_client_t *client(void) {
+  rdzv_client_t *c = NULL;
+  char err[256];
+  if (test_rdzv_open(port, "over", NULL, err, sizeof(err), &c) != 0)
+    TEST_FAIL("connect: %s", err);
+  return c;
+}
+
+static void expect_value(rdzv_client_t *c, const char *key, const char *want) {
+  void *v = NULL;
+  size_t n = 0;
+  ASSERT_OK(rdzv_get(c, key, &v, &n, 0));
+  ASSERT_EQ(strlen(want), n);
+  ASSERT_MEM_EQ(v, want, n);
+  rdzv_free(v);
+}
+
+static void expect_absent(rdzv_client_t *c, const char *key) {
+  void *v = NULL;
+  size_t n = 0;
+  ASSERT_EQ(RDZV_ENOKEY, rdzv_get(c, key, &v, &n, 0));
+}
+
+/* ---- raw native connection ------------------------------------------------- */
+
+/* One reply frame: OUT *id, *msg (the error's text, or ""). RET status. */
+static int64_t read_reply(int fd, uint64_t *id, char *msg, size_t cap) {
+  uint8_t hdr[4], body[4096];
+  uint32_t len;
+  proto_msg_t m;
+  proto_limits_t lim = PROTO_LIMITS_DEFAULT;
+  int64_t st;
+  const char *s;
+  size_t sn;
+  ASSERT_EQ(0, test_read_exact(fd, hdr, 4, test_ms(10000)));
+  len = proto_get_len(hdr);
+  ASSERT(len < sizeof(body));
+  ASSERT_EQ(0, test_read_exact(fd, body, len, test_ms(10000)));
+  ASSERT_EQ(0, proto_decode(body, len, &lim, &m));
+  ASSERT_EQ(PROTO_REPLY, m.kind);
+  st = m.op;
+  *id = m.id;
+  msg[0] = '\0';
+  if (st != 0 && proto_arg_bytes(&m, 0, &s, &sn) == 0)
+    snprintf(msg, cap, "%.*s", (int)sn, s);
+  proto_msg_free(&m);
+  return st;
+}
+
+static int native_ready(void) {
+  int64_t st;
+  int fd = test_native_hello(NULL, port, "over", NULL, &st);
+  ASSERT_EQ(0, st);
+  return fd;
+}
+
+/* [0, id, op] and its arguments, sent. */
+static void send_keys_req(int fd, uint64_t id, int op, const char *key,
+                          int64_t wait_ms) {
+  proto_enc_t e;
+  proto_enc_init(&e);
+  proto_enc_begin(&e, key ? 5 : 3);
+  msgpack_pack_uint8(&e.pk, PROTO_REQUEST);
+  msgpack_pack_uint64(&e.pk, id);
+  msgpack_pack_int64(&e.pk, op);
+  if (key) {
+    msgpack_pack_array(&e.pk, 1);
+    proto_pack_str(&e.pk, key);
+    msgpack_pack_int64(&e.pk, wait_ms);
+  }
+  ASSERT_EQ(0, proto_enc_end(&e));
+  ASSERT_OK(test_send_all(fd, e.data, e.len));
+  proto_enc_destroy(&e);
+}
+
+/* ---- a request over --max-frame --------------------------------------------- */
+
+/* Through librdzv: the set is refused with the sizes and the flag, and
+ * the same client goes on (what it stored is still there). */
+static void test_frame_librdzv(void) {
+  rdzv_client_t *c = client();
+  size_t n = (size_t)MAX_FRAME + (512u << 10);
+  char *v = malloc(n);
+  int rc;
+  ASSERT(v != NULL);
+  memset(v, 'v', n);
+  ASSERT_OK(rdzv_set(c, "keep", "kept", 4, test_ms(5000)));
+  rc = rdzv_set(c, "big", v, n, test_ms(10000));
+  if (rc != RDZV_ETOOBIG)
+    TEST_FAIL("set of %zu bytes: %d (%s)", n, rc, rdzv_last_error(c));
+  ASSERT_CONTAINS(rdzv_last_error(c), "--max-frame");
+  ASSERT_CONTAINS(rdzv_last_error(c), "1048576");
+  expect_value(c, "keep", "kept");
+  expect_absent(c, "big");
+  /* Twice more, back to back: the connection stays in step. */
+  ASSERT_EQ(RDZV_ETOOBIG, rdzv_set(c, "big", v, n, test_ms(10000)));
+  ASSERT_EQ(RDZV_ETOOBIG, rdzv_append(c, "keep", v, n, test_ms(10000)));
+  expect_value(c, "keep", "kept");
+  /* A set sent without waiting: its failure comes with the next call. */
+  ASSERT_OK(rdzv_set_nowait(c, "q1", "1", 1));
+  rc = rdzv_set_nowait(c, "big", v, n); /* past 64 KiB: flushes */
+  ASSERT_EQ(RDZV_EDEFERRED, rc);
+  ASSERT_CONTAINS(rdzv_last_error(c), "--max-frame");
+  expect_value(c, "q1", "1");
+  expect_absent(c, "big");
+  ASSERT_OK(rdzv_ping(c, test_ms(5000)));
+  rdzv_close(c);
+  free(v);
+}
+
+/* On the wire: a wait pending on the connection survives the refused
+ * request; the body (many times the input budget) streams through
+ * without the server buffering it; the next requests are answered. */
+static void test_frame_wire(void) {
+  int fd = native_ready();
+  rdzv_client_t *o = client();
+  size_t vlen = (size_t)4 << 20, off;
+  uint8_t head[4 + 16], *chunk = calloc(1, 64u << 10);
+  size_t hn = 0;
+  uint64_t id;
+  char msg[512];
+  ASSERT(chunk != NULL);
+  send_keys_req(fd, 2, PROTO_OP_WAIT, "w", -1);
+  /* [0, 3, SET, "b", bin32 of vlen] */
+  hn = 4;
+  head[hn++] = 0x95;
+  head[hn++] = 0x00;
+  head[hn++] = 0x03;
+  head[hn++] = PROTO_OP_SET;
+  head[hn++] = 0xa1;
+  head[hn++] = 'b';
+  head[hn++] = 0xc6;
+  head[hn++] = (uint8_t)(vlen >> 24);
+  head[hn++] = (uint8_t)(vlen >> 16);
+  head[hn++] = (uint8_t)(vlen >> 8);
+  head[hn++] = (uint8_t)vlen;
+  proto_put_len(head, (uint32_t)(hn - 4 + vlen));
+  ASSERT_OK(test_send_all(fd, head, hn));
+  for (off = 0; off < vlen; off += 64u << 10) {
+    ASSERT_OK(test_send_all(fd, chunk, LU_MIN((size_t)64 << 10, vlen - off)));
+    if (off == vlen / 2) {
+      /* Halfway, what the server holds of it: no more than it read. */
+      srv_stats_t st;
+      usleep(100000);
+      test_server_stats(&st);
+      if (st.in_bytes > (128u << 10))
+        TEST_FAIL("%llu bytes of the refused request buffered",
+                  (unsigned long long)st.in_bytes);
+    }
+  }
+  ASSERT_EQ(RDZV_ETOOBIG, read_reply(fd, &id, msg, sizeof(msg)));
+  ASSERT_EQ(3, id);
+  ASSERT_CONTAINS(msg, "set");
+  ASSERT_CONTAINS(msg, "--max-frame");
+  /* the wait is still there: another client's set wakes it */
+  ASSERT_OK(rdzv_set(o, "w", "x", 1, test_ms(5000)));
+  ASSERT_EQ(0, read_reply(fd, &id, msg, sizeof(msg)));
+  ASSERT_EQ(2, id);
+  send_keys_req(fd, 4, PROTO_OP_PING, NULL, 0);
+  ASSERT_EQ(0, read_reply(fd, &id, msg, sizeof(msg)));
+  ASSERT_EQ(4, id);
+  expect_absent(o, "b");
+  /* A frame over the limit that is not a request: closed. */
+  proto_put_len(head, MAX_FRAME + 1);
+  head[4] = 0xc1;
+  ASSERT_OK(test_send_all(fd, head, 4 + 8));
+  ASSERT(test_peer_closed(fd, test_ms(5000)));
+  close(fd);
+  rdzv_close(o);
+  free(chunk);
+}
+
+int main(void) {
+  srv_config_t cfg = SRV_CONFIG_INIT;
+  int fds = test_fd_count();
+  cfg.max_frame = MAX_FRAME;
+  cfg.max_value = MAX_VALUE;
+  /* Far less than one of the refused requests: it must stream through. */
+  cfg.max_in_bytes = 256u << 10;
+  port = test_server_start(&cfg);
+  test_frame_librdzv();
+  test_frame_wire();
+  test_server_stop();
+  ASSERT_EQ(fds, test_fd_count());
+  printf("test_over_limits: ok\n");
+  return 0;
+}
