@@ -432,6 +432,22 @@ static int op_set(conn_t *c, const proto_msg_t *m) {
   int rc;
   if (arg_key(c, m, 0, &k, &kn) || arg_value(c, m, 1, &v, &vn))
     return 0;
+  if (m->op == PROTO_OP_APPEND) {
+    /* The value it makes is bound as a SET's is (as TCPStore's APPEND):
+     * else appends grow one past what any reply may carry. */
+    size_t cur = 0;
+    if (store_get(c->job->store, k, kn, &cur) == NULL)
+      cur = 0;
+    if (cur + vn > c->srv->cfg.max_value) {
+      srv__reply_err(c, m->id, RDZV_ETOOBIG, "append: the value would grow "
+                     "to %zu bytes (%zu + %zu), over the %u-byte limit "
+                     "(--max-value)", cur + vn, cur, vn,
+                     c->srv->cfg.max_value);
+      LIMIT_HIT(c, MAX_VALUE, c->srv->cfg.max_value, "append to a value of "
+                "%zu bytes", cur + vn);
+      return 0;
+    }
+  }
   rc = m->op == PROTO_OP_APPEND ? store_append(c->job->store, k, kn, v, vn)
                                 : srv__store_set(c, k, kn, v, vn);
   if (rc)

@@ -191,6 +191,59 @@ static void test_frame_wire(void) {
   free(chunk);
 }
 
+/* ---- values over --max-value -------------------------------------------------- */
+
+/* Each op that stores a value refuses one over the limit with the sizes,
+ * stores nothing, and the connection goes on. APPEND counts the value it
+ * would make: appends must not grow a value past what a SET may store. */
+static void test_value(void) {
+  rdzv_client_t *c = client();
+  size_t n = MAX_VALUE + 1, half = MAX_VALUE / 2 + 1;
+  char *v = malloc(n);
+  const char *keys[] = {"m1", "m2"};
+  const void *vals[2];
+  size_t lens[2] = {1, n};
+  int sw = -1;
+  void *cur = NULL;
+  size_t cn = 0;
+  ASSERT(v != NULL);
+  memset(v, 'a', n);
+  ASSERT_OK(rdzv_set(c, "keep", "kept", 4, test_ms(5000)));
+  ASSERT_EQ(RDZV_ETOOBIG, rdzv_set(c, "keep", v, n, test_ms(5000)));
+  ASSERT_CONTAINS(rdzv_last_error(c), "262145");
+  expect_value(c, "keep", "kept");
+  /* compare_set: desired over the limit, and expected */
+  ASSERT_EQ(RDZV_ETOOBIG, rdzv_compare_set(c, "keep", "kept", 4, v, n, &cur,
+                                           &cn, &sw, test_ms(5000)));
+  ASSERT_EQ(RDZV_ETOOBIG, rdzv_compare_set(c, "keep", v, n, "x", 1, &cur,
+                                           &cn, &sw, test_ms(5000)));
+  expect_value(c, "keep", "kept");
+  /* multi_set: one pair over, nothing stored */
+  vals[0] = "1";
+  vals[1] = v;
+  ASSERT_EQ(RDZV_ETOOBIG, rdzv_multi_set(c, keys, vals, lens, 2,
+                                         test_ms(5000)));
+  ASSERT_CONTAINS(rdzv_last_error(c), "pair 2");
+  expect_absent(c, "m1");
+  expect_absent(c, "m2");
+  /* append: a suffix over the limit, and one that would make the value
+   * pass it */
+  ASSERT_EQ(RDZV_ETOOBIG, rdzv_append(c, "keep", v, n, test_ms(5000)));
+  ASSERT_OK(rdzv_append(c, "log", v, half, test_ms(5000)));
+  if (rdzv_append(c, "log", v, half, test_ms(5000)) != RDZV_ETOOBIG)
+    TEST_FAIL("two appends of %zu bytes made a value over the %u-byte "
+              "--max-value", half, MAX_VALUE);
+  ASSERT_CONTAINS(rdzv_last_error(c), "--max-value");
+  ASSERT_OK(rdzv_get(c, "log", &cur, &cn, 0));
+  ASSERT_EQ(half, cn);
+  rdzv_free(cur);
+  ASSERT_OK(rdzv_append(c, "log", v, MAX_VALUE - half, test_ms(5000)));
+  expect_value(c, "keep", "kept");
+  ASSERT_OK(rdzv_ping(c, test_ms(5000)));
+  rdzv_close(c);
+  free(v);
+}
+
 int main(void) {
   srv_config_t cfg = SRV_CONFIG_INIT;
   int fds = test_fd_count();
@@ -201,6 +254,7 @@ int main(void) {
   port = test_server_start(&cfg);
   test_frame_librdzv();
   test_frame_wire();
+  test_value();
   test_server_stop();
   ASSERT_EQ(fds, test_fd_count());
   printf("test_over_limits: ok\n");
