@@ -1079,6 +1079,20 @@ static int native_frame(conn_t *c, const uint8_t *body, size_t n) {
   } else {
     rc = native_decode(c, body, n, &m);
   }
+  if (rc == RDZV_ETOOBIG && c->state == CONN_READY &&
+      proto_peek_request(body, n, &m.id, &m.op) == 0) {
+    /* Over the objects or the nesting a frame may have (an MGET of
+     * 262,208 keys): its length kept the stream in step, so it is
+     * answered as a request of too many keys is. */
+    srv_t *s = c->srv;
+    srv__reply_err(c, m.id, RDZV_ETOOBIG, "%s: request of %zu bytes over "
+                   "the server's limits of %u keys (%u msgpack objects) and "
+                   "%u levels of nesting", proto_op_name((int)m.op), n,
+                   s->cfg.max_keys, s->plim.max_items, s->plim.max_depth);
+    LIMIT_HIT(c, MAX_KEYS, s->cfg.max_keys, "%s of more than %u msgpack "
+              "objects", proto_op_name((int)m.op), s->plim.max_items);
+    return 0;
+  }
   if (rc != 0) {
     srv__bad_input(c, "%s frame of %zu bytes; closing",
                    rc == RDZV_ETOOBIG ? "oversized or too deeply nested"

@@ -244,17 +244,79 @@ static void test_value(void) {
   free(v);
 }
 
+/* ---- keys: too many, too long --------------------------------------------------- */
+
+/* Requests with more keys than the server takes: answered with the count
+ * and the limit, also past the msgpack objects a frame may hold (two a
+ * key and 64); the connection goes on. */
+static void test_keys(void) {
+  rdzv_client_t *c = client();
+  enum { N = 2 * 131072 + 64 }; /* objects of the largest frame, in keys */
+  const char **keys = malloc(N * sizeof(*keys));
+  const void **vals = malloc(N * sizeof(*vals));
+  size_t *lens = malloc(N * sizeof(*lens));
+  rdzv_value_t *out = malloc(N * sizeof(*out));
+  const size_t counts[] = {131073, N}, pairs[] = {131073, N / 2};
+  int rc;
+  ASSERT(keys && vals && lens && out);
+  for (size_t i = 0; i < N; i++) {
+    keys[i] = "k";
+    vals[i] = "";
+    lens[i] = 0;
+  }
+  ASSERT_OK(rdzv_set(c, "keep", "kept", 4, test_ms(5000)));
+  for (size_t j = 0; j < 2; j++) {
+    size_t n = counts[j];
+    rc = rdzv_multi_get(c, keys, n, out, 0);
+    if (rc != RDZV_ETOOBIG)
+      TEST_FAIL("multi_get of %zu keys: %d (%s)", n, rc, rdzv_last_error(c));
+    ASSERT_CONTAINS(rdzv_last_error(c), "131072");
+    ASSERT_EQ(RDZV_ETOOBIG, rdzv_wait(c, keys, n, 0));
+    ASSERT_EQ(RDZV_ETOOBIG, rdzv_check(c, keys, n, 0));
+    rc = rdzv_multi_set(c, keys, vals, lens, pairs[j], test_ms(5000));
+    if (rc != RDZV_ETOOBIG)
+      TEST_FAIL("multi_set of %zu pairs: %d (%s)", pairs[j], rc,
+                rdzv_last_error(c));
+    ASSERT_CONTAINS(rdzv_last_error(c), "131072");
+    expect_absent(c, "k");
+    expect_value(c, "keep", "kept");
+  }
+  rdzv_close(c);
+  /* Nested deeper than a request may be: answered too. */
+  {
+    static const uint8_t deep[] = {0, 0, 0, 10, 0x94, 0x00, 0x09,
+                                   PROTO_OP_SET, 0x91, 0x91, 0x91,
+                                   0x91, 0xa1, 'x'};
+    int fd = native_ready();
+    uint64_t id;
+    char msg[512];
+    ASSERT_OK(test_send_all(fd, deep, sizeof(deep)));
+    send_keys_req(fd, 10, PROTO_OP_PING, NULL, 0);
+    ASSERT_EQ(RDZV_ETOOBIG, read_reply(fd, &id, msg, sizeof(msg)));
+    ASSERT_EQ(9, id);
+    ASSERT_CONTAINS(msg, "nesting");
+    ASSERT_EQ(0, read_reply(fd, &id, msg, sizeof(msg)));
+    ASSERT_EQ(10, id);
+    close(fd);
+  }
+  free(keys);
+  free(vals);
+  free(lens);
+  free(out);
+}
+
 int main(void) {
   srv_config_t cfg = SRV_CONFIG_INIT;
   int fds = test_fd_count();
   cfg.max_frame = MAX_FRAME;
   cfg.max_value = MAX_VALUE;
   /* Far less than one of the refused requests: it must stream through. */
-  cfg.max_in_bytes = 256u << 10;
+  cfg.max_in_bytes = MAX_FRAME;
   port = test_server_start(&cfg);
   test_frame_librdzv();
   test_frame_wire();
   test_value();
+  test_keys();
   test_server_stop();
   ASSERT_EQ(fds, test_fd_count());
   printf("test_over_limits: ok\n");
