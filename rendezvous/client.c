@@ -903,13 +903,24 @@ void rdzv_free(void *p) { free(p); }
 
 /* ---- operations ------------------------------------------------------------------- */
 
-static int key_ok(const char *key) {
-  return key != NULL && strlen(key) <= RDZV_MAX_KEY;
+/* key_ok, giving the key's length. RET 1 when fine; else 0, with
+ * rdzv_last_error saying why (not the message of an earlier call). */
+static int key_len(rdzv_client_t *c, const char *key, size_t *n) {
+  if (key != NULL && (*n = strlen(key)) <= RDZV_MAX_KEY)
+    return 1;
+  if (c == NULL)
+    return 0;
+  if (key == NULL)
+    rdzv__set_error(c, "a key is NULL");
+  else
+    rdzv__set_error(c, "key '%.32s...' of %zu bytes is over the %d-byte "
+                    "limit of a key (RDZV_MAX_KEY)", key, *n, RDZV_MAX_KEY);
+  return 0;
 }
 
-/* key_ok, giving the key's length. RET 1 when fine. */
-static int key_len(const char *key, size_t *n) {
-  return key != NULL && (*n = strlen(key)) <= RDZV_MAX_KEY;
+static int key_ok(rdzv_client_t *c, const char *key) {
+  size_t n;
+  return key_len(c, key, &n);
 }
 
 static void *dup_value(const char *p, size_t n) {
@@ -928,7 +939,7 @@ int rdzv_set(rdzv_client_t *c, const char *key, const void *val, size_t len,
   uint64_t id;
   size_t kn;
   int rc;
-  if (!key_len(key, &kn) || (val == NULL && len))
+  if (!key_len(c, key, &kn) || (val == NULL && len))
     return RDZV_EINVAL;
   if (c->nq == 0)
     proto_enc_reset(&c->enc);
@@ -947,7 +958,7 @@ int rdzv_set_nowait(rdzv_client_t *c, const char *key, const void *val,
   nowait_t *w;
   size_t kn;
   int rc;
-  if (c == NULL || !key_len(key, &kn) || (val == NULL && len))
+  if (c == NULL || !key_len(c, key, &kn) || (val == NULL && len))
     return RDZV_EINVAL;
   if (c->fd < 0) {
     rdzv__set_error(c, "connection to %s is closed", c->endpoint);
@@ -1087,7 +1098,7 @@ int rdzv_append(rdzv_client_t *c, const char *key, const void *val, size_t len,
   reply_t r;
   uint64_t id;
   int rc;
-  if (!key_ok(key) || (val == NULL && len))
+  if (!key_ok(c, key) || (val == NULL && len))
     return RDZV_EINVAL;
   id = req_begin(c, PROTO_OP_APPEND, 2);
   proto_pack_str(&c->enc.pk, key);
@@ -1104,7 +1115,7 @@ int rdzv_get(rdzv_client_t *c, const char *key, void **val, size_t *len,
   const char *p;
   size_t n, kn;
   int rc;
-  if (!key_len(key, &kn) || val == NULL)
+  if (!key_len(c, key, &kn) || val == NULL)
     return RDZV_EINVAL;
   if (c->nq == 0)
     proto_enc_reset(&c->enc);
@@ -1134,11 +1145,11 @@ static void pack_keys(rdzv_client_t *c, const char *const *keys, size_t n) {
     proto_pack_str(&c->enc.pk, keys[i]);
 }
 
-static int keys_ok(const char *const *keys, size_t n) {
+static int keys_ok(rdzv_client_t *c, const char *const *keys, size_t n) {
   if (keys == NULL && n)
     return 0;
   for (size_t i = 0; i < n; i++)
-    if (!key_ok(keys[i]))
+    if (!key_ok(c, keys[i]))
       return 0;
   return n <= UINT32_MAX;
 }
@@ -1148,7 +1159,7 @@ int rdzv_check(rdzv_client_t *c, const char *const *keys, size_t n,
   reply_t r;
   uint64_t id;
   int rc;
-  if (!keys_ok(keys, n))
+  if (!keys_ok(c, keys, n))
     return RDZV_EINVAL;
   id = req_begin(c, PROTO_OP_CHECK, 1);
   pack_keys(c, keys, n);
@@ -1168,7 +1179,7 @@ int rdzv_wait(rdzv_client_t *c, const char *const *keys, size_t n,
   reply_t r;
   uint64_t id;
   int rc;
-  if (!keys_ok(keys, n))
+  if (!keys_ok(c, keys, n))
     return RDZV_EINVAL;
   id = req_begin(c, PROTO_OP_WAIT, 2);
   pack_keys(c, keys, n);
@@ -1184,7 +1195,7 @@ int rdzv_add(rdzv_client_t *c, const char *key, int64_t delta, int64_t *result,
   uint64_t id;
   int rc;
   int64_t v;
-  if (!key_ok(key))
+  if (!key_ok(c, key))
     return RDZV_EINVAL;
   id = req_begin(c, PROTO_OP_ADD, 2);
   proto_pack_str(&c->enc.pk, key);
@@ -1207,7 +1218,7 @@ int rdzv_compare_set(rdzv_client_t *c, const char *key, const void *expected,
   reply_t r;
   uint64_t id;
   int rc;
-  if (!key_ok(key) || (desired == NULL && des_len))
+  if (!key_ok(c, key) || (desired == NULL && des_len))
     return RDZV_EINVAL;
   id = req_begin(c, PROTO_OP_CAS, 3);
   proto_pack_str(&c->enc.pk, key);
@@ -1255,7 +1266,7 @@ static int bool_reply(rdzv_client_t *c, uint64_t id, int timeout_ms) {
 
 int rdzv_delete(rdzv_client_t *c, const char *key, int timeout_ms) {
   uint64_t id;
-  if (!key_ok(key))
+  if (!key_ok(c, key))
     return RDZV_EINVAL;
   id = req_begin(c, PROTO_OP_DELETE, 1);
   proto_pack_str(&c->enc.pk, key);
@@ -1307,7 +1318,7 @@ int rdzv_multi_get(rdzv_client_t *c, const char *const *keys, size_t n,
                    rdzv_value_t *vals, int timeout_ms) {
   reply_t r;
   uint64_t id;
-  if (!keys_ok(keys, n) || (vals == NULL && n))
+  if (!keys_ok(c, keys, n) || (vals == NULL && n))
     return RDZV_EINVAL;
   id = req_begin(c, PROTO_OP_MGET, 2);
   pack_keys(c, keys, n);
@@ -1323,7 +1334,7 @@ int rdzv__set_multi_get(rdzv_client_t *c, const char *key, const void *val,
   uint64_t set_id, id;
   int64_t deadline = wait_deadline(c, timeout_ms);
   int rc;
-  if (!key_ok(key) || (val == NULL && len) || !keys_ok(keys, n) ||
+  if (!key_ok(c, key) || (val == NULL && len) || !keys_ok(c, keys, n) ||
       (vals == NULL && n))
     return RDZV_EINVAL;
   set_id = req_begin(c, PROTO_OP_SET, 2);
@@ -1351,7 +1362,7 @@ int rdzv_multi_set(rdzv_client_t *c, const char *const *keys,
   reply_t r;
   uint64_t id;
   int rc;
-  if (!keys_ok(keys, n) || ((vals == NULL || lens == NULL) && n) ||
+  if (!keys_ok(c, keys, n) || ((vals == NULL || lens == NULL) && n) ||
       n > UINT32_MAX / 2)
     return RDZV_EINVAL;
   for (size_t i = 0; i < n; i++)
@@ -1373,7 +1384,7 @@ int rdzv_barrier(rdzv_client_t *c, const char *name, uint32_t count,
   reply_t r;
   uint64_t id;
   int rc;
-  if (!key_ok(name) || count == 0)
+  if (!key_ok(c, name) || count == 0)
     return RDZV_EINVAL;
   id = req_begin(c, PROTO_OP_BARRIER, 3);
   proto_pack_str(&c->enc.pk, name);
@@ -1399,7 +1410,7 @@ int rdzv_list(rdzv_client_t *c, const char *prefix, char ***keys, size_t *n,
   int rc;
   const msgpack_object *items;
   uint32_t cnt;
-  if (prefix == NULL || !key_ok(prefix) || keys == NULL || n == NULL)
+  if (prefix == NULL || !key_ok(c, prefix) || keys == NULL || n == NULL)
     return RDZV_EINVAL;
   id = req_begin(c, PROTO_OP_LIST, 1);
   proto_pack_str(&c->enc.pk, prefix);
