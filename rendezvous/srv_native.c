@@ -122,12 +122,19 @@ static int arg_keys(conn_t *c, const proto_msg_t *m, uint32_t i,
     size_t len;
     if (list != NULL)
       proto_next_bytes(&list, &p, &len);
-    if ((list == NULL && proto_obj_bytes(&items[j], &p, &len) != 0) ||
-        len > c->srv->cfg.max_key) {
+    if (list == NULL && proto_obj_bytes(&items[j], &p, &len) != 0) {
       lu_big_free(k);
-      srv__reply_err(c, m->id, RDZV_EPROTO, "%s: key %u is not bytes or is "
-                     "over %u bytes", proto_op_name((int)m->op), j + 1,
-                     c->srv->cfg.max_key);
+      srv__reply_err(c, m->id, RDZV_EPROTO, "%s: key %u is not bytes",
+                     proto_op_name((int)m->op), j + 1);
+      return -1;
+    }
+    if (len > c->srv->cfg.max_key) {
+      lu_big_free(k);
+      srv__reply_err(c, m->id, RDZV_ETOOBIG, "%s: key %u of %zu bytes over "
+                     "the %u-byte limit", proto_op_name((int)m->op), j + 1,
+                     len, c->srv->cfg.max_key);
+      LIMIT_HIT(c, MAX_KEY, c->srv->cfg.max_key, "%s of a key of %zu bytes",
+                proto_op_name((int)m->op), len);
       return -1;
     }
     k[j].p = p;

@@ -331,6 +331,39 @@ static void test_long_key(void) {
   ASSERT_CONTAINS(rdzv_last_error(c), "9000");
   expect_value(c, "keep", "kept");
   rdzv_close(c);
+  /* On the wire, in a key list (multi_get, wait, check) as in a set: the
+   * server's error names the size and the limit. */
+  {
+    static const int ops[] = {PROTO_OP_MGET, PROTO_OP_WAIT, PROTO_OP_CHECK,
+                              PROTO_OP_SET};
+    int fd = native_ready();
+    uint64_t id;
+    char msg[512];
+    for (int i = 0; i < 4; i++) {
+      if (ops[i] == PROTO_OP_SET) {
+        proto_enc_t e;
+        proto_enc_init(&e);
+        proto_enc_begin(&e, 5);
+        msgpack_pack_uint8(&e.pk, PROTO_REQUEST);
+        msgpack_pack_uint64(&e.pk, 20 + (uint64_t)i);
+        msgpack_pack_int64(&e.pk, PROTO_OP_SET);
+        proto_pack_str(&e.pk, k);
+        proto_pack_str(&e.pk, "v");
+        ASSERT_EQ(0, proto_enc_end(&e));
+        ASSERT_OK(test_send_all(fd, e.data, e.len));
+        proto_enc_destroy(&e);
+      } else {
+        send_keys_req(fd, 20 + (uint64_t)i, ops[i], k, 0);
+      }
+      ASSERT_EQ(RDZV_ETOOBIG, read_reply(fd, &id, msg, sizeof(msg)));
+      ASSERT_EQ(20 + i, id);
+      ASSERT_CONTAINS(msg, "9000");
+      ASSERT_CONTAINS(msg, "8192");
+    }
+    send_keys_req(fd, 30, PROTO_OP_PING, NULL, 0);
+    ASSERT_EQ(0, read_reply(fd, &id, msg, sizeof(msg)));
+    close(fd);
+  }
   free(k);
   free(v);
 }
