@@ -627,9 +627,13 @@ static int op_mset(conn_t *c, const proto_msg_t *m) {
       return 0;
     }
     if (kn > c->srv->cfg.max_key || vn > c->srv->cfg.max_value) {
-      srv__reply_err(c, m->id, RDZV_ETOOBIG, "multi_set: pair %u over the key "
-                     "or value limit", i / 2 + 1);
-      if (kn > c->srv->cfg.max_key)
+      int key = kn > c->srv->cfg.max_key;
+      srv__reply_err(c, m->id, RDZV_ETOOBIG, "multi_set: pair %u: %s of %zu "
+                     "bytes over the %u-byte limit%s; nothing was stored",
+                     i / 2 + 1, key ? "key" : "value", key ? kn : vn,
+                     key ? c->srv->cfg.max_key : c->srv->cfg.max_value,
+                     key ? "" : " (--max-value)");
+      if (key)
         LIMIT_HIT(c, MAX_KEY, c->srv->cfg.max_key, "multi_set of a key of "
                   "%zu bytes", kn);
       else

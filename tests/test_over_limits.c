@@ -224,6 +224,8 @@ static void test_value(void) {
   ASSERT_EQ(RDZV_ETOOBIG, rdzv_multi_set(c, keys, vals, lens, 2,
                                          test_ms(5000)));
   ASSERT_CONTAINS(rdzv_last_error(c), "pair 2");
+  ASSERT_CONTAINS(rdzv_last_error(c), "262145");
+  ASSERT_CONTAINS(rdzv_last_error(c), "--max-value");
   expect_absent(c, "m1");
   expect_absent(c, "m2");
   /* append: a suffix over the limit, and one that would make the value
