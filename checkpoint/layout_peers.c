@@ -17,6 +17,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,9 +330,66 @@ static int cmp_storage(const void *a, const void *b) {
   return c ? c : (x->plen > y->plen) - (x->plen < y->plen);
 }
 
-/* Without storage records: the files the names promise (ranks 0..max). */
+/* A save into a directory that already holds a complete DCP checkpoint
+ * (the same step-N saved again, or dcp.save to one fixed path) reopens
+ * every __R_I.distcp with O_TRUNC and replaces the metadata file last.
+ * Killed in between, the old metadata names files some of which are
+ * already the new save's, as long as before whenever the state's shapes
+ * did not change: DCP loads that mix without a word. In a complete save
+ * every data file was written before its metadata file, so a data file
+ * modified well after it (DCP_SKEW_NS: the clocks of the nodes writing
+ * one shared directory, which Lustre and GPFS stamp times with) that
+ * existed before it was rewritten in place by a later save. A file created
+ * after the metadata file is a copy (cp -r without -p), not a rewrite;
+ * where the filesystem records no creation times, modification times
+ * alone decide. */
+#define DCP_SKEW_NS (2LL * 1000000000)
+
+typedef struct {
+  int64_t mtime, btime; /* ns; btime -1: not recorded */
+} ck_ftimes_t;
+
+static int file_times(const char *path, ck_ftimes_t *t) {
+  struct statx sx;
+  struct stat sb;
+  if (statx(AT_FDCWD, path, 0, STATX_MTIME | STATX_BTIME, &sx) == 0 &&
+      (sx.stx_mask & STATX_MTIME)) {
+    t->mtime = (int64_t)sx.stx_mtime.tv_sec * 1000000000 + sx.stx_mtime.tv_nsec;
+    t->btime = sx.stx_mask & STATX_BTIME
+                   ? (int64_t)sx.stx_btime.tv_sec * 1000000000 +
+                         sx.stx_btime.tv_nsec
+                   : -1;
+    return 0;
+  }
+  if (stat(path, &sb) != 0)
+    return -1;
+  t->mtime = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+  t->btime = -1;
+  return 0;
+}
+
+/* Was data file `file` rewritten after meta (its times in *mt) was
+ * written? Says so on st. */
+static void dcp_rewritten(const char *dir, const char *file,
+                          const char *meta_name, const ck_ftimes_t *mt,
+                          ckpt_step_t *st) {
+  char p[4096];
+  ck_ftimes_t ft;
+  if (mt == NULL || ck_join(p, sizeof(p), dir, file) != 0 ||
+      file_times(p, &ft) != 0 || ft.mtime - mt->mtime <= DCP_SKEW_NS ||
+      (ft.btime >= 0 && mt->btime >= 0 && ft.btime >= mt->btime))
+    return;
+  bad(st, CKPT_STEP_INCOMPLETE, "%s: modified %.1f s after %s was written "
+      "(a later save into this directory was cut short: its files and the "
+      "older save's are mixed)", file, (double)(ft.mtime - mt->mtime) / 1e9,
+      meta_name);
+}
+
+/* Without storage records: the files the names promise (ranks 0..max).
+ * mt: the times of .metadata, to check every data file against (NULL: a
+ * rank's own metadata, which names only that rank's files). */
 static void dcp_by_names(const char *dir, char **names, size_t n,
-                         ckpt_step_t *st) {
+                         const ck_ftimes_t *mt, ckpt_step_t *st) {
   int64_t maxr = -1, r;
   unsigned char *seen;
   for (size_t i = 0; i < n; i++)
@@ -349,7 +407,8 @@ static void dcp_by_names(const char *dir, char **names, size_t n,
   for (size_t i = 0; i < n; i++)
     if (ck_dcp_file_rank(names[i], &r) == 0) {
       seen[r] = 1;
-      check_nonempty(dir, names[i], st);
+      if (check_nonempty(dir, names[i], st) == 0)
+        dcp_rewritten(dir, names[i], DCP_META, mt, st);
     }
   for (int64_t k = 0; k <= maxr; k++)
     if (!seen[k]) {
@@ -372,12 +431,20 @@ static int dcp_check_meta(const char *dir, char **names, size_t n,
   size_t len;
   pk_storage_t *recs = NULL;
   size_t nrecs = 0;
+  char mp[4096], tmp[64];
+  ck_ftimes_t mt;
+  const ck_ftimes_t *mtp;
   int rc;
   *maxr = -1;
+  mtp = ck_join(mp, sizeof(mp), dir, meta_name) == 0 &&
+                file_times(mp, &mt) == 0
+            ? &mt
+            : NULL;
   rc = read_small(dir, meta_name, CK_META_MAX, &meta, &len);
   if (rc == CKPT_EFORMAT) {
     /* Larger than we read: judge by the file names. */
-    dcp_by_names(dir, names, n, st);
+    dcp_by_names(dir, names, n, strcmp(meta_name, DCP_META) == 0 ? mtp : NULL,
+                 st);
     *maxr = st->world_size - 1;
     return 0;
   }
@@ -400,7 +467,8 @@ static int dcp_check_meta(const char *dir, char **names, size_t n,
     goto out;
   }
   if (nrecs == 0) {
-    dcp_by_names(dir, names, n, st);
+    dcp_by_names(dir, names, n, strcmp(meta_name, DCP_META) == 0 ? mtp : NULL,
+                 st);
     *maxr = st->world_size - 1;
     goto out;
   }
@@ -440,8 +508,16 @@ static int dcp_check_meta(const char *dir, char **names, size_t n,
       bad(st, CKPT_STEP_INCOMPLETE, "%s: %lld bytes, %s places data up to "
           "byte %lld (truncated)", file, (long long)sb.st_size, meta_name,
           (long long)need);
+    dcp_rewritten(dir, file, meta_name, mtp, st);
   }
 out:
+  /* DCP writes the new metadata to NAME.tmp, removes NAME and renames:
+   * both there, a save was cut short after its data files were written. */
+  snprintf(tmp, sizeof(tmp), "%s.tmp", meta_name);
+  if (has_name(names, n, tmp))
+    bad(st, CKPT_STEP_INCOMPLETE, "%s: there beside %s (a later save into "
+        "this directory wrote its data files and was cut short before "
+        "replacing %s)", tmp, meta_name, meta_name);
   free(recs);
   free(meta);
   return rc == RDZV_ENOMEM ? rc : 0;

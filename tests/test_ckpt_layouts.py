@@ -481,6 +481,48 @@ def test_dcp(tmp):
     expect(rep["resume"] is None, "nothing to resume from")
 
 
+def birth_times(path):
+    """Does the filesystem of path record files' creation times?"""
+    p = subprocess.run(["stat", "-c", "%W", path], capture_output=True, text=True)
+    return p.returncode == 0 and p.stdout.strip() not in ("0", "-", "")
+
+
+def test_dcp_rewritten(tmp):
+    """A data file modified after .metadata (a later save into the same
+    directory, cut short before its .metadata): incomplete. Within 2 s
+    (clocks of the writing nodes) and in a copy (files created after
+    .metadata: cp -r without -p), complete."""
+    root = os.path.join(tmp, "dcp-rewritten")
+    for n in (1, 2, 3):
+        dcp(os.path.join(root, "step-%d" % n))
+    meta = os.stat(os.path.join(root, "step-1", ".metadata")).st_mtime
+    os.utime(os.path.join(root, "step-1", "__1_0.distcp"), (meta + 1.5, meta + 1.5))
+    meta = os.stat(os.path.join(root, "step-2", ".metadata")).st_mtime
+    os.utime(os.path.join(root, "step-2", "__1_0.distcp"), (meta + 10, meta + 10))
+    write(os.path.join(root, "step-3", ".metadata.tmp"), b"\x80")
+    rep, err = verify(root, 1)
+    check_step(rep, "step-1", "complete")
+    check_step(rep, "step-2", "incomplete", "__1_0.distcp: modified 10.0 s after .metadata "
+               "was written (a later save into this directory was cut short")
+    check_step(rep, "step-3", "incomplete", ".metadata.tmp: there beside .metadata")
+    check_resume(rep, "step-1")
+    # A copy: .metadata first, the data files after (their mtimes later).
+    copy = os.path.join(tmp, "dcp-copy", "step-5")
+    src = os.path.join(root, "step-1")
+    os.makedirs(copy)
+    for name in (".metadata", "__0_0.distcp", "__1_0.distcp"):
+        shutil.copyfile(os.path.join(src, name), os.path.join(copy, name))
+    meta = os.stat(os.path.join(copy, ".metadata")).st_mtime
+    for name in ("__0_0.distcp", "__1_0.distcp"):
+        os.utime(os.path.join(copy, name), (meta + 30, meta + 30))
+    if birth_times(copy):
+        rep, _ = verify(os.path.dirname(copy), 0)
+        check_step(rep, "step-5", "complete")
+    else:
+        print("note: no creation times on %s: a copy whose data files are newer than "
+              "its .metadata is taken for a cut-short save there" % copy)
+
+
 # ---- launch's own layout ------------------------------------------------------------
 
 def test_launch(tmp):
@@ -549,6 +591,7 @@ def main():
         test_deepspeed(tmp)
         test_hf(tmp)
         test_dcp(tmp)
+        test_dcp_rewritten(tmp)
         test_launch(tmp)
         test_bad_input(tmp)
     finally:
