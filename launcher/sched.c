@@ -190,6 +190,30 @@ static int slurm_endpoint(const void *view, char *const *envp, const char *v,
   return dup_out(b, out);
 }
 
+/* "1" on the node named first in the step's node list, the endpoint's
+ * host (slurm_endpoint), else "0". That node is not always SLURM_NODEID
+ * 0: a heterogeneous step (srun -w gpu03 : -w gpu[01-02]) numbers the
+ * nodes component by component while its list is sorted, so node 0
+ * (gpu03) would host a server the others look for on gpu01. Without
+ * SLURMD_NODENAME nothing is said (the SLURM_NODEID row decides). */
+static int slurm_first_node(const void *view, char *const *envp, const char *v,
+                            char **out, char *err, size_t errlen) {
+  const char *me = sched_getenv(envp, "SLURMD_NODENAME");
+  char **hosts = NULL, why[256];
+  size_t n = 0;
+  int first;
+  (void)view;
+  if (me == NULL || *me == '\0')
+    return 0;
+  if (lu_hostlist_expand_err(v, 65536, &hosts, &n, why, sizeof(why)) != 0) {
+    lu_errf(err, errlen, "the node list '%s' does not parse: %s", v, why);
+    return -1;
+  }
+  first = strcmp(hosts[0], me) == 0;
+  lu_hostlist_free(hosts, n);
+  return dup_out(first ? "1" : "0", out);
+}
+
 /* SLURM_GPUS_ON_NODE=0 says nothing about the workers. */
 static int positive(const void *view, char *const *envp, const char *v,
                     char **out, char *err, size_t errlen) {
@@ -253,6 +277,8 @@ static const sched_var_t slurm_vars[] = {
     {"SLURM_JOB_NODELIST", CFG_S_EXPECTED_HOSTS, 0, NULL, NULL},
     {"SLURM_STEP_NODELIST", CFG_S_SCHED_ENDPOINT, 0, slurm_endpoint, named_rdzv},
     {"SLURM_JOB_NODELIST", CFG_S_SCHED_ENDPOINT, 0, slurm_endpoint, named_rdzv},
+    {"SLURM_STEP_NODELIST", CFG_S_SCHED_HOST, 0, slurm_first_node, NULL},
+    {"SLURM_JOB_NODELIST", CFG_S_SCHED_HOST, 0, slurm_first_node, NULL},
     {"SLURM_NODEID", CFG_S_SCHED_HOST, 0, index_is_zero, NULL},
     /* several slurmd may share a host: the node's name is slurmd's */
     {"SLURMD_NODENAME", CFG_S_HOSTNAME, 0, NULL, NULL},

@@ -612,6 +612,29 @@ static void test_slurm(void) {
   ASSERT_STR_EQ("127.0.0.1", c.endpoint_host);
   ASSERT_EQ(36, (int)strlen(c.run_id));
   cfg_free(&c);
+  /* a heterogeneous step (srun -w gpu03 : -w gpu[01-02], as Slurm 22.05
+   * sets it): node 0 is gpu03, its list sorted; the endpoint's node, the
+   * first of the list, hosts, node 0 joins it */
+#define SLURM_HET_STEP                                                         \
+  "SLURM_JOB_ID=7", "SLURM_STEP_ID=2", "SLURM_HET_SIZE=2",                     \
+      "SLURM_STEP_NUM_NODES=3", "SLURM_STEP_NODELIST=gpu[01-03]",              \
+      "SLURM_JOB_NODELIST=gpu[01-03]", "SLURM_STEP_TASKS_PER_NODE=1(x3)"
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(SLURM_HET_STEP, "SLURM_NODEID=0",
+                         "SLURMD_NODENAME=gpu03"),
+                     err, sizeof(err)));
+  ASSERT_STR_EQ("gpu01", c.endpoint_host);
+  ASSERT_EQ(0, c.is_host);
+  ASSERT_EQ(0, c.pref_node_rank);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(SLURM_HET_STEP, "SLURM_NODEID=1",
+                         "SLURMD_NODENAME=gpu01"),
+                     err, sizeof(err)));
+  ASSERT_STR_EQ("gpu01", c.endpoint_host);
+  ASSERT_EQ(1, c.is_host);
+  ASSERT_EQ(1, c.pref_node_rank);
+  cfg_free(&c);
   /* a node list that does not parse is named, with what is wrong */
   expect_error(ARGS("x"),
                ENV("SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=gpu[01-04",
