@@ -1726,6 +1726,32 @@ static int finish_tasks(cfg_t *c, char *err, size_t n) {
   return 0;
 }
 
+/* A Slurm step whose nodes launch's own flags contradict, where the
+ * rendezvous is the step's (its first node, its port, run id JOB.STEP): no
+ * node outside the step can join, so the job would wait out the join
+ * timeout or leave nodes behind. Said at once, on every node. */
+static int slurm_step_fit(cfg_t *c, char *err, size_t n) {
+  const char *ep = c->given_by[CFG_S_SCHED_ENDPOINT];
+  const char *hl = c->given_by[CFG_S_EXPECTED_HOSTS];
+  int slurm_ep = c->sched_endpoint && ep && !strncmp(ep, "SLURM_", 6);
+  char want[32];
+  if (!slurm_ep || hl == NULL || strncmp(hl, "SLURM_", 6) != 0 ||
+      c->nexpected == 0 ||
+      ((int)c->nexpected >= c->min_nodes && (int)c->nexpected <= c->max_nodes))
+    return 0;
+  snprintf(want, sizeof(want), c->min_nodes == c->max_nodes ? "%d" : "%d:%d",
+           c->min_nodes, c->max_nodes);
+  return fail(err, n, "--nnodes %s%s, but this Slurm step runs on %zu "
+                      "node%s (%s=%s), and its rendezvous (%s:%d, job %s) is "
+                      "the step's own: no other node can join it. Run srun "
+                      "-N%d (sbatch --nodes), drop --nnodes, or give "
+                      "--rdzv-endpoint of a launch server every node of the "
+                      "job joins (docs/schedulers.md)",
+              want, from_var(c, CFG_S_NNODES), c->nexpected,
+              c->nexpected == 1 ? "" : "s", hl, sched_getenv(c->environ, hl),
+              c->endpoint_host, c->endpoint_port, c->run_id, c->max_nodes);
+}
+
 /* launch in an sbatch script (or salloc shell) of a multi-node allocation,
  * not under srun: it runs on this node alone, which nothing else says. */
 static void slurm_outside_step(cfg_t *c) {
@@ -1793,7 +1819,8 @@ static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
     lu_parse_int(s, 1, CFG_MAX_NPROC, &c->nproc);
   }
   if ((c->from_tasks && (rc = finish_tasks(c, err, n)) != 0) ||
-      (rc = finish_rdzv(c, err, n)) != 0 || (rc = finish_output(c, err, n)))
+      (rc = finish_rdzv(c, err, n)) != 0 ||
+      (rc = slurm_step_fit(c, err, n)) != 0 || (rc = finish_output(c, err, n)))
     return rc;
   slurm_outside_step(c);
   /* Binding: each rank on its GPU's NUMA node, memory preferred there, when

@@ -635,6 +635,24 @@ static void test_slurm(void) {
   ASSERT_EQ(1, c.is_host);
   ASSERT_EQ(1, c.pref_node_rank);
   cfg_free(&c);
+  /* --nnodes that the step's nodes do not fit, the rendezvous the step's:
+   * said at start (it waited out the join timeout, or node 1 of srun -N2
+   * --nnodes 1 found the job finished: exit 75) */
+  expect_error(ARGS("--nnodes", "8", "x"), ENV(SLURM_STEP, "SLURM_NODEID=0"),
+               "--nnodes 8, but this Slurm step runs on 4 nodes "
+               "(SLURM_STEP_NODELIST=gpu[01-04]), and its rendezvous");
+  expect_error(ARGS("--nnodes", "1", "x"), ENV(SLURM_STEP, "SLURM_NODEID=1"),
+               "Run srun -N1 (sbatch --nodes), drop --nnodes, or give "
+               "--rdzv-endpoint");
+  expect_error(ARGS("x"), ENV(SLURM_STEP, "SLURM_NODEID=0", "PET_NNODES=2"),
+               "--nnodes 2 (from PET_NNODES), but this Slurm step runs on 4");
+  ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "2:4", "x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=0"), err, sizeof(err)));
+  cfg_free(&c);
+  /* a rendezvous of its own may gather several steps' nodes */
+  ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "8", "--rdzv-endpoint", "h:5", "x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=0"), err, sizeof(err)));
+  cfg_free(&c);
   /* a node list that does not parse is named, with what is wrong */
   expect_error(ARGS("x"),
                ENV("SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=gpu[01-04",

@@ -16,7 +16,8 @@ node names resolve without DNS), all under a mktemp -d and ended by pid.
   4. preemption: scancel --signal=USR1 reaches every worker, scancel's
      SIGTERM then gives them --stop-timeout to checkpoint; one that ignores
      SIGTERM is killed after it.
-  5. a late node is named while the others wait.
+  5. a late node is named while the others wait; --nnodes unlike the
+     step's node count stops every node at start, saying so.
   6. examples/slurm/train.sbatch runs as written (but for GPUs and program).
 
 Skipped (77) where Slurm cannot start (not root, no packages and no way to
@@ -433,6 +434,27 @@ def case_missing_node(cl):
     print("a late node: named as missing while the others waited")
 
 
+def case_step_disagrees(cl):
+    """--nnodes that the step's node list contradicts: a clear error at
+    start on every node (it waited out the join timeout, exit 75, or the
+    node beyond --nnodes found the job finished)."""
+    for nn, nodes in (("4", 2), ("1", 2)):
+        t0 = time.time()
+        rc, out = srun(cl, ["-N%d" % nodes, LAUNCH, "--nnodes", nn,
+                            "--nproc-per-node", "1", "--rdzv-conf",
+                            "join_timeout=20",
+                            os.path.join(BIN, "allreduce_check"), "--cpu"])
+        want = ("--nnodes %s, but this Slurm step runs on %d nodes "
+                "(SLURM_STEP_NODELIST=" % (nn, nodes))
+        if rc != 2 or out.count(want) != nodes or "srun -N%s" % nn not in out:
+            fail("srun -N%d launch --nnodes %s: exit %d, want 2 and '%s' "
+                 "from each node" % (nodes, nn, rc, want), out)
+        if time.time() - t0 > 15 * MULT:
+            fail("srun -N%d launch --nnodes %s: took %.0f s" % (
+                nodes, nn, time.time() - t0), out)
+    print("--nnodes unlike the step's nodes: exit 2 at start, saying so")
+
+
 def case_sbatch(cl):
     """examples/slurm/train.sbatch as it is, but for the GPUs and the
     program: this cluster has no GPU (--gpus-per-node=0 on the command line
@@ -473,6 +495,7 @@ def main():
         case_allreduce(cl)
         case_from_tasks(cl)
         case_missing_node(cl)
+        case_step_disagrees(cl)
         case_preemption(cl)
         case_sbatch(cl)
         case_train_gpt(cl)
