@@ -1733,8 +1733,23 @@ static int finish_tasks(cfg_t *c, char *err, size_t n) {
 static int slurm_step_fit(cfg_t *c, char *err, size_t n) {
   const char *ep = c->given_by[CFG_S_SCHED_ENDPOINT];
   const char *hl = c->given_by[CFG_S_EXPECTED_HOSTS];
+  const char *tl = c->given_by[CFG_S_TASK_LOCAL_WORLD];
+  const char *nn = c->given_by[CFG_S_NNODES];
   int slurm_ep = c->sched_endpoint && ep && !strncmp(ep, "SLURM_", 6);
   char want[32];
+  /* srun --ntasks-per-node=8 launch (no --from-tasks): eight agents on a
+   * node, each taking the node's place and its GPUs */
+  if (!c->from_tasks && c->task_local_world > 1 && tl &&
+      !strncmp(tl, "SLURM_", 6) &&
+      (slurm_ep || (nn && !strncmp(nn, "SLURM_", 6))))
+    return fail(err, n, "srun started %d tasks on this node (%s=%s), each a "
+                        "launch agent, but launch runs one agent per node "
+                        "and starts the node's workers itself: run `srun "
+                        "--ntasks-per-node=1 launch ...`, or `srun "
+                        "--ntasks-per-node=%d launch --from-tasks ...` for "
+                        "one task per worker (docs/schedulers.md)",
+                c->task_local_world, tl, sched_getenv(c->environ, tl),
+                c->task_local_world);
   if (!slurm_ep || hl == NULL || strncmp(hl, "SLURM_", 6) != 0 ||
       c->nexpected == 0 ||
       ((int)c->nexpected >= c->min_nodes && (int)c->nexpected <= c->max_nodes))

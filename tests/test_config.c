@@ -653,6 +653,24 @@ static void test_slurm(void) {
   ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "8", "--rdzv-endpoint", "h:5", "x"),
                      ENV(SLURM_STEP, "SLURM_NODEID=0"), err, sizeof(err)));
   cfg_free(&c);
+  /* srun --ntasks-per-node=8 launch, no --from-tasks: 8 agents a node */
+  expect_error(ARGS("x"),
+               ENV(SLURM_STEP, "SLURM_NODEID=0", "SLURM_LOCALID=3",
+                   "SLURM_STEP_TASKS_PER_NODE=8(x4)"),
+               "srun started 8 tasks on this node "
+               "(SLURM_STEP_TASKS_PER_NODE=8(x4)), each a launch agent");
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=0",
+                         "SLURM_STEP_TASKS_PER_NODE=1(x4)"),
+                     err, sizeof(err)));
+  cfg_free(&c);
+  /* two agents a node, each of its own GPUs, given the job's size and a
+   * server: theirs to say */
+  ASSERT_EQ(0, parse(&c, ARGS("--nnodes", "8", "--rdzv-endpoint", "h:5", "x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=0",
+                         "SLURM_STEP_TASKS_PER_NODE=2(x4)"),
+                     err, sizeof(err)));
+  cfg_free(&c);
   /* a node list that does not parse is named, with what is wrong */
   expect_error(ARGS("x"),
                ENV("SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=gpu[01-04",

@@ -17,7 +17,9 @@ node names resolve without DNS), all under a mktemp -d and ended by pid.
      SIGTERM then gives them --stop-timeout to checkpoint; one that ignores
      SIGTERM is killed after it.
   5. a late node is named while the others wait; --nnodes unlike the
-     step's node count stops every node at start, saying so.
+     step's node count, or several agents a node (srun
+     --ntasks-per-node=2 without --from-tasks), stops launch at start,
+     saying so.
   6. examples/slurm/train.sbatch runs as written (but for GPUs and program).
 
 Skipped (77) where Slurm cannot start (not root, no packages and no way to
@@ -453,6 +455,18 @@ def case_step_disagrees(cl):
             fail("srun -N%d launch --nnodes %s: took %.0f s" % (
                 nodes, nn, time.time() - t0), out)
     print("--nnodes unlike the step's nodes: exit 2 at start, saying so")
+    # srun --ntasks-per-node=2 launch, no --from-tasks: two agents a node
+    # (one hosted, the other found the port taken; exit 75)
+    rc, out = srun(cl, ["-N2", "--ntasks-per-node=2", LAUNCH,
+                        "--nproc-per-node", "1", "--rdzv-conf",
+                        "join_timeout=20",
+                        os.path.join(BIN, "allreduce_check"), "--cpu"])
+    want = ("srun started 2 tasks on this node "
+            "(SLURM_STEP_TASKS_PER_NODE=2(x2)), each a launch agent")
+    if rc != 2 or out.count(want) != 4 or "--from-tasks" not in out:
+        fail("srun --ntasks-per-node=2 launch: exit %d, want 2 and '%s' "
+             "from each task" % (rc, want), out)
+    print("srun --ntasks-per-node=2 launch: exit 2 at start, saying so")
 
 
 def case_sbatch(cl):
