@@ -645,6 +645,9 @@ def main():
             "only" % PYTHON)
     R = {"machine": machine(), "args": vars(args), "load_start": loadavg()}
     tmp = tempfile.mkdtemp(prefix="launch-bench-")
+    # What the jobs leave in TMPDIR (torchrun's torchelastic_* log dirs,
+    # launch's registry launch-UID) goes with tmp.
+    os.environ["TMPDIR"] = tmp
     launch = os.path.join(bin_dir, "launch")
     procs = Procs()
     try:
