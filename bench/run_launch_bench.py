@@ -650,6 +650,11 @@ def main():
     os.environ["TMPDIR"] = tmp
     launch = os.path.join(bin_dir, "launch")
     procs = Procs()
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
+    interrupted = False
     try:
         if "trivial" in only:
             wait_quiet(R, "trivial", args.wait_quiet)
@@ -696,8 +701,13 @@ def main():
             if torch_ok:
                 R["many_small"]["torchrun"] = many(procs, bin_dir, tmp, "torchrun",
                                                    args.torch_agents, 1)
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         procs.cleanup()
+    if interrupted:
+        shutil.rmtree(tmp, ignore_errors=True)
+        sys.exit("interrupted: every process it started is ended, %s removed" % tmp)
     failed = any(isinstance(v, dict) and (v.get("failed") or 0) > 0
                  for sec in SECTIONS for v in R.get(sec, {}).values())
     if failed:
