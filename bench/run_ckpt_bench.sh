@@ -37,13 +37,24 @@ fi
 dd_mbs=()
 direct_mbs=()
 ours=()
+# dd writes the checkpoint's size in 8 MiB blocks (1 MiB ones when the
+# size is no multiple of 8).
+if [ $((size_mb % 8)) -eq 0 ]; then
+  dd_bs=(bs=8M count=$((size_mb / 8)))
+else
+  dd_bs=(bs=1M count="$size_mb")
+fi
 # dd reports bytes/s including the final fsync (conv=fsync). OUT $mbs.
 dd_once() {
   local out bytes secs
-  out=$(dd if=/dev/zero of="$tmp/dd.bin" bs=8M count=$((size_mb / 8)) \
+  out=$(dd if=/dev/zero of="$tmp/dd.bin" "${dd_bs[@]}" \
         conv=fsync "$@" 2>&1 | tail -1)
   rm -f "$tmp/dd.bin"
   bytes=$(echo "$out" | awk '{print $1}')
+  if [ "$bytes" != $((size_mb << 20)) ]; then
+    echo "run_ckpt_bench: dd wrote ${bytes:-nothing} bytes, not $((size_mb << 20)): $out" >&2
+    exit 1
+  fi
   secs=$(echo "$out" | sed -n 's/.*copied, \([0-9.e+-]*\) s.*/\1/p')
   mbs=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.1f", b / s / 1e6 }')
 }
