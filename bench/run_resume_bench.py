@@ -238,8 +238,20 @@ def main():
     launch = os.path.join(a.build, "bin", "launch")
     train = os.path.join(a.build, "bin", "train_gpt")
     res = {"launch": [], "torchrun": []}
+    # What the jobs leave in TMPDIR (torchrun's torchelastic_* log dirs,
+    # torch's torchinductor_USER, launch's registry launch-UID) goes too.
+    top = tempfile.mkdtemp(prefix="resume-bench-")
+    env["TMPDIR"] = top
+    try:
+        run_all(a, py, env, victim, launch, train, res, top)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    report(a, res)
+
+
+def run_all(a, py, env, victim, launch, train, res, top):
     for i in range(a.repeat):
-        d = tempfile.mkdtemp(prefix="resume-bench-")
+        d = tempfile.mkdtemp(prefix="run-", dir=top)
         try:
             if a.only != "torchrun":
                 argv = [launch, "--standalone", "--nproc-per-node", str(a.nproc),
@@ -273,6 +285,9 @@ def main():
                       "checkpoint read %.0f ms%s" % ((i + 1, k) + v[-1][:3] + (
                           "; agreement %.3f s: %s" % v[-1][3] if v[-1][3]
                           else "",)), flush=True)
+
+
+def report(a, res):
     out = {}
     for k, v in res.items():
         if v:
