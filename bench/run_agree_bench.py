@@ -35,6 +35,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where a failed run's logs are kept: launchtest's scratch dir replaces
+# TMPDIR and is removed at exit.
+KEEP_DIR = os.environ.get("TMPDIR") or "/tmp"
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 import ckptfix  # noqa: E402
 import launchtest as lt  # noqa: E402  (free_port; its scratch dir holds ours)
@@ -121,8 +124,12 @@ def one_run(bin_dir, n, ckpt, tmp):
     ok = all(rc == 0 for rc in rcs) and len(res["down"]) == n and \
         len(res["form"]) == n and (len(res["agree"]) == n or not ckpt)
     if not ok:
+        # Out of tmp (and of launchtest's scratch dir), both removed at exit.
+        kept = tempfile.mkdtemp(prefix="agree-bench-failed-", dir=KEEP_DIR)
+        shutil.move(d, kept)
         print("  %d nodes: a run failed (exit codes %s, %d restart events); "
-              "kept %s" % (n, sorted(set(rcs)), len(res["down"]), d))
+              "its logs and event logs kept in %s" % (
+                  n, sorted(set(rcs)), len(res["down"]), kept))
         return None
     shutil.rmtree(d)
     res["cpu_s"] = (after.ru_utime + after.ru_stime) - \
