@@ -138,6 +138,9 @@ def run(build, nproc, seconds, metrics, nvml=None):
                           open(log.name).read())
             port = int(m.group(1)) if m else None
             time.sleep(0.05)
+        if metrics and port is None:
+            sys.exit("run_metrics_bench: the agent printed no metrics port in "
+                     "20 s; its output:\n" + open(log.name).read()[-3000:])
         time.sleep(3)
         conn = http.client.HTTPConnection("127.0.0.1", port) if metrics else None
         smp = sampler_of(p.pid) if metrics else None
@@ -148,6 +151,10 @@ def run(build, nproc, seconds, metrics, nvml=None):
                 conn.request("GET", "/metrics")
                 body = conn.getresponse().read()
             time.sleep(1)
+        if p.poll() is not None:
+            sys.exit("run_metrics_bench: the job exited %d before the end of "
+                     "the measurement (no figure); its output:\n%s" % (
+                         p.returncode, open(log.name).read()[-3000:]))
         res["cpu_per_s"] = (cpu_s(p.pid) - c0) / (time.time() - w0)
         if smp:
             res["smp_cpu_per_s"] = (cpu_s(smp) - s0) / (time.time() - w0)
@@ -190,6 +197,12 @@ def main():
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--nvml", help="LAUNCH_NVML_LIBRARY for both runs")
     a = ap.parse_args()
+    hw = os.path.join(a.build, "tests", "hang_worker")
+    if not os.access(os.path.join(a.build, "bin", "launch"), os.X_OK) or \
+            not os.access(hw, os.X_OK):
+        sys.exit("run_metrics_bench: %s/bin/launch or %s is missing: build them "
+                 "(hang_worker needs -DLAUNCH_BUILD_TESTS=ON; cmake --build %s "
+                 "--target launch hang_worker)" % (a.build, hw, a.build))
     off = run(a.build, a.nproc, a.seconds, False, a.nvml)
     on = run(a.build, a.nproc, a.seconds, True, a.nvml)
     print("agent, %d workers reporting 10 Hz, %g s steady state" %
