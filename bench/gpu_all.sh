@@ -12,6 +12,7 @@
 # others go on.
 set -u
 B=${1:?usage: gpu_all.sh BUILD_DIR [OUT]}
+B=$(cd "$B" && pwd) || { echo "gpu_all.sh: no build directory $1" >&2; exit 2; }
 OUT=${2:-${OUT:-/tmp/out}}
 BUDGET=${BUDGET_S:-560}
 PARTS=${PARTS:-"tests gpt scaling resume launch topo store load agents ckpt adv torchlaunch metrics"}
@@ -23,6 +24,8 @@ for p in python3 /usr/bin/python3 /usr/local/bin/python3; do
   if command -v "$p" >/dev/null && "$p" -c "import torch" 2>/dev/null; then PY=$(command -v "$p"); break; fi
 done
 export PYTHON_EXEC=$PY PYTHON=$PY
+# A test binary: the build puts it in tests/ (bin/ in older carried builds).
+tbin() { if [ -x "$B/tests/$1" ]; then echo "$B/tests/$1"; else echo "$B/bin/$1"; fi; }
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 step() { # PART LABEL SECONDS COMMAND...
   local part=$1 label=$2 t=$3
@@ -36,9 +39,9 @@ step() { # PART LABEL SECONDS COMMAND...
 {
   date -u; nvidia-smi -L; nproc; free -g | head -2
   echo "python: $PY $($PY -c 'import torch;print(torch.__version__, torch.cuda.nccl.version())' 2>&1)"
-  step tests "test_gpt_cuda_kernels" 40 "$B/bin/test_gpt_cuda_kernels"
-  step tests "test_gpt_cuda_graph" 40 "$B/bin/test_gpt_cuda_graph"
-  step tests "test_gpt_cuda_model" 60 "$B/bin/test_gpt_cuda_model"
+  step tests "test_gpt_cuda_kernels" 40 "$(tbin test_gpt_cuda_kernels)"
+  step tests "test_gpt_cuda_graph" 40 "$(tbin test_gpt_cuda_graph)"
+  step tests "test_gpt_cuda_model" 60 "$(tbin test_gpt_cuda_model)"
   step tests "launch topo --json: no cache, cold, warm (the same bytes)" 30 sh -c '
     d=$(mktemp -d) && for m in 0 1 2; do XDG_RUNTIME_DIR=$d LAUNCH_TOPO_CACHE=$((m > 0)) "$0/bin/launch" \
       topo --json --nproc-per-node 8 >"$d/$m.json" || exit 1; done &&
@@ -47,8 +50,8 @@ step() { # PART LABEL SECONDS COMMAND...
   step tests "cuBLASLt tuning cache: first and second start" 60 sh -c '
     d=$(mktemp -d) && for i in 1 2; do GPT_CUDA_TUNE_CACHE=$d/tune.txt "$0/bin/gpt_bench" --steps 3 \
       --warmup 1 --profile 0 | grep -E "backend after|RESULT"; done; rm -r "$d"' "$B"
-  step tests "test_aff_gpu_probe" 30 "$B/bin/test_aff_gpu_probe"
-  step tests "test_aff_libs" 30 "$B/bin/test_aff_libs"
+  step tests "test_aff_gpu_probe" 30 "$(tbin test_aff_gpu_probe)"
+  step tests "test_aff_libs" 30 "$(tbin test_aff_libs)"
   step tests "launch topo --gpu-probe check" 30 "$B/bin/launch" topo --gpu-probe check
   step tests "launch doctor" 30 "$B/bin/launch" doctor
   step tests "launch env ASYNC name" 20 sh -c "'$B/bin/launch' env --all --no-python '$PY' x.py | grep ASYNC"
@@ -71,8 +74,8 @@ step() { # PART LABEL SECONDS COMMAND...
   step agents "run_agents 256 1024" 120 bash bench/run_agents.sh --build "$B" --agents "256 1024" --runs 1
   step ckpt "run_ckpt_bench vs dd" 100 env BENCH_BUILD_DIR="$B" BENCH_RUNS=3 BENCH_SETTLE=1 \
     bash bench/run_ckpt_bench.sh
-  step adv "run_adv_latency (every memory attack at once)" 150 env LAUNCH_BIN="$PWD/$B/bin/launch" \
-    ADV_TEST_BIN="$PWD/$B/bin/test_adv_memory" BENCH_RUNS=${ADV_RUNS:-8} bash bench/run_adv_latency.sh "$B"
+  step adv "run_adv_latency (every memory attack at once)" 150 env LAUNCH_BIN="$B/bin/launch" \
+    ADV_TEST_BIN="$(tbin test_adv_memory)" BENCH_RUNS=${ADV_RUNS:-8} bash bench/run_adv_latency.sh "$B"
   step torchlaunch "test_torch_launch with torch 2.11" 200 env LAUNCH_BIN="$B/bin/launch" \
     LAUNCH_BUILD_DIR="$B" LAUNCH_SOURCE_DIR="$PWD" "$PY" tests/test_torch_launch.py
   step metrics "metrics collection cost with and without NVML, NVML's memory (#23)" 60 \
