@@ -48,8 +48,9 @@ step() { # PART LABEL SECONDS COMMAND...
     md5sum "$d"/*.json && [ "$(md5sum "$d"/*.json | cut -d" " -f1 | sort -u | wc -l)" = 1 ] &&
     echo "topology identical with and without the cache"; rc=$?; rm -r "$d"; exit $rc' "$B"
   step tests "cuBLASLt tuning cache: first and second start" 60 sh -c '
-    d=$(mktemp -d) && for i in 1 2; do GPT_CUDA_TUNE_CACHE=$d/tune.txt "$0/bin/gpt_bench" --steps 3 \
-      --warmup 1 --profile 0 | grep -E "backend after|RESULT"; done; rm -r "$d"' "$B"
+    d=$(mktemp -d) && rc=0 && for i in 1 2; do GPT_CUDA_TUNE_CACHE=$d/tune.txt "$0/bin/gpt_bench" \
+      --steps 3 --warmup 1 --profile 0 >"$d/out" 2>&1 || { rc=$?; tail -5 "$d/out"; }
+      grep -E "backend after|RESULT" "$d/out"; done; rm -r "$d"; exit $rc' "$B"
   step tests "test_aff_gpu_probe" 30 "$(tbin test_aff_gpu_probe)"
   step tests "test_aff_libs" 30 "$(tbin test_aff_libs)"
   step tests "launch topo --gpu-probe check" 30 "$B/bin/launch" topo --gpu-probe check
