@@ -35,18 +35,25 @@ for size in $SIZES; do
   "$PY" "$HERE/torch_gpt2.py" "${shape[@]}" --compile --steps "$STEPS" --warmup "$WARMUP" 2>&1 |
     tee "$OUTDIR/bench_torch_compile_$size.log"
 done
-"$PY" - "$OUTDIR" $SIZES <<'PY'
+EAGER=$EAGER "$PY" - "$OUTDIR" $SIZES <<'PY'
 import os, sys
 d, sizes = sys.argv[1], sys.argv[2:]
+impls = ("launch_cuda",) + (("torch_eager",) if os.environ["EAGER"] == "1" else ()) + (
+    "torch_compile",)
+missing = []
 for size in sizes:
     rows = []
-    for impl in ("launch_cuda", "torch_eager", "torch_compile"):
+    for impl in impls:
+        log = os.path.join(d, f"bench_{impl}_{size}.log")
+        n = len(rows)
         try:
-            for line in open(os.path.join(d, f"bench_{impl}_{size}.log")):
+            for line in open(log):
                 if line.startswith("RESULT "):
                     rows.append(dict(kv.split("=", 1) for kv in line.split()[1:]))
         except OSError:
             pass
+        if len(rows) == n:
+            missing.append(f"gpt2-{size} {impl} (see {log})")
     if not rows:
         print(f"\n{size}: no RESULT lines: see the logs above")
         continue
@@ -57,4 +64,6 @@ for size in sizes:
         up = float(base["tok_s"]) / float(r["tok_s"]) if base else float("nan")
         print(f"| {r['impl']} | {float(r['tok_s']):,.0f} | {float(r['ms']):.2f} | "
               f"{100 * float(r['mfu']):.1f}% | {float(r['mem_gib']):.2f} | {up:.2f}x |")
+if missing:
+    sys.exit("run_gpt_bench.sh: no RESULT line, the run failed: " + "; ".join(missing))
 PY
