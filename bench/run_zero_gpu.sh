@@ -12,7 +12,15 @@ B=${1:-.gpu-build/bin}
 ROUNDS=${ZERO_BENCH_ROUNDS:-2}
 STEPS=${ZERO_BENCH_STEPS:-40}
 T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+pid=
+# train_gpt runs in the background (SIGINT ignored there): ended by pid on
+# any exit, Ctrl-C included.
+cleanup() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; fi
+  rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 unset RANK WORLD_SIZE LOCAL_RANK LAUNCH_RESUME_STEP LAUNCH_CKPT_DIR
 seq 1 3000000 >"$T/data.txt" # text, its bytes the tokens
 M=(--preset gpt2-124m --vocab 50257 --batch 16 --seq-len 1024 --steps "$STEPS"
@@ -29,7 +37,8 @@ for _ in $(seq 1 "$ROUNDS"); do
       [ -n "$u" ] && [ "$u" -gt "$peak" ] && peak=$u
       sleep 0.5
     done
-    wait "$pid" || { cat "$T/log" >&2; echo "run_zero_gpu: --zero $z failed" >&2; exit 1; }
+    wait "$pid" || { pid=; cat "$T/log" >&2; echo "run_zero_gpu: --zero $z failed" >&2; exit 1; }
+    pid=
     st=$(sed -n 's/.*AdamW state: \([0-9.]*\) MiB.*/\1/p' "$T/log")
     ms=$(sed -n 's/.*final: .* | \([0-9.]*\) ms\/step.*/\1/p' "$T/log")
     tps=$(sed -n 's/.*final: .* ms\/step, \([0-9]*\) tok\/s.*/\1/p' "$T/log")
