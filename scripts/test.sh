@@ -65,7 +65,7 @@ if [ $status -eq 0 ] && [ -z "${SKIP_TSAN:-}" ]; then
     || status=$?
 fi
 
-# 6 s a target, one target a core (36 targets: ~2 minutes on 2 cores): a
+# 6 s a target, one target a core (38 targets: ~2 minutes on 2 cores): a
 # smoke run over each decoder's corpus and a few new inputs; longer runs:
 # FUZZ_SECONDS=300 bash scripts/fuzz-short.sh.
 if [ $status -eq 0 ] && [ -x scripts/fuzz-short.sh ] && command -v clang >/dev/null; then
