@@ -459,16 +459,18 @@ static void vc_to_front(vc_task_t *t, int at, int i) {
 }
 
 /* The tasks in the pytorch plugin's order: its master task (master: the
- * one whose first pod MASTER_ADDR names, -1 for the task named "master"),
- * its worker task ("worker": RANK = the pod's index + 1), then the others
- * by name. */
-static void vc_order(vc_task_t *t, int n, int master) {
+ * key of the one whose first pod MASTER_ADDR names, NULL for the task named
+ * "master"), its worker task ("worker": RANK = the pod's index + 1), then
+ * the others by name. */
+static void vc_order(vc_task_t *t, int n, const char *master) {
+  char key[sizeof(t->key)];
+  vc_task_t *m;
   int at = 0;
+  /* by key: the sort moves the task (and master, when it is its key) */
+  lu_strlcpy(key, master ? master : "MASTER", sizeof(key));
   qsort(t, (size_t)n, sizeof(*t), cmp_task);
-  if (master < 0)
-    master = vc_find(t, n, "MASTER") ? (int)(vc_find(t, n, "MASTER") - t) : -1;
-  if (master >= 0)
-    vc_to_front(t, at++, master);
+  if ((m = vc_find(t, n, key)) != NULL)
+    vc_to_front(t, at++, (int)(m - t));
   for (int i = at; i < n; i++)
     if (strcmp(t[i].key, "WORKER") == 0)
       vc_to_front(t, at++, i);
@@ -495,7 +497,7 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
   const char *me = sched_getenv(envp, "HOSTNAME");
   char key[128], names[512] = "", handset[256] = "";
   vc_task_t *pick = NULL;
-  vc_order(t, n, -1);
+  vc_order(t, n, NULL);
   for (int i = 0; i < n; i++) {
     vc_name(t[i].key, key, sizeof(key));
     lu_list_add(names, sizeof(names), key);
@@ -517,7 +519,7 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
     if (pick) {
       /* the plugin counts the master and worker tasks' pods (Volcano
        * #4238; before it, every task's): those tasks come first */
-      vc_order(t, n, (int)(pick - t));
+      vc_order(t, n, pick->key);
       pick = &t[0];
       ours = t[0].n + (n > 1 && !strcmp(t[1].key, "WORKER") ? t[1].n : 0);
       if ((long long)pods != v->world && (long long)ours == v->world)

@@ -762,7 +762,7 @@ static void vc_file(const char *name, const char *text) {
 static void vc_clear(void) {
   char path[600];
   const char *names[] = {"trainer.host", "master.host", "worker.host",
-                         "eval.host", "tensorboard.host"};
+                         "eval.host", "tensorboard.host", "chief.host"};
   for (size_t i = 0; i < LU_ARRAY_SIZE(names); i++) {
     snprintf(path, sizeof(path), "%s/%s", vc_root, names[i]);
     unlink(path);
@@ -855,6 +855,37 @@ static void test_volcano(void) {
     ASSERT_EQ(w, (int)c.nexpected);
     ASSERT_STR_EQ("pt-worker-2.pt", c.expected_hosts[3]);
     cfg_free(&c);
+  }
+  vc_clear();
+  /* the plugin's master task named otherwise (pytorch: ["--master=chief"])
+   * beside a task named worker: the pod's name is its own, the chief's pod
+   * is node 0; an eval task is not counted (Volcano #4238) */
+  vc_file("chief.host", "pc-chief-0.pc\n");
+  vc_file("worker.host", "pc-worker-0.pc\npc-worker-1.pc\n");
+  for (int e = 0; e < 2; e++) {
+    const char *hn[] = {"HOSTNAME=pc-chief-0", "HOSTNAME=pc-worker-0",
+                        "HOSTNAME=pc-worker-1"};
+    const char *rk[] = {"RANK=0", "RANK=1", "RANK=2"};
+    const char *ix[] = {"VC_TASK_INDEX=0", "VC_TASK_INDEX=0",
+                        "VC_TASK_INDEX=1"};
+    const char *want[] = {"pc-chief-0.pc", "pc-worker-0.pc", "pc-worker-1.pc"};
+    if (e)
+      vc_file("eval.host", "pc-eval-0.pc\n");
+    for (int i = 0; i < 3; i++) {
+      ASSERT_EQ(0, parse(&c, ARGS("x"),
+                         ENV(root_env, ix[i], rk[i], "WORLD_SIZE=3",
+                             "MASTER_ADDR=pc-chief-0.pc", "MASTER_PORT=23456",
+                             hn[i]),
+                         err, sizeof(err)));
+      ASSERT_EQ(3, c.max_nodes);
+      ASSERT_EQ(i, c.pref_node_rank);
+      if (strcmp(c.host, want[i]) != 0)
+        TEST_FAIL("pod %s (RANK %d) took the name %s", want[i], i, c.host);
+      ASSERT_EQ(3, (int)c.nexpected);
+      for (int h = 0; h < 3; h++)
+        ASSERT_STR_EQ(want[h], c.expected_hosts[h]);
+      cfg_free(&c);
+    }
   }
   vc_clear();
   /* hand-set, process-level WORLD_SIZE, RANK and MASTER_ADDR are not the
