@@ -1173,11 +1173,19 @@ static ssize_t frame_over(conn_t *c, const uint8_t *b, size_t n,
     return -1;
   }
   s->stats.requests++;
-  srv__reply_err(c, id, RDZV_ETOOBIG, "%s: request of %u bytes over the "
-                 "server's %u-byte limit (--max-frame); nothing was done: "
-                 "keep values under --max-value (%u bytes), split them, or "
-                 "raise both", proto_op_name((int)op), len, s->cfg.max_frame,
-                 s->cfg.max_value);
+  if (op == PROTO_OP_MGET || op == PROTO_OP_WAIT || op == PROTO_OP_CHECK)
+    /* a key list: no value to shrink */
+    srv__reply_err(c, id, RDZV_ETOOBIG, "%s: request of %u bytes over the "
+                   "server's %u-byte limit (--max-frame); nothing was done: "
+                   "split its keys over several requests, or raise "
+                   "--max-frame", proto_op_name((int)op), len,
+                   s->cfg.max_frame);
+  else
+    srv__reply_err(c, id, RDZV_ETOOBIG, "%s: request of %u bytes over the "
+                   "server's %u-byte limit (--max-frame); nothing was done: "
+                   "keep values under --max-value (%u bytes), split them, or "
+                   "raise both", proto_op_name((int)op), len,
+                   s->cfg.max_frame, s->cfg.max_value);
   srv__limit_hit(s, SRV_LIMIT_MAX_FRAME, s->cfg.max_frame,
                  c->job ? c->job->name : NULL, c->peer, "a %s of %u bytes: "
                  "refused, its bytes dropped as they came",

@@ -307,6 +307,34 @@ static void test_keys(void) {
   free(out);
 }
 
+/* Key lists over --max-frame (many long keys, within the key count): the
+ * error says to split the keys, not to shrink values it has none of. */
+static void test_frame_keys(void) {
+  rdzv_client_t *c = client();
+  enum { N = 2048 };
+  const char **keys = malloc(N * sizeof(*keys));
+  rdzv_value_t *out = malloc(N * sizeof(*out));
+  char *k = malloc(1001);
+  ASSERT(keys && out && k);
+  memset(k, 'k', 1000);
+  k[1000] = '\0';
+  for (size_t i = 0; i < N; i++)
+    keys[i] = k;
+  ASSERT_EQ(RDZV_ETOOBIG, rdzv_multi_get(c, keys, N, out, 0));
+  ASSERT_CONTAINS(rdzv_last_error(c), "--max-frame");
+  if (strstr(rdzv_last_error(c), "values") != NULL ||
+      strstr(rdzv_last_error(c), "split its keys") == NULL)
+    TEST_FAIL("multi_get of %d keys of 1000 bytes: '%s' does not say to "
+              "split the keys", N, rdzv_last_error(c));
+  ASSERT_EQ(RDZV_ETOOBIG, rdzv_wait(c, keys, N, 0));
+  ASSERT_CONTAINS(rdzv_last_error(c), "split its keys");
+  ASSERT_OK(rdzv_ping(c, test_ms(5000)));
+  rdzv_close(c);
+  free(k);
+  free(keys);
+  free(out);
+}
+
 /* A key over RDZV_MAX_KEY: librdzv refuses it before sending, and says
  * why (not the message of the call before); the connection goes on. */
 static void test_long_key(void) {
@@ -383,6 +411,7 @@ int main(void) {
   test_value();
   test_keys();
   test_long_key();
+  test_frame_keys();
   test_server_stop();
   ASSERT_EQ(fds, test_fd_count());
   printf("test_over_limits: ok\n");
