@@ -1562,23 +1562,27 @@ static void take_root(agent_t *a, msg_failure_t *r) {
 /* Without --ckpt-dir a restart starts the trainer at step 1 again: say
  * how far rank 0 had come in this round (its progress key, as rt_progress
  * or a PyTorch trainer writes it), the steps lost. */
+int agent__lost_steps(const char *p, size_t n, long long *step,
+                      long long *ms) {
+  char buf[64];
+  if (n >= sizeof(buf))
+    return -1;
+  memcpy(buf, p, n);
+  buf[n] = '\0';
+  return sscanf(buf, "%lld %lld", step, ms) == 2 && *step > 0 ? 0 : -1;
+}
+
 static void lost_reply(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   agent_t *a = arg;
   const msgpack_object *items;
   uint32_t cnt;
   const char *p;
   size_t n;
-  char buf[64];
   long long step, ms;
   (void)ac;
   if (status != 0 || a->lost_said || proto_arg_array(m, 0, &items, &cnt) != 0 ||
       cnt != 1 || proto_obj_bytes(&items[0], &p, &n) != 0 ||
-      n >= sizeof(buf))
-    return;
-  memcpy(buf, p, n);
-  buf[n] = '\0';
-  if (sscanf(buf, "%lld %lld", &step, &ms) != 2 || step <= 0 ||
-      ms < a->round_unix_ms)
+      agent__lost_steps(p, n, &step, &ms) != 0 || ms < a->round_unix_ms)
     return;
   a->lost_said = 1;
   LU_WARN(&a->log, "no --ckpt-dir: the restarted workers begin again at "
@@ -2224,6 +2228,16 @@ static void probe_at(agent_t *a, const char *addr, int lost) {
   }
 }
 
+int agent__moved_addr(const char *p, size_t n, char *addr, size_t cap) {
+  if (n == 0 || n >= cap)
+    return -1;
+  memcpy(addr, p, n);
+  addr[n] = '\0';
+  /* Written by a host of this job: an address or a host name. */
+  return strspn(addr, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQR"
+                      "STUVWXYZ.:-_") == n ? 0 : -1;
+}
+
 /* A fresh host (no round yet) reads whether a host of the job left word
  * that the job runs elsewhere: an agent started again at a lost host's
  * address, after the others moved on. */
@@ -2240,11 +2254,7 @@ static void moved_reply(ac_t *ac, int status, const proto_msg_t *m,
       proto_arg_array(m, 0, &items, &cnt) != 0 || cnt != 1 ||
       proto_obj_bytes(&items[0], &p, &n) != 0 || n == 0 || n >= sizeof(addr))
     return;
-  memcpy(addr, p, n);
-  addr[n] = '\0';
-  /* Written by a host of this job: an address or a host name. */
-  if (strspn(addr, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQR"
-                   "STUVWXYZ.:-_") != n) {
+  if (agent__moved_addr(p, n, addr, sizeof(addr)) != 0) {
     LU_WARN(&a->log, "the key " MOVED_KEY " of job %s holds no address "
             "(%zu bytes): deleted. A host of this job writes it after a "
             "failover; a worker or a tool of the job wrote this one",

@@ -320,13 +320,17 @@ static void record(etb_t *t, th_t *s, int64_t round, int64_t rev) {
 }
 
 /* Another agent: has the host it follows recorded the round wanted? */
+int etb__round_parse(const char *v, long long *round, long long *hrev) {
+  char extra;
+  return sscanf(v, "%lld %lld%c", round, hrev, &extra) == 2 ? 0 : -1;
+}
+
 static void check_round(etb_t *t, th_t *s, int64_t rev) {
   etcd_reply_t r;
   long long round, hrev;
-  char extra;
   if (seen(t, s, etcd_get(t->e, t->round_key, &r)) != 0 || !r.found)
     return;
-  if (sscanf(r.value, "%lld %lld%c", &round, &hrev, &extra) != 2)
+  if (etb__round_parse(r.value, &round, &hrev) != 0)
     return; /* not ours: the host writes it again */
   if (hrev == rev)
     round_seen(t, round);
@@ -352,7 +356,6 @@ static int has_work(etb_t *t) {
 
 static void on_event(wctx_t *c, const etcd_event_t *ev) {
   long long round, hrev;
-  char extra;
   if (!strcmp(ev->key, c->t->host_key)) {
     /* a replay of what happened before the key followed was created (a
      * DELETE names no create revision: its own revision says when) */
@@ -367,7 +370,7 @@ static void on_event(wctx_t *c, const etcd_event_t *ev) {
     return;
   }
   if (!strcmp(ev->key, c->t->round_key) && !ev->deleted &&
-      sscanf(ev->value, "%lld %lld%c", &round, &hrev, &extra) == 2) {
+      etb__round_parse(ev->value, &round, &hrev) == 0) {
     if (hrev != c->known) {
       LU_DBG(&c->t->log, LU_DBG_ROUNDS, "etcd watch: round %lld recorded "
              "by the host key of revision %lld, not %" PRId64 " (another "
@@ -601,20 +604,27 @@ int etb_start(uv_loop_t *loop, const cfg_t *o, const lu_log_t *log,
   return 0;
 }
 
-int etb_host(etb_t *t, char *addr, size_t acap, int *port, char *name,
-             size_t ncap, int *here) {
+int etb__host_parse(const char *v, char *addr, size_t acap, int *port,
+                    char *name, size_t ncap) {
   char a[600] = "", n[600] = "";
-  int p = 0, got;
-  pthread_mutex_lock(&t->mu);
-  got = t->host_rev > 0 ? sscanf(t->host, "%599s %d %599s", a, &p, n) : 0;
-  *here = t->here;
-  pthread_mutex_unlock(&t->mu);
+  int p = 0, got = sscanf(v, "%599s %d %599s", a, &p, n);
   if (got < 2 || p <= 0 || p > 65535)
     return -1;
   lu_strlcpy(addr, a, acap);
   lu_strlcpy(name, got == 3 ? n : a, ncap);
   *port = p;
   return 0;
+}
+
+int etb_host(etb_t *t, char *addr, size_t acap, int *port, char *name,
+             size_t ncap, int *here) {
+  char h[sizeof(t->host)] = "";
+  pthread_mutex_lock(&t->mu);
+  if (t->host_rev > 0)
+    lu_strlcpy(h, t->host, sizeof(h));
+  *here = t->here;
+  pthread_mutex_unlock(&t->mu);
+  return etb__host_parse(h, addr, acap, port, name, ncap);
 }
 
 void etb_elect(etb_t *t, int how) {

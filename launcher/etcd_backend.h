@@ -44,6 +44,13 @@ int etb_start(uv_loop_t *loop, const cfg_t *o, const lu_log_t *log,
               const char *my_addr, int my_port, etb_cb cb, void *arg,
               etb_t **out, char *err, size_t errlen);
 /* The host the last election chose. RET 0, or -1 when none yet. */
+/* The values other agents write (fuzz_store_vals drives them):
+ * host_parse: the host key's "ADDR PORT [NAME]". RET 0, -1 when it is
+ *   not one (a port outside 1..65535).
+ * round_parse: the round key's "ROUND HOST-REVISION". RET 0 or -1. */
+int etb__host_parse(const char *v, char *addr, size_t acap, int *port,
+                    char *name, size_t ncap);
+int etb__round_parse(const char *v, long long *round, long long *hrev);
 int etb_host(etb_t *t, char *addr, size_t acap, int *port, char *name,
              size_t ncap, int *here);
 /* The host was lost: elect another. ETB_ELECT_AFTER: the key of the lost

@@ -109,7 +109,7 @@ int hang_parse_signal(const char *s) {
 /* The state letter of /proc/PID/stat (R running, S sleeping, D disk, T
  * stopped, t traced, Z zombie), '?' when unreadable. */
 static char proc_state(pid_t pid) {
-  char path[64], buf[512], *p;
+  char path[64], buf[512];
   FILE *f;
   size_t n;
   snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -118,6 +118,11 @@ static char proc_state(pid_t pid) {
   n = fread(buf, 1, sizeof(buf) - 1, f);
   fclose(f);
   buf[n] = '\0';
+  return hang__stat_state(buf);
+}
+
+char hang__stat_state(const char *buf) {
+  const char *p;
   if ((p = strrchr(buf, ')')) == NULL || p[1] != ' ' || p[2] == '\0')
     return '?';
   return p[2];

@@ -115,4 +115,8 @@ int hang_parse_value(const char *p, size_t n, int64_t *step, int64_t *ms,
  * when s is none of these. */
 int hang_parse_signal(const char *s);
 
+/* The state letter of a /proc/PID/stat text (NUL-terminated), '?' when
+ * it is none (hang.c; fuzz_proc_text drives it). */
+char hang__stat_state(const char *buf);
+
 #endif /* HANG_H */

@@ -127,6 +127,9 @@ int launch_ip_is_local(const char *ip);
  * see it: writes "comm (pid N)" to out. RET its pid, 0 when not knowable
  * (nothing listed, or another user's process). */
 int launch_port_holder(int port, char *out, size_t cap);
+/* The inode of the socket listening on port in f, a table of /proc/net/tcp
+ * or tcp6; 0 when none (netaddr.c; fuzz_proc_text drives it). */
+unsigned long launch__listen_inode_in(FILE *f, int port);
 /* Is name one of this node's host names (host: cfg_t's)? */
 int launch_is_my_name(const char *name, const char *host);
 /* host's first address as text. RET 0 or RDZV_ERESOLVE. */

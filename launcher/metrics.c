@@ -200,22 +200,42 @@ struct met_s {
 #endif
 };
 
+int met_parse_stat_cpu(FILE *f, unsigned long long v[8]) {
+  char line[512];
+  memset(v, 0, 8 * sizeof(v[0]));
+  return fgets(line, sizeof(line), f) != NULL &&
+         sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0],
+                &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) >= 4;
+}
+
+void met_parse_meminfo(FILE *f, unsigned long long *total,
+                       unsigned long long *avail) {
+  unsigned long long kb;
+  char line[256], key[64];
+  *total = *avail = 0;
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "%63[^:]: %llu", key, &kb) == 2) {
+      if (!strcmp(key, "MemTotal"))
+        *total = kb * 1024;
+      else if (!strcmp(key, "MemAvailable"))
+        *avail = kb * 1024;
+    }
+}
+
 static void node_cpu(const met_t *m, lu_buf_t *b) {
   static const char *const modes[] = {"user", "nice", "system", "idle",
                                       "iowait", "irq", "softirq", "steal"};
   unsigned long long v[8] = {0};
   long hz = sysconf(_SC_CLK_TCK);
-  char line[512], lab[400];
+  char lab[400];
   FILE *f = fopen("/proc/stat", "r");
+  int ok;
   if (f == NULL)
     return;
-  if (fgets(line, sizeof(line), f) == NULL ||
-      sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
-             &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) < 4) {
-    fclose(f);
-    return;
-  }
+  ok = met_parse_stat_cpu(f, v);
   fclose(f);
+  if (!ok)
+    return;
   if (hz <= 0)
     hz = 100;
   met_family(b, "launch_node_cpu_seconds_total", "counter",
@@ -227,18 +247,12 @@ static void node_cpu(const met_t *m, lu_buf_t *b) {
 }
 
 static void node_mem(const met_t *m, lu_buf_t *b) {
-  unsigned long long total = 0, avail = 0, kb;
-  char line[256], key[64], lab[300];
+  unsigned long long total, avail;
+  char lab[300];
   FILE *f = fopen("/proc/meminfo", "r");
   if (f == NULL)
     return;
-  while (fgets(line, sizeof(line), f))
-    if (sscanf(line, "%63[^:]: %llu", key, &kb) == 2) {
-      if (!strcmp(key, "MemTotal"))
-        total = kb * 1024;
-      else if (!strcmp(key, "MemAvailable"))
-        avail = kb * 1024;
-    }
+  met_parse_meminfo(f, &total, &avail);
   fclose(f);
   if (total == 0)
     return;

@@ -90,6 +90,12 @@ typedef struct met_numa_s {
   unsigned long long hit, miss, foreign, other_node;
 } met_numa_t;
 int met_parse_numastat(const char *line, met_numa_t *out);
+/* /proc/stat's first line: v[0..8) the CPU seconds in ticks by mode.
+ * RET 1 when it held at least 4 numbers, else 0. */
+int met_parse_stat_cpu(FILE *f, unsigned long long v[8]);
+/* /proc/meminfo's MemTotal and MemAvailable in bytes (0: absent). */
+void met_parse_meminfo(FILE *f, unsigned long long *total,
+                       unsigned long long *avail);
 
 /* The node's series (CPU, memory, NUMA, the checkpoint disk, IB/RoCE
  * ports, GPUs through the sampler) into b. The thread that scrapes (one

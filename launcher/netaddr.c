@@ -98,11 +98,22 @@ int launch_resolve_ip(const char *host, char *ip, size_t cap) {
  * /proc/net/tcp, tcp6; 0 when none is listed. */
 static unsigned long listen_inode(int port) {
   static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
-  char line[512];
   for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
     FILE *f = fopen(tables[t], "r");
+    unsigned long inode;
     if (f == NULL)
       continue;
+    inode = launch__listen_inode_in(f, port);
+    fclose(f);
+    if (inode)
+      return inode;
+  }
+  return 0;
+}
+
+unsigned long launch__listen_inode_in(FILE *f, int port) {
+  char line[512];
+  {
     while (fgets(line, sizeof(line), f)) {
       char local[64], remote[64], st[8];
       unsigned long inode;
@@ -113,10 +124,8 @@ static unsigned long listen_inode(int port) {
           strcmp(st, "0A") != 0 || (colon = strrchr(local, ':')) == NULL ||
           strtol(colon + 1, NULL, 16) != port)
         continue;
-      fclose(f);
       return inode;
     }
-    fclose(f);
   }
   return 0;
 }

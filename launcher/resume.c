@@ -278,25 +278,30 @@ static int verify_here(resume_t *r, const resume_view_t *me, int64_t s,
  * replicated state, is no help there). */
 static void foreign_world(const resume_t *r, const ckpt_agreement_t *ag,
                           char *why, size_t n) {
+  resume__foreign_world(r->layout, r->rr.world_size, ag->why, why, n);
+}
+
+void resume__foreign_world(int layout, int world_size, const char *agreed,
+                           char *why, size_t n) {
   long long step = -1;
   int w = 0;
-  if (sscanf(ag->why, "step %lld was written by %d ranks", &step, &w) != 2) {
-    lu_strlcpy(why, ag->why, n);
+  if (sscanf(agreed, "step %lld was written by %d ranks", &step, &w) != 2) {
+    lu_strlcpy(why, agreed, n);
     return;
   }
-  if (r->layout == CKPT_LAYOUT_DEEPSPEED)
+  if (layout == CKPT_LAYOUT_DEEPSPEED)
     lu_errf(why, n, "DeepSpeed step %lld was written by %d ranks "
             "(dp_world_size x mp_world_size in its mp_rank_00_model_states.pt) "
             "and this job has %d; DeepSpeed loads ZeRO partitions only at the "
             "size that wrote them: run with %d ranks, or convert the step to a "
             "universal checkpoint (DeepSpeed's ds_to_universal.py) and load "
-            "that (docs/checkpoints.md)", step, w, r->rr.world_size, w);
+            "that (docs/checkpoints.md)", step, w, world_size, w);
   else
     lu_errf(why, n, "%s step %lld was written by %d ranks, each loading its "
             "own files (DCP saved without collectives: one __R.metadata per "
             "rank), and this job has %d: run with %d ranks "
-            "(docs/checkpoints.md)", ckpt_layout_name((ckpt_layout_t)r->layout),
-            step, w, r->rr.world_size, w);
+            "(docs/checkpoints.md)", ckpt_layout_name((ckpt_layout_t)layout),
+            step, w, world_size, w);
 }
 
 /* Every node's view (iter < 0) or verdict on the iter-th candidate into

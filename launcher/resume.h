@@ -105,4 +105,11 @@ int resume_view_parse(const char *s, size_t len, resume_view_t *v, char *err,
                       size_t errlen);
 void resume_view_free(resume_view_t *v);
 
+/* The refusal for a step of another world size: agreed is the
+ * agreement's why ("step S was written by W ranks"), written out for
+ * layout (ckpt_layout_t) and this job's world_size into why (resume.c;
+ * fuzz_store_vals drives it with what other nodes' views made of it). */
+void resume__foreign_world(int layout, int world_size, const char *agreed,
+                           char *why, size_t n);
+
 #endif /* RESUME_H */

@@ -472,6 +472,9 @@ void srv__trace_req(const char *op, uint64_t t0);
 void srv__trace_begin(const srv_t *s, const char *what, const conn_t *c);
 void srv__trace_end(srv_t *s);
 void srv__trace_thread_end(void);
+/* The run-queue wait (ns) of /proc/thread-self/schedstat's text, 0 when
+ * it holds no two numbers (srv_loop.c; fuzz_proc_text drives it). */
+uint64_t srv__schedstat_wait(const char *buf);
 void srv__lock(srv_t *s);
 void srv__unlock(srv_t *s);
 /* The lock for a short hold that a client's small request waits on. */

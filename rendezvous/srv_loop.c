@@ -64,7 +64,6 @@ static uint64_t cpu_ns(void) {
 static uint64_t queued_ns(void) {
   char buf[96];
   ssize_t n;
-  unsigned long long run = 0, wait = 0;
   if (tr.schedstat_fd == 0) {
     int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
     tr.schedstat_fd = fd >= 0 ? fd : -1;
@@ -75,6 +74,11 @@ static uint64_t queued_ns(void) {
   if (n <= 0)
     return 0;
   buf[n] = '\0';
+  return srv__schedstat_wait(buf);
+}
+
+uint64_t srv__schedstat_wait(const char *buf) {
+  unsigned long long run = 0, wait = 0;
   return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? wait : 0;
 }
 

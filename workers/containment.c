@@ -12,24 +12,34 @@
  * a subtree has its root in the fourth field of mountinfo). RET 0, or -1
  * with why. */
 static int wk_cg_self_dir(char *out, size_t n, char *why, size_t wn) {
-  char line[4096], cg[PATH_MAX] = "", mnt[PATH_MAX] = "", root[PATH_MAX] = "";
-  FILE *f;
-  if ((f = fopen("/proc/self/cgroup", "re")) == NULL) {
+  FILE *cgf, *mi;
+  int rc;
+  if ((cgf = fopen("/proc/self/cgroup", "re")) == NULL) {
     snprintf(why, wn, "/proc/self/cgroup: %s", strerror(errno));
     return -1;
   }
-  while (fgets(line, sizeof(line), f))
+  if ((mi = fopen("/proc/self/mountinfo", "re")) == NULL) {
+    snprintf(why, wn, "/proc/self/mountinfo: %s", strerror(errno));
+    fclose(cgf);
+    return -1;
+  }
+  rc = wk__cg_dir(cgf, mi, out, n, why, wn);
+  fclose(cgf);
+  fclose(mi);
+  return rc;
+}
+#endif
+
+int wk__cg_dir(FILE *cgf, FILE *f, char *out, size_t n, char *why,
+               size_t wn) {
+  char line[4096], cg[PATH_MAX] = "", mnt[PATH_MAX] = "", root[PATH_MAX] = "";
+  while (fgets(line, sizeof(line), cgf))
     if (strncmp(line, "0::", 3) == 0) {
       lu_strlcpy(cg, line + 3, sizeof(cg));
       cg[strcspn(cg, "\n")] = '\0';
     }
-  fclose(f);
   if (cg[0] != '/') {
     snprintf(why, wn, "this process is in no cgroup v2 hierarchy");
-    return -1;
-  }
-  if ((f = fopen("/proc/self/mountinfo", "re")) == NULL) {
-    snprintf(why, wn, "/proc/self/mountinfo: %s", strerror(errno));
     return -1;
   }
   while (fgets(line, sizeof(line), f)) {
@@ -43,7 +53,6 @@ static int wk_cg_self_dir(char *out, size_t n, char *why, size_t wn) {
     lu_strlcpy(mnt, m, sizeof(mnt));
     break;
   }
-  fclose(f);
   if (mnt[0] == '\0') {
     snprintf(why, wn, "no cgroup2 file system is mounted");
     return -1;
@@ -63,8 +72,6 @@ static int wk_cg_self_dir(char *out, size_t n, char *why, size_t wn) {
   }
   return 0;
 }
-
-#endif
 
 /* rmdir dir's sub-cgroups (empty ones: no process), deepest first, and
  * dir. */
@@ -239,11 +246,30 @@ pid_t wk_fork_worker(wk_group_t *g, int k) {
 
 /* ---- containment: subreaper and /proc scans ----------------------------------- */
 
-typedef struct wk_proc_s {
-  pid_t pid, ppid, pgid;
-  char state;
-  unsigned long long start;
-} wk_proc_t;
+int wk__stat_proc(const char *buf, wk_proc_t *x) {
+  const char *p;
+  int field = 3;
+  if ((p = strrchr(buf, ')')) == NULL || p[1] != ' ')
+    return -1;
+  memset(x, 0, sizeof(*x));
+  x->state = p[2];
+  p += 3;
+  /* ") S ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+   * utime stime cutime cstime priority nice threads itrealvalue start" */
+  while (*p && field < 22) {
+    while (*p && *p != ' ')
+      p++;
+    if (*p)
+      p++;
+    field++;
+    if (field == 4)
+      x->ppid = (pid_t)atoi(p);
+    else if (field == 5)
+      x->pgid = (pid_t)atoi(p);
+  }
+  x->start = strtoull(p, NULL, 10);
+  return 0;
+}
 
 /* Every process of /proc (this pid namespace). OUT *out (free it). RET
  * the count, -1 when /proc cannot be read. */
@@ -256,8 +282,8 @@ static int wk_proc_list(wk_proc_t **out) {
   if (d == NULL)
     return -1;
   while ((e = readdir(d)) != NULL) {
-    char path[300], buf[1024], *p;
-    int fd, field = 3;
+    char path[300], buf[1024];
+    int fd;
     ssize_t r;
     wk_proc_t x;
     if (e->d_name[0] < '1' || e->d_name[0] > '9')
@@ -270,26 +296,9 @@ static int wk_proc_list(wk_proc_t **out) {
     if (r <= 0)
       continue;
     buf[r] = '\0';
-    if ((p = strrchr(buf, ')')) == NULL || p[1] != ' ')
+    if (wk__stat_proc(buf, &x) != 0)
       continue;
-    memset(&x, 0, sizeof(x));
     x.pid = (pid_t)atoi(e->d_name);
-    x.state = p[2];
-    p += 3;
-    /* ") S ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
-     * utime stime cutime cstime priority nice threads itrealvalue start" */
-    while (*p && field < 22) {
-      while (*p && *p != ' ')
-        p++;
-      if (*p)
-        p++;
-      field++;
-      if (field == 4)
-        x.ppid = (pid_t)atoi(p);
-      else if (field == 5)
-        x.pgid = (pid_t)atoi(p);
-    }
-    x.start = strtoull(p, NULL, 10);
     if (n == cap) {
       wk_proc_t *nv = realloc(v, sizeof(*v) * (size_t)(cap = cap ? cap * 2 : 256));
       if (nv == NULL)

@@ -97,9 +97,8 @@ static int wk_write_file(const char *path, const char *text) {
 /* Field 22 of /proc/<pid>/stat (start time in clock ticks since boot),
  * 0 when the process is gone. Tells a pid apart from a later reuse. */
 unsigned long long wk_start_time(pid_t pid) {
-  char path[64], buf[1024], *p = NULL;
-  unsigned long long v = 0;
-  int fd, field = 2;
+  char path[64], buf[1024];
+  int fd;
   ssize_t r;
   size_t at = wk_cat(path, 0, sizeof(path), "/proc/");
   at = wk_cat_u(path, at, sizeof(path), (unsigned long long)pid);
@@ -111,8 +110,15 @@ unsigned long long wk_start_time(pid_t pid) {
   if (r <= 0)
     return 0;
   buf[r] = '\0';
+  return wk__stat_start(buf, (size_t)r);
+}
+
+unsigned long long wk__stat_start(const char *buf, size_t r) {
+  const char *p = NULL;
+  unsigned long long v = 0;
+  int field = 2;
   /* "pid (comm) state ppid ...": comm may hold spaces and parentheses. */
-  for (ssize_t i = r - 1; i >= 0; i--)
+  for (ssize_t i = (ssize_t)r - 1; i >= 0; i--)
     if (buf[i] == ')') {
       p = buf + i + 1;
       break;

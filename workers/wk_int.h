@@ -337,4 +337,25 @@ void wk_maybe_done(wk_group_t *g);
 void wk_maybe_exiting(wk_worker_t *w);
 int wk_is_dying(const wk_group_t *g, pid_t pid);
 
+/* Parsers of what /proc says, apart from the reads (the fuzz target
+ * fuzz_proc_text drives them). buf: a NUL-terminated /proc/<pid>/stat.
+ * stat_start: its field 22 (start time), 0 unknown (helpers.c).
+ * stat_exit: the wait status of an exiting process, as wk_exit_status
+ *   (workers.c). RET 0 with *status, else -1.
+ * stat_proc: state, ppid, pgid and start of x (containment.c; x->pid is
+ *   left 0). RET 0, -1 when buf is no stat line.
+ * cg_dir: the cgroup2 directory of the process whose /proc/self/cgroup
+ *   and /proc/self/mountinfo are cgroup and mountinfo (containment.c).
+ *   RET 0, or -1 with why. */
+typedef struct wk_proc_s {
+  pid_t pid, ppid, pgid;
+  char state;
+  unsigned long long start;
+} wk_proc_t;
+unsigned long long wk__stat_start(const char *buf, size_t len);
+int wk__stat_exit(const char *buf, int *status);
+int wk__stat_proc(const char *buf, wk_proc_t *x);
+int wk__cg_dir(FILE *cgroup, FILE *mountinfo, char *out, size_t n, char *why,
+               size_t wn);
+
 #endif /* WK_INT_H */

@@ -150,12 +150,9 @@ int wk_is_dying(const wk_group_t *g, pid_t pid) {
  * RET 0 with *status, -1 when it is not exiting, exits 0, or cannot be
  * told. */
 static int wk_exit_status(pid_t pid, int *status) {
-  char path[64], buf[1024], *p;
-  unsigned long flags = 0;
-  long code = 0;
-  char state;
+  char path[64], buf[1024];
   ssize_t r;
-  int fd, field = 3;
+  int fd;
   snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
   if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
     return -1;
@@ -164,6 +161,15 @@ static int wk_exit_status(pid_t pid, int *status) {
   if (r <= 0)
     return -1;
   buf[r] = '\0';
+  return wk__stat_exit(buf, status);
+}
+
+int wk__stat_exit(const char *buf, int *status) {
+  const char *p;
+  unsigned long flags = 0;
+  long code = 0;
+  char state;
+  int field = 3;
   if ((p = strrchr(buf, ')')) == NULL || p[1] != ' ')
     return -1;
   state = p[2];
