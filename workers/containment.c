@@ -249,7 +249,9 @@ pid_t wk_fork_worker(wk_group_t *g, int k) {
 int wk__stat_proc(const char *buf, wk_proc_t *x) {
   const char *p;
   int field = 3;
-  if ((p = strrchr(buf, ')')) == NULL || p[1] != ' ')
+  /* ") " ending the text (a stat cut short) has no state: reading on
+   * after it ran past the text's NUL */
+  if ((p = strrchr(buf, ')')) == NULL || p[1] != ' ' || p[2] == '\0')
     return -1;
   memset(x, 0, sizeof(*x));
   x->state = p[2];
