@@ -20,7 +20,7 @@
 
 /* ---- config --------------------------------------------------------------------- */
 
-static int parse_allow(srv_t *s, const char *list) {
+int srv__parse_allow(srv_t *s, const char *list) {
   const char *p = list;
   while (p && *p) {
     char item[128];
@@ -210,7 +210,7 @@ int srv_new(uv_loop_t *loop, const srv_config_t *cfg, srv_t **out) {
     free(s);
     return RDZV_ENOMEM;
   }
-  if (cfg->tcpstore_allow && parse_allow(s, cfg->tcpstore_allow) != 0) {
+  if (cfg->tcpstore_allow && srv__parse_allow(s, cfg->tcpstore_allow) != 0) {
     LU_ERR(&s->log, "--tcpstore-allow '%s' does not parse: give addresses or "
                     "CIDR ranges separated by commas (127.0.0.0/8,::1)",
            cfg->tcpstore_allow);

@@ -447,6 +447,12 @@ struct srv_s {
 /* ---- srv_loop.c: the loops and the lock ------------------------------------ */
 
 /* Milliseconds of a monotonic clock, the same on every loop's thread. */
+/* --tcpstore-allow: "ADDR[/PREFIX],..." (IPv4 and IPv6, at most 16) into
+ * s->allow. RET 0 or RDZV_EINVAL. Pure but for s->allow (fuzz_allow). */
+int srv__parse_allow(srv_t *s, const char *list);
+/* May c speak TCPStore (its peer in the allow list, or the server has
+ * neither token nor TLS, or a unix socket)? */
+int srv__ts_allowed(const srv_t *s, const conn_t *c);
 uint64_t srv__now(void);
 /* Is the calling thread loop 0's (where the timers live)? */
 int srv__on_main(const srv_t *s);

@@ -1123,7 +1123,7 @@ static int prefix_match(const uint8_t *a, const uint8_t *b, int bits) {
 /* Is this peer allowed to speak TCPStore, which has neither
  * authentication nor TLS? Only in the allow list while the server has a
  * token or TLS. */
-static int ts_allowed(const srv_t *s, const conn_t *c) {
+int srv__ts_allowed(const srv_t *s, const conn_t *c) {
   const struct sockaddr_storage *pa = &c->peer_addr;
   uint8_t v4[4];
   const uint8_t *v6 = NULL;
@@ -1203,7 +1203,7 @@ static ssize_t sniff(conn_t *c) {
      * cannot be confused. */
     return 0;
   }
-  if (!ts_allowed(s, c)) {
+  if (!srv__ts_allowed(s, c)) {
     srv__bad_input(c, "TCPStore client refused: this server requires %s "
                       "and TCPStore has neither (allow trusted addresses "
                       "with --tcpstore-allow)",
