@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "rdzv.h"
 
@@ -34,6 +35,18 @@ typedef struct rt_mesh_s rt_mesh_t;
 int rt__mesh_open(rdzv_client_t *store, const rt_who_t *who, int world,
                   int64_t round, int timeout_ms, rt_mesh_t **out);
 void rt__mesh_close(rt_mesh_t *m);
+/* The parts of rt__mesh_open, for fuzz_mesh: a mesh with no connection
+ * (rt__mesh_fds: its fd per rank, -1 none, which the mesh closes); a
+ * peer's address as the store holds it, "ADDR PORT NONCE"; the accept of
+ * the ranks above this one on lfd (their hello, the answer, their ack).
+ * RET 0 or a negative code. */
+int rt__mesh_new(const rt_who_t *who, int world, int timeout_ms,
+                 rt_mesh_t **out);
+int *rt__mesh_fds(rt_mesh_t *m);
+int rt__mesh_parse_peer(const char *v, struct sockaddr_storage *ss,
+                        socklen_t *len, uint64_t *nonce);
+int rt__mesh_accept(rt_mesh_t *m, int lfd, int64_t round, uint64_t nonce,
+                    int64_t deadline);
 /* Sum in rank order for every element; in place. One thread at a time. */
 int rt__mesh_allreduce(rt_mesh_t *m, float *buf, size_t count);
 int rt__mesh_broadcast(rt_mesh_t *m, void *buf, size_t bytes, int root);

@@ -186,7 +186,7 @@ void rt__mesh_close(rt_mesh_t *m) {
 }
 
 /* "ADDR PORT NONCE" -> address and nonce */
-static int parse_peer(const char *v, struct sockaddr_storage *ss,
+int rt__mesh_parse_peer(const char *v, struct sockaddr_storage *ss,
                       socklen_t *len, uint64_t *nonce) {
   char addr[INET6_ADDRSTRLEN + 1];
   unsigned port;
@@ -235,8 +235,8 @@ static int pending_read(pending_t *p) {
  * waited too long for the answer, closed, and connects again) ends in
  * EOF instead of becoming the peer's, and a newer hello from the same
  * rank replaces an older one still waiting for its ack. */
-static int accept_peers(rt_mesh_t *m, int lfd, int64_t round, uint64_t nonce,
-                        int64_t deadline) {
+int rt__mesh_accept(rt_mesh_t *m, int lfd, int64_t round, uint64_t nonce,
+                    int64_t deadline) {
   int need = m->world - 1 - m->rank, cap = m->world + 16, n = 0, rc = 0;
   pending_t *pend = calloc((size_t)cap, sizeof(*pend));
   struct pollfd *pf = calloc((size_t)cap + 1, sizeof(*pf));
@@ -366,7 +366,7 @@ static int connect_peer(rt_mesh_t *m, rdzv_client_t *store, int r,
       return rc;
     }
     snprintf(last, sizeof(last), "%s", (char *)v);
-    rc = parse_peer(v, &ps, &plen, &h.nonce);
+    rc = rt__mesh_parse_peer(v, &ps, &plen, &h.nonce);
     rdzv_free(v);
     if (rc != 0) {
       rt__logf(m->who, "store: rank %d's address \"%s\" does not parse", r,
@@ -397,15 +397,9 @@ static int connect_peer(rt_mesh_t *m, rdzv_client_t *store, int r,
   return -ETIMEDOUT;
 }
 
-int rt__mesh_open(rdzv_client_t *store, const rt_who_t *who, int world,
-                  int64_t round, int timeout_ms, rt_mesh_t **out) {
+int rt__mesh_new(const rt_who_t *who, int world, int timeout_ms,
+                 rt_mesh_t **out) {
   rt_mesh_t *m = calloc(1, sizeof(*m));
-  struct sockaddr_storage ss;
-  socklen_t len = sizeof(ss);
-  char key[128], val[128], host[INET6_ADDRSTRLEN];
-  uint64_t nonce = 0;
-  int64_t deadline = now_ms() + timeout_ms;
-  int lfd = -1, rc = 0, port;
   *out = NULL;
   if (m == NULL)
     return RDZV_ENOMEM;
@@ -417,11 +411,28 @@ int rt__mesh_open(rdzv_client_t *store, const rt_who_t *who, int world,
   m->pfd = calloc((size_t)world, sizeof(*m->pfd));
   m->pfd_rank = calloc((size_t)world, sizeof(int));
   if (!m->fd || !m->pfd || !m->pfd_rank) {
-    rc = RDZV_ENOMEM;
-    goto done;
+    rt__mesh_close(m);
+    return RDZV_ENOMEM;
   }
   for (int r = 0; r < world; r++)
     m->fd[r] = -1;
+  *out = m;
+  return 0;
+}
+
+int *rt__mesh_fds(rt_mesh_t *m) { return m->fd; }
+
+int rt__mesh_open(rdzv_client_t *store, const rt_who_t *who, int world,
+                  int64_t round, int timeout_ms, rt_mesh_t **out) {
+  rt_mesh_t *m;
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  char key[128], val[128], host[INET6_ADDRSTRLEN];
+  uint64_t nonce = 0;
+  int64_t deadline = now_ms() + timeout_ms;
+  int lfd = -1, rc, port;
+  if ((rc = rt__mesh_new(who, world, timeout_ms, &m)) != 0)
+    return rc;
   if ((rc = local_addr(who, &ss, &len)) != 0)
     goto done;
   set_port(&ss, 0);
@@ -455,7 +466,7 @@ int rt__mesh_open(rdzv_client_t *store, const rt_who_t *who, int world,
   for (int r = 0; r < m->rank; r++)
     if ((rc = connect_peer(m, store, r, round, deadline)) != 0)
       goto done;
-  if ((rc = accept_peers(m, lfd, round, nonce, deadline)) != 0)
+  if ((rc = rt__mesh_accept(m, lfd, round, nonce, deadline)) != 0)
     goto done;
   /* every rank that needed the address has connected: a later job with
    * the same id and round on the same server must not find it */
