@@ -16,10 +16,20 @@ SKIP = 77
 # every run directory of the agents it starts (TMPDIR) lands in one
 # directory of its own, removed when the test exits: a day of test runs
 # left about 250 directories in /tmp (issue 27).
-SCRATCH = tempfile.mkdtemp(prefix="launch-test-")
+# A worker that imports this module (tests/py/real_ckpt.py) keeps its
+# test's directory: a directory of its own in each worker, and in each
+# process spawned from it that imports __main__ again, made the path of
+# multiprocessing's sockets too long for AF_UNIX (108 bytes) under a
+# TMPDIR of 20 characters (megatron-core's save).
+if os.environ.get("LAUNCH_TEST_SCRATCH") and \
+        os.environ.get("TMPDIR") == os.environ["LAUNCH_TEST_SCRATCH"]:
+    SCRATCH = os.environ["LAUNCH_TEST_SCRATCH"]
+else:
+    SCRATCH = tempfile.mkdtemp(prefix="launch-test-")
+    os.environ["LAUNCH_TEST_SCRATCH"] = SCRATCH
+    atexit.register(shutil.rmtree, SCRATCH, True)
 tempfile.tempdir = SCRATCH
 os.environ["TMPDIR"] = SCRATCH
-atexit.register(shutil.rmtree, SCRATCH, True)
 
 
 def launch_bin():
