@@ -409,14 +409,19 @@ static void dispatch(ac_t *a, const proto_msg_t *m) {
     if ((*pp)->id == m->id) {
       ac_pend_t *p = *pp;
       *pp = p->next;
-      if (m->op != 0) {
+      int status = proto_status(m->op);
+      if (status == RDZV_EPROTO && m->op != RDZV_EPROTO) {
+        snprintf(a->last_error, sizeof(a->last_error), "the server answered "
+                 "with status %lld, not an error code (not a launch server, "
+                 "or another protocol)", (long long)m->op);
+      } else if (m->op != 0) {
         const char *msg;
         size_t n;
         if (proto_arg_bytes(m, 0, &msg, &n) == 0)
           snprintf(a->last_error, sizeof(a->last_error), "%.*s", (int)n, msg);
       }
       if (p->cb)
-        p->cb(a, (int)m->op, m, p->arg);
+        p->cb(a, status, m, p->arg);
       free(p);
       return;
     }

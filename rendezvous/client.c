@@ -410,13 +410,13 @@ static int nowait_reply(rdzv_client_t *c, const proto_msg_t *m) {
   if (m->op != 0 && c->nw_err == 0) {
     const char *msg;
     size_t n;
-    c->nw_err = (int)m->op;
+    c->nw_err = proto_status(m->op);
     if (proto_arg_bytes(m, 0, &msg, &n) != 0) {
-      msg = rdzv_strerror((int)m->op);
+      msg = rdzv_strerror(c->nw_err);
       n = strlen(msg);
     }
     snprintf(c->nw_msg, sizeof(c->nw_msg), "set of '%s' sent without "
-             "waiting failed (%s): %.*s", w->key, rdzv_err_name((int)m->op),
+             "waiting failed (%s): %.*s", w->key, rdzv_err_name(c->nw_err),
              (int)LU_MIN(n, 200), msg);
   }
   nowait_pop(c);
@@ -476,11 +476,16 @@ static int rpc_recv(rdzv_client_t *c, uint64_t id, int64_t deadline,
       if (r->m.op != 0) {
         const char *msg;
         size_t n;
-        if (proto_arg_bytes(&r->m, 0, &msg, &n) == 0)
+        rc = proto_status(r->m.op);
+        if (rc == RDZV_EPROTO && r->m.op != RDZV_EPROTO)
+          rdzv__set_error(c, "the server at %s answered with status %lld, "
+                          "not an error code (a server of another protocol, "
+                          "or not a launch server)", c->endpoint,
+                          (long long)r->m.op);
+        else if (proto_arg_bytes(&r->m, 0, &msg, &n) == 0)
           rdzv__set_error(c, "%.*s", (int)LU_MIN(n, sizeof(c->last_error) - 1), msg);
         else
-          rdzv__set_error(c, "%s", rdzv_strerror((int)r->m.op));
-        rc = (int)r->m.op;
+          rdzv__set_error(c, "%s", rdzv_strerror(rc));
         reply_done(c, r);
         return rc;
       }

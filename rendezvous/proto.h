@@ -82,6 +82,13 @@ typedef enum {
 } proto_ev_t;
 
 const char *proto_op_name(int op);
+
+/* A reply's status as a return code: 0, or a negative int. A server
+ * sending another (positive, or beyond int) would turn a failure into 0,
+ * success, or a positive count once cast: RDZV_EPROTO. */
+static inline int proto_status(int64_t op) {
+  return op == 0 ? 0 : op < 0 && op >= INT32_MIN ? (int)op : RDZV_EPROTO;
+}
 const char *proto_ev_name(int ev);
 
 /* Limits of one decoded frame. */

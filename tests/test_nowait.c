@@ -223,9 +223,12 @@ enum {
   FAKE_CLOSE_NO_REPLY,
   FAKE_CLOSE_AFTER_SET,
   FAKE_DEAF, /* reads nothing after the handshake until told to end */
+  FAKE_STATUS_2_32, /* the PING answered with status 2^32 */
+  FAKE_STATUS_1,    /* ... with status 1 */
   /* From here the fake offers SETQ. */
   FAKE_SETQ_OK,
   FAKE_SETQ_FAIL,
+  FAKE_SETQ_2_32, /* the SETQ answered (failed) with status 2^32 */
 };
 
 typedef struct fake_s {
@@ -251,7 +254,7 @@ static int read_req(int fd, proto_msg_t *m, uint8_t **body) {
   return 0;
 }
 
-static void send_reply(int fd, uint64_t id, int status) {
+static void send_reply(int fd, uint64_t id, int64_t status) {
   proto_enc_t e;
   proto_enc_init(&e);
   proto_enc_begin(&e, 3);
@@ -323,6 +326,15 @@ static void *fake_main(void *arg) {
     break;
   case FAKE_SETQ_OK:
     send_reply(fd, m2.id, 0); /* the SETQ succeeded: no reply of its own */
+    break;
+  case FAKE_SETQ_2_32:
+    send_reply(fd, m1.id, (int64_t)1 << 32);
+    send_reply(fd, m2.id, 0);
+    break;
+  case FAKE_STATUS_2_32:
+  case FAKE_STATUS_1:
+    send_reply(fd, m1.id, 0);
+    send_reply(fd, m2.id, f->script == FAKE_STATUS_1 ? 1 : (int64_t)1 << 32);
     break;
   case FAKE_OUT_OF_ORDER:
     send_reply(fd, m2.id, 0);
@@ -419,6 +431,21 @@ static void test_fake_server(void) {
   ASSERT_CONTAINS(rdzv_last_error(c), "big/key");
   ASSERT_CONTAINS(rdzv_last_error(c), "store is full");
   ASSERT_OK(rdzv_flush(c, test_ms(5000)));
+  fake_end(&f, c);
+
+  /* A status that is not an error code (a server of another protocol, a
+   * hostile one): 2^32 read as int was 0, success, and 1 a positive
+   * return where the calls promise 0 or negative. */
+  c = fake_set_ping(&f, FAKE_STATUS_2_32, "k", RDZV_EPROTO);
+  ASSERT_CONTAINS(rdzv_last_error(c), "status 4294967296, not an error code");
+  fake_end(&f, c);
+  c = fake_set_ping(&f, FAKE_STATUS_1, "k", RDZV_EPROTO);
+  ASSERT_CONTAINS(rdzv_last_error(c), "status 1, not an error code");
+  fake_end(&f, c);
+  /* A failed SETQ's status 2^32: the set failed, and the next call says
+   * so (read as 0, the failure was lost: the key taken for stored). */
+  c = fake_set_ping(&f, FAKE_SETQ_2_32, "lost/key", RDZV_EDEFERRED);
+  ASSERT_CONTAINS(rdzv_last_error(c), "lost/key");
   fake_end(&f, c);
 
   /* The set answered, then the server closes: only the request fails. */
