@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "cmd_vals.h"
 #include "config.h"
 #include "launch.h"
 #include "lu_buf.h"
@@ -18,50 +19,6 @@ static const char *state_name(ckpt_state_t s) {
   case CKPT_STEP_CORRUPT: return "corrupt";
   default: return "unchecked";
   }
-}
-
-/* "0-3,8" into a malloc'd array. RET 0 or -1. */
-static int parse_ranks(const char *s, int **out, size_t *n) {
-  int *v = NULL;
-  size_t k = 0, cap = 0;
-  const char *p = s;
-  *out = NULL;
-  *n = 0;
-  while (*p) {
-    char *e;
-    long a = strtol(p, &e, 10), b;
-    if (e == p || a < 0 || a > 1 << 20)
-      goto bad;
-    b = a;
-    p = e;
-    if (*p == '-') {
-      b = strtol(p + 1, &e, 10);
-      if (e == p + 1 || b < a || b > 1 << 20)
-        goto bad;
-      p = e;
-    }
-    for (long r = a; r <= b; r++) {
-      if (k == cap) {
-        int *nv = realloc(v, (cap = cap ? cap * 2 : 16) * sizeof(*v));
-        if (nv == NULL)
-          goto bad;
-        v = nv;
-      }
-      v[k++] = (int)r;
-    }
-    if (*p == ',')
-      p++;
-    else if (*p)
-      goto bad;
-  }
-  if (k == 0)
-    goto bad;
-  *out = v;
-  *n = k;
-  return 0;
-bad:
-  free(v);
-  return -1;
 }
 
 static void human_bytes(uint64_t b, char *buf, size_t n) {
@@ -223,7 +180,7 @@ int launch_cmd_ckpt(int argc, char **argv) {
   json = c.env_json;
   so.layout = (ckpt_layout_t)c.ckpt_layout;
   if (c.given[CFG_S_CKPT_CMD_RANKS] &&
-      parse_ranks(c.ckpt_ranks, &ranks, &nranks) != 0) {
+      ckpt__parse_ranks(c.ckpt_ranks, &ranks, &nranks) != 0) {
     launch_usage_error("--ranks: '%s' is not a rank list such as 0-3,8",
                        c.ckpt_ranks);
     return 2;

@@ -8,6 +8,7 @@
 #include <uv.h>
 
 #include "aclient.h"
+#include "cmd_vals.h"
 #include "jobreg.h"
 #include "launch.h"
 #include "lu_buf.h"
@@ -16,11 +17,7 @@
 #include "rdzv.h"
 #include "summary.h"
 
-/* One rank's progress key (docs/events.md#progress). */
-typedef struct rk_s {
-  int rank;
-  msg_progress_t p;
-} rk_t;
+typedef status_rank_t rk_t;
 
 typedef struct st_s {
   ac_t *ac;
@@ -36,11 +33,6 @@ typedef struct st_s {
 } st_t;
 
 /* ---- per rank: the progress keys -------------------------------------------------- */
-
-static int by_rank(const void *x, const void *y) {
-  const rk_t *a = x, *b = y;
-  return (a->rank > b->rank) - (a->rank < b->rank);
-}
 
 static int by_double(const void *x, const void *y) {
   double a = *(const double *)x, b = *(const double *)y;
@@ -337,23 +329,9 @@ static void print_all(st_t *st) {
 /* The values of the keys listed: decoded, sorted by rank. */
 static void on_mget(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   st_t *st = arg;
-  const msgpack_object *items;
-  uint32_t cnt;
   (void)ac;
-  if (status == 0 && proto_arg_array(m, 0, &items, &cnt) == 0 &&
-      cnt == st->nkeys && (st->rk = calloc(cnt + 1, sizeof(rk_t))) != NULL) {
-    for (uint32_t i = 0; i < cnt; i++) {
-      const char *p, *k = strrchr(st->keys[i], '/');
-      size_t n;
-      int r;
-      if (proto_obj_bytes(&items[i], &p, &n) != 0 || k == NULL ||
-          lu_parse_int(k + 1, 0, 1 << 30, &r) != 0 ||
-          msg_progress_decode(p, n, &st->rk[st->nrk].p, NULL, 0) != 0)
-        continue;
-      st->rk[st->nrk++].rank = r;
-    }
-    qsort(st->rk, st->nrk, sizeof(rk_t), by_rank);
-  }
+  if (status == 0)
+    status__ranks(m, st->keys, st->nkeys, &st->rk, &st->nrk);
   print_all(st);
 }
 
@@ -389,24 +367,10 @@ static void ask_list(st_t *st) {
 
 static void on_list(ac_t *ac, int status, const proto_msg_t *m, void *arg) {
   st_t *st = arg;
-  const msgpack_object *items;
-  uint32_t cnt;
   (void)ac;
   st->lists++;
-  if (status == 0 && proto_arg_array(m, 0, &items, &cnt) == 0 && cnt > 0) {
-    char **k = realloc(st->keys, (st->nkeys + cnt + 1) * sizeof(char *));
-    if (k != NULL) {
-      st->keys = k;
-      for (uint32_t i = 0; i < cnt && st->nkeys < 65536; i++) {
-        const char *p;
-        size_t n;
-        if (proto_obj_bytes(&items[i], &p, &n) != 0 ||
-            (k[st->nkeys] = strndup(p, n)) == NULL)
-          continue;
-        st->nkeys++;
-      }
-    }
-  }
+  if (status == 0)
+    status__keys_add(m, &st->keys, &st->nkeys);
   ask_list(st);
 }
 

@@ -5,6 +5,7 @@
 #define LAUNCH_H
 
 #include <limits.h>
+#include <stdio.h>
 
 #include "aff.h"
 #include "config.h"
@@ -110,6 +111,17 @@ int launch_worker_argv(const cfg_t *c, char ***argv);
  * (torchver.c); 0 when there is no Python or no torch. where: the file it
  * came from. */
 int launch_torch_version(const cfg_t *c, char *where, size_t wl);
+/* Its parsers apart from their reads (fuzz_torchver_files):
+ * tv__line_value: the first of f's lines (400, read 511 bytes at a time)
+ * starting with key, after it and without its newline, into out (RET 1, or
+ * 0 none); tv__shebang: the python a script's first line (changed) names
+ * after "#!", directly or through env (RET 0 or -1); tv__prefix_reply: the
+ * interpreter's "PREFIX\nX.Y" (changed) into prefix and pyver (RET 0 or
+ * -1). */
+int tv__line_value(FILE *f, const char *key, char *out, size_t cap);
+int tv__shebang(char *line, char *out, size_t cap);
+int tv__prefix_reply(char *out, char *prefix, size_t pl, char *pyver,
+                     size_t vl);
 void launch_argv_free(char **argv);
 
 /* The node fingerprint sent with the join: e a rank's environment; the

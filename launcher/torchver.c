@@ -58,22 +58,28 @@ static FILE *fopen_regular(const char *path) {
   return f;
 }
 
-/* The first line of path starting with key, after it, into out. */
-static int line_value(const char *path, const char *key, char *out,
-                      size_t cap) {
-  FILE *f = fopen_regular(path);
+/* The first line of f starting with key (of its first 400 lines, read
+ * 511 bytes at a time), after it, into out. RET 1 found, 0 not. */
+int tv__line_value(FILE *f, const char *key, char *out, size_t cap) {
   char line[512];
   size_t kl = strlen(key);
-  int found = 0;
-  if (f == NULL)
-    return 0;
   for (int n = 0; n < 400 && fgets(line, sizeof(line), f); n++)
     if (strncmp(line, key, kl) == 0) {
       lu_strlcpy(out, line + kl, cap);
       out[strcspn(out, "\r\n")] = '\0';
-      found = 1;
-      break;
+      return 1;
     }
+  return 0;
+}
+
+/* The first line of path starting with key, after it, into out. */
+static int line_value(const char *path, const char *key, char *out,
+                      size_t cap) {
+  FILE *f = fopen_regular(path);
+  int found;
+  if (f == NULL)
+    return 0;
+  found = tv__line_value(f, key, out, cap);
   fclose(f);
   return found;
 }
@@ -129,15 +135,11 @@ static int which(char *const *envp, const char *name, char *out, size_t cap) {
   return -1;
 }
 
-/* The interpreter of a script's "#!" line, into out. RET 0 or -1. */
-static int shebang(const char *file, char *out, size_t cap) {
-  FILE *f = fopen_regular(file);
-  char line[512], *p, *arg;
-  if (f == NULL)
-    return -1;
-  p = fgets(line, sizeof(line), f);
-  fclose(f);
-  if (p == NULL || strncmp(line, "#!", 2) != 0)
+/* The interpreter a script's first line (as fgets read it into line,
+ * which is changed) names after "#!", into out. RET 0 or -1. */
+int tv__shebang(char *line, char *out, size_t cap) {
+  char *p, *arg;
+  if (strncmp(line, "#!", 2) != 0)
     return -1;
   p = line + 2 + strspn(line + 2, " \t");
   p[strcspn(p, "\r\n")] = '\0';
@@ -157,6 +159,19 @@ static int shebang(const char *file, char *out, size_t cap) {
     return -1;
   lu_strlcpy(out, p, cap);
   return 0;
+}
+
+/* The interpreter of a script's "#!" line, into out. RET 0 or -1. */
+static int shebang(const char *file, char *out, size_t cap) {
+  FILE *f = fopen_regular(file);
+  char line[512], *p;
+  if (f == NULL)
+    return -1;
+  p = fgets(line, sizeof(line), f);
+  fclose(f);
+  if (p == NULL)
+    return -1;
+  return tv__shebang(line, out, cap);
 }
 
 /* torch in the sys.path entries of prefix, in CPython's (and Debian's)
@@ -189,6 +204,21 @@ static int torch_in_prefix(const cfg_t *c, const char *prefix,
   return -1;
 }
 
+/* What the interpreter asked by ask_prefix printed (out, a string, which
+ * is changed): sys.prefix, then X.Y, a line each, into prefix and pyver.
+ * RET 0, or -1 when it is not an absolute prefix and a version. */
+int tv__prefix_reply(char *out, char *prefix, size_t pl, char *pyver,
+                     size_t vl) {
+  char *nl;
+  if ((nl = strchr(out, '\n')) == NULL || nl == out)
+    return -1;
+  *nl = '\0';
+  lu_strlcpy(prefix, out, pl);
+  lu_strlcpy(pyver, nl + 1, vl);
+  pyver[strcspn(pyver, "\r\n")] = '\0';
+  return prefix[0] == '/' && isdigit((unsigned char)pyver[0]) ? 0 : -1;
+}
+
 /* Ask interp for sys.prefix and its X.Y, in the job's environment (a
  * pyenv shim reads PYENV_VERSION and .python-version), within 2 s. -S: no
  * site, no torch; what is asked costs the interpreter's start only. RET 0
@@ -201,7 +231,7 @@ static int ask_prefix(const cfg_t *c, const char *interp, char *prefix,
                   NULL};
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
-  char out[2 * PATH_MAX], *nl;
+  char out[2 * PATH_MAX];
   size_t len = 0;
   uint64_t end = lu_now_ms() + 2000;
   int fds[2], rc, status;
@@ -243,13 +273,7 @@ static int ask_prefix(const cfg_t *c, const char *interp, char *prefix,
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
     ;
   out[len] = '\0';
-  if ((nl = strchr(out, '\n')) == NULL || nl == out)
-    return -1;
-  *nl = '\0';
-  lu_strlcpy(prefix, out, pl);
-  lu_strlcpy(pyver, nl + 1, vl);
-  pyver[strcspn(pyver, "\r\n")] = '\0';
-  return prefix[0] == '/' && isdigit((unsigned char)pyver[0]) ? 0 : -1;
+  return tv__prefix_reply(out, prefix, pl, pyver, vl);
 }
 
 int launch_torch_version(const cfg_t *c, char *where, size_t wl) {
