@@ -80,6 +80,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(rk[i].p.step >= 0);
     if (i > 0)
       FUZZ_CHECK(rk[i - 1].rank <= rk[i].rank);
+    if (rk[i].p.has_total_steps && rk[i].p.has_step_time &&
+        rk[i].p.total_steps > rk[i].p.step) {
+      char eta[16]; /* cmd_status.c's ETA column */
+      status__fmt_duration((double)(rk[i].p.total_steps - rk[i].p.step) *
+                               rk[i].p.step_time, eta, sizeof(eta));
+      FUZZ_CHECK(eta[0] != '\0');
+    }
   }
   free(rk);
   rdzv_free_keys(keys, nkeys);

@@ -56,16 +56,6 @@ static double median_step_time(const st_t *st) {
   return med;
 }
 
-static void fmt_duration(double s, char *out, size_t cap) {
-  if (s < 0 || s != s)
-    snprintf(out, cap, "-");
-  else if (s < 120)
-    snprintf(out, cap, "%.0fs", s);
-  else if (s < 7200)
-    snprintf(out, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
-  else
-    snprintf(out, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
-}
 
 static void print_ranks_table(const st_t *st) {
   double med = median_step_time(st), now_ms = lu_wall_s() * 1000.0;
@@ -87,8 +77,8 @@ static void print_ranks_table(const st_t *st) {
       snprintf(rate, sizeof(rate), "%.2f", 1.0 / p->step_time);
       snprintf(stime, sizeof(stime), "%.3f s", p->step_time);
       if (p->has_total_steps && p->total_steps >= p->step)
-        fmt_duration((double)(p->total_steps - p->step) * p->step_time, eta,
-                     sizeof(eta));
+        status__fmt_duration((double)(p->total_steps - p->step) *
+                                 p->step_time, eta, sizeof(eta));
     }
     if (p->has_loss)
       snprintf(loss, sizeof(loss), "%.4f", p->loss);
@@ -173,8 +163,8 @@ static void print_end(const msg_status_t *st) {
   char when[32], keep[32], e1[300], e2[1100], code[40];
   if (st->ok < 0)
     return;
-  fmt_duration(lu_wall_s() - st->end_time, when, sizeof(when));
-  fmt_duration(st->keep_ms / 1000.0, keep, sizeof(keep));
+  status__fmt_duration(lu_wall_s() - st->end_time, when, sizeof(when));
+  status__fmt_duration(st->keep_ms / 1000.0, keep, sizeof(keep));
   printf("ended: %s %s ago (the server keeps it %s more)\n",
          st->ok == 1 ? "ok" : "FAILED", when, keep);
   if (st->has_root) {

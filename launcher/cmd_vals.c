@@ -1,5 +1,6 @@
 /* cmd_vals.c - what `launch status` (cmd_status.c) reads back from the
  * server and `launch ckpt` (cmd_ckpt.c) reads from its command line. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,4 +92,17 @@ int ckpt__parse_ranks(const char *s, int **out, size_t *n) {
 bad:
   free(v);
   return -1;
+}
+
+void status__fmt_duration(double s, char *out, size_t cap) {
+  if (s < 0 || s != s)
+    snprintf(out, cap, "-");
+  else if (s < 120)
+    snprintf(out, cap, "%.0fs", s);
+  else if (s < 7200)
+    snprintf(out, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+  else if (s < 100000.0 * 3600)
+    snprintf(out, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+  else /* and +Inf: past int, (int) is undefined */
+    snprintf(out, cap, ">99999h");
 }

@@ -24,6 +24,11 @@ void status__keys_add(const proto_msg_t *m, char ***keys, size_t *nkeys);
 void status__ranks(const proto_msg_t *m, char *const *keys, size_t nkeys,
                    status_rank_t **rk, size_t *nrk);
 
+/* A duration in seconds as `launch status` prints it (42s, 5m03s, 3h07m),
+ * ">99999h" beyond and "-" for a negative or NaN; an ETA is another node's
+ * step time times the steps left, any double. */
+void status__fmt_duration(double s, char *out, size_t cap);
+
 /* `launch ckpt --ranks`: "0-3,8" into *out (malloc'd), *n ranks. RET 0 or
  * -1. */
 int ckpt__parse_ranks(const char *s, int **out, size_t *n);
