@@ -291,18 +291,10 @@ static void check_ifname(lint_t *l) {
   char missing[256] = "", avail[512] = "";
   if (v == NULL)
     return;
-  if (v[0] == '=') {
-    char fix[256];
-    snprintf(fix, sizeof(fix),
-             "write NCCL_SOCKET_IFNAME=%s (prefix match); keep the '=' only if "
-             "you mean exactly that interface",
-             v + 1);
-    add(l, ENV_SEV_WARN, "ifname-double-eq", "NCCL_SOCKET_IFNAME", fix,
-        "the value starts with '=' (from NCCL_SOCKET_IFNAME==%s): NCCL reads "
-        "a leading '=' as 'exactly this name', which is rarely what a double "
-        "'=' meant",
-        v + 1);
-  }
+  /* A leading '=' (NCCL_SOCKET_IFNAME==ens1f0 in a shell) is NCCL's
+   * documented "exactly this interface": right as it is, and safer than a
+   * prefix that also matches ens1f01. Only when it makes a name that exists
+   * as a prefix match nothing does ifname-missing say so. */
   if (l->node == NULL || !l->node->probed)
     return;
   parse_list(v, &nl);
@@ -330,8 +322,21 @@ static void check_ifname(lint_t *l) {
         "'%s' matches none of those listed",
         l->node->nnetdevs, v);
   } else if (!any) {
-    char fix[600];
-    snprintf(fix, sizeof(fix), "pick one of this node's interfaces: %s", avail);
+    char fix[700]; /* the longer text and avail (512) */
+    int prefix = 0;
+    for (int i = 0; nl.exact && i < nl.n; i++)
+      for (int k = 0; k < l->node->nnetdevs; k++)
+        prefix |= strncmp(nl.item[i], l->node->netdevs[k],
+                          strlen(nl.item[i])) == 0;
+    if (prefix)
+      snprintf(fix, sizeof(fix),
+               "drop the leading '=' (it asks for an interface named exactly "
+               "so; without it the name is a prefix), or pick one of this "
+               "node's interfaces: %s",
+               avail);
+    else
+      snprintf(fix, sizeof(fix), "pick one of this node's interfaces: %s",
+               avail);
     add(l, ENV_SEV_ERROR, "ifname-missing", "NCCL_SOCKET_IFNAME", fix,
         "no interface of this node matches '%s': NCCL finds no socket "
         "interface and the job fails at init",
