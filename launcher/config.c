@@ -1822,9 +1822,10 @@ static int finish(cfg_t *c, unsigned flags, char *err, size_t n) {
                 c->prog_argv[0]);
   c->ngpus = job_gpus(c, flags);
   if (!strcmp(s, "gpu") && c->ngpus == 0)
-    return fail(err, n, "--nproc-per-node gpu: no GPU found (no "
+    return fail(err, n, "--nproc-per-node gpu%s: no GPU found (no "
                         "/proc/driver/nvidia/gpus, or CUDA_VISIBLE_DEVICES "
-                        "hides them); give a number, or 'cpu'");
+                        "hides them); give a number, or 'cpu'",
+                from_var(c, CFG_S_NPROC));
   if (!strcmp(s, "gpu") || (!strcmp(s, "auto") && c->ngpus > 0)) {
     c->nproc = LU_MIN(c->ngpus, CFG_MAX_NPROC);
   } else if (!strcmp(s, "cpu") || !strcmp(s, "auto")) {

@@ -205,6 +205,10 @@ static void test_errors(void) {
                "spawn, fork or forkserver");
   expect_error(ARGS("--nproc-per-node", "gpu", "--standalone", "x"),
                ENV("CUDA_VISIBLE_DEVICES="), "no GPU found");
+  /* a PyTorchJob's nprocPerNode: gpu names the variable the user set */
+  expect_error(ARGS("--standalone", "x"),
+               ENV("CUDA_VISIBLE_DEVICES=", "PET_NPROC_PER_NODE=gpu"),
+               "--nproc-per-node gpu (from PET_NPROC_PER_NODE): no GPU found");
 }
 
 /* torchrun's command lines run unchanged (issue #27): the c10d and static
