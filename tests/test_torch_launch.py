@@ -119,6 +119,19 @@ def check_contract():
             added = [k for k in te if k not in base or base[k] != te[k]]
             missing = [k for k in added if k not in oe]
             assert not missing, (store, missing)
+            # and launch adds nothing else but what docs/launcher.md and
+            # docs/nccl-env.md name: its own LAUNCH_*, the locked NCCL
+            # profile (NCCL_*), multicast kept off, the signals variable
+            # torchrun exports since 2025, and the async error name
+            extra = sorted(k for k in oe if k not in te and (
+                k not in base or base[k] != oe[k]) and not (
+                k.startswith("LAUNCH_") or k.startswith("NCCL_") or k in (
+                    "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+                    "TORCHELASTIC_SIGNALS_TO_HANDLE",
+                    "TORCH_NCCL_ASYNC_ERROR_HANDLING")))
+            assert not extra, (store, "launch sets variables torchrun does "
+                               "not, and the docs do not name", extra,
+                               {k: oe[k] for k in extra})
             for k in CONTRACT:
                 assert k in te and k in oe, (k, store)
                 if k in ("MASTER_PORT", "TORCHELASTIC_RUN_ID"):
