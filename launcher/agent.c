@@ -122,6 +122,7 @@ typedef struct agent_s {
   int nsigs;
   int signaled;  /* the signal that is stopping us, 0 if none */
   int last_commit; /* the stopped workers' completion files committed */
+  int restart_commit; /* a restart's: the same, before the next join */
   int sigint_count;
   int closing_handles;
   resume_t *ck; /* --ckpt-dir: the resume agreement and commits */
@@ -1405,6 +1406,7 @@ static void run_round(agent_t *a) {
   if (a->ck) {
     resume_round_t rr = {a->round, a->node_rank, a->nnodes, a->world_size,
                          a->base_rank, a->o->nproc, a->o->host};
+    a->restart_commit = 0;
     resume_commit_start(a->ck, &rr);
   }
 }
@@ -1522,6 +1524,12 @@ static void send_join(agent_t *a) {
   }
 }
 
+static void restart_stopped(wk_group_t *g, void *arg);
+
+static void restart_committed(void *arg) {
+  restart_stopped(NULL, arg);
+}
+
 static void restart_stopped(wk_group_t *g, void *arg) {
   agent_t *a = arg;
   (void)g;
@@ -1535,6 +1543,14 @@ static void restart_stopped(wk_group_t *g, void *arg) {
   }
   if (a->state != A_STOP)
     return;
+  /* What the stopped workers saved on their way out is committed before
+   * the next round's agreement, which would roll it back. */
+  if (a->ck && !a->restart_commit) {
+    a->restart_commit = 1;
+    resume_commit_stopped(a->ck, restart_committed, a);
+    return;
+  }
+  a->restart_commit = 0;
   clear_failures(a);
   send_join(a);
 }

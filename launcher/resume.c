@@ -50,6 +50,7 @@ struct resume_s {
   int commit_pending;
   resume_round_t commit_rr; /* the round whose workers run */
   int commit_on;             /* between commit_start and commit_stop */
+  int commit_ran;            /* commit_rr is a round whose workers ran */
   void (*final_cb)(void *);  /* resume_commit_final's, after its commit */
   int commit_last;           /* the commit queued is that last one */
   void *final_arg;
@@ -785,6 +786,7 @@ void resume_cancel(resume_t *r) {
 void resume_commit_start(resume_t *r, const resume_round_t *rr) {
   r->commit_rr = *rr;
   r->commit_on = 1;
+  r->commit_ran = 1;
   uv_timer_start(&r->timer, commit_cb, COMMIT_EVERY_MS, COMMIT_EVERY_MS);
 }
 
@@ -809,6 +811,21 @@ void resume_commit_final(resume_t *r, void (*done)(void *), void *arg) {
   r->final_cb = done; /* before the commit is queued: it is the last */
   r->final_arg = arg;
   resume_commit_stop(r);
+}
+
+void resume_commit_stopped(resume_t *r, void (*done)(void *), void *arg) {
+  uv_timer_stop(&r->timer);
+  r->commit_on = 0;
+  if (!r->commit_ran) {
+    done(arg);
+    return;
+  }
+  r->final_cb = done; /* before the commit is queued: it is the last */
+  r->final_arg = arg;
+  if (r->busy)
+    r->commit_pending = 1;
+  else
+    queue(r, 1);
 }
 
 void resume_round(const resume_t *r, int64_t *step, int64_t *verified) {

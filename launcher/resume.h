@@ -76,6 +76,11 @@ void resume_commit_stop(resume_t *r);
  * whose every rank's completion file is here without the store when the
  * store fails. */
 void resume_commit_final(resume_t *r, void (*done)(void *), void *arg);
+/* A restart stopped the workers: one more commit of the round they ran in
+ * (what they saved on their way out, on SIGTERM or an error path), after
+ * any commit queued or running, then done(arg) on the loop; without it the
+ * next round's agreement would roll such a step back and prune it. */
+void resume_commit_stopped(resume_t *r, void (*done)(void *), void *arg);
 
 /* The agreed step for the workers' contract (env/contract.h): OUT *step
  * (LAUNCH_RESUME_STEP; -1 on a fresh start), *verified (the same step when

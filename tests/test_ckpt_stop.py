@@ -6,6 +6,10 @@
   it exits, so the step is final and the next start resumes from it (it
   used to be rolled back to abandoned-step-N-T and pruned); on one node
   (embedded server) and on two agents against a `launch server`;
+- a restart whose every rank saved a step on its way out (rank 1 on its
+  error path, rank 0 on the restart's SIGTERM): the agent commits those
+  completion files after the workers stopped, so the next round resumes
+  from that step (it was rolled back to abandoned-step-N-T, then pruned);
 - a --ckpt-dir on a read-only mount (a bind mount in a mount namespace the
   test creates): the job resumes from the newest final step although
   `latest` cannot be rewritten nor a partial step set aside; a warning says
@@ -42,6 +46,24 @@ while :; do sleep 0.05; done
 '''
 
 RESUMED = 'echo "resume step ${LAUNCH_RESUME_STEP:-none}"'
+
+# Round 0: rank 1 saves step-3 and fails, rank 0 saves step-3 on the
+# restart's SIGTERM. Round 1 says where it resumed.
+RESTART_SAVER = r'''
+if [ "$LAUNCH_ROUND" != 0 ]; then echo "round 1 resume step ${LAUNCH_RESUME_STEP:-none}"; exit 0; fi
+save() {
+  d="$LAUNCH_CKPT_DIR/step-3"; mkdir -p "$d"
+  printf 'rank %s' "$RANK" > "$d/.rank-$RANK.tmp"; mv "$d/.rank-$RANK.tmp" "$d/rank-$RANK.bin"
+  printf '{"size": 6}' > "$d/.rank-$RANK.tmp"; mv "$d/.rank-$RANK.tmp" "$d/rank-$RANK.done"
+}
+if [ "$RANK" = 1 ]; then
+  while [ ! -e "$OUT/up-0" ]; do sleep 0.05; done
+  save; exit 1
+fi
+trap 'save; exit 0' TERM
+touch "$OUT/up-0"
+while :; do sleep 0.05; done
+'''
 
 
 def latest(ck):
@@ -110,6 +132,20 @@ def test_sigterm_two_agents(tmp):
                 a.kill()
     expect_final_3(ck, "\n".join(a.output() for a in ags))
     print("ok: SIGTERM on two agents: step 3 committed")
+
+
+def test_restart_saved(tmp):
+    ck, out = os.path.join(tmp, "restart"), os.path.join(tmp, "restart-out")
+    os.makedirs(out)
+    ckptfix.launch_step(ck, 1, 2, False)
+    rc, log = lt.launch_wait(["--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+                              "--ckpt-dir", ck, "--no-python", "/bin/sh", "-c", RESTART_SAVER],
+                             env=dict(os.environ, OUT=out), name="restart")
+    assert rc == 0, log
+    assert log.count("round 1 resume step 3") == 2, \
+        "a step every rank saved at the restart was not resumed: %s\n%s" % (os.listdir(ck), log)
+    expect_final_3(ck, log)
+    print("ok: a step saved by every rank at a restart: committed, resumed from it")
 
 
 def in_mount_ns(ro_src, ro, args):
@@ -181,6 +217,7 @@ def main():
     try:
         test_sigterm_one_node(tmp)
         test_sigterm_two_agents(tmp)
+        test_restart_saved(tmp)
         test_read_only(tmp)
         test_unloadable_steps_warned(tmp)
     finally:
