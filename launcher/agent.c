@@ -122,7 +122,8 @@ typedef struct agent_s {
   int nsigs;
   int signaled;  /* the signal that is stopping us, 0 if none */
   int last_commit; /* the stopped workers' completion files committed */
-  int restart_commit; /* a restart's: the same, before the next join */
+  int restart_commit; /* a restart's: the same, before the next join
+                         (1 while it runs, 2 once done) */
   int sigint_count;
   int closing_handles;
   resume_t *ck; /* --ckpt-dir: the resume agreement and commits */
@@ -1527,12 +1528,19 @@ static void send_join(agent_t *a) {
 static void restart_stopped(wk_group_t *g, void *arg);
 
 static void restart_committed(void *arg) {
-  restart_stopped(NULL, arg);
+  agent_t *a = arg;
+  a->restart_commit = 2; /* done: restart_stopped goes on */
+  restart_stopped(NULL, a);
 }
 
 static void restart_stopped(wk_group_t *g, void *arg) {
   agent_t *a = arg;
+  int committed;
   (void)g;
+  if (a->restart_commit == 1)
+    return; /* the commit runs: restart_committed goes on */
+  committed = a->restart_commit == 2;
+  a->restart_commit = 0;
   if (a->state == A_FINISH) { /* the job ended while they stopped */
     finished_stopping(g, a);
     return;
@@ -1545,12 +1553,11 @@ static void restart_stopped(wk_group_t *g, void *arg) {
     return;
   /* What the stopped workers saved on their way out is committed before
    * the next round's agreement, which would roll it back. */
-  if (a->ck && !a->restart_commit) {
+  if (a->ck && !committed) {
     a->restart_commit = 1;
     resume_commit_stopped(a->ck, restart_committed, a);
     return;
   }
-  a->restart_commit = 0;
   clear_failures(a);
   send_join(a);
 }
@@ -2098,8 +2105,17 @@ static void fail_over(agent_t *a, int silent) {
   uv_timer_stop(&a->hb_timer);
   uv_timer_stop(&a->status_timer);
   uv_timer_stop(&a->barrier_timer);
-  if (was == A_STOP)
+  if (was == A_STOP && a->restart_commit != 1)
     return; /* a restart's stop is under way: restart_stopped goes on */
+  if (was == A_STOP) {
+    /* The workers stopped and the restart's commit runs against the host
+     * just lost, where each store call may wait its whole timeout: the
+     * failover does not wait for it (it ends on its own). */
+    a->restart_commit = 0;
+    resume_commit_forget(a->ck);
+    failover_stopped(a->wg, a);
+    return;
+  }
   if (a->ck) {
     if (was == A_RESUME)
       resume_cancel(a->ck);

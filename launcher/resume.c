@@ -828,6 +828,12 @@ void resume_commit_stopped(resume_t *r, void (*done)(void *), void *arg) {
     queue(r, 1);
 }
 
+void resume_commit_forget(resume_t *r) {
+  r->final_cb = NULL;
+  r->final_arg = NULL;
+  r->commit_pending = 0;
+}
+
 void resume_round(const resume_t *r, int64_t *step, int64_t *verified) {
   *step = *verified = -1;
   if (r->have_round && r->step >= 0) {

@@ -81,6 +81,9 @@ void resume_commit_final(resume_t *r, void (*done)(void *), void *arg);
  * any commit queued or running, then done(arg) on the loop; without it the
  * next round's agreement would roll such a step back and prune it. */
 void resume_commit_stopped(resume_t *r, void (*done)(void *), void *arg);
+/* The host is lost while that commit runs: its done is never called, and
+ * a commit still queued is dropped; the one running ends on its own. */
+void resume_commit_forget(resume_t *r);
 
 /* The agreed step for the workers' contract (env/contract.h): OUT *step
  * (LAUNCH_RESUME_STEP; -1 on a fresh start), *verified (the same step when
