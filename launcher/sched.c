@@ -488,9 +488,48 @@ static int vc_task_index(char *const *envp, long long *index, char *err,
   return -1;
 }
 
+/* The pytorch plugin's worker task, t[0] its master task: the task named
+ * "worker", LAUNCH_VOLCANO_TASK's or the one holding HOSTNAME when it is
+ * not the master's (the plugin sets RANK and WORLD_SIZE in those two tasks'
+ * pods only), the first of them whose pods and the master's make WORLD_SIZE,
+ * else the one task that does; else the first of them. RET its index, 0 for
+ * none. */
+static int vc_worker(char *const *envp, const vc_task_t *t, int n,
+                     long long world) {
+  const char *want = sched_getenv(envp, "LAUNCH_VOLCANO_TASK");
+  const char *me = sched_getenv(envp, "HOSTNAME");
+  char key[128] = "";
+  int cand[3] = {0, 0, 0}, fit = 0, fits = 0;
+  if (want && *want)
+    vc_key(want, strlen(want), key, sizeof(key));
+  for (int i = 1; i < n; i++) {
+    if (strcmp(t[i].key, "WORKER") == 0)
+      cand[0] = i;
+    if (key[0] && strcmp(t[i].key, key) == 0)
+      cand[1] = i;
+    for (size_t j = 0; me && *me && j < t[i].n && cand[2] == 0; j++)
+      if (same_pod(me, t[i].hosts[j]))
+        cand[2] = i;
+    if ((long long)(t[0].n + t[i].n) == world) {
+      fits++;
+      fit = i;
+    }
+  }
+  for (int c = 0; c < 3; c++)
+    if (cand[c] > 0 && (long long)(t[0].n + t[cand[c]].n) == world)
+      return cand[c];
+  if (fits == 1)
+    return fit;
+  for (int c = 0; c < 3; c++)
+    if (cand[c] > 0)
+      return cand[c];
+  return 0;
+}
+
 /* The pods of this launch job in node order: the pytorch plugin's master
- * task, then the other tasks by name; else the one task, the task named by
- * LAUNCH_VOLCANO_TASK, or the task holding this pod's HOSTNAME. */
+ * task, its worker task, then the other tasks by name; else the one task,
+ * the task named by LAUNCH_VOLCANO_TASK, or the task holding this pod's
+ * HOSTNAME. */
 static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
                    char *err, size_t errlen) {
   const char *want = sched_getenv(envp, "LAUNCH_VOLCANO_TASK");
@@ -506,11 +545,13 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
    * MASTER_ADDR is a task's first pod and WORLD_SIZE counts the job's pods.
    * Runbooks set them by hand for torchrun, which reads none of them (its
    * workers get their own): WORLD_SIZE=64 for 8 pods of 8 GPUs. Then the
-   * pod's place comes from the env and svc plugins, as without them. */
-  if (!(want && *want) && v->world >= 0 && n > 0) {
+   * pod's place comes from the env and svc plugins, as without them. The
+   * plugin's RANK is the pod's place whatever LAUNCH_VOLCANO_TASK says (a
+   * pod on the host's network names its task: HOSTNAME is the host's). */
+  if (v->world >= 0 && n > 0) {
     const char *master = sched_getenv(envp, "MASTER_ADDR");
     size_t pods = 0, ours = 0;
-    int tasks = n;
+    int tasks = n, w;
     for (int i = 0; i < n; i++) {
       pods += t[i].n;
       if (pick == NULL && t[i].n > 0 && same_pod(master, t[i].hosts[0]))
@@ -518,12 +559,15 @@ static int vc_pick(char *const *envp, vc_view_t *v, vc_task_t *t, int n,
     }
     if (pick) {
       /* the plugin counts the master and worker tasks' pods (Volcano
-       * #4238; before it, every task's): those tasks come first */
+       * #4238; before it, every task's): those tasks come first, its
+       * RANK counts the master's pods, then the worker's */
       vc_order(t, n, pick->key);
       pick = &t[0];
-      ours = t[0].n + (n > 1 && !strcmp(t[1].key, "WORKER") ? t[1].n : 0);
+      if ((w = vc_worker(envp, t, n, v->world)) > 1)
+        vc_to_front(t, 1, w);
+      ours = t[0].n + (w > 0 ? t[1].n : 0);
       if ((long long)pods != v->world && (long long)ours == v->world)
-        tasks = n > 1 && !strcmp(t[1].key, "WORKER") ? 2 : 1;
+        tasks = w > 0 ? 2 : 1;
     }
     if (pick && ((long long)pods == v->world || (long long)ours == v->world)) {
       for (int i = 0; i < tasks; i++)

@@ -773,6 +773,43 @@ static void vc_clear(void) {
   }
 }
 
+/* The pytorch plugin's three pods of job JOB: MASTER's pod 0 (RANK 0) and
+ * WORKER's pods 0 and 1 (RANK 1 and 2), HOSTNAME given when HN: each takes
+ * its own name and node rank, the master's pod first. */
+static void vc_plugin_pods(const char *root_env, const char *job,
+                           const char *master, const char *worker, int hn) {
+  char want[3][128], name[3][160], addr[160];
+  cfg_t c;
+  char err[512];
+  snprintf(want[0], sizeof(want[0]), "%s-%s-0.%s", job, master, job);
+  for (int i = 1; i < 3; i++)
+    snprintf(want[i], sizeof(want[i]), "%s-%s-%d.%s", job, worker, i - 1, job);
+  for (int i = 0; i < 3; i++)
+    snprintf(name[i], sizeof(name[i]), "HOSTNAME=%.*s",
+             (int)strcspn(want[i], "."), want[i]);
+  snprintf(addr, sizeof(addr), "MASTER_ADDR=%s", want[0]);
+  for (int i = 0; i < 3; i++) {
+    const char *rk[] = {"RANK=0", "RANK=1", "RANK=2"};
+    const char *ix[] = {"VC_TASK_INDEX=0", "VC_TASK_INDEX=0",
+                        "VC_TASK_INDEX=1"};
+    ASSERT_EQ(0, parse(&c, ARGS("x"),
+                       ENV(root_env, ix[i], rk[i], "WORLD_SIZE=3", addr,
+                           "MASTER_PORT=23456",
+                           hn ? name[i] : "LAUNCH_TEST_UNUSED=1"),
+                       err, sizeof(err)));
+    ASSERT_EQ(3, c.max_nodes);
+    ASSERT_EQ(i, c.pref_node_rank);
+    if (strcmp(c.host, want[i]) != 0)
+      TEST_FAIL("pod %s (RANK %d) took the name %s", want[i], i, c.host);
+    ASSERT_EQ(3, (int)c.nexpected);
+    for (int h = 0; h < 3; h++)
+      ASSERT_STR_EQ(want[h], c.expected_hosts[h]);
+    ASSERT_STR_EQ(want[0], c.endpoint_host);
+    ASSERT_EQ(23456, c.endpoint_port);
+    cfg_free(&c);
+  }
+}
+
 static void test_volcano(void) {
   cfg_t c;
   char err[512], root_env[600];
@@ -866,31 +903,65 @@ static void test_volcano(void) {
    * is node 0; an eval task is not counted (Volcano #4238) */
   vc_file("chief.host", "pc-chief-0.pc\n");
   vc_file("worker.host", "pc-worker-0.pc\npc-worker-1.pc\n");
-  for (int e = 0; e < 2; e++) {
-    const char *hn[] = {"HOSTNAME=pc-chief-0", "HOSTNAME=pc-worker-0",
-                        "HOSTNAME=pc-worker-1"};
-    const char *rk[] = {"RANK=0", "RANK=1", "RANK=2"};
-    const char *ix[] = {"VC_TASK_INDEX=0", "VC_TASK_INDEX=0",
-                        "VC_TASK_INDEX=1"};
-    const char *want[] = {"pc-chief-0.pc", "pc-worker-0.pc", "pc-worker-1.pc"};
-    if (e)
-      vc_file("eval.host", "pc-eval-0.pc\n");
-    for (int i = 0; i < 3; i++) {
-      ASSERT_EQ(0, parse(&c, ARGS("x"),
-                         ENV(root_env, ix[i], rk[i], "WORLD_SIZE=3",
-                             "MASTER_ADDR=pc-chief-0.pc", "MASTER_PORT=23456",
-                             hn[i]),
-                         err, sizeof(err)));
-      ASSERT_EQ(3, c.max_nodes);
-      ASSERT_EQ(i, c.pref_node_rank);
-      if (strcmp(c.host, want[i]) != 0)
-        TEST_FAIL("pod %s (RANK %d) took the name %s", want[i], i, c.host);
-      ASSERT_EQ(3, (int)c.nexpected);
-      for (int h = 0; h < 3; h++)
-        ASSERT_STR_EQ(want[h], c.expected_hosts[h]);
-      cfg_free(&c);
-    }
-  }
+  vc_plugin_pods(root_env, "pc", "chief", "worker", 1);
+  vc_file("eval.host", "pc-eval-0.pc\n");
+  vc_plugin_pods(root_env, "pc", "chief", "worker", 1);
+  vc_clear();
+  /* the worker task named otherwise too (["--worker=trainer"]) beside a
+   * third task: the plugin's RANK counts the master's pod, then the
+   * trainers'; the eval pods come after them. Known by the counts (1 + 2
+   * make WORLD_SIZE=3, 1 + 1 do not), with or without HOSTNAME */
+  vc_file("master.host", "pd-master-0.pd\n");
+  vc_file("trainer.host", "pd-trainer-0.pd\npd-trainer-1.pd\n");
+  vc_file("eval.host", "pd-eval-0.pd\n");
+  vc_plugin_pods(root_env, "pd", "master", "trainer", 0);
+  vc_plugin_pods(root_env, "pd", "master", "trainer", 1);
+  /* two tasks of two pods beside the master: the counts cannot tell the
+   * worker task; the pod's HOSTNAME does, or on the host's network
+   * LAUNCH_VOLCANO_TASK, and the plugin's RANK stays the pod's place */
+  vc_file("eval.host", "pd-eval-0.pd\npd-eval-1.pd\n");
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(root_env, "VC_TASK_INDEX=1", "RANK=2", "WORLD_SIZE=3",
+                         "MASTER_ADDR=pd-master-0.pd", "MASTER_PORT=23456",
+                         "HOSTNAME=pd-trainer-1"),
+                     err, sizeof(err)));
+  ASSERT_EQ(2, c.pref_node_rank);
+  ASSERT_STR_EQ("pd-trainer-1.pd", c.host);
+  ASSERT_STR_EQ("pd-trainer-0.pd", c.expected_hosts[1]);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(root_env, "VC_TASK_INDEX=1", "RANK=2", "WORLD_SIZE=3",
+                         "MASTER_ADDR=pd-master-0.pd", "MASTER_PORT=23456",
+                         "HOSTNAME=gpu-node-5", "LAUNCH_VOLCANO_TASK=trainer"),
+                     err, sizeof(err)));
+  ASSERT_EQ(3, c.max_nodes);
+  ASSERT_EQ(2, c.pref_node_rank);
+  ASSERT_STR_EQ("pd-trainer-1.pd", c.host);
+  ASSERT_STR_EQ("pd-master-0.pd", c.endpoint_host);
+  cfg_free(&c);
+  /* the master's pod on the host's network, its task named: RANK 0 */
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(root_env, "VC_TASK_INDEX=0", "RANK=0", "WORLD_SIZE=3",
+                         "MASTER_ADDR=pd-master-0.pd", "MASTER_PORT=23456",
+                         "HOSTNAME=gpu-node-1", "LAUNCH_VOLCANO_TASK=master"),
+                     err, sizeof(err)));
+  ASSERT_EQ(0, c.pref_node_rank);
+  ASSERT_STR_EQ("pd-master-0.pd", c.host);
+  cfg_free(&c);
+  vc_clear();
+  /* a task named worker on the host's network, LAUNCH_VOLCANO_TASK given:
+   * the plugin's RANK 2 (the second worker pod), not that task's pod 2 */
+  vc_file("master.host", "pw-master-0.pw\n");
+  vc_file("worker.host", "pw-worker-0.pw\npw-worker-1.pw\n");
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(root_env, "VC_TASK_INDEX=1", "RANK=2", "WORLD_SIZE=3",
+                         "MASTER_ADDR=pw-master-0.pw", "MASTER_PORT=23456",
+                         "HOSTNAME=gpu-node-7", "LAUNCH_VOLCANO_TASK=worker"),
+                     err, sizeof(err)));
+  ASSERT_EQ(3, c.max_nodes);
+  ASSERT_EQ(2, c.pref_node_rank);
+  ASSERT_STR_EQ("pw-worker-1.pw", c.host);
+  cfg_free(&c);
   vc_clear();
   /* hand-set, process-level WORLD_SIZE, RANK and MASTER_ADDR are not the
    * pytorch plugin's (torchrun reads none of them): the pod's place comes
