@@ -195,7 +195,8 @@ static int slurm_endpoint(const void *view, char *const *envp, const char *v,
  * 0: a heterogeneous step (srun -w gpu03 : -w gpu[01-02]) numbers the
  * nodes component by component while its list is sorted, so node 0
  * (gpu03) would host a server the others look for on gpu01. Without
- * SLURMD_NODENAME nothing is said (the SLURM_NODEID row decides). */
+ * SLURMD_NODENAME, or with one the list does not hold (a front-end
+ * node's name), nothing is said: the SLURM_NODEID row decides. */
 static int slurm_first_node(const void *view, char *const *envp, const char *v,
                             char **out, char *err, size_t errlen) {
   const char *me = sched_getenv(envp, "SLURMD_NODENAME");
@@ -209,9 +210,12 @@ static int slurm_first_node(const void *view, char *const *envp, const char *v,
     lu_errf(err, errlen, "the node list '%s' does not parse: %s", v, why);
     return -1;
   }
-  first = strcmp(hosts[0], me) == 0;
+  first = -1;
+  for (size_t i = 0; i < n && first < 0; i++)
+    if (strcmp(hosts[i], me) == 0)
+      first = i == 0;
   lu_hostlist_free(hosts, n);
-  return dup_out(first ? "1" : "0", out);
+  return first < 0 ? 0 : dup_out(first ? "1" : "0", out);
 }
 
 /* SLURM_GPUS_ON_NODE=0 says nothing about the workers. */

@@ -639,6 +639,19 @@ static void test_slurm(void) {
   ASSERT_EQ(1, c.is_host);
   ASSERT_EQ(1, c.pref_node_rank);
   cfg_free(&c);
+  /* slurmd's name not in the list (a front-end node's): node 0 hosts, as
+   * without SLURMD_NODENAME (none did: every node waited for a server) */
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=0", "SLURMD_NODENAME=fe1"),
+                     err, sizeof(err)));
+  ASSERT_EQ(1, c.is_host);
+  ASSERT_STR_EQ("gpu01", c.endpoint_host);
+  cfg_free(&c);
+  ASSERT_EQ(0, parse(&c, ARGS("x"),
+                     ENV(SLURM_STEP, "SLURM_NODEID=1", "SLURMD_NODENAME=fe1"),
+                     err, sizeof(err)));
+  ASSERT_EQ(0, c.is_host);
+  cfg_free(&c);
   /* --nnodes that the step's nodes do not fit, the rendezvous the step's:
    * said at start (it waited out the join timeout, or node 1 of srun -N2
    * --nnodes 1 found the job finished: exit 75) */
