@@ -337,13 +337,14 @@ static int cmp_storage(const void *a, const void *b) {
  * already the new save's, as long as before whenever the state's shapes
  * did not change: DCP loads that mix without a word. In a complete save
  * every data file was written before its metadata file, so a data file
- * modified well after it (DCP_SKEW_NS: the clocks of the nodes writing
+ * modified well after it (RESAVE_SKEW_NS: the clocks of the nodes writing
  * one shared directory, which Lustre and GPFS stamp times with) that
  * existed before it was rewritten in place by a later save. A file created
  * after the metadata file is a copy (cp -r without -p), not a rewrite;
  * where the filesystem records no creation times, modification times
- * alone decide. */
-#define DCP_SKEW_NS (2LL * 1000000000)
+ * alone decide. The Hugging Face Trainer's trainer_state.json is that
+ * last file of its checkpoint-N (hf_step). */
+#define RESAVE_SKEW_NS (2LL * 1000000000)
 
 typedef struct {
   int64_t mtime, btime; /* ns; btime -1: not recorded */
@@ -368,15 +369,15 @@ static int file_times(const char *path, ck_ftimes_t *t) {
   return 0;
 }
 
-/* Was data file `file` rewritten after meta (its times in *mt) was
- * written? Says so on st. */
-static void dcp_rewritten(const char *dir, const char *file,
+/* Was file `file` rewritten after meta (its times in *mt), the file a
+ * save writes last, was written? Says so on st. */
+static void rewritten_after(const char *dir, const char *file,
                           const char *meta_name, const ck_ftimes_t *mt,
                           ckpt_step_t *st) {
   char p[4096];
   ck_ftimes_t ft;
   if (mt == NULL || ck_join(p, sizeof(p), dir, file) != 0 ||
-      file_times(p, &ft) != 0 || ft.mtime - mt->mtime <= DCP_SKEW_NS ||
+      file_times(p, &ft) != 0 || ft.mtime - mt->mtime <= RESAVE_SKEW_NS ||
       (ft.btime >= 0 && mt->btime >= 0 && ft.btime >= mt->btime))
     return;
   bad(st, CKPT_STEP_INCOMPLETE, "%s: modified %.1f s after %s was written "
@@ -408,7 +409,7 @@ static void dcp_by_names(const char *dir, char **names, size_t n,
     if (ck_dcp_file_rank(names[i], &r) == 0) {
       seen[r] = 1;
       if (check_nonempty(dir, names[i], st) == 0)
-        dcp_rewritten(dir, names[i], DCP_META, mt, st);
+        rewritten_after(dir, names[i], DCP_META, mt, st);
     }
   for (int64_t k = 0; k <= maxr; k++)
     if (!seen[k]) {
@@ -508,7 +509,7 @@ static int dcp_check_meta(const char *dir, char **names, size_t n,
       bad(st, CKPT_STEP_INCOMPLETE, "%s: %lld bytes, %s places data up to "
           "byte %lld (truncated)", file, (long long)sb.st_size, meta_name,
           (long long)need);
-    dcp_rewritten(dir, file, meta_name, mtp, st);
+    rewritten_after(dir, file, meta_name, mtp, st);
   }
 out:
   /* DCP writes the new metadata to NAME.tmp, removes NAME and renames:
@@ -1245,10 +1246,22 @@ static int hf_step(const char *dir, ckpt_step_t *st) {
   size_t n, len;
   int64_t gs, maxr = -1, step = st->step;
   int rc, ds = 0;
+  char sp[4096];
+  ck_ftimes_t stt;
   if ((rc = list_dir(dir, &names, &n)) != 0)
     return rc;
-  /* trainer_state.json: written with the rest of the checkpoint, its
-   * global_step must be this directory's. */
+  /* trainer_state.json: written after the rest of the checkpoint (by
+   * process 0, after its own files), its global_step must be this
+   * directory's. A step saved again in place (resumed from an earlier one,
+   * or rolled back) rewrites its files and trainer_state.json last: cut
+   * short, the older save's trainer_state.json vouches for a mix. torch.save
+   * and open("w") rewrite a file in place; safetensors writes a new one,
+   * which passes for a copy's, but the Trainer rewrites config.json
+   * before it and training_args.bin right after it. */
+  if (ck_join(sp, sizeof(sp), dir, HF_STATE) == 0 && file_times(sp, &stt) == 0)
+    for (size_t i = 0; i < n; i++)
+      if (strcmp(names[i], HF_STATE) != 0 && !is_dir(dir, names[i]))
+        rewritten_after(dir, names[i], HF_STATE, &stt, st);
   rc = read_small(dir, HF_STATE, CK_META_MAX, &data, &len);
   if (rc != 0) {
     bad(st, state_of(rc), "%s: %s", HF_STATE,

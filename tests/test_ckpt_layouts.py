@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "py"))
 import ckptfix  # noqa: E402
@@ -523,6 +524,32 @@ def test_dcp_rewritten(tmp):
               "its .metadata is taken for a cut-short save there" % copy)
 
 
+def test_hf_rewritten(tmp):
+    """The Trainer writes trainer_state.json last: a file of checkpoint-N
+    modified more than 2 s after it, and there before it, is a later save
+    in place that was cut short (tests/test_ckpt_real.py's hf-resave does
+    it with the real Trainer)."""
+    root = os.path.join(tmp, "hf-rewritten")
+    for n in (10, 20):
+        d = hf_ckpt(root, n)
+        state = os.path.join(d, "trainer_state.json")
+        with open(state, "rb") as f:
+            data = f.read()
+        time.sleep(0.05)
+        os.unlink(state)  # written again after the rest, as the Trainer does
+        write(state, data)
+    for n, late in ((10, 1.5), (20, 10)):
+        state = os.stat(os.path.join(root, "checkpoint-%d" % n, "trainer_state.json")).st_mtime
+        for f in ("optimizer.pt", "rng_state_1.pth"):  # torch.save: in place
+            p = os.path.join(root, "checkpoint-%d" % n, f)
+            os.utime(p, (state + late, state + late))
+    rep, _ = verify(root, 1)
+    check_step(rep, "checkpoint-10", "complete")
+    check_step(rep, "checkpoint-20", "incomplete", "optimizer.pt: modified 10.0 s after "
+               "trainer_state.json was written (a later save into this directory")
+    check_resume(rep, "checkpoint-10")
+
+
 # ---- launch's own layout ------------------------------------------------------------
 
 def test_launch(tmp):
@@ -592,6 +619,7 @@ def main():
         test_hf(tmp)
         test_dcp(tmp)
         test_dcp_rewritten(tmp)
+        test_hf_rewritten(tmp)
         test_launch(tmp)
         test_bad_input(tmp)
     finally:

@@ -24,6 +24,14 @@ checkpoint flags (issue #22): current PyTorch from PyPI (scripts/venv.sh),
               save of step 8 (common.pt and every rank's .distcp written,
               .metadata and metadata.json not)
 
+  hf-resave   a Trainer run started over (FRESH) in the directory of a
+              finished one, killed inside its save of step 4 (model and
+              optimizer rewritten in place, RNG states and
+              trainer_state.json the first run's): `launch ckpt verify`
+              calls checkpoint-4 incomplete (a file modified after
+              trainer_state.json); run again to the end, every
+              checkpoint-N saved in place is complete
+
 Every library is killed once after a complete step and once inside a save;
 the two cases of a library share one uninterrupted reference run. And
 DCP's save(use_collectives=False) (one __R.metadata per rank), which DCP
@@ -101,13 +109,14 @@ def venv_python():
     return os.path.join(p.stdout.strip().splitlines()[-1], "bin", "python")
 
 
-def run(py, mode, ck, out, phase, kill, restarts):
+def run(py, mode, ck, out, phase, kill, restarts, **extra):
     env = dict(os.environ, PHASE=phase, KILL=kill, DS_ACCELERATOR="cpu",
                TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
     for k in ("LAUNCH_RESUME_STEP", "LAUNCH_CKPT_DIR"):
         env.pop(k, None)
     env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU, even on a GPU machine
+    env.update(extra)
     return lt.launch_wait(["--standalone", "--nproc-per-node", "2", "--max-restarts",
                            str(restarts), "--stop-timeout", "5",
                            "--ckpt-dir", ck, "--no-python", py, WORKER, mode, ck, out,
@@ -193,6 +202,57 @@ def case(py, tmp, name, refs):
           % (name, kill, sum(1 for v in killed.values() if v != "dir"), want, time.time() - t0))
 
 
+def verify_json(d):
+    p = subprocess.run([lt.launch_bin(), "ckpt", "verify", d, "--json"], capture_output=True,
+                       text=True, timeout=60)
+    try:
+        return p.returncode, json.loads(p.stdout)
+    except ValueError:
+        fail("ckpt verify %s: not JSON: %s %s" % (d, p.stdout, p.stderr))
+
+
+def hf_resave(py, tmp, _refs):
+    """A save in place over a complete checkpoint-N, cut short: the older
+    trainer_state.json must not vouch for the mix."""
+    t0 = time.time()
+    ck = os.path.join(tmp, "hf-resave")
+    out = os.path.join(tmp, "hf-resave-out")
+    os.makedirs(out)
+    rc, log = run(py, "hf", ck, out, "first", "", 0)
+    if rc != 0:
+        fail("hf-resave: the first run exited %d\n%s" % (rc, log[-8000:]))
+    # The times of a save and of one over it differ by more than the 2 s
+    # that launch allows the clocks of the writing nodes.
+    time.sleep(2.5)
+    rc, log = run(py, "hf", ck, out, "again", "save:4:0", 0, FRESH="1")
+    if rc == 0:
+        fail("hf-resave: the run killed inside its save exited 0\n%s" % log[-8000:])
+    vrc, rep = verify_json(ck)
+    st = {s["name"]: s for s in rep["steps"]}
+    c4 = st.get("checkpoint-4", {})
+    if (c4.get("state") != "incomplete" or "after trainer_state.json was written"
+            not in c4.get("problem", "")):
+        fail("hf-resave: checkpoint-4 saved over in place and cut short: %s" % c4)
+    if any(st[n]["state"] != "complete" for n in st if n != "checkpoint-4") or vrc != 0:
+        fail("hf-resave: the steps not saved again: exit %d %s" % (vrc, rep["steps"]))
+    time.sleep(2.5)
+    rc, log = run(py, "hf", ck, out, "third", "", 0, FRESH="1")
+    if rc != 0:
+        fail("hf-resave: the run to the end exited %d\n%s" % (rc, log[-8000:]))
+    vrc, rep = verify_json(ck)
+    bad = [(s["name"], s["state"], s.get("problem")) for s in rep["steps"]
+           if s["state"] != "complete"]
+    if vrc != 0 or bad or len(rep["steps"]) != STEPS // EVERY:
+        fail("hf-resave: every checkpoint-N saved in place to the end: exit %d %s"
+             % (vrc, bad or rep["steps"]))
+    print("ok: hf-resave: checkpoint-4 cut short in place is incomplete (%s); %d steps saved "
+          "in place complete (%.0f s)" % (c4["problem"][:60], len(rep["steps"]),
+                                          time.time() - t0))
+
+
+EXTRA = {"hf-resave": hf_resave}
+
+
 def main():
     if not os.path.exists(lt.launch_bin()):
         lt.skip("no launch binary at " + lt.launch_bin())
@@ -204,6 +264,9 @@ def main():
         for name in CASES:
             if not only or name in only:
                 case(py, tmp, name, refs)
+        for name, fn in EXTRA.items():
+            if not only or name in only:
+                fn(py, tmp, refs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("PASS")

@@ -12,6 +12,7 @@ EVERY steps in the library's own layout, and at start loads the step launch
 agreed on (LAUNCH_RESUME_STEP; DeepSpeed the usual way, load_checkpoint(dir),
 which must land on the same step). Environment:
   PHASE       a name for the files below
+  FRESH       hf: start from scratch whatever LAUNCH_RESUME_STEP says
   KILL        "after:S:R": rank R SIGKILLs itself at the start of step S
               (every save before it complete); "save:S:R": rank R SIGKILLs
               itself inside the save of step S (data written, the library's
@@ -388,8 +389,10 @@ def run_hf():
             return orig(output_dir)
         trainer._save_rng_state = rng_then_die
     started()
+    # FRESH: a run that starts over in a directory holding another run's
+    # checkpoints (a rerun with new settings), saving over them in place.
     trainer.train(resume_from_checkpoint=os.path.join(CK, "checkpoint-%s" % RESUME)
-                  if RESUME else None)
+                  if RESUME and not os.environ.get("FRESH") else None)
     finished(dict(trainer.model.named_parameters()))
 
 
