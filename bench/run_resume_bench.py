@@ -15,13 +15,24 @@ For launch also the agents' agreement on the step (its log line: seconds,
 shards hashed or trusted because this agent verified or committed them
 before; docs/checkpoints.md).
 
+torchrun runs with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless
+--torchrun-shared-store: by default (PyTorch >= 2.4) a torchrun agent keeps
+one TCPStore for every restart and the restarted workers find the killed
+ones' gloo addresses in it (pytorch/pytorch#135712): on 2026-12-05, 8 of 16
+restart attempts of 2 CPU ranks lost that race (a rank exits 1 with
+"Connection refused", or both wait for each other until the 30-minute
+process-group timeout), which counted failed attempts into torchrun's
+figure or ended the run. The opt-out gives each restart a fresh store: 9 of
+9 clean, no slower than a clean default restart. One rank (the GPU runs,
+--nproc 1) has no peer to race.
+
 With --standby, launch runs with --standby (docs/launcher.md#standby) and
 the kill waits until the victim's standby is ready (blocked reading its
 LAUNCH_STANDBY_FD, which it does after saying ready).
 
 usage: run_resume_bench.py [--preset tiny|gpt2-124m] [--nproc 2]
                            [--repeat 3] [--build build] [--device cpu|cuda]
-                           [--standby]
+                           [--standby] [--torchrun-shared-store]
 On the GPU machine: --preset gpt2-124m --device cuda --nproc 1 (or 2).
 PYTHON_EXEC, else the first of python3, /usr/bin/python3 that imports torch,
 runs torchrun and the PyTorch script.
@@ -223,6 +234,9 @@ def main():
     ap.add_argument("--standby", action="store_true",
                     help="launch --standby: the kill waits for a ready "
                     "standby, which takes the rank")
+    ap.add_argument("--torchrun-shared-store", action="store_true",
+                    help="leave torchrun its default store shared across "
+                    "restarts (racy with 2+ ranks, see above)")
     ap.add_argument("--trace", action="store_true",
                     help="print the jobs' lines from the kill to the first "
                     "step, timed from the kill")
@@ -267,6 +281,9 @@ def run_all(a, py, env, victim, launch, train, res, top):
                     os.path.join(d, "ck", "latest"), a.trace, AGREED,
                     a.standby))
             if a.only != "launch":
+                tenv = dict(env)
+                if not a.torchrun_shared_store:
+                    tenv["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
                 argv = [py, "-m", "torch.distributed.run", "--standalone",
                         "--nproc_per_node", str(a.nproc), "--max_restarts", "3",
                         "--redirects", "0:1", "--tee", "0:1",
@@ -274,7 +291,7 @@ def run_all(a, py, env, victim, launch, train, res, top):
                         os.path.join(d, "torch.pt"), "--preset", a.preset,
                         "--ckpt-every", str(a.every)]
                 res["torchrun"].append(measure(
-                    argv, env, a.every, victim, r"\bstep (\d+) loss",
+                    argv, tenv, a.every, victim, r"\bstep (\d+) loss",
                     r"resumed from step (\d+) \(read in ([0-9.]+) ms", a.timeout,
                     os.path.join(d, "torch.pt"), a.trace))
         finally:
@@ -299,9 +316,10 @@ def report(a, res):
                           x[3][0] for x in v) if v[0][3] else "",)))
     if len(out) == 2:
         print("RESULT preset=%s nproc=%d launch_s=%.3f torchrun_s=%.3f "
-              "speedup=%.1f" % (a.preset, a.nproc, out["launch"][1],
-                                out["torchrun"][1],
-                                out["torchrun"][1] / out["launch"][1]))
+              "speedup=%.1f torchrun_store=%s"
+              % (a.preset, a.nproc, out["launch"][1], out["torchrun"][1],
+                 out["torchrun"][1] / out["launch"][1],
+                 "shared" if a.torchrun_shared_store else "per-restart"))
 
 
 if __name__ == "__main__":
