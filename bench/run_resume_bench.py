@@ -277,7 +277,7 @@ def run_all(a, py, env, victim, launch, train, res, top):
                         "--log-every", "1", "--device", a.device]
                 res["launch"].append(measure(
                     argv, env, a.every, victim, r"\bstep +(\d+)/",
-                    r"resumed from step (\d+) of .* in ([0-9.]+) ms", a.timeout,
+                    r"resumed from step (\d+) of .*? read in ([0-9.]+) ms", a.timeout,
                     os.path.join(d, "ck", "latest"), a.trace, AGREED,
                     a.standby))
             if a.only != "launch":

@@ -797,7 +797,9 @@ static int create_model(run_t *r, int device, int cc) {
  * GPU runs at DMA speed (docs/launcher.md#standby-workers---standby).
  * Without the memory the resume allocates as usual. */
 static void standby_ck_buf(run_t *r, int device) {
-  const char *dir = r->o.ckpt_dir ? r->o.ckpt_dir : getenv("LAUNCH_CKPT_DIR");
+  /* launch --ckpt-dir: LAUNCH_STANDBY_CKPT (LAUNCH_CKPT_DIR comes with the
+   * rank) */
+  const char *dir = r->o.ckpt_dir ? r->o.ckpt_dir : getenv("LAUNCH_STANDBY_CKPT");
   size_t bytes = 3 * gpt_num_params(&r->cfg) * sizeof(float);
   if (dir == NULL || dir[0] == '\0' || r->ck_buf != NULL ||
       (r->ck_buf = malloc(bytes)) == NULL)
@@ -1125,9 +1127,9 @@ static int ckpt_setup(run_t *r) {
   struct iovec iov[4];
   uint64_t size = 0;
   int64_t step = -1;
-  double t0 = now_s(), read_ms = 0;
+  double t0 = now_s(), read_ms = 0, t_set;
   ck_pre_t *p = r->pre;
-  int rc;
+  int rc, standby_buf;
   if (dir == NULL || dir[0] == '\0') {
     if (r->o.ckpt_every > 0) {
       fail_line("--ckpt-every needs a directory: pass --ckpt-dir D, or run "
@@ -1174,7 +1176,9 @@ static int ckpt_setup(run_t *r) {
     fail_line("checkpoint directory %s: %s", dir, ckpt_strerror(rc));
     return EXIT_FAIL;
   }
-  /* Not page-locked yet: that waits for the first save (ckpt_step). */
+  /* Not page-locked yet (but a standby's): that waits for the first save
+   * (ckpt_step). */
+  standby_buf = p && p->buf && p->buf == p->into;
   if (p && p->buf) {
     r->ck_buf = p->buf; /* the shard's state, read */
     p->buf = NULL;
@@ -1238,9 +1242,11 @@ static int ckpt_setup(run_t *r) {
            "with --zero %d; the AdamW state is re-sharded for %d ranks with "
            "--zero %d\n", step, h.world, h.zero, want.world, want.zero);
   /* the file holds whole moments: a shard takes its slice */
+  t_set = now_s();
   if ((rc = r->ops->set_state(r->model, r->ck_buf, r->ck_buf + n + shard_lo(r),
                               r->ck_buf + 2 * n + shard_lo(r))) != 0)
     return runtime_failed("set_state", rc);
+  t_set = now_s() - t_set;
   r->inited = 1;
   r->st = h.st;
   /* the seed drew the data order the position counts in: it stays */
@@ -1251,9 +1257,16 @@ static int ckpt_setup(run_t *r) {
             step, h.st.seed, r->o.seed);
   if (r->rank == 0) {
     int agents = ckpt_verified_by_launch(step); /* then not hashed here */
+    /* where a resume's time goes: the read (into the standby's buffer,
+     * page-locked on a GPU, or memory of its own) and the copy into the
+     * model */
     printf("train_gpt: resumed from step %" PRId64 " of %s (%.1f MiB read "
-           "in %.0f ms%s, %s)\n", step, dir, (double)size / 1048576.0, read_ms,
-           p ? " beside the start-up" : "",
+           "in %.0f ms%s%s, into the model in %.0f ms, %s)\n", step, dir,
+           (double)size / 1048576.0, read_ms, p ? " beside the start-up" : "",
+           !standby_buf      ? ""
+           : r->ck_pinned > 0 ? " into the standby's page-locked buffer"
+                              : " into the standby's buffer",
+           t_set * 1e3,
            agents ? "checksums verified by launch's agents"
                   : "checksums verified");
     fflush(stdout);

@@ -828,13 +828,18 @@ static int start_standbys(agent_t *a) {
     }
     while (full[k])
       k++;
-    if ((envp[n] = calloc(k + 1, sizeof(char *))) == NULL) {
+    if ((envp[n] = calloc(k + 2, sizeof(char *))) == NULL) {
       rc = RDZV_ENOMEM;
       break;
     }
     for (k = 0; full[k]; k++)
       if (!sb_drops(full[k]))
         envp[n][j++] = full[k]; /* borrowed: wk_standby_set copies */
+    /* LAUNCH_CKPT_DIR is a rank's (a rankless program would save into
+     * the job's directory as rank 0 of 1): this says only that a resume
+     * may come, so that the standby prepares the memory it reads into */
+    if (o->ckpt_dir[0])
+      envp[n][j++] = (char *)"LAUNCH_STANDBY_CKPT=1";
   }
   if (rc == 0) {
     memset(&sp, 0, sizeof(sp));

@@ -137,17 +137,26 @@ def gone(pids):
     assert not left, "processes left after the job: %s" % left
 
 
-def test_resume(d):
+def test_resume(d, via):
+    """via "launch": launch --ckpt-dir (the standby gets LAUNCH_STANDBY_CKPT,
+    not the rank's LAUNCH_CKPT_DIR); "train_gpt": train_gpt's own flag.
+    Either way the standby prepared the buffer the resume reads into."""
     ref = os.path.join(d, "ref.bin")
-    p = lt.Proc([TRAIN] + MODEL + ["--dump-params", ref],
-                env={"RANK": "", "WORLD_SIZE": ""}, name="ref")
-    assert p.wait(300 * MULT) == 0, p.output()
-    ref_losses = losses(p.output())
-    ck = os.path.join(d, "ck")
-    got = os.path.join(d, "got.bin")
+    if not os.path.exists(ref):
+        p = lt.Proc([TRAIN] + MODEL + ["--dump-params", ref],
+                    env={"RANK": "", "WORLD_SIZE": ""}, name="ref")
+        assert p.wait(300 * MULT) == 0, p.output()
+        with open(os.path.join(d, "ref.out"), "w") as f:
+            f.write(p.output())
+    with open(os.path.join(d, "ref.out")) as f:
+        ref_losses = losses(f.read())
+    ck = os.path.join(d, "ck-" + via)
+    got = os.path.join(d, "got-%s.bin" % via)
+    flag = ["--ckpt-dir", ck]
     a = lt.launch(["--standalone", "--nproc-per-node", "1", "--standby",
-                   "--max-restarts", "1", TRAIN] + MODEL +
-                  ["--ckpt-dir", ck, "--ckpt-every", "5", "--dump-params", got],
+                   "--max-restarts", "1"] + (flag if via == "launch" else []) +
+                  [TRAIN] + MODEL + (flag if via == "train_gpt" else []) +
+                  ["--ckpt-every", "5", "--dump-params", got],
                   env={"LAUNCH_DEBUG": "spawn"})
     seen = set()
     stopped = []
@@ -185,6 +194,9 @@ def test_resume(d):
         out = finish(a)
         step = int(re.search(r"resumed from step (\d+)", out).group(1))
         assert 5 <= step < 120, out
+        # read into the memory the standby made ready while it waited
+        assert re.search(r"resumed from step \d+ of .* read in \d+ ms beside the "
+                         r"start-up into the standby's (page-locked )?buffer", out), out
         mine = losses(out)
         # every step after the resume, as without the kill, bit for bit
         after = [s for s in mine if s > step]
@@ -192,9 +204,10 @@ def test_resume(d):
         with open(ref, "rb") as f1, open(got, "rb") as f2:
             assert f1.read() == f2.read(), "final parameters differ"
         gone(seen)
-        print("resume: standby pid %d took rank 0 at step %d, %d steps after "
-              "it bitwise the uninterrupted run; standby %d replaced it; "
-              "nothing left" % (sb, step, len(after), sb2))
+        print("resume (--ckpt-dir of %s): standby pid %d took rank 0 at step %d, "
+              "read into its buffer, %d steps after it bitwise the uninterrupted "
+              "run; standby %d replaced it; nothing left"
+              % (via, sb, step, len(after), sb2))
     finally:
         release(a, stopped)
 
@@ -366,7 +379,8 @@ def main():
     if not os.path.exists(TRAIN):
         lt.skip("no train_gpt in " + BIN)
     d = tempfile.mkdtemp()
-    test_resume(d)
+    test_resume(d, "launch")
+    test_resume(d, "train_gpt")
     test_standby_dies(d)
     test_never_ready(d, [])
     test_never_ready(d, ["--standby-timeout", "1"])
