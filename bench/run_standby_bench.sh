@@ -13,6 +13,9 @@
 #           (bench/standby_steady.py reads the lines); LAUNCH_DEBUG=spawn
 #           shows when the standby started.
 #   run_standby_bench.sh [BUILD [OUT [all|resume|tokens|steady]]]
+# CKPT=1: tokens and steady under launch --ckpt-dir (nothing saved: no
+# --ckpt-every; the standby then also makes and page-locks the buffer a
+# resume reads into, 1.4 GiB at 124M, while the job trains).
 # Source bench/gpu_lib.sh first (NVLink multicast off).
 set -u
 B=${1:-.gpu-build}
@@ -28,7 +31,7 @@ tokens() { # FILE STEPS LOG_EVERY TIMEOUT SUMMARY...
     for s in "" --standby; do
       T=$(mktemp -d)
       LAUNCH_DEBUG=spawn timeout "$t" "$B/bin/launch" --standalone --nproc-per-node 1 $s \
-        "$B/bin/train_gpt" --preset gpt2-124m --device cuda --steps "$steps" \
+        ${CKPT:+--ckpt-dir "$T/ck"} "$B/bin/train_gpt" --preset gpt2-124m --device cuda --steps "$steps" \
         --val-every 0 --log-every "$every" >"$T/o" 2>&1
       echo "run $i standby=${s:-no} rc=$?: $("$@" "$T/o")" >>"$OUT/$file"
       grep -E "standby pid|rror" "$T/o" | head -3 >>"$OUT/$file"
