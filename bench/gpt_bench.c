@@ -35,15 +35,16 @@ static void usage(void) {
   fprintf(stderr,
           "usage: gpt_bench [--layers L] [--heads H] [--channels C] [--vocab V]\n"
           "                 [--batch B] [--seq-len T] [--dtype bf16|fp16|fp32]\n"
-          "                 [--steps N] [--warmup N] [--profile N] [--peak-tflops X]\n"
-          "defaults: gpt2-124m, batch 16, seq-len 1024, bf16, 20 steps after 5\n"
+          "                 [--accum K] [--steps N] [--warmup N] [--profile N]\n"
+          "                 [--peak-tflops X]\n"
+          "defaults: gpt2-124m, batch 16, seq-len 1024, bf16, accum 1, 20 steps after 5\n"
           "warm-ups, profile 5 steps, peak 989 (H100/H200 dense bf16)\n"
           "environment: GPT_CUDA_GRAPH=0 launches every kernel eagerly (no CUDA graphs)\n");
 }
 
 int main(int argc, char **argv) {
   gpt_config_t c = {1024, 50257, 50304, 12, 12, 768};
-  int B = 16, T = 1024, dtype = GPT_BF16, steps = 20, warmup = 5, prof = 5;
+  int B = 16, T = 1024, K = 1, dtype = GPT_BF16, steps = 20, warmup = 5, prof = 5;
   double peak = 989.0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -67,6 +68,8 @@ int main(int argc, char **argv) {
       c.padded_vocab = (c.vocab_size + 127) / 128 * 128;
     } else if (!strcmp(a, "--batch"))
       B = atoi(v);
+    else if (!strcmp(a, "--accum"))
+      K = atoi(v);
     else if (!strcmp(a, "--seq-len"))
       T = atoi(v);
     else if (!strcmp(a, "--steps"))
@@ -93,8 +96,9 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (steps < 1 || B < 1 || T < 1 || T > c.max_seq_len) {
-    fprintf(stderr, "gpt_bench: need --steps >= 1 and 1 <= --seq-len <= %d\n", c.max_seq_len);
+  if (steps < 1 || B < 1 || K < 1 || T < 1 || T > c.max_seq_len) {
+    fprintf(stderr, "gpt_bench: need --steps, --batch, --accum >= 1 and 1 <= --seq-len <= %d\n",
+            c.max_seq_len);
     return 2;
   }
   const gpt_backend_ops_t *ops = &gpt_cuda_ops;
@@ -125,8 +129,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   char desc[400];
-  printf("gpt_bench: L%d H%d C%d V%d (padded %d), %zu parameters, B%d T%d\n", c.num_layers,
-         c.num_heads, c.channels, c.vocab_size, c.padded_vocab, np, B, T);
+  printf("gpt_bench: L%d H%d C%d V%d (padded %d), %zu parameters, B%d T%d, accum %d\n",
+         c.num_layers, c.num_heads, c.channels, c.vocab_size, c.padded_vocab, np, B, T, K);
   printf("backend: %s\n", gpt_cuda_describe(m, desc, sizeof(desc)));
 
   float loss = 0, norm = 0;
@@ -134,8 +138,11 @@ int main(int argc, char **argv) {
 #define STEP()                                                                           \
   do {                                                                                   \
     t++;                                                                                 \
-    if (ops->zero_grad(m) < 0 || ops->forward(m, tok, tgt, &loss) < 0 ||                 \
-        ops->backward(m, 1.f, 1, NULL, NULL) < 0 || ops->grad_norm(m, 1.f, &norm) < 0) { \
+    int bad_ = ops->zero_grad(m) < 0;                                                    \
+    for (int k_ = 0; k_ < K && !bad_; k_++)                                              \
+      bad_ = ops->forward(m, tok, tgt, &loss) < 0 ||                                     \
+             ops->backward(m, 1.f, k_ == K - 1, NULL, NULL) < 0;                         \
+    if (bad_ || ops->grad_norm(m, 1.f / K, &norm) < 0) {                                 \
       fprintf(stderr, "gpt_bench: step %d failed (above)\n", t);                         \
       return 1;                                                                          \
     }                                                                                    \
@@ -171,7 +178,7 @@ int main(int argc, char **argv) {
     sum += times[i];
   qsort(times, (size_t)steps, sizeof(double), cmp_double);
   const double med = times[steps / 2], mean = sum / steps;
-  const double tok_s = N / (med / 1e3);
+  const double tok_s = (double)N * K / (med / 1e3);
   const double mfu = gpt_flops_per_token(&c, T) * tok_s / (peak * 1e12);
   const double held = (double)gpt_cuda_memory(m) / (1 << 30);
   const double used = (double)(free0 - free1) / (1 << 30);

@@ -8,6 +8,8 @@
 # usage: bench/gpt_env_ab.sh PATH/TO/gpt_bench VAR "VALUE..."
 #        bench/gpt_env_ab.sh - BIN "PATH/TO/gpt_bench..."  (two builds A/B:
 #        VAR BIN names the binaries themselves; the first argument is unused)
+#        bench/gpt_env_ab.sh PATH/TO/gpt_bench SPLIT "1 2 4"  (the size's batch
+#        as K micro-batches of B/K a step, gradient accumulated: --accum K)
 # environment: SIZES ("124m 350m 774m"), ROUNDS (2), STEPS (50), BUDGET_S (300),
 #              SHOW (a grep -E pattern for the backend's lines: "tokens/s")
 set -u
@@ -26,10 +28,12 @@ for size in ${SIZES:-124m 350m 774m}; do
   esac
   for r in $(seq "$ROUNDS"); do
     for v in $VALUES; do
-      bin=$BIN
+      bin=$BIN args=("${shape[@]}")
       if [ "$VAR" = BIN ]; then e=(); bin=$v
+      elif [ "$VAR" = SPLIT ]; then
+        e=(); args=("${shape[@]:0:6}" --batch $((${shape[7]} / v)) --accum "$v")
       elif [ "$v" = - ]; then e=(-u "$VAR"); else e=("$VAR=$v"); fi
-      step "$size $VAR=$v round $r" 90 env "${e[@]}" "$bin" "${shape[@]}" --steps "$STEPS" \
+      step "$size $VAR=$v round $r" 90 env "${e[@]}" "$bin" "${args[@]}" --steps "$STEPS" \
         --profile 0 >"$T/run.txt"
       grep -E "$SHOW|tokens/s" "$T/run.txt" | grep -v "^backend after" | cut -c1-400
       awk -v s="$size" -v m="$VAR=$v" '/^tokens\/s:/ {print s, m, $2}' "$T/run.txt" >>"$T/all.txt"

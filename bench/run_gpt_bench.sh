@@ -7,12 +7,14 @@
 # usage: bench/run_gpt_bench.sh PATH/TO/gpt_bench [OUTDIR]
 # environment: SIZES ("124m"; any of 124m 350m 774m: B16, B16, B8 as in
 #              issue #26's table), EAGER (1; 0 leaves PyTorch eager out),
-#              STEPS (20), WARMUP (5), PROFILE (5), PYTHON (python3)
+#              STEPS (20), WARMUP (5), PROFILE (5), PYTHON (python3),
+#              SPLIT (1; K runs each size's batch as K micro-batches of B/K a
+#              step with the gradient accumulated, --accum K, on every side)
 set -u
 BIN=${1:?usage: run_gpt_bench.sh PATH/TO/gpt_bench [OUTDIR]}
 OUTDIR=${2:-.}
 STEPS=${STEPS:-20} WARMUP=${WARMUP:-5} PROFILE=${PROFILE:-5} PY=${PYTHON:-python3}
-SIZES=${SIZES:-124m} EAGER=${EAGER:-1}
+SIZES=${SIZES:-124m} EAGER=${EAGER:-1} SPLIT=${SPLIT:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -23,6 +25,9 @@ for size in $SIZES; do
     774m) shape=(--layers 36 --heads 20 --channels 1280 --batch 8) ;;
     *) echo "run_gpt_bench.sh: unknown size $size (124m, 350m or 774m)" >&2; exit 2 ;;
   esac
+  if [ "$SPLIT" != 1 ]; then
+    shape=("${shape[@]:0:6}" --batch $((${shape[7]} / SPLIT)) --accum "$SPLIT")
+  fi
   echo "== $size launch-cuda: $BIN ${shape[*]}"
   "$BIN" "${shape[@]}" --steps "$STEPS" --warmup "$WARMUP" --profile "$PROFILE" 2>&1 |
     tee "$OUTDIR/bench_launch_cuda_$size.log"

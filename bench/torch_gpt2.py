@@ -82,12 +82,14 @@ def main():
     ap.add_argument("--channels", type=int, default=768)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--accum", type=int, default=1,
+                    help="micro-batches of --batch a step (gradient accumulation)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     a = ap.parse_args()
     L, NH, C, V, Vp, maxT = a.layers, a.heads, a.channels, 50257, 50304, 1024
-    B, T = a.batch, a.seq_len
+    B, T, K = a.batch, a.seq_len, a.accum
     torch.manual_seed(1337)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -106,12 +108,15 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-            loss = step_model(x, y)
-        loss.backward()
+        total = 0.0
+        for _ in range(K):
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                loss = step_model(x, y) / K
+            loss.backward()
+            total = total + loss.detach()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        return loss.item(), norm.item()
+        return float(total), norm.item()
 
     t0 = time.time()
     for _ in range(a.warmup):
@@ -129,12 +134,12 @@ def main():
             print(f"step {a.warmup + i + 1}: loss {loss:.4f}, grad norm {norm:.3f}, "
                   f"{times[-1]:.2f} ms", flush=True)
     med = statistics.median(times)
-    tok_s = B * T / (med / 1e3)
+    tok_s = B * T * K / (med / 1e3)
     mfu = flops_per_token * tok_s / (a.peak_tflops * 1e12)
     mem = torch.cuda.max_memory_allocated() / 2**30
     res = torch.cuda.max_memory_reserved() / 2**30
     impl = "torch-compile" if a.compile else "torch-eager"
-    print(f"torch {torch.__version__} ({impl}): L{L} H{NH} C{C}, {nparams} parameters, B{B} T{T}")
+    print(f"torch {torch.__version__} ({impl}): L{L} H{NH} C{C}, {nparams} parameters, B{B} T{T}, accum {K}")
     print(f"ms/step: median {med:.2f}, mean {statistics.mean(times):.2f}, "
           f"min {min(times):.2f}, max {max(times):.2f} over {a.steps} steps")
     print(f"tokens/s: {tok_s:.0f}   MFU: {100 * mfu:.1f}%   peak memory: {mem:.2f} GiB "
