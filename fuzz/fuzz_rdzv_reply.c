@@ -1,6 +1,7 @@
 /* fuzz_rdzv_reply.c - librdzv's side of a connection (rendezvous/client.c):
  * what a server, or anything that answers on its port, sends back. A
- * fake server on a unix socket sends the input as its whole stream, then
+ * fake server on 127.0.0.1 (one listening port for the process: no file
+ * is left behind when a run is killed) sends the input as its whole stream, then
  * half-closes; the client connects (CHALLENGE, HELLO: handshake), then makes
  * every call in turn: SET, GET, ADD, COMPARE_SET, CHECK, WAIT, MGET,
  * MSET, DELETE, NUM_KEYS, APPEND, LIST, BARRIER, PING, two sets without
@@ -19,8 +20,10 @@
  * - rdzv_close frees everything (LeakSanitizer). */
 #include <poll.h>
 #include <pthread.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "client_int.h"
@@ -28,17 +31,22 @@
 #include "rdzv.h"
 
 typedef struct fake_s {
-  int lfd;
+  int lfd, wake; /* the listener; an eventfd: the client gave up */
   const uint8_t *p;
   size_t n;
 } fake_t;
 
 static void *fake_server(void *arg) {
   fake_t *f = arg;
-  int fd = accept(f->lfd, NULL, NULL);
+  struct pollfd pf[2] = {{f->lfd, POLLIN, 0}, {f->wake, POLLIN, 0}};
   char sink[4096];
   size_t off = 0;
-  if (fd < 0)
+  int fd;
+  /* the client's connection first: one that connected is in the queue
+   * before its rdzv_connect returns, so none is left there for the next run */
+  while (poll(pf, 2, -1) < 0)
+    ;
+  if (!(pf[0].revents & POLLIN) || (fd = accept(f->lfd, NULL, NULL)) < 0)
     return NULL;
   while (off < f->n) {
     ssize_t w = send(fd, f->p + off, f->n - off, MSG_NOSIGNAL);
@@ -121,11 +129,12 @@ static void calls(rdzv_client_t *c) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static char path[108], ep[120];
+  static char ep[64];
+  static int lfd = -1, wake = -1;
   const char *want = getenv("FUZZ_ENDPOINT");
   rdzv_options_t o;
   rdzv_client_t *c = NULL;
-  fake_t f = {-1, data, size};
+  fake_t f = {-1, -1, data, size};
   pthread_t th;
   char err[256];
   int rc;
@@ -137,20 +146,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   o.error = err;
   o.error_len = sizeof(err);
   if (want == NULL) {
-    struct sockaddr_un sun;
-    if (path[0] == '\0') {
-      snprintf(path, sizeof(path), "/tmp/launch-fuzz-rdzv.%d.sock",
-               (int)getpid());
-      snprintf(ep, sizeof(ep), "unix:%s", path);
+    uint64_t u;
+    if (lfd < 0) {
+      struct sockaddr_in sin;
+      socklen_t sl = sizeof(sin);
+      memset(&sin, 0, sizeof(sin));
+      sin.sin_family = AF_INET;
+      sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      FUZZ_CHECK(lfd >= 0 && wake >= 0);
+      FUZZ_CHECK(bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) == 0);
+      FUZZ_CHECK(listen(lfd, 4) == 0);
+      FUZZ_CHECK(getsockname(lfd, (struct sockaddr *)&sin, &sl) == 0);
+      snprintf(ep, sizeof(ep), "127.0.0.1:%d", (int)ntohs(sin.sin_port));
     }
-    unlink(path);
-    memset(&sun, 0, sizeof(sun));
-    sun.sun_family = AF_UNIX;
-    memcpy(sun.sun_path, path, strlen(path) + 1);
-    f.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    FUZZ_CHECK(f.lfd >= 0);
-    FUZZ_CHECK(bind(f.lfd, (struct sockaddr *)&sun, sizeof(sun)) == 0);
-    FUZZ_CHECK(listen(f.lfd, 4) == 0);
+    while (read(wake, &u, sizeof(u)) > 0) /* the last run's, unread */
+      ;
+    f.lfd = lfd;
+    f.wake = wake;
     FUZZ_CHECK(pthread_create(&th, NULL, fake_server, &f) == 0);
     o.endpoint = ep;
   } else {
@@ -163,23 +177,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(err[0] != '\0');
   rdzv_close(c);
   if (want == NULL) {
+    /* the client may have gone before connecting: end the wait for it */
     if (rc != 0) {
-      /* the client may have gone before connecting: unblock accept */
-      int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      struct sockaddr_un sun;
-      memset(&sun, 0, sizeof(sun));
-      sun.sun_family = AF_UNIX;
-      memcpy(sun.sun_path, path, strlen(path) + 1);
-      if (fd >= 0 && connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0)
-        shutdown(fd, SHUT_WR);
-      pthread_join(th, NULL);
-      if (fd >= 0)
-        close(fd);
-    } else {
-      pthread_join(th, NULL);
+      uint64_t one = 1;
+      FUZZ_CHECK(write(wake, &one, sizeof(one)) == sizeof(one));
     }
-    close(f.lfd);
-    unlink(path);
+    pthread_join(th, NULL);
   }
   return 0;
 }
