@@ -90,12 +90,11 @@ static void clear_root(void) {
     nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* Everything under base: the libraries' cache files in xdg included
+ * (launch-topo-UID.topo as well as the .cache named here). */
 static void cleanup(void) {
-  clear_root();
-  unlink(xml);
-  unlink(cache);
-  rmdir(xdg);
-  rmdir(base);
+  if (base[0])
+    nftw(base, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static void setup(void) {
