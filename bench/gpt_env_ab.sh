@@ -20,18 +20,13 @@ BUDGET=${BUDGET_S:-300} ROUNDS=${ROUNDS:-2} STEPS=${STEPS:-50} SHOW=${SHOW:-toke
 . "$(dirname "$0")/gpu_lib.sh"
 T=$(mktemp -d)
 for size in ${SIZES:-124m 350m 774m}; do
-  case $size in
-    124m) shape=(--layers 12 --heads 12 --channels 768 --batch 16) ;;
-    350m) shape=(--layers 24 --heads 16 --channels 1024 --batch 16) ;;
-    774m) shape=(--layers 36 --heads 20 --channels 1280 --batch 8) ;;
-    *) echo "gpt_env_ab.sh: unknown size $size" >&2; exit 2 ;;
-  esac
+  gpt_shape "$size" || exit 2
   for r in $(seq "$ROUNDS"); do
     for v in $VALUES; do
       bin=$BIN args=("${shape[@]}")
       if [ "$VAR" = BIN ]; then e=(); bin=$v
       elif [ "$VAR" = SPLIT ]; then
-        e=(); args=("${shape[@]:0:6}" --batch $((${shape[7]} / v)) --accum "$v")
+        e=(); gpt_shape "$size" "$v" || exit 2; args=("${shape[@]}")
       elif [ "$v" = - ]; then e=(-u "$VAR"); else e=("$VAR=$v"); fi
       step "$size $VAR=$v round $r" 90 env "${e[@]}" "$bin" "${args[@]}" --steps "$STEPS" \
         --profile 0 >"$T/run.txt"

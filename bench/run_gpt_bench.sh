@@ -17,17 +17,9 @@ STEPS=${STEPS:-20} WARMUP=${WARMUP:-5} PROFILE=${PROFILE:-5} PY=${PYTHON:-python
 SIZES=${SIZES:-124m} EAGER=${EAGER:-1} SPLIT=${SPLIT:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUTDIR"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. "$HERE/gpu_lib.sh"
 for size in $SIZES; do
-  case $size in
-    124m) shape=(--layers 12 --heads 12 --channels 768 --batch 16) ;;
-    350m) shape=(--layers 24 --heads 16 --channels 1024 --batch 16) ;;
-    774m) shape=(--layers 36 --heads 20 --channels 1280 --batch 8) ;;
-    *) echo "run_gpt_bench.sh: unknown size $size (124m, 350m or 774m)" >&2; exit 2 ;;
-  esac
-  if [ "$SPLIT" != 1 ]; then
-    shape=("${shape[@]:0:6}" --batch $((${shape[7]} / SPLIT)) --accum "$SPLIT")
-  fi
+  gpt_shape "$size" "$SPLIT" || exit 2
   echo "== $size launch-cuda: $BIN ${shape[*]}"
   "$BIN" "${shape[@]}" --steps "$STEPS" --warmup "$WARMUP" --profile "$PROFILE" 2>&1 |
     tee "$OUTDIR/bench_launch_cuda_$size.log"
