@@ -1,8 +1,6 @@
 /* gpt_bench - times the CUDA backend of train_gpt through gpt.h: one
  * training step = zero_grad, forward (with the loss back on the host),
- * backward, grad_norm (for clipping), AdamW, as the trainer runs them:
- * with one micro-batch a step (--accum 1) the backend's step op, one graph
- * and one wait a step, unless GPT_CUDA_STEP=0 (then the five calls).
+ * backward, grad_norm (for clipping), AdamW, as the trainer runs them.
  * Random tokens; gpt2-124m (L12 H12 C768, V 50257 padded to 50304) by
  * default. Prints tokens/s, ms/step (median), MFU against a peak in
  * TFLOPS, the device memory the backend holds and what the device reports
@@ -13,7 +11,6 @@
  * machine-readable (RESULT ..., graph=1 when the timed steps replayed
  * graphs) for bench/run_gpt_bench.sh and bench/gpt_graph_ab.sh. */
 #include <cuda_runtime_api.h>
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,23 +134,10 @@ int main(int argc, char **argv) {
   printf("backend: %s\n", gpt_cuda_describe(m, desc, sizeof(desc)));
 
   float loss = 0, norm = 0;
-  int t = 0, fused = K == 1 && ops->step != NULL, nfused = 0;
+  int t = 0;
 #define STEP()                                                                           \
   do {                                                                                   \
     t++;                                                                                 \
-    if (fused) {                                                                         \
-      gpt_step_t st_ = {1.f, 1.f, 1.f, 0.f, {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, t}};  \
-      int upd_ = 0, rc_ = ops->step(m, tok, tgt, &st_, &loss, &norm, &upd_);            \
-      if (rc_ == 0 && upd_) {                                                            \
-        nfused++;                                                                        \
-        break;                                                                           \
-      }                                                                                  \
-      if (rc_ != -ENOTSUP) {                                                             \
-        fprintf(stderr, "gpt_bench: step %d failed%s\n", t, rc_ ? " (above)" : ": no update"); \
-        return 1;                                                                        \
-      }                                                                                  \
-      fused = 0; /* GPT_CUDA_STEP=0: the calls */                                        \
-    }                                                                                    \
     int bad_ = ops->zero_grad(m) < 0;                                                    \
     for (int k_ = 0; k_ < K && !bad_; k_++)                                              \
       bad_ = ops->forward(m, tok, tgt, &loss) < 0 ||                                     \
@@ -187,9 +171,6 @@ int main(int argc, char **argv) {
          "backwards (warm-up and timed steps)\n",
          gstate > 0 ? "on" : gstate < 0 ? "given up (see above)" : "off", gs.captures,
          gs.launches, gs.eager_forwards, gs.eager_backwards);
-  printf("step op: %d of %d steps (%s)\n", nfused, t,
-         fused ? "one graph and one wait a step" : "off: zero_grad, forward, backward, "
-                                                    "grad_norm, adamw");
   size_t free1 = 0;
   cudaMemGetInfo(&free1, &total);
   double sum = 0;
@@ -232,8 +213,8 @@ int main(int argc, char **argv) {
   }
   printf("backend after the run: %s\n", gpt_cuda_describe(m, desc, sizeof(desc)));
   printf("RESULT impl=launch-cuda tok_s=%.0f ms=%.3f mfu=%.4f mem_gib=%.3f used_gib=%.3f "
-         "graph=%d step=%d\n",
-         tok_s, med, mfu, held, used, graphed, fused);
+         "graph=%d\n",
+         tok_s, med, mfu, held, used, graphed);
   ops->destroy(m);
   free(params), free(tok), free(tgt), free(times);
   return 0;

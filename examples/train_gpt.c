@@ -159,8 +159,6 @@ typedef struct run_s {
   ck_pre_t *pre;           /* the resume's read, NULL when none runs */
   tb_t *tb;                /* --tb-dir: rank 0's TensorBoard events */
   FILE *dump;              /* --dump-params, opened by rank 0 at start-up */
-  int no_step_op;          /* the backend declined the step op (fused_step) */
-  int step_op_said;        /* its line printed */
 } run_t;
 
 
@@ -1393,118 +1391,14 @@ static int zero_grad_norm(run_t *r, float scale, float *norm) {
   return 0;
 }
 
-/* The step's loss and norm judged (diverged, fp16 overflow, --stop-grad-norm)
- * before its update. OUT *skipped (fp16 overflow: no update, the scale
- * halved). RET EXIT_OK with *go 1 where the update is due, else an exit code
- * (EXIT_OK for a skipped step). */
-static int judge_step(run_t *r, float loss, float norm, int *skipped, int *go) {
-  const opts_t *o = &r->o;
-  *go = 0;
-  if (!isfinite(loss)) {
-    fail_line("the loss is %g at step %" PRId64 ": training diverged; lower "
-              "--lr or check the data (docs/runtime.md)", (double)loss,
-              r->st.step + 1);
-    return EXIT_DIVERGED;
-  }
-  if (!isfinite(norm)) {
-    if (r->dtype != GPT_FP16) {
-      fail_line("the gradient norm is %g at step %" PRId64 ": training "
-                "diverged; lower --lr (docs/runtime.md)", (double)norm,
-                r->st.step + 1);
-      return EXIT_DIVERGED;
-    }
-    /* fp16 overflow: skip the update, halve the scale */
-    *skipped = 1;
-    r->st.loss_scale /= 2;
-    r->st.good_steps = 0;
-    if (r->st.loss_scale < 1.0f) {
-      fail_line("fp16 gradients overflow even with a loss scale of 1 at step "
-                "%" PRId64 ": training diverged; use --dtype bf16 or a lower "
-                "--lr", r->st.step + 1);
-      return EXIT_DIVERGED;
-    }
-    return EXIT_OK;
-  }
-  if (o->stop_norm > 0 && norm > o->stop_norm) {
-    fail_line("the gradient norm %g exceeds --stop-grad-norm %g at step %"
-              PRId64 ": training diverged; lower --lr or raise the limit",
-              (double)norm, (double)o->stop_norm, r->st.step + 1);
-    return EXIT_DIVERGED;
-  }
-  *go = 1;
-  return EXIT_OK;
-}
-
-/* After an update: fp16's loss scale doubles after a window of good steps. */
-static void updated_step(run_t *r) {
-  if (r->dtype == GPT_FP16 && ++r->st.good_steps >= r->o.loss_scale_window) {
-    r->st.loss_scale *= 2;
-    r->st.good_steps = 0;
-  }
-}
-
-/* One step through the backend's step op (gpt.h step): one rank, one
- * micro-batch, not sharded; the same results as the calls in train_step,
- * with one wait a step. RET an exit code, or -1: the backend declined
- * (nothing done; make the calls). */
-static int fused_step(run_t *r, float lr, float *loss, float *norm,
-                      int *skipped) {
-  const opts_t *o = &r->o;
-  gpt_step_t s;
-  float l = 0;
-  int rc, go, updated = 0;
-  memset(&s, 0, sizeof(s));
-  s.loss_scale = r->st.loss_scale;
-  s.norm_scale = 1.0f / (1.0f * r->st.loss_scale);
-  s.clip = o->clip;
-  s.stop_norm = o->stop_norm;
-  s.adamw.lr = lr;
-  s.adamw.beta1 = o->beta1;
-  s.adamw.beta2 = o->beta2;
-  s.adamw.eps = o->eps;
-  s.adamw.weight_decay = o->weight_decay;
-  s.adamw.grad_scale = s.norm_scale;
-  s.adamw.t = (int)(r->st.adam_step + 1);
-  train_batch(r, r->st.window);
-  rc = r->ops->step(r->model, r->tok, r->tgt, &s, &l, norm, &updated);
-  if (rc == -ENOTSUP)
-    return -1;
-  if (rc != 0)
-    return runtime_failed("the training step", rc);
-  if (!r->step_op_said) {
-    r->step_op_said = 1;
-    printf("train_gpt: each step is one piece of device work (the %s backend's "
-           "step op; GPT_CUDA_STEP=0 makes it five calls)\n", r->ops->name);
-  }
-  r->st.window += (uint64_t)o->batch;
-  *loss = l;
-  if ((rc = judge_step(r, *loss, *norm, skipped, &go)) != EXIT_OK || !go)
-    return rc;
-  if (!updated) {
-    fail_line("the backend skipped the update of step %" PRId64 " with a "
-              "finite loss and norm %g (a bug: GPT_CUDA_STEP=0 avoids it)",
-              r->st.step + 1, (double)*norm);
-    return EXIT_FAIL;
-  }
-  r->st.adam_step++;
-  updated_step(r);
-  return EXIT_OK;
-}
-
 /* One step. OUT *loss, *norm, *skipped. RET an exit code. */
 static int train_step(run_t *r, float lr, float *loss, float *norm,
                       int *skipped) {
   const opts_t *o = &r->o;
   float lsum = 0, denom = (float)o->accum * (float)r->world;
-  int rc, go;
+  int rc;
   gpt_adamw_t a;
   *skipped = 0;
-  if (o->accum == 1 && r->world == 1 && !o->zero && r->ops->step &&
-      !r->no_step_op) {
-    if ((rc = fused_step(r, lr, loss, norm, skipped)) >= 0)
-      return rc;
-    r->no_step_op = 1; /* declined: the calls from now on */
-  }
   if ((rc = r->ops->zero_grad(r->model)) != 0)
     return runtime_failed("zero_grad", rc);
   for (int k = 0; k < o->accum; k++) {
@@ -1533,8 +1427,37 @@ static int train_step(run_t *r, float lr, float *loss, float *norm,
     rc = r->ops->grad_norm(r->model, 1.0f / (denom * r->st.loss_scale), norm);
   if (rc != 0)
     return runtime_failed("grad_norm", rc);
-  if ((rc = judge_step(r, *loss, *norm, skipped, &go)) != EXIT_OK || !go)
-    return rc;
+  if (!isfinite(*loss)) {
+    fail_line("the loss is %g at step %" PRId64 ": training diverged; lower "
+              "--lr or check the data (docs/runtime.md)", (double)*loss,
+              r->st.step + 1);
+    return EXIT_DIVERGED;
+  }
+  if (!isfinite(*norm)) {
+    if (r->dtype != GPT_FP16) {
+      fail_line("the gradient norm is %g at step %" PRId64 ": training "
+                "diverged; lower --lr (docs/runtime.md)", (double)*norm,
+                r->st.step + 1);
+      return EXIT_DIVERGED;
+    }
+    /* fp16 overflow: skip the update, halve the scale */
+    *skipped = 1;
+    r->st.loss_scale /= 2;
+    r->st.good_steps = 0;
+    if (r->st.loss_scale < 1.0f) {
+      fail_line("fp16 gradients overflow even with a loss scale of 1 at step "
+                "%" PRId64 ": training diverged; use --dtype bf16 or a lower "
+                "--lr", r->st.step + 1);
+      return EXIT_DIVERGED;
+    }
+    return EXIT_OK;
+  }
+  if (o->stop_norm > 0 && *norm > o->stop_norm) {
+    fail_line("the gradient norm %g exceeds --stop-grad-norm %g at step %"
+              PRId64 ": training diverged; lower --lr or raise the limit",
+              (double)*norm, (double)o->stop_norm, r->st.step + 1);
+    return EXIT_DIVERGED;
+  }
   memset(&a, 0, sizeof(a));
   a.lr = lr;
   a.beta1 = o->beta1;
@@ -1554,7 +1477,10 @@ static int train_step(run_t *r, float lr, float *loss, float *norm,
        (rc = rt_allgather(r->rt, r->ops->param_buffer(r->model), r->part,
                           sizeof(float))) != 0))
     return runtime_failed("the parameter all-gather", rc);
-  updated_step(r);
+  if (r->dtype == GPT_FP16 && ++r->st.good_steps >= o->loss_scale_window) {
+    r->st.loss_scale *= 2;
+    r->st.good_steps = 0;
+  }
   return EXIT_OK;
 }
 

@@ -94,16 +94,6 @@ typedef struct gpt_adamw_s {
   int t;            /* step number, from 1, for bias correction */
 } gpt_adamw_t;
 
-/* One whole training step (the step op): see gpt_backend_ops_t.step. */
-typedef struct gpt_step_s {
-  float loss_scale; /* backward's seed, as backward's loss_scale */
-  float norm_scale; /* grad_norm's scale (1 / loss_scale for one rank) */
-  float clip;       /* > 0: the gradient scaled by clip / norm where the
-                       norm exceeds it, after adamw.grad_scale */
-  float stop_norm;  /* > 0: no update where the norm exceeds it */
-  gpt_adamw_t adamw;
-} gpt_step_t;
-
 typedef struct gpt_backend_ops_s {
   const char *name; /* "cpu", "cuda" */
   /* B micro-batch rows of T tokens; dtype GPT_*; device = local GPU index
@@ -162,20 +152,6 @@ typedef struct gpt_backend_ops_s {
   /* The fp32 master parameters where the collectives run (host memory on
    * the CPU): the trainer all-gathers the updated shards in it. */
   void *(*param_buffer)(gpt_backend_t *m);
-
-  /* ---- One whole step of one rank with one micro-batch a step (no
-   * accumulation, no all-reduce, not sharded); NULL in a backend without
-   * it. Bit for bit what these calls give: zero_grad, forward (*loss),
-   * backward (s->loss_scale, last 1, no callback), grad_norm (s->norm_scale,
-   * *norm), then, unless the loss or the norm is not finite or s->stop_norm
-   * > 0 and the norm exceeds it, adamw(&s->adamw) with its grad_scale
-   * multiplied by s->clip / norm where s->clip > 0 and the norm exceeds it.
-   * *updated: 1 when AdamW ran, 0 when it was skipped (parameters and
-   * moments untouched). On CUDA the step is one graph (one wait a step
-   * instead of three). -ENOTSUP: not here (sharded, or GPT_CUDA_STEP=0 at
-   * create()): nothing was done, make the calls instead. */
-  int (*step)(gpt_backend_t *m, const int32_t *tokens, const int32_t *targets,
-              const gpt_step_t *s, float *loss, float *norm, int *updated);
 } gpt_backend_ops_t;
 
 extern const gpt_backend_ops_t gpt_cpu_ops;

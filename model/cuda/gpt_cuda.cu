@@ -123,11 +123,6 @@ struct gpt_backend_s {
   int *d_tok, *d_tgt;
   int *h_tok, *h_tgt; /* pinned */
   float *h_losses, *h_norm;
-  /* the step op (gpt.h step): its values in (pinned, copied in by the
-   * step's graph) and its checks out; off: GPT_CUDA_STEP=0 at create() */
-  gc_step_in_t *d_step_in, *h_step_in;
-  gc_step_out_t *d_step_out, *h_step_out;
-  int step_off;
   cudaEvent_t h2d_done;
   cudaEvent_t *seg_ev;
   int fwd_grad; /* the last forward had targets: backward may run */
@@ -135,9 +130,8 @@ struct gpt_backend_s {
    * failed capture (reported once). A kind of work is captured only after
    * one eager run of it (warm_*), which did the first-use tuning. */
   int graph, graph_fault;
-  long warm_fwd, warm_bwd, warm_step, eager_fwd, eager_bwd;
+  long warm_fwd, warm_bwd, eager_fwd, eager_bwd;
   gc_graph_t g_fwd, g_bwd, g_bwd1; /* g_bwd1: a backward onto fresh gradients */
-  gc_graph_t g_step;               /* the step op's whole step */
   /* profile */
   int prof_on, prof_n;
   int prof_cls[PROF_POOL];
@@ -250,8 +244,8 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
   else
     snprintf(graphs, sizeof(graphs), "%s (%ld captures, %ld launches)",
              m->graph > 0 ? "on" : "given up",
-             m->g_fwd.captures + m->g_bwd.captures + m->g_bwd1.captures + m->g_step.captures,
-             m->g_fwd.launches + m->g_bwd.launches + m->g_bwd1.launches + m->g_step.launches);
+             m->g_fwd.captures + m->g_bwd.captures + m->g_bwd1.captures,
+             m->g_fwd.launches + m->g_bwd.launches + m->g_bwd1.launches);
   snprintf(buf, n,
            "%s (sm_%d, %d SMs), %s, attention: %s%s%s, cuBLASLt: %d products tuned, %d "
            "from the tuning cache, %d epilogue fallbacks, GELU %s, GELU' %s, backward on %d "
@@ -277,19 +271,17 @@ extern "C" void gpt_cuda_graph_enable(gpt_backend_t *m, int on) {
   gc_graph_reset(&m->g_fwd);
   gc_graph_reset(&m->g_bwd);
   gc_graph_reset(&m->g_bwd1);
-  gc_graph_reset(&m->g_step);
   memset(&m->g_fwd, 0, sizeof(m->g_fwd));
   memset(&m->g_bwd, 0, sizeof(m->g_bwd));
   memset(&m->g_bwd1, 0, sizeof(m->g_bwd1));
-  memset(&m->g_step, 0, sizeof(m->g_step));
   m->eager_fwd = m->eager_bwd = 0;
   m->graph = on != 0;
   m->graph_fault = 0;
 }
 
 extern "C" int gpt_cuda_graph_stats(const gpt_backend_t *m, gpt_cuda_graph_stats_t *st) {
-  st->captures = m->g_fwd.captures + m->g_bwd.captures + m->g_bwd1.captures + m->g_step.captures;
-  st->launches = m->g_fwd.launches + m->g_bwd.launches + m->g_bwd1.launches + m->g_step.launches;
+  st->captures = m->g_fwd.captures + m->g_bwd.captures + m->g_bwd1.captures;
+  st->launches = m->g_fwd.launches + m->g_bwd.launches + m->g_bwd1.launches;
   st->eager_forwards = m->eager_fwd;
   st->eager_backwards = m->eager_bwd;
   return m->graph;
@@ -352,7 +344,6 @@ static int graph_step(gpt_backend_t *m, gc_graph_t *g, uint64_t key, int (*fn)(v
   gc_graph_reset(&m->g_fwd);
   gc_graph_reset(&m->g_bwd);
   gc_graph_reset(&m->g_bwd1);
-  gc_graph_reset(&m->g_step);
   snprintf(what, sizeof(what), "%s; training goes on without CUDA graphs (GPT_CUDA_GRAPH=0 "
            "avoids the attempt)", why);
   rt_report_error("gpt_cuda", "CUDA graph capture", what, __FILE__, __LINE__);
@@ -438,14 +429,12 @@ template <typename T> static int forward_capture(void *p) {
   return forward_enqueue<T>((gpt_backend_t *)p, 1, 0);
 }
 
-/* The token ids checked against the vocabulary, then copied to the pinned
- * buffers the next forward's copy reads. */
-static int stage_tokens(gpt_backend_t *m, const char *op, const int32_t *tokens,
-                        const int32_t *targets) {
+template <typename T>
+static int forward_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *targets, float *loss) {
   const int N = m->N, V = m->c.vocab_size;
   for (int i = 0; i < N; i++)
     if (tokens[i] < 0 || tokens[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
-      return gc_fail(-EINVAL, op,
+      return gc_fail(-EINVAL, "forward",
                      "a token id is outside the vocabulary (check --vocab against the data)",
                      __FILE__, __LINE__);
   /* The pinned buffers may still feed the previous copy. */
@@ -453,21 +442,6 @@ static int stage_tokens(gpt_backend_t *m, const char *op, const int32_t *tokens,
   memcpy(m->h_tok, tokens, (size_t)N * 4);
   if (targets)
     memcpy(m->h_tgt, targets, (size_t)N * 4);
-  return 0;
-}
-
-/* The mean of the per-token losses the last forward copied out, added in
- * token order in double. */
-static float mean_loss(const gpt_backend_t *m) {
-  double sum = 0.0;
-  for (int i = 0; i < m->N; i++)
-    sum += m->h_losses[i];
-  return (float)(sum / m->N);
-}
-
-template <typename T>
-static int forward_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *targets, float *loss) {
-  GC_TRY(stage_tokens(m, "forward", tokens, targets));
   m->fwd_grad = 0;
   int done = 0;
   if (targets && graph_ready(m, m->warm_fwd)) {
@@ -488,8 +462,11 @@ static int forward_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *tar
     return 0;
   }
   GC_CUDA(cudaStreamSynchronize(m->st));
+  double sum = 0.0;
+  for (int i = 0; i < N; i++)
+    sum += m->h_losses[i];
   if (loss)
-    *loss = mean_loss(m);
+    *loss = (float)(sum / N);
   m->fwd_grad = 1;
   return 0;
 }
@@ -654,105 +631,6 @@ static int backward_t(gpt_backend_t *m, float loss_scale, int last, gpt_segment_
   return 0;
 }
 
-/* ---- the step op (gpt.h step) ---------------------------------------------
- * zero_grad, forward, backward, grad_norm and AdamW as one piece of device
- * work: the per-step values (learning rate, scales, clip) come in with the
- * tokens from pinned memory, the norm and the clip factor are made on the
- * device (gc_step_check, the host's arithmetic), AdamW reads them there and
- * does nothing where the step must not update; the losses and the checks go
- * out at the end. Replayed as one graph after one eager step, keyed like
- * backward's by the loss scale: the host waits once a step, where the
- * separate calls wait for the loss, for the norm and for AdamW. */
-template <typename T> static int step_enqueue(gpt_backend_t *m, float sc, int eager) {
-  cudaStream_t s = m->st;
-  GC_TRY(forward_enqueue<T>(m, 1, eager));
-  GC_CUDA(cudaMemcpyAsync(m->d_step_in, m->h_step_in, sizeof(gc_step_in_t),
-                          cudaMemcpyHostToDevice, s));
-  GC_TRY(backward_enqueue<T>(m, sc, 0, NULL, NULL, 1));
-  PROF(m, GPT_PROF_NORM,
-       gc_sumsq_blocks(m->d_sumsq, m->grad, m->np, m->nblock, 0, m->nblocks, s));
-  PROF(m, GPT_PROF_NORM,
-       gc_step_check(m->d_step_out, m->d_step_in, m->d_sumsq, m->nblocks, m->losses, m->N, s));
-  PROF(m, GPT_PROF_ADAMW,
-       gc_adamw_dev<T>(m->master, m->adam_m, m->adam_v, m->grad,
-                       m->dtype == GPT_FP32 ? (T *)NULL : (T *)m->plow, m->chunks, m->nchunks,
-                       m->d_step_in, m->d_step_out, m->lo, m->hi, m->moff, s));
-  GC_CUDA(cudaMemcpyAsync(m->h_step_out, m->d_step_out, sizeof(gc_step_out_t),
-                          cudaMemcpyDeviceToHost, s));
-  return 0;
-}
-
-struct step_work {
-  gpt_backend_t *m;
-  float sc;
-};
-template <typename T> static int step_capture(void *p) {
-  const step_work *w = (const step_work *)p;
-  return step_enqueue<T>(w->m, w->sc, 0);
-}
-
-template <typename T>
-static int step_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *targets,
-                  const gpt_step_t *st, float *loss, float *norm, int *updated) {
-  GC_TRY(stage_tokens(m, "step", tokens, targets));
-  const gpt_adamw_t *a = &st->adamw;
-  gc_step_in_t *in = m->h_step_in;
-  in->lr = a->lr, in->b1 = a->beta1, in->b2 = a->beta2, in->eps = a->eps;
-  in->decay = a->weight_decay, in->gscale = a->grad_scale;
-  /* adamw_t's bias corrections */
-  in->bc1 = 1.f - powf(a->beta1, (float)a->t);
-  in->bc2 = 1.f - powf(a->beta2, (float)a->t);
-  in->norm_scale = st->norm_scale, in->clip = st->clip, in->stop_norm = st->stop_norm;
-  const float sc = st->loss_scale / (float)m->N;
-  m->fwd_grad = 0;
-  int done = 0;
-  if (graph_ready(m, m->warm_step)) {
-    uint32_t bits;
-    memcpy(&bits, &sc, sizeof(bits));
-    step_work w = {m, sc};
-    done = graph_step(m, &m->g_step, (uint64_t)bits | (uint64_t)(m->st2 != NULL) << 32,
-                      step_capture<T>, &w);
-    GC_TRY(done);
-  }
-  if (!done) {
-    GC_TRY(step_enqueue<T>(m, sc, 1));
-    m->eager_fwd++;
-    m->eager_bwd++;
-    if (!m->prof_on)
-      m->warm_step++;
-  }
-  /* the gradient is this step's (as after a backward), not fresh */
-  m->grads_fresh = 0;
-  GC_CUDA(cudaStreamSynchronize(m->st));
-  const gc_step_out_t *out = m->h_step_out;
-  if (loss)
-    *loss = mean_loss(m);
-  if (norm)
-    *norm = out->norm;
-  if (updated)
-    *updated = out->update;
-  return 0;
-}
-
-static int step(gpt_backend_t *m, const int32_t *tokens, const int32_t *targets,
-                const gpt_step_t *st, float *loss, float *norm, int *updated) {
-  if (gc_failed)
-    return -EIO;
-  if (m->step_off || m->sharded)
-    return -ENOTSUP;
-  if (!tokens || !targets || !st)
-    return gc_fail(-EINVAL, "step", "tokens, targets and the step's values are needed",
-                   __FILE__, __LINE__);
-  switch (m->dtype) {
-  case GPT_BF16:
-    return step_t<bf16>(m, tokens, targets, st, loss, norm, updated);
-  case GPT_FP16:
-    return step_t<f16>(m, tokens, targets, st, loss, norm, updated);
-  default:
-    return step_t<float>(m, tokens, targets, st, loss, norm, updated);
-  }
-}
-
 /* ---- ops -------------------------------------------------------------------*/
 static int check_config(const gpt_config_t *c, int B, int T, int dtype) {
   const char *bad = NULL;
@@ -888,8 +766,6 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
   {
     const char *g = getenv("GPT_CUDA_GRAPH");
     m->graph = !(g && !strcmp(g, "0")); /* on unless GPT_CUDA_GRAPH=0 */
-    const char *st = getenv("GPT_CUDA_STEP");
-    m->step_off = st && !strcmp(st, "0");
   }
   int rc = 0;
 #define CK(call)                                                                                   \
@@ -958,8 +834,6 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
         {(void **)&m->d_sumsq, m->nblocks * sizeof(double)},
         {(void **)&m->d_tok, N * 4},
         {(void **)&m->d_tgt, N * 4},
-        {(void **)&m->d_step_in, sizeof(gc_step_in_t)},
-        {(void **)&m->d_step_out, sizeof(gc_step_out_t)},
     };
     const int nplan = (int)(sizeof(plan) / sizeof(plan[0]));
     size_t total = 0;
@@ -980,8 +854,6 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
     CK(cudaMallocHost((void **)&m->h_losses, N * 4));
     CK(cudaMallocHost((void **)&m->h_norm, 4));
     CK(cudaMallocHost((void **)&m->h_sumsq, m->nblocks * sizeof(double)));
-    CK(cudaMallocHost((void **)&m->h_step_in, sizeof(gc_step_in_t)));
-    CK(cudaMallocHost((void **)&m->h_step_out, sizeof(gc_step_out_t)));
     CK(cudaMalloc((void **)&m->adam_m, m->np * 4));
     CK(cudaMalloc((void **)&m->adam_v, m->np * 4));
     CK(cudaMemsetAsync(m->adam_m, 0, m->np * 4, m->st));
@@ -1022,7 +894,6 @@ static void destroy(gpt_backend_t *m) {
   gc_graph_reset(&m->g_fwd);
   gc_graph_reset(&m->g_bwd);
   gc_graph_reset(&m->g_bwd1);
-  gc_graph_reset(&m->g_step);
   for (int i = 0; i < 2 * PROF_POOL; i++)
     if (m->prof_ev[i])
       cudaEventDestroy(m->prof_ev[i]);
@@ -1039,8 +910,6 @@ static void destroy(gpt_backend_t *m) {
   cudaFreeHost(m->h_losses);
   cudaFreeHost(m->h_norm);
   cudaFreeHost(m->h_sumsq);
-  cudaFreeHost(m->h_step_in);
-  cudaFreeHost(m->h_step_out);
   cudaFree(m->adam_m);
   cudaFree(m->adam_v);
   cudaFree(m->chunks);
@@ -1278,5 +1147,5 @@ static int sync_(gpt_backend_t *m) {
 extern "C" const gpt_backend_ops_t gpt_cuda_ops = {
     "cuda",     create,      destroy,    set_state, get_state, forward,
     zero_grad,  backward,    grad_buffer, grad_norm, adamw,     sync_,
-    norm_block, grad_sumsq,  shard,      param_buffer, step,
+    norm_block, grad_sumsq,  shard,      param_buffer,
 };

@@ -748,14 +748,7 @@ template <typename T>
 __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, T *plow,
                              const gc_chunk_t *chunks, float lr, float b1, float b2,
                              float eps, float gscale, float bc1, float bc2, float decay,
-                             size_t lo, size_t hi, size_t moff, const gc_step_in_t *din,
-                             const gc_step_out_t *dchk) {
-  if (din) { /* the step op's: the scalars from the device */
-    if (!dchk->update)
-      return;
-    lr = din->lr, b1 = din->b1, b2 = din->b2, eps = din->eps, decay = din->decay;
-    gscale = dchk->gscale, bc1 = din->bc1, bc2 = din->bc2;
-  }
+                             size_t lo, size_t hi, size_t moff) {
   const gc_chunk_t ck = chunks[blockIdx.x];
   const float wd = ck.wd * decay;
   for (unsigned j = threadIdx.x * 4; j < ck.len; j += blockDim.x * 4) {
@@ -798,64 +791,8 @@ int gc_adamw_range(float *p, float *m, float *v, const float *g, T *plow,
   if (nchunks == 0)
     return 0; /* an empty shard */
   adamw_kernel<T><<<nchunks, 256, 0, s>>>(p, m, v, g, plow, chunks, lr, b1, b2, eps, gscale,
-                                          bc1, bc2, weight_decay, lo, hi, moff, NULL, NULL);
+                                          bc1, bc2, weight_decay, lo, hi, moff);
   GC_LAUNCH("adamw_kernel");
-  return 0;
-}
-
-template <typename T>
-int gc_adamw_dev(float *p, float *m, float *v, const float *g, T *plow,
-                 const gc_chunk_t *chunks, int nchunks, const gc_step_in_t *in,
-                 const gc_step_out_t *chk, size_t lo, size_t hi, size_t moff,
-                 cudaStream_t s) {
-  if (nchunks == 0)
-    return 0;
-  adamw_kernel<T><<<nchunks, 256, 0, s>>>(p, m, v, g, plow, chunks, 0.f, 0.f, 0.f, 0.f, 0.f,
-                                          1.f, 1.f, 0.f, lo, hi, moff, in, chk);
-  GC_LAUNCH("adamw_kernel");
-  return 0;
-}
-
-/* ---- the step op's checks (gc_step_check) --------------------------------
- * The blocks' sums staged through shared memory a slice at a time and added
- * by one thread in block order (the host's order: the same double), while
- * every thread looks for a loss that is not finite. */
-#define STEP_SLICE 2048
-__global__ void __launch_bounds__(512)
-    step_check_kernel(gc_step_out_t *out, const gc_step_in_t *in, const double *sumsq,
-                      size_t nblocks, const float *losses, int n) {
-  __shared__ double sl[STEP_SLICE];
-  int bad = 0;
-  for (int i = threadIdx.x; i < n; i += blockDim.x)
-    bad |= !isfinite(losses[i]);
-  const int loss_ok = !__syncthreads_or(bad);
-  double total = 0.0;
-  for (size_t b0 = 0; b0 < nblocks; b0 += STEP_SLICE) {
-    const size_t len = nblocks - b0 < STEP_SLICE ? nblocks - b0 : STEP_SLICE;
-    __syncthreads();
-    for (size_t i = threadIdx.x; i < len; i += blockDim.x)
-      sl[i] = sumsq[b0 + i];
-    __syncthreads();
-    if (threadIdx.x == 0)
-      for (size_t i = 0; i < len; i++)
-        total += sl[i];
-  }
-  if (threadIdx.x != 0)
-    return;
-  const float norm = (float)(sqrt(total) * (double)in->norm_scale);
-  float gs = in->gscale;
-  if (in->clip > 0.f && norm > in->clip)
-    gs *= in->clip / norm;
-  out->norm = norm;
-  out->gscale = gs;
-  out->loss_ok = loss_ok;
-  out->update = loss_ok && isfinite(norm) && !(in->stop_norm > 0.f && norm > in->stop_norm);
-}
-
-int gc_step_check(gc_step_out_t *out, const gc_step_in_t *in, const double *sumsq,
-                  size_t nblocks, const float *losses, int n, cudaStream_t s) {
-  step_check_kernel<<<1, 512, 0, s>>>(out, in, sumsq, nblocks, losses, n);
-  GC_LAUNCH("step_check_kernel");
   return 0;
 }
 
@@ -1011,11 +948,7 @@ int gc_sumsq_blocks(double *part, const float *g, size_t n, size_t block, size_t
   template int gc_adamw_range<T>(float *, float *, float *, const float *, T *,    \
                                  const gc_chunk_t *, int, float, float, float,     \
                                  float, float, float, float, float, size_t,        \
-                                 size_t, size_t, cudaStream_t);                    \
-  template int gc_adamw_dev<T>(float *, float *, float *, const float *, T *,      \
-                               const gc_chunk_t *, int, const gc_step_in_t *,      \
-                               const gc_step_out_t *, size_t, size_t, size_t,      \
-                               cudaStream_t);
+                                 size_t, size_t, cudaStream_t);
 GC_INST(float)
 GC_INST(bf16)
 GC_INST(f16)

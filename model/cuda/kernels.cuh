@@ -137,31 +137,6 @@ int gc_adamw_range(float *p, float *m, float *v, const float *g, T *plow,
                    float b2, float eps, float gscale, float bc1, float bc2,
                    float weight_decay, size_t lo, size_t hi, size_t moff,
                    cudaStream_t s);
-/* The step op (gpt.h step): its per-step values, copied in by the step's
- * graph, and what gc_step_check makes of them on the device for AdamW. */
-typedef struct gc_step_in_s {
-  float lr, b1, b2, eps, decay, gscale, bc1, bc2; /* as gc_adamw's */
-  float norm_scale, clip, stop_norm;              /* as gpt_step_t's */
-} gc_step_in_t;
-typedef struct gc_step_out_s {
-  float norm;   /* grad_norm's: sqrt(the blocks' sums added in order) * scale */
-  float gscale; /* in->gscale, times clip / norm where clipped */
-  int loss_ok;  /* every token's loss finite */
-  int update;   /* AdamW runs: loss_ok, the norm finite, not above stop_norm */
-} gc_step_out_t;
-/* *out from the blocks' sums of squares sumsq[0, nblocks) (added in block
- * order in double, as the host's grad_norm adds them: the same norm bit for
- * bit) and the n per-token losses. One block. */
-int gc_step_check(gc_step_out_t *out, const gc_step_in_t *in, const double *sumsq,
-                  size_t nblocks, const float *losses, int n, cudaStream_t s);
-/* gc_adamw_range with its scalars from in and chk (gc_step_check's) on the
- * device: nothing done where chk->update is 0. Bitwise gc_adamw_range's
- * arithmetic for the same values. */
-template <typename T>
-int gc_adamw_dev(float *p, float *m, float *v, const float *g, T *plow,
-                 const gc_chunk_t *chunks, int nchunks, const gc_step_in_t *in,
-                 const gc_step_out_t *chk, size_t lo, size_t hi, size_t moff,
-                 cudaStream_t s);
 /* part[k] = the sum of g[i]^2 (double) over block b0 + k, k < nb, of the
  * blocks of `block` elements of g[0, n) (the last one shorter); each
  * block's sum depends on its elements only (a fixed reduction order). */
