@@ -3,7 +3,8 @@
 # one run: the CUDA backend of train_gpt (bench/gpt_bench, through gpt.h)
 # against PyTorch eager and torch.compile (bench/torch_gpt2.py), same model,
 # shapes and step count, for each GPT-2 size asked; then a table a size with
-# the ratios. Logs go to OUTDIR (bench_IMPL_SIZE.log).
+# the ratios and each run's mean SM clock and power (gpu_lib.sh smi_done: the
+# H200 trains at its power cap). Logs go to OUTDIR (bench_IMPL_SIZE.log).
 # usage: bench/run_gpt_bench.sh PATH/TO/gpt_bench [OUTDIR]
 # environment: SIZES ("124m"; any of 124m 350m 774m: B16, B16, B8 as in
 #              issue #26's table), EAGER (1; 0 leaves PyTorch eager out),
@@ -20,17 +21,25 @@ mkdir -p "$OUTDIR"
 . "$HERE/gpu_lib.sh"
 for size in $SIZES; do
   gpt_shape "$size" "$SPLIT" || exit 2
+  # run IMPL COMMAND...: the command's output (and the clock and power while
+  # it ran) into bench_IMPL_SIZE.log
+  run() {
+    local log=$OUTDIR/bench_$1_$size.log
+    shift
+    smi_watch "$log.smi"
+    "$@" 2>&1 | tee "$log"
+    smi_done "$log.smi" | tee -a "$log"
+    rm -f "$log.smi"
+  }
   echo "== $size launch-cuda: $BIN ${shape[*]}"
-  "$BIN" "${shape[@]}" --steps "$STEPS" --warmup "$WARMUP" --profile "$PROFILE" 2>&1 |
-    tee "$OUTDIR/bench_launch_cuda_$size.log"
+  run launch_cuda "$BIN" "${shape[@]}" --steps "$STEPS" --warmup "$WARMUP" --profile "$PROFILE"
   if [ "$EAGER" = 1 ]; then
     echo "== $size torch eager"
-    "$PY" "$HERE/torch_gpt2.py" "${shape[@]}" --steps "$STEPS" --warmup "$WARMUP" 2>&1 |
-      tee "$OUTDIR/bench_torch_eager_$size.log"
+    run torch_eager "$PY" "$HERE/torch_gpt2.py" "${shape[@]}" --steps "$STEPS" --warmup "$WARMUP"
   fi
   echo "== $size torch.compile"
-  "$PY" "$HERE/torch_gpt2.py" "${shape[@]}" --compile --steps "$STEPS" --warmup "$WARMUP" 2>&1 |
-    tee "$OUTDIR/bench_torch_compile_$size.log"
+  run torch_compile "$PY" "$HERE/torch_gpt2.py" "${shape[@]}" --compile --steps "$STEPS" \
+    --warmup "$WARMUP"
 done
 EAGER=$EAGER "$PY" - "$OUTDIR" $SIZES <<'PY'
 import os, sys
@@ -43,24 +52,33 @@ for size in sizes:
     for impl in impls:
         log = os.path.join(d, f"bench_{impl}_{size}.log")
         n = len(rows)
+        smi = {}
         try:
             for line in open(log):
                 if line.startswith("RESULT "):
                     rows.append(dict(kv.split("=", 1) for kv in line.split()[1:]))
+                elif line.startswith("SMI "):
+                    smi = dict(kv.split("=", 1) for kv in line.split()[1:])
         except OSError:
             pass
+        if len(rows) > n:
+            rows[-1]["smi"] = smi
         if len(rows) == n:
             missing.append(f"gpt2-{size} {impl} (see {log})")
     if not rows:
         print(f"\n{size}: no RESULT lines: see the logs above")
         continue
     base = next((r for r in rows if r["impl"] == "launch-cuda"), None)
-    print(f"\ngpt2-{size}\n| implementation | tokens/s | ms/step | MFU | peak memory (GiB) | launch-cuda speed-up |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"\ngpt2-{size}\n| implementation | tokens/s | ms/step | MFU | peak memory (GiB) | "
+          "launch-cuda speed-up | SM clock (MHz), power (W), power-capped |")
+    print("|---|---:|---:|---:|---:|---:|---|")
     for r in rows:
         up = float(base["tok_s"]) / float(r["tok_s"]) if base else float("nan")
+        s = r["smi"]
+        clk = (f"{s['sm_mhz']}, {s['power_w']} of {s['limit_w']}, {float(s['power_capped']):.0%}"
+               if s else "-")
         print(f"| {r['impl']} | {float(r['tok_s']):,.0f} | {float(r['ms']):.2f} | "
-              f"{100 * float(r['mfu']):.1f}% | {float(r['mem_gib']):.2f} | {up:.2f}x |")
+              f"{100 * float(r['mfu']):.1f}% | {float(r['mem_gib']):.2f} | {up:.2f}x | {clk} |")
 if missing:
     sys.exit("run_gpt_bench.sh: no RESULT line, the run failed: " + "; ".join(missing))
 PY
