@@ -19,18 +19,18 @@ SIZES=${SIZES:-124m} EAGER=${EAGER:-1} SPLIT=${SPLIT:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUTDIR"
 . "$HERE/gpu_lib.sh"
+# run IMPL COMMAND...: the command's output (and the clock and power while it
+# ran) into bench_IMPL_SIZE.log, for the loop's $size
+run() {
+  local log=$OUTDIR/bench_$1_$size.log
+  shift
+  smi_watch "$log.smi"
+  "$@" 2>&1 | tee "$log"
+  smi_done "$log.smi" | tee -a "$log"
+  rm -f "$log.smi"
+}
 for size in $SIZES; do
   gpt_shape "$size" "$SPLIT" || exit 2
-  # run IMPL COMMAND...: the command's output (and the clock and power while
-  # it ran) into bench_IMPL_SIZE.log
-  run() {
-    local log=$OUTDIR/bench_$1_$size.log
-    shift
-    smi_watch "$log.smi"
-    "$@" 2>&1 | tee "$log"
-    smi_done "$log.smi" | tee -a "$log"
-    rm -f "$log.smi"
-  }
   echo "== $size launch-cuda: $BIN ${shape[*]}"
   run launch_cuda "$BIN" "${shape[@]}" --steps "$STEPS" --warmup "$WARMUP" --profile "$PROFILE"
   if [ "$EAGER" = 1 ]; then
@@ -63,7 +63,7 @@ for size in sizes:
             pass
         if len(rows) > n:
             rows[-1]["smi"] = smi
-        if len(rows) == n:
+        else:
             missing.append(f"gpt2-{size} {impl} (see {log})")
     if not rows:
         print(f"\n{size}: no RESULT lines: see the logs above")
