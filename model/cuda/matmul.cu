@@ -36,7 +36,6 @@ struct gc_mm_s {
   void *ws;
   size_t ws_size;
   int allow_fused, tune;
-  int hot_ms, report; /* GPT_CUDA_TUNE_HOT_MS, GPT_CUDA_TUNE_REPORT */
   int fallbacks, tuned;
   int choice[GC_CHOICES];
   float choice_ms[GC_CHOICES][GC_CHOICE_WAYS];
@@ -157,12 +156,6 @@ int gc_mm_create(gc_mm_t **out, size_t workspace, int allow_fused) {
     mm->choice[i] = -1;
   const char *tune = getenv("GPT_CUDA_TUNE");
   mm->tune = !(tune && strcmp(tune, "0") == 0); /* on unless GPT_CUDA_TUNE=0 */
-  const char *hot = getenv("GPT_CUDA_TUNE_HOT_MS");
-  mm->hot_ms = hot ? atoi(hot) : 0;
-  if (mm->hot_ms < 0 || mm->hot_ms > 10000)
-    mm->hot_ms = 0;
-  const char *rep = getenv("GPT_CUDA_TUNE_REPORT");
-  mm->report = rep && strcmp(rep, "1") == 0;
   cublasStatus_t st = cublasLtCreate(&mm->lt);
   if (st != CUBLAS_STATUS_SUCCESS) {
     free(mm);
@@ -319,7 +312,7 @@ static int mm_build(gc_mm_t *mm, mm_entry_t *x, const gc_mm_args_t *a) {
   x->tuned = x->ncands <= 1;
   x->supported = 1;
   /* chosen by an earlier start's timing: no need to time again */
-  if (!x->tuned && mm->tune && !mm->hot_ms && tc_lookup(mm, x)) {
+  if (!x->tuned && mm->tune && tc_lookup(mm, x)) {
     x->tuned = 1;
     mm->cache_hits++;
   }
@@ -345,10 +338,9 @@ static int mm_tune(gc_mm_t *mm, mm_entry_t *x, const gc_mm_args_t *a, cudaStream
     }
     D = scratch;
   }
-  float best = 0.f, cold[GC_MM_CANDS], hot[GC_MM_CANDS];
-  int bi = -1, ci = -1;
+  float best = 0.f;
+  int bi = -1;
   for (int i = 0; i < x->ncands; i++) {
-    cold[i] = hot[i] = -1.f;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     for (int r = 0; r < 4 && st == CUBLAS_STATUS_SUCCESS; r++) {
       if (r == 1)
@@ -366,51 +358,8 @@ static int mm_tune(gc_mm_t *mm, mm_entry_t *x, const gc_mm_args_t *a, cudaStream
       return gc_cuda_fail(cudaGetLastError(), "cudaEventSynchronize(cuBLASLt tuning)", __FILE__,
                           __LINE__);
     }
-    cold[i] = ms / 3.f;
-    if (ci < 0 || ms < best)
-      best = ms, ci = i;
-  }
-  bi = ci;
-  /* Experiment (GPT_CUDA_TUNE_HOT_MS=N): time each candidate again under
-   * sustained load, N ms of back-to-back calls of which the second half is
-   * timed, twice round the candidates; the card then runs at its power cap
-   * as in training, where a call's time follows its energy. */
-  for (int pass = 0; mm->hot_ms > 0 && pass < 2; pass++)
-    for (int i = 0; i < x->ncands; i++) {
-      if (cold[i] <= 0.f)
-        continue;
-      int n = (int)((float)mm->hot_ms / 2.f / cold[i]) + 1;
-      float ms = 0.f;
-      for (int half = 0; half < 2; half++) {
-        if (half == 1)
-          cudaEventRecord(mm->ev[0], s);
-        for (int r = 0; r < n; r++)
-          (void)cublasLtMatmul(mm->lt, x->desc, &a->alpha, a->A, x->la, a->B, x->lb, &a->beta,
-                               C, x->lc, D, x->lc, &x->cands[i], mm->ws, mm->ws_size, s);
-      }
-      cudaEventRecord(mm->ev[1], s);
-      if (cudaEventSynchronize(mm->ev[1]) != cudaSuccess ||
-          cudaEventElapsedTime(&ms, mm->ev[0], mm->ev[1]) != cudaSuccess) {
-        cudaFree(scratch);
-        return gc_cuda_fail(cudaGetLastError(), "cudaEventSynchronize(cuBLASLt tuning)",
-                            __FILE__, __LINE__);
-      }
-      ms /= (float)n;
-      if (hot[i] < 0.f || ms < hot[i])
-        hot[i] = ms;
-    }
-  if (mm->hot_ms > 0) {
-    bi = -1;
-    for (int i = 0; i < x->ncands; i++)
-      if (hot[i] > 0.f && (bi < 0 || hot[i] < hot[bi]))
-        bi = i;
-  }
-  if (mm->report) {
-    fprintf(stderr, "gpt_cuda: tune %s m%d n%d k%d t%d%d epi%d: cold pick %d, hot pick %d;",
-            a->name, a->m, a->n, a->k, a->ta, a->tb, (int)a->epi, ci, bi);
-    for (int i = 0; i < x->ncands; i++)
-      fprintf(stderr, " [%d] %.1f/%.1f us", i, cold[i] * 1e3f, hot[i] * 1e3f);
-    fprintf(stderr, "\n");
+    if (bi < 0 || ms < best)
+      best = ms, bi = i;
   }
   if (scratch)
     cudaFree(scratch);
@@ -418,8 +367,7 @@ static int mm_tune(gc_mm_t *mm, mm_entry_t *x, const gc_mm_args_t *a, cudaStream
   mm->tuned++;
   if (bi >= 0) {
     x->algo = x->cands[bi];
-    if (!mm->hot_ms)
-      tc_store(mm, x);
+    tc_store(mm, x);
   }
   return 0;
 }
