@@ -1,17 +1,24 @@
 #!/bin/bash
 # On a GPU machine: allreduce_check through NCCL, bootstrapped by launch's
-# store, on every local GPU (at least 2), with CPU binding applied. Skips
+# store, on every local GPU, with CPU binding applied. With one GPU, two
+# ranks share it, one NCCL host each (tests/gpu_share_lib.sh). Skips
 # (exit 77) where there is no GPU or no NCCL.
 set -u
 LAUNCH=${LAUNCH_BIN:-build/bin/launch}
 BIN=$(dirname "$LAUNCH")
+. "$(dirname "$0")/gpu_share_lib.sh"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-if ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; then echo "SKIP: no GPU"; exit 77; fi
-N=$(ls -d /dev/nvidia[0-9]* | wc -l)
-[ -n "${CUDA_VISIBLE_DEVICES:-}" ] && N=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
-[ "$N" -ge 2 ] || N=2
-"$LAUNCH" --standalone --nproc-per-node "$N" "$BIN/allreduce_check" >"$T/out" 2>&1
+N=$(gpu_count)
+[ "$N" -gt 0 ] || { echo "SKIP: no GPU"; exit 77; }
+WRAP=()
+if [ "$N" -eq 1 ]; then
+  N=2
+  gpu_share_wrap "$T"
+  WRAP=("$GPU_SHARE_WRAP")
+  echo "one GPU: 2 ranks share it, one NCCL host each (socket transport on loopback)"
+fi
+"$LAUNCH" --standalone --nproc-per-node "$N" "${WRAP[@]}" "$BIN/allreduce_check" >"$T/out" 2>&1
 rc=$?
 if grep -q "gpu=none" "$T/out"; then cat "$T/out"; echo "SKIP: no usable GPU/NCCL"; exit 77; fi
 [ $rc -eq 0 ] || { cat "$T/out"; echo "FAIL: exit $rc"; exit 1; }

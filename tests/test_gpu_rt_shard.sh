@@ -1,21 +1,28 @@
 #!/bin/bash
-# On a machine with two GPUs or more: ZeRO-1's collectives through NCCL
+# On a GPU machine: ZeRO-1's collectives through NCCL
 # (rt_reduce_scatter, rt_allgather with equal and uneven parts, the
 # gradient buckets of rt_grads_shard), one rank per GPU under launch
-# (tests/gpu/rt_shard_check.cu). Skips (exit 77) with fewer than two GPUs,
+# (tests/gpu/rt_shard_check.cu); with one GPU, two ranks share it, one
+# NCCL host each (tests/gpu_share_lib.sh). Skips (exit 77) without a GPU,
 # without NCCL, or in a build without CUDA.
 set -u
 LAUNCH=${LAUNCH_BIN:-build/bin/launch}
 BIN=$(dirname "$LAUNCH")
 CHECK=$BIN/../tests/rt_shard_check
+. "$(dirname "$0")/gpu_share_lib.sh"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 [ -x "$CHECK" ] || { echo "SKIP: built without CUDA (no $CHECK)"; exit 77; }
-if ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; then echo "SKIP: no GPU"; exit 77; fi
-N=$(ls -d /dev/nvidia[0-9]* | wc -l)
-[ -n "${CUDA_VISIBLE_DEVICES:-}" ] && N=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
-[ "$N" -ge 2 ] || { echo "SKIP: $N GPU (NCCL needs a GPU a rank)"; exit 77; }
-"$LAUNCH" --standalone --nproc-per-node "$N" "$CHECK" >"$T/out" 2>&1
+N=$(gpu_count)
+[ "$N" -gt 0 ] || { echo "SKIP: no GPU"; exit 77; }
+WRAP=()
+if [ "$N" -eq 1 ]; then
+  N=2
+  gpu_share_wrap "$T"
+  WRAP=("$GPU_SHARE_WRAP")
+  echo "one GPU: 2 ranks share it, one NCCL host each (socket transport on loopback)"
+fi
+"$LAUNCH" --standalone --nproc-per-node "$N" "${WRAP[@]}" "$CHECK" >"$T/out" 2>&1
 rc=$?
 if grep -q "need NCCL" "$T/out"; then cat "$T/out"; echo "SKIP: no NCCL"; exit 77; fi
 [ $rc -eq 0 ] || { cat "$T/out"; echo "FAIL: exit $rc"; exit 1; }

@@ -5,9 +5,10 @@
 #  - a checkpoint saved with --zero 1 records it, holds the whole moments
 #    (the file of --zero 0 in size) and resumes with --zero 0, and one saved
 #    with --zero 0 resumes with --zero 1, both to --zero 0's parameters;
-#  - with two GPUs or more (nvidia-smi -L), 2 ranks under launch: --zero 1
-#    ends with --zero 0's parameters and half the AdamW state per rank, and
-#    its checkpoint resumes on 1 rank with --zero 0.
+#  - 2 ranks under launch through NCCL (a GPU each, or both on the one GPU
+#    as two NCCL hosts: tests/gpu_share_lib.sh): --zero 1 ends with
+#    --zero 0's parameters and half the AdamW state per rank, and its
+#    checkpoint resumes on 1 rank with --zero 0.
 # The CUDA backward adds with atomics (wte's scatter, bias and LayerNorm
 # gradient sums): two runs of the same flags differ in the last bits, so
 # "the same parameters" is: no further from --zero 0's than a second
@@ -17,6 +18,7 @@
 # Skips (exit 77) without a GPU or in a build without CUDA.
 set -u
 . "$(dirname "$0")/train_gpt_zero_lib.sh"
+. "$(dirname "$0")/gpu_share_lib.sh"
 [ -x "$TG" ] || { echo "SKIP: no $TG"; exit 77; }
 ls /dev/nvidia[0-9]* >/dev/null 2>&1 || { echo "SKIP: no GPU here"; exit 77; }
 # the same cuBLASLt algorithm in every run; no tuning cache written
@@ -94,23 +96,34 @@ grep -q "saved by 1 ranks with --zero 1; the AdamW state is re-sharded for 1 ran
 close "--zero 1 checkpoint resumed with --zero 0" "$T/res-z1to0.bin" "$T/z0a.bin"
 close "--zero 0 checkpoint resumed with --zero 1" "$T/res-z0to1.bin" "$T/z0a.bin"
 
-# -- 2 ranks, one GPU each --------------------------------------------------------
-NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-if [ "$NG" -lt 2 ]; then
-  echo "  2 ranks: skipped: nvidia-smi -L lists $NG GPU (NCCL needs a GPU a rank)"
-else
-  run w2-z0 2 --steps 6 --zero 0 --ckpt-dir "$T/ck2z0" --ckpt-every 3
-  run w2-z1 2 --steps 6 --zero 1 --ckpt-dir "$T/ck2" --ckpt-every 3
-  /usr/bin/python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if b < 0.51*a else 1)" \
-    "$(mib "$T/z1.log")" "$(mib "$T/w2-z1.log")" || fail "2 ranks: the AdamW state does not halve"
-  close "2 ranks, --zero 1 vs --zero 0" "$T/w2-z1.bin" "$T/w2-z0.bin"
-  [ "$(zero_of "$T/ck2/step-3/rank-0.bin")" = 1 ] || fail "2 ranks: no --zero 1 checkpoint"
-  # from step 3 of each on 1 rank with --zero 0
-  rm -rf "$T/ck2/step-6" "$T/ck2z0/step-6"
-  run1 w2-res-z1 --steps 6 --zero 0 --ckpt-dir "$T/ck2"
-  run1 w2-res-z0 --steps 6 --zero 0 --ckpt-dir "$T/ck2z0"
-  grep -q "saved by 2 ranks with --zero 1; the AdamW state is re-sharded for 1 ranks with --zero 0" \
-    "$T/w2-res-z1.log" || { cat "$T/w2-res-z1.log"; fail "2 ranks -> 1: no re-shard line"; }
-  close "2 ranks --zero 1 resumed on 1 rank --zero 0, vs --zero 0's" "$T/w2-res-z1.bin" "$T/w2-res-z0.bin"
+# -- 2 ranks through NCCL ----------------------------------------------------------
+if [ "$(gpu_count)" -lt 2 ]; then
+  gpu_share_wrap "$T"
+  RUN_WRAP=$GPU_SHARE_WRAP
+  echo "  2 ranks on the one GPU, one NCCL host each (socket transport on loopback)"
 fi
+run w2-z0 2 --steps 6 --zero 0 --ckpt-dir "$T/ck2z0" --ckpt-every 3
+run w2-z1 2 --steps 6 --zero 1 --ckpt-dir "$T/ck2" --ckpt-every 3
+/usr/bin/python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if b < 0.51*a else 1)" \
+  "$(mib "$T/z1.log")" "$(mib "$T/w2-z1.log")" || fail "2 ranks: the AdamW state does not halve"
+close "2 ranks, --zero 1 vs --zero 0" "$T/w2-z1.bin" "$T/w2-z0.bin"
+[ "$(zero_of "$T/ck2/step-3/rank-0.bin")" = 1 ] || fail "2 ranks: no --zero 1 checkpoint"
+# from step 3 of each on 1 rank with --zero 0
+rm -rf "$T/ck2/step-6" "$T/ck2z0/step-6"
+run1 w2-res-z1 --steps 6 --zero 0 --ckpt-dir "$T/ck2"
+run1 w2-res-z0 --steps 6 --zero 0 --ckpt-dir "$T/ck2z0"
+grep -q "saved by 2 ranks with --zero 1; the AdamW state is re-sharded for 1 ranks with --zero 0" \
+  "$T/w2-res-z1.log" || { cat "$T/w2-res-z1.log"; fail "2 ranks -> 1: no re-shard line"; }
+close "2 ranks --zero 1 resumed on 1 rank --zero 0, vs --zero 0's" "$T/w2-res-z1.bin" "$T/w2-res-z0.bin"
+# a 1-rank --zero 0 checkpoint taken up by 2 ranks, with and without
+# --zero 1: the moments re-sharded on load through NCCL, the same end
+for z in 0 1; do
+  mkdir "$T/ck0-w2z$z" && cp -r "$T/ck0/step-3" "$T/ck0-w2z$z/" || fail "copying a checkpoint"
+  run w2-from1-z$z 2 --steps 6 --zero "$z" --ckpt-dir "$T/ck0-w2z$z"
+  grep -q "resumed from step 3 of" "$T/w2-from1-z$z.log" ||
+    { cat "$T/w2-from1-z$z.log"; fail "1 rank -> 2 ranks --zero $z: no resume"; }
+done
+grep -q "saved by 1 ranks with --zero 0; the AdamW state is re-sharded for 2 ranks with --zero 1" \
+  "$T/w2-from1-z1.log" || { cat "$T/w2-from1-z1.log"; fail "1 rank -> 2 ranks: no re-shard line"; }
+close "1 rank --zero 0 resumed on 2 ranks --zero 1, vs --zero 0" "$T/w2-from1-z1.bin" "$T/w2-from1-z0.bin"
 echo "test_train_gpt_zero_gpu: ok"

@@ -5,11 +5,12 @@
 . "$(dirname "${BASH_SOURCE[0]}")/train_gpt_lib.sh"
 
 # run NAME RANKS [train_gpt flags...]: under launch; log $T/NAME.log, the
-# final parameters $T/NAME.bin
+# final parameters $T/NAME.bin. RUN_WRAP, when set, is put before train_gpt
+# (tests/gpu_share_lib.sh's wrapper).
 run() {
   local name=$1 n=$2
   shift 2
-  "$LAUNCH" --standalone --nproc-per-node "$n" -q "$TG" "${M[@]}" "$@" \
+  "$LAUNCH" --standalone --nproc-per-node "$n" -q ${RUN_WRAP:+"$RUN_WRAP"} "$TG" "${M[@]}" "$@" \
     --dump-params "$T/$name.bin" >"$T/$name.log" 2>&1 ||
     { cat "$T/$name.log"; fail "$name"; }
 }
