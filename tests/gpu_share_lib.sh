@@ -42,3 +42,19 @@ EOF
   # shellcheck disable=SC2034 # read by the sourcing script
   GPU_SHARE_WRAP=$w
 }
+
+# gpu_nccl_ranks DIR: sets N, the ranks of a one-node NCCL test (a rank a
+# GPU, or two on the one GPU), and the array WRAP, what launch puts before
+# the worker (nothing, or gpu_share_wrap's wrapper, written in DIR). RET 1
+# where there is no GPU.
+gpu_nccl_ranks() {
+  N=$(gpu_count)
+  WRAP=()
+  [ "$N" -gt 0 ] || return 1
+  if [ "$N" -eq 1 ]; then
+    N=2
+    gpu_share_wrap "$1"
+    WRAP=("$GPU_SHARE_WRAP")
+    echo "one GPU: 2 ranks share it, one NCCL host each (socket transport on loopback)"
+  fi
+}

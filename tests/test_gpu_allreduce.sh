@@ -9,15 +9,7 @@ BIN=$(dirname "$LAUNCH")
 . "$(dirname "$0")/gpu_share_lib.sh"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-N=$(gpu_count)
-[ "$N" -gt 0 ] || { echo "SKIP: no GPU"; exit 77; }
-WRAP=()
-if [ "$N" -eq 1 ]; then
-  N=2
-  gpu_share_wrap "$T"
-  WRAP=("$GPU_SHARE_WRAP")
-  echo "one GPU: 2 ranks share it, one NCCL host each (socket transport on loopback)"
-fi
+gpu_nccl_ranks "$T" || { echo "SKIP: no GPU"; exit 77; }
 "$LAUNCH" --standalone --nproc-per-node "$N" "${WRAP[@]}" "$BIN/allreduce_check" >"$T/out" 2>&1
 rc=$?
 if grep -q "gpu=none" "$T/out"; then cat "$T/out"; echo "SKIP: no usable GPU/NCCL"; exit 77; fi

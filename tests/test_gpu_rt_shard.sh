@@ -13,15 +13,7 @@ CHECK=$BIN/../tests/rt_shard_check
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 [ -x "$CHECK" ] || { echo "SKIP: built without CUDA (no $CHECK)"; exit 77; }
-N=$(gpu_count)
-[ "$N" -gt 0 ] || { echo "SKIP: no GPU"; exit 77; }
-WRAP=()
-if [ "$N" -eq 1 ]; then
-  N=2
-  gpu_share_wrap "$T"
-  WRAP=("$GPU_SHARE_WRAP")
-  echo "one GPU: 2 ranks share it, one NCCL host each (socket transport on loopback)"
-fi
+gpu_nccl_ranks "$T" || { echo "SKIP: no GPU"; exit 77; }
 "$LAUNCH" --standalone --nproc-per-node "$N" "${WRAP[@]}" "$CHECK" >"$T/out" 2>&1
 rc=$?
 if grep -q "need NCCL" "$T/out"; then cat "$T/out"; echo "SKIP: no NCCL"; exit 77; fi
