@@ -14,7 +14,10 @@
 # (nvidia-smi -L), and with one GPU the script says so and exits 0 (no
 # figure without two). SCALE_DEVICE=cpu runs it on the CPU ring instead
 # (N = SCALE_RANKS, default 2; SCALE_PRESET, e.g. tiny, keeps it short):
-# that checks the script, not a figure anyone should quote.
+# that checks the script, not a figure anyone should quote. So does
+# SCALE_SHARE_GPU=N on a machine with one GPU: N ranks on it through NCCL,
+# one NCCL host each (tests/gpu_share_lib.sh), time-sliced: the CUDA path
+# of the script checked before a machine with two GPUs is lent.
 set -u
 B=${1:-.gpu-build/bin}
 DEV=${SCALE_DEVICE:-cuda}
@@ -26,17 +29,24 @@ ROUNDS=${SCALE_ROUNDS:-2}
 for f in "$B/launch" "$B/train_gpt"; do
   [ -x "$f" ] || { echo "run_scaling: no $f (build first, or name the bin dir)" >&2; exit 2; }
 done
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+WRAP=()
 if [ "$DEV" = cuda ]; then
   N=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-  if [ "$N" -lt 2 ]; then
+  if [ "$N" -eq 1 ] && [ -n "${SCALE_SHARE_GPU:-}" ]; then
+    N=$SCALE_SHARE_GPU
+    . "$(dirname "$0")/../tests/gpu_share_lib.sh"
+    gpu_share_wrap "$T"
+    WRAP=("$GPU_SHARE_WRAP")
+    echo "run_scaling: SCALE_SHARE_GPU=$N: $N ranks time-sliced on one GPU (a check of the script, no figure)"
+  elif [ "$N" -lt 2 ]; then
     echo "run_scaling: $N GPU(s) here: scaling needs two or more (no figure)"
     exit 0
   fi
 else
   N=${SCALE_RANKS:-2}
 fi
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK LAUNCH_RESUME_STEP LAUNCH_CKPT_DIR
 # the jobs' registry (launch status) in the scratch directory, not the user's
 export XDG_RUNTIME_DIR=$T
@@ -49,7 +59,7 @@ if [ "$PRESET" != tiny ]; then M+=(--vocab 50257); fi
 run() {
   local w=$1 z=$2 log="$T/log.$1.$2"
   if ! "$B/launch" --standalone --nproc-per-node "$w" --max-restarts 0 \
-      "$B/train_gpt" "${M[@]}" --zero "$z" >"$log" 2>&1; then
+      "${WRAP[@]}" "$B/train_gpt" "${M[@]}" --zero "$z" >"$log" 2>&1; then
     tail -30 "$log" >&2
     echo "run_scaling: $w rank(s), --zero $z failed" >&2
     exit 1
