@@ -34,6 +34,8 @@ M=(--preset gpt2-124m --vocab 50257 --batch 16 --seq-len 1024 --steps "$STEPS"
    --val-every 0 --val-batches 1 --data "$T/data.txt" --device cuda)
 CMD=("$B/train_gpt")
 if [ "$RANKS" -gt 1 ]; then
+  # launch's job registry (launch status) in the scratch folder, not the user's
+  export XDG_RUNTIME_DIR=$T
   . "$(dirname "$0")/../tests/gpu_share_lib.sh"
   CMD=("$B/launch" --standalone --nproc-per-node "$RANKS" -q)
   if [ "$(gpu_count)" -lt "$RANKS" ]; then
