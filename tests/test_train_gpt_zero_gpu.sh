@@ -20,7 +20,7 @@ set -u
 . "$(dirname "$0")/train_gpt_zero_lib.sh"
 . "$(dirname "$0")/gpu_share_lib.sh"
 [ -x "$TG" ] || { echo "SKIP: no $TG"; exit 77; }
-ls /dev/nvidia[0-9]* >/dev/null 2>&1 || { echo "SKIP: no GPU here"; exit 77; }
+[ "$(gpu_count)" -gt 0 ] || { echo "SKIP: no GPU here"; exit 77; }
 # the same cuBLASLt algorithm in every run; no tuning cache written
 export GPT_CUDA_TUNE=0 GPT_CUDA_TUNE_CACHE=0
 seq 1 300000 >"$T/data.txt"
@@ -97,11 +97,9 @@ close "--zero 1 checkpoint resumed with --zero 0" "$T/res-z1to0.bin" "$T/z0a.bin
 close "--zero 0 checkpoint resumed with --zero 1" "$T/res-z0to1.bin" "$T/z0a.bin"
 
 # -- 2 ranks through NCCL ----------------------------------------------------------
-if [ "$(gpu_count)" -lt 2 ]; then
-  gpu_share_wrap "$T"
-  RUN_WRAP=$GPU_SHARE_WRAP
-  echo "  2 ranks on the one GPU, one NCCL host each (socket transport on loopback)"
-fi
+# (gpu_nccl_ranks: the wrapper where the two share one GPU; its N unused)
+gpu_nccl_ranks "$T"
+RUN_WRAP=${WRAP[0]:-}
 run w2-z0 2 --steps 6 --zero 0 --ckpt-dir "$T/ck2z0" --ckpt-every 3
 run w2-z1 2 --steps 6 --zero 1 --ckpt-dir "$T/ck2" --ckpt-every 3
 /usr/bin/python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if b < 0.51*a else 1)" \
