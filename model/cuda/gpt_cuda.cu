@@ -97,6 +97,11 @@ struct gpt_backend_s {
   void *x0, *lnf, *dres, *dbuf, *dbig, *logits;
   float *stats; /* per layer: mean1 rstd1 mean2 rstd2 (N each), lse */
   float *meanf, *rstdf, *losses, *dwte_tmp, *attn_scratch;
+  /* per layer, C floats: the attention projection's bias gradient of the
+   * backward under way, on its way to the value bias's (backward_enqueue);
+   * zero between backwards */
+  float *pbias;
+  unsigned *vb_done; /* gc_vbias's counter */
   float *norm_partial, *d_norm;
   /* ZeRO-1 (shard()): AdamW updates the parameters [lo, hi) (0, np when
    * unsharded); adam_m and adam_v, allocated apart from the arena so that
@@ -132,6 +137,14 @@ struct gpt_backend_s {
   int graph, graph_fault;
   long warm_fwd, warm_bwd, eager_fwd, eager_bwd;
   gc_graph_t g_fwd, g_bwd, g_bwd1; /* g_bwd1: a backward onto fresh gradients */
+  /* The tied wte's classifier gradient straight into the gradient (see
+   * forward_enqueue): g_fwd1 is the forward that does so, wte_alpha the
+   * scale it used (0: into dwte_tmp instead, for backward to add), ls_last
+   * the last backward's per-token scale (0 before the first), wte_direct
+   * whether this is allowed (GPT_CUDA_WTE_DIRECT=0 turns it off). */
+  gc_graph_t g_fwd1;
+  float wte_alpha, ls_last;
+  int wte_direct;
   /* profile */
   int prof_on, prof_n;
   int prof_cls[PROF_POOL];
@@ -244,8 +257,8 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
   else
     snprintf(graphs, sizeof(graphs), "%s (%ld captures, %ld launches)",
              m->graph > 0 ? "on" : "given up",
-             m->g_fwd.captures + m->g_bwd.captures + m->g_bwd1.captures,
-             m->g_fwd.launches + m->g_bwd.launches + m->g_bwd1.launches);
+             m->g_fwd.captures + m->g_fwd1.captures + m->g_bwd.captures + m->g_bwd1.captures,
+             m->g_fwd.launches + m->g_fwd1.launches + m->g_bwd.launches + m->g_bwd1.launches);
   snprintf(buf, n,
            "%s (sm_%d, %d SMs), %s, attention: %s%s%s, cuBLASLt: %d products tuned, %d "
            "from the tuning cache, %d epilogue fallbacks, GELU %s, GELU' %s, backward on %d "
@@ -269,9 +282,11 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
 
 extern "C" void gpt_cuda_graph_enable(gpt_backend_t *m, int on) {
   gc_graph_reset(&m->g_fwd);
+  gc_graph_reset(&m->g_fwd1);
   gc_graph_reset(&m->g_bwd);
   gc_graph_reset(&m->g_bwd1);
   memset(&m->g_fwd, 0, sizeof(m->g_fwd));
+  memset(&m->g_fwd1, 0, sizeof(m->g_fwd1));
   memset(&m->g_bwd, 0, sizeof(m->g_bwd));
   memset(&m->g_bwd1, 0, sizeof(m->g_bwd1));
   m->eager_fwd = m->eager_bwd = 0;
@@ -280,8 +295,8 @@ extern "C" void gpt_cuda_graph_enable(gpt_backend_t *m, int on) {
 }
 
 extern "C" int gpt_cuda_graph_stats(const gpt_backend_t *m, gpt_cuda_graph_stats_t *st) {
-  st->captures = m->g_fwd.captures + m->g_bwd.captures + m->g_bwd1.captures;
-  st->launches = m->g_fwd.launches + m->g_bwd.launches + m->g_bwd1.launches;
+  st->captures = m->g_fwd.captures + m->g_fwd1.captures + m->g_bwd.captures + m->g_bwd1.captures;
+  st->launches = m->g_fwd.launches + m->g_fwd1.launches + m->g_bwd.launches + m->g_bwd1.launches;
   st->eager_forwards = m->eager_fwd;
   st->eager_backwards = m->eager_bwd;
   return m->graph;
@@ -342,6 +357,7 @@ static int graph_step(gpt_backend_t *m, gc_graph_t *g, uint64_t key, int (*fn)(v
   m->graph = -1;
   m->graph_fault = 0;
   gc_graph_reset(&m->g_fwd);
+  gc_graph_reset(&m->g_fwd1);
   gc_graph_reset(&m->g_bwd);
   gc_graph_reset(&m->g_bwd1);
   snprintf(what, sizeof(what), "%s; training goes on without CUDA graphs (GPT_CUDA_GRAPH=0 "
@@ -404,9 +420,16 @@ template <typename T> static int forward_enqueue(gpt_backend_t *m, int targets, 
     return 0;
   /* Classifier in chunks of rows: logits, loss and softmax - onehot in
    * place, then that gradient's two products while the chunk is at hand:
-   * dlnf rows (into dbuf) and the tied wte's gradient (into dwte_tmp). Both
-   * unscaled; backward() scales them. */
+   * dlnf rows (into dbuf, unscaled: backward() scales it) and the tied
+   * wte's gradient. The backward's per-token scale is not known yet: the
+   * wte product goes into dwte_tmp, for backward to add scaled (a pass over
+   * 2 x Vp x C floats, 0.3 GB at 124M); but onto a fresh gradient, the usual
+   * first micro-step, it goes straight into the gradient scaled by the last
+   * backward's scale (wte_alpha), which a trainer keeps from step to step,
+   * and backward only rescales it when its scale differs. */
   const T *wte = W<T>(m, GPT_WTE, 0);
+  const float wa = m->wte_alpha;
+  float *dwte = wa != 0.f ? G(m, GPT_WTE, 0) : m->dwte_tmp;
   T *logits = (T *)m->logits;
   for (int r0 = 0; r0 < N; r0 += m->chunk_rows) {
     const int R = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
@@ -418,8 +441,8 @@ template <typename T> static int forward_enqueue(gpt_backend_t *m, int targets, 
          linear_bwd_in<T>(m->mm, m->st, "logits dx", (T *)m->dbuf + (size_t)r0 * C, logits, wte, R,
                           C, Vp));
     PROF(m, GPT_PROF_HEAD_MM,
-         linear_bwd_w<T>(m->mm, m->st, "logits dwte", m->dwte_tmp, logits, x, R, C, Vp, 1.f,
-                         r0 == 0 ? 0.f : 1.f));
+         linear_bwd_w<T>(m->mm, m->st, "logits dwte", dwte, logits, x, R, C, Vp,
+                         wa != 0.f ? wa : 1.f, r0 == 0 ? 0.f : 1.f));
   }
   GC_CUDA(cudaMemcpyAsync(m->h_losses, m->losses, (size_t)N * 4, cudaMemcpyDeviceToHost, s));
   return 0;
@@ -443,9 +466,15 @@ static int forward_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *tar
   if (targets)
     memcpy(m->h_tgt, targets, (size_t)N * 4);
   m->fwd_grad = 0;
+  m->wte_alpha = targets && m->wte_direct && m->grads_fresh ? m->ls_last : 0.f;
   int done = 0;
   if (targets && graph_ready(m, m->warm_fwd)) {
-    done = graph_step(m, &m->g_fwd, 1, forward_capture<T>, m);
+    /* the scale is part of the key of the forward that writes the gradient */
+    uint32_t bits;
+    memcpy(&bits, &m->wte_alpha, sizeof(bits));
+    done = m->wte_alpha != 0.f
+               ? graph_step(m, &m->g_fwd1, (uint64_t)bits | 1ull << 32, forward_capture<T>, m)
+               : graph_step(m, &m->g_fwd, 1, forward_capture<T>, m);
     GC_TRY(done);
     if (done)
       GC_CUDA(cudaEventRecord(m->h2d_done, m->st));
@@ -477,7 +506,7 @@ static int forward_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *tar
  * first: the gradient is fresh (zero_grad): written, not added to. */
 template <typename T>
 static int backward_enqueue(gpt_backend_t *m, float sc, int last, gpt_segment_cb cb,
-                            void *cb_arg, int first) {
+                            void *cb_arg, int first, int wte_done) {
   const gpt_config_t *c = &m->c;
   const int N = m->N, C = c->channels, L = c->num_layers, NH = c->num_heads;
   const int Vp = c->padded_vocab;
@@ -486,8 +515,9 @@ static int backward_enqueue(gpt_backend_t *m, float sc, int last, gpt_segment_cb
   const float beta = first ? 0.f : 1.f; /* the weight-gradient products' */
   if (first)
     PROF(m, GPT_PROF_OTHER, gc_zero_chunks(m->grad, m->zchunks, m->nzchunks, s));
-  PROF(m, GPT_PROF_OTHER,
-       gc_axpy(G(m, GPT_WTE, 0), m->dwte_tmp, sc, (size_t)Vp * C, !first, s));
+  if (!wte_done) /* the forward's classifier product went to dwte_tmp */
+    PROF(m, GPT_PROF_OTHER,
+         gc_axpy(G(m, GPT_WTE, 0), m->dwte_tmp, sc, (size_t)Vp * C, !first, s));
   /* Each LayerNorm backward also sums the residual gradient it writes over
    * tokens: the bias gradient of the projection that fed that residual
    * (fcproj of the layer below, attproj of the same layer). */
@@ -542,12 +572,25 @@ static int backward_enqueue(gpt_backend_t *m, float sc, int last, gpt_segment_cb
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_in<T>(m->mm, s, "fc dX", dbuf, dbig, W<T>(m, GPT_FCW, l), N, C, 4 * C));
     JOIN(0); /* fcproj dW has read dres */
+    /* attproj's bias gradient g (the column sums of dres) into pbias first:
+     * see the value bias below */
+    float *pb = m->pbias + (size_t)l * C;
     PROF(m, GPT_PROF_LN_BWD,
-         gc_layernorm_bwd<T>(dres, G(m, GPT_LN2W, l), G(m, GPT_LN2B, l), G(m, GPT_ATTPROJB, l),
-                             dbuf, 1.f, res2, W<T>(m, GPT_LN2W, l), STAT(m, 2, l),
-                             STAT(m, 3, l), N, C, 1, m->sm_count, s));
-    /* Attention block. */
+         gc_layernorm_bwd<T>(dres, G(m, GPT_LN2W, l), G(m, GPT_LN2B, l), pb, dbuf, 1.f, res2,
+                             W<T>(m, GPT_LN2W, l), STAT(m, 2, l), STAT(m, 3, l), N, C, 1,
+                             m->sm_count, s));
+    /* Attention block. The qkv bias's gradient without reading the 3C-wide
+     * dqkv: the key bias's is zero (it adds q.b to every score of a query's
+     * row, which the softmax ignores); the value bias's is the column sum of
+     * the attention output's gradient (each query's probabilities sum to 1),
+     * and that gradient is dres W (attproj dX below), so its column sums are
+     * g W: a C x C vector product (gc_vbias, which also adds g into attproj's
+     * bias gradient and clears pbias); only the query's C columns are summed
+     * (colsum on the side stream, after the attention). */
     FORK(2);
+    PROF(m, GPT_PROF_MM_BWD,
+         gc_vbias<T>(G(m, GPT_QKVB, l) + 2 * C, G(m, GPT_ATTPROJB, l), pb,
+                     W<T>(m, GPT_ATTPROJW, l), C, m->vb_done, s2));
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_w<T>(mmw, s2, "attproj dW", G(m, GPT_ATTPROJW, l), dres, atty, N, C, C, 1.f,
                          beta));
@@ -558,8 +601,9 @@ static int backward_enqueue(gpt_backend_t *m, float sc, int last, gpt_segment_cb
     PROF(m, GPT_PROF_ATTN_BWD,
          gc_attention_bwd<T>(dbig, m->attn_scratch, dbuf, qkv, atty, STAT(m, 4, l), m->B, m->T,
                              NH, C / NH, s));
-    PROF(m, GPT_PROF_MM_BWD, gc_colsum<T>(G(m, GPT_QKVB, l), dbig, N, 3 * C, m->sm_count, s));
     FORK(3);
+    PROF(m, GPT_PROF_MM_BWD,
+         gc_colsum_ld<T>(G(m, GPT_QKVB, l), dbig, N, C, 3 * C, m->sm_count, s2));
     PROF(m, GPT_PROF_MM_BWD,
          linear_bwd_w<T>(mmw, s2, "qkv dW", G(m, GPT_QKVW, l), dbig, ln1, N, C, 3 * C, 1.f, beta));
     DONE(3);
@@ -593,11 +637,11 @@ static int backward_enqueue(gpt_backend_t *m, float sc, int last, gpt_segment_cb
 struct bwd_work {
   gpt_backend_t *m;
   float sc;
-  int first;
+  int first, wte_done;
 };
 template <typename T> static int backward_capture(void *p) {
   const bwd_work *w = (const bwd_work *)p;
-  return backward_enqueue<T>(w->m, w->sc, 0, NULL, NULL, w->first);
+  return backward_enqueue<T>(w->m, w->sc, 0, NULL, NULL, w->first, w->wte_done);
 }
 
 template <typename T>
@@ -608,22 +652,37 @@ static int backward_t(gpt_backend_t *m, float loss_scale, int last, gpt_segment_
   m->fwd_grad = 0;
   const float sc = loss_scale / (float)m->N;
   const int first = m->grads_fresh;
+  /* The forward wrote the wte product into the fresh gradient scaled by
+   * wa (forward_enqueue): rescaled here in the rare case that this scale
+   * differs (fp16's loss scaling after an overflow, a trainer's change). */
+  const float wa = m->wte_alpha;
+  const int wte_done = wa != 0.f;
+  m->wte_alpha = 0.f;
+  m->ls_last = sc;
+  if (wte_done && !first)
+    return gc_fail(-EINVAL, "backward", "the wte gradient was written onto a gradient no longer "
+                   "fresh (internal)", __FILE__, __LINE__);
+  if (wte_done && wa != sc)
+    GC_TRY(gc_axpy(G(m, GPT_WTE, 0), G(m, GPT_WTE, 0), sc / wa,
+                   (size_t)m->c.padded_vocab * m->c.channels, 0, m->st));
   if (!(last && cb) && graph_ready(m, m->warm_bwd)) {
-    /* the scale is a kernel argument: part of the key, as is the side
-     * stream; a backward onto fresh gradients has a graph of its own */
+    /* the scale is a kernel argument: part of the key, as are the side
+     * stream and whether the forward did the wte gradient; a backward onto
+     * fresh gradients has a graph of its own */
     uint32_t bits;
     memcpy(&bits, &sc, sizeof(bits));
-    bwd_work w = {m, sc, first};
+    bwd_work w = {m, sc, first, wte_done};
     const int done =
         graph_step(m, first ? &m->g_bwd1 : &m->g_bwd,
-                   (uint64_t)bits | (uint64_t)(m->st2 != NULL) << 32, backward_capture<T>, &w);
+                   (uint64_t)bits | (uint64_t)(m->st2 != NULL) << 32 | (uint64_t)wte_done << 33,
+                   backward_capture<T>, &w);
     GC_TRY(done);
     if (done) {
       m->grads_fresh = 0;
       return 0;
     }
   }
-  GC_TRY(backward_enqueue<T>(m, sc, last, cb, cb_arg, first));
+  GC_TRY(backward_enqueue<T>(m, sc, last, cb, cb_arg, first, wte_done));
   m->grads_fresh = 0;
   m->eager_bwd++;
   if (!m->prof_on)
@@ -799,6 +858,8 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
      * MiB) +0.3 to +0.4 % tokens/s at 124M and 350M for 0.38 GiB, still
      * below torch.compile's memory at 124M (docs/benchmarks/
      * 2026-12-03-fc-forward.md). */
+    const char *wd = getenv("GPT_CUDA_WTE_DIRECT");
+    m->wte_direct = !(wd && strcmp(wd, "0") == 0); /* forward_enqueue */
     const char *lm = getenv("GPT_CUDA_LOGITS_MIB");
     const size_t mib = lm && atoi(lm) >= 16 ? (size_t)atoi(lm) : 800;
     size_t rows = (mib << 20) / (Vp * ts);
@@ -829,6 +890,8 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
         {(void **)&m->losses, N * 4},
         {(void **)&m->dwte_tmp, Vp * C * 4},
         {(void **)&m->attn_scratch, gc_attention_scratch(dtype, B, T, c->num_heads, hd) * 4},
+        {(void **)&m->pbias, L * C * 4},
+        {(void **)&m->vb_done, 4},
         {(void **)&m->norm_partial, 2 * (size_t)m->sm_count * 4},
         {(void **)&m->d_norm, 4},
         {(void **)&m->d_sumsq, m->nblocks * sizeof(double)},
@@ -892,6 +955,7 @@ static void destroy(gpt_backend_t *m) {
   if (m->st2)
     cudaStreamSynchronize(m->st2);
   gc_graph_reset(&m->g_fwd);
+  gc_graph_reset(&m->g_fwd1);
   gc_graph_reset(&m->g_bwd);
   gc_graph_reset(&m->g_bwd1);
   for (int i = 0; i < 2 * PROF_POOL; i++)
@@ -1007,6 +1071,12 @@ static int zero_grad(gpt_backend_t *m) {
 static int clear_fresh(gpt_backend_t *m) {
   if (!m->grads_fresh)
     return 0;
+  /* A forward wrote the wte product into the gradient for the backward to
+   * come: back to dwte_tmp, unscaled, where that backward then finds it. */
+  if (m->wte_alpha != 0.f && m->fwd_grad)
+    GC_TRY(gc_axpy(m->dwte_tmp, G(m, GPT_WTE, 0), 1.f / m->wte_alpha,
+                   (size_t)m->c.padded_vocab * m->c.channels, 0, m->st));
+  m->wte_alpha = 0.f;
   PROF(m, GPT_PROF_OTHER, [&]() -> int {
     GC_CUDA(cudaMemsetAsync(m->grad, 0, m->np * 4, m->st));
     return 0;

@@ -601,7 +601,8 @@ __device__ __forceinline__ void colsum_meet(float *out, float (*sh)[256], const 
  * memory (H200, in training under CUPTI: 18 % shorter a call at gpt2-124m and
  * 350m, 28 % at 774m; docs/benchmarks/2026-12-02-kernel-ab.md). */
 template <typename T>
-__global__ void __launch_bounds__(256) colsum_kernel(float *out, const T *x, int M, int N) {
+__global__ void __launch_bounds__(256)
+    colsum_kernel(float *out, const T *x, int M, int N, int ld) {
   __shared__ float sh[8][256];
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const int col = blockIdx.x * 256 + lane * 8;
@@ -613,7 +614,7 @@ __global__ void __launch_bounds__(256) colsum_kernel(float *out, const T *x, int
       gc_pack8<T> p[4];
 #pragma unroll
       for (int u = 0; u < 4; u++)
-        p[u] = gc_load8(x + (size_t)(r + u * step) * N + col);
+        p[u] = gc_load8(x + (size_t)(r + u * step) * ld + col);
 #pragma unroll
       for (int u = 0; u < 4; u++)
 #pragma unroll
@@ -621,7 +622,7 @@ __global__ void __launch_bounds__(256) colsum_kernel(float *out, const T *x, int
           acc[k] += gc_tof(p[u].v[k]);
     }
     for (; r < M; r += step) {
-      gc_pack8<T> p = gc_load8(x + (size_t)r * N + col);
+      gc_pack8<T> p = gc_load8(x + (size_t)r * ld + col);
 #pragma unroll
       for (int k = 0; k < 8; k++)
         acc[k] += gc_tof(p.v[k]);
@@ -695,11 +696,67 @@ template <typename T> int gc_gelu_fwd(T *out, const T *inp, size_t n, cudaStream
   return 0;
 }
 template <typename T>
-int gc_colsum(float *out, const T *x, int M, int N, int sm_count, cudaStream_t s) {
+int gc_colsum_ld(float *out, const T *x, int M, int N, int ld, int sm_count, cudaStream_t s) {
   const int gx = gc_cdiv(N, 256);
   const int gy = max(1, min(gc_cdiv(M, 64), 4 * sm_count / gx));
-  colsum_kernel<T><<<dim3(gx, gy), 256, 0, s>>>(out, x, M, N);
+  colsum_kernel<T><<<dim3(gx, gy), 256, 0, s>>>(out, x, M, N, ld);
   GC_LAUNCH("colsum_kernel");
+  return 0;
+}
+template <typename T>
+int gc_colsum(float *out, const T *x, int M, int N, int sm_count, cudaStream_t s) {
+  return gc_colsum_ld<T>(out, x, M, N, N, sm_count, s);
+}
+
+/* The value bias's gradient through the attention projection (gpt_cuda.cu's
+ * backward says why): dvb[c] += sum over o of g[o] W[o][c], then db[o] +=
+ * g[o] and g[o] = 0, for W [C][C] (rows o: the projection's outputs). A
+ * thread owns two columns and sums over every row in order, so the result
+ * does not depend on the blocks' timing (no atomics on dvb: a run repeats
+ * bit for bit). Every block copies g first; the last block to finish
+ * (counted in *done, which it resets) adds it into db and clears it. */
+template <typename T>
+__global__ void __launch_bounds__(128)
+    vbias_kernel(float *dvb, float *db, float *g, const T *W, int C, unsigned *done) {
+  extern __shared__ float gs[];
+  __shared__ int last;
+  for (int o = threadIdx.x; o < C; o += blockDim.x)
+    gs[o] = g[o];
+  __syncthreads();
+  const int c = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (c < C) {
+    float a0 = 0.f, a1 = 0.f;
+    const T *col = W + c;
+#pragma unroll 8
+    for (int o = 0; o < C; o++) {
+      a0 += gs[o] * gc_tof(col[(size_t)o * C]);
+      a1 += gs[o] * gc_tof(col[(size_t)o * C + 1]);
+    }
+    dvb[c] += a0;
+    dvb[c + 1] += a1;
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0)
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (last) {
+    for (int o = threadIdx.x; o < C; o += blockDim.x) {
+      db[o] += gs[o];
+      g[o] = 0.f;
+    }
+    if (threadIdx.x == 0)
+      *done = 0;
+  }
+}
+
+template <typename T>
+int gc_vbias(float *dvb, float *db, float *g, const T *W, int C, unsigned *done,
+             cudaStream_t s) {
+  if (C % 2 || C > 8192)
+    return gc_fail(-EINVAL, "gc_vbias", "C must be even and at most 8192", __FILE__, __LINE__);
+  vbias_kernel<T><<<gc_cdiv(C / 2, 128), 128, C * sizeof(float), s>>>(dvb, db, g, W, C, done);
+  GC_LAUNCH("vbias_kernel");
   return 0;
 }
 
@@ -940,6 +997,9 @@ int gc_sumsq_blocks(double *part, const float *g, size_t n, size_t block, size_t
                                   cudaStream_t);                                   \
   template int gc_gelu_fwd<T>(T *, const T *, size_t, cudaStream_t);               \
   template int gc_colsum<T>(float *, const T *, int, int, int, cudaStream_t);      \
+  template int gc_colsum_ld<T>(float *, const T *, int, int, int, int, cudaStream_t); \
+  template int gc_vbias<T>(float *, float *, float *, const T *, int, unsigned *,     \
+                           cudaStream_t);                                            \
   template int gc_dgelu_colsum<T>(float *, T *, const T *, int, int, int, cudaStream_t); \
   template int gc_convert<T>(T *, const float *, size_t, cudaStream_t);            \
   template int gc_adamw<T>(float *, float *, float *, const float *, T *,          \

@@ -97,6 +97,18 @@ int gc_gelu_fwd(T *out, const T *inp, size_t n, cudaStream_t s);
 /* out[j] += sum over i of x[i][j] (M rows, N columns, N % 8 == 0), fp32. */
 template <typename T>
 int gc_colsum(float *out, const T *x, int M, int N, int sm_count, cudaStream_t s);
+/* The same over rows ld elements apart (ld >= N, ld % 8 == 0): the first N
+ * columns of a wider matrix. */
+template <typename T>
+int gc_colsum_ld(float *out, const T *x, int M, int N, int ld, int sm_count, cudaStream_t s);
+/* dvb[c] += sum over o of g[o] W[o][c] (W [C][C], C even, <= 8192), then db
+ * += g and g = 0: the attention's value-bias gradient from the column sums g
+ * of the projection's output gradient (see backward in gpt_cuda.cu). done:
+ * a device counter, 0 before the call and after it; calls that share one
+ * must not overlap. Deterministic. */
+template <typename T>
+int gc_vbias(float *dvb, float *db, float *g, const T *W, int C, unsigned *done,
+             cudaStream_t s);
 /* d *= gelu'(pre) in place (M rows, N columns, N % 8 == 0) and out[j] +=
  * the column sums of the d written: GELU's backward and gc_colsum in one pass. */
 template <typename T>

@@ -163,7 +163,10 @@ static void case_a(rng &r, int dtype) {
   /* the loss scale changes 1 -> 1024 -> 1: three backward captures for the
    * first micro-step of a step (onto the gradient zero_grad left fresh,
    * written instead of added to: a graph of its own) and three for the
-   * second */
+   * second; the first micro-step's forward (which writes the wte gradient
+   * scaled as the last backward was) has a graph of its own too, captured
+   * again when that scale has changed (1, then 1024 at step 3): 2, and 1 for
+   * the second micro-step's */
   const plan pl = {4, 2, {1.f, 1024.f, 1024.f, 1.f}, 0};
   const int micro = pl.steps * pl.accum;
 
@@ -175,7 +178,7 @@ static void case_a(rng &r, int dtype) {
   gpt_cuda_graph_enable(m, 1);
   const outcome g = train(m, &c, p0, data, pl);
   expect("[A] graph steps = eager steps, bit for bit", same(g, e1));
-  expect_stats("A graphs", m, 1, 1 + 3 + 3, 2 * micro, 0, 0);
+  expect_stats("A graphs", m, 1, 2 + 1 + 3 + 3, 2 * micro, 0, 0);
   printf("[A] %s\n", gpt_cuda_describe(m, desc, sizeof(desc)));
 
   /* the data-parallel path: backward with a callback runs eagerly on the
@@ -191,8 +194,8 @@ static void case_a(rng &r, int dtype) {
   expect("[A] segments reported in order, events given", ecb.seg_errors == 0 &&
                                                              gcb.seg_errors == 0);
   /* non-last backwards (first micro-steps) at scales 1, 1024, 1: three
-   * captures */
-  expect_stats("A graphs, callback", m, 1, 1 + 3, micro + micro - pl.steps, 0, pl.steps);
+   * captures; forwards 2 + 1 as above */
+  expect_stats("A graphs, callback", m, 1, 2 + 1 + 3, micro + micro - pl.steps, 0, pl.steps);
 
   /* a capture that fails: reported once, the same steps eagerly */
   gpt_cuda_graph_enable(m, 1);
@@ -228,10 +231,12 @@ static void case_b(rng &r, int dtype) {
   const outcome e1 = train(me, &c, p0, data, pl);
   const outcome e2 = train(me, &c, p0, data, pl);
   const outcome g = train(mg, &c, p0, data, pl);
-  /* first micro-step eager (warm-up), then forward 1 + backward 4 captures:
-   * scale 1 for the second micro-steps, 1 for the first (from step 2 on),
-   * then 1024 for each */
-  expect_stats("B default (graphs)", mg, 1, 1 + 4, 2 * micro - 2, 1, 1);
+  /* first micro-step eager (warm-up), then forward 3 + backward 4 captures:
+   * backwards at scale 1 for the second micro-steps, 1 for the first (from
+   * step 2 on), then 1024 for each; forwards: the second micro-steps', and
+   * the first's (from step 2 on, the wte gradient scaled as the last
+   * backward was: 1, then 1024 from step 4) */
+  expect_stats("B default (graphs)", mg, 1, 3 + 4, 2 * micro - 2, 1, 1);
   expect_stats("B GPT_CUDA_GRAPH=0", me, 0, 0, 0, 2 * micro, 2 * micro);
   printf("[B] %s\n", gpt_cuda_describe(mg, desc, sizeof(desc)));
   if (same(e1, e2)) {

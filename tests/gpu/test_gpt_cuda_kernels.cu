@@ -119,6 +119,63 @@ template <typename T> static void test_colsum(rng &r, int M, int N) {
   cudaFree(dx), cudaFree(gB);
 }
 
+/* column sums of the first N of ld columns (the query's part of dqkv) */
+template <typename T> static void test_colsum_ld(rng &r, int M, int N, int ld) {
+  std::vector<double> x;
+  T *dx = upload<T>(r.normals((size_t)M * ld, 1.0), &x);
+  std::vector<float> b0 = r.normals(N + 8, 1.0);
+  float *gB = upload<float>(b0);
+  OK(gc_colsum_ld<T>(gB, dx, M, N, ld, g_sm, S));
+  std::vector<double> rb(b0.begin(), b0.end());
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++)
+      rb[n] += x[(size_t)m * ld + n];
+  char what[96];
+  snprintf(what, sizeof(what), "column sums (+=) M=%d N=%d of ld %d", M, N, ld);
+  check(L<T>(what), download(gB, N + 8), rb, 1e-4); /* the 8 past N untouched */
+  cudaFree(dx), cudaFree(gB);
+}
+
+/* the value bias's gradient through the projection: dvb += g W, db += g, g = 0 */
+template <typename T> static void test_vbias(rng &r, int C) {
+  std::vector<double> w;
+  T *dW = upload<T>(r.normals((size_t)C * C, 0.1), &w);
+  std::vector<float> g0 = r.normals(C, 1.0), v0 = r.normals(C, 1.0), b0 = r.normals(C, 1.0);
+  float *g = upload<float>(g0), *dvb = upload<float>(v0), *db = upload<float>(b0);
+  unsigned *done = nullptr;
+  CK(cudaMalloc((void **)&done, sizeof(unsigned)));
+  CK(cudaMemset(done, 0, sizeof(unsigned)));
+  OK(gc_vbias<T>(dvb, db, g, dW, C, done, S));
+  std::vector<double> rv(v0.begin(), v0.end()), rb(b0.begin(), b0.end());
+  for (int o = 0; o < C; o++) {
+    rb[o] += g0[o];
+    for (int c = 0; c < C; c++)
+      rv[c] += (double)g0[o] * w[(size_t)o * C + c];
+  }
+  char what[96];
+  snprintf(what, sizeof(what), "value bias through the projection C=%d: dvb", C);
+  check(L<T>(what), download(dvb, C), rv, 1e-5);
+  snprintf(what, sizeof(what), "value bias through the projection C=%d: db", C);
+  check(L<T>(what), download(db, C), rb, 1e-6);
+  std::vector<double> gz = download(g, C);
+  int nz = 0;
+  for (double x : gz)
+    nz += x != 0.0;
+  snprintf(what, sizeof(what), "value bias through the projection C=%d: g cleared", C);
+  expect(L<T>(what), nz == 0);
+  /* again from the same inputs: the same bits (no atomics), the counter reset */
+  std::vector<double> first = download(dvb, C);
+  CK(cudaMemcpy(g, g0.data(), C * sizeof(float), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dvb, v0.data(), C * sizeof(float), cudaMemcpyHostToDevice));
+  OK(gc_vbias<T>(dvb, db, g, dW, C, done, S));
+  std::vector<double> again = download(dvb, C);
+  unsigned left = 1;
+  CK(cudaMemcpy(&left, done, sizeof(unsigned), cudaMemcpyDeviceToHost));
+  snprintf(what, sizeof(what), "value bias through the projection C=%d: repeats bitwise", C);
+  expect(L<T>(what), again == first && left == 0);
+  cudaFree(dW), cudaFree(g), cudaFree(dvb), cudaFree(db), cudaFree(done);
+}
+
 /* ---- linear layers through cuBLASLt ---------------------------------------- */
 template <typename T> static void test_linear(rng &r, gc_mm_t *mm, const char *tag) {
   const int M = 256, K = 192, O = 384;
@@ -357,6 +414,24 @@ static void test_attention(rng &r, int B, int Tn, int NH, int HD, int dnn = 0) {
     snprintf(what, sizeof(what), "attention bwd d%c%s", "qkv"[part], dnn ? " (cuDNN)" : "");
     check(L<T>(what), a, b, tol<T>::grad * 2);
   }
+  /* What the qkv bias's gradient relies on (gpt_cuda.cu's backward): over the
+   * tokens, dk sums to zero and dv sums to what dO sums to, for every channel. */
+  std::vector<double> sk(C, 0.0), sabs(C, 0.0), sv(C, 0.0), so(C, 0.0);
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      sk[c] += g[(size_t)n * 3 * C + C + c];
+      sabs[c] += fabs(g[(size_t)n * 3 * C + C + c]);
+      sv[c] += g[(size_t)n * 3 * C + 2 * C + c];
+      so[c] += dy[(size_t)n * C + c];
+    }
+  double nk = 0, na = 0;
+  for (int c = 0; c < C; c++)
+    nk += sk[c] * sk[c], na += sabs[c] * sabs[c];
+  snprintf(what, sizeof(what), "attention bwd: dk sums to 0 (%.1e of |dk|'s)%s",
+           sqrt(nk / na), dnn ? " (cuDNN)" : "");
+  expect(L<T>(what), sqrt(nk) <= tol<T>::grad * 2 * sqrt(na));
+  snprintf(what, sizeof(what), "attention bwd: dv sums as dO does%s", dnn ? " (cuDNN)" : "");
+  check(L<T>(what), sv, so, tol<T>::grad * 2);
   cudaFree(dQKV), cudaFree(out), cudaFree(lse), cudaFree(dY), cudaFree(dqkv), cudaFree(scratch);
 }
 
@@ -498,6 +573,12 @@ template <typename T> static void run_all(rng &r, gc_mm_t *fused, gc_mm_t *plain
   test_layernorm<T>(r, 301, 1200);  /* a row's last warp part empty */
   test_colsum<T>(r, 3001, 1288); /* rows left over after 4 a step */
   test_colsum<T>(r, 5, 40);
+  test_colsum_ld<T>(r, 3001, 768, 2304); /* the query's columns of gpt2-124m's dqkv */
+  test_colsum_ld<T>(r, 37, 40, 120);
+  test_vbias<T>(r, 768);
+  test_vbias<T>(r, 1280); /* gpt2-774m: 5 columns a thread */
+  test_vbias<T>(r, 2048);
+  test_vbias<T>(r, 40);
   test_linear<T>(r, fused, "cuBLASLt");
   test_linear<T>(r, plain, "fallback");
   test_dgelu_sm90<T>(r, 256, 384, 128);

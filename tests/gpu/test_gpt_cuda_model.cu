@@ -187,6 +187,32 @@ static void test_case(const tcase &tc, rng &r) {
              tc.name, k + 1);
     check(what, g1, g, tc.tol_grad / 10);
   }
+  /* The forward of a first micro-step writes the classifier's wte gradient
+   * into the gradient, scaled as the last backward was: a backward at
+   * another scale rescales it (x4: the rest of the backward, in bf16 or
+   * fp16, then rounds as at x1, and the comparison is as tight as above)... */
+  OK(ops->zero_grad(m));
+  OK(ops->forward(m, bt.tok.data(), bt.tgt.data(), &loss));
+  OK(ops->backward(m, 4.f * tc.loss_scale, 1, NULL, NULL));
+  std::vector<double> g3 = grads_of(m, np, 1.0 / (4.0 * tc.loss_scale));
+  snprintf(what, sizeof(what), "[%s] loss scale x4 after a micro-step at x1: 4 x the first",
+           tc.name);
+  check(what, g3, g, tc.tol_grad / 10);
+  OK(ops->zero_grad(m)); /* back to the usual scale */
+  OK(ops->forward(m, bt.tok.data(), bt.tgt.data(), &loss));
+  OK(ops->backward(m, tc.loss_scale, 1, NULL, NULL));
+  /* ... and a read of the fresh gradient between that forward and its
+   * backward sees zeros, and loses nothing of the backward to come */
+  OK(ops->zero_grad(m));
+  OK(ops->forward(m, bt.tok.data(), bt.tgt.data(), &loss));
+  float fn = -1.f;
+  OK(ops->grad_norm(m, 1.f, &fn));
+  OK(ops->backward(m, tc.loss_scale, 1, NULL, NULL));
+  std::vector<double> gf = grads_of(m, np, 1.0 / tc.loss_scale);
+  snprintf(what, sizeof(what), "[%s] zero_grad, forward, grad_norm = 0 (%g)", tc.name, fn);
+  expect(what, fn == 0.f);
+  snprintf(what, sizeof(what), "[%s] ... then its backward = the first", tc.name);
+  check(what, gf, g, tc.tol_grad / 10);
   /* ... and whatever reads the gradient before a backward sees zeros */
   OK(ops->zero_grad(m));
   float zn = -1.f;
