@@ -711,29 +711,41 @@ int gc_colsum(float *out, const T *x, int M, int N, int sm_count, cudaStream_t s
 /* The value bias's gradient through the attention projection (gpt_cuda.cu's
  * backward says why): dvb[c] += sum over o of g[o] W[o][c], then db[o] +=
  * g[o] and g[o] = 0, for W [C][C] (rows o: the projection's outputs). A
- * thread owns two columns and sums over every row in order, so the result
- * does not depend on the blocks' timing (no atomics on dvb: a run repeats
- * bit for bit). Every block copies g first; the last block to finish
- * (counted in *done, which it resets) adds it into db and clears it. */
+ * block owns 64 columns: each of its 8 warps sums every 8th row (a lane two
+ * columns, 128 bytes of a row a warp), then the warps' sums meet in shared
+ * memory in a fixed order, so the result does not depend on timing (no
+ * atomics on dvb: a run repeats bit for bit). Every block copies g first;
+ * the last block to finish (counted in *done, which it resets) adds it into
+ * db and clears it. */
 template <typename T>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(256)
     vbias_kernel(float *dvb, float *db, float *g, const T *W, int C, unsigned *done) {
   extern __shared__ float gs[];
+  __shared__ float part[8][64];
   __shared__ int last;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   for (int o = threadIdx.x; o < C; o += blockDim.x)
     gs[o] = g[o];
   __syncthreads();
-  const int c = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+  const int c = blockIdx.x * 64 + lane * 2; /* C even: c + 1 < C too */
+  float a0 = 0.f, a1 = 0.f;
   if (c < C) {
-    float a0 = 0.f, a1 = 0.f;
-    const T *col = W + c;
-#pragma unroll 8
-    for (int o = 0; o < C; o++) {
-      a0 += gs[o] * gc_tof(col[(size_t)o * C]);
-      a1 += gs[o] * gc_tof(col[(size_t)o * C + 1]);
+#pragma unroll 4
+    for (int o = w; o < C; o += 8) {
+      const T *p = W + (size_t)o * C + c;
+      a0 += gs[o] * gc_tof(p[0]);
+      a1 += gs[o] * gc_tof(p[1]);
     }
-    dvb[c] += a0;
-    dvb[c + 1] += a1;
+  }
+  part[w][lane * 2] = a0;
+  part[w][lane * 2 + 1] = a1;
+  __syncthreads();
+  if (threadIdx.x < 64 && blockIdx.x * 64 + (int)threadIdx.x < C) {
+    float t = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      t += part[i][threadIdx.x];
+    dvb[blockIdx.x * 64 + threadIdx.x] += t;
   }
   __threadfence();
   __syncthreads();
@@ -755,7 +767,7 @@ int gc_vbias(float *dvb, float *db, float *g, const T *W, int C, unsigned *done,
              cudaStream_t s) {
   if (C % 2 || C > 8192)
     return gc_fail(-EINVAL, "gc_vbias", "C must be even and at most 8192", __FILE__, __LINE__);
-  vbias_kernel<T><<<gc_cdiv(C / 2, 128), 128, C * sizeof(float), s>>>(dvb, db, g, W, C, done);
+  vbias_kernel<T><<<gc_cdiv(C, 64), 256, C * sizeof(float), s>>>(dvb, db, g, W, C, done);
   GC_LAUNCH("vbias_kernel");
   return 0;
 }
