@@ -154,6 +154,21 @@ struct gpt_backend_s {
 
 static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
 
+/* The backend's CUDA graphs (see "CUDA graphs" below), for what is done to
+ * all of them: dropped, counted. */
+#define ALL_GRAPHS(m) {&(m)->g_fwd, &(m)->g_fwd1, &(m)->g_bwd, &(m)->g_bwd1}
+static void graphs_reset(gpt_backend_t *m) {
+  gc_graph_t *g[] = ALL_GRAPHS(m);
+  for (gc_graph_t *x : g)
+    gc_graph_reset(x);
+}
+static void graphs_count(const gpt_backend_t *m, long *captures, long *launches) {
+  const gc_graph_t *g[] = ALL_GRAPHS(m);
+  *captures = *launches = 0;
+  for (const gc_graph_t *x : g)
+    *captures += x->captures, *launches += x->launches;
+}
+
 static size_t tsize(int dtype) { return dtype == GPT_FP32 ? 4 : 2; }
 
 /* ---- profiling ------------------------------------------------------------*/
@@ -252,13 +267,13 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
   describe_choice(m->mm, GC_CHOICE_GELU, g, sizeof(g));
   if (m->cc == 90 && !gc_attention_dnn_bytes())
     snprintf(dnn, sizeof(dnn), " (cuDNN's: %s)", gc_attention_dnn_status());
+  long gcap, glaunch;
+  graphs_count(m, &gcap, &glaunch);
   if (m->graph == 0)
     snprintf(graphs, sizeof(graphs), "off");
   else
     snprintf(graphs, sizeof(graphs), "%s (%ld captures, %ld launches)",
-             m->graph > 0 ? "on" : "given up",
-             m->g_fwd.captures + m->g_fwd1.captures + m->g_bwd.captures + m->g_bwd1.captures,
-             m->g_fwd.launches + m->g_fwd1.launches + m->g_bwd.launches + m->g_bwd1.launches);
+             m->graph > 0 ? "on" : "given up", gcap, glaunch);
   snprintf(buf, n,
            "%s (sm_%d, %d SMs), %s, attention: %s%s%s, cuBLASLt: %d products tuned, %d "
            "from the tuning cache, %d epilogue fallbacks, GELU %s, GELU' %s, backward on %d "
@@ -281,22 +296,17 @@ extern "C" const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size
 }
 
 extern "C" void gpt_cuda_graph_enable(gpt_backend_t *m, int on) {
-  gc_graph_reset(&m->g_fwd);
-  gc_graph_reset(&m->g_fwd1);
-  gc_graph_reset(&m->g_bwd);
-  gc_graph_reset(&m->g_bwd1);
-  memset(&m->g_fwd, 0, sizeof(m->g_fwd));
-  memset(&m->g_fwd1, 0, sizeof(m->g_fwd1));
-  memset(&m->g_bwd, 0, sizeof(m->g_bwd));
-  memset(&m->g_bwd1, 0, sizeof(m->g_bwd1));
+  graphs_reset(m);
+  gc_graph_t *g[] = ALL_GRAPHS(m);
+  for (gc_graph_t *x : g)
+    memset(x, 0, sizeof(*x)); /* the counts too */
   m->eager_fwd = m->eager_bwd = 0;
   m->graph = on != 0;
   m->graph_fault = 0;
 }
 
 extern "C" int gpt_cuda_graph_stats(const gpt_backend_t *m, gpt_cuda_graph_stats_t *st) {
-  st->captures = m->g_fwd.captures + m->g_fwd1.captures + m->g_bwd.captures + m->g_bwd1.captures;
-  st->launches = m->g_fwd.launches + m->g_fwd1.launches + m->g_bwd.launches + m->g_bwd1.launches;
+  graphs_count(m, &st->captures, &st->launches);
   st->eager_forwards = m->eager_fwd;
   st->eager_backwards = m->eager_bwd;
   return m->graph;
@@ -356,10 +366,7 @@ static int graph_step(gpt_backend_t *m, gc_graph_t *g, uint64_t key, int (*fn)(v
     return rc < 0 ? rc : 1;
   m->graph = -1;
   m->graph_fault = 0;
-  gc_graph_reset(&m->g_fwd);
-  gc_graph_reset(&m->g_fwd1);
-  gc_graph_reset(&m->g_bwd);
-  gc_graph_reset(&m->g_bwd1);
+  graphs_reset(m);
   snprintf(what, sizeof(what), "%s; training goes on without CUDA graphs (GPT_CUDA_GRAPH=0 "
            "avoids the attempt)", why);
   rt_report_error("gpt_cuda", "CUDA graph capture", what, __FILE__, __LINE__);
@@ -954,10 +961,7 @@ static void destroy(gpt_backend_t *m) {
     cudaStreamSynchronize(m->st);
   if (m->st2)
     cudaStreamSynchronize(m->st2);
-  gc_graph_reset(&m->g_fwd);
-  gc_graph_reset(&m->g_fwd1);
-  gc_graph_reset(&m->g_bwd);
-  gc_graph_reset(&m->g_bwd1);
+  graphs_reset(m);
   for (int i = 0; i < 2 * PROF_POOL; i++)
     if (m->prof_ev[i])
       cudaEventDestroy(m->prof_ev[i]);
