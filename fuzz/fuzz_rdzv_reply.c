@@ -18,6 +18,7 @@
  * - values returned are what their lengths say (read whole under ASan);
  * - after the stream ends every call fails, none succeeds from nothing;
  * - rdzv_close frees everything (LeakSanitizer). */
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <netinet/in.h>
@@ -46,17 +47,29 @@ static void *fake_server(void *arg) {
    * before its rdzv_connect returns, so none is left there for the next run */
   while (poll(pf, 2, -1) < 0)
     ;
-  if (!(pf[0].revents & POLLIN) || (fd = accept(f->lfd, NULL, NULL)) < 0)
+  /* EINTR (libFuzzer's SIGALRM, no SA_RESTART) must not end a run's
+   * exchange early: the same input must always send the same bytes */
+  if (!(pf[0].revents & POLLIN))
+    return NULL;
+  while ((fd = accept(f->lfd, NULL, NULL)) < 0 && errno == EINTR)
+    ;
+  if (fd < 0)
     return NULL;
   while (off < f->n) {
     ssize_t w = send(fd, f->p + off, f->n - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR)
+      continue;
     if (w <= 0)
       break;
     off += (size_t)w;
   }
   shutdown(fd, SHUT_WR);
-  while (recv(fd, sink, sizeof(sink), 0) > 0)
-    ;
+  for (;;) {
+    ssize_t r = recv(fd, sink, sizeof(sink), 0);
+    if (r > 0 || (r < 0 && errno == EINTR))
+      continue;
+    break;
+  }
   close(fd);
   return NULL;
 }
