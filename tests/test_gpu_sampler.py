@@ -151,6 +151,10 @@ def test_hang(c):
     agent, port = start(c, {"FAKE_NVML_HANG_MS": "60000"}, name="agent-h")
     lt.wait_until(lambda: sampler_of(agent.pid), 10, "the sampler")
     pid = sampler_of(agent.pid)
+    # the job's series come once its worker runs: the sampler can be up
+    # before that (under TSan, on a loaded machine, it was)
+    lt.wait_until(lambda: "launch_job_workers_up" in get(port, timeout=30),
+                  30, "the job's series beside the hung sampler")
     took = []
     for _ in range(3):
         t0 = time.time()
