@@ -145,7 +145,6 @@ struct gpt_backend_s {
   gc_graph_t g_fwd1;
   float wte_alpha, ls_last;
   int wte_direct;
-  int ce_variant; /* GPT_CUDA_CE: gc_crossentropy's variant (0 the default) */
   /* profile */
   int prof_on, prof_n;
   int prof_cls[PROF_POOL];
@@ -444,8 +443,7 @@ template <typename T> static int forward_enqueue(gpt_backend_t *m, int targets, 
     const T *x = (const T *)m->lnf + (size_t)r0 * C;
     PROF(m, GPT_PROF_HEAD_MM,
          linear_fwd<T>(m->mm, m->st, "logits", logits, x, wte, NULL, NULL, R, C, Vp));
-    PROF(m, GPT_PROF_CE, gc_crossentropy<T>(logits, m->losses + r0, m->d_tgt + r0, R, V, Vp,
-                                            m->ce_variant, s));
+    PROF(m, GPT_PROF_CE, gc_crossentropy<T>(logits, m->losses + r0, m->d_tgt + r0, R, V, Vp, s));
     PROF(m, GPT_PROF_HEAD_MM,
          linear_bwd_in<T>(m->mm, m->st, "logits dx", (T *)m->dbuf + (size_t)r0 * C, logits, wte, R,
                           C, Vp));
@@ -869,8 +867,6 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
      * 2026-12-03-fc-forward.md). */
     const char *wd = getenv("GPT_CUDA_WTE_DIRECT");
     m->wte_direct = !(wd && strcmp(wd, "0") == 0); /* forward_enqueue */
-    const char *cv = getenv("GPT_CUDA_CE"); /* gc_crossentropy's variant */
-    m->ce_variant = cv ? atoi(cv) : 0;
     const char *lm = getenv("GPT_CUDA_LOGITS_MIB");
     const size_t mib = lm && atoi(lm) >= 16 ? (size_t)atoi(lm) : 800;
     size_t rows = (mib << 20) / (Vp * ts);

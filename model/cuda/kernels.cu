@@ -469,26 +469,7 @@ __device__ __forceinline__ float ce_vmax(const gc_pack8<bf16> &p) {
 __device__ __forceinline__ float ce_vmax(const gc_pack8<f16> &p) {
   return ce_vmax2<f16, __half2>(p);
 }
-/* wait until at most n of this thread's copy groups are still in flight */
-__device__ __forceinline__ void ce_wait_groups(int n) {
-  switch (n) {
-  case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-  case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-  case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-  default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-  }
-}
-/* ONE (GPT_CUDA_CE=1 or 4; not yet measured on a GPU, so not the default):
- * e = exp(x - max) is summed in fp32 and kept in T over the row in shared
- * memory, and the gradient is e / sum, one multiply an element. MUFU's ex2
- * issues 16 a clock a multiprocessor on Hopper; two an element (the sum's
- * and the gradient's) are ~240 us of MUFU time at gpt2-124m's 8192 x 50304
- * rows at 1.65 GHz, of the kernel's ~550: one, with ONE. The gradient
- * is then rounded twice (e to T, then e / sum): within one unit in the last
- * place of T, where the default's is within half of one.
- * PARTS (GPT_CUDA_CE=4): the row copied in that many groups, the max of a
- * part taken while the later parts are on their way. */
-template <typename T, bool ONE, int PARTS>
+template <typename T>
 __global__ void __launch_bounds__(CES_THREADS, 2)
     ce_smem_kernel(T *logits, float *losses, const int *targets, int V, int Vp) {
   extern __shared__ __align__(16) unsigned char ce_row[];
@@ -496,72 +477,44 @@ __global__ void __launch_bounds__(CES_THREADS, 2)
   const T *rs = reinterpret_cast<const T *>(ce_row);
   const int row = blockIdx.x;
   T *x = logits + (size_t)row * Vp;
-  const int nfull = V / 8, nv = Vp / 8, pv = 8 * (int)sizeof(T) / 16; /* 16-byte pieces a vector */
-#pragma unroll
-  for (int q = 0; q < PARTS; q++) {
-    const int hi = (q + 1) * nv / PARTS * pv;
-    for (int i = q * nv / PARTS * pv + threadIdx.x; i < hi; i += CES_THREADS)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                       (uint32_t)__cvta_generic_to_shared(ce_row + i * 16)),
-                   "l"(reinterpret_cast<const char *>(x) + i * 16));
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  }
+  const int nc = Vp * (int)sizeof(T) / 16; /* 16-byte pieces */
+  for (int i = threadIdx.x; i < nc; i += CES_THREADS)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(ce_row + i * 16)),
+                 "l"(reinterpret_cast<const char *>(x) + i * 16));
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+  __syncthreads();
   /* Few instructions an element (the kernel is bound by issue, not by
    * memory, once the row is in shared memory): whole vectors skip the
    * vocabulary bound (only the last, partial one checks it), the max runs
    * on packed pairs, exp2 is the bare MUFU instruction, and the target's -1
    * is applied once. */
+  const int nfull = V / 8, nv = Vp / 8;
   float m = -INFINITY;
-#pragma unroll
-  for (int q = 0; q < PARTS; q++) {
-    ce_wait_groups(PARTS - 1 - q);
-    __syncthreads();
-    const int hi = min((q + 1) * nv / PARTS, nfull);
-    for (int v = q * nv / PARTS + threadIdx.x; v < hi; v += CES_THREADS)
-      m = fmaxf(m, ce_vmax(gc_load8(rs + v * 8)));
-  }
+  for (int v = threadIdx.x; v < nfull; v += CES_THREADS)
+    m = fmaxf(m, ce_vmax(gc_load8(rs + v * 8)));
   for (int i = nfull * 8 + threadIdx.x; i < V; i += CES_THREADS)
     m = fmaxf(m, gc_tof(rs[i]));
-  const int tgt = targets[row];
-  const float xt = gc_tof(rs[tgt]); /* read before the reduction's barrier:
-                                     * with ONE the pass below overwrites it */
   m = ce_block_reduce(m, sh, true);
-  T *rw = reinterpret_cast<T *>(ce_row);
   const float L2E = 1.4426950408889634f, ml = m * L2E;
   float sum = 0.f;
-  for (int v = threadIdx.x; v < (ONE ? nv : nfull); v += CES_THREADS) {
+  for (int v = threadIdx.x; v < nfull; v += CES_THREADS) {
     const gc_pack8<T> p = gc_load8(rs + v * 8);
-    if (ONE) {
-      gc_pack8<T> e;
 #pragma unroll
-      for (int k = 0; k < 8; k++) {
-        const float ek =
-            v < nfull || v * 8 + k < V ? ce_ex2(fmaf(gc_tof(p.v[k]), L2E, -ml)) : 0.f;
-        sum += ek;
-        e.v[k] = gc_from<T>(ek);
-      }
-      gc_store8(rw + v * 8, e); /* the same thread reads it back below */
-    } else {
-#pragma unroll
-      for (int k = 0; k < 8; k++)
-        sum += ce_ex2(fmaf(gc_tof(p.v[k]), L2E, -ml));
-    }
+    for (int k = 0; k < 8; k++)
+      sum += ce_ex2(fmaf(gc_tof(p.v[k]), L2E, -ml));
   }
-  if (!ONE)
-    for (int i = nfull * 8 + threadIdx.x; i < V; i += CES_THREADS)
-      sum += ce_ex2(fmaf(gc_tof(rs[i]), L2E, -ml));
+  for (int i = nfull * 8 + threadIdx.x; i < V; i += CES_THREADS)
+    sum += ce_ex2(fmaf(gc_tof(rs[i]), L2E, -ml));
   sum = ce_block_reduce(sum, sh, false);
-  const float lse = m + logf(sum), ll = lse * L2E, inv = 1.f / sum;
+  const float lse = m + logf(sum), ll = lse * L2E;
+  const int tgt = targets[row];
   if (threadIdx.x == 0)
-    losses[row] = lse - xt;
+    losses[row] = lse - gc_tof(rs[tgt]);
   for (int v = threadIdx.x; v < nv; v += CES_THREADS) {
     const gc_pack8<T> p = gc_load8(rs + v * 8);
     gc_pack8<T> o;
-    if (ONE) {
-#pragma unroll
-      for (int k = 0; k < 8; k++)
-        o.v[k] = gc_from<T>(gc_tof(p.v[k]) * inv);
-    } else if (v < nfull) {
+    if (v < nfull) {
 #pragma unroll
       for (int k = 0; k < 8; k++)
         o.v[k] = gc_from<T>(ce_ex2(fmaf(gc_tof(p.v[k]), L2E, -ll)));
@@ -572,28 +525,14 @@ __global__ void __launch_bounds__(CES_THREADS, 2)
     }
     gc_store8(x + v * 8, o);
   }
-  /* the target's -1, over what the same thread stored above, from its logit */
+  /* the target's -1, over what the same thread stored above */
   if (threadIdx.x == (tgt >> 3) % CES_THREADS)
-    x[tgt] = gc_from<T>(ce_ex2(fmaf(xt, L2E, -ll)) - 1.f);
-}
-
-template <typename T, bool ONE, int PARTS>
-static int ce_smem_launch(T *logits, float *losses, const int *targets, int R, int V, int Vp,
-                          size_t row_bytes, cudaStream_t s) {
-  static size_t attr = 0; /* the dynamic size allowed so far */
-  if (row_bytes > attr) {
-    GC_CUDA(cudaFuncSetAttribute(ce_smem_kernel<T, ONE, PARTS>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)row_bytes));
-    attr = row_bytes;
-  }
-  ce_smem_kernel<T, ONE, PARTS><<<R, CES_THREADS, row_bytes, s>>>(logits, losses, targets, V, Vp);
-  GC_LAUNCH("ce_smem_kernel");
-  return 0;
+    x[tgt] = gc_from<T>(ce_ex2(fmaf(gc_tof(rs[tgt]), L2E, -ll)) - 1.f);
 }
 
 template <typename T>
 int gc_crossentropy(T *logits, float *losses, const int *targets, int R, int V, int Vp,
-                    int variant, cudaStream_t s) {
+                    cudaStream_t s) {
   /* rows too long for shared memory: the two-read kernel */
   const size_t row_bytes = (size_t)Vp * sizeof(T);
   static int max_smem = -1;
@@ -604,11 +543,15 @@ int gc_crossentropy(T *logits, float *losses, const int *targets, int R, int V, 
     max_smem -= 1024; /* the kernel's static shared memory, rounded up */
   }
   if (row_bytes <= (size_t)max_smem) {
-    if (variant == 1)
-      return ce_smem_launch<T, true, 1>(logits, losses, targets, R, V, Vp, row_bytes, s);
-    if (variant == 4)
-      return ce_smem_launch<T, true, 4>(logits, losses, targets, R, V, Vp, row_bytes, s);
-    return ce_smem_launch<T, false, 1>(logits, losses, targets, R, V, Vp, row_bytes, s);
+    static size_t attr = 0; /* the dynamic size allowed so far */
+    if (row_bytes > attr) {
+      GC_CUDA(cudaFuncSetAttribute(ce_smem_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)row_bytes));
+      attr = row_bytes;
+    }
+    ce_smem_kernel<T><<<R, CES_THREADS, row_bytes, s>>>(logits, losses, targets, V, Vp);
+    GC_LAUNCH("ce_smem_kernel");
+    return 0;
   }
   ce_kernel<T><<<R, CE_THREADS, 0, s>>>(logits, losses, targets, V, Vp);
   GC_LAUNCH("ce_kernel");
@@ -1062,7 +1005,7 @@ int gc_sumsq_blocks(double *part, const float *g, size_t n, size_t block, size_t
                                    float, const T *, const T *, const float *,     \
                                    const float *, int, int, int, int,              \
                                    cudaStream_t);                                  \
-  template int gc_crossentropy<T>(T *, float *, const int *, int, int, int, int,   \
+  template int gc_crossentropy<T>(T *, float *, const int *, int, int, int,        \
                                   cudaStream_t);                                   \
   template int gc_gelu_fwd<T>(T *, const T *, size_t, cudaStream_t);               \
   template int gc_colsum<T>(float *, const T *, int, int, int, cudaStream_t);      \

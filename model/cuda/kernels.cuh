@@ -86,13 +86,10 @@ const char *gc_attention_dnn_status(void);
 
 /* Fused softmax cross-entropy over R rows of Vp logits (V real classes):
  * losses[r] = logsumexp - logit[target], and the logits are overwritten in
- * place by the unscaled gradient softmax - onehot (0 in padded columns).
- * variant (GPT_CUDA_CE): 0 the default; 1 one exponential an element (the
- * exponentials kept in shared memory); 4 that and the row copied in four
- * parts. Rows too long for shared memory take the streaming kernel in all. */
+ * place by the unscaled gradient softmax - onehot (0 in padded columns). */
 template <typename T>
 int gc_crossentropy(T *logits, float *losses, const int *targets, int R,
-                    int V, int Vp, int variant, cudaStream_t s);
+                    int V, int Vp, cudaStream_t s);
 
 /* GELU (tanh form) where cuBLASLt's epilogues are not used. */
 template <typename T>
