@@ -486,9 +486,9 @@ template <typename T> static void test_crossentropy(rng &r, int R, int V, int Vp
   check(L<T>("cross-entropy gradient in place"), got, rd, tol<T>::grad);
   /* Element by element, not only in norm (the targets' p - 1 dominate the
    * norm): a 16-bit gradient within 1 unit in the last place of T of the
-   * exact one (it is rounded once: half a unit, and ex2.approx); fp32 within 3e-5 (the
-   * row's sum of 50k exponentials and ex2.approx, not T's rounding, bound
-   * it there); padding 0. */
+   * exact one (rounded once to T: half a unit, plus ex2.approx's error);
+   * fp32 within 3e-5 (there the row's sum of 50k exponentials and
+   * ex2.approx bound it, not T's rounding); padding 0. */
   const bool f32 = std::is_same<T, float>::value;
   const int mant = std::is_same<T, bf16>::value ? 7 : 10;
   const double tiny = std::is_same<T, f16>::value ? 0x1p-24 : 0.0; /* fp16's subnormals */
@@ -506,8 +506,8 @@ template <typename T> static void test_crossentropy(rng &r, int R, int V, int Vp
       const double allowed =
           f32 ? 3e-5 * fabs(rd[k]) : fmax(ldexp(1.0, ilogb(rd[k]) - mant), tiny);
       const double e = fabs(got[k] - rd[k]) / allowed;
-      if (!(e <= worst))
-        worst = std::isnan(worst) ? worst : e; /* a NaN stays */
+      if (std::isnan(e) || e > worst)
+        worst = e; /* a NaN, once in, stays: nothing compares greater */
     }
   snprintf(what, sizeof(what), "cross-entropy gradient element-wise: %.2f of the bound", worst);
   expect(L<T>(what), worst <= 1.0);
