@@ -308,9 +308,9 @@ static void wk_sb_last_line(wk_sb_t *s, char *out, size_t cap) {
     const char *b, *e;
     (void)wk_sb_pull(s, k, WK_DRAIN_MAX);
     b = s->held[k];
-    e = b + s->held_len[k];
-    if (b == NULL)
+    if (b == NULL) /* nothing held: no offset from NULL (undefined, even + 0) */
       continue;
+    e = b + s->held_len[k];
     while (e > b && (e[-1] == '\n' || e[-1] == '\r'))
       e--;
     for (const char *q = e; q > b; q--)
