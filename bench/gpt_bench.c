@@ -135,11 +135,6 @@ int main(int argc, char **argv) {
 
   float loss = 0, norm = 0;
   int t = 0;
-  /* GPT_BENCH_SYNC=0: no wait after AdamW, a step timed from one step's
-   * return to the next's (the next forward's loss read waits), so that an
-   * update running beside the next forward (GPT_CUDA_UPDATE_SMS) can show */
-  const char *ss = getenv("GPT_BENCH_SYNC");
-  const int step_sync = !(ss && strcmp(ss, "0") == 0);
 #define STEP()                                                                           \
   do {                                                                                   \
     t++;                                                                                 \
@@ -152,7 +147,7 @@ int main(int argc, char **argv) {
       return 1;                                                                          \
     }                                                                                    \
     gpt_adamw_t a_ = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1.f ? 1.f / norm : 1.f, t}; \
-    if (ops->adamw(m, &a_) < 0 || (step_sync && ops->sync(m) < 0)) {                     \
+    if (ops->adamw(m, &a_) < 0 || ops->sync(m) < 0) {                                    \
       fprintf(stderr, "gpt_bench: step %d failed (above)\n", t);                         \
       return 1;                                                                          \
     }                                                                                    \

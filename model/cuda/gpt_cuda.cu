@@ -29,7 +29,6 @@
 
 #include "gpt_cuda.h"
 #include "graph.cuh"
-#include "green.cuh"
 #include "kernels.cuh"
 #include "linear.cuh"
 #include "matmul.cuh"
@@ -146,24 +145,6 @@ struct gpt_backend_s {
   gc_graph_t g_fwd1;
   float wte_alpha, ls_last;
   int wte_direct;
-  /* GPT_CUDA_UPDATE_SMS=K[:k] (an experiment, green.cuh): the forward's
-   * first k layers (all by default) on one green context, AdamW on K SMs
-   * of another beside them, the rest of the forward on all SMs once the
-   * update is done. AdamW goes in groups in the forward's order
-   * (upd_ev[0]: wte and wpe, on the main stream before the forward;
-   * upd_ev[1 + l]: layer l's tensors; upd_ev[L + 1]: the final
-   * LayerNorm's), and the forward waits for a group before the first
-   * kernel that reads its weights. upd_pending: an
-   * update may still run; what else touches the parameters, the moments
-   * or the gradient joins it first (join_update). */
-  gc_green_t green;
-  int green_on, upd_pending;
-  int green_layers; /* the first layers on the forward's share; the rest on all SMs */
-  gc_mm_t *mmF; /* the forward's products, for the forward's SMs */
-  cudaEvent_t ev_pre, ev_fwd, ev_upd, ev_mid, ev_back;
-  cudaEvent_t *upd_ev;
-  gc_chunk_t *gchunks; /* the groups' chunks, group after group */
-  int *goff, *gcnt;
   /* profile */
   int prof_on, prof_n;
   int prof_cls[PROF_POOL];
@@ -172,26 +153,6 @@ struct gpt_backend_s {
 };
 
 static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
-
-/* The forward's stream, products and SM count (green.cuh when on). */
-static int fwd_green(const gpt_backend_t *m) { return m->green_on && !m->prof_on; }
-static cudaStream_t fwd_stream(const gpt_backend_t *m) {
-  return fwd_green(m) ? m->green.st[0] : m->st;
-}
-static gc_mm_t *fwd_mm(const gpt_backend_t *m) { return fwd_green(m) ? m->mmF : m->mm; }
-static int fwd_sms(const gpt_backend_t *m) {
-  return fwd_green(m) ? m->green.sms[0] : m->sm_count;
-}
-
-/* The main stream after any update still running beside the forward. */
-static int join_update(gpt_backend_t *m) {
-  if (!m->upd_pending)
-    return 0;
-  GC_CUDA(cudaStreamWaitEvent(m->st, m->upd_ev[0], 0));
-  GC_CUDA(cudaStreamWaitEvent(m->st, m->upd_ev[m->c.num_layers + 1], 0));
-  m->upd_pending = 0;
-  return 0;
-}
 
 /* The backend's CUDA graphs (see "CUDA graphs" below), for what is done to
  * all of them: dropped, counted. */
@@ -353,10 +314,6 @@ extern "C" int gpt_cuda_graph_stats(const gpt_backend_t *m, gpt_cuda_graph_stats
 
 extern "C" void gpt_cuda_graph_fault(gpt_backend_t *m) { m->graph_fault = 1; }
 
-extern "C" int gpt_cuda_update_sms(const gpt_backend_t *m) {
-  return m->green_on ? m->green.sms[1] : 0;
-}
-
 /* ---- layout helpers -------------------------------------------------------*/
 template <typename T> static T *W(gpt_backend_t *m, int which, int layer) {
   return (T *)m->plow + gpt_tensor_offset(&m->c, which, layer, NULL);
@@ -401,10 +358,10 @@ static int graph_ready(const gpt_backend_t *m, long warm) {
 /* fn's work through graph g. RET 1: it ran so; 0: the capture failed
  * (reported once, graphs off from then on), the caller runs the work
  * eagerly; or a negative code. */
-static int graph_step(gpt_backend_t *m, gc_graph_t *g, cudaStream_t s, uint64_t key,
-                      int (*fn)(void *), void *arg) {
+static int graph_step(gpt_backend_t *m, gc_graph_t *g, uint64_t key, int (*fn)(void *),
+                      void *arg) {
   char why[300], what[420];
-  int rc = gc_graph_run(g, s, key, fn, arg, m->graph_fault, why, sizeof(why));
+  int rc = gc_graph_run(g, m->st, key, fn, arg, m->graph_fault, why, sizeof(why));
   if (rc != -EAGAIN)
     return rc < 0 ? rc : 1;
   m->graph = -1;
@@ -417,16 +374,6 @@ static int graph_step(gpt_backend_t *m, gc_graph_t *g, cudaStream_t s, uint64_t 
 }
 
 /* ---- forward ------------------------------------------------------------- */
-/* A forward that moved to the main stream part way joins its own again
- * (a capture ends on the stream it began on). */
-static int fwd_back(gpt_backend_t *m, cudaStream_t s, cudaStream_t s0) {
-  if (s == s0)
-    return 0;
-  GC_CUDA(cudaEventRecord(m->ev_back, s));
-  GC_CUDA(cudaStreamWaitEvent(s0, m->ev_back, 0));
-  return 0;
-}
-
 /* The device work of a forward from the pinned token buffers: the copies
  * in, every kernel and, with targets, the per-token losses out to the
  * pinned h_losses. eager == 0: captured (no h2d_done record: the caller
@@ -435,9 +382,7 @@ template <typename T> static int forward_enqueue(gpt_backend_t *m, int targets, 
   const gpt_config_t *c = &m->c;
   const int N = m->N, C = c->channels, L = c->num_layers, NH = c->num_heads;
   const int V = c->vocab_size, Vp = c->padded_vocab;
-  cudaStream_t s = fwd_stream(m);
-  gc_mm_t *mm = fwd_mm(m);
-  const unsigned wflag = eager ? cudaEventWaitDefault : cudaEventWaitExternal;
+  cudaStream_t s = m->st;
   prof_begin(m, GPT_PROF_OTHER);
   GC_CUDA(cudaMemcpyAsync(m->d_tok, m->h_tok, (size_t)N * 4, cudaMemcpyHostToDevice, s));
   if (targets)
@@ -449,51 +394,37 @@ template <typename T> static int forward_enqueue(gpt_backend_t *m, int targets, 
   PROF(m, GPT_PROF_ENCODER,
        gc_encoder_fwd<T>((T *)m->x0, m->d_tok, W<T>(m, GPT_WTE, 0), W<T>(m, GPT_WPE, 0), m->B, m->T,
                          C, s));
-  int green = fwd_green(m), sms = fwd_sms(m);
-  const cudaStream_t s0 = s;
   for (int l = 0; l < L; l++) {
     const T *in = l == 0 ? (const T *)m->x0 : ACT<T>(m, A_RES3, l - 1);
     T *ln1 = ACT<T>(m, A_LN1, l), *qkv = ACT<T>(m, A_QKV, l), *atty = ACT<T>(m, A_ATTY, l);
     T *res2 = ACT<T>(m, A_RES2, l), *ln2 = ACT<T>(m, A_LN2, l), *fch = ACT<T>(m, A_FCH, l);
     T *fchg = ACT<T>(m, A_FCHG, l), *res3 = ACT<T>(m, A_RES3, l);
-    if (green && l == m->green_layers) {
-      /* the rest of the forward on all SMs, on the main stream (it joins
-       * the capture), once the whole update is done */
-      GC_CUDA(cudaEventRecord(m->ev_mid, s));
-      GC_CUDA(cudaStreamWaitEvent(m->st, m->ev_mid, 0));
-      GC_CUDA(cudaStreamWaitEvent(m->st, m->upd_ev[L + 1], wflag));
-      s = m->st, mm = m->mm, sms = m->sm_count, green = 0;
-    }
-    if (green) /* layer l's weights updated (a wait node when captured) */
-      GC_CUDA(cudaStreamWaitEvent(s, m->upd_ev[1 + l], wflag));
     PROF(m, GPT_PROF_LN_FWD,
          gc_layernorm_fwd<T>(ln1, STAT(m, 0, l), STAT(m, 1, l), in, W<T>(m, GPT_LN1W, l),
                              W<T>(m, GPT_LN1B, l), N, C, s));
     PROF(m, GPT_PROF_MM_FWD,
-         linear_fwd<T>(mm, s, "qkv", qkv, ln1, W<T>(m, GPT_QKVW, l), W<T>(m, GPT_QKVB, l),
+         linear_fwd<T>(m->mm, m->st, "qkv", qkv, ln1, W<T>(m, GPT_QKVW, l), W<T>(m, GPT_QKVB, l),
                        NULL, N, C, 3 * C));
     PROF(m, GPT_PROF_ATTN_FWD,
          gc_attention_fwd<T>(atty, STAT(m, 4, l), qkv, m->B, m->T, NH, C / NH, s));
     PROF(m, GPT_PROF_MM_FWD,
-         linear_fwd<T>(mm, s, "attproj", res2, atty, W<T>(m, GPT_ATTPROJW, l),
+         linear_fwd<T>(m->mm, m->st, "attproj", res2, atty, W<T>(m, GPT_ATTPROJW, l),
                        W<T>(m, GPT_ATTPROJB, l), in, N, C, C));
     PROF(m, GPT_PROF_LN_FWD,
          gc_layernorm_fwd<T>(ln2, STAT(m, 2, l), STAT(m, 3, l), res2, W<T>(m, GPT_LN2W, l),
                              W<T>(m, GPT_LN2B, l), N, C, s));
     PROF(m, GPT_PROF_MM_FWD,
-         linear_fwd_gelu<T>(mm, s, "fc", fchg, fch, ln2, W<T>(m, GPT_FCW, l),
-                            W<T>(m, GPT_FCB, l), N, C, 4 * C, sms));
+         linear_fwd_gelu<T>(m->mm, m->st, "fc", fchg, fch, ln2, W<T>(m, GPT_FCW, l),
+                            W<T>(m, GPT_FCB, l), N, C, 4 * C, m->sm_count));
     PROF(m, GPT_PROF_MM_FWD,
-         linear_fwd<T>(mm, s, "fcproj", res3, fchg, W<T>(m, GPT_FCPROJW, l),
+         linear_fwd<T>(m->mm, m->st, "fcproj", res3, fchg, W<T>(m, GPT_FCPROJW, l),
                        W<T>(m, GPT_FCPROJB, l), res2, N, 4 * C, C));
   }
-  if (green)
-    GC_CUDA(cudaStreamWaitEvent(s, m->upd_ev[L + 1], wflag));
   PROF(m, GPT_PROF_LN_FWD,
        gc_layernorm_fwd<T>((T *)m->lnf, m->meanf, m->rstdf, ACT<T>(m, A_RES3, L - 1),
                            W<T>(m, GPT_LNFW, 0), W<T>(m, GPT_LNFB, 0), N, C, s));
   if (!targets)
-    return fwd_back(m, s, s0);
+    return 0;
   /* Classifier in chunks of rows: logits, loss and softmax - onehot in
    * place, then that gradient's two products while the chunk is at hand:
    * dlnf rows (into dbuf, unscaled: backward() scales it) and the tied
@@ -511,17 +442,17 @@ template <typename T> static int forward_enqueue(gpt_backend_t *m, int targets, 
     const int R = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
     const T *x = (const T *)m->lnf + (size_t)r0 * C;
     PROF(m, GPT_PROF_HEAD_MM,
-         linear_fwd<T>(mm, s, "logits", logits, x, wte, NULL, NULL, R, C, Vp));
+         linear_fwd<T>(m->mm, m->st, "logits", logits, x, wte, NULL, NULL, R, C, Vp));
     PROF(m, GPT_PROF_CE, gc_crossentropy<T>(logits, m->losses + r0, m->d_tgt + r0, R, V, Vp, s));
     PROF(m, GPT_PROF_HEAD_MM,
-         linear_bwd_in<T>(mm, s, "logits dx", (T *)m->dbuf + (size_t)r0 * C, logits, wte, R,
+         linear_bwd_in<T>(m->mm, m->st, "logits dx", (T *)m->dbuf + (size_t)r0 * C, logits, wte, R,
                           C, Vp));
     PROF(m, GPT_PROF_HEAD_MM,
-         linear_bwd_w<T>(mm, s, "logits dwte", dwte, logits, x, R, C, Vp,
+         linear_bwd_w<T>(m->mm, m->st, "logits dwte", dwte, logits, x, R, C, Vp,
                          wa != 0.f ? wa : 1.f, r0 == 0 ? 0.f : 1.f));
   }
   GC_CUDA(cudaMemcpyAsync(m->h_losses, m->losses, (size_t)N * 4, cudaMemcpyDeviceToHost, s));
-  return fwd_back(m, s, s0);
+  return 0;
 }
 
 template <typename T> static int forward_capture(void *p) {
@@ -543,34 +474,23 @@ static int forward_t(gpt_backend_t *m, const int32_t *tokens, const int32_t *tar
     memcpy(m->h_tgt, targets, (size_t)N * 4);
   m->fwd_grad = 0;
   m->wte_alpha = targets && m->wte_direct && m->grads_fresh ? m->ls_last : 0.f;
-  const cudaStream_t fs = fwd_stream(m);
-  if (fs != m->st) { /* after the main stream's work; the update's groups inside */
-    GC_CUDA(cudaEventRecord(m->ev_pre, m->st));
-    GC_CUDA(cudaStreamWaitEvent(fs, m->ev_pre, 0));
-  } else
-    GC_TRY(join_update(m));
   int done = 0;
   if (targets && graph_ready(m, m->warm_fwd)) {
     /* the scale is part of the key of the forward that writes the gradient */
     uint32_t bits;
     memcpy(&bits, &m->wte_alpha, sizeof(bits));
     done = m->wte_alpha != 0.f
-               ? graph_step(m, &m->g_fwd1, fs, (uint64_t)bits | 1ull << 32, forward_capture<T>, m)
-               : graph_step(m, &m->g_fwd, fs, 1, forward_capture<T>, m);
+               ? graph_step(m, &m->g_fwd1, (uint64_t)bits | 1ull << 32, forward_capture<T>, m)
+               : graph_step(m, &m->g_fwd, 1, forward_capture<T>, m);
     GC_TRY(done);
     if (done)
-      GC_CUDA(cudaEventRecord(m->h2d_done, fs));
+      GC_CUDA(cudaEventRecord(m->h2d_done, m->st));
   }
   if (!done) {
     GC_TRY(forward_enqueue<T>(m, targets != NULL, 1));
     m->eager_fwd++;
     if (targets && !m->prof_on)
       m->warm_fwd++;
-  }
-  if (fs != m->st) { /* the forward waited for every group of the update */
-    GC_CUDA(cudaEventRecord(m->ev_fwd, fs));
-    GC_CUDA(cudaStreamWaitEvent(m->st, m->ev_fwd, 0));
-    m->upd_pending = 0;
   }
   if (!targets) {
     if (loss)
@@ -760,7 +680,7 @@ static int backward_t(gpt_backend_t *m, float loss_scale, int last, gpt_segment_
     memcpy(&bits, &sc, sizeof(bits));
     bwd_work w = {m, sc, first, wte_done};
     const int done =
-        graph_step(m, first ? &m->g_bwd1 : &m->g_bwd, m->st,
+        graph_step(m, first ? &m->g_bwd1 : &m->g_bwd,
                    (uint64_t)bits | (uint64_t)(m->st2 != NULL) << 32 | (uint64_t)wte_done << 33,
                    backward_capture<T>, &w);
     GC_TRY(done);
@@ -869,90 +789,6 @@ static int build_chunks(gpt_backend_t *m, size_t lo, size_t hi) {
  * write whole (biases, LayerNorms, wpe). */
 static int build_zchunks(gpt_backend_t *m) {
   return make_chunks(&m->c, 0, m->np, 1, &m->zchunks, &m->nzchunks);
-}
-
-/* The update's groups (GPT_CUDA_UPDATE_SMS): wte and wpe; each layer's
- * tensors; the final LayerNorm's. Their chunks (as make_chunks cuts them)
- * one group after another in gchunks, group g at goff[g], gcnt[g] long. */
-static int build_gchunks(gpt_backend_t *m) {
-  const gpt_config_t *c = &m->c;
-  const int L = c->num_layers, ng = L + 2;
-  const size_t piece = 65536;
-  size_t total = 0;
-  for (int which = GPT_WTE; which <= GPT_LNFB; which++) {
-    const int nl = which >= GPT_LN1W && which <= GPT_FCPROJB ? L : 1;
-    for (int l = 0; l < nl; l++) {
-      size_t cnt;
-      (void)gpt_tensor_offset(c, which, l, &cnt);
-      total += (cnt + piece - 1) / piece;
-    }
-  }
-  gc_chunk_t *h = (gc_chunk_t *)malloc((total + 1) * sizeof(*h));
-  m->goff = (int *)calloc((size_t)ng, sizeof(int));
-  m->gcnt = (int *)calloc((size_t)ng, sizeof(int));
-  if (!h || !m->goff || !m->gcnt) {
-    free(h);
-    return -ENOMEM;
-  }
-  int n = 0;
-  for (int g = 0; g < ng; g++) {
-    m->goff[g] = n;
-    for (int which = GPT_WTE; which <= GPT_LNFB; which++) {
-      const int per_layer = which >= GPT_LN1W && which <= GPT_FCPROJB;
-      const int group = per_layer ? -1 : which <= GPT_WPE ? 0 : L + 1;
-      const int matrix = which == GPT_WTE || which == GPT_QKVW || which == GPT_ATTPROJW ||
-                         which == GPT_FCW || which == GPT_FCPROJW;
-      const int l = per_layer ? g - 1 : 0;
-      if (per_layer ? (g < 1 || g > L) : group != g)
-        continue;
-      size_t cnt, o = gpt_tensor_offset(c, which, l, &cnt);
-      for (size_t s0 = 0; s0 < cnt; s0 += piece) {
-        h[n].start = o + s0;
-        h[n].len = (unsigned)(cnt - s0 < piece ? cnt - s0 : piece);
-        h[n].wd = matrix || which == GPT_WPE ? 1.f : 0.f;
-        n++;
-      }
-    }
-    m->gcnt[g] = n - m->goff[g];
-  }
-  cudaError_t e = cudaMalloc((void **)&m->gchunks, (size_t)n * sizeof(*h));
-  if (e == cudaSuccess)
-    e = cudaMemcpy(m->gchunks, h, (size_t)n * sizeof(*h), cudaMemcpyHostToDevice);
-  free(h);
-  return e == cudaSuccess ? 0 : gc_cuda_fail(e, "cudaMalloc/cudaMemcpy(update groups)",
-                                             __FILE__, __LINE__);
-}
-
-/* GPT_CUDA_UPDATE_SMS=K: the green contexts, the forward's products and
- * the update's events and groups; anything short of it leaves the
- * experiment off with a note (RET < 0 only for a failure of memory). */
-static int green_setup(gpt_backend_t *m, int K, int layers) {
-  char why[256];
-  m->green_layers = layers < 0 || layers > m->c.num_layers ? m->c.num_layers : layers;
-  int rc = gc_green_create(&m->green, m->device, K, why, sizeof(why));
-  if (rc < 0) {
-    fprintf(stderr, "gpt_cuda: GPT_CUDA_UPDATE_SMS=%d left off: %s\n", K, why);
-    return 0;
-  }
-  const int L = m->c.num_layers;
-  m->upd_ev = (cudaEvent_t *)calloc((size_t)L + 2, sizeof(cudaEvent_t));
-  if (!m->upd_ev)
-    return -ENOMEM;
-  for (int g = 0; g < L + 2; g++)
-    GC_CUDA(cudaEventCreateWithFlags(&m->upd_ev[g], cudaEventDisableTiming));
-  GC_CUDA(cudaEventCreateWithFlags(&m->ev_pre, cudaEventDisableTiming));
-  GC_CUDA(cudaEventCreateWithFlags(&m->ev_fwd, cudaEventDisableTiming));
-  GC_CUDA(cudaEventCreateWithFlags(&m->ev_upd, cudaEventDisableTiming));
-  GC_CUDA(cudaEventCreateWithFlags(&m->ev_mid, cudaEventDisableTiming));
-  GC_CUDA(cudaEventCreateWithFlags(&m->ev_back, cudaEventDisableTiming));
-  GC_TRY(gc_mm_create(&m->mmF, 32u << 20, 1));
-  gc_mm_set_sm_target(m->mmF, m->green.sms[0]);
-  GC_TRY(build_gchunks(m));
-  m->green_on = 1;
-  fprintf(stderr, "gpt_cuda: the forward's first %d layers on %d SMs, AdamW on %d beside them, "
-          "the rest on all %d (GPT_CUDA_UPDATE_SMS=%d:%d, an experiment)\n", m->green_layers,
-          m->green.sms[0], m->green.sms[1], m->sm_count, K, m->green_layers);
-  return 0;
 }
 
 static int create(const gpt_config_t *c, int B, int T, int dtype, int device, int threads,
@@ -1106,12 +942,6 @@ static int create(const gpt_config_t *c, int B, int T, int dtype, int device, in
     rc = build_chunks(m, 0, m->np);
     if (rc == 0)
       rc = build_zchunks(m);
-    {
-      const char *us = getenv("GPT_CUDA_UPDATE_SMS");
-      const char *colon = us ? strchr(us, ':') : NULL;
-      if (rc == 0 && us && atoi(us) > 0)
-        rc = green_setup(m, atoi(us), colon ? atoi(colon + 1) : -1);
-    }
     if (rc < 0)
       goto fail;
     CK(cudaStreamSynchronize(m->st));
@@ -1127,9 +957,6 @@ fail:
 static void destroy(gpt_backend_t *m) {
   if (!m)
     return;
-  for (int i = 0; i < 2; i++)
-    if (m->green.st[i])
-      cudaStreamSynchronize(m->green.st[i]);
   if (m->st)
     cudaStreamSynchronize(m->st);
   if (m->st2)
@@ -1164,21 +991,6 @@ static void destroy(gpt_backend_t *m) {
   }
   gc_mm_destroy(m->mm);
   gc_mm_destroy(m->mm2);
-  gc_mm_destroy(m->mmF);
-  if (m->upd_ev) {
-    for (int g = 0; g < m->c.num_layers + 2; g++)
-      if (m->upd_ev[g])
-        cudaEventDestroy(m->upd_ev[g]);
-    free(m->upd_ev);
-  }
-  cudaEvent_t evs[5] = {m->ev_pre, m->ev_fwd, m->ev_upd, m->ev_mid, m->ev_back};
-  for (int i = 0; i < 5; i++)
-    if (evs[i])
-      cudaEventDestroy(evs[i]);
-  cudaFree(m->gchunks);
-  free(m->goff);
-  free(m->gcnt);
-  gc_green_destroy(&m->green);
   gc_attention_release();
   if (m->st2) {
     cudaStreamSynchronize(m->st2);
@@ -1194,7 +1006,6 @@ static float *moments(gpt_backend_t *m, float *base) { return base + (m->lo - m-
 
 static int set_state(gpt_backend_t *m, const float *params, const float *am, const float *av) {
   const size_t bytes = (m->hi - m->lo) * 4, all = m->mcap * 4;
-  GC_TRY(join_update(m));
   if (params)
     GC_CUDA(cudaMemcpyAsync(m->master, params, m->np * 4, cudaMemcpyHostToDevice, m->st));
   if (am)
@@ -1217,7 +1028,6 @@ static int set_state(gpt_backend_t *m, const float *params, const float *am, con
 
 static int get_state(gpt_backend_t *m, float *params, float *am, float *av) {
   const size_t bytes = (m->hi - m->lo) * 4;
-  GC_TRY(join_update(m));
   if (params)
     GC_CUDA(cudaMemcpyAsync(params, m->master, m->np * 4, cudaMemcpyDeviceToHost, m->st));
   if (am)
@@ -1263,7 +1073,6 @@ static int zero_grad(gpt_backend_t *m) {
 
 /* A fresh gradient read before a backward wrote it: zeroes, as promised. */
 static int clear_fresh(gpt_backend_t *m) {
-  GC_TRY(join_update(m));
   if (!m->grads_fresh)
     return 0;
   /* A forward wrote the wte product into the gradient for the backward to
@@ -1283,7 +1092,6 @@ static int clear_fresh(gpt_backend_t *m) {
 static int backward(gpt_backend_t *m, float loss_scale, int last, gpt_segment_cb cb, void *cb_arg) {
   if (gc_failed)
     return -EIO;
-  GC_TRY(join_update(m));
   switch (m->dtype) {
   case GPT_BF16:
     return backward_t<bf16>(m, loss_scale, last, cb, cb_arg);
@@ -1338,7 +1146,6 @@ static int grad_sumsq(gpt_backend_t *m, size_t b0, size_t b1, double *part) {
 /* Keep the moments of [lo, hi) (from lo rounded down to 4, float4 access,
  * to hi rounded up), in allocations of their own; the whole ones freed. */
 static int shard(gpt_backend_t *m, size_t lo, size_t hi) {
-  GC_TRY(join_update(m));
   if (lo > hi || hi > m->np || m->sharded)
     return gc_fail(-EINVAL, "shard",
                    lo > hi || hi > m->np ? "range out of the parameters" : "already sharded",
@@ -1378,35 +1185,13 @@ static int shard(gpt_backend_t *m, size_t lo, size_t hi) {
   return 0;
 }
 
-static void *param_buffer(gpt_backend_t *m) {
-  return join_update(m) < 0 ? NULL : m->master;
-}
+static void *param_buffer(gpt_backend_t *m) { return m->master; }
 
 /* Over this rank's shard [lo, hi) only (all of it unsharded). */
 template <typename T> static int adamw_t(gpt_backend_t *m, const gpt_adamw_t *a, T *plow) {
   GC_TRY(clear_fresh(m));
   const float bc1 = 1.f - powf(a->beta1, (float)a->t);
   const float bc2 = 1.f - powf(a->beta2, (float)a->t);
-  if (fwd_green(m) && !m->sharded) {
-    /* group 0 (wte, wpe) on the main stream, all SMs, before the forward
-     * (which starts after it); the others on the update's SMs beside it,
-     * each followed by its event */
-    cudaStream_t su = m->green.st[1];
-    const int ng = m->c.num_layers + 2;
-    GC_CUDA(cudaEventRecord(m->ev_upd, m->st));
-    GC_CUDA(cudaStreamWaitEvent(su, m->ev_upd, 0));
-    for (int g = 0; g < ng; g++) {
-      cudaStream_t sg = g == 0 ? m->st : su;
-      GC_TRY(gc_adamw_range<T>(m->master, m->adam_m, m->adam_v, m->grad, plow,
-                               m->gchunks + m->goff[g], m->gcnt[g], a->lr, a->beta1, a->beta2,
-                               a->eps, a->grad_scale, bc1, bc2, a->weight_decay, 0, m->np, 0,
-                               sg));
-      GC_CUDA(cudaEventRecord(m->upd_ev[g], sg));
-    }
-    m->upd_pending = 1;
-    m->low_stale = 0;
-    return 0;
-  }
   /* Chunks carry 0 or 1 as their decay flag; scale by the step's factor. */
   PROF(m, GPT_PROF_ADAMW,
        gc_adamw_range<T>(m->master, m->adam_m, m->adam_v, m->grad, plow, m->chunks,
@@ -1429,7 +1214,6 @@ static int adamw(gpt_backend_t *m, const gpt_adamw_t *a) {
 }
 
 static int sync_(gpt_backend_t *m) {
-  GC_TRY(join_update(m));
   GC_CUDA(cudaStreamSynchronize(m->st));
   return 0;
 }

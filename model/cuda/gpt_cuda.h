@@ -57,13 +57,6 @@ typedef struct gpt_cuda_graph_stats_s {
 int gpt_cuda_graph_stats(const gpt_backend_t *m, gpt_cuda_graph_stats_t *st);
 /* Tests: the next capture fails as one that meets a capture-unsafe call. */
 void gpt_cuda_graph_fault(gpt_backend_t *m);
-/* GPT_CUDA_UPDATE_SMS=K in the environment at create() (an experiment,
- * not the default): the GPU's SMs split in two green contexts, the
- * forward on one, AdamW on the other (about K SMs) beside the next
- * forward, which waits for each group of weights before it reads them.
- * RET the update's SM count, 0 when off (not asked for, or the driver
- * cannot: create() then printed why). */
-int gpt_cuda_update_sms(const gpt_backend_t *m);
 /* One line: device, dtype, attention kernel, epilogue fallbacks taken,
  * whether CUDA graphs are used. */
 const char *gpt_cuda_describe(const gpt_backend_t *m, char *buf, size_t n);

@@ -36,7 +36,6 @@ struct gc_mm_s {
   void *ws;
   size_t ws_size;
   int allow_fused, tune;
-  int sm_target; /* > 0: products for that many SMs (gc_mm_set_sm_target) */
   int fallbacks, tuned;
   int choice[GC_CHOICES];
   float choice_ms[GC_CHOICES][GC_CHOICE_WAYS];
@@ -136,7 +135,7 @@ static void tc_device(gc_mm_t *mm) {
     return;
   }
   if (tc_device_key(mm->dev, sizeof(mm->dev), p.name, p.major * 10 + p.minor,
-                    mm->sm_target > 0 ? mm->sm_target : p.multiProcessorCount) != 0)
+                    p.multiProcessorCount) != 0)
     mm->dev[0] = '\0';
   mm->ltver = (uint64_t)cublasLtGetVersion();
 }
@@ -201,7 +200,6 @@ void gc_mm_destroy(gc_mm_t *mm) {
 }
 
 int gc_mm_fallbacks(const gc_mm_t *mm) { return mm->fallbacks; }
-void gc_mm_set_sm_target(gc_mm_t *mm, int sms) { mm->sm_target = sms; }
 int gc_mm_tuned(const gc_mm_t *mm) { return mm->tuned; }
 int gc_mm_cache_hits(const gc_mm_t *mm) { return mm->cache_hits; }
 int gc_mm_tuning(const gc_mm_t *mm) { return mm->tune; }
@@ -251,10 +249,6 @@ static int mm_build(gc_mm_t *mm, mm_entry_t *x, const gc_mm_args_t *a) {
   GC_LT(cublasLtMatmulDescSetAttribute(x->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                        sizeof(epi)),
         "cublasLtMatmulDescSetAttribute(EPILOGUE)");
-  if (mm->sm_target > 0)
-    GC_LT(cublasLtMatmulDescSetAttribute(x->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
-                                         &mm->sm_target, sizeof(mm->sm_target)),
-          "cublasLtMatmulDescSetAttribute(SM_COUNT_TARGET)");
   if (a->bias)
     GC_LT(cublasLtMatmulDescSetAttribute(x->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                          &a->bias, sizeof(a->bias)),

@@ -37,10 +37,6 @@ void gc_mm_destroy(gc_mm_t *mm);
  * when cuBLASLt has no algorithm for this epilogue here (the caller falls
  * back to separate kernels); other failures are reported. */
 int gc_mm(gc_mm_t *mm, const gc_mm_args_t *a, cudaStream_t s);
-/* Products built from now on for `sms` SMs (cuBLASLt's SM count target;
- * the tuning cache keys them so): the ones run on a green context's share
- * of the GPU (green.cuh). 0: the whole GPU. */
-void gc_mm_set_sm_target(gc_mm_t *mm, int sms);
 /* How many products ran through a fallback instead of a fused epilogue. */
 int gc_mm_fallbacks(const gc_mm_t *mm);
 /* How many distinct products were tuned (none with GPT_CUDA_TUNE=0). */

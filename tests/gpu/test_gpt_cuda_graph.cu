@@ -5,9 +5,7 @@
  * change between steps (the loss scale is captured: a new one must be
  * captured again), gradient accumulation, and the data-parallel path (a
  * segment callback on the last micro-step, whose backward runs eagerly);
- * a capture that fails falls back to eager steps with the same results;
- * and AdamW beside the next forward (GPT_CUDA_UPDATE_SMS) gives what the
- * default does.
+ * a capture that fails falls back to eager steps with the same results.
  *
  * Bit for bit needs the eager steps themselves to be reproducible: the
  * LayerNorm and embedding backward add with float atomics, whose order
@@ -252,54 +250,6 @@ static void case_b(rng &r, int dtype) {
   ops->destroy(me);
 }
 
-/* Case C: AdamW beside the next forward on SMs of its own
- * (GPT_CUDA_UPDATE_SMS, green.cuh) against the default. One token a
- * micro-batch and a 50,000-token vocabulary at 768 channels: a step's
- * update takes far longer than the next forward, so a forward that did
- * not wait for a layer's group would read that layer's old weights, and
- * the losses would show it. Eager and from graphs (the waits become
- * event-wait nodes). The forward's products are built for its share of
- * the SMs, which may pick other algorithms: bit for bit where they agree,
- * else within the bounds of close_to. */
-static void case_c(rng &r, int dtype) {
-  const setup su = make_setup(r, {8, 50000, 50048, 2, 12, 768}, 1, 1);
-  const gpt_config_t &c = su.c;
-  const plan pl = {4, 2, {1.f, 1024.f, 1024.f, 1.f}, 0};
-  setenv("GPT_CUDA_TUNE", "0", 1);
-  gpt_backend_t *md = nullptr, *mu = nullptr;
-  OK(ops->create(&c, su.B, su.T, dtype, 0, 0, &md));
-  setenv("GPT_CUDA_UPDATE_SMS", "16:1", 1); /* layer 0 beside the update, layer 1 after it */
-  OK(ops->create(&c, su.B, su.T, dtype, 0, 0, &mu));
-  unsetenv("GPT_CUDA_UPDATE_SMS");
-  unsetenv("GPT_CUDA_TUNE");
-  const int sms = gpt_cuda_update_sms(mu);
-  if (sms <= 0) {
-    printf("[C] skipped: no green contexts on this driver (above)\n");
-    ops->destroy(mu);
-    ops->destroy(md);
-    return;
-  }
-  printf("[C] the update on %d SMs beside the forward\n", sms);
-  gpt_cuda_graph_enable(md, 0);
-  const outcome e1 = train(md, &c, su.p0, su.data, pl);
-  const outcome e2 = train(md, &c, su.p0, su.data, pl);
-  expect("[C] eager steps reproducible (premise)", same(e1, e2));
-  gpt_cuda_graph_enable(mu, 0);
-  const outcome ue = train(mu, &c, su.p0, su.data, pl);
-  gpt_cuda_graph_enable(mu, 1);
-  const outcome ug = train(mu, &c, su.p0, su.data, pl);
-  expect_stats("C beside, graphs", mu, 1, 2 + 1 + 3 + 3, 2 * pl.steps * pl.accum, 0, 0);
-  expect("[C] beside: graph steps = its eager steps, bit for bit", same(ug, ue));
-  if (same(ue, e1)) {
-    expect("[C] beside = the default, bit for bit", 1);
-  } else {
-    printf("[C] the forward's products differ on its SMs: comparing within bounds\n");
-    close_to("C beside vs default", ue, e1, su.p0);
-  }
-  ops->destroy(mu);
-  ops->destroy(md);
-}
-
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   gpu_or_skip();
@@ -310,7 +260,6 @@ int main(void) {
   rng r(777);
   case_a(r, dtype);
   case_b(r, dtype);
-  case_c(r, dtype);
   printf("%s: %d failure(s)\n", g_failures ? "FAIL" : "PASS", g_failures);
   return g_failures ? 1 : 0;
 }
