@@ -59,6 +59,7 @@ int main(int argc, char **argv) {
   t0 = now_us();
   if (met_local("bench", &m) != 0) {
     fprintf(stderr, "met_local failed\n");
+    free(us);
     return 1;
   }
   t_local = now_us() - t0;
