@@ -320,8 +320,7 @@ static int wk_proc_cmp(const void *a, const void *b) {
 }
 
 static const wk_proc_t *wk_proc_find(const wk_proc_t *v, int n, pid_t pid) {
-  wk_proc_t key = {0};
-  key.pid = pid;
+  const wk_proc_t key = {.pid = pid};
   return bsearch(&key, v, (size_t)n, sizeof(*v), wk_proc_cmp);
 }
 
