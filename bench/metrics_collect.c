@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
   lu_buf_t b = LU_BUF_INIT;
   char *text;
   size_t len;
-  int series = 0, gpu = 0;
+  int series = 0, gpu = 0, rc = 1;
   if (n < 10 || (us = calloc((size_t)n, sizeof(*us))) == NULL) {
     fprintf(stderr, "usage: metrics_collect [N >= 10 [CKPT_DIR]]\n");
     return 2;
@@ -62,6 +62,7 @@ int main(int argc, char **argv) {
     free(us);
     return 1;
   }
+  /* from here every exit goes through out: (the sampler stopped, us freed) */
   t_local = now_us() - t0;
   rss1 = bench_vmrss_kb();
   if (argc > 2 && met_set_ckpt_dir(m, argv[2]) == 0)
@@ -74,7 +75,7 @@ int main(int argc, char **argv) {
   for (int i = 0;; i++) {
     met_render(m, &b);
     if (lu_buf_finish(&b, &text, &len) != 0)
-      return 1;
+      goto out;
     if (i == 100 || !strstr(text, "launch_gpu_sampler_up{") ||
         strstr(text, "launch_gpu_sampler_up{node=\"bench\"} 1\n"))
       break;
@@ -98,7 +99,7 @@ int main(int argc, char **argv) {
     met_render(m, &b);
     us[i] = now_us() - t0;
     if (lu_buf_finish(&b, &text, &len) != 0)
-      return 1;
+      goto out;
     free(text);
   }
   printf("a scrape's text: %zu bytes, %d series (%d GPU)\n", len, series, gpu);
@@ -124,7 +125,9 @@ int main(int argc, char **argv) {
       fclose(f);
     }
   }
+  rc = 0;
+out:
   met_stop(m);
   free(us);
-  return 0;
+  return rc;
 }
