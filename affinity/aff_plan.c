@@ -302,7 +302,7 @@ int aff_plan_new(const aff_topo_t *t, const aff_policy_t *pol, int nproc,
         break;
       }
       for (int q = 0; q < nproc; q++)
-        if (aff_cpuset_equal(&node[q], &node[r])) {
+        if (q == r || aff_cpuset_equal(&node[q], &node[r])) {
           if (q < r)
             pos++;
           k++;

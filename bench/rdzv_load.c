@@ -665,6 +665,8 @@ int main(int argc, char **argv) {
   L.rbuf = malloc(READ_BUF);
   if (L.a == NULL || L.rbuf == NULL) {
     fprintf(stderr, "rdzv_load: out of memory for %d agents\n", L.n);
+    free(L.a);
+    free(L.rbuf);
     stop_server(&L);
     return 1;
   }

@@ -143,10 +143,11 @@ int ckpt_agree(const ckpt_node_view_t *nodes, size_t n, int world_size,
   out->step = -1;
   if (world_size < 1 || (n > 0 && nodes == NULL))
     return RDZV_EINVAL;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n; i++)
     if (nodes[i].first_rank < 0 || nodes[i].nranks < 0 ||
         nodes[i].first_rank > world_size - nodes[i].nranks)
       return RDZV_EINVAL;
+  for (size_t i = 0; i < n; i++) {
     for (size_t k = 0; k < nodes[i].nsteps; k++) {
       if (nc == cap) {
         int64_t *c = realloc(cand, (cap = cap ? cap * 2 : 16) * sizeof(*c));

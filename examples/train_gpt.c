@@ -1129,7 +1129,7 @@ static int ckpt_setup(run_t *r) {
   int64_t step = -1;
   double t0 = now_s(), read_ms = 0, t_set;
   ck_pre_t *p = r->pre;
-  int rc, standby_buf;
+  int rc, standby_buf, have = 0; /* have: the state read by the thread */
   if (dir == NULL || dir[0] == '\0') {
     if (r->o.ckpt_every > 0) {
       fail_line("--ckpt-every needs a directory: pass --ckpt-dir D, or run "
@@ -1184,6 +1184,7 @@ static int ckpt_setup(run_t *r) {
     p->buf = NULL;
     h = p->h;
     read_ms = p->ms;
+    have = 1;
   } else if (r->ck_buf == NULL &&
              (r->ck_buf = malloc(3 * n * sizeof(float))) == NULL) {
     fail_line("out of memory for the checkpoint buffers (%zu parameters)", n);
@@ -1206,7 +1207,7 @@ static int ckpt_setup(run_t *r) {
                    "the model flags it was saved with, or another --ckpt-dir");
     return rc ? EXIT_FAIL : EXIT_USAGE;
   }
-  if (p == NULL) {
+  if (!have) {
     if ((rc = ckpt_load(r->ck, step, iov, 4)) != 0) {
       fail_line("loading checkpoint step %" PRId64 " from %s: %s", step, dir,
                 ckpt_strerror(rc));

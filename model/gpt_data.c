@@ -168,7 +168,7 @@ static int default_corpus(gpt_data_t *d, char *err, size_t errcap) {
     size_t k;
     snprintf(path, sizeof(path), "%s/%s", GPT_DATA_DEFAULT_DIR, names[i]);
     if ((f = fopen(path, "rb")) == NULL) {
-      rc = -errno;
+      rc = errno ? -errno : -EIO;
       lu_errf(err, errcap, "cannot read %s of the default corpus: %s: pass "
               "--data FILE", path, strerror(errno));
       goto done;

@@ -407,15 +407,15 @@ int rt__mesh_new(const rt_who_t *who, int world, int timeout_ms,
   m->rank = who->rank;
   m->world = world;
   m->timeout_ms = timeout_ms;
-  m->fd = malloc((size_t)world * sizeof(int));
+  if ((m->fd = malloc((size_t)world * sizeof(int))) != NULL)
+    for (int r = 0; r < world; r++)
+      m->fd[r] = -1; /* before any exit: the close below closes what is >= 0 */
   m->pfd = calloc((size_t)world, sizeof(*m->pfd));
   m->pfd_rank = calloc((size_t)world, sizeof(int));
   if (!m->fd || !m->pfd || !m->pfd_rank) {
     rt__mesh_close(m);
     return RDZV_ENOMEM;
   }
-  for (int r = 0; r < world; r++)
-    m->fd[r] = -1;
   *out = m;
   return 0;
 }

@@ -449,6 +449,12 @@ static void test_agree(void) {
     ckpt_node_view_t bad[1] = {{"a", NULL, 0, 6, 4}};
     ASSERT_EQ(RDZV_EINVAL, ckpt_agree(bad, 1, 8, &a));
     ASSERT_EQ(RDZV_EINVAL, ckpt_agree(NULL, 0, 0, &a));
+    /* a bad node after a good one with steps: refused, nothing kept
+     * (LeakSanitizer checks the candidates are not left behind) */
+    ckpt_have_t h[1] = {{300, 8, 0, NULL}};
+    ckpt_node_view_t two[2] = {{"a", h, 1, 0, 4}, {"b", NULL, 0, 6, 4}};
+    ASSERT_EQ(RDZV_EINVAL, ckpt_agree(two, 2, 8, &a));
+    ASSERT_EQ(-1, a.step);
   }
 
   /* Megatron's grid of 4 (tensor x pipeline): any multiple of 4 ranks

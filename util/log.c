@@ -43,8 +43,10 @@ void lu_log_init(lu_log_t *log, const char *who) {
       log->level = LU_LOG_DEBUG;
   }
   log->debug = parse_debug(getenv("LAUNCH_DEBUG"));
-  log->time = getenv("LAUNCH_LOG_TIME") == NULL ||
-              strcmp(getenv("LAUNCH_LOG_TIME"), "0") != 0;
+  {
+    const char *t = getenv("LAUNCH_LOG_TIME");
+    log->time = t == NULL || strcmp(t, "0") != 0;
+  }
   if (log->debug)
     log->level = LU_LOG_DEBUG;
   lu_strlcpy(log->who, who ? who : "launch", sizeof(log->who));

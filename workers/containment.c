@@ -345,7 +345,8 @@ static void wk_scan(wk_group_t *g) {
   int n = wk_proc_list(&v);
   if (n < 0)
     return;
-  qsort(v, (size_t)n, sizeof(*v), wk_proc_cmp);
+  if (n > 1)
+    qsort(v, (size_t)n, sizeof(*v), wk_proc_cmp);
   for (int i = 0; i < g->nesc; i++)
     g->esc[i].seen = 0;
   for (int i = 0; i < n; i++) {
