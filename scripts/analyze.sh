@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # analyze.sh - clang's static analyzer (scan-build) over the C sources, its
 # reports compared with scripts/analyze.baseline (those read and found not to
-# be bugs, each with the reason). Not part of CI's pass (about 4 minutes on 2
+# be bugs, each with the reason). Not part of CI's pass (2.5 minutes on 2
 # cores); run it before a change to the C code's error paths or ownership.
 #
 #   scripts/analyze.sh            build in a fresh directory, analyze, compare
