@@ -124,8 +124,8 @@ def state(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
             return f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return None
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None  # gone (reaped between the open and the read: ESRCH)
 
 
 def killed_right_after_fork():
