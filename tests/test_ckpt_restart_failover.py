@@ -61,6 +61,10 @@ def main():
         try:
             lt.wait_until(lambda: any("re-formed under the new host" in a.output()
                                       for a in ags[1:]), 60, "the survivors' new round")
+        except AssertionError:
+            for a in ags:
+                print("---- %s\n%s" % (a.name, a.output()))
+            raise
         finally:
             ags[0].signal(signal.SIGCONT)
         took = time.time() - t0
