@@ -45,12 +45,7 @@ def gone(pid, seconds):
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            if state in ("Z", "X"):
-                return True
-        except (FileNotFoundError, ProcessLookupError, IndexError):
+        if lt.proc_state(pid) in (None, "Z", "X"):
             return True
         if time.time() >= deadline:
             return False
@@ -120,14 +115,6 @@ def escape_case(how, end):
         out.close()
 
 
-def state(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None  # gone (reaped between the open and the read: ESRCH)
-
-
 def killed_right_after_fork():
     """kill -9 of an agent stopped right after it forked the worker
     (LAUNCH_TEST_STOP_AFTER_FORK), before it said anything more to its
@@ -146,9 +133,9 @@ def killed_right_after_fork():
         sleeper = read_pid(pidfile)
         assert sleeper, "the worker did not start its sleeper"
         deadline = time.time() + 10
-        while state(p.pid) != "T" and time.time() < deadline:
+        while lt.proc_state(p.pid) != "T" and time.time() < deadline:
             time.sleep(0.005)
-        assert state(p.pid) == "T", "the agent did not stop after the fork"
+        assert lt.proc_state(p.pid) == "T", "the agent did not stop after the fork"
         with open("/proc/%d/cgroup" % sleeper) as f:
             cg = f.read()
         p.send_signal(signal.SIGKILL)

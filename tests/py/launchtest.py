@@ -160,6 +160,18 @@ def launch_wait(args, env=None, name="agent", timeout=120):
         a.kill()
 
 
+def proc_state(pid):
+    """The state letter of pid in /proc/PID/stat ("R", "S", "T", "Z"...),
+    None when it is gone. Reaped between the open and the read, the read
+    fails with ESRCH (ProcessLookupError): gone as well (test_standby's
+    never-ready case met it once in CI)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
@@ -167,14 +179,8 @@ def pid_alive(pid):
         return False
     except PermissionError:
         return True
-    # a zombie is as good as dead: it holds nothing. Reaped between the
-    # open and the read, the read fails with ESRCH (ProcessLookupError):
-    # gone as well (test_standby's never-ready case met it once in CI).
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
+    # a zombie is as good as dead: it holds nothing
+    return proc_state(pid) not in (None, "Z")
 
 
 def gpu_sampler_of(pid):
