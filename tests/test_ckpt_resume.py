@@ -20,7 +20,6 @@ train_gpt --preset tiny on 2 agents x 2 workers on loopback (127.0.0.2,
 
 The reference run is one process with --accum 4: the CPU sums have a fixed
 order, so 4 ranks give bitwise what 4 micro-steps of accumulation give."""
-import glob
 import hashlib
 import json
 import os
@@ -101,20 +100,6 @@ class Job:
             a.kill()
 
 
-def children(pid):
-    """The direct children of pid (the agent's workers)."""
-    out = []
-    for st in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(st) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(st.split("/")[2]))
-    return out
-
-
 def latest_step(ck):
     try:
         with open(os.path.join(ck, "latest")) as f:
@@ -164,7 +149,7 @@ def test_chaos(srv, d):
             time.sleep(rng.uniform(0.0, 0.3))
             h = rng.choice(job.hosts)
             agent = job.agents[h]
-            workers = children(agent.pid)
+            workers = lt.children(agent.pid)
             if rng.random() < 0.3 or not workers:
                 agent.signal(signal.SIGKILL)
                 agent.wait(10)
@@ -267,7 +252,7 @@ def test_corrupt_live_agent(srv, d):
                         r"trusted for (\d+)")
 
     def kill_worker(h):
-        for pid in children(job.agents[h].pid):
+        for pid in lt.children(job.agents[h].pid):
             try:
                 with open("/proc/%d/comm" % pid) as f:
                     if f.read().strip() != "sleep":
@@ -397,7 +382,7 @@ def test_crash_consistency(srv, d):
                 break
             time.sleep(rng.uniform(0.0, 0.1))
             agent = job.agents[2]
-            workers = children(agent.pid)
+            workers = lt.children(agent.pid)
             if not workers:
                 continue
             try:

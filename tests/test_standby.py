@@ -46,26 +46,11 @@ def proc_env(pid):
         return []
 
 
-def children(pid):
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(d))
-    return out
-
-
 def standby_of(agent_pid, not_pid=None):
     """The agent's standby (LAUNCH_STANDBY_FD in its environment as it
     started: an adopted one keeps it in /proc) other than not_pid, or
     None."""
-    for p in children(agent_pid):
+    for p in lt.children(agent_pid):
         if p != not_pid and b"LAUNCH_STANDBY_FD=3" in proc_env(p):
             return p
     return None
@@ -97,7 +82,7 @@ def wait_standby(agent, not_pid=None):
 
 
 def worker_of(agent_pid):
-    for p in children(agent_pid):
+    for p in lt.children(agent_pid):
         if b"RANK=0" in proc_env(p) and b"LAUNCH_STANDBY_FD=3" not in proc_env(p):
             return p
     return None
@@ -182,7 +167,7 @@ def test_resume(d, via):
         assert "local rank 0 pid %d: exiting (its pipes closed), exit -1 " \
             "signal 9; reaped later" % w in out, out
         # the new worker is the standby process, started before the kill
-        assert sb in children(a.pid), out
+        assert sb in lt.children(a.pid), out
         if "workers contained by cgroup v2" in out:
             # in its rank's cgroup, as a forked worker would be
             with open("/proc/%d/cgroup" % sb) as f:

@@ -172,6 +172,23 @@ def proc_state(pid):
         return None
 
 
+def children(pid):
+    """The live (not zombie) direct children of pid, from /proc/*/stat:
+    an agent's workers and its standby processes."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(d))
+    return out
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
