@@ -202,18 +202,19 @@ class Etcd:
 
 
 def agents(n, ep, nnodes, d, run_id, port, mode="hold", first=1, extra=(), ttl=5,
-           env=None):
+           env=None, last_call=1):
     """n agents node<first>... of job run_id; ttl: lease_ttl, short where a
     case waits for a lease to expire, else 10 s (a loaded machine may
     delay renewals: a lost lease would restart the job); env: more
-    environment."""
+    environment; last_call: last_call_timeout, seconds (longer where agents
+    started one after the other must all be in round 0)."""
     out = []
     for i in range(first, first + n):
         args = ["--nnodes", nnodes, "--nproc-per-node", "2",
                 "--rdzv-backend", "etcd", "--rdzv-endpoint", ep,
                 "--rdzv-id", run_id, "--local-addr", "127.0.0.%d" % i,
-                "--rdzv-conf", "join_timeout=60,last_call_timeout=1,heartbeat=0.3,"
-                               "lease_ttl=%d,store_port=%d" % (ttl, port),
+                "--rdzv-conf", "join_timeout=60,last_call_timeout=%g,heartbeat=0.3,"
+                               "lease_ttl=%d,store_port=%d" % (last_call, ttl, port),
                 "--stop-timeout", "5"] + list(extra) + \
                ["--no-python", PY, WORKER, d, mode]
         out.append(lt.launch(args, env=dict(env or {}, LAUNCH_HOSTNAME="node%d" % i),
@@ -496,9 +497,12 @@ def test_host_cut_off_from_etcd():
     rest = "127.0.0.1:%d,127.0.0.1:%d" % (e.client[1], e.client[2])
     ags = []
     try:
-        ags += agents(1, m1, "1:3", d, "ef", port)
+        # node1 is elected alone (--nnodes 1:3) before the others start: a
+        # last call of 1 s closed round 0 with node1 only when node2 and
+        # node3 took longer to join (CI, 2 cores, 3 tests at once)
+        ags += agents(1, m1, "1:3", d, "ef", port, last_call=15)
         lt.wait_until(lambda: "this node" in ags[0].output(), 60, "node1 elected")
-        ags += agents(2, rest, "1:3", d, "ef", port, first=2)
+        ags += agents(2, rest, "1:3", d, "ef", port, first=2, last_call=15)
         lt.wait_until(lambda: len(lt.records(d, 0)) == 6, 90, "round 0's workers")
         e.stop_follower(0)
         lt.wait_until(lambda: [r for r in lt.records(d) if r["env"]["LAUNCH_ROUND"] != "0"
