@@ -46,7 +46,7 @@ def main():
                 ["--nnodes", "1:3", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
                  "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "ckfo",
                  "--local-addr", "127.0.0.%d" % i, "--max-restarts", "3",
-                 "--rdzv-conf", "join_timeout=60,last_call_timeout=1,heartbeat=0.3",
+                 "--rdzv-conf", "join_timeout=60,last_call_timeout=15,heartbeat=0.3",
                  "--stop-timeout", "5", "--ckpt-dir", ck,
                  "--no-python", "/bin/sh", "-c", WORKER],
                 env=dict(os.environ, OUT=out, LAUNCH_HOSTNAME="node%d" % i),
