@@ -257,7 +257,8 @@ def test_shrink_progress():
     # --nnodes 1:2, 2 nodes of 2 ranks reporting progress (librdzv's
     # native key launch/progress/<rank>); node2 is killed and the job
     # re-forms with 2 ranks: `launch status` shows ranks 0 and 1 only,
-    # never round 0's ranks 2 and 3 with their old steps
+    # never round 0's ranks 2 and 3 with their old steps (a last call of
+    # 15 s: round 0 waits for both nodes, as agents() does)
     hw = os.path.join(os.environ.get("LAUNCH_BUILD_DIR", "build"), "tests",
                       "hang_worker")
     d = tempfile.mkdtemp()
@@ -268,7 +269,7 @@ def test_shrink_progress():
             ["--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-endpoint",
              "127.0.0.1:%d" % port, "--rdzv-id", "shrink", "--local-addr",
              "127.0.0.%d" % i, "--rdzv-conf",
-             "join_timeout=60,last_call_timeout=1,heartbeat=0.2",
+             "join_timeout=60,last_call_timeout=15,heartbeat=0.2",
              "--stop-timeout", "5", "--max-restarts", "1", "--no-python", hw,
              "150", "slow", d],
             env={"LAUNCH_HOSTNAME": "node%d" % i}, name="agent%d" % i))
