@@ -151,7 +151,9 @@ def test_partition_two_of_five():
     When the network heals, both find the job under the host and join it:
     one round with all five."""
     d = tempfile.mkdtemp()
-    conf = "join_timeout=180,last_call_timeout=1,heartbeat=1"
+    # a last call of 15 s: round 0 waits for all five (it forms when the
+    # fifth joins), not one slow to start left to round 1
+    conf = "join_timeout=180,last_call_timeout=15,heartbeat=1"
     with netns.Cluster(5) as c:
         ags = [agent(c, i, "1:5", conf, [PY, WORKER, d, "hold-all"], "five")
                for i in range(5)]
