@@ -41,6 +41,8 @@ def main():
     port = lt.free_port()
     ags = []
     try:
+        # a last call of 15 s: round 0 waits for all three (it forms when
+        # the third joins), not one slow to start left to round 1
         for i in (1, 2, 3):
             ags.append(lt.launch(
                 ["--nnodes", "1:3", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
