@@ -44,13 +44,8 @@ class Job:
     def __init__(self, n, nnodes, run_id, extra=(), mode="hold"):
         self.d = tempfile.mkdtemp()
         self.port = lt.free_port()
-        # round 0 waits for all n where they are the job's most nodes (it
-        # forms when the last joins): with a last call of 1 s, one agent
-        # slow to start on a loaded machine was left to round 1 (test_etcd's
-        # case in CI)
-        last_call = 15 if n == int(nnodes.split(":")[-1]) else 1
         self.ags = agents(n, self.port, nnodes, self.d, run_id, extra, mode=mode,
-                          last_call=last_call)
+                          last_call=lt.round0_last_call(n, nnodes))
         self.n = n
 
     def __enter__(self):

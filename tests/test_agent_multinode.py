@@ -25,11 +25,9 @@ records = lt.records
 
 
 def agents(n, port, nnodes, nproc, mode, d, extra=(), first=1, run_id="mn"):
-    """n agents node<first>...; where they are the job's most nodes, round 0
-    waits for all of them (a last call of 15 s; the round forms when the
-    last joins): with 1 s, one agent slow to start on a loaded machine was
-    left to round 1 (test_etcd's case in CI)."""
-    last_call = 15 if n == int(nnodes.split(":")[-1]) else 1
+    """n agents node<first>...; round 0 waits for all of them where they are
+    the job's most nodes (lt.round0_last_call)."""
+    last_call = lt.round0_last_call(n, nnodes)
     out = []
     for i in range(first, first + n):
         args = ["--nnodes", nnodes, "--nproc-per-node", str(nproc),

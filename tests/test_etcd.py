@@ -226,14 +226,13 @@ def agents(n, ep, nnodes, d, run_id, port, mode="hold", first=1, extra=(), ttl=5
 def etcd_job(n, nnodes, run_id, mode="hold", ttl=5, extra=(), env=None):
     """A fresh cluster and n agents of job run_id; every process ended, by
     pid, on the way out. Yields (cluster, worker dir, store port, agents).
-    Where the n agents are the job's most nodes, round 0 waits for all of
-    them (it forms when the last one joins): with a last call of 1 s, one
-    agent slow to start on a loaded machine would be left to round 1."""
+    Round 0 waits for all n where they are the job's most nodes
+    (lt.round0_last_call)."""
     e = Etcd()
     d = tempfile.mkdtemp()
     port = lt.free_port()
     ags = []
-    last_call = 15 if n == int(nnodes.split(":")[-1]) else 1
+    last_call = lt.round0_last_call(n, nnodes)
     try:
         ags += agents(n, e.endpoints(), nnodes, d, run_id, port, mode=mode, ttl=ttl,
                       extra=extra, env=env, last_call=last_call)

@@ -12,6 +12,7 @@ host's link going down and up (the job carries on). Skips (77) where namespaces 
 
 LAUNCH_NETNS_NODES sets the node count of the first case (16)."""
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -82,12 +83,10 @@ def rendezvous_under_loss(n, delay_ms=25, loss_pct=2):
 
 
 def three(c, d, nnodes, conf, run_id, mode="hold"):
-    """3 agents of `hold` workers, at work in round 0 (which waits for all
-    three: a last call of 15 s instead of conf's 1 s, the round forming when
-    the third joins; with 1 s, one agent slow to start on a loaded machine
-    was left to round 1, test_etcd's case in CI)."""
-    assert nnodes.endswith("3"), nnodes
-    conf = conf.replace("last_call_timeout=1,", "last_call_timeout=15,")
+    """3 agents of `hold` workers, at work in round 0, which waits for all
+    three (lt.round0_last_call in place of conf's last call)."""
+    conf = re.sub(r"last_call_timeout=[0-9.]+", "last_call_timeout=%d"
+                  % lt.round0_last_call(3, nnodes), conf)
     ags = [agent(c, i, nnodes, conf, [PY, WORKER, d, mode], run_id) for i in range(3)]
     lt.wait_until(lambda: len(lt.records(d, 0)) == 3, 60, "3 workers of round 0")
     return ags

@@ -189,6 +189,15 @@ def children(pid):
     return out
 
 
+def round0_last_call(n, nnodes):
+    """last_call_timeout (s) for n agents of --nnodes NNODES started at once
+    that must all be in round 0: 15 where they are the job's most nodes
+    (the round forms when the last joins, so it costs nothing), else 1.
+    With 1 s, an agent slow to start on a loaded machine (CI: 2 cores,
+    three tests at once) was left to round 1."""
+    return 15 if n == int(nnodes.split(":")[-1]) else 1
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
