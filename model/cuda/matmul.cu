@@ -325,7 +325,9 @@ static int mm_build(gc_mm_t *mm, mm_entry_t *x, const gc_mm_args_t *a) {
  * weight-gradient products. Runs are idempotent (outputs rewritten with the
  * same values) except an in-place accumulation, which is timed into a
  * scratch copy. On by default (GPT_CUDA_TUNE=0 turns it off): on the H200
- * at gpt2-124m's shapes, 30.07 -> 29.76 ms a step (2026-12-01). */
+ * at gpt2-124m's shapes, 30.07 -> 29.76 ms a step (2026-12-01); on an H100
+ * at gpt2-350m, power-capped at 700 W, 207.7k -> 212.2k tokens/s (2026-12-07,
+ * docs/benchmarks/2026-12-07-h200.md section 4). */
 static int mm_tune(gc_mm_t *mm, mm_entry_t *x, const gc_mm_args_t *a, cudaStream_t s) {
   void *D = a->D, *scratch = NULL;
   const void *C = a->C ? a->C : a->D;
