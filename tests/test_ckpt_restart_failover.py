@@ -41,14 +41,15 @@ def main():
     port = lt.free_port()
     ags = []
     try:
-        # a last call of 15 s: round 0 waits for all three (it forms when
-        # the third joins), not one slow to start left to round 1
+        # round 0 waits for all three (lt.round0_last_call)
+        conf = "join_timeout=60,last_call_timeout=%d,heartbeat=0.3" % \
+            lt.round0_last_call(3, "1:3")
         for i in (1, 2, 3):
             ags.append(lt.launch(
                 ["--nnodes", "1:3", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
                  "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "ckfo",
                  "--local-addr", "127.0.0.%d" % i, "--max-restarts", "3",
-                 "--rdzv-conf", "join_timeout=60,last_call_timeout=15,heartbeat=0.3",
+                 "--rdzv-conf", conf,
                  "--stop-timeout", "5", "--ckpt-dir", ck,
                  "--no-python", "/bin/sh", "-c", WORKER],
                 env=dict(os.environ, OUT=out, LAUNCH_HOSTNAME="node%d" % i),
